@@ -1,0 +1,35 @@
+# Every target installs what it needs into .venv on its own: a fresh clone needs only Python and pip.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test bench lint schedules clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/teccl topo show dgx1
+	$(BIN)/teccl compile dgx1 --collective allgather --size 64MB --chunks 1 -o out/dgx1-allgather.xml
+	@echo "demo output written to out/dgx1-allgather.xml"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -n 2 tests
+
+bench: $(STAMP)
+	$(BIN)/teccl bench default
+
+lint: $(STAMP)
+	$(BIN)/ruff check te_ccl tests
+
+schedules: $(STAMP)
+	$(BIN)/python -m te_ccl.report.ship_schedules schedules
+
+clean:
+	rm -rf $(VENV) out

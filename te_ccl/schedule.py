@@ -1,0 +1,143 @@
+"""The Schedule IR: chunk transfers per epoch, the one thing every output is lowered from.
+
+Time is cut into epochs of ``epoch_s`` seconds; epoch ``e`` spans ``[e·τ, (e+1)·τ)``.
+A :class:`Transfer` puts one chunk on link ``(src, dst)`` from epoch ``start_epoch``;
+``dst`` holds it from the start of ``arrive_epoch``. The model's α semantics (the same
+in the simulator and the bounds, after TE-CCL): the link is busy only for
+``chunk_bytes / bandwidth``; α delays the arrival. So on a link with bandwidth ``b`` and
+latency ``α``:
+
+* it is busy for ``k = ceil(chunk_bytes / (b·τ))`` epochs from ``start_epoch``;
+* ``arrive_epoch ≥ start_epoch + ceil((chunk_bytes / b + α) / τ)``;
+* when ``b·τ ≥ chunk_bytes`` it may start ``floor(b·τ / chunk_bytes)`` chunks per epoch,
+  otherwise it carries one chunk at a time.
+
+``op="copy"``: ``dst`` receives the sender's value of the chunk. ``op="reduce"``: ``dst``
+adds the received partial into its own partial (ReduceScatter, AllReduce, Reduce).
+Switches without a buffer forward in the epoch a chunk arrives (``start_epoch`` of the
+outgoing transfer equals ``arrive_epoch`` of the incoming one).
+
+>>> from te_ccl.collective import Collective, CollectiveKind
+>>> from te_ccl.topology import Link, Node, Topology
+>>> topo = Topology.build("pair", [Node("a"), Node("b")], [Link("a", "b", 1e9), Link("b", "a", 1e9)])
+>>> coll = Collective(CollectiveKind.ALLGATHER, 2000, (0, 1))
+>>> s = Schedule(topo, coll, 1e-6, (Transfer(0, "a", "b", 0, 1), Transfer(1, "b", "a", 0, 1)))
+>>> s.finish_epoch, s.finish_time_s
+(1, 1e-06)
+>>> Schedule.from_json(s.to_json(), topo) == s
+True
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from te_ccl.collective.model import Collective, CollectiveKind, CustomDemand
+from te_ccl.errors import SpecError
+from te_ccl.topology.model import Topology
+
+__all__ = ["Transfer", "SolveInfo", "Schedule"]
+
+SCHEMA = "teccl-schedule/1"
+
+
+@dataclass(frozen=True, order=True)
+class Transfer:
+    """Chunk ``chunk`` sent on link ``src → dst`` from ``start_epoch``, held at ``dst`` from ``arrive_epoch``."""
+
+    chunk: int
+    src: str
+    dst: str
+    start_epoch: int
+    arrive_epoch: int
+    op: str = "copy"  # "copy" | "reduce"
+
+
+@dataclass(frozen=True)
+class SolveInfo:
+    """How the schedule was obtained; ``optimal`` means proven optimal in the epoch model."""
+
+    backend: str = "none"
+    solver_time_s: float = 0.0
+    optimal: bool = False
+    status: str = ""
+    variables: int = 0
+    constraints: int = 0
+    notes: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Schedule:
+    topology: Topology
+    collective: Collective
+    epoch_s: float
+    transfers: tuple[Transfer, ...]
+    info: SolveInfo = field(default_factory=SolveInfo)
+
+    @property
+    def chunk_bytes(self) -> int:
+        return self.collective.chunk_bytes
+
+    @property
+    def finish_epoch(self) -> int:
+        return max((t.arrive_epoch for t in self.transfers), default=0)
+
+    @property
+    def finish_time_s(self) -> float:
+        return self.finish_epoch * self.epoch_s
+
+    def with_info(self, **changes: Any) -> Schedule:
+        return replace(self, info=replace(self.info, **changes))
+
+    # JSON form ---------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        c = self.collective
+        return {
+            "schema": SCHEMA,
+            "topology": self.topology.name,
+            "collective": {
+                "kind": c.kind.value, "size_bytes": c.size_bytes, "ranks": list(c.ranks),
+                "chunks_per_rank": c.chunks_per_rank, "root": c.root, "inplace": c.inplace,
+                "proto": c.proto,
+                "demands": [asdict(d) for d in c.demands],
+            },
+            "epoch_s": self.epoch_s,
+            "chunk_bytes": self.chunk_bytes,
+            "finish_epoch": self.finish_epoch,
+            "finish_time_s": self.finish_time_s,
+            "solve": {**asdict(self.info), "notes": list(self.info.notes)},
+            "transfers": [[t.chunk, t.src, t.dst, t.start_epoch, t.arrive_epoch, t.op]
+                          for t in self.transfers],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    @classmethod
+    def from_json(cls, text: str, topology: Topology, *, file: str = "<schedule>") -> Schedule:
+        """Read the JSON form back; ``topology`` must be the one it was compiled for."""
+        try:
+            d = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SpecError(f"not JSON ({e.msg} at line {e.lineno})", file=file) from None
+        try:
+            if d.get("schema") != SCHEMA:
+                raise SpecError(f"expected schema {SCHEMA!r}", file=file, key="schema")
+            cd = d["collective"]
+            coll = Collective(
+                CollectiveKind(cd["kind"]), int(cd["size_bytes"]), tuple(cd["ranks"]),
+                int(cd["chunks_per_rank"]), cd["root"], bool(cd["inplace"]), cd["proto"],
+                tuple(CustomDemand(x["source"], tuple(x["destinations"]), x["chunks"])
+                      for x in cd.get("demands", [])),
+            )
+            transfers = tuple(Transfer(int(c), str(s), str(t), int(a), int(b), str(op))
+                              for c, s, t, a, b, op in d["transfers"])
+            info = SolveInfo(**{**d.get("solve", {}),
+                                "notes": tuple(d.get("solve", {}).get("notes", ()))})
+            return cls(topology, coll, float(d["epoch_s"]), transfers, info)
+        except SpecError:
+            raise
+        except (KeyError, TypeError, ValueError) as e:
+            raise SpecError(f"malformed schedule JSON ({type(e).__name__}: {e})", file=file) from None
