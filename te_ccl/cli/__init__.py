@@ -1,0 +1,1 @@
+"""The ``teccl`` command line: one module per subcommand, registered lazily in ``main``."""
