@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI; library errors become one line on stderr and their exit code."""
     debug = "--debug" in (argv if argv is not None else sys.argv[1:])
     try:
-        cli.main(args=argv, prog_name="teccl", standalone_mode=False)
+        rc = cli.main(args=argv, prog_name="teccl", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("teccl: interrupted", err=True)
         sys.exit(130)
@@ -62,4 +62,4 @@ def main(argv: list[str] | None = None) -> None:
             raise
         click.echo(f"teccl: internal error: {type(e).__name__}: {e} (rerun with --debug)", err=True)
         sys.exit(70)
-    sys.exit(0)
+    sys.exit(rc if isinstance(rc, int) else 0)
