@@ -1,0 +1,213 @@
+"""Independent checker of the Schedule IR: does a schedule do what its collective asks?
+
+It shares no arithmetic with the solver: from the topology, the chunk size and the epoch
+duration alone it recomputes what every link can carry (the rules of the
+``te_ccl.schedule`` docstring) and replays the transfers epoch by epoch, tracking for every
+(node, chunk) the set of ranks whose data it holds (a partial sum for reductions).
+
+Rules (the ``rule`` field of each :class:`Violation`):
+
+``link``        every transfer uses an existing link;
+``chunk``       the chunk id and op exist (``reduce`` only for reduced chunks);
+``timing``      ``arrive_epoch ≥ start_epoch + ceil((chunk_bytes/b + α)/τ)``;
+``capacity``    ≤ ``floor(b·τ/chunk_bytes)`` starts per epoch, or one chunk at a time
+                (each busy ``ceil(chunk_bytes/(b·τ))`` epochs) on slower links;
+``hold``        the sender holds the chunk when it sends (a switch without buffer only
+                in the epoch it arrives);
+``switch``      a switch copies only if it can copy, merges partials only if it can reduce;
+``double``      a reduction never adds the same rank's data twice;
+``buffer``      relayed chunks at a GPU fit in its buffer limit;
+``demand``      every destination ends with the whole chunk (every source's data).
+
+>>> from te_ccl.collective import Collective, CollectiveKind
+>>> from te_ccl.schedule import Schedule, Transfer
+>>> from te_ccl.topology import Link, Node, Topology
+>>> topo = Topology.build("pair", [Node("a"), Node("b")], [Link("a", "b", 1e9), Link("b", "a", 1e9)])
+>>> coll = Collective(CollectiveKind.ALLGATHER, 2000, (0, 1))
+>>> check_schedule(Schedule(topo, coll, 1e-6, (Transfer(0, "a", "b", 0, 1),)))
+[Violation(rule='demand', message='rank 0 (a) lacks chunk 1 at the end (holds nothing)')]
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+
+from te_ccl.schedule import Schedule, Transfer
+
+__all__ = ["Violation", "check_schedule"]
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class Violation:
+    rule: str
+    message: str
+
+
+def _ceil(x: float) -> int:
+    return math.ceil(x - _EPS * max(1.0, abs(x)))
+
+
+def _floor(x: float) -> int:
+    return math.floor(x + _EPS * max(1.0, abs(x)))
+
+
+def check_schedule(schedule: Schedule) -> list[Violation]:
+    """All violations of ``schedule`` (empty when it is correct)."""
+    out: list[Violation] = []
+    valid = _check_static(schedule, out)
+    _check_capacity(schedule, valid, out)
+    _replay(schedule, valid, out)
+    return out
+
+
+def _check_static(s: Schedule, out: list[Violation]) -> list[Transfer]:
+    """Links, chunk ids, ops and per-transfer timing; returns the transfers worth replaying."""
+    chunks = {c.id: c for c in s.collective.chunks()}
+    topo, tau, size = s.topology, s.epoch_s, s.chunk_bytes
+    valid = []
+    for t in s.transfers:
+        if not topo.has_link(t.src, t.dst):
+            out.append(Violation("link", f"{t}: no link {t.src} -> {t.dst}"))
+            continue
+        chunk = chunks.get(t.chunk)
+        if chunk is None or t.op not in ("copy", "reduce") or (t.op == "reduce" and not chunk.reduce):
+            out.append(Violation("chunk", f"{t}: unknown chunk or op {t.op!r} not allowed for it"))
+            continue
+        link = topo.link(t.src, t.dst)
+        need = _ceil((size / link.bandwidth_Bps + link.latency_s) / tau)
+        if t.start_epoch < 0 or t.arrive_epoch < t.start_epoch + need:
+            out.append(Violation("timing", f"{t}: link {t.src}->{t.dst} needs {need} epoch(s) "
+                                           f"from start to arrival"))
+            continue
+        valid.append(t)
+    return valid
+
+
+def _check_capacity(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> None:
+    per_link: dict[tuple[str, str], list[Transfer]] = defaultdict(list)
+    for t in transfers:
+        per_link[(t.src, t.dst)].append(t)
+    for key, ts in per_link.items():
+        link = s.topology.link(*key)
+        per_epoch = link.bandwidth_Bps * s.epoch_s / s.chunk_bytes
+        if per_epoch >= 1 - _EPS:
+            cap = _floor(per_epoch)
+            for epoch, n in Counter(t.start_epoch for t in ts).items():
+                if n > cap:
+                    out.append(Violation("capacity", f"link {key[0]}->{key[1]} starts {n} chunks "
+                                                     f"in epoch {epoch}, capacity {cap}"))
+        else:
+            busy = _ceil(1 / per_epoch)
+            ordered = sorted(ts, key=lambda t: t.start_epoch)
+            for a, b in zip(ordered, ordered[1:], strict=False):
+                if b.start_epoch < a.start_epoch + busy:
+                    out.append(Violation("capacity", f"link {key[0]}->{key[1]} busy {busy} epochs "
+                                                     f"per chunk: chunks {a.chunk} (epoch "
+                                                     f"{a.start_epoch}) and {b.chunk} (epoch "
+                                                     f"{b.start_epoch}) overlap"))
+
+
+def _replay(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> None:
+    """Epoch by epoch: arrivals of the epoch first, then the sends that start in it."""
+    topo, coll = s.topology, s.collective
+    chunks = {c.id: c for c in coll.chunks()}
+    held: dict[tuple[str, int], frozenset[int]] = {}
+    for c in chunks.values():
+        for r in c.sources:
+            held[(topo.gpu(r), c.id)] = frozenset(c.sources) if not c.reduce else frozenset((r,))
+    arrivals: dict[int, list[tuple[Transfer, frozenset[int]]]] = defaultdict(list)
+    sends: dict[int, list[Transfer]] = defaultdict(list)
+    for t in transfers:
+        sends[t.start_epoch].append(t)
+    last = max([t.arrive_epoch for t in transfers], default=0)
+    for epoch in range(last + 1):
+        transient = _arrive(s, arrivals.pop(epoch, []), held, out)
+        for t in sorted(sends.pop(epoch, []), key=lambda t: (t.chunk, t.src, t.dst)):
+            value = transient.get((t.src, t.chunk), held.get((t.src, t.chunk)))
+            if value is None:
+                out.append(Violation("hold", f"{t}: {t.src} does not hold chunk {t.chunk} "
+                                             f"in epoch {epoch}"))
+                continue
+            arrivals[t.arrive_epoch].append((t, value))
+        _check_switch_fanout(s, epoch, transient, transfers, out)
+    _check_buffers(s, held, chunks, out)
+    _check_demands(s, held, chunks, out)
+
+
+def _arrive(s: Schedule, batch: list[tuple[Transfer, frozenset[int]]],
+            held: dict[tuple[str, int], frozenset[int]], out: list[Violation]
+            ) -> dict[tuple[str, int], frozenset[int]]:
+    """Apply one epoch's arrivals; returns what bufferless switches hold in this epoch only."""
+    transient: dict[tuple[str, int], frozenset[int]] = {}
+    for t, value in sorted(batch, key=lambda x: (x[0].chunk, x[0].src, x[0].dst)):
+        node = s.topology.node(t.dst)
+        key = (t.dst, t.chunk)
+        store = held if (node.is_gpu or node.has_buffer) else transient
+        old = store.get(key)
+        if node.is_gpu or node.has_buffer or old is None or old == value:
+            merge = t.op == "reduce"
+        elif node.can_reduce:
+            merge = True
+        else:
+            out.append(Violation("switch", f"{t}: switch {t.dst} cannot reduce, but two different "
+                                           f"partials of chunk {t.chunk} arrive in one epoch"))
+            continue
+        if merge and old is not None:
+            if old & value:
+                out.append(Violation("double", f"{t}: ranks {sorted(old & value)} would be added "
+                                               f"twice into chunk {t.chunk} at {t.dst}"))
+                continue
+            store[key] = old | value
+        else:
+            store[key] = value
+    return transient
+
+
+def _check_switch_fanout(s: Schedule, epoch: int, transient: dict[tuple[str, int], frozenset[int]],
+                         transfers: list[Transfer], out: list[Violation]) -> None:
+    """A switch that cannot copy sends each arriving chunk on at most as many links as it came in."""
+    topo = s.topology
+    outs = Counter((t.src, t.chunk) for t in transfers
+                   if t.start_epoch == epoch and not topo.node(t.src).is_gpu)
+    ins = Counter((t.dst, t.chunk) for t in transfers
+                  if t.arrive_epoch == epoch and not topo.node(t.dst).is_gpu)
+    for (sw, chunk), n in outs.items():
+        node = topo.node(sw)
+        if not node.can_copy and not node.has_buffer and n > ins[(sw, chunk)]:
+            out.append(Violation("switch", f"switch {sw} cannot copy but sends chunk {chunk} "
+                                           f"{n} times in epoch {epoch} after {ins[(sw, chunk)]} "
+                                           f"arrival(s)"))
+
+
+def _check_buffers(s, held, chunks, out) -> None:
+    """Chunks a GPU holds that are neither its own nor meant for it count against its buffer."""
+    topo = s.topology
+    relayed: Counter[str] = Counter()
+    for (node, cid) in held:
+        n = topo.node(node)
+        if n.is_gpu and n.buffer_bytes is not None:
+            c, r = chunks[cid], topo.rank(node)
+            if r not in c.sources and r not in c.destinations:
+                relayed[node] += 1
+    for node, n in relayed.items():
+        limit = topo.node(node).buffer_bytes
+        if n * s.chunk_bytes > limit:
+            out.append(Violation("buffer", f"{node} relays {n} chunks ({n * s.chunk_bytes} bytes) "
+                                           f"over its buffer limit of {limit} bytes"))
+
+
+def _check_demands(s, held, chunks, out) -> None:
+    topo = s.topology
+    for c in chunks.values():
+        want = frozenset(c.sources)
+        for r in c.destinations:
+            name = topo.gpu(r)
+            have = held.get((name, c.id))
+            if have != want:
+                what = "nothing" if have is None else f"data of ranks {sorted(have)}"
+                out.append(Violation("demand", f"rank {r} ({name}) lacks chunk {c.id} at the end "
+                                               f"(holds {what})"))
