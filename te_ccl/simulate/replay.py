@@ -1,0 +1,127 @@
+"""Replay a :class:`~te_ccl.schedule.Schedule` in continuous time (no epochs, no solver code).
+
+From the schedule only the routes, the order of transfers on each link and the
+dependencies are kept; the times are recomputed by :mod:`te_ccl.simulate.engine`:
+
+* a node sends chunk ``c`` once it holds it: it is a source of ``c`` (copy chunks), or a
+  copy of ``c`` has arrived, or — for reduced chunks — every partial of ``c`` that the
+  schedule delivers to it *before* the send (``arrive_epoch ≤ start_epoch``) has arrived
+  (its own partial, if it is a source, is there from the start);
+* each link serves its transfers in the schedule's order (``start_epoch``, then position);
+* a GPU is done when it holds every chunk it is a destination of (a copy arrived, or
+  every partial the schedule sends it arrived).
+
+Relation to the solver's predicted finish ``F·τ`` (``F`` = the schedule's finish epoch).
+The replay starts each transfer as early as its dependencies and its link allow, and a
+hop takes ``chunk/b + α`` instead of the ``ceil((chunk/b + α)/τ)`` epochs the model
+reserves, so for a valid schedule whose links carry at most one chunk per epoch (or with
+α = 0) ``simulated ≤ F·τ``. Conversely, rounding the replay's start times up to epochs
+gives an epoch schedule whose every transfer is late by less than one epoch per transfer
+on its longest dependency chain (data dependencies and link order), so for a schedule
+that is optimal in the epoch model ``simulated > F·τ − L·τ``, ``L`` being the number of
+transfers on that chain (:func:`chain_length`). When a link starts ``n > 1`` chunks in one
+epoch and α > 0, the model's per-chunk arrival rule ignores that the n-th chunk leaves
+the link ``(n-1)·chunk/b`` after the first; the replay does not, so it may exceed ``F·τ``
+by up to that much.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from te_ccl.collective.model import Chunk
+from te_ccl.errors import VerificationError
+from te_ccl.schedule import Schedule, Transfer
+from te_ccl.simulate.engine import Task, TaskTimes, run
+from te_ccl.simulate.result import SimResult, summarise
+
+__all__ = ["simulate_schedule", "schedule_tasks", "chain_length"]
+
+_Incoming = dict[tuple[str, int], list[int]]
+
+
+def _holding(chunk: Chunk, rank: int | None, incoming: list[int],
+             transfers: tuple[Transfer, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(after_all, after_any)`` for a node to hold ``chunk`` given ``incoming``; None: never."""
+    copies = tuple(j for j in incoming if transfers[j].op == "copy")
+    partials = tuple(j for j in incoming if transfers[j].op == "reduce")
+    if copies:
+        return (), copies
+    if rank is not None and rank in chunk.sources:
+        return (partials if chunk.reduce else ()), ()
+    if chunk.reduce and partials:
+        return partials, ()
+    return None
+
+
+def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str], list[int]]]:
+    """The engine's tasks (index-aligned with ``schedule.transfers``) and per-link order."""
+    topo, trs = schedule.topology, schedule.transfers
+    chunks = {c.id: c for c in schedule.collective.chunks()}
+    incoming: _Incoming = defaultdict(list)
+    for j, t in enumerate(trs):
+        incoming[(t.dst, t.chunk)].append(j)
+    tasks = []
+    for i, t in enumerate(trs):
+        if t.chunk not in chunks:
+            raise VerificationError(f"{t}: chunk {t.chunk} is not part of the collective")
+        earlier = [j for j in incoming[(t.src, t.chunk)]
+                   if j != i and trs[j].arrive_epoch <= t.start_epoch]
+        rank = topo.rank(t.src) if topo.node(t.src).is_gpu else None
+        deps = _holding(chunks[t.chunk], rank, earlier, trs)
+        if deps is None:
+            raise VerificationError(f"{t}: {t.src} sends chunk {t.chunk} before it holds it")
+        tasks.append(Task((t.src, t.dst), schedule.chunk_bytes, deps[0], deps[1], f"c{t.chunk}"))
+    order: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for i in sorted(range(len(trs)), key=lambda i: (trs[i].start_epoch, i)):
+        order[(trs[i].src, trs[i].dst)].append(i)
+    return tasks, dict(order)
+
+
+def _gpu_finish(schedule: Schedule, times: list[TaskTimes]) -> dict[str, float]:
+    topo, trs = schedule.topology, schedule.transfers
+    incoming: _Incoming = defaultdict(list)
+    for j, t in enumerate(trs):
+        incoming[(t.dst, t.chunk)].append(j)
+    done = {g: 0.0 for g in (topo.gpu(r) for r in schedule.collective.ranks)}
+    for chunk in schedule.collective.chunks():
+        for rank in chunk.destinations:
+            gpu = topo.gpu(rank)
+            deps = _holding(chunk, rank, incoming[(gpu, chunk.id)], trs)
+            if deps is None or (chunk.reduce and not deps[1] and not deps[0]
+                                and set(chunk.sources) != {rank}):
+                raise VerificationError(f"rank {rank} ({gpu}) never receives chunk {chunk.id}")
+            t_all = max((times[j].arrive_s for j in deps[0]), default=0.0)
+            t_any = min((times[j].arrive_s for j in deps[1]), default=0.0)
+            done[gpu] = max(done[gpu], t_all, t_any)
+    return done
+
+
+def simulate_schedule(schedule: Schedule) -> SimResult:
+    """Replay ``schedule`` with α-β costs and link contention; see the module docstring.
+
+    Raises
+    ------
+    VerificationError
+        A transfer sends a chunk its node never holds, uses a missing link, a destination
+        never receives its chunk, or the link order deadlocks.
+    """
+    tasks, order = schedule_tasks(schedule)
+    times = run(schedule.topology, tasks, order)
+    return summarise(tasks, times, _gpu_finish(schedule, times))
+
+
+def chain_length(schedule: Schedule) -> int:
+    """Transfers on the longest chain of data dependencies and link order (``L`` above)."""
+    tasks, order = schedule_tasks(schedule)
+    preds: dict[int, set[int]] = defaultdict(set)
+    for i, t in enumerate(tasks):
+        preds[i].update(t.after_all, t.after_any)
+    for seq in order.values():
+        for a, b in zip(seq, seq[1:], strict=False):
+            preds[b].add(a)
+    trs = schedule.transfers
+    depth: dict[int, int] = {}
+    for i in sorted(range(len(trs)), key=lambda i: (trs[i].start_epoch, i)):
+        depth[i] = 1 + max((depth[p] for p in preds[i] if p in depth), default=0)
+    return max(depth.values(), default=0)

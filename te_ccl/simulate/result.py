@@ -1,0 +1,70 @@
+"""What a simulation reports: finish time, per-GPU completion, per-link busy time."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from te_ccl.simulate.engine import Task, TaskTimes
+
+__all__ = ["LinkUse", "Interval", "SimResult", "summarise"]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """One chunk on one link: busy ``[start_s, end_s)``, held at the far end from ``arrive_s``."""
+
+    src: str
+    dst: str
+    label: str
+    start_s: float
+    end_s: float
+    arrive_s: float
+
+
+@dataclass(frozen=True)
+class LinkUse:
+    src: str
+    dst: str
+    transfers: int
+    busy_s: float
+    utilisation: float  # busy time / finish time
+
+
+@dataclass(frozen=True)
+class SimResult:
+    """``finish_time_s``: when the last GPU has its whole demand (the collective's time)."""
+
+    finish_time_s: float
+    last_arrival_s: float
+    gpu_finish_s: dict[str, float]
+    links: tuple[LinkUse, ...]
+    intervals: tuple[Interval, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "finish_time_s": self.finish_time_s,
+            "last_arrival_s": self.last_arrival_s,
+            "gpu_finish_s": dict(self.gpu_finish_s),
+            "links": [{"src": u.src, "dst": u.dst, "transfers": u.transfers,
+                       "busy_s": u.busy_s, "utilisation": u.utilisation} for u in self.links],
+        }
+
+
+def summarise(tasks: list[Task], times: list[TaskTimes],
+              gpu_finish_s: dict[str, float]) -> SimResult:
+    """Fold task times into a :class:`SimResult` (busy time and utilisation per link)."""
+    finish = max(gpu_finish_s.values(), default=0.0)
+    last = max((t.arrive_s for t in times), default=0.0)
+    busy: dict[tuple[str, str], float] = defaultdict(float)
+    count: dict[tuple[str, str], int] = defaultdict(int)
+    for task, tt in zip(tasks, times, strict=True):
+        busy[task.link] += tt.end_s - tt.start_s
+        count[task.link] += 1
+    span = finish or last
+    links = tuple(LinkUse(k[0], k[1], count[k], busy[k], busy[k] / span if span else 0.0)
+                  for k in sorted(busy))
+    intervals = tuple(Interval(task.link[0], task.link[1], task.label, tt.start_s, tt.end_s,
+                               tt.arrive_s) for task, tt in zip(tasks, times, strict=True))
+    return SimResult(finish, last, gpu_finish_s, links, intervals)
