@@ -1,0 +1,154 @@
+"""Findings of the MSCCL checker and the catalogue of rules they cite.
+
+Every :class:`Finding` names a rule from :data:`RULES`; the rule carries its meaning
+(why the runtime or the GPUs care), which is appended to each message so a reader
+needs no manual. ``blocks_execution`` marks rules after whose violation symbolic
+execution would only produce noise (the program's shape itself is broken).
+
+>>> f = finding("leading-zero", "tb id '010' reads as 8", gpu=0, tb=8)
+>>> f.rule, f.severity, f.gpu, f.tb, f.step
+('leading-zero', 'error', 0, 8, None)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Rule", "RULES", "Finding", "finding"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One checked rule: its name, what it protects, and whether execution can go on."""
+
+    name: str
+    meaning: str
+    blocks_execution: bool = False
+    severity: str = "error"
+
+
+_RULES = [
+    # --- textual rules of the runtime's hand-written XML reader ---------------------
+    Rule("not-text", "the runtime reads the file byte by byte as text", True),
+    Rule("xml-declaration", "the runtime's reader has no `<?xml ...?>` support and fails on `?`"),
+    Rule("text-outside-tags", "between tags the runtime accepts only spaces and newlines", True),
+    Rule("tab-before-tag", "the runtime skips only spaces and newlines before `<`; a tab "
+         "makes it fail with \"expecting '<'\""),
+    Rule("one-tag-per-line", "the format puts one tag per line (what msccl-tools writes and "
+         "the runtime's reader is tested with)"),
+    Rule("newline-in-tag", "the runtime's reader ends a tag at a newline and then fails "
+         "expecting `>`"),
+    Rule("attribute-spacing", "the runtime separates attributes by exactly one space and "
+         "reads `key=\"value\"` with no spaces around `=`"),
+    Rule("double-quotes", "the runtime reads attribute values up to the next double quote "
+         "only"),
+    Rule("malformed-tag", "the runtime could not read this tag", True),
+    Rule("unbalanced-tags", "every element must be closed by a matching closing tag", True),
+    Rule("name-too-long", "the runtime stores names and values in 255-byte buffers; names "
+         "of 254+ characters fail"),
+    Rule("too-many-attributes", "the runtime keeps only the first 16 attributes of an "
+         "element", severity="warning"),
+    Rule("duplicate-attribute", "the runtime uses the first occurrence of an attribute",
+         severity="warning"),
+    Rule("ignored-element", "the runtime skips elements it does not know (with their "
+         "content)", severity="warning"),
+    Rule("first-element-algo", "the runtime reads the algorithm's metadata from the first "
+         "element, which must be `<algo`", True),
+    Rule("xml-node-limit", "the runtime's reader holds at most 4096 elements per rank "
+         "(algo, gpus, and that rank's tbs and steps)"),
+    Rule("leading-zero", "numbers are read with C strtol(..., 0): a leading zero means "
+         "octal (`010` is 8, `08` is 0)"),
+    Rule("not-an-integer", "numbers are read with C strtol(..., 0), which silently stops at "
+         "the first non-digit"),
+    Rule("missing-attribute", "the runtime refuses an element without this attribute", True),
+    Rule("missing-algo-attribute", "the runtime refuses an algo without this attribute "
+         "(the legacy format lacks minBytes/maxBytes/outofplace)"),
+    # --- checks the runtime's parser applies, in its order --------------------------
+    Rule("proto", "proto must be Simple, LL128 or LL"),
+    Rule("coll", "coll must name a collective the runtime implements", True),
+    Rule("scratch-chunks", "s_chunks must be >= 0 (it sizes the scratch buffer)", True),
+    Rule("tb-id-range", "thread block ids are 0..1023 (MSCCL_MAX_NUM_THREAD_BLOCKS)", True),
+    Rule("tb-id-duplicate", "each thread block id appears once per GPU", True),
+    Rule("peer", "send/recv peers are a rank or -1, never the GPU itself", True),
+    Rule("channel-range", "chan is 0..31 (MAXCHANNELS)", True),
+    Rule("step-range", "s must be in 0..max_steps-1 (MSCCL_MAX_NUM_STEPS, 64 by default)"),
+    Rule("step-type", "type must be s, r, rcs, rrs, rrc, rrcs, cpy, re or nop", True),
+    Rule("buffer", "buffers are i (input), o (output) or s (scratch)", True),
+    Rule("count-range", "cnt must be 0..71 (MSCCL_MAX_COUNT)", True),
+    Rule("send-without-peer", "a step that sends needs the thread block's send peer", True),
+    Rule("recv-without-peer", "a step that receives needs the thread block's recv peer", True),
+    Rule("offset-range", "offsets must be -1 or inside the buffer's chunk count", True),
+    Rule("nop-chain", "extra dependencies (nops) must be followed by a step with its own "
+         "depid >= 0: the runtime attaches the nops' waits to that step"),
+    Rule("hasdep", "hasdep must be 0 or 1"),
+    Rule("tb-missing", "thread block ids must be contiguous 0..n-1 on each GPU", True),
+    Rule("tbs-per-channel", "at most 32 sending and 32 receiving thread blocks per channel",
+         True),
+    # --- rules the runtime does not check ---------------------------------------------
+    Rule("step-position", "the kernel counts steps by position (nops included), so s must "
+         "equal the step's position or dependencies point at the wrong step"),
+    Rule("dependency-target", "depid/deps must name an existing step of a thread block on "
+         "the same GPU, else the waiting step spins forever", True),
+    Rule("dependency-flag", "a step others wait on must have hasdep=\"1\", otherwise it "
+         "publishes no flag and the waiter depends on a later step (or hangs)"),
+    Rule("depid-range", "depid is stored in 8 bits: it must be < 128", True),
+    Rule("channel-count", "chan must be < nchannels: the communicator may have only "
+         "nchannels channels"),
+    Rule("connection-unique", "on one GPU each (chan, send peer) and each (chan, recv peer) "
+         "belongs to one thread block; two would share one connection's FIFO", True),
+    Rule("connection-sequence", "sends and receives on a connection (gpu, peer, chan) match "
+         "in order: the cnt sequence sent must equal the cnt sequence received", True),
+    Rule("offset-bounds", "offset..offset+cnt must lie inside the buffer (the runtime checks "
+         "only the start)", True),
+    Rule("gpu-ids", "gpu ids must cover 0..ngpus-1, each once: a rank without its gpu "
+         "element runs nothing", True),
+    Rule("max-steps", "at most max_steps steps per thread block (MSCCL_MAX_NUM_STEPS, 64 in "
+         "the default runtime build)"),
+    Rule("chunk-layout", "nchunksperloop must divide into the collective's per-rank chunks",
+         True),
+    Rule("root", "rooted collectives need a root; pass --root when it cannot be inferred",
+         True),
+    Rule("inplace-flags", "an algorithm must be usable in-place or out-of-place"),
+    # --- symbolic execution -------------------------------------------------------------
+    Rule("deadlock", "every thread block must be able to finish: a step that waits for a "
+         "flag, for data or for FIFO space that never comes hangs the GPUs"),
+    Rule("uninitialized-read", "a step read a chunk no step wrote and that holds no input "
+         "data, i.e. garbage"),
+    Rule("data-race", "two accesses to one chunk, at least one a write, that no program "
+         "order, dependency flag or send/receive orders: the result depends on timing"),
+    Rule("unreceived-data", "data sent on a connection that no step receives: the next "
+         "collective on that connection would read it"),
+    Rule("wrong-result", "at the end the buffers must hold what the collective defines"),
+]
+
+RULES: dict[str, Rule] = {r.name: r for r in _RULES}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One violation: the rule, where (GPU, thread block, step position, line), and why."""
+
+    rule: str
+    message: str
+    gpu: int | None = None
+    tb: int | None = None
+    step: int | None = None
+    line: int | None = None
+    severity: str = "error"
+
+    def as_dict(self) -> dict[str, object]:
+        return {"rule": self.rule, "severity": self.severity, "gpu": self.gpu, "tb": self.tb,
+                "step": self.step, "line": self.line, "message": self.message}
+
+    def where(self) -> str:
+        """``gpu 1 tb 2 step 3`` (only the parts that apply)."""
+        parts = [f"{k} {v}" for k, v in (("gpu", self.gpu), ("tb", self.tb), ("step", self.step))
+                 if v is not None]
+        return " ".join(parts) if parts else "algo"
+
+
+def finding(rule: str, detail: str, *, gpu: int | None = None, tb: int | None = None,
+            step: int | None = None, line: int | None = None) -> Finding:
+    """Build a finding whose message is ``detail`` followed by the rule's meaning."""
+    r = RULES[rule]
+    return Finding(rule, f"{detail} ({r.meaning})", gpu, tb, step, line, r.severity)

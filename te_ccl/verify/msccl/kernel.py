@@ -1,0 +1,103 @@
+"""A thread block as the runtime's kernel runs it: transmissions, waits and flag values.
+
+The parser does not keep steps one to one. It folds every ``nop`` into the next real
+step (the nops' dependencies become that step's waits), fuses consecutive ``re`` steps
+with the same destination and source buffer (and no dependency of their own) into one
+multi-source reduction, and the kernel keeps its own step counter: it advances by the
+number of waits (so nops are counted only if they carry a dependency) and by the number
+of fused reductions. A step with ``hasdep="1"`` publishes that counter as its thread
+block's flag; a waiter on ``(depid, deps)`` proceeds once the flag is ``>= deps``.
+Executing these transmissions instead of the raw steps makes the symbolic execution
+behave like the GPUs even for files that break the rules.
+
+>>> from te_ccl.verify.msccl.model import Step, Threadblock
+>>> def st(pos, type, dep=-1, hasdep=0, off=0):
+...     return Step(pos, type, "s", off, "i", 0, 1, dep, 0 if dep >= 0 else -1, hasdep, pos)
+>>> tb = Threadblock(0, -1, -1, 0, (st(0, "nop", dep=1), st(1, "re", dep=2), st(2, "re", off=1, hasdep=1)))
+>>> [(t.positions, t.deps, t.flag) for t in transmissions(tb)]
+[((1, 2), ((1, 0), (2, 0)), 2)]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from te_ccl.verify.msccl.model import STEP_TYPES, Step, Threadblock
+
+__all__ = ["Transmission", "transmissions", "MAX_REDUCE_FUSION"]
+
+MAX_REDUCE_FUSION = 16  # MSCCL_MAX_REDUCE_FUSION
+
+
+@dataclass(frozen=True)
+class Transmission:
+    """One unit of kernel work: ``steps`` (several only for fused ``re``), its waits, flag.
+
+    ``flag`` is the kernel's step counter when it finishes (published if ``hasdep``);
+    ``orphan_wait`` is True when nops' waits were attached to a step without its own
+    dependency (the parser's "chain of dependencies" error).
+    """
+
+    steps: tuple[Step, ...]
+    deps: tuple[tuple[int, int], ...]
+    hasdep: bool
+    flag: int
+    orphan_wait: bool = False
+
+    @property
+    def first(self) -> Step:
+        return self.steps[0]
+
+    @property
+    def type(self) -> str:
+        return self.steps[0].type
+
+    @property
+    def cnt(self) -> int:
+        return self.steps[-1].cnt  # the parser overwrites the count with each fused step's
+
+    @property
+    def positions(self) -> tuple[int, ...]:
+        return tuple(s.position for s in self.steps)
+
+
+def transmissions(tb: Threadblock) -> list[Transmission]:
+    """The thread block's transmissions in order, built the way the runtime's parser does."""
+    out: list[Transmission] = []
+    pending: list[tuple[int, int]] = []
+    chain: tuple[str, int, str] | None = None   # (dstbuf, dstoff, srcbuf) of an open re chain
+    reductions = 0                               # the parser counts re steps per thread block
+    for step in tb.steps:
+        if step.depid >= 0:
+            pending.append((step.depid, step.deps))
+        if step.type == "nop" or step.type not in STEP_TYPES:
+            continue
+        key = (step.dstbuf, step.dstoff, step.srcbuf)
+        if step.type == "re" and chain == key and step.depid == -1 and out:
+            last = out[-1]
+            out[-1] = Transmission(last.steps + (step,), last.deps, bool(step.hasdep), 0,
+                                   last.orphan_wait)
+        else:
+            out.append(Transmission((step,), tuple(pending), bool(step.hasdep), 0,
+                                    bool(pending) and step.depid < 0))
+            pending = []
+        if step.type != "re":
+            chain = None
+        else:
+            reductions += 1
+            chain = None if step.hasdep or reductions == MAX_REDUCE_FUSION else key
+    return _with_flags(out)
+
+
+def _with_flags(trans: list[Transmission]) -> list[Transmission]:
+    """Replay the kernel's step counter (msccl kernel: ``step += numDependencies-1`` ...)."""
+    counter = 0
+    result = []
+    for t in trans:
+        if t.deps:
+            counter += len(t.deps) - 1
+        if t.type == "re" and t.cnt > 0:
+            counter += len(t.steps) - 1
+        result.append(Transmission(t.steps, t.deps, t.hasdep, counter, t.orphan_wait))
+        counter += 1
+    return result

@@ -1,0 +1,138 @@
+"""The checks the runtime's parser applies when it loads a file, in the parser's order.
+
+Mirrors ``mscclGetAlgoFromXmlFile`` (msccl-executor-nccl): proto, coll, then per GPU
+``s_chunks``, per thread block the id range and duplicates, the peers and the channel,
+per step ``s``, type, buffers, ``cnt``, send/recv without a peer, the per-channel
+thread-block limit, offsets, nop dependency chains and ``hasdep``; finally missing
+thread block ids. Unlike the runtime it does not stop at the first error, and it checks
+every GPU (each rank's runtime checks only its own ``<gpu>``).
+"""
+
+from __future__ import annotations
+
+from te_ccl.verify.msccl.findings import Finding, finding
+from te_ccl.verify.msccl.kernel import transmissions
+from te_ccl.verify.msccl.model import BUFFERS, STEP_TYPES, Algo, Gpu, Step, Threadblock
+
+__all__ = ["runtime_checks", "PROTOCOLS", "COLLECTIVES", "MAX_STEPS", "MAX_THREAD_BLOCKS",
+           "MAX_CHANNELS", "MAX_COUNT", "MAX_TBS_PER_CHANNEL", "MAX_XML_NODES"]
+
+PROTOCOLS = ("Simple", "LL128", "LL")
+COLLECTIVES = ("reduce", "broadcast", "allreduce", "reducescatter", "allgather", "send", "recv",
+               "gather", "scatter", "alltoall", "alltoallv")
+MAX_STEPS = 64            # MSCCL_MAX_NUM_STEPS (build-time)
+MAX_CHANNELS = 32         # MAXCHANNELS
+MAX_TBS_PER_CHANNEL = 32  # MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL
+MAX_THREAD_BLOCKS = MAX_TBS_PER_CHANNEL * MAX_CHANNELS
+MAX_COUNT = 72            # MSCCL_MAX_COUNT: cnt must be < 72
+MAX_XML_NODES = 4096      # MSCCL_MAX_NODES
+# which buffers the parser bounds-checks per type (checkSrc, checkDst)
+_CHECKED = {"s": (True, False), "r": (False, True), "rcs": (False, True), "rrs": (True, False),
+            "rrc": (False, False), "rrcs": (True, True), "cpy": (True, True), "re": (True, True)}
+
+
+def runtime_checks(algo: Algo, *, max_steps: int = MAX_STEPS) -> list[Finding]:
+    """Every violation of the runtime parser's checks, GPU by GPU in file order."""
+    found: list[Finding] = []
+    if algo.proto and algo.proto not in PROTOCOLS:
+        found.append(finding("proto", f"proto=\"{algo.proto}\""))
+    if algo.coll and algo.coll not in COLLECTIVES:
+        found.append(finding("coll", f"coll=\"{algo.coll}\""))
+    for gpu in algo.gpus:
+        found += _gpu(gpu, max_steps)
+        nodes = 1 + len(algo.gpus) + sum(len(t.steps) + 1 for t in gpu.threadblocks)
+        if nodes >= MAX_XML_NODES:
+            found.append(finding("xml-node-limit", f"rank {gpu.id} needs {nodes} elements",
+                                 gpu=gpu.id, line=gpu.line))
+    return found
+
+
+def _gpu(gpu: Gpu, max_steps: int) -> list[Finding]:
+    found: list[Finding] = []
+    if gpu.s_chunks < 0:
+        found.append(finding("scratch-chunks", f"s_chunks={gpu.s_chunks}", gpu=gpu.id,
+                             line=gpu.line))
+    seen: set[int] = set()
+    senders: dict[int, int] = {}
+    receivers: dict[int, int] = {}
+    for tb in gpu.threadblocks:
+        found += _tb_header(gpu, tb, seen)
+        found += _tb_steps(gpu, tb, max_steps, senders.get(tb.chan, 0),
+                           receivers.get(tb.chan, 0))
+        if tb.send >= 0:
+            senders[tb.chan] = senders.get(tb.chan, 0) + 1
+        if tb.recv >= 0:
+            receivers[tb.chan] = receivers.get(tb.chan, 0) + 1
+    for i in range(1, max(seen, default=0) + 1):
+        if i - 1 not in seen and i in seen:
+            found.append(finding("tb-missing", f"thread block {i - 1} is missing (ids go up "
+                                 f"to {max(seen)})", gpu=gpu.id, tb=i - 1, line=gpu.line))
+    return found
+
+
+def _tb_header(gpu: Gpu, tb: Threadblock, seen: set[int]) -> list[Finding]:
+    where = {"gpu": gpu.id, "tb": tb.id, "line": tb.line}
+    found: list[Finding] = []
+    if not 0 <= tb.id < MAX_THREAD_BLOCKS:
+        found.append(finding("tb-id-range", f"thread block id {tb.id}", **where))
+    elif tb.id in seen:
+        found.append(finding("tb-id-duplicate", f"thread block id {tb.id} appears again",
+                             **where))
+    seen.add(tb.id)
+    for role, peer in (("send", tb.send), ("recv", tb.recv)):
+        if peer == gpu.id or peer < -1:
+            found.append(finding("peer", f"{role}={peer} on gpu {gpu.id}", **where))
+    if not 0 <= tb.chan < MAX_CHANNELS:
+        found.append(finding("channel-range", f"chan={tb.chan}", **where))
+    return found
+
+
+def _tb_steps(gpu: Gpu, tb: Threadblock, max_steps: int, nsend: int,
+              nrecv: int) -> list[Finding]:
+    found: list[Finding] = []
+    orphans = {t.first.position for t in transmissions(tb) if t.orphan_wait}
+    for step in tb.steps:
+        where = {"gpu": gpu.id, "tb": tb.id, "step": step.position, "line": step.line}
+        if not 0 <= step.s < max_steps:
+            found.append(finding("step-range", f"s={step.s} (limit {max_steps})", **where))
+        if step.type not in STEP_TYPES:
+            found.append(finding("step-type", f"type=\"{step.type}\"", **where))
+            continue
+        for attr, buf in (("srcbuf", step.srcbuf), ("dstbuf", step.dstbuf)):
+            if buf not in BUFFERS:
+                found.append(finding("buffer", f"{attr}=\"{buf}\"", **where))
+        if step.type == "nop":
+            continue
+        found += _transfer(gpu, tb, step, nsend, nrecv, where)
+        if step.position in orphans:
+            found.append(finding("nop-chain", "nops before this step carry dependencies but "
+                                 "the step has depid=-1", **where))
+        if step.hasdep not in (0, 1):
+            found.append(finding("hasdep", f"hasdep={step.hasdep}", **where))
+    return found
+
+
+def _transfer(gpu: Gpu, tb: Threadblock, step: Step, nsend: int, nrecv: int,
+              where: dict) -> list[Finding]:
+    found: list[Finding] = []
+    if not 0 <= step.cnt < MAX_COUNT:
+        found.append(finding("count-range", f"cnt={step.cnt}", **where))
+    if step.sends and tb.send < 0:
+        found.append(finding("send-without-peer", f"a '{step.type}' step in a thread block "
+                             "with send=-1", **where))
+    if step.sends and nsend >= MAX_TBS_PER_CHANNEL:
+        found.append(finding("tbs-per-channel", f"thread block {tb.id} is sending thread block "
+                             f"{nsend + 1} on channel {tb.chan}", **where))
+    if step.receives and tb.recv < 0:
+        found.append(finding("recv-without-peer", f"a '{step.type}' step in a thread block "
+                             "with recv=-1", **where))
+    if step.receives and nrecv >= MAX_TBS_PER_CHANNEL:
+        found.append(finding("tbs-per-channel", f"thread block {tb.id} is receiving thread "
+                             f"block {nrecv + 1} on channel {tb.chan}", **where))
+    check_src, check_dst = _CHECKED[step.type]
+    for check, role, buf, off in ((check_src, "src", step.srcbuf, step.srcoff),
+                                  (check_dst, "dst", step.dstbuf, step.dstoff)):
+        if check and buf in BUFFERS and not -1 <= off < gpu.chunks(buf):
+            found.append(finding("offset-range", f"{role}off={off} but {buf}_chunks="
+                                 f"{gpu.chunks(buf)}", **where))
+    return found
