@@ -1,0 +1,268 @@
+"""Collectives on a FRED wafer: switch flows per phase, routed, and timed.
+
+In-switch variants (FRED-B/D) run every collective as streams (:mod:`te_ccl.fred.ops`):
+each stream is **striped** over the NPU lanes (stripe ``s`` uses lane ``s`` of every
+NPU), and a stripe crossing L1 switches takes one uplink lane at each L1 it touches.
+Stripes are packed first fit into **rounds** limited by the free uplink lanes; each
+round is a switch phase: the flows of every switch are routed on FRED_m(P)
+(:func:`te_ccl.fred.routing.route_phases`) and a conflict splits the round into more
+phases, each lasting ``stripe bytes / lane_Bps``. A stripe becomes, per switch:
+
+* one flow on its L1 when all its ranks sit on one L1;
+* otherwise an up flow (local sources → uplink lane, reduced in the L1), an L2 flow
+  (the L1 lanes with sources → the L1 lanes with destinations, reduced and multicast
+  in the L2) and a down flow (uplink lane → local destinations, multicast in the L1).
+
+Endpoint variants (FRED-A/C) cannot reduce or copy in a switch: collectives run as
+NPU algorithms, timed by the fluid bound of their link loads (every link carries its
+bytes at its bandwidth, chunks pipelined): All-Reduce / Reduce-Scatter / All-Gather as
+the better of a flat ring and a hierarchical ring (intra-L1, then one ring over the L1s
+whose traffic is spread over the L1's NPUs), Broadcast/Reduce as a pipelined chain,
+All-to-All and send/recv as direct unicasts. Their switch phases are the unicast
+flows of the flat ring / chain / unicast steps.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from te_ccl.fred.ops import CollectiveOp, Stream
+from te_ccl.fred.routing import Flow, Routing, route_phases
+from te_ccl.fred.wafer import Wafer
+
+__all__ = ["FlowInfo", "FredPhase", "CommResult", "compile_fred", "endpoint_loads"]
+
+
+@dataclass(frozen=True)
+class FlowInfo:
+    """A routed flow with what the flow table needs about it."""
+
+    switch: str
+    flow: Flow
+    collective: str
+    operation: str
+    cls: str
+    step: int
+    steps: int
+    bytes: float
+    reduce_op: str
+
+
+@dataclass(frozen=True)
+class FredPhase:
+    """One switch configuration (its index is the packet-header configuration index)."""
+
+    index: int
+    cls: str
+    flows: tuple[FlowInfo, ...]
+    routings: dict[str, Routing]
+    start_s: float
+    end_s: float
+    default_unicast: bool = False
+
+
+@dataclass(frozen=True)
+class CommResult:
+    """Concurrent collectives on one fabric: time, bytes one NPU injects, phases."""
+
+    fabric: str
+    ops: tuple[CollectiveOp, ...]
+    time_s: float
+    injected_bytes: float
+    phases: tuple[FredPhase, ...] = ()
+    notes: tuple[str, ...] = ()
+    link_loads: dict = field(default_factory=dict, compare=False)
+
+    @property
+    def effective_Bps(self) -> float:
+        """Bytes one NPU injects per second (fred.md's "effective bandwidth per NPU")."""
+        return self.injected_bytes / self.time_s if self.time_s > 0 else 0.0
+
+
+@dataclass
+class _Item:
+    op: int
+    stream: Stream
+    stripe: int
+    lanes: dict[int, int]
+
+
+def compile_fred(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: float = 0.0) -> CommResult:
+    """Phases, flows and time of ``ops`` running concurrently on ``wafer``."""
+    ops = tuple(ops)
+    if wafer.in_switch:
+        steps = [op.steps() for op in ops]
+        phases, time_s, notes = _build_phases(wafer, ops, steps, start_s, None)
+        injected: dict[int, float] = defaultdict(float)
+        for op_steps in steps:
+            for step in op_steps:
+                for s in step:
+                    for r in s.sources:
+                        injected[r] += s.bytes
+        return CommResult(wafer.name, ops, time_s, max(injected.values(), default=0.0),
+                          tuple(phases), tuple(notes))
+    loads: dict[tuple[str, int], float] = defaultdict(float)
+    for op in ops:
+        for key, b in endpoint_loads(wafer, op).items():
+            loads[key] += b
+    time_s = max((b / _bandwidth(wafer, key) for key, b in loads.items()), default=0.0)
+    injected_max = max((b for (kind, _), b in loads.items() if kind == "up"), default=0.0)
+    steps = [_endpoint_steps(op) for op in ops]
+    phases, _, notes = _build_phases(wafer, ops, steps, start_s, time_s)
+    return CommResult(wafer.name, ops, time_s, injected_max, tuple(phases), tuple(notes),
+                      dict(loads))
+
+
+def _build_phases(wafer: Wafer, ops: tuple[CollectiveOp, ...], steps: list[list[list[Stream]]],
+                  start_s: float, fluid_time_s: float | None
+                  ) -> tuple[list[FredPhase], float, list[str]]:
+    """Stripe, pack into rounds, route; the time is the rounds' unless ``fluid_time_s``."""
+    nsteps = max((len(s) for s in steps), default=0)
+    rounds: list[tuple[int, list[_Item]]] = []
+    for j in range(nsteps):
+        items = [_Item(i, st, lane, {}) for i, op_steps in enumerate(steps) if j < len(op_steps)
+                 for st in op_steps[j] for lane in range(wafer.npu_lanes)]
+        rounds.extend((j, rnd) for rnd in _pack(wafer, items))
+    durations = [max(it.stream.bytes for it in rnd) / wafer.npu_lanes / wafer.lane_Bps
+                 for _, rnd in rounds]
+    if fluid_time_s is not None and sum(durations) > 0:
+        durations = [d * fluid_time_s / sum(durations) for d in durations]
+    phases: list[FredPhase] = []
+    notes: list[str] = []
+    t = start_s
+    for (j, rnd), dur in zip(rounds, durations, strict=True):
+        infos = [fi for it in rnd for fi in _flows_of(wafer, ops, it, j, nsteps)]
+        by_switch: dict[str, list[Flow]] = defaultdict(list)
+        for fi in infos:
+            by_switch[fi.switch].append(fi.flow)
+        splits = {sw: route_phases(wafer.switches[sw], fl) for sw, fl in by_switch.items()}
+        count = max((len(s.phases) for s in splits.values()), default=1)
+        notes.extend(c for s in splits.values() for c in s.conflicts)
+        per = dur if fluid_time_s is not None else dur * count
+        cls = min((ops[it.op].cls for it in rnd), key=("MP", "PP", "DP", "IO").index)
+        for k in range(count):
+            routed = {sw: s.phases[k] for sw, s in splits.items() if k < len(s.phases)}
+            mine = {(sw, f.id) for sw, r in routed.items() for f in r.flows}
+            phase_flows = tuple(fi for fi in infos if (fi.switch, fi.flow.id) in mine)
+            phases.append(FredPhase(len(phases), cls, phase_flows, routed,
+                                    t + k * per / count, t + (k + 1) * per / count))
+        t += per
+    return phases, t - start_s, notes
+
+
+def _pack(wafer: Wafer, items: list[_Item]) -> list[list[_Item]]:
+    """First fit of stripes into rounds, each L1 lending at most ``uplink_lanes`` lanes."""
+    rounds: list[tuple[list[_Item], dict[int, int]]] = []
+    for it in items:
+        l1s = {wafer.l1_of(r) for r in (*it.stream.sources, *it.stream.destinations)}
+        need = sorted(l1s) if len(l1s) > 1 else []
+        for members, used in rounds:
+            if all(used.get(k, 0) < wafer.uplink_lanes for k in need):
+                break
+        else:
+            members, used = [], {}
+            rounds.append((members, used))
+        for k in need:
+            it.lanes[k] = used.get(k, 0)
+            used[k] = it.lanes[k] + 1
+        members.append(it)
+    return [members for members, _ in rounds]
+
+
+def _flows_of(wafer: Wafer, ops: tuple[CollectiveOp, ...], it: _Item, step: int,
+              nsteps: int) -> list[FlowInfo]:
+    """The per-switch flows of one stripe (module docstring)."""
+    op, s = ops[it.op], it.stream
+    fid = f"o{it.op}.s{step}.{s.sources[0]}-{s.destinations[0]}.l{it.stripe}"
+    src: dict[int, list[int]] = defaultdict(list)
+    dst: dict[int, list[int]] = defaultdict(list)
+    for r in s.sources:
+        src[wafer.l1_of(r)].append(wafer.npu_port(r, it.stripe))
+    for r in s.destinations:
+        dst[wafer.l1_of(r)].append(wafer.npu_port(r, it.stripe))
+    flows: list[tuple[str, Flow]] = []
+    if not it.lanes:
+        (k,) = set(src) | set(dst)
+        flows.append((wafer.l1_names[k], Flow(fid, tuple(src[k]), tuple(dst[k]))))
+    else:
+        for k, lane in sorted(it.lanes.items()):
+            up = wafer.uplink_port(lane)
+            if k in src:
+                flows.append((wafer.l1_names[k], Flow(f"{fid}.up", tuple(src[k]), (up,))))
+            if k in dst:
+                flows.append((wafer.l1_names[k], Flow(f"{fid}.down", (up,), tuple(dst[k]))))
+        flows.append((wafer.l2_name, Flow(fid, tuple(wafer.l2_port(k, it.lanes[k]) for k in src),
+                                          tuple(wafer.l2_port(k, it.lanes[k]) for k in dst))))
+    byt = s.bytes / wafer.npu_lanes
+    reduce_op = "sum" if len(s.sources) > 1 else "none"
+    return [FlowInfo(sw, f, op.name, s.operation, op.cls, step, nsteps, byt,
+                     reduce_op if len(f.inputs) > 1 else "none") for sw, f in flows]
+
+
+# Endpoint (FRED-A/C) fluid model ----------------------------------------------------------
+def _bandwidth(wafer: Wafer, key: tuple[str, int]) -> float:
+    return wafer.npu_Bps if key[0] in ("up", "down") else wafer.uplink_Bps
+
+
+def _unicast(wafer: Wafer, loads: dict, a: int, b: int, n_bytes: float) -> None:
+    loads[("up", a)] += n_bytes
+    loads[("down", b)] += n_bytes
+    if wafer.l1_of(a) != wafer.l1_of(b):
+        loads[("l1up", wafer.l1_of(a))] += n_bytes
+        loads[("l1down", wafer.l1_of(b))] += n_bytes
+
+
+def _ring_edges(ranks: Sequence[int], wrap: bool = True) -> list[tuple[int, int]]:
+    edges = list(zip(ranks, ranks[1:], strict=False))
+    return edges + [(ranks[-1], ranks[0])] if wrap else edges
+
+
+def _hierarchical(wafer: Wafer, op: CollectiveOp, factor: float) -> dict:
+    """Intra-L1 ring, then one ring over the L1s spread over each L1's members."""
+    loads: dict = defaultdict(float)
+    groups: dict[int, list[int]] = defaultdict(list)
+    for r in op.ranks:
+        groups[wafer.l1_of(r)].append(r)
+    nk, d = len(groups), op.size_bytes
+    for k, members in groups.items():
+        n = len(members)
+        inter = factor * (nk - 1) / nk * d / n
+        for r in members:
+            for kind in ("up", "down"):
+                loads[(kind, r)] += factor * (n - 1) / n * d + inter
+        loads[("l1up", k)] += factor * (nk - 1) / nk * d
+        loads[("l1down", k)] += factor * (nk - 1) / nk * d
+    return loads
+
+
+def endpoint_loads(wafer: Wafer, op: CollectiveOp) -> dict[tuple[str, int], float]:
+    """Bytes per link of ``op`` run by the NPUs (no in-switch help), best algorithm."""
+    factor = {"allreduce": 2.0, "reducescatter": 1.0, "allgather": 1.0}.get(op.kind)
+    candidates = []
+    if factor is not None:
+        ring: dict = defaultdict(float)
+        for a, b in _ring_edges(op.ranks):
+            _unicast(wafer, ring, a, b, factor * (op.n - 1) / op.n * op.size_bytes)
+        candidates = [ring, _hierarchical(wafer, op, factor)]
+    else:
+        loads: dict = defaultdict(float)
+        for step in _endpoint_steps(op):
+            for s in step:
+                _unicast(wafer, loads, s.sources[0], s.destinations[0], s.bytes)
+        candidates = [loads]
+    return min(candidates, key=lambda ld: max(b / _bandwidth(wafer, k) for k, b in ld.items()))
+
+
+def _endpoint_steps(op: CollectiveOp) -> list[list[Stream]]:
+    """Unicast steps of the endpoint algorithm (flat ring, chain, or the op's own)."""
+    if op.kind in ("allreduce", "reducescatter", "allgather"):
+        per = op.endpoint_injected_bytes()
+        return [[Stream((a,), (b,), per) for a, b in _ring_edges(op.ranks)]]
+    if op.kind in ("broadcast", "reduce"):
+        order = [op.root, *(r for r in op.ranks if r != op.root)]
+        if op.kind == "reduce":
+            order.reverse()
+        return [[Stream((a,), (b,), op.size_bytes) for a, b in _ring_edges(order, wrap=False)]]
+    return op.steps()

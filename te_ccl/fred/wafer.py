@@ -1,0 +1,165 @@
+"""The 20-NPU FRED wafer of fred.md as a port-level model: variants, switch ports, lanes.
+
+Two-level "almost" fat tree: L1 switch ``k`` serves NPUs ``4k .. 4k+3``; every L1 has
+one (aggregate) connection to the single L2. Variants (fred.md table):
+
+======== ======== ============ ==========================
+variant  NPU–L1   L1–L2 per L1 in-switch reduce/multicast
+======== ======== ============ ==========================
+fred-a   3 TB/s   1.5 TB/s     no
+fred-b   3 TB/s   1.5 TB/s     yes
+fred-c   3 TB/s   12 TB/s      no
+fred-d   3 TB/s   12 TB/s      yes
+======== ======== ============ ==========================
+
+**Ports are lanes.** A FRED switch port carries ``lane_Bps`` (750 GB/s, the wafer's
+per-port rate: 3 TB/s of an NPU over 4 ports, as on the mesh). A link of bandwidth B
+is ``B / lane_Bps`` ports, so an NPU has 4 ports and an L1–L2 trunk 2 (A/B) or 16
+(C/D). Port numbering on L1 is lane-major, ``port(npu j, lane l) = l·4 + j``, so that
+consecutive NPUs (an MP group under the paper's placement) share input µSwitches;
+the uplink lanes follow. On L2, ``port(L1 k, lane u) = k·U + u``.
+
+The I/O controllers (18 × 128 GB/s) are not switch ports here: weight streaming is
+evaluated analytically (:mod:`te_ccl.fred.evaluate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from te_ccl.errors import SpecError
+from te_ccl.fred.switch import FredSwitch, build_fred
+from te_ccl.topology.model import Topology
+
+__all__ = ["Wafer", "VARIANTS", "wafer_variant", "wafer_from_topology"]
+
+TB = 1e12
+
+
+@dataclass(frozen=True)
+class Wafer:
+    """A FRED wafer; bandwidths in bytes/s per direction."""
+
+    name: str
+    uplink_Bps: float
+    in_switch: bool
+    npus: int = 20
+    npus_per_l1: int = 4
+    npu_Bps: float = 3 * TB
+    lane_Bps: float = 750e9
+    m: int = 3
+    io_controllers: int = 18
+    io_Bps: float = 128e9
+    l1_names: tuple[str, ...] = ()
+    l2_name: str = "L2"
+
+    def __post_init__(self) -> None:
+        for what, bw in (("NPU-L1", self.npu_Bps), ("L1-L2", self.uplink_Bps)):
+            lanes = bw / self.lane_Bps
+            if lanes < 1 or abs(lanes - round(lanes)) > 1e-9:
+                raise SpecError(f"{what} bandwidth {bw:.4g} B/s is not a whole number of "
+                                f"{self.lane_Bps:.4g} B/s lanes", key="bandwidth")
+        if self.npus % self.npus_per_l1:
+            raise SpecError(f"{self.npus} NPUs do not fill L1 switches of "
+                            f"{self.npus_per_l1}", key="npus")
+        if not self.l1_names:
+            object.__setattr__(self, "l1_names",
+                               tuple(f"L1.{k}" for k in range(self.npus // self.npus_per_l1)))
+
+    @property
+    def n_l1(self) -> int:
+        return self.npus // self.npus_per_l1
+
+    @property
+    def npu_lanes(self) -> int:
+        return round(self.npu_Bps / self.lane_Bps)
+
+    @property
+    def uplink_lanes(self) -> int:
+        return round(self.uplink_Bps / self.lane_Bps)
+
+    @property
+    def l1_ports(self) -> int:
+        return self.npus_per_l1 * self.npu_lanes + self.uplink_lanes
+
+    @property
+    def l2_ports(self) -> int:
+        return self.n_l1 * self.uplink_lanes
+
+    def l1_of(self, rank: int) -> int:
+        return rank // self.npus_per_l1
+
+    def npu_port(self, rank: int, lane: int) -> int:
+        """L1 port of ``rank``'s lane ``lane`` (lane-major numbering)."""
+        return lane * self.npus_per_l1 + rank % self.npus_per_l1
+
+    def uplink_port(self, lane: int) -> int:
+        return self.npus_per_l1 * self.npu_lanes + lane
+
+    def l2_port(self, l1: int, lane: int) -> int:
+        return l1 * self.uplink_lanes + lane
+
+    @cached_property
+    def switches(self) -> dict[str, FredSwitch]:
+        """FRED_m(P) of every switch, by name (L1s first, then L2)."""
+        out = {name: build_fred(self.l1_ports, self.m, name) for name in self.l1_names}
+        out[self.l2_name] = build_fred(self.l2_ports, self.m, self.l2_name)
+        return out
+
+    def level(self, switch: str) -> str:
+        return "L2" if switch == self.l2_name else "L1"
+
+
+VARIANTS: dict[str, Wafer] = {
+    "fred-a": Wafer("fred-a", 1.5 * TB, False),
+    "fred-b": Wafer("fred-b", 1.5 * TB, True),
+    "fred-c": Wafer("fred-c", 12 * TB, False),
+    "fred-d": Wafer("fred-d", 12 * TB, True),
+}
+
+
+def wafer_variant(name: str) -> Wafer:
+    """One of ``fred-a .. fred-d`` (fred.md's table)."""
+    try:
+        return VARIANTS[name.lower()]
+    except KeyError:
+        raise SpecError(f"unknown FRED variant {name!r}; expected one of "
+                        f"{', '.join(VARIANTS)}", key="variant") from None
+
+
+def wafer_from_topology(topo: Topology, *, lane_Bps: float = 750e9, m: int | None = None) -> Wafer:
+    """Read a two-level FRED wafer from a topology (L1 = switches next to GPUs).
+
+    Raises
+    ------
+    SpecError
+        If the topology is not two-level (GPUs on L1s, L1s on one L2) with equal groups.
+    """
+    l1_of_gpu: dict[str, str] = {}
+    for g in topo.gpus:
+        ups = [link.dst for link in topo.out_links(g) if not topo.node(link.dst).is_gpu]
+        if len(ups) != 1:
+            raise SpecError(f"GPU {g} must connect to exactly one L1 switch", file=topo.name,
+                            key="links")
+        l1_of_gpu[g] = ups[0]
+    l1s = tuple(dict.fromkeys(l1_of_gpu[g] for g in topo.gpus))
+    l2s = [s for s in topo.switches if s not in l1s]
+    if len(l2s) != 1:
+        raise SpecError(f"expected one L2 switch, found {l2s}", file=topo.name, key="nodes")
+    sizes = {sum(1 for g in topo.gpus if l1_of_gpu[g] == s) for s in l1s}
+    if len(sizes) != 1:
+        raise SpecError("every L1 switch must serve the same number of GPUs", file=topo.name,
+                        key="links")
+    for k, s in enumerate(l1s):
+        members = [topo.rank(g) for g in topo.gpus if l1_of_gpu[g] == s]
+        if members != list(range(k * len(members), (k + 1) * len(members))):
+            raise SpecError(f"L1 {s} must serve consecutive ranks", file=topo.name, key="links")
+    g0 = topo.gpus[0]
+    npu_bw = topo.link(g0, l1_of_gpu[g0]).bandwidth_Bps
+    up_bw = topo.link(l1s[0], l2s[0]).bandwidth_Bps
+    sw = [topo.node(s) for s in topo.switches]
+    in_switch = all(n.can_reduce and n.can_copy for n in sw)
+    fred_m = m or next((n.fred_m for n in sw if n.fred_m), 3)
+    return Wafer(topo.name, up_bw, in_switch, npus=topo.ngpus, npus_per_l1=sizes.pop(),
+                 npu_Bps=npu_bw, lane_Bps=lane_Bps, m=fred_m, l1_names=l1s, l2_name=l2s[0])
