@@ -1,0 +1,1 @@
+"""Lowerings of the Schedule IR to what runtimes and switches load (MSCCL XML, FRED tables)."""

@@ -1,0 +1,123 @@
+"""Lower a :class:`~te_ccl.schedule.Schedule` to an MSCCL XML algorithm (msccl-xml.md).
+
+The pipeline, one pass per module, each leaving a valid intermediate form:
+
+1. :mod:`collapse_switches` — transfers → GPU-to-GPU edges (switch paths collapsed);
+2. :mod:`instructions` — per-GPU instructions in time order on ``i``/``o``/``s`` slots
+   (:mod:`buffers`), and the receive/send pairs that can be fused;
+3. :mod:`channels` — a channel per edge keeping FIFO order on both sides of a connection;
+4. :mod:`threadblocks` — thread blocks per (channel, peer), steps in time order;
+5. :mod:`dependencies` — ``depid``/``deps``/``hasdep`` and ``nop`` steps;
+6. :mod:`to_xml` — the bytes, laid out for the runtime's parser.
+
+When a thread block would exceed ``max_steps`` the channel pass is rerun with fewer
+edges per (channel, peer), which spreads the steps over more channels.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+
+from te_ccl.errors import SpecError, TecclError
+from te_ccl.lower.msccl.buffers import Layout, buffer_layout, resolve_slots
+from te_ccl.lower.msccl.channels import assign_channels
+from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
+from te_ccl.lower.msccl.dependencies import add_dependencies
+from te_ccl.lower.msccl.instructions import (
+    Fusion,
+    Instr,
+    apply_fusions,
+    build_instructions,
+    fusion_candidates,
+)
+from te_ccl.lower.msccl.ir import Gpu, Program
+from te_ccl.lower.msccl.threadblocks import build_threadblocks
+from te_ccl.lower.msccl.to_xml import program_to_xml
+from te_ccl.schedule import Schedule
+
+__all__ = ["PROTOCOLS", "build_program", "lower_to_msccl", "write_msccl"]
+
+PROTOCOLS = ("Simple", "LL128", "LL")
+MAX_THREADBLOCKS = 1024
+
+
+def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
+                   max_bytes: int = 0, proto: str | None = None, max_steps: int = 64) -> bytes:
+    """The MSCCL XML of ``schedule`` (deterministic: same schedule, same bytes).
+
+    ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
+    Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
+    through GPUs outside the collective, more than 32 channels).
+    """
+    return program_to_xml(build_program(schedule, name=name, min_bytes=min_bytes,
+                                        max_bytes=max_bytes, proto=proto, max_steps=max_steps))
+
+
+def write_msccl(schedule: Schedule, path: str | os.PathLike, **options) -> Path:
+    """Write the XML to ``path`` atomically (a temporary file renamed over it)."""
+    data = lower_to_msccl(schedule, **options)
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
+
+
+def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
+                  max_bytes: int = 0, proto: str | None = None, max_steps: int = 64) -> Program:
+    """The :class:`Program` IR of ``schedule`` (see :func:`lower_to_msccl`)."""
+    coll = schedule.collective
+    proto = proto or coll.proto
+    if proto not in PROTOCOLS:
+        raise SpecError(f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}", key="proto")
+    if min_bytes < 0 or max_bytes < 0 or (max_bytes and max_bytes < min_bytes):
+        raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
+    layout = buffer_layout(coll)
+    edges = collapse_switches(schedule)
+    base = build_instructions(edges, layout)
+    candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
+    cap = max_steps
+    while cap > 0:
+        gpus = _attempt(edges, base, candidates, layout, cap)
+        if all(len(tb.steps) <= max_steps for g in gpus for tb in g.threadblocks):
+            nchannels = 1 + max((tb.chan for g in gpus for tb in g.threadblocks), default=0)
+            return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
+                           coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes,
+                           tuple(gpus))
+        cap = min(cap - 1, cap * 3 // 4)
+    raise TecclError(f"cannot fit the schedule into {max_steps} steps per thread block")
+
+
+def _attempt(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
+             layout: Layout, cap: int) -> list[Gpu]:
+    """One lowering with at most ``cap`` edges per (GPU, channel, peer, direction)."""
+    chan, kept = assign_channels(edges, candidates, cap)
+    instrs = {g: apply_fusions(base[g], [f for f in kept if f.recv.gpu == g]) for g in base}
+    slots, s_chunks = resolve_slots(instrs)
+    gpus = []
+    for g in sorted(instrs):
+        plans = build_threadblocks(instrs[g], chan, cap)
+        if len(plans) > MAX_THREADBLOCKS:
+            raise TecclError(f"rank position {g} needs {len(plans)} thread blocks "
+                             f"(the runtime allows {MAX_THREADBLOCKS})")
+        tbs = add_dependencies(g, plans, slots)
+        gpus.append(Gpu(g, layout.i_chunks, layout.o_chunks, s_chunks[g], tuple(tbs)))
+    return gpus
+
+
+def _name(name: str | None, schedule: Schedule) -> str:
+    coll = schedule.collective
+    if name is None:
+        mode = "inplace" if coll.inplace else "outofplace"
+        name = f"teccl_{schedule.topology.name}_{coll.kind.value}_{coll.nranks}_{mode}"
+    clean = re.sub(r"[^A-Za-z0-9_.+-]", "_", name)
+    return clean[:200]

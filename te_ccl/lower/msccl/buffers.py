@@ -1,0 +1,167 @@
+"""Buffer layout: where each chunk lives in the ``i``, ``o`` and ``s`` buffers of each rank.
+
+Out-of-place, a chunk's sources hold it at ``i[in_index]`` and its destinations need it
+at ``o[out_index]`` (``Collective.chunks()``). In-place, the runtime passes one buffer:
+
+* allgather and gather use only ``o``: input chunk ``j`` of the rank at position ``p``
+  is ``o[p·c + j]`` (``i_chunks = 0``), as NCCL's in-place allgather;
+* every other collective uses only ``i``: output chunk ``j`` of reducescatter/scatter
+  at position ``p`` is ``i[p·c + j]``, otherwise ``i[out_index]`` (``o_chunks = 0``).
+
+``nchunksperloop`` is the count the runtime divides into chunks (``count × mult``, mult
+= ngpus for allgather, reducescatter and alltoall). Scratch slots are first named by
+chunk id (:func:`scratch_slot`) and numbered 0.. per GPU at the end (:func:`compact_scratch`).
+
+>>> from te_ccl.collective import Collective, CollectiveKind
+>>> lay = buffer_layout(Collective(CollectiveKind.ALLGATHER, 1024, (0, 1, 2, 3), inplace=True))
+>>> lay.i_chunks, lay.o_chunks, lay.nchunksperloop
+(0, 4, 4)
+>>> chunk = lay.collective.chunks()[2]
+>>> lay.home(2, chunk), lay.out(2, chunk), lay.out(0, chunk)
+(Slot(buf=<Buf.OUTPUT: 'o'>, index=2), Slot(buf=<Buf.OUTPUT: 'o'>, index=2), Slot(buf=<Buf.OUTPUT: 'o'>, index=2))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from typing import TYPE_CHECKING
+
+from te_ccl.collective.model import Chunk, Collective, CollectiveKind
+from te_ccl.errors import TecclError
+from te_ccl.lower.msccl.ir import Buf, Op, Slot
+
+if TYPE_CHECKING:
+    from te_ccl.lower.msccl.instructions import Instr
+
+__all__ = ["Layout", "buffer_layout", "scratch_slot", "compact_scratch", "resolve_slots"]
+
+K = CollectiveKind
+_GROW = {K.ALLGATHER, K.GATHER}            # output is N× the input
+_SHRINK = {K.REDUCESCATTER, K.SCATTER}     # input is N× the output
+_MULT_N = {K.ALLGATHER, K.REDUCESCATTER, K.ALLTOALL}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Buffer sizes and chunk slots of one collective; positions index ``collective.ranks``."""
+
+    collective: Collective
+
+    @cached_property
+    def _pos(self) -> dict[int, int]:
+        return {r: p for p, r in enumerate(self.collective.ranks)}
+
+    @property
+    def _c(self) -> int:
+        return self.collective.chunks_per_rank
+
+    @property
+    def _logical_in(self) -> int:
+        return self._c if self.collective.kind in _GROW else self.collective.nchunks
+
+    @property
+    def _logical_out(self) -> int:
+        return self._c if self.collective.kind in _SHRINK else self.collective.nchunks
+
+    @property
+    def i_chunks(self) -> int:
+        if self.collective.inplace and self.collective.kind in _GROW:
+            return 0
+        return self._logical_in
+
+    @property
+    def o_chunks(self) -> int:
+        if self.collective.inplace and self.collective.kind not in _GROW:
+            return 0
+        return self._logical_out
+
+    @property
+    def nchunksperloop(self) -> int:
+        kind = self.collective.kind
+        if kind in _MULT_N or kind in (K.ALLREDUCE, K.BROADCAST, K.REDUCE):
+            return self.collective.nchunks
+        return self._c  # gather/scatter: the runtime's count is one rank's piece
+
+    def home(self, pos: int, chunk: Chunk) -> Slot | None:
+        """Where the rank at ``pos`` holds ``chunk`` at the start (None: not a source)."""
+        if self.collective.ranks[pos] not in chunk.sources:
+            return None
+        if self.collective.inplace and self.collective.kind in _GROW:
+            return Slot(Buf.OUTPUT, pos * self._c + chunk.in_index)
+        return Slot(Buf.INPUT, chunk.in_index)
+
+    def out(self, pos: int, chunk: Chunk) -> Slot | None:
+        """Where the rank at ``pos`` must hold ``chunk`` at the end (None: not needed)."""
+        if not self._needs(self.collective.ranks[pos], chunk):
+            return None
+        if not self.collective.inplace or self.collective.kind in _GROW:
+            return Slot(Buf.OUTPUT, chunk.out_index)
+        if self.collective.kind in _SHRINK:
+            return Slot(Buf.INPUT, pos * self._c + chunk.out_index)
+        return Slot(Buf.INPUT, chunk.out_index)
+
+    def _needs(self, rank: int, chunk: Chunk) -> bool:
+        if rank in chunk.destinations:
+            return True
+        if chunk.reduce or rank not in chunk.sources:
+            return False
+        kind = self.collective.kind
+        # a source keeps its own piece in its output: allgather, broadcast's root,
+        # the root's own piece of gather and scatter (no destination listed)
+        return kind in (K.ALLGATHER, K.BROADCAST) or (
+            kind in (K.GATHER, K.SCATTER) and not chunk.destinations)
+
+
+def buffer_layout(collective: Collective) -> Layout:
+    """The layout of ``collective``; custom demands have no MSCCL collective."""
+    if collective.kind is K.CUSTOM:
+        raise TecclError("custom demands have no MSCCL collective type; "
+                         "export the schedule as JSON instead")
+    return Layout(collective)
+
+
+def scratch_slot(chunk_id: int) -> Slot:
+    """A placeholder scratch slot for ``chunk_id``; :func:`compact_scratch` numbers it."""
+    return Slot(Buf.SCRATCH, chunk_id)
+
+
+def compact_scratch(used: set[Slot]) -> dict[Slot, Slot]:
+    """Number the placeholder scratch slots of one GPU 0.. in chunk order."""
+    scratch = sorted(s for s in used if s.buf is Buf.SCRATCH)
+    return {s: Slot(Buf.SCRATCH, i) for i, s in enumerate(scratch)}
+
+
+SlotPair = tuple[Slot | None, Slot | None]
+
+
+def resolve_slots(instrs: dict[int, list[Instr]]
+                  ) -> tuple[dict[tuple[int, tuple], SlotPair], dict[int, int]]:
+    """The printed (src, dst) of every instruction, and each GPU's ``s_chunks``.
+
+    Scratch placeholders are numbered per GPU. As msccl-tools writes them, an ``s``
+    names the receiver's destination slot and an ``r`` the sender's source slot.
+    """
+    maps = {}
+    for g, seq in instrs.items():
+        used = {x for i in seq for x in (i.src, i.dst, *i.reads, *i.writes) if x is not None}
+        maps[g] = compact_scratch(used)
+
+    def fix(g: int, slot: Slot | None) -> Slot | None:
+        return None if slot is None else maps[g].get(slot, slot)
+
+    sent_from = {i.send: fix(g, i.src if i.src is not None else i.dst)
+                 for g, seq in instrs.items() for i in seq if i.send is not None}
+    lands_in = {i.recv: fix(g, i.dst)
+                for g, seq in instrs.items() for i in seq if i.recv is not None}
+    out: dict[tuple[int, tuple], SlotPair] = {}
+    for g, seq in instrs.items():
+        for i in seq:
+            if i.op is Op.SEND:
+                out[(g, i.order)] = (fix(g, i.src), lands_in[i.send])
+            elif i.op is Op.RECV:
+                out[(g, i.order)] = (sent_from[i.recv], fix(g, i.dst))
+            else:
+                out[(g, i.order)] = (fix(g, i.src), fix(g, i.dst))
+    return out, {g: len(m) for g, m in maps.items()}

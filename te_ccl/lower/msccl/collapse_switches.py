@@ -1,0 +1,110 @@
+"""Pass 1: collapse paths through switches into GPU-to-GPU edges (MSCCL has no switches).
+
+A chunk's path ``GPU → switch(es) → GPU`` becomes one edge between the two GPUs, starting
+when the first hop starts and arriving when the last hop arrives. A switch that copies
+becomes several edges from the source GPU. A switch that adds partials (FRED) cannot be
+expressed in MSCCL and is rejected. Ranks become positions in ``collective.ranks`` (the
+XML's GPU ids); a path through a GPU outside the collective cannot be expressed either.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from te_ccl.errors import TecclError
+from te_ccl.schedule import Schedule, Transfer
+
+__all__ = ["Edge", "collapse_switches"]
+
+
+@dataclass(frozen=True, order=True)
+class Edge:
+    """Chunk ``chunk`` sent from position ``src`` to ``dst``; sorted by start epoch first.
+
+    ``seq`` only separates otherwise identical edges (two switch paths at the same times).
+    """
+
+    start: int
+    arrive: int
+    chunk: int
+    src: int
+    dst: int
+    seq: int
+    op: str = "copy"
+
+
+def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
+    """The schedule's transfers as GPU-to-GPU edges between collective positions."""
+    topo, transfers = schedule.topology, schedule.transfers
+    feeds = _match_switches(schedule)
+    pos = {topo.gpu(r): p for p, r in enumerate(schedule.collective.ranks)}
+    raw: list[tuple[Transfer, Transfer]] = []
+    for i, t in enumerate(transfers):
+        if topo.node(t.src).is_gpu:
+            raw.extend((t, transfers[j]) for j in _path_ends(i, schedule, feeds))
+    edges = []
+    for seq, (first, last) in enumerate(sorted(raw)):
+        for gpu in (first.src, last.dst):
+            if gpu not in pos:
+                raise TecclError(f"chunk {first.chunk} passes through GPU {gpu}, which is not in "
+                                 "the collective's ranks: MSCCL cannot relay through a GPU "
+                                 "outside the communicator")
+        edges.append(Edge(first.start_epoch, last.arrive_epoch, first.chunk, pos[first.src],
+                          pos[last.dst], seq, last.op))
+    return tuple(sorted(edges))
+
+
+def _path_ends(i: int, schedule: Schedule, feeds: dict[int, list[int]]) -> list[int]:
+    """Indices of the transfers that end a switch path starting with transfer ``i``."""
+    t = schedule.transfers[i]
+    if schedule.topology.node(t.dst).is_gpu:
+        return [i]
+    return [end for j in feeds.get(i, []) for end in _path_ends(j, schedule, feeds)]
+
+
+def _match_switches(schedule: Schedule) -> dict[int, list[int]]:
+    """For every transfer into a switch, the transfers out of the switch it feeds."""
+    topo, transfers = schedule.topology, schedule.transfers
+    ins: dict[tuple, list[int]] = defaultdict(list)
+    outs: dict[tuple, list[int]] = defaultdict(list)
+    for i, t in enumerate(transfers):
+        if not topo.node(t.dst).is_gpu:
+            ins[(t.dst, t.chunk, t.op)].append(i)
+        if not topo.node(t.src).is_gpu:
+            outs[(t.src, t.chunk, t.op)].append(i)
+    feeds: dict[int, list[int]] = defaultdict(list)
+    for key in sorted(set(ins) | set(outs)):
+        incoming = sorted(ins[key], key=lambda i: (transfers[i].arrive_epoch, transfers[i].src, i))
+        outgoing = sorted(outs[key], key=lambda i: (transfers[i].start_epoch, transfers[i].dst, i))
+        match = _match_reduce if key[2] == "reduce" else _match_copy
+        for src, dst in match(key, incoming, outgoing, transfers):
+            feeds[src].append(dst)
+    return feeds
+
+
+def _match_copy(key, incoming, outgoing, transfers) -> list[tuple[int, int]]:
+    """Each outgoing copy is fed by the latest arrival before it (a copying switch may fan out)."""
+    pairs = []
+    for o in outgoing:
+        start = transfers[o].start_epoch
+        fed = [i for i in incoming if transfers[i].arrive_epoch <= start]
+        if not fed:
+            raise TecclError(f"switch {key[0]} forwards chunk {key[1]} in epoch {start} "
+                             "before it arrives")
+        latest = max(transfers[i].arrive_epoch for i in fed)
+        pairs.append((next(i for i in fed if transfers[i].arrive_epoch == latest), o))
+    return pairs
+
+
+def _match_reduce(key, incoming, outgoing, transfers) -> list[tuple[int, int]]:
+    """Partials pass a switch one to one; a switch that merges them cannot be lowered."""
+    if len(incoming) != len(outgoing):
+        raise TecclError(f"switch {key[0]} adds partials of chunk {key[1]} ({len(incoming)} in, "
+                         f"{len(outgoing)} out): in-switch reduction cannot be expressed in "
+                         "MSCCL XML (use the FRED switch tables for such topologies)")
+    for i, o in zip(incoming, outgoing, strict=True):
+        if transfers[i].arrive_epoch > transfers[o].start_epoch:
+            raise TecclError(f"switch {key[0]} forwards a partial of chunk {key[1]} in epoch "
+                             f"{transfers[o].start_epoch} before it arrives")
+    return list(zip(incoming, outgoing, strict=True))

@@ -1,0 +1,80 @@
+"""Pass 5: cross-thread-block dependencies, ``nop`` steps and step numbering.
+
+Steps of one thread block run in order; steps of different thread blocks on one GPU
+synchronise only through ``depid``/``deps``. Walking a GPU's instructions in time order,
+a step that reads a slot waits for the last step writing it (read after write), and a
+step that writes a slot waits for the last write and for every read since (write after
+read). Only the latest step per other thread block is kept (a flag set by step ``k``
+means steps ``0..k`` are done). The first extra dependencies become ``nop`` steps right
+before the step, the last one stays on the step; targets get ``hasdep="1"``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from te_ccl.errors import TecclError
+from te_ccl.lower.msccl.buffers import SlotPair
+from te_ccl.lower.msccl.ir import Op, Slot, Step, Threadblock
+from te_ccl.lower.msccl.threadblocks import TbPlan
+
+__all__ = ["MAX_DEPID", "add_dependencies"]
+
+MAX_DEPID = 127  # depid is stored in 8 signed bits
+
+Ref = tuple[int, int]  # (thread block id, instruction index in it)
+
+
+def _dependencies(plans: list[TbPlan]) -> dict[Ref, list[Ref]]:
+    """For every instruction, the instructions of other thread blocks it must wait for."""
+    where = {ins.order: (tb, k) for tb, p in enumerate(plans) for k, ins in enumerate(p.instrs)}
+    ordered = sorted((ins for p in plans for ins in p.instrs), key=lambda i: i.order)
+    last_write: dict[Slot, Ref] = {}
+    reads: dict[Slot, list[Ref]] = defaultdict(list)
+    deps: dict[Ref, list[Ref]] = {}
+    for ins in ordered:
+        me = where[ins.order]
+        wait = [last_write[s] for s in ins.reads + ins.writes if s in last_write]
+        wait += [r for s in ins.writes for r in reads[s]]
+        latest: dict[int, int] = {}
+        for tb, k in wait:
+            if tb != me[0]:
+                latest[tb] = max(latest.get(tb, k), k)
+        deps[me] = sorted(latest.items())
+        for s in ins.reads:
+            reads[s].append(me)
+        for s in ins.writes:
+            last_write[s] = me
+            reads[s] = []
+    return deps
+
+
+def add_dependencies(gpu: int, plans: list[TbPlan], slots: dict[tuple[int, tuple], SlotPair]
+                     ) -> list[Threadblock]:
+    """The final thread blocks of one GPU (ids = positions in ``plans``)."""
+    deps = _dependencies(plans)
+    position: dict[Ref, int] = {}
+    for tb, p in enumerate(plans):
+        at = 0
+        for k in range(len(p.instrs)):
+            at += max(0, len(deps[(tb, k)]) - 1)
+            position[(tb, k)] = at
+            at += 1
+    targets = {(tb, position[(tb, k)]) for waits in deps.values() for tb, k in waits}
+    if any(tb > MAX_DEPID for tb, _ in targets):
+        raise TecclError(f"rank position {gpu} needs a dependency on thread block > {MAX_DEPID} "
+                         "(depid has 8 bits): too many thread blocks on one GPU")
+    out = []
+    for tb, p in enumerate(plans):
+        steps: list[Step] = []
+        for k, ins in enumerate(p.instrs):
+            waits = [(t, position[(t, j)]) for t, j in deps[(tb, k)]]
+            for t, s in waits[:-1]:
+                steps.append(Step(len(steps), Op.NOP, None, None, 0, t, s))
+            src, dst = slots[(gpu, ins.order)]
+            depid, dep_s = waits[-1] if waits else (-1, -1)
+            steps.append(Step(len(steps), ins.op, src, dst, 1, depid, dep_s,
+                              (tb, len(steps)) in targets))
+        out.append(Threadblock(tb, p.send, p.recv, p.chan, tuple(steps)))
+    return out
+

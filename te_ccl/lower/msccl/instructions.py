@@ -1,0 +1,181 @@
+"""Pass 2: per-GPU instructions from the edges, and which of them can be fused.
+
+Every GPU replays its events in time order ``order``: arrivals of an epoch before the
+sends that start in it (the ``te_ccl.schedule`` semantics). A received copy lands in the
+chunk's *work* slot: its output slot when the GPU needs the chunk, else scratch (also
+scratch when an in-place output slot still holds data to send, then copied at the end).
+A received partial (``op="reduce"``) is added to the GPU's current value (``rrc``).
+Out-of-place, a rank whose own piece belongs in its output copies ``i → o`` (``cpy``).
+
+Fusion: a receive whose value is next read by a send becomes ``rcs`` (copy) or
+``rrcs``/``rrs`` (reduction; ``rrs`` when nothing reads the sum afterwards).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from te_ccl.collective.model import Chunk
+from te_ccl.errors import TecclError
+from te_ccl.lower.msccl.buffers import Layout, scratch_slot
+from te_ccl.lower.msccl.collapse_switches import Edge
+from te_ccl.lower.msccl.ir import Op, Slot
+
+__all__ = ["Instr", "Fusion", "recv_order", "send_order", "build_instructions",
+           "fusion_candidates", "apply_fusions"]
+
+_END = 1 << 40  # order epoch of the final copies, after every transfer
+
+
+@dataclass(frozen=True)
+class Instr:
+    """One step before thread-block assignment; ``order`` is unique per GPU."""
+
+    gpu: int
+    op: Op
+    chunk: int
+    order: tuple
+    src: Slot | None = None
+    dst: Slot | None = None
+    recv: Edge | None = None
+    send: Edge | None = None
+    reads: tuple[Slot, ...] = ()
+    writes: tuple[Slot, ...] = ()
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """Receive ``recv`` and the send ``send`` that forwards its value, fused into ``op``."""
+
+    recv: Instr
+    send: Instr
+    op: Op
+
+
+def _key(e: Edge) -> tuple[int, ...]:
+    return (e.start, e.arrive, e.chunk, e.src, e.dst, e.seq)
+
+
+def recv_order(e: Edge) -> tuple:
+    return (e.arrive, 0, _key(e))
+
+
+def send_order(e: Edge) -> tuple:
+    return (e.start, 1, _key(e))
+
+
+def build_instructions(edges: tuple[Edge, ...], layout: Layout) -> dict[int, list[Instr]]:
+    """Unfused instructions of every GPU position, sorted by ``order``."""
+    events: dict[int, list[tuple[tuple, Edge]]] = defaultdict(list)
+    for e in edges:
+        events[e.src].append((send_order(e), e))
+        events[e.dst].append((recv_order(e), e))
+    chunks = layout.collective.chunks()
+    return {g: _gpu_instructions(g, sorted(events[g]), layout, chunks)
+            for g in range(layout.collective.nranks)}
+
+
+def _gpu_instructions(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
+                      chunks: tuple[Chunk, ...]) -> list[Instr]:
+    rank = layout.collective.ranks[g]
+    home = {c.id: layout.home(g, c) for c in chunks}
+    cur = {k: s for k, s in home.items() if s is not None}
+    staged = _staged_chunks(g, events, layout, chunks)
+    out: list[Instr] = []
+    for order, e in events:
+        k = e.chunk
+        if order[1] == 1:
+            if k not in cur:
+                raise TecclError(f"rank {rank} sends chunk {k} in epoch {e.start} before it "
+                                 "holds it")
+            out.append(Instr(g, Op.SEND, k, order, src=cur[k], send=e, reads=(cur[k],)))
+            continue
+        target = layout.out(g, chunks[k])
+        work = scratch_slot(k) if target is None or k in staged else target
+        if e.op == "reduce" and k in cur:
+            out.append(Instr(g, Op.RECV_REDUCE_COPY, k, order, src=cur[k], dst=work, recv=e,
+                             reads=(cur[k],), writes=(work,)))
+        else:
+            out.append(Instr(g, Op.RECV, k, order, dst=work, recv=e, writes=(work,)))
+        cur[k] = work
+    for c in chunks:
+        target = layout.out(g, c)
+        if target is None or cur.get(c.id) == target:
+            continue
+        if c.id not in cur:
+            raise TecclError(f"the schedule never delivers chunk {c.id} to rank {rank}")
+        when = -1 if cur[c.id] == home[c.id] else _END
+        out.append(Instr(g, Op.COPY, c.id, (when, 0, (c.id,)), src=cur[c.id], dst=target,
+                         reads=(cur[c.id],), writes=(target,)))
+    return sorted(out, key=lambda i: i.order)
+
+
+def _staged_chunks(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
+                   chunks: tuple[Chunk, ...]) -> set[int]:
+    """Chunks whose output slot holds another chunk still to be sent when they arrive.
+
+    Only in-place collectives whose input and output share slots (alltoall) have them.
+    """
+    last_read: dict[Slot, tuple] = {}
+    first_write: dict[int, tuple] = {}
+    for order, e in events:
+        if order[1] == 1:
+            h = layout.home(g, chunks[e.chunk])
+            if h is not None:
+                last_read[h] = max(last_read.get(h, order), order)
+        else:
+            first_write.setdefault(e.chunk, order)
+    staged = set()
+    for k, order in first_write.items():
+        target = layout.out(g, chunks[k])
+        if target is not None and target != layout.home(g, chunks[k]) \
+                and target in last_read and order < last_read[target]:
+            staged.add(k)
+    return staged
+
+
+def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
+    """Receive/send pairs of one GPU that can run as one step (same value, nothing between)."""
+    touching: dict[Slot, list[Instr]] = defaultdict(list)
+    for ins in instrs:
+        for slot in dict.fromkeys(ins.reads + ins.writes):
+            touching[slot].append(ins)
+    chunks = layout.collective.chunks()
+    found = []
+    for slot, seq in touching.items():
+        for i, (r, s) in enumerate(zip(seq, seq[1:], strict=False)):
+            if r.op not in (Op.RECV, Op.RECV_REDUCE_COPY) or s.op is not Op.SEND \
+                    or r.writes != (slot,) or s.reads != (slot,):
+                continue
+            if r.src is not None and r.src != slot and _touched_between(touching[r.src], r, s):
+                continue
+            if r.op is Op.RECV:
+                found.append(Fusion(r, s, Op.RECV_COPY_SEND))
+                continue
+            later = i + 2 < len(seq) or slot == layout.out(r.gpu, chunks[r.chunk])
+            found.append(Fusion(r, s, Op.RECV_REDUCE_COPY_SEND if later else Op.RECV_REDUCE_SEND))
+    return sorted(found, key=lambda f: f.send.order)
+
+
+def _touched_between(seq: list[Instr], a: Instr, b: Instr) -> bool:
+    return any(a.order < x.order < b.order for x in seq)
+
+
+def apply_fusions(instrs: list[Instr], fusions: list[Fusion]) -> list[Instr]:
+    """Replace each fused pair by one instruction placed at the send's ``order``."""
+    gone = {f.recv.order for f in fusions} | {f.send.order for f in fusions}
+    fused = [_fuse(f) for f in fusions]
+    return sorted([i for i in instrs if i.order not in gone] + fused, key=lambda i: i.order)
+
+
+def _fuse(f: Fusion) -> Instr:
+    r, s = f.recv, f.send
+    if f.op is Op.RECV_COPY_SEND:
+        src, dst, reads, writes = r.dst, r.dst, (), r.writes
+    elif f.op is Op.RECV_REDUCE_SEND:
+        src, dst, reads, writes = r.src, r.src, r.reads, ()
+    else:
+        src, dst, reads, writes = r.src, r.dst, r.reads, r.writes
+    return Instr(r.gpu, f.op, r.chunk, s.order, src=src, dst=dst, recv=r.recv, send=s.send,
+                 reads=reads, writes=writes)

@@ -1,0 +1,101 @@
+"""The MSCCL program IR: what ``to_xml`` prints, one dataclass per XML element.
+
+Enum values are the XML tokens, so printing is ``op.value`` (as msccl-tools does).
+Offsets and counts are in chunks (msccl-xml.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+__all__ = ["Op", "Buf", "Slot", "Step", "Threadblock", "Gpu", "Program", "NO_PEER"]
+
+NO_PEER = -1
+
+
+class Op(str, Enum):
+    SEND = "s"
+    RECV = "r"
+    RECV_COPY_SEND = "rcs"
+    RECV_REDUCE_SEND = "rrs"
+    RECV_REDUCE_COPY = "rrc"
+    RECV_REDUCE_COPY_SEND = "rrcs"
+    COPY = "cpy"
+    REDUCE = "re"
+    NOP = "nop"
+
+    @property
+    def sends(self) -> bool:
+        return self in _SENDS
+
+    @property
+    def receives(self) -> bool:
+        return self in _RECVS
+
+
+_SENDS = {Op.SEND, Op.RECV_COPY_SEND, Op.RECV_REDUCE_SEND, Op.RECV_REDUCE_COPY_SEND}
+_RECVS = {Op.RECV, Op.RECV_COPY_SEND, Op.RECV_REDUCE_SEND, Op.RECV_REDUCE_COPY,
+          Op.RECV_REDUCE_COPY_SEND}
+
+
+class Buf(str, Enum):
+    INPUT = "i"
+    OUTPUT = "o"
+    SCRATCH = "s"
+
+
+@dataclass(frozen=True, order=True)
+class Slot:
+    """One chunk-sized slot of a GPU buffer."""
+
+    buf: Buf
+    index: int
+
+
+@dataclass(frozen=True)
+class Step:
+    """One ``<step>``; ``depid``/``deps`` name a thread block and step on the same GPU."""
+
+    s: int
+    op: Op
+    src: Slot | None
+    dst: Slot | None
+    cnt: int = 1
+    depid: int = -1
+    deps: int = -1
+    hasdep: bool = False
+
+
+@dataclass(frozen=True)
+class Threadblock:
+    id: int
+    send: int
+    recv: int
+    chan: int
+    steps: tuple[Step, ...]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    id: int
+    i_chunks: int
+    o_chunks: int
+    s_chunks: int
+    threadblocks: tuple[Threadblock, ...]
+
+
+@dataclass(frozen=True)
+class Program:
+    """The ``<algo>`` element. ``max_bytes=0`` means no upper limit."""
+
+    name: str
+    proto: str
+    nchannels: int
+    nchunksperloop: int
+    ngpus: int
+    coll: str
+    inplace: bool
+    min_bytes: int
+    max_bytes: int
+    gpus: tuple[Gpu, ...]
