@@ -92,6 +92,8 @@ def parse_yaml(text: str, file: str) -> Any:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark is not None else None
         problem = e.problem or e.context or "invalid YAML"
+        if e.context and e.context_mark is not None and e.context_mark.line + 1 != line:
+            problem += f" ({e.context} started at line {e.context_mark.line + 1})"
         raise SpecError(f"YAML syntax error: {problem}", file=file, line=line) from None
     except yaml.YAMLError as e:
         raise SpecError(f"YAML error: {' '.join(str(e).split())}", file=file) from None

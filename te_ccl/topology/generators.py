@@ -21,7 +21,7 @@ from te_ccl.topology.model import Link, Node, NodeKind, Topology
 
 __all__ = [
     "SwitchCaps", "Join", "ring", "fully_connected", "mesh", "torus", "star", "fat_tree",
-    "boxes", "rail_optimized", "fill_fred_ports",
+    "boxes", "rail_optimized", "fill_fred_ports", "MAX_GPUS", "MAX_LINKS",
 ]
 
 
@@ -54,6 +54,16 @@ def _gpus(n: int, prefix: str = "g") -> list[Node]:
 def _need(condition: bool, message: str) -> None:
     if not condition:
         raise ValueError(message)
+
+
+MAX_GPUS = 65_536
+MAX_LINKS = 1_000_000
+
+
+def _check_size(ngpus: int, nlinks: int) -> None:
+    """Refuse sizes no solver or table could use, before building them."""
+    _need(ngpus <= MAX_GPUS, f"too many GPUs ({ngpus}); at most {MAX_GPUS}")
+    _need(nlinks <= MAX_LINKS, f"too many links ({nlinks}); at most {MAX_LINKS}")
 
 
 def _check_link(bandwidth_Bps: float, latency_s: float) -> None:
@@ -89,6 +99,7 @@ def ring(n: int, bandwidth_Bps: float, latency_s: float = 0.0, *, bidirectional:
     (16, 8)
     """
     _need(n >= 2, "a ring needs n >= 2 GPUs")
+    _check_size(n, 2 * n)
     _check_link(bandwidth_Bps, latency_s)
     links = []
     for i in range(n):
@@ -108,6 +119,7 @@ def fully_connected(n: int, bandwidth_Bps: float, latency_s: float = 0.0, *,
     56
     """
     _need(n >= 2, "fully_connected needs n >= 2 GPUs")
+    _check_size(n, n * (n - 1))
     _check_link(bandwidth_Bps, latency_s)
     links = [Link(f"g{a}", f"g{b}", bandwidth_Bps, latency_s)
              for a in range(n) for b in range(n) if a != b]
@@ -122,6 +134,7 @@ def _grid(dims: Sequence[int], bandwidth_Bps: float, latency_s: float, wrap: boo
     _need(all(isinstance(d, int) and d >= (3 if wrap else 1) for d in dims),
           f"{kind} dimensions must be integers >= {3 if wrap else 1}")
     _need(math.prod(dims) >= 2, f"a {kind} needs at least 2 GPUs")
+    _check_size(math.prod(dims), 2 * len(dims) * math.prod(dims))
     _check_link(bandwidth_Bps, latency_s)
     coords = list(itertools.product(*(range(d) for d in dims)))
     rank = {c: i for i, c in enumerate(coords)}
@@ -165,6 +178,7 @@ def star(n: int, bandwidth_Bps: float, latency_s: float = 0.0, *,
     (('sw',), 32)
     """
     _need(n >= 2, "a star needs n >= 2 GPUs")
+    _check_size(n, 2 * n)
     _check_link(bandwidth_Bps, latency_s)
     links = [k for i in range(n) for k in _both(f"g{i}", "sw", bandwidth_Bps, latency_s)]
     return _topology(name or f"star{n}", _gpus(n) + [switch.node("sw")], links,
@@ -184,6 +198,7 @@ def fat_tree(leaves: int, gpus_per_leaf: int, spines: int, bandwidth_Bps: float,
     """
     _need(leaves >= 1 and gpus_per_leaf >= 1 and spines >= 1, "counts must be >= 1")
     _need(leaves * gpus_per_leaf >= 2, "a fat tree needs at least 2 GPUs")
+    _check_size(leaves * gpus_per_leaf, 2 * leaves * (gpus_per_leaf + spines))
     up = uplink_bandwidth_Bps or bandwidth_Bps * gpus_per_leaf / spines
     _check_link(bandwidth_Bps, latency_s)
     _check_link(up, latency_s)
@@ -244,6 +259,7 @@ def boxes(box: Topology, count: int, join: Join, *, name: str | None = None) -> 
     """
     _need(count >= 2, "boxes needs count >= 2")
     _need(len(join.nodes) >= 1, "join needs at least one node of the box")
+    _check_size(box.ngpus * count, count * len(box.links) + 2 * count * count * len(join.nodes))
     _check_link(join.bandwidth_Bps, join.latency_s)
     for n in join.nodes:
         _need(n in box.node_by_name, f"join node {n!r} is not a node of box {box.name!r}")
