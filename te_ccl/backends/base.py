@@ -1,0 +1,84 @@
+"""What every backend takes and returns, and the clock that shares one time limit.
+
+Backends solve a :class:`~te_ccl.model.problem.Problem` (demands in epochs) and return a
+:class:`SolveResult` whose transfers are in epochs from 0; :mod:`te_ccl.solve` wraps them
+into a :class:`~te_ccl.schedule.Schedule`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from te_ccl.errors import SpecError
+from te_ccl.schedule import Transfer
+
+__all__ = ["BACKENDS", "SolveParams", "SolveResult", "Clock", "Progress"]
+
+BACKENDS = ("auto", "milp", "lp", "rounds")
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SolveParams:
+    """Every solver knob in one place.
+
+    ``epoch``: ``"fastest"`` / ``"slowest"`` / seconds (see :mod:`te_ccl.model.epochs`).
+    ``max_horizon``: the largest finish epoch to try (None: automatic).
+    ``round_epochs``: epochs per round of the ``rounds`` backend.
+    ``deterministic``: with several threads CP-SAT interleaves its workers so that the same
+    inputs and seed give the same schedule (set False to let workers race).
+    """
+
+    backend: str = "auto"
+    time_limit_s: float = 60.0
+    threads: int = 1
+    seed: int = 0
+    epoch: str | float = "fastest"
+    max_horizon: int | None = None
+    round_epochs: int = 3
+    deterministic: bool = True
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise SpecError(f"expected one of {', '.join(BACKENDS)}, got {self.backend!r}",
+                            key="backend")
+        if not self.time_limit_s > 0:
+            raise SpecError(f"expected a positive time limit, got {self.time_limit_s}",
+                            key="time-limit")
+        if self.threads < 1:
+            raise SpecError(f"expected at least 1 thread, got {self.threads}", key="threads")
+        if self.max_horizon is not None and self.max_horizon < 1:
+            raise SpecError(f"expected a positive horizon, got {self.max_horizon}",
+                            key="max-horizon")
+
+
+@dataclass(frozen=True)
+class SolveResult:
+    """Transfers in epochs from 0; ``optimal``: the finish epoch is proven minimal."""
+
+    transfers: tuple[Transfer, ...]
+    finish_epoch: int
+    optimal: bool
+    status: str
+    variables: int = 0
+    constraints: int = 0
+    notes: tuple[str, ...] = field(default=())
+    backend: str = ""
+
+
+class Clock:
+    """Seconds left of a time limit shared by several solver calls."""
+
+    def __init__(self, limit_s: float) -> None:
+        self.start = time.monotonic()
+        self.limit_s = limit_s
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
+
+    @property
+    def left(self) -> float:
+        return max(0.0, self.limit_s - self.elapsed)

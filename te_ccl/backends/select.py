@@ -1,0 +1,49 @@
+"""``--backend auto|milp|lp|rounds``: run one, and say which ``auto`` picked and why."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.model.horizon import horizon_lower_bound
+from te_ccl.model.problem import Problem
+
+__all__ = ["run_backend", "choose_backend", "MILP_MAX_VARIABLES"]
+
+# CP-SAT proves minimal horizons quickly up to roughly this many transfer variables
+# (torus 4×4 AllGather, 2 chunks: ~25k; mesh 8×8, 1 chunk: 330k does not finish).
+MILP_MAX_VARIABLES = 60_000
+
+
+def choose_backend(problem: Problem) -> tuple[str, str]:
+    """(backend, reason) for ``auto`` from the model size at the horizon lower bound."""
+    h = max(1, horizon_lower_bound(problem))
+    estimate = problem.size * h
+    single = all(len(d.destinations) == 1 for d in problem.demands)
+    if estimate <= MILP_MAX_VARIABLES:
+        return "milp", (f"auto: milp, ~{estimate} transfer variables at the horizon lower "
+                        f"bound {h} ≤ {MILP_MAX_VARIABLES}")
+    if single and not problem.tree:
+        return "lp", (f"auto: lp, ~{estimate} transfer variables > {MILP_MAX_VARIABLES} and "
+                      "every chunk has one destination (no copies needed)")
+    return "rounds", (f"auto: rounds of a few epochs, ~{estimate} transfer variables > "
+                      f"{MILP_MAX_VARIABLES} for one model")
+
+
+def run_backend(problem: Problem, params: SolveParams, clock: Clock,
+                progress: Progress | None = None) -> SolveResult:
+    """Solve ``problem`` with the backend of ``params`` (``auto`` decides by size)."""
+    name, notes = params.backend, ()
+    if name == "auto":
+        name, why = choose_backend(problem)
+        notes = (why,)
+        if progress:
+            progress(why)
+    if name == "milp":
+        from te_ccl.backends.cpsat import solve_milp as run
+    elif name == "lp":
+        from te_ccl.backends.lp import solve_lp as run
+    else:
+        from te_ccl.backends.rounds import solve_rounds as run
+    result = run(problem, params, clock, progress)
+    return replace(result, backend=name, notes=notes + result.notes)

@@ -1,0 +1,90 @@
+"""From chosen transfer variables to Schedule transfers, keeping only the useful ones.
+
+A transfer is useful if it is the first delivery of its chunk to a destination, or if it
+feeds a useful transfer: the sender's first arrival before the send (copying node with a
+buffer), an arrival in the send's own epoch (switch without buffer), or — at a node that
+cannot copy — its own arrival, matched one to one in time order. Pruning keeps every
+remaining send fed, so the schedule stays valid; for reductions it leaves a tree.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+
+from te_ccl.errors import TecclError
+from te_ccl.model.problem import Problem
+from te_ccl.model.ten import XKey
+from te_ccl.schedule import Transfer
+
+__all__ = ["to_transfers", "prune", "reverse_in_time"]
+
+
+def to_transfers(problem: Problem, chosen: Iterable[XKey], shift: int = 0) -> list[Transfer]:
+    """``x[c, (u, v), t] = 1`` → ``Transfer(c, u, v, t, t + d)``, epochs moved by ``shift``."""
+    out = []
+    for c, (u, v), t in chosen:
+        d = problem.timings[(u, v)].delay
+        out.append(Transfer(c, u, v, t + shift, t + d + shift))
+    return sorted(out)
+
+
+def _feeders(problem: Problem, node: str, incoming: list[Transfer], outgoing: list[Transfer]
+             ) -> dict[Transfer, Transfer]:
+    """Which arrival each send at ``node`` forwards."""
+    buffered = node in problem.buffered_nodes
+    ok = (lambda a, s: a.arrive_epoch <= s.start_epoch) if buffered else (
+        lambda a, s: a.arrive_epoch == s.start_epoch)
+    copies = node in problem.copy_nodes
+    used: set[Transfer] = set()
+    out = {}
+    for s in sorted(outgoing, key=lambda t: (t.start_epoch, t)):
+        feeder = next((a for a in incoming if ok(a, s) and (copies or a not in used)), None)
+        if feeder is None:
+            raise TecclError(f"internal: no arrival feeds {s} at {node}")
+        used.add(feeder)
+        out[s] = feeder
+    return out
+
+
+def prune(problem: Problem, transfers: Iterable[Transfer]) -> list[Transfer]:
+    """The useful transfers of ``transfers`` (see the module docstring)."""
+    by_chunk: dict[int, list[Transfer]] = defaultdict(list)
+    for t in transfers:
+        by_chunk[t.chunk].append(t)
+    kept: list[Transfer] = []
+    for d in problem.demands:
+        ts = by_chunk.get(d.chunk, [])
+        incoming, outgoing = defaultdict(list), defaultdict(list)
+        for t in sorted(ts, key=lambda t: (t.arrive_epoch, t)):
+            incoming[t.dst].append(t)
+            outgoing[t.src].append(t)
+        feeds = {}
+        for node, outs in outgoing.items():
+            if not problem.holds(d.chunk, node):
+                feeds.update(_feeders(problem, node, incoming[node], outs))
+        todo = [incoming[v][0] for v in d.destinations
+                if not problem.holds(d.chunk, v) and incoming[v]]
+        needed: set[Transfer] = set()
+        while todo:
+            t = todo.pop()
+            if t not in needed:
+                needed.add(t)
+                if t in feeds:
+                    todo.append(feeds[t])
+        kept.extend(needed)
+    return sorted(kept)
+
+
+def reverse_in_time(transfers: Iterable[Transfer], finish: int, shift: int = 0) -> list[Transfer]:
+    """A schedule on the reversed graph played backwards: ``u→v [s, a)`` becomes ``v→u [F−a, F−s)``.
+
+    Copies become reductions: where the forward schedule fanned a chunk out, the
+    reversed one gathers partials, and a node sends only after all its inputs arrived.
+
+    >>> reverse_in_time([Transfer(0, "a", "b", 0, 1), Transfer(0, "b", "c", 1, 3)], 3)
+    [Transfer(chunk=0, src='b', dst='a', start_epoch=2, arrive_epoch=3, op='reduce'), \
+Transfer(chunk=0, src='c', dst='b', start_epoch=0, arrive_epoch=2, op='reduce')]
+    """
+    return sorted(Transfer(t.chunk, t.dst, t.src, finish - t.arrive_epoch + shift,
+                           finish - t.start_epoch + shift, "reduce") for t in transfers)

@@ -1,0 +1,66 @@
+"""The whole model for one horizon: variables with bounds, the constraint rows, the objective.
+
+Which forwarding family applies at a node follows its role in the problem:
+
+=================  ==============  ===================
+node               copies          does not copy
+=================  ==============  ===================
+has a buffer       (2) hold        (4) conserve
+no buffer          (3) cut-through (5) route
+=================  ==============  ===================
+
+Objective ("deliver early", the second goal once the horizon is minimal): the sum of the
+arrival epochs of all transfers, ``Σ (t + d_l)·x[c,l,t]`` — every transfer costs, the
+earlier the cheaper, so redundant ones vanish and deliveries move forward.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from te_ccl.model import constraints as cons
+from te_ccl.model.problem import Problem
+from te_ccl.model.ten import TimeExpandedNetwork
+
+__all__ = ["Formulation", "formulate"]
+
+
+@dataclass(frozen=True)
+class Formulation:
+    """``variables``: key → upper bound (lower bound 0, integer in the MILP)."""
+
+    ten: TimeExpandedNetwork
+    variables: dict[tuple, int]
+    rows: list[cons.Row]
+    objective: dict[tuple, int]
+
+    @property
+    def size(self) -> tuple[int, int]:
+        return len(self.variables), len(self.rows)
+
+
+def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None = None
+              ) -> Formulation:
+    """Rows (1)–(8) of :mod:`te_ccl.model.constraints` for ``problem`` over ``horizon`` epochs."""
+    ten = TimeExpandedNetwork(problem, horizon)
+    copies, buffered = problem.copy_nodes, problem.buffered_nodes
+    rows: list[cons.Row] = []
+    rows += cons.capacity(ten)
+    rows += cons.hold(ten, lambda n: n in copies and n in buffered)
+    rows += cons.cut_through(ten, lambda n: n in copies and n not in buffered)
+    rows += cons.conserve(ten, lambda n: n not in copies and n in buffered)
+    rows += cons.route(ten, lambda n: n not in copies and n not in buffered)
+    rows += cons.demand(ten)
+    if problem.tree:
+        rows += cons.tree(ten)
+    if problem.relay_limit:
+        rows += cons.relay(ten)
+    variables: dict[tuple, int] = {x: 1 for x in ten.x}
+    width = max((len(d.destinations) for d in problem.demands), default=1)
+    for terms, _, _ in rows:
+        for key, _ in terms:
+            if key not in variables:
+                variables[key] = width if key[0] == "s" else 1
+    if objective is None:
+        objective = {x: x[2] + problem.timings[x[1]].delay for x in ten.x}
+    return Formulation(ten, variables, rows, objective)

@@ -1,0 +1,131 @@
+"""The problem every backend solves: demands on a network whose links are counted in epochs.
+
+A :class:`Problem` is solver-neutral: node names, chunk ids, link timings (see
+:mod:`te_ccl.model.epochs`) and the node roles that decide which forwarding constraints
+apply — ``copy_nodes`` may multicast, ``buffered_nodes`` may hold a chunk across epochs
+(GPUs always; switches only with ``has_buffer``; a switch without a buffer forwards in the
+epoch a chunk arrives). ``tree`` marks the reversed AllGather/Broadcast behind a reduction:
+every copy node then receives a chunk at most once, and switches copy only where they can
+reduce. :class:`State` carries what earlier rounds left behind (held chunks, arrivals
+still under way, link starts before epoch 0).
+
+>>> from te_ccl.collective import Collective, CollectiveKind
+>>> from te_ccl.topology import Link, Node, Topology
+>>> topo = Topology.build("pair", [Node("a"), Node("b")], [Link("a", "b", 1e9), Link("b", "a", 1e9)])
+>>> p = build_problem(topo, Collective(CollectiveKind.ALLGATHER, 2000, (0, 1)))
+>>> p.demands[0], p.epoch_s
+(Demand(chunk=0, sources=('a',), destinations=('b',)), 1e-06)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from te_ccl.collective.model import Collective
+from te_ccl.errors import SpecError
+from te_ccl.model.epochs import LinkTiming, epoch_duration, link_timing
+from te_ccl.topology.model import Topology
+
+__all__ = ["Demand", "State", "Problem", "make_problem", "build_problem", "demands_of"]
+
+Key = tuple[str, str]
+
+
+@dataclass(frozen=True)
+class Demand:
+    """Chunk ``chunk`` held by ``sources`` at epoch 0 must reach every one of ``destinations``."""
+
+    chunk: int
+    sources: tuple[str, ...]
+    destinations: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class State:
+    """Where a (partial) schedule left things, in epochs relative to this problem's epoch 0.
+
+    ``held``: (chunk, node) pairs held at epoch 0 (a node in ``sources`` is always held).
+    ``incoming``: (chunk, node, epoch) arrivals already under way, epoch ≥ 0.
+    ``busy``: (link, epoch < 0) starts whose occupancy reaches into epochs ≥ 0.
+    ``relayed``: GPU → relayed chunks already counted against its buffer.
+    """
+
+    held: frozenset[tuple[int, str]] = frozenset()
+    incoming: tuple[tuple[int, str, int], ...] = ()
+    busy: tuple[tuple[Key, int], ...] = ()
+    relayed: tuple[tuple[str, int], ...] = ()
+
+
+@dataclass(frozen=True)
+class Problem:
+    topology: Topology
+    chunk_bytes: float
+    epoch_s: float
+    timings: dict[Key, LinkTiming] = field(compare=False)
+    demands: tuple[Demand, ...]
+    copy_nodes: frozenset[str]
+    buffered_nodes: frozenset[str]
+    relay_limit: dict[str, int] = field(compare=False)
+    tree: bool = False
+    state: State = State()
+
+    def holds(self, chunk: int, node: str) -> bool:
+        """Is ``node`` holding ``chunk`` at epoch 0?"""
+        return (chunk, node) in self.state.held
+
+    def with_state(self, state: State, demands: tuple[Demand, ...]) -> Problem:
+        return replace(self, state=state, demands=demands)
+
+    @property
+    def size(self) -> int:
+        """Chunk-link pairs: the per-epoch number of transfer variables (for backend choice)."""
+        return len(self.demands) * len(self.timings)
+
+
+def make_problem(topology: Topology, chunk_bytes: float, demands: tuple[Demand, ...], *,
+                 epoch_s: float, tree: bool = False, multicast: bool = True) -> Problem:
+    """Node roles and link timings for ``demands`` on ``topology`` with epochs of ``epoch_s``.
+
+    ``multicast=False`` forbids copies everywhere (pure flows: the LP backend).
+    """
+    copy_nodes, buffered = set(), set()
+    for n in topology.nodes:
+        can_copy = n.can_reduce if tree else n.can_copy
+        if n.is_gpu or (n.has_buffer and (can_copy or not tree)):
+            buffered.add(n.name)
+        if multicast and (n.is_gpu or can_copy):
+            copy_nodes.add(n.name)
+    limit = {n.name: int(n.buffer_bytes // chunk_bytes) for n in topology.nodes
+             if n.is_gpu and n.buffer_bytes is not None}
+    timings = {k.key: link_timing(k, chunk_bytes, epoch_s) for k in topology.links}
+    held = frozenset((d.chunk, s) for d in demands for s in d.sources)
+    return Problem(topology, chunk_bytes, epoch_s, timings, demands, frozenset(copy_nodes),
+                   frozenset(buffered), limit, tree, State(held=held))
+
+
+def demands_of(topology: Topology, collective: Collective) -> tuple[Demand, ...]:
+    """The collective's non-reduced chunks as demands between node names (empty ones dropped)."""
+    out = []
+    for c in collective.chunks():
+        if c.reduce:
+            raise SpecError(f"chunk {c.id} of {collective.kind.value} is a reduction; "
+                            "solve it through te_ccl.solve", key="collective")
+        if c.destinations:
+            out.append(Demand(c.id, tuple(topology.gpu(r) for r in c.sources),
+                              tuple(topology.gpu(r) for r in c.destinations)))
+    return tuple(out)
+
+
+def build_problem(topology: Topology, collective: Collective,
+                  epoch: str | float = "fastest", *, multicast: bool = True) -> Problem:
+    """The problem of a non-reducing collective: τ by ``epoch`` policy, demands from its chunks."""
+    for r in collective.ranks:
+        if not 0 <= r < topology.ngpus:
+            raise SpecError(f"rank {r} is not in topology {topology.name!r} "
+                            f"({topology.ngpus} GPUs)", key="ranks")
+    chunk = collective.chunk_bytes
+    if chunk <= 0:
+        raise SpecError(f"size {collective.size_bytes} bytes is too small for "
+                        f"{collective.nchunks} chunks", key="size")
+    return make_problem(topology, chunk, demands_of(topology, collective),
+                        epoch_s=epoch_duration(topology, chunk, epoch), multicast=multicast)

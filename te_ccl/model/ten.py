@@ -1,0 +1,138 @@
+"""The time-expanded network: which transfer variables exist for a horizon of ``H`` epochs.
+
+``x[c, l, t] ∈ {0, 1}``: chunk ``c`` starts on link ``l = (u, v)`` in epoch ``t`` and is
+held at ``v`` from epoch ``t + d_l``. Only useful variables exist:
+
+* ``t ≥ earliest(c, u)`` — the fewest epochs (sum of link delays) for ``c`` to reach ``u``;
+* ``t + d_l + to_dest(c, v) ≤ H`` — from ``v`` it can still reach an unmet destination;
+* never into a node that holds ``c`` at epoch 0, never out of the only destination of ``c``.
+
+>>> from te_ccl.collective import Collective, CollectiveKind
+>>> from te_ccl.model.problem import build_problem
+>>> from te_ccl.topology import Link, Node, Topology
+>>> topo = Topology.build("line", [Node("a"), Node("b"), Node("c")],
+...     [Link("a", "b", 1e9), Link("b", "a", 1e9), Link("b", "c", 1e9), Link("c", "b", 1e9)])
+>>> p = build_problem(topo, Collective(CollectiveKind.BROADCAST, 1000, (0, 1, 2), root=0))
+>>> sorted(TimeExpandedNetwork(p, 2).x)
+[(0, ('a', 'b'), 0), (0, ('a', 'b'), 1), (0, ('b', 'c'), 1)]
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from functools import cached_property
+
+from te_ccl.model.problem import Demand, Problem
+
+__all__ = ["TimeExpandedNetwork", "XKey", "distances"]
+
+XKey = tuple[int, tuple[str, str], int]
+INF = 1 << 30
+
+
+def distances(problem: Problem, starts: dict[str, int], *, reverse: bool = False) -> dict[str, int]:
+    """Fewest epochs from ``starts`` (node → start epoch) to every node along link delays."""
+    out_edges = defaultdict(list)
+    for (u, v), lt in problem.timings.items():
+        if reverse:
+            u, v = v, u
+        out_edges[u].append((v, lt.delay))
+    best = dict(starts)
+    heap = [(t, n) for n, t in starts.items()]
+    heapq.heapify(heap)
+    while heap:
+        t, n = heapq.heappop(heap)
+        if t > best.get(n, INF):
+            continue
+        for v, d in out_edges[n]:
+            if t + d < best.get(v, INF):
+                best[v] = t + d
+                heapq.heappush(heap, (t + d, v))
+    return best
+
+
+class TimeExpandedNetwork:
+    """Variable keys and arrival sums of ``problem`` for ``horizon`` epochs (0 … H)."""
+
+    def __init__(self, problem: Problem, horizon: int) -> None:
+        self.problem = problem
+        self.horizon = horizon
+        self.x: list[XKey] = []
+        for d in problem.demands:
+            self.x.extend(self._chunk_vars(d))
+
+    def unmet(self, d: Demand) -> tuple[str, ...]:
+        return tuple(v for v in d.destinations if not self.problem.holds(d.chunk, v))
+
+    def earliest(self, d: Demand) -> dict[str, int]:
+        p = self.problem
+        starts = {n: 0 for (c, n) in p.state.held if c == d.chunk}
+        for c, n, t in p.state.incoming:
+            if c == d.chunk and t < starts.get(n, INF):
+                starts[n] = t
+        return distances(p, starts)
+
+    def _chunk_vars(self, d: Demand) -> list[XKey]:
+        p, H = self.problem, self.horizon
+        unmet = self.unmet(d)
+        if not unmet:
+            return []
+        first = self.earliest(d)
+        to_dest = distances(p, {v: 0 for v in unmet}, reverse=True)
+        lone = d.destinations[0] if len(d.destinations) == 1 else None
+        out = []
+        for key, lt in p.timings.items():
+            u, v = key
+            if p.holds(d.chunk, v) or u == lone or u not in first or v not in to_dest:
+                continue
+            last = H - lt.delay - to_dest[v]
+            out.extend((d.chunk, key, t) for t in range(first[u], last + 1))
+        return out
+
+    @cached_property
+    def x_set(self) -> set[XKey]:
+        return set(self.x)
+
+    @cached_property
+    def arrivals(self) -> dict[tuple[int, str, int], list[XKey]]:
+        """(chunk, node, epoch) → the x variables arriving there then."""
+        out: dict[tuple[int, str, int], list[XKey]] = defaultdict(list)
+        for key in self.x:
+            c, (u, v), t = key
+            out[(c, v, t + self.problem.timings[(u, v)].delay)].append(key)
+        return out
+
+    @cached_property
+    def pending(self) -> dict[tuple[int, str, int], int]:
+        """(chunk, node, epoch) → arrivals already under way from earlier rounds."""
+        out: dict[tuple[int, str, int], int] = defaultdict(int)
+        for c, n, t in self.problem.state.incoming:
+            out[(c, n, t)] += 1
+        return out
+
+    @cached_property
+    def sends(self) -> dict[tuple[int, str, int], list[XKey]]:
+        """(chunk, node, epoch) → the x variables leaving the node then."""
+        out: dict[tuple[int, str, int], list[XKey]] = defaultdict(list)
+        for key in self.x:
+            c, (u, _), t = key
+            out[(c, u, t)].append(key)
+        return out
+
+    @cached_property
+    def per_link(self) -> dict[tuple[str, str], dict[int, list[XKey]]]:
+        """link → epoch → the x variables starting on it then."""
+        out: dict[tuple[str, str], dict[int, list[XKey]]] = defaultdict(lambda: defaultdict(list))
+        for key in self.x:
+            out[key[1]][key[2]].append(key)
+        return out
+
+    @cached_property
+    def sender_nodes(self) -> dict[int, dict[str, range]]:
+        """chunk → node → the epochs in which it may send the chunk (nodes that send it at all)."""
+        span: dict[int, dict[str, tuple[int, int]]] = defaultdict(dict)
+        for c, (u, _), t in self.x:
+            lo, hi = span[c].get(u, (INF, -1))
+            span[c][u] = (min(lo, t), max(hi, t))
+        return {c: {u: range(lo, hi + 1) for u, (lo, hi) in d.items()} for c, d in span.items()}

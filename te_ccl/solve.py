@@ -1,0 +1,138 @@
+"""The façade: ``solve(topology, collective, params) -> Schedule``.
+
+Non-reducing collectives (AllGather, Broadcast, AlltoAll, Gather, Scatter, custom) are
+solved directly. Reductions reuse them backwards (TE-CCL / PRODUCT.md "Reductions"):
+
+* ReduceScatter = AllGather on the reversed topology, played backwards in time: where
+  the AllGather copied a chunk, the ReduceScatter adds partials (``op="reduce"``); the
+  reversed problem is a tree (each node receives once) and switches copy only where they
+  can reduce.
+* Reduce = Broadcast reversed in the same way.
+* AllReduce = ReduceScatter (chunk ``i`` summed at rank ``ranks[i // chunks_per_rank]``)
+  then AllGather of the sums, its epochs shifted to start when the first phase ends.
+
+>>> from te_ccl.collective import Collective, CollectiveKind
+>>> from te_ccl.topology import Link, Node, Topology
+>>> topo = Topology.build("pair", [Node("a"), Node("b")], [Link("a", "b", 1e9), Link("b", "a", 1e9)])
+>>> s = solve(topo, Collective(CollectiveKind.ALLREDUCE, 2000, (0, 1)), SolveParams(time_limit_s=5))
+>>> s.finish_epoch, [(t.src, t.dst, t.start_epoch, t.op) for t in s.transfers]
+(2, [('a', 'b', 0, 'reduce'), ('a', 'b', 1, 'copy'), ('b', 'a', 0, 'reduce'), ('b', 'a', 1, 'copy')])
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.select import run_backend
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.errors import SpecError
+from te_ccl.model.epochs import epoch_duration
+from te_ccl.model.extract import reverse_in_time
+from te_ccl.model.problem import Demand, Problem, build_problem, make_problem
+from te_ccl.schedule import Schedule, SolveInfo
+from te_ccl.topology.model import Topology
+
+__all__ = ["solve", "SolveParams"]
+
+
+def _check(topology: Topology, collective: Collective) -> None:
+    for r in collective.ranks:
+        if not 0 <= r < topology.ngpus:
+            raise SpecError(f"rank {r} is not in topology {topology.name!r} "
+                            f"({topology.ngpus} GPUs)", key="ranks")
+    if collective.chunk_bytes <= 0:
+        raise SpecError(f"size {collective.size_bytes} bytes is too small for "
+                        f"{collective.nchunks} chunks", key="size")
+
+
+def _reduction_problem(topology: Topology, collective: Collective, owner: dict[int, int],
+                       params: SolveParams) -> Problem:
+    """The reversed fan-out whose time reversal sums chunk ``i`` at rank ``owner[i]``."""
+    rev = topology.reversed()
+    demands = []
+    for c in collective.chunks():
+        root = owner[c.id]
+        dests = tuple(topology.gpu(r) for r in c.sources if r != root)
+        if dests:
+            demands.append(Demand(c.id, (topology.gpu(root),), dests))
+    chunk = collective.chunk_bytes
+    return make_problem(rev, chunk, tuple(demands), tree=True,
+                        epoch_s=epoch_duration(topology, chunk, params.epoch))
+
+
+def _owners(collective: Collective) -> dict[int, int]:
+    chunks = collective.chunks()
+    if collective.kind is CollectiveKind.ALLREDUCE:
+        k = collective.chunks_per_rank
+        return {c.id: collective.ranks[c.id // k] for c in chunks}
+    return {c.id: c.destinations[0] for c in chunks}
+
+
+def _gather_problem(topology: Topology, collective: Collective, owner: dict[int, int],
+                    epoch_s: float) -> Problem:
+    """AllReduce's second phase: chunk ``i`` from ``owner[i]`` to every other rank."""
+    demands = tuple(Demand(c.id, (topology.gpu(owner[c.id]),),
+                           tuple(topology.gpu(r) for r in c.destinations if r != owner[c.id]))
+                    for c in collective.chunks())
+    return make_problem(topology, collective.chunk_bytes, demands, epoch_s=epoch_s)
+
+
+def _merge(a: SolveResult, b: SolveResult, transfers: tuple, finish: int) -> SolveResult:
+    backend = a.backend if a.backend == b.backend else f"{a.backend}+{b.backend}"
+    return SolveResult(transfers, finish, a.optimal and b.optimal,
+                       f"reduce-scatter: {a.status} | all-gather: {b.status}",
+                       a.variables + b.variables, a.constraints + b.constraints,
+                       tuple(f"phase 1: {n}" for n in a.notes)
+                       + tuple(f"phase 2: {n}" for n in b.notes), backend)
+
+
+def _solve_reduction(topology: Topology, collective: Collective, params: SolveParams,
+                     clock: Clock, progress: Progress | None) -> tuple[SolveResult, float]:
+    owner = _owners(collective)
+    problem = _reduction_problem(topology, collective, owner, params)
+    if collective.kind is CollectiveKind.ALLREDUCE:
+        clock_rs = Clock(clock.left / 2)
+        first = run_backend(problem, params, clock_rs, progress)
+    else:
+        first = run_backend(problem, params, clock, progress)
+    f1 = first.finish_epoch
+    reduced = reverse_in_time(first.transfers, f1)
+    if collective.kind is not CollectiveKind.ALLREDUCE:
+        result = replace(first, transfers=tuple(reduced),
+                         notes=first.notes + ("solved as the reversed fan-out on the reversed "
+                                              "topology, played backwards in time",))
+        return result, problem.epoch_s
+    second = run_backend(_gather_problem(topology, collective, owner, problem.epoch_s),
+                         params, clock, progress)
+    shifted = tuple(replace(t, start_epoch=t.start_epoch + f1, arrive_epoch=t.arrive_epoch + f1)
+                    for t in second.transfers)
+    merged = _merge(first, second, tuple(reduced) + shifted, f1 + second.finish_epoch)
+    # the sum of two minimal phases is not proven minimal for the whole AllReduce
+    return replace(merged, optimal=False), problem.epoch_s
+
+
+def solve(topology: Topology, collective: Collective, params: SolveParams | None = None,
+          progress: Progress | None = None) -> Schedule:
+    """Compile ``collective`` on ``topology`` into a schedule (see the module docstring).
+
+    Raises
+    ------
+    SpecError
+        ranks outside the topology, a size the chunking cannot divide.
+    SolverError
+        infeasible within the maximum horizon, or the time limit reached without a solution.
+    """
+    params = params or SolveParams()
+    _check(topology, collective)
+    clock = Clock(params.time_limit_s)
+    if collective.is_reduction:
+        result, epoch_s = _solve_reduction(topology, collective, params, clock, progress)
+    else:
+        problem = build_problem(topology, collective, params.epoch)
+        result, epoch_s = run_backend(problem, params, clock, progress), problem.epoch_s
+    info = SolveInfo(backend=result.backend,
+                     solver_time_s=round(clock.elapsed, 4), optimal=result.optimal,
+                     status=result.status, variables=result.variables,
+                     constraints=result.constraints, notes=result.notes)
+    return Schedule(topology, collective, epoch_s, tuple(sorted(result.transfers)), info)
