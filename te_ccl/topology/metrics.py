@@ -106,7 +106,8 @@ def _exact_splits(topo: Topology) -> np.ndarray:
                                             size - 1 if fixed else size):
             rows.append((0,) + combo if fixed else combo)
     mask = np.zeros((len(rows), n), dtype=bool)
-    mask[np.repeat(np.arange(len(rows)), len(rows[0])), np.array(rows).ravel()] = True
+    row_of = np.repeat(np.arange(len(rows)), [len(r) for r in rows])
+    mask[row_of, np.fromiter(itertools.chain.from_iterable(rows), dtype=int)] = True
     return mask
 
 
