@@ -16,6 +16,7 @@ from te_ccl.errors import TecclError
 
 # name -> "module:attribute"; imported only when the command runs, so startup stays fast.
 COMMANDS: dict[str, str] = {
+    "verify": "te_ccl.cli.verify:verify_cmd",
     "topo": "te_ccl.cli.topo:topo",
 }
 

@@ -91,6 +91,8 @@ _RULES = [
          "the same GPU, else the waiting step spins forever", True),
     Rule("dependency-flag", "a step others wait on must have hasdep=\"1\", otherwise it "
          "publishes no flag and the waiter depends on a later step (or hangs)"),
+    Rule("nop-dependency", "a nop exists to carry a dependency; the kernel does not count a "
+         "nop with depid=-1, so every later flag of the thread block names the wrong step"),
     Rule("depid-range", "depid is stored in 8 bits: it must be < 128", True),
     Rule("channel-count", "chan must be < nchannels: the communicator may have only "
          "nchannels channels"),
@@ -151,4 +153,4 @@ def finding(rule: str, detail: str, *, gpu: int | None = None, tb: int | None = 
             step: int | None = None, line: int | None = None) -> Finding:
     """Build a finding whose message is ``detail`` followed by the rule's meaning."""
     r = RULES[rule]
-    return Finding(rule, f"{detail} ({r.meaning})", gpu, tb, step, line, r.severity)
+    return Finding(rule, f"{detail} — {r.meaning}", gpu, tb, step, line, r.severity)

@@ -1,0 +1,91 @@
+"""``teccl verify FILE.xml``: check an MSCCL XML algorithm (any author) before deploying it.
+
+Exit codes: 0 valid, 1 invalid (at least one error finding), 2 unreadable input (missing
+file, not XML at all) or a bad option. The report is the command's data, so it goes to
+stdout like ruff's violations: one line per finding and a summary, or with ``--json``
+one JSON object ``{file, valid, collective, ngpus, ..., findings: [{rule, severity, gpu,
+tb, step, line, message}]}``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.text import Text
+
+from te_ccl.verify.msccl.execute import FIFO_SLOTS
+from te_ccl.verify.msccl.runtime_rules import MAX_STEPS
+from te_ccl.verify.msccl.verify import Report, verify_msccl
+
+__all__ = ["verify_cmd"]
+
+
+@click.command("verify")
+@click.argument("file", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--root", type=click.IntRange(min=0), default=None,
+              help="Root rank of broadcast/reduce/gather/scatter (inferred if omitted).")
+@click.option("--max-steps", type=click.IntRange(min=1), default=MAX_STEPS, show_default=True,
+              help="Steps per thread block the runtime was built for (MSCCL_MAX_NUM_STEPS).")
+@click.option("--fifo-slots", type=click.IntRange(min=1), default=FIFO_SLOTS,
+              show_default=True, help="Messages a connection buffers before a send blocks.")
+@click.pass_context
+def verify_cmd(ctx: click.Context, file: Path, as_json: bool, root: int | None,
+               max_steps: int, fifo_slots: int) -> None:
+    """Check an MSCCL XML algorithm: runtime parser rules, unchecked rules, and a
+    symbolic run of every rank (deadlock, races, uninitialized reads, final buffers)."""
+    report = verify_msccl(file, root=root, max_steps=max_steps, fifo_slots=fifo_slots)
+    if as_json:
+        click.echo(json.dumps(report_json(report)))
+    else:
+        _print(report)
+    if not report.valid:
+        ctx.exit(1)
+
+
+def report_json(report: Report) -> dict:
+    """The ``--json`` object (also used by ``teccl compile`` if it wants to embed it)."""
+    a = report.algo
+    data: dict = {"file": report.source, "valid": report.valid,
+                  "collective": a.coll if a else None, "ngpus": a.ngpus if a else None}
+    if a is not None:
+        data.update(name=a.name, proto=a.proto, nchannels=a.nchannels,
+                    nchunksperloop=a.nchunksperloop, inplace=bool(a.inplace),
+                    outofplace=bool(a.outofplace), min_bytes=a.min_bytes,
+                    max_bytes=a.max_bytes, threadblocks=a.nthreadblocks, steps=a.nsteps,
+                    channels_used=len({t.chan for g in a.gpus for t in g.threadblocks}))
+    data.update(executed=report.executed, root=report.root, root_inferred=report.root_inferred,
+                errors=len(report.errors),
+                warnings=len(report.findings) - len(report.errors), notes=list(report.notes),
+                findings=[f.as_dict() for f in report.findings])
+    return data
+
+
+def _print(report: Report) -> None:
+    console = Console(highlight=False, soft_wrap=True)
+    for f in report.findings:
+        line = Text()
+        line.append(f"{f.severity:7}", style="bold red" if f.severity == "error" else "yellow")
+        line.append(f" {f.where():22}", style="cyan")
+        line.append(f" line {f.line:<5}" if f.line else " " * 11, style="dim")
+        line.append(f" {f.rule}: ", style="bold")
+        line.append(f.message)
+        console.print(line)
+    for note in report.notes:
+        console.print(Text(f"note: {note}", style="dim"))
+    a = report.algo
+    what = "unreadable structure"
+    if a is not None:
+        mode = "/".join(m for m, on in (("in-place", a.inplace), ("out-of-place", a.outofplace))
+                        if on) or "no mode"
+        chans = len({t.chan for g in a.gpus for t in g.threadblocks})
+        what = (f"{a.coll}, {a.ngpus} GPUs, {a.nthreadblocks} thread blocks, {a.nsteps} steps, "
+                f"{chans} channel(s), {a.proto}, {mode}")
+        if report.root is not None:
+            what += f", root {report.root}" + (" (inferred)" if report.root_inferred else "")
+    verdict = Text("valid", style="bold green") if report.valid else Text(
+        f"invalid: {len(report.errors)} error(s)", style="bold red")
+    console.print(Text(f"{report.source}: {what} — ").append(verdict))

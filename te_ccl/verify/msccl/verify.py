@@ -1,0 +1,167 @@
+"""``verify_msccl``: every check on one MSCCL XML file, as one :class:`Report`.
+
+Stages: the runtime reader's textual rules (:mod:`.text`, :mod:`.reader`), the runtime
+parser's checks (:mod:`.runtime_rules`), the rules the runtime leaves unchecked
+(:mod:`.static_rules`), then — unless an error makes the program's shape meaningless —
+symbolic execution (:mod:`.execute`) in each mode the file declares (in-place,
+out-of-place) and a comparison of the final buffers with the collective's definition
+(:mod:`.layout`). Rooted collectives take the root from the caller or infer it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from te_ccl.errors import SpecError
+from te_ccl.verify.msccl.execute import FIFO_SLOTS, Execution, execute
+from te_ccl.verify.msccl.findings import RULES, Finding, finding
+from te_ccl.verify.msccl.layout import GARBAGE, ROOTED, SUPPORTED, Layout, Value
+from te_ccl.verify.msccl.model import Algo
+from te_ccl.verify.msccl.reader import MscclSyntaxError, parse_msccl
+from te_ccl.verify.msccl.runtime_rules import MAX_STEPS, runtime_checks
+from te_ccl.verify.msccl.static_rules import static_checks
+
+__all__ = ["Report", "verify_msccl"]
+
+_EXAMPLES = 3
+
+
+@dataclass(frozen=True)
+class Report:
+    """Outcome of :func:`verify_msccl`; ``valid`` when no finding is an error."""
+
+    source: str
+    algo: Algo | None
+    findings: tuple[Finding, ...]
+    executed: bool = False
+    root: int | None = None
+    root_inferred: bool = False
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def valid(self) -> bool:
+        return not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def rules(self) -> set[str]:
+        """Names of the rules with at least one finding (handy in tests)."""
+        return {f.rule for f in self.findings}
+
+
+def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
+                 max_steps: int = MAX_STEPS, fifo_slots: int = FIFO_SLOTS) -> Report:
+    """Check an MSCCL XML file (or XML text) completely.
+
+    Raises
+    ------
+    MscclReadError
+        The input is missing or not XML at all (exit code 2).
+    SpecError
+        ``root`` is not a rank of the algorithm.
+    """
+    source = str(path_or_text) if isinstance(path_or_text, Path) or "<" not in str(
+        path_or_text) else "<string>"
+    try:
+        algo, found = parse_msccl(path_or_text)
+    except MscclSyntaxError as e:
+        return Report(source, None, tuple(e.findings))
+    if root is not None and not 0 <= root < max(algo.ngpus, 1):
+        raise SpecError(f"root {root} is not a rank of this {algo.ngpus}-GPU algorithm",
+                        file=source, key="--root")
+    found += runtime_checks(algo, max_steps=max_steps)
+    found += static_checks(algo, max_steps=max_steps)
+    blocking = sorted({f.rule for f in found
+                       if f.severity == "error" and RULES[f.rule].blocks_execution})
+    if blocking:
+        note = f"not executed: fix {', '.join(blocking)} first"
+        return Report(source, algo, tuple(found), notes=(note,))
+    return _execute_modes(algo, found, source, root, fifo_slots)
+
+
+def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | None,
+                   fifo_slots: int) -> Report:
+    modes = [m for m, on in ((True, algo.inplace), (False, algo.outofplace)) if on]
+    notes: list[str] = []
+    if algo.coll not in SUPPORTED:
+        notes.append(f"coll={algo.coll}: final buffers not checked (no fixed definition)")
+    inferred = False
+    seen = {(f.rule, f.gpu, f.tb, f.step) for f in found}
+    for inplace in modes:
+        layout = Layout(algo.coll, algo.ngpus, algo.nchunksperloop, inplace)
+        problem = layout.problem() if algo.coll in SUPPORTED else None
+        if problem:
+            found.append(finding("chunk-layout", problem))
+            break
+        run = execute(algo, layout, fifo_slots=fifo_slots)
+        extra = list(run.findings)
+        if algo.coll in ROOTED and root is None and run.completed:
+            root, inferred, why = _infer_root(layout, run)
+            if why:
+                extra.append(finding("root", why))
+        if run.completed and algo.coll in SUPPORTED and (root is not None
+                                                         or algo.coll not in ROOTED):
+            extra += _compare(algo, layout, run, root)
+        mode = "in-place" if inplace else "out-of-place"
+        for f in extra:
+            key = (f.rule, f.gpu, f.tb, f.step)
+            if key not in seen:
+                seen.add(key)
+                found.append(_tag(f, mode) if len(modes) > 1 else f)
+    if inferred:
+        notes.append(f"root {root} inferred from the data flow (pass --root to fix it)")
+    return Report(source, algo, tuple(found), executed=bool(modes), root=root,
+                  root_inferred=inferred, notes=tuple(notes))
+
+
+def _tag(f: Finding, mode: str) -> Finding:
+    return Finding(f.rule, f"[{mode}] {f.message}", f.gpu, f.tb, f.step, f.line, f.severity)
+
+
+def _infer_root(layout: Layout, run: Execution) -> tuple[int | None, bool, str | None]:
+    candidates = layout.root_candidates(run.memory)
+    if len(candidates) == 1:
+        return candidates[0], True, None
+    if not candidates:
+        return None, False, "cannot infer the root: no rank's data reaches another rank"
+    return None, False, f"cannot infer the root: ranks {candidates} all look like roots"
+
+
+def _compare(algo: Algo, layout: Layout, run: Execution, root: int | None) -> list[Finding]:
+    """One finding per GPU whose final buffers differ from the collective's definition."""
+    found = []
+    for gpu in algo.gpus:
+        memory = run.memory.get(gpu.id, {})
+        wrong = [(slot, memory.get(slot), want)
+                 for slot, want in sorted(layout.expected(gpu.id, root).items())
+                 if memory.get(slot) != want]
+        if not wrong:
+            continue
+        slot, got, want = wrong[0]
+        ref = run.writers.get(gpu.id, {}).get(slot)
+        examples = "; ".join(f"{s[0]}[{s[1]}] holds {_describe(g)} but needs {_describe(w)}"
+                             for s, g, w in wrong[:_EXAMPLES])
+        more = f" (and {len(wrong) - _EXAMPLES} more)" if len(wrong) > _EXAMPLES else ""
+        found.append(finding(
+            "wrong-result", f"{len(wrong)} output chunk(s) of {algo.coll} are wrong: "
+            f"{examples}{more}", gpu=gpu.id, tb=ref[1] if ref else None,
+            step=ref[2] if ref else None))
+    return found
+
+
+def _describe(value: Value | None) -> str:
+    """Human form of a symbolic value: ``i[3] of rank 1`` or ``Σ i[3] of ranks 0,1,2``."""
+    if value is None:
+        return "nothing"
+    if any(part in GARBAGE for part in value):
+        return "garbage"
+    if len(value) == 1:
+        return f"i[{value[0][1]}] of rank {value[0][0]}"
+    index = {k for _, k in value}
+    ranks = ",".join(str(r) for r, _ in value)
+    if len(index) == 1:
+        return f"Σ i[{index.pop()}] of ranks {ranks}"
+    return "Σ " + " + ".join(f"i[{k}]@{r}" for r, k in value)
