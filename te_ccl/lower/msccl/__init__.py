@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
-from pathlib import Path
 
 from te_ccl.errors import SpecError, TecclError
 from te_ccl.lower.msccl.buffers import Layout, buffer_layout, resolve_slots
@@ -36,6 +34,7 @@ from te_ccl.lower.msccl.instructions import (
 from te_ccl.lower.msccl.ir import Gpu, Program
 from te_ccl.lower.msccl.threadblocks import build_threadblocks
 from te_ccl.lower.msccl.to_xml import program_to_xml
+from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
 
 __all__ = ["PROTOCOLS", "build_program", "lower_to_msccl", "write_msccl"]
@@ -56,20 +55,11 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
                                         max_bytes=max_bytes, proto=proto, max_steps=max_steps))
 
 
-def write_msccl(schedule: Schedule, path: str | os.PathLike, **options) -> Path:
-    """Write the XML to ``path`` atomically (a temporary file renamed over it)."""
+def write_msccl(schedule: Schedule, path: str | os.PathLike, **options) -> bytes:
+    """Lower and write the XML to ``path`` atomically (``"-"``: stdout); returns the bytes."""
     data = lower_to_msccl(schedule, **options)
-    target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return target
+    write_atomic(path, data)
+    return data
 
 
 def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,

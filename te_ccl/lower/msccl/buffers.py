@@ -25,7 +25,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-
 from typing import TYPE_CHECKING
 
 from te_ccl.collective.model import Chunk, Collective, CollectiveKind

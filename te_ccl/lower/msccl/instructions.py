@@ -153,9 +153,19 @@ def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
             if r.op is Op.RECV:
                 found.append(Fusion(r, s, Op.RECV_COPY_SEND))
                 continue
-            later = i + 2 < len(seq) or slot == layout.out(r.gpu, chunks[r.chunk])
+            later = _read_later(seq[i + 2:], slot, slot == layout.out(r.gpu, chunks[r.chunk]))
             found.append(Fusion(r, s, Op.RECV_REDUCE_COPY_SEND if later else Op.RECV_REDUCE_SEND))
     return sorted(found, key=lambda f: f.send.order)
+
+
+def _read_later(rest: list[Instr], slot: Slot, is_output: bool) -> bool:
+    """Is the slot's current value read again (or left as the GPU's result)?"""
+    for x in rest:
+        if slot in x.reads:
+            return True
+        if slot in x.writes:
+            return False  # overwritten before any read
+    return is_output
 
 
 def _touched_between(seq: list[Instr], a: Instr, b: Instr) -> bool:

@@ -7,14 +7,14 @@ Offsets and counts are in chunks (msccl-xml.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 __all__ = ["Op", "Buf", "Slot", "Step", "Threadblock", "Gpu", "Program", "NO_PEER"]
 
 NO_PEER = -1
 
 
-class Op(str, Enum):
+class Op(StrEnum):
     SEND = "s"
     RECV = "r"
     RECV_COPY_SEND = "rcs"
@@ -39,7 +39,7 @@ _RECVS = {Op.RECV, Op.RECV_COPY_SEND, Op.RECV_REDUCE_SEND, Op.RECV_REDUCE_COPY,
           Op.RECV_REDUCE_COPY_SEND}
 
 
-class Buf(str, Enum):
+class Buf(StrEnum):
     INPUT = "i"
     OUTPUT = "o"
     SCRATCH = "s"
