@@ -158,11 +158,9 @@ def _pack(wafer: Wafer, items: list[_Item]) -> list[list[_Item]]:
     for it in items:
         l1s = {wafer.l1_of(r) for r in (*it.stream.sources, *it.stream.destinations)}
         need = sorted(l1s) if len(l1s) > 1 else []
-        for members, used in rounds:
-            if all(used.get(k, 0) < wafer.uplink_lanes for k in need):
-                break
-        else:
-            members, used = [], {}
+        fits = (r for r in rounds if all(r[1].get(k, 0) < wafer.uplink_lanes for k in need))
+        members, used = next(fits, None) or ([], {})
+        if not members:
             rounds.append((members, used))
         for k in need:
             it.lanes[k] = used.get(k, 0)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
 from te_ccl.errors import SpecError
@@ -32,7 +32,7 @@ from te_ccl.errors import SpecError
 __all__ = ["ElementKind", "Stage", "MicroSwitch", "FredSwitch", "build_fred"]
 
 
-class ElementKind(str, Enum):
+class ElementKind(StrEnum):
     R = "R"
     D = "D"
     RD = "RD"
@@ -40,7 +40,7 @@ class ElementKind(str, Enum):
     DEMUX = "DEMUX"
 
 
-class Stage(str, Enum):
+class Stage(StrEnum):
     INPUT = "input"
     OUTPUT = "output"
     BASE = "base"
