@@ -134,32 +134,26 @@ def _demands(f: Fields, topology: Topology, ranks: tuple[int, ...]) -> tuple[Cus
 
 
 class _Source:
-    """Values from flags (first) or the file, each read through the right Fields."""
+    """Each key from its flag (``--key``) if given, else from the file; errors name the one used."""
 
     def __init__(self, file_fields: Fields, flags: dict[str, Any]) -> None:
         self.file = file_fields
-        given = {k: v for k, v in flags.items() if v is not None}
-        self.flags = Fields(given, None, "")
+        self.flags = Fields({f"--{k}": v for k, v in flags.items() if v is not None}, None)
 
-    def fields(self, key: str) -> Fields:
-        return self.flags if self.flags.has(key) else self.file
+    def _where(self, key: str) -> tuple[Fields, str]:
+        flag = f"--{key}"
+        return (self.flags, flag) if self.flags.has(flag) else (self.file, key)
 
     def has(self, key: str) -> bool:
-        return self.flags.has(key) or self.file.has(key)
+        return self.flags.has(f"--{key}") or self.file.has(key)
 
     def get(self, key: str, convert, default: Any = None) -> Any:
-        f = self.fields(key)
-        if f is self.flags:
-            try:
-                return convert(f.data[key])
-            except (ValueError, TypeError) as e:
-                raise SpecError(str(e), key=f"--{key}") from None
-        return f.get(key, convert, default)
+        fields, name = self._where(key)
+        return fields.get(name, convert, default)
 
     def error(self, key: str, message: str) -> SpecError:
-        if self.fields(key) is self.flags:
-            return SpecError(message, key=f"--{key}")
-        return self.file.error(key, message)
+        fields, name = self._where(key)
+        return fields.error(name, message)
 
 
 def load_collective(topology: Topology, spec_path: str | None, **flag_overrides: Any) -> Collective:

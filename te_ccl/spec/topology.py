@@ -42,8 +42,8 @@ from te_ccl.spec.fields import (
     parse_time,
     positive_int,
 )
-from te_ccl.spec.generator import switch_caps, topology_from_generator
-from te_ccl.spec.yamlio import read_yaml
+from te_ccl.spec.generator import BoxLoader, switch_caps, topology_from_generator
+from te_ccl.spec.yamlio import LineDict, read_yaml
 from te_ccl.topology.generators import fill_fred_ports
 from te_ccl.topology.model import Link, Node, Topology
 
@@ -107,25 +107,24 @@ def _load(name_or_path: str, base: Path | None, stack: tuple[Path, ...]) -> Topo
                               load_box=load_box)
 
 
-def _node_name(f: Fields, key: Any, value: Any) -> str:
-    return f.convert(key, value, as_name)
+def _entry(f: Fields, path: str, item: Any, line: int | None) -> Fields:
+    """A node entry as a mapping: a bare name ``a`` stands for ``{name: a}``."""
+    if not isinstance(item, dict):
+        item = LineDict(name=item)
+        item.line = line
+    return Fields.of(item, f.file, path, line=line)
 
 
 def _declared_nodes(f: Fields, gpu_buffer: int | None) -> list[tuple[Node, str, int | None]]:
     """(node, yaml path, line) for ``gpus`` then ``switches``."""
     out = []
     for path, item, line in f.items("gpus", []):
-        if isinstance(item, dict):
-            g = Fields.of(item, f.file, path, line=line)
-            g.check(required=("name",), optional=("buffer",))
-            node = Node(g.get("name", as_name), buffer_bytes=g.get("buffer", parse_size, gpu_buffer))
-        else:
-            node = Node(Fields({}, f.file, path).convert(None, item, as_name), buffer_bytes=gpu_buffer)
+        g = _entry(f, path, item, line)
+        g.check(required=("name",), optional=("buffer",))
+        node = Node(g.get("name", as_name), buffer_bytes=g.get("buffer", parse_size, gpu_buffer))
         out.append((node, path, line))
     for path, item, line in f.items("switches", []):
-        if not isinstance(item, dict):
-            item = {"name": item}
-        s = Fields.of(item, f.file, path, line=line)
+        s = _entry(f, path, item, line)
         caps = switch_caps(s, extra_keys=("name",))
         out.append((caps.node(s.get("name", as_name)), path, line))
     return out
@@ -138,7 +137,7 @@ def _link_ends(f: Fields) -> list[tuple[str, str]]:
         ends = f.get("between", as_list)
         if len(ends) != 2:
             raise f.error("between", f"expected a list of 2 node names, got {len(ends)} items")
-        a, b = (_node_name(f, "between", e) for e in ends)
+        a, b = (f.convert("between", e, as_name) for e in ends)
         return [(a, b), (b, a)]
     if not f.has("from") and not f.has("to"):
         raise f.error(None, "missing key between (or from and to)")
@@ -186,7 +185,8 @@ def _check_connected(topo: Topology, f: Fields) -> None:
 
 
 def topology_from_data(data: Any, file: str, *, default_name: str = "topology",
-                       require_source: bool = False, load_box=None) -> Topology:
+                       require_source: bool = False,
+                       load_box: BoxLoader | None = None) -> Topology:
     """Build and validate a topology from parsed YAML ``data`` read from ``file``."""
     f = Fields.of(data, file, expect="a topology mapping (name, gpus, switches, links…)")
     f.check(optional=_TOP_KEYS)

@@ -118,7 +118,7 @@ def test_join_node_must_exist(tmp_path):
     ("gpus: [a, b]\nswitches: [{name: s, fred: {m: 1}}]\n", "m >= 2"),
     ("gpus: [a, b]\nswitches: [{name: s, copy: maybe}]\n", "expected true or false"),
     ("gpus: [a, {nam: b}]\n", "gpus[1].nam: unknown key"),
-    ("gpus: [a, [b]]\n", "gpus[1]: expected a node name"),
+    ("gpus: [a, [b]]\n", "t.yaml:1: gpus[1].name: expected a node name"),
     ("gpus: [a, b]\ndefaults: {bandwidth: 1GB/s, color: red}\n", "defaults.color"),
     ("generator: {kind: ring, n: 1, bandwidth: 1GB/s}\n", "n >= 2"),
     ("generator: {kind: ring, n: 4}\n", "generator.bandwidth: missing key"),
