@@ -5,6 +5,13 @@ from __future__ import annotations
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.topology import Link, Node, NodeKind, Topology
+from te_ccl.verify.msccl.verify import verify_msccl
+
+
+def assert_verifies(xml: bytes, root: int | None = None) -> None:
+    """The independent verifier (parser rules, symbolic execution, final buffers) accepts it."""
+    report = verify_msccl(xml.decode(), root=root)
+    assert report.valid, [f"{f.rule}: {f.message}" for f in report.errors][:5]
 
 
 def ring(n: int, both: bool = True) -> Topology:
