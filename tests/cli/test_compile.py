@@ -1,0 +1,76 @@
+"""`teccl compile` end to end: outputs, the --json contract, exit codes, no partial files."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from te_ccl.verify.msccl.verify import verify_msccl
+
+JSON_KEYS = {"topology", "collective", "ngpus", "size_bytes", "backend", "solver_time_s",
+             "epochs", "epoch_s", "finish_time_s", "algbw_GBps", "busbw_GBps", "lower_bound_s",
+             "bound_ratio", "optimal", "output"}
+
+
+def test_allgather_on_dgx1_writes_verified_xml_and_json_summary(teccl, tmp_path):
+    out = tmp_path / "ag.xml"
+    code, stdout, _ = teccl("compile", "dgx1", "--collective", "allgather", "--size", "8MB",
+                            "-o", str(out), "--json", "--time-limit", "20")
+    assert code == 0
+    info = json.loads(stdout)
+    assert JSON_KEYS <= set(info)
+    assert info["ngpus"] == 8 and info["output"] == str(out)
+    assert info["bound_ratio"] >= 1 - 1e-9
+    assert info["optimal"] is True
+    assert verify_msccl(out).valid
+
+
+def test_json_schedule_to_stdout(teccl):
+    code, stdout, _ = teccl("compile", "ring8", "-c", "broadcast", "--root", "3", "-s", "8KB",
+                            "--format", "json", "-o", "-")
+    assert code == 0
+    sched = json.loads(stdout)
+    assert sched["schema"] == "teccl-schedule/1" and sched["collective"]["root"] == 3
+
+
+def test_spec_file_with_flag_override(teccl, tmp_path):
+    spec = tmp_path / "c.yaml"
+    spec.write_text("collective: allgather\nsize: 16KB\nchunks: 2\n")
+    code, stdout, _ = teccl("compile", "ring8", str(spec), "--chunks", "1", "--json",
+                            "-o", str(tmp_path / "x.xml"))
+    assert code == 0
+    assert json.loads(stdout)["chunks_per_rank"] == 1
+
+
+def test_bad_input_exit_2_and_no_file(teccl, tmp_path):
+    out = tmp_path / "never.xml"
+    code, stdout, err = teccl("compile", "dgx1", "-c", "allgather", "--size", "1000",
+                              "--chunks", "3", "-o", str(out))
+    assert code == 2 and not out.exists()
+    assert "size" in err and len(err.strip().splitlines()) == 1
+    code, _, err = teccl("compile", "dgx1", "-c", "broadcast", "--size", "8KB", "--root", "9",
+                         "-o", str(out))
+    assert code == 2 and "root" in err and not out.exists()
+    code, _, err = teccl("compile", "nosuchtopo", "-c", "allgather", "--size", "8KB")
+    assert code == 2 and "nosuchtopo" in err
+
+
+def test_existing_output_untouched_when_solver_gives_up(teccl, tmp_path):
+    out = tmp_path / "keep.xml"
+    out.write_text("old")
+    code, _, err = teccl("compile", "ring8", "-c", "allgather", "--size", "8KB",
+                         "--max-horizon", "2", "-o", str(out))
+    assert code == 3 and "infeasible" in err.lower()
+    assert out.read_text() == "old"
+
+
+def test_subprocess_exit_codes(tmp_path):
+    ok = subprocess.run([sys.executable, "-m", "te_ccl", "compile", "fc8", "-c", "alltoall",
+                         "-s", "64KB", "-o", str(tmp_path / "a.xml"), "--json"],
+                        capture_output=True, text=True)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["collective"] == "alltoall"
+    bad = subprocess.run([sys.executable, "-m", "te_ccl", "compile", "fc8", "-c", "allgathr",
+                          "-s", "64KB"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
