@@ -99,7 +99,7 @@ _RULES = [
     Rule("connection-unique", "on one GPU each (chan, send peer) and each (chan, recv peer) "
          "belongs to one thread block; two would share one connection's FIFO", True),
     Rule("connection-sequence", "sends and receives on a connection (gpu, peer, chan) match "
-         "in order: the cnt sequence sent must equal the cnt sequence received", True),
+         "in order: the cnt sequence sent must equal the cnt sequence received"),
     Rule("offset-bounds", "offset..offset+cnt must lie inside the buffer (the runtime checks "
          "only the start)", True),
     Rule("gpu-ids", "gpu ids must cover 0..ngpus-1, each once: a rank without its gpu "
