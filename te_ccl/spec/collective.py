@@ -56,7 +56,7 @@ def _one_rank(topology: Topology, item: Any) -> list[int]:
         first, last = int(lo), int(hi) if dash else int(lo)
         if last < first:
             raise ValueError(f"empty range {item!r}")
-        ranks = list(range(first, last + 1))
+        ranks = [first, last] if last >= topology.ngpus else list(range(first, last + 1))
     else:
         raise TypeError(f"expected a rank, a GPU name or a range like 0-7, got {item!r}")
     for r in ranks:

@@ -52,6 +52,7 @@ __all__ = ["load_topology", "shipped_topologies", "shipped_dir", "topology_from_
 _TOP_KEYS = ("name", "source", "description", "defaults", "generator", "gpus", "switches",
              "links")
 _MAX_NESTING = 8
+_MAX_PARALLEL = 1024
 
 
 def shipped_dir() -> Path:
@@ -156,6 +157,8 @@ def _links(f: Fields, names: set[str], default_bw: float | None,
             raise k.error("bandwidth", "missing key (and no defaults.bandwidth)")
         lat = k.get("latency", parse_time, default_lat)
         count = k.get("count", positive_int, 1)
+        if count > _MAX_PARALLEL:
+            raise k.error("count", f"expected at most {_MAX_PARALLEL} parallel links, got {count}")
         for src, dst in ends:
             for end, key in ((src, "from"), (dst, "to")):
                 if end not in names:

@@ -123,6 +123,8 @@ def test_join_node_must_exist(tmp_path):
     ("generator: {kind: ring, n: 1, bandwidth: 1GB/s}\n", "n >= 2"),
     ("generator: {kind: ring, n: 4}\n", "generator.bandwidth: missing key"),
     ("generator: {kind: fully_connected, n: 100000, bandwidth: 1GB/s}\n", "too many"),
+    ("gpus: [a, b]\nlinks: [{between: [a, b], bandwidth: 1GB/s, count: 10000000000}]\n",
+     "at most 1024 parallel links"),
 ])
 def test_errors(tmp_path, text, fragment):
     with pytest.raises(SpecError) as exc:
