@@ -6,12 +6,10 @@ object instead.
 
 from __future__ import annotations
 
-import json
-
 import click
-from rich.console import Console
 from rich.table import Table
 
+from te_ccl.cli.common import emit_json, out_console
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology.metrics import link_groups, summarize
 from te_ccl.topology.model import Topology
@@ -36,7 +34,7 @@ def list_command(as_json: bool) -> None:
     """Every shipped topology with its size."""
     rows = [_overview(load_topology(name)) for name in shipped_topologies()]
     if as_json:
-        click.echo(json.dumps({"topologies": rows}))
+        emit_json({"topologies": rows})
         return
     table = Table(title="shipped topologies (teccl topo show NAME)")
     for col in ("name", "GPUs", "switches", "links", "description"):
@@ -44,7 +42,7 @@ def list_command(as_json: bool) -> None:
     for r in rows:
         table.add_row(r["name"], str(r["ngpus"]), str(r["nswitches"]), str(r["nlinks"]),
                       r["description"])
-    Console().print(table)
+    out_console.print(table)
 
 
 def _show_data(t: Topology) -> dict:
@@ -72,7 +70,7 @@ def _names(names: list[str], limit: int = 12) -> str:
 
 
 def _print_show(d: dict) -> None:
-    console = Console()
+    console = out_console
     bis = format_bandwidth(d["bisection_Bps"]) + ("" if d["bisection_exact"] else " (approx)")
     summary = Table(title=f"{d['topology']}: {d['description']}", show_header=False)
     summary.add_column(style="bold")
@@ -109,6 +107,6 @@ def show_command(topology: str, as_json: bool) -> None:
     """Nodes, links grouped by bandwidth, diameter and bisection bandwidth of TOPOLOGY."""
     data = _show_data(load_topology(topology))
     if as_json:
-        click.echo(json.dumps(data))
+        emit_json(data)
     else:
         _print_show(data)
