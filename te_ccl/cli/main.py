@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "verify": "te_ccl.cli.verify:verify_cmd",
     "topo": "te_ccl.cli.topo:topo",
     "compile": "te_ccl.cli.compile:compile_cmd",
+    "sweep": "te_ccl.cli.sweep:sweep_cmd",
 }
 
 

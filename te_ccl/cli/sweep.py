@@ -1,0 +1,142 @@
+"""``teccl sweep``: compile a whole algorithm library from a grid, locally or on Ray."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+import click
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+from rich.table import Table
+
+from te_ccl.cli.common import emit_json, err_console
+from te_ccl.errors import SpecError
+
+_RESULT_FIELDS = ("name", "key", "status", "reason", "topology", "collective", "size_bytes",
+                  "min_bytes", "max_bytes", "chunks", "inplace", "proto", "backend",
+                  "finish_time_s", "sim_finish_time_s", "bound_ratio", "xml")
+
+
+@click.command("sweep")
+@click.argument("grid", type=click.Path(dir_okay=False))
+@click.option("-o", "--output", "out_dir", required=True, metavar="DIR",
+              help="Results directory (created; reused to resume).")
+@click.option("--workers", type=int, default=None, metavar="N",
+              help="Local worker processes (default: the CPUs this process may use).")
+@click.option("--ray-address", metavar="ADDR",
+              help="Run on a Ray cluster: auto, HOST:PORT or ray://HOST:PORT.")
+@click.option("--retry-failed", is_flag=True, help="Run failed and timed-out points again.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
+@click.pass_context
+def sweep_cmd(ctx: click.Context, grid: str, out_dir: str, workers: int | None,
+              ray_address: str | None, retry_failed: bool, as_json: bool) -> None:
+    """Compile every point of GRID (topologies × collectives × sizes × options) into DIR.
+
+    DIR gets one MSCCL XML per point, index.csv with every metric, and msccl/TOPOLOGY/
+    (an MSCCL_ALGO_DIR with the fastest algorithm per size range). Points already done
+    with the same inputs and teccl version are skipped. Exit 0 if every point succeeded,
+    1 if some failed.
+    """
+    from te_ccl.sweep.driver import plan_sweep
+    from te_ccl.sweep.grid import load_grid
+    from te_ccl.sweep.points import expand_grid
+    from te_ccl.sweep.store import ResultStore
+
+    start = time.monotonic()
+    g = load_grid(grid)
+    points = expand_grid(g)
+    executor = _executor(workers, ray_address)
+    store = ResultStore(out_dir)
+    plan = plan_sweep(points, store, retry_failed=retry_failed)
+    quiet = as_json or not err_console.is_terminal
+    if not quiet:
+        err_console.print(f"sweep {g.name}: {len(points)} points, {len(plan.done)} already done, "
+                          f"{len(plan.todo)} to run on {executor.description}")
+    try:
+        outcome = _run_with_progress(plan, store, executor, quiet)
+    except KeyboardInterrupt:
+        err_console.print(f"interrupted: finished points are kept in {out_dir}; "
+                          "rerun the same command to resume")
+        raise
+    info = _summary(g, out_dir, executor.description, outcome, time.monotonic() - start)
+    if as_json:
+        emit_json(info)
+    else:
+        err_console.print(_table(info))
+    if not outcome.all_ok:
+        ctx.exit(1)
+
+
+def _executor(workers: int | None, ray_address: str | None) -> Any:
+    from te_ccl.sweep.executors import LocalExecutor, RayExecutor
+
+    if ray_address is not None:
+        if workers is not None:
+            raise SpecError("--workers is for the local executor; Ray uses the cluster's CPUs",
+                            key="--workers")
+        return RayExecutor(ray_address)
+    return LocalExecutor(workers if workers is not None else len(os.sched_getaffinity(0)))
+
+
+def _run_with_progress(plan: Any, store: Any, executor: Any, quiet: bool) -> Any:
+    from te_ccl.sweep.driver import run_sweep
+
+    columns = (TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("ok {task.fields[ok]} · [red]failed {task.fields[failed]}[/] · "
+                          "running {task.fields[running]}"),
+               TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn())
+    counts = {"ok": sum(r["status"] == "ok" for r in plan.done.values())}
+    counts["failed"] = len(plan.done) - counts["ok"]
+    left = len(plan.todo)
+    with Progress(*columns, console=err_console, disable=quiet) as progress:
+        task = progress.add_task("sweep", total=len(plan.points), completed=len(plan.done),
+                                 running=min(executor.capacity, left), **counts)
+
+        def on_record(record: dict[str, Any]) -> None:
+            nonlocal left
+            left -= 1
+            counts["ok" if record["status"] == "ok" else "failed"] += 1
+            progress.update(task, advance=1, running=min(executor.capacity, left), **counts)
+            if record["status"] != "ok" and not quiet:
+                progress.console.print(f"[red]{record['status']}[/] {record['name']}: "
+                                       f"{record['reason']}")
+
+        return run_sweep(plan, store, executor, on_record=on_record)
+
+
+def _summary(g: Any, out_dir: str, executor: str, outcome: Any, wall_s: float) -> dict[str, Any]:
+    records = [outcome.records.get(p.key, {"name": p.name, "key": p.key, "status": "pending"})
+               for p in outcome.points]
+    msccl = sorted({f"{out_dir}/msccl/{p.topology.name}" for p in outcome.points})
+    return {
+        "grid": g.file, "name": g.name, "output": out_dir, "executor": executor,
+        "points": len(outcome.points), "skipped": outcome.skipped,
+        "ok": outcome.counts["ok"], "failed": outcome.counts["failed"],
+        "timeout": outcome.counts["timeout"], "index": str(outcome.index),
+        "msccl_dirs": msccl, "wall_time_s": round(wall_s, 3),
+        "results": [{k: r.get(k) for k in _RESULT_FIELDS} for r in records],
+    }
+
+
+def _table(info: dict[str, Any]) -> Table:
+    t = Table(title=f"sweep {info['name']}: {info['ok']}/{info['points']} ok "
+                    f"({info['skipped']} skipped as done)")
+    for col in ("point", "status", "finish", "ratio to bound", "note"):
+        t.add_column(col)
+    from te_ccl.units import format_time
+
+    for r in info["results"]:
+        finish = format_time(r["finish_time_s"]) if r.get("finish_time_s") else "-"
+        ratio = f"{r['bound_ratio']:.3f}" if r.get("bound_ratio") else "-"
+        style = "green" if r["status"] == "ok" else "red"
+        t.add_row(r["name"], f"[{style}]{r['status']}[/]", finish, ratio, r.get("reason") or "")
+    t.caption = f"index: {info['index']}; MSCCL dirs: {', '.join(info['msccl_dirs'])}"
+    return t

@@ -1,0 +1,128 @@
+"""One point of a sweep: compile, verify, simulate — and never raise.
+
+:func:`run_point` is what every executor runs, in a worker process or a Ray task. It
+returns the XML as bytes instead of writing it, so a worker on another node needs no
+shared file system: the parent's :mod:`te_ccl.sweep.store` writes everything.
+
+A point that fails (bad horizon, solver gave up, XML refused by the verifier, even a
+bug) or overruns its hard limit becomes a record with ``status`` ``failed`` or
+``timeout`` and a one-line ``reason``; the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from te_ccl import __version__
+from te_ccl.errors import TecclError
+from te_ccl.sweep.points import Point
+
+__all__ = ["PointResult", "PointTimeout", "run_point", "failure_record", "hard_limit_s",
+           "TIMING_FIELDS"]
+
+# Fields that differ between two runs of the same point (everything else is reproducible).
+TIMING_FIELDS = ("solver_time_s", "wall_time_s", "host")
+_SUMMARY_FIELDS = ("solver_time_s", "epochs", "epoch_s", "finish_time_s", "algbw_GBps",
+                   "busbw_GBps", "lower_bound_s", "bound_ratio", "optimal", "variables",
+                   "constraints", "transfers")
+
+
+class PointTimeout(BaseException):
+    """The point overran its hard limit (a BaseException so no library ``except`` eats it)."""
+
+
+@dataclass(frozen=True)
+class PointResult:
+    """The point's record (JSON-able, one row of ``index.csv``) and its XML if it succeeded."""
+
+    record: dict[str, Any]
+    xml: bytes | None = None
+
+
+def hard_limit_s(point: Point) -> float:
+    """Wall-clock cap of a point: the solver's budget plus room to lower, verify, simulate."""
+    return 1.5 * point.params.time_limit_s + 10.0
+
+
+def run_point(point: Point) -> PointResult:
+    """Compile, verify (the pipeline verifies the XML before returning it) and simulate."""
+    start = time.monotonic()
+    try:
+        with _watchdog(hard_limit_s(point)):
+            record, xml = _compile(point)
+    except PointTimeout:
+        return failure_record(point, "timeout", f"stopped after the point's hard limit of "
+                                                f"{hard_limit_s(point):.0f}s", start)
+    except TecclError as e:
+        return failure_record(point, "failed", f"{type(e).__name__}: {e}", start)
+    except Exception as e:  # noqa: BLE001 - a bug in one point must not stop the sweep
+        return failure_record(point, "failed", f"internal error: {type(e).__name__}: {e}", start)
+    record["wall_time_s"] = round(time.monotonic() - start, 4)
+    return PointResult(record, xml)
+
+
+def failure_record(point: Point, status: str, reason: str,
+                   start: float | None = None) -> PointResult:
+    """The record of a point that produced no algorithm."""
+    record = _base(point, status, reason)
+    record["wall_time_s"] = round(time.monotonic() - start, 4) if start is not None else None
+    return PointResult(record)
+
+
+def _base(point: Point, status: str, reason: str) -> dict[str, Any]:
+    return {"key": point.key, "name": point.name, "status": status, "reason": reason,
+            **point.inputs(), "teccl_version": __version__, "host": socket.gethostname()}
+
+
+def _compile(point: Point) -> tuple[dict[str, Any], bytes]:
+    from te_ccl.pipeline import CompileOptions, compile_collective, summary
+    from te_ccl.simulate import simulate_schedule
+
+    min_bytes, max_bytes = point.size.xml_bounds
+    with tempfile.TemporaryDirectory(prefix="teccl-sweep-") as tmp:
+        out = Path(tmp) / f"{point.name}.xml"
+        options = CompileOptions(output=str(out), fmt="xml", min_bytes=min_bytes,
+                                 max_bytes=max_bytes, name=point.name)
+        result = compile_collective(point.topology, point.collective, point.params, options)
+        xml = out.read_bytes()
+    info = summary(result, point.topology)
+    sim = simulate_schedule(result.schedule)
+    record = _base(point, "ok", "")
+    record.update({k: info[k] for k in _SUMMARY_FIELDS})
+    record["backend_used"] = info["backend"]
+    record["solver_status"] = info["status"]
+    record["notes"] = "; ".join(info["notes"])
+    record["sim_finish_time_s"] = sim.finish_time_s
+    finish = info["finish_time_s"]
+    record["sim_ratio"] = sim.finish_time_s / finish if finish else None
+    return record, xml
+
+
+@contextmanager
+def _watchdog(seconds: float) -> Iterator[None]:
+    """Raise :class:`PointTimeout` after ``seconds`` (main thread of a POSIX process only;
+    OR-Tools returns within its own time limit, so the signal is handled soon after)."""
+    usable = hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    if not usable:
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise PointTimeout
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

@@ -1,0 +1,129 @@
+"""The results directory of a sweep: MSCCL-ready, resumable, never half-written.
+
+Layout::
+
+    DIR/index.csv                 one row per point of the grid, every metric
+    DIR/points/NAME.xml           the algorithm of every successful point
+    DIR/records/KEY.json          one record per finished point (ok, failed or timeout)
+    DIR/msccl/TOPOLOGY/NAME.xml   MSCCL_ALGO_DIR for a cluster of that topology
+
+A point's XML is written before its record, and both atomically, so a record on disk
+means the point is complete — that is what resume trusts, and why Ctrl-C loses
+nothing that finished. Several points may serve the same messages (chunkings,
+protocols, backends of one size range); ``msccl/TOPOLOGY`` holds only the fastest of
+each group (by simulated finish time), so the runtime's choice by ``minBytes`` /
+``maxBytes`` is unambiguous and the best one.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from te_ccl.outputs import write_atomic
+from te_ccl.sweep.points import Point
+from te_ccl.sweep.run import PointResult
+
+__all__ = ["COLUMNS", "ResultStore"]
+
+COLUMNS = (
+    "name", "key", "status", "reason", "topology", "collective", "root", "ranks", "ngpus",
+    "size_bytes", "min_bytes", "max_bytes", "chunks", "inplace", "proto", "backend",
+    "backend_used", "time_limit_s", "epochs", "epoch_s", "finish_time_s", "sim_finish_time_s",
+    "sim_ratio", "lower_bound_s", "bound_ratio", "algbw_GBps", "busbw_GBps", "optimal",
+    "solver_status", "solver_time_s", "wall_time_s", "variables", "constraints", "transfers",
+    "xml", "xml_sha256", "selected", "notes", "teccl_version", "host",
+)
+
+
+class ResultStore:
+    """Reads and writes one results directory (see the module docstring)."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def record_path(self, point: Point) -> Path:
+        return self.root / "records" / f"{point.key}.json"
+
+    def load(self, point: Point) -> dict[str, Any] | None:
+        """The stored record of ``point`` if it is complete (its XML intact), else None."""
+        try:
+            record = json.loads(self.record_path(point).read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(record, dict) or record.get("key") != point.key:
+            return None
+        if record.get("status") == "ok":
+            try:
+                data = (self.root / record["xml"]).read_bytes()
+            except (OSError, KeyError, TypeError):
+                return None
+            if hashlib.sha256(data).hexdigest() != record.get("xml_sha256"):
+                return None
+        return record
+
+    def save(self, result: PointResult) -> dict[str, Any]:
+        """Write the point's XML (if any), then its record; returns the stored record."""
+        record = dict(result.record)
+        if result.xml is not None:
+            rel = f"points/{record['name']}.xml"
+            write_atomic(self.root / rel, result.xml)
+            record["xml"] = rel
+            record["xml_sha256"] = hashlib.sha256(result.xml).hexdigest()
+        write_atomic(self.root / "records" / f"{record['key']}.json",
+                     json.dumps(record, indent=2, sort_keys=True) + "\n")
+        return record
+
+    def finish(self, points: list[Point], records: dict[str, dict[str, Any]]) -> Path:
+        """Publish the winners to ``msccl/`` and write ``index.csv`` for the grid's points."""
+        winners = self._winners(points, records)
+        self._publish(points, records, winners)
+        rows = []
+        for p in points:
+            record = records.get(p.key)
+            if record is None:  # interrupted before this point ran
+                record = {"name": p.name, "key": p.key, "status": "pending", **p.inputs()}
+            rows.append({**record, "selected": p.key in winners})
+        index = self.root / "index.csv"
+        write_atomic(index, _csv(rows))
+        return index
+
+    @staticmethod
+    def _winners(points: list[Point], records: dict[str, dict[str, Any]]) -> set[str]:
+        best: dict[tuple, tuple] = {}
+        for p in points:
+            r = records.get(p.key)
+            if r is None or r.get("status") != "ok":
+                continue
+            rank = (r.get("sim_finish_time_s") or r["finish_time_s"], r["finish_time_s"], p.name)
+            if p.group not in best or rank < best[p.group][0]:
+                best[p.group] = (rank, p.key)
+        return {key for _, key in best.values()}
+
+    def _publish(self, points: list[Point], records: dict[str, dict[str, Any]],
+                 winners: set[str]) -> None:
+        keep: dict[Path, set[str]] = {self.root / "msccl" / p.topology.name: set() for p in points}
+        for p in points:
+            if p.key in winners:
+                folder = self.root / "msccl" / p.topology.name
+                write_atomic(folder / f"{p.name}.xml",
+                             (self.root / records[p.key]["xml"]).read_bytes())
+                keep[folder].add(f"{p.name}.xml")
+        for folder, names in keep.items():
+            for stale in folder.glob("*.xml") if folder.is_dir() else ():
+                if stale.name not in names:
+                    stale.unlink()
+
+
+def _csv(rows: Iterable[dict[str, Any]]) -> str:
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: ("" if row.get(k) is None else row.get(k)) for k in COLUMNS})
+    return buf.getvalue()
