@@ -102,6 +102,6 @@ class CollectiveOp:
     def endpoint_injected_bytes(self) -> float:
         """Bytes one member sends with an endpoint (ring / direct) algorithm."""
         n, d = self.n, self.size_bytes
-        return {"allreduce": 2 * (n - 1) / n * d, "reducescatter": (n - 1) / n * d,
-                "allgather": (n - 1) / n * d, "broadcast": d, "reduce": d,
-                "alltoall": (n - 1) / n * d, "sendrecv": d}[self.kind]
+        if self.kind in ("broadcast", "reduce", "sendrecv"):
+            return d
+        return (2 if self.kind == "allreduce" else 1) * (n - 1) / n * d
