@@ -39,10 +39,15 @@ class Formulation:
         return len(self.variables), len(self.rows)
 
 
-def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None = None
-              ) -> Formulation:
-    """Rows (1)–(8) of :mod:`te_ccl.model.constraints` for ``problem`` over ``horizon`` epochs."""
-    ten = TimeExpandedNetwork(problem, horizon)
+def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None = None, *,
+              start_limit: int | None = None, demands: bool = True,
+              receive_once: bool = False) -> Formulation:
+    """Rows (1)–(8) of :mod:`te_ccl.model.constraints` for ``problem`` over ``horizon`` epochs.
+
+    A round of the ``rounds`` backend passes ``start_limit`` (transfers start before it),
+    ``demands=False`` (its objective rewards progress instead) and ``receive_once`` (7).
+    """
+    ten = TimeExpandedNetwork(problem, horizon, start_limit)
     copies, buffered = problem.copy_nodes, problem.buffered_nodes
     rows: list[cons.Row] = []
     rows += cons.capacity(ten)
@@ -50,8 +55,9 @@ def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None
     rows += cons.cut_through(ten, lambda n: n in copies and n not in buffered)
     rows += cons.conserve(ten, lambda n: n not in copies and n in buffered)
     rows += cons.route(ten, lambda n: n not in copies and n not in buffered)
-    rows += cons.demand(ten)
-    if problem.tree:
+    if demands:
+        rows += cons.demand(ten)
+    if problem.tree or receive_once:
         rows += cons.tree(ten)
     if problem.relay_limit:
         rows += cons.relay(ten)

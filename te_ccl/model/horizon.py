@@ -33,7 +33,7 @@ def horizon_lower_bound(problem: Problem) -> int:
         for v in unmet:
             lo = max(lo, first.get(v, 1 << 30))
             need[v] += 1
-    for c, v, _ in problem.state.incoming:
+    for _, v, _ in problem.state.incoming:
         need[v] -= 1
     for v, n in need.items():
         h = lo

@@ -55,9 +55,10 @@ def distances(problem: Problem, starts: dict[str, int], *, reverse: bool = False
 class TimeExpandedNetwork:
     """Variable keys and arrival sums of ``problem`` for ``horizon`` epochs (0 … H)."""
 
-    def __init__(self, problem: Problem, horizon: int) -> None:
+    def __init__(self, problem: Problem, horizon: int, start_limit: int | None = None) -> None:
         self.problem = problem
         self.horizon = horizon
+        self.start_limit = horizon if start_limit is None else start_limit
         self.x: list[XKey] = []
         for d in problem.demands:
             self.x.extend(self._chunk_vars(d))
@@ -87,6 +88,9 @@ class TimeExpandedNetwork:
             if p.holds(d.chunk, v) or u == lone or u not in first or v not in to_dest:
                 continue
             last = H - lt.delay - to_dest[v]
+            if v not in p.buffered_nodes:  # arrive while the window is open, to be forwarded
+                last = min(last, self.start_limit - 1 - lt.delay)
+            last = min(last, self.start_limit - 1)
             out.extend((d.chunk, key, t) for t in range(first[u], last + 1))
         return out
 
