@@ -164,3 +164,10 @@ def test_read_of_a_chunk_never_written() -> None:
     bad = [f for f in report.findings if f.rule == "uninitialized-read"]
     assert {(f.gpu, f.tb, f.step) for f in bad} == {(0, 0, 0), (1, 0, 0)}
     assert "s[0]" in bad[0].message
+
+
+def test_root_inference_survives_garbage_in_the_output() -> None:
+    # found by the property test: rank 0 sends an output chunk it never wrote
+    text = edit(reduce(), (0, 0, 0), srcbuf="o")
+    assert {"uninitialized-read", "root"} <= verify_msccl(text).rules()
+    assert {"uninitialized-read", "wrong-result"} <= verify_msccl(text, root=1).rules()

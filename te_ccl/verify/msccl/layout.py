@@ -124,7 +124,7 @@ class Layout:
         found = set()
         for rank, mem in final.items():
             for k in range(span):
-                for origin, _ in mem.get(self.slot(rank, "o", k), ()):
+                for origin, _ in mem.get(self.slot(rank, "o", k)) or ():
                     if origin not in (rank, -1):
                         found.add(origin if self.coll in ("broadcast", "scatter") else rank)
         return sorted(found)
