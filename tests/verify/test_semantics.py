@@ -171,3 +171,9 @@ def test_root_inference_survives_garbage_in_the_output() -> None:
     text = edit(reduce(), (0, 0, 0), srcbuf="o")
     assert {"uninitialized-read", "root"} <= verify_msccl(text).rules()
     assert {"uninitialized-read", "wrong-result"} <= verify_msccl(text, root=1).rules()
+
+
+def test_declared_buffer_larger_than_the_users_buffer() -> None:
+    text = allgather(0).replace('i_chunks="1"', 'i_chunks="2"', 1)
+    bad = [f for f in verify_msccl(text).findings if f.rule == "buffer-size"]
+    assert bad and bad[0].gpu == 0 and "only 1" in bad[0].message

@@ -3,6 +3,12 @@
 Reads a file the way the runtime's parser does, applies the parser's own checks and the
 rules it leaves unchecked, then executes every rank and thread block symbolically.
 Shares nothing with the solver or the lowering: it decides from the file alone.
+
+Usage::
+
+    report = verify_msccl("allgather.xml", root=None, max_steps=64, fifo_slots=8)
+    report.valid, [(f.rule, f.gpu, f.tb, f.step, f.message) for f in report.findings]
+    algo = read_msccl("allgather.xml")   # typed Algo/Gpu/Threadblock/Step, or an error
 """
 
 from te_ccl.verify.msccl.findings import RULES, Finding, Rule
@@ -14,6 +20,7 @@ from te_ccl.verify.msccl.reader import (
     parse_msccl,
     read_msccl,
 )
+from te_ccl.verify.msccl.verify import Report, verify_msccl
 
-__all__ = ["Algo", "Gpu", "Threadblock", "Step", "Finding", "Rule", "RULES", "read_msccl",
+__all__ = ["verify_msccl", "Report", "Algo", "Gpu", "Threadblock", "Step", "Finding", "Rule", "RULES", "read_msccl",
            "parse_msccl", "MscclReadError", "MscclSyntaxError", "MscclFormatError"]

@@ -108,6 +108,8 @@ _RULES = [
          "the default runtime build)"),
     Rule("chunk-layout", "nchunksperloop must divide into the collective's per-rank chunks",
          True),
+    Rule("buffer-size", "i_chunks/o_chunks may not exceed the chunks the user's buffers "
+         "hold for this collective: steps beyond them touch memory outside sendbuff/recvbuff"),
     Rule("root", "rooted collectives need a root; pass --root when it cannot be inferred",
          True),
     Rule("inplace-flags", "an algorithm must be usable in-place or out-of-place"),

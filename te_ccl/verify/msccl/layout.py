@@ -87,6 +87,15 @@ class Layout:
         return self.c if self.coll in _INPUT_IN_OUTPUT else (
             self.ngpus * self.c if self.coll in ("alltoall", "scatter") else self.nchunksperloop)
 
+    def capacity(self) -> dict[str, int]:
+        """Chunks the user's send/recv buffers really have (``i``/``o``; scratch is sized
+        from ``s_chunks``). Larger ``i_chunks``/``o_chunks`` let steps touch other memory."""
+        n, big = self.nchunksperloop, self.ngpus * self.c
+        sizes = {"allgather": (self.c, big), "gather": (self.c, big), "alltoall": (big, big),
+                 "reducescatter": (big, self.c), "scatter": (big, self.c)}
+        i, o = sizes.get(self.coll, (n, n))
+        return {"i": i, "o": o}
+
     def initial(self, rank: int) -> dict[Slot, Value]:
         """Every rank's input data (the root's is the one that matters for rooted ones)."""
         return {self.slot(rank, "i", k): ((rank, k),) for k in range(self._inputs())}

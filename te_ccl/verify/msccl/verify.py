@@ -97,7 +97,7 @@ def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | No
             found.append(finding("chunk-layout", problem))
             break
         run = execute(algo, layout, fifo_slots=fifo_slots)
-        extra = list(run.findings)
+        extra = _sizes(algo, layout) + run.findings
         if algo.coll in ROOTED and root is None and run.completed:
             root, inferred, why = _infer_root(layout, run)
             if why:
@@ -115,6 +115,16 @@ def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | No
         notes.append(f"root {root} inferred from the data flow (pass --root to fix it)")
     return Report(source, algo, tuple(found), executed=bool(modes), root=root,
                   root_inferred=inferred, notes=tuple(notes))
+
+
+def _sizes(algo: Algo, layout: Layout) -> list[Finding]:
+    if algo.coll not in SUPPORTED:
+        return []
+    cap = layout.capacity()
+    return [finding("buffer-size", f"{buf}_chunks={gpu.chunks(buf)} but {algo.coll} with "
+                    f"nchunksperloop={algo.nchunksperloop} gives rank {gpu.id} only {cap[buf]}",
+                    gpu=gpu.id, line=gpu.line)
+            for gpu in algo.gpus for buf in ("i", "o") if gpu.chunks(buf) > cap[buf]]
 
 
 def _tag(f: Finding, mode: str) -> Finding:
