@@ -18,6 +18,7 @@ from te_ccl.errors import TecclError
 COMMANDS: dict[str, str] = {
     "verify": "te_ccl.cli.verify:verify_cmd",
     "topo": "te_ccl.cli.topo:topo",
+    "fred": "te_ccl.cli.fred:fred",
     "compile": "te_ccl.cli.compile:compile_cmd",
     "sweep": "te_ccl.cli.sweep:sweep_cmd",
 }

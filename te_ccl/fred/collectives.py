@@ -27,12 +27,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from te_ccl.fred.ops import CollectiveOp, Stream
+from te_ccl.fred.ops import CLASSES, CollectiveOp, Stream
 from te_ccl.fred.routing import Flow, Routing, route_phases
-from te_ccl.fred.wafer import Wafer
+from te_ccl.fred.wafer import Wafer, wafer_from_topology
+from te_ccl.schedule import Schedule
+from te_ccl.topology.model import Topology
 
-__all__ = ["FlowInfo", "FredPhase", "CommResult", "compile_fred", "endpoint_loads"]
+__all__ = ["FlowInfo", "FredPhase", "CommResult", "compile_fred", "endpoint_loads",
+           "routed_phases", "fred_tables_for"]
 
 
 @dataclass(frozen=True)
@@ -134,22 +138,38 @@ def _build_phases(wafer: Wafer, ops: tuple[CollectiveOp, ...], steps: list[list[
     t = start_s
     for (j, rnd), dur in zip(rounds, durations, strict=True):
         infos = [fi for it in rnd for fi in _flows_of(wafer, ops, it, j, nsteps)]
-        by_switch: dict[str, list[Flow]] = defaultdict(list)
-        for fi in infos:
-            by_switch[fi.switch].append(fi.flow)
-        splits = {sw: route_phases(wafer.switches[sw], fl) for sw, fl in by_switch.items()}
-        count = max((len(s.phases) for s in splits.values()), default=1)
-        notes.extend(c for s in splits.values() for c in s.conflicts)
-        per = dur if fluid_time_s is not None else dur * count
-        cls = min((ops[it.op].cls for it in rnd), key=("MP", "PP", "DP", "IO").index)
-        for k in range(count):
-            routed = {sw: s.phases[k] for sw, s in splits.items() if k < len(s.phases)}
-            mine = {(sw, f.id) for sw, r in routed.items() for f in r.flows}
-            phase_flows = tuple(fi for fi in infos if (fi.switch, fi.flow.id) in mine)
-            phases.append(FredPhase(len(phases), cls, phase_flows, routed,
-                                    t + k * per / count, t + (k + 1) * per / count))
-        t += per
+        cls = min((ops[it.op].cls for it in rnd), key=CLASSES.index)
+        routed, conflicts = routed_phases(wafer, infos, len(phases), t, dur, cls,
+                                          split_span=fluid_time_s is not None)
+        phases.extend(routed)
+        notes.extend(conflicts)
+        t = routed[-1].end_s
     return phases, t - start_s, notes
+
+
+def routed_phases(wafer: Wafer, infos: Sequence[FlowInfo], first: int, start_s: float,
+                  span_s: float, cls: str, *, split_span: bool = False
+                  ) -> tuple[list[FredPhase], list[str]]:
+    """Route one round's flows on every switch; a conflict adds phases.
+
+    Each added phase lasts ``span_s`` (the time stretches), or with ``split_span`` the
+    phases share ``span_s`` (the time is fixed by another model). Returns the phases
+    (indices from ``first``) and the conflict reports.
+    """
+    by_switch: dict[str, list[Flow]] = defaultdict(list)
+    for fi in infos:
+        by_switch[fi.switch].append(fi.flow)
+    splits = {sw: route_phases(wafer.switches[sw], fl) for sw, fl in by_switch.items()}
+    count = max((len(s.phases) for s in splits.values()), default=1)
+    per = span_s / count if split_span else span_s
+    phases = []
+    for k in range(count):
+        routed = {sw: s.phases[k] for sw, s in splits.items() if k < len(s.phases)}
+        mine = {(sw, f.id) for sw, r in routed.items() for f in r.flows}
+        phases.append(FredPhase(first + k, cls,
+                                tuple(fi for fi in infos if (fi.switch, fi.flow.id) in mine),
+                                routed, start_s + k * per, start_s + (k + 1) * per))
+    return phases, [c for s in splits.values() for c in s.conflicts]
 
 
 def _pack(wafer: Wafer, items: list[_Item]) -> list[list[_Item]]:
@@ -264,3 +284,35 @@ def _endpoint_steps(op: CollectiveOp) -> list[list[Stream]]:
             order.reverse()
         return [[Stream((a,), (b,), op.size_bytes) for a, b in _ring_edges(order, wrap=False)]]
     return op.steps()
+
+
+def fred_tables_for(schedule_or_phases: Schedule | CommResult | Sequence[FredPhase],
+                    topology: Topology, out_dir: str | Path) -> list[Path]:
+    """Write the FRED switch tables of a compiled schedule (``teccl compile --fred-tables``).
+
+    ``schedule_or_phases`` is a solved :class:`~te_ccl.schedule.Schedule` on a FRED
+    topology (each epoch's switch crossings become phases,
+    :func:`te_ccl.fred.from_schedule.phases_from_schedule`), a :class:`CommResult` from
+    :func:`compile_fred`, or its phases. Writes ``flows.csv``, ``uswitches.csv``,
+    ``phases.csv`` and ``tables.json`` into ``out_dir`` (atomically, each file) and
+    returns their paths.
+
+    Raises
+    ------
+    SpecError
+        If ``topology`` is not a two-level FRED wafer.
+    VerificationError
+        If a routed phase fails a table check.
+    """
+    from te_ccl.fred.from_schedule import phases_from_schedule
+    from te_ccl.lower.fred import write_fred_tables
+
+    wafer = wafer_from_topology(topology)
+    if isinstance(schedule_or_phases, Schedule):
+        phases = phases_from_schedule(schedule_or_phases, wafer)
+    elif isinstance(schedule_or_phases, CommResult):
+        phases = list(schedule_or_phases.phases)
+    else:
+        phases = list(schedule_or_phases)
+    summary = write_fred_tables(phases, wafer, out_dir)
+    return [Path(p) for p in summary["output"]]

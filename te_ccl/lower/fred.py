@@ -24,6 +24,7 @@ import io
 import json
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +33,11 @@ from te_ccl.fred.collectives import FredPhase
 from te_ccl.fred.encoding import SRAM_BYTES, encoded_bits
 from te_ccl.fred.ops import CLASSES
 from te_ccl.fred.routing import check_ports
+from te_ccl.fred.switch import FredSwitch
 from te_ccl.fred.wafer import Wafer
 from te_ccl.outputs import write_atomic
 
-__all__ = ["flow_rows", "uswitch_rows", "phase_rows", "check_phases", "config_sizes",
+__all__ = ["SwitchSet", "flow_rows", "uswitch_rows", "phase_rows", "check_phases", "config_sizes",
            "lower_to_fred_tables", "write_fred_tables"]
 
 SCHEMA = "teccl-fred-tables/1"
@@ -47,6 +49,20 @@ USWITCH_COLUMNS = ("switch", "phase", "element", "recursion_level", "stage", "ki
 PHASE_COLUMNS = ("phase", "default_unicast", "start_s", "end_s", "priority_class", "preempts")
 
 
+@dataclass(frozen=True)
+class SwitchSet:
+    """Stand-alone FRED switches (no wafer around them), e.g. for ``teccl fred route``."""
+
+    name: str
+    switches: dict[str, FredSwitch]
+
+    def level(self, switch: str) -> str:
+        return "switch"
+
+
+Fabric = Wafer | SwitchSet
+
+
 def _ports(ports: Sequence[int]) -> str:
     return " ".join(str(p) for p in ports)
 
@@ -55,7 +71,7 @@ def _is_unicast(phase: FredPhase) -> bool:
     return all(len(fi.flow.inputs) == 1 and len(fi.flow.outputs) == 1 for fi in phase.flows)
 
 
-def flow_rows(phases: Sequence[FredPhase], wafer: Wafer) -> list[dict[str, Any]]:
+def flow_rows(phases: Sequence[FredPhase], wafer: Fabric) -> list[dict[str, Any]]:
     rows = []
     for ph in phases:
         for fi in ph.flows:
@@ -143,7 +159,7 @@ def _element_problems(s) -> list[str]:
     return out
 
 
-def lower_to_fred_tables(phases: Sequence[FredPhase], wafer: Wafer) -> dict[str, Any]:
+def lower_to_fred_tables(phases: Sequence[FredPhase], wafer: Fabric) -> dict[str, Any]:
     """The three tables, the checks and the SRAM use, as one JSON-ready dict.
 
     Raises
@@ -170,7 +186,7 @@ def _csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     return buf.getvalue()
 
 
-def write_fred_tables(phases: Sequence[FredPhase], wafer: Wafer,
+def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric,
                       out_dir: str | Path) -> dict[str, Any]:
     """Write ``flows.csv``, ``uswitches.csv``, ``phases.csv`` and ``tables.json`` atomically.
 

@@ -1,0 +1,241 @@
+"""``teccl fred show | route | phase | evaluate``: the FRED switch, its routing, the wafer.
+
+Tables are the commands' data and go to stdout; ``--json`` prints one JSON object
+instead. Routing conflicts are not errors: they are resolved by more phases and
+reported.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+from rich.table import Table
+from rich.tree import Tree
+
+from te_ccl.cli.common import emit_json, err_console, out_console
+from te_ccl.errors import SpecError
+from te_ccl.fred.collectives import FlowInfo, FredPhase
+from te_ccl.fred.routing import Flow, PhaseSplit, route_phases
+from te_ccl.fred.switch import FredSwitch, build_fred
+from te_ccl.units import UnitError, parse_size
+
+__all__ = ["fred"]
+
+
+@click.group()
+def fred() -> None:
+    """FRED wafer-scale fabric: switch structure, flow routing, 3D-parallel evaluation."""
+
+
+def _tree(sw: FredSwitch, node: Tree, depth: int) -> None:
+    if sw.base:
+        node.add(f"[green]{sw.base.path}[/] RD base")
+        return
+    extra = " + DEMUX" if sw.demux else ""
+    node.add(f"input stage: {sw.r} R µSwitches{extra} ({sw.inputs[0].path} …)")
+    for mid in sw.middles:
+        label = f"[bold]{mid.path}[/] FRED_{mid.m}({mid.ports}), {mid.element_count} µSwitches"
+        child = node.add(label)
+        if depth > 1:
+            _tree(mid, child, depth - 1)
+    node.add(f"output stage: {sw.r} D µSwitches{' + MUX' if sw.mux else ''}")
+
+
+@fred.command("show")
+@click.option("--ports", "-p", type=int, default=8, show_default=True, help="Radix P.")
+@click.option("--m", "m", type=int, default=3, show_default=True, help="Middle switches.")
+@click.option("--name", default="fred", show_default=True, help="Root of the element paths.")
+@click.option("--depth", type=int, default=2, show_default=True, help="Tree levels to print.")
+@click.option("--draw", "draw", metavar="FILE", help="Save a drawing (png, svg, pdf).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def show_cmd(ports: int, m: int, name: str, depth: int, draw: str | None, as_json: bool) -> None:
+    """The recursive structure of FRED_m(P)."""
+    sw = build_fred(ports, m, name)
+    if draw:
+        from te_ccl.fred.draw import draw_switch
+        draw_switch(sw, draw)
+    if as_json:
+        emit_json({"ports": ports, "m": m, "elements": sw.element_count, "depth": sw.depth,
+                   "drawing": draw, "switch": sw.to_dict()})
+        return
+    root = Tree(f"[bold]{name}[/] FRED_{m}({ports}): {sw.element_count} µSwitches, "
+                f"depth {sw.depth}")
+    _tree(sw, root, depth)
+    out_console.print(root)
+    if draw:
+        err_console.print(f"drawing written to {draw}")
+
+
+def _parse_flow(text: str, index: int) -> Flow:
+    try:
+        ins, outs = text.split(":")
+        return Flow(f"f{index}", tuple(int(x) for x in ins.split(",")),
+                    tuple(int(x) for x in outs.split(",")))
+    except ValueError:
+        raise SpecError(f"expected INPUTS:OUTPUTS such as 0,1,2,3:0,1,2,3, got {text!r}",
+                        key="--flow") from None
+
+
+def _load_phase_file(path: str) -> tuple[int | None, int | None, list[Flow]]:
+    try:
+        d = yaml.safe_load(Path(path).read_text())
+    except OSError as e:
+        raise SpecError(f"cannot read ({e.strerror})", file=path) from None
+    except yaml.YAMLError as e:
+        raise SpecError(f"not YAML ({e})", file=path) from None
+    if not isinstance(d, dict) or not isinstance(d.get("flows"), list):
+        raise SpecError("expected a mapping with a list of flows", file=path, key="flows")
+    flows = []
+    for i, f in enumerate(d["flows"]):
+        try:
+            flows.append(Flow(str(f.get("id", f"f{i}")), tuple(int(x) for x in f["inputs"]),
+                              tuple(int(x) for x in f["outputs"])))
+        except (AttributeError, KeyError, TypeError, ValueError):
+            raise SpecError("expected {id, inputs: [ports], outputs: [ports]}", file=path,
+                            key=f"flows[{i}]") from None
+    return d.get("ports"), d.get("m"), flows
+
+
+def _split_json(split: PhaseSplit) -> list[dict[str, Any]]:
+    return [{"phase": k, "colours": {f: list(c) for f, c in r.colours.items()},
+             "elements": [{"element": s.element.path, "kind": s.element.kind.value,
+                           "mode": s.mode, "flows": [u.flow for u in s.uses]}
+                          for s in r.elements]}
+            for k, r in enumerate(split.phases)]
+
+
+@fred.command("route")
+@click.option("--ports", "-p", type=int, help="Radix P (default: the phase file's, else 8).")
+@click.option("--m", "m", type=int, help="Middle switches (default: the phase file's, else 3).")
+@click.option("--flow", "flows", multiple=True, metavar="IN:OUT",
+              help="A flow: input ports, colon, output ports (0,1,2,3:0,1,2,3). Repeatable.")
+@click.option("--phase", "phase_file", metavar="FILE", help="YAML: {ports, m, flows: [...]}.")
+@click.option("--tables", metavar="DIR", help="Write the switch tables to DIR.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def route_cmd(ports: int | None, m: int | None, flows: tuple[str, ...], phase_file: str | None,
+              tables: str | None, as_json: bool) -> None:
+    """Route the flows of one phase on FRED_m(P) by conflict-graph colouring."""
+    file_ports, file_m, given = _load_phase_file(phase_file) if phase_file else (None, None, [])
+    given += [_parse_flow(t, len(given) + i) for i, t in enumerate(flows)]
+    if not given:
+        raise SpecError("give at least one --flow or a --phase file", key="--flow")
+    sw = build_fred(ports or file_ports or 8, m or file_m or 3, "switch")
+    split = route_phases(sw, given)
+    written = _route_tables(sw, split, tables) if tables else None
+    if as_json:
+        emit_json({"ports": sw.ports, "m": sw.m, "phases": len(split.phases),
+                   "conflicts": list(split.conflicts), "routing": _split_json(split),
+                   "tables": written})
+        return
+    for note in split.conflicts:
+        err_console.print(f"[yellow]conflict:[/] {note}")
+    for k, r in enumerate(split.phases):
+        table = Table(title=f"phase {k}: FRED_{sw.m}({sw.ports})")
+        for col in ("element", "kind", "mode", "flows", "middle"):
+            table.add_column(col)
+        for s in sorted(r.elements, key=lambda s: (s.element.level, s.element.path)):
+            table.add_row(s.element.path, s.element.kind.value, s.mode,
+                          " ".join(u.flow for u in s.uses),
+                          " ".join("" if u.colour is None else str(u.colour) for u in s.uses))
+        out_console.print(table)
+        out_console.print("colours (outer level first): " + "; ".join(
+            f"{f}={list(c)}" for f, c in r.colours.items()))
+    if written:
+        err_console.print(f"tables written to {tables}")
+
+
+def _route_tables(sw: FredSwitch, split: PhaseSplit, out_dir: str) -> dict[str, Any]:
+    from te_ccl.lower.fred import SwitchSet, write_fred_tables
+
+    phases = []
+    for k, r in enumerate(split.phases):
+        infos = tuple(FlowInfo(sw.path, f, "custom", _operation(f), "MP", 0, 1, 0.0,
+                               "sum" if len(f.inputs) > 1 else "none") for f in r.flows)
+        phases.append(FredPhase(k, "MP", infos, {sw.path: r}, float(k), float(k + 1)))
+    return write_fred_tables(phases, SwitchSet("switch", {sw.path: sw}), out_dir)
+
+
+def _operation(f: Flow) -> str:
+    return {(True, True): "allreduce", (True, False): "reduce", (False, True): "multicast",
+            (False, False): "unicast"}[(len(f.inputs) > 1, len(f.outputs) > 1)]
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except UnitError as e:
+        raise SpecError(str(e), key="--size") from None
+
+
+@fred.command("phase")
+@click.option("--fabric", "fabric_name", default="fred-d", show_default=True,
+              help="fred-a .. fred-d or wafer-mesh5x4.")
+@click.option("--strategy", "-s", default="MP2-DP5-PP2", show_default=True)
+@click.option("--phase", "kind", type=click.Choice(["MP", "PP", "DP"]), default="DP",
+              show_default=True)
+@click.option("--size", default="1GB", show_default=True, help="Bytes per collective.")
+@click.option("--tables", metavar="DIR", help="Write the FRED switch tables to DIR.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def phase_cmd(fabric_name: str, strategy: str, kind: str, size: str, tables: str | None,
+              as_json: bool) -> None:
+    """Compile one 3D-parallel phase's concurrent collectives on a fabric."""
+    from te_ccl.fred.evaluate import fabric
+    from te_ccl.fred.mesh import Mesh
+    from te_ccl.fred.strategy import compile_phase, parse_strategy
+    from te_ccl.lower.fred import write_fred_tables
+
+    fab, strat = fabric(fabric_name), parse_strategy(strategy)
+    result = compile_phase(fab, strat, kind, _size(size))
+    if result is None:
+        raise SpecError(f"{strat.name} has no {kind} phase", key="--phase")
+    if tables and isinstance(fab, Mesh):
+        raise SpecError("the mesh has no FRED switches", key="--tables")
+    written = write_fred_tables(result.phases, fab, tables) if tables else None
+    data = {"fabric": fab.name, "strategy": strat.name, "phase": kind,
+            "collectives": len(result.ops), "time_s": result.time_s,
+            "injected_bytes": result.injected_bytes,
+            "effective_GBps": result.effective_Bps / 1e9, "switch_phases": len(result.phases),
+            "conflicts": list(result.notes), "tables": written}
+    if as_json:
+        emit_json(data)
+        return
+    table = Table(title=f"{strat.name} {kind} phase on {fab.name}", show_header=False)
+    for key, value in data.items():
+        table.add_row(key, str(value))
+    out_console.print(table)
+
+
+@fred.command("evaluate")
+@click.option("--workload", "-w", required=True, help="resnet152, transformer17b, gpt3, "
+              "transformer1t or a YAML file.")
+@click.option("--strategy", "-s", help="MPa-DPb-PPc (default: the workload's).")
+@click.option("--plot", metavar="FILE", help="Save a stacked-bar plot of the breakdown.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def evaluate_cmd(workload: str, strategy: str | None, plot: str | None, as_json: bool) -> None:
+    """Iteration time and per-phase bandwidth of a workload: FRED variants vs the mesh."""
+    from te_ccl.fred.evaluate import evaluate
+    from te_ccl.fred.workload import load_workload
+
+    ev = evaluate(load_workload(workload), strategy)
+    if plot:
+        from te_ccl.fred.plot import plot_evaluation
+        plot_evaluation(ev, plot)
+    if as_json:
+        emit_json({**ev.to_dict(), "plot": plot})
+        return
+    table = Table(title=f"{ev.workload}, {ev.strategy}: iteration time (ms)")
+    cols = ("fabric", "compute", "MP", "PP", "DP", "I/O", "iteration", "speedup",
+            "MP GB/s", "PP GB/s", "DP GB/s")
+    for col in cols:
+        table.add_column(col, justify="left" if col == "fabric" else "right")
+    for r in ev.results:
+        ms = [f"{1e3 * x:.3f}" for x in (r.compute_s, r.mp_s, r.pp_s, r.dp_s, r.io_s,
+                                        r.iteration_s)]
+        bw = [f"{r.phase_GBps[k]:.0f}" if r.phase_GBps[k] else "-" for k in ("MP", "PP", "DP")]
+        table.add_row(r.fabric, *ms, f"{r.speedup:.2f}x", *bw)
+    out_console.print(table)
+    if plot:
+        err_console.print(f"plot written to {plot}")
