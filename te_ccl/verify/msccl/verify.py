@@ -111,6 +111,7 @@ def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | No
             if key not in seen:
                 seen.add(key)
                 found.append(_tag(f, mode) if len(modes) > 1 else f)
+    found = _with_lines(algo, found)
     if inferred:
         notes.append(f"root {root} inferred from the data flow (pass --root to fix it)")
     return Report(source, algo, tuple(found), executed=bool(modes), root=root,
@@ -125,6 +126,16 @@ def _sizes(algo: Algo, layout: Layout) -> list[Finding]:
                     f"nchunksperloop={algo.nchunksperloop} gives rank {gpu.id} only {cap[buf]}",
                     gpu=gpu.id, line=gpu.line)
             for gpu in algo.gpus for buf in ("i", "o") if gpu.chunks(buf) > cap[buf]]
+
+
+def _with_lines(algo: Algo, found: list[Finding]) -> list[Finding]:
+    """Give execution findings the line of the step (or thread block) they name."""
+    lines = {(g.id, t.id, s.position): s.line for g in algo.gpus for t in g.threadblocks
+             for s in t.steps}
+    lines.update({(g.id, t.id, None): t.line for g in algo.gpus for t in g.threadblocks})
+    return [f if f.line is not None or f.tb is None else
+            Finding(f.rule, f.message, f.gpu, f.tb, f.step, lines.get((f.gpu, f.tb, f.step)),
+                    f.severity) for f in found]
 
 
 def _tag(f: Finding, mode: str) -> Finding:
