@@ -153,3 +153,25 @@ def test_every_single_offset_change_of_a_ring_is_caught() -> None:
     for key in (k for k in locate(text) if len(k) == 3 and k[2] > 0):
         off = int(attrs(text, key)["dstoff"])
         assert not verify_msccl(edit(text, key, dstoff=(off + 1) % 8)).valid, key
+
+
+def test_nop_without_dependency_shifts_the_kernel_step_counter() -> None:
+    # the kernel skips a dependency-less nop when counting, so tb 0 publishes step 1 as 0
+    nop = ("nop", "i", -1, "o", -1, 0)
+    g0 = {"i": 1, "o": 2, "tbs": [(1, -1, 0, [nop, ("s", "i", 0, "o", 0, 1, -1, -1, 1)]),
+                                  (-1, -1, 0, [("cpy", "i", 0, "o", 0, 1, 0, 1, 0)])]}
+    g1 = {"i": 1, "o": 2, "tbs": [(-1, 0, 0, [("r", "i", 0, "o", 0)]),
+                                  (-1, -1, 0, [("cpy", "i", 0, "o", 1)])]}
+    report = verify_msccl(algo_xml("allgather", 2, 2, {0: g0, 1: g1}))
+    assert "nop-dependency" in report.rules()
+    dead = [f for f in report.findings if f.rule == "deadlock"]
+    assert dead and (dead[0].gpu, dead[0].tb) == (0, 1) and "its flag is 0" in dead[0].message
+
+
+def test_too_many_sending_thread_blocks_on_one_channel() -> None:
+    idle = [(p, -1, 0, []) for p in range(1, 34)]
+    gpus = {0: {"i": 1, "o": 34, "tbs": idle}}
+    gpus.update({g: {"i": 1, "o": 34, "tbs": []} for g in range(1, 34)})
+    report = verify_msccl(algo_xml("allgather", 34, 34, gpus))
+    bad = [f for f in report.findings if f.rule == "tbs-per-channel"]
+    assert [(f.gpu, f.tb) for f in bad] == [(0, 32)]

@@ -13,7 +13,7 @@ from collections import Counter
 
 from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.model import BUFFERS, READS_SRC, RECVS, SENDS, WRITES_DST, Algo, Gpu
-from te_ccl.verify.msccl.runtime_rules import MAX_STEPS
+from te_ccl.verify.msccl.runtime_rules import MAX_STEPS, MAX_TBS_PER_CHANNEL
 
 __all__ = ["static_checks", "Connection", "connections"]
 
@@ -104,8 +104,16 @@ def _bounds(gpu: Gpu, st, where: dict) -> list[Finding]:
 def _peers(algo: Algo, gpu: Gpu) -> list[Finding]:
     found = []
     owners: dict[tuple[str, int, int], int] = {}
+    per_channel: Counter[tuple[str, int]] = Counter()
     for tb in gpu.threadblocks:
         where = {"gpu": gpu.id, "tb": tb.id, "line": tb.line}
+        for role, peer, kinds in (("send", tb.send, SENDS), ("recv", tb.recv, RECVS)):
+            per_channel[(role, tb.chan)] += peer >= 0
+            idle = not any(st.type in kinds for st in tb.steps)  # else the parser reports it
+            if peer >= 0 and idle and per_channel[(role, tb.chan)] > MAX_TBS_PER_CHANNEL:
+                found.append(finding("tbs-per-channel", f"thread block {tb.id} is {role} thread "
+                                     f"block {per_channel[(role, tb.chan)]} on channel "
+                                     f"{tb.chan}", **where))
         if tb.chan >= algo.nchannels:
             found.append(finding("channel-count", f"chan={tb.chan} but nchannels="
                                  f"{algo.nchannels}", **where))
