@@ -127,16 +127,14 @@ def _summary(g: Any, out_dir: str, executor: str, outcome: Any, wall_s: float) -
 
 
 def _table(info: dict[str, Any]) -> Table:
-    t = Table(title=f"sweep {info['name']}: {info['ok']}/{info['points']} ok "
-                    f"({info['skipped']} skipped as done)")
-    for col in ("point", "status", "finish", "ratio to bound", "note"):
+    """Counts in the title, one row per point that did not succeed (the ones to look at)."""
+    t = Table(title=f"sweep {info['name']}: {info['ok']}/{info['points']} ok, "
+                    f"{info['failed']} failed, {info['timeout']} timed out "
+                    f"({info['skipped']} already done)")
+    for col in ("point", "status", "reason"):
         t.add_column(col)
-    from te_ccl.units import format_time
-
     for r in info["results"]:
-        finish = format_time(r["finish_time_s"]) if r.get("finish_time_s") else "-"
-        ratio = f"{r['bound_ratio']:.3f}" if r.get("bound_ratio") else "-"
-        style = "green" if r["status"] == "ok" else "red"
-        t.add_row(r["name"], f"[{style}]{r['status']}[/]", finish, ratio, r.get("reason") or "")
-    t.caption = f"index: {info['index']}; MSCCL dirs: {', '.join(info['msccl_dirs'])}"
+        if r["status"] != "ok":
+            t.add_row(r["name"], f"[red]{r['status']}[/]", r.get("reason") or "")
+    t.caption = f"index: {info['index']}; MSCCL_ALGO_DIR: {', '.join(info['msccl_dirs'])}"
     return t
