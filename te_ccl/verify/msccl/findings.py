@@ -145,10 +145,10 @@ class Finding:
                 "step": self.step, "line": self.line, "message": self.message}
 
     def where(self) -> str:
-        """``gpu 1 tb 2 step 3`` (only the parts that apply)."""
+        """``gpu 1 tb 2 step 3`` (only the parts that apply; ``file`` for none)."""
         parts = [f"{k} {v}" for k, v in (("gpu", self.gpu), ("tb", self.tb), ("step", self.step))
                  if v is not None]
-        return " ".join(parts) if parts else "algo"
+        return " ".join(parts) if parts else "file"
 
 
 def finding(rule: str, detail: str, *, gpu: int | None = None, tb: int | None = None,

@@ -12,7 +12,17 @@ from __future__ import annotations
 from collections import Counter
 
 from te_ccl.verify.msccl.findings import Finding, finding
-from te_ccl.verify.msccl.model import BUFFERS, READS_SRC, RECVS, SENDS, WRITES_DST, Algo, Gpu
+from te_ccl.verify.msccl.model import (
+    BUFFERS,
+    READS_SRC,
+    RECVS,
+    SENDS,
+    WRITES_DST,
+    Algo,
+    Gpu,
+    Step,
+    Threadblock,
+)
 from te_ccl.verify.msccl.runtime_rules import MAX_STEPS, MAX_TBS_PER_CHANNEL
 
 __all__ = ["static_checks", "Connection", "connections"]
@@ -73,7 +83,8 @@ def _steps(algo: Algo, gpu: Gpu, max_steps: int) -> list[Finding]:
     return found
 
 
-def _dependency(tbs: dict, depid: int, deps: int, where: dict) -> list[Finding]:
+def _dependency(tbs: dict[int, Threadblock], depid: int, deps: int,
+                where: dict) -> list[Finding]:
     target = tbs.get(depid)
     if target is None:
         return [finding("dependency-target", f"depid={depid}: no such thread block", **where)]
@@ -90,7 +101,7 @@ def _dependency(tbs: dict, depid: int, deps: int, where: dict) -> list[Finding]:
     return []
 
 
-def _bounds(gpu: Gpu, st, where: dict) -> list[Finding]:
+def _bounds(gpu: Gpu, st: Step, where: dict) -> list[Finding]:
     found = []
     uses = (("src", st.srcbuf, st.srcoff, st.type in READS_SRC),
             ("dst", st.dstbuf, st.dstoff, st.type in WRITES_DST))

@@ -85,7 +85,7 @@ def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
 def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | None,
                    fifo_slots: int) -> Report:
     modes = [m for m, on in ((True, algo.inplace), (False, algo.outofplace)) if on]
-    notes: list[str] = []
+    notes = [] if modes else ["not executed: the file is neither in-place nor out-of-place"]
     if algo.coll not in SUPPORTED:
         notes.append(f"coll={algo.coll}: final buffers not checked (no fixed definition)")
     inferred = False
