@@ -1,0 +1,54 @@
+"""`teccl fred show | route | phase | evaluate` through main()'s error mapping."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_show_json_and_draw(teccl, tmp_path):
+    png = tmp_path / "f.png"
+    code, out, _ = teccl("fred", "show", "--ports", "8", "--m", "3", "--json", "--draw", str(png))
+    assert code == 0
+    d = json.loads(out)
+    assert d["elements"] == 29 and d["switch"]["middles"][1]["path"] == "fred/mid1"
+    assert png.stat().st_size > 0
+    code, out, _ = teccl("fred", "show", "--ports", "5")
+    assert code == 0 and "DEMUX" in out
+
+
+def test_route_reports_the_split_of_an_odd_cycle(teccl, tmp_path):
+    flows = ["--flow", "1,2:0", "--flow", "3,4:2", "--flow", "5,0:4"]
+    code, out, _ = teccl("fred", "route", "-p", "6", "--m", "2", *flows, "--json",
+                         "--tables", str(tmp_path / "t"))
+    assert code == 0
+    d = json.loads(out)
+    assert d["phases"] == 2 and d["conflicts"]
+    assert (tmp_path / "t" / "uswitches.csv").exists()
+    code, out, _ = teccl("fred", "route", "-p", "6", "--m", "3", *flows, "--json")
+    assert json.loads(out)["phases"] == 1
+
+
+def test_route_phase_file_and_bad_flows(teccl, tmp_path):
+    f = tmp_path / "p.yaml"
+    f.write_text("ports: 4\nm: 3\nflows:\n  - {id: ar, inputs: [0,1,2,3], outputs: [0,1,2,3]}\n")
+    code, out, _ = teccl("fred", "route", "--phase", str(f), "--json")
+    assert code == 0 and json.loads(out)["routing"][0]["colours"]["ar"] == [0]
+    code, _, err = teccl("fred", "route", "--flow", "0,1-2")
+    assert code == 2 and "--flow" in err
+    code, _, err = teccl("fred", "route", "-p", "4", "--flow", "0:1", "--flow", "0:2")
+    assert code == 2 and "port 0" in err
+
+
+def test_phase_and_evaluate(teccl, tmp_path):
+    code, out, _ = teccl("fred", "phase", "--fabric", "fred-c", "--phase", "DP", "--json")
+    assert code == 0 and round(json.loads(out)["effective_GBps"]) == 3000
+    code, out, _ = teccl("fred", "phase", "--fabric", "fred-d", "--tables", str(tmp_path / "t"),
+                         "--json")
+    assert code == 0 and json.loads(out)["tables"]["fits"]
+    plot = tmp_path / "p.png"
+    code, out, _ = teccl("fred", "evaluate", "-w", "resnet152", "--json", "--plot", str(plot))
+    assert code == 0 and plot.exists()
+    fabrics = {f["fabric"]: f for f in json.loads(out)["fabrics"]}
+    assert fabrics["fred-d"]["speedup"] > fabrics["fred-c"]["speedup"] > 1
+    code, _, err = teccl("fred", "evaluate", "-w", "resnet152", "-s", "MP3-DP7")
+    assert code == 2

@@ -1,0 +1,105 @@
+"""Collectives and 3D-parallel phases on the FRED wafer and the mesh: published figures."""
+
+from __future__ import annotations
+
+import pytest
+
+from te_ccl.errors import SpecError
+from te_ccl.fred.collectives import compile_fred
+from te_ccl.fred.mesh import WAFER_MESH, compile_mesh
+from te_ccl.fred.ops import CollectiveOp
+from te_ccl.fred.strategy import PHASES, all_strategies, compile_phase, parse_strategy
+from te_ccl.fred.wafer import VARIANTS, wafer_from_topology
+from te_ccl.spec.topology import load_topology
+
+D = 1e9
+WAFER = tuple(range(20))
+
+
+def _bw(result) -> float:
+    return result.effective_Bps / 1e9
+
+
+@pytest.mark.parametrize("variant,expected,tol", [
+    ("fred-a", 1875, 0.06), ("fred-b", 1500, 1e-9), ("fred-c", 3000, 1e-9),
+    ("fred-d", 3000, 1e-9)])
+def test_wafer_wide_allreduce_effective_bandwidth(variant, expected, tol):
+    r = compile_fred(VARIANTS[variant], [CollectiveOp("allreduce", WAFER, D)])
+    assert _bw(r) == pytest.approx(expected, rel=tol)
+    assert not r.notes
+
+
+def test_in_switch_allreduce_sends_half_the_traffic():
+    b = compile_fred(VARIANTS["fred-b"], [CollectiveOp("allreduce", WAFER, D)])
+    c = compile_fred(VARIANTS["fred-c"], [CollectiveOp("allreduce", WAFER, D)])
+    assert b.injected_bytes == pytest.approx(D)
+    assert c.injected_bytes == pytest.approx(2 * 19 / 20 * D)
+    d = compile_fred(VARIANTS["fred-d"], [CollectiveOp("allreduce", WAFER, D)])
+    assert d.time_s == pytest.approx(c.time_s * 20 / 38)
+
+
+def test_mesh_figures():
+    assert _bw(compile_mesh(WAFER_MESH, [CollectiveOp("allreduce", WAFER, D)])) == \
+        pytest.approx(1500)
+    assert WAFER_MESH.io_factor == pytest.approx(750 / 1152)
+    assert round(WAFER_MESH.io_factor, 2) == 0.65
+
+
+@pytest.mark.parametrize("fabric,expected", [
+    (WAFER_MESH, 750), (VARIANTS["fred-a"], 375), (VARIANTS["fred-c"], 3000),
+    (VARIANTS["fred-d"], 3000)])
+def test_dp_phase_of_mp2_dp5_pp2(fabric, expected):
+    r = compile_phase(fabric, parse_strategy("MP2-DP5-PP2"), "DP", D)
+    assert len(r.ops) == 4
+    assert _bw(r) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("variant", ["fred-b", "fred-d"])
+def test_every_strategy_routes_without_conflict(variant):
+    strategies = all_strategies()
+    assert len(strategies) == 18
+    for s in strategies:
+        for kind in PHASES:
+            r = compile_phase(VARIANTS[variant], s, kind, D)
+            if r is not None:
+                assert r.notes == (), (s.name, kind)
+                assert r.phases
+
+
+def test_placement_and_groups():
+    s = parse_strategy("PP2-MP2-DP5")
+    assert s.name == "MP2-DP5-PP2"
+    assert s.groups("MP")[0] == (0, 1)
+    assert s.groups("DP")[0] == (0, 4, 8, 12, 16)
+    pairs = s.phase_ops("PP", 1)[0].pairs
+    assert (0, 2) in pairs and len(pairs) == 10
+    for bad in ("MP3-DP7", "XX20", "MP0-DP20"):
+        with pytest.raises(SpecError):
+            parse_strategy(bad)
+
+
+@pytest.mark.parametrize("kind,steps", [("reducescatter", 20), ("allgather", 20),
+                                        ("broadcast", 1), ("reduce", 1), ("alltoall", 19)])
+def test_serial_flows_become_phases(kind, steps):
+    root = 3 if kind in ("broadcast", "reduce") else None
+    op = CollectiveOp(kind, WAFER, D, root=root)
+    assert len(op.steps()) == steps
+    r = compile_fred(VARIANTS["fred-d"], [op])
+    assert len(r.phases) >= steps and not r.notes
+    assert {fi.step for ph in r.phases for fi in ph.flows} == set(range(steps))
+    assert r.time_s > 0
+
+
+def test_reduce_scatter_in_switch_time():
+    r = compile_fred(VARIANTS["fred-d"], [CollectiveOp("reducescatter", WAFER, D)])
+    # 20 serial reduces of D/20, each striped over the 4 NPU lanes of 750 GB/s
+    assert r.time_s == pytest.approx(D / 3e12)
+
+
+def test_shipped_topologies_give_the_variants():
+    for name, w in VARIANTS.items():
+        got = wafer_from_topology(load_topology(name))
+        assert (got.uplink_Bps, got.in_switch, got.npu_Bps, got.n_l1) == \
+            (w.uplink_Bps, w.in_switch, w.npu_Bps, 5)
+    with pytest.raises(SpecError):
+        wafer_from_topology(load_topology("wafer-mesh5x4"))

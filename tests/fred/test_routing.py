@@ -1,0 +1,72 @@
+"""Routing by conflict-graph colouring: modes, odd cycles, port use, phase splits."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from te_ccl.errors import SpecError
+from te_ccl.fred.routing import Flow, RoutingConflict, route, route_phases
+from te_ccl.fred.switch import build_fred
+
+# A triangle in the conflict graph: A and B share in1, B and C share in2, C and A in0.
+ODD_CYCLE = [Flow("A", (1, 2), (0,)), Flow("B", (3, 4), (2,)), Flow("C", (5, 0), (4,))]
+
+
+def test_allreduce_reduces_in_input_stage_and_broadcasts_in_output_stage():
+    r = route(build_fred(8, 3, "s"), [Flow("ar", tuple(range(8)), tuple(range(8)))])
+    modes = {s.element.path: s.mode for s in r.elements}
+    assert all(modes[f"s/in{i}"] == "reduce" for i in range(4))
+    assert all(modes[f"s/out{i}"] == "broadcast" for i in range(4))
+    assert "reduce-broadcast" in modes.values()
+    assert len(r.colours["ar"]) == 2  # one middle per non-base level
+
+
+def test_odd_cycle_conflicts_with_m2_and_routes_with_m3():
+    with pytest.raises(RoutingConflict) as exc:
+        route(build_fred(6, 2, "x"), ODD_CYCLE)
+    assert exc.value.path == "x" and set(exc.value.flows) == {"A", "B", "C"}
+    split = route_phases(build_fred(6, 2, "x"), ODD_CYCLE)
+    assert len(split.phases) == 2 and "split into 2 phases" in split.conflicts[0]
+    assert sorted(f.id for r in split.phases for f in r.flows) == ["A", "B", "C"]
+    r = route(build_fred(6, 3, "x"), ODD_CYCLE)
+    assert sorted(c[0] for c in r.colours.values()) == [0, 1, 2]
+
+
+def test_flows_sharing_a_microswitch_get_different_colours():
+    r = route(build_fred(6, 3, "x"), ODD_CYCLE)
+    for s in r.elements:
+        colours = [u.colour for u in s.uses if u.colour is not None]
+        assert len(colours) == len(set(colours))
+
+
+@pytest.mark.parametrize("p", [4, 5, 8, 11, 16, 20])
+@pytest.mark.parametrize("m", [2, 3])
+def test_any_permutation_of_unicasts_routes(p, m):
+    rng = random.Random(p * 10 + m)
+    for _ in range(5):
+        dst = list(range(p))
+        rng.shuffle(dst)
+        r = route(build_fred(p, m), [Flow(f"u{i}", (i,), (dst[i],)) for i in range(p)])
+        assert len(r.flows) == p
+
+
+def test_each_port_at_most_one_input_and_one_output():
+    sw = build_fred(4, 3)
+    with pytest.raises(SpecError, match="port 1 is the input"):
+        route(sw, [Flow("a", (0, 1), (0,)), Flow("b", (1,), (2,))])
+    with pytest.raises(SpecError, match="output"):
+        route(sw, [Flow("a", (0,), (3,)), Flow("b", (1,), (3,))])
+    with pytest.raises(SpecError, match="outside"):
+        route(sw, [Flow("a", (0,), (4,))])
+    with pytest.raises(SpecError, match="used twice"):
+        route(sw, [Flow("a", (0,), (1,)), Flow("a", (2,), (3,))])
+    # a port may be one flow's input and another flow's output
+    route(sw, [Flow("a", (0,), (1,)), Flow("b", (1,), (0,))])
+
+
+def test_odd_port_goes_through_demux_and_mux():
+    r = route(build_fred(5, 3, "s"), [Flow("io", (4,), (0, 1, 2, 3))])
+    kinds = {s.element.kind.value: s.mode for s in r.elements}
+    assert kinds["DEMUX"] == "forward" and kinds["D"] == "broadcast"
