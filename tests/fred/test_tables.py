@@ -12,12 +12,17 @@ from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.fred.collectives import fred_tables_for
 from te_ccl.fred.encoding import SRAM_BYTES, config_bytes, encode
-from te_ccl.fred.routing import ElementUse, Flow, route
+from te_ccl.fred.routing import Flow, route
 from te_ccl.fred.strategy import compile_phase, parse_strategy
 from te_ccl.fred.switch import build_fred
 from te_ccl.fred.wafer import VARIANTS
-from te_ccl.lower.fred import (FLOW_COLUMNS, PHASE_COLUMNS, USWITCH_COLUMNS, check_phases,
-                               write_fred_tables)
+from te_ccl.lower.fred import (
+    FLOW_COLUMNS,
+    PHASE_COLUMNS,
+    USWITCH_COLUMNS,
+    check_phases,
+    write_fred_tables,
+)
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.spec.topology import load_topology
 
