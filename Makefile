@@ -20,7 +20,7 @@ demo: $(STAMP)
 	@echo "demo output written to out/dgx1-allgather.xml"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -n 2
 
 bench: $(STAMP)
 	$(BIN)/teccl bench default
