@@ -9,21 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from te_ccl.cli.main import main
 from te_ccl.spec.topology import shipped_topologies
-
-
-@pytest.fixture
-def teccl(capsys):
-    """Run `teccl ARGS` in-process through main(): (exit code, stdout, stderr)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        out, err = capsys.readouterr()
-        return exc.value.code, out, err
-
-    return run
 
 
 def test_list_json_names_every_shipped_topology(teccl):
