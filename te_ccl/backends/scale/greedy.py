@@ -1,0 +1,177 @@
+"""Epoch-by-epoch greedy link–chunk assignment (TACOS-like), vectorised with bitsets.
+
+At every epoch each free link ``u → v`` starts one chunk that ``u`` holds and ``v``
+neither holds nor has under way; the in-links of one node choose in turn so they never
+pick the same chunk (the per-node matching of in-links × missing chunks). A chunk's
+priority is its bit position: lower bits first (see :func:`priority_order`). Link rules
+are the epoch rules of :mod:`te_ccl.model.epochs` (capacity, occupancy, delay).
+
+Every node receives a chunk at most once, so the result is a forest per chunk: valid for
+the reversed problems behind reductions (``Problem.tree``) too. GPU-only topologies.
+
+>>> from te_ccl.collective import Collective, CollectiveKind
+>>> from te_ccl.model.problem import build_problem
+>>> from te_ccl.topology.generators import ring
+>>> p = build_problem(ring(4, 1e9), Collective(CollectiveKind.ALLGATHER, 4000, (0, 1, 2, 3)))
+>>> ts = greedy_transfers(p, priority_order(p))
+>>> len(ts), max(t.arrive_epoch for t in ts)
+(12, 2)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from te_ccl.backends.scale import bitsets
+from te_ccl.errors import SolverError
+from te_ccl.model.problem import Problem
+from te_ccl.model.ten import distances
+from te_ccl.schedule import Transfer
+
+__all__ = ["Net", "net_of", "priority_order", "greedy_transfers"]
+
+
+@dataclass(frozen=True)
+class Net:
+    """A GPU-only network in index form: per link its ends and epoch timing."""
+
+    names: tuple[str, ...]
+    src: np.ndarray
+    dst: np.ndarray
+    occupancy: np.ndarray
+    delay: np.ndarray
+    rounds: tuple[np.ndarray, ...]  # link slots, at most one per destination node each
+
+
+def net_of(problem: Problem) -> Net:
+    """Index form of ``problem``'s links; a link of capacity c appears in c rounds."""
+    topo = problem.topology
+    if topo.switches:
+        raise SolverError("the greedy of the scale backend needs a GPU-only topology "
+                          f"({topo.name!r} has switches)")
+    names = tuple(n.name for n in topo.nodes)
+    index = {n: i for i, n in enumerate(names)}
+    keys = sorted(problem.timings)
+    lts = [problem.timings[k] for k in keys]
+    src = np.array([index[u] for u, _ in keys], dtype=np.int64)
+    dst = np.array([index[v] for _, v in keys], dtype=np.int64)
+    slots: dict[int, list[int]] = defaultdict(list)
+    for i, lt in enumerate(lts):
+        slots[int(dst[i])].extend([i] * lt.capacity)
+    depth = max((len(s) for s in slots.values()), default=0)
+    rounds = tuple(np.array([s[j] for s in slots.values() if len(s) > j], dtype=np.int64)
+                   for j in range(depth))
+    return Net(names, src, dst, np.array([lt.occupancy for lt in lts], dtype=np.int64),
+               np.array([lt.delay for lt in lts], dtype=np.int64), rounds)
+
+
+def priority_order(problem: Problem) -> list[int]:
+    """Chunk ids, most urgent first: sources farthest from their destinations lead.
+
+    A chunk whose source is far (in epochs) from its farthest destination needs the most
+    hops; sending those first keeps the drain at the end short. Ties keep demand order,
+    which interleaves the sub-chunks of one source (ids ``c·k + s``) behind each other.
+    """
+    ecc: dict[tuple[str, ...], int] = {}
+    for d in problem.demands:
+        if d.sources not in ecc:
+            dist = distances(problem, {s: 0 for s in d.sources})
+            ecc[d.sources] = max(dist.values(), default=0)
+    return [d.chunk for d in sorted(problem.demands, key=lambda d: -ecc[d.sources])]
+
+
+def _initial(problem: Problem, net: Net, order: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    index = {n: i for i, n in enumerate(net.names)}
+    bit = {c: b for b, c in enumerate(order)}
+    held_r, held_c = zip(*((index[v], bit[c]) for c, v in problem.state.held if c in bit)) \
+        if problem.state.held else ((), ())
+    need = [(index[v], bit[d.chunk]) for d in problem.demands for v in d.destinations]
+    need_r, need_c = zip(*need) if need else ((), ())
+    k = len(order)
+    return (bitsets.from_pairs(len(net.names), k, held_r, held_c),
+            bitsets.from_pairs(len(net.names), k, need_r, need_c))
+
+
+def _forward_masks(problem: Problem, net: Net, order: list[int]) -> np.ndarray:
+    """Per link ``u → v``: the chunks for which ``v`` is one epoch-hop farther from the source than ``u``."""
+    index = {n: i for i, n in enumerate(net.names)}
+    by_source: dict[tuple[str, ...], list[int]] = defaultdict(list)
+    sources = {d.chunk: d.sources for d in problem.demands}
+    for b, c in enumerate(order):
+        by_source[sources[c]].append(b)
+    rows, cols = [], []
+    for srcs, bits in by_source.items():
+        dist = distances(problem, {s: 0 for s in srcs})
+        far = np.array([dist.get(n, 1 << 30) for n in net.names])
+        links = np.nonzero(far[net.dst] == far[net.src] + net.delay)[0]
+        rows.append(np.repeat(links, len(bits)))
+        cols.append(np.tile(np.array(bits), len(links)))
+    del index
+    return bitsets.from_pairs(len(net.src), len(order), np.concatenate(rows),
+                              np.concatenate(cols))
+
+
+def greedy_transfers(problem: Problem, order: list[int], *,
+                     deadline: Callable[[], bool] = lambda: False) -> list[Transfer]:
+    """Run the greedy until every destination holds its chunks (see the module docstring).
+
+    Raises SolverError when nothing can move any more (a destination is unreachable) or
+    ``deadline()`` turns true.
+    """
+    if problem.state.incoming or problem.state.busy:
+        raise SolverError("the scale greedy starts from an empty network (no carried state)")
+    net = net_of(problem)
+    held, need = _initial(problem, net, order)
+    incoming = np.zeros_like(held)
+    forward = _forward_masks(problem, net, order)
+    free_at = np.zeros(len(net.src), dtype=np.int64)
+    slow = net.occupancy > 1
+    arrivals: dict[int, list[tuple[np.ndarray, np.ndarray]]] = defaultdict(list)
+    picked: list[tuple[int, np.ndarray, np.ndarray]] = []
+    t = 0
+    while True:
+        for rows, cols in arrivals.pop(t, ()):
+            bitsets.set_bits(held, rows, cols)
+        if not (need & ~held).any():
+            break
+        moved = 0
+        for links in net.rounds:
+            links = links[free_at[links] <= t]
+            s, d = net.src[links], net.dst[links]
+            cand = held[s] & ~held[d] & ~incoming[d]
+            b = bitsets.first_bits(cand & forward[links])
+            b = np.where(b >= 0, b, bitsets.first_bits(cand))
+            ok = b >= 0
+            links, d, b = links[ok], d[ok], b[ok]
+            if not links.size:
+                continue
+            bitsets.set_bits(incoming, d, b)
+            free_at[links[slow[links]]] = t + net.occupancy[links[slow[links]]]
+            for delay in np.unique(net.delay[links]):
+                sel = net.delay[links] == delay
+                arrivals[t + int(delay)].append((d[sel], b[sel]))
+            picked.append((t, links, b))
+            moved += links.size
+        if not moved and not arrivals:
+            raise SolverError("infeasible: the greedy can move nothing and some destination "
+                              "still lacks a chunk (is it reachable?)")
+        if deadline():
+            raise SolverError(f"time limit reached in the scale greedy at epoch {t}")
+        t += 1
+    return _to_transfers(net, order, picked, t)
+
+
+def _to_transfers(net: Net, order: list[int], picked, finish: int) -> list[Transfer]:
+    """Picked starts as transfers; those still under way when all demands are met are dropped."""
+    chunk = np.array(order, dtype=np.int64)
+    out = []
+    for t, links, bits in picked:
+        arrive = (t + net.delay[links]).tolist()
+        out.extend(Transfer(c, net.names[u], net.names[v], t, a) for c, u, v, a in
+                   zip(chunk[bits].tolist(), net.src[links].tolist(), net.dst[links].tolist(),
+                       arrive) if a <= finish)
+    return out

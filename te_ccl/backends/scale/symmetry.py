@@ -1,0 +1,144 @@
+"""Torus symmetry: schedule one source's broadcast, translate it to every source.
+
+On a torus with equal sides every node looks the same (translations), and the group
+``G`` of axis rotations × sign flip maps each direction class (``±e_i``) to every other
+exactly once. Source 0 sends its ``j``-th chunk down the shortest-path tree ``g_j(T)``
+(``g_j = G[j mod |G|]``); summed over the orbit each class carries exactly ``N − 1``
+tree edges per ``|G|`` chunks. Translating source 0's schedule to source ``s`` puts, on
+the physical link ``u → u + e`` at epoch ``t``, one chunk per class-``e`` tree edge that
+source 0 starts at ``t``: the whole AllGather is feasible iff the orbit schedule starts
+at most ``capacity`` edges of each class per epoch. With ``|G|·m`` chunks per source each
+link carries ``(N − 1)·m`` chunks of ``C/(|G|·m)`` bytes — exactly the cut bound.
+
+The orbit schedule (:mod:`te_ccl.backends.scale.orbit`) is a small scheduling problem;
+this module builds its trees and translates the result.
+
+>>> from te_ccl.topology.generators import torus
+>>> sym = torus_symmetry(torus([3, 3], 1e9))
+>>> sym.dims, len(sym.group), sym.classes
+((3, 3), 4, ((1, 0), (0, 1), (-1, 0), (0, -1)))
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from te_ccl.topology.model import Topology
+
+__all__ = ["TorusSymmetry", "torus_symmetry", "orbit_trees", "translate"]
+
+Vec = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class TorusSymmetry:
+    """Coordinates of a torus with equal sides and its direction-class group."""
+
+    dims: tuple[int, ...]
+    names: tuple[str, ...]  # GPU name of each row-major rank
+    classes: tuple[Vec, ...]
+    group: tuple[tuple[int, ...], ...]  # per element: class index each class maps to
+
+    def rank(self, coords: np.ndarray) -> np.ndarray:
+        """Row-major rank of (…, dim) coordinates taken modulo the sides."""
+        n = self.dims[0]
+        out = np.zeros(coords.shape[:-1], dtype=np.int64)
+        for axis in range(len(self.dims)):
+            out = out * n + coords[..., axis] % n
+        return out
+
+
+def _classes(ndim: int) -> tuple[Vec, ...]:
+    unit = [tuple(int(i == a) for i in range(ndim)) for a in range(ndim)]
+    return tuple(unit) + tuple(tuple(-x for x in u) for u in unit)
+
+
+def _group(ndim: int, classes: tuple[Vec, ...]) -> tuple[tuple[int, ...], ...]:
+    """Cyclic axis shifts × sign: a group acting simply transitively on the classes."""
+    index = {c: i for i, c in enumerate(classes)}
+    elements = []
+    for sign in (1, -1):
+        for shift in range(ndim):
+            elements.append(tuple(index[tuple(sign * c[(a - shift) % ndim] for a in range(ndim))]
+                                  for c in classes))
+    return tuple(elements)
+
+
+def torus_symmetry(topology: Topology) -> TorusSymmetry | None:
+    """The symmetry of a generated torus with equal sides and identical links, else None."""
+    meta = topology.meta or {}
+    dims = tuple(meta.get("dims") or ())
+    if meta.get("generator") != "torus" or not dims or len(set(dims)) != 1 or topology.switches:
+        return None
+    if len({(k.bandwidth_Bps, k.latency_s) for k in topology.links}) != 1:
+        return None
+    names = topology.gpus
+    classes = _classes(len(dims))
+    coords = list(itertools.product(*(range(d) for d in dims)))
+    if len(coords) != len(names) or len(topology.links) != len(coords) * len(classes):
+        return None
+    sym = TorusSymmetry(dims, names, classes, _group(len(dims), classes))
+    for c in coords:
+        here = names[int(sym.rank(np.array(c)))]
+        for e in classes:
+            there = names[int(sym.rank(np.array(c) + np.array(e)))]
+            if not topology.has_link(here, there):
+                return None
+    return sym
+
+
+def _bfs_tree(sym: TorusSymmetry) -> list[tuple[Vec, int]]:
+    """Shortest-path tree from the origin as (tail offset, class) edges in BFS order.
+
+    Among equally short parents a node takes the class used least so far, so the tree
+    itself is as balanced as possible (short drains on every class).
+    """
+    n, origin = sym.dims[0], tuple(0 for _ in sym.dims)
+    seen, frontier, edges = {origin}, [origin], []
+    used = [0] * len(sym.classes)
+    while frontier:
+        offers: dict[Vec, list[tuple[Vec, int]]] = {}
+        for u in frontier:
+            for ci, e in enumerate(sym.classes):
+                v = tuple((a + b) % n for a, b in zip(u, e))
+                if v not in seen:
+                    offers.setdefault(v, []).append((u, ci))
+        for v, choices in sorted(offers.items()):
+            u, ci = min(choices, key=lambda uc: (used[uc[1]], uc[1]))
+            used[ci] += 1
+            edges.append((u, ci))
+            seen.add(v)
+        frontier = sorted(offers)
+    return edges
+
+
+def orbit_trees(sym: TorusSymmetry) -> list[list[tuple[Vec, int]]]:
+    """The tree of each group element: ``g(T)`` as (tail offset, class) edges, parents first."""
+    tree = _bfs_tree(sym)
+    out = []
+    for g in sym.group:
+        out.append([(_apply(sym, g, tail), g[ci]) for tail, ci in tree])
+    return out
+
+
+def _apply(sym: TorusSymmetry, g: tuple[int, ...], vec: Vec) -> Vec:
+    """Map an offset by the group element ``g`` (linear on the class vectors)."""
+    out = np.zeros(len(sym.dims), dtype=np.int64)
+    for axis, x in enumerate(vec):
+        out += x * np.array(sym.classes[g[axis]])
+    return tuple(int(v) for v in out % sym.dims[0])
+
+
+def translate(sym: TorusSymmetry, tails: np.ndarray, cls: np.ndarray
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """(sources × edges) ranks of tails and heads for orbit edges at offsets ``tails``."""
+    n = len(sym.names)
+    origin = np.array(list(itertools.product(*(range(d) for d in sym.dims))), dtype=np.int64)
+    vec = np.array(sym.classes, dtype=np.int64)[cls]
+    assert len(origin) == n
+    u = sym.rank(origin[:, None, :] + tails[None, :, :])
+    v = sym.rank(origin[:, None, :] + tails[None, :, :] + vec[None, :, :])
+    return u, v
