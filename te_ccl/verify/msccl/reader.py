@@ -31,7 +31,7 @@ from te_ccl.verify.msccl.text import (
     tokenize,
 )
 
-__all__ = ["read_msccl", "parse_msccl", "load_text", "MscclReadError", "MscclSyntaxError",
+__all__ = ["read_msccl", "parse_msccl", "parse_text", "load_text", "MscclReadError", "MscclSyntaxError",
            "MscclFormatError"]
 
 _PLAIN_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+)\Z")
@@ -81,7 +81,11 @@ def read_msccl(path_or_text: str | Path) -> Algo:
 
 def parse_msccl(path_or_text: str | Path) -> tuple[Algo, list[Finding]]:
     """Lenient read: the algorithm plus every textual finding, in file order."""
-    text, source = load_text(path_or_text)
+    return parse_text(*load_text(path_or_text))
+
+
+def parse_text(text: str, source: str = "<string>") -> tuple[Algo, list[Finding]]:
+    """:func:`parse_msccl` of text already loaded; ``source`` names it in messages."""
     top, found = tokenize(text, source=source)
     algos = [e for e in top if e.name == "algo"]
     if not algos:
