@@ -177,3 +177,12 @@ def test_declared_buffer_larger_than_the_users_buffer() -> None:
     text = allgather(0).replace('i_chunks="1"', 'i_chunks="2"', 1)
     bad = [f for f in verify_msccl(text).findings if f.rule == "buffer-size"]
     assert bad and bad[0].gpu == 0 and "only 1" in bad[0].message
+
+
+def test_both_modes_are_executed_and_tagged() -> None:
+    text = allgather(1).replace('outofplace="0"', 'outofplace="1"', 1)
+    report = verify_msccl(text)
+    assert not report.valid
+    assert all(f.message.startswith("[out-of-place]") for f in report.findings)
+    assert "uninitialized-read" in report.rules()
+    assert verify_msccl(allgather(1)).valid
