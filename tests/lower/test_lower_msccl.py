@@ -6,18 +6,6 @@ from pathlib import Path
 
 import pytest
 from lxml import etree
-from schedules_helper import (
-    assert_verifies,
-    coll,
-    direct,
-    full,
-    ring,
-    ring_allgather,
-    ring_allreduce,
-    ring_reducescatter,
-    star,
-    star_allgather,
-)
 
 from te_ccl.errors import SpecError, TecclError
 from te_ccl.lower.msccl import build_program, lower_to_msccl, write_msccl
@@ -35,9 +23,9 @@ def _types(xml: bytes) -> set[str]:
 
 
 @pytest.mark.parametrize("inplace", [False, True])
-def test_ring_allgather_uses_rcs_and_matches_golden(inplace, update_golden):
-    xml = lower_to_msccl(ring_allgather(4, inplace))
-    assert_verifies(xml)
+def test_ring_allgather_uses_rcs_and_matches_golden(kit, inplace, update_golden):
+    xml = lower_to_msccl(kit.ring_allgather(4, inplace))
+    kit.assert_verifies(xml)
     assert _types(xml) == ({"s", "rcs", "r"} | (set() if inplace else {"cpy"}))
     golden = GOLDEN / f"ring4_allgather_{'inplace' if inplace else 'outofplace'}.xml"
     if update_golden:
@@ -45,9 +33,9 @@ def test_ring_allgather_uses_rcs_and_matches_golden(inplace, update_golden):
     assert xml == golden.read_bytes()
 
 
-def test_allgather_through_switch_becomes_direct_sends():
-    xml = lower_to_msccl(star_allgather(4))
-    assert_verifies(xml)
+def test_allgather_through_switch_becomes_direct_sends(kit):
+    xml = lower_to_msccl(kit.star_allgather(4))
+    kit.assert_verifies(xml)
     algo = etree.fromstring(xml)
     # the switch's copy to three GPUs = three sends from the source GPU, one per peer
     for gpu in algo.iter("gpu"):
@@ -57,9 +45,9 @@ def test_allgather_through_switch_becomes_direct_sends():
 
 
 @pytest.mark.parametrize("inplace", [False, True])
-def test_ring_reducescatter_fuses_reductions(inplace, update_golden):
-    xml = lower_to_msccl(ring_reducescatter(4, inplace))
-    assert_verifies(xml)
+def test_ring_reducescatter_fuses_reductions(kit, inplace, update_golden):
+    xml = lower_to_msccl(kit.ring_reducescatter(4, inplace))
+    kit.assert_verifies(xml)
     assert {"s", "rrs", "rrc"} <= _types(xml)
     golden = GOLDEN / f"ring4_reducescatter_{'inplace' if inplace else 'outofplace'}.xml"
     if update_golden:
@@ -68,17 +56,17 @@ def test_ring_reducescatter_fuses_reductions(inplace, update_golden):
 
 
 @pytest.mark.parametrize("inplace", [False, True])
-def test_ring_allreduce(inplace):
-    xml = lower_to_msccl(ring_allreduce(4, inplace))
-    assert_verifies(xml)
+def test_ring_allreduce(kit, inplace):
+    xml = lower_to_msccl(kit.ring_allreduce(4, inplace))
+    kit.assert_verifies(xml)
     assert {"rrs", "rrcs", "rcs"} <= _types(xml)
     assert 'o_chunks="0"' in xml.decode() if inplace else 'i_chunks="4"' in xml.decode()
 
 
-def test_relay_uses_scratch_and_rcs():
+def test_relay_uses_scratch_and_rcs(kit):
     # alltoall on a one-way ring 0→1→2: chunk 0→2 is relayed by 1, which does not need it
-    topo = ring(3, both=False)
-    c = coll("alltoall", 3)
+    topo = kit.ring(3, both=False)
+    c = kit.coll("alltoall", 3)
     hops = {(s, d): [(s + h) % 3 for h in range((d - s) % 3 + 1)] for s in range(3) for d in range(3)}
     tr = []
     for ch in c.chunks():
@@ -86,18 +74,18 @@ def test_relay_uses_scratch_and_rcs():
         path = hops[(s, d)]
         tr += [Transfer(ch.id, f"g{a}", f"g{b}", i, i + 1) for i, (a, b) in enumerate(zip(path, path[1:], strict=False))]
     xml = lower_to_msccl(Schedule(topo, c, 1e-6, tuple(tr)))
-    assert_verifies(xml)
+    kit.assert_verifies(xml)
     rcs = [s for s in _steps(xml) if s.get("type") == "rcs"]
     assert rcs and all(s.get("dstbuf") == "s" for s in rcs)
     assert all(int(g.get("s_chunks")) == 1 for g in etree.fromstring(xml).iter("gpu"))
 
 
-def test_two_transfers_on_one_link_in_one_epoch_use_two_channels():
-    topo = ring(2)
-    c = coll("allgather", 2, chunks=2)
+def test_two_transfers_on_one_link_in_one_epoch_use_two_channels(kit):
+    topo = kit.ring(2)
+    c = kit.coll("allgather", 2, chunks=2)
     tr = [Transfer(ch.id, f"g{ch.sources[0]}", f"g{d}", 0, 1) for ch in c.chunks() for d in ch.destinations]
     xml = lower_to_msccl(Schedule(topo, c, 1e-6, tuple(tr)))
-    assert_verifies(xml)
+    kit.assert_verifies(xml)
     algo = etree.fromstring(xml)
     assert algo.get("nchannels") == "2"
     for gpu in algo.iter("gpu"):
@@ -110,32 +98,32 @@ KINDS = ["allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "re
 
 @pytest.mark.parametrize("inplace", [False, True])
 @pytest.mark.parametrize("kind", KINDS)
-def test_direct_schedules_of_every_kind_execute_correctly(kind, inplace):
+def test_direct_schedules_of_every_kind_execute_correctly(kit, kind, inplace):
     root = 1 if kind in ("broadcast", "reduce", "gather", "scatter") else None
-    c = coll(kind, 4, chunks=2, inplace=inplace, root=root)
-    xml = lower_to_msccl(direct(full(4), c))
-    assert_verifies(xml)
+    c = kit.coll(kind, 4, chunks=2, inplace=inplace, root=root)
+    xml = lower_to_msccl(kit.direct(kit.full(4), c))
+    kit.assert_verifies(xml)
 
 
-def test_inplace_alltoall_stages_in_scratch_when_slot_is_still_needed():
+def test_inplace_alltoall_stages_in_scratch_when_slot_is_still_needed(kit):
     # rank 1's chunk for 0 is sent late (epoch 3) but 0's chunk for 1 lands in that slot at epoch 1
-    c = coll("alltoall", 2, inplace=True)
+    c = kit.coll("alltoall", 2, inplace=True)
     tr = (Transfer(1, "g0", "g1", 0, 1), Transfer(2, "g1", "g0", 3, 4))
-    xml = lower_to_msccl(Schedule(ring(2), c, 1e-6, tr))
-    assert_verifies(xml)
+    xml = lower_to_msccl(Schedule(kit.ring(2), c, 1e-6, tr))
+    kit.assert_verifies(xml)
     assert any(s.get("type") == "cpy" and s.get("srcbuf") == "s" for s in _steps(xml))
 
 
-def test_max_steps_spreads_over_channels():
-    xml = lower_to_msccl(ring_allgather(8), max_steps=4)
-    assert_verifies(xml)
+def test_max_steps_spreads_over_channels(kit):
+    xml = lower_to_msccl(kit.ring_allgather(8), max_steps=4)
+    kit.assert_verifies(xml)
     algo = etree.fromstring(xml)
     assert int(algo.get("nchannels")) > 1
     assert all(len(tb.findall("step")) <= 4 for tb in algo.iter("tb"))
 
 
-def test_dependencies_have_targets_and_positions():
-    prog = build_program(ring_allreduce(4))
+def test_dependencies_have_targets_and_positions(kit):
+    prog = build_program(kit.ring_allreduce(4))
     for gpu in prog.gpus:
         for tb in gpu.threadblocks:
             for pos, step in enumerate(tb.steps):
@@ -147,8 +135,8 @@ def test_dependencies_have_targets_and_positions():
             assert ids == list(range(len(ids)))
 
 
-def test_xml_layout_follows_parser_quirks():
-    xml = lower_to_msccl(ring_allreduce(4)).decode()
+def test_xml_layout_follows_parser_quirks(kit):
+    xml = lower_to_msccl(kit.ring_allreduce(4)).decode()
     assert xml.startswith("<algo ") and xml.endswith("</algo>\n")
     assert "\t" not in xml and "'" not in xml and "<?xml" not in xml
     for line in xml.splitlines():
@@ -158,42 +146,42 @@ def test_xml_layout_follows_parser_quirks():
                                                    "dstoff", "cnt", "depid", "deps", "hasdep"]
 
 
-def test_same_schedule_same_bytes(tmp_path):
-    a = lower_to_msccl(ring_allreduce(4))
-    b = write_msccl(ring_allreduce(4), tmp_path / "x.xml")
+def test_same_schedule_same_bytes(kit, tmp_path):
+    a = lower_to_msccl(kit.ring_allreduce(4))
+    b = write_msccl(kit.ring_allreduce(4), tmp_path / "x.xml")
     assert a == b == (tmp_path / "x.xml").read_bytes()
 
 
-def test_subset_of_ranks_uses_positions():
-    c = coll("allgather", 3, ranks=(1, 2, 3))
-    xml = lower_to_msccl(direct(full(4), c))
+def test_subset_of_ranks_uses_positions(kit):
+    c = kit.coll("allgather", 3, ranks=(1, 2, 3))
+    xml = lower_to_msccl(kit.direct(kit.full(4), c))
     assert 'ngpus="3"' in xml.decode()
-    assert_verifies(xml)
+    kit.assert_verifies(xml)
 
 
-def test_relay_through_gpu_outside_the_collective_is_rejected():
-    c = coll("allgather", 2, ranks=(0, 2))
+def test_relay_through_gpu_outside_the_collective_is_rejected(kit):
+    c = kit.coll("allgather", 2, ranks=(0, 2))
     tr = (Transfer(0, "g0", "g1", 0, 1), Transfer(0, "g1", "g2", 1, 2), Transfer(1, "g2", "g1", 0, 1),
           Transfer(1, "g1", "g0", 1, 2))
     with pytest.raises(TecclError, match="not in the collective's ranks"):
-        lower_to_msccl(Schedule(ring(3), c, 1e-6, tr))
+        lower_to_msccl(Schedule(kit.ring(3), c, 1e-6, tr))
 
 
-def test_switch_reduction_is_rejected():
-    c = coll("reduce", 3, root=0)
+def test_switch_reduction_is_rejected(kit):
+    c = kit.coll("reduce", 3, root=0)
     tr = (Transfer(0, "g1", "sw", 0, 1, "reduce"), Transfer(0, "g2", "sw", 0, 1, "reduce"),
           Transfer(0, "sw", "g0", 1, 2, "reduce"))
     with pytest.raises(TecclError, match="in-switch reduction"):
-        lower_to_msccl(Schedule(star(3, can_reduce=True), c, 1e-6, tr))
+        lower_to_msccl(Schedule(kit.star(3, can_reduce=True), c, 1e-6, tr))
 
 
-def test_sending_a_chunk_not_held_is_rejected():
-    c = coll("allgather", 2)
+def test_sending_a_chunk_not_held_is_rejected(kit):
+    c = kit.coll("allgather", 2)
     with pytest.raises(TecclError, match="before it holds it"):
-        lower_to_msccl(Schedule(ring(2), c, 1e-6, (Transfer(1, "g1", "g0", 0, 1),
+        lower_to_msccl(Schedule(kit.ring(2), c, 1e-6, (Transfer(1, "g1", "g0", 0, 1),
                                                    Transfer(0, "g1", "g0", 1, 2))))
 
 
-def test_bad_protocol_is_a_spec_error():
+def test_bad_protocol_is_a_spec_error(kit):
     with pytest.raises(SpecError, match="proto"):
-        lower_to_msccl(ring_allgather(4), proto="LL64")
+        lower_to_msccl(kit.ring_allgather(4), proto="LL64")

@@ -78,7 +78,7 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State) -> int | N
     orders = _orders(chain, links)
     for c in range(MAX_CHANNELS):
         if all(_edge_fits(e, o, c, state) for e, o in zip(chain, orders, strict=True)) and \
-                all(_pair_fits(f, c, state) for f in links):
+                _pairs_fit(links, c, state):
             return c
     return None
 
@@ -94,9 +94,19 @@ def _edge_fits(e: Edge, orders: tuple[tuple, tuple], c: int, state: _State) -> b
     return all((s < snd) == (r < rcv) for s, r in state.placed[conn])
 
 
-def _pair_fits(f: Fusion, c: int, state: _State) -> bool:
-    g, a, b = f.recv.gpu, f.recv.recv.src, f.send.send.dst
-    return state.pair_recv.get((g, c, a), b) == b and state.pair_send.get((g, c, b), a) == a
+def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
+    """Each fused step's (recv peer, send peer) pairing on its GPU stays one-to-one.
+
+    A chain may pass one GPU twice, so its own pairings are checked together.
+    """
+    new_recv: dict[tuple, int] = {}
+    new_send: dict[tuple, int] = {}
+    for f in links:
+        g, a, b = f.recv.gpu, f.recv.recv.src, f.send.send.dst
+        if new_recv.setdefault((g, c, a), state.pair_recv.get((g, c, a), b)) != b or \
+                new_send.setdefault((g, c, b), state.pair_send.get((g, c, b), a)) != a:
+            return False
+    return True
 
 
 def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
