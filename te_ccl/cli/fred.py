@@ -1,4 +1,4 @@
-"""``teccl fred show | route | phase | evaluate``: the FRED switch, its routing, the wafer.
+"""``teccl fred show | route | phase | collective | evaluate``: the FRED switch, its routing, the wafer.
 
 Tables are the commands' data and go to stdout; ``--json`` prints one JSON object
 instead. Routing conflicts are not errors: they are resolved by more phases and
@@ -206,6 +206,63 @@ def phase_cmd(fabric_name: str, strategy: str, kind: str, size: str, tables: str
     for key, value in data.items():
         table.add_row(key, str(value))
     out_console.print(table)
+
+
+@fred.command("collective")
+@click.argument("topology", default="fred-d")
+@click.option("--collective", "-c", "kind", default="allreduce", show_default=True,
+              type=click.Choice(["allreduce", "reducescatter", "allgather", "broadcast",
+                                 "reduce", "alltoall"]))
+@click.option("--size", default="1GB", show_default=True, help="Buffer size with units.")
+@click.option("--ranks", default="all", show_default=True, help="all, or 0,1,2,3 / 0-7.")
+@click.option("--chunks", type=int, default=1, show_default=True, help="Chunks per rank.")
+@click.option("--root", type=int, help="Root rank of broadcast / reduce.")
+@click.option("-o", "output", metavar="FILE", help="Write the schedule JSON (- for stdout).")
+@click.option("--tables", metavar="DIR", help="Write the FRED switch tables to DIR.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+def collective_cmd(topology: str, kind: str, size: str, ranks: str, chunks: int,
+                   root: int | None, output: str | None, tables: str | None,
+                   as_json: bool) -> None:
+    """Schedule a collective with in-switch reduction/multicast on a FRED topology."""
+    from te_ccl.collective.model import Collective, CollectiveKind
+    from te_ccl.fred.collectives import fred_tables_for
+    from te_ccl.fred.in_switch import in_switch_schedule
+    from te_ccl.outputs import write_atomic
+    from te_ccl.spec.topology import load_topology
+
+    topo = load_topology(topology)
+    rank_list = tuple(range(topo.ngpus)) if ranks == "all" else _ranks(ranks)
+    if kind in ("broadcast", "reduce") and root is None:
+        root = rank_list[0]
+    schedule = in_switch_schedule(topo, Collective(CollectiveKind(kind), _size(size), rank_list,
+                                                   chunks, root))
+    written = [str(p) for p in fred_tables_for(schedule, topo, tables)] if tables else []
+    if output:
+        write_atomic(output, schedule.to_json())
+    fin = schedule.finish_time_s
+    data = {"topology": topo.name, "collective": kind, "size_bytes": _size(size),
+            "ngpus": len(rank_list), "epochs": schedule.finish_epoch,
+            "epoch_s": schedule.epoch_s, "finish_time_s": fin,
+            "algbw_GBps": _size(size) / fin / 1e9 if fin else None,
+            "transfers": len(schedule.transfers), "output": output, "tables": written}
+    if as_json:
+        emit_json(data)
+    elif output != "-":
+        table = Table(title=f"in-switch {kind} on {topo.name}", show_header=False)
+        for key, value in data.items():
+            table.add_row(key, str(value))
+        out_console.print(table)
+
+
+def _ranks(text: str) -> tuple[int, ...]:
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.partition("-")
+            out.extend(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise SpecError(f"expected all, 0,1,2 or 0-7, got {text!r}", key="--ranks") from None
+    return tuple(out)
 
 
 @fred.command("evaluate")

@@ -52,3 +52,18 @@ def test_phase_and_evaluate(teccl, tmp_path):
     assert fabrics["fred-d"]["speedup"] > fabrics["fred-c"]["speedup"] > 1
     code, _, err = teccl("fred", "evaluate", "-w", "resnet152", "-s", "MP3-DP7")
     assert code == 2
+
+
+def test_collective_writes_schedule_and_tables(teccl, tmp_path):
+    out_json = tmp_path / "s.json"
+    code, out, _ = teccl("fred", "collective", "fred-b", "-c", "allreduce", "--size", "8MB",
+                         "--ranks", "0-7", "-o", str(out_json), "--tables", str(tmp_path / "t"),
+                         "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["ngpus"] == 8 and len(d["tables"]) == 4
+    assert json.loads(out_json.read_text())["schema"] == "teccl-schedule/1"
+    code, _, err = teccl("fred", "collective", "fred-a")
+    assert code == 2 and "reduce" in err
+    code, _, _ = teccl("fred", "collective", "fred-d", "--ranks", "0-40")
+    assert code == 2

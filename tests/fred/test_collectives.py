@@ -103,3 +103,29 @@ def test_shipped_topologies_give_the_variants():
             (w.uplink_Bps, w.in_switch, w.npu_Bps, 5)
     with pytest.raises(SpecError):
         wafer_from_topology(load_topology("wafer-mesh5x4"))
+
+
+@pytest.mark.parametrize("topo_name", ["fred-b", "fred-d"])
+@pytest.mark.parametrize("kind,root,chunks", [
+    ("allreduce", None, 1), ("reducescatter", None, 1), ("allgather", None, 1),
+    ("broadcast", 3, 4), ("reduce", 5, 2), ("alltoall", None, 1)])
+def test_in_switch_schedule_passes_the_independent_checker(topo_name, kind, root, chunks):
+    from te_ccl.collective.model import Collective, CollectiveKind
+    from te_ccl.fred.in_switch import in_switch_schedule
+    from te_ccl.verify.schedule_check import check_schedule
+
+    topo = load_topology(topo_name)
+    coll = Collective(CollectiveKind(kind), 8 * 10**6, tuple(range(8)), chunks, root)
+    s = in_switch_schedule(topo, coll)
+    assert check_schedule(s) == []
+    reduced_at_switch = [t for t in s.transfers if t.op == "reduce" and t.dst.startswith("L")]
+    assert bool(reduced_at_switch) == coll.is_reduction
+
+
+def test_in_switch_schedule_needs_reducing_switches():
+    from te_ccl.collective.model import Collective, CollectiveKind
+    from te_ccl.fred.in_switch import in_switch_schedule
+
+    with pytest.raises(SpecError):
+        in_switch_schedule(load_topology("fred-c"),
+                           Collective(CollectiveKind.ALLREDUCE, 1000, (0, 1)))
