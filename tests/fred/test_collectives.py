@@ -129,3 +129,12 @@ def test_in_switch_schedule_needs_reducing_switches():
     with pytest.raises(SpecError):
         in_switch_schedule(load_topology("fred-c"),
                            Collective(CollectiveKind.ALLREDUCE, 1000, (0, 1)))
+
+
+def test_mesh_model_matches_the_shipped_mesh():
+    topo = load_topology("wafer-mesh5x4")
+    shipped = {(topo.rank(k.src), topo.rank(k.dst)) for k in topo.links}
+    model = {(a, b) for a in WAFER for b in WAFER
+             if a != b and len(WAFER_MESH.xy_path(a, b)) == 1}
+    assert shipped == model
+    assert {k.bandwidth_Bps for k in topo.links} == {WAFER_MESH.link_Bps}
