@@ -13,8 +13,13 @@ output ports. Routing is recursive, outer stage first:
 
 Colourings are enumerated exactly (backtracking, largest degree first, colour symmetry
 broken because the middles are identical); when a middle cannot be routed the next
-colouring is tried. If none works the phase has a :class:`RoutingConflict`;
+colouring is tried (up to ``MAX_COLOURINGS`` per level and ``MAX_TOTAL`` per call). If
+none works the phase has a :class:`RoutingConflict`;
 :func:`route_phases` resolves it by splitting the flows into more phases (first fit).
+
+Modes of a 2-port element: ``reduce`` / ``broadcast`` when one flow uses both sides;
+otherwise ``forward`` when side j goes to the lower colour first (input j → middle j
+for a lone flow) and ``cross`` when not; the ``middle`` column is the exact setting.
 
 >>> from te_ccl.fred.switch import build_fred
 >>> sw = build_fred(4, 3, "s")
@@ -35,6 +40,7 @@ __all__ = ["Flow", "ElementUse", "ElementSetting", "Routing", "RoutingConflict",
            "PhaseSplit", "route", "route_phases", "check_ports"]
 
 MAX_COLOURINGS = 512  # colourings tried per (sub)switch before declaring a conflict
+MAX_TOTAL = 20_000  # colourings tried in one route() call (bounds the nested search)
 
 
 @dataclass(frozen=True)
@@ -98,6 +104,7 @@ class _Context:
     settings: list[ElementSetting] = field(default_factory=list)
     colours: dict[str, list[int]] = field(default_factory=dict)
     failure: tuple[str, tuple[str, ...]] | None = None
+    tries: int = 0
 
 
 def check_ports(ports: int, flows: Sequence[Flow]) -> None:
@@ -175,7 +182,8 @@ def _route(sw: FredSwitch, flows: tuple[Flow, ...], ctx: _Context) -> bool:
     adj = _conflicts(flows, in_el, out_el, sw.r)
     mark = (len(ctx.settings), {k: len(v) for k, v in ctx.colours.items()})
     for n, colouring in enumerate(_colourings(adj, sw.m)):
-        if n >= MAX_COLOURINGS:
+        ctx.tries += 1
+        if n >= MAX_COLOURINGS or ctx.tries > MAX_TOTAL:
             break
         colour = {f.id: colouring[i] for i, f in enumerate(flows)}
         if all(_route(mid, tuple(Flow(f.id, tuple(sorted(in_el[f.id])),
