@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["zeros", "set_bits", "clear_bits", "first_bits", "from_pairs", "nbits"]
+__all__ = ["zeros", "set_bits", "clear_bits", "first_bits", "first_bits_from", "from_pairs", "nbits"]
 
 _DEBRUIJN = 0x03F79D71B4CB0A89  # a de Bruijn sequence: (low bit × it) >> 58 is unique
 _TABLE = np.zeros(64, dtype=np.int64)
@@ -58,6 +58,23 @@ def first_bits(m: np.ndarray) -> np.ndarray:
     out = word.astype(np.int64) * 64 + pos
     out[~nonzero.any(axis=1)] = -1
     return out
+
+
+def first_bits_from(m: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Per row the first set bit at or after ``start[row]``, wrapping around; −1 if none.
+
+    >>> m = zeros(2, 130); set_bits(m, [0, 0, 1], [3, 100, 3])
+    >>> first_bits_from(m, np.array([50, 50])).tolist()
+    [100, 3]
+    """
+    start = np.asarray(start, dtype=np.int64)
+    word = np.arange(m.shape[1])[None, :]
+    first = (start >> 6)[:, None]
+    low = (np.uint64(1) << (start & 63).astype(np.uint64)) - np.uint64(1)
+    keep = np.where(word > first, ~np.uint64(0), np.uint64(0)).astype(np.uint64)
+    keep = np.where(word == first, ~low[:, None], keep)
+    after = first_bits(m & keep)
+    return np.where(after >= 0, after, first_bits(m))
 
 
 def nbits(m: np.ndarray) -> np.ndarray:
