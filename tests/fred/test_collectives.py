@@ -138,3 +138,15 @@ def test_mesh_model_matches_the_shipped_mesh():
              if a != b and len(WAFER_MESH.xy_path(a, b)) == 1}
     assert shipped == model
     assert {k.bandwidth_Bps for k in topo.links} == {WAFER_MESH.link_Bps}
+
+
+def test_every_strategy_routes_with_one_port_per_npu():
+    # the port-level view: L1 = FRED_3(8) (4 NPUs + 4 uplinks), L2 = FRED_3(20)
+    from te_ccl.fred.wafer import Wafer
+
+    w = Wafer("port-level", 12e12, True, lane_Bps=3e12)
+    assert (w.l1_ports, w.l2_ports) == (8, 20)
+    for s in all_strategies():
+        for kind in PHASES:
+            r = compile_phase(w, s, kind, D)
+            assert r is None or r.notes == (), (s.name, kind)
