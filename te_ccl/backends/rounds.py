@@ -12,6 +12,10 @@ every unmet destination ``w``, how many epochs closer ``v`` is to ``w`` than the
 current holder of ``c`` (progress toward later deliveries); ``W − t − d_l`` rewards early
 arrival. Met demands leave the problem; the rounds stop when none is left. The result is
 feasible, never proven optimal.
+
+To keep each round small, a link only gets variables for the ``max(8, 3 × (chunks it can
+carry in the window))`` chunks of highest value to it (candidate pruning); links out of a
+switch without buffer keep every chunk that may enter the switch.
 """
 
 from __future__ import annotations
@@ -29,6 +33,13 @@ from te_ccl.model.ten import TimeExpandedNetwork, distances
 from te_ccl.schedule import Transfer
 
 __all__ = ["solve_rounds"]
+
+# no round may take more than this fraction of the time limit (the first rounds cannot
+# know how many will follow: the epoch lower bound is weak for cut-limited instances)
+FIRST_ROUNDS = 20
+# per link and round, only chunks ranked in the top CANDIDATES × capacity get variables
+CANDIDATES = 3
+MIN_CANDIDATES = 8
 
 
 def _objective(problem: Problem, ten: TimeExpandedNetwork, window: int) -> dict[tuple, int]:
@@ -55,6 +66,29 @@ def _objective(problem: Problem, ten: TimeExpandedNetwork, window: int) -> dict[
     return obj
 
 
+def _candidates(ten: TimeExpandedNetwork, objective: dict[tuple, int], window: int) -> None:
+    """Per link, keep the transfers of its best ``max(MIN_CANDIDATES, CANDIDATES × room)``
+    chunks; a link out of a switch without buffer also keeps every chunk that may enter it."""
+    p = ten.problem
+    best: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+    for key, value in objective.items():
+        c, link, _ = key
+        best[link][c] = min(value, best[link].get(c, 0))
+    keep: dict[tuple[str, str], set[int]] = {}
+    for link, values in best.items():
+        lt = p.timings[link]
+        room = max(MIN_CANDIDATES, CANDIDATES * lt.capacity * -(-window // lt.occupancy))
+        keep[link] = set(sorted(values, key=lambda c: (values[c], c))[:room])
+    entering: dict[str, set[int]] = defaultdict(set)
+    for (u, v), chunks in keep.items():
+        if v not in p.buffered_nodes:
+            entering[v] |= chunks
+    for (u, v) in p.timings:
+        if u not in p.buffered_nodes:
+            keep[(u, v)] = keep.get((u, v), set()) | entering[u]
+    ten.x = [k for k in ten.x if k[0] in keep.get(k[1], ())]
+
+
 def _advance(problem: Problem, demands: list[Demand], transfers: list[Transfer], shift: int,
              window: int) -> tuple[State, list[Demand]]:
     """State at absolute epoch ``shift + window`` after ``transfers`` (absolute epochs)."""
@@ -62,21 +96,25 @@ def _advance(problem: Problem, demands: list[Demand], transfers: list[Transfer],
     held = set(problem.state.held)
     incoming, busy = [], []
     for t in transfers:
-        if t.arrive_epoch <= end and problem.topology.node(t.dst).is_gpu or (
-                t.arrive_epoch <= end and t.dst in problem.buffered_nodes):
+        if t.arrive_epoch <= end and t.dst in problem.buffered_nodes:
             held.add((t.chunk, t.dst))
-        elif t.arrive_epoch > end:
+        elif t.arrive_epoch > end and t.dst in problem.buffered_nodes:
             incoming.append((t.chunk, t.dst, t.arrive_epoch - end))
         k = problem.timings[(t.src, t.dst)].occupancy
         if t.start_epoch + k > end:
             busy.append(((t.src, t.dst), t.start_epoch - end))
     relayed: dict[str, int] = defaultdict(int)
+    by_chunk = {d.chunk: d for d in problem.demands}
     for c, v in held:
-        d = next((d for d in problem.demands if d.chunk == c), None)
-        if v in problem.relay_limit and d and v not in d.sources and v not in d.destinations:
+        d = by_chunk[c]
+        if v in problem.relay_limit and v not in d.sources and v not in d.destinations:
             relayed[v] += 1
     left = [d for d in demands if any((d.chunk, v) not in held for v in d.destinations)]
     return State(frozenset(held), tuple(incoming), tuple(busy), tuple(relayed.items())), left
+
+
+def _unmet_pairs(problem: Problem, demands: list[Demand], state: State) -> int:
+    return sum(1 for d in demands for v in d.destinations if (d.chunk, v) not in state.held)
 
 
 def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
@@ -85,19 +123,26 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
     window = max(1, params.round_epochs)
     max_delay = max(lt.delay for lt in problem.timings.values())
     reach = window + max_delay * len(problem.topology.nodes)
+    slack = max_delay * sum(1 for n in problem.topology.nodes if n.name not in problem.buffered_nodes)
     demands, state = list(problem.demands), problem.state
     transfers: list[Transfer] = []
     shift, rounds, size = 0, 0, (0, 0)
+    pairs = _unmet_pairs(problem, demands, state)
+    rate = None  # (chunk, destination) pairs delivered per round so far
     while demands:
         sub = problem.with_state(state, tuple(demands))
         expected = horizon_lower_bound(sub) // window + 1
+        if rate:
+            expected = max(expected, -(-_unmet_pairs(problem, demands, state) // rate))
+        budget = min(clock.left / (expected + 4), params.time_limit_s / FIRST_ROUNDS)
         if clock.left <= 0:
             raise SolverError(f"time limit of {params.time_limit_s:g} s reached after "
                               f"{rounds} rounds, {len(demands)} chunk(s) still undelivered")
-        form = formulate(sub, reach, start_limit=window, demands=False, receive_once=True)
-        form = type(form)(form.ten, form.variables, form.rows, _objective(sub, form.ten, window))
-        solved = solve_formulation(form, params, clock.left / (expected + 4),
-                                   with_objective=True)
+        ten = TimeExpandedNetwork(sub, reach, window, slack)
+        objective = _objective(sub, ten, window)
+        _candidates(ten, objective, window)
+        form = formulate(sub, reach, objective, ten=ten, demands=False, receive_once=True)
+        solved = solve_formulation(form, params, budget, with_objective=True)
         transfers += to_transfers(sub, solved.chosen, shift)
         size = max(size, form.size)
         state, demands = _advance(problem, demands, transfers, shift, window)
@@ -105,6 +150,7 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
             raise SolverError(f"infeasible: round at epoch {shift} can move nothing, "
                               f"{len(demands)} chunk(s) undelivered")
         shift, rounds = shift + window, rounds + 1
+        rate = max(1, (pairs - _unmet_pairs(problem, demands, state)) // rounds)
         if progress:
             progress(f"round {rounds}: epochs {shift - window}-{shift - 1}, "
                      f"{len(demands)} chunk(s) still undelivered ({clock.elapsed:.1f} s)")

@@ -41,13 +41,14 @@ class Formulation:
 
 def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None = None, *,
               start_limit: int | None = None, demands: bool = True,
-              receive_once: bool = False) -> Formulation:
+              receive_once: bool = False, ten: TimeExpandedNetwork | None = None) -> Formulation:
     """Rows (1)–(8) of :mod:`te_ccl.model.constraints` for ``problem`` over ``horizon`` epochs.
 
     A round of the ``rounds`` backend passes ``start_limit`` (transfers start before it),
-    ``demands=False`` (its objective rewards progress instead) and ``receive_once`` (7).
+    ``demands=False`` (its objective rewards progress instead) and ``receive_once`` (7),
+    and may pass its own (pruned) ``ten``.
     """
-    ten = TimeExpandedNetwork(problem, horizon, start_limit)
+    ten = ten or TimeExpandedNetwork(problem, horizon, start_limit)
     copies, buffered = problem.copy_nodes, problem.buffered_nodes
     rows: list[cons.Row] = []
     rows += cons.capacity(ten)
@@ -69,4 +70,6 @@ def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None
                 variables[key] = width if key[0] == "s" else 1
     if objective is None:
         objective = {x: x[2] + problem.timings[x[1]].delay for x in ten.x}
+    else:
+        objective = {k: v for k, v in objective.items() if k in variables}
     return Formulation(ten, variables, rows, objective)

@@ -33,8 +33,6 @@ def horizon_lower_bound(problem: Problem) -> int:
         for v in unmet:
             lo = max(lo, first.get(v, 1 << 30))
             need[v] += 1
-    for _, v, _ in problem.state.incoming:
-        need[v] -= 1
     for v, n in need.items():
         h = lo
         while _deliverable(problem, v, h) < n:

@@ -55,16 +55,21 @@ def distances(problem: Problem, starts: dict[str, int], *, reverse: bool = False
 class TimeExpandedNetwork:
     """Variable keys and arrival sums of ``problem`` for ``horizon`` epochs (0 … H)."""
 
-    def __init__(self, problem: Problem, horizon: int, start_limit: int | None = None) -> None:
+    def __init__(self, problem: Problem, horizon: int, start_limit: int | None = None,
+                 slack: int = 0) -> None:
         self.problem = problem
         self.horizon = horizon
         self.start_limit = horizon if start_limit is None else start_limit
+        self.slack = slack
         self.x: list[XKey] = []
         for d in problem.demands:
             self.x.extend(self._chunk_vars(d))
 
     def unmet(self, d: Demand) -> tuple[str, ...]:
-        return tuple(v for v in d.destinations if not self.problem.holds(d.chunk, v))
+        """Destinations that neither hold the chunk nor have it under way."""
+        coming = {n for c, n, _ in self.problem.state.incoming if c == d.chunk}
+        return tuple(v for v in d.destinations
+                     if not self.problem.holds(d.chunk, v) and v not in coming)
 
     def earliest(self, d: Demand) -> dict[str, int]:
         p = self.problem
@@ -88,9 +93,12 @@ class TimeExpandedNetwork:
             if p.holds(d.chunk, v) or u == lone or u not in first or v not in to_dest:
                 continue
             last = H - lt.delay - to_dest[v]
-            if v not in p.buffered_nodes:  # arrive while the window is open, to be forwarded
-                last = min(last, self.start_limit - 1 - lt.delay)
-            last = min(last, self.start_limit - 1)
+            # a window of starts (rounds): switches without buffer may forward up to
+            # ``slack`` epochs past it, so what enters them leaves in the same round
+            cut = self.start_limit - 1 + self.slack
+            if v not in p.buffered_nodes:
+                last = min(last, cut - lt.delay)
+            last = min(last, self.start_limit - 1 if u in p.buffered_nodes else cut)
             out.extend((d.chunk, key, t) for t in range(first[u], last + 1))
         return out
 

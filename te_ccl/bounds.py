@@ -1,0 +1,173 @@
+"""Lower bounds on a collective's finish time, for the "ratio to bound" of every compile.
+
+Formulas (PRODUCT.md "Lower bounds"), with ``R`` the participating GPUs, ``N = |R|``,
+``M`` the collective's ``size_bytes`` and ``B⁺(S)`` the bandwidth leaving node set ``S``:
+
+* AllGather: ``(M/N) · max_{S ⊉ R, S∩R ≠ ∅} |S∩R| / B⁺(S)`` (the ForestColl cut bound),
+  computed exactly by Dinkelbach's method: for a ratio ``λ``, one min-cut per excluded GPU
+  ``t`` finds ``max |S∩R| − λ·B⁺(S)``; ``λ`` is raised to that set's ratio until no set
+  beats it (a handful of rounds).
+* ReduceScatter: the same on the reversed graph; AllReduce: RS + AG.
+* AlltoAll: the max-concurrent-flow LP (GLOP; commodities aggregated per source, which is
+  exact) when it has ≤ 200k variables, else the per-node ``(N−1)M/(N·min(B_in, B_out))``.
+* Broadcast from ``r``: ``M / min_v maxflow(r, v)``; Reduce: the same reversed.
+  Gather/Scatter: the root receives (sends) ``(N−1)M/N`` through its own links.
+* Latency: every bound is at least the α-weighted distance the data must travel
+  (α-diameter over ``R``, α-eccentricity of the root). The two are combined with ``max``,
+  not a sum: a sum is not a valid bound in general (the far pair may be served at t=0
+  while the cut is busy).
+
+α semantics: those of :mod:`te_ccl.schedule` (α delays arrival, links are busy ``bytes/b``).
+
+>>> from te_ccl.collective import Collective, CollectiveKind
+>>> from te_ccl.topology import Link, Node, Topology
+>>> t = Topology.build("pair", [Node("a"), Node("b")], [Link("a", "b", 1e9), Link("b", "a", 1e9)])
+>>> round(lower_bound(t, Collective(CollectiveKind.ALLGATHER, 2000, (0, 1))).seconds, 12)
+1e-06
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.topology.model import Topology
+
+__all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time"]
+
+_LP_MAX_VARIABLES = 200_000
+
+
+@dataclass(frozen=True)
+class Bound:
+    """``seconds``: the bound; ``parts``: each ingredient in seconds (and the cut size)."""
+
+    seconds: float
+    parts: dict[str, float] = field(default_factory=dict)
+
+
+def _members(topology: Topology, collective: Collective) -> list[str]:
+    return [topology.gpu(r) for r in collective.ranks]
+
+
+def _best_set(g: nx.DiGraph, members: list[str], lam: float) -> tuple[float, set[str]]:
+    """max over S (some member outside) of |S∩R| − λ·B⁺(S), and the S attaining it."""
+    best, best_set = 0.0, set()
+    for t in members:
+        h = nx.DiGraph()
+        for u, v, bw in g.edges(data="bandwidth"):
+            h.add_edge(u, v, capacity=lam * bw)
+        for v in members:
+            h.add_edge("__s", v, capacity=1.0)
+        h.add_edge(t, "__t")  # no capacity attribute: infinite
+        cut, (side, _) = nx.minimum_cut(h, "__s", "__t")
+        value = len(members) - cut
+        if value > best + 1e-12:
+            best, best_set = value, side - {"__s"}
+    return best, best_set
+
+
+def allgather_cut_ratio(topology: Topology, members: list[str]) -> tuple[float, set[str]]:
+    """max |S∩R| / B⁺(S) over S ⊉ R with S∩R ≠ ∅ (seconds per byte), and a maximising S."""
+    g = topology.graph()
+    out_bw = {v: sum(bw for _, _, bw in g.out_edges(v, data="bandwidth")) for v in members}
+    start = max(members, key=lambda v: 1 / out_bw[v] if out_bw[v] else float("inf"))
+    lam, arg = 1 / out_bw[start], {start}
+    for _ in range(50):
+        value, s = _best_set(g, members, lam)
+        if value <= 1e-9 * len(members) or not s:
+            break
+        lam = len(s & set(members)) / sum(bw for u, v, bw in g.edges(data="bandwidth")
+                                            if u in s and v not in s)
+        arg = s
+    return lam, arg
+
+
+def _alpha_distance(topology: Topology, sources: list[str], targets: list[str]) -> float:
+    g = topology.graph()
+    worst = 0.0
+    for s in sources:
+        dist = nx.single_source_dijkstra_path_length(g, s, weight="latency")
+        worst = max(worst, max(dist.get(t, 0.0) for t in targets))
+    return worst
+
+
+def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float) -> float | None:
+    """Max-concurrent-flow LP: the least T such that every pair moves its bytes in T."""
+    from ortools.linear_solver import pywraplp
+
+    if len(members) * len(topology.links) > _LP_MAX_VARIABLES:
+        return None
+    scale = max(k.bandwidth_Bps for k in topology.links)  # solve in units of 1 byte, max bw 1
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    T = lp.NumVar(0, lp.infinity(), "T")
+    f = {(s, k.key): lp.NumVar(0, lp.infinity(), "") for s in members for k in topology.links}
+    for s in members:
+        for n in topology.nodes:
+            net = (sum(f[(s, k.key)] for k in topology.out_links(n.name))
+                   - sum(f[(s, k.key)] for k in topology.in_links(n.name)))
+            if n.name == s:
+                lp.Add(net == len(members) - 1)
+            elif n.name in members:
+                lp.Add(net == -1)
+            else:
+                lp.Add(net == 0)
+    for k in topology.links:
+        lp.Add(sum(f[(s, k.key)] for s in members) <= k.bandwidth_Bps / scale * T)
+    lp.Minimize(T)
+    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
+    return T.solution_value() * per_pair_bytes / scale
+
+
+def _ag_part(topology: Topology, members: list[str], per_rank: float) -> float:
+    if len(members) < 2:
+        return 0.0
+    return per_rank * allgather_cut_ratio(topology, members)[0]
+
+
+def _broadcast_part(topology: Topology, root: str, members: list[str], size: float) -> float:
+    g = topology.graph()
+    flows = [nx.maximum_flow_value(g, root, v, capacity="bandwidth") for v in members if v != root]
+    return size / min(flows) if flows else 0.0
+
+
+def _node_part(topology: Topology, node: str, size: float, incoming: bool) -> float:
+    links = topology.in_links(node) if incoming else topology.out_links(node)
+    return size / sum(k.bandwidth_Bps for k in links)
+
+
+def lower_bound(topology: Topology, collective: Collective) -> Bound:
+    """The best of the bandwidth and latency bounds for ``collective`` on ``topology``."""
+    K = CollectiveKind
+    members, kind, n = _members(topology, collective), collective.kind, collective.nranks
+    size, rev = float(collective.size_bytes), topology.reversed()
+    root = topology.gpu(collective.root) if collective.root is not None else None
+    parts: dict[str, float] = {}
+    if kind is K.ALLGATHER:
+        parts["cut_s"] = _ag_part(topology, members, size / n)
+    elif kind is K.REDUCESCATTER:
+        parts["cut_s"] = _ag_part(rev, members, size / n)
+    elif kind is K.ALLREDUCE:
+        parts["cut_s"] = _ag_part(rev, members, size / n) + _ag_part(topology, members, size / n)
+    elif kind is K.ALLTOALL:
+        node = max(_node_part(topology, v, size * (n - 1) / n, inc)
+                   for v in members for inc in (True, False)) if n > 1 else 0.0
+        parts["per_node_s"] = node
+        flow = alltoall_time(topology, members, size / n) if n > 1 else None
+        if flow is not None:
+            parts["concurrent_flow_s"] = flow
+    elif kind in (K.BROADCAST, K.REDUCE):
+        parts["maxflow_s"] = _broadcast_part(topology if kind is K.BROADCAST else rev,
+                                             root, members, size)
+    elif kind in (K.GATHER, K.SCATTER) and n > 1:
+        parts["root_links_s"] = _node_part(topology, root, size * (n - 1) / n,
+                                           kind is K.GATHER)
+    sources = [root] if root is not None and kind is not K.REDUCE else members
+    targets = [root] if kind in (K.REDUCE, K.GATHER) else members
+    if kind is K.REDUCE or kind is K.GATHER:
+        sources = members
+    parts["alpha_s"] = _alpha_distance(topology, sources, targets)
+    return Bound(max(parts.values(), default=0.0), parts)
