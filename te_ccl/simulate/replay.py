@@ -7,6 +7,8 @@ dependencies are kept; the times are recomputed by :mod:`te_ccl.simulate.engine`
   copy of ``c`` has arrived, or — for reduced chunks — every partial of ``c`` that the
   schedule delivers to it *before* the send (``arrive_epoch ≤ start_epoch``) has arrived
   (its own partial, if it is a source, is there from the start);
+* a switch without buffer forwards what arrives in the epoch the schedule sends it on
+  (``arrive_epoch = start_epoch``), so two passes of one chunk stay two transfers;
 * each link serves its transfers in the schedule's order (``start_epoch``, then position);
 * a GPU is done when it holds every chunk it is a destination of (a copy arrived, or
   every partial the schedule sends it arrived).
@@ -65,9 +67,12 @@ def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str]
     for i, t in enumerate(trs):
         if t.chunk not in chunks:
             raise VerificationError(f"{t}: chunk {t.chunk} is not part of the collective")
-        earlier = [j for j in incoming[(t.src, t.chunk)]
-                   if j != i and trs[j].arrive_epoch <= t.start_epoch]
-        rank = topo.rank(t.src) if topo.node(t.src).is_gpu else None
+        node = topo.node(t.src)
+        bufferless = not node.is_gpu and not node.has_buffer
+        earlier = [j for j in incoming[(t.src, t.chunk)] if j != i and (
+            trs[j].arrive_epoch == t.start_epoch if bufferless
+            else trs[j].arrive_epoch <= t.start_epoch)]
+        rank = topo.rank(t.src) if node.is_gpu else None
         deps = _holding(chunks[t.chunk], rank, earlier, trs)
         if deps is None:
             raise VerificationError(f"{t}: {t.src} sends chunk {t.chunk} before it holds it")

@@ -1,0 +1,47 @@
+"""Baselines in the Schedule IR (NCCL ring, double binary tree, direct, hierarchical).
+
+They go through the same lowering, simulator and report as teccl's own schedules.
+:data:`BASELINES` maps a name to ``build(topology, collective) -> Schedule``;
+:func:`applicable` says which make sense for a collective on a topology.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from te_ccl.baselines.direct import direct
+from te_ccl.baselines.hierarchical import find_boxes, hierarchical
+from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
+from te_ccl.baselines.ring import ring, ring_bidir
+from te_ccl.baselines.tree import TREE_KINDS, double_tree
+from te_ccl.collective.model import Collective
+from te_ccl.schedule import Schedule
+from te_ccl.topology.model import Topology
+
+__all__ = ["BASELINES", "BaselineError", "ChunkPlan", "applicable", "assemble", "build_baseline"]
+
+BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
+    "ring": ring,
+    "ring-bidir": ring_bidir,
+    "tree": double_tree,
+    "direct": direct,
+    "hierarchical": hierarchical,
+}
+
+
+def applicable(topology: Topology, collective: Collective) -> list[str]:
+    """Baseline names that make sense for ``collective`` on ``topology``."""
+    names = ["ring", "ring-bidir", "direct"]
+    if collective.kind in TREE_KINDS and collective.nranks > 2:
+        names.insert(2, "tree")
+    gpus = [topology.gpu(r) for r in collective.ranks]
+    if len(find_boxes(topology, gpus)) > 1:
+        names.append("hierarchical")
+    return names
+
+
+def build_baseline(name: str, topology: Topology, collective: Collective) -> Schedule:
+    """The schedule of baseline ``name``; raises BaselineError if it does not apply."""
+    if name not in BASELINES:
+        raise BaselineError(f"unknown baseline {name!r}; expected one of {', '.join(BASELINES)}")
+    return BASELINES[name](topology, collective)

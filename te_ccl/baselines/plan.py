@@ -1,0 +1,213 @@
+"""From per-chunk trees to a Schedule: routing and greedy epoch assignment, shared by all baselines.
+
+A baseline says, for every chunk, which GPU sends it to which GPU (:class:`ChunkPlan`):
+an in-tree that sums the partials of a reduced chunk into its ``owner``, then an out-tree
+that copies the chunk from the ``owner`` (its source, for copied chunks). This module
+routes each GPU→GPU edge over the topology (the direct link, else the fastest path;
+through switches only for reductions, since a GPU on the way would add its own partial)
+and gives every hop epochs with the rules of the ``te_ccl.schedule`` docstring:
+
+* τ = ``chunk_bytes / b_max`` (the fastest link carries one chunk per epoch; slower links
+  need ``ceil(chunk/(b·τ))`` epochs per chunk);
+* a hop started in epoch ``e`` arrives at ``e + ceil((chunk/b + α)/τ)``;
+* a link starts at most ``cap`` chunks in any ``k`` consecutive epochs;
+* a switch without buffer forwards in the epoch the chunk arrives.
+
+Edges are placed greedily, earliest feasible epoch first, in the order (stage, chunk):
+``stage`` is the edge's step in its tree, which makes rings and trees pipeline as NCCL does.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+import networkx as nx
+
+from te_ccl.collective.model import Collective
+from te_ccl.errors import TecclError
+from te_ccl.schedule import Schedule, SolveInfo, Transfer
+from te_ccl.topology.model import Topology
+
+__all__ = ["ChunkPlan", "BaselineError", "assemble", "route"]
+
+_EPS = 1e-9
+
+
+class BaselineError(TecclError):
+    """A baseline cannot be built for this topology and collective (bad request: exit 2)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class ChunkPlan:
+    """How one chunk moves: ``gather`` child→parent edges summing into ``owner``, then
+    ``spread`` child→parent edges copying out of ``owner`` (both maps ``node -> parent``)."""
+
+    chunk: int
+    owner: str
+    gather: dict[str, str] = field(default_factory=dict)
+    spread: dict[str, str] = field(default_factory=dict)
+
+
+def route(topology: Topology, src: str, dst: str, *, via_gpus: bool,
+          graph: nx.DiGraph | None = None) -> list[str]:
+    """Node path ``src … dst``: the direct link, else the fastest path (1/b + α per hop)."""
+    if topology.has_link(src, dst):
+        return [src, dst]
+    g = graph if graph is not None else topology.graph()
+    if not via_gpus:
+        g = g.subgraph([x for x in g if not g.nodes[x]["node"].is_gpu or x in (src, dst)])
+    try:
+        return nx.shortest_path(g, src, dst,
+                                weight=lambda u, v, d: 1.0 / d["bandwidth"] + d["latency"])
+    except (nx.NetworkXNoPath, nx.NodeNotFound):
+        how = "" if via_gpus else " through switches only (needed to reduce)"
+        raise BaselineError(f"no path from {src} to {dst}{how} in {topology.name}") from None
+
+
+def _height(tree: dict[str, str]) -> dict[str, int]:
+    """Edges from the farthest leaf to each node of an in-tree (leaves 0)."""
+    h: dict[str, int] = defaultdict(int)
+    for leaf in tree:
+        node, d = leaf, 0
+        while node in tree:
+            node, d = tree[node], d + 1
+            if h[node] >= d:
+                break
+            h[node] = d
+    return h
+
+
+def _depth(tree: dict[str, str], node: str) -> int:
+    d = 0
+    while node in tree:
+        node, d = tree[node], d + 1
+    return d
+
+
+@dataclass(frozen=True)
+class _Edge:
+    chunk: int
+    src: str
+    dst: str
+    op: str
+    stage: int
+    after: tuple[int, ...]  # indices of edges whose arrival at src this edge waits for
+
+
+def _edges(plans: list[ChunkPlan]) -> list[_Edge]:
+    edges: list[_Edge] = []
+    for p in plans:
+        height = _height(p.gather)
+        into: dict[str, list[int]] = defaultdict(list)
+        for child in sorted(p.gather, key=lambda n: height[n]):
+            into[p.gather[child]].append(len(edges))
+            edges.append(_Edge(p.chunk, child, p.gather[child], "reduce", height[child],
+                               tuple(into[child])))
+        base = height[p.owner] + 1 if p.gather else 0
+        for child in sorted(p.spread, key=lambda n: _depth(p.spread, n)):
+            parent = p.spread[child]
+            into[child] = [len(edges)]
+            edges.append(_Edge(p.chunk, parent, child, "copy",
+                               base + _depth(p.spread, child) - 1, tuple(into[parent])))
+    return edges
+
+
+class _Links:
+    """Epoch bookkeeping of every link: starts per epoch, occupancy, capacity, delay."""
+
+    def __init__(self, topology: Topology, chunk_bytes: int, tau: float) -> None:
+        self.topo, self.tau, self.c = topology, tau, chunk_bytes
+        self.passing: set[tuple[str, int, int]] = set()  # (switch, chunk, epoch)
+        self.occ: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+
+    @functools.cache  # noqa: B019 - one small cache per schedule being built
+    def rule(self, u: str, v: str) -> tuple[int, int, int]:
+        """``(k, cap, delay)``: at most ``cap`` starts in any ``k`` epochs; arrival after ``delay``."""
+        link = self.topo.link(u, v)
+        btau = link.bandwidth_Bps * self.tau
+        k = max(1, math.ceil(self.c / btau - _EPS))
+        cap = max(1, math.floor(btau / self.c + _EPS)) if btau >= self.c * (1 - _EPS) else 1
+        delay = max(1, math.ceil((self.c / link.bandwidth_Bps + link.latency_s) / self.tau - _EPS))
+        return k, cap, delay
+
+    def blocked(self, u: str, v: str, e: int) -> int | None:
+        """The last full epoch in ``[e, e+k)`` (None: a chunk may start at ``e``).
+
+        Each start fills ``k`` epochs; with ``k > 1`` the capacity is one, so "at most
+        ``cap`` starts in any ``k`` consecutive epochs" is "every epoch below ``cap``".
+        """
+        k, cap, _ = self.rule(u, v)
+        occ = self.occ[(u, v)]
+        full = [i for i in range(e, e + k) if occ.get(i, 0) >= cap]
+        return full[-1] if full else None
+
+    def fits(self, u: str, v: str, e: int) -> bool:
+        return self.blocked(u, v, e) is None
+
+    def next_fit(self, u: str, v: str, e: int) -> int:
+        while (last := self.blocked(u, v, e)) is not None:
+            e = last + 1
+        return e
+
+    def _try(self, path: list[str], e: int,
+             chunk: int) -> tuple[list[tuple[str, str, int, int]], int]:
+        """Hops from epoch ``e`` (the sender may wait; bufferless switches may not), or
+        ``([], skip)`` with how far to move ``e`` when a bufferless hop is blocked. A switch
+        passes one piece of a chunk per epoch (two partials would merge in it)."""
+        hops, t = [], e
+        for u, v in zip(path, path[1:], strict=False):
+            node = self.topo.node(u)
+            if hops and not node.is_gpu and not node.has_buffer:
+                if (u, chunk, t) in self.passing:
+                    return [], 1
+                if not self.fits(u, v, t):
+                    return [], self.next_fit(u, v, t) - t
+            else:
+                t = self.next_fit(u, v, t)
+            arrive = t + self.rule(u, v)[2]
+            hops.append((u, v, t, arrive))
+            t = arrive
+        return hops, 0
+
+    def place(self, path: list[str], ready: int, chunk: int) -> list[tuple[str, str, int, int]]:
+        """Hops of ``path`` from the earliest epoch ≥ ``ready`` (greedy) that fits every hop."""
+        e = ready
+        while True:
+            hops, skip = self._try(path, e, chunk)
+            if hops:
+                for u, _, t0, _ in hops[1:]:
+                    self.passing.add((u, chunk, t0))
+                for u, v, t0, _ in hops:
+                    occ = self.occ[(u, v)]
+                    for i in range(t0, t0 + self.rule(u, v)[0]):
+                        occ[i] = occ.get(i, 0) + 1
+                return hops
+            e += max(1, skip)
+
+
+def assemble(name: str, topology: Topology, collective: Collective,
+             plans: list[ChunkPlan]) -> Schedule:
+    """Route and time the plans' edges; the Schedule's ``info.backend`` is ``baseline:NAME``."""
+    b_max = max(link.bandwidth_Bps for link in topology.links)
+    tau = collective.chunk_bytes / b_max
+    links = _Links(topology, collective.chunk_bytes, tau)
+    edges = _edges(plans)
+    arrive: dict[int, int] = {}
+    transfers: list[Transfer] = []
+    paths: dict[tuple[str, str, bool], list[str]] = {}
+    graph = topology.graph()
+    for i in sorted(range(len(edges)), key=lambda i: (edges[i].stage, edges[i].chunk, i)):
+        e = edges[i]
+        key = (e.src, e.dst, e.op == "copy")
+        if key not in paths:
+            paths[key] = route(topology, e.src, e.dst, via_gpus=key[2], graph=graph)
+        hops = links.place(paths[key], max((arrive[j] for j in e.after), default=0), e.chunk)
+        transfers += [Transfer(e.chunk, u, v, t, a, e.op) for u, v, t, a in hops]
+        arrive[i] = hops[-1][3]
+    info = SolveInfo(backend=f"baseline:{name}", status="heuristic")
+    return Schedule(topology, collective, tau, tuple(sorted(transfers)), info)
