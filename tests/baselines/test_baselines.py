@@ -4,7 +4,8 @@ import pytest
 
 from te_ccl.baselines import BASELINES, BaselineError, applicable, build_baseline
 from te_ccl.baselines.ring import ring_order
-from te_ccl.collective import Collective, CollectiveKind as K
+from te_ccl.collective import Collective
+from te_ccl.collective import CollectiveKind as K
 from te_ccl.simulate import simulate_schedule
 from te_ccl.topology import generators as gen
 from te_ccl.verify.schedule_check import check_schedule
