@@ -51,8 +51,14 @@ def _dependencies(plans: list[TbPlan]) -> dict[Ref, list[Ref]]:
 
 def add_dependencies(gpu: int, plans: list[TbPlan], slots: dict[tuple[int, tuple], SlotPair]
                      ) -> list[Threadblock]:
-    """The final thread blocks of one GPU (ids = positions in ``plans``)."""
+    """The final thread blocks of one GPU (ids = positions in ``plans``, but thread blocks
+    that others wait for come first when there are more than ``MAX_DEPID + 1``)."""
     deps = _dependencies(plans)
+    if len(plans) > MAX_DEPID + 1:
+        waited = {tb for waits in deps.values() for tb, _ in waits}
+        plans = [p for i, p in enumerate(plans) if i in waited] + \
+                [p for i, p in enumerate(plans) if i not in waited]
+        deps = _dependencies(plans)
     position: dict[Ref, int] = {}
     for tb, p in enumerate(plans):
         at = 0
