@@ -9,7 +9,6 @@ import argparse
 import time
 
 from te_ccl.bounds import lower_bound
-
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.solve import SolveParams, solve
 from te_ccl.spec.topology import load_topology

@@ -80,7 +80,7 @@ def _candidates(ten: TimeExpandedNetwork, objective: dict[tuple, int], window: i
         room = max(MIN_CANDIDATES, CANDIDATES * lt.capacity * -(-window // lt.occupancy))
         keep[link] = set(sorted(values, key=lambda c: (values[c], c))[:room])
     entering: dict[str, set[int]] = defaultdict(set)
-    for (u, v), chunks in keep.items():
+    for (_, v), chunks in keep.items():
         if v not in p.buffered_nodes:
             entering[v] |= chunks
     for (u, v) in p.timings:

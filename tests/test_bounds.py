@@ -1,0 +1,96 @@
+"""Lower bounds: hand-computed values, and on random small topologies every schedule the
+solver produces passes the independent checker and takes at least the bound."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from te_ccl.bounds import allgather_cut_ratio, lower_bound
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.solve import SolveParams, solve
+from te_ccl.topology import Link, Node, Topology
+from te_ccl.verify.schedule_check import check_schedule
+
+
+def ring(n: int, bw: float = 1e9) -> Topology:
+    links = []
+    for i in range(n):
+        j = (i + 1) % n
+        links += [Link(f"g{i}", f"g{j}", bw), Link(f"g{j}", f"g{i}", bw)]
+    return Topology.build(f"ring{n}", [Node(f"g{i}") for i in range(n)], links)
+
+
+def coll(kind: str, n: int, size: int = 8 << 20, root=None) -> Collective:
+    return Collective(CollectiveKind(kind), size, tuple(range(n)), root=root)
+
+
+def test_ring_allgather_cut_is_half_the_ring():
+    # S = 7 consecutive GPUs of ring8 leaves on 2 links: (M/8)·7/(2b)
+    b = lower_bound(ring(8), coll("allgather", 8))
+    assert b.parts["cut_s"] == pytest.approx((8 << 20) / 8 * 7 / 2e9)
+
+
+def test_cut_ratio_matches_brute_force():
+    t = Topology.build("x", [Node(f"g{i}") for i in range(4)],
+                       [Link("g0", "g1", 3e9), Link("g1", "g2", 1e9), Link("g2", "g3", 2e9),
+                        Link("g3", "g0", 1e9), Link("g1", "g0", 1e9), Link("g2", "g1", 2e9),
+                        Link("g3", "g2", 1e9), Link("g0", "g3", 2e9)])
+    names = list(t.gpus)
+    best = 0.0
+    for r in range(1, 4):
+        for s in itertools.combinations(names, r):
+            out = sum(k.bandwidth_Bps for k in t.links if k.src in s and k.dst not in s)
+            best = max(best, len(s) / out)
+    assert allgather_cut_ratio(t, names)[0] == pytest.approx(best)
+
+
+def test_allreduce_is_reducescatter_plus_allgather():
+    t = ring(6)
+    ar = lower_bound(t, coll("allreduce", 6)).parts["cut_s"]
+    rs = lower_bound(t, coll("reducescatter", 6)).parts["cut_s"]
+    ag = lower_bound(t, coll("allgather", 6)).parts["cut_s"]
+    assert ar == pytest.approx(rs + ag)
+
+
+def test_alltoall_flow_bound_on_a_ring():
+    # ring4, 1 GB/s each way: each pair moves M/4; total hop-bytes 4·(1+1+2)·M/4 over 8 links
+    b = lower_bound(ring(4), coll("alltoall", 4, size=4_000_000))
+    assert b.parts["concurrent_flow_s"] == pytest.approx(4 * 4 * 1_000_000 / 8 / 1e9)
+    assert b.seconds >= b.parts["per_node_s"]
+
+
+def test_broadcast_maxflow_and_latency():
+    t = Topology.build("l", [Node("a"), Node("b"), Node("c")],
+                       [Link("a", "b", 1e9, 1e-6), Link("b", "c", 1e9, 2e-6)])
+    b = lower_bound(t, coll("broadcast", 3, size=1000, root=0))
+    assert b.parts["maxflow_s"] == pytest.approx(1e-6)
+    assert b.parts["alpha_s"] == pytest.approx(3e-6)
+
+
+@st.composite
+def small_topology(draw):
+    n = draw(st.integers(2, 4))
+    links = [Link(f"g{i}", f"g{(i + 1) % n}", draw(st.sampled_from([1e9, 2e9, 5e8])),
+                  draw(st.sampled_from([0.0, 1e-7, 2e-6]))) for i in range(n)]  # a ring: connected
+    for i, j in draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)),
+                              max_size=4)):
+        if i != j:
+            links.append(Link(f"g{i}", f"g{j}", draw(st.sampled_from([1e9, 3e9]))))
+    return Topology.build("random", [Node(f"g{i}") for i in range(n)], links)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(small_topology(), st.sampled_from(["allgather", "alltoall", "reducescatter",
+                                          "broadcast", "allreduce"]),
+       st.integers(1, 2), st.sampled_from(["milp", "rounds", "lp"]))
+def test_random_schedules_pass_the_checker_and_respect_the_bound(topo, kind, chunks, backend):
+    n = topo.ngpus
+    c = Collective(CollectiveKind(kind), n * chunks * 1000, tuple(range(n)), chunks,
+                   root=0 if kind == "broadcast" else None)
+    s = solve(topo, c, SolveParams(backend=backend, time_limit_s=10))
+    assert check_schedule(s) == []
+    assert s.finish_time_s >= lower_bound(topo, c).seconds * (1 - 1e-9)
