@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.scale.alltoall import solve_rail_alltoall
 from te_ccl.backends.scale.greedy import greedy_transfers
 from te_ccl.backends.scale.torus import solve_torus
 from te_ccl.errors import SolverError
@@ -28,15 +29,16 @@ def _greedy(problem: Problem, params: SolveParams, clock: Clock):
 
 def solve_scale(problem: Problem, params: SolveParams, clock: Clock,
                 progress: Progress | None = None) -> SolveResult:
-    """Torus symmetry when it applies, else the greedy; never proven optimal.
+    """Torus symmetry or the rail AlltoAll when they apply, else the greedy; never proven optimal.
 
     Raises SolverError for switches, multi-source chunks or buffer limits (the greedy
     does not model them) and when the time limit runs out.
     """
     if problem.state.incoming or problem.state.busy:
         raise SolverError("the scale backend starts from an empty network")
-    solved = solve_torus(problem, params, clock)
-    method = "symmetry"
+    solved, method = solve_torus(problem, params, clock), "symmetry"
+    if solved is None:
+        solved, method = solve_rail_alltoall(problem), "rail-alltoall"
     if solved is None:
         solved, method = _greedy(problem, params, clock), "greedy"
     transfers, finish, notes = solved
