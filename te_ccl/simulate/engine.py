@@ -6,8 +6,10 @@ the link serves them. The cost model is the one of ``te_ccl.schedule`` (after TE
 
 * a link carries one chunk at a time; a chunk of ``n`` bytes keeps it busy ``n / b``;
 * the chunk arrives ``α`` after the link is done with it (α delays arrival only);
-* a task may start once every task in ``after_all`` has arrived and, if ``after_any`` is
-  not empty, at least one of those has arrived; it then waits for its link.
+* a task may start once every task in ``after_all`` has arrived, every task in
+  ``after_sent`` has left its link and, if ``after_any`` is not empty, at least one of
+  those has arrived; it then waits for its link;
+* a task without a link is a zero-time join (a step of an MSCCL thread block).
 
 Links serve their tasks in the given order (``order`` of :func:`run`, a schedule's FIFO)
 or, for links without a given order, first-ready first-served (ties by task id).
@@ -35,13 +37,14 @@ __all__ = ["Task", "TaskTimes", "run"]
 
 @dataclass(frozen=True)
 class Task:
-    """One chunk of ``nbytes`` on directed link ``link``; ``label`` names it in reports."""
+    """``nbytes`` on directed link ``link`` (None: a zero-time join); ``label`` names it."""
 
-    link: tuple[str, str]
+    link: tuple[str, str] | None
     nbytes: float
     after_all: tuple[int, ...] = ()
     after_any: tuple[int, ...] = ()
     label: str = ""
+    after_sent: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -66,12 +69,15 @@ class _Run:
         self.times: dict[int, TaskTimes] = {}
         self.events: list[tuple[float, int, int, int]] = []  # (time, kind, seq, id)
         self.seq = 0
-        self.missing_all = [len(t.after_all) for t in tasks]
+        self.missing_all = [len(set(t.after_all)) + len(set(t.after_sent)) for t in tasks]
         self.any_done = [not t.after_any for t in tasks]
         self.dependents: dict[int, list[int]] = defaultdict(list)
+        self.sent_dependents: dict[int, list[int]] = defaultdict(list)
         for i, t in enumerate(tasks):
             for d in {*t.after_all, *t.after_any}:
                 self.dependents[d].append(i)
+            for d in set(t.after_sent):
+                self.sent_dependents[d].append(i)
 
     def push(self, time: float, kind: int, ident: int) -> None:
         self.seq += 1
@@ -80,6 +86,11 @@ class _Run:
     def make_ready(self, i: int, now: float) -> None:
         self.ready_at[i] = now
         link = self.tasks[i].link
+        if link is None:
+            self.times[i] = TaskTimes(now, now, now, now)
+            self.push(now, 0, i)
+            self.push(now, 1, i)
+            return
         if link not in self.fixed:
             heapq.heappush(self.ready_heap[link], (now, i))
         self.try_start(link, now)
@@ -109,12 +120,13 @@ class _Run:
         self.push(end, 0, i)  # link free
         self.push(end + spec.latency_s, 1, i)  # arrival
 
-    def arrived(self, i: int, now: float) -> None:
-        for j in self.dependents[i]:
+    def notify(self, i: int, now: float, sent: bool) -> None:
+        """Task ``i`` left its link (``sent``) or arrived: release what waited for it."""
+        for j in (self.sent_dependents if sent else self.dependents)[i]:
             t = self.tasks[j]
-            if i in t.after_all:
+            if sent or i in t.after_all:
                 self.missing_all[j] -= 1
-            if i in t.after_any:
+            if not sent and i in t.after_any:
                 self.any_done[j] = True
             if self.missing_all[j] == 0 and self.any_done[j] and j not in self.ready_at:
                 self.make_ready(j, now)
@@ -125,19 +137,19 @@ class _Run:
                 self.make_ready(i, 0.0)
         while self.events:
             now, kind, _, i = heapq.heappop(self.events)
-            if kind == 0:
-                link = self.tasks[i].link
+            link = self.tasks[i].link
+            if kind == 0 and link is not None:
                 self.busy.discard(link)
                 self.free_at[link] = now
                 self.try_start(link, now)
-            else:
-                self.arrived(i, now)
+            self.notify(i, now, sent=kind == 0)
         if len(self.times) < len(self.tasks):
             stuck = [i for i in range(len(self.tasks)) if i not in self.times]
             first = self.tasks[stuck[0]]
+            where = f" on {first.link[0]}->{first.link[1]}" if first.link else ""
             raise VerificationError(
                 f"simulation deadlocked: {len(stuck)} transfer(s) never started "
-                f"(first: {first.label or stuck[0]} on {first.link[0]}->{first.link[1]})")
+                f"(first: {first.label or stuck[0]}{where})")
         return [self.times[i] for i in range(len(self.tasks))]
 
 
@@ -152,6 +164,6 @@ def run(topology: Topology, tasks: list[Task],
         a link order that contradicts the dependencies).
     """
     for t in tasks:
-        if not topology.has_link(*t.link):
+        if t.link is not None and not topology.has_link(*t.link):
             raise VerificationError(f"{t.label or 'transfer'}: no link {t.link[0]} -> {t.link[1]}")
     return _Run(topology, tasks, order).execute()

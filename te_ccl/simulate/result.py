@@ -56,15 +56,17 @@ def summarise(tasks: list[Task], times: list[TaskTimes],
               gpu_finish_s: dict[str, float]) -> SimResult:
     """Fold task times into a :class:`SimResult` (busy time and utilisation per link)."""
     finish = max(gpu_finish_s.values(), default=0.0)
-    last = max((t.arrive_s for t in times), default=0.0)
+    last = max((tt.arrive_s for task, tt in zip(tasks, times, strict=True) if task.link),
+               default=0.0)
     busy: dict[tuple[str, str], float] = defaultdict(float)
     count: dict[tuple[str, str], int] = defaultdict(int)
-    for task, tt in zip(tasks, times, strict=True):
+    moves = [(task, tt) for task, tt in zip(tasks, times, strict=True) if task.link is not None]
+    for task, tt in moves:
         busy[task.link] += tt.end_s - tt.start_s
         count[task.link] += 1
     span = finish or last
     links = tuple(LinkUse(k[0], k[1], count[k], busy[k], busy[k] / span if span else 0.0)
                   for k in sorted(busy))
     intervals = tuple(Interval(task.link[0], task.link[1], task.label, tt.start_s, tt.end_s,
-                               tt.arrive_s) for task, tt in zip(tasks, times, strict=True))
+                               tt.arrive_s) for task, tt in moves)
     return SimResult(finish, last, gpu_finish_s, links, intervals)

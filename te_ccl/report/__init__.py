@@ -1,0 +1,1 @@
+"""Metrics, benchmark suite and report (tables, CSV, markdown, plots)."""

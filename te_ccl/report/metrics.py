@@ -1,0 +1,102 @@
+"""Metrics of one schedule: times, algbw/busbw (nccl-tests' conventions), buffers, bound ratio.
+
+``algbw = size_bytes / time`` and ``busbw = algbw × Collective.busbw_factor``, with
+``size_bytes`` as in the collective's docstring (nccl-tests' "size" of each collective),
+so the numbers compare with what users measure. ``time`` is the simulated finish time
+when a simulation is given (the same replay for teccl and the baselines), else the
+schedule's own epoch finish time.
+
+Buffer per GPU: the output buffer slots it owns (chunks it must end with, and the chunks
+of its own data that stay in its output, as MSCCL lays them out) plus scratch: distinct
+chunks it receives only to relay. Both in bytes.
+
+>>> from te_ccl.collective import Collective, CollectiveKind
+>>> from te_ccl.schedule import Schedule, Transfer
+>>> from te_ccl.topology import Link, Node, Topology
+>>> t = Topology.build("p", [Node("a"), Node("b")], [Link("a", "b", 1e9), Link("b", "a", 1e9)])
+>>> s = Schedule(t, Collective(CollectiveKind.ALLGATHER, 2000, (0, 1)), 1e-6,
+...              (Transfer(0, "a", "b", 0, 1), Transfer(1, "b", "a", 0, 1)))
+>>> m = schedule_metrics(s, bound_s=1e-6)
+>>> m.algbw_GBps, m.busbw_GBps, m.bound_ratio, m.buffer_bytes["a"]
+(2.0, 1.0, 1.0, 2000)
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from te_ccl.schedule import Schedule
+from te_ccl.simulate.result import SimResult
+
+__all__ = ["Metrics", "schedule_metrics", "buffer_bytes", "bandwidths"]
+
+
+@dataclass(frozen=True)
+class Metrics:
+    """Everything the report prints about one schedule (times in seconds, bandwidth GB/s)."""
+
+    topology: str
+    collective: str
+    ngpus: int
+    size_bytes: int
+    backend: str
+    solver_time_s: float
+    predicted_s: float
+    simulated_s: float | None
+    time_s: float
+    algbw_GBps: float | None
+    busbw_GBps: float | None
+    lower_bound_s: float | None
+    bound_ratio: float | None
+    optimal: bool
+    buffer_bytes: dict[str, int]
+
+    @property
+    def max_buffer_bytes(self) -> int:
+        return max(self.buffer_bytes.values(), default=0)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["max_buffer_bytes"] = self.max_buffer_bytes
+        return d
+
+
+def bandwidths(size_bytes: int, time_s: float, busbw_factor: float) -> tuple[float | None, float | None]:
+    """``(algbw, busbw)`` in GB/s (10⁹ bytes/s, as nccl-tests); None for a zero time."""
+    if time_s <= 0:
+        return None, None
+    algbw = size_bytes / time_s / 1e9
+    return algbw, algbw * busbw_factor
+
+
+def buffer_bytes(schedule: Schedule) -> dict[str, int]:
+    """Bytes each participating GPU holds when done: output slots plus relay scratch."""
+    topo, coll = schedule.topology, schedule.collective
+    slots: dict[str, set[int]] = defaultdict(set)
+    wanted: dict[str, set[int]] = defaultdict(set)
+    for c in coll.chunks():
+        for r in c.destinations + (() if c.reduce else c.sources):
+            slots[topo.gpu(r)].add(c.out_index)
+            wanted[topo.gpu(r)].add(c.id)
+    scratch: dict[str, set[int]] = defaultdict(set)
+    for t in schedule.transfers:
+        if topo.node(t.dst).is_gpu and t.chunk not in wanted[t.dst]:
+            scratch[t.dst].add(t.chunk)
+    return {topo.gpu(r): (len(slots[topo.gpu(r)]) + len(scratch[topo.gpu(r)]))
+            * schedule.chunk_bytes for r in coll.ranks}
+
+
+def schedule_metrics(schedule: Schedule, *, sim: SimResult | None = None,
+                     bound_s: float | None = None) -> Metrics:
+    """Metrics of ``schedule``; pass ``sim`` to time it by the simulator, ``bound_s`` for the ratio."""
+    c = schedule.collective
+    predicted = schedule.finish_time_s
+    time_s = sim.finish_time_s if sim is not None else predicted
+    algbw, busbw = bandwidths(c.size_bytes, time_s, c.busbw_factor)
+    ratio = time_s / bound_s if bound_s and time_s > 0 else None
+    return Metrics(schedule.topology.name, c.kind.value, c.nranks, c.size_bytes,
+                   schedule.info.backend, schedule.info.solver_time_s, predicted,
+                   sim.finish_time_s if sim is not None else None, time_s, algbw, busbw,
+                   bound_s, ratio, schedule.info.optimal, buffer_bytes(schedule))
