@@ -1,0 +1,159 @@
+"""``make schedules``: compile and ship algorithms for the shipped GPU topologies.
+
+``python -m te_ccl.report.ship_schedules DIR`` compiles {allgather, reducescatter,
+allreduce, alltoall} on every shipped topology with at most 64 GPUs and no reducing
+(FRED) switch, and writes for each ``DIR/TOPOLOGY/KIND.xml`` (out-of-place),
+``KIND.inplace.xml`` and ``KIND.json`` (the ``teccl compile --json`` summary). Every XML is
+verified before it is written. ``DIR/index.json`` and ``DIR/README.md`` list every
+combination, with the reason when one was skipped (solver time limit, a limit of MSCCL).
+
+The whole run shares one time budget: each solve gets an equal share of what is left
+(between ``min_limit_s`` and ``max_limit_s``), smallest topologies first.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import click
+
+from te_ccl.backends.base import SolveParams
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.errors import TecclError, VerificationError
+from te_ccl.outputs import write_atomic
+from te_ccl.spec.topology import load_topology, shipped_topologies
+from te_ccl.topology.model import Topology
+from te_ccl.units import parse_size
+
+__all__ = ["KINDS", "MAX_GPUS", "Job", "shippable_topologies", "ship_one", "ship_all"]
+
+KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
+MAX_GPUS = 64
+SIZE = "64MiB"
+
+
+@dataclass(frozen=True)
+class Job:
+    topology: str
+    kind: str
+
+
+def shippable_topologies(max_gpus: int = MAX_GPUS) -> list[Topology]:
+    """Shipped GPU topologies MSCCL can run: ≤ ``max_gpus`` GPUs, no in-switch reduction."""
+    topos = [load_topology(name) for name in shipped_topologies()]
+    keep = [t for t in topos if t.ngpus <= max_gpus
+            and not any(t.node(s).can_reduce for s in t.switches)]
+    return sorted(keep, key=lambda t: (t.ngpus, t.name))
+
+
+def _lower_verified(schedule, inplace: bool) -> bytes:
+    from te_ccl.lower.msccl import lower_to_msccl
+    from te_ccl.verify.msccl import verify_msccl
+
+    coll = replace(schedule.collective, inplace=inplace)
+    xml = lower_to_msccl(replace(schedule, collective=coll))
+    report = verify_msccl(xml.decode())
+    if not report.valid:
+        raise VerificationError(f"lowered XML failed verification: {report.errors[0]}")
+    return xml
+
+
+def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> dict:
+    """Compile, verify and write one combination; returns its index entry."""
+    from te_ccl.pipeline import CompileOptions, compile_collective, summary
+
+    coll = Collective(CollectiveKind(kind), parse_size(SIZE), tuple(range(topology.ngpus)))
+    base = out_dir / topology.name
+    xml_path = base / f"{kind}.xml"
+    params = SolveParams(time_limit_s=limit_s, threads=1)
+    result = compile_collective(topology, coll, params, CompileOptions(output=str(xml_path)))
+    inplace_path = base / f"{kind}.inplace.xml"
+    write_atomic(inplace_path, _lower_verified(result.schedule, inplace=True))
+    info = summary(result, topology)
+    info.update(output=f"{topology.name}/{kind}.xml",
+                inplace_output=f"{topology.name}/{kind}.inplace.xml", time_limit_s=limit_s)
+    write_atomic(base / f"{kind}.json", json.dumps(info, indent=1) + "\n")
+    return {"topology": topology.name, "collective": kind, "ngpus": topology.ngpus,
+            "status": "ok", "finish_time_s": info["finish_time_s"],
+            "algbw_GBps": info["algbw_GBps"], "bound_ratio": info["bound_ratio"],
+            "optimal": info["optimal"], "solver_time_s": info["solver_time_s"],
+            "files": [info["output"], info["inplace_output"], f"{topology.name}/{kind}.json"]}
+
+
+def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0,
+             max_limit_s: float = 60.0, topologies: list[str] | None = None,
+             kinds: tuple[str, ...] = KINDS, log=lambda msg: None) -> list[dict]:
+    """Ship every combination within ``budget_s`` seconds; returns the index entries."""
+    topos = shippable_topologies()
+    if topologies:
+        topos = [t for t in topos if t.name in topologies]
+    jobs = [(t, k) for t in topos for k in kinds]
+    start, entries = time.monotonic(), []
+    for i, (topo, kind) in enumerate(jobs):
+        left = budget_s - (time.monotonic() - start)
+        limit = max(min_limit_s, min(max_limit_s, left / (len(jobs) - i)))
+        try:
+            entry = ship_one(topo, kind, out_dir, limit)
+        except TecclError as e:
+            entry = {"topology": topo.name, "collective": kind, "ngpus": topo.ngpus,
+                     "status": "skipped", "reason": f"{type(e).__name__}: {e}"}
+            for stale in (f"{kind}.xml", f"{kind}.inplace.xml", f"{kind}.json"):
+                (out_dir / topo.name / stale).unlink(missing_ok=True)
+        entries.append(entry)
+        log(f"[{i + 1}/{len(jobs)}] {topo.name} {kind}: {entry['status']} "
+            f"{entry.get('reason', '')}".rstrip())
+    merged = _merge_index(out_dir / "index.json", entries, [t.name for t in shippable_topologies()])
+    write_atomic(out_dir / "index.json", json.dumps(merged, indent=1) + "\n")
+    write_atomic(out_dir / "README.md", _readme(merged))
+    return entries
+
+
+def _merge_index(path: Path, entries: list[dict], order: list[str]) -> list[dict]:
+    """Entries of earlier runs for other combinations stay (a run may cover a subset)."""
+    old = json.loads(path.read_text()) if path.is_file() else []
+    by_key = {(e["topology"], e["collective"]): e for e in old + entries}
+    rank = {name: i for i, name in enumerate(order)}
+    return sorted(by_key.values(), key=lambda e: (rank.get(e["topology"], len(rank)),
+                                                  e["topology"], KINDS.index(e["collective"])))
+
+
+def _readme(entries: list[dict]) -> str:
+    lines = ["# Shipped MSCCL algorithms", "",
+             f"Made by `make schedules` (`python -m te_ccl.report.ship_schedules`): {SIZE} "
+             "buffers, 1 chunk per rank, out-of-place `KIND.xml` and in-place "
+             "`KIND.inplace.xml`, both verified; `KIND.json` is the compile summary.", "",
+             "| topology | GPUs | collective | status | finish time | algbw GB/s | "
+             "time / bound | optimal |", "|---|---|---|---|---|---|---|---|"]
+    for e in entries:
+        if e["status"] == "ok":
+            ratio = f"{e['bound_ratio']:.2f}" if e["bound_ratio"] else "-"
+            lines.append(f"| {e['topology']} | {e['ngpus']} | {e['collective']} | ok | "
+                         f"{e['finish_time_s'] * 1e6:.1f} us | {e['algbw_GBps']:.1f} | "
+                         f"{ratio} | {'yes' if e['optimal'] else 'no'} |")
+        else:
+            reason = e["reason"].replace("|", "/")[:120]
+            lines.append(f"| {e['topology']} | {e['ngpus']} | {e['collective']} | "
+                         f"skipped: {reason} | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+@click.command()
+@click.argument("out_dir", type=click.Path(file_okay=False))
+@click.option("--budget", type=float, default=780.0, show_default=True, metavar="SECONDS",
+              help="Time budget of the whole run.")
+@click.option("--topology", "topologies", multiple=True, help="Only these topologies.")
+@click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these.")
+def main(out_dir: str, budget: float, topologies: tuple[str, ...], kinds: tuple[str, ...]) -> None:
+    """Compile and write the shipped algorithms into OUT_DIR."""
+    entries = ship_all(Path(out_dir), budget_s=budget, topologies=list(topologies) or None,
+                       kinds=kinds or KINDS, log=lambda m: click.echo(m, err=True))
+    ok = sum(e["status"] == "ok" for e in entries)
+    click.echo(f"{ok}/{len(entries)} shipped into {out_dir}", err=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
