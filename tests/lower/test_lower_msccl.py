@@ -185,3 +185,12 @@ def test_sending_a_chunk_not_held_is_rejected(kit):
 def test_bad_protocol_is_a_spec_error(kit):
     with pytest.raises(SpecError, match="proto"):
         lower_to_msccl(kit.ring_allgather(4), proto="LL64")
+
+
+def test_more_concurrent_chunks_than_channels_share_channels(kit):
+    c = kit.coll("allgather", 2, chunks=40)
+    tr = [Transfer(ch.id, f"g{ch.sources[0]}", f"g{d}", 0, 1) for ch in c.chunks()
+          for d in ch.destinations]
+    xml = lower_to_msccl(Schedule(kit.ring(2), c, 1e-6, tuple(tr)))
+    kit.assert_verifies(xml)
+    assert etree.fromstring(xml).get("nchannels") == "32"

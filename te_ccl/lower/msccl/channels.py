@@ -75,17 +75,20 @@ def _orders(chain: list[Edge], links: list[Fusion]) -> list[tuple[tuple, tuple]]
 
 
 def _first_fit(chain: list[Edge], links: list[Fusion], state: _State) -> int | None:
+    """Lowest channel for the chain; concurrent edges share one only if no other is left."""
     orders = _orders(chain, links)
-    for c in range(MAX_CHANNELS):
-        if all(_edge_fits(e, o, c, state) for e, o in zip(chain, orders, strict=True)) and \
-                _pairs_fit(links, c, state):
-            return c
+    for spread in (True, False):
+        for c in range(MAX_CHANNELS):
+            if all(_edge_fits(e, o, c, state, spread)
+                   for e, o in zip(chain, orders, strict=True)) and _pairs_fit(links, c, state):
+                return c
     return None
 
 
-def _edge_fits(e: Edge, orders: tuple[tuple, tuple], c: int, state: _State) -> bool:
+def _edge_fits(e: Edge, orders: tuple[tuple, tuple], c: int, state: _State,
+               spread: bool) -> bool:
     conn = (e.src, e.dst, c)
-    if e.start in state.starts[conn]:
+    if spread and e.start in state.starts[conn]:
         return False
     if state.load[(e.src, c, "s", e.dst)] >= state.cap or \
             state.load[(e.dst, c, "r", e.src)] >= state.cap:
