@@ -74,9 +74,23 @@ def _hamiltonian(gpus: list[str], adj: dict[str, list[str]], budget: int) -> lis
     return None
 
 
-def ring_order(topology: Topology, gpus: list[str], *, budget: int = 100_000) -> list[str]:
-    """A cycle through ``gpus`` (each hop a direct link if possible), else ``gpus`` as given."""
-    return _hamiltonian(list(gpus), _neighbours(topology, list(gpus)), budget) or list(gpus)
+def ring_order(topology: Topology, gpus: list[str], *, budget: int = 50_000) -> list[str]:
+    """A cycle through ``gpus``, else ``gpus`` as given.
+
+    Tried in turn: direct links of the highest bandwidth only (NCCL's rings over doubled
+    NVLinks), then of each lower bandwidth, then any link or switch-only path.
+    """
+    gpus = list(gpus)
+    adj = _neighbours(topology, gpus)
+    members = set(gpus)
+    speeds = sorted({k.bandwidth_Bps for g in gpus for k in topology.out_links(g)
+                     if k.dst in members}, reverse=True)
+    for speed in speeds:
+        fast = {g: [k.dst for k in topology.out_links(g)
+                    if k.dst in members and k.bandwidth_Bps >= speed] for g in gpus}
+        if cycle := _hamiltonian(gpus, fast, budget):
+            return cycle
+    return _hamiltonian(gpus, adj, budget) or gpus
 
 
 def walk(order: list[str], start: str, step: int, need: set[str]) -> list[str]:
