@@ -21,6 +21,8 @@ COMMANDS: dict[str, str] = {
     "fred": "te_ccl.cli.fred:fred",
     "compile": "te_ccl.cli.compile:compile_cmd",
     "sweep": "te_ccl.cli.sweep:sweep_cmd",
+    "simulate": "te_ccl.cli.simulate:simulate_cmd",
+    "baseline": "te_ccl.cli.baseline:baseline_cmd",
 }
 
 
