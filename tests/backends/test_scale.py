@@ -1,0 +1,149 @@
+"""The scale backend on small instances: every schedule passes the independent checker."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from te_ccl.backends.base import Clock, SolveParams
+from te_ccl.backends.scale import compile_scale, scale_plan, solve_scale
+from te_ccl.backends.scale import bitsets
+from te_ccl.backends.scale.orbit import Orbit, improve_cpsat, list_schedule
+from te_ccl.backends.scale.symmetry import torus_symmetry
+from te_ccl.backends.scale.torus import _orbit
+from te_ccl.bounds import lower_bound
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.errors import SolverError
+from te_ccl.model.problem import build_problem
+from te_ccl.schedule import Schedule
+from te_ccl.topology.generators import mesh, rail_optimized, star, torus
+from te_ccl.verify.schedule_check import check_schedule
+
+K = CollectiveKind
+PARAMS = SolveParams(time_limit_s=30, threads=1)
+
+
+def _all(topo, kind: CollectiveKind, size: int = 1 << 16, **kw) -> Collective:
+    return Collective(kind, size, tuple(range(topo.ngpus)), **kw)
+
+
+def _assert_good(schedule: Schedule, original: Collective) -> None:
+    assert check_schedule(schedule) == []
+    assert schedule.finish_time_s >= lower_bound(schedule.topology, original).seconds * (1 - 1e-9)
+    assert schedule.info.backend == "scale" and schedule.info.notes
+
+
+@pytest.mark.parametrize("topo", [torus([4, 4], 50e9, 0.5e-6), mesh([4, 4], 50e9, 0.5e-6)],
+                         ids=["torus4x4", "mesh4x4"])
+@pytest.mark.parametrize("kind", [K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE])
+def test_compile_scale_is_checked_and_above_the_bound(topo, kind):
+    coll = _all(topo, kind)
+    s = compile_scale(topo, coll, PARAMS)
+    _assert_good(s, coll)
+    assert s.collective.chunks_per_rank > 1  # sub-chunked
+    assert any("sub-chunking" in n for n in s.info.notes)
+
+
+def test_torus_uses_symmetry_and_meets_the_orbit_bound():
+    topo = torus([4, 4], 50e9, 0.5e-6)
+    coll = _all(topo, K.ALLGATHER, 1 << 24)
+    s = compile_scale(topo, coll, PARAMS)
+    assert any("torus symmetry" in n for n in s.info.notes)
+    # every link carries (N-1)·k/4 sub-chunks: the finish is that plus one link delay
+    per_link = 15 * s.collective.chunks_per_rank // 4
+    assert s.finish_epoch <= per_link + 2
+
+
+def test_torus8x8_allgather_without_subchunks():
+    topo = torus([8, 8], 50e9, 0.5e-6)
+    coll = _all(topo, K.ALLGATHER, 1 << 30, chunks_per_rank=4)
+    p = build_problem(topo, coll, coll.chunk_bytes / 50e9)
+    r = solve_scale(p, PARAMS, Clock(30))
+    s = Schedule(topo, coll, p.epoch_s, r.transfers)
+    assert check_schedule(s) == [] and r.finish_epoch == s.finish_epoch
+    assert r.finish_epoch == 63 + 1  # 63 sub-chunks per link, then one delay of 2
+
+
+def test_mesh8x8_greedy_and_reproducible():
+    topo = mesh([8, 8], 50e9, 0.5e-6)
+    coll = _all(topo, K.ALLGATHER, 1 << 16, chunks_per_rank=2)
+    p = build_problem(topo, coll, coll.chunk_bytes / 50e9)
+    a = solve_scale(p, PARAMS, Clock(30))
+    b = solve_scale(p, PARAMS, Clock(30))
+    assert a.transfers == b.transfers
+    assert any("greedy" in n for n in a.notes)
+    assert check_schedule(Schedule(topo, coll, p.epoch_s, a.transfers)) == []
+
+
+@pytest.mark.parametrize("kind", [K.BROADCAST, K.GATHER, K.SCATTER])
+def test_rooted_kinds_on_a_mesh(kind):
+    topo = mesh([3, 3], 50e9, 0.5e-6)
+    coll = _all(topo, kind, 1 << 12, root=4)
+    _assert_good(compile_scale(topo, coll, PARAMS), coll)
+
+
+def test_rank_subset_prunes_relays():
+    topo = mesh([3, 3], 50e9)
+    coll = Collective(K.ALLGATHER, 1 << 12, (0, 2, 8))
+    s = compile_scale(topo, coll, PARAMS)
+    _assert_good(s, coll)
+
+
+def test_rail_alltoall():
+    topo = rail_optimized(3, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)
+    coll = _all(topo, K.ALLTOALL, 1 << 28)
+    s = compile_scale(topo, coll, PARAMS)
+    _assert_good(s, coll)
+    assert any("rail AlltoAll" in n for n in s.info.notes)
+    # only the NICs limit it: within 5% of the max-concurrent-flow bound
+    assert s.finish_time_s <= 1.05 * lower_bound(topo, coll).seconds
+
+
+def test_other_switch_topologies_are_refused():
+    topo = star(4, 50e9)
+    with pytest.raises(SolverError, match="GPU-only"):
+        compile_scale(topo, _all(topo, K.ALLGATHER), PARAMS)
+
+
+def test_subchunk_ids_keep_their_chunk():
+    topo = mesh([4, 4], 50e9)
+    coll = _all(topo, K.ALLTOALL, 1 << 16, chunks_per_rank=2)
+    sub, tau, k = scale_plan(topo, coll)
+    assert sub.chunks_per_rank == 2 * k and tau == sub.chunk_bytes / 50e9
+    old = {c.id: c for c in coll.chunks()}
+    for c in sub.chunks():
+        assert (c.sources, c.destinations) == (old[c.id // k].sources, old[c.id // k].destinations)
+
+
+def test_orbit_list_schedule_is_feasible_and_cpsat_no_worse():
+    topo = torus([4, 4], 1e9)
+    p = build_problem(topo, _all(topo, K.ALLGATHER, 1 << 12, chunks_per_rank=4), "fastest")
+    orb, *_ = _orbit(torus_symmetry(topo), 4, p)
+    start = list_schedule(orb)
+    for e, parent in enumerate(orb.parent):
+        assert parent < 0 or start[e] >= start[parent] + orb.delay
+    for c in set(orb.cls.tolist()):
+        assert np.bincount(start[orb.cls == c]).max() <= orb.capacity
+    better, _ = improve_cpsat(orb, start, 5.0)
+    assert orb.lower_bound() <= orb.makespan(better) <= orb.makespan(start)
+
+
+def test_orbit_with_slow_links_respects_occupancy():
+    orb = Orbit(np.array([-1, -1, 0]), np.array([0, 0, 0]), delay=3, occupancy=2)
+    start = list_schedule(orb)
+    assert sorted(start.tolist()[:2]) == [0, 2] and start[2] >= start[0] + 3
+
+
+def test_first_bits_match_numpy():
+    rng = np.random.default_rng(1)
+    dense = rng.random((20, 150)) < 0.05
+    m = bitsets.zeros(20, 150)
+    r, c = np.nonzero(dense)
+    bitsets.set_bits(m, r, c)
+    starts = rng.integers(0, 150, size=20)
+    want = []
+    for row, s in zip(dense, starts):
+        hits = [b for b in list(range(s, 150)) + list(range(s)) if row[b]]
+        want.append(hits[0] if hits else -1)
+    assert bitsets.first_bits_from(m, starts).tolist() == want
+    assert bitsets.nbits(m).tolist() == dense.sum(axis=1).tolist()
