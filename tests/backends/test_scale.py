@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 
 from te_ccl.backends.base import Clock, SolveParams
-from te_ccl.backends.scale import compile_scale, scale_plan, solve_scale
-from te_ccl.backends.scale import bitsets
+from te_ccl.backends.scale import bitsets, compile_scale, scale_plan, solve_scale
 from te_ccl.backends.scale.orbit import Orbit, improve_cpsat, list_schedule
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.backends.scale.torus import _orbit
@@ -142,7 +141,7 @@ def test_first_bits_match_numpy():
     bitsets.set_bits(m, r, c)
     starts = rng.integers(0, 150, size=20)
     want = []
-    for row, s in zip(dense, starts):
+    for row, s in zip(dense, starts, strict=True):
         hits = [b for b in list(range(s, 150)) + list(range(s)) if row[b]]
         want.append(hits[0] if hits else -1)
     assert bitsets.first_bits_from(m, starts).tolist() == want

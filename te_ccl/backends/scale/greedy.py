@@ -75,10 +75,10 @@ def net_of(problem: Problem) -> Net:
 def _initial(problem: Problem, net: Net, order: list[int]) -> tuple[np.ndarray, np.ndarray]:
     index = {n: i for i, n in enumerate(net.names)}
     bit = {c: b for b, c in enumerate(order)}
-    held_r, held_c = zip(*((index[v], bit[c]) for c, v in problem.state.held if c in bit)) \
+    held_r, held_c = zip(*((index[v], bit[c]) for c, v in problem.state.held if c in bit), strict=True) \
         if problem.state.held else ((), ())
     need = [(index[v], bit[d.chunk]) for d in problem.demands for v in d.destinations]
-    need_r, need_c = zip(*need) if need else ((), ())
+    need_r, need_c = zip(*need, strict=True) if need else ((), ())
     k = len(order)
     return (bitsets.from_pairs(len(net.names), k, held_r, held_c),
             bitsets.from_pairs(len(net.names), k, need_r, need_c))
@@ -141,5 +141,5 @@ def _to_transfers(net: Net, order: list[int], picked, finish: int) -> list[Trans
         arrive = (t + net.delay[links]).tolist()
         out.extend(Transfer(c, net.names[u], net.names[v], t, a) for c, u, v, a in
                    zip(chunk[bits].tolist(), net.src[links].tolist(), net.dst[links].tolist(),
-                       arrive) if a <= finish)
+                       arrive, strict=True) if a <= finish)
     return out

@@ -21,9 +21,9 @@ AllGather of the sums.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import networkx as nx
-from dataclasses import replace
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.scale.entry import solve_scale

@@ -103,7 +103,7 @@ def _bfs_tree(sym: TorusSymmetry) -> list[tuple[Vec, int]]:
         offers: dict[Vec, list[tuple[Vec, int]]] = {}
         for u in frontier:
             for ci, e in enumerate(sym.classes):
-                v = tuple((a + b) % n for a, b in zip(u, e))
+                v = tuple((a + b) % n for a, b in zip(u, e, strict=True))
                 if v not in seen:
                     offers.setdefault(v, []).append((u, ci))
         for v, choices in sorted(offers.items()):

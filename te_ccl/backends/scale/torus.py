@@ -44,7 +44,7 @@ def _orbit(sym: TorusSymmetry, per_source: int, problem: Problem
         head_index: dict[tuple[int, ...], int] = {}
         for i, (tail, ci) in enumerate(trees[j % len(trees)]):
             parents.append(head_index.get(tail, -1 - base) + base)
-            head = tuple((a + b) % n for a, b in zip(tail, sym.classes[ci]))
+            head = tuple((a + b) % n for a, b in zip(tail, sym.classes[ci], strict=True))
             head_index[head] = i
             tails.append(tail)
             classes.append(ci)
@@ -79,8 +79,8 @@ def solve_torus(problem: Problem, params: SolveParams, clock: Clock
     names, delay = sym.names, orb.delay
     transfers = [Transfer(c, names[a], names[b], t, t + delay)
                  for row_u, row_v, row_c in zip(u.tolist(), v.tolist(),
-                                               chunk[:, which].tolist())
-                 for a, b, c, t in zip(row_u, row_v, row_c, start.tolist())]
+                                               chunk[:, which].tolist(), strict=True)
+                 for a, b, c, t in zip(row_u, row_v, row_c, start.tolist(), strict=True)]
     notes = (f"torus symmetry: one source's {per_source} chunk(s) on {len(sym.group)} rotated "
              f"shortest-path trees, orbit of {len(orb.parent)} edges scheduled by {how}: "
              f"{finish} epochs (orbit lower bound {lb}), translated to {len(sym.names)} sources",)
