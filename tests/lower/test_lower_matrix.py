@@ -28,7 +28,7 @@ LARGE = ("ndv2x2", "dgx2", "mi250", "mesh4x4", "torus4x4")
 KINDS = ("allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "reduce", "gather",
          "scatter")
 ROOTED = ("broadcast", "reduce", "gather", "scatter")
-TIME_LIMIT_S = 10.0
+TIME_LIMIT_S = 5.0
 
 
 def _collective(topo: str, kind: str, inplace: bool) -> Collective:

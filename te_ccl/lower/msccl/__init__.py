@@ -21,7 +21,7 @@ import re
 
 from te_ccl.errors import SpecError, TecclError
 from te_ccl.lower.msccl.buffers import Layout, buffer_layout, resolve_slots
-from te_ccl.lower.msccl.channels import assign_channels
+from te_ccl.lower.msccl.channels import MAX_CHANNELS, ChannelsExhausted, assign_channels
 from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
 from te_ccl.lower.msccl.dependencies import add_dependencies
 from te_ccl.lower.msccl.instructions import (
@@ -77,7 +77,11 @@ def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int
     candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
     cap = max_steps
     while cap > 0:
-        gpus = _attempt(edges, base, candidates, layout, cap)
+        try:
+            gpus = _attempt(edges, base, candidates, layout, cap)
+        except ChannelsExhausted as e:
+            raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
+                                    f"block within {MAX_CHANNELS} channels") from None
         if all(len(tb.steps) <= max_steps for g in gpus for tb in g.threadblocks):
             nchannels = 1 + max((tb.chan for g in gpus for tb in g.threadblocks), default=0)
             return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,

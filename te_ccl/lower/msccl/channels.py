@@ -22,9 +22,13 @@ from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.instructions import Fusion, recv_order, send_order
 
-__all__ = ["MAX_CHANNELS", "assign_channels"]
+__all__ = ["MAX_CHANNELS", "ChannelsExhausted", "assign_channels"]
 
 MAX_CHANNELS = 32
+
+
+class ChannelsExhausted(TecclError):
+    """An edge fits on none of the 32 channels (under the current steps-per-tb cap)."""
 
 
 @dataclass
@@ -56,8 +60,8 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], cap: int
             for e in chain:
                 one = _first_fit([e], [], state)
                 if one is None:
-                    raise TecclError(f"chunk {e.chunk} from rank position {e.src} to {e.dst} "
-                                     f"needs more than {MAX_CHANNELS} channels")
+                    raise ChannelsExhausted(f"chunk {e.chunk} from rank position {e.src} to "
+                                            f"{e.dst} needs more than {MAX_CHANNELS} channels")
                 _place([e], [], one, state, chan)
         else:
             _place(chain, links, c, state, chan)
