@@ -37,7 +37,7 @@ class SolveParams:
     seed: int = 0
     epoch: str | float = "fastest"
     max_horizon: int | None = None
-    round_epochs: int = 3
+    round_epochs: int = 1
     deterministic: bool = True
 
     def __post_init__(self) -> None:

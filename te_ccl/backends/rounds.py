@@ -5,12 +5,13 @@ usual one (capacity, forwarding, receive-once) restricted to starts in the windo
 the state the earlier rounds left (held chunks, arrivals under way, link occupancy) and
 without demand rows; instead CP-SAT maximises progress with a look-ahead:
 
-    maximise Σ x[c,(u,v),t] · value(c, v) · (W − t − d_l)
+    maximise Σ x[c,(u,v),t] · value(c, (u, v)) · (W − t − d_l)
 
-``value(c, v)`` = ``N`` if ``v`` is an unmet destination of ``c`` (a delivery), plus, for
-every unmet destination ``w``, how many epochs closer ``v`` is to ``w`` than the nearest
-current holder of ``c`` (progress toward later deliveries); ``W − t − d_l`` rewards early
-arrival. Met demands leave the problem; the rounds stop when none is left. The result is
+``value(c, (u, v))`` sums over the unmet destinations ``w`` of ``c``: ``N`` if ``v = w``
+(a delivery), else, if the link lies on a shortest path from the chunk's origin to ``w``,
+how many epochs closer to ``w`` it brings the chunk (progress toward later deliveries;
+detours that relay through other bottlenecks earn nothing);
+``W − t − d_l`` rewards early arrival. Met demands leave the problem; the rounds stop when none is left. The result is
 feasible, never proven optimal.
 
 To keep each round small, a link only gets variables for the ``max(8, 3 × (chunks it can
@@ -21,6 +22,8 @@ switch without buffer keep every chunk that may enter the switch.
 from __future__ import annotations
 
 from collections import defaultdict
+
+import numpy as np
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.cpsat import solve_formulation
@@ -42,27 +45,50 @@ CANDIDATES = 3
 MIN_CANDIDATES = 8
 
 
-def _objective(problem: Problem, ten: TimeExpandedNetwork, window: int) -> dict[tuple, int]:
+Gains = tuple[list[str], list[tuple[str, str]], dict[tuple[str, ...], np.ndarray]]
+
+
+def _gains(problem: Problem) -> Gains:
+    """Per chunk origin ``S``, destination ``w`` and link ``l = (u, v)``: ``N`` if ``v = w``,
+    else the epochs ``l`` brings a chunk closer to ``w`` if ``l`` lies on a shortest path
+    from ``S`` to ``w`` (detours through other bottlenecks earn nothing), else 0."""
     n = len(problem.topology.nodes)
-    max_delay = max(lt.delay for lt in problem.timings.values())
-    reach = window + max_delay + 1
-    values: dict[tuple[int, str], int] = {}
+    dests = sorted({v for d in problem.demands for v in d.destinations})
+    links = sorted(problem.timings)
+    far = 1 << 20
+    to = {w: distances(problem, {w: 0}, reverse=True) for w in dests}
+    out = {}
+    for origin in sorted({d.sources for d in problem.demands}):
+        frm = distances(problem, dict.fromkeys(origin, 0))
+        g = np.zeros((len(dests), len(links)), dtype=np.int64)
+        for i, w in enumerate(dests):
+            to_w, best = to[w], frm.get(w, far)
+            for j, (u, v) in enumerate(links):
+                on_path = frm.get(u, far) + problem.timings[(u, v)].delay + to_w.get(v, far) == best
+                g[i, j] = n if v == w else (to_w.get(u, far) - to_w.get(v, far)) * on_path
+        out[origin] = g
+    return dests, links, out
+
+
+def _objective(problem: Problem, ten: TimeExpandedNetwork, window: int,
+               gains: Gains) -> dict[tuple, int]:
+    """Coefficients ``−value(c, l) · (W − t − d_l)`` of the round objective (minimised)."""
+    dests, links, g = gains
+    row = {w: i for i, w in enumerate(dests)}
+    col = {link: j for j, link in enumerate(links)}
+    value: dict[int, np.ndarray] = {}
     for d in problem.demands:
-        unmet = ten.unmet(d)
-        holders = {v for (c, v) in problem.state.held if c == d.chunk}
-        for w in unmet:
-            to_w = distances(problem, {w: 0}, reverse=True)
-            best = min((to_w.get(h, 1 << 20) for h in holders), default=1 << 20)
-            for v, dist in to_w.items():
-                gain = n if v == w else max(0, min(best, n) - dist)
-                if gain:
-                    values[(d.chunk, v)] = values.get((d.chunk, v), 0) + gain
+        wants = np.zeros(len(dests), dtype=np.int64)
+        for w in ten.unmet(d):
+            wants[row[w]] = 1
+        value[d.chunk] = wants @ g[d.sources]  # per link
+    reach = window + max(lt.delay for lt in problem.timings.values()) + 1
     obj = {}
     for key in ten.x:
-        c, (_, v), t = key
-        value = values.get((c, v), 0)
-        if value:
-            obj[key] = -value * max(1, reach - t - problem.timings[key[1]].delay)
+        c, link, t = key
+        v = int(value[c][col[link]])
+        if v > 0:
+            obj[key] = -v * max(1, reach - t - problem.timings[link].delay)
     return obj
 
 
@@ -125,6 +151,8 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
     reach = window + max_delay * len(problem.topology.nodes)
     slack = max_delay * sum(1 for n in problem.topology.nodes if n.name not in problem.buffered_nodes)
     demands, state = list(problem.demands), problem.state
+    gains = _gains(problem)
+    idle, patience = 0, max_delay + max(lt.occupancy for lt in problem.timings.values())
     transfers: list[Transfer] = []
     shift, rounds, size = 0, 0, (0, 0)
     pairs = _unmet_pairs(problem, demands, state)
@@ -139,16 +167,23 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
             raise SolverError(f"time limit of {params.time_limit_s:g} s reached after "
                               f"{rounds} rounds, {len(demands)} chunk(s) still undelivered")
         ten = TimeExpandedNetwork(sub, reach, window, slack)
-        objective = _objective(sub, ten, window)
+        objective = _objective(sub, ten, window, gains)
         _candidates(ten, objective, window)
         form = formulate(sub, reach, objective, ten=ten, demands=False, receive_once=True)
         solved = solve_formulation(form, params, budget, with_objective=True)
+        if solved.status == "unknown":  # not even the empty round found: give it more time
+            solved = solve_formulation(form, params, min(clock.left, 4 * budget),
+                                       with_objective=True)
+        if solved.status == "unknown":
+            raise SolverError(f"time limit: the round at epoch {shift} found no solution in "
+                              f"{5 * budget:.1f} s; try fewer round epochs or a longer limit")
         transfers += to_transfers(sub, solved.chosen, shift)
         size = max(size, form.size)
         state, demands = _advance(problem, demands, transfers, shift, window)
-        if not solved.chosen and not state.incoming and demands:
-            raise SolverError(f"infeasible: round at epoch {shift} can move nothing, "
-                              f"{len(demands)} chunk(s) undelivered")
+        idle = 0 if solved.chosen or state.incoming else idle + window
+        if idle > patience:  # links free again, nothing under way, still nothing moves
+            raise SolverError(f"infeasible: from epoch {shift - idle + window} on nothing can "
+                              f"move, {len(demands)} chunk(s) undelivered")
         shift, rounds = shift + window, rounds + 1
         rate = max(1, (pairs - _unmet_pairs(problem, demands, state)) // rounds)
         if progress:
