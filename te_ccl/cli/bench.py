@@ -1,0 +1,69 @@
+"""``teccl bench [SUITE]``: teccl and the baselines on a suite, against bounds and targets.
+
+Writes ``OUT/results.csv``, ``OUT/results.md`` and ``OUT/plots/*.png`` (default ``bench/``),
+prints the targets (and with ``-v`` every result) as rich tables on stderr, and exits 1
+when a target is short (PRODUCT.md: "a target was missed"), unless ``--no-fail``.
+"""
+
+from __future__ import annotations
+
+import click
+
+from te_ccl.cli.common import emit_json, err_console
+
+__all__ = ["bench_cmd"]
+
+
+@click.command("bench")
+@click.argument("suite_name", metavar="[SUITE]", default="default")
+@click.option("--out", "out_dir", default="bench", show_default=True, metavar="DIR",
+              help="Where results.csv, results.md and plots/ go.")
+@click.option("--threads", type=click.IntRange(min=1), default=2, show_default=True,
+              help="Solver threads.")
+@click.option("--budget", type=float, metavar="SECONDS",
+              help="Stop starting new cases after this long (default: the suite's).")
+@click.option("--readme", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Also refresh FILE's section between <!-- bench:start/end --> markers.")
+@click.option("--no-fail", is_flag=True, help="Exit 0 even if a target is short.")
+@click.option("-v", "--verbose", is_flag=True, help="Print every result row too.")
+@click.option("--json", "as_json", is_flag=True, help="Print the targets as JSON on stdout.")
+@click.pass_context
+def bench_cmd(ctx: click.Context, suite_name: str, out_dir: str, threads: int,
+              budget: float | None, readme: str | None, no_fail: bool, verbose: bool,
+              as_json: bool) -> None:
+    """Run benchmark SUITE (default, quick) and judge the targets."""
+    from dataclasses import asdict
+
+    from te_ccl.report.bench import run_suite
+    from te_ccl.report.render import results_table, targets_table, write_outputs
+    from te_ccl.report.suites import suite
+    from te_ccl.report.targets import evaluate_targets
+
+    chosen = suite(suite_name)
+    quiet = as_json or not err_console.is_terminal
+    with err_console.status(f"bench {chosen.name}…") as status:
+        def progress(msg: str) -> None:
+            if quiet:
+                return
+            status.update(msg)
+
+        result = run_suite(chosen, threads=threads, progress=progress, budget_s=budget)
+    paths = write_outputs(result, out_dir)
+    if readme:
+        from te_ccl.report.readme import fill_readme
+
+        fill_readme(readme, paths["markdown"])
+    targets = evaluate_targets(result.rows, result.planned or None)
+    if as_json:
+        emit_json({"suite": chosen.name, "elapsed_s": result.elapsed_s,
+                   "outputs": {k: str(v) for k, v in paths.items()},
+                   "skipped": len(result.skipped), "targets": [asdict(t) for t in targets]})
+    else:
+        if verbose:
+            err_console.print(results_table(result.rows))
+        err_console.print(targets_table(targets))
+        err_console.print(f"{sum(t.met for t in targets)}/{len(targets)} targets met in "
+                          f"{result.elapsed_s:.0f} s; wrote {paths['markdown']}, "
+                          f"{paths['csv']}, {paths['plots']}/")
+    if not no_fail and not all(t.met for t in targets):
+        ctx.exit(1)

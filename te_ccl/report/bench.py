@@ -1,0 +1,145 @@
+"""Run a benchmark suite: teccl's solver and the baselines on every case, one yardstick.
+
+Every schedule — teccl's and each baseline's — is checked by the independent schedule
+checker and replayed by the simulator; its time is the simulated finish time (the
+epoch-model prediction is kept alongside), so algbw, busbw and the ratio to the lower
+bound compare like with like. Solver time is the wall-clock time of ``solve``. Very large
+schedules (more than :data:`SIM_LIMIT` transfers) are timed by their prediction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+
+from te_ccl.backends.base import SolveParams
+from te_ccl.baselines import BaselineError, applicable, build_baseline
+from te_ccl.bounds import lower_bound
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.errors import TecclError
+from te_ccl.report.metrics import bandwidths
+from te_ccl.report.suites import Case, Suite
+from te_ccl.schedule import Schedule
+from te_ccl.simulate import simulate_schedule
+from te_ccl.solve import solve
+from te_ccl.spec.topology import load_topology
+from te_ccl.verify.schedule_check import check_schedule
+
+__all__ = ["Row", "BenchResult", "run_case", "run_suite", "SIM_LIMIT"]
+
+SIM_LIMIT = 300_000
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class Row:
+    """One system (``teccl`` or ``baseline:NAME``) on one case; times in seconds."""
+
+    topology: str
+    ngpus: int
+    collective: str
+    size_bytes: int
+    chunks: int
+    group: str
+    system: str
+    status: str = "ok"
+    backend: str = ""
+    solver_time_s: float | None = None
+    limit_s: float | None = None
+    predicted_s: float | None = None
+    simulated_s: float | None = None
+    time_s: float | None = None
+    algbw_GBps: float | None = None
+    busbw_GBps: float | None = None
+    bound_s: float | None = None
+    cut_s: float | None = None
+    alpha_s: float | None = None
+    ratio: float | None = None
+    optimal: bool | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and self.time_s is not None
+
+
+@dataclass
+class BenchResult:
+    suite: str
+    rows: list[Row] = field(default_factory=list)
+    elapsed_s: float = 0.0
+    skipped: list[Case] = field(default_factory=list)
+    planned: set[tuple[str, str, int, int]] = field(default_factory=set)
+
+
+def _collective(case: Case, ngpus: int) -> Collective:
+    return Collective(CollectiveKind(case.kind), case.size_bytes, tuple(range(ngpus)),
+                      chunks_per_rank=case.chunks, root=case.root)
+
+
+def _timed(base: Row, sched: Schedule) -> Row:
+    """Check and simulate ``sched``; fill the row's times, bandwidths and ratio."""
+    big = len(sched.transfers) > SIM_LIMIT
+    if not big and (bad := check_schedule(sched)):
+        return replace(base, status=f"invalid: [{bad[0].rule}] {bad[0].message}"[:160])
+    sim = None if big else simulate_schedule(sched).finish_time_s
+    t = sim if sim is not None else sched.finish_time_s
+    c = sched.collective
+    algbw, busbw = bandwidths(c.size_bytes, t, c.busbw_factor)
+    return replace(base, backend=sched.info.backend, predicted_s=sched.finish_time_s,
+                   simulated_s=sim, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
+                   ratio=t / base.bound_s if base.bound_s else None,
+                   optimal=sched.info.optimal)
+
+
+def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None) -> list[Row]:
+    """teccl and (if the case asks) every applicable baseline on one case."""
+    topo = load_topology(case.topology)
+    coll = _collective(case, topo.ngpus)
+    base = Row(topo.name, topo.ngpus, case.kind, case.size_bytes, case.chunks, case.group,
+               "teccl", limit_s=case.limit_s)
+    if coll.chunk_bytes <= 0:
+        return [replace(base, status="size too small for the chunking")]
+    bound = lower_bound(topo, coll)
+    base = replace(base, bound_s=bound.seconds, cut_s=bound.parts.get("cut_s"),
+                   alpha_s=bound.parts.get("alpha_s"))
+    rows = [_run_teccl(base, topo, coll, case, threads)]
+    if case.baselines:
+        for name in applicable(topo, coll):
+            if progress:
+                progress(f"{case.topology} {case.kind} {case.size_bytes} B: baseline {name}")
+            try:
+                sched = build_baseline(name, topo, coll)
+            except BaselineError:
+                continue  # e.g. a reduction that would need a relay through a GPU
+            rows.append(_timed(replace(base, system=f"baseline:{name}", limit_s=None), sched))
+    return rows
+
+
+def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> Row:
+    params = SolveParams(time_limit_s=case.limit_s, threads=threads)
+    start = time.monotonic()
+    try:
+        sched = solve(topo, coll, params)
+    except TecclError as e:
+        return replace(base, status=f"failed: {e}"[:160],
+                       solver_time_s=time.monotonic() - start)
+    return _timed(replace(base, solver_time_s=time.monotonic() - start), sched)
+
+
+def run_suite(suite: Suite, *, threads: int = 2, progress: Progress | None = None,
+              budget_s: float | None = None) -> BenchResult:
+    """Every case of ``suite`` in order; cases that would start after the budget are skipped."""
+    budget = suite.budget_s if budget_s is None else budget_s
+    result, start = BenchResult(suite.name), time.monotonic()
+    result.planned = {(c.topology, c.kind, c.size_bytes, c.chunks) for c in suite.cases}
+    for i, case in enumerate(suite.cases):
+        if time.monotonic() - start > budget:
+            result.skipped.append(case)
+            continue
+        if progress:
+            progress(f"[{i + 1}/{len(suite.cases)}] {case.topology} {case.kind} "
+                     f"{case.size_bytes} B (limit {case.limit_s:g} s)")
+        result.rows += run_case(case, threads=threads, progress=progress)
+    result.elapsed_s = time.monotonic() - start
+    return result

@@ -1,0 +1,181 @@
+"""Benchmark outputs: results.csv, results.md (markdown summary), algbw-vs-size plots, rich tables."""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import platform
+import tempfile
+from collections import defaultdict
+from dataclasses import asdict, fields
+from pathlib import Path
+
+from rich.table import Table
+
+from te_ccl.outputs import write_atomic
+from te_ccl.report.bench import BenchResult, Row
+from te_ccl.report.targets import TACOS_RATIOS, Anchor, Target, anchors, evaluate_targets
+from te_ccl.units import format_size, format_time
+
+__all__ = ["write_outputs", "results_csv", "results_markdown", "draw_plots", "targets_table",
+           "results_table"]
+
+
+def _size(n: int) -> str:
+    for scale, unit in ((10**9, "GB"), (10**6, "MB"), (10**3, "KB")):
+        if n >= scale and n % scale == 0:
+            return f"{n // scale}{unit}"
+    return format_size(n)
+
+
+def _num(x: float | None, fmt: str = "{:.3f}") -> str:
+    return "—" if x is None else fmt.format(x)
+
+
+def results_csv(rows: list[Row]) -> str:
+    buf = io.StringIO()
+    names = [f.name for f in fields(Row)]
+    w = csv.DictWriter(buf, names, lineterminator="\n")
+    w.writeheader()
+    for r in rows:
+        w.writerow({k: ("" if v is None else v) for k, v in asdict(r).items()})
+    return buf.getvalue()
+
+
+def _md_table(head: list[str], body: list[list[str]]) -> list[str]:
+    return (["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+            + ["| " + " | ".join(row) + " |" for row in body])
+
+
+def _per_topology(rows: list[Row]) -> list[str]:
+    """One table per topology: sizes down, systems across, algbw GB/s (ratio to bound)."""
+    out: list[str] = []
+    by_topo: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.group == "suite":
+            by_topo[r.topology].append(r)
+    for topo, rs in by_topo.items():
+        systems = ["teccl"] + sorted({r.system for r in rs} - {"teccl"})
+        out += [f"### {topo} ({rs[0].ngpus} GPUs)", ""]
+        body = []
+        for key in sorted({(r.collective, r.size_bytes) for r in rs}):
+            cell = {r.system: r for r in rs if (r.collective, r.size_bytes) == key}
+            body.append([key[0], _size(key[1])] + [
+                (f"{cell[s].algbw_GBps:.3g} ({cell[s].ratio:.2f})" if cell[s].ok else "fail")
+                if s in cell else "" for s in systems])
+        out += _md_table(["collective", "size"] + [s.replace("baseline:", "") for s in systems],
+                         body)
+        out += ["", f"![algbw vs size on {topo}](plots/{topo}.png)", ""]
+    return out
+
+
+def _scale(rows: list[Row]) -> list[str]:
+    body = []
+    for r in rows:
+        if r.group != "scale" or r.system != "teccl":
+            continue
+        tacos = TACOS_RATIOS.get(r.topology) if r.collective == "allgather" else None
+        body.append([r.topology, r.collective, str(r.ngpus), _num(r.solver_time_s, "{:.1f}"),
+                     _num(r.ratio) if r.ok else r.status.replace("|", "/"),
+                     _num(r.predicted_s / r.bound_s if r.ok and r.bound_s else None),
+                     _num(tacos)])
+    return _md_table(["instance", "collective", "GPUs", "solver s", "ratio (sim)",
+                      "ratio (epochs)", "TACOS ratio"], body)
+
+
+def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: list[Anchor]) -> str:
+    met = sum(t.met for t in targets)
+    lines = [
+        f"Suite `{result.suite}`: {len({(r.topology, r.collective, r.size_bytes, r.chunks) for r in result.rows})} "
+        f"cases, {len(result.rows)} schedules in {result.elapsed_s / 60:.1f} min on "
+        f"{os.cpu_count()} cores ({platform.python_implementation()} {platform.python_version()}); "
+        f"{len(result.skipped)} case(s) skipped for the time budget.",
+        "Every time is the simulated finish time (α-β replay with link contention) of a "
+        "schedule that passed the independent schedule checker; ratio = time / lower bound; "
+        "algbw = size / time (GB/s, nccl-tests).",
+        "", f"#### Targets: {met} met, {len(targets) - met} short", "",
+    ]
+    lines += _md_table(["issue", "target", "measured", "goal", "status"],
+                       [[str(t.issue), t.name, t.measured.replace("|", "/"), t.goal,
+                         "met" if t.met else "**short**"] for t in targets])
+    lines += ["", "#### Anchors: NDv2 ×2 AllGather algbw (GB/s)", ""]
+    sizes = sorted({a.size_bytes for a in anchor_rows})
+    systems = list(dict.fromkeys(a.system for a in anchor_rows))
+    cell = {(a.system, a.size_bytes): a.algbw_GBps for a in anchor_rows}
+    lines += _md_table(["system"] + [_size(s) for s in sizes],
+                       [[s] + [_num(cell.get((s, z)), "{:.3g}") for z in sizes] for s in systems])
+    lines += ["", "#### Scale (issue 7, 1 GiB)", ""] + _scale(result.rows)
+    lines += ["", "#### Results per topology: algbw GB/s (ratio to bound)", ""]
+    lines += _per_topology(result.rows)
+    return "\n".join(lines) + "\n"
+
+
+def draw_plots(rows: list[Row], out_dir: Path) -> list[Path]:
+    """One PNG per topology: algbw vs size, one panel per collective, one line per system."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    by_topo: dict[str, list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.group == "suite" and r.ok:
+            by_topo[r.topology].append(r)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = []
+    for topo, rs in by_topo.items():
+        kinds = sorted({r.collective for r in rs})
+        fig, axes = plt.subplots(1, len(kinds), figsize=(4 * len(kinds), 3.4), squeeze=False)
+        for ax, kind in zip(axes[0], kinds, strict=True):
+            for system in sorted({r.system for r in rs if r.collective == kind}):
+                pts = sorted((r.size_bytes, r.algbw_GBps) for r in rs
+                             if r.collective == kind and r.system == system)
+                ax.plot(*zip(*pts, strict=True), marker="o", ms=3,
+                        lw=2.2 if system == "teccl" else 1, label=system.replace("baseline:", ""))
+            ax.set_xscale("log")
+            ax.set_yscale("log")
+            ax.set_title(kind)
+            ax.set_xlabel("size (bytes)")
+            ax.set_ylabel("algbw (GB/s)")
+        axes[0][0].legend(fontsize=7)
+        fig.suptitle(f"{topo}: simulated algbw")
+        fig.tight_layout()
+        path = out_dir / f"{topo}.png"
+        fd, tmp = tempfile.mkstemp(suffix=".png", dir=out_dir)
+        os.close(fd)
+        fig.savefig(tmp, dpi=90)
+        plt.close(fig)
+        os.replace(tmp, path)
+        written.append(path)
+    return written
+
+
+def targets_table(targets: list[Target]) -> Table:
+    t = Table("issue", "target", "measured", "goal", "status", title="targets")
+    for x in targets:
+        t.add_row(str(x.issue), x.name, x.measured, x.goal,
+                  "[green]met[/]" if x.met else "[red]short[/]")
+    return t
+
+
+def results_table(rows: list[Row]) -> Table:
+    t = Table("topology", "collective", "size", "system", "solver", "time", "algbw GB/s",
+              "ratio", title="results")
+    for r in rows:
+        t.add_row(r.topology, r.collective, _size(r.size_bytes),
+                  r.system.replace("baseline:", ""),
+                  format_time(r.solver_time_s) if r.solver_time_s is not None else "",
+                  format_time(r.time_s) if r.ok else r.status[:40],
+                  _num(r.algbw_GBps, "{:.3g}"), _num(r.ratio))
+    return t
+
+
+def write_outputs(result: BenchResult, out_dir: str | Path) -> dict[str, Path]:
+    """Write results.csv, results.md and plots/*.png under ``out_dir``."""
+    out = Path(out_dir)
+    targets = evaluate_targets(result.rows, result.planned or None)
+    write_atomic(out / "results.csv", results_csv(result.rows))
+    write_atomic(out / "results.md", results_markdown(result, targets, anchors(result.rows)))
+    draw_plots(result.rows, out / "plots")
+    return {"csv": out / "results.csv", "markdown": out / "results.md", "plots": out / "plots"}

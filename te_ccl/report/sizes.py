@@ -1,0 +1,93 @@
+"""One algorithm per message-size range, the way MSCCL algorithm libraries ship them.
+
+Small messages are latency-bound (few steps win), large ones bandwidth-bound, so
+``teccl compile --sizes 1KB..1GB`` splits the range at powers of 2 or 4, compiles one
+schedule per range at the range's geometric middle, merges neighbouring ranges whose
+schedules come out identical, and gives each its ``minBytes``/``maxBytes`` (inclusive,
+non-overlapping, as the MSCCL runtime selects an algorithm when ``minBytes ≤ size ≤
+maxBytes``).
+
+>>> size_ranges(1000, 10**6, step=4)
+[(1000, 1023), (1024, 4095), (4096, 16383), (16384, 65535), (65536, 262143), (262144, 1000000)]
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from te_ccl.collective.model import Collective
+from te_ccl.errors import SpecError
+from te_ccl.schedule import Schedule
+
+__all__ = ["SizedSchedule", "size_ranges", "parse_size_range", "compile_size_ranges"]
+
+
+@dataclass(frozen=True)
+class SizedSchedule:
+    """A schedule compiled at ``size_bytes`` to be used for ``min_bytes ≤ size ≤ max_bytes``."""
+
+    min_bytes: int
+    max_bytes: int
+    size_bytes: int
+    schedule: Schedule
+
+
+def parse_size_range(text: str) -> tuple[int, int]:
+    """``"1KB..1GB"`` → ``(1000, 10**9)``; raises SpecError naming ``--sizes``."""
+    from te_ccl.units import UnitError, parse_size
+
+    lo, sep, hi = text.partition("..")
+    try:
+        if not sep:
+            raise UnitError(f"expected LOW..HIGH such as 1KB..1GB, got {text!r}")
+        low, high = parse_size(lo), parse_size(hi)
+    except UnitError as e:
+        raise SpecError(str(e), key="--sizes") from None
+    if low > high:
+        raise SpecError(f"expected LOW <= HIGH, got {text!r}", key="--sizes")
+    return low, high
+
+
+def size_ranges(low: int, high: int, *, step: int = 4) -> list[tuple[int, int]]:
+    """``[low, high]`` cut at every power of ``step`` (2 or 4) inside it, bounds inclusive."""
+    if step not in (2, 4):
+        raise SpecError(f"expected a step of 2 or 4, got {step}", key="--sizes")
+    if not 0 < low <= high:
+        raise SpecError(f"expected 0 < LOW <= HIGH, got {low}..{high}", key="--sizes")
+    k = math.floor(math.log(low, step)) + 1
+    cuts = []
+    while step**k <= high:
+        cuts.append(step**k)
+        k += 1
+    starts = [low] + [c for c in cuts if c > low]
+    ends = [s - 1 for s in starts[1:]] + [high]
+    return list(zip(starts, ends, strict=True))
+
+
+def _same(a: Schedule, b: Schedule) -> bool:
+    return (a.collective.chunks_per_rank == b.collective.chunks_per_rank
+            and a.transfers == b.transfers)
+
+
+def compile_size_ranges(collective: Collective, low: int, high: int,
+                        compile_one: Callable[[Collective], Schedule], *,
+                        step: int = 4) -> list[SizedSchedule]:
+    """Compile ``collective`` once per size range of ``[low, high]``.
+
+    ``compile_one(collective) -> Schedule`` does the work (e.g. ``lambda c: solve(topo, c,
+    params)``); each call gets ``collective`` with ``size_bytes`` set to the range's
+    geometric middle. Neighbouring ranges with identical schedules (same transfers, so the
+    same XML up to the byte counts) are merged into one. Lower each result with
+    ``lower_to_msccl(item.schedule, min_bytes=item.min_bytes, max_bytes=item.max_bytes)``.
+    """
+    out: list[SizedSchedule] = []
+    for lo, hi in size_ranges(low, high, step=step):
+        size = max(lo, min(hi, round(math.sqrt(lo * hi))))
+        sched = compile_one(replace(collective, size_bytes=size))
+        if out and _same(out[-1].schedule, sched):
+            out[-1] = replace(out[-1], max_bytes=hi)
+        else:
+            out.append(SizedSchedule(lo, hi, size, sched))
+    return out

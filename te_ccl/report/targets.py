@@ -1,0 +1,171 @@
+"""The issues' targets and the published anchors, judged from benchmark rows.
+
+Every target row says ``met`` or ``short`` (``short`` also when the run has no number
+for it: a failed or skipped solve is not a pass). Times are the simulated finish times
+of :mod:`te_ccl.report.bench`; the epoch-model ratio is shown next to them.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from te_ccl.report.bench import Row
+from te_ccl.report.suites import GB, KB, SMALL, GiB
+
+__all__ = ["Target", "Anchor", "evaluate_targets", "anchors", "TACOS_RATIOS", "SCALE_GOALS"]
+
+_EPS = 1e-9
+
+# issue 7: instance -> (solver budget s, ratio goal)
+SCALE_GOALS = {"mesh8x8": (5, 1.01), "torus8x8": (5, 1.01), "mesh16x16": (20, 1.01),
+               "torus16x16": (20, 1.01), "torus8x8x8": (60, 1.02), "mesh32x32": (60, 1.02),
+               "torus32x32": (60, 1.02), "rail8x8": (60, 1.05)}
+# TACOS (MICRO'24) finish time / bound at 1 GiB AllGather, as published
+TACOS_RATIOS = {"mesh8x8": 1.017, "torus8x8": 1.081, "mesh16x16": 1.010, "torus16x16": 1.026,
+                "mesh32x32": 1.027, "torus32x32": 1.035}
+# (system, size in bytes) -> published algbw GB/s, AllGather on NDv2 x2
+PUBLISHED = {("TE-CCL (Gurobi)", GB): 22.86, ("TE-CCL (Gurobi)", 64 * KB): 10.53,
+             ("TE-CCL (Gurobi)", KB): 0.242, ("TACCL", GB): 18.6, ("TACCL", 64 * KB): 4.89,
+             ("TACCL", KB): 0.098}
+
+
+@dataclass(frozen=True)
+class Target:
+    issue: int
+    name: str
+    measured: str
+    goal: str
+    met: bool
+
+
+@dataclass(frozen=True)
+class Anchor:
+    system: str
+    size_bytes: int
+    algbw_GBps: float | None
+    source: str
+
+
+def _teccl(rows: list[Row], topo: str, kind: str, size: int, chunks: int = 1) -> Row | None:
+    return next((r for r in rows if r.system == "teccl" and r.topology == topo
+                 and r.collective == kind and r.size_bytes == size and r.chunks == chunks), None)
+
+
+def _fmt_ratio(r: Row | None, ratio: float | None) -> str:
+    if r is None:
+        return "not run"
+    if not r.ok or ratio is None:
+        return r.status
+    epochs = f", epochs {r.predicted_s / (r.time_s / ratio):.3f}" if r.predicted_s else ""
+    return f"{ratio:.3f}{epochs} in {r.solver_time_s:.1f} s"
+
+
+Planned = set[tuple[str, str, int, int]] | None  # (topology, kind, size, chunks) run or skipped
+
+
+def _wanted(planned: Planned, topo: str, kind: str, size: int, chunks: int = 1) -> bool:
+    return planned is None or (topo, kind, size, chunks) in planned
+
+
+def _issue3(rows: list[Row], planned: Planned) -> list[Target]:
+    out = []
+    for topo in SMALL:
+        for kind in ("allgather", "broadcast"):
+            for chunks in (1, 2):
+                if not _wanted(planned, topo, kind, GB, chunks):
+                    continue
+                r = _teccl(rows, topo, kind, GB, chunks)
+                ok = bool(r and r.ok and r.optimal and r.solver_time_s < 10)
+                seen = "not run" if r is None else (
+                    f"{'optimal' if r.optimal else 'not proven'} in {r.solver_time_s:.1f} s"
+                    if r.ok else r.status)
+                out.append(Target(3, f"{topo} {kind} {chunks} chunk(s)/GPU proven optimal",
+                                  seen, "optimal, < 10 s", ok))
+    for topo, goal, budget in (("ndv2x2", 0.97, 30), ("ndv2x4", 0.95, 300)):
+        if not _wanted(planned, topo, "allgather", GB):
+            continue
+        r = _teccl(rows, topo, "allgather", GB)
+        frac = (r.cut_s / r.time_s) if r and r.ok and r.cut_s else None
+        ok = bool(frac and frac >= goal - _EPS and r.solver_time_s < budget)
+        seen = f"{frac:.3f} of bound in {r.solver_time_s:.1f} s" if frac else (
+            r.status if r else "not run")
+        out.append(Target(3, f"{topo} allgather 1 GB algbw vs cut bound", seen,
+                          f">= {goal} in < {budget} s", ok))
+    return out
+
+
+def _beats_baselines(rows: list[Row]) -> list[Target]:
+    cases: dict[tuple, list[Row]] = defaultdict(list)
+    for r in rows:
+        if r.group == "suite":
+            cases[(r.topology, r.collective, r.size_bytes, r.chunks)].append(r)
+    worst: dict[str, tuple[float, str]] = {}
+    for (topo, kind, size, _), rs in cases.items():
+        mine = next((r for r in rs if r.system == "teccl"), None)
+        others = [r for r in rs if r.system != "teccl" and r.ok]
+        if not others:
+            continue
+        best = min(others, key=lambda r: r.time_s)
+        slow = (mine.time_s / best.time_s) if mine and mine.ok else float("inf")
+        if slow > worst.get(topo, (0.0, ""))[0]:
+            worst[topo] = (slow, f"{kind} {size} B vs {best.system.split(':')[1]}")
+    return [Target(5, f"{topo}: teccl >= every baseline at every size",
+                   f"worst {w:.3f}x the best baseline ({where})" if w != float("inf")
+                   else f"teccl failed ({where})", "<= 1.000x", w <= 1 + _EPS)
+            for topo, (w, where) in sorted(worst.items())]
+
+
+def _issue5_bounds(rows: list[Row], planned: Planned) -> list[Target]:
+    out = []
+    topos = sorted({(r.topology, r.ngpus) for r in rows if r.group == "suite"})
+    for topo, n in topos:
+        if n <= 64 and _wanted(planned, topo, "allgather", GB):
+            r = _teccl(rows, topo, "allgather", GB)
+            ratio = r.time_s / r.cut_s if r and r.ok and r.cut_s else None
+            out.append(Target(5, f"{topo} allgather 1 GB vs cut bound", _fmt_ratio(r, ratio),
+                              "<= 1.03", bool(ratio and ratio <= 1.03 + _EPS)))
+        if not _wanted(planned, topo, "allgather", KB):
+            continue
+        r = _teccl(rows, topo, "allgather", KB)
+        ratio = r.time_s / r.alpha_s if r and r.ok and r.alpha_s else None
+        out.append(Target(5, f"{topo} allgather 1 KB vs alpha-diameter bound",
+                          _fmt_ratio(r, ratio), "<= 1.2", bool(ratio and ratio <= 1.2 + _EPS)))
+    return out
+
+
+def _issue7(rows: list[Row], planned: Planned) -> list[Target]:
+    out = []
+    for topo, (budget, goal) in SCALE_GOALS.items():
+        kinds = ("alltoall",) if topo == "rail8x8" else ("allgather", "reducescatter", "allreduce")
+        for kind in kinds:
+            if not _wanted(planned, topo, kind, GiB):
+                continue
+            r = _teccl(rows, topo, kind, GiB)
+            ok = bool(r and r.ok and r.ratio <= goal + _EPS and r.solver_time_s <= budget)
+            out.append(Target(7, f"{topo} {kind} 1 GiB", _fmt_ratio(r, r.ratio if r else None),
+                              f"<= {goal} in <= {budget} s", ok))
+    return out
+
+
+def evaluate_targets(rows: list[Row], planned: Planned = None) -> list[Target]:
+    """Every target of issues 3, 5 and 7, met or short; with ``planned`` only those whose
+    case the suite contains (a planned case without a row — skipped — is short)."""
+    return (_issue3(rows, planned) + _beats_baselines(rows) + _issue5_bounds(rows, planned)
+            + _issue7(rows, planned))
+
+
+def anchors(rows: list[Row]) -> list[Anchor]:
+    """Published NDv2 x2 AllGather figures next to this run's teccl and best baseline."""
+    out = [Anchor(s, size, bw, "published") for (s, size), bw in PUBLISHED.items()]
+    for size in (KB, 64 * KB, GB):
+        r = _teccl(rows, "ndv2x2", "allgather", size)
+        out.append(Anchor("teccl (this run)", size, r.algbw_GBps if r and r.ok else None,
+                          "measured"))
+        base = [x for x in rows if x.topology == "ndv2x2" and x.collective == "allgather"
+                and x.size_bytes == size and x.system != "teccl" and x.ok]
+        best = max(base, key=lambda x: x.algbw_GBps, default=None)
+        out.append(Anchor(f"best baseline ({best.system.split(':')[1]})" if best
+                          else "best baseline", size, best.algbw_GBps if best else None,
+                          "measured"))
+    return out
