@@ -104,3 +104,51 @@ def test_infeasible_horizon_is_a_solver_error():
 def test_rank_outside_topology_is_a_spec_error():
     with pytest.raises(SpecError, match="rank 9"):
         solve(ring(4), Collective(CollectiveKind.ALLGATHER, 1024, (0, 9)), FAST)
+
+
+def test_time_limit_without_solution_is_a_solver_error():
+    from te_ccl.spec.topology import load_topology
+
+    mesh = load_topology("mesh4x4")
+    with pytest.raises(SolverError, match="time limit"):
+        solve(mesh, coll("allgather", 16, 2), SolveParams(backend="milp", time_limit_s=0.02))
+
+
+def test_unreachable_destination_is_infeasible():
+    t = Topology.build("oneway", [Node("a"), Node("b")], [Link("a", "b", 1e9)])
+    with pytest.raises(SolverError, match="infeasible: chunk 1 cannot reach a"):
+        solve(t, coll("allgather", 2), FAST)
+
+
+def test_custom_demands():
+    from te_ccl.collective import CustomDemand
+
+    c = Collective(CollectiveKind.CUSTOM, 3000, (0, 1, 2, 3), 3,
+                   demands=(CustomDemand(0, (2, 3), 2), CustomDemand(3, (1,), 1)))
+    s = checked(ring(4), c)
+    assert {t.chunk for t in s.transfers} == {0, 1, 2}
+
+
+def test_solve_info_is_filled():
+    s = checked(ring(4), coll("allgather", 4))
+    info = s.info
+    assert info.backend == "milp" and info.variables > 0 and info.constraints > 0
+    assert info.solver_time_s > 0 and "proven minimal" in info.status
+
+
+def test_progress_reports_the_horizon_search():
+    seen: list[str] = []
+    s = solve(ring(6), coll("allgather", 6), FAST, progress=seen.append)
+    assert seen[0].startswith("horizon ")
+    assert any(m.startswith(f"horizon {s.finish_epoch}: ") and "feasible" in m or
+               f"horizon {s.finish_epoch}: optimal" in m for m in seen)
+
+
+def test_slowest_epoch_policy_uses_fewer_epochs():
+    links = [Link("a", "b", 4e9), Link("b", "a", 4e9), Link("b", "c", 1e9), Link("c", "b", 1e9)]
+    t = Topology.build("mixed", [Node("a"), Node("b"), Node("c")], links)
+    c = Collective(CollectiveKind.ALLGATHER, 3 << 20, (0, 1, 2))
+    fast = checked(t, c)
+    slow = checked(t, c, SolveParams(backend="milp", time_limit_s=10, epoch="slowest"))
+    assert slow.finish_epoch < fast.finish_epoch
+    assert slow.epoch_s > fast.epoch_s

@@ -188,6 +188,7 @@ def solve_lp(problem: Problem, params: SolveParams, clock: Clock,
         result = solve_rounds(problem, params, clock, progress)
         return replace(result, notes=("lp cannot keep a reduction's tree: used rounds",)
                        + result.notes)
+    horizon_lower_bound(problem)  # unreachable destinations: a SolverError naming the chunk
     flows, chunk_of = flow_problem(problem)
     form, values = _minimal_horizon(flows, params, clock, progress)
     paths = {c: _widest_path(flows, form, values, c) for c in chunk_of}

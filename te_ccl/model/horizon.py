@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 from te_ccl.model.ten import TimeExpandedNetwork
 
@@ -31,7 +32,10 @@ def horizon_lower_bound(problem: Problem) -> int:
         unmet = ten.unmet(d)
         first = ten.earliest(d)
         for v in unmet:
-            lo = max(lo, first.get(v, 1 << 30))
+            if v not in first:
+                raise SolverError(f"infeasible: chunk {d.chunk} cannot reach {v} from "
+                                  f"{', '.join(d.sources)} (no path)")
+            lo = max(lo, first[v])
             need[v] += 1
     for v, n in need.items():
         h = lo
