@@ -32,21 +32,39 @@ def _dependencies(plans: list[TbPlan]) -> dict[Ref, list[Ref]]:
     last_write: dict[Slot, Ref] = {}
     reads: dict[Slot, list[Ref]] = defaultdict(list)
     deps: dict[Ref, list[Ref]] = {}
+    known: dict[Ref, dict[int, int]] = {}
     for ins in ordered:
         me = where[ins.order]
         wait = [last_write[s] for s in ins.reads + ins.writes if s in last_write]
         wait += [r for s in ins.writes for r in reads[s]]
-        latest: dict[int, int] = {}
-        for tb, k in wait:
-            if tb != me[0]:
-                latest[tb] = max(latest.get(tb, k), k)
-        deps[me] = sorted(latest.items())
+        deps[me] = _prune(me, wait, known)
         for s in ins.reads:
             reads[s].append(me)
         for s in ins.writes:
             last_write[s] = me
             reads[s] = []
     return deps
+
+
+def _prune(me: Ref, wait: list[Ref], known: dict[Ref, dict[int, int]]) -> list[Ref]:
+    """Drop waits already implied on this GPU, and record what ``me`` implies (vector clock).
+
+    ``known[ref][tb] = k``: when ``ref`` runs, steps ``0..k`` of thread block ``tb`` are done
+    (through its own thread block's earlier steps and their dependencies).
+    """
+    tb_me, k_me = me
+    clock = dict(known.get((tb_me, k_me - 1), {}))
+    kept = []
+    for tb, k in sorted(set(wait), key=lambda r: (-r[1], r[0])):
+        if tb == tb_me or clock.get(tb, -1) >= k:
+            continue
+        kept.append((tb, k))
+        for other, done in known[(tb, k)].items():
+            clock[other] = max(clock.get(other, -1), done)
+        clock[tb] = k
+    clock[tb_me] = k_me
+    known[me] = clock
+    return sorted(kept)
 
 
 def add_dependencies(gpu: int, plans: list[TbPlan], slots: dict[tuple[int, tuple], SlotPair]
