@@ -83,8 +83,16 @@ class SizeRange:
     @property
     def label(self) -> str:
         """``0-64KiB`` or ``16MiB+``: a file-name-safe name of the range."""
-        low = format_size(self.min_bytes) if self.min_bytes else "0"
-        return f"{low}+" if self.max_bytes is None else f"{low}-{format_size(self.max_bytes)}"
+        low = _size_label(self.min_bytes) if self.min_bytes else "0"
+        return f"{low}+" if self.max_bytes is None else f"{low}-{_size_label(self.max_bytes)}"
+
+
+def _size_label(n_bytes: int) -> str:
+    """Decimal units when exact (``16MB``, as users write them), else :func:`format_size`."""
+    for scale, unit in ((10**12, "TB"), (10**9, "GB"), (10**6, "MB"), (10**3, "KB")):
+        if n_bytes % scale == 0:
+            return f"{n_bytes // scale}{unit}"
+    return format_size(n_bytes)
 
 
 @dataclass(frozen=True)
