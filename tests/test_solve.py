@@ -138,10 +138,10 @@ def test_solve_info_is_filled():
 
 def test_progress_reports_the_horizon_search():
     seen: list[str] = []
-    s = solve(ring(6), coll("allgather", 6), FAST, progress=seen.append)
-    assert seen[0].startswith("horizon ")
-    assert any(m.startswith(f"horizon {s.finish_epoch}: ") and "feasible" in m or
-               f"horizon {s.finish_epoch}: optimal" in m for m in seen)
+    s = solve(star(4, can_copy=False), coll("allgather", 4), FAST, progress=seen.append)
+    assert seen[0].startswith("horizon lower bound 3 epochs")
+    assert "horizon 3: infeasible" in seen[1]  # the incumbent's 4 epochs are then minimal
+    assert s.info.optimal and s.finish_epoch == 4
 
 
 def test_slowest_epoch_policy_uses_fewer_epochs():

@@ -1,9 +1,11 @@
 """MILP backend on CP-SAT: horizon search for the minimal finish epoch, then deliver early.
 
-1. Start at the cheap lower bound of :mod:`te_ccl.model.horizon`; ask CP-SAT whether
-   horizon ``H`` is feasible (no objective: infeasibility proofs are fast), galloping
-   upwards (H, H+1, H+3, H+7, …) until a feasible horizon, then bisecting the gap.
-   The finish epoch is *proven* minimal when every smaller horizon was proven infeasible.
+1. A quick run of the ``rounds`` backend (≤ 20 % of the time limit) gives an incumbent
+   finishing at ``U``. Between the lower bound of :mod:`te_ccl.model.horizon` and ``U``,
+   bisect, asking CP-SAT whether horizon ``H`` is feasible (no objective: infeasibility
+   proofs are fast). Without an incumbent, gallop up from the lower bound (H, H+1, H+3,
+   H+7, …) first. The finish epoch is *proven* minimal when every smaller horizon was
+   proven infeasible.
 2. At the minimal horizon, minimise the deliver-early objective of
    :mod:`te_ccl.model.formulation` for at most a quarter of the time limit (at least 1 s,
    never past it), hinted with the first solution.
@@ -31,6 +33,8 @@ __all__ = ["solve_milp", "solve_formulation", "Solved", "horizon_search"]
 _FEASIBLE = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 # share of the time limit the deliver-early polish may use once the horizon is minimal
 POLISH_SHARE = 0.25
+# share of the time limit a quick rounds run may use to bound the horizon from above
+INCUMBENT_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -85,9 +89,30 @@ def solve_formulation(form: Formulation, params: SolveParams, time_s: float, *,
     return Solved(status, chosen, values, form)
 
 
+def _incumbent(problem: Problem, params: SolveParams, clock: Clock) -> Solved | None:
+    """A quick rounds schedule as an upper bound on the horizon (None if it fails)."""
+    from te_ccl.backends.rounds import solve_rounds
+
+    try:
+        r = solve_rounds(problem, params, Clock(INCUMBENT_SHARE * clock.left))
+    except SolverError:
+        return None
+    form = formulate(problem, r.finish_epoch)
+    chosen = tuple(k for k in ((t.chunk, (t.src, t.dst), t.start_epoch) for t in r.transfers)
+                   if k in form.ten.x_set)
+    if len(chosen) != len(r.transfers):
+        return None
+    return Solved("feasible", chosen, dict.fromkeys(chosen, 1), form)
+
+
 def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
-                   progress: Progress | None = None) -> tuple[Solved, bool, list[str]]:
-    """The smallest feasible horizon: (its solution, proven minimal?, notes)."""
+                   progress: Progress | None = None, incumbent: Solved | None = None
+                   ) -> tuple[Solved, bool, list[str]]:
+    """The smallest feasible horizon: (its solution, proven minimal?, notes).
+
+    Without an incumbent: gallop up from the lower bound, then bisect. With one (a
+    schedule finishing at ``U``): bisect between the lower bound and ``U``.
+    """
     lo = horizon_lower_bound(problem)
     cap = params.max_horizon or max(4 * lo + 8, 16)
     if lo > cap:
@@ -95,42 +120,47 @@ def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
                           f"more than the maximum horizon {cap} epochs")
     notes = [f"horizon lower bound {lo} epochs"]
     tried: dict[int, Solved] = {}
+    if incumbent is not None and incumbent.form.ten.horizon <= cap:
+        tried[incumbent.form.ten.horizon] = incumbent
+        notes.append(f"rounds incumbent: {incumbent.form.ten.horizon} epochs")
+    if progress:
+        progress("; ".join(notes) + f" ({clock.elapsed:.2f} s)")
 
-    def attempt(h: int) -> Solved:
+    def attempt(h: int) -> bool:
         form = formulate(problem, h)
         s = solve_formulation(form, params, clock.left)
         tried[h] = s
         if progress:
             nv, nc = form.size
             progress(f"horizon {h}: {s.status} ({nv} vars, {nc} rows, {clock.elapsed:.2f} s)")
-        return s
+        return s.status in ("optimal", "feasible")
 
-    h, step = lo, 1
-    while attempt(h).status not in ("optimal", "feasible"):
-        if clock.left <= 0:
-            raise SolverError(f"time limit of {params.time_limit_s:g} s reached without a "
-                              f"solution (last horizon tried: {h} epochs)")
-        if h >= cap:
-            raise SolverError(f"infeasible: no schedule within the maximum horizon {cap} epochs")
-        h, step = min(cap, h + step), step * 2
-    best = h
-    low = max((k for k, s in tried.items() if k < best), default=lo - 1)
+    if tried:
+        best = min(tried)
+    else:
+        best, step = lo, 1
+        while not attempt(best):
+            if clock.left <= 0:
+                raise SolverError(f"time limit of {params.time_limit_s:g} s reached without a "
+                                  f"solution (last horizon tried: {best} epochs)")
+            if best >= cap:
+                raise SolverError(f"infeasible: no schedule within the maximum horizon {cap} "
+                                  "epochs")
+            best, step = min(cap, best + step), step * 2
+    low = max((k for k in tried if k < best), default=lo - 1)
     while best - low > 1 and clock.left > 0:
         mid = (low + best) // 2
-        if attempt(mid).status in ("optimal", "feasible"):
-            best = mid
-        else:
-            low = mid
-    proven = all(tried.get(k) is not None and tried[k].status == "infeasible"
-                 for k in range(lo, best))
+        best, low = (mid, low) if attempt(mid) else (best, mid)
+    proven = all(k in tried and tried[k].status == "infeasible" for k in range(lo, best))
     notes.append(f"finish epoch {best} " + ("proven minimal" if proven else "not proven minimal"))
     return tried[best], proven, notes
 
 
 def solve_milp(problem: Problem, params: SolveParams, clock: Clock,
-               progress: Progress | None = None) -> SolveResult:
+               progress: Progress | None = None, *, incumbent: bool = True) -> SolveResult:
     """Minimal finish epoch (horizon search), then deliver early in the time left."""
-    first, proven, notes = horizon_search(problem, params, clock, progress)
+    start = _incumbent(problem, params, clock) if incumbent else None
+    first, proven, notes = horizon_search(problem, params, clock, progress, start)
     best, status = first, "finish proven minimal" if proven else "finish not proven minimal"
     if clock.left > 0.05:
         budget = min(clock.left, max(1.0, POLISH_SHARE * params.time_limit_s))
