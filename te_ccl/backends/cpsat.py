@@ -8,7 +8,9 @@
    proven infeasible.
 2. At the minimal horizon, minimise the deliver-early objective of
    :mod:`te_ccl.model.formulation` for at most a quarter of the time limit (at least 1 s,
-   never past it), hinted with the first solution.
+   never past it): HiGHS (through OR-Tools) for half of that — it often proves this
+   objective in about a second where CP-SAT does not — then CP-SAT hinted with the best
+   solution so far.
 
 Determinism: a fixed ``random_seed``; with several workers ``interleave_search`` makes
 the search sequential-equivalent, so the same inputs and seed give the same schedule
@@ -156,6 +158,26 @@ def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
     return tried[best], proven, notes
 
 
+def _polish(first: Solved, params: SolveParams, budget: float) -> Solved:
+    """Deliver early at the minimal horizon: HiGHS for half the budget (it often proves
+    these objectives fast), then CP-SAT hinted with the best solution so far."""
+    from te_ccl.backends.lp import solve_relaxation
+
+    form = first.form
+    status, values, _ = solve_relaxation(form, budget / 2, with_objective=True, solver="HIGHS")
+    highs = None
+    if values is not None:
+        values = {k: round(v) for k, v in values.items()}
+        highs = Solved(status, tuple(k for k in form.ten.x if values[k]), values, form)
+        if status == "optimal":
+            return highs
+    cp = solve_formulation(form, params, budget / 2, with_objective=True,
+                           hint=(highs or first).values)
+    if cp.status in ("optimal", "feasible"):
+        return cp
+    return highs or first
+
+
 def solve_milp(problem: Problem, params: SolveParams, clock: Clock,
                progress: Progress | None = None, *, incumbent: bool = True) -> SolveResult:
     """Minimal finish epoch (horizon search), then deliver early in the time left."""
@@ -163,13 +185,9 @@ def solve_milp(problem: Problem, params: SolveParams, clock: Clock,
     first, proven, notes = horizon_search(problem, params, clock, progress, start)
     best, status = first, "finish proven minimal" if proven else "finish not proven minimal"
     if clock.left > 0.05:
-        budget = min(clock.left, max(1.0, POLISH_SHARE * params.time_limit_s))
-        refined = solve_formulation(first.form, params, budget, with_objective=True,
-                                    hint=first.values)
-        if refined.status in ("optimal", "feasible"):
-            best = refined
-            status += "; deliver-early " + ("optimal" if refined.status == "optimal"
-                                            else "not proven optimal (time limit)")
+        best = _polish(first, params, min(clock.left, max(1.0, POLISH_SHARE * params.time_limit_s)))
+        status += "; deliver-early " + ("optimal" if best.status == "optimal"
+                                        else "not proven optimal (time limit)")
     transfers = prune(problem, to_transfers(problem, best.chosen))
     finish = max((t.arrive_epoch for t in transfers), default=0)
     nv, nc = best.form.size

@@ -34,10 +34,16 @@ __all__ = ["solve_lp", "solve_relaxation", "flow_problem"]
 
 def solve_relaxation(form: Formulation, time_s: float, *, with_objective: bool,
                      solver: str = "GLOP") -> tuple[str, dict | None, float | None]:
-    """(status, values, objective) of ``form`` with continuous variables."""
+    """(status, values, objective) of ``form`` with continuous variables, or integer ones
+    with a MILP ``solver`` such as ``"HIGHS"`` (status "optimal" or "feasible")."""
     lp = pywraplp.Solver.CreateSolver(solver)
+    lp.SuppressOutput()
+    if solver == "HIGHS":  # keeps HiGHS's banner off stdout (where --json goes)
+        lp.SetSolverSpecificParametersAsString("output_flag=false")
     lp.SetTimeLimit(int(max(0.01, time_s) * 1000))
-    var = {k: lp.NumVar(0, ub, "") for k, ub in form.variables.items()}
+    integer = solver != "GLOP" and solver != "PDLP"
+    var = {k: lp.IntVar(0, ub, "") if integer else lp.NumVar(0, ub, "")
+           for k, ub in form.variables.items()}
     for terms, lo, hi in form.rows:
         ct = lp.RowConstraint(-lp.infinity() if lo is None else lo,
                               lp.infinity() if hi is None else hi, "")
@@ -53,7 +59,8 @@ def solve_relaxation(form: Formulation, time_s: float, *, with_objective: bool,
         return "infeasible", None, None
     if code not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
         return "unknown", None, None
-    return "optimal", {k: v.solution_value() for k, v in var.items()}, objective.Value()
+    status = "optimal" if code == pywraplp.Solver.OPTIMAL else "feasible"
+    return status, {k: v.solution_value() for k, v in var.items()}, objective.Value()
 
 
 def flow_problem(problem: Problem) -> tuple[Problem, dict[int, int]]:

@@ -84,3 +84,11 @@ def test_auto_says_what_it_picked():
 def test_unknown_backend_is_a_spec_error():
     with pytest.raises(SpecError, match="backend"):
         SolveParams(backend="gurobi")
+
+
+def test_solvers_print_nothing_on_stdout(capfd):
+    # `teccl compile --json` owns stdout: HiGHS's banner and solver logs must stay off it
+    c = Collective(CollectiveKind.ALLGATHER, 8000, (0, 1, 2, 3), 2)
+    for backend in BACKENDS:
+        solve(ring(4), c, SolveParams(backend=backend, time_limit_s=10))
+    assert capfd.readouterr().out == ""
