@@ -83,7 +83,14 @@ def _executor(workers: int | None, ray_address: str | None) -> Any:
             raise SpecError("--workers is for the local executor; Ray uses the cluster's CPUs",
                             key="--workers")
         return RayExecutor(ray_address)
-    return LocalExecutor(workers if workers is not None else len(os.sched_getaffinity(0)))
+    return LocalExecutor(workers if workers is not None else _usable_cpus())
+
+
+def _usable_cpus() -> int:
+    """CPUs this process may run on (the affinity mask where the OS has one)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def _run_with_progress(plan: Any, store: Any, executor: Any, quiet: bool) -> Any:

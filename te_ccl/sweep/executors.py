@@ -48,12 +48,15 @@ class LocalExecutor:
             return
         pool = ProcessPoolExecutor(max_workers=min(self.capacity, len(points)),
                                    mp_context=multiprocessing.get_context("spawn"))
+        finished = False
         try:
             futures = {pool.submit(run_point, p): p for p in points}
             for future in as_completed(futures):
                 yield futures[future], _local_result(future, futures[future])
+            finished = True
         finally:
-            pool.shutdown(wait=False, cancel_futures=True)
+            # interrupted: drop queued points and do not wait for the running ones
+            pool.shutdown(wait=finished, cancel_futures=True)
 
 
 def _local_result(future: Future, point: Point) -> PointResult:
@@ -82,7 +85,8 @@ class RayExecutor:
 
     def run(self, points: Sequence[Point]) -> Iterator[Outcome]:
         ray = self.ray
-        task = ray.remote(num_cpus=1, max_retries=0)(run_point)
+        # run_point never raises, so retries only happen when a worker or node dies
+        task = ray.remote(num_cpus=1, max_retries=2)(run_point)
         refs: dict[Any, Point] = {task.remote(p): p for p in points}
         pending = list(refs)
         try:
