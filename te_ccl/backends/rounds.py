@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import networkx as nx
 import numpy as np
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
@@ -139,6 +140,15 @@ def _advance(problem: Problem, demands: list[Demand], transfers: list[Transfer],
     return State(frozenset(held), tuple(incoming), tuple(busy), tuple(relayed.items())), left
 
 
+def _switch_chain(problem: Problem) -> int:
+    """Nodes on the longest shortest path through switches without buffer (0 if none)."""
+    g = problem.topology.graph().subgraph(
+        n.name for n in problem.topology.nodes if n.name not in problem.buffered_nodes)
+    if not g.number_of_nodes():
+        return 0
+    return 1 + max(max(nx.single_source_shortest_path_length(g, n).values()) for n in g)
+
+
 def _unmet_pairs(problem: Problem, demands: list[Demand], state: State) -> int:
     return sum(1 for d in demands for v in d.destinations if (d.chunk, v) not in state.held)
 
@@ -149,7 +159,7 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
     window = max(1, params.round_epochs)
     max_delay = max(lt.delay for lt in problem.timings.values())
     reach = window + max_delay * len(problem.topology.nodes)
-    slack = max_delay * sum(1 for n in problem.topology.nodes if n.name not in problem.buffered_nodes)
+    slack = max_delay * _switch_chain(problem)
     demands, state = list(problem.demands), problem.state
     gains = _gains(problem)
     idle, patience = 0, max_delay + max(lt.occupancy for lt in problem.timings.values())
@@ -174,9 +184,9 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
         if solved.status == "unknown":  # not even the empty round found: give it more time
             solved = solve_formulation(form, params, min(clock.left, 4 * budget),
                                        with_objective=True)
-        if solved.status == "unknown":
-            raise SolverError(f"time limit: the round at epoch {shift} found no solution in "
-                              f"{5 * budget:.1f} s; try fewer round epochs or a longer limit")
+        if solved.status == "unknown" and clock.left <= 0:
+            raise SolverError(f"time limit of {params.time_limit_s:g} s reached: the round at "
+                              f"epoch {shift} found no solution; try a longer limit")
         transfers += to_transfers(sub, solved.chosen, shift)
         size = max(size, form.size)
         state, demands = _advance(problem, demands, transfers, shift, window)

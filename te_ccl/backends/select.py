@@ -8,11 +8,13 @@ from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Problem
 
-__all__ = ["run_backend", "choose_backend", "MILP_MAX_VARIABLES"]
+__all__ = ["run_backend", "choose_backend", "MILP_MAX_VARIABLES", "LP_MAX_VARIABLES"]
 
 # CP-SAT proves minimal horizons quickly up to roughly this many transfer variables
 # (torus 4×4 AllGather, 2 chunks: ~25k; mesh 8×8, 1 chunk: 330k does not finish).
 MILP_MAX_VARIABLES = 60_000
+# GLOP/HiGHS/PDLP need minutes on time-expanded LPs of ~200k variables (dgx2 AlltoAll)
+LP_MAX_VARIABLES = 100_000
 
 
 def choose_backend(problem: Problem) -> tuple[str, str]:
@@ -23,7 +25,7 @@ def choose_backend(problem: Problem) -> tuple[str, str]:
     if estimate <= MILP_MAX_VARIABLES:
         return "milp", (f"auto: milp, ~{estimate} transfer variables at the horizon lower "
                         f"bound {h} ≤ {MILP_MAX_VARIABLES}")
-    if single and not problem.tree:
+    if single and not problem.tree and estimate <= LP_MAX_VARIABLES:
         return "lp", (f"auto: lp, ~{estimate} transfer variables > {MILP_MAX_VARIABLES} and "
                       "every chunk has one destination (no copies needed)")
     return "rounds", (f"auto: rounds of a few epochs, ~{estimate} transfer variables > "

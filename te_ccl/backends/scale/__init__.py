@@ -9,10 +9,10 @@
 
 Entry points: :func:`solve_scale` (a :class:`~te_ccl.model.problem.Problem` as given, the
 signature of every backend) and :func:`compile_scale` (a whole collective → Schedule,
-with sub-chunking).
+with sub-chunking); :func:`scale_method` says which method fits, for ``--backend auto``.
 """
 
 from te_ccl.backends.scale.entry import solve_scale
-from te_ccl.backends.scale.plan import compile_scale, scale_plan
+from te_ccl.backends.scale.plan import compile_scale, scale_method, scale_plan
 
-__all__ = ["solve_scale", "compile_scale", "scale_plan"]
+__all__ = ["solve_scale", "compile_scale", "scale_method", "scale_plan"]

@@ -22,13 +22,13 @@ from collections import defaultdict
 
 from te_ccl.model.problem import Problem
 from te_ccl.schedule import Transfer
+from te_ccl.topology.model import Topology
 
 __all__ = ["rail_shape", "solve_rail_alltoall"]
 
 
-def rail_shape(problem: Problem) -> tuple[int, int] | None:
-    """(boxes, GPUs per box) of a rail-optimized topology with uniform NVLink and NIC links."""
-    topo = problem.topology
+def rail_shape(topo: Topology) -> tuple[int, int] | None:
+    """(boxes, GPUs per box) of a rail-optimized topology, else None."""
     meta = topo.meta or {}
     boxes, per_box = meta.get("boxes"), meta.get("box_gpus")
     if not boxes or not per_box or topo.ngpus != boxes * per_box:
@@ -39,13 +39,16 @@ def rail_shape(problem: Problem) -> tuple[int, int] | None:
             for other in (f"b{a}.sw", f"rail{i}"):
                 if not (topo.has_link(g, other) and topo.has_link(other, g)):
                     return None
+    return boxes, per_box
+
+
+def _uniform(problem: Problem) -> bool:
+    """One timing for all NVLink hops and one for all NIC hops, each one chunk at a time."""
     kinds = defaultdict(set)
     for key, lt in problem.timings.items():
         kinds["rail" in "".join(key)].add((lt.occupancy, lt.capacity, lt.delay))
-    if any(len(v) != 1 for v in kinds.values()) or any(
-            cap != 1 for v in kinds.values() for _, cap, _ in v):
-        return None
-    return boxes, per_box
+    return all(len(v) == 1 for v in kinds.values()) and all(
+        cap == 1 for v in kinds.values() for _, cap, _ in v)
 
 
 def _pairs(problem: Problem) -> dict[tuple[str, str], list[int]] | None:
@@ -64,8 +67,8 @@ def _pairs(problem: Problem) -> dict[tuple[str, str], list[int]] | None:
 
 def solve_rail_alltoall(problem: Problem) -> tuple[list[Transfer], int, tuple[str, ...]] | None:
     """(transfers, finish epoch, notes), or None when the topology or demands do not fit."""
-    shape, pairs = rail_shape(problem), _pairs(problem)
-    if shape is None or pairs is None:
+    shape, pairs = rail_shape(problem.topology), _pairs(problem)
+    if shape is None or pairs is None or not _uniform(problem):
         return None
     B, G = shape
     k = len(next(iter(pairs.values())))

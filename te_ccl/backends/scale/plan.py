@@ -26,6 +26,7 @@ from dataclasses import replace
 import networkx as nx
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.scale.alltoall import rail_shape
 from te_ccl.backends.scale.entry import solve_scale
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective, CollectiveKind
@@ -35,10 +36,35 @@ from te_ccl.model.problem import Demand, build_problem, make_problem
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
-__all__ = ["PIPELINE_TARGET", "MAX_TRANSFERS", "scale_plan", "compile_scale"]
+__all__ = ["PIPELINE_TARGET", "MAX_TRANSFERS", "scale_method", "scale_plan", "compile_scale"]
 
 PIPELINE_TARGET = 250
 MAX_TRANSFERS = 6_000_000
+
+
+_TREE_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
+               CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
+
+
+def scale_method(topology: Topology, collective: Collective) -> str | None:
+    """Which scale method fits (``symmetry``, ``greedy``, ``rail-alltoall``), None if none does.
+
+    For ``--backend auto``: the greedy floods chunks to every GPU, so it is offered only
+    for the copy-and-forward kinds; AlltoAll only on rail-optimized clusters.
+
+    >>> from te_ccl.topology.generators import mesh, torus
+    >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
+    >>> scale_method(torus([4, 4], 1e9), ag), scale_method(mesh([4, 4], 1e9), ag)
+    ('symmetry', 'greedy')
+    """
+    every = collective.nranks == topology.ngpus
+    if collective.kind is CollectiveKind.ALLTOALL:
+        return "rail-alltoall" if every and rail_shape(topology) else None
+    gpu_only = not topology.switches and all(n.buffer_bytes is None for n in topology.nodes)
+    if collective.kind not in _TREE_KINDS or not gpu_only:
+        return None
+    sym = collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) and every
+    return "symmetry" if sym and torus_symmetry(topology) is not None else "greedy"
 
 
 def _estimate(topology: Topology, collective: Collective, k: int) -> float:
