@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from te_ccl.backends.base import Clock, SolveParams
-from te_ccl.backends.scale import bitsets, compile_scale, scale_plan, solve_scale
+from te_ccl.backends.scale import bitsets, compile_scale, scale_method, scale_plan, solve_scale
 from te_ccl.backends.scale.orbit import Orbit, improve_cpsat, list_schedule
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.backends.scale.torus import _orbit
@@ -146,3 +146,15 @@ def test_first_bits_match_numpy():
         want.append(hits[0] if hits else -1)
     assert bitsets.first_bits_from(m, starts).tolist() == want
     assert bitsets.nbits(m).tolist() == dense.sum(axis=1).tolist()
+
+
+def test_scale_method_for_auto():
+    rail = rail_optimized(2, 2, 450e9, 50e9)
+    assert scale_method(rail, _all(rail, K.ALLTOALL)) == "rail-alltoall"
+    assert scale_method(rail, _all(rail, K.ALLGATHER)) is None
+    m = mesh([4, 4], 50e9)
+    assert scale_method(m, _all(m, K.ALLTOALL)) is None
+    assert scale_method(m, _all(m, K.BROADCAST, root=0)) == "greedy"
+    t = torus([4, 4], 50e9)
+    assert scale_method(t, _all(t, K.REDUCESCATTER)) == "symmetry"
+    assert scale_method(t, Collective(K.ALLGATHER, 1 << 16, (0, 1, 2))) == "greedy"
