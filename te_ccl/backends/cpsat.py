@@ -1,6 +1,6 @@
 """MILP backend on CP-SAT: horizon search for the minimal finish epoch, then deliver early.
 
-1. A quick run of the ``rounds`` backend (≤ 40 % of the time limit) gives an incumbent
+1. A quick run of the ``rounds`` backend (≤ 50 % of the time limit) gives an incumbent
    finishing at ``U``. Between the lower bound of :mod:`te_ccl.model.horizon` and ``U``,
    bisect, asking CP-SAT whether horizon ``H`` is feasible (no objective: infeasibility
    proofs are fast). Without an incumbent, gallop up from the lower bound (H, H+1, H+3,
@@ -36,7 +36,7 @@ _FEASIBLE = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 # share of the time limit the deliver-early polish may use once the horizon is minimal
 POLISH_SHARE = 0.25
 # share of the time limit a quick rounds run may use to bound the horizon from above
-INCUMBENT_SHARE = 0.4
+INCUMBENT_SHARE = 0.5
 
 
 @dataclass(frozen=True)

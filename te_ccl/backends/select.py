@@ -28,7 +28,7 @@ def choose_backend(problem: Problem) -> tuple[str, str]:
     if single and not problem.tree and estimate <= LP_MAX_VARIABLES:
         return "lp", (f"auto: lp, ~{estimate} transfer variables > {MILP_MAX_VARIABLES} and "
                       "every chunk has one destination (no copies needed)")
-    return "rounds", (f"auto: rounds of a few epochs, ~{estimate} transfer variables > "
+    return "rounds", (f"auto: rounds, ~{estimate} transfer variables > "
                       f"{MILP_MAX_VARIABLES} for one model")
 
 

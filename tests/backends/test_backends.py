@@ -77,8 +77,11 @@ def test_auto_says_what_it_picked():
     s = solve(ring(4), c, SolveParams(time_limit_s=10))
     assert s.info.backend == "milp"
     assert any(n.startswith("auto: milp") for n in s.info.notes)
-    big = build_problem(ring(4), Collective(CollectiveKind.ALLTOALL, 4 << 20, (0, 1, 2, 3), 64))
-    assert choose_backend(big)[0] == "lp"
+    def pick(chunks: int) -> str:
+        c = Collective(CollectiveKind.ALLTOALL, 4 << 20, (0, 1, 2, 3), chunks)
+        return choose_backend(build_problem(ring(4), c))[0]
+
+    assert [pick(8), pick(16), pick(32)] == ["milp", "lp", "rounds"]
 
 
 def test_unknown_backend_is_a_spec_error():
