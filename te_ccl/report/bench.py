@@ -15,9 +15,9 @@ from dataclasses import dataclass, field, replace
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.baselines import BaselineError, applicable, build_baseline
-from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import TecclError
+from te_ccl.report.bounds_cache import Bounds
 from te_ccl.report.metrics import bandwidths
 from te_ccl.report.suites import Case, Suite
 from te_ccl.schedule import Schedule
@@ -28,7 +28,7 @@ from te_ccl.verify.schedule_check import check_schedule
 
 __all__ = ["Row", "BenchResult", "run_case", "run_suite", "SIM_LIMIT"]
 
-SIM_LIMIT = 300_000
+SIM_LIMIT = 100_000
 Progress = Callable[[str], None]
 
 
@@ -57,6 +57,7 @@ class Row:
     alpha_s: float | None = None
     ratio: float | None = None
     optimal: bool | None = None
+    bound_kind: str = ""
 
     @property
     def ok(self) -> bool:
@@ -92,7 +93,8 @@ def _timed(base: Row, sched: Schedule) -> Row:
                    optimal=sched.info.optimal)
 
 
-def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None) -> list[Row]:
+def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None,
+             bounds: Bounds | None = None) -> list[Row]:
     """teccl and (if the case asks) every applicable baseline on one case."""
     topo = load_topology(case.topology)
     coll = _collective(case, topo.ngpus)
@@ -100,9 +102,9 @@ def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None) 
                "teccl", limit_s=case.limit_s)
     if coll.chunk_bytes <= 0:
         return [replace(base, status="size too small for the chunking")]
-    bound = lower_bound(topo, coll)
+    bound = (bounds or Bounds()).get(topo, coll)
     base = replace(base, bound_s=bound.seconds, cut_s=bound.parts.get("cut_s"),
-                   alpha_s=bound.parts.get("alpha_s"))
+                   alpha_s=bound.parts.get("alpha_s"), bound_kind=bound.kind)
     rows = [_run_teccl(base, topo, coll, case, threads)]
     if case.baselines:
         for name in applicable(topo, coll):
@@ -117,10 +119,16 @@ def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None) 
 
 
 def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> Row:
-    params = SolveParams(time_limit_s=case.limit_s, threads=threads)
+    params = SolveParams(backend=case.backend, time_limit_s=case.limit_s, threads=threads,
+                         epoch=case.epoch)
     start = time.monotonic()
     try:
-        sched = solve(topo, coll, params)
+        if case.solver == "scale":
+            from te_ccl.backends.scale import compile_scale
+
+            sched = compile_scale(topo, coll, params)
+        else:
+            sched = solve(topo, coll, params)
     except TecclError as e:
         return replace(base, status=f"failed: {e}"[:160],
                        solver_time_s=time.monotonic() - start)
@@ -131,7 +139,7 @@ def run_suite(suite: Suite, *, threads: int = 2, progress: Progress | None = Non
               budget_s: float | None = None) -> BenchResult:
     """Every case of ``suite`` in order; cases that would start after the budget are skipped."""
     budget = suite.budget_s if budget_s is None else budget_s
-    result, start = BenchResult(suite.name), time.monotonic()
+    result, start, bounds = BenchResult(suite.name), time.monotonic(), Bounds()
     result.planned = {(c.topology, c.kind, c.size_bytes, c.chunks) for c in suite.cases}
     for i, case in enumerate(suite.cases):
         if time.monotonic() - start > budget:
@@ -140,6 +148,6 @@ def run_suite(suite: Suite, *, threads: int = 2, progress: Progress | None = Non
         if progress:
             progress(f"[{i + 1}/{len(suite.cases)}] {case.topology} {case.kind} "
                      f"{case.size_bytes} B (limit {case.limit_s:g} s)")
-        result.rows += run_case(case, threads=threads, progress=progress)
+        result.rows += run_case(case, threads=threads, progress=progress, bounds=bounds)
     result.elapsed_s = time.monotonic() - start
     return result

@@ -79,9 +79,9 @@ def _scale(rows: list[Row]) -> list[str]:
         body.append([r.topology, r.collective, str(r.ngpus), _num(r.solver_time_s, "{:.1f}"),
                      _num(r.ratio) if r.ok else r.status.replace("|", "/"),
                      _num(r.predicted_s / r.bound_s if r.ok and r.bound_s else None),
-                     _num(tacos)])
+                     r.bound_kind, _num(tacos)])
     return _md_table(["instance", "collective", "GPUs", "solver s", "ratio (sim)",
-                      "ratio (epochs)", "TACOS ratio"], body)
+                      "ratio (epochs)", "bound", "TACOS ratio"], body)
 
 
 def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: list[Anchor]) -> str:

@@ -2,7 +2,8 @@
 
 ``default`` is what ``make bench`` runs (budgeted to finish in under 20 minutes on 2
 cores: every solve has its own time limit and the suite stops starting new cases when its
-budget is spent); ``quick`` is a seconds-long subset for tests. Sizes are decimal
+budget is spent, so the headline rows — issue 3's targets, issue 7's scale table, NDv2 ×2
+for the anchors — come first); ``quick`` is a seconds-long subset for tests. Sizes are decimal
 (``1KB`` = 1000 bytes) like the issue's targets, except the scale rows, which follow the
 published TACOS comparison at 1 GiB.
 """
@@ -18,7 +19,11 @@ KB, MB, GB, GiB = 10**3, 10**6, 10**9, 2**30
 
 @dataclass(frozen=True)
 class Case:
-    """One collective on one topology; ``group``: ``suite``, ``target`` or ``scale``."""
+    """One collective on one topology; ``group``: ``suite``, ``target`` or ``scale``.
+
+    ``solver``: ``"solve"`` (:func:`te_ccl.solve.solve` with ``backend`` and ``epoch``)
+    or ``"scale"`` (the scale backend's ``compile_scale``, which picks its own chunking).
+    """
 
     topology: str
     kind: str
@@ -28,6 +33,9 @@ class Case:
     baselines: bool = True
     group: str = "suite"
     root: int | None = None
+    solver: str = "solve"
+    backend: str = "auto"
+    epoch: str = "fastest"
 
 
 @dataclass(frozen=True)
@@ -46,16 +54,20 @@ def _suite_cases(topologies: tuple[str, ...], limit_s: float) -> list[Case]:
     for kind in ("reducescatter", "allreduce", "alltoall", "broadcast"):
         root = 0 if kind == "broadcast" else None
         cases += [Case(t, kind, s, limit_s=limit_s, root=root)
-                  for t in topologies for s in (1 * KB, 1 * MB, 1 * GB)]
+                  for t in topologies for s in (1 * KB, 1 * GB)]
     return cases
 
 
 def _target_cases() -> list[Case]:
-    """Issue 3's rows not already in the suite: 2 chunks per GPU, and Broadcast, 1 GB."""
-    cases = [Case(t, kind, GB, chunks=2, limit_s=10, baselines=False, group="target",
-                  root=0 if kind == "broadcast" else None)
-             for t in SMALL for kind in ("allgather", "broadcast")]
-    cases.append(Case("ndv2x4", "allgather", GB, limit_s=120, baselines=True, group="target"))
+    """Issue 3's rows: small topologies with 1 and 2 chunks per GPU (MILP, 10 s), and the
+    NDv2 instances with the solver's own settings (rounds, 4 chunks per GPU)."""
+    cases = [Case(t, kind, GB, chunks=c, limit_s=10, baselines=False, group="target",
+                  root=0 if kind == "broadcast" else None, backend="milp")
+             for t in SMALL for kind in ("allgather", "broadcast") for c in (1, 2)]
+    cases.append(Case("ndv2x2", "allgather", GB, chunks=4, limit_s=30, group="target",
+                      backend="rounds"))
+    cases.append(Case("ndv2x4", "allgather", GB, chunks=4, limit_s=120, group="target",
+                      backend="rounds", epoch="slowest"))
     return cases
 
 
@@ -63,19 +75,21 @@ def _scale_cases() -> list[Case]:
     """Issue 7's table at 1 GiB, each with a limit near its target budget."""
     rows = [("mesh8x8", 5), ("torus8x8", 5), ("mesh16x16", 20), ("torus16x16", 20),
             ("torus8x8x8", 60), ("mesh32x32", 60), ("torus32x32", 60)]
-    cases = [Case(t, "allgather", GiB, limit_s=lim, baselines=False, group="scale")
-             for t, lim in rows]
-    cases.append(Case("rail8x8", "alltoall", GiB, limit_s=60, baselines=False, group="scale"))
-    cases += [Case(t, kind, GiB, limit_s=lim, baselines=False, group="scale")
+    cases = [Case(t, "allgather", GiB, limit_s=lim, baselines=False, group="scale",
+                  solver="scale") for t, lim in rows]
+    cases.append(Case("rail8x8", "alltoall", GiB, limit_s=60, baselines=False, group="scale",
+                      solver="scale"))
+    cases += [Case(t, kind, GiB, limit_s=lim, baselines=False, group="scale", solver="scale")
               for t, lim in rows[:4] for kind in ("reducescatter", "allreduce")]
     return cases
 
 
 SUITES: dict[str, Suite] = {
     "default": Suite("default",
-                     tuple(_suite_cases(SMALL + ("ndv2x2", "rail8x8"), 30)
-                           + _target_cases() + _scale_cases()),
-                     budget_s=18 * 60),
+                     tuple(_target_cases() + _scale_cases()
+                           + _suite_cases(("ndv2x2",) + SMALL, 10)
+                           + [Case("rail8x8", "allgather", s, limit_s=10) for s in (KB, MB, GB)]),
+                     budget_s=17 * 60),
     "quick": Suite("quick",
                    (Case("ring8", "allgather", 1 * KB, limit_s=5),
                     Case("ring8", "allgather", 1 * MB, limit_s=5),

@@ -1,0 +1,76 @@
+"""Lower bounds for the benchmark: computed once per topology and collective, under a time limit.
+
+:func:`te_ccl.bounds.lower_bound` is exact but its min-cut rounds take minutes at 1024
+GPUs. The benchmark computes it once per (topology, kind, ranks, root) in a worker
+process with a time limit and rescales it to every size: every bandwidth part of the
+bound is proportional to the buffer size, the α part does not depend on it. If the worker
+runs out of time, the bound falls back to the single-node cut — the ``S = all but v`` cut
+of the same formula, a valid but possibly weaker bound — for AllGather, ReduceScatter and
+AllReduce (kind ``node-cut``), else to none.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from dataclasses import dataclass, field, replace
+
+from te_ccl.bounds import lower_bound
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.topology.model import Topology
+
+__all__ = ["ScaledBound", "Bounds", "node_cut_s"]
+
+_REF = 10**9  # bytes at which a bound is computed before rescaling
+
+
+@dataclass(frozen=True)
+class ScaledBound:
+    seconds: float | None
+    parts: dict[str, float] = field(default_factory=dict)
+    kind: str = "exact"
+
+
+def node_cut_s(topology: Topology, collective: Collective) -> float:
+    """max over GPUs v of (N−1)·(M/N) / B_in(v) (B_out for ReduceScatter, both for AllReduce)."""
+    n, per = collective.nranks, collective.size_bytes / collective.nranks
+    gpus = [topology.gpu(r) for r in collective.ranks]
+
+    def cut(incoming: bool) -> float:
+        links = topology.in_links if incoming else topology.out_links
+        return max((n - 1) * per / sum(k.bandwidth_Bps for k in links(g)) for g in gpus)
+
+    if collective.kind is CollectiveKind.ALLREDUCE:
+        return cut(True) + cut(False)
+    return cut(collective.kind is not CollectiveKind.REDUCESCATTER)
+
+
+class Bounds:
+    """Cache of bounds at a reference size; ``get`` rescales to the collective's size."""
+
+    def __init__(self, time_limit_s: float = 30.0) -> None:
+        self.limit = time_limit_s
+        self.cache: dict[tuple, ScaledBound] = {}
+
+    def _compute(self, topology: Topology, ref: Collective) -> ScaledBound:
+        ctx = multiprocessing.get_context("fork")
+        with ctx.Pool(1) as pool:
+            job = pool.apply_async(lower_bound, (topology, ref))
+            try:
+                b = job.get(self.limit)
+                return ScaledBound(b.seconds, dict(b.parts))
+            except multiprocessing.TimeoutError:
+                pool.terminate()
+        if ref.kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
+                        CollectiveKind.ALLREDUCE):
+            return ScaledBound(None, {"cut_s": node_cut_s(topology, ref)}, "node-cut")
+        return ScaledBound(None, {}, "none (timed out)")
+
+    def get(self, topology: Topology, collective: Collective) -> ScaledBound:
+        key = (topology.name, collective.kind, collective.ranks, collective.root)
+        if key not in self.cache:
+            self.cache[key] = self._compute(topology, replace(collective, size_bytes=_REF,
+                                                              chunks_per_rank=1))
+        ref = self.cache[key]
+        scale = collective.size_bytes / _REF
+        parts = {k: (v if k == "alpha_s" else v * scale) for k, v in ref.parts.items()}
+        return ScaledBound(max(parts.values()) if parts else None, parts, ref.kind)
