@@ -28,7 +28,8 @@ time_limit: 20s
 @pytest.fixture(scope="module")
 def ray_session():
     """One local Ray instance for the module (starting Ray takes seconds)."""
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # address="local": always a fresh instance, never a cluster left running on this machine
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
