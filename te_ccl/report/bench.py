@@ -110,11 +110,13 @@ def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None,
         for name in applicable(topo, coll):
             if progress:
                 progress(f"{case.topology} {case.kind} {case.size_bytes} B: baseline {name}")
+            row = replace(base, system=f"baseline:{name}", limit_s=None)
             try:
-                sched = build_baseline(name, topo, coll)
+                rows.append(_timed(row, build_baseline(name, topo, coll)))
             except BaselineError:
                 continue  # e.g. a reduction that would need a relay through a GPU
-            rows.append(_timed(replace(base, system=f"baseline:{name}", limit_s=None), sched))
+            except Exception as e:  # noqa: BLE001 - one broken row must not end the run
+                rows.append(replace(row, status=f"error: {type(e).__name__}: {e}"[:160]))
     return rows
 
 
@@ -132,7 +134,14 @@ def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> R
     except TecclError as e:
         return replace(base, status=f"failed: {e}"[:160],
                        solver_time_s=time.monotonic() - start)
-    return _timed(replace(base, solver_time_s=time.monotonic() - start), sched)
+    except Exception as e:  # noqa: BLE001 - a solver bug is a row, not the end of the run
+        return replace(base, status=f"error: {type(e).__name__}: {e}"[:160],
+                       solver_time_s=time.monotonic() - start)
+    done = replace(base, solver_time_s=time.monotonic() - start)
+    try:
+        return _timed(done, sched)
+    except TecclError as e:  # the simulator refused the schedule
+        return replace(done, status=f"invalid: {e}"[:160])
 
 
 def run_suite(suite: Suite, *, threads: int = 2, progress: Progress | None = None,
