@@ -73,15 +73,18 @@ def net_of(problem: Problem) -> Net:
 
 
 def _initial(problem: Problem, net: Net, order: list[int]) -> tuple[np.ndarray, np.ndarray]:
+    """(held, needed) bitsets at epoch 0: rows are nodes, bit ``b`` is chunk ``order[b]``."""
     index = {n: i for i, n in enumerate(net.names)}
     bit = {c: b for b, c in enumerate(order)}
-    held_r, held_c = zip(*((index[v], bit[c]) for c, v in problem.state.held if c in bit), strict=True) \
-        if problem.state.held else ((), ())
+    held = [(index[v], bit[c]) for c, v in problem.state.held if c in bit]
     need = [(index[v], bit[d.chunk]) for d in problem.demands for v in d.destinations]
-    need_r, need_c = zip(*need, strict=True) if need else ((), ())
-    k = len(order)
-    return (bitsets.from_pairs(len(net.names), k, held_r, held_c),
-            bitsets.from_pairs(len(net.names), k, need_r, need_c))
+
+    def matrix(pairs: list[tuple[int, int]]) -> np.ndarray:
+        rows, cols = (np.array(x, dtype=np.int64) for x in zip(*pairs, strict=True)) \
+            if pairs else (np.zeros(0, np.int64), np.zeros(0, np.int64))
+        return bitsets.from_pairs(len(net.names), len(order), rows, cols)
+
+    return matrix(held), matrix(need)
 
 
 def greedy_transfers(problem: Problem, order: list[int], *,
