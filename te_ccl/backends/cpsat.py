@@ -37,6 +37,8 @@ _FEASIBLE = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 POLISH_SHARE = 0.25
 # share of the time limit a quick rounds run may use to bound the horizon from above
 INCUMBENT_SHARE = 0.5
+# above this many variables, building the HiGHS model in Python costs more than it saves
+HIGHS_MAX_VARIABLES = 20_000
 
 
 @dataclass(frozen=True)
@@ -164,8 +166,10 @@ def _polish(first: Solved, params: SolveParams, budget: float) -> Solved:
     from te_ccl.backends.lp import solve_relaxation
 
     form = first.form
-    status, values, _ = solve_relaxation(form, budget / 2, with_objective=True,
-                                         solver="HIGHS", integer=True)
+    status, values = "skipped", None
+    if len(form.variables) <= HIGHS_MAX_VARIABLES:
+        status, values, _ = solve_relaxation(form, budget / 2, with_objective=True,
+                                             solver="HIGHS", integer=True)
     highs = None
     if values is not None:
         values = {k: round(v) for k, v in values.items()}

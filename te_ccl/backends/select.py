@@ -13,23 +13,30 @@ __all__ = ["run_backend", "choose_backend", "MILP_MAX_VARIABLES", "LP_MAX_VARIAB
 # CP-SAT proves minimal horizons quickly up to roughly this many transfer variables
 # (torus 4×4 AllGather, 2 chunks: ~25k; mesh 8×8, 1 chunk: 330k does not finish).
 MILP_MAX_VARIABLES = 60_000
-# GLOP/HiGHS/PDLP need minutes on time-expanded LPs of ~200k variables (dgx2 AlltoAll)
-LP_MAX_VARIABLES = 100_000
+# GLOP needs > 60 s on the time-expanded LPs of mesh4x4 AlltoAll (~130k variables);
+# HiGHS and PDLP are no better there (dgx2 AlltoAll, 185k: HiGHS > 60 s, PDLP 27 s)
+LP_MAX_VARIABLES = 30_000
+# copy-free demands: CP-SAT proves the minimal horizon quickly only on tiny models
+TINY_VARIABLES = 5_000
 
 
 def choose_backend(problem: Problem) -> tuple[str, str]:
-    """(backend, reason) for ``auto`` from the model size at the horizon lower bound."""
+    """(backend, reason) for ``auto`` from the model size at the horizon lower bound.
+
+    Copy-free demands (AlltoAll, Gather, Scatter, single-destination custom) are hard for
+    CP-SAT beyond tiny sizes but route well as LP flows; multicast demands need the MILP.
+    """
     h = max(1, horizon_lower_bound(problem))
     estimate = problem.size * h
-    single = all(len(d.destinations) == 1 for d in problem.demands)
-    if estimate <= MILP_MAX_VARIABLES:
-        return "milp", (f"auto: milp, ~{estimate} transfer variables at the horizon lower "
-                        f"bound {h} ≤ {MILP_MAX_VARIABLES}")
-    if single and not problem.tree and estimate <= LP_MAX_VARIABLES:
-        return "lp", (f"auto: lp, ~{estimate} transfer variables > {MILP_MAX_VARIABLES} and "
-                      "every chunk has one destination (no copies needed)")
-    return "rounds", (f"auto: rounds, ~{estimate} transfer variables > "
-                      f"{MILP_MAX_VARIABLES} for one model")
+    single = all(len(d.destinations) == 1 for d in problem.demands) and not problem.tree
+    milp_max = TINY_VARIABLES if single else MILP_MAX_VARIABLES
+    at = f"~{estimate} transfer variables at the horizon lower bound {h}"
+    if estimate <= milp_max:
+        return "milp", f"auto: milp, {at} ≤ {milp_max}"
+    if single and estimate <= LP_MAX_VARIABLES:
+        return "lp", (f"auto: lp, {at} ≤ {LP_MAX_VARIABLES} and every chunk has one "
+                      "destination (no copies needed)")
+    return "rounds", f"auto: rounds, {at}: too large for one model"
 
 
 def run_backend(problem: Problem, params: SolveParams, clock: Clock,
