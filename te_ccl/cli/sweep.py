@@ -55,6 +55,7 @@ def sweep_cmd(ctx: click.Context, grid: str, out_dir: str, workers: int | None,
     points = expand_grid(g)
     executor = _executor(workers, ray_address)
     store = ResultStore(out_dir)
+    store.prepare()
     plan = plan_sweep(points, store, retry_failed=retry_failed)
     quiet = as_json or not err_console.is_terminal
     if not quiet:

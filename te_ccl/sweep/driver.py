@@ -19,7 +19,8 @@ OnRecord = Callable[[dict[str, Any]], None]
 
 @dataclass(frozen=True)
 class SweepPlan:
-    """The grid's points, the records of those already done, and those left to run."""
+    """The grid's points, the records of those already done, and those left to run
+    (largest first)."""
 
     points: tuple[Point, ...]
     done: dict[str, dict[str, Any]]
@@ -49,8 +50,14 @@ def plan_sweep(points: list[Point], store: ResultStore, *, retry_failed: bool = 
         record = store.load(p)
         if record is not None and (record["status"] == "ok" or not retry_failed):
             done[p.key] = record
-    todo = tuple(p for p in points if p.key not in done)
-    return SweepPlan(tuple(points), done, todo)
+    todo = sorted((p for p in points if p.key not in done), key=_cost, reverse=True)
+    return SweepPlan(tuple(points), done, tuple(todo))
+
+
+def _cost(point: Point) -> int:
+    """Rough model size (links × chunks): running big points first keeps workers busy at
+    the end of a sweep instead of waiting on one long straggler."""
+    return len(point.topology.links) * point.collective.nchunks
 
 
 def run_sweep(plan: SweepPlan, store: ResultStore, executor: Executor, *,

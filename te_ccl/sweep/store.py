@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from te_ccl.errors import SpecError
 from te_ccl.outputs import write_atomic
 from te_ccl.sweep.points import Point
 from te_ccl.sweep.run import PointResult
@@ -46,6 +47,14 @@ class ResultStore:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+
+    def prepare(self) -> None:
+        """Create the directory now, so an unusable ``-o`` fails before any point runs."""
+        try:
+            (self.root / "records").mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SpecError(f"cannot create the results directory ({e.strerror})",
+                            file=str(self.root), key="--output") from None
 
     def record_path(self, point: Point) -> Path:
         return self.root / "records" / f"{point.key}.json"

@@ -134,12 +134,15 @@ class InterruptedExecutor:
 def test_ctrl_c_keeps_completed_points_and_resume_runs_only_the_rest(two_ok, tmp_path):
     points = expand_grid(load_grid(two_ok))
     store = ResultStore(tmp_path / "out")
+    first_plan = plan_sweep(points, store)
+    ran, left = first_plan.todo
     with pytest.raises(KeyboardInterrupt):
-        run_sweep(plan_sweep(points, store), store, InterruptedExecutor())
-    assert [r["status"] for r in read_index(tmp_path / "out")] == ["ok", "pending"]
+        run_sweep(first_plan, store, InterruptedExecutor())
+    status = {r["key"]: r["status"] for r in read_index(tmp_path / "out")}
+    assert status == {ran.key: "ok", left.key: "pending"}
     plan = plan_sweep(points, store)
-    assert list(plan.done) == [points[0].key]
-    assert [p.key for p in plan.todo] == [points[1].key]
+    assert list(plan.done) == [ran.key]
+    assert [p.key for p in plan.todo] == [left.key]
 
 
 def test_bad_worker_count_and_missing_ray_are_usage_errors(monkeypatch):
@@ -154,3 +157,18 @@ def test_workers_and_ray_address_together_is_exit_2(two_ok, teccl, tmp_path):
     code, _, err = teccl("sweep", two_ok, "-o", str(tmp_path / "o"), "--workers", "2",
                          "--ray-address", "auto")
     assert code == 2 and "--workers" in err
+
+
+def test_unusable_output_directory_is_exit_2_before_any_point(two_ok, teccl, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    code, _, err = teccl("sweep", two_ok, "-o", str(blocker / "out"))
+    assert code == 2 and "--output" in err and "results directory" in err
+
+
+def test_larger_points_are_run_first(grid_file, tmp_path):
+    grid = grid_file("topologies: [ring8, dgx2]\ncollectives: [allgather]\nsizes: [1MB]\n")
+    points = expand_grid(load_grid(grid))
+    plan = plan_sweep(points, ResultStore(tmp_path / "out"))
+    assert [p.topology.name for p in points] == ["ring8", "dgx2"]
+    assert [p.topology.name for p in plan.todo] == ["dgx2", "ring8"]
