@@ -86,16 +86,28 @@ def expand_grid(grid: Grid) -> list[Point]:
         if name in names[:i]:
             raise SpecError(f"another topology is also named {name!r}; algorithm directories "
                             "are per topology name", file=grid.file, key=f"topologies[{i}]")
-    points = []
+    points: list[Point] = []
+    seen: dict[str, str] = {}
     for topo in topologies:
         for entry in grid.collectives:
+            first = len(points)
             for size in grid.sizes:
                 for chunks in grid.chunks:
                     for inplace in grid.inplace:
                         for proto in grid.protos:
                             coll = _collective(grid, topo, entry, size, chunks, inplace, proto)
                             points += [_point(grid, topo, coll, size, b) for b in grid.backends]
+            _refuse_duplicates(grid, points[first:], entry, seen)
     return points
+
+
+def _refuse_duplicates(grid: Grid, points: list[Point], entry: CollectiveEntry,
+                       seen: dict[str, str]) -> None:
+    """Two collective entries that mean the same thing would write the same files."""
+    for p in points:
+        if seen.setdefault(p.key, entry.key) != entry.key:
+            raise SpecError(f"the same collective as {seen[p.key]}", file=grid.file,
+                            key=entry.key)
 
 
 def _point(grid: Grid, topo: Topology, coll: Collective, size: SizeRange, backend: str) -> Point:

@@ -57,6 +57,8 @@ def test_schema_errors_name_file_and_key(grid_file, text, key, words):
     ("topologies: [ring8]\ncollectives: [allgaher]\nsizes: [1MB]\n", "collectives[0]",
      "allgather"),
     ("topologies: [ring8]\ncollectives: [allgather]\nsizes: [1001B]\n", "sizes[0]", ""),
+    ("topologies: [ring8]\ncollectives: [allgather, {collective: AllGather}]\nsizes: [1MB]\n",
+     "collectives[1]", "same collective as collectives[0]"),
 ])
 def test_point_errors_are_found_before_any_solve(grid_file, text, key, words):
     path = grid_file(text)
