@@ -87,3 +87,12 @@ def test_relative_topology_paths_are_read_from_the_grid_directory(grid_file, tmp
     (point,) = expand_grid(grid)
     assert point.topology.name == "pair"
     assert point.topology.ngpus == 2
+
+
+def test_shipped_example_grid_expands():
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "sweep-small.yaml"
+    points = expand_grid(load_grid(example))
+    assert len(points) == 24
+    assert {p.topology.name for p in points} == {"dgx1", "ring8"}
