@@ -8,16 +8,20 @@ verified before it is written. ``DIR/index.json`` and ``DIR/README.md`` list eve
 combination, with the reason when one was skipped (solver time limit, a limit of MSCCL).
 
 The whole run shares one time budget: each solve gets an equal share of what is left
-(between ``min_limit_s`` and ``max_limit_s``), smallest topologies first.
+(between ``min_limit_s`` and ``max_limit_s``), smallest topologies first. Each
+combination runs in a child process with a memory cap and a hard deadline.
 """
 
 from __future__ import annotations
 
 import json
+import multiprocessing
+import resource
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
+from queue import Empty
 
 import click
 
@@ -29,17 +33,12 @@ from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology.model import Topology
 from te_ccl.units import parse_size
 
-__all__ = ["KINDS", "MAX_GPUS", "Job", "shippable_topologies", "ship_one", "ship_all"]
+__all__ = ["KINDS", "MAX_GPUS", "shippable_topologies", "ship_one", "ship_all"]
 
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
 MAX_GPUS = 64
 SIZE = "64MiB"
-
-
-@dataclass(frozen=True)
-class Job:
-    topology: str
-    kind: str
+MEMORY_LIMIT_BYTES = 4 << 30
 
 
 def shippable_topologies(max_gpus: int = MAX_GPUS) -> list[Topology]:
@@ -84,6 +83,36 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> di
             "files": [info["output"], info["inplace_output"], f"{topology.name}/{kind}.json"]}
 
 
+def _child(topo: Topology, kind: str, out_dir: Path, limit_s: float, queue) -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
+    try:
+        queue.put(ship_one(topo, kind, out_dir, limit_s))
+    except (TecclError, MemoryError) as e:
+        queue.put(_skipped(topo, kind, f"{type(e).__name__}: {e}"))
+
+
+def _skipped(topo: Topology, kind: str, reason: str) -> dict:
+    return {"topology": topo.name, "collective": kind, "ngpus": topo.ngpus,
+            "status": "skipped", "reason": reason}
+
+
+def _isolated(topo: Topology, kind: str, out_dir: Path, limit_s: float, hard_s: float) -> dict:
+    """:func:`ship_one` in a child process with a memory cap, killed after ``hard_s`` seconds
+    (a solver that overruns its own limit must not stall the whole run)."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child, args=(topo, kind, out_dir, limit_s, queue))
+    child.start()
+    try:
+        return queue.get(timeout=hard_s)
+    except Empty:
+        return _skipped(topo, kind, f"no result within {hard_s:.0f} s (solver limit "
+                                    f"{limit_s:.0f} s) or out of memory")
+    finally:
+        child.kill()
+        child.join()
+
+
 def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0,
              max_limit_s: float = 60.0, topologies: list[str] | None = None,
              kinds: tuple[str, ...] = KINDS, log=lambda msg: None) -> list[dict]:
@@ -94,13 +123,10 @@ def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0
     jobs = [(t, k) for t in topos for k in kinds]
     start, entries = time.monotonic(), []
     for i, (topo, kind) in enumerate(jobs):
-        left = budget_s - (time.monotonic() - start)
-        limit = max(min_limit_s, min(max_limit_s, left / (len(jobs) - i)))
-        try:
-            entry = ship_one(topo, kind, out_dir, limit)
-        except TecclError as e:
-            entry = {"topology": topo.name, "collective": kind, "ngpus": topo.ngpus,
-                     "status": "skipped", "reason": f"{type(e).__name__}: {e}"}
+        share = (budget_s - (time.monotonic() - start)) / (len(jobs) - i)
+        limit = max(min_limit_s, min(max_limit_s, share * 0.6))
+        entry = _isolated(topo, kind, out_dir, limit, hard_s=max(share, limit + 30))
+        if entry["status"] != "ok":
             for stale in (f"{kind}.xml", f"{kind}.inplace.xml", f"{kind}.json"):
                 (out_dir / topo.name / stale).unlink(missing_ok=True)
         entries.append(entry)
