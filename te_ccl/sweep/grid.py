@@ -7,7 +7,7 @@ Format (only ``topologies``, ``collectives`` and ``sizes`` are required)::
     collectives:                 # kinds, or mappings with the collective's own keys
       - allgather
       - {collective: broadcast, root: 0}
-    sizes:                       # message-size ranges [min, max), each compiled at `at`
+    sizes:                       # message-size ranges [min, max), each compiled at `at` (required)
       - {max: 64KB, at: 32KB}    # min defaults to 0
       - {min: 64KB, max: 16MB, at: 1MB}
       - {min: 16MB, at: 64MB}    # no max: no upper limit
@@ -213,14 +213,12 @@ def _sizes(f: Fields) -> list[SizeRange]:
 
 def _range(f: Fields, path: str, item: Any, line: int | None) -> SizeRange:
     r = Fields.of(item, f.file, path, line=line)
-    r.check(optional=("min", "max", "at"))
+    r.check(required=("at",), optional=("min", "max"))
     low = r.get("min", _size_or_zero, 0)
     high = r.get("max", parse_size, None)
     if high is not None and high <= low:
         raise r.error("max", f"expected more than min ({format_size(low)})")
-    if not r.has("at") and high is None:
-        raise r.error("at", "missing key; a range without max needs the size to compile at")
-    at = r.get("at", parse_size, high - 1 if high is not None else 0)
+    at = r.get("at", parse_size)
     if at < low or (high is not None and at >= high):
         raise r.error("at", f"{format_size(at)} is outside the range [min, max)")
     return SizeRange(low, high, at, key=path)

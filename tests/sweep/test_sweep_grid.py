@@ -30,11 +30,11 @@ BASE = "topologies: [ring8]\ncollectives: [allgather]\nsizes: [32KB, 1MB]\n"
     ("topologies: [ring8]\ncollectives: [allgather]\n"
      "sizes: [{max: 1MB, at: 2MB}]\n", "sizes[0].at", "outside the range"),
     ("topologies: [ring8]\ncollectives: [allgather]\n"
-     "sizes: [{min: 1MB}]\n", "sizes[0].at", "needs the size"),
+     "sizes: [{min: 1MB}]\n", "sizes[0].at", "missing key"),
     ("topologies: [ring8]\ncollectives: [allgather]\n"
-     "sizes: [{min: 1MB, max: 64KB}]\n", "sizes[0].max", "more than min"),
+     "sizes: [{min: 1MB, max: 64KB, at: 1MB}]\n", "sizes[0].max", "more than min"),
     ("topologies: [ring8]\ncollectives: [allgather]\n"
-     "sizes: [{max: 2MB}, {min: 1MB, max: 4MB}]\n", "sizes[1]", "overlaps sizes[0]"),
+     "sizes: [{max: 2MB, at: 1MB}, {min: 1MB, max: 4MB, at: 2MB}]\n", "sizes[1]", "overlaps sizes[0]"),
     ("topologies: [ring8]\ncollectives: [{collective: allgather, size: 1MB}]\nsizes: [1MB]\n",
      "collectives[0].size", "unknown key"),
 ])
