@@ -40,12 +40,13 @@ def bench_cmd(ctx: click.Context, suite_name: str, out_dir: str, threads: int,
     from te_ccl.report.targets import evaluate_targets
 
     chosen = suite(suite_name)
-    quiet = as_json or not err_console.is_terminal
+    live = err_console.is_terminal and not as_json
     with err_console.status(f"bench {chosen.name}…") as status:
-        def progress(msg: str) -> None:
-            if quiet:
-                return
-            status.update(msg)
+        def progress(msg: str) -> None:  # a status line on a terminal, a log line per case in CI
+            if live:
+                status.update(msg)
+            elif not as_json and msg.startswith("["):
+                err_console.print(msg, highlight=False)
 
         result = run_suite(chosen, threads=threads, progress=progress, budget_s=budget)
     paths = write_outputs(result, out_dir)
