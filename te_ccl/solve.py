@@ -21,6 +21,7 @@ solved directly. Reductions reuse them backwards (TE-CCL / PRODUCT.md "Reduction
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
@@ -30,7 +31,7 @@ from te_ccl.errors import SpecError
 from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import reverse_in_time
 from te_ccl.model.problem import Demand, Problem, build_problem, make_problem
-from te_ccl.schedule import Schedule, SolveInfo
+from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
 __all__ = ["solve", "SolveParams"]
@@ -70,12 +71,20 @@ def _owners(collective: Collective) -> dict[int, int]:
 
 
 def _gather_problem(topology: Topology, collective: Collective, owner: dict[int, int],
-                    epoch_s: float) -> Problem:
-    """AllReduce's second phase: chunk ``i`` from ``owner[i]`` to every other rank."""
+                    epoch_s: float, first_phase: list[Transfer]) -> Problem:
+    """AllReduce's second phase: chunk ``i`` from ``owner[i]`` to every other rank.
+
+    Chunks relayed in the first phase stay in their GPU's buffer (never evicted), so they
+    count against its limit in the second phase too.
+    """
     demands = tuple(Demand(c.id, (topology.gpu(owner[c.id]),),
                            tuple(topology.gpu(r) for r in c.destinations if r != owner[c.id]))
                     for c in collective.chunks())
-    return make_problem(topology, collective.chunk_bytes, demands, epoch_s=epoch_s)
+    problem = make_problem(topology, collective.chunk_bytes, demands, epoch_s=epoch_s)
+    members = {topology.gpu(r) for r in collective.ranks}
+    relayed = Counter(n for n, _ in {(t.dst, t.chunk) for t in first_phase}
+                      if n in problem.relay_limit and n not in members)
+    return replace(problem, state=replace(problem.state, relayed=tuple(relayed.items())))
 
 
 def _merge(a: SolveResult, b: SolveResult, transfers: tuple, finish: int) -> SolveResult:
@@ -103,7 +112,7 @@ def _solve_reduction(topology: Topology, collective: Collective, params: SolvePa
                          notes=first.notes + ("solved as the reversed fan-out on the reversed "
                                               "topology, played backwards in time",))
         return result, problem.epoch_s
-    second = run_backend(_gather_problem(topology, collective, owner, problem.epoch_s),
+    second = run_backend(_gather_problem(topology, collective, owner, problem.epoch_s, reduced),
                          params, clock, progress)
     shifted = tuple(replace(t, start_epoch=t.start_epoch + f1, arrive_epoch=t.arrive_epoch + f1)
                     for t in second.transfers)

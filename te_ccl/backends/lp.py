@@ -185,12 +185,14 @@ def _retime(flows: Problem, path: list[tuple], links: _Links, chunk: int) -> lis
 def solve_lp(problem: Problem, params: SolveParams, clock: Clock,
              progress: Progress | None = None) -> SolveResult:
     """LP routes and order, whole chunks, capacity-exact greedy timing (module docstring)."""
-    if problem.tree:
+    relays = any(n not in d.sources and n not in d.destinations
+                 for d in problem.demands for n in problem.relay_limit)
+    if problem.tree or relays:
         from te_ccl.backends.rounds import solve_rounds
 
+        why = "a reduction's tree" if problem.tree else "GPU buffer limits (whole chunks)"
         result = solve_rounds(problem, params, clock, progress)
-        return replace(result, notes=("lp cannot keep a reduction's tree: used rounds",)
-                       + result.notes)
+        return replace(result, notes=(f"lp cannot keep {why}: used rounds",) + result.notes)
     horizon_lower_bound(problem)  # unreachable destinations: a SolverError naming the chunk
     flows, chunk_of = flow_problem(problem)
     form, values = _flows_by(flows, params, clock, progress)

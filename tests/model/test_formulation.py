@@ -70,3 +70,18 @@ def test_prune_drops_dead_ends_and_keeps_feeders():
 def test_reverse_in_time_keeps_delays():
     ts = reverse_in_time([Transfer(0, "a", "b", 0, 2)], 5)
     assert ts == [Transfer(0, "b", "a", 3, 5, "reduce")]
+
+
+@pytest.mark.parametrize("kind", ["allreduce", "alltoall", "reducescatter"])
+@pytest.mark.parametrize("backend", ["milp", "lp", "rounds"])
+def test_buffer_limits_hold_for_every_backend(kind, backend):
+    # g1 may relay one chunk; AllReduce relays in both phases and must count both
+    from te_ccl.solve import solve
+
+    nodes = [Node("g0"), Node("g1", buffer_bytes=2000), Node("g2"), Node("g3")]
+    pairs = [("g0", "g1"), ("g1", "g3"), ("g0", "g2"), ("g2", "g3")]
+    topo = Topology.build("d", nodes, [Link(a, b, 1e9) for a, b in pairs]
+                          + [Link(b, a, 1e9) for a, b in pairs])
+    coll = Collective(CollectiveKind(kind), 8000, (0, 3), chunks_per_rank=2)
+    s = solve(topo, coll, SolveParams(backend=backend, time_limit_s=10))
+    assert check_schedule(s) == []
