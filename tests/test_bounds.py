@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from te_ccl.bounds import allgather_cut_ratio, lower_bound
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.solve import SolveParams, solve
-from te_ccl.topology import Link, Node, Topology
+from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.verify.schedule_check import check_schedule
 
 
@@ -80,17 +80,27 @@ def small_topology(draw):
                               max_size=4)):
         if i != j:
             links.append(Link(f"g{i}", f"g{j}", draw(st.sampled_from([1e9, 3e9]))))
-    return Topology.build("random", [Node(f"g{i}") for i in range(n)], links)
+    nodes = [Node(f"g{i}", buffer_bytes=draw(st.sampled_from([None, None, 4000])))
+             for i in range(n)]
+    if draw(st.booleans()):  # a switch joined to some GPUs, with random abilities
+        copy, reduce, buffer = (draw(st.booleans()) for _ in range(3))
+        nodes.append(Node("sw", NodeKind.SWITCH, can_copy=copy, can_reduce=reduce,
+                          has_buffer=buffer))
+        for i in draw(st.sets(st.integers(0, n - 1), min_size=1)):
+            links += [Link(f"g{i}", "sw", 2e9, 1e-7), Link("sw", f"g{i}", 2e9, 1e-7)]
+    return Topology.build("random", nodes, links)
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(small_topology(), st.sampled_from(["allgather", "alltoall", "reducescatter",
                                           "broadcast", "allreduce"]),
-       st.integers(1, 2), st.sampled_from(["milp", "rounds", "lp"]))
-def test_random_schedules_pass_the_checker_and_respect_the_bound(topo, kind, chunks, backend):
+       st.integers(1, 2), st.sampled_from(["milp", "rounds", "lp"]), st.data())
+def test_random_schedules_pass_the_checker_and_respect_the_bound(topo, kind, chunks, backend,
+                                                                 data):
     n = topo.ngpus
-    c = Collective(CollectiveKind(kind), n * chunks * 1000, tuple(range(n)), chunks,
-                   root=0 if kind == "broadcast" else None)
+    ranks = tuple(sorted(data.draw(st.sets(st.integers(0, n - 1), min_size=2))))
+    c = Collective(CollectiveKind(kind), len(ranks) * chunks * 1000, ranks, chunks,
+                   root=ranks[0] if kind == "broadcast" else None)
     s = solve(topo, c, SolveParams(backend=backend, time_limit_s=10))
     assert check_schedule(s) == []
     assert s.finish_time_s >= lower_bound(topo, c).seconds * (1 - 1e-9)
