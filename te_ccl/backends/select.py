@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.errors import SolverError
 from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Problem
 
@@ -55,4 +56,7 @@ def run_backend(problem: Problem, params: SolveParams, clock: Clock,
     else:
         from te_ccl.backends.rounds import solve_rounds as run
     result = run(problem, params, clock, progress)
+    if params.max_horizon is not None and result.finish_epoch > params.max_horizon:
+        raise SolverError(f"infeasible: {name} found no schedule within the maximum horizon "
+                          f"{params.max_horizon} epochs (it needs {result.finish_epoch})")
     return replace(result, backend=name, notes=notes + result.notes)

@@ -95,3 +95,12 @@ def test_solvers_print_nothing_on_stdout(capfd):
     for backend in BACKENDS:
         solve(ring(4), c, SolveParams(backend=backend, time_limit_s=10))
     assert capfd.readouterr().out == ""
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_max_horizon_too_short_is_a_solver_error(backend):
+    from te_ccl.errors import SolverError
+
+    c = Collective(CollectiveKind.ALLGATHER, 8000, (0, 1, 2, 3), 2)
+    with pytest.raises(SolverError, match="infeasible.*horizon 2 epochs"):
+        solve(ring(4), c, SolveParams(backend=backend, time_limit_s=10, max_horizon=2))
