@@ -10,9 +10,10 @@ without demand rows; instead CP-SAT maximises progress with a look-ahead:
 ``value(c, (u, v))`` sums over the unmet destinations ``w`` of ``c``: ``N`` if ``v = w``
 (a delivery), else, if the link lies on a shortest path from the chunk's origin to ``w``,
 how many epochs closer to ``w`` it brings the chunk (progress toward later deliveries;
-detours that relay through other bottlenecks earn nothing);
-``W − t − d_l`` rewards early arrival. Met demands leave the problem; the rounds stop when none is left. The result is
-feasible, never proven optimal.
+detours that relay through other bottlenecks earn nothing); ``W − t − d_l`` rewards
+early arrival. Met demands leave the problem; the rounds stop when none is left. The
+result is feasible, never proven optimal. A round whose model finds no solution in its
+time slice moves nothing (the schedule stays valid) until the time limit.
 
 To keep each round small, a link only gets variables for the ``max(8, 3 × (chunks it can
 carry in the window))`` chunks of highest value to it (candidate pruning); links out of a
@@ -190,7 +191,8 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
         transfers += to_transfers(sub, solved.chosen, shift)
         size = max(size, form.size)
         state, demands = _advance(problem, demands, transfers, shift, window)
-        idle = 0 if solved.chosen or state.incoming else idle + window
+        stuck = solved.status != "unknown" and not solved.chosen and not state.incoming
+        idle = idle + window if stuck else 0
         if idle > patience:  # links free again, nothing under way, still nothing moves
             raise SolverError(f"infeasible: from epoch {shift - idle + window} on nothing can "
                               f"move, {len(demands)} chunk(s) undelivered")
