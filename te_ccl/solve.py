@@ -100,14 +100,11 @@ def _solve_reduction(topology: Topology, collective: Collective, params: SolvePa
                      clock: Clock, progress: Progress | None) -> tuple[SolveResult, float]:
     owner = _owners(collective)
     problem = _reduction_problem(topology, collective, owner, params)
-    if collective.kind is CollectiveKind.ALLREDUCE:
-        clock_rs = Clock(clock.left / 2)
-        first = run_backend(problem, params, clock_rs, progress)
-    else:
-        first = run_backend(problem, params, clock, progress)
+    allreduce = collective.kind is CollectiveKind.ALLREDUCE
+    first = run_backend(problem, params, Clock(clock.left / 2) if allreduce else clock, progress)
     f1 = first.finish_epoch
     reduced = reverse_in_time(first.transfers, f1)
-    if collective.kind is not CollectiveKind.ALLREDUCE:
+    if not allreduce:
         result = replace(first, transfers=tuple(reduced),
                          notes=first.notes + ("solved as the reversed fan-out on the reversed "
                                               "topology, played backwards in time",))
