@@ -39,11 +39,14 @@ KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
 MAX_GPUS = 64
 SIZE = "64MiB"
 MEMORY_LIMIT_BYTES = 4 << 30
+WAFER_PREFIXES = ("fred-", "wafer-")
 
 
 def shippable_topologies(max_gpus: int = MAX_GPUS) -> list[Topology]:
-    """Shipped GPU topologies MSCCL can run: ≤ ``max_gpus`` GPUs, no in-switch reduction."""
-    topos = [load_topology(name) for name in shipped_topologies()]
+    """Shipped GPU topologies MSCCL can run: ≤ ``max_gpus`` GPUs, no in-switch reduction,
+    not one of the wafer-scale NPU fabrics of fred.md (``fred-*``, ``wafer-*``)."""
+    names = [n for n in shipped_topologies() if not n.startswith(WAFER_PREFIXES)]
+    topos = [load_topology(name) for name in names]
     keep = [t for t in topos if t.ngpus <= max_gpus
             and not any(t.node(s).can_reduce for s in t.switches)]
     return sorted(keep, key=lambda t: (t.ngpus, t.name))
@@ -139,12 +142,14 @@ def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0
 
 
 def _merge_index(path: Path, entries: list[dict], order: list[str]) -> list[dict]:
-    """Entries of earlier runs for other combinations stay (a run may cover a subset)."""
+    """Entries of earlier runs for other shippable combinations stay (a run may cover a
+    subset); entries of topologies no longer shipped go."""
     old = json.loads(path.read_text()) if path.is_file() else []
-    by_key = {(e["topology"], e["collective"]): e for e in old + entries}
     rank = {name: i for i, name in enumerate(order)}
-    return sorted(by_key.values(), key=lambda e: (rank.get(e["topology"], len(rank)),
-                                                  e["topology"], KINDS.index(e["collective"])))
+    by_key = {(e["topology"], e["collective"]): e for e in old + entries
+              if e["topology"] in rank}
+    return sorted(by_key.values(), key=lambda e: (rank[e["topology"]],
+                                                  KINDS.index(e["collective"])))
 
 
 def _readme(entries: list[dict]) -> str:
