@@ -26,7 +26,8 @@ class SolveParams:
 
     ``epoch``: ``"fastest"`` / ``"slowest"`` / seconds (see :mod:`te_ccl.model.epochs`).
     ``max_horizon``: the largest finish epoch to try (None: automatic).
-    ``round_epochs``: epochs per round of the ``rounds`` backend.
+    ``round_epochs``: epochs per round of the ``rounds`` backend (None: the longest link
+    occupancy, so a slow link can start a chunk in every round).
     ``deterministic``: with several threads CP-SAT interleaves its workers so that the same
     inputs and seed give the same schedule (set False to let workers race).
     """
@@ -37,7 +38,7 @@ class SolveParams:
     seed: int = 0
     epoch: str | float = "fastest"
     max_horizon: int | None = None
-    round_epochs: int = 1
+    round_epochs: int | None = None
     deterministic: bool = True
 
     def __post_init__(self) -> None:
@@ -49,6 +50,9 @@ class SolveParams:
                             key="time-limit")
         if self.threads < 1:
             raise SpecError(f"expected at least 1 thread, got {self.threads}", key="threads")
+        if self.round_epochs is not None and self.round_epochs < 1:
+            raise SpecError(f"expected at least 1 epoch per round, got {self.round_epochs}",
+                            key="round-epochs")
         if self.max_horizon is not None and self.max_horizon < 1:
             raise SpecError(f"expected a positive horizon, got {self.max_horizon}",
                             key="max-horizon")

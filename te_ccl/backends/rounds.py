@@ -1,6 +1,7 @@
 """Time-partitioned rounds: a few epochs at a time, for instances too large for one model.
 
-Round ``r`` covers absolute epochs ``[T, T+R)`` (``R = round_epochs``). Its model is the
+Round ``r`` covers absolute epochs ``[T, T+R)`` (``R = round_epochs``, by default the
+longest link occupancy: 1 when every link moves a chunk per epoch). Its model is the
 usual one (capacity, forwarding, receive-once) restricted to starts in the window, with
 the state the earlier rounds left (held chunks, arrivals under way, link occupancy) and
 without demand rows; instead CP-SAT maximises progress with a look-ahead:
@@ -157,7 +158,7 @@ def _unmet_pairs(problem: Problem, demands: list[Demand], state: State) -> int:
 def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
                  progress: Progress | None = None) -> SolveResult:
     """Round after round of ``params.round_epochs`` epochs until every demand is met."""
-    window = max(1, params.round_epochs)
+    window = params.round_epochs or max(lt.occupancy for lt in problem.timings.values())
     max_delay = max(lt.delay for lt in problem.timings.values())
     reach = window + max_delay * len(problem.topology.nodes)
     slack = max_delay * _switch_chain(problem)
