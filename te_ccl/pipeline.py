@@ -7,7 +7,7 @@ independent checker, the MSCCL XML by the verifier, which shares nothing with th
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +21,8 @@ from te_ccl.solve import solve
 from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["CompileOptions", "CompileResult", "compile_collective", "summary"]
+__all__ = ["CompileOptions", "CompileResult", "compile_collective", "compile_size_library",
+           "summary"]
 
 FORMATS = ("xml", "json")
 
@@ -45,18 +46,15 @@ class CompileResult:
     bound_parts: dict[str, float]
     output: str | None
     extra_outputs: tuple[str, ...] = field(default=())
+    min_bytes: int = 0
+    max_bytes: int = 0
 
 
 def compile_collective(topology: Topology, collective: Collective, params: SolveParams,
                        options: CompileOptions = CompileOptions(),
                        progress: Progress | None = None) -> CompileResult:
     """Solve, check, lower and write one algorithm; raises instead of writing a bad file."""
-    schedule = solve(topology, collective, params, progress)
-    violations = check_schedule(schedule)
-    if violations:
-        first = violations[0]
-        raise VerificationError(f"schedule check failed ({len(violations)} violation(s)); "
-                                f"first: [{first.rule}] {first.message}")
+    schedule = _solve_checked(topology, collective, params, progress)
     bound = lower_bound(topology, collective)
     extra: tuple[str, ...] = ()
     if options.output is not None:
@@ -64,7 +62,48 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
         write_atomic(options.output, data)
     if options.fred_tables is not None:
         extra = _write_fred_tables(schedule, topology, options.fred_tables)
-    return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra)
+    return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra,
+                         options.min_bytes, options.max_bytes)
+
+
+def compile_size_library(topology: Topology, collective: Collective, params: SolveParams,
+                         low: int, high: int, out_dir: str, *, fmt: str = "xml",
+                         progress: Progress | None = None) -> list[CompileResult]:
+    """One algorithm per size range of ``[low, high]`` written to ``out_dir``, as MSCCL
+    algorithm libraries ship them: each file's ``minBytes``/``maxBytes`` cover its range, so
+    the runtime picks the one compiled for the message size at hand."""
+    from te_ccl.report.sizes import compile_size_ranges
+
+    unit = collective.nchunks
+
+    def compile_one(c: Collective) -> Schedule:
+        c = replace(c, size_bytes=max(unit, c.size_bytes // unit * unit))
+        if progress:
+            progress(f"compiling for {c.size_bytes} bytes")
+        return _solve_checked(topology, c, params, progress)
+
+    results = []
+    for item in compile_size_ranges(collective, low, high, compile_one):
+        name = f"{topology.name}-{collective.kind.value}-{item.min_bytes}-{item.max_bytes}"
+        options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
+                                 min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
+        write_atomic(options.output, _render(item.schedule, options))
+        bound = lower_bound(topology, item.schedule.collective)
+        results.append(CompileResult(item.schedule, bound.seconds, dict(bound.parts),
+                                     options.output, min_bytes=item.min_bytes,
+                                     max_bytes=item.max_bytes))
+    return results
+
+
+def _solve_checked(topology: Topology, collective: Collective, params: SolveParams,
+                   progress: Progress | None) -> Schedule:
+    schedule = solve(topology, collective, params, progress)
+    violations = check_schedule(schedule)
+    if violations:
+        first = violations[0]
+        raise VerificationError(f"schedule check failed ({len(violations)} violation(s)); "
+                                f"first: [{first.rule}] {first.message}")
+    return schedule
 
 
 def _render(schedule: Schedule, options: CompileOptions) -> bytes:
@@ -118,6 +157,8 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
         "constraints": s.info.constraints,
         "notes": list(s.info.notes),
         "transfers": len(s.transfers),
+        "min_bytes": result.min_bytes,
+        "max_bytes": result.max_bytes,
         "output": result.output,
         "extra_outputs": list(result.extra_outputs),
     }

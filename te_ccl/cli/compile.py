@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 
 import click
@@ -29,22 +30,36 @@ from te_ccl.units import format_bandwidth, format_time
               "(default TOPOLOGY-COLLECTIVE.xml).")
 @click.option("--format", "fmt", type=click.Choice(["xml", "json"]), default=None,
               help="Output format (default from the file suffix, else xml).")
+@click.option("--sizes", metavar="LOW..HIGH", help="One algorithm per size range (e.g. "
+              "1KB..1GB) with matching minBytes/maxBytes; -o is then a directory.")
 @click.option("--fred-tables", metavar="DIR", help="Also write FRED switch tables to DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     """Compile a collective on TOPOLOGY (a shipped name or a YAML file)."""
     from te_ccl.backends.base import SolveParams
-    from te_ccl.pipeline import CompileOptions, compile_collective, summary
+    from te_ccl.pipeline import (
+        CompileOptions,
+        compile_collective,
+        compile_size_library,
+        summary,
+    )
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
     from te_ccl.units import UnitError, parse_time
 
     flags = collective_flags(kw)
+    sizes = None
+    if kw["sizes"]:
+        from te_ccl.report.sizes import parse_size_range
+
+        sizes = parse_size_range(kw["sizes"])
+        flags.setdefault("size", sizes[1])
     topo = load_topology(topology)
     coll = load_collective(topo, spec, **flags)
-    output, fmt = _output(kw["output"], kw["fmt"], topo.name, coll.kind.value)
-    if output == "-" and kw["as_json"]:
-        raise SpecError("-o - and --json both want stdout; pick one", key="--output")
+    output, fmt = _output(kw["output"], kw["fmt"], topo.name, coll.kind.value, sizes is not None)
+    if output == "-" and (kw["as_json"] or sizes):
+        raise SpecError("-o - needs a single algorithm and no --json (both use stdout)",
+                        key="--output")
     epoch = kw["epoch"]
     if epoch not in ("fastest", "slowest"):
         try:
@@ -56,21 +71,31 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
                          max_horizon=kw["max_horizon"])
     options = CompileOptions(output=output, fmt=fmt, fred_tables=kw["fred_tables"])
     quiet = kw["as_json"] or not err_console.is_terminal
-    with err_console.status("solving…") as status:
+    with (nullcontext() if quiet else err_console.status("solving…")) as status:
         def progress(msg: str) -> None:
-            if not quiet:
+            if status is not None:
                 status.update(msg)
-        result = compile_collective(topo, coll, params, options, progress)
-    info = summary(result, topo)
+        if sizes:
+            results = compile_size_library(topo, coll, params, *sizes, output, fmt=fmt,
+                                           progress=progress)
+        else:
+            results = [compile_collective(topo, coll, params, options, progress)]
+    infos = [summary(r, topo) for r in results]
     if kw["as_json"]:
-        emit_json(info)
+        emit_json(infos[0] if not sizes else {"topology": topo.name,
+                                              "collective": coll.kind.value,
+                                              "output": output, "algorithms": infos})
     else:
-        err_console.print(_table(info))
+        for info in infos:
+            err_console.print(_table(info))
 
 
-def _output(output: str | None, fmt: str | None, topo: str, kind: str) -> tuple[str, str]:
+def _output(output: str | None, fmt: str | None, topo: str, kind: str,
+            library: bool) -> tuple[str, str]:
     if fmt is None:
         fmt = "json" if output and Path(output).suffix == ".json" else "xml"
+    if library:
+        return (output or f"{topo}-{kind}-algorithms"), fmt
     return (output or f"{topo}-{kind}.{fmt}"), fmt
 
 
@@ -88,6 +113,7 @@ def _table(info: dict) -> Table:
                           f"{format_bandwidth((info['busbw_GBps'] or 0) * 1e9)}"),
         ("lower bound", format_time(info["lower_bound_s"])),
         ("ratio to bound", f"{ratio:.3f}" if ratio else "n/a"),
+        ("size range", f"{info['min_bytes']}..{info['max_bytes'] or '∞'} bytes"),
         ("optimal (epoch model)", "yes" if info["optimal"] else "not proven"),
         ("output", str(info["output"])),
     ]

@@ -74,3 +74,18 @@ def test_subprocess_exit_codes(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "te_ccl", "compile", "fc8", "-c", "allgathr",
                           "-s", "64KB"], capture_output=True, text=True)
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_size_library_has_contiguous_ranges_and_verified_files(teccl, tmp_path):
+    out = tmp_path / "lib"
+    code, stdout, _ = teccl("compile", "ring8", "-c", "allgather", "--sizes", "1KB..1MB",
+                            "-o", str(out), "--json", "--time-limit", "10")
+    assert code == 0
+    algos = json.loads(stdout)["algorithms"]
+    assert algos[0]["min_bytes"] == 1000 and algos[-1]["max_bytes"] == 10**6
+    for a, b in zip(algos, algos[1:], strict=False):
+        assert b["min_bytes"] == a["max_bytes"] + 1
+    for a in algos:
+        report = verify_msccl(a["output"])
+        assert report.valid
+        assert (report.algo.min_bytes, report.algo.max_bytes) == (a["min_bytes"], a["max_bytes"])
