@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from te_ccl.backends.scale.moves import Moves
 from te_ccl.model.problem import Problem
 from te_ccl.schedule import Transfer
 from te_ccl.topology.model import Topology
@@ -65,8 +66,8 @@ def _pairs(problem: Problem) -> dict[tuple[str, str], list[int]] | None:
     return dict(out)
 
 
-def solve_rail_alltoall(problem: Problem) -> tuple[list[Transfer], int, tuple[str, ...]] | None:
-    """(transfers, finish epoch, notes), or None when the topology or demands do not fit."""
+def solve_rail_alltoall(problem: Problem) -> tuple[Moves, tuple[str, ...]] | None:
+    """(moves, notes), or None when the topology or demands do not fit."""
     shape, pairs = rail_shape(problem.topology), _pairs(problem)
     if shape is None or pairs is None or not _uniform(problem):
         return None
@@ -105,8 +106,7 @@ def solve_rail_alltoall(problem: Problem) -> tuple[list[Transfer], int, tuple[st
             for j in range(G):
                 chunk = pairs[(g(a, (j + q) % G), g((a + dbox) % B, j))][sub]
                 hop(chunk, g(a, j), f"rail{j}", g((a + dbox) % B, j), t, nic)
-    finish = max(t.arrive_epoch for t in out)
     notes = (f"rail AlltoAll (PXN): {B} boxes × {G} GPUs, {k} chunk(s) per pair, "
              f"{len(slots)} NIC slots of {nic.occupancy} epochs per NIC, relayed slots "
              f"delayed {shift} epochs",)
-    return out, finish, notes
+    return Moves.of(tuple(n.name for n in problem.topology.nodes), out), notes

@@ -17,8 +17,8 @@ the reversed problems behind reductions (``Problem.tree``) too. GPU-only topolog
 >>> from te_ccl.model.problem import build_problem
 >>> from te_ccl.topology.generators import ring
 >>> p = build_problem(ring(4, 1e9), Collective(CollectiveKind.ALLGATHER, 4000, (0, 1, 2, 3)))
->>> ts = greedy_transfers(p, [d.chunk for d in p.demands])
->>> len(ts), max(t.arrive_epoch for t in ts)
+>>> m = greedy_transfers(p, [d.chunk for d in p.demands])
+>>> len(m), m.finish
 (12, 2)
 """
 
@@ -31,9 +31,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from te_ccl.backends.scale import bitsets
+from te_ccl.backends.scale.moves import Moves
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
-from te_ccl.schedule import Transfer
 
 __all__ = ["Net", "net_of", "greedy_transfers"]
 
@@ -88,7 +88,7 @@ def _initial(problem: Problem, net: Net, order: list[int]) -> tuple[np.ndarray, 
 
 
 def greedy_transfers(problem: Problem, order: list[int], *,
-                     deadline: Callable[[], bool] = lambda: False, seed: int = 0) -> list[Transfer]:
+                     deadline: Callable[[], bool] = lambda: False, seed: int = 0) -> Moves:
     """Run the greedy until every destination holds its chunks (see the module docstring).
 
     Raises SolverError when nothing can move any more (a destination is unreachable) or
@@ -133,16 +133,17 @@ def greedy_transfers(problem: Problem, order: list[int], *,
         if deadline():
             raise SolverError(f"time limit reached in the scale greedy at epoch {t}")
         t += 1
-    return _to_transfers(net, order, picked, t)
+    return _to_moves(net, order, picked, t)
 
 
-def _to_transfers(net: Net, order: list[int], picked, finish: int) -> list[Transfer]:
-    """Picked starts as transfers; those still under way when all demands are met are dropped."""
-    chunk = np.array(order, dtype=np.int64)
-    out = []
-    for t, links, bits in picked:
-        arrive = (t + net.delay[links]).tolist()
-        out.extend(Transfer(c, net.names[u], net.names[v], t, a) for c, u, v, a in
-                   zip(chunk[bits].tolist(), net.src[links].tolist(), net.dst[links].tolist(),
-                       arrive, strict=True) if a <= finish)
-    return out
+def _to_moves(net: Net, order: list[int], picked, finish: int) -> Moves:
+    """Picked starts as moves; those still under way when all demands are met are dropped."""
+    if not picked:
+        return Moves.of(net.names, ())
+    links = np.concatenate([x[1] for x in picked])
+    start = np.concatenate([np.full(len(x[1]), x[0], dtype=np.int64) for x in picked])
+    chunk = np.array(order, dtype=np.int64)[np.concatenate([x[2] for x in picked])]
+    arrive = start + net.delay[links]
+    keep = arrive <= finish
+    return Moves(net.names, chunk[keep], net.src[links][keep], net.dst[links][keep],
+                 start[keep], arrive[keep])

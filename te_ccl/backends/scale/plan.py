@@ -25,13 +25,12 @@ from dataclasses import replace
 
 import networkx as nx
 
-from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.base import Clock, Progress, SolveParams
 from te_ccl.backends.scale.alltoall import rail_shape
-from te_ccl.backends.scale.entry import solve_scale
+from te_ccl.backends.scale.entry import solve_moves
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
-from te_ccl.model.extract import reverse_in_time
 from te_ccl.model.problem import Demand, build_problem, make_problem
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
@@ -147,22 +146,24 @@ def _fan_out(topology: Topology, c: Collective, owner: dict[int, int], tau: floa
 
 
 def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams, clock: Clock,
-           progress: Progress | None) -> SolveResult:
+           progress: Progress | None) -> tuple[list[Transfer], str, tuple[str, ...]]:
+    """(transfers, status, notes) of the sub-chunked collective."""
     if not sub.is_reduction:
-        return solve_scale(build_problem(topology, sub, tau), params, clock, progress)
+        moves, method, notes = solve_moves(build_problem(topology, sub, tau), params, clock,
+                                           progress)
+        return moves.transfers(), f"scale/{method}", notes
     owner = _owners(sub)
-    first = solve_scale(_fan_out(topology, sub, owner, tau, True), params, clock, progress)
-    f1 = first.finish_epoch
-    reduced = tuple(reverse_in_time(first.transfers, f1))
-    if sub.kind is not CollectiveKind.ALLREDUCE:
-        return replace(first, transfers=reduced, notes=first.notes + (
-            "reduce-scatter: the fan-out on the reversed topology played backwards",))
-    second = solve_scale(_fan_out(topology, sub, owner, tau, False), params, clock, progress)
-    shifted = tuple(Transfer(t.chunk, t.src, t.dst, t.start_epoch + f1, t.arrive_epoch + f1)
-                    for t in second.transfers)
-    return replace(first, transfers=reduced + shifted, finish_epoch=f1 + second.finish_epoch,
-                   notes=tuple(f"reduce-scatter: {n}" for n in first.notes)
-                   + tuple(f"all-gather: {n}" for n in second.notes))
+    first, method, notes = solve_moves(_fan_out(topology, sub, owner, tau, True), params,
+                                       clock, progress)
+    transfers = first.transfers(reverse_at=first.finish)
+    notes = tuple(f"reduce-scatter: {n}" for n in notes + (
+        "the fan-out on the reversed topology played backwards",))
+    if sub.kind is CollectiveKind.ALLREDUCE:
+        second, _, more = solve_moves(_fan_out(topology, sub, owner, tau, False), params,
+                                      clock, progress)
+        transfers += second.transfers(shift=first.finish)
+        notes += tuple(f"all-gather: {n}" for n in more)
+    return transfers, f"scale/{method}", notes
 
 
 def compile_scale(topology: Topology, collective: Collective, params: SolveParams | None = None,
@@ -171,9 +172,9 @@ def compile_scale(topology: Topology, collective: Collective, params: SolveParam
     params = params or SolveParams()
     clock = Clock(params.time_limit_s)
     sub, tau, k = scale_plan(topology, collective)
-    result = _solve(topology, sub, tau, params, clock, progress)
+    transfers, status, notes = _solve(topology, sub, tau, params, clock, progress)
     note = (f"sub-chunking: {k} sub-chunks per chunk ({sub.chunks_per_rank} per rank, "
             f"{sub.chunk_bytes} bytes), epoch {tau:.4g} s = sub-chunk time on the fastest link",)
     info = SolveInfo(backend="scale", solver_time_s=round(clock.elapsed, 4), optimal=False,
-                     status=result.status, notes=note + result.notes)
-    return Schedule(topology, sub, tau, result.transfers, info)
+                     status=f"{status}: feasible (not proven optimal)", notes=note + notes)
+    return Schedule(topology, sub, tau, tuple(transfers), info)

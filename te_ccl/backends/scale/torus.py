@@ -12,10 +12,10 @@ from collections import defaultdict
 import numpy as np
 
 from te_ccl.backends.base import Clock, SolveParams
+from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.orbit import Orbit, improve_cpsat, list_schedule
 from te_ccl.backends.scale.symmetry import TorusSymmetry, orbit_trees, torus_symmetry, translate
 from te_ccl.model.problem import Problem
-from te_ccl.schedule import Transfer
 
 __all__ = ["chunks_by_source", "solve_torus"]
 
@@ -55,8 +55,8 @@ def _orbit(sym: TorusSymmetry, per_source: int, problem: Problem
 
 
 def solve_torus(problem: Problem, params: SolveParams, clock: Clock
-                ) -> tuple[list[Transfer], int, tuple[str, ...]] | None:
-    """(transfers, finish epoch, notes), or None when the symmetry does not apply."""
+                ) -> tuple[Moves, tuple[str, ...]] | None:
+    """(moves, notes), or None when the symmetry does not apply."""
     sym = torus_symmetry(problem.topology)
     owned = chunks_by_source(problem)
     if sym is None or owned is None or problem.relay_limit:
@@ -76,12 +76,10 @@ def solve_torus(problem: Problem, params: SolveParams, clock: Clock
     chunk = np.zeros((len(sym.names), per_source), dtype=np.int64)
     for src, ids in owned.items():
         chunk[rank[src]] = ids
-    names, delay = sym.names, orb.delay
-    transfers = [Transfer(c, names[a], names[b], t, t + delay)
-                 for row_u, row_v, row_c in zip(u.tolist(), v.tolist(),
-                                               chunk[:, which].tolist(), strict=True)
-                 for a, b, c, t in zip(row_u, row_v, row_c, start.tolist(), strict=True)]
+    starts = np.tile(start, len(sym.names))
+    moves = Moves(sym.names, chunk[:, which].ravel(), u.ravel(), v.ravel(), starts,
+                  starts + orb.delay)
     notes = (f"torus symmetry: one source's {per_source} chunk(s) on {len(sym.group)} rotated "
              f"shortest-path trees, orbit of {len(orb.parent)} edges scheduled by {how}: "
              f"{finish} epochs (orbit lower bound {lb}), translated to {len(sym.names)} sources",)
-    return transfers, finish, notes
+    return moves, notes
