@@ -42,31 +42,37 @@ def bench_points(points: int = 40) -> list[Point]:
     return available[:points]
 
 
-def _timed_sweep(points: list[Point], workers: int) -> tuple[float, int]:
+def _timed_sweep(points: list[Point], workers: int) -> tuple[float, float, int]:
+    """(wall seconds, CPU seconds of all points, points ok) of one fresh sweep."""
     with tempfile.TemporaryDirectory(prefix="teccl-sweep-bench-") as out:
         store = ResultStore(out)
         start = time.perf_counter()
         outcome = run_sweep(plan_sweep(points, store), store, LocalExecutor(workers))
-        return time.perf_counter() - start, outcome.counts["ok"]
+        wall = time.perf_counter() - start
+    cpu = sum(r.get("cpu_time_s") or 0.0 for r in outcome.records.values())
+    return wall, cpu, outcome.counts["ok"]
 
 
 def sweep_speedup(points: int = 40, workers: int = 2, repeat: int = 1) -> dict[str, Any]:
     """Wall time of the same fresh sweep with 1 and with ``workers`` local workers.
 
     With ``repeat`` > 1 the two runs alternate and the best time of each counts: on a
-    shared machine the minimum is the least disturbed measurement.
+    shared machine the minimum is the least disturbed measurement. ``cpu_util_*`` is
+    the points' CPU seconds per wall second: about 1 per worker on an idle machine; if
+    it does not grow with the worker count, other load took the CPU, not the executor.
     """
     pts = bench_points(points)
-    runs: dict[int, list[float]] = {1: [], workers: []}
+    runs: dict[int, list[tuple[float, float]]] = {1: [], workers: []}
     ok = len(pts)
     for _ in range(repeat):
         for w in runs:
-            seconds, n_ok = _timed_sweep(pts, w)
-            runs[w].append(seconds)
+            wall, busy, n_ok = _timed_sweep(pts, w)
+            runs[w].append((wall, busy))
             ok = min(ok, n_ok)
-    t1, tn = min(runs[1]), min(runs[workers])
+    (t1, cpu1), (tn, cpun) = min(runs[1]), min(runs[workers])
     return {"bench": "sweep_speedup", "points": len(pts), "workers": workers, "repeat": repeat,
             "ok": ok, "t1_s": round(t1, 3), f"t{workers}_s": round(tn, 3),
+            "cpu_util_1": round(cpu1 / t1, 3), f"cpu_util_{workers}": round(cpun / tn, 3),
             "speedup": round(t1 / tn, 3), "target": 1.8, "met": t1 / tn >= 1.8}
 
 

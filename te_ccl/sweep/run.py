@@ -30,7 +30,7 @@ __all__ = ["PointResult", "PointTimeout", "run_point", "failure_record", "hard_l
            "TIMING_FIELDS"]
 
 # Fields that differ between two runs of the same point (everything else is reproducible).
-TIMING_FIELDS = ("solver_time_s", "wall_time_s", "host")
+TIMING_FIELDS = ("solver_time_s", "wall_time_s", "cpu_time_s", "host")
 _SUMMARY_FIELDS = ("solver_time_s", "epochs", "epoch_s", "finish_time_s", "algbw_GBps",
                    "busbw_GBps", "lower_bound_s", "bound_ratio", "optimal", "variables",
                    "constraints", "transfers")
@@ -55,7 +55,7 @@ def hard_limit_s(point: Point) -> float:
 
 def run_point(point: Point) -> PointResult:
     """Compile, verify (the pipeline verifies the XML before returning it) and simulate."""
-    start = time.monotonic()
+    start = time.monotonic(), time.process_time()
     try:
         with _watchdog(hard_limit_s(point)):
             record, xml = _compile(point)
@@ -66,16 +66,22 @@ def run_point(point: Point) -> PointResult:
         return failure_record(point, "failed", f"{type(e).__name__}: {e}", start)
     except Exception as e:  # noqa: BLE001 - a bug in one point must not stop the sweep
         return failure_record(point, "failed", f"internal error: {type(e).__name__}: {e}", start)
-    record["wall_time_s"] = round(time.monotonic() - start, 4)
-    return PointResult(record, xml)
+    return PointResult({**record, **_elapsed(start)}, xml)
+
+
+def _elapsed(start: tuple[float, float] | None) -> dict[str, float | None]:
+    """Wall and CPU seconds since ``start`` (``(monotonic, process_time)``); CPU well below
+    wall means the point waited for a CPU (or a solver time budget)."""
+    if start is None:
+        return {"wall_time_s": None, "cpu_time_s": None}
+    return {"wall_time_s": round(time.monotonic() - start[0], 4),
+            "cpu_time_s": round(time.process_time() - start[1], 4)}
 
 
 def failure_record(point: Point, status: str, reason: str,
-                   start: float | None = None) -> PointResult:
+                   start: tuple[float, float] | None = None) -> PointResult:
     """The record of a point that produced no algorithm."""
-    record = _base(point, status, reason)
-    record["wall_time_s"] = round(time.monotonic() - start, 4) if start is not None else None
-    return PointResult(record)
+    return PointResult({**_base(point, status, reason), **_elapsed(start)})
 
 
 def _base(point: Point, status: str, reason: str) -> dict[str, Any]:

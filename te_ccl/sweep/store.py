@@ -37,8 +37,8 @@ COLUMNS = (
     "size_bytes", "min_bytes", "max_bytes", "chunks", "inplace", "proto", "backend",
     "backend_used", "time_limit_s", "epochs", "epoch_s", "finish_time_s", "sim_finish_time_s",
     "sim_ratio", "lower_bound_s", "bound_ratio", "algbw_GBps", "busbw_GBps", "optimal",
-    "solver_status", "solver_time_s", "wall_time_s", "variables", "constraints", "transfers",
-    "xml", "xml_sha256", "selected", "notes", "teccl_version", "host",
+    "solver_status", "solver_time_s", "wall_time_s", "cpu_time_s", "variables", "constraints",
+    "transfers", "xml", "xml_sha256", "selected", "notes", "teccl_version", "host",
 )
 
 
