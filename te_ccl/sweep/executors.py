@@ -10,8 +10,8 @@ solve. Ray is imported only when asked for, so it stays an optional extra.
 from __future__ import annotations
 
 import multiprocessing
-from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from collections.abc import Generator, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
 
@@ -44,26 +44,39 @@ class LocalExecutor:
         self.description = f"{workers} local worker{'s' if workers > 1 else ''}"
 
     def run(self, points: Sequence[Point]) -> Iterator[Outcome]:
-        if not points:
-            return
+        """Run ``points``; a worker that dies (segfault, OOM kill) takes down the whole pool,
+        so the points it broke run again in halves until the one that kills its worker
+        is alone — only that one is recorded as failed."""
+        batches = [list(points)] if points else []
+        while batches:
+            batch = batches.pop()
+            broken = yield from self._run_pool(batch)
+            if len(batch) == 1 and broken:
+                yield batch[0], failure_record(batch[0], "failed", "worker process died "
+                                               "(crash or killed, e.g. out of memory)")
+            elif broken:
+                half = max(1, len(broken) // 2)
+                batches += [b for b in (broken[half:], broken[:half]) if b]
+
+    def _run_pool(self, points: list[Point]) -> Generator[Outcome, None, list[Point]]:
+        """Yield what completes in one pool; return the points a broken pool took down."""
         pool = ProcessPoolExecutor(max_workers=min(self.capacity, len(points)),
                                    mp_context=multiprocessing.get_context("spawn"))
-        finished = False
+        finished, broken = False, []
         try:
             futures = {pool.submit(run_point, p): p for p in points}
             for future in as_completed(futures):
-                yield futures[future], _local_result(future, futures[future])
+                try:
+                    result = future.result()
+                except BrokenProcessPool:
+                    broken.append(futures[future])
+                    continue
+                yield futures[future], result
             finished = True
         finally:
             # interrupted: drop queued points and do not wait for the running ones
             pool.shutdown(wait=finished, cancel_futures=True)
-
-
-def _local_result(future: Future, point: Point) -> PointResult:
-    try:
-        return future.result()
-    except BrokenProcessPool as e:
-        return failure_record(point, "failed", f"worker process died ({e})")
+        return sorted(broken, key=points.index)
 
 
 class RayExecutor:

@@ -172,3 +172,20 @@ def test_larger_points_are_run_first(grid_file, tmp_path):
     plan = plan_sweep(points, ResultStore(tmp_path / "out"))
     assert [p.topology.name for p in points] == ["ring8", "dgx2"]
     assert [p.topology.name for p in plan.todo] == ["dgx2", "ring8"]
+
+
+def test_a_worker_crash_fails_only_the_point_that_caused_it(two_ok, monkeypatch):
+    import dataclasses
+    from pathlib import Path
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))  # spawned workers inherit it
+    from crashing_point import CrashingCollective
+
+    good = expand_grid(load_grid(two_ok))
+    bad = dataclasses.replace(good[0], key="crash", name="crash", collective=CrashingCollective(
+        **{f.name: getattr(good[0].collective, f.name)
+           for f in dataclasses.fields(good[0].collective)}))
+    results = {p.key: r.record for p, r in LocalExecutor(2).run([good[0], bad, good[1]])}
+    assert results["crash"]["status"] == "failed"
+    assert "worker process died" in results["crash"]["reason"]
+    assert [results[p.key]["status"] for p in good] == ["ok", "ok"]
