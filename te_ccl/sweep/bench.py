@@ -59,7 +59,9 @@ def sweep_speedup(points: int = 40, workers: int = 2, repeat: int = 1) -> dict[s
     With ``repeat`` > 1 the two runs alternate and the best time of each counts: on a
     shared machine the minimum is the least disturbed measurement. ``cpu_util_*`` is
     the points' CPU seconds per wall second: about 1 per worker on an idle machine; if
-    it does not grow with the worker count, other load took the CPU, not the executor.
+    it does not grow with the worker count, other load took the CPU, not the executor
+    (Linux autogroup shares the CPU fairly between sessions, so on a machine kept busy
+    by other sessions a second worker process gets no extra CPU time).
     """
     pts = bench_points(points)
     runs: dict[int, list[tuple[float, float]]] = {1: [], workers: []}
