@@ -29,7 +29,9 @@ time_limit: 20s
 def ray_session():
     """One local Ray instance for the module (starting Ray takes seconds)."""
     # address="local": always a fresh instance, never a cluster left running on this machine
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    # loopback only: the test cluster never listens on or talks to another address
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
+             _node_ip_address="127.0.0.1")
     yield
     ray.shutdown()
 
