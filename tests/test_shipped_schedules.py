@@ -1,0 +1,79 @@
+"""Every algorithm shipped in ``schedules/`` still verifies, and the index matches the files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from te_ccl.report.ship_schedules import KINDS, ship_all, shippable_topologies
+from te_ccl.verify.msccl import verify_msccl
+
+SHIPPED = Path(__file__).resolve().parents[1] / "schedules"
+
+
+def _index() -> list[dict]:
+    path = SHIPPED / "index.json"
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
+def _files():
+    for entry in _index():
+        if entry["status"] != "ok":
+            continue
+        for name in entry["files"]:
+            if name.endswith(".xml"):
+                yield pytest.param(name, id=name)
+
+
+def test_index_covers_every_shippable_combination():
+    index = _index()
+    assert {(e["topology"], e["collective"]) for e in index} == \
+        {(t.name, k) for t in shippable_topologies() for k in KINDS}
+    assert sum(e["status"] == "ok" for e in index) >= len(index) // 2
+    for entry in index:
+        if entry["status"] == "ok":
+            assert all((SHIPPED / f).is_file() for f in entry["files"])
+        else:
+            assert entry["reason"]
+            assert not (SHIPPED / entry["topology"] / f"{entry['collective']}.xml").exists()
+
+
+@pytest.mark.parametrize("name", list(_files()))
+def test_shipped_xml_verifies(name):
+    report = verify_msccl(SHIPPED / name)
+    assert report.valid, [str(f) for f in report.errors][:3]
+
+
+def test_shipped_summaries_name_their_files():
+    for entry in _index():
+        if entry["status"] == "ok":
+            summary = json.loads((SHIPPED / entry["topology"] / f"{entry['collective']}.json")
+                                 .read_text())
+            assert summary["output"] == f"{entry['topology']}/{entry['collective']}.xml"
+            assert summary["finish_time_s"] > 0 and summary["ngpus"] == entry["ngpus"]
+
+
+def test_ship_all_writes_verified_files_and_an_index(tmp_path):
+    entries = ship_all(tmp_path, budget_s=20, max_limit_s=10, topologies=["fc8"],
+                       kinds=("allgather",))
+    assert [e["status"] for e in entries] == ["ok"]
+    for name in entries[0]["files"]:
+        assert (tmp_path / name).is_file()
+    assert verify_msccl(tmp_path / "fc8" / "allgather.inplace.xml").valid
+    assert json.loads((tmp_path / "index.json").read_text()) == entries
+    assert "fc8 | 8 | allgather | ok" in (tmp_path / "README.md").read_text()
+
+
+def test_a_job_that_overruns_is_killed_and_recorded(tmp_path, monkeypatch):
+    import time
+
+    from te_ccl.report import ship_schedules
+    from te_ccl.spec.topology import load_topology
+
+    monkeypatch.setattr(ship_schedules, "ship_one", lambda *args: time.sleep(60))
+    start = time.monotonic()
+    entry = ship_schedules._isolated(load_topology("fc8"), "allgather", tmp_path, 1.0, hard_s=2)
+    assert entry["status"] == "skipped" and "no result within 2 s" in entry["reason"]
+    assert time.monotonic() - start < 30
