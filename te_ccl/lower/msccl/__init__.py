@@ -50,6 +50,18 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
     Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
     through GPUs outside the collective, more than 32 channels).
+
+    >>> from te_ccl.collective import Collective, CollectiveKind
+    >>> from te_ccl.schedule import Transfer
+    >>> from te_ccl.topology import Link, Node, Topology
+    >>> topo = Topology.build("pair", [Node("a"), Node("b")],
+    ...                       [Link("a", "b", 1e9), Link("b", "a", 1e9)])
+    >>> coll = Collective(CollectiveKind.ALLGATHER, 2000, (0, 1), inplace=True)
+    >>> moves = (Transfer(0, "a", "b", 0, 1), Transfer(1, "b", "a", 0, 1))
+    >>> xml = lower_to_msccl(Schedule(topo, coll, 1e-6, moves)).decode().splitlines()
+    >>> print(xml[1]); print(xml[3].strip())
+      <gpu id="0" i_chunks="0" o_chunks="2" s_chunks="0">
+    <step s="0" type="r" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
     """
     return program_to_xml(build_program(schedule, name=name, min_bytes=min_bytes,
                                         max_bytes=max_bytes, proto=proto, max_steps=max_steps))
