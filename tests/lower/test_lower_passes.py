@@ -1,0 +1,57 @@
+"""Unit tests of single lowering passes: switch collapse, buffer layout, channels, deps."""
+
+from __future__ import annotations
+
+import pytest
+
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.lower.msccl.buffers import buffer_layout
+from te_ccl.lower.msccl.collapse_switches import collapse_switches
+from te_ccl.lower.msccl.ir import Buf, Slot
+from te_ccl.verify.msccl.layout import Layout as VerifierLayout
+
+KINDS = ["allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "reduce", "gather",
+         "scatter"]
+
+
+def test_switch_copy_becomes_one_edge_per_destination(kit):
+    edges = collapse_switches(kit.star_allgather(4))
+    assert len(edges) == 12
+    assert {(e.src, e.dst) for e in edges} == {(a, b) for a in range(4) for b in range(4) if a != b}
+    assert all((e.start, e.arrive, e.op) == (0, 2, "copy") for e in edges)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+@pytest.mark.parametrize("kind", KINDS)
+def test_layout_agrees_with_the_verifier(kind, inplace):
+    """Every chunk's home and output slot are where the verifier puts inputs and results."""
+    n, c = 3, 2
+    root = 1 if kind in ("broadcast", "reduce", "gather", "scatter") else None
+    coll = Collective(CollectiveKind(kind), 64 * n * c, tuple(range(n)), c, root, inplace)
+    mine = buffer_layout(coll)
+    theirs = VerifierLayout(kind, n, mine.nchunksperloop, inplace)
+    assert theirs.problem() is None
+    for p in range(n):
+        initial = theirs.initial(p)
+        want = theirs.expected(p, root)
+        for chunk in coll.chunks():
+            home, out = mine.home(p, chunk), mine.out(p, chunk)
+            if home is not None:
+                assert initial[(home.buf.value, home.index)] == ((p, chunk.in_index),)
+            if out is not None:
+                origins = {q for q, _ in want[(out.buf.value, out.index)]}
+                assert origins == set(chunk.sources)
+        needed = {(s.buf.value, s.index) for ch in coll.chunks()
+                  if (s := mine.out(p, ch)) is not None}
+        assert needed == set(want)
+    if inplace:  # one buffer only: o for allgather/gather, i otherwise
+        grow = kind in ("allgather", "gather")
+        assert (mine.i_chunks if grow else mine.o_chunks) == 0
+
+
+def test_scratch_slots_are_numbered_per_gpu():
+    from te_ccl.lower.msccl.buffers import compact_scratch, scratch_slot
+
+    used = {scratch_slot(7), scratch_slot(3), Slot(Buf.OUTPUT, 0)}
+    assert compact_scratch(used) == {scratch_slot(3): Slot(Buf.SCRATCH, 0),
+                                     scratch_slot(7): Slot(Buf.SCRATCH, 1)}
