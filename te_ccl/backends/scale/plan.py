@@ -66,20 +66,19 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     return "symmetry" if sym and torus_symmetry(topology) is not None else "greedy"
 
 
-def _estimate(topology: Topology, collective: Collective, k: int) -> float:
-    """Rough finish time with ``k`` sub-chunks: max(receive time + one hop, diameter in hops)."""
-    chunk = collective.chunk_bytes / k
-    b = max(link.bandwidth_Bps for link in topology.links)
-    alpha = max(link.latency_s for link in topology.links)
-    hop = chunk / b + alpha
+def _receive_time(topology: Topology, collective: Collective) -> float:
+    """The longest time a GPU needs to take in its chunks over all its in-links.
+
+    For a reduction, the chunks a GPU contributes to count (the fan-out it is the
+    reversal of delivers them to it).
+    """
     got: dict[int, int] = {}
     for c in collective.chunks():
-        for r in c.destinations:
+        for r in (c.sources if c.reduce else c.destinations):
             got[r] = got.get(r, 0) + 1
-    receive = max((n * collective.chunk_bytes / sum(x.bandwidth_Bps for x in
-                                                    topology.in_links(topology.gpu(r)))
-                   for r, n in got.items()), default=0.0)
-    return max(receive + hop, _hops(topology) * hop)
+    return max((n * collective.chunk_bytes / sum(x.bandwidth_Bps for x in
+                                                 topology.in_links(topology.gpu(r)))
+                for r, n in got.items()), default=0.0)
 
 
 def _hops(topology: Topology) -> int:
@@ -103,7 +102,12 @@ def _subchunks(topology: Topology, collective: Collective) -> int:
     ks = [k for k in range(step, top + 1, step)
           if n * (n - 1) * k0 * k <= MAX_TRANSFERS
           and collective.size_bytes // (collective.nchunks * k) >= 1] or [1]
-    times = {k: _estimate(topology, collective, k) for k in ks}
+    receive, hops = _receive_time(topology, collective), _hops(topology)
+    b = max(link.bandwidth_Bps for link in topology.links)
+    alpha = max(link.latency_s for link in topology.links)
+    # estimated finish: the receive time plus one hop, or the diameter in hops
+    hop = {k: collective.chunk_bytes / k / b + alpha for k in ks}
+    times = {k: max(receive + hop[k], hops * hop[k]) for k in ks}
     best = min(times.values())
     return min(k for k, t in times.items() if t <= best * 1.002)
 
