@@ -4,7 +4,8 @@
   scheduling, CP-SAT when that misses the bound), translated to every source;
 * :mod:`.greedy` — epoch-by-epoch link–chunk assignment on bitsets for other GPU-only
   topologies;
-* :mod:`.alltoall` — AlltoAll on rail-optimized clusters from a GLOP path LP;
+* :mod:`.alltoall` — AlltoAll on rail-optimized clusters: PXN routing that loads every NIC
+  equally (the max-concurrent-flow optimum), NIC slots as box permutations;
 * :mod:`.plan` — sub-chunking and the epoch for a collective, reductions by reversal.
 
 Entry points: :func:`solve_scale` (a :class:`~te_ccl.model.problem.Problem` as given, the
