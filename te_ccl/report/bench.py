@@ -155,8 +155,9 @@ def run_suite(suite: Suite, *, threads: int = 2, progress: Progress | None = Non
             result.skipped.append(case)
             continue
         if progress:
-            progress(f"[{i + 1}/{len(suite.cases)}] {case.topology} {case.kind} "
-                     f"{case.size_bytes} B (limit {case.limit_s:g} s)")
+            progress(f"[{i + 1}/{len(suite.cases)}] {time.monotonic() - start:.0f} s: "
+                     f"{case.topology} {case.kind} {case.size_bytes} B x{case.chunks} "
+                     f"(limit {case.limit_s:g} s)")
         result.rows += run_case(case, threads=threads, progress=progress, bounds=bounds)
     result.elapsed_s = time.monotonic() - start
     return result
