@@ -14,7 +14,7 @@ from typing import Any
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective
-from te_ccl.errors import VerificationError
+from te_ccl.errors import SolverError, SpecError, VerificationError
 from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.solve import solve
@@ -29,7 +29,11 @@ FORMATS = ("xml", "json")
 
 @dataclass(frozen=True)
 class CompileOptions:
-    """Where and how to write: ``output`` None writes nothing, ``"-"`` writes stdout."""
+    """Where and how to write: ``output`` None writes nothing, ``"-"`` writes stdout.
+
+    ``chunk_choices``: chunks-per-rank values to try (the time limit is shared among them);
+    the fastest schedule wins, ties going to fewer chunks. Empty: the collective's own.
+    """
 
     output: str | None = None
     fmt: str = "xml"
@@ -37,6 +41,7 @@ class CompileOptions:
     max_bytes: int = 0
     name: str | None = None
     fred_tables: str | None = None
+    chunk_choices: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,8 +59,8 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
                        options: CompileOptions = CompileOptions(),
                        progress: Progress | None = None) -> CompileResult:
     """Solve, check, lower and write one algorithm; raises instead of writing a bad file."""
-    schedule = _solve_checked(topology, collective, params, progress)
-    bound = lower_bound(topology, collective)
+    schedule = _solve_checked(topology, collective, params, options.chunk_choices, progress)
+    bound = lower_bound(topology, schedule.collective)
     extra: tuple[str, ...] = ()
     if options.output is not None:
         data = _render(schedule, options)
@@ -68,19 +73,21 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
 
 def compile_size_library(topology: Topology, collective: Collective, params: SolveParams,
                          low: int, high: int, out_dir: str, *, fmt: str = "xml",
+                         chunk_choices: tuple[int, ...] = (),
                          progress: Progress | None = None) -> list[CompileResult]:
     """One algorithm per size range of ``[low, high]`` written to ``out_dir``, as MSCCL
     algorithm libraries ship them: each file's ``minBytes``/``maxBytes`` cover its range, so
     the runtime picks the one compiled for the message size at hand."""
     from te_ccl.report.sizes import compile_size_ranges
 
-    unit = collective.nchunks
+    unit = max(replace(collective, chunks_per_rank=k).nchunks
+               for k in chunk_choices or (collective.chunks_per_rank,))
 
     def compile_one(c: Collective) -> Schedule:
         c = replace(c, size_bytes=max(unit, c.size_bytes // unit * unit))
         if progress:
             progress(f"compiling for {c.size_bytes} bytes")
-        return _solve_checked(topology, c, params, progress)
+        return _solve_checked(topology, c, params, chunk_choices, progress)
 
     results = []
     for item in compile_size_ranges(collective, low, high, compile_one):
@@ -96,14 +103,48 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
 
 
 def _solve_checked(topology: Topology, collective: Collective, params: SolveParams,
-                   progress: Progress | None) -> Schedule:
-    schedule = solve(topology, collective, params, progress)
+                   chunk_choices: tuple[int, ...], progress: Progress | None) -> Schedule:
+    schedule = (_best_chunking(topology, collective, params, chunk_choices, progress)
+                if chunk_choices else solve(topology, collective, params, progress))
     violations = check_schedule(schedule)
     if violations:
         first = violations[0]
         raise VerificationError(f"schedule check failed ({len(violations)} violation(s)); "
                                 f"first: [{first.rule}] {first.message}")
     return schedule
+
+
+def _best_chunking(topology: Topology, collective: Collective, params: SolveParams,
+                   choices: tuple[int, ...], progress: Progress | None) -> Schedule:
+    """Solve once per chunking that divides the size; keep the earliest finish."""
+    candidates = [replace(collective, chunks_per_rank=k) for k in sorted(set(choices))]
+    candidates = [c for c in candidates if c.size_bytes % c.nchunks == 0]
+    if not candidates:
+        raise SpecError(f"none of the chunkings {sorted(set(choices))} divides "
+                        f"{collective.size_bytes} bytes", key="--chunks")
+    share = replace(params, time_limit_s=params.time_limit_s / len(candidates))
+    best: Schedule | None = None
+    tried: list[str] = []
+    spent = 0.0
+    last_error: SolverError | None = None
+    for c in candidates:
+        if progress:
+            progress(f"trying {c.chunks_per_rank} chunk(s) per rank")
+        try:
+            s = solve(topology, c, share, progress)
+        except SolverError as e:
+            tried.append(f"{c.chunks_per_rank}: {e}")
+            last_error = e
+            continue
+        spent += s.info.solver_time_s
+        tried.append(f"{c.chunks_per_rank}: {s.finish_time_s:.4g}s")
+        if best is None or s.finish_time_s < best.finish_time_s * (1 - 1e-9):
+            best = s
+    if best is None:
+        raise last_error
+    note = (f"chunks auto: picked {best.collective.chunks_per_rank} per rank "
+            f"(tried {'; '.join(tried)})")
+    return best.with_info(notes=best.info.notes + (note,), solver_time_s=spent)
 
 
 def _render(schedule: Schedule, options: CompileOptions) -> bytes:

@@ -12,6 +12,8 @@ from te_ccl.cli.common import collective_flags, collective_options, emit_json, e
 from te_ccl.errors import SpecError
 from te_ccl.units import format_bandwidth, format_time
 
+AUTO_CHUNKS = (1, 2, 4, 8)
+
 
 @click.command("compile")
 @click.argument("topology")
@@ -48,6 +50,16 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     from te_ccl.units import UnitError, parse_time
 
     flags = collective_flags(kw)
+    chunk_choices: tuple[int, ...] = ()
+    if flags.get("chunks") == "auto":
+        chunk_choices = AUTO_CHUNKS
+        flags["chunks"] = 1
+    elif "chunks" in flags:
+        try:
+            flags["chunks"] = int(flags["chunks"])
+        except ValueError:
+            raise SpecError(f"expected a positive integer or auto, got {flags['chunks']!r}",
+                            key="--chunks") from None
     sizes = None
     if kw["sizes"]:
         from te_ccl.report.sizes import parse_size_range
@@ -69,7 +81,8 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     params = SolveParams(backend=kw["backend"], time_limit_s=kw["time_limit"],
                          threads=kw["threads"], seed=kw["seed"], epoch=epoch,
                          max_horizon=kw["max_horizon"])
-    options = CompileOptions(output=output, fmt=fmt, fred_tables=kw["fred_tables"])
+    options = CompileOptions(output=output, fmt=fmt, fred_tables=kw["fred_tables"],
+                             chunk_choices=chunk_choices)
     quiet = kw["as_json"] or not err_console.is_terminal
     with (nullcontext() if quiet else err_console.status("solving…")) as status:
         def progress(msg: str) -> None:
@@ -77,7 +90,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
                 status.update(msg)
         if sizes:
             results = compile_size_library(topo, coll, params, *sizes, output, fmt=fmt,
-                                           progress=progress)
+                                           chunk_choices=chunk_choices, progress=progress)
         else:
             results = [compile_collective(topo, coll, params, options, progress)]
     infos = [summary(r, topo) for r in results]

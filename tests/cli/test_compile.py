@@ -89,3 +89,22 @@ def test_size_library_has_contiguous_ranges_and_verified_files(teccl, tmp_path):
         report = verify_msccl(a["output"])
         assert report.valid
         assert (report.algo.min_bytes, report.algo.max_bytes) == (a["min_bytes"], a["max_bytes"])
+
+
+def test_chunks_auto_keeps_the_fastest_and_says_so(teccl, tmp_path):
+    code, stdout, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "8MB", "--chunks", "auto",
+                            "--json", "-o", str(tmp_path / "a.xml"), "--time-limit", "20")
+    assert code == 0
+    info = json.loads(stdout)
+    note = next(n for n in info["notes"] if n.startswith("chunks auto"))
+    assert f"picked {info['chunks_per_rank']} per rank" in note
+    # the 1-chunk schedule is one of the candidates, so auto is never slower than it
+    code, stdout, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "8MB", "--chunks", "1",
+                            "--json", "-o", str(tmp_path / "b.xml"), "--time-limit", "20")
+    assert code == 0
+    assert info["finish_time_s"] <= json.loads(stdout)["finish_time_s"] * (1 + 1e-9)
+
+
+def test_chunks_must_be_a_number_or_auto(teccl):
+    code, _, err = teccl("compile", "ring8", "-c", "allgather", "-s", "8MB", "--chunks", "many")
+    assert code == 2 and "--chunks" in err
