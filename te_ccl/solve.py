@@ -34,7 +34,9 @@ from te_ccl.model.problem import Demand, Problem, build_problem, make_problem
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
-__all__ = ["solve", "SolveParams"]
+__all__ = ["solve", "SolveParams", "SCALE_MIN_GPUS"]
+
+SCALE_MIN_GPUS = 16
 
 
 def _check(topology: Topology, collective: Collective) -> None:
@@ -118,6 +120,26 @@ def _solve_reduction(topology: Topology, collective: Collective, params: SolvePa
     return replace(merged, optimal=False), problem.epoch_s
 
 
+def _scale_reason(topology: Topology, collective: Collective, params: SolveParams) -> str | None:
+    """Why the scale backend runs (forced, or ``auto`` beyond one model's reach), else None.
+
+    Up to ``SCALE_MIN_GPUS`` GPUs the flow models prove optimality in seconds; beyond,
+    a single model is out of reach (mesh 8×8 AllGather: ~460k transfer variables) and the
+    scale backend lands within ~1 % of the bound in seconds where one of its methods fits.
+    """
+    if params.backend == "scale":
+        return "scale: forced by --backend scale"
+    if params.backend != "auto" or topology.ngpus <= SCALE_MIN_GPUS:
+        return None
+    from te_ccl.backends.scale import scale_method
+
+    method = scale_method(topology, collective)
+    if method is None:
+        return None
+    return (f"auto: scale/{method}, {topology.ngpus} GPUs > {SCALE_MIN_GPUS}: one flow model "
+            "would be too large")
+
+
 def solve(topology: Topology, collective: Collective, params: SolveParams | None = None,
           progress: Progress | None = None) -> Schedule:
     """Compile ``collective`` on ``topology`` into a schedule (see the module docstring).
@@ -131,6 +153,12 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
     """
     params = params or SolveParams()
     _check(topology, collective)
+    why = _scale_reason(topology, collective, params)
+    if why is not None:
+        from te_ccl.backends.scale import compile_scale
+
+        schedule = compile_scale(topology, collective, params, progress)
+        return schedule.with_info(notes=(why,) + schedule.info.notes)
     clock = Clock(params.time_limit_s)
     if collective.is_reduction:
         result, epoch_s = _solve_reduction(topology, collective, params, clock, progress)

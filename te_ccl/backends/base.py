@@ -16,7 +16,7 @@ from te_ccl.schedule import Transfer
 
 __all__ = ["BACKENDS", "SolveParams", "SolveResult", "Clock", "Progress"]
 
-BACKENDS = ("auto", "milp", "lp", "rounds")
+BACKENDS = ("auto", "milp", "lp", "rounds", "scale")
 Progress = Callable[[str], None]
 
 

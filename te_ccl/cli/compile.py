@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
+from te_ccl.backends.base import BACKENDS
 from te_ccl.cli.common import collective_flags, collective_options, emit_json, err_console
 from te_ccl.errors import SpecError
 from te_ccl.units import format_bandwidth, format_time
@@ -19,7 +20,7 @@ AUTO_CHUNKS = (1, 2, 4, 8)
 @click.argument("topology")
 @click.argument("spec", required=False, type=click.Path(dir_okay=False))
 @collective_options
-@click.option("--backend", type=click.Choice(["auto", "milp", "lp", "rounds"]), default="auto",
+@click.option("--backend", type=click.Choice(BACKENDS), default="auto",
               show_default=True, help="Solver backend; auto picks by model size.")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, metavar="SECONDS",
               help="Wall-clock limit for the solver.")

@@ -108,3 +108,12 @@ def test_chunks_auto_keeps_the_fastest_and_says_so(teccl, tmp_path):
 def test_chunks_must_be_a_number_or_auto(teccl):
     code, _, err = teccl("compile", "ring8", "-c", "allgather", "-s", "8MB", "--chunks", "many")
     assert code == 2 and "--chunks" in err
+
+
+def test_auto_uses_the_scale_backend_beyond_one_model(teccl, tmp_path):
+    code, stdout, _ = teccl("compile", "torus8x8", "-c", "allgather", "-s", "1GiB", "--json",
+                            "--format", "json", "-o", str(tmp_path / "t.json"))
+    assert code == 0
+    info = json.loads(stdout)
+    assert info["backend"] == "scale" and info["notes"][0].startswith("auto: scale/symmetry")
+    assert 1 - 1e-9 <= info["bound_ratio"] <= 1.01
