@@ -8,7 +8,8 @@ through switches only for reductions, since a GPU on the way would add its own p
 and gives every hop epochs with the rules of the ``te_ccl.schedule`` docstring:
 
 * τ = ``chunk_bytes / b_max`` (the fastest link carries one chunk per epoch; slower links
-  need ``ceil(chunk/(b·τ))`` epochs per chunk);
+  need ``ceil(chunk/(b·τ))`` epochs per chunk), but at least half the smallest α, so that
+  latency-bound (tiny) chunks do not need millions of epochs;
 * a hop started in epoch ``e`` arrives at ``e + ceil((chunk/b + α)/τ)``;
 * a link starts at most ``cap`` chunks in any ``k`` consecutive epochs;
 * a switch without buffer forwards in the epoch the chunk arrives.
@@ -194,7 +195,8 @@ def assemble(name: str, topology: Topology, collective: Collective,
              plans: list[ChunkPlan]) -> Schedule:
     """Route and time the plans' edges; the Schedule's ``info.backend`` is ``baseline:NAME``."""
     b_max = max(link.bandwidth_Bps for link in topology.links)
-    tau = collective.chunk_bytes / b_max
+    alphas = [link.latency_s for link in topology.links if link.latency_s > 0]
+    tau = max(collective.chunk_bytes / b_max, min(alphas, default=0.0) / 2)
     links = _Links(topology, collective.chunk_bytes, tau)
     edges = _edges(plans)
     arrive: dict[int, int] = {}
