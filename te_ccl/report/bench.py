@@ -131,12 +131,7 @@ def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> R
                          epoch=case.epoch)
     start = time.monotonic()
     try:
-        if case.solver == "scale":
-            from te_ccl.backends.scale import compile_scale
-
-            sched = compile_scale(topo, coll, params)
-        else:
-            sched = solve(topo, coll, params)
+        sched = solve(topo, coll, params)
     except TecclError as e:
         return replace(base, status=f"failed: {e}"[:160],
                        solver_time_s=time.monotonic() - start)

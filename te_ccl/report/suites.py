@@ -21,8 +21,8 @@ KB, MB, GB, GiB = 10**3, 10**6, 10**9, 2**30
 class Case:
     """One collective on one topology; ``group``: ``suite``, ``target`` or ``scale``.
 
-    ``solver``: ``"solve"`` (:func:`te_ccl.solve.solve` with ``backend`` and ``epoch``)
-    or ``"scale"`` (the scale backend's ``compile_scale``, which picks its own chunking).
+    teccl runs as :func:`te_ccl.solve.solve` with ``backend`` and ``epoch`` (``auto`` picks
+    the scale backend beyond 16 GPUs, as ``teccl compile`` does).
     """
 
     topology: str
@@ -33,7 +33,6 @@ class Case:
     baselines: bool = True
     group: str = "suite"
     root: int | None = None
-    solver: str = "solve"
     backend: str = "auto"
     epoch: str = "fastest"
 
@@ -75,11 +74,9 @@ def _scale_cases() -> list[Case]:
     """Issue 7's table at 1 GiB, each with a limit near its target budget."""
     rows = [("mesh8x8", 5), ("torus8x8", 5), ("mesh16x16", 20), ("torus16x16", 20),
             ("torus8x8x8", 60), ("mesh32x32", 60), ("torus32x32", 60)]
-    cases = [Case(t, "allgather", GiB, limit_s=lim, baselines=False, group="scale",
-                  solver="scale") for t, lim in rows]
-    cases.append(Case("rail8x8", "alltoall", GiB, limit_s=60, baselines=False, group="scale",
-                      solver="scale"))
-    cases += [Case(t, kind, GiB, limit_s=lim, baselines=False, group="scale", solver="scale")
+    cases = [Case(t, "allgather", GiB, limit_s=lim, baselines=False, group="scale") for t, lim in rows]
+    cases.append(Case("rail8x8", "alltoall", GiB, limit_s=60, baselines=False, group="scale"))
+    cases += [Case(t, kind, GiB, limit_s=lim, baselines=False, group="scale")
               for t, lim in rows[:4] for kind in ("reducescatter", "allreduce")]
     return cases
 
