@@ -20,7 +20,7 @@ demo: $(STAMP)
 	@echo "demo output written to out/dgx1-allgather.xml"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2
+	$(BIN)/python -m pytest -n 2 -q
 
 bench: $(STAMP)
 	$(BIN)/teccl bench default
