@@ -123,8 +123,15 @@ def _replay(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> Non
     sends: dict[int, list[Transfer]] = defaultdict(list)
     for t in transfers:
         sends[t.start_epoch].append(t)
-    last = max([t.arrive_epoch for t in transfers], default=0)
-    for epoch in range(last + 1):
+    switch_in: dict[int, Counter] = defaultdict(Counter)
+    switch_out: dict[int, Counter] = defaultdict(Counter)
+    for t in transfers:
+        if not topo.node(t.dst).is_gpu:
+            switch_in[t.arrive_epoch][(t.dst, t.chunk)] += 1
+        if not topo.node(t.src).is_gpu:
+            switch_out[t.start_epoch][(t.src, t.chunk)] += 1
+    epochs = sorted({t.start_epoch for t in transfers} | {t.arrive_epoch for t in transfers})
+    for epoch in epochs:
         transient = _arrive(s, arrivals.pop(epoch, []), held, out)
         for t in sorted(sends.pop(epoch, []), key=lambda t: (t.chunk, t.src, t.dst)):
             value = transient.get((t.src, t.chunk), held.get((t.src, t.chunk)))
@@ -133,7 +140,8 @@ def _replay(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> Non
                                              f"in epoch {epoch}"))
                 continue
             arrivals[t.arrive_epoch].append((t, value))
-        _check_switch_fanout(s, epoch, transient, transfers, out)
+        _check_switch_fanout(s, epoch, switch_in.pop(epoch, Counter()),
+                             switch_out.pop(epoch, Counter()), out)
     _check_buffers(s, held, chunks, out)
     _check_demands(s, held, chunks, out)
 
@@ -167,16 +175,11 @@ def _arrive(s: Schedule, batch: list[tuple[Transfer, frozenset[int]]],
     return transient
 
 
-def _check_switch_fanout(s: Schedule, epoch: int, transient: dict[tuple[str, int], frozenset[int]],
-                         transfers: list[Transfer], out: list[Violation]) -> None:
+def _check_switch_fanout(s: Schedule, epoch: int, ins: Counter, outs: Counter,
+                         out: list[Violation]) -> None:
     """A switch that cannot copy sends each arriving chunk on at most as many links as it came in."""
-    topo = s.topology
-    outs = Counter((t.src, t.chunk) for t in transfers
-                   if t.start_epoch == epoch and not topo.node(t.src).is_gpu)
-    ins = Counter((t.dst, t.chunk) for t in transfers
-                  if t.arrive_epoch == epoch and not topo.node(t.dst).is_gpu)
     for (sw, chunk), n in outs.items():
-        node = topo.node(sw)
+        node = s.topology.node(sw)
         if not node.can_copy and not node.has_buffer and n > ins[(sw, chunk)]:
             out.append(Violation("switch", f"switch {sw} cannot copy but sends chunk {chunk} "
                                            f"{n} times in epoch {epoch} after {ins[(sw, chunk)]} "
