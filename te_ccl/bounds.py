@@ -6,7 +6,9 @@ Formulas (PRODUCT.md "Lower bounds"), with ``R`` the participating GPUs, ``N = |
 * AllGather: ``(M/N) · max_{S ⊉ R, S∩R ≠ ∅} |S∩R| / B⁺(S)`` (the ForestColl cut bound),
   computed exactly by Dinkelbach's method: for a ratio ``λ``, one min-cut per excluded GPU
   ``t`` finds ``max |S∩R| − λ·B⁺(S)``; ``λ`` is raised to that set's ratio until no set
-  beats it (a handful of rounds).
+  beats it (a handful of rounds). Beyond 256 GPUs (minutes of min-cuts) the best
+  single-node set or complement is used: a valid bound, equal to the exact one on the
+  shipped meshes and tori.
 * ReduceScatter: the same on the reversed graph; AllReduce: RS + AG.
 * AlltoAll: the max-concurrent-flow LP (GLOP; commodities aggregated per source, which is
   exact) when it has ≤ 200k variables, else the per-node ``(N−1)M/(N·min(B_in, B_out))``.
@@ -38,6 +40,7 @@ from te_ccl.topology.model import Topology
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time"]
 
 _LP_MAX_VARIABLES = 200_000
+EXACT_CUT_MAX_GPUS = 256
 
 
 @dataclass(frozen=True)
@@ -69,9 +72,29 @@ def _best_set(g: nx.DiGraph, members: list[str], lam: float) -> tuple[float, set
     return best, best_set
 
 
+def _node_cut_ratio(g: nx.DiGraph, members: list[str]) -> tuple[float, set[str]]:
+    """The best of the sets {v} and V∖{v} (v in R): a valid, cheap lower bound on the cut ratio."""
+    nodes = set(g.nodes)
+    best, arg = 0.0, set()
+    for v in members:
+        into = sum(bw for _, _, bw in g.in_edges(v, data="bandwidth"))
+        out = sum(bw for _, _, bw in g.out_edges(v, data="bandwidth"))
+        for ratio, s in (((len(members) - 1) / into, nodes - {v}), (1 / out, {v})):
+            if ratio > best:
+                best, arg = ratio, s
+    return best, arg
+
+
 def allgather_cut_ratio(topology: Topology, members: list[str]) -> tuple[float, set[str]]:
-    """max |S∩R| / B⁺(S) over S ⊉ R with S∩R ≠ ∅ (seconds per byte), and a maximising S."""
+    """max |S∩R| / B⁺(S) over S ⊉ R with S∩R ≠ ∅ (seconds per byte), and a maximising S.
+
+    Exact up to ``EXACT_CUT_MAX_GPUS`` members (each Dinkelbach round is one min-cut per
+    member); beyond, the best single-node set or complement — still a valid lower bound,
+    and the exact one on meshes and tori, where a GPU's own in-links are the bottleneck.
+    """
     g = topology.graph()
+    if len(members) > EXACT_CUT_MAX_GPUS:
+        return _node_cut_ratio(g, members)
     out_bw = {v: sum(bw for _, _, bw in g.out_edges(v, data="bandwidth")) for v in members}
     start = max(members, key=lambda v: 1 / out_bw[v] if out_bw[v] else float("inf"))
     lam, arg = 1 / out_bw[start], {start}
