@@ -127,3 +127,17 @@ def test_any_single_mutation_of_a_correct_schedule_is_caught_or_harmless(n, data
     t = s.transfers[i]
     earlier = s.transfers[:i] + (replace(t, arrive_epoch=t.start_epoch),) + s.transfers[i + 1:]
     assert "timing" in rules(replace(s, transfers=earlier))
+
+
+def test_buffered_switch_without_reduce_forwards_each_partial_once():
+    nodes = [Node("g0"), Node("g1"), Node("g2"),
+             Node("sw", NodeKind.SWITCH, can_copy=False, has_buffer=True)]
+    links = [Link(f"g{i}", "sw", 1e9) for i in range(3)] + [Link("sw", f"g{i}", 1e9) for i in range(3)]
+    topo = Topology.build("bstar", nodes, links)
+    coll = Collective(CollectiveKind.REDUCE, 1000, (0, 1, 2), root=0)
+    ok = (Transfer(0, "g1", "sw", 0, 1, "reduce"), Transfer(0, "g2", "sw", 0, 1, "reduce"),
+          Transfer(0, "sw", "g0", 1, 2, "reduce"), Transfer(0, "sw", "g0", 2, 3, "reduce"))
+    assert check_schedule(Schedule(topo, coll, TAU, ok)) == []
+    # a third forward has no unit left to send
+    extra = ok + (Transfer(0, "sw", "g0", 3, 4, "reduce"),)
+    assert "hold" in rules(Schedule(topo, coll, TAU, extra))

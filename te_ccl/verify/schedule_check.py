@@ -119,6 +119,7 @@ def _replay(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> Non
     for c in chunks.values():
         for r in c.sources:
             held[(topo.gpu(r), c.id)] = frozenset(c.sources) if not c.reduce else frozenset((r,))
+    queued: dict[tuple[str, int], list[frozenset[int]]] = defaultdict(list)
     arrivals: dict[int, list[tuple[Transfer, frozenset[int]]]] = defaultdict(list)
     sends: dict[int, list[Transfer]] = defaultdict(list)
     for t in transfers:
@@ -132,9 +133,9 @@ def _replay(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> Non
             switch_out[t.start_epoch][(t.src, t.chunk)] += 1
     epochs = sorted({t.start_epoch for t in transfers} | {t.arrive_epoch for t in transfers})
     for epoch in epochs:
-        transient = _arrive(s, arrivals.pop(epoch, []), held, out)
+        transient = _arrive(s, arrivals.pop(epoch, []), held, queued, out)
         for t in sorted(sends.pop(epoch, []), key=lambda t: (t.chunk, t.src, t.dst)):
-            value = transient.get((t.src, t.chunk), held.get((t.src, t.chunk)))
+            value = _take(s, t, transient, held, queued)
             if value is None:
                 out.append(Violation("hold", f"{t}: {t.src} does not hold chunk {t.chunk} "
                                              f"in epoch {epoch}"))
@@ -146,14 +147,35 @@ def _replay(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> Non
     _check_demands(s, held, chunks, out)
 
 
+def _queues(node) -> bool:
+    """A buffered switch that cannot reduce keeps each arriving unit apart (flow conservation)."""
+    return not node.is_gpu and node.has_buffer and not node.can_reduce
+
+
+def _take(s: Schedule, t: Transfer, transient, held, queued) -> frozenset[int] | None:
+    """The value ``t`` sends: a queued switch forwards its oldest unit (consumed unless it copies)."""
+    key = (t.src, t.chunk)
+    node = s.topology.node(t.src)
+    if not _queues(node):
+        return transient.get(key, held.get(key))
+    units = queued.get(key)
+    if not units:
+        return None
+    return units[0] if node.can_copy else units.pop(0)
+
+
 def _arrive(s: Schedule, batch: list[tuple[Transfer, frozenset[int]]],
-            held: dict[tuple[str, int], frozenset[int]], out: list[Violation]
+            held: dict[tuple[str, int], frozenset[int]],
+            queued: dict[tuple[str, int], list[frozenset[int]]], out: list[Violation]
             ) -> dict[tuple[str, int], frozenset[int]]:
     """Apply one epoch's arrivals; returns what bufferless switches hold in this epoch only."""
     transient: dict[tuple[str, int], frozenset[int]] = {}
     for t, value in sorted(batch, key=lambda x: (x[0].chunk, x[0].src, x[0].dst)):
         node = s.topology.node(t.dst)
         key = (t.dst, t.chunk)
+        if _queues(node):
+            queued[key].append(value)
+            continue
         store = held if (node.is_gpu or node.has_buffer) else transient
         old = store.get(key)
         if node.is_gpu or node.has_buffer or old is None or old == value:
