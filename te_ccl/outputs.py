@@ -8,6 +8,8 @@ file beside the target and is renamed over it only when complete. ``"-"`` means 
 >>> write_atomic(d / "a" / "x.txt", "hello")
 >>> (d / "a" / "x.txt").read_text()
 'hello'
+>>> oct((d / "a" / "x.txt").stat().st_mode & 0o777) == oct(0o666 & ~_umask())
+True
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from pathlib import Path
 from te_ccl.errors import SpecError
 
 __all__ = ["write_atomic"]
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
@@ -38,6 +46,7 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(raw)
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; outputs are ordinary files
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
