@@ -64,14 +64,6 @@ def _reduction_problem(topology: Topology, collective: Collective, owner: dict[i
                         epoch_s=epoch_duration(topology, chunk, params.epoch))
 
 
-def _owners(collective: Collective) -> dict[int, int]:
-    chunks = collective.chunks()
-    if collective.kind is CollectiveKind.ALLREDUCE:
-        k = collective.chunks_per_rank
-        return {c.id: collective.ranks[c.id // k] for c in chunks}
-    return {c.id: c.destinations[0] for c in chunks}
-
-
 def _gather_problem(topology: Topology, collective: Collective, owner: dict[int, int],
                     epoch_s: float, first_phase: list[Transfer]) -> Problem:
     """AllReduce's second phase: chunk ``i`` from ``owner[i]`` to every other rank.
@@ -100,7 +92,7 @@ def _merge(a: SolveResult, b: SolveResult, transfers: tuple, finish: int) -> Sol
 
 def _solve_reduction(topology: Topology, collective: Collective, params: SolveParams,
                      clock: Clock, progress: Progress | None) -> tuple[SolveResult, float]:
-    owner = _owners(collective)
+    owner = collective.reduction_owners()
     problem = _reduction_problem(topology, collective, owner, params)
     allreduce = collective.kind is CollectiveKind.ALLREDUCE
     first = run_backend(problem, params, Clock(clock.left / 2) if allreduce else clock, progress)

@@ -128,6 +128,16 @@ class Collective:
         root = f" root={self.root}" if self.root is not None else ""
         return f"{self.kind.value}{root} on {self.nranks} ranks, {self.chunks_per_rank} chunk(s)"
 
+    def reduction_owners(self) -> dict[int, int]:
+        """Chunk id → the rank where the chunk is summed first.
+
+        A reduced chunk's destination; for AllReduce (ReduceScatter then AllGather) chunk
+        ``i`` is summed at ``ranks[i // chunks_per_rank]`` and then copied to every rank.
+        """
+        if self.kind is CollectiveKind.ALLREDUCE:
+            return {c.id: self.ranks[c.id // self.chunks_per_rank] for c in self.chunks()}
+        return {c.id: c.destinations[0] for c in self.chunks()}
+
     def chunks(self) -> tuple[Chunk, ...]:
         """The commodities, numbered 0.. in a fixed order (see the module docstring)."""
         return tuple(_CHUNK_BUILDERS[self.kind](self))

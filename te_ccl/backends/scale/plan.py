@@ -130,12 +130,6 @@ def scale_plan(topology: Topology, collective: Collective) -> tuple[Collective, 
     return sub, sub.chunk_bytes / fastest, k
 
 
-def _owners(c: Collective) -> dict[int, int]:
-    if c.kind is CollectiveKind.ALLREDUCE:
-        return {x.id: c.ranks[x.id // c.chunks_per_rank] for x in c.chunks()}
-    return {x.id: x.destinations[0] for x in c.chunks()}
-
-
 def _fan_out(topology: Topology, c: Collective, owner: dict[int, int], tau: float,
              reverse: bool):
     """Chunk ``i`` from ``owner[i]`` to its other ranks (on the reversed graph if ``reverse``)."""
@@ -156,7 +150,7 @@ def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams,
         moves, method, notes = solve_moves(build_problem(topology, sub, tau), params, clock,
                                            progress)
         return moves.transfers(), f"scale/{method}", notes
-    owner = _owners(sub)
+    owner = sub.reduction_owners()
     first, method, notes = solve_moves(_fan_out(topology, sub, owner, tau, True), params,
                                        clock, progress)
     transfers = first.transfers(reverse_at=first.finish)
