@@ -26,7 +26,7 @@ bench: $(STAMP)
 	$(BIN)/teccl bench default
 
 lint: $(STAMP)
-	$(BIN)/ruff check te_ccl tests
+	$(BIN)/ruff check te_ccl tests scripts
 
 schedules: $(STAMP)
 	$(BIN)/python -m te_ccl.report.ship_schedules schedules
