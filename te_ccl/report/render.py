@@ -88,7 +88,7 @@ def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: li
     met = sum(t.met for t in targets)
     lines = [
         f"Suite `{result.suite}`: {len({(r.topology, r.collective, r.size_bytes, r.chunks) for r in result.rows})} "
-        f"cases, {len(result.rows)} schedules in {result.elapsed_s / 60:.1f} min on "
+        f"distinct cases, {len(result.rows)} schedules in {result.elapsed_s / 60:.1f} min on "
         f"{os.cpu_count()} cores ({platform.python_implementation()} {platform.python_version()}); "
         f"{len(result.skipped)} case(s) skipped for the time budget.",
         "Every time is the simulated finish time (α-β replay with link contention) of a "
@@ -102,13 +102,23 @@ def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: li
     lines += ["", "#### Anchors: NDv2 ×2 AllGather algbw (GB/s)", ""]
     sizes = sorted({a.size_bytes for a in anchor_rows})
     systems = list(dict.fromkeys(a.system for a in anchor_rows))
-    cell = {(a.system, a.size_bytes): a.algbw_GBps for a in anchor_rows}
+    cell = {(a.system, a.size_bytes): a for a in anchor_rows}
+
+    def show(a: Anchor | None) -> str:
+        note = f" ({a.note})" if a is not None and a.note else ""
+        return _num(a.algbw_GBps if a else None, "{:.3g}") + note
+
     lines += _md_table(["system"] + [_size(s) for s in sizes],
-                       [[s] + [_num(cell.get((s, z)), "{:.3g}") for z in sizes] for s in systems])
+                       [[s] + [show(cell.get((s, z))) for z in sizes] for s in systems])
     lines += ["", "#### Scale (issue 7, 1 GiB)", ""] + _scale(result.rows)
     lines += ["", "#### Results per topology: algbw GB/s (ratio to bound)", ""]
     lines += _per_topology(result.rows)
     return "\n".join(lines) + "\n"
+
+
+_COLOURS = {"teccl": "black", "baseline:ring": "tab:blue", "baseline:ring-bidir": "tab:cyan",
+            "baseline:tree": "tab:green", "baseline:direct": "tab:orange",
+            "baseline:hierarchical": "tab:purple"}
 
 
 def draw_plots(rows: list[Row], out_dir: Path) -> list[Path]:
@@ -131,14 +141,15 @@ def draw_plots(rows: list[Row], out_dir: Path) -> list[Path]:
             for system in sorted({r.system for r in rs if r.collective == kind}):
                 pts = sorted((r.size_bytes, r.algbw_GBps) for r in rs
                              if r.collective == kind and r.system == system)
-                ax.plot(*zip(*pts, strict=True), marker="o", ms=3,
+                ax.plot(*zip(*pts, strict=True), marker="o", ms=3, color=_COLOURS.get(system),
                         lw=2.2 if system == "teccl" else 1, label=system.replace("baseline:", ""))
             ax.set_xscale("log")
             ax.set_yscale("log")
             ax.set_title(kind)
             ax.set_xlabel("size (bytes)")
             ax.set_ylabel("algbw (GB/s)")
-        axes[0][0].legend(fontsize=7)
+        handles = {h.get_label(): h for ax in axes[0] for h in ax.get_lines()}
+        axes[0][-1].legend(handles.values(), handles.keys(), fontsize=7)
         fig.suptitle(f"{topo}: simulated algbw")
         fig.tight_layout()
         path = out_dir / f"{topo}.png"

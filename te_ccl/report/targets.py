@@ -45,6 +45,7 @@ class Anchor:
     size_bytes: int
     algbw_GBps: float | None
     source: str
+    note: str = ""
 
 
 def _teccl(rows: list[Row], topo: str, kind: str, size: int, chunks: int | None = None,
@@ -173,7 +174,6 @@ def anchors(rows: list[Row]) -> list[Anchor]:
         base = [x for x in rows if x.topology == "ndv2x2" and x.collective == "allgather"
                 and x.size_bytes == size and x.system != "teccl" and x.ok]
         best = max(base, key=lambda x: x.algbw_GBps, default=None)
-        out.append(Anchor(f"best baseline ({best.system.split(':')[1]})" if best
-                          else "best baseline", size, best.algbw_GBps if best else None,
-                          "measured"))
+        out.append(Anchor("best baseline (this run)", size, best.algbw_GBps if best else None,
+                          "measured", best.system.split(":")[1] if best else ""))
     return out
