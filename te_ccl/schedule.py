@@ -8,9 +8,11 @@ in the simulator and the bounds, after TE-CCL): the link is busy only for
 latency ``α``:
 
 * it is busy for ``k = ceil(chunk_bytes / (b·τ))`` epochs from ``start_epoch``;
-* ``arrive_epoch ≥ start_epoch + ceil((chunk_bytes / b + α) / τ)``;
 * when ``b·τ ≥ chunk_bytes`` it may start ``floor(b·τ / chunk_bytes)`` chunks per epoch,
-  otherwise it carries one chunk at a time.
+  otherwise it carries one chunk at a time;
+* the chunks started on a link in one epoch leave it one after the other: the i-th of
+  them (i = 1, 2, … in order of arrival) has
+  ``arrive_epoch ≥ start_epoch + ceil((i · chunk_bytes / b + α) / τ)``.
 
 ``op="copy"``: ``dst`` receives the sender's value of the chunk. ``op="reduce"``: ``dst``
 adds the received partial into its own partial (ReduceScatter, AllReduce, Reduce).

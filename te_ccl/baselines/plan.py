@@ -10,7 +10,8 @@ and gives every hop epochs with the rules of the ``te_ccl.schedule`` docstring:
 * τ = ``chunk_bytes / b_max`` (the fastest link carries one chunk per epoch; slower links
   need ``ceil(chunk/(b·τ))`` epochs per chunk), but at least half the smallest α, so that
   latency-bound (tiny) chunks do not need millions of epochs;
-* a hop started in epoch ``e`` arrives at ``e + ceil((chunk/b + α)/τ)``;
+* a hop started in epoch ``e`` arrives at ``e + ceil((chunk/b + α)/τ)``; a link starts in one
+  epoch only as many chunks as still arrive by then (they leave it one after another);
 * a link starts at most ``cap`` chunks in any ``k`` consecutive epochs;
 * a switch without buffer forwards in the epoch the chunk arrives.
 
@@ -132,8 +133,10 @@ class _Links:
         link = self.topo.link(u, v)
         btau = link.bandwidth_Bps * self.tau
         k = max(1, math.ceil(self.c / btau - _EPS))
-        cap = max(1, math.floor(btau / self.c + _EPS)) if btau >= self.c * (1 - _EPS) else 1
         delay = max(1, math.ceil((self.c / link.bandwidth_Bps + link.latency_s) / self.tau - _EPS))
+        # chunks leave the link one after another: only those arriving within `delay` share an epoch
+        in_time = (delay * self.tau - link.latency_s) * link.bandwidth_Bps / self.c
+        cap = max(1, math.floor(min(btau / self.c, in_time) + _EPS)) if btau >= self.c * (1 - _EPS) else 1
         return k, cap, delay
 
     def blocked(self, u: str, v: str, e: int) -> int | None:

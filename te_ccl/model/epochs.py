@@ -4,10 +4,12 @@ The rules are those of the :mod:`te_ccl.schedule` docstring (α delays arrival; 
 busy only for ``chunk/b``). For a link with bandwidth ``b``, latency ``α`` and chunk size ``C``:
 
 * occupancy ``k = ceil(C / (b·τ))`` epochs per chunk;
-* capacity  ``cap = floor(b·τ / C)`` chunk starts per epoch when ``b·τ ≥ C``, else 1 per ``k``
-  epochs — both are "at most ``cap`` starts in any ``k`` consecutive epochs";
 * delay ``d = ceil((C/b + α) / τ)``: a chunk started in epoch ``t`` is held at the far end
-  from epoch ``t + d``.
+  from epoch ``t + d``;
+* capacity ``cap = min(floor(b·τ / C), floor((d·τ − α)·b / C))`` chunk starts per epoch when
+  ``b·τ ≥ C`` (the i-th chunk of an epoch leaves the link after ``i·C/b``, so only those
+  that still arrive within ``d`` epochs may start together), else 1 per ``k`` epochs —
+  both are "at most ``cap`` starts in any ``k`` consecutive epochs".
 
 Ceilings and floors forgive a relative 1e-9 so that τ equal to a link's own chunk time
 gives exactly one epoch despite rounding.
@@ -60,11 +62,14 @@ class LinkTiming:
 
 def link_timing(link: Link, chunk_bytes: float, epoch_s: float) -> LinkTiming:
     per_epoch = link.bandwidth_Bps * epoch_s / chunk_bytes
+    delay = max(1, ceil_tol(link.transfer_time_s(chunk_bytes) / epoch_s))
     if per_epoch >= 1 - _EPS:
-        occupancy, capacity = 1, floor_tol(per_epoch)
+        # the i-th chunk of an epoch leaves the link after i·C/b: only those that still
+        # arrive within ``delay`` epochs may start together
+        in_time = (delay * epoch_s - link.latency_s) * link.bandwidth_Bps / chunk_bytes
+        occupancy, capacity = 1, max(1, min(floor_tol(per_epoch), floor_tol(in_time)))
     else:
         occupancy, capacity = ceil_tol(1 / per_epoch), 1
-    delay = max(1, ceil_tol(link.transfer_time_s(chunk_bytes) / epoch_s))
     return LinkTiming(link, occupancy, capacity, delay)
 
 
