@@ -27,7 +27,7 @@ from dataclasses import replace
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.select import run_backend
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.errors import SpecError
+from te_ccl.errors import SolverError, SpecError
 from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import reverse_in_time
 from te_ccl.model.problem import Demand, Problem, build_problem, make_problem
@@ -37,6 +37,7 @@ from te_ccl.topology.model import Topology
 __all__ = ["solve", "SolveParams", "SCALE_MIN_GPUS"]
 
 SCALE_MIN_GPUS = 16
+TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can win
 
 
 def _check(topology: Topology, collective: Collective) -> None:
@@ -145,6 +146,51 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
     """
     params = params or SolveParams()
     _check(topology, collective)
+    if (params.backend != "auto" or params.max_horizon is not None
+            or topology.ngpus > TEMPLATE_MAX_GPUS):
+        return _solve_model(topology, collective, params, progress)
+    try:
+        schedule = _solve_model(topology, collective, params, progress)
+    except SolverError as e:
+        best = _best_template(topology, collective)
+        if best is None:
+            raise
+        return best.with_info(notes=(f"auto: the flow model gave up ({e}); kept the "
+                                     f"{best.info.backend} template",) + best.info.notes)
+    best = _best_template(topology, collective)
+    if best is None or best.finish_time_s >= schedule.finish_time_s * (1 - 1e-9):
+        return schedule
+    return best.with_info(
+        solver_time_s=schedule.info.solver_time_s,
+        notes=(f"auto: the {best.info.backend} template finishes at {best.finish_time_s:.4g} s, "
+               f"before the flow schedule's {schedule.finish_time_s:.4g} s; kept the template",)
+        + schedule.info.notes)
+
+
+def _best_template(topology: Topology, collective: Collective) -> Schedule | None:
+    """The earliest-finishing baseline (ring, tree, direct, hierarchical) that applies.
+
+    ``auto`` (without a user-given ``max_horizon``, which asks for the flow model's answer)
+    never returns a schedule slower than a template it could have chosen; the templates
+    are built in the Schedule IR with the same α semantics, so finish times compare
+    directly.
+    """
+    from te_ccl.baselines import BaselineError, applicable, build_baseline
+
+    best = None
+    for name in applicable(topology, collective):
+        try:
+            candidate = build_baseline(name, topology, collective)
+        except BaselineError:
+            continue
+        if best is None or candidate.finish_time_s < best.finish_time_s:
+            best = candidate
+    return best
+
+
+def _solve_model(topology: Topology, collective: Collective, params: SolveParams,
+                 progress: Progress | None) -> Schedule:
+    """The flow model (or, beyond one model's reach, the scale backend)."""
     why = _scale_reason(topology, collective, params)
     if why is not None:
         from te_ccl.backends.scale import compile_scale

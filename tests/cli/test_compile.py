@@ -117,3 +117,25 @@ def test_auto_uses_the_scale_backend_beyond_one_model(teccl, tmp_path):
     info = json.loads(stdout)
     assert info["backend"] == "scale" and info["notes"][0].startswith("auto: scale/symmetry")
     assert 1 - 1e-9 <= info["bound_ratio"] <= 1.01
+
+
+def test_auto_is_never_slower_than_a_template(teccl, tmp_path):
+    """Broadcast of 1 GB in one chunk: the double binary tree pipelines nothing either, but
+    whichever of the flow schedule and the templates finishes first is what auto keeps."""
+    from te_ccl.baselines import BaselineError, applicable, build_baseline
+    from te_ccl.collective import Collective, CollectiveKind
+    from te_ccl.spec.topology import load_topology
+
+    code, stdout, _ = teccl("compile", "ndv2x2", "-c", "broadcast", "--root", "0", "-s", "1GB",
+                            "--json", "--format", "json", "-o", str(tmp_path / "b.json"),
+                            "--time-limit", "20")
+    assert code == 0
+    finish = json.loads(stdout)["finish_time_s"]
+    topo = load_topology("ndv2x2")
+    coll = Collective(CollectiveKind.BROADCAST, 10**9, tuple(range(16)), root=0)
+    for name in applicable(topo, coll):
+        try:
+            template = build_baseline(name, topo, coll)
+        except BaselineError:
+            continue  # does not apply here
+        assert finish <= template.finish_time_s * (1 + 1e-9)
