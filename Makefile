@@ -24,6 +24,8 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/teccl bench default --no-fail --readme README.md
+	$(BIN)/python -m te_ccl.sweep.bench --json > bench/sweep_speedup.json
+	@cat bench/sweep_speedup.json
 
 lint: $(STAMP)
 	$(BIN)/ruff check te_ccl tests scripts
