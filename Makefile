@@ -16,7 +16,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/teccl topo show dgx1
-	$(BIN)/teccl compile dgx1 --collective allgather --size 64MB --chunks 1 -o out/dgx1-allgather.xml
+	$(BIN)/teccl compile dgx1 --collective allgather --size 64MB --chunks auto -o out/dgx1-allgather.xml
 	@echo "demo output written to out/dgx1-allgather.xml"
 
 test: $(STAMP)
