@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -78,3 +79,30 @@ def test_a_job_that_overruns_is_killed_and_recorded(tmp_path, monkeypatch):
     entry = ship_schedules._isolated(load_topology("fc8"), "allgather", tmp_path, 1.0, hard_s=2)
     assert entry["status"] == "skipped" and "no result within 2 s" in entry["reason"]
     assert time.monotonic() - start < 30
+
+
+def test_a_job_that_outgrows_its_memory_is_killed_and_recorded(tmp_path, monkeypatch):
+    import time
+
+    from te_ccl.report import ship_schedules
+    from te_ccl.spec.topology import load_topology
+
+    here = ship_schedules.resident_bytes(os.getpid())
+    if here is None:
+        pytest.skip("no /proc: resident memory is not observable here")
+    limit = here + (256 << 20)  # the forked child starts near the parent's size
+
+    def hog(*args, grow: bool):
+        ballast = bytearray(512 << 20) if grow else b""  # zero-filled, so resident
+        time.sleep(60)
+        return ballast
+
+    fc8 = load_topology("fc8")
+    monkeypatch.setattr(ship_schedules, "ship_one", lambda *a: hog(grow=True))
+    entry = ship_schedules._isolated(fc8, "allgather", tmp_path, 1.0, hard_s=30,
+                                     memory_bytes=limit)
+    assert entry["status"] == "skipped" and entry["reason"].startswith("out of memory")
+    monkeypatch.setattr(ship_schedules, "ship_one", lambda *a: hog(grow=False))
+    entry = ship_schedules._isolated(fc8, "allgather", tmp_path, 1.0, hard_s=3,
+                                     memory_bytes=limit)
+    assert entry["reason"].startswith("no result within 3 s")

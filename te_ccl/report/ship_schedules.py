@@ -9,14 +9,15 @@ combination, with the reason when one was skipped (solver time limit, a limit of
 
 The whole run shares one time budget: each solve gets an equal share of what is left
 (between ``min_limit_s`` and ``max_limit_s``), smallest topologies first. Each
-combination runs in a child process with a memory cap and a hard deadline.
+combination runs in a child process watched for its resident memory and a hard deadline
+(an address-space cap would stop OR-Tools starting its threads long before memory runs
+short).
 """
 
 from __future__ import annotations
 
 import json
 import multiprocessing
-import resource
 import sys
 import time
 from dataclasses import replace
@@ -38,7 +39,8 @@ __all__ = ["KINDS", "MAX_GPUS", "shippable_topologies", "ship_one", "ship_all"]
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
 MAX_GPUS = 64
 SIZE = "64MiB"
-MEMORY_LIMIT_BYTES = 4 << 30
+MEMORY_LIMIT_BYTES = 4 << 30  # resident set of one combination's child
+POLL_S = 0.5
 WAFER_PREFIXES = ("fred-", "wafer-")
 
 
@@ -87,7 +89,6 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> di
 
 
 def _child(topo: Topology, kind: str, out_dir: Path, limit_s: float, queue) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT_BYTES, MEMORY_LIMIT_BYTES))
     try:
         queue.put(ship_one(topo, kind, out_dir, limit_s))
     except (TecclError, MemoryError) as e:
@@ -99,18 +100,44 @@ def _skipped(topo: Topology, kind: str, reason: str) -> dict:
             "status": "skipped", "reason": reason}
 
 
-def _isolated(topo: Topology, kind: str, out_dir: Path, limit_s: float, hard_s: float) -> dict:
-    """:func:`ship_one` in a child process with a memory cap, killed after ``hard_s`` seconds
-    (a solver that overruns its own limit must not stall the whole run)."""
+def resident_bytes(pid: int) -> int | None:
+    """The resident set size of process ``pid`` (Linux ``/proc``), None where unavailable.
+
+    >>> import os
+    >>> resident_bytes(os.getpid()) is None or resident_bytes(os.getpid()) > 0
+    True
+    """
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return None
+
+
+def _isolated(topo: Topology, kind: str, out_dir: Path, limit_s: float, hard_s: float,
+              memory_bytes: int = MEMORY_LIMIT_BYTES) -> dict:
+    """:func:`ship_one` in a child process, killed after ``hard_s`` seconds (a solver that
+    overruns its own limit must not stall the whole run) or once its resident memory
+    exceeds ``memory_bytes``."""
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
     child = ctx.Process(target=_child, args=(topo, kind, out_dir, limit_s, queue))
     child.start()
+    deadline = time.monotonic() + hard_s
     try:
-        return queue.get(timeout=hard_s)
-    except Empty:
+        while time.monotonic() < deadline:
+            try:
+                return queue.get(timeout=POLL_S)
+            except Empty:
+                rss = resident_bytes(child.pid)
+                if rss is not None and rss > memory_bytes:
+                    return _skipped(topo, kind, f"out of memory: resident {rss / 2**30:.1f} GiB "
+                                                f"> {memory_bytes / 2**30:.1f} GiB")
         return _skipped(topo, kind, f"no result within {hard_s:.0f} s (solver limit "
-                                    f"{limit_s:.0f} s) or out of memory")
+                                    f"{limit_s:.0f} s)")
     finally:
         child.kill()
         child.join()
