@@ -5,6 +5,7 @@ from __future__ import annotations
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.scale.alltoall import solve_rail_alltoall
 from te_ccl.backends.scale.greedy import greedy_transfers
+from te_ccl.backends.scale.hierarchical import solve_hierarchical
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.torus import solve_torus
 from te_ccl.errors import SolverError
@@ -31,7 +32,8 @@ def _greedy(problem: Problem, params: SolveParams, clock: Clock) -> tuple[Moves,
 
 def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
                 progress: Progress | None = None) -> tuple[Moves, str, tuple[str, ...]]:
-    """(moves, method, notes): torus symmetry or the rail AlltoAll when they apply, else the greedy.
+    """(moves, method, notes): torus symmetry, the rail AlltoAll or the box hierarchy when they
+    apply, else the greedy.
 
     Raises SolverError for switches, multi-source chunks or buffer limits (the greedy
     does not model them) and when the time limit runs out.
@@ -41,6 +43,8 @@ def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
     solved, method = solve_torus(problem, params, clock), "symmetry"
     if solved is None:
         solved, method = solve_rail_alltoall(problem), "rail-alltoall"
+    if solved is None:
+        solved, method = solve_hierarchical(problem), "hierarchical"
     if solved is None:
         solved, method = _greedy(problem, params, clock), "greedy"
     moves, notes = solved

@@ -28,6 +28,7 @@ import networkx as nx
 from te_ccl.backends.base import Clock, Progress, SolveParams
 from te_ccl.backends.scale.alltoall import rail_shape
 from te_ccl.backends.scale.entry import solve_moves
+from te_ccl.backends.scale.hierarchical import box_fabric, hierarchical_subchunks
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
@@ -43,13 +44,17 @@ MAX_TRANSFERS = 6_000_000
 
 _TREE_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
                CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
+_HIERARCHY_KINDS = _TREE_KINDS[:3]
 
 
 def scale_method(topology: Topology, collective: Collective) -> str | None:
-    """Which scale method fits (``symmetry``, ``greedy``, ``rail-alltoall``), None if none does.
+    """Which scale method fits (``symmetry``, ``greedy``, ``rail-alltoall``, ``hierarchical``),
+    None if none does.
 
     For ``--backend auto``: the greedy floods chunks to every GPU, so it is offered only
-    for the copy-and-forward kinds; AlltoAll only on rail-optimized clusters.
+    for the copy-and-forward kinds; AlltoAll only on rail-optimized clusters; AllGather,
+    ReduceScatter and AllReduce over every GPU of boxes on switches (rails, direct links)
+    by the hierarchy.
 
     >>> from te_ccl.topology.generators import mesh, torus
     >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
@@ -59,7 +64,11 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     every = collective.nranks == topology.ngpus
     if collective.kind is CollectiveKind.ALLTOALL:
         return "rail-alltoall" if every and rail_shape(topology) else None
-    gpu_only = not topology.switches and all(n.buffer_bytes is None for n in topology.nodes)
+    unlimited = all(n.buffer_bytes is None for n in topology.nodes)
+    if (every and unlimited and collective.kind in _HIERARCHY_KINDS
+            and box_fabric(topology) is not None):
+        return "hierarchical"
+    gpu_only = not topology.switches and unlimited
     if collective.kind not in _TREE_KINDS or not gpu_only:
         return None
     sym = collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) and every
@@ -124,7 +133,11 @@ def scale_plan(topology: Topology, collective: Collective) -> tuple[Collective, 
     if collective.kind in (CollectiveKind.CUSTOM,) or not collective.ranks:
         raise SpecError("the scale backend compiles the standard collectives only",
                         key="collective")
-    k = _subchunks(topology, collective)
+    if scale_method(topology, collective) == "hierarchical":
+        k = hierarchical_subchunks(topology, collective,
+                                   MAX_TRANSFERS // (4 * collective.nranks * collective.nchunks))
+    else:
+        k = _subchunks(topology, collective)
     sub = replace(collective, chunks_per_rank=collective.chunks_per_rank * k)
     fastest = max(link.bandwidth_Bps for link in topology.links)
     return sub, sub.chunk_bytes / fastest, k

@@ -1,0 +1,319 @@
+"""AllGather on boxes of GPUs behind a switch, joined by rails or direct links: cross, then spread.
+
+Topology (``boxes`` / ``rail_optimized`` generators): box ``a`` holds GPUs ``b{a}.*`` on a
+box switch ``b{a}.sw`` (an NVSwitch, linked both ways to each of them); boxes are joined
+by *ports* ``u → [w →] v``: a GPU ``u`` of one box to a GPU ``v`` of another, directly or
+through one switch ``w`` outside the boxes (a rail switch, which forwards but need not copy).
+
+Bound. Each box must take in every foreign chunk once through its ports' entry links, and
+each GPU every chunk through its in-links; the cut bound is the larger (on rail8x8 the
+box: 56 foreign chunks through 8 NICs of 50 GB/s; on dgx2x2 the GPUs without a NIC).
+
+Schedule (after the hierarchical NCCL algorithms, pipelined per sub-chunk):
+
+1. *cross*: each foreign box receives every chunk exactly once, through one port. The
+   chunks of box ``a`` are dealt to the ports towards box ``c`` in proportion (chunk of
+   GPU ``j`` → rail ``j`` on rail-optimized clusters; on dgx2x2 the chunk of an odd GPU
+   leaves through its even neighbour's NIC once the spread of step 2 brought it there).
+   Each exit link sends its own chunks first, destination boxes rotating, so on a rail
+   every slot is a box permutation and the buffer-less rail switch never sees two chunks
+   for one out-link;
+2. *spread*: inside every box each chunk goes from the GPU holding it (its source, or the
+   port's entry GPU) to the others through the box switch — one multicast when the
+   problem lets the switch copy, else unicasts, next offset first (a permutation when all
+   GPUs of a box spread at once). Chunks that came across the ports go first (they are
+   on the critical path), the box's own ones fill the gaps.
+
+Both steps are list-scheduled epoch by epoch on per-link calendars (occupancy, capacity
+and delay from the problem's timings), so every placed transfer respects the link rules.
+Every GPU receives each chunk once, so the reversed fan-out behind ReduceScatter /
+AllReduce is a tree (then the box switch copies only if it can reduce).
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from te_ccl.backends.scale.moves import Moves
+from te_ccl.backends.scale.torus import chunks_by_source
+from te_ccl.collective.model import Collective
+from te_ccl.errors import SolverError
+from te_ccl.model.problem import Problem
+from te_ccl.schedule import Transfer
+from te_ccl.topology.model import Topology
+
+__all__ = ["Port", "BoxFabric", "box_fabric", "hierarchical_subchunks", "solve_hierarchical"]
+
+OVERHEAD = 0.01  # sub-chunk until pipeline fill and drain cost at most this share of the time
+
+
+@dataclass(frozen=True)
+class Port:
+    """GPU ``exit`` of one box to GPU ``entry`` of another, through switch ``via`` (or direct)."""
+
+    exit: str
+    via: str | None
+    entry: str
+
+    @property
+    def first(self) -> tuple[str, str]:
+        """The exit's link this port starts on."""
+        return (self.exit, self.via or self.entry)
+
+
+@dataclass(frozen=True)
+class BoxFabric:
+    """GPUs per box, each box's switch, and the ports from box ``a`` to box ``c``."""
+
+    boxes: tuple[tuple[str, ...], ...]
+    switches: tuple[str, ...]
+    ports: dict[tuple[int, int], tuple[Port, ...]] = field(compare=False)
+
+
+def _box_of(topo: Topology) -> dict[str, int] | None:
+    """GPU → box index from the ``boxes`` generator's metadata and ``b{a}.`` names."""
+    meta = topo.meta or {}
+    count, per_box = meta.get("boxes"), meta.get("box_gpus")
+    if not count or not per_box or topo.ngpus != count * per_box:
+        return None
+    box = {g: r // per_box for r, g in enumerate(topo.gpus)}
+    if any(not g.startswith(f"b{a}.") for g, a in box.items()):
+        return None
+    return box
+
+
+def box_fabric(topo: Topology) -> BoxFabric | None:
+    """The box structure of ``topo``, or None when it is not boxes on a switch joined by ports.
+
+    >>> from te_ccl.topology.generators import rail_optimized
+    >>> f = box_fabric(rail_optimized(3, 2, 450e9, 50e9))
+    >>> f.switches, f.ports[(0, 2)]
+    (('b0.sw', 'b1.sw', 'b2.sw'), (Port(exit='b0.g0', via='rail0', entry='b2.g0'), \
+Port(exit='b0.g1', via='rail1', entry='b2.g1')))
+    """
+    box = _box_of(topo)
+    if box is None:
+        return None
+    count = max(box.values()) + 1
+    switches = tuple(f"b{a}.sw" for a in range(count))
+    for g, a in box.items():
+        sw = switches[a]
+        if sw not in topo.node_by_name or topo.node(sw).is_gpu or not (
+                topo.has_link(g, sw) and topo.has_link(sw, g)):
+            return None
+    ports: dict[tuple[int, int], list[Port]] = defaultdict(list)
+    for u in topo.gpus:
+        for link in topo.out_links(u):
+            w = link.dst
+            if w in switches:
+                continue
+            if topo.node(w).is_gpu:
+                if box[w] != box[u]:
+                    ports[(box[u], box[w])].append(Port(u, None, w))
+                continue
+            for hop in topo.out_links(w):
+                if hop.dst in box and box[hop.dst] != box[u]:
+                    ports[(box[u], box[hop.dst])].append(Port(u, w, hop.dst))
+    if len(ports) != count * (count - 1):
+        return None
+    rank = topo.rank
+    return BoxFabric(tuple(tuple(g for g in topo.gpus if box[g] == a) for a in range(count)),
+                     switches,
+                     {key: tuple(sorted(ps, key=lambda p: (rank(p.exit), rank(p.entry))))
+                      for key, ps in ports.items()})
+
+
+def hierarchical_subchunks(topo: Topology, collective: Collective, limit: int) -> int:
+    """The fewest sub-chunks ``k`` (≤ ``limit``) whose fill and drain cost ≤ OVERHEAD of the time.
+
+    Time ≈ the box ingress (foreign chunks over the box's entry links) or a GPU's ingress,
+    whichever is longer, plus the α of a cross-and-spread path, plus the fill and drain:
+    one sub-chunk time (and up to one epoch of rounding) on each hop of that path.
+    At 1 KB α dominates and ``k = 1`` (fewest hops); at 1 GB ``k`` is a few dozen.
+    """
+    fabric = box_fabric(topo)
+    assert fabric is not None
+    size = collective.chunk_bytes * collective.chunks_per_rank  # one rank's data
+    n, fastest = collective.nranks, max(k.bandwidth_Bps for k in topo.links)
+    ingress = max((n - 1) * size / sum(k.bandwidth_Bps for k in topo.in_links(g))
+                  for g in topo.gpus)
+    for c, gpus in enumerate(fabric.boxes):
+        entries = {(p.via or p.exit, p.entry) for (_, to), ps in fabric.ports.items() if to == c
+                   for p in ps}
+        bandwidth = sum(topo.link(*key).bandwidth_Bps for key in entries)
+        ingress = max(ingress, (n - len(gpus)) * size / bandwidth)
+    port = fabric.ports[(0, 1)][0]
+    path = [port.first] + ([(port.via, port.entry)] if port.via else [])
+    path += [(port.entry, fabric.switches[1]), (fabric.switches[1], port.entry)]
+    alpha = sum(topo.link(*key).latency_s for key in path)
+    per_byte = sum(1 / topo.link(*key).bandwidth_Bps + 1 / fastest for key in path)
+    ks = [k for k in range(1, max(1, limit) + 1) if collective.chunk_bytes // k >= 1] or [1]
+    return next((k for k in ks if collective.chunk_bytes / k * per_byte
+                 <= OVERHEAD * (ingress + alpha)), ks[-1])
+
+
+class _Calendar:
+    """Starts per link and epoch: a start fits when the link's timing allows one more."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.timings = problem.timings
+        self.used: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+
+    def fits(self, key: tuple[str, str], epoch: int) -> bool:
+        lt, used = self.timings[key], self.used[key]
+        if lt.occupancy == 1:
+            return used.get(epoch, 0) < lt.capacity
+        return all(e not in used for e in range(epoch - lt.occupancy + 1, epoch + lt.occupancy))
+
+    def take(self, key: tuple[str, str], epoch: int) -> int:
+        """Book a start; returns the arrival epoch."""
+        used = self.used[key]
+        used[epoch] = used.get(epoch, 0) + 1
+        return epoch + self.timings[key].delay
+
+
+@dataclass
+class _Spread:
+    """Chunk ``chunk`` held by ``holder`` from ``ready`` still owed to ``left`` (in its box)."""
+
+    prio: int
+    ready: int
+    chunk: int
+    holder: str
+    left: list[str]
+
+    def key(self) -> tuple[int, int, int]:
+        return (self.prio, self.ready, self.chunk)
+
+
+class _Run:
+    """The list scheduler of the module docstring: cross on the ports, spread in the boxes."""
+
+    def __init__(self, problem: Problem, fabric: BoxFabric, owned: dict[str, list[int]]) -> None:
+        self.problem, self.fabric, self.cal = problem, fabric, _Calendar(problem)
+        self.box = {g: a for a, gpus in enumerate(fabric.boxes) for g in gpus}
+        self.source = {x: g for g, xs in owned.items() for x in xs}
+        self.held: dict[tuple[int, str], int] = {(x, g): 0 for x, g in self.source.items()}
+        self.out: list[Transfer] = []
+        self.wake: list[int] = []
+        self.waiting: list[tuple[int, int, _Spread]] = []
+        self.active: list[list[_Spread]] = [[] for _ in fabric.boxes]
+        self.queues = self._deal(owned)
+        relays = {x for q in self.queues.values() for x, p in q if self.source[x] != p.exit}
+        for g, xs in owned.items():
+            for x in xs:
+                self._add(_Spread(0 if x in relays else 1, 0, x, g, self._targets(g)))
+
+    def _targets(self, holder: str) -> list[str]:
+        """The holder's box mates, next offset first (a permutation when all spread at once)."""
+        gpus = self.fabric.boxes[self.box[holder]]
+        i = gpus.index(holder)
+        return [gpus[(i + q) % len(gpus)] for q in range(1, len(gpus))]
+
+    def _deal(self, owned: dict[str, list[int]]) -> dict[tuple[str, str], list[tuple[int, Port]]]:
+        """Each chunk of box ``a`` to one port towards each box ``c``, in proportion; queues per exit link."""
+        queues: dict[tuple[str, str], list[tuple[tuple, int, Port]]] = defaultdict(list)
+        nbox = len(self.fabric.boxes)
+        for (a, c), ports in self.fabric.ports.items():
+            chunks = [x for g in self.fabric.boxes[a] for x in owned[g]]
+            for i, x in enumerate(chunks):
+                p = ports[i * len(ports) // len(chunks)]
+                order = (self.source[x] != p.exit, i, (c - a) % nbox)
+                queues[p.first].append((order, x, p))
+        return {key: [(x, p) for _, x, p in sorted(q, key=lambda e: e[0])]
+                for key, q in queues.items()}
+
+    def _add(self, item: _Spread) -> None:
+        heapq.heappush(self.waiting, (item.ready, id(item), item))
+        heapq.heappush(self.wake, item.ready)
+
+    def _send(self, x: int, key: tuple[str, str], epoch: int) -> int:
+        arrive = self.cal.take(key, epoch)
+        self.out.append(Transfer(x, key[0], key[1], epoch, arrive))
+        if self.problem.topology.node(key[1]).is_gpu:
+            self.held[(x, key[1])] = arrive
+            heapq.heappush(self.wake, arrive)
+        return arrive
+
+    def _cross(self, t: int) -> bool:
+        """Start the first sendable port transfer on each free exit link; True if one had to wait."""
+        blocked = False
+        window = len(self.fabric.boxes)
+        for first, queue in self.queues.items():
+            if not queue or not self.cal.fits(first, t):
+                blocked |= bool(queue)
+                continue
+            d = self.problem.timings[first].delay
+            for i, (x, p) in enumerate(queue[:window]):
+                if self.held.get((x, p.exit), t + 1) > t:
+                    continue
+                if p.via and not self.cal.fits((p.via, p.entry), t + d):
+                    blocked = True
+                    continue
+                arrive = self._send(x, first, t)
+                if p.via:
+                    arrive = self._send(x, (p.via, p.entry), arrive)
+                self._add(_Spread(0, arrive, x, p.entry, self._targets(p.entry)))
+                del queue[i]
+                break
+        return blocked
+
+    def _spread(self, t: int) -> bool:
+        """Box-switch sends starting at ``t``; True if some ready chunk had to wait."""
+        while self.waiting and self.waiting[0][0] <= t:
+            item = heapq.heappop(self.waiting)[2]
+            self.active[self.box[item.holder]].append(item)
+        blocked = False
+        for b, items in enumerate(self.active):
+            sw = self.fabric.switches[b]
+            copy = sw in self.problem.copy_nodes
+            items.sort(key=_Spread.key)
+            for item in items:
+                up = (item.holder, sw)
+                if not self.cal.fits(up, t):
+                    continue
+                there = t + self.problem.timings[up].delay
+                free = [g for g in item.left if self.cal.fits((sw, g), there)]
+                if free:
+                    free = free if copy else free[:1]
+                    self._send(item.chunk, up, t)
+                    for g in free:
+                        self._send(item.chunk, (sw, g), there)
+                    item.left = [g for g in item.left if g not in free]
+            self.active[b] = [item for item in items if item.left]
+            blocked |= bool(self.active[b])
+        return blocked
+
+    def run(self) -> list[Transfer]:
+        t = 0
+        while True:
+            blocked = self._cross(t) | self._spread(t)
+            if blocked:
+                t += 1
+                continue
+            while self.wake and self.wake[0] <= t:
+                heapq.heappop(self.wake)
+            if not self.wake:
+                break
+            t = heapq.heappop(self.wake)
+        if any(self.queues.values()) or self.waiting or any(self.active):
+            raise SolverError("hierarchical: chunks left that no transfer can bring")
+        return self.out
+
+
+def solve_hierarchical(problem: Problem) -> tuple[Moves, tuple[str, ...]] | None:
+    """(moves, notes), or None when the topology or the demands do not fit."""
+    fabric = box_fabric(problem.topology)
+    owned = chunks_by_source(problem)
+    if fabric is None or owned is None or problem.relay_limit:
+        return None
+    transfers = _Run(problem, fabric, owned).run()
+    copy = all(sw in problem.copy_nodes for sw in fabric.switches)
+    nports = sum(len(ps) for ps in fabric.ports.values())
+    notes = (f"hierarchical: {len(fabric.boxes)} boxes × {len(fabric.boxes[0])} GPUs, "
+             f"{nports} inter-box ports; each chunk crosses once to every other box, then "
+             f"spreads by the box switch ({'multicast' if copy else 'unicast'}), "
+             f"list-scheduled per epoch",)
+    return Moves.of(tuple(n.name for n in problem.topology.nodes), transfers), notes
