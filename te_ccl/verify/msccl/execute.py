@@ -5,34 +5,37 @@ A transmission starts when (1) every flag it waits on has reached the awaited st
 (2) a message is queued on its receive connection, if it receives, and (3) its send
 connection has a free slot, if it sends. A connection ``(sending gpu, receiving gpu,
 channel)`` is a FIFO of at most ``fifo_slots`` messages (default 8 = NCCL_STEPS, the
-slots of an NCCL connection buffer); a message is one step's ``cnt`` chunks. Thread
-blocks are scheduled round-robin until none can move; those left unfinished are a
-**deadlock**.
+slots of an NCCL connection buffer); a message is one step's ``cnt`` chunks. A thread
+block runs while it can; one that cannot is woken by the event that may unblock it (a
+message for it, a freed slot, a flag it waits on). Each thread block is deterministic
+and each connection has one writer and one reader, so the final state does not depend
+on this order. Thread blocks left unfinished are a **deadlock**.
 
-Buffers hold symbolic values (:mod:`~te_ccl.verify.msccl.layout`). Reading a chunk that
-holds no input and that no step wrote is an **uninitialized read**. **Data races** are
-found with vector clocks (FastTrack-style epochs): happens-before is program order
-within a thread block, flag waits (a waiter is ordered after everything the publisher
-did up to the *first* publication that satisfies it: the weakest guarantee), and
-send→receive of the same message. FIFO back-pressure is deliberately not an ordering
-edge, so the race check never relies on buffer sizes. Two accesses to one chunk of one
-GPU, at least one a write, that are not ordered are a race; the check is sound for the
-accesses of the executed interleaving and, since ordering edges do not depend on timing,
-for every interleaving that reaches the same accesses. Messages left in a FIFO at the
-end are **unreceived data**.
+Buffers hold symbolic values (:mod:`.values`, :mod:`~te_ccl.verify.msccl.layout`).
+Reading a chunk that holds no input and that no step wrote is an **uninitialized read**.
+**Data races** (:mod:`.memory`, :mod:`.hb`): happens-before is program order within a
+thread block, flag waits (a waiter is ordered after everything the publisher did up to
+the *first* publication that satisfies it: the weakest guarantee), and send→receive of
+the same message. FIFO back-pressure is deliberately not an ordering edge, so the race
+check never relies on buffer sizes. Two accesses to one chunk of one GPU, at least one a
+write, that are not ordered are a race; the check is sound for the accesses of the
+executed interleaving and, since ordering edges do not depend on timing, for every
+interleaving that reaches the same accesses. Messages left in a FIFO at the end are
+**unreceived data**.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from dataclasses import dataclass, field
-
-import numpy as np
+from dataclasses import dataclass
 
 from te_ccl.verify.msccl.findings import Finding, finding
+from te_ccl.verify.msccl.hb import HappensBefore
 from te_ccl.verify.msccl.kernel import Transmission, transmissions
-from te_ccl.verify.msccl.layout import GARBAGE, Layout, Slot, Value
-from te_ccl.verify.msccl.model import Algo, Gpu, Threadblock
+from te_ccl.verify.msccl.layout import Layout, Slot
+from te_ccl.verify.msccl.memory import Memory
+from te_ccl.verify.msccl.model import RECVS, SENDS, WRITES_DST, Algo, Threadblock
+from te_ccl.verify.msccl.values import GARBAGE, Packed, add
 
 __all__ = ["execute", "Execution", "StepRef", "FIFO_SLOTS"]
 
@@ -40,46 +43,44 @@ FIFO_SLOTS = 8          # NCCL_STEPS
 _MAX_STUCK_REPORTED = 20
 
 StepRef = tuple[int, int, int]  # (gpu, tb id, step position)
+_Message = tuple[list[Packed], int, StepRef]  # values, sender's node, sender's step
+_READ_ONLY = frozenset({"s", "cpy"})
+_REDUCING = frozenset({"rrs", "rrc", "rrcs"})
 
 
-@dataclass
-class _Chunk:
-    value: Value | None
-    writer: tuple[int, int, StepRef] | None = None      # (tb index, epoch, step)
-    readers: dict[int, tuple[int, StepRef]] = field(default_factory=dict)
-
-
-@dataclass
-class _Message:
-    values: list[Value]
-    clock: np.ndarray
-    origin: StepRef
-
-
-@dataclass
 class _Block:
-    index: int
-    gpu: Gpu
-    tb: Threadblock
-    program: list[Transmission]
-    clock: np.ndarray
-    pc: int = 0
-    flag: int = -1
-    published: list[tuple[int, np.ndarray]] = field(default_factory=list)
+    __slots__ = ("index", "gpu", "tb", "program", "pc", "flag", "mem", "tbs", "send_fifo",
+                 "recv_fifo", "send_to", "recv_from", "waiters")
 
-    @property
-    def done(self) -> bool:
-        return self.pc >= len(self.program)
+    def __init__(self, index: int, gpu: int, tb: Threadblock) -> None:
+        self.index, self.gpu, self.tb = index, gpu, tb
+        self.program: list[Transmission] = transmissions(tb)
+        self.pc, self.flag = 0, -1
+        self.mem: Memory | None = None
+        self.tbs: dict[int, _Block] = {}          # thread blocks of the GPU by id
+        self.send_fifo: deque[_Message] | None = None
+        self.recv_fifo: deque[_Message] | None = None
+        self.send_to = self.recv_from = -1        # the blocks at the other ends
+        self.waiters: set[int] = set()            # blocks that wait on this one's flag
 
 
 @dataclass
 class Execution:
-    """Final memory per GPU (chunk -> value), the last writer of each chunk, findings."""
+    """Final state of every GPU's chunks (:meth:`value`, :meth:`writer`) and findings."""
 
-    memory: dict[int, dict[Slot, Value | None]]
-    writers: dict[int, dict[Slot, StepRef]]
+    memories: dict[int, Memory]
     findings: list[Finding]
     completed: bool
+
+    def value(self, gpu: int, slot: Slot) -> Packed | None:
+        """The packed value chunk ``slot`` of ``gpu`` holds at the end."""
+        mem = self.memories.get(gpu)
+        return None if mem is None else mem.value(slot)
+
+    def writer(self, gpu: int, slot: Slot) -> StepRef | None:
+        """The step that last wrote chunk ``slot`` of ``gpu``."""
+        mem = self.memories.get(gpu)
+        return None if mem is None else mem.writer(slot)
 
 
 def execute(algo: Algo, layout: Layout, *, fifo_slots: int = FIFO_SLOTS) -> Execution:
@@ -89,32 +90,74 @@ def execute(algo: Algo, layout: Layout, *, fifo_slots: int = FIFO_SLOTS) -> Exec
 
 class _Machine:
     def __init__(self, algo: Algo, layout: Layout, fifo_slots: int) -> None:
-        self.layout = layout
         self.slots = fifo_slots
-        total = algo.nthreadblocks
         self.blocks: list[_Block] = []
-        self.by_id: dict[tuple[int, int], _Block] = {}
+        local, width, per_gpu = [], [], []
         for gpu in algo.gpus:
-            for tb in gpu.threadblocks:
-                b = _Block(len(self.blocks), gpu, tb, transmissions(tb), np.zeros(total, np.int64))
+            tbs: dict[int, _Block] = {}
+            mine = []
+            for i, tb in enumerate(gpu.threadblocks):
+                b = _Block(len(self.blocks), gpu.id, tb)
+                b.tbs = tbs
+                tbs.setdefault(tb.id, b)
                 self.blocks.append(b)
-                self.by_id[(gpu.id, tb.id)] = b
-        self.memory = {g.id: {s: _Chunk(v) for s, v in layout.initial(g.id).items()}
-                       for g in algo.gpus}
-        self.fifos: dict[tuple[int, int, int], deque[_Message]] = {}
+                mine.append(b)
+                local.append(i)
+                width.append(len(gpu.threadblocks))
+            per_gpu.append((gpu, mine))
+        self.hb = HappensBefore(local, width, self._waits())
+        self._connect()
         self.findings: list[Finding] = []
-        self.reported: set[tuple] = set()
+        self.reported: set[tuple[str, int, int]] = set()
+        tb_ids = [b.tb.id for b in self.blocks]
+        self.memories: dict[int, Memory] = {}
+        for gpu, mine in per_gpu:
+            mem = Memory(gpu, layout, [b.program for b in mine], self.hb, tb_ids, self._report)
+            self.memories.setdefault(gpu.id, mem)
+            for b in mine:
+                b.mem = mem
+
+    def _waits(self) -> list[dict[int, int]]:
+        """Per block: flag value -> number of waits on it (and who waits)."""
+        waits: list[dict[int, int]] = [{} for _ in self.blocks]
+        for b in self.blocks:
+            for t in b.program:
+                for depid, deps in t.deps:
+                    target = b.tbs.get(depid)
+                    if target is not None:
+                        waits[target.index][deps] = waits[target.index].get(deps, 0) + 1
+                        target.waiters.add(b.index)
+        return waits
+
+    def _connect(self) -> None:
+        self.fifos: dict[tuple[int, int, int], deque[_Message]] = {}
+        senders: dict[tuple[int, int, int], _Block] = {}
+        receivers: dict[tuple[int, int, int], _Block] = {}
+        for b in self.blocks:
+            if b.tb.send >= 0:
+                key = (b.gpu, b.tb.send, b.tb.chan)
+                b.send_fifo = self.fifos.setdefault(key, deque())
+                senders.setdefault(key, b)
+            if b.tb.recv >= 0:
+                key = (b.tb.recv, b.gpu, b.tb.chan)
+                b.recv_fifo = self.fifos.setdefault(key, deque())
+                receivers.setdefault(key, b)
+        for key, b in senders.items():
+            b.send_to = receivers[key].index if key in receivers else -1
+        for key, b in receivers.items():
+            b.recv_from = senders[key].index if key in senders else -1
 
     # --- scheduling -----------------------------------------------------------------
     def run(self) -> Execution:
-        moved = True
-        while moved:
-            moved = False
-            for b in self.blocks:
-                while not b.done and self._ready(b):
-                    self._fire(b)
-                    moved = True
-        stuck = [b for b in self.blocks if not b.done]
+        blocks = self.blocks
+        self.queue = deque(range(len(blocks)))
+        self.queued = bytearray([1]) * len(blocks)
+        while self.queue:
+            b = blocks[self.queue.popleft()]
+            self.queued[b.index] = 0
+            while b.pc < len(b.program) and self._ready(b):
+                self._fire(b)
+        stuck = [b for b in blocks if b.pc < len(b.program)]
         for b in stuck[:_MAX_STUCK_REPORTED]:
             self._report_stuck(b)
         if len(stuck) > _MAX_STUCK_REPORTED:
@@ -122,149 +165,100 @@ class _Machine:
                                          "thread blocks are stuck"))
         if not stuck:
             self._report_unreceived()
-        memory = {g: {s: c.value for s, c in mem.items()} for g, mem in self.memory.items()}
-        writers = {g: {s: c.writer[2] for s, c in mem.items() if c.writer}
-                   for g, mem in self.memory.items()}
-        return Execution(memory, writers, self.findings, not stuck)
+        return Execution(self.memories, self.findings, not stuck)
 
-    def _send_key(self, b: _Block) -> tuple[int, int, int]:
-        return (b.gpu.id, b.tb.send, b.tb.chan)
-
-    def _recv_key(self, b: _Block) -> tuple[int, int, int]:
-        return (b.tb.recv, b.gpu.id, b.tb.chan)
+    def _wake(self, i: int) -> None:
+        if i >= 0 and not self.queued[i]:
+            self.queued[i] = 1
+            self.queue.append(i)
 
     def _ready(self, b: _Block) -> bool:
         t = b.program[b.pc]
         for depid, deps in t.deps:
-            target = self.by_id.get((b.gpu.id, depid))
+            target = b.tbs.get(depid)
             if target is None or target.flag < deps:
                 return False
-        first = t.first
-        if first.receives and not self.fifos.get(self._recv_key(b)):
+        kind = t.steps[0].type
+        if kind in RECVS and not b.recv_fifo:
             return False
-        return not (first.sends and len(self.fifos.get(self._send_key(b), ())) >= self.slots)
+        return not (kind in SENDS and (b.send_fifo is None or len(b.send_fifo) >= self.slots))
 
     def _report_stuck(self, b: _Block) -> None:
         t = b.program[b.pc]
         waits = []
         for depid, deps in t.deps:
-            target = self.by_id.get((b.gpu.id, depid))
+            target = b.tbs.get(depid)
             if target is None or target.flag < deps:
                 at = "missing" if target is None else f"its flag is {target.flag}"
                 waits.append(f"tb {depid} to finish step {deps} ({at})")
-        if t.first.receives and not self.fifos.get(self._recv_key(b)):
+        if t.first.receives and not b.recv_fifo:
             waits.append(f"data from gpu {b.tb.recv} on channel {b.tb.chan}")
-        if t.first.sends and len(self.fifos.get(self._send_key(b), ())) >= self.slots:
+        if t.first.sends and len(b.send_fifo or ()) >= self.slots:
             waits.append(f"a free slot towards gpu {b.tb.send} on channel {b.tb.chan} "
                          f"({self.slots} messages unreceived)")
         self.findings.append(finding(
             "deadlock", f"'{t.type}' waits forever for " + " and ".join(waits),
-            gpu=b.gpu.id, tb=b.tb.id, step=t.first.position, line=t.first.line))
+            gpu=b.gpu, tb=b.tb.id, step=t.first.position, line=t.first.line))
 
     def _report_unreceived(self) -> None:
         for (_src, dst, chan), fifo in sorted(self.fifos.items()):
             if fifo:
-                g, tb, pos = fifo[0].origin
+                g, tb, pos = fifo[0][2]
                 self.findings.append(finding(
                     "unreceived-data", f"{len(fifo)} message(s) to gpu {dst} on channel {chan} "
                     "are never received", gpu=g, tb=tb, step=pos))
 
+    def _report(self, b: int, pos: int, rule: str, detail: str) -> None:
+        block = self.blocks[b]
+        key = (rule, b, pos)
+        if key not in self.reported:
+            self.reported.add(key)
+            self.findings.append(finding(rule, detail, gpu=block.gpu, tb=block.tb.id, step=pos))
+
     # --- one transmission -------------------------------------------------------------
     def _fire(self, b: _Block) -> None:
         t = b.program[b.pc]
-        for depid, deps in t.deps:
-            pub = next((c for f, c in self.by_id[(b.gpu.id, depid)].published if f >= deps),
-                       None)
-            if pub is not None:
-                np.maximum(b.clock, pub, out=b.clock)
-        b.clock[b.index] += 1
-        received = None
-        if t.first.receives:
-            msg = self.fifos[self._recv_key(b)].popleft()
-            np.maximum(b.clock, msg.clock, out=b.clock)
-            received = msg.values
+        first = t.steps[0]
+        kind = first.type
+        received, msg_node = None, -1
+        if kind in RECVS:
+            received, msg_node, _ = b.recv_fifo.popleft()
+            self._wake(b.recv_from)
+        waits = [(b.tbs[depid].index, deps) for depid, deps in t.deps] if t.deps else []
+        node = self.hb.fire(b.index, waits, msg_node)
         out = self._compute(b, t, received)
-        if t.first.sends:
-            self.fifos.setdefault(self._send_key(b), deque()).append(
-                _Message(out, b.clock.copy(), (b.gpu.id, b.tb.id, t.first.position)))
+        if kind in SENDS:
+            b.send_fifo.append((out, node, (b.gpu, b.tb.id, first.position)))
+            self._wake(b.send_to)
         if t.hasdep:
             b.flag = t.flag
-            b.published.append((t.flag, b.clock.copy()))
+            self.hb.publish(b.index, t.flag, node)
+            for w in b.waiters:
+                self._wake(w)
         b.pc += 1
 
-    def _compute(self, b: _Block, t: Transmission, received: list[Value] | None) -> list[Value]:
+    def _compute(self, b: _Block, t: Transmission, received: list[Packed] | None
+                 ) -> list[Packed]:
         """Apply the transmission's data effect; returns the values it sends."""
-        st, kind, out = t.first, t.type, []
-        for i in range(t.cnt):
-            src = self.layout.slot(b.gpu.id, st.srcbuf, st.srcoff + i)
-            dst = self.layout.slot(b.gpu.id, st.dstbuf, st.dstoff + i)
-            got = received[i] if received is not None and i < len(received) else GARBAGE
-            if kind == "re":
-                acc = self._read(b, dst, st.position)
+        st, mem, blk = t.steps[0], b.mem, b.index
+        kind, pos, offsets = st.type, st.position, mem.offsets
+        src, dst = offsets[st.srcbuf] + st.srcoff, offsets[st.dstbuf] + st.dstoff
+        if kind == "re":
+            for i in range(t.cnt):
+                acc = mem.read(blk, pos, dst + i)
                 for sub in t.steps:
-                    part = self.layout.slot(b.gpu.id, st.srcbuf, sub.srcoff + i)
-                    acc = _add(acc, self._read(b, part, sub.position))
-                self._write(b, dst, acc, t.steps[-1].position)
-                continue
-            if kind in ("s", "cpy"):
-                value = self._read(b, src, st.position)
-            elif kind in ("rrs", "rrc", "rrcs"):
-                value = _add(got, self._read(b, src, st.position))
-            else:  # r, rcs
-                value = got
-            if kind in ("r", "rcs", "rrc", "rrcs", "cpy"):
-                self._write(b, dst, value, st.position)
+                    acc = add(acc, mem.read(blk, sub.position, offsets[st.srcbuf] + sub.srcoff + i))
+                mem.write(blk, t.steps[-1].position, dst + i, acc)
+            return []
+        out = []
+        writes = kind in WRITES_DST
+        for i in range(t.cnt):
+            if kind in _READ_ONLY:
+                value = mem.read(blk, pos, src + i)
+            else:
+                got = received[i] if received is not None and i < len(received) else GARBAGE
+                value = add(got, mem.read(blk, pos, src + i)) if kind in _REDUCING else got
+            if writes:
+                mem.write(blk, pos, dst + i, value)
             out.append(value)
         return out
-
-    # --- memory with race detection ------------------------------------------------------
-    def _ordered(self, b: _Block, other: int, epoch: int) -> bool:
-        return other == b.index or b.clock[other] >= epoch
-
-    def _read(self, b: _Block, slot: Slot, pos: int) -> Value:
-        mem = self.memory[b.gpu.id]
-        chunk = mem.get(slot)
-        if chunk is None or chunk.value is None:
-            self._once("uninitialized-read", b, pos, f"reads {_name(slot)}, which holds no data")
-            chunk = mem.setdefault(slot, _Chunk(None))
-        w = chunk.writer
-        if w is not None and not self._ordered(b, w[0], w[1]):
-            self._race(b, pos, slot, "read", w[2])
-        chunk.readers[b.index] = (int(b.clock[b.index]), (b.gpu.id, b.tb.id, pos))
-        return chunk.value if chunk.value is not None else GARBAGE
-
-    def _write(self, b: _Block, slot: Slot, value: Value, pos: int) -> None:
-        chunk = self.memory[b.gpu.id].setdefault(slot, _Chunk(None))
-        w = chunk.writer
-        if w is not None and not self._ordered(b, w[0], w[1]):
-            self._race(b, pos, slot, "write", w[2])
-        for reader, (epoch, ref) in chunk.readers.items():
-            if not self._ordered(b, reader, epoch):
-                self._race(b, pos, slot, "write", ref, "read")
-        chunk.value = value
-        chunk.writer = (b.index, int(b.clock[b.index]), (b.gpu.id, b.tb.id, pos))
-        chunk.readers = {}
-
-    def _race(self, b: _Block, pos: int, slot: Slot, access: str, other: StepRef,
-              other_access: str = "wrote") -> None:
-        key = ("data-race", b.gpu.id, slot)
-        if key in self.reported:
-            return
-        self.reported.add(key)
-        self.findings.append(finding(
-            "data-race", f"{access} of {_name(slot)} is unordered with tb {other[1]} step "
-            f"{other[2]}, which {other_access} it", gpu=b.gpu.id, tb=b.tb.id, step=pos))
-
-    def _once(self, rule: str, b: _Block, pos: int, detail: str) -> None:
-        key = (rule, b.gpu.id, b.tb.id, pos)
-        if key not in self.reported:
-            self.reported.add(key)
-            self.findings.append(finding(rule, detail, gpu=b.gpu.id, tb=b.tb.id, step=pos))
-
-
-def _add(a: Value, b: Value) -> Value:
-    return tuple(sorted(a + b))
-
-
-def _name(slot: Slot) -> str:
-    return f"{slot[0]}[{slot[1]}]"

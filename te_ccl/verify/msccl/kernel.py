@@ -29,7 +29,7 @@ __all__ = ["Transmission", "transmissions", "MAX_REDUCE_FUSION"]
 MAX_REDUCE_FUSION = 16  # MSCCL_MAX_REDUCE_FUSION
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Transmission:
     """One unit of kernel work: ``steps`` (several only for fused ``re``), its waits, flag.
 
@@ -63,41 +63,41 @@ class Transmission:
 
 def transmissions(tb: Threadblock) -> list[Transmission]:
     """The thread block's transmissions in order, built the way the runtime's parser does."""
-    out: list[Transmission] = []
+    groups: list[tuple[list[Step], tuple[tuple[int, int], ...], bool]] = []
     pending: list[tuple[int, int]] = []
     chain: tuple[str, int, str] | None = None   # (dstbuf, dstoff, srcbuf) of an open re chain
     reductions = 0                               # the parser counts re steps per thread block
     for step in tb.steps:
         if step.depid >= 0:
             pending.append((step.depid, step.deps))
-        if step.type == "nop" or step.type not in STEP_TYPES:
+        kind = step.type
+        if kind == "nop" or kind not in STEP_TYPES:
+            continue
+        if kind != "re":
+            groups.append(([step], tuple(pending), bool(pending) and step.depid < 0))
+            pending, chain = [], None
             continue
         key = (step.dstbuf, step.dstoff, step.srcbuf)
-        if step.type == "re" and chain == key and step.depid == -1 and out:
-            last = out[-1]
-            out[-1] = Transmission(last.steps + (step,), last.deps, bool(step.hasdep), 0,
-                                   last.orphan_wait)
+        if chain == key and step.depid == -1 and groups:
+            groups[-1][0].append(step)
         else:
-            out.append(Transmission((step,), tuple(pending), bool(step.hasdep), 0,
-                                    bool(pending) and step.depid < 0))
+            groups.append(([step], tuple(pending), bool(pending) and step.depid < 0))
             pending = []
-        if step.type != "re":
-            chain = None
-        else:
-            reductions += 1
-            chain = None if step.hasdep or reductions == MAX_REDUCE_FUSION else key
-    return _with_flags(out)
+        reductions += 1
+        chain = None if step.hasdep or reductions == MAX_REDUCE_FUSION else key
+    return _with_flags(groups)
 
 
-def _with_flags(trans: list[Transmission]) -> list[Transmission]:
+def _with_flags(groups: list[tuple[list[Step], tuple[tuple[int, int], ...], bool]]
+                ) -> list[Transmission]:
     """Replay the kernel's step counter (msccl kernel: ``step += numDependencies-1`` ...)."""
     counter = 0
     result = []
-    for t in trans:
-        if t.deps:
-            counter += len(t.deps) - 1
-        if t.type == "re" and t.cnt > 0:
-            counter += len(t.steps) - 1
-        result.append(Transmission(t.steps, t.deps, t.hasdep, counter, t.orphan_wait))
+    for steps, deps, orphan in groups:
+        if deps:
+            counter += len(deps) - 1
+        if steps[0].type == "re" and steps[-1].cnt > 0:
+            counter += len(steps) - 1
+        result.append(Transmission(tuple(steps), deps, bool(steps[-1].hasdep), counter, orphan))
         counter += 1
     return result

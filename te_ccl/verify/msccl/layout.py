@@ -22,7 +22,8 @@ The aliasing is how the runtime decides "in-place" (``sendbuff == recvbuff``, or
 ``sendbuff == recvbuff + rank·count`` for allgather/gather, the reverse for
 reducescatter/scatter) and matches msccl-tools: in-place AllReduce uses only ``i``,
 in-place AllGather only ``o``. A value is a sorted tuple of contributions
-``(origin rank, index in its input)``; reductions concatenate them.
+``(origin rank, index in its input)``; reductions concatenate them. The ``*_packed``
+methods give the same values in the execution's packed form (:mod:`.values`).
 
 >>> lay = Layout("allgather", ngpus=2, nchunksperloop=2, inplace=True)
 >>> lay.slot(1, "i", 0), lay.initial(1)
@@ -33,13 +34,15 @@ in-place AllGather only ``o``. A value is a sorted tuple of contributions
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+
+from te_ccl.verify.msccl.values import GARBAGE, Packed, expand, origins, single
 
 __all__ = ["Layout", "Slot", "Value", "SUPPORTED", "ROOTED", "GARBAGE"]
 
 Slot = tuple[str, int]
 Value = tuple[tuple[int, int], ...]
-GARBAGE: Value = ((-1, -1),)  # what a never-written chunk holds
 
 SUPPORTED = ("allgather", "alltoall", "allreduce", "reducescatter", "broadcast", "reduce",
              "gather", "scatter")
@@ -75,13 +78,18 @@ class Layout:
 
     def slot(self, rank: int, buf: str, index: int) -> Slot:
         """The memory a buffer chunk really is (in-place buffers overlap)."""
-        if not self.inplace:
-            return (buf, index)
-        if self.coll in _INPUT_IN_OUTPUT:
-            return ("o", index + rank * self.c) if buf == "i" else (buf, index)
-        if self.coll in _OUTPUT_IN_INPUT:
-            return ("i", index + rank * self.c) if buf == "o" else (buf, index)
-        return ("i", index) if buf == "o" else (buf, index)
+        target, shift = self.alias(rank, buf)
+        return (target, index + shift)
+
+    def alias(self, rank: int, buf: str) -> tuple[str, int]:
+        """``(buffer, shift)``: chunk ``k`` of ``buf`` is chunk ``k + shift`` of ``buffer``."""
+        if self.inplace:
+            if self.coll in _INPUT_IN_OUTPUT:
+                return ("o", rank * self.c) if buf == "i" else (buf, 0)
+            if self.coll in _OUTPUT_IN_INPUT:
+                return ("i", rank * self.c) if buf == "o" else (buf, 0)
+            return ("i", 0) if buf == "o" else (buf, 0)
+        return (buf, 0)
 
     def _inputs(self) -> int:
         return self.c if self.coll in _INPUT_IN_OUTPUT else (
@@ -98,32 +106,42 @@ class Layout:
 
     def initial(self, rank: int) -> dict[Slot, Value]:
         """Every rank's input data (the root's is the one that matters for rooted ones)."""
-        return {self.slot(rank, "i", k): ((rank, k),) for k in range(self._inputs())}
+        return {s: expand(v) for s, v in self.initial_packed(rank).items()}
+
+    def initial_packed(self, rank: int) -> dict[Slot, Packed]:
+        """:meth:`initial` in packed form."""
+        return {self.slot(rank, "i", k): single(rank, k) for k in range(self._inputs())}
 
     def expected(self, rank: int, root: int | None) -> dict[Slot, Value]:
         """Output chunk -> the value it must hold at the end (empty: nothing required)."""
+        return {s: expand(v) for s, v in self.expected_packed(rank, root).items()}
+
+    def expected_packed(self, rank: int, root: int | None) -> dict[Slot, Packed]:
+        """:meth:`expected` in packed form (O(1) per chunk even for full reductions)."""
         n, c, everyone = self.nchunksperloop, self.c, range(self.ngpus)
         if self.coll in ROOTED and root is None:
             return {}
         if self.coll in ("reduce", "gather") and rank != root:
             return {}
-        want: dict[int, Value]
+        full = (1 << self.ngpus) - 1
+        want: dict[int, Packed]
         if self.coll in ("allgather", "gather"):
-            want = {q * c + j: ((q, j),) for q in everyone for j in range(c)}
+            want = {q * c + j: single(q, j) for q in everyone for j in range(c)}
         elif self.coll == "alltoall":
-            want = {q * c + j: ((q, rank * c + j),) for q in everyone for j in range(c)}
+            want = {q * c + j: single(q, rank * c + j) for q in everyone for j in range(c)}
         elif self.coll in ("allreduce", "reduce"):
-            want = {k: tuple((q, k) for q in everyone) for k in range(n)}
+            want = {k: (k, full) for k in range(n)}
         elif self.coll == "reducescatter":
-            want = {j: tuple((q, rank * c + j) for q in everyone) for j in range(c)}
+            want = {j: (rank * c + j, full) for j in range(c)}
         elif self.coll == "broadcast":
-            want = {k: ((root, k),) for k in range(n)}
+            want = {k: single(root, k) for k in range(n)}
         else:  # scatter
-            want = {j: ((root, rank * c + j),) for j in range(c)}
+            want = {j: single(root, rank * c + j) for j in range(c)}
         return {self.slot(rank, "o", k): v for k, v in want.items()}
 
-    def root_candidates(self, final: dict[int, dict[Slot, Value]]) -> list[int]:
-        """Ranks that act as the root in the executed program (see ``infer_root``).
+    def root_candidates(self, final: Callable[[int, Slot], Packed | None]) -> list[int]:
+        """Ranks that act as the root in the executed program (``final(rank, slot)`` is the
+        packed value a chunk holds at the end).
 
         Broadcast/scatter: ranks whose input reaches another rank's output. Reduce/gather:
         ranks whose output holds another rank's input.
@@ -131,9 +149,10 @@ class Layout:
         span = self.ngpus * self.c if self.coll == "gather" else (
             self.c if self.coll == "scatter" else self.nchunksperloop)
         found = set()
-        for rank, mem in final.items():
+        for rank in range(self.ngpus):
             for k in range(span):
-                for origin, _ in mem.get(self.slot(rank, "o", k)) or ():
+                value = final(rank, self.slot(rank, "o", k))
+                for origin in origins(value) if value else ():
                     if origin not in (rank, -1):
                         found.add(origin if self.coll in ("broadcast", "scatter") else rank)
         return sorted(found)

@@ -33,7 +33,7 @@ DEFAULTS: dict[str, dict[str, int | str]] = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     """One ``<step>``; ``position`` is its index in the thread block, ``line`` its line."""
 

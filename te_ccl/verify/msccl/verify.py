@@ -16,11 +16,12 @@ from pathlib import Path
 from te_ccl.errors import SpecError
 from te_ccl.verify.msccl.execute import FIFO_SLOTS, Execution, execute
 from te_ccl.verify.msccl.findings import RULES, Finding, finding
-from te_ccl.verify.msccl.layout import GARBAGE, ROOTED, SUPPORTED, Layout, Value
+from te_ccl.verify.msccl.layout import GARBAGE, ROOTED, SUPPORTED, Layout
 from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.msccl.reader import MscclSyntaxError, load_text, parse_text
 from te_ccl.verify.msccl.runtime_rules import MAX_STEPS, runtime_checks
 from te_ccl.verify.msccl.static_rules import static_checks
+from te_ccl.verify.msccl.values import Packed, expand
 
 __all__ = ["Report", "verify_msccl"]
 
@@ -129,12 +130,16 @@ def _sizes(algo: Algo, layout: Layout) -> list[Finding]:
 
 def _with_lines(algo: Algo, found: list[Finding]) -> list[Finding]:
     """Give execution findings the line of the step (or thread block) they name."""
-    lines = {(g.id, t.id, s.position): s.line for g in algo.gpus for t in g.threadblocks
-             for s in t.steps}
-    lines.update({(g.id, t.id, None): t.line for g in algo.gpus for t in g.threadblocks})
-    return [f if f.line is not None or f.tb is None else
-            Finding(f.rule, f.message, f.gpu, f.tb, f.step, lines.get((f.gpu, f.tb, f.step)),
-                    f.severity) for f in found]
+    tbs = {(g.id, t.id): t for g in algo.gpus for t in g.threadblocks}
+    out = []
+    for f in found:
+        tb = tbs.get((f.gpu, f.tb)) if f.line is None and f.tb is not None else None
+        if tb is not None:
+            line = tb.line if f.step is None else (
+                tb.steps[f.step].line if 0 <= f.step < len(tb.steps) else None)
+            f = Finding(f.rule, f.message, f.gpu, f.tb, f.step, line, f.severity)
+        out.append(f)
+    return out
 
 
 def _tag(f: Finding, mode: str) -> Finding:
@@ -142,7 +147,7 @@ def _tag(f: Finding, mode: str) -> Finding:
 
 
 def _infer_root(layout: Layout, run: Execution) -> tuple[int | None, bool, str | None]:
-    candidates = layout.root_candidates(run.memory)
+    candidates = layout.root_candidates(run.value)
     if len(candidates) == 1:
         return candidates[0], True, None
     if not candidates:
@@ -154,14 +159,12 @@ def _compare(algo: Algo, layout: Layout, run: Execution, root: int | None) -> li
     """One finding per GPU whose final buffers differ from the collective's definition."""
     found = []
     for gpu in algo.gpus:
-        memory = run.memory.get(gpu.id, {})
-        wrong = [(slot, memory.get(slot), want)
-                 for slot, want in sorted(layout.expected(gpu.id, root).items())
-                 if memory.get(slot) != want]
+        wrong = [(slot, got, want)
+                 for slot, want in sorted(layout.expected_packed(gpu.id, root).items())
+                 if (got := run.value(gpu.id, slot)) != want]
         if not wrong:
             continue
-        slot, got, want = wrong[0]
-        ref = run.writers.get(gpu.id, {}).get(slot)
+        ref = run.writer(gpu.id, wrong[0][0])
         examples = "; ".join(f"{s[0]}[{s[1]}] holds {_describe(g)} but needs {_describe(w)}"
                              for s, g, w in wrong[:_EXAMPLES])
         more = f" (and {len(wrong) - _EXAMPLES} more)" if len(wrong) > _EXAMPLES else ""
@@ -172,10 +175,11 @@ def _compare(algo: Algo, layout: Layout, run: Execution, root: int | None) -> li
     return found
 
 
-def _describe(value: Value | None) -> str:
+def _describe(packed: Packed | None) -> str:
     """Human form of a symbolic value: ``i[3] of rank 1`` or ``Σ i[3] of ranks 0,1,2``."""
-    if value is None:
+    if packed is None:
         return "nothing"
+    value = expand(packed)
     if any(part in GARBAGE for part in value):
         return "garbage"
     if len(value) == 1:

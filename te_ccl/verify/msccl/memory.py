@@ -1,0 +1,137 @@
+"""One GPU's chunks during symbolic execution: values, last writer, readers, race checks.
+
+Chunks live in flat arrays: buffer ``i``, ``o`` and ``s`` are consecutive regions, and
+an aliased buffer (in-place, :meth:`.Layout.alias`) is an offset into another region, so
+a chunk is one integer and costs a few bytes plus its (shared) packed value. Race
+detection follows FastTrack: the last writer of each chunk and the readers since, as
+``(block, epoch, step)``; an access is checked against them with
+:class:`~.hb.HappensBefore`. Readers are recorded only while a later step will still
+write the chunk (the write counts are known from the program), so chunks that are
+written once and then only read (all of AllGather) keep no reader lists.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Callable, Sequence
+
+from te_ccl.verify.msccl.hb import HappensBefore
+from te_ccl.verify.msccl.kernel import Transmission
+from te_ccl.verify.msccl.layout import Layout, Slot
+from te_ccl.verify.msccl.model import BUFFERS, READS_SRC, WRITES_DST, Gpu
+from te_ccl.verify.msccl.values import GARBAGE, Packed
+
+__all__ = ["Memory"]
+
+# report(block, step position, kind, detail) with kind "uninitialized-read" or "data-race"
+Report = Callable[[int, int, str, str], None]
+
+
+def _accesses(t: Transmission) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """(reads, writes) of a transmission as (buffer, first chunk), ``t.cnt`` chunks each."""
+    st = t.steps[0]
+    if st.type == "re":
+        reads = [(st.dstbuf, st.dstoff)] + [(st.srcbuf, sub.srcoff) for sub in t.steps]
+        return reads, [(st.dstbuf, st.dstoff)]
+    reads = [(st.srcbuf, st.srcoff)] if st.type in READS_SRC else []
+    return reads, [(st.dstbuf, st.dstoff)] if st.type in WRITES_DST else []
+
+
+class Memory:
+    """The chunks of GPU ``gpu.id``; ``tb_ids[b]`` names block ``b`` in findings."""
+
+    def __init__(self, gpu: Gpu, layout: Layout, programs: Sequence[list[Transmission]],
+                 hb: HappensBefore, tb_ids: list[int], report: Report) -> None:
+        self.gpu = gpu.id
+        alias = {buf: layout.alias(gpu.id, buf) for buf in BUFFERS}
+        sizes = dict.fromkeys(BUFFERS, 0)
+        for buf, (target, shift) in alias.items():
+            sizes[target] = max(sizes[target], shift + max(gpu.chunks(buf), 0))
+        initial = layout.initial_packed(gpu.id)
+        for target, k in initial:
+            sizes[target] = max(sizes[target], k + 1)
+        for program in programs:  # files that break the rules may touch more
+            for t in program:
+                for buf, off in (a for side in _accesses(t) for a in side):
+                    target, shift = alias[buf]
+                    sizes[target] = max(sizes[target], shift + off + t.cnt)
+        self.bases = {"i": 0, "o": sizes["i"], "s": sizes["i"] + sizes["o"]}
+        self.sizes = sizes
+        self.offsets = {buf: self.bases[t] + shift for buf, (t, shift) in alias.items()}
+        total = sum(sizes.values())
+        self.values: list[Packed | None] = [None] * total
+        for (target, k), value in initial.items():
+            self.values[self.bases[target] + k] = value
+        self.wblock = array("i", [-1]) * total
+        self.wepoch = array("i", [0]) * total
+        self.wpos = array("i", [0]) * total
+        self.left = array("i", [0]) * total   # writes still to come per chunk
+        for program in programs:
+            for t in program:
+                for buf, off in _accesses(t)[1]:
+                    first = self.offsets[buf] + off
+                    for k in range(first, first + t.cnt):
+                        self.left[k] += 1
+        self.readers: dict[int, dict[int, tuple[int, int]]] = {}
+        self.raced: set[int] = set()
+        self.hb, self.tb_ids, self.report = hb, tb_ids, report
+
+    # --- lookups for the report ----------------------------------------------------------
+    def index(self, slot: Slot) -> int | None:
+        buf, k = slot
+        return self.bases[buf] + k if buf in self.bases and 0 <= k < self.sizes[buf] else None
+
+    def value(self, slot: Slot) -> Packed | None:
+        """The packed value a chunk holds (None: never written, no input)."""
+        i = self.index(slot)
+        return None if i is None else self.values[i]
+
+    def writer(self, slot: Slot) -> tuple[int, int, int] | None:
+        """``(gpu, tb id, step)`` of the chunk's last writer."""
+        i = self.index(slot)
+        if i is None or self.wblock[i] < 0:
+            return None
+        return (self.gpu, self.tb_ids[self.wblock[i]], self.wpos[i])
+
+    def name(self, i: int) -> str:
+        buf = next(b for b in BUFFERS if 0 <= i - self.bases[b] < self.sizes[b])
+        return f"{buf}[{i - self.bases[buf]}]"
+
+    # --- accesses -------------------------------------------------------------------------
+    def read(self, b: int, pos: int, i: int) -> Packed:
+        """Block ``b`` (step ``pos``) reads chunk ``i``."""
+        value = self.values[i]
+        if value is None:
+            self.report(b, pos, "uninitialized-read", f"reads {self.name(i)}, which holds no data")
+            value = GARBAGE
+        w = self.wblock[i]
+        if w >= 0 and w != b and i not in self.raced and not self.hb.ordered(b, w, self.wepoch[i]):
+            self._race(b, pos, i, "read", w, self.wpos[i], "wrote")
+        if self.left[i]:
+            readers = self.readers.get(i)
+            if readers is None:
+                readers = self.readers[i] = {}
+            readers[b] = (self.hb.epoch[b], pos)
+        return value
+
+    def write(self, b: int, pos: int, i: int, value: Packed) -> None:
+        """Block ``b`` (step ``pos``) writes ``value`` into chunk ``i``."""
+        readers = self.readers.pop(i, None)
+        if i not in self.raced:
+            w = self.wblock[i]
+            if w >= 0 and w != b and not self.hb.ordered(b, w, self.wepoch[i]):
+                self._race(b, pos, i, "write", w, self.wpos[i], "wrote")
+            for r, (epoch, rpos) in (readers or {}).items():
+                if i in self.raced:
+                    break
+                if r != b and not self.hb.ordered(b, r, epoch):
+                    self._race(b, pos, i, "write", r, rpos, "read")
+        self.values[i] = value
+        self.wblock[i], self.wepoch[i], self.wpos[i] = b, self.hb.epoch[b], pos
+        self.left[i] -= 1
+
+    def _race(self, b: int, pos: int, i: int, access: str, other: int, other_pos: int,
+              other_access: str) -> None:
+        self.raced.add(i)
+        self.report(b, pos, "data-race", f"{access} of {self.name(i)} is unordered with tb "
+                    f"{self.tb_ids[other]} step {other_pos}, which {other_access} it")
