@@ -43,10 +43,12 @@ from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 from te_ccl.schedule import Transfer
 from te_ccl.topology.model import Topology
+from te_ccl.verify.msccl.runtime_rules import MAX_XML_NODES
 
 __all__ = ["Port", "BoxFabric", "box_fabric", "hierarchical_subchunks", "solve_hierarchical"]
 
 OVERHEAD = 0.01  # sub-chunk until pipeline fill and drain cost at most this share of the time
+XML_SHARE = 0.9  # of the MSCCL reader's elements per rank that the steps may take
 
 
 @dataclass(frozen=True)
@@ -132,6 +134,9 @@ def hierarchical_subchunks(topo: Topology, collective: Collective, limit: int) -
     whichever is longer, plus the α of a cross-and-spread path, plus the fill and drain:
     one sub-chunk time (and up to one epoch of rounding) on each hop of that path.
     At 1 KB α dominates and ``k = 1`` (fewest hops); at 1 GB ``k`` is a few dozen.
+    Every GPU receives and sends about ``(N−1)·k`` sub-chunks per chunk of its own, one
+    MSCCL step each, so ``k`` also stays within XML_SHARE of the reader's element limit
+    (the lowered algorithm must still load).
     """
     fabric = box_fabric(topo)
     assert fabric is not None
@@ -149,6 +154,8 @@ def hierarchical_subchunks(topo: Topology, collective: Collective, limit: int) -
     path += [(port.entry, fabric.switches[1]), (fabric.switches[1], port.entry)]
     alpha = sum(topo.link(*key).latency_s for key in path)
     per_byte = sum(1 / topo.link(*key).bandwidth_Bps + 1 / fastest for key in path)
+    steps = 2 * (n - 1) * collective.chunks_per_rank
+    limit = min(limit, int((XML_SHARE * MAX_XML_NODES - n - 1) // steps))
     ks = [k for k in range(1, max(1, limit) + 1) if collective.chunk_bytes // k >= 1] or [1]
     return next((k for k in ks if collective.chunk_bytes / k * per_byte
                  <= OVERHEAD * (ingress + alpha)), ks[-1])
@@ -253,6 +260,7 @@ class _Run:
                     blocked = True
                     continue
                 arrive = self._send(x, first, t)
+                heapq.heappush(self.wake, t + self.problem.timings[first].occupancy)
                 if p.via:
                     arrive = self._send(x, (p.via, p.entry), arrive)
                 self._add(_Spread(0, arrive, x, p.entry, self._targets(p.entry)))
