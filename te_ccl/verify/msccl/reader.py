@@ -18,9 +18,13 @@ if the runtime would read the file the same way, and raises otherwise.
 
 from __future__ import annotations
 
+import io
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+from te_ccl.verify.msccl.fastread import read_canonical
 from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.model import DEFAULTS, Algo, Gpu, Step, Threadblock
 from te_ccl.verify.msccl.text import (
@@ -31,8 +35,8 @@ from te_ccl.verify.msccl.text import (
     tokenize,
 )
 
-__all__ = ["read_msccl", "parse_msccl", "parse_text", "load_text", "MscclReadError", "MscclSyntaxError",
-           "MscclFormatError"]
+__all__ = ["read_msccl", "parse_msccl", "parse_text", "load_text", "source_name",
+           "MscclReadError", "MscclSyntaxError", "MscclFormatError"]
 
 _PLAIN_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+)\Z")
 _OCTAL = re.compile(r"[+-]?0[0-9]")
@@ -45,9 +49,18 @@ class MscclFormatError(MscclSyntaxError):
     """:func:`read_msccl` found errors the runtime's reader would reject (see ``findings``)."""
 
 
+def _is_text(path_or_text: str | Path) -> bool:
+    return isinstance(path_or_text, str) and "<" in path_or_text
+
+
+def source_name(path_or_text: str | Path) -> str:
+    """How messages name the input: the path, or ``<string>`` for XML text."""
+    return "<string>" if _is_text(path_or_text) else str(Path(path_or_text))
+
+
 def load_text(path_or_text: str | Path) -> tuple[str, str]:
     """``(text, source name)`` from a path or from XML text (anything containing ``<``)."""
-    if isinstance(path_or_text, str) and "<" in path_or_text:
+    if _is_text(path_or_text):
         return path_or_text, "<string>"
     path = Path(path_or_text)
     try:
@@ -80,8 +93,30 @@ def read_msccl(path_or_text: str | Path) -> Algo:
 
 
 def parse_msccl(path_or_text: str | Path) -> tuple[Algo, list[Finding]]:
-    """Lenient read: the algorithm plus every textual finding, in file order."""
-    return parse_text(*load_text(path_or_text))
+    """Lenient read: the algorithm plus every textual finding, in file order.
+
+    Files in the canonical layout are read line by line (:mod:`.fastread`), without
+    holding the text; any other file goes through the general tokenizer.
+    """
+    source = source_name(path_or_text)
+    try:
+        with _lines(path_or_text) as lines:
+            fast = read_canonical(lines)
+    except (OSError, UnicodeDecodeError):
+        fast = None
+    if fast is None:
+        return parse_text(*load_text(path_or_text))
+    found: list[Finding] = []
+    return Algo(**_header(fast[0], found), gpus=fast[1], source=source), found
+
+
+@contextmanager
+def _lines(path_or_text: str | Path) -> Iterator[Iterator[str]]:
+    if _is_text(path_or_text):
+        yield iter(io.StringIO(str(path_or_text)))
+        return
+    with open(path_or_text, encoding="utf-8", newline="") as f:
+        yield iter(f)
 
 
 def parse_text(text: str, source: str = "<string>") -> tuple[Algo, list[Finding]]:
@@ -99,7 +134,9 @@ def parse_text(text: str, source: str = "<string>") -> tuple[Algo, list[Finding]
         if extra is not algos[0]:
             found.append(finding("ignored-element", f"<{extra.name}> outside the first <algo>",
                                  line=extra.line))
-    return _algo(algos[0], source, found), found
+    header = _header(algos[0], found)
+    gpus = tuple(_gpu(g, found) for g in _children(algos[0], "gpu", found))
+    return Algo(**header, gpus=gpus, source=source), found
 
 
 def _int(elem: RawElement, key: str, found: list[Finding], ctx: dict[str, int | None],
@@ -146,7 +183,8 @@ def _children(elem: RawElement, name: str, found: list[Finding]) -> list[RawElem
     return [c for c in elem.children if c.name == name]
 
 
-def _algo(elem: RawElement, source: str, found: list[Finding]) -> Algo:
+def _header(elem: RawElement, found: list[Finding]) -> dict[str, int | str | None]:
+    """The :class:`Algo` fields given by the ``<algo>`` element's attributes."""
     ctx: dict[str, int | None] = {}
     values: dict[str, int | None] = {}
     for key in _ALGO_REQUIRED:
@@ -162,13 +200,12 @@ def _algo(elem: RawElement, source: str, found: list[Finding]) -> Algo:
                                  line=elem.line))
         values[key] = _int(elem, key, found, ctx, bits=64 if key.endswith("Bytes") else 32,
                            required=False)
-    gpus = tuple(_gpu(g, found) for g in _children(elem, "gpu", found))
-    return Algo(
+    return dict(
         name=elem.attrs.get("name", ""), proto=elem.attrs.get("proto", ""),
         nchannels=values["nchannels"] or 0, nchunksperloop=values["nchunksperloop"] or 0,
         ngpus=values["ngpus"] or 0, coll=elem.attrs.get("coll", ""),
         inplace=values["inplace"] or 0, outofplace=values["outofplace"] or 0,
-        min_bytes=values["minBytes"], max_bytes=values["maxBytes"], gpus=gpus, source=source)
+        min_bytes=values["minBytes"], max_bytes=values["maxBytes"])
 
 
 def _gpu(elem: RawElement, found: list[Finding]) -> Gpu:

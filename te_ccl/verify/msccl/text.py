@@ -25,7 +25,7 @@ from te_ccl.errors import SpecError, VerificationError
 from te_ccl.verify.msccl.findings import Finding, finding
 
 __all__ = ["RawElement", "MscclReadError", "MscclSyntaxError", "tokenize", "strtol",
-           "MAX_ATTRS"]
+           "MAX_ATTRS", "parse_tag"]
 
 MAX_ATTRS = 16      # MSCCL_MAX_ATTR_COUNT
 MAX_NAME = 254      # names of MSCCL_MAX_STR_LEN-1 characters fail
@@ -108,7 +108,7 @@ def tokenize(text: str, *, source: str = "<string>") -> tuple[list[RawElement], 
             if not tok.endswith("-->"):
                 _fatal(found, "unbalanced-tags", "unterminated comment", start_line)
             continue
-        elem, closing, single = _parse_tag(tok, start_line, found)
+        elem, closing, single = parse_tag(tok, start_line, found)
         if elem is None:
             continue
         if closing:
@@ -144,7 +144,7 @@ def _check_between(tok: str, line: int, found: list[Finding]) -> None:
                                  line=line + i))
 
 
-def _parse_tag(tok: str, line: int, found: list[Finding]) -> tuple[RawElement | None, bool, bool]:
+def parse_tag(tok: str, line: int, found: list[Finding]) -> tuple[RawElement | None, bool, bool]:
     """(element, is_closing, is_self_closing); None for declarations and other skipped tags."""
     if not tok.endswith(">"):
         _fatal(found, "malformed-tag", f"tag {tok[:40]!r} has no closing '>'", line)

@@ -18,7 +18,7 @@ from te_ccl.verify.msccl.execute import FIFO_SLOTS, Execution, execute
 from te_ccl.verify.msccl.findings import RULES, Finding, finding
 from te_ccl.verify.msccl.layout import GARBAGE, ROOTED, SUPPORTED, Layout
 from te_ccl.verify.msccl.model import Algo
-from te_ccl.verify.msccl.reader import MscclSyntaxError, load_text, parse_text
+from te_ccl.verify.msccl.reader import MscclSyntaxError, parse_msccl, source_name
 from te_ccl.verify.msccl.runtime_rules import MAX_STEPS, runtime_checks
 from te_ccl.verify.msccl.static_rules import static_checks
 from te_ccl.verify.msccl.values import Packed, expand
@@ -64,9 +64,9 @@ def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
     SpecError
         ``root`` is not a rank of the algorithm.
     """
-    text, source = load_text(path_or_text)
+    source = source_name(path_or_text)
     try:
-        algo, found = parse_text(text, source)
+        algo, found = parse_msccl(path_or_text)
     except MscclSyntaxError as e:
         return Report(source, None, tuple(e.findings))
     if root is not None and not 0 <= root < max(algo.ngpus, 1):
