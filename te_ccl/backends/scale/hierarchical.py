@@ -183,13 +183,22 @@ class _Calendar:
 
 @dataclass
 class _Spread:
-    """Chunk ``chunk`` held by ``holder`` from ``ready`` still owed to ``left`` (in its box)."""
+    """Chunk ``chunk``, ready from ``ready``, held by ``holders`` and owed to ``left`` (one box).
+
+    Every GPU that got the chunk forwards it too: with unicasts the spread doubles each
+    round instead of loading one GPU's link with all of it. ``urgent``: mates that send
+    the chunk on to another box (served first). ``passes``: epochs in which
+    the box switch forwards the chunk; a switch that may not copy forwards it once per
+    epoch (played backwards, two partials meeting there would need an in-switch sum).
+    """
 
     prio: int
     ready: int
     chunk: int
-    holder: str
-    left: list[str]
+    holders: list[str]
+    left: set[str]
+    urgent: frozenset[str] = frozenset()
+    passes: set[int] = field(default_factory=set)
 
     def key(self) -> tuple[int, int, int]:
         return (self.prio, self.ready, self.chunk)
@@ -207,17 +216,22 @@ class _Run:
         self.wake: list[int] = []
         self.waiting: list[tuple[int, int, _Spread]] = []
         self.active: list[list[_Spread]] = [[] for _ in fabric.boxes]
+        self.slot = {g: i for gpus in fabric.boxes for i, g in enumerate(gpus)}
+        total = sum(len(xs) for xs in owned.values())
+        self.owed = {g: total - len(owned[g]) for g in self.box}  # chunks still to receive
         self.queues = self._deal(owned)
-        relays = {x for q in self.queues.values() for x, p in q if self.source[x] != p.exit}
+        relays: dict[int, set[str]] = defaultdict(set)
+        for q in self.queues.values():
+            for x, p in q:
+                if self.source[x] != p.exit:
+                    relays[x].add(p.exit)
         for g, xs in owned.items():
             for x in xs:
-                self._add(_Spread(0 if x in relays else 1, 0, x, g, self._targets(g)))
+                self._add(_Spread(0 if x in relays else 1, 0, x, [g], self._mates(g),
+                                  frozenset(relays.get(x, ()))))
 
-    def _targets(self, holder: str) -> list[str]:
-        """The holder's box mates, next offset first (a permutation when all spread at once)."""
-        gpus = self.fabric.boxes[self.box[holder]]
-        i = gpus.index(holder)
-        return [gpus[(i + q) % len(gpus)] for q in range(1, len(gpus))]
+    def _mates(self, holder: str) -> set[str]:
+        return set(self.fabric.boxes[self.box[holder]]) - {holder}
 
     def _deal(self, owned: dict[str, list[int]]) -> dict[tuple[str, str], list[tuple[int, Port]]]:
         """Each chunk of box ``a`` to one port towards each box ``c``, in proportion; queues per exit link."""
@@ -241,6 +255,7 @@ class _Run:
         self.out.append(Transfer(x, key[0], key[1], epoch, arrive))
         if self.problem.topology.node(key[1]).is_gpu:
             self.held[(x, key[1])] = arrive
+            self.owed[key[1]] -= 1
             heapq.heappush(self.wake, arrive)
         return arrive
 
@@ -263,7 +278,7 @@ class _Run:
                 heapq.heappush(self.wake, t + self.problem.timings[first].occupancy)
                 if p.via:
                     arrive = self._send(x, (p.via, p.entry), arrive)
-                self._add(_Spread(0, arrive, x, p.entry, self._targets(p.entry)))
+                self._add(_Spread(0, arrive, x, [p.entry], self._mates(p.entry)))
                 del queue[i]
                 break
         return blocked
@@ -272,27 +287,54 @@ class _Run:
         """Box-switch sends starting at ``t``; True if some ready chunk had to wait."""
         while self.waiting and self.waiting[0][0] <= t:
             item = heapq.heappop(self.waiting)[2]
-            self.active[self.box[item.holder]].append(item)
+            self.active[self.box[item.holders[0]]].append(item)
         blocked = False
         for b, items in enumerate(self.active):
             sw = self.fabric.switches[b]
             copy = sw in self.problem.copy_nodes
+            free: dict[int, set[str]] = {}  # epoch → box GPUs whose in-link can still start
             items.sort(key=_Spread.key)
             for item in items:
-                up = (item.holder, sw)
-                if not self.cal.fits(up, t):
-                    continue
-                there = t + self.problem.timings[up].delay
-                free = [g for g in item.left if self.cal.fits((sw, g), there)]
-                if free:
-                    free = free if copy else free[:1]
-                    self._send(item.chunk, up, t)
-                    for g in free:
-                        self._send(item.chunk, (sw, g), there)
-                    item.left = [g for g in item.left if g not in free]
+                if free and not any(free.values()):
+                    break
+                for h in reversed(item.holders):  # the newest first: spreads the sending
+                    if item.left and self.held[(item.chunk, h)] <= t:
+                        self._forward(item, h, sw, copy, t, free)
             self.active[b] = [item for item in items if item.left]
             blocked |= bool(self.active[b])
         return blocked
+
+    def _forward(self, item: _Spread, h: str, sw: str, copy: bool, t: int,
+                 free: dict[int, set[str]]) -> None:
+        """``h`` sends the chunk through the box switch at ``t`` to free mates still owed it.
+
+        Unicast: the urgent mate first, else the next one after ``h`` (all GPUs of a box
+        spreading at once then form a permutation).
+        """
+        up = (h, sw)
+        if not self.cal.fits(up, t):
+            return
+        there = t + self.problem.timings[up].delay
+        if not copy and there in item.passes:
+            return
+        if there not in free:
+            free[there] = {g for g in self.fabric.boxes[self.box[h]]
+                           if self.cal.fits((sw, g), there)}
+        to = item.left & free[there]
+        if not to:
+            return
+        if not copy:
+            size, i = len(self.fabric.boxes[self.box[h]]), self.slot[h]
+            to = {min(to, key=lambda g: (g not in item.urgent, -self.owed[g],
+                                         (self.slot[g] - i) % size))}
+        item.passes.add(there)
+        self._send(item.chunk, up, t)
+        for g in sorted(to, key=self.slot.get):
+            self._send(item.chunk, (sw, g), there)
+            if not self.cal.fits((sw, g), there):
+                free[there].discard(g)
+        item.left.difference_update(to)
+        item.holders += sorted(to, key=self.slot.get)
 
     def run(self) -> list[Transfer]:
         t = 0
