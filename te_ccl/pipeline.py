@@ -7,32 +7,38 @@ independent checker, the MSCCL XML by the verifier, which shares nothing with th
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
+from te_ccl.chunking import chunk_candidates, chunking_bounds
 from te_ccl.collective.model import Collective
-from te_ccl.errors import SolverError, SpecError, VerificationError
+from te_ccl.errors import SolverError, VerificationError
 from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
-from te_ccl.solve import solve
+from te_ccl.solve import Judge, solve
 from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
 
 __all__ = ["CompileOptions", "CompileResult", "compile_collective", "compile_size_library",
-           "summary"]
+           "solve_best", "simulated_time", "SIMULATED", "SIM_LIMIT", "summary"]
 
 FORMATS = ("xml", "json")
+MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
+SKIP_GAIN = 0.02  # a chunking must be able to beat the best so far by this to be solved
 
 
 @dataclass(frozen=True)
 class CompileOptions:
     """Where and how to write: ``output`` None writes nothing, ``"-"`` writes stdout.
 
-    ``chunk_choices``: chunks-per-rank values to try (the time limit is shared among them);
-    the fastest schedule wins, ties going to fewer chunks. Empty: the collective's own.
+    ``chunk_choices``: chunks-per-rank values to try, plus the chunkings whose arithmetic
+    fits the topology (:func:`te_ccl.chunking.chunk_candidates`); the time limit is shared
+    among them and the fastest schedule by simulated time wins, ties going to fewer chunks.
+    Empty: the collective's own.
     """
 
     output: str | None = None
@@ -102,10 +108,50 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     return results
 
 
+SIM_LIMIT = 100_000  # transfers: beyond, auto judges a schedule by its prediction
+
+
+def simulated_time(schedule: Schedule) -> float:
+    """The simulated finish time (α-β replay with contention), the benchmark's yardstick;
+    the epoch-model prediction for schedules of more than :data:`SIM_LIMIT` transfers,
+    whose replay would cost more than the choice is worth."""
+    if len(schedule.transfers) > SIM_LIMIT:
+        return schedule.finish_time_s
+    from te_ccl.simulate import simulate_schedule
+
+    return simulate_schedule(schedule).finish_time_s
+
+
+SIMULATED = Judge("simulated", simulated_time)
+
+
+def _remembering(judge: Judge) -> Judge:
+    """``judge`` that times each schedule once: ``solve`` judges its candidates and the
+    chunking loop judges the winner again (``with_info`` keeps the transfers tuple)."""
+    seen: dict[int, tuple[tuple, float]] = {}
+
+    def time_of(schedule: Schedule) -> float:
+        hit = seen.get(id(schedule.transfers))
+        if hit is None or hit[0] is not schedule.transfers:
+            hit = seen[id(schedule.transfers)] = (schedule.transfers, judge(schedule))
+        return hit[1]
+
+    return Judge(judge.what, time_of)
+
+
+def solve_best(topology: Topology, collective: Collective, params: SolveParams,
+               chunk_choices: tuple[int, ...] = (), progress: Progress | None = None) -> Schedule:
+    """What ``teccl compile`` keeps before checking it: ``solve`` judged by simulated time,
+    over the chunkings of :func:`te_ccl.chunking.chunk_candidates` when ``chunk_choices``
+    is given (``--chunks auto``)."""
+    if chunk_choices:
+        return _best_chunking(topology, collective, params, chunk_choices, progress)
+    return solve(topology, collective, params, progress, judge=SIMULATED)
+
+
 def _solve_checked(topology: Topology, collective: Collective, params: SolveParams,
                    chunk_choices: tuple[int, ...], progress: Progress | None) -> Schedule:
-    schedule = (_best_chunking(topology, collective, params, chunk_choices, progress)
-                if chunk_choices else solve(topology, collective, params, progress))
+    schedule = solve_best(topology, collective, params, chunk_choices, progress)
     violations = check_schedule(schedule)
     if violations:
         first = violations[0]
@@ -114,37 +160,67 @@ def _solve_checked(topology: Topology, collective: Collective, params: SolvePara
     return schedule
 
 
+def _trial_order(topology: Topology, collective: Collective,
+                 choices: tuple[int, ...]) -> list[tuple[Collective, float]]:
+    """The chunkings to try, each with the time it cannot beat, in trial order: the
+    collective's own first (the templates' chunking, so ``auto`` is never slower than a
+    template), then the most promising by bound (within 1 %: fewer chunks first).
+
+    The bound of ``k`` is the arithmetic one at ``2k``: the ring-bidir and tree templates
+    halve their chunks.
+    """
+    ks = chunk_candidates(topology, collective, choices)
+    own = collective.chunks_per_rank
+    fits = [k for k in ks if collective.size_bytes % replace(collective, chunks_per_rank=k)
+            .nchunks == 0 and k != own]
+    bounds = chunking_bounds(topology, collective, [2 * k for k in [own, *fits]])
+    low = min(bounds.values()) or 1.0
+    fits.sort(key=lambda k: (round(bounds[2 * k] / low, 2), k))
+    return [(replace(collective, chunks_per_rank=k), bounds[2 * k]) for k in [own, *fits]]
+
+
 def _best_chunking(topology: Topology, collective: Collective, params: SolveParams,
                    choices: tuple[int, ...], progress: Progress | None) -> Schedule:
-    """Solve once per chunking that divides the size; keep the earliest finish."""
-    candidates = [replace(collective, chunks_per_rank=k) for k in sorted(set(choices))]
-    candidates = [c for c in candidates if c.size_bytes % c.nchunks == 0]
-    if not candidates:
-        raise SpecError(f"none of the chunkings {sorted(set(choices))} divides "
-                        f"{collective.size_bytes} bytes", key="--chunks")
-    share = replace(params, time_limit_s=params.time_limit_s / len(candidates))
-    best: Schedule | None = None
+    """Solve the chunkings of :func:`_trial_order` (those that divide the size, and the
+    collective's own); keep the fastest by simulated time (ties: the earlier tried).
+
+    Each gets an equal share of the time still left, so what a quick solve leaves over
+    goes to the later ones. A chunking whose arithmetic bound is not :data:`SKIP_GAIN`
+    below the best time so far is skipped: it cannot win by enough to pay for its solve.
+    """
+    candidates = _trial_order(topology, collective, tuple(sorted(set(choices))))
+    deadline = time.monotonic() + params.time_limit_s
+    judge = _remembering(SIMULATED)
+    best: tuple[Schedule, float] | None = None
     tried: list[str] = []
     spent = 0.0
     last_error: SolverError | None = None
-    for c in candidates:
+    for i, (c, bound) in enumerate(candidates):
+        k, left = c.chunks_per_rank, deadline - time.monotonic()
+        if best is not None and (bound >= best[1] * (1 - SKIP_GAIN) or left < MIN_SHARE_S):
+            why = f"bound {bound:.4g} s" if left >= MIN_SHARE_S else "no time left"
+            tried.append(f"{k}: skipped ({why})")
+            continue
         if progress:
-            progress(f"trying {c.chunks_per_rank} chunk(s) per rank")
+            progress(f"trying {k} chunk(s) per rank")
+        share = replace(params, time_limit_s=max(MIN_SHARE_S, left / (len(candidates) - i)))
         try:
-            s = solve(topology, c, share, progress)
+            s = solve(topology, c, share, progress, judge=judge)
         except SolverError as e:
-            tried.append(f"{c.chunks_per_rank}: {e}")
+            tried.append(f"{k}: {e}")
             last_error = e
             continue
         spent += s.info.solver_time_s
-        tried.append(f"{c.chunks_per_rank}: {s.finish_time_s:.4g}s")
-        if best is None or s.finish_time_s < best.finish_time_s * (1 - 1e-9):
-            best = s
+        t = judge(s)
+        tried.append(f"{k}: {t:.4g} s")
+        if best is None or t < best[1] * (1 - 1e-9):
+            best = (s, t)
     if best is None:
         raise last_error
-    note = (f"chunks auto: picked {best.collective.chunks_per_rank} per rank "
+    s = best[0]
+    note = (f"chunks auto: picked {s.collective.chunks_per_rank} per rank by simulated time "
             f"(tried {'; '.join(tried)})")
-    return best.with_info(notes=best.info.notes + (note,), solver_time_s=spent)
+    return s.with_info(notes=s.info.notes + (note,), solver_time_s=spent)
 
 
 def _render(schedule: Schedule, options: CompileOptions) -> bytes:

@@ -152,3 +152,26 @@ def test_slowest_epoch_policy_uses_fewer_epochs():
     slow = checked(t, c, SolveParams(backend="milp", time_limit_s=10, epoch="slowest"))
     assert slow.finish_epoch < fast.finish_epoch
     assert slow.epoch_s > fast.epoch_s
+
+
+AUTO = SolveParams(backend="auto", time_limit_s=10, threads=1)
+
+
+def test_auto_keeps_what_the_judge_says_is_faster():
+    """The judge decides between the flow schedule and the templates, and the notes say
+    which was kept with both times."""
+    from te_ccl.solve import PREDICTED, Judge
+
+    c = coll("broadcast", 8, root=0)
+    flow = solve(ring(8), c, AUTO, judge=PREDICTED)
+    assert not flow.info.backend.startswith("baseline")
+    assert any(n.startswith("auto: kept the flow schedule") for n in flow.info.notes)
+
+    def templates_win(s):
+        return s.finish_time_s / (10.0 if s.info.backend.startswith("baseline") else 1.0)
+
+    kept = solve(ring(8), c, AUTO, judge=Judge("test", templates_win))
+    assert kept.info.backend.startswith("baseline")
+    note = kept.info.notes[0]
+    assert note.startswith(f"auto: kept the {kept.info.backend} template") and ", test)" in note
+    assert check_schedule(kept) == []

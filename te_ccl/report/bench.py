@@ -3,7 +3,10 @@
 Every schedule — teccl's and each baseline's — is checked by the independent schedule
 checker and replayed by the simulator; its time is the simulated finish time (the
 epoch-model prediction is kept alongside), so algbw, busbw and the ratio to the lower
-bound compare like with like. Solver time is the wall-clock time of ``solve``. Very large
+bound compare like with like. teccl's schedule is the one ``teccl compile`` keeps
+(:func:`te_ccl.pipeline.solve_best`: judged by simulated time, over the chunkings of
+``--chunks auto`` for the cases that ask); its solver time is the wall-clock time of that
+whole choice. Very large
 schedules (more than :data:`SIM_LIMIT` transfers) are timed by their prediction and not
 checked; schedules longer than :data:`CHECK_EPOCHS` epochs are simulated but not checked
 (``checked`` says which rows were).
@@ -17,20 +20,20 @@ from dataclasses import dataclass, field, replace
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.baselines import BaselineError, applicable, build_baseline
+from te_ccl.chunking import BASE_CHUNKS
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import TecclError
+from te_ccl.pipeline import SIM_LIMIT, solve_best
 from te_ccl.report.bounds_cache import Bounds
 from te_ccl.report.metrics import bandwidths
 from te_ccl.report.suites import Case, Suite
 from te_ccl.schedule import Schedule
 from te_ccl.simulate import simulate_schedule
-from te_ccl.solve import solve
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.schedule_check import check_schedule
 
 __all__ = ["Row", "BenchResult", "run_case", "run_suite", "SIM_LIMIT"]
 
-SIM_LIMIT = 100_000  # transfers: larger schedules are timed by their prediction, unchecked
 CHECK_EPOCHS = 200_000  # the checker replays epoch by epoch: beyond this, simulate only
 Progress = Callable[[str], None]
 
@@ -62,6 +65,7 @@ class Row:
     optimal: bool | None = None
     bound_kind: str = ""
     checked: bool = False
+    picked_chunks: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -93,7 +97,7 @@ def _timed(base: Row, sched: Schedule) -> Row:
     c = sched.collective
     algbw, busbw = bandwidths(c.size_bytes, t, c.busbw_factor)
     return replace(base, backend=sched.info.backend, predicted_s=sched.finish_time_s,
-                   checked=checked,
+                   checked=checked, picked_chunks=c.chunks_per_rank,
                    simulated_s=sim, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
                    ratio=t / base.bound_s if base.bound_s else None,
                    optimal=sched.info.optimal)
@@ -130,8 +134,8 @@ def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> R
     params = SolveParams(backend=case.backend, time_limit_s=case.limit_s, threads=threads,
                          epoch=case.epoch)
     start = time.monotonic()
-    try:
-        sched = solve(topo, coll, params)
+    try:  # what `teccl compile` keeps (--chunks auto for auto_chunks cases), checked below
+        sched = solve_best(topo, coll, params, BASE_CHUNKS if case.auto_chunks else ())
     except TecclError as e:
         return replace(base, status=f"failed: {e}"[:160],
                        solver_time_s=time.monotonic() - start)

@@ -21,8 +21,9 @@ KB, MB, GB, GiB = 10**3, 10**6, 10**9, 2**30
 class Case:
     """One collective on one topology; ``group``: ``suite``, ``target`` or ``scale``.
 
-    teccl runs as :func:`te_ccl.solve.solve` with ``backend`` and ``epoch`` (``auto`` picks
-    the scale backend beyond 16 GPUs, as ``teccl compile`` does).
+    teccl runs as ``teccl compile`` with ``backend`` and ``epoch`` (``auto`` picks the
+    scale backend beyond 16 GPUs) and, if ``auto_chunks``, ``--chunks auto`` (``chunks``
+    then only names the case; the baselines use it); else with ``chunks`` per rank.
     """
 
     topology: str
@@ -35,6 +36,7 @@ class Case:
     root: int | None = None
     backend: str = "auto"
     epoch: str = "fastest"
+    auto_chunks: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,10 +51,11 @@ SMALL = ("dgx1", "ring8", "fc8", "mesh4x4", "torus4x4")
 
 
 def _suite_cases(topologies: tuple[str, ...], limit_s: float) -> list[Case]:
-    cases = [Case(t, "allgather", s, limit_s=limit_s) for t in topologies for s in SIZES]
+    cases = [Case(t, "allgather", s, limit_s=limit_s, auto_chunks=True)
+             for t in topologies for s in SIZES]
     for kind in ("reducescatter", "allreduce", "alltoall", "broadcast"):
         root = 0 if kind == "broadcast" else None
-        cases += [Case(t, kind, s, limit_s=limit_s, root=root)
+        cases += [Case(t, kind, s, limit_s=limit_s, root=root, auto_chunks=True)
                   for t in topologies for s in (1 * KB, 1 * GB)]
     return cases
 
@@ -85,7 +88,8 @@ SUITES: dict[str, Suite] = {
     "default": Suite("default",
                      tuple(_target_cases() + _scale_cases()
                            + _suite_cases(("ndv2x2",) + SMALL, 10)
-                           + [Case("rail8x8", "allgather", s, limit_s=10) for s in (KB, MB, GB)]),
+                           + [Case("rail8x8", "allgather", s, limit_s=10, auto_chunks=True)
+                              for s in (KB, MB, GB)]),
                      budget_s=17 * 60),
     "quick": Suite("quick",
                    (Case("ring8", "allgather", 1 * KB, limit_s=5),

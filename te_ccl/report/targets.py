@@ -64,7 +64,8 @@ def _fmt_ratio(r: Row | None, ratio: float | None) -> str:
     if not r.ok or ratio is None:
         return r.status
     epochs = f", epochs {r.predicted_s / (r.time_s / ratio):.3f}" if r.predicted_s else ""
-    return f"{ratio:.3f}{epochs} in {r.solver_time_s:.1f} s"
+    chunks = f", {r.picked_chunks} chunk(s)/GPU" if r.picked_chunks else ""
+    return f"{ratio:.3f}{epochs}{chunks} in {r.solver_time_s:.1f} s"
 
 
 Planned = set[tuple[str, str, int, int]] | None  # (topology, kind, size, chunks) run or skipped

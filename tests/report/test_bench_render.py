@@ -75,3 +75,9 @@ def test_anchor_rows_and_suites():
     assert {"default", "quick"} <= set(SUITES)
     sizes = {c.size_bytes for c in SUITES["default"].cases if c.group == "suite"}
     assert min(sizes) == KB and max(sizes) == GB
+
+
+def test_target_rows_say_which_chunking_was_picked():
+    t = by_name(evaluate_targets([row("teccl", 1.01, picked_chunks=4)]))
+    assert t["ring8 allgather 1 GB vs cut bound"].measured.startswith(
+        "1.010, epochs 1.111, 4 chunk(s)/GPU in")

@@ -1,0 +1,40 @@
+"""The bench's teccl row is what `teccl compile` keeps: --chunks auto for the suite rows."""
+
+from __future__ import annotations
+
+import pytest
+
+import te_ccl.report.bench as bench
+from te_ccl.chunking import BASE_CHUNKS
+from te_ccl.report.suites import MB, SUITES, Case
+
+
+@pytest.mark.parametrize("auto, choices", [(True, BASE_CHUNKS), (False, ())])
+def test_teccl_row_goes_through_the_pipeline(monkeypatch, auto, choices):
+    seen = []
+    real = bench.solve_best
+
+    def spy(topology, collective, params, chunk_choices=(), progress=None):
+        seen.append(chunk_choices)
+        return real(topology, collective, params, chunk_choices, progress)
+
+    monkeypatch.setattr(bench, "solve_best", spy)
+    case = Case("ring8", "allgather", MB, limit_s=5, baselines=False, auto_chunks=auto)
+    (row,) = bench.run_case(case, threads=1)
+    assert seen == [choices]
+    assert row.ok and row.checked and row.chunks == 1 and row.picked_chunks >= 1
+    assert row.simulated_s == row.time_s and row.ratio >= 1 - 1e-9
+
+
+def test_auto_row_records_the_chunking_it_picked():
+    case = Case("ring8", "broadcast", 8 * MB, limit_s=5, root=0, auto_chunks=True)
+    rows = bench.run_case(case, threads=1)
+    mine, others = rows[0], [r for r in rows[1:] if r.ok]
+    assert mine.picked_chunks > 2  # a pipelined broadcast, not one chunk
+    assert all(mine.time_s <= r.time_s * (1 + 1e-9) for r in others)
+
+
+def test_suite_rows_use_auto_chunking_and_issue3_rows_keep_theirs():
+    cases = SUITES["default"].cases
+    assert all(c.auto_chunks for c in cases if c.group == "suite")
+    assert not any(c.auto_chunks for c in cases if c.group in ("target", "scale"))
