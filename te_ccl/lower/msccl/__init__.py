@@ -10,8 +10,9 @@ The pipeline, one pass per module, each leaving a valid intermediate form:
 5. :mod:`dependencies` — ``depid``/``deps``/``hasdep`` and ``nop`` steps;
 6. :mod:`to_xml` — the bytes, laid out for the runtime's parser.
 
-When a thread block would exceed ``max_steps`` the channel pass is rerun with fewer
-edges per (channel, peer), which spreads the steps over more channels.
+The channel pass keeps every thread block within ``max_steps`` data steps in one go.
+Only if the ``nop`` steps of pass 5 push a thread block over the limit (reductions with
+several dependencies per step) is it rerun once with a budget smaller by the overflow.
 """
 
 from __future__ import annotations
@@ -87,31 +88,36 @@ def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int
     edges = collapse_switches(schedule)
     base = build_instructions(edges, layout)
     candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
-    cap = max_steps
-    while cap > 0:
+    budget = max_steps
+    while budget > 0:
         try:
-            gpus = _attempt(edges, base, candidates, layout, cap)
+            gpus = _attempt(edges, base, candidates, layout, budget)
         except ChannelsExhausted as e:
             raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
                                     f"block within {MAX_CHANNELS} channels") from None
-        if all(len(tb.steps) <= max_steps for g in gpus for tb in g.threadblocks):
+        longest = max((len(tb.steps) for g in gpus for tb in g.threadblocks), default=0)
+        if longest <= max_steps:
             nchannels = 1 + max((tb.chan for g in gpus for tb in g.threadblocks), default=0)
             return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
                            coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes,
                            tuple(gpus))
-        cap = min(cap - 1, cap * 3 // 4)
+        # the channel pass counts data steps; the nops the dependencies added overflowed
+        budget -= longest - max_steps
     raise TecclError(f"cannot fit the schedule into {max_steps} steps per thread block")
 
 
 def _attempt(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
-             layout: Layout, cap: int) -> list[Gpu]:
-    """One lowering with at most ``cap`` edges per (GPU, channel, peer, direction)."""
-    chan, kept = assign_channels(edges, candidates, cap)
-    instrs = {g: apply_fusions(base[g], [f for f in kept if f.recv.gpu == g]) for g in base}
+             layout: Layout, budget: int) -> list[Gpu]:
+    """One lowering with at most ``budget`` data steps per thread block."""
+    chan, kept = assign_channels(edges, candidates, budget)
+    fusions: dict[int, list[Fusion]] = {g: [] for g in base}
+    for f in kept:
+        fusions[f.recv.gpu].append(f)
+    instrs = {g: apply_fusions(base[g], fusions[g]) for g in base}
     slots, s_chunks = resolve_slots(instrs)
     gpus = []
     for g in sorted(instrs):
-        plans = build_threadblocks(instrs[g], chan, cap)
+        plans = build_threadblocks(instrs[g], chan, budget)
         if len(plans) > MAX_THREADBLOCKS:
             raise TecclError(f"rank position {g} needs {len(plans)} thread blocks "
                              f"(the runtime allows {MAX_THREADBLOCKS})")

@@ -52,6 +52,33 @@ class Layout:
     def _pos(self) -> dict[int, int]:
         return {r: p for p, r in enumerate(self.collective.ranks)}
 
+    @cached_property
+    def chunks(self) -> tuple[Chunk, ...]:
+        """The collective's chunks, built once (``Collective.chunks`` builds them per call)."""
+        return self.collective.chunks()
+
+    @cached_property
+    def _sources(self) -> tuple[bytearray, ...]:
+        return self._masks("sources")
+
+    @cached_property
+    def _destinations(self) -> tuple[bytearray, ...]:
+        return self._masks("destinations")
+
+    def _masks(self, field: str) -> tuple[bytearray, ...]:
+        """Per chunk id, a byte per position: 1 where the rank is in the chunk's ``field``.
+
+        ``rank in chunk.destinations`` scans a tuple of up to N ranks; at 1024 GPUs the
+        N × chunks lookups of a lowering would cost billions of comparisons.
+        """
+        masks = []
+        for c in self.chunks:
+            mask = bytearray(self.collective.nranks)
+            for r in getattr(c, field):
+                mask[self._pos[r]] = 1
+            masks.append(mask)
+        return tuple(masks)
+
     @property
     def _c(self) -> int:
         return self.collective.chunks_per_rank
@@ -85,7 +112,7 @@ class Layout:
 
     def home(self, pos: int, chunk: Chunk) -> Slot | None:
         """Where the rank at ``pos`` holds ``chunk`` at the start (None: not a source)."""
-        if self.collective.ranks[pos] not in chunk.sources:
+        if not self._sources[chunk.id][pos]:
             return None
         if self.collective.inplace and self.collective.kind in _GROW:
             return Slot(Buf.OUTPUT, pos * self._c + chunk.in_index)
@@ -93,7 +120,7 @@ class Layout:
 
     def out(self, pos: int, chunk: Chunk) -> Slot | None:
         """Where the rank at ``pos`` must hold ``chunk`` at the end (None: not needed)."""
-        if not self._needs(self.collective.ranks[pos], chunk):
+        if not self._needs(pos, chunk):
             return None
         if not self.collective.inplace or self.collective.kind in _GROW:
             return Slot(Buf.OUTPUT, chunk.out_index)
@@ -101,10 +128,10 @@ class Layout:
             return Slot(Buf.INPUT, pos * self._c + chunk.out_index)
         return Slot(Buf.INPUT, chunk.out_index)
 
-    def _needs(self, rank: int, chunk: Chunk) -> bool:
-        if rank in chunk.destinations:
+    def _needs(self, pos: int, chunk: Chunk) -> bool:
+        if self._destinations[chunk.id][pos]:
             return True
-        if chunk.reduce or rank not in chunk.sources:
+        if chunk.reduce or not self._sources[chunk.id][pos]:
             return False
         kind = self.collective.kind
         # a source keeps its own piece in its output: allgather, broadcast's root,

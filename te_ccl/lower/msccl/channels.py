@@ -1,20 +1,33 @@
-"""Pass 3: a channel for every edge, keeping each connection's FIFO order on both sides.
+"""Pass 3: a channel for every edge, so that the runtime executes the schedule without
+mixing up data, blocking forever or exceeding its limits.
 
-MSCCL matches sends and receives on one (peer, channel) connection in order, and a
-thread block runs its steps in order. Every step is placed at its time ``order``
-(:mod:`instructions`), so an edge sits at its send order on the sender and at its
+The reference execution is the schedule's own time order: every step sits at its
+``order`` (:mod:`instructions`), an edge at its send order on the sender and at its
 receive order on the receiver (the send order of the step it is fused into, if any).
-An edge may share a channel with the edges already there only if both orders agree.
+If every connection ``(src, dst, channel)`` respects three rules, replaying all steps of
+all GPUs in that global order never blocks, and since thread blocks, FIFOs and flags
+form a persistent system, no interleaving of the runtime deadlocks either:
 
-Edges starting on one connection in the same epoch get different channels, so one link
-carrying several chunks at once uses several channels. A fused step (``rcs`` …) puts its
-incoming and outgoing edge on one channel and ties the receiving and sending thread
-block together, so a chain of fused steps is placed as a unit, on the lowest channel
-where all of it fits; otherwise its fusions are dropped and its edges placed one by one.
+* **FIFO order** — an edge shares a channel only with edges whose send and receive
+  orders agree with its own (sends and receives are matched in order);
+* **FIFO depth** — when an edge is sent, at most ``FIFO_SLOTS - 1`` earlier edges of
+  the connection are still unreceived (the connection buffer holds ``FIFO_SLOTS``
+  messages; a receive fused into a much later send keeps its slot occupied);
+* **thread-block budget** — the thread block of each side stays within ``budget``
+  steps, and a GPU uses at most 32 send and 32 receive peers per channel.
+
+Edges starting on one connection in the same epoch prefer different channels, so one
+link carrying several chunks at once uses several channels. A fused step (``rcs`` …)
+puts its incoming and outgoing edge on one channel and joins the receiving and sending
+thread block, so the (recv peer, send peer) pairing per GPU and channel must stay
+one-to-one. A chain of fused steps is grown hop by hop while some channel still takes
+all of it; where none does, the fusion there is dropped and a new chain starts. Each
+check looks at a few neighbours in sorted lists, so the pass is O(E log E) overall.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -22,110 +35,210 @@ from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.instructions import Fusion, recv_order, send_order
 
-__all__ = ["MAX_CHANNELS", "ChannelsExhausted", "assign_channels"]
+__all__ = ["MAX_CHANNELS", "MAX_PEERS", "FIFO_SLOTS", "ChannelsExhausted", "assign_channels"]
 
 MAX_CHANNELS = 32
+MAX_PEERS = 32     # send (and receive) thread blocks per channel on one GPU
+FIFO_SLOTS = 8     # NCCL_STEPS: messages a connection buffers
+SLACK = 4          # spread chains so the busiest thread blocks are about 1/SLACK full
 
 
 class ChannelsExhausted(TecclError):
-    """An edge fits on none of the 32 channels (under the current steps-per-tb cap)."""
+    """An edge fits on none of the 32 channels (under the current steps-per-tb budget)."""
+
+
+@dataclass
+class _Conn:
+    """The edges of one ``(src, dst, channel)``, sorted by send order (= receive order)."""
+
+    snd: list[tuple] = field(default_factory=list)
+    rcv: list[tuple] = field(default_factory=list)
+    starts: set[int] = field(default_factory=set)
 
 
 @dataclass
 class _State:
-    """What is already placed: per (connection, channel) edges, per GPU channel pairings."""
+    """Everything placed so far, keyed by GPU position and channel."""
 
-    cap: int
-    placed: dict[tuple, list[tuple]] = field(default_factory=lambda: defaultdict(list))
-    starts: dict[tuple, set[int]] = field(default_factory=lambda: defaultdict(set))
-    load: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
-    pair_send: dict[tuple, int] = field(default_factory=dict)  # (gpu, chan, send) -> recv
-    pair_recv: dict[tuple, int] = field(default_factory=dict)  # (gpu, chan, recv) -> send
+    budget: int
+    spread: int
+    conns: dict[tuple, _Conn] = field(default_factory=lambda: defaultdict(_Conn))
+    sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
+    recvs: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
+    fused: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, a, b)
+    pair_send: dict[tuple, int] = field(default_factory=dict)  # (g, c, send) -> recv peer
+    pair_recv: dict[tuple, int] = field(default_factory=dict)  # (g, c, recv) -> send peer
+    peers: dict[tuple, set[int]] = field(default_factory=lambda: defaultdict(set))  # (g,c,dir)
 
 
-def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], cap: int
+def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int
                     ) -> tuple[dict[Edge, int], list[Fusion]]:
-    """Channel of every edge and the fusions kept; ``cap`` bounds steps per tb side."""
+    """Channel of every edge and the fusions kept; ``budget`` bounds steps per tb."""
     by_in = {f.recv.recv: f for f in fusions}
-    by_out = {f.send.send: f for f in fusions}
-    state, chan = _State(cap), {}
+    by_out = {f.send.send for f in fusions}
+    state, chan = _State(budget, _spread(edges, budget)), {}
     kept: list[Fusion] = []
+    started: dict[tuple[int, int], int] = defaultdict(int)
     for head in sorted(e for e in edges if e not in by_out):
-        chain, links = [head], []
+        c0 = started[(head.src, head.dst)] % state.spread
+        started[(head.src, head.dst)] += 1
+        chain, links, c = [head], [], _first_fit([head], [], state, c0)
+        used = {(head.src, head.dst)}
         while chain[-1] in by_in:
-            links.append(by_in[chain[-1]])
-            chain.append(links[-1].send.send)
-        c = _first_fit(chain, links, state)
-        if c is None:
-            for e in chain:
-                one = _first_fit([e], [], state)
-                if one is None:
-                    raise ChannelsExhausted(f"chunk {e.chunk} from rank position {e.src} to "
-                                            f"{e.dst} needs more than {MAX_CHANNELS} channels")
-                _place([e], [], one, state, chan)
-        else:
-            _place(chain, links, c, state, chan)
-            kept.extend(links)
+            link = by_in[chain[-1]]
+            nxt = link.send.send
+            longer, more = chain + [nxt], links + [link]
+            if (nxt.src, nxt.dst) in used:  # a chain uses each connection once
+                fits = None
+            elif _fits(_parts(longer, more, last=True), c, state):
+                fits = c
+            else:
+                fits = _first_fit(longer, more, state, c0, required=False)
+            if fits is None:
+                _place(chain, links, c, state, chan)
+                kept.extend(links)
+                chain, links, c = [nxt], [], _first_fit([nxt], [], state, c0)
+                used = set()
+            else:
+                chain, links, c = longer, more, fits
+            used.add((nxt.src, nxt.dst))
+        _place(chain, links, c, state, chan)
+        kept.extend(links)
     return chan, kept
 
 
-def _orders(chain: list[Edge], links: list[Fusion]) -> list[tuple[tuple, tuple]]:
-    """(sender order, receiver order) of each edge of a chain."""
+def _orders(chain: list[Edge], links: list[Fusion], first: int = 0
+            ) -> list[tuple[Edge, tuple, tuple]]:
+    """(edge, sender order, receiver order) of the chain's edges from index ``first``."""
     out = []
-    for i, e in enumerate(chain):
+    for i in range(first, len(chain)):
+        e = chain[i]
         recv = send_order(links[i].send.send) if i < len(links) else recv_order(e)
-        out.append((send_order(e), recv))
+        out.append((e, send_order(e), recv))
     return out
 
 
-def _first_fit(chain: list[Edge], links: list[Fusion], state: _State) -> int | None:
-    """Lowest channel for the chain; concurrent edges share one only if no other is left."""
-    orders = _orders(chain, links)
-    for spread in (True, False):
-        for c in range(MAX_CHANNELS):
-            if all(_edge_fits(e, o, c, state, spread)
-                   for e, o in zip(chain, orders, strict=True)) and _pairs_fit(links, c, state):
+def _spread(edges: tuple[Edge, ...], budget: int) -> int:
+    """How many channels chains are dealt over: enough that the busiest connection fills
+    its thread blocks to about 1/SLACK, so a chain finds room on its channel all along
+    its path (first fit from channel 0 would fill low channels first and cut chains)."""
+    load: dict[tuple[int, int], int] = defaultdict(int)
+    for e in edges:
+        load[(e.src, e.dst)] += 1
+    busiest = max(load.values(), default=0)
+    return max(1, min(MAX_CHANNELS, -(-busiest * SLACK // budget)))
+
+
+def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int,
+               required: bool = True) -> int | None:
+    """First channel taking the whole chain, trying ``first``, ``first + 1``, … cyclically
+    over the spread channels and then the rest, preferring one without a same-epoch edge
+    on its connections; None (or, if ``required``, :class:`ChannelsExhausted`) if none."""
+    fallback, parts = None, _parts(chain, links)
+    order = [*range(first, state.spread), *range(first), *range(state.spread, MAX_CHANNELS)]
+    for c in order:
+        if _fits(parts, c, state):
+            if all(e.start not in state.conns[(e.src, e.dst, c)].starts for e in chain):
                 return c
-    return None
+            fallback = c if fallback is None else fallback
+    if fallback is None and required:
+        e = chain[0]
+        raise ChannelsExhausted(f"chunk {e.chunk} from rank position {e.src} to {e.dst} fits "
+                                f"on none of the {MAX_CHANNELS} channels")
+    return fallback
 
 
-def _edge_fits(e: Edge, orders: tuple[tuple, tuple], c: int, state: _State,
-               spread: bool) -> bool:
-    conn = (e.src, e.dst, c)
-    if spread and e.start in state.starts[conn]:
+_Parts = tuple[list[tuple], list[Fusion], list[tuple[Edge, tuple, tuple]]]
+
+
+def _parts(chain: list[Edge], links: list[Fusion], last: bool = False) -> _Parts:
+    """What a chain adds to a channel: (GPU, recv peer, send peer) of each of its steps,
+    its fusions, and (edge, send order, receive order) of its edges. With ``last``, only
+    what its last hop changed (the rest was found to fit on the channel already)."""
+    if last:
+        ends = [(chain[-1].dst, chain[-1].src, None)]
+        edges = _orders(chain, links, len(chain) - 2)
+        links = links[-1:]
+    else:
+        ends = [(chain[0].src, None, chain[0].dst), (chain[-1].dst, chain[-1].src, None)]
+        edges = _orders(chain, links)
+    ends += [(f.recv.gpu, f.recv.recv.src, f.send.send.dst) for f in links]
+    return ends, links, edges
+
+
+def _fits(parts: _Parts, c: int, state: _State) -> bool:
+    ends, links, edges = parts
+    return (_pairs_fit(links, c, state) and _steps_fit(ends, c, state)
+            and all(_conn_fits(state.conns[(e.src, e.dst, c)], snd, rcv)
+                    for e, snd, rcv in edges))
+
+
+def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple) -> bool:
+    """Can an edge with these orders join the connection (FIFO order and depth)?"""
+    i = bisect_left(conn.snd, snd)
+    if (i > 0 and conn.rcv[i - 1] > rcv) or (i < len(conn.rcv) and conn.rcv[i] < rcv):
         return False
-    if state.load[(e.src, c, "s", e.dst)] >= state.cap or \
-            state.load[(e.dst, c, "r", e.src)] >= state.cap:
-        return False
-    snd, rcv = orders
-    return all((s < snd) == (r < rcv) for s, r in state.placed[conn])
+    lo, hi = max(0, i - FIFO_SLOTS), min(len(conn.snd), i + FIFO_SLOTS)
+    s = conn.snd[lo:i] + [snd] + conn.snd[i:hi]
+    r = conn.rcv[lo:i] + [rcv] + conn.rcv[i:hi]
+    # the message FIFO_SLOTS places earlier must be received before this one is sent
+    return all(r[k - FIFO_SLOTS] < s[k] for k in range(FIFO_SLOTS, len(s)))
+
+
+def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None) -> int:
+    """Steps already in the thread block that holds GPU ``g``'s channel-``c`` receives from
+    ``recv`` and/or sends to ``send`` (their pairing partners included)."""
+    if send is not None and recv is None:
+        recv = state.pair_send.get((g, c, send))
+    elif recv is not None and send is None:
+        send = state.pair_recv.get((g, c, recv))
+    steps = state.sends.get((g, c, send), 0) if send is not None else 0
+    if recv is not None:
+        steps += state.recvs.get((g, c, recv), 0)
+        if send is not None:
+            steps -= state.fused.get((g, c, recv, send), 0)
+    return steps
+
+
+def _steps_fit(ends: list[tuple[int, int | None, int | None]], c: int, state: _State) -> bool:
+    """Each (GPU, recv peer, send peer) of a chain adds one step to one of its thread
+    blocks (all different: a chain uses each connection once, and a clash of pairings is
+    refused by :func:`_pairs_fit`); new peers on the channel stay within ``MAX_PEERS``."""
+    new: dict[tuple, set[int]] = defaultdict(set)
+    for g, recv, send in ends:
+        if _tb_steps(state, g, c, recv, send) >= state.budget:
+            return False
+        for peer, way in ((send, "s"), (recv, "r")):
+            if peer is not None and peer not in state.peers.get((g, c, way), ()):
+                new[(g, c, way)].add(peer)
+    return all(len(state.peers.get(k, ())) + len(v) <= MAX_PEERS for k, v in new.items())
 
 
 def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
-    """Each fused step's (recv peer, send peer) pairing on its GPU stays one-to-one.
-
-    A chain may pass one GPU twice, so its own pairings are checked together.
-    """
-    new_recv: dict[tuple, int] = {}
-    new_send: dict[tuple, int] = {}
+    """Each fused step's (recv peer, send peer) pairing on its GPU stays one-to-one
+    (the GPUs of a chain are distinct, so its own pairings cannot clash)."""
     for f in links:
         g, a, b = f.recv.gpu, f.recv.recv.src, f.send.send.dst
-        if new_recv.setdefault((g, c, a), state.pair_recv.get((g, c, a), b)) != b or \
-                new_send.setdefault((g, c, b), state.pair_send.get((g, c, b), a)) != a:
+        if state.pair_recv.get((g, c, a), b) != b or state.pair_send.get((g, c, b), a) != a:
             return False
     return True
 
 
 def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
            chan: dict[Edge, int]) -> None:
-    for e, (snd, rcv) in zip(chain, _orders(chain, links), strict=True):
-        conn = (e.src, e.dst, c)
-        state.placed[conn].append((snd, rcv))
-        state.starts[conn].add(e.start)
-        state.load[(e.src, c, "s", e.dst)] += 1
-        state.load[(e.dst, c, "r", e.src)] += 1
+    for e, snd, rcv in _orders(chain, links):
+        conn = state.conns[(e.src, e.dst, c)]
+        i = bisect_left(conn.snd, snd)
+        conn.snd.insert(i, snd)
+        conn.rcv.insert(i, rcv)
+        conn.starts.add(e.start)
+        state.sends[(e.src, c, e.dst)] += 1
+        state.recvs[(e.dst, c, e.src)] += 1
+        state.peers[(e.src, c, "s")].add(e.dst)
+        state.peers[(e.dst, c, "r")].add(e.src)
         chan[e] = c
     for f in links:
         g, a, b = f.recv.gpu, f.recv.recv.src, f.send.send.dst
         state.pair_recv[(g, c, a)] = b
         state.pair_send[(g, c, b)] = a
+        state.fused[(g, c, a, b)] += 1

@@ -10,7 +10,7 @@ XML's GPU ids); a path through a GPU outside the collective cannot be expressed 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from te_ccl.errors import TecclError
 from te_ccl.schedule import Schedule, Transfer
@@ -18,11 +18,12 @@ from te_ccl.schedule import Schedule, Transfer
 __all__ = ["Edge", "collapse_switches"]
 
 
-@dataclass(frozen=True, order=True)
-class Edge:
+class Edge(NamedTuple):
     """Chunk ``chunk`` sent from position ``src`` to ``dst``; sorted by start epoch first.
 
     ``seq`` only separates otherwise identical edges (two switch paths at the same times).
+    A named tuple, not a dataclass: at 1024 GPUs there are millions of edges, and tuples
+    are built, hashed and compared in C.
     """
 
     start: int
@@ -37,14 +38,16 @@ class Edge:
 def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
     """The schedule's transfers as GPU-to-GPU edges between collective positions."""
     topo, transfers = schedule.topology, schedule.transfers
-    feeds = _match_switches(schedule)
     pos = {topo.gpu(r): p for p, r in enumerate(schedule.collective.ranks)}
-    raw: list[tuple[Transfer, Transfer]] = []
-    for i, t in enumerate(transfers):
-        if topo.node(t.src).is_gpu:
-            raw.extend((t, transfers[j]) for j in _path_ends(i, schedule, feeds))
+    if topo.switches:
+        feeds = _match_switches(schedule)
+        raw = [(t, transfers[j]) for i, t in enumerate(transfers) if topo.node(t.src).is_gpu
+               for j in _path_ends(i, schedule, feeds)]
+    else:
+        raw = [(t, t) for t in transfers]
+    raw.sort(key=lambda p: (_fields(p[0]), _fields(p[1])))
     edges = []
-    for seq, (first, last) in enumerate(sorted(raw)):
+    for seq, (first, last) in enumerate(raw):
         for gpu in (first.src, last.dst):
             if gpu not in pos:
                 raise TecclError(f"chunk {first.chunk} passes through GPU {gpu}, which is not in "
@@ -53,6 +56,11 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
         edges.append(Edge(first.start_epoch, last.arrive_epoch, first.chunk, pos[first.src],
                           pos[last.dst], seq, last.op))
     return tuple(sorted(edges))
+
+
+def _fields(t: Transfer) -> tuple:
+    """``t``'s sort key (the dataclass order, built once per transfer instead of per compare)."""
+    return (t.chunk, t.src, t.dst, t.start_epoch, t.arrive_epoch, t.op)
 
 
 def _path_ends(i: int, schedule: Schedule, feeds: dict[int, list[int]]) -> list[int]:

@@ -13,8 +13,9 @@ Fusion: a receive whose value is next read by a send becomes ``rcs`` (copy) or
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import defaultdict
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from te_ccl.collective.model import Chunk
 from te_ccl.errors import TecclError
@@ -28,9 +29,11 @@ __all__ = ["Instr", "Fusion", "recv_order", "send_order", "build_instructions",
 _END = 1 << 40  # order epoch of the final copies, after every transfer
 
 
-@dataclass(frozen=True)
-class Instr:
-    """One step before thread-block assignment; ``order`` is unique per GPU."""
+class Instr(NamedTuple):
+    """One step before thread-block assignment; ``order`` is unique per GPU.
+
+    Named tuples (here and for :class:`Fusion`): millions of them at 1024 GPUs.
+    """
 
     gpu: int
     op: Op
@@ -44,8 +47,7 @@ class Instr:
     writes: tuple[Slot, ...] = ()
 
 
-@dataclass(frozen=True)
-class Fusion:
+class Fusion(NamedTuple):
     """Receive ``recv`` and the send ``send`` that forwards its value, fused into ``op``."""
 
     recv: Instr
@@ -71,7 +73,7 @@ def build_instructions(edges: tuple[Edge, ...], layout: Layout) -> dict[int, lis
     for e in edges:
         events[e.src].append((send_order(e), e))
         events[e.dst].append((recv_order(e), e))
-    chunks = layout.collective.chunks()
+    chunks = layout.chunks
     return {g: _gpu_instructions(g, sorted(events[g]), layout, chunks)
             for g in range(layout.collective.nranks)}
 
@@ -141,7 +143,7 @@ def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
     for ins in instrs:
         for slot in dict.fromkeys(ins.reads + ins.writes):
             touching[slot].append(ins)
-    chunks = layout.collective.chunks()
+    chunks = layout.chunks
     found = []
     for slot, seq in touching.items():
         for i, (r, s) in enumerate(zip(seq, seq[1:], strict=False)):
@@ -158,6 +160,12 @@ def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
     return sorted(found, key=lambda f: f.send.order)
 
 
+def _touched_between(seq: list[Instr], a: Instr, b: Instr) -> bool:
+    """Does an instruction of ``seq`` (sorted by order) lie strictly between ``a`` and ``b``?"""
+    i = bisect_right(seq, a.order, key=lambda x: x.order)
+    return i < len(seq) and seq[i].order < b.order
+
+
 def _read_later(rest: list[Instr], slot: Slot, is_output: bool) -> bool:
     """Is the slot's current value read again (or left as the GPU's result)?"""
     for x in rest:
@@ -166,10 +174,6 @@ def _read_later(rest: list[Instr], slot: Slot, is_output: bool) -> bool:
         if slot in x.writes:
             return False  # overwritten before any read
     return is_output
-
-
-def _touched_between(seq: list[Instr], a: Instr, b: Instr) -> bool:
-    return any(a.order < x.order < b.order for x in seq)
 
 
 def apply_fusions(instrs: list[Instr], fusions: list[Fusion]) -> list[Instr]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 __all__ = ["Op", "Buf", "Slot", "Step", "Threadblock", "Gpu", "Program", "NO_PEER"]
 
@@ -45,15 +46,14 @@ class Buf(StrEnum):
     SCRATCH = "s"
 
 
-@dataclass(frozen=True, order=True)
-class Slot:
-    """One chunk-sized slot of a GPU buffer."""
+class Slot(NamedTuple):
+    """One chunk-sized slot of a GPU buffer (a named tuple: hashed millions of times)."""
 
     buf: Buf
     index: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
     """One ``<step>``; ``depid``/``deps`` name a thread block and step on the same GPU."""
 

@@ -1,61 +1,45 @@
 """Pass 6: print a :class:`Program` as the runtime's parser wants it.
 
-lxml writes no declaration, double quotes and attributes in insertion order (the order
-of the reference files); ``pretty_print`` puts one tag per line with a 2-space indent.
-Numbers are Python ints, so never with leading zeros. A GPU without thread blocks is
-written open/closed (never self-closing) to keep to what msccl-tools emits.
+No declaration, double quotes, attributes in the order of the reference files, one tag
+per line with a 2-space indent per level (what lxml's ``pretty_print`` writes, which
+this module used to call). The lines are formatted directly: at 1024 GPUs a program has
+millions of steps, and an element tree of them would cost gigabytes. Numbers are Python
+ints, so never with leading zeros; names are already restricted to ``[A-Za-z0-9_.+-]``
+(nothing to escape). A GPU without thread blocks is written open/closed (never
+self-closing) to keep to what msccl-tools emits.
 """
 
 from __future__ import annotations
 
-from lxml import etree
-
-from te_ccl.lower.msccl.ir import Buf, Gpu, Program, Slot, Step
+from te_ccl.lower.msccl.ir import Program, Step
 
 __all__ = ["program_to_xml"]
 
-_NOP_SRC = Slot(Buf.INPUT, -1)
-_NOP_DST = Slot(Buf.OUTPUT, -1)
-
-
-def _attrs(elem: etree._Element, pairs: list[tuple[str, object]]) -> None:
-    for key, value in pairs:
-        elem.set(key, str(int(value)) if isinstance(value, bool | int) else str(value))
-
-
-def _step(parent: etree._Element, step: Step) -> None:
-    src = step.src or _NOP_SRC
-    dst = step.dst or _NOP_DST
-    _attrs(etree.SubElement(parent, "step"), [
-        ("s", step.s), ("type", step.op.value), ("srcbuf", src.buf.value),
-        ("srcoff", src.index), ("dstbuf", dst.buf.value), ("dstoff", dst.index),
-        ("cnt", step.cnt), ("depid", step.depid), ("deps", step.deps), ("hasdep", step.hasdep),
-    ])
-
-
-def _gpu(parent: etree._Element, gpu: Gpu) -> None:
-    elem = etree.SubElement(parent, "gpu")
-    _attrs(elem, [("id", gpu.id), ("i_chunks", gpu.i_chunks), ("o_chunks", gpu.o_chunks),
-                  ("s_chunks", gpu.s_chunks)])
-    for tb in gpu.threadblocks:
-        tb_elem = etree.SubElement(elem, "tb")
-        _attrs(tb_elem, [("id", tb.id), ("send", tb.send), ("recv", tb.recv), ("chan", tb.chan)])
-        for step in tb.steps:
-            _step(tb_elem, step)
-    if not gpu.threadblocks:
-        elem.text = "\n  "
+def _step(step: Step) -> str:
+    """A nop (no slots) prints ``srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1"``."""
+    src, dst = step.src, step.dst
+    sbuf, soff = (src.buf.value, src.index) if src else ("i", -1)
+    dbuf, doff = (dst.buf.value, dst.index) if dst else ("o", -1)
+    return (f'      <step s="{step.s}" type="{step.op.value}" srcbuf="{sbuf}" srcoff="{soff}" '
+            f'dstbuf="{dbuf}" dstoff="{doff}" cnt="{step.cnt}" depid="{step.depid}" '
+            f'deps="{step.deps}" hasdep="{int(step.hasdep)}"/>\n')
 
 
 def program_to_xml(program: Program) -> bytes:
     """The XML bytes of ``program`` (UTF-8, newline-terminated)."""
-    root = etree.Element("algo")
-    _attrs(root, [
-        ("name", program.name), ("proto", program.proto), ("nchannels", program.nchannels),
-        ("nchunksperloop", program.nchunksperloop), ("ngpus", program.ngpus),
-        ("coll", program.coll), ("inplace", program.inplace),
-        ("outofplace", not program.inplace), ("minBytes", program.min_bytes),
-        ("maxBytes", program.max_bytes),
-    ])
-    for gpu in program.gpus:
-        _gpu(root, gpu)
-    return etree.tostring(root, pretty_print=True, encoding="utf-8")
+    p = program
+    out = [f'<algo name="{p.name}" proto="{p.proto}" nchannels="{p.nchannels}" '
+           f'nchunksperloop="{p.nchunksperloop}" ngpus="{p.ngpus}" coll="{p.coll}" '
+           f'inplace="{int(p.inplace)}" outofplace="{int(not p.inplace)}" '
+           f'minBytes="{p.min_bytes}" maxBytes="{p.max_bytes}">\n']
+    for gpu in p.gpus:
+        out.append(f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
+                   f's_chunks="{gpu.s_chunks}">\n')
+        for tb in gpu.threadblocks:
+            out.append(f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" '
+                       f'chan="{tb.chan}">\n')
+            out.extend(map(_step, tb.steps))
+            out.append("    </tb>\n")
+        out.append("  </gpu>\n")
+    out.append("</algo>\n")
+    return "".join(out).encode()
