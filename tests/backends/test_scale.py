@@ -151,7 +151,7 @@ def test_first_bits_match_numpy():
 def test_scale_method_for_auto():
     rail = rail_optimized(2, 2, 450e9, 50e9)
     assert scale_method(rail, _all(rail, K.ALLTOALL)) == "rail-alltoall"
-    assert scale_method(rail, _all(rail, K.ALLGATHER)) is None
+    assert scale_method(rail, _all(rail, K.ALLGATHER)) == "hierarchical"
     m = mesh([4, 4], 50e9)
     assert scale_method(m, _all(m, K.ALLTOALL)) is None
     assert scale_method(m, _all(m, K.BROADCAST, root=0)) == "greedy"
