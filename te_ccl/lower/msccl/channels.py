@@ -40,6 +40,7 @@ __all__ = ["MAX_CHANNELS", "MAX_PEERS", "FIFO_SLOTS", "ChannelsExhausted", "assi
 MAX_CHANNELS = 32
 MAX_PEERS = 32     # send (and receive) thread blocks per channel on one GPU
 FIFO_SLOTS = 8     # NCCL_STEPS: messages a connection buffers
+MOVE_MAX_HOPS = 3  # a chain that no longer fits its channel moves only while this short
 SLACK = 4          # spread chains so the busiest thread blocks are about 1/SLACK full
 
 
@@ -92,8 +93,10 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int
                 fits = None
             elif _fits(_parts(longer, more, last=True), c, state):
                 fits = c
-            else:
+            elif len(chain) <= MOVE_MAX_HOPS:  # long chains stay on their channel
                 fits = _first_fit(longer, more, state, c0, required=False)
+            else:
+                fits = None
             if fits is None:
                 _place(chain, links, c, state, chan)
                 kept.extend(links)

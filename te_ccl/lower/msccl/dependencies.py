@@ -72,11 +72,13 @@ def add_dependencies(gpu: int, plans: list[TbPlan], slots: dict[tuple[int, tuple
     """The final thread blocks of one GPU (ids = positions in ``plans``, but thread blocks
     that others wait for come first when there are more than ``MAX_DEPID + 1``)."""
     deps = _dependencies(plans)
-    if len(plans) > MAX_DEPID + 1:
+    if len(plans) > MAX_DEPID + 1:  # renumber: waited-for thread blocks first
         waited = {tb for waits in deps.values() for tb, _ in waits}
-        plans = [p for i, p in enumerate(plans) if i in waited] + \
-                [p for i, p in enumerate(plans) if i not in waited]
-        deps = _dependencies(plans)
+        perm = sorted(range(len(plans)), key=lambda i: (i not in waited, i))
+        new = {old: i for i, old in enumerate(perm)}
+        plans = [plans[i] for i in perm]
+        deps = {(new[tb], k): sorted((new[t], j) for t, j in waits)
+                for (tb, k), waits in deps.items()}
     position: dict[Ref, int] = {}
     for tb, p in enumerate(plans):
         at = 0
