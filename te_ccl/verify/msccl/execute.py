@@ -50,7 +50,7 @@ _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
 
 class _Block:
     __slots__ = ("index", "gpu", "tb", "program", "pc", "flag", "mem", "tbs", "send_fifo",
-                 "recv_fifo", "send_to", "recv_from", "waiters")
+                 "recv_fifo", "send_to", "recv_from", "sleepers")
 
     def __init__(self, index: int, gpu: int, tb: Threadblock) -> None:
         self.index, self.gpu, self.tb = index, gpu, tb
@@ -61,7 +61,7 @@ class _Block:
         self.send_fifo: deque[_Message] | None = None
         self.recv_fifo: deque[_Message] | None = None
         self.send_to = self.recv_from = -1        # the blocks at the other ends
-        self.waiters: set[int] = set()            # blocks that wait on this one's flag
+        self.sleepers: list[int] = []             # blocks stopped by this one's flag
 
 
 @dataclass
@@ -118,7 +118,7 @@ class _Machine:
                 b.mem = mem
 
     def _waits(self) -> list[dict[int, int]]:
-        """Per block: flag value -> number of waits on it (and who waits)."""
+        """Per block: flag value -> number of waits on it."""
         waits: list[dict[int, int]] = [{} for _ in self.blocks]
         for b in self.blocks:
             for t in b.program:
@@ -126,7 +126,6 @@ class _Machine:
                     target = b.tbs.get(depid)
                     if target is not None:
                         waits[target.index][deps] = waits[target.index].get(deps, 0) + 1
-                        target.waiters.add(b.index)
         return waits
 
     def _connect(self) -> None:
@@ -177,6 +176,8 @@ class _Machine:
         for depid, deps in t.deps:
             target = b.tbs.get(depid)
             if target is None or target.flag < deps:
+                if target is not None:
+                    target.sleepers.append(b.index)
                 return False
         kind = t.steps[0].type
         if kind in RECVS and not b.recv_fifo:
@@ -233,8 +234,9 @@ class _Machine:
         if t.hasdep:
             b.flag = t.flag
             self.hb.publish(b.index, t.flag, node)
-            for w in b.waiters:
+            for w in b.sleepers:
                 self._wake(w)
+            b.sleepers.clear()
         b.pc += 1
 
     def _compute(self, b: _Block, t: Transmission, received: list[Packed] | None

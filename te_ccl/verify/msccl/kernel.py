@@ -20,7 +20,7 @@ behave like the GPUs even for files that break the rules.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from te_ccl.verify.msccl.model import STEP_TYPES, Step, Threadblock
 
@@ -29,8 +29,7 @@ __all__ = ["Transmission", "transmissions", "MAX_REDUCE_FUSION"]
 MAX_REDUCE_FUSION = 16  # MSCCL_MAX_REDUCE_FUSION
 
 
-@dataclass(frozen=True, slots=True)
-class Transmission:
+class Transmission(NamedTuple):
     """One unit of kernel work: ``steps`` (several only for fused ``re``), its waits, flag.
 
     ``flag`` is the kernel's step counter when it finishes (published if ``hasdep``);

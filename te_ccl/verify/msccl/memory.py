@@ -1,6 +1,7 @@
 """One GPU's chunks during symbolic execution: values, last writer, readers, race checks.
 
-Chunks live in flat arrays: buffer ``i``, ``o`` and ``s`` are consecutive regions, and
+Chunks live in flat arrays: buffer ``i``, ``o`` and ``s`` are consecutive regions (each
+sized by ``*_chunks`` plus the most a fused ``re`` may reach past it, its last ``cnt``), and
 an aliased buffer (in-place, :meth:`.Layout.alias`) is an offset into another region, so
 a chunk is one integer and costs a few bytes plus its (shared) packed value. Race
 detection follows FastTrack: the last writer of each chunk and the readers since, as
@@ -18,23 +19,14 @@ from collections.abc import Callable, Sequence
 from te_ccl.verify.msccl.hb import HappensBefore
 from te_ccl.verify.msccl.kernel import Transmission
 from te_ccl.verify.msccl.layout import Layout, Slot
-from te_ccl.verify.msccl.model import BUFFERS, READS_SRC, WRITES_DST, Gpu
+from te_ccl.verify.msccl.model import BUFFERS, WRITES_DST, Gpu
+from te_ccl.verify.msccl.runtime_rules import MAX_COUNT
 from te_ccl.verify.msccl.values import GARBAGE, Packed
 
 __all__ = ["Memory"]
 
 # report(block, step position, kind, detail) with kind "uninitialized-read" or "data-race"
 Report = Callable[[int, int, str, str], None]
-
-
-def _accesses(t: Transmission) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    """(reads, writes) of a transmission as (buffer, first chunk), ``t.cnt`` chunks each."""
-    st = t.steps[0]
-    if st.type == "re":
-        reads = [(st.dstbuf, st.dstoff)] + [(st.srcbuf, sub.srcoff) for sub in t.steps]
-        return reads, [(st.dstbuf, st.dstoff)]
-    reads = [(st.srcbuf, st.srcoff)] if st.type in READS_SRC else []
-    return reads, [(st.dstbuf, st.dstoff)] if st.type in WRITES_DST else []
 
 
 class Memory:
@@ -45,16 +37,11 @@ class Memory:
         self.gpu = gpu.id
         alias = {buf: layout.alias(gpu.id, buf) for buf in BUFFERS}
         sizes = dict.fromkeys(BUFFERS, 0)
-        for buf, (target, shift) in alias.items():
-            sizes[target] = max(sizes[target], shift + max(gpu.chunks(buf), 0))
+        for buf, (target, shift) in alias.items():  # + a fused re's last cnt may reach past
+            sizes[target] = max(sizes[target], shift + max(gpu.chunks(buf), 0) + MAX_COUNT)
         initial = layout.initial_packed(gpu.id)
         for target, k in initial:
             sizes[target] = max(sizes[target], k + 1)
-        for program in programs:  # files that break the rules may touch more
-            for t in program:
-                for buf, off in (a for side in _accesses(t) for a in side):
-                    target, shift = alias[buf]
-                    sizes[target] = max(sizes[target], shift + off + t.cnt)
         self.bases = {"i": 0, "o": sizes["i"], "s": sizes["i"] + sizes["o"]}
         self.sizes = sizes
         self.offsets = {buf: self.bases[t] + shift for buf, (t, shift) in alias.items()}
@@ -68,8 +55,9 @@ class Memory:
         self.left = array("i", [0]) * total   # writes still to come per chunk
         for program in programs:
             for t in program:
-                for buf, off in _accesses(t)[1]:
-                    first = self.offsets[buf] + off
+                st = t.steps[0]
+                if st.type in WRITES_DST:
+                    first = self.offsets[st.dstbuf] + st.dstoff
                     for k in range(first, first + t.cnt):
                         self.left[k] += 1
         self.readers: dict[int, dict[int, tuple[int, int]]] = {}

@@ -84,7 +84,13 @@ class Gpu:
 
     def chunks(self, buf: str) -> int:
         """Declared chunk count of buffer ``i``, ``o`` or ``s``."""
-        return {"i": self.i_chunks, "o": self.o_chunks, "s": self.s_chunks}[buf]
+        if buf == "o":
+            return self.o_chunks
+        if buf == "i":
+            return self.i_chunks
+        if buf == "s":
+            return self.s_chunks
+        raise KeyError(buf)
 
 
 @dataclass(frozen=True)

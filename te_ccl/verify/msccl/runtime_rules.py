@@ -90,7 +90,8 @@ def _tb_header(gpu: Gpu, tb: Threadblock, seen: set[int]) -> list[Finding]:
 def _tb_steps(gpu: Gpu, tb: Threadblock, max_steps: int, nsend: int,
               nrecv: int) -> list[Finding]:
     found: list[Finding] = []
-    orphans = {t.first.position for t in transmissions(tb) if t.orphan_wait}
+    orphans = {t.first.position for t in transmissions(tb) if t.orphan_wait} if any(
+        s.type == "nop" or s.type not in STEP_TYPES for s in tb.steps) else ()  # else none
     for step in tb.steps:
         where = {"gpu": gpu.id, "tb": tb.id, "step": step.position, "line": step.line}
         if not 0 <= step.s < max_steps:
