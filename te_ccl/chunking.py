@@ -47,7 +47,7 @@ def _counts(collective: Collective) -> tuple[Counter, Counter]:
     """(chunks each rank must receive, chunks each rank must send) at one chunk per rank."""
     recv: Counter = Counter()
     send: Counter = Counter()
-    for ch in replace(collective, chunks_per_rank=1).chunks():
+    for ch in collective.chunks():
         sources, dests = set(ch.sources), set(ch.destinations)
         if ch.reduce:
             recv.update(r for r in dests if sources - {r})
@@ -90,12 +90,11 @@ def _drain(n: int, links: tuple[tuple[float, float], ...], chunk: float) -> floa
 def _hops(topology: Topology, collective: Collective) -> int:
     """Most links any chunk must cross: a copied chunk from its nearest source, every
     partial of a reduced chunk from its own source."""
-    graph = topology.graph()
+    graph, chunks = topology.graph(), collective.chunks()
     hops = {r: nx.single_source_shortest_path_length(graph, topology.gpu(r))
-            for r in {r for ch in replace(collective, chunks_per_rank=1).chunks()
-                      for r in ch.sources}}
+            for r in {r for ch in chunks for r in ch.sources}}
     worst = 0
-    for ch in replace(collective, chunks_per_rank=1).chunks():
+    for ch in chunks:
         for d in ch.destinations:
             far = [hops[s].get(topology.gpu(d), 0) for s in ch.sources if s != d]
             if far and (ch.reduce or d not in ch.sources):
@@ -112,8 +111,16 @@ def _bound(needs: list[_Need], hops: int, fastest: tuple[float, float], chunks: 
 
 def _fastest(topology: Topology) -> tuple[float, float]:
     """(largest bandwidth, smallest latency): what a hop takes at the least."""
-    return (max(x.bandwidth_Bps for x in topology.links),
-            min(x.latency_s for x in topology.links))
+    return (max((x.bandwidth_Bps for x in topology.links), default=1.0),
+            min((x.latency_s for x in topology.links), default=0.0))
+
+
+@lru_cache(maxsize=16)
+def _profile(topology: Topology, collective: Collective) -> tuple[list[_Need], int,
+                                                                 tuple[float, float]]:
+    """What the bounds need of a topology and collective, at one chunk per rank (cached:
+    the chunking loop asks for it several times, and on 1024 GPUs it takes a second)."""
+    return _needs(topology, collective), _hops(topology, collective), _fastest(topology)
 
 
 def chunking_bounds(topology: Topology, collective: Collective,
@@ -121,17 +128,18 @@ def chunking_bounds(topology: Topology, collective: Collective,
     """Seconds no schedule of ``collective`` at ``k`` chunks per rank can beat, for each
     of ``ks``: the slowest GPU side's best spread of its chunks over its links (see the
     module docstring), or the most hops a chunk needs, each at least ``chunk/b + α`` of
-    the fastest link."""
-    needs, hops, fastest = (_needs(topology, collective), _hops(topology, collective),
-                            _fastest(topology))
+    the fastest link. Custom collectives (whose chunks do not scale with ``k``): 0.
+    """
+    if collective.kind is CollectiveKind.CUSTOM:
+        return dict.fromkeys(ks, 0.0)
+    needs, hops, fastest = _profile(topology, replace(collective, chunks_per_rank=1))
     per_rank = collective.size_bytes / collective.nchunks * collective.chunks_per_rank
     return {k: _bound(needs, hops, fastest, k, per_rank / k) for k in ks}
 
 
 def _ratios(topology: Topology, collective: Collective, ks: list[int]) -> dict[int, float]:
     """:func:`chunking_bounds` over their limit for ever finer chunks."""
-    needs, hops, fastest = (_needs(topology, collective), _hops(topology, collective),
-                            _fastest(topology))
+    needs, hops, fastest = _profile(topology, replace(collective, chunks_per_rank=1))
     per_rank = collective.size_bytes / collective.nchunks * collective.chunks_per_rank
     fluid = max((n * per_rank / sum(b for b, _ in links) + min(a for _, a in links)
                  for n, links in needs), default=0.0)

@@ -164,18 +164,20 @@ def _trial_order(topology: Topology, collective: Collective,
                  choices: tuple[int, ...]) -> list[tuple[Collective, float]]:
     """The chunkings to try, each with the time it cannot beat, in trial order: the
     collective's own first (the templates' chunking, so ``auto`` is never slower than a
-    template), then the most promising by bound (within 1 %: fewer chunks first).
+    template), then the most promising by their arithmetic bound (within 1 %: fewer
+    chunks first).
 
-    The bound of ``k`` is the arithmetic one at ``2k``: the ring-bidir and tree templates
+    The time ``k`` cannot beat is the bound at ``2k``: the ring-bidir and tree templates
     halve their chunks.
     """
     ks = chunk_candidates(topology, collective, choices)
     own = collective.chunks_per_rank
     fits = [k for k in ks if collective.size_bytes % replace(collective, chunks_per_rank=k)
             .nchunks == 0 and k != own]
-    bounds = chunking_bounds(topology, collective, [2 * k for k in [own, *fits]])
+    bounds = chunking_bounds(topology, collective, sorted({own, *fits} | {2 * own}
+                                                          | {2 * k for k in fits}))
     low = min(bounds.values()) or 1.0
-    fits.sort(key=lambda k: (round(bounds[2 * k] / low, 2), k))
+    fits.sort(key=lambda k: (round(bounds[k] / low, 2), k))
     return [(replace(collective, chunks_per_rank=k), bounds[2 * k]) for k in [own, *fits]]
 
 
