@@ -33,12 +33,12 @@ AllReduce is a tree (then the box switch copies only if it can reduce).
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.torus import chunks_by_source
-from te_ccl.collective.model import Collective
+from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 from te_ccl.schedule import Transfer
@@ -134,8 +134,8 @@ def hierarchical_subchunks(topo: Topology, collective: Collective, limit: int) -
     whichever is longer, plus the α of a cross-and-spread path, plus the fill and drain:
     one sub-chunk time (and up to one epoch of rounding) on each hop of that path.
     At 1 KB α dominates and ``k = 1`` (fewest hops); at 1 GB ``k`` is a few dozen.
-    Every GPU receives and sends about ``(N−1)·k`` sub-chunks per chunk of its own, one
-    MSCCL step each, so ``k`` also stays within XML_SHARE of the reader's element limit
+    Every GPU receives and sends about ``(N−1)·k`` sub-chunks per chunk of its own (twice
+    for AllReduce), one MSCCL step each, so ``k`` also stays within XML_SHARE of the reader's element limit
     (the lowered algorithm must still load).
     """
     fabric = box_fabric(topo)
@@ -154,7 +154,8 @@ def hierarchical_subchunks(topo: Topology, collective: Collective, limit: int) -
     path += [(port.entry, fabric.switches[1]), (fabric.switches[1], port.entry)]
     alpha = sum(topo.link(*key).latency_s for key in path)
     per_byte = sum(1 / topo.link(*key).bandwidth_Bps + 1 / fastest for key in path)
-    steps = 2 * (n - 1) * collective.chunks_per_rank
+    phases = 2 if collective.kind is CollectiveKind.ALLREDUCE else 1  # RS, then AG
+    steps = 2 * (n - 1) * collective.chunks_per_rank * phases
     limit = min(limit, int((XML_SHARE * MAX_XML_NODES - n - 1) // steps))
     ks = [k for k in range(1, max(1, limit) + 1) if collective.chunk_bytes // k >= 1] or [1]
     return next((k for k in ks if collective.chunk_bytes / k * per_byte
@@ -185,8 +186,9 @@ class _Calendar:
 class _Spread:
     """Chunk ``chunk``, ready from ``ready``, held by ``holders`` and owed to ``left`` (one box).
 
-    Every GPU that got the chunk forwards it too: with unicasts the spread doubles each
-    round instead of loading one GPU's link with all of it. ``urgent``: mates that send
+    Every GPU that got the chunk may forward it too (see ``_Run._forwarders``): with
+    unicasts the spread then doubles each round instead of loading one GPU's link with
+    all of it. ``urgent``: mates that send
     the chunk on to another box (served first). ``passes``: epochs in which
     the box switch forwards the chunk; a switch that may not copy forwards it once per
     epoch (played backwards, two partials meeting there would need an in-switch sum).
@@ -229,6 +231,23 @@ class _Run:
             for x in xs:
                 self._add(_Spread(0 if x in relays else 1, 0, x, [g], self._mates(g),
                                   frozenset(relays.get(x, ()))))
+        self.forwarders = [self._forwarders(a, owned) for a in range(len(fabric.boxes))]
+
+    def _forwarders(self, a: int, owned: dict[str, list[int]]) -> slice:
+        """Which holders of a chunk in box ``a`` send it on: the first (its root) or all.
+
+        Only with unicasts can a root's up-link be the bottleneck: a GPU that roots ``r``
+        chunks sends ``r·(G−1)`` of them. When that exceeds what the busiest in-link of
+        the box must take, every holder forwards (newest first, so the sending spreads);
+        otherwise the roots alone send (fewer relays: fewer MSCCL thread blocks).
+        """
+        if self.fabric.switches[a] in self.problem.copy_nodes:
+            return slice(0, 1)
+        gpus = self.fabric.boxes[a]
+        entries = Counter(p.entry for q in self.queues.values() for _, p in q)
+        rooted = max(len(owned[g]) + entries[g] for g in gpus) * (len(gpus) - 1)
+        return slice(None, None, -1) if rooted > max(self.owed[g] - entries[g] for g in gpus) \
+            else slice(0, 1)
 
     def _mates(self, holder: str) -> set[str]:
         return set(self.fabric.boxes[self.box[holder]]) - {holder}
@@ -297,7 +316,7 @@ class _Run:
             for item in items:
                 if free and not any(free.values()):
                     break
-                for h in reversed(item.holders):  # the newest first: spreads the sending
+                for h in item.holders[self.forwarders[b]]:
                     if item.left and self.held[(item.chunk, h)] <= t:
                         self._forward(item, h, sw, copy, t, free)
             self.active[b] = [item for item in items if item.left]
