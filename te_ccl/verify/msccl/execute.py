@@ -5,11 +5,11 @@ A transmission starts when (1) every flag it waits on has reached the awaited st
 (2) a message is queued on its receive connection, if it receives, and (3) its send
 connection has a free slot, if it sends. A connection ``(sending gpu, receiving gpu,
 channel)`` is a FIFO of at most ``fifo_slots`` messages (default 8 = NCCL_STEPS, the
-slots of an NCCL connection buffer); a message is one step's ``cnt`` chunks. A thread
-block runs while it can; one that cannot is woken by the event that may unblock it (a
-message for it, a freed slot, a flag it waits on). Each thread block is deterministic
-and each connection has one writer and one reader, so the final state does not depend
-on this order. Thread blocks left unfinished are a **deadlock**.
+slots of an NCCL connection buffer); a message is one step's ``cnt`` chunks. Thread
+blocks are scheduled round-robin (in file order, each as far as it can go) until none
+can move; those left unfinished are a **deadlock**. A sweep visits only the blocks that
+an event may have unblocked since their last try (a message for them, a freed slot, a
+flag they wait on), which is the same order at a cost linear in the steps.
 
 Buffers hold symbolic values (:mod:`.values`, :mod:`~te_ccl.verify.msccl.layout`).
 Reading a chunk that holds no input and that no step wrote is an **uninitialized read**.
@@ -26,6 +26,7 @@ interleaving that reaches the same accesses. Messages left in a FIFO at the end 
 
 from __future__ import annotations
 
+import heapq
 from collections import deque
 from dataclasses import dataclass
 
@@ -149,13 +150,16 @@ class _Machine:
     # --- scheduling -----------------------------------------------------------------
     def run(self) -> Execution:
         blocks = self.blocks
-        self.queue = deque(range(len(blocks)))
+        self.sweep, self.later = list(range(len(blocks))), []  # heaps of block indices
         self.queued = bytearray([1]) * len(blocks)
-        while self.queue:
-            b = blocks[self.queue.popleft()]
-            self.queued[b.index] = 0
-            while b.pc < len(b.program) and self._ready(b):
-                self._fire(b)
+        while self.sweep:
+            while self.sweep:
+                b = blocks[heapq.heappop(self.sweep)]
+                self.at = b.index
+                self.queued[b.index] = 0
+                while b.pc < len(b.program) and self._ready(b):
+                    self._fire(b)
+            self.sweep, self.later, self.at = self.later, [], -1
         stuck = [b for b in blocks if b.pc < len(b.program)]
         for b in stuck[:_MAX_STUCK_REPORTED]:
             self._report_stuck(b)
@@ -167,9 +171,10 @@ class _Machine:
         return Execution(self.memories, self.findings, not stuck)
 
     def _wake(self, i: int) -> None:
+        """Block ``i`` may be able to move: visit it in this sweep or the next."""
         if i >= 0 and not self.queued[i]:
             self.queued[i] = 1
-            self.queue.append(i)
+            heapq.heappush(self.sweep if i > self.at else self.later, i)
 
     def _ready(self, b: _Block) -> bool:
         t = b.program[b.pc]
