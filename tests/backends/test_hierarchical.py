@@ -125,3 +125,13 @@ def test_random_box_fabrics_pass_the_checker(topo, kind, size):
     coll = _all(topo, kind, size)
     assert scale_method(topo, coll) == "hierarchical"
     _compiled(topo, coll)
+
+
+def test_subchunks_keep_the_msccl_reader_within_its_limit():
+    from te_ccl.backends.scale.hierarchical import XML_SHARE, hierarchical_subchunks
+    from te_ccl.verify.msccl.runtime_rules import MAX_XML_NODES
+
+    topo = rail_optimized(8, 8, 450e9, 50e9, 0.7e-6, 1.3e-6)
+    for kind, phases in ((K.ALLGATHER, 1), (K.ALLREDUCE, 2)):
+        k = hierarchical_subchunks(topo, _all(topo, kind, 10**9), 10**6)
+        assert 10 <= k and 2 * 63 * k * phases <= XML_SHARE * MAX_XML_NODES

@@ -6,6 +6,9 @@
   topologies;
 * :mod:`.alltoall` — AlltoAll on rail-optimized clusters: PXN routing that loads every NIC
   equally (the max-concurrent-flow optimum), NIC slots as box permutations;
+* :mod:`.hierarchical` — AllGather (and the reversed fan-out of ReduceScatter / AllReduce)
+  on boxes behind a switch joined by rails or direct links: each chunk crosses once to
+  every other box, then spreads through the box switch, list-scheduled per epoch;
 * :mod:`.plan` — sub-chunking and the epoch for a collective, reductions by reversal.
 
 Entry points: :func:`solve_scale` (a :class:`~te_ccl.model.problem.Problem` as given, the

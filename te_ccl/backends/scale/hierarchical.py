@@ -18,16 +18,24 @@ Schedule (after the hierarchical NCCL algorithms, pipelined per sub-chunk):
    Each exit link sends its own chunks first, destination boxes rotating, so on a rail
    every slot is a box permutation and the buffer-less rail switch never sees two chunks
    for one out-link;
-2. *spread*: inside every box each chunk goes from the GPU holding it (its source, or the
-   port's entry GPU) to the others through the box switch — one multicast when the
-   problem lets the switch copy, else unicasts, next offset first (a permutation when all
-   GPUs of a box spread at once). Chunks that came across the ports go first (they are
-   on the critical path), the box's own ones fill the gaps.
+2. *spread*: inside every box each chunk goes from its root (its source, or the port's
+   entry GPU) to the others through the box switch — one multicast when the problem
+   lets the switch copy, else unicasts: the mate a relay waits for first, then the mate
+   owed most chunks, then the next offset (a permutation when all GPUs of a box spread
+   at once). Where a root would send more than the busiest in-link takes (dgx2x2: the
+   NIC GPUs root three times as many chunks), every GPU that got a chunk forwards it
+   too. Chunks that came across the ports go first (they are on the critical path), the
+   box's own ones fill the gaps. A switch that may not copy passes a chunk once per
+   epoch (played backwards, two partials would meet in it).
 
 Both steps are list-scheduled epoch by epoch on per-link calendars (occupancy, capacity
 and delay from the problem's timings), so every placed transfer respects the link rules.
 Every GPU receives each chunk once, so the reversed fan-out behind ReduceScatter /
 AllReduce is a tree (then the box switch copies only if it can reduce).
+
+Sub-chunks (:func:`hierarchical_subchunks`): the fewest that bring fill and drain under
+OVERHEAD of the time — 1 at 1 KB (α-bound: fewest hops), a few dozen at 1 GB — and few
+enough that the lowered MSCCL algorithm stays within the runtime reader's element limit.
 """
 
 from __future__ import annotations
