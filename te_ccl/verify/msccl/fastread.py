@@ -42,17 +42,12 @@ _ALGO = re.compile(r' *(<algo(?: [^\s="<>/]+="[^"<>]*")*>)\n?')
 _BLANK = re.compile(r" *(?:<!--(?:(?!-->).)*-->)?\n?")   # blank, or one whole comment
 
 
-class _Ints(dict):
-    """Shares one int object per distinct number (offsets repeat millions of times)."""
+class _Values(dict):
+    """Attribute text -> value (int for numbers), one shared object per distinct text:
+    offsets and names repeat millions of times."""
 
-    def __missing__(self, text: str) -> int:
-        value = self[text] = int(text)
-        return value
-
-
-class _Strs(dict):
-    def __missing__(self, text: str) -> str:
-        value = self[text] = sys.intern(text)
+    def __missing__(self, text: str) -> int | str:
+        value = self[text] = int(text) if text[0] in "-0123456789" else sys.intern(text)
         return value
 
 
@@ -84,7 +79,7 @@ def read_canonical(lines: Iterator[str]) -> tuple[RawElement, tuple[Gpu, ...]] |
 
 def _body(lines: Iterator[str], n: int) -> tuple[Gpu, ...] | None:
     """GPUs up to ``</algo>`` and nothing but blank lines after it."""
-    ints, strs = _Ints(), _Strs()
+    value = _Values().__getitem__
     gpus: list[Gpu] = []
     step_match, tb_match, gpu_match = _STEP.fullmatch, _TB.fullmatch, _GPU.fullmatch
     gpu = tb = None
@@ -95,10 +90,7 @@ def _body(lines: Iterator[str], n: int) -> tuple[Gpu, ...] | None:
         if tb is not None:
             m = step_match(line)
             if m is not None:
-                g = m.groups()
-                steps.append(Step(ints[g[0]], strs[g[1]], strs[g[2]], ints[g[3]], strs[g[4]],
-                                  ints[g[5]], ints[g[6]], ints[g[7]], ints[g[8]], ints[g[9]],
-                                  len(steps), n))
+                steps.append(Step(*map(value, m.groups()), len(steps), n))
             elif _closes(line, "</tb>"):
                 tbs.append(Threadblock(*tb[0], tuple(steps), tb[1]))
                 tb, steps = None, []
@@ -107,7 +99,7 @@ def _body(lines: Iterator[str], n: int) -> tuple[Gpu, ...] | None:
         elif gpu is not None:
             m = tb_match(line)
             if m is not None:
-                tb = (tuple(ints[v] for v in m.groups()), n)
+                tb = (tuple(map(value, m.groups())), n)
             elif _closes(line, "</gpu>"):
                 gpus.append(Gpu(*gpu[0], tuple(tbs), gpu[1]))
                 gpu, tbs = None, []
@@ -116,7 +108,7 @@ def _body(lines: Iterator[str], n: int) -> tuple[Gpu, ...] | None:
         else:
             m = gpu_match(line)
             if m is not None:
-                gpu = (tuple(ints[v] for v in m.groups()), n)
+                gpu = (tuple(map(value, m.groups())), n)
             elif _closes(line, "</algo>"):
                 break
             elif not _BLANK.fullmatch(line):

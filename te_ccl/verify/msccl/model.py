@@ -9,6 +9,7 @@ legacy format.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = ["Step", "Threadblock", "Gpu", "Algo", "STEP_TYPES", "BUFFERS", "SENDS", "RECVS",
            "READS_SRC", "WRITES_DST", "DEFAULTS"]
@@ -33,9 +34,12 @@ DEFAULTS: dict[str, dict[str, int | str]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One ``<step>``; ``position`` is its index in the thread block, ``line`` its line."""
+class Step(NamedTuple):
+    """One ``<step>``; ``position`` is its index in the thread block, ``line`` its line.
+
+    A named tuple rather than a dataclass: files have millions of steps and a tuple is
+    built ~5x faster.
+    """
 
     s: int
     type: str

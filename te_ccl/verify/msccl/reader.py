@@ -18,6 +18,7 @@ if the runtime would read the file the same way, and raises otherwise.
 
 from __future__ import annotations
 
+import gc
 import io
 import re
 from collections.abc import Iterator
@@ -35,7 +36,7 @@ from te_ccl.verify.msccl.text import (
     tokenize,
 )
 
-__all__ = ["read_msccl", "parse_msccl", "parse_text", "load_text", "source_name",
+__all__ = ["read_msccl", "parse_msccl", "parse_text", "load_text", "source_name", "paused_gc",
            "MscclReadError", "MscclSyntaxError", "MscclFormatError"]
 
 _PLAIN_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+)\Z")
@@ -100,7 +101,7 @@ def parse_msccl(path_or_text: str | Path) -> tuple[Algo, list[Finding]]:
     """
     source = source_name(path_or_text)
     try:
-        with _lines(path_or_text) as lines:
+        with _lines(path_or_text) as lines, paused_gc():
             fast = read_canonical(lines)
     except (OSError, UnicodeDecodeError):
         fast = None
@@ -108,6 +109,20 @@ def parse_msccl(path_or_text: str | Path) -> tuple[Algo, list[Finding]]:
         return parse_text(*load_text(path_or_text))
     found: list[Finding] = []
     return Algo(**_header(fast[0], found), gpus=fast[1], source=source), found
+
+
+@contextmanager
+def paused_gc() -> Iterator[None]:
+    """No cyclic garbage collection inside: reading and checking a file allocate millions
+    of small tuples and no garbage cycles worth collecting, and every collection would
+    rescan them all (it costs up to 4x the time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 @contextmanager

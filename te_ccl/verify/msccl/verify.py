@@ -18,7 +18,7 @@ from te_ccl.verify.msccl.execute import FIFO_SLOTS, Execution, execute
 from te_ccl.verify.msccl.findings import RULES, Finding, finding
 from te_ccl.verify.msccl.layout import GARBAGE, ROOTED, SUPPORTED, Layout
 from te_ccl.verify.msccl.model import Algo
-from te_ccl.verify.msccl.reader import MscclSyntaxError, parse_msccl, source_name
+from te_ccl.verify.msccl.reader import MscclSyntaxError, parse_msccl, paused_gc, source_name
 from te_ccl.verify.msccl.runtime_rules import MAX_STEPS, runtime_checks
 from te_ccl.verify.msccl.static_rules import static_checks
 from te_ccl.verify.msccl.values import Packed, expand
@@ -64,6 +64,12 @@ def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
     SpecError
         ``root`` is not a rank of the algorithm.
     """
+    with paused_gc():
+        return _verify(path_or_text, root, max_steps, fifo_slots)
+
+
+def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
+            fifo_slots: int) -> Report:
     source = source_name(path_or_text)
     try:
         algo, found = parse_msccl(path_or_text)
