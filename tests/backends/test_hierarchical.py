@@ -135,3 +135,7 @@ def test_subchunks_keep_the_msccl_reader_within_its_limit():
     for kind, phases in ((K.ALLGATHER, 1), (K.ALLREDUCE, 2)):
         k = hierarchical_subchunks(topo, _all(topo, kind, 10**9), 10**6)
         assert 10 <= k and 2 * 63 * k * phases <= XML_SHARE * MAX_XML_NODES
+    dgx = _direct(2, 16, tuple(f"g{i}" for i in range(0, 16, 2)))
+    k = hierarchical_subchunks(dgx, _all(dgx, K.ALLGATHER, 10**9), 10**6)
+    # a NIC GPU receives 31 and roots 3 chunks per rank: 31 + 3·15 + 2 steps each
+    assert (31 + 3 * 15 + 2) * k <= XML_SHARE * MAX_XML_NODES

@@ -53,7 +53,8 @@ from te_ccl.schedule import Transfer
 from te_ccl.topology.model import Topology
 from te_ccl.verify.msccl.runtime_rules import MAX_XML_NODES
 
-__all__ = ["Port", "BoxFabric", "box_fabric", "hierarchical_subchunks", "solve_hierarchical"]
+__all__ = ["Port", "BoxFabric", "box_fabric", "msccl_steps", "hierarchical_subchunks",
+           "solve_hierarchical"]
 
 OVERHEAD = 0.01  # sub-chunk until pipeline fill and drain cost at most this share of the time
 XML_SHARE = 0.9  # of the MSCCL reader's elements per rank that the steps may take
@@ -135,6 +136,31 @@ Port(exit='b0.g1', via='rail1', entry='b2.g1')))
                       for key, ps in ports.items()})
 
 
+def msccl_steps(fabric: BoxFabric, collective: Collective) -> float:
+    """The most MSCCL steps of one GPU per sub-chunk factor ``k`` (before relays share them).
+
+    A GPU receives ``N−1`` chunks per chunk of each rank and sends, through the box
+    switch, each chunk it roots (its own and those entering at it) to ``G−1`` mates (a
+    multicast lowers to one send per mate), plus those it sends across; twice for
+    AllReduce (ReduceScatter, then AllGather).
+
+    >>> from te_ccl.topology.generators import rail_optimized
+    >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(64)))
+    >>> msccl_steps(box_fabric(rail_optimized(8, 8, 450e9, 50e9)), ag)  # 63 + 8·7 + 7
+    126.0
+    """
+    entries: dict[str, float] = defaultdict(float)
+    exits: dict[str, float] = defaultdict(float)
+    for (a, _), ports in fabric.ports.items():
+        for p in ports:
+            entries[p.entry] += len(fabric.boxes[a]) / len(ports)
+            exits[p.exit] += len(fabric.boxes[a]) / len(ports)
+    sends = max((1 + entries[g]) * (len(gpus) - 1) + exits[g]
+                for gpus in fabric.boxes for g in gpus)
+    phases = 2 if collective.kind is CollectiveKind.ALLREDUCE else 1
+    return (collective.nranks - 1 + sends) * collective.chunks_per_rank * phases
+
+
 def hierarchical_subchunks(topo: Topology, collective: Collective, limit: int) -> int:
     """The fewest sub-chunks ``k`` (≤ ``limit``) whose fill and drain cost ≤ OVERHEAD of the time.
 
@@ -142,9 +168,9 @@ def hierarchical_subchunks(topo: Topology, collective: Collective, limit: int) -
     whichever is longer, plus the α of a cross-and-spread path, plus the fill and drain:
     one sub-chunk time (and up to one epoch of rounding) on each hop of that path.
     At 1 KB α dominates and ``k = 1`` (fewest hops); at 1 GB ``k`` is a few dozen.
-    Every GPU receives and sends about ``(N−1)·k`` sub-chunks per chunk of its own (twice
-    for AllReduce), one MSCCL step each, so ``k`` also stays within XML_SHARE of the reader's element limit
-    (the lowered algorithm must still load).
+    Each sub-chunk a GPU receives or sends is one MSCCL step, so ``k`` also keeps
+    :func:`msccl_steps` × ``k`` within XML_SHARE of the reader's element limit (the
+    lowered algorithm must still load).
     """
     fabric = box_fabric(topo)
     assert fabric is not None
@@ -162,8 +188,7 @@ def hierarchical_subchunks(topo: Topology, collective: Collective, limit: int) -
     path += [(port.entry, fabric.switches[1]), (fabric.switches[1], port.entry)]
     alpha = sum(topo.link(*key).latency_s for key in path)
     per_byte = sum(1 / topo.link(*key).bandwidth_Bps + 1 / fastest for key in path)
-    phases = 2 if collective.kind is CollectiveKind.ALLREDUCE else 1  # RS, then AG
-    steps = 2 * (n - 1) * collective.chunks_per_rank * phases
+    steps = msccl_steps(fabric, collective)
     limit = min(limit, int((XML_SHARE * MAX_XML_NODES - n - 1) // steps))
     ks = [k for k in range(1, max(1, limit) + 1) if collective.chunk_bytes // k >= 1] or [1]
     return next((k for k in ks if collective.chunk_bytes / k * per_byte
