@@ -122,7 +122,17 @@ def simulated_time(schedule: Schedule) -> float:
     return simulate_schedule(schedule).finish_time_s
 
 
-SIMULATED = Judge("simulated", simulated_time)
+def _prediction_bounds_replay(schedule: Schedule) -> float | None:
+    """The prediction when it bounds the simulated time from above (te_ccl.simulate.replay:
+    no link starts two chunks in one epoch, or no link has latency), else None."""
+    starts = {(t.src, t.dst, t.start_epoch) for t in schedule.transfers}
+    if len(starts) == len(schedule.transfers) or not any(
+            x.latency_s for x in schedule.topology.links):
+        return schedule.finish_time_s
+    return None
+
+
+SIMULATED = Judge("simulated", simulated_time, _prediction_bounds_replay)
 
 
 def _remembering(judge: Judge) -> Judge:
@@ -136,7 +146,7 @@ def _remembering(judge: Judge) -> Judge:
             hit = seen[id(schedule.transfers)] = (schedule.transfers, judge(schedule))
         return hit[1]
 
-    return Judge(judge.what, time_of)
+    return Judge(judge.what, time_of, judge.at_most)
 
 
 def solve_best(topology: Topology, collective: Collective, params: SolveParams,

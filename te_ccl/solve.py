@@ -134,21 +134,31 @@ def _scale_reason(topology: Topology, collective: Collective, params: SolveParam
             "would be too large")
 
 
+def _unknown(schedule: Schedule) -> float | None:
+    return None
+
+
 @dataclass(frozen=True)
 class Judge:
     """How ``auto`` compares candidate schedules: ``time(schedule)`` in seconds, named
     ``what`` in the notes. The default is the epoch model's own prediction; the pipeline
     passes the simulator, the yardstick the benchmark uses (this module does not import
-    it: the solver stays independent of the checks)."""
+    it: the solver stays independent of the checks).
+
+    ``at_most(schedule)``: a cheap upper bound of ``time(schedule)`` if one is known, else
+    None; when the fastest template is no faster than it, the flow schedule is kept
+    without timing it.
+    """
 
     what: str
     time: Callable[[Schedule], float]
+    at_most: Callable[[Schedule], float | None] = _unknown
 
     def __call__(self, schedule: Schedule) -> float:
         return self.time(schedule)
 
 
-PREDICTED = Judge("epoch model", lambda s: s.finish_time_s)
+PREDICTED = Judge("epoch model", lambda s: s.finish_time_s, lambda s: s.finish_time_s)
 
 
 def solve(topology: Topology, collective: Collective, params: SolveParams | None = None,
@@ -181,8 +191,13 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
     best = _best_template(topology, collective, judge)
     if best is None:
         return schedule
-    (template, theirs), mine = best, judge(schedule)
+    (template, theirs), cap = best, judge.at_most(schedule)
     name = template.info.backend
+    if cap is not None and theirs >= cap * (1 - 1e-9):
+        return schedule.with_info(notes=schedule.info.notes + (
+            f"auto: kept the flow schedule (≤ {cap:.4g} s, {judge.what}) over the fastest "
+            f"template, {name} ({theirs:.4g} s)",))
+    mine = judge(schedule)
     if theirs >= mine * (1 - 1e-9):
         return schedule.with_info(notes=schedule.info.notes + (
             f"auto: kept the flow schedule ({mine:.4g} s, {judge.what}) over the fastest "
