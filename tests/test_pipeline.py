@@ -92,3 +92,15 @@ def test_auto_chunks_is_never_slower_than_the_given_chunking():
     c = replace(coll("broadcast", 8, root=0), size_bytes=8 << 20)
     auto = solve_best(ring8, c, AUTO, BASE_CHUNKS)
     assert SIMULATED(auto) <= SIMULATED(solve_best(ring8, c, AUTO)) * (1 + 1e-9)
+
+
+def test_flow_schedule_within_its_prediction_is_kept_without_a_replay():
+    """fc8 AllGather: the flow schedule's prediction (an upper bound of its replay, as no
+    link starts two chunks in one epoch) already ties the direct template."""
+    from te_ccl.pipeline import _prediction_bounds_replay
+
+    s = solve_best(load_topology("fc8"), coll("allgather", 8), AUTO)
+    assert any(n.startswith("auto: kept the flow schedule (≤ ") for n in s.info.notes)
+    assert _prediction_bounds_replay(s) == s.finish_time_s
+    two_in_one_epoch = replace(s, transfers=s.transfers + s.transfers[:1])
+    assert _prediction_bounds_replay(two_in_one_epoch) is None
