@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import replace
 
 from te_ccl.errors import SpecError, TecclError
-from te_ccl.lower.msccl.buffers import Layout, buffer_layout, resolve_slots
+from te_ccl.lower.msccl.buffers import Layout, ResolvedSlots, buffer_layout, resolve_slots
 from te_ccl.lower.msccl.channels import MAX_CHANNELS, ChannelsExhausted, assign_channels
 from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
 from te_ccl.lower.msccl.dependencies import add_dependencies
@@ -34,7 +35,7 @@ from te_ccl.lower.msccl.instructions import (
 )
 from te_ccl.lower.msccl.ir import Gpu, Program
 from te_ccl.lower.msccl.threadblocks import build_threadblocks
-from te_ccl.lower.msccl.to_xml import program_to_xml
+from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
 from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
 
@@ -42,6 +43,12 @@ __all__ = ["PROTOCOLS", "build_program", "lower_to_msccl", "write_msccl"]
 
 PROTOCOLS = ("Simple", "LL128", "LL")
 MAX_THREADBLOCKS = 1024
+# A receive is fused into the send forwarding its value only if the send starts at most
+# this many epochs after the arrival: the fused step receives at the send's time, and a
+# long hold keeps its connection's FIFO order and slots blocked for every chunk arriving
+# meanwhile (a bidirectional ring of 96 chunks per rank holding each 46 epochs left no
+# channel for the next chunk; the old lowering ignored FIFO depth and deadlocked there).
+FUSE_MAX_HOLD = 1
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
@@ -64,8 +71,9 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
       <gpu id="0" i_chunks="0" o_chunks="2" s_chunks="0">
     <step s="0" type="r" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
     """
-    return program_to_xml(build_program(schedule, name=name, min_bytes=min_bytes,
-                                        max_bytes=max_bytes, proto=proto, max_steps=max_steps))
+    head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
+                        proto=proto, max_steps=max_steps, stream=True)
+    return b"".join([algo_open(head).encode(), *gpus, algo_close().encode()])
 
 
 def write_msccl(schedule: Schedule, path: str | os.PathLike, **options) -> bytes:
@@ -78,6 +86,22 @@ def write_msccl(schedule: Schedule, path: str | os.PathLike, **options) -> bytes
 def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                   max_bytes: int = 0, proto: str | None = None, max_steps: int = 64) -> Program:
     """The :class:`Program` IR of ``schedule`` (see :func:`lower_to_msccl`)."""
+    head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
+                        proto=proto, max_steps=max_steps, stream=False)
+    return replace(head, gpus=tuple(gpus))
+
+
+class _Overflow(Exception):
+    """The nops of the dependency pass pushed a thread block ``excess`` steps over."""
+
+    def __init__(self, excess: int) -> None:
+        self.excess = excess
+
+
+def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: int,
+           proto: str | None, max_steps: int, stream: bool) -> tuple[Program, list]:
+    """The ``<algo>`` header (no GPUs) and every GPU: as XML bytes if ``stream`` (so that
+    only one GPU's steps exist at a time), else as :class:`Gpu`."""
     coll = schedule.collective
     proto = proto or coll.proto
     if proto not in PROTOCOLS:
@@ -87,43 +111,53 @@ def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int
     layout = buffer_layout(coll)
     edges = collapse_switches(schedule)
     base = build_instructions(edges, layout)
-    candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
+    candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)
+                  if f.send.send.start - f.recv.recv.arrive <= FUSE_MAX_HOLD]
     budget = max_steps
     while budget > 0:
         try:
-            gpus = _attempt(edges, base, candidates, layout, budget)
+            chan, instrs, slots = _assign(edges, base, candidates, budget)
         except ChannelsExhausted as e:
             raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
                                     f"block within {MAX_CHANNELS} channels") from None
-        longest = max((len(tb.steps) for g in gpus for tb in g.threadblocks), default=0)
-        if longest <= max_steps:
-            nchannels = 1 + max((tb.chan for g in gpus for tb in g.threadblocks), default=0)
-            return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
-                           coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes,
-                           tuple(gpus))
-        # the channel pass counts data steps; the nops the dependencies added overflowed
-        budget -= longest - max_steps
+        nchannels = 1 + max(chan.values(), default=0)
+        head = Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
+                       coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, ())
+        try:
+            gpus = []
+            for g in sorted(instrs):
+                gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps)
+                gpus.append(gpu_xml(gpu).encode() if stream else gpu)
+            return head, gpus
+        except _Overflow as e:  # the channel pass counts data steps, not the nops
+            budget -= e.excess
     raise TecclError(f"cannot fit the schedule into {max_steps} steps per thread block")
 
 
-def _attempt(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
-             layout: Layout, budget: int) -> list[Gpu]:
-    """One lowering with at most ``budget`` data steps per thread block."""
+def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
+            budget: int) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots]:
+    """Channels with at most ``budget`` data steps per thread block, the fusions kept
+    applied to every GPU's instructions, and the slots they print."""
     chan, kept = assign_channels(edges, candidates, budget)
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)
     instrs = {g: apply_fusions(base[g], fusions[g]) for g in base}
-    slots, s_chunks = resolve_slots(instrs)
-    gpus = []
-    for g in sorted(instrs):
-        plans = build_threadblocks(instrs[g], chan, budget)
-        if len(plans) > MAX_THREADBLOCKS:
-            raise TecclError(f"rank position {g} needs {len(plans)} thread blocks "
-                             f"(the runtime allows {MAX_THREADBLOCKS})")
-        tbs = add_dependencies(g, plans, slots)
-        gpus.append(Gpu(g, layout.i_chunks, layout.o_chunks, s_chunks[g], tuple(tbs)))
-    return gpus
+    return chan, instrs, resolve_slots(instrs)
+
+
+def _gpu(g: int, instrs: list[Instr], chan: dict[Edge, int], slots: ResolvedSlots,
+         layout: Layout, budget: int, max_steps: int) -> Gpu:
+    """One GPU's thread blocks with their dependencies; :class:`_Overflow` if too long."""
+    plans = build_threadblocks(instrs, chan, budget)
+    if len(plans) > MAX_THREADBLOCKS:
+        raise TecclError(f"rank position {g} needs {len(plans)} thread blocks "
+                         f"(the runtime allows {MAX_THREADBLOCKS})")
+    tbs = add_dependencies(g, plans, slots)
+    longest = max((len(tb.steps) for tb in tbs), default=0)
+    if longest > max_steps:
+        raise _Overflow(longest - max_steps)
+    return Gpu(g, layout.i_chunks, layout.o_chunks, slots.s_chunks(g), tuple(tbs))
 
 
 def _name(name: str | None, schedule: Schedule) -> str:

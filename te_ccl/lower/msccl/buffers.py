@@ -32,9 +32,11 @@ from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.ir import Buf, Op, Slot
 
 if TYPE_CHECKING:
+    from te_ccl.lower.msccl.collapse_switches import Edge
     from te_ccl.lower.msccl.instructions import Instr
 
-__all__ = ["Layout", "buffer_layout", "scratch_slot", "compact_scratch", "resolve_slots"]
+__all__ = ["Layout", "buffer_layout", "scratch_slot", "compact_scratch", "resolve_slots",
+           "ResolvedSlots", "SlotPair"]
 
 K = CollectiveKind
 _GROW = {K.ALLGATHER, K.GATHER}            # output is N× the input
@@ -162,32 +164,44 @@ def compact_scratch(used: set[Slot]) -> dict[Slot, Slot]:
 SlotPair = tuple[Slot | None, Slot | None]
 
 
-def resolve_slots(instrs: dict[int, list[Instr]]
-                  ) -> tuple[dict[tuple[int, tuple], SlotPair], dict[int, int]]:
-    """The printed (src, dst) of every instruction, and each GPU's ``s_chunks``.
+@dataclass(frozen=True)
+class ResolvedSlots:
+    """Where each instruction's printed ``src``/``dst`` point, computed on demand.
 
     Scratch placeholders are numbered per GPU. As msccl-tools writes them, an ``s``
-    names the receiver's destination slot and an ``r`` the sender's source slot.
+    names the receiver's destination slot and an ``r`` the sender's source slot, so the
+    only cross-GPU facts kept are one slot per edge end (not a pair per instruction:
+    at 1024 GPUs that table alone took gigabytes).
     """
-    maps = {}
+
+    scratch: dict[int, dict[Slot, Slot]]
+    sent_from: dict[Edge, Slot | None]
+    lands_in: dict[Edge, Slot | None]
+
+    def fix(self, g: int, slot: Slot | None) -> Slot | None:
+        return None if slot is None else self.scratch[g].get(slot, slot)
+
+    def printed(self, g: int, ins: Instr) -> SlotPair:
+        if ins.op is Op.SEND:
+            return self.fix(g, ins.src), self.lands_in[ins.send]
+        if ins.op is Op.RECV:
+            return self.sent_from[ins.recv], self.fix(g, ins.dst)
+        return self.fix(g, ins.src), self.fix(g, ins.dst)
+
+    def s_chunks(self, g: int) -> int:
+        return len(self.scratch[g])
+
+
+def resolve_slots(instrs: dict[int, list[Instr]]) -> ResolvedSlots:
+    """Number every GPU's scratch slots and record the slot at each end of every edge."""
+    slots = ResolvedSlots({}, {}, {})
     for g, seq in instrs.items():
         used = {x for i in seq for x in (i.src, i.dst, *i.reads, *i.writes) if x is not None}
-        maps[g] = compact_scratch(used)
-
-    def fix(g: int, slot: Slot | None) -> Slot | None:
-        return None if slot is None else maps[g].get(slot, slot)
-
-    sent_from = {i.send: fix(g, i.src if i.src is not None else i.dst)
-                 for g, seq in instrs.items() for i in seq if i.send is not None}
-    lands_in = {i.recv: fix(g, i.dst)
-                for g, seq in instrs.items() for i in seq if i.recv is not None}
-    out: dict[tuple[int, tuple], SlotPair] = {}
+        slots.scratch[g] = compact_scratch(used)
     for g, seq in instrs.items():
         for i in seq:
-            if i.op is Op.SEND:
-                out[(g, i.order)] = (fix(g, i.src), lands_in[i.send])
-            elif i.op is Op.RECV:
-                out[(g, i.order)] = (sent_from[i.recv], fix(g, i.dst))
-            else:
-                out[(g, i.order)] = (fix(g, i.src), fix(g, i.dst))
-    return out, {g: len(m) for g, m in maps.items()}
+            if i.send is not None:
+                slots.sent_from[i.send] = slots.fix(g, i.src if i.src is not None else i.dst)
+            if i.recv is not None:
+                slots.lands_in[i.recv] = slots.fix(g, i.dst)
+    return slots

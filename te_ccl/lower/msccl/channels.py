@@ -178,8 +178,11 @@ def _fits(parts: _Parts, c: int, state: _State) -> bool:
 
 def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple) -> bool:
     """Can an edge with these orders join the connection (FIFO order and depth)?"""
+    n = len(conn.snd)
+    if not n or conn.snd[-1] < snd:  # appended (the usual case: edges come in time order)
+        return not n or (conn.rcv[-1] < rcv and (n < FIFO_SLOTS or conn.rcv[-FIFO_SLOTS] < snd))
     i = bisect_left(conn.snd, snd)
-    if (i > 0 and conn.rcv[i - 1] > rcv) or (i < len(conn.rcv) and conn.rcv[i] < rcv):
+    if (i > 0 and conn.rcv[i - 1] > rcv) or conn.rcv[i] < rcv:
         return False
     lo, hi = max(0, i - FIFO_SLOTS), min(len(conn.snd), i + FIFO_SLOTS)
     s = conn.snd[lo:i] + [snd] + conn.snd[i:hi]
@@ -203,18 +206,20 @@ def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None)
     return steps
 
 
-def _steps_fit(ends: list[tuple[int, int | None, int | None]], c: int, state: _State) -> bool:
+def _steps_fit(ends: list[tuple], c: int, state: _State) -> bool:
     """Each (GPU, recv peer, send peer) of a chain adds one step to one of its thread
     blocks (all different: a chain uses each connection once, and a clash of pairings is
     refused by :func:`_pairs_fit`); new peers on the channel stay within ``MAX_PEERS``."""
-    new: dict[tuple, set[int]] = defaultdict(set)
+    new: dict[tuple, set[int]] | None = None
     for g, recv, send in ends:
         if _tb_steps(state, g, c, recv, send) >= state.budget:
             return False
         for peer, way in ((send, "s"), (recv, "r")):
             if peer is not None and peer not in state.peers.get((g, c, way), ()):
+                new = new if new is not None else defaultdict(set)
                 new[(g, c, way)].add(peer)
-    return all(len(state.peers.get(k, ())) + len(v) <= MAX_PEERS for k, v in new.items())
+    return new is None or all(len(state.peers.get(k, ())) + len(v) <= MAX_PEERS
+                              for k, v in new.items())
 
 
 def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
@@ -231,9 +236,13 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
            chan: dict[Edge, int]) -> None:
     for e, snd, rcv in _orders(chain, links):
         conn = state.conns[(e.src, e.dst, c)]
-        i = bisect_left(conn.snd, snd)
-        conn.snd.insert(i, snd)
-        conn.rcv.insert(i, rcv)
+        if conn.snd and snd < conn.snd[-1]:
+            i = bisect_left(conn.snd, snd)
+            conn.snd.insert(i, snd)
+            conn.rcv.insert(i, rcv)
+        else:
+            conn.snd.append(snd)
+            conn.rcv.append(rcv)
         conn.starts.add(e.start)
         state.sends[(e.src, c, e.dst)] += 1
         state.recvs[(e.dst, c, e.src)] += 1

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from te_ccl.errors import TecclError
-from te_ccl.lower.msccl.buffers import SlotPair
+from te_ccl.lower.msccl.buffers import ResolvedSlots
 from te_ccl.lower.msccl.ir import Op, Slot, Step, Threadblock
 from te_ccl.lower.msccl.threadblocks import TbPlan
 
@@ -67,8 +67,7 @@ def _prune(me: Ref, wait: list[Ref], known: dict[Ref, dict[int, int]]) -> list[R
     return sorted(kept)
 
 
-def add_dependencies(gpu: int, plans: list[TbPlan], slots: dict[tuple[int, tuple], SlotPair]
-                     ) -> list[Threadblock]:
+def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots) -> list[Threadblock]:
     """The final thread blocks of one GPU (ids = positions in ``plans``, but thread blocks
     that others wait for come first when there are more than ``MAX_DEPID + 1``)."""
     deps = _dependencies(plans)
@@ -97,7 +96,7 @@ def add_dependencies(gpu: int, plans: list[TbPlan], slots: dict[tuple[int, tuple
             waits = [(t, position[(t, j)]) for t, j in deps[(tb, k)]]
             for t, s in waits[:-1]:
                 steps.append(Step(len(steps), Op.NOP, None, None, 0, t, s))
-            src, dst = slots[(gpu, ins.order)]
+            src, dst = slots.printed(gpu, ins)
             depid, dep_s = waits[-1] if waits else (-1, -1)
             steps.append(Step(len(steps), ins.op, src, dst, 1, depid, dep_s,
                               (tb, len(steps)) in targets))

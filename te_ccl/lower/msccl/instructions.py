@@ -55,16 +55,14 @@ class Fusion(NamedTuple):
     op: Op
 
 
-def _key(e: Edge) -> tuple[int, ...]:
-    return (e.start, e.arrive, e.chunk, e.src, e.dst, e.seq)
-
-
 def recv_order(e: Edge) -> tuple:
-    return (e.arrive, 0, _key(e))
+    """Arrivals of an epoch come before its sends; the edge itself breaks ties (its
+    ``seq`` is unique, and sharing it saves a key tuple per step)."""
+    return (e.arrive, 0, e)
 
 
 def send_order(e: Edge) -> tuple:
-    return (e.start, 1, _key(e))
+    return (e.start, 1, e)
 
 
 def build_instructions(edges: tuple[Edge, ...], layout: Layout) -> dict[int, list[Instr]]:
@@ -74,7 +72,7 @@ def build_instructions(edges: tuple[Edge, ...], layout: Layout) -> dict[int, lis
         events[e.src].append((send_order(e), e))
         events[e.dst].append((recv_order(e), e))
     chunks = layout.chunks
-    return {g: _gpu_instructions(g, sorted(events[g]), layout, chunks)
+    return {g: _gpu_instructions(g, sorted(events.pop(g, [])), layout, chunks)
             for g in range(layout.collective.nranks)}
 
 

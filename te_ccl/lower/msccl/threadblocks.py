@@ -47,14 +47,13 @@ def build_threadblocks(instrs: list[Instr], chan: dict[Edge, int], local_cap: in
             k = parent[k]
         return k
 
-    for ins in instrs:
-        keys = _keys(ins, chan)
+    keyed = [(ins, _keys(ins, chan)) for ins in instrs]
+    for _, keys in keyed:
         for k in keys[1:]:
             parent[find(k)] = find(keys[0])
     groups: dict[tuple, list[Instr]] = {}
-    local = [ins for ins in instrs if not _keys(ins, chan)]
-    for ins in instrs:
-        keys = _keys(ins, chan)
+    local = [ins for ins, keys in keyed if not keys]
+    for ins, keys in keyed:
         if keys:
             groups.setdefault(find(keys[0]), []).append(ins)
     plans = [_plan(members, chan) for members in groups.values()]

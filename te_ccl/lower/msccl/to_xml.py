@@ -11,9 +11,9 @@ self-closing) to keep to what msccl-tools emits.
 
 from __future__ import annotations
 
-from te_ccl.lower.msccl.ir import Program, Step
+from te_ccl.lower.msccl.ir import Gpu, Program, Step
 
-__all__ = ["program_to_xml"]
+__all__ = ["program_to_xml", "algo_open", "algo_close", "gpu_xml"]
 
 def _step(step: Step) -> str:
     """A nop (no slots) prints ``srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1"``."""
@@ -25,21 +25,30 @@ def _step(step: Step) -> str:
             f'deps="{step.deps}" hasdep="{int(step.hasdep)}"/>\n')
 
 
+def algo_open(p: Program) -> str:
+    """The ``<algo …>`` line (``p.gpus`` is not looked at)."""
+    return (f'<algo name="{p.name}" proto="{p.proto}" nchannels="{p.nchannels}" '
+            f'nchunksperloop="{p.nchunksperloop}" ngpus="{p.ngpus}" coll="{p.coll}" '
+            f'inplace="{int(p.inplace)}" outofplace="{int(not p.inplace)}" '
+            f'minBytes="{p.min_bytes}" maxBytes="{p.max_bytes}">\n')
+
+
+def algo_close() -> str:
+    return "</algo>\n"
+
+
+def gpu_xml(gpu: Gpu) -> str:
+    """One ``<gpu>`` element with its thread blocks and steps."""
+    out = [f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
+           f's_chunks="{gpu.s_chunks}">\n']
+    for tb in gpu.threadblocks:
+        out.append(f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" chan="{tb.chan}">\n')
+        out.extend(map(_step, tb.steps))
+        out.append("    </tb>\n")
+    out.append("  </gpu>\n")
+    return "".join(out)
+
+
 def program_to_xml(program: Program) -> bytes:
     """The XML bytes of ``program`` (UTF-8, newline-terminated)."""
-    p = program
-    out = [f'<algo name="{p.name}" proto="{p.proto}" nchannels="{p.nchannels}" '
-           f'nchunksperloop="{p.nchunksperloop}" ngpus="{p.ngpus}" coll="{p.coll}" '
-           f'inplace="{int(p.inplace)}" outofplace="{int(not p.inplace)}" '
-           f'minBytes="{p.min_bytes}" maxBytes="{p.max_bytes}">\n']
-    for gpu in p.gpus:
-        out.append(f'  <gpu id="{gpu.id}" i_chunks="{gpu.i_chunks}" o_chunks="{gpu.o_chunks}" '
-                   f's_chunks="{gpu.s_chunks}">\n')
-        for tb in gpu.threadblocks:
-            out.append(f'    <tb id="{tb.id}" send="{tb.send}" recv="{tb.recv}" '
-                       f'chan="{tb.chan}">\n')
-            out.extend(map(_step, tb.steps))
-            out.append("    </tb>\n")
-        out.append("  </gpu>\n")
-    out.append("</algo>\n")
-    return "".join(out).encode()
+    return (algo_open(program) + "".join(map(gpu_xml, program.gpus)) + algo_close()).encode()
