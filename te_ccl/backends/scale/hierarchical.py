@@ -24,9 +24,8 @@ Schedule (after the hierarchical NCCL algorithms, pipelined per sub-chunk):
    owed most chunks, then the next offset (a permutation when all GPUs of a box spread
    at once). Where a root would send more than the busiest in-link takes (dgx2x2: the
    NIC GPUs root three times as many chunks), every GPU that got a chunk forwards it
-   too. Chunks that came across the ports go first (they are on the critical path), the
-   box's own ones fill the gaps. A switch that may not copy passes a chunk once per
-   epoch (played backwards, two partials would meet in it).
+   too. Chunks are served in the order they became ready. A switch that may not copy
+   passes a chunk once per epoch (played backwards, two partials would meet in it).
 
 Both steps are list-scheduled epoch by epoch on per-link calendars (occupancy, capacity
 and delay from the problem's timings), so every placed transfer respects the link rules.
@@ -227,7 +226,6 @@ class _Spread:
     epoch (played backwards, two partials meeting there would need an in-switch sum).
     """
 
-    prio: int
     ready: int
     chunk: int
     holders: list[str]
@@ -235,8 +233,8 @@ class _Spread:
     urgent: frozenset[str] = frozenset()
     passes: set[int] = field(default_factory=set)
 
-    def key(self) -> tuple[int, int, int]:
-        return (self.prio, self.ready, self.chunk)
+    def key(self) -> tuple[int, int]:
+        return (self.ready, self.chunk)
 
 
 class _Run:
@@ -262,7 +260,7 @@ class _Run:
                     relays[x].add(p.exit)
         for g, xs in owned.items():
             for x in xs:
-                self._add(_Spread(0 if x in relays else 1, 0, x, [g], self._mates(g),
+                self._add(_Spread(0, x, [g], self._mates(g),
                                   frozenset(relays.get(x, ()))))
         self.forwarders = [self._forwarders(a, owned) for a in range(len(fabric.boxes))]
 
@@ -330,7 +328,7 @@ class _Run:
                 heapq.heappush(self.wake, t + self.problem.timings[first].occupancy)
                 if p.via:
                     arrive = self._send(x, (p.via, p.entry), arrive)
-                self._add(_Spread(0, arrive, x, [p.entry], self._mates(p.entry)))
+                self._add(_Spread(arrive, x, [p.entry], self._mates(p.entry)))
                 del queue[i]
                 break
         return blocked
