@@ -17,7 +17,8 @@ O(steps × thread blocks), hours for a 1024-GPU file. So two tiers, exact togeth
   a topological order). Valid files rarely need it (none of the reference files or
   lowering outputs did); a racy chunk is searched until its race is reported, once.
 
-Publications of local clocks are kept only while some waiter still needs them.
+A block's clock is allocated at its first wait, and publications of local clocks are
+kept only while some waiter still needs them.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ class HappensBefore:
                  waits: list[dict[int, int]]) -> None:
         self.local = local
         self.epoch = [0] * len(local)
-        self.clock = [np.zeros(w, np.int32) for w in width]
+        zeros = {w: np.zeros(w, np.int32) for w in set(width)}
+        self.clock = [zeros[w] for w in width]      # shared until the block's first join
+        self._own = bytearray(len(local))
         self._left = waits
         self._wanted = [sorted(w) for w in waits]
         self._next = [0] * len(local)
@@ -56,6 +59,8 @@ class HappensBefore:
         """Start block ``b``'s next transmission (waits: ``(target block, flag)``); its node."""
         node = len(self._block)
         if waits:
+            if not self._own[b]:
+                self.clock[b], self._own[b] = self.clock[b].copy(), 1
             clock, publishers = self.clock[b], []
             for target, flag in waits:
                 entry = self._pubs[target].get(flag)
