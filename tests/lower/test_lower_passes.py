@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from lxml import etree
 
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.lower.msccl.buffers import buffer_layout
@@ -55,3 +56,30 @@ def test_scratch_slots_are_numbered_per_gpu():
     used = {scratch_slot(7), scratch_slot(3), Slot(Buf.OUTPUT, 0)}
     assert compact_scratch(used) == {scratch_slot(3): Slot(Buf.SCRATCH, 0),
                                      scratch_slot(7): Slot(Buf.SCRATCH, 1)}
+
+
+def test_chunks_held_long_are_received_at_arrival_and_verify(kit):
+    from te_ccl.lower.msccl import lower_to_msccl
+    from te_ccl.schedule import Schedule, Transfer
+
+    n, chunks, hold = 4, 40, 41
+    tr = [Transfer(p * chunks + j, f"g{(p + h) % n}", f"g{(p + h + 1) % n}", j + h * hold,
+                   j + h * hold + 1) for p in range(n) for j in range(chunks) for h in range(n - 1)]
+    schedule = Schedule(kit.ring(n, both=False), kit.coll("allgather", n, chunks=chunks), 1e-6,
+                        tuple(tr))
+    xml = lower_to_msccl(schedule)  # the old lowering ran out of channels here
+    kit.assert_verifies(xml)
+    text = xml.decode()
+    assert '"rcs"' not in text  # a fused receive would wait 40 epochs on its connection
+    assert max(len(tb.findall("step")) for tb in etree.fromstring(xml).iter("tb")) <= 64
+
+
+def test_fifo_depth_refuses_a_ninth_unreceived_message():
+    from te_ccl.lower.msccl.channels import FIFO_SLOTS, _Conn, _conn_fits
+
+    conn = _Conn([(t, 1) for t in range(FIFO_SLOTS)], [(100 + t, 0) for t in range(FIFO_SLOTS)])
+    assert not _conn_fits(conn, (FIFO_SLOTS, 1), (200, 0))   # 8 still in flight
+    assert _conn_fits(conn, (101, 1), (200, 0))             # the first was received by then
+    assert not _conn_fits(conn, (50, 1), (99, 0))            # received before an earlier one
+    early = _Conn([(0, 1), (10, 1)], [(1, 0), (11, 0)])
+    assert _conn_fits(early, (5, 1), (6, 0)) and not _conn_fits(early, (5, 1), (12, 0))
