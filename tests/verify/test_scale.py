@@ -1,8 +1,9 @@
 """The verifier's fast paths agree with its exact slow ones, and catch broken large-style files.
 
-Fast paths under test: the line-based reader (vs the general tokenizer), per-GPU local
-clocks (vs the exact search of the recorded happens-before graph alone), packed values
-and flat memory (via the findings on mutated files).
+Fast paths under test: the line-based reader (vs the general tokenizer), one transmission
+per step (vs the kernel's general grouping), per-GPU local clocks (vs the exact search
+of the recorded happens-before graph alone), packed values and flat memory (via the
+findings on mutated files).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from te_ccl.verify.msccl.hb import HappensBefore
+from te_ccl.verify.msccl.kernel import _grouped, transmissions
 from te_ccl.verify.msccl.reader import parse_msccl, parse_text
 from te_ccl.verify.msccl.verify import verify_msccl
 
@@ -84,6 +86,8 @@ def test_mutation_findings_do_not_depend_on_the_fast_paths(case) -> None:
     _kind, _original, mutated = case
     fast = parse_msccl(mutated)
     assert fast == parse_text(mutated)
+    for tb in (t for g in fast[0].gpus for t in g.threadblocks):
+        assert transmissions(tb) == _grouped(tb)
     report = verify_msccl(mutated)
     with _graph_only():
         exact = verify_msccl(mutated)
@@ -147,3 +151,10 @@ def test_file_with_a_quirk_is_read_by_the_general_reader() -> None:
     algo, found = parse_msccl(text)
     assert [f.rule for f in found] == ["leading-zero"]
     assert (algo, found) == parse_text(text)
+
+
+def test_one_to_one_thread_blocks_take_the_short_path_to_the_same_program() -> None:
+    tbs = [t for text in SOURCES for g in parse_msccl(text)[0].gpus for t in g.threadblocks]
+    assert any(all(s.type not in ("nop", "re") for s in t.steps) for t in tbs)
+    for tb in tbs:
+        assert transmissions(tb) == _grouped(tb)

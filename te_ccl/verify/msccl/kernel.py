@@ -27,6 +27,9 @@ from te_ccl.verify.msccl.model import STEP_TYPES, Step, Threadblock
 __all__ = ["Transmission", "transmissions", "MAX_REDUCE_FUSION"]
 
 MAX_REDUCE_FUSION = 16  # MSCCL_MAX_REDUCE_FUSION
+# without nops (folded into the next step) and re (fused): one transmission per step, whose
+# kernel step counter is its position
+_ONE_TO_ONE = frozenset(STEP_TYPES) - {"nop", "re"}
 
 
 class Transmission(NamedTuple):
@@ -62,6 +65,14 @@ class Transmission(NamedTuple):
 
 def transmissions(tb: Threadblock) -> list[Transmission]:
     """The thread block's transmissions in order, built the way the runtime's parser does."""
+    if all(step.type in _ONE_TO_ONE for step in tb.steps):  # the common case, 3x faster
+        return [Transmission((step,), ((step.depid, step.deps),) if step.depid >= 0 else (),
+                             bool(step.hasdep), i) for i, step in enumerate(tb.steps)]
+    return _grouped(tb)
+
+
+def _grouped(tb: Threadblock) -> list[Transmission]:
+    """:func:`transmissions` of a thread block with nops, reductions or unknown types."""
     groups: list[tuple[list[Step], tuple[tuple[int, int], ...], bool]] = []
     pending: list[tuple[int, int]] = []
     chain: tuple[str, int, str] | None = None   # (dstbuf, dstoff, srcbuf) of an open re chain
