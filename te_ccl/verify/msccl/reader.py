@@ -19,7 +19,6 @@ if the runtime would read the file the same way, and raises otherwise.
 from __future__ import annotations
 
 import gc
-import io
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -125,10 +124,20 @@ def paused_gc() -> Iterator[None]:
             gc.enable()
 
 
+def _split(text: str) -> Iterator[str]:
+    """The lines of ``text`` with their ``\\n``, one at a time (``io.StringIO`` would hold a
+    4-byte-per-character copy of a text of hundreds of MB)."""
+    start, end, find = 0, len(text), text.find
+    while start < end:
+        stop = find("\n", start) + 1 or end
+        yield text[start:stop]
+        start = stop
+
+
 @contextmanager
 def _lines(path_or_text: str | Path) -> Iterator[Iterator[str]]:
     if _is_text(path_or_text):
-        yield iter(io.StringIO(str(path_or_text)))
+        yield _split(str(path_or_text))
         return
     with open(path_or_text, encoding="utf-8", newline="") as f:
         yield iter(f)
