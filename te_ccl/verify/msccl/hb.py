@@ -54,6 +54,7 @@ class HappensBefore:
         self._epoch = array("i")                      # node -> epoch of its block
         self._msg = array("i")                        # node -> sender's node or -1
         self._deps: dict[int, tuple[int, ...]] = {}   # node -> flag publishers' nodes
+        self._memo: tuple[int, dict[int, list[int]]] = (-1, {})  # searches from one node
 
     def fire(self, b: int, waits: list[tuple[int, int]], msg_node: int) -> int:
         """Start block ``b``'s next transmission (waits: ``(target block, flag)``); its node."""
@@ -101,7 +102,20 @@ class HappensBefore:
         return self._reaches(other, epoch, self._nodes[b][-1])
 
     def _reaches(self, x: int, epoch: int, node: int) -> bool:
+        """Is a node of block ``x`` from its ``epoch``-th on an ancestor of ``node``?
+        Remembers, per block, the latest start found and the earliest start not found
+        (a transmission of ``cnt`` chunks asks up to ``cnt`` times)."""
         start = self._nodes[x][epoch - 1]
+        if self._memo[0] != node:
+            self._memo = (node, {})
+        known = self._memo[1].setdefault(x, [-1, len(self._block)])
+        if start <= known[0] or start >= known[1]:
+            return start <= known[0]
+        found = self._search(x, start, node)
+        known[0 if found else 1] = start
+        return found
+
+    def _search(self, x: int, start: int, node: int) -> bool:
         blocks, epochs, nodes, msg, deps = (self._block, self._epoch, self._nodes, self._msg,
                                             self._deps)
         stack, seen = [node], set()
