@@ -81,7 +81,8 @@ def _gpu_instructions(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
     rank = layout.collective.ranks[g]
     home = {c.id: layout.home(g, c) for c in chunks}
     cur = {k: s for k, s in home.items() if s is not None}
-    staged = _staged_chunks(g, events, layout, chunks)
+    # out of place, outputs (o) and the slots read by sends (i) never overlap
+    staged = _staged_chunks(g, events, layout, chunks) if layout.collective.inplace else set()
     out: list[Instr] = []
     for order, e in events:
         k = e.chunk
