@@ -1,7 +1,7 @@
 """One GPU's chunks during symbolic execution: values, last writer, readers, race checks.
 
 Chunks live in flat arrays: buffer ``i``, ``o`` and ``s`` are consecutive regions (each
-sized by ``*_chunks`` plus the most a fused ``re`` may reach past it, its last ``cnt``), and
+as large as the steps and the input data reach), and
 an aliased buffer (in-place, :meth:`.Layout.alias`) is an offset into another region, so
 a chunk is one integer and costs a few bytes plus its (shared) packed value. Race
 detection follows FastTrack: the last writer of each chunk and the readers since, as
@@ -19,14 +19,28 @@ from collections.abc import Callable, Sequence
 from te_ccl.verify.msccl.hb import HappensBefore
 from te_ccl.verify.msccl.kernel import Transmission
 from te_ccl.verify.msccl.layout import Layout, Slot
-from te_ccl.verify.msccl.model import BUFFERS, WRITES_DST, Gpu
-from te_ccl.verify.msccl.runtime_rules import MAX_COUNT
+from te_ccl.verify.msccl.model import BUFFERS, READS_SRC, WRITES_DST, Gpu
 from te_ccl.verify.msccl.values import GARBAGE, Packed
 
 __all__ = ["Memory"]
 
 # report(block, step position, kind, detail) with kind "uninitialized-read" or "data-race"
 Report = Callable[[int, int, str, str], None]
+
+
+def _reach(programs: Sequence[list[Transmission]]) -> dict[str, int]:
+    """Per buffer, one past the last chunk the programs touch (declared sizes may be far
+    larger, and a fused ``re`` with a larger last ``cnt`` reaches past its own step's)."""
+    end: dict[str, int] = {}
+    for program in programs:
+        for t in program:
+            st = t.steps[0]
+            uses = [(st.dstbuf, st.dstoff)] if st.type in WRITES_DST else []
+            if st.type in READS_SRC:
+                uses += [(st.srcbuf, sub.srcoff) for sub in t.steps]
+            for buf, off in uses:
+                end[buf] = max(end.get(buf, 0), off + t.cnt)
+    return end
 
 
 class Memory:
@@ -37,8 +51,9 @@ class Memory:
         self.gpu = gpu.id
         alias = {buf: layout.alias(gpu.id, buf) for buf in BUFFERS}
         sizes = dict.fromkeys(BUFFERS, 0)
-        for buf, (target, shift) in alias.items():  # + a fused re's last cnt may reach past
-            sizes[target] = max(sizes[target], shift + max(gpu.chunks(buf), 0) + MAX_COUNT)
+        for buf, end in _reach(programs).items():
+            target, shift = alias[buf]
+            sizes[target] = max(sizes[target], shift + end)
         initial = layout.initial_packed(gpu.id)
         for target, k in initial:
             sizes[target] = max(sizes[target], k + 1)
