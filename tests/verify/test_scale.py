@@ -158,3 +158,9 @@ def test_one_to_one_thread_blocks_take_the_short_path_to_the_same_program() -> N
     assert any(all(s.type not in ("nop", "re") for s in t.steps) for t in tbs)
     for tb in tbs:
         assert transmissions(tb) == _grouped(tb)
+
+
+def test_huge_declared_buffers_cost_nothing() -> None:
+    big = re.sub(r's_chunks="\d+"', 's_chunks="400000000"', _RING)
+    assert big != _RING
+    assert verify_msccl(big).findings == ()
