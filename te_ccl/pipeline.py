@@ -8,6 +8,7 @@ independent checker, the MSCCL XML by the verifier, which shares nothing with th
 from __future__ import annotations
 
 import time
+from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -132,7 +133,16 @@ def _prediction_bounds_replay(schedule: Schedule) -> float | None:
     return None
 
 
-SIMULATED = Judge("simulated", simulated_time, _prediction_bounds_replay)
+def _busiest_link(schedule: Schedule) -> float:
+    """A lower bound of the replay: a link carries one chunk at a time, the last arriving
+    ``α`` after it leaves (te_ccl.simulate.engine)."""
+    load = Counter((t.src, t.dst) for t in schedule.transfers)
+    links = (schedule.topology.link(*key) for key in load)
+    return max((n * schedule.chunk_bytes / x.bandwidth_Bps + x.latency_s
+                for n, x in zip(load.values(), links, strict=True)), default=0.0)
+
+
+SIMULATED = Judge("simulated", simulated_time, _prediction_bounds_replay, _busiest_link)
 
 
 def _remembering(judge: Judge) -> Judge:
@@ -146,7 +156,7 @@ def _remembering(judge: Judge) -> Judge:
             hit = seen[id(schedule.transfers)] = (schedule.transfers, judge(schedule))
         return hit[1]
 
-    return Judge(judge.what, time_of, judge.at_most)
+    return Judge(judge.what, time_of, judge.at_most, judge.at_least)
 
 
 def solve_best(topology: Topology, collective: Collective, params: SolveParams,

@@ -145,20 +145,22 @@ class Judge:
     passes the simulator, the yardstick the benchmark uses (this module does not import
     it: the solver stays independent of the checks).
 
-    ``at_most(schedule)``: a cheap upper bound of ``time(schedule)`` if one is known, else
-    None; when the fastest template is no faster than it, the flow schedule is kept
-    without timing it.
+    ``at_most`` / ``at_least``: cheap bounds of ``time(schedule)`` when known (else None),
+    which spare timing a schedule whose place in the comparison they already settle: the
+    flow schedule is kept untimed when no template beats its ``at_most``, and a template
+    whose ``at_least`` is no earlier than the best so far is not timed.
     """
 
     what: str
     time: Callable[[Schedule], float]
     at_most: Callable[[Schedule], float | None] = _unknown
+    at_least: Callable[[Schedule], float | None] = _unknown
 
     def __call__(self, schedule: Schedule) -> float:
         return self.time(schedule)
 
 
-PREDICTED = Judge("epoch model", lambda s: s.finish_time_s, lambda s: s.finish_time_s)
+PREDICTED = Judge("epoch model", *(lambda s: s.finish_time_s,) * 3)
 
 
 def solve(topology: Topology, collective: Collective, params: SolveParams | None = None,
@@ -188,19 +190,24 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
             raise
         return best[0].with_info(notes=(f"auto: the flow model gave up ({e}); kept the "
                                         f"{best[0].info.backend} template",) + best[0].info.notes)
-    best = _best_template(topology, collective, judge)
+    return _flow_or_template(topology, collective, schedule, judge)
+
+
+def _flow_or_template(topology: Topology, collective: Collective, schedule: Schedule,
+                      judge: Judge) -> Schedule:
+    """``auto`` never returns a schedule slower (by ``judge``) than a template it could
+    have chosen; the notes say which was kept and both times."""
+    cap = judge.at_most(schedule)
+    best = _best_template(topology, collective, judge, cap)
     if best is None:
-        return schedule
-    (template, theirs), cap = best, judge.at_most(schedule)
-    name = template.info.backend
-    if cap is not None and theirs >= cap * (1 - 1e-9):
         return schedule.with_info(notes=schedule.info.notes + (
-            f"auto: kept the flow schedule (≤ {cap:.4g} s, {judge.what}) over the fastest "
-            f"template, {name} ({theirs:.4g} s)",))
-    mine = judge(schedule)
+            "auto: kept the flow schedule; no template can finish before it",))
+    (template, theirs), name = best, best[0].info.backend
+    mine = cap if cap is not None and theirs >= cap * (1 - 1e-9) else judge(schedule)
     if theirs >= mine * (1 - 1e-9):
+        shown = f"≤ {mine:.4g}" if mine is cap else f"{mine:.4g}"
         return schedule.with_info(notes=schedule.info.notes + (
-            f"auto: kept the flow schedule ({mine:.4g} s, {judge.what}) over the fastest "
+            f"auto: kept the flow schedule ({shown} s, {judge.what}) over the fastest "
             f"template, {name} ({theirs:.4g} s)",))
     return template.with_info(
         solver_time_s=schedule.info.solver_time_s,
@@ -208,14 +215,13 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
                f"schedule ({mine:.4g} s)",) + schedule.info.notes)
 
 
-def _best_template(topology: Topology, collective: Collective,
-                   judge: Judge) -> tuple[Schedule, float] | None:
-    """The fastest baseline by ``judge`` (ring, tree, direct, hierarchical), with its time.
+def _best_template(topology: Topology, collective: Collective, judge: Judge,
+                   beat: float | None = None) -> tuple[Schedule, float] | None:
+    """The fastest baseline by ``judge`` (ring, tree, direct, hierarchical), with its time;
+    None if none applies or (by ``judge.at_least``) none can finish before ``beat``.
 
-    ``auto`` (without a user-given ``max_horizon``, which asks for the flow model's answer)
-    never returns a schedule slower than a template it could have chosen; the templates
-    are built in the Schedule IR with the same α semantics, so their times compare
-    directly.
+    The templates are built in the Schedule IR with the same α semantics, so their times
+    compare directly with the flow schedule's.
     """
     from te_ccl.baselines import BaselineError, applicable, build_baseline
 
@@ -225,6 +231,10 @@ def _best_template(topology: Topology, collective: Collective,
             candidate = build_baseline(name, topology, collective)
         except BaselineError:
             continue
+        limit = min((x for x in (beat, best and best[1]) if x is not None), default=None)
+        floor = judge.at_least(candidate)
+        if limit is not None and floor is not None and floor >= limit * (1 - 1e-9):
+            continue  # cannot win: not worth timing
         t = judge(candidate)
         if best is None or t < best[1]:
             best = (candidate, t)

@@ -94,13 +94,21 @@ def test_auto_chunks_is_never_slower_than_the_given_chunking():
     assert SIMULATED(auto) <= SIMULATED(solve_best(ring8, c, AUTO)) * (1 + 1e-9)
 
 
-def test_flow_schedule_within_its_prediction_is_kept_without_a_replay():
-    """fc8 AllGather: the flow schedule's prediction (an upper bound of its replay, as no
-    link starts two chunks in one epoch) already ties the direct template."""
-    from te_ccl.pipeline import _prediction_bounds_replay
+def test_cheap_bounds_settle_the_comparison_without_replays():
+    """fc8 AllGather: the flow schedule's prediction bounds its replay from above (no link
+    starts two chunks in one epoch) and every template's busiest link from below is no
+    earlier, so nothing is replayed to choose."""
+    from te_ccl.pipeline import _busiest_link, _prediction_bounds_replay
 
-    s = solve_best(load_topology("fc8"), coll("allgather", 8), AUTO)
-    assert any(n.startswith("auto: kept the flow schedule (≤ ") for n in s.info.notes)
-    assert _prediction_bounds_replay(s) == s.finish_time_s
+    fc8, c = load_topology("fc8"), coll("allgather", 8)
+    s = solve_best(fc8, c, AUTO)
+    assert "auto: kept the flow schedule; no template can finish before it" in s.info.notes
+    sim = simulate_schedule(s).finish_time_s
+    assert _busiest_link(s) <= sim * (1 + 1e-9) and sim <= _prediction_bounds_replay(s) * (1 + 1e-9)
     two_in_one_epoch = replace(s, transfers=s.transfers + s.transfers[:1])
     assert _prediction_bounds_replay(two_in_one_epoch) is None
+    for k in (1, 2):  # the busiest link bounds the templates' replays too
+        from te_ccl.baselines import build_baseline
+
+        ring = build_baseline("ring", fc8, coll("allgather", 8, chunks=k))
+        assert _busiest_link(ring) <= simulate_schedule(ring).finish_time_s * (1 + 1e-9)
