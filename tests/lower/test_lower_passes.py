@@ -83,3 +83,14 @@ def test_fifo_depth_refuses_a_ninth_unreceived_message():
     assert not _conn_fits(conn, (50, 1), (99, 0))            # received before an earlier one
     early = _Conn([(0, 1), (10, 1)], [(1, 0), (11, 0)])
     assert _conn_fits(early, (5, 1), (6, 0)) and not _conn_fits(early, (5, 1), (12, 0))
+
+
+def test_spread_keeps_waited_thread_blocks_nameable_by_depid():
+    from te_ccl.lower.msccl.channels import _spread
+    from te_ccl.lower.msccl.collapse_switches import Edge
+
+    # six peers send 600 chunks each into GPU 0: 32 channels would give it 192 receiving
+    # thread blocks that its sends wait for, but depid names only 128
+    edges = tuple(Edge(t, t + 1, t, p, 0, p * 1000 + t) for p in range(1, 7) for t in range(600))
+    assert _spread(edges, 64) == 128 // 6
+    assert _spread(edges[:10], 64) == 1  # a light load stays on one channel

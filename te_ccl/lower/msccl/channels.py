@@ -28,11 +28,12 @@ check looks at a few neighbours in sorted lists, so the pass is O(E log E) overa
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.collapse_switches import Edge
+from te_ccl.lower.msccl.dependencies import MAX_DEPID
 from te_ccl.lower.msccl.instructions import Fusion, recv_order, send_order
 
 __all__ = ["MAX_CHANNELS", "MAX_PEERS", "FIFO_SLOTS", "ChannelsExhausted", "assign_channels"]
@@ -124,12 +125,16 @@ def _orders(chain: list[Edge], links: list[Fusion], first: int = 0
 def _spread(edges: tuple[Edge, ...], budget: int) -> int:
     """How many channels chains are dealt over: enough that the busiest connection fills
     its thread blocks to about 1/SLACK, so a chain finds room on its channel all along
-    its path (first fit from channel 0 would fill low channels first and cut chains)."""
+    its path (first fit from channel 0 would fill low channels first and cut chains);
+    but few enough that a GPU's receiving thread blocks, which its sends wait for, keep
+    ids a ``depid`` can name (< 128)."""
     load: dict[tuple[int, int], int] = defaultdict(int)
     for e in edges:
         load[(e.src, e.dst)] += 1
     busiest = max(load.values(), default=0)
-    return max(1, min(MAX_CHANNELS, -(-busiest * SLACK // budget)))
+    senders = Counter(dst for _, dst in load)
+    waitable = (MAX_DEPID + 1) // max(senders.values(), default=1)
+    return max(1, min(MAX_CHANNELS, waitable, -(-busiest * SLACK // budget)))
 
 
 def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int,
