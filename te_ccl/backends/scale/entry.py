@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.scale.alltoall import solve_rail_alltoall
+from te_ccl.backends.scale.flow_alltoall import solve_flow_alltoall
 from te_ccl.backends.scale.greedy import greedy_transfers
 from te_ccl.backends.scale.hierarchical import solve_hierarchical
 from te_ccl.backends.scale.moves import Moves
@@ -32,8 +33,8 @@ def _greedy(problem: Problem, params: SolveParams, clock: Clock) -> tuple[Moves,
 
 def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
                 progress: Progress | None = None) -> tuple[Moves, str, tuple[str, ...]]:
-    """(moves, method, notes): torus symmetry, the rail AlltoAll or the box hierarchy when they
-    apply, else the greedy.
+    """(moves, method, notes): torus symmetry, the rail AlltoAll, the box hierarchy or the
+    concurrent-flow paths (unicast demands) when they apply, else the greedy.
 
     Raises SolverError for switches, multi-source chunks or buffer limits (the greedy
     does not model them) and when the time limit runs out.
@@ -45,6 +46,8 @@ def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
         solved, method = solve_rail_alltoall(problem), "rail-alltoall"
     if solved is None:
         solved, method = solve_hierarchical(problem), "hierarchical"
+    if solved is None:
+        solved, method = solve_flow_alltoall(problem, clock), "flow-alltoall"
     if solved is None:
         solved, method = _greedy(problem, params, clock), "greedy"
     moves, notes = solved

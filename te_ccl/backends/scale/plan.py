@@ -28,6 +28,7 @@ import networkx as nx
 from te_ccl.backends.base import Clock, Progress, SolveParams
 from te_ccl.backends.scale.alltoall import rail_shape
 from te_ccl.backends.scale.entry import solve_moves
+from te_ccl.backends.scale.flow_alltoall import flow_subchunks
 from te_ccl.backends.scale.hierarchical import box_fabric, hierarchical_subchunks
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective, CollectiveKind
@@ -48,13 +49,13 @@ _HIERARCHY_KINDS = _TREE_KINDS[:3]
 
 
 def scale_method(topology: Topology, collective: Collective) -> str | None:
-    """Which scale method fits (``symmetry``, ``greedy``, ``rail-alltoall``, ``hierarchical``),
-    None if none does.
+    """Which scale method fits (``symmetry``, ``greedy``, ``rail-alltoall``, ``flow-alltoall``,
+    ``hierarchical``), None if none does.
 
     For ``--backend auto``: the greedy floods chunks to every GPU, so it is offered only
     for the copy-and-forward kinds; AlltoAll only on rail-optimized clusters; AllGather,
     ReduceScatter and AllReduce over every GPU of boxes on switches (rails, direct links)
-    by the hierarchy.
+    by the hierarchy. Other AlltoAll without GPU buffer limits: the concurrent-flow paths.
 
     >>> from te_ccl.topology.generators import mesh, torus
     >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
@@ -62,9 +63,11 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     ('symmetry', 'greedy')
     """
     every = collective.nranks == topology.ngpus
-    if collective.kind is CollectiveKind.ALLTOALL:
-        return "rail-alltoall" if every and rail_shape(topology) else None
     unlimited = all(n.buffer_bytes is None for n in topology.nodes)
+    if collective.kind is CollectiveKind.ALLTOALL:
+        if every and rail_shape(topology):
+            return "rail-alltoall"
+        return "flow-alltoall" if unlimited else None
     if (every and unlimited and collective.kind in _HIERARCHY_KINDS
             and box_fabric(topology) is not None):
         return "hierarchical"
@@ -133,9 +136,12 @@ def scale_plan(topology: Topology, collective: Collective) -> tuple[Collective, 
     if collective.kind in (CollectiveKind.CUSTOM,) or not collective.ranks:
         raise SpecError("the scale backend compiles the standard collectives only",
                         key="collective")
-    if scale_method(topology, collective) == "hierarchical":
+    method = scale_method(topology, collective)
+    if method == "hierarchical":
         k = hierarchical_subchunks(topology, collective,
                                    MAX_TRANSFERS // (4 * collective.nranks * collective.nchunks))
+    elif method == "flow-alltoall":
+        k = flow_subchunks(topology, collective, MAX_TRANSFERS)
     else:
         k = _subchunks(topology, collective)
     sub = replace(collective, chunks_per_rank=collective.chunks_per_rank * k)

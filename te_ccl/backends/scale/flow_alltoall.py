@@ -1,0 +1,292 @@
+"""AlltoAll (any unicast demands) on any topology: max-concurrent flow, paths, list schedule.
+
+1. **LP** (GLOP). One commodity per source, its sinks the GPUs it sends to (for unicast
+   demands the same as one commodity per pair, ``N`` times smaller). Link capacities are
+   the epoch model's ``capacity / occupancy`` chunks per epoch, so the LP optimum ``T*`` is
+   the best finish the list schedule can aim for. A second solve keeps ``T ≤ T*`` and
+   minimises total link time: no cycles, shortest routes among the optimal ones.
+2. **Paths.** Each source's flow is cut into paths by walking back from every sink along
+   its largest inflow; pair ``(s, d)`` gets path weights summing to 1.
+3. **Rounding.** The pair's ``m`` sub-chunks go ``floor(m·w)`` to each path; the leftover
+   ones (largest-remainder count) each go to the path with a positive remainder whose
+   busiest link is least loaded so far (ties: larger remainder).
+4. **List schedule**, epoch by epoch: each link starts up to ``capacity`` waiting
+   sub-chunks (``occupancy`` epochs apart on slow links), longest remaining route first.
+   A switch without buffer forwards in the epoch a chunk arrives, so a route is cut into
+   segments between buffered nodes and a segment starts only if every link of it has a
+   start free at its arrival epoch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import defaultdict
+
+import networkx as nx
+import numpy as np
+
+from te_ccl.backends.base import Clock
+from te_ccl.backends.scale.moves import Moves
+from te_ccl.collective.model import Collective
+from te_ccl.errors import SolverError
+from te_ccl.model.epochs import LinkTiming
+from te_ccl.model.problem import Problem
+from te_ccl.topology.model import Topology
+
+__all__ = ["unicast_pairs", "concurrent_flow", "flow_paths", "flow_subchunks",
+           "solve_flow_alltoall"]
+
+Key = tuple[str, str]
+Path = tuple[str, ...]
+HOP_BUDGET = 1_500_000  # sub-chunk hops the list schedule handles in seconds
+PIPELINE_TARGET = 250  # sub-chunks on an average link: fill and drain then cost ~1%
+_TINY = 1e-9
+
+
+def unicast_pairs(problem: Problem) -> dict[Key, list[int]] | None:
+    """(source, destination) → chunk ids if every demand is one source to one other GPU."""
+    out: dict[Key, list[int]] = defaultdict(list)
+    for d in problem.demands:
+        if len(d.sources) != 1 or len(d.destinations) != 1:
+            return None
+        if d.sources != d.destinations:  # a rank's piece for itself stays in place
+            out[(d.sources[0], d.destinations[0])].append(d.chunk)
+    return dict(out) if out else None
+
+
+def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key, float]
+                    ) -> tuple[float, dict[str, dict[Key, float]]]:
+    """(T*, source → link → flow): ``demand[(s, d)]`` units routed concurrently within ``T*``
+    when link ``k`` carries ``rate[k]`` units per time unit.
+
+    >>> from te_ccl.topology.generators import ring
+    >>> t = ring(3, 1e9)
+    >>> T, f = concurrent_flow(t, {("g0", "g1"): 2.0}, {k.key: 1.0 for k in t.links})
+    >>> round(T, 6), {k: round(v, 6) for k, v in f["g0"].items() if v > 1e-9}
+    (1.0, {('g0', 'g1'): 1.0, ('g0', 'g2'): 1.0, ('g2', 'g1'): 1.0})
+    """
+    from ortools.linear_solver import pywraplp
+
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    sources = sorted({s for s, _ in demand})
+    keys = [k.key for k in topology.links]
+    T = lp.NumVar(0, lp.infinity(), "T")
+    f = {(s, k): lp.NumVar(0, lp.infinity(), "") for s in sources for k in keys}
+    need: dict[tuple[str, str], float] = defaultdict(float)
+    for (s, d), units in demand.items():
+        need[(s, d)] -= units
+        need[(s, s)] += units
+    for s in sources:
+        for n in topology.nodes:
+            out = [f[(s, k.key)] for k in topology.out_links(n.name)]
+            inn = [f[(s, k.key)] for k in topology.in_links(n.name)]
+            lp.Add(lp.Sum(out) - lp.Sum(inn) == need.get((s, n.name), 0.0))
+    for k in keys:
+        lp.Add(lp.Sum([f[(s, k)] for s in sources]) <= rate[k] * T)
+    lp.Minimize(T)
+    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+        raise SolverError("the concurrent-flow LP has no optimum (is every pair connected?)")
+    best = T.solution_value()
+    # second pass: the same T, least total link time (no cycles, short routes)
+    T.SetUb(best * (1 + 1e-7) + _TINY)
+    lp.Minimize(lp.Sum([f[(s, k)] * (1.0 / rate[k]) for s in sources for k in keys]))
+    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+        raise SolverError("the concurrent-flow LP lost its optimum in the second pass")
+    flows = {s: {k: f[(s, k)].solution_value() for k in keys} for s in sources}
+    return best, flows
+
+
+def _walk_back(flow: dict[Key, float], into: dict[str, list[str]], s: str, d: str
+               ) -> Path | None:
+    """A path s → d along positive flow, taking the largest inflow at each step."""
+    path, seen = [d], {d}
+    while path[-1] != s:
+        v = path[-1]
+        u = max((u for u in into[v] if u not in seen), key=lambda u: flow[(u, v)], default=None)
+        if u is None or flow[(u, v)] <= _TINY:
+            return None
+        path.append(u)
+        seen.add(u)
+    return tuple(reversed(path))
+
+
+def flow_paths(topology: Topology, source: str, flow: dict[Key, float],
+               demand: dict[str, float]) -> dict[str, dict[Path, float]]:
+    """Sink → path → weight (summing to 1) from one source's flow with ``demand`` per sink."""
+    flow = dict(flow)
+    into: dict[str, list[str]] = defaultdict(list)
+    for u, v in flow:
+        into[v].append(u)
+    out: dict[str, dict[Path, float]] = {}
+    for d, units in demand.items():
+        left, paths = units, defaultdict(float)
+        while left > units * 1e-6:
+            path = _walk_back(flow, into, source, d)
+            if path is None:
+                break
+            x = min([left] + [flow[k] for k in zip(path, path[1:], strict=False)])
+            for k in zip(path, path[1:], strict=False):
+                flow[k] -= x
+            paths[path] += x
+            left -= x
+        total = sum(paths.values())
+        if not total:
+            raise SolverError(f"the concurrent-flow LP routes nothing from {source} to {d}")
+        out[d] = {p: w / total for p, w in paths.items()}
+    return out
+
+
+def _round(pairs: dict[Key, list[int]], weights: dict[Key, dict[Path, float]],
+           rate: dict[Key, float]) -> list[tuple[int, Path]]:
+    """(chunk, path) for every sub-chunk: proportional floors, leftovers load-aware."""
+    load: dict[Key, float] = defaultdict(float)
+    plan: dict[Key, list[Path]] = {}
+    rest: dict[Key, dict[Path, float]] = {}
+    for pair, chunks in pairs.items():
+        quota = {p: len(chunks) * w for p, w in weights[pair].items()}
+        plan[pair] = [p for p, q in quota.items() for _ in range(math.floor(q + _TINY))]
+        rest[pair] = {p: q - math.floor(q + _TINY) for p, q in quota.items()
+                      if q - math.floor(q + _TINY) > _TINY}
+        for p in plan[pair]:
+            for k in zip(p, p[1:], strict=False):
+                load[k] += 1 / rate[k]
+    for pair in sorted(rest, key=lambda x: len(rest[x])):
+        options = rest[pair]
+        while len(plan[pair]) < len(pairs[pair]) and options:
+            p = min(options, key=lambda p: (max(load[k] + 1 / rate[k] for k in
+                                                zip(p, p[1:], strict=False)), -options[p]))
+            del options[p]
+            plan[pair].append(p)
+            for k in zip(p, p[1:], strict=False):
+                load[k] += 1 / rate[k]
+        heaviest = max(weights[pair], key=weights[pair].get)  # float noise left a gap
+        plan[pair] += [heaviest] * (len(pairs[pair]) - len(plan[pair]))
+    return [(c, p) for pair, chunks in pairs.items() for c, p in zip(chunks, plan[pair],
+                                                                        strict=True)]
+
+
+class _Slots:
+    """Link starts per epoch: ``capacity`` per epoch, or one per ``occupancy`` epochs."""
+
+    def __init__(self, timings: list[LinkTiming]) -> None:
+        self.cap = [t.capacity for t in timings]
+        self.occ = [t.occupancy for t in timings]
+        self.used: list[dict[int, int]] = [defaultdict(int) for _ in timings]
+
+    def free(self, link: int, e: int) -> bool:
+        used, k = self.used[link], self.occ[link]
+        if k == 1:
+            return used.get(e, 0) < self.cap[link]
+        return not any(used.get(x) for x in range(e - k + 1, e + k))
+
+    def take(self, link: int, e: int) -> None:
+        self.used[link][e] += 1
+
+
+def _segments(problem: Problem, path: Path, index: dict[Key, int]
+              ) -> list[tuple[tuple[int, int], ...]]:
+    """The route cut at buffered nodes: per segment, (link, start offset) of each link."""
+    out, seg, offset = [], [], 0
+    for u, v in zip(path, path[1:], strict=False):
+        seg.append((index[(u, v)], offset))
+        offset += problem.timings[(u, v)].delay
+        if v in problem.buffered_nodes:
+            out.append(tuple(seg))
+            seg, offset = [], 0
+    return out
+
+
+def _list_schedule(problem: Problem, assignment: list[tuple[int, Path]],
+                   clock: Clock) -> Moves:
+    """Epoch by epoch, every link starts the waiting sub-chunks with the longest way to go."""
+    keys = list(problem.timings)
+    index = {k: i for i, k in enumerate(keys)}
+    delay = [problem.timings[k].delay for k in keys]
+    slots = _Slots([problem.timings[k] for k in keys])
+    routes = {p: _segments(problem, p, index) for p in {p for _, p in assignment}}
+    left = {p: [sum(delay[i] for seg in segs[j:] for i, _ in seg) for j in range(len(segs))]
+            for p, segs in routes.items()}
+    step = [0] * len(assignment)
+    queues: dict[int, list] = defaultdict(list)
+    ready: dict[int, list[int]] = defaultdict(list)
+    ready[0] = list(range(len(assignment)))
+    rows: list[tuple[int, int, int, int]] = []  # item, link, start, arrive
+    e, pending = 0, len(assignment)
+    while pending:
+        for item in ready.pop(e, ()):
+            p = assignment[item][1]
+            heapq.heappush(queues[routes[p][step[item]][0][0]], (-left[p][step[item]], item))
+        for link in [x for x, q in queues.items() if q]:
+            heap, skipped = queues[link], []
+            while heap and slots.free(link, e) and len(skipped) < 8:
+                entry = heapq.heappop(heap)
+                item = entry[1]
+                seg = routes[assignment[item][1]][step[item]]
+                if not all(slots.free(i, e + off) for i, off in seg[1:]):
+                    skipped.append(entry)
+                    continue
+                for i, off in seg:
+                    slots.take(i, e + off)
+                    rows.append((item, i, e + off, e + off + delay[i]))
+                step[item] += 1
+                if step[item] < len(routes[assignment[item][1]]):
+                    ready[rows[-1][3]].append(item)
+                else:
+                    pending -= 1
+            for entry in skipped:
+                heapq.heappush(heap, entry)
+        e = e + 1 if any(queues.values()) or not ready else min(ready)
+        if clock.left <= 0:
+            raise SolverError("time limit reached while list-scheduling the AlltoAll")
+    return _moves(problem, keys, assignment, rows)
+
+
+def _moves(problem: Problem, keys: list[Key], assignment: list[tuple[int, Path]],
+           rows: list[tuple[int, int, int, int]]) -> Moves:
+    names = tuple(n.name for n in problem.topology.nodes)
+    node = {n: i for i, n in enumerate(names)}
+    r = np.array(rows, dtype=np.int64).reshape(-1, 4).T
+    chunk = np.array([c for c, _ in assignment], dtype=np.int64)
+    src = np.array([node[u] for u, _ in keys], dtype=np.int64)
+    dst = np.array([node[v] for _, v in keys], dtype=np.int64)
+    return Moves(names, chunk[r[0]], src[r[1]], dst[r[1]], r[2], r[3])
+
+
+def solve_flow_alltoall(problem: Problem, clock: Clock) -> tuple[Moves, tuple[str, ...]] | None:
+    """(moves, notes), or None when the demands are not unicast or GPUs have buffer limits."""
+    pairs = unicast_pairs(problem)
+    if pairs is None or problem.relay_limit:
+        return None
+    rate = {k: lt.chunks_per_epoch for k, lt in problem.timings.items()}
+    demand = {pair: float(len(c)) for pair, c in pairs.items()}
+    best, flows = concurrent_flow(problem.topology, demand, rate)
+    weights: dict[Key, dict[Path, float]] = {}
+    for s, flow in flows.items():
+        sinks = {d: u for (x, d), u in demand.items() if x == s}
+        weights.update({(s, d): w for d, w in
+                        flow_paths(problem.topology, s, flow, sinks).items()})
+    assignment = _round(pairs, weights, rate)
+    moves = _list_schedule(problem, assignment, clock)
+    npaths = sum(len(w) for w in weights.values())
+    notes = (f"max-concurrent-flow LP (GLOP, {len(flows)} per-source commodities): "
+             f"{best:.1f} epochs; {npaths} paths for {len(pairs)} pairs, "
+             f"{len(assignment)} sub-chunks list-scheduled in {moves.finish} epochs",)
+    return moves, notes
+
+
+def flow_subchunks(topology: Topology, collective: Collective, max_transfers: int) -> int:
+    """Sub-chunks per chunk: about PIPELINE_TARGET on an average link, within HOP_BUDGET hops.
+
+    The hops are estimated by shortest paths (the LP's second pass prefers those).
+    """
+    g = topology.graph()
+    ranks = [topology.gpu(r) for r in collective.ranks]
+    hops = sum(sum(d for v, d in nx.single_source_shortest_path_length(g, s).items()
+                   if v in ranks) for s in ranks) * collective.chunks_per_rank
+    if not hops:
+        return 1
+    want = math.ceil(PIPELINE_TARGET * len(topology.links) / hops)
+    room = min(HOP_BUDGET, max_transfers) // hops
+    biggest = collective.size_bytes // collective.nchunks
+    return max(1, min(want, room, biggest))
