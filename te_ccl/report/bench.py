@@ -6,7 +6,7 @@ epoch-model prediction is kept alongside), so algbw, busbw and the ratio to the 
 bound compare like with like. teccl's schedule is the one ``teccl compile`` keeps
 (:func:`te_ccl.pipeline.solve_best`: judged by simulated time, over the chunkings of
 ``--chunks auto`` for the cases that ask); its solver time is the wall-clock time of that
-whole choice. Very large
+whole choice, and ``picked_chunks`` the chunks per rank of the schedule kept. Very large
 schedules (more than :data:`SIM_LIMIT` transfers) are timed by their prediction and not
 checked; schedules longer than :data:`CHECK_EPOCHS` epochs are simulated but not checked
 (``checked`` says which rows were).
