@@ -194,6 +194,24 @@ class _Links:
             e += max(1, skip)
 
 
+def _from_nearest_copy(path: list[str], ready: int, chunk: int,
+                       relayed: dict[tuple[str, int], int]) -> tuple[list[str], int]:
+    """Start a copy's route at the last GPU on it that an earlier route already relayed the
+    chunk through: sending the same chunk over the same links again would only repeat work
+    (NCCL's trees cross a box boundary once per chunk, not once per tree edge).
+
+    >>> _from_nearest_copy(["a", "g", "b"], 3, 0, {("g", 0): 5})
+    (['g', 'b'], 5)
+    >>> _from_nearest_copy(["a", "g", "b"], 3, 0, {})
+    (['a', 'g', 'b'], 3)
+    """
+    for k in range(len(path) - 2, 0, -1):
+        at = relayed.get((path[k], chunk))
+        if at is not None:
+            return path[k:], max(ready, at)
+    return path, ready
+
+
 def assemble(name: str, topology: Topology, collective: Collective,
              plans: list[ChunkPlan]) -> Schedule:
     """Route and time the plans' edges; the Schedule's ``info.backend`` is ``baseline:NAME``."""
@@ -206,13 +224,24 @@ def assemble(name: str, topology: Topology, collective: Collective,
     transfers: list[Transfer] = []
     paths: dict[tuple[str, str, bool], list[str]] = {}
     graph = topology.graph()
+    relayed: dict[tuple[str, int], int] = {}  # (GPU, chunk) -> epoch a copy arrives
     for i in sorted(range(len(edges)), key=lambda i: (edges[i].stage, edges[i].chunk, i)):
         e = edges[i]
         key = (e.src, e.dst, e.op == "copy")
         if key not in paths:
             paths[key] = route(topology, e.src, e.dst, via_gpus=key[2], graph=graph)
-        hops = links.place(paths[key], max((arrive[j] for j in e.after), default=0), e.chunk)
+        path, ready = paths[key], max((arrive[j] for j in e.after), default=0)
+        if e.op == "copy" and (e.dst, e.chunk) in relayed:
+            arrive[i] = relayed[(e.dst, e.chunk)]  # a relay already left a copy there
+            continue
+        if e.op == "copy":
+            path, ready = _from_nearest_copy(path, ready, e.chunk, relayed)
+        hops = links.place(path, ready, e.chunk)
         transfers += [Transfer(e.chunk, u, v, t, a, e.op) for u, v, t, a in hops]
+        if e.op == "copy":
+            for _, v, _, a in hops:
+                if topology.node(v).is_gpu:
+                    relayed[(v, e.chunk)] = min(a, relayed.get((v, e.chunk), a))
         arrive[i] = hops[-1][3]
     info = SolveInfo(backend=f"baseline:{name}", status="heuristic")
     return Schedule(topology, collective, tau, tuple(sorted(transfers)), info)

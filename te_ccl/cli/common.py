@@ -29,7 +29,9 @@ def collective_options(f: Callable) -> Callable:
                           "gather, scatter or custom."),
         click.option("--size", "-s", metavar="SIZE", help="Buffer size with units: 1KB, 64MiB, 1GB."),
         click.option("--chunks", metavar="N|auto", help="Chunks per rank (default 1); auto "
-                     "tries 1, 2, 4 and 8 and keeps the fastest schedule."),
+                     "tries 1, 2, 4, 8 and a chunking whose link arithmetic is exact, and "
+                     "keeps the schedule (or ring/tree/direct template) whose simulated "
+                     "finish is earliest."),
         click.option("--ranks", metavar="LIST", help="Ranks taking part: all, 0-7, 0,2,4,6."),
         click.option("--root", metavar="R", help="Root rank of broadcast, reduce, gather, scatter."),
         click.option("--inplace/--outofplace", default=None, help="Buffer mode (default out-of-place)."),

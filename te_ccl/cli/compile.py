@@ -13,8 +13,6 @@ from te_ccl.cli.common import collective_flags, collective_options, emit_json, e
 from te_ccl.errors import SpecError
 from te_ccl.units import format_bandwidth, format_time
 
-AUTO_CHUNKS = (1, 2, 4, 8)
-
 
 @click.command("compile")
 @click.argument("topology")
@@ -53,7 +51,9 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     flags = collective_flags(kw)
     chunk_choices: tuple[int, ...] = ()
     if flags.get("chunks") == "auto":
-        chunk_choices = AUTO_CHUNKS
+        from te_ccl.chunking import BASE_CHUNKS
+
+        chunk_choices = BASE_CHUNKS
         flags["chunks"] = 1
     elif "chunks" in flags:
         try:

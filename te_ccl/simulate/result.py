@@ -34,7 +34,10 @@ class LinkUse:
 
 @dataclass(frozen=True)
 class SimResult:
-    """``finish_time_s``: when the last GPU has its whole demand (the collective's time)."""
+    """``finish_time_s``: the collective's time — the last GPU has its whole demand *and*
+    every transfer has arrived (the MSCCL kernel returns only when every thread block is
+    done, so a transfer no GPU needed still counts); ``gpu_finish_s``: when each GPU has
+    its demand; ``last_arrival_s``: when the last transfer arrives."""
 
     finish_time_s: float
     last_arrival_s: float
@@ -55,16 +58,16 @@ class SimResult:
 def summarise(tasks: list[Task], times: list[TaskTimes],
               gpu_finish_s: dict[str, float]) -> SimResult:
     """Fold task times into a :class:`SimResult` (busy time and utilisation per link)."""
-    finish = max(gpu_finish_s.values(), default=0.0)
     last = max((tt.arrive_s for task, tt in zip(tasks, times, strict=True) if task.link),
                default=0.0)
+    finish = max(max(gpu_finish_s.values(), default=0.0), last)
     busy: dict[tuple[str, str], float] = defaultdict(float)
     count: dict[tuple[str, str], int] = defaultdict(int)
     moves = [(task, tt) for task, tt in zip(tasks, times, strict=True) if task.link is not None]
     for task, tt in moves:
         busy[task.link] += tt.end_s - tt.start_s
         count[task.link] += 1
-    span = finish or last
+    span = finish
     links = tuple(LinkUse(k[0], k[1], count[k], busy[k], busy[k] / span if span else 0.0)
                   for k in sorted(busy))
     intervals = tuple(Interval(task.link[0], task.link[1], task.label, tt.start_s, tt.end_s,

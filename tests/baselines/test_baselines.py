@@ -108,3 +108,17 @@ def test_unknown_baseline_is_a_usage_error():
         build_baseline("butterfly", TOPOLOGIES["fc4"], coll(K.ALLGATHER, 4))
     assert e.value.exit_code == 2
     assert set(BASELINES) == {"ring", "ring-bidir", "tree", "direct", "hierarchical"}
+
+
+@pytest.mark.parametrize("kind", [K.BROADCAST, K.ALLGATHER], ids=lambda k: k.value)
+@pytest.mark.parametrize("name", ["tree", "ring", "ring-bidir", "direct"])
+def test_copies_relayed_through_a_gpu_cross_each_link_once(name, kind):
+    # boxes joined by one link between their g0s: every tree/ring edge between the boxes
+    # routes through it, but each chunk needs to cross it only once
+    topo, c = TOPOLOGIES["boxes"], coll(kind, TOPOLOGIES["boxes"].ngpus)
+    if name not in applicable(topo, c):
+        pytest.skip(f"{name} does not apply to {kind.value}")
+    s = build_baseline(name, topo, c)
+    hops = [(t.chunk, t.src, t.dst) for t in s.transfers if t.op == "copy"]
+    assert len(hops) == len(set(hops))
+    assert check_schedule(s) == []

@@ -116,3 +116,14 @@ def test_cyclic_dependencies_deadlock():
     t = topo([("a", "b", 1e9), ("b", "a", 1e9)], "ab")
     with pytest.raises(VerificationError, match="deadlocked"):
         run(t, [Task(("a", "b"), 1, after_all=(1,)), Task(("b", "a"), 1, after_all=(0,))])
+
+
+def test_a_transfer_nobody_needed_still_counts_in_the_finish():
+    # b has chunk 0 after the first send; the second send over the same link is redundant,
+    # but the program (the MSCCL kernel) ends only when it is done too.
+    t = topo([("a", "b", 1e9)], "ab")
+    coll = Collective(CollectiveKind.BROADCAST, 1000, (0, 1), root=0)
+    sched = Schedule(t, coll, US, (Transfer(0, "a", "b", 0, 1), Transfer(0, "a", "b", 1, 2)))
+    r = simulate_schedule(sched)
+    assert close(r.gpu_finish_s["b"], 1 * US)
+    assert close(r.last_arrival_s, 2 * US) and close(r.finish_time_s, 2 * US)
