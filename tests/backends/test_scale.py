@@ -153,7 +153,7 @@ def test_scale_method_for_auto():
     assert scale_method(rail, _all(rail, K.ALLTOALL)) == "rail-alltoall"
     assert scale_method(rail, _all(rail, K.ALLGATHER)) == "hierarchical"
     m = mesh([4, 4], 50e9)
-    assert scale_method(m, _all(m, K.ALLTOALL)) is None
+    assert scale_method(m, _all(m, K.ALLTOALL)) == "flow-alltoall"
     assert scale_method(m, _all(m, K.BROADCAST, root=0)) == "greedy"
     t = torus([4, 4], 50e9)
     assert scale_method(t, _all(t, K.REDUCESCATTER)) == "symmetry"

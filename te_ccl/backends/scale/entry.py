@@ -47,7 +47,7 @@ def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
     if solved is None:
         solved, method = solve_hierarchical(problem), "hierarchical"
     if solved is None:
-        solved, method = solve_flow_alltoall(problem, clock), "flow-alltoall"
+        solved, method = solve_flow_alltoall(problem, clock, params.seed), "flow-alltoall"
     if solved is None:
         solved, method = _greedy(problem, params, clock), "greedy"
     moves, notes = solved

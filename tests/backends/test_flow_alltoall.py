@@ -1,0 +1,118 @@
+"""The scale backend's concurrent-flow AlltoAll: checked schedules near the LP optimum."""
+
+from __future__ import annotations
+
+import networkx as nx
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from te_ccl.backends.base import SolveParams
+from te_ccl.backends.scale import compile_scale, scale_method
+from te_ccl.backends.scale.flow_alltoall import concurrent_flow, flow_paths, unicast_pairs
+from te_ccl.bounds import lower_bound
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.model.problem import build_problem
+from te_ccl.schedule import Schedule
+from te_ccl.topology.generators import Join, SwitchCaps, boxes, mesh, ring, star, torus
+from te_ccl.topology.model import Link, Node, NodeKind, Topology
+from te_ccl.verify.schedule_check import check_schedule
+
+PARAMS = SolveParams(backend="scale", time_limit_s=30, threads=1)
+
+
+def _a2a(topo: Topology, size: int = 1 << 20) -> Collective:
+    return Collective(CollectiveKind.ALLTOALL, size, tuple(range(topo.ngpus)))
+
+
+def _compiled(topo: Topology, coll: Collective) -> Schedule:
+    s = compile_scale(topo, coll, PARAMS)
+    assert s.info.status.startswith("scale/flow-alltoall"), s.info.status
+    assert check_schedule(s) == []
+    return s
+
+
+def _flow_bound(topo: Topology, coll: Collective, s: Schedule) -> float:
+    """The concurrent-flow bound for the bytes ``s`` moves (sub-chunks round the size down)."""
+    moved = s.collective.chunk_bytes * s.collective.nchunks
+    return lower_bound(topo, coll).parts["concurrent_flow_s"] * moved / coll.size_bytes
+
+
+def _ratio(topo: Topology, coll: Collective) -> float:
+    s = _compiled(topo, coll)
+    return s.finish_time_s / _flow_bound(topo, coll, s)
+
+
+def test_auto_offers_it_for_alltoall_off_rails_without_buffer_limits() -> None:
+    assert scale_method(mesh([3, 3], 1e9), _a2a(mesh([3, 3], 1e9))) == "flow-alltoall"
+    limited = mesh([2, 2], 1e9)
+    limited = Topology.build("lim", [Node(n.name, n.kind, buffer_bytes=1 << 20)
+                                     for n in limited.nodes], limited.links)
+    assert scale_method(limited, _a2a(limited)) is None
+
+
+def test_lp_splits_a_ring_pair_over_both_ways() -> None:
+    t = ring(4, 1e9)
+    rate = {k.key: 1.0 for k in t.links}
+    T, flows = concurrent_flow(t, {("g0", "g2"): 4.0}, rate)
+    assert T == pytest.approx(2.0)
+    paths = flow_paths(t, "g0", flows["g0"], {"g2": 4.0})["g2"]
+    assert sorted(paths) == [("g0", "g1", "g2"), ("g0", "g3", "g2")]
+    assert sum(paths.values()) == pytest.approx(1.0)
+
+
+def test_unicast_pairs_rejects_multicast_demands() -> None:
+    t = ring(3, 1e9)
+    assert unicast_pairs(build_problem(t, Collective(CollectiveKind.ALLGATHER, 3000,
+                                                     (0, 1, 2)))) is None
+    pairs = unicast_pairs(build_problem(t, _a2a(t, 9000)))
+    assert pairs is not None and len(pairs) == 6
+
+
+@pytest.mark.parametrize("topo", [ring(6, 1e9, 1e-6), mesh([3, 3], 1e9), torus([4, 4], 2e9)],
+                         ids=["ring6", "mesh3x3", "torus4x4"])
+def test_gpu_grids_land_near_the_flow_bound(topo: Topology) -> None:
+    assert _ratio(topo, _a2a(topo, 16 << 20)) < 1.05
+
+
+def test_bufferless_switch_forwards_in_the_arrival_epoch() -> None:
+    topo = star(5, 1e9, switch=SwitchCaps(copy=False, reduce=False, buffer=False))
+    s = _compiled(topo, _a2a(topo))
+    into = {(t.chunk, t.dst): t.arrive_epoch for t in s.transfers if t.dst == "sw"}
+    assert all(t.start_epoch == into[(t.chunk, "sw")] for t in s.transfers if t.src == "sw")
+
+
+def test_slow_uplinks_through_a_bufferless_switch() -> None:
+    box = star(3, 8e9, switch=SwitchCaps(copy=True), name="box")
+    topo = boxes(box, 3, Join("switch", ("g0",), 2e9, 1e-6,
+                              switch=SwitchCaps(copy=False, reduce=False, buffer=False)))
+    assert _ratio(topo, _a2a(topo, 9 << 20)) < 1.3
+
+
+@st.composite
+def _topologies(draw) -> Topology:
+    """A random strongly connected graph of 3–6 GPUs, maybe with a bufferless switch."""
+    n = draw(st.integers(3, 6))
+    names = [f"g{i}" for i in range(n)]
+    edges = {(names[i], names[(i + 1) % n]) for i in range(n)}  # a ring keeps it connected
+    edges |= set(draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names)),
+                               max_size=8)))
+    nodes = [Node(x) for x in names]
+    if draw(st.booleans()):
+        nodes.append(Node("sw", NodeKind.SWITCH, can_copy=False, has_buffer=draw(st.booleans())))
+        attached = draw(st.lists(st.sampled_from(names), min_size=1, unique=True))
+        edges |= {(g, "sw") for g in attached} | {("sw", g) for g in attached}
+    bw = st.sampled_from([1e9, 2e9, 5e9])
+    links = [Link(u, v, draw(bw), draw(st.sampled_from([0.0, 1e-6])))
+             for u, v in sorted(edges) if u != v]
+    topo = Topology.build("random", nodes, links)
+    assert nx.is_strongly_connected(topo.graph())
+    return topo
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(topo=_topologies(), size=st.sampled_from([6000, 1 << 16, 3 << 20]))
+def test_random_topologies_give_checked_schedules(topo: Topology, size: int) -> None:
+    coll = _a2a(topo, size)
+    s = _compiled(topo, coll)
+    assert s.finish_time_s >= _flow_bound(topo, coll, s) * (1 - 1e-9)
