@@ -9,7 +9,12 @@ from hypothesis import strategies as st
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale import compile_scale, scale_method
-from te_ccl.backends.scale.flow_alltoall import concurrent_flow, flow_paths, unicast_pairs
+from te_ccl.backends.scale.flow_alltoall import (
+    _torus_weights,
+    concurrent_flow,
+    flow_paths,
+    unicast_pairs,
+)
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.model.problem import build_problem
@@ -59,6 +64,21 @@ def test_lp_splits_a_ring_pair_over_both_ways() -> None:
     paths = flow_paths(t, "g0", flows["g0"], {"g2": 4.0})["g2"]
     assert sorted(paths) == [("g0", "g1", "g2"), ("g0", "g3", "g2")]
     assert sum(paths.values()) == pytest.approx(1.0)
+
+
+def test_torus_orbit_lp_matches_the_per_source_lp() -> None:
+    t = torus([3, 3], 1e9)
+    rate = {k.key: 1.0 for k in t.links}
+    demand = {(u, v): 2.0 for u in t.gpus for v in t.gpus if u != v}
+    full, _ = concurrent_flow(t, demand, rate)
+    orbit = _torus_weights(t, demand, rate, 30.0)
+    assert orbit is not None and orbit[0] == pytest.approx(full, rel=1e-6)
+    weights = orbit[1]
+    assert set(weights) == set(demand)
+    for (u, v), paths in weights.items():
+        assert all(p[0] == u and p[-1] == v for p in paths)
+        assert all(t.has_link(a, b) for p in paths for a, b in zip(p, p[1:], strict=False))
+        assert sum(paths.values()) == pytest.approx(1.0)
 
 
 def test_unicast_pairs_rejects_multicast_demands() -> None:

@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 from collections import Counter, defaultdict
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from te_ccl.backends.base import Clock
 from te_ccl.backends.scale.moves import Moves
+from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
@@ -58,9 +60,13 @@ def unicast_pairs(problem: Problem) -> dict[Key, list[int]] | None:
 
 
 def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key, float],
-                    time_limit_s: float = 60.0) -> tuple[float, dict[str, dict[Key, float]]]:
+                    time_limit_s: float = 60.0, bundles: list[list[Key]] | None = None
+                    ) -> tuple[float, dict[str, dict[Key, float]]]:
     """(T*, source → link → flow): ``demand[(s, d)]`` units routed concurrently within ``T*``
     when link ``k`` carries ``rate[k]`` units per time unit.
+
+    ``bundles``: links whose summed flow is held to the rate of one of them (a link orbit
+    under symmetry); default every link alone.
 
     >>> from te_ccl.topology.generators import ring
     >>> t = ring(3, 1e9)
@@ -86,8 +92,8 @@ def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key
             out = [f[(s, k.key)] for k in topology.out_links(n.name)]
             inn = [f[(s, k.key)] for k in topology.in_links(n.name)]
             lp.Add(lp.Sum(out) - lp.Sum(inn) == need.get((s, n.name), 0.0))
-    for k in keys:
-        lp.Add(lp.Sum([f[(s, k)] for s in sources]) <= rate[k] * T)
+    for b in bundles or [[k] for k in keys]:
+        lp.Add(lp.Sum([f[(s, k)] for s in sources for k in b]) <= rate[b[0]] * T)
     lp.Minimize(T)
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
         raise SolverError("the concurrent-flow LP found no optimum (a pair not connected, "
@@ -283,25 +289,69 @@ def _moves(problem: Problem, keys: list[Key], assignment: list[tuple[int, Path]]
     return Moves(names, chunk[r[0]], src[r[1]], dst[r[1]], r[2], r[3])
 
 
-def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0) -> tuple[Moves, tuple[str, ...]] | None:
-    """(moves, notes), or None when the demands are not unicast or GPUs have buffer limits."""
-    pairs = unicast_pairs(problem)
-    if pairs is None or problem.relay_limit:
+def _torus_weights(topology: Topology, demand: dict[Key, float], rate: dict[Key, float],
+                   time_limit_s: float) -> tuple[float, dict[Key, dict[Path, float]]] | None:
+    """(T*, pair → path weights) on a symmetric torus with equal demands, else None.
+
+    Averaging any solution over the translations keeps it optimal, so one source's flow
+    is enough: link ``e`` then carries the flow source 0 puts on every link of ``e``'s
+    orbit (same direction), and each pair's paths are source 0's, translated.
+    """
+    sym = torus_symmetry(topology)
+    if sym is None or len(demand) != len(sym.names) * (len(sym.names) - 1) or len(
+            set(demand.values())) != 1:
         return None
-    rate = {k: lt.chunks_per_epoch for k, lt in problem.timings.items()}
-    demand = {pair: float(len(c)) for pair, c in pairs.items()}
+    names, n = sym.names, sym.dims[0]
+    coords = np.array(list(itertools.product(*(range(d) for d in sym.dims))), dtype=np.int64)
+    where = {name: coords[i] for i, name in enumerate(names)}
+    orbits: dict[tuple[int, ...], list[Key]] = defaultdict(list)
+    for k in topology.links:
+        orbits[tuple((where[k.dst] - where[k.src]) % n)].append(k.key)
+    src, units = names[0], next(iter(demand.values()))
+    sinks = {d: units for d in names[1:]}
+    best, flows = concurrent_flow(topology, {(src, d): units for d in sinks}, rate,
+                                  time_limit_s, list(orbits.values()))
+    paths = flow_paths(topology, src, flows[src], sinks)
+    index = {name: i for i, name in enumerate(names)}
+    weights: dict[Key, dict[Path, float]] = {}
+    for i, s in enumerate(names):
+        moved = sym.rank(coords + coords[i])
+        for d, w in paths.items():
+            weights[(s, names[moved[index[d]]])] = {
+                tuple(names[moved[index[v]]] for v in p): x for p, x in w.items()}
+    return best, weights
+
+
+def _weights(problem: Problem, demand: dict[Key, float], rate: dict[Key, float], clock: Clock
+             ) -> tuple[float, dict[Key, dict[Path, float]], str]:
+    """(T*, pair → path weights, how): the torus orbit LP if it applies, else per source."""
+    on_torus = _torus_weights(problem.topology, demand, rate, clock.left)
+    if on_torus is not None:
+        return (*on_torus, "one source on the torus orbit, translated")
     best, flows = concurrent_flow(problem.topology, demand, rate, clock.left)
     weights: dict[Key, dict[Path, float]] = {}
     for s, flow in flows.items():
         sinks = {d: u for (x, d), u in demand.items() if x == s}
         weights.update({(s, d): w for d, w in
                         flow_paths(problem.topology, s, flow, sinks).items()})
+    return best, weights, f"{len(flows)} per-source commodities"
+
+
+def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0
+                        ) -> tuple[Moves, tuple[str, ...]] | None:
+    """(moves, notes), or None when the demands are not unicast or GPUs have buffer limits."""
+    pairs = unicast_pairs(problem)
+    if pairs is None or problem.relay_limit:
+        return None
+    rate = {k: lt.chunks_per_epoch for k, lt in problem.timings.items()}
+    demand = {pair: float(len(c)) for pair, c in pairs.items()}
+    best, weights, how = _weights(problem, demand, rate, clock)
     assignment = _round(pairs, weights, rate)
     moves = _list_schedule(problem, assignment, clock, seed)
     npaths = sum(len(w) for w in weights.values())
-    notes = (f"max-concurrent-flow LP ({len(flows)} per-source commodities): "
-             f"{best:.1f} epochs; {npaths} paths for {len(pairs)} pairs, "
-             f"{len(assignment)} sub-chunks list-scheduled in {moves.finish} epochs",)
+    notes = (f"max-concurrent-flow LP ({how}): {best:.1f} epochs; {npaths} paths for "
+             f"{len(pairs)} pairs, {len(assignment)} sub-chunks list-scheduled in "
+             f"{moves.finish} epochs",)
     return moves, notes
 
 
