@@ -11,24 +11,21 @@
 3. **Rounding.** The pair's ``m`` sub-chunks go ``floor(m·w)`` to each path; the leftover
    ones (largest-remainder count) each go to the path with a positive remainder whose
    busiest link is least loaded so far (ties: larger remainder).
-4. **List schedule**, epoch by epoch: each link starts up to ``capacity`` waiting
-   sub-chunks (``occupancy`` epochs apart on slow links), longest remaining route first.
-   A switch without buffer forwards in the epoch a chunk arrives, so a route is cut into
-   segments between buffered nodes and a segment starts only if every link of it has a
-   start free at its arrival epoch.
+4. **List schedule** (:mod:`.flow_schedule`), epoch by epoch, longest remaining route
+   first, switches without buffer forwarding in the arrival epoch.
 """
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
-from collections import Counter, defaultdict
+from collections import defaultdict
 
 import networkx as nx
 import numpy as np
 
 from te_ccl.backends.base import Clock
+from te_ccl.backends.scale.flow_schedule import list_schedule
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective
@@ -44,7 +41,6 @@ Path = tuple[str, ...]
 HOP_BUDGET = 1_500_000  # sub-chunk hops the list schedule handles in seconds
 PIPELINE_TARGET = 250  # sub-chunks on an average link: fill and drain then cost ~1%
 EXACT_LP_VARIABLES = 5_000
-MAX_SKIPS = 32  # blocked sub-chunks a link passes over before it waits an epoch
 _TINY = 1e-9
 
 
@@ -177,118 +173,6 @@ def _round(pairs: dict[Key, list[int]], weights: dict[Key, dict[Path, float]],
                                                                         strict=True)]
 
 
-class _Slots:
-    """Link starts per epoch: ``capacity`` per epoch, or one per ``occupancy`` epochs.
-
-    A slow link next to a switch without buffer starts only on its grid (epochs
-    ``phase + i·occupancy``): starts that arrive through the switch at random offsets
-    would leave gaps shorter than one occupancy on its out-links.
-    """
-
-    def __init__(self, problem: Problem, keys: list[Key]) -> None:
-        timings = [problem.timings[k] for k in keys]
-        self.cap = [t.capacity for t in timings]
-        self.occ = [t.occupancy for t in timings]
-        self.used: list[dict[int, int]] = [defaultdict(int) for _ in timings]
-        self.phase: list[int | None] = [None] * len(keys)
-        for i, (u, v) in enumerate(keys):
-            if self.occ[i] == 1:
-                continue
-            if v not in problem.buffered_nodes:
-                self.phase[i] = 0
-            elif u not in problem.buffered_nodes:
-                delays = Counter(problem.timings[k.key].delay % self.occ[i]
-                                 for k in problem.topology.in_links(u))
-                self.phase[i] = delays.most_common(1)[0][0] if delays else 0
-
-    def free(self, link: int, e: int) -> bool:
-        used, k = self.used[link], self.occ[link]
-        if k == 1:
-            return used.get(e, 0) < self.cap[link]
-        phase = self.phase[link]
-        if phase is not None and (e - phase) % k:
-            return False
-        return not any(used.get(x) for x in range(e - k + 1, e + k))
-
-    def take(self, link: int, e: int) -> None:
-        self.used[link][e] += 1
-
-
-def _segments(problem: Problem, path: Path, index: dict[Key, int]
-              ) -> list[tuple[tuple[int, int], ...]]:
-    """The route cut at buffered nodes: per segment, (link, start offset) of each link."""
-    out, seg, offset = [], [], 0
-    for u, v in zip(path, path[1:], strict=False):
-        seg.append((index[(u, v)], offset))
-        offset += problem.timings[(u, v)].delay
-        if v in problem.buffered_nodes:
-            out.append(tuple(seg))
-            seg, offset = [], 0
-    return out
-
-
-def _list_schedule(problem: Problem, assignment: list[tuple[int, Path]],
-                   clock: Clock, seed: int) -> Moves:
-    """Epoch by epoch, every link starts the waiting sub-chunks with the longest way to go.
-
-    Ties are broken in a random order (``seed``): in chunk order a link would see one
-    destination after another and stall when that destination's switch port is busy.
-    """
-    tie = np.random.default_rng(seed).permutation(len(assignment))
-    keys = list(problem.timings)
-    index = {k: i for i, k in enumerate(keys)}
-    delay = [problem.timings[k].delay for k in keys]
-    slots = _Slots(problem, keys)
-    routes = {p: _segments(problem, p, index) for p in {p for _, p in assignment}}
-    left = {p: [sum(delay[i] for seg in segs[j:] for i, _ in seg) for j in range(len(segs))]
-            for p, segs in routes.items()}
-    step = [0] * len(assignment)
-    queues: dict[int, list] = defaultdict(list)
-    ready: dict[int, list[int]] = defaultdict(list)
-    ready[0] = list(range(len(assignment)))
-    rows: list[tuple[int, int, int, int]] = []  # item, link, start, arrive
-    e, pending = 0, len(assignment)
-    while pending:
-        for item in ready.pop(e, ()):
-            p = assignment[item][1]
-            entry = (-left[p][step[item]], int(tie[item]), item)
-            heapq.heappush(queues[routes[p][step[item]][0][0]], entry)
-        for link in [x for x, q in queues.items() if q]:
-            heap, skipped = queues[link], []
-            while heap and slots.free(link, e) and len(skipped) < MAX_SKIPS:
-                entry = heapq.heappop(heap)
-                item = entry[2]
-                seg = routes[assignment[item][1]][step[item]]
-                if not all(slots.free(i, e + off) for i, off in seg[1:]):
-                    skipped.append(entry)
-                    continue
-                for i, off in seg:
-                    slots.take(i, e + off)
-                    rows.append((item, i, e + off, e + off + delay[i]))
-                step[item] += 1
-                if step[item] < len(routes[assignment[item][1]]):
-                    ready[rows[-1][3]].append(item)
-                else:
-                    pending -= 1
-            for entry in skipped:
-                heapq.heappush(heap, entry)
-        e = e + 1 if any(queues.values()) or not ready else min(ready)
-        if clock.left <= 0:
-            raise SolverError("time limit reached while list-scheduling the AlltoAll")
-    return _moves(problem, keys, assignment, rows)
-
-
-def _moves(problem: Problem, keys: list[Key], assignment: list[tuple[int, Path]],
-           rows: list[tuple[int, int, int, int]]) -> Moves:
-    names = tuple(n.name for n in problem.topology.nodes)
-    node = {n: i for i, n in enumerate(names)}
-    r = np.array(rows, dtype=np.int64).reshape(-1, 4).T
-    chunk = np.array([c for c, _ in assignment], dtype=np.int64)
-    src = np.array([node[u] for u, _ in keys], dtype=np.int64)
-    dst = np.array([node[v] for _, v in keys], dtype=np.int64)
-    return Moves(names, chunk[r[0]], src[r[1]], dst[r[1]], r[2], r[3])
-
-
 def _torus_weights(topology: Topology, demand: dict[Key, float], rate: dict[Key, float],
                    time_limit_s: float) -> tuple[float, dict[Key, dict[Path, float]]] | None:
     """(T*, pair → path weights) on a symmetric torus with equal demands, else None.
@@ -347,7 +231,7 @@ def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0
     demand = {pair: float(len(c)) for pair, c in pairs.items()}
     best, weights, how = _weights(problem, demand, rate, clock)
     assignment = _round(pairs, weights, rate)
-    moves = _list_schedule(problem, assignment, clock, seed)
+    moves = list_schedule(problem, assignment, clock, seed)
     npaths = sum(len(w) for w in weights.values())
     notes = (f"max-concurrent-flow LP ({how}): {best:.1f} epochs; {npaths} paths for "
              f"{len(pairs)} pairs, {len(assignment)} sub-chunks list-scheduled in "
