@@ -92,7 +92,7 @@ def test_unicast_pairs_rejects_multicast_demands() -> None:
 @pytest.mark.parametrize("topo", [ring(6, 1e9, 1e-6), mesh([3, 3], 1e9), torus([4, 4], 2e9)],
                          ids=["ring6", "mesh3x3", "torus4x4"])
 def test_gpu_grids_land_near_the_flow_bound(topo: Topology) -> None:
-    assert _ratio(topo, _a2a(topo, 16 << 20)) < 1.05
+    assert _ratio(topo, _a2a(topo, 16 << 20)) < 1.02
 
 
 def test_bufferless_switch_forwards_in_the_arrival_epoch() -> None:
@@ -106,7 +106,18 @@ def test_slow_uplinks_through_a_bufferless_switch() -> None:
     box = star(3, 8e9, switch=SwitchCaps(copy=True), name="box")
     topo = boxes(box, 3, Join("switch", ("g0",), 2e9, 1e-6,
                               switch=SwitchCaps(copy=False, reduce=False, buffer=False)))
-    assert _ratio(topo, _a2a(topo, 9 << 20)) < 1.3
+    assert _ratio(topo, _a2a(topo, 9 << 20)) < 1.05
+
+
+def test_mixed_slow_links_on_a_bufferless_switch_do_not_stall() -> None:
+    """Slow in-links whose delays differ modulo their occupancy share no start grid."""
+    nodes = [Node(f"g{i}") for i in range(4)] + [
+        Node("sw", NodeKind.SWITCH, can_copy=False, has_buffer=False)]
+    links = [Link("g0", "g1", 8e9), Link("g1", "g0", 8e9)]
+    for i, lat in enumerate((0.0, 3e-6, 5e-6, 1e-6)):
+        links += [Link(f"g{i}", "sw", 2e9, lat), Link("sw", f"g{i}", 2e9 if i % 2 else 1e9, lat)]
+    topo = Topology.build("mixed", nodes, links)
+    _compiled(topo, _a2a(topo, 3 << 20))
 
 
 @st.composite
