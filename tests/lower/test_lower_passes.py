@@ -94,3 +94,16 @@ def test_spread_keeps_waited_thread_blocks_nameable_by_depid():
     edges = tuple(Edge(t, t + 1, t, p, 0, p * 1000 + t) for p in range(1, 7) for t in range(600))
     assert _spread(edges, 64) == 128 // 6
     assert _spread(edges[:10], 64) == 1  # a light load stays on one channel
+
+
+def test_spread_with_reductions_counts_sending_thread_blocks_as_waited_for():
+    from te_ccl.lower.msccl.channels import _spread
+    from te_ccl.lower.msccl.collapse_switches import Edge
+
+    # a 4-neighbour GPU 0 receiving and sending 600 partials per neighbour: its reductions
+    # wait for earlier sends too, so 8 peers share the 128 nameable thread blocks
+    edges = tuple(Edge(t, t + 1, t, a, b, i * 1000 + t, "reduce")
+                  for i, (a, b) in enumerate([(p, 0) for p in range(1, 5)] + [(0, p) for p in range(1, 5)])
+                  for t in range(600))
+    assert _spread(edges, 64) == 128 // 8
+    assert _spread(tuple(e._replace(op="copy") for e in edges), 64) == 32

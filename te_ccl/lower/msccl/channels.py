@@ -126,14 +126,17 @@ def _spread(edges: tuple[Edge, ...], budget: int) -> int:
     """How many channels chains are dealt over: enough that the busiest connection fills
     its thread blocks to about 1/SLACK, so a chain finds room on its channel all along
     its path (first fit from channel 0 would fill low channels first and cut chains);
-    but few enough that a GPU's receiving thread blocks, which its sends wait for, keep
-    ids a ``depid`` can name (< 128)."""
+    but few enough that the thread blocks a GPU waits for keep ids a ``depid`` can name
+    (< 128): its receiving ones (a send waits for the receive of its value) and, with
+    reductions, its sending ones too (a reduction into a slot waits for earlier reads)."""
     load: dict[tuple[int, int], int] = defaultdict(int)
     for e in edges:
         load[(e.src, e.dst)] += 1
     busiest = max(load.values(), default=0)
-    senders = Counter(dst for _, dst in load)
-    waitable = (MAX_DEPID + 1) // max(senders.values(), default=1)
+    waited = Counter(dst for _, dst in load)
+    if any(e.op == "reduce" for e in edges):
+        waited.update(src for src, _ in load)
+    waitable = (MAX_DEPID + 1) // max(waited.values(), default=1)
     return max(1, min(MAX_CHANNELS, waitable, -(-busiest * SLACK // budget)))
 
 
