@@ -1,8 +1,10 @@
 """AlltoAll (any unicast demands) on any topology: max-concurrent flow, paths, list schedule.
 
 1. **LP** (GLOP up to :data:`EXACT_LP_VARIABLES` variables, else PDLP, OR-Tools'
-   first-order LP solver: 30× faster at 64 GPUs, optimum within 1e-4). One commodity per source, its sinks the GPUs it sends to (for unicast
-   demands the same as one commodity per pair, ``N`` times smaller). Link capacities are
+   first-order LP solver: 30× faster at 64 GPUs, optimum within 1e-4). One commodity per
+   source, its sinks the GPUs it sends to (for unicast demands the same as one commodity
+   per pair, ``N`` times smaller); on a symmetric torus one source over link orbits,
+   translated (exact: averaging over translations keeps a solution optimal). Links carry
    the epoch model's ``capacity / occupancy`` chunks per epoch, so the LP optimum ``T*`` is
    the best finish the list schedule can aim for. A second solve keeps ``T ≤ T*`` and
    minimises total link time: no cycles, shortest routes among the optimal ones.
