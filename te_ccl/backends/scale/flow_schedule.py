@@ -202,7 +202,10 @@ class _Run:
             heapq.heappush(self.queues[self.route[item][self.step[item]][0][0]], self.entry(item))
         self.holder.clear()
         blocked = {}
-        for link in [x for x, q in self.queues.items() if q]:
+        # the longest queues pick first: a link that keeps losing the ports it needs
+        # would otherwise be left with the last, unshared work
+        for link in sorted((x for x, q in self.queues.items() if q),
+                           key=lambda x: -len(self.queues[x])):
             blocked[link] = self.serve(link, e)
         for link, skipped in blocked.items():
             if skipped and self.slots.free(link, e):
