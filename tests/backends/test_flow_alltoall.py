@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from collections import Counter
+
 import networkx as nx
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -10,9 +13,11 @@ from hypothesis import strategies as st
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale import compile_scale, scale_method
 from te_ccl.backends.scale.flow_alltoall import (
+    PIPELINE_TARGET,
     _torus_weights,
     concurrent_flow,
     flow_paths,
+    flow_subchunks,
     unicast_pairs,
 )
 from te_ccl.bounds import lower_bound
@@ -118,6 +123,19 @@ def test_mixed_slow_links_on_a_bufferless_switch_do_not_stall() -> None:
         links += [Link(f"g{i}", "sw", 2e9, lat), Link("sw", f"g{i}", 2e9 if i % 2 else 1e9, lat)]
     topo = Topology.build("mixed", nodes, links)
     _compiled(topo, _a2a(topo, 3 << 20))
+
+
+def test_busiest_gpu_stays_inside_the_msccl_element_limit() -> None:
+    """ndv2x4-like: every box's traffic is relayed by its GPU 0 (the pipeline wants more)."""
+    box = star(8, 50e9, switch=SwitchCaps(copy=True), name="box")
+    topo = boxes(box, 4, Join("switch", ("g0",), 12.5e9,
+                              switch=SwitchCaps(copy=False, reduce=False, buffer=False)))
+    s = _compiled(topo, _a2a(topo, 1 << 30))
+    steps = Counter(x for t in s.transfers for x in (t.src, t.dst) if topo.node(x).is_gpu)
+    assert s.collective.chunks_per_rank > 1
+    assert flow_subchunks(topo, _a2a(topo, 1 << 30), 10**9) < math.ceil(
+        PIPELINE_TARGET * len(topo.links) / (len(topo.gpus) ** 2 * 3))  # the limit binds
+    assert max(steps.values()) <= 4096
 
 
 @st.composite

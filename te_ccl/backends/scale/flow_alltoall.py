@@ -43,6 +43,7 @@ Path = tuple[str, ...]
 HOP_BUDGET = 1_500_000  # sub-chunk hops the list schedule handles in seconds
 PIPELINE_TARGET = 250  # sub-chunks on an average link: fill and drain then cost ~1%
 EXACT_LP_VARIABLES = 5_000
+RANK_STEPS = 3_000  # sends + receives of the busiest GPU, well inside MSCCL's 4096 elements
 _TINY = 1e-9
 
 
@@ -242,17 +243,28 @@ def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0
 
 
 def flow_subchunks(topology: Topology, collective: Collective, max_transfers: int) -> int:
-    """Sub-chunks per chunk: about PIPELINE_TARGET on an average link, within HOP_BUDGET hops.
+    """Sub-chunks per chunk: about PIPELINE_TARGET on an average link, within HOP_BUDGET hops
+    and about RANK_STEPS sends and receives on the busiest GPU (the MSCCL runtime reads at
+    most 4096 XML elements per rank).
 
-    The hops are estimated by shortest paths (the LP's second pass prefers those).
+    Routes are estimated by shortest paths (the LP's second pass prefers those); a GPU
+    counts one step per sub-chunk it sends or receives, two per sub-chunk it relays.
     """
     g = topology.graph()
-    ranks = [topology.gpu(r) for r in collective.ranks]
-    hops = sum(sum(d for v, d in nx.single_source_shortest_path_length(g, s).items()
-                   if v in ranks) for s in ranks) * collective.chunks_per_rank
+    ranks = set(topology.gpu(r) for r in collective.ranks)
+    hops, steps = 0, defaultdict(int)
+    for s in ranks:
+        for v, path in nx.single_source_shortest_path(g, s).items():
+            if v in ranks and v != s:
+                hops += len(path) - 1
+                for x in path:
+                    steps[x] += 1 if x in (s, v) else 2
+    gpus = set(topology.gpus)
+    busiest = max((n for x, n in steps.items() if x in gpus), default=0)
     if not hops:
         return 1
-    want = math.ceil(PIPELINE_TARGET * len(topology.links) / hops)
-    room = min(HOP_BUDGET, max_transfers) // hops
+    per = collective.chunks_per_rank
+    want = math.ceil(PIPELINE_TARGET * len(topology.links) / (hops * per))
+    room = min(min(HOP_BUDGET, max_transfers) // (hops * per), RANK_STEPS // (busiest * per))
     biggest = collective.size_bytes // collective.nchunks
     return max(1, min(want, room, biggest))
