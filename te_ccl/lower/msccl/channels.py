@@ -4,9 +4,10 @@ mixing up data, blocking forever or exceeding its limits.
 The reference execution is the schedule's own time order: every step sits at its
 ``order`` (:mod:`instructions`), an edge at its send order on the sender and at its
 receive order on the receiver (the send order of the step it is fused into, if any).
-If every connection ``(src, dst, channel)`` respects three rules, replaying all steps of
-all GPUs in that global order never blocks, and since thread blocks, FIFOs and flags
-form a persistent system, no interleaving of the runtime deadlocks either:
+Dependencies (:mod:`dependencies`) only ever wait for earlier steps. So if every
+connection ``(src, dst, channel)`` respects three rules, replaying all steps of all GPUs
+in that global order never blocks, and since thread blocks, FIFOs and flags form a
+persistent system, no interleaving of the runtime deadlocks either:
 
 * **FIFO order** — an edge shares a channel only with edges whose send and receive
   orders agree with its own (sends and receives are matched in order);
@@ -20,9 +21,11 @@ Edges starting on one connection in the same epoch prefer different channels, so
 link carrying several chunks at once uses several channels. A fused step (``rcs`` …)
 puts its incoming and outgoing edge on one channel and joins the receiving and sending
 thread block, so the (recv peer, send peer) pairing per GPU and channel must stay
-one-to-one. A chain of fused steps is grown hop by hop while some channel still takes
-all of it; where none does, the fusion there is dropped and a new chain starts. Each
-check looks at a few neighbours in sorted lists, so the pass is O(E log E) overall.
+one-to-one. Chains of fused steps are dealt cyclically over :func:`_spread` channels
+and grown hop by hop while their channel takes the next hop; a short chain may move to
+another channel that takes all of it, otherwise the fusion there is dropped and a new
+chain starts. Each check looks at a few neighbours in sorted lists (appends in the
+usual case), so the pass is O(E log E) overall.
 """
 
 from __future__ import annotations
