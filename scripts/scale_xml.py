@@ -6,7 +6,9 @@ meshes and tori and the 8×8×8 torus, AlltoAll on rail8x8) this solves with
 temporary directory and runs ``te_ccl.verify.msccl.verify_msccl`` on the file. Lowering
 and verification each run in their own process, one at a time, so that peak memory is
 measured per stage and a slow verification can be cut by ``--verify-timeout`` without
-losing the lowering numbers::
+losing the lowering numbers. Columns: GPUs, transfers, lowering seconds, XML MB, peak
+RSS of the solve + lower process (``lower_rss_mb``), verification seconds, verdict
+(with the first finding) and peak RSS of the verification (``verify_rss_mb``)::
 
     python scripts/scale_xml.py [--only NAME …] [--json] [--keep DIR]
     python scripts/scale_xml.py --list
