@@ -1,9 +1,9 @@
 """One GPU's chunks during symbolic execution: values, last writer, readers, race checks.
 
 Chunks live in flat arrays: buffer ``i``, ``o`` and ``s`` are consecutive regions (each
-as large as the steps and the input data reach), and
-an aliased buffer (in-place, :meth:`.Layout.alias`) is an offset into another region, so
-a chunk is one integer and costs a few bytes plus its (shared) packed value. Race
+as large as the steps and the input data reach), and an aliased buffer (in-place,
+:meth:`.Layout.alias`) is an offset into another region, so a chunk is one integer and
+costs a few bytes plus its (shared) packed value. Race
 detection follows FastTrack: the last writer of each chunk and the readers since, as
 ``(block, epoch, step)``; an access is checked against them with
 :class:`~.hb.HappensBefore`. Readers are recorded only while a later step will still
