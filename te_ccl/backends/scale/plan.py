@@ -53,9 +53,9 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     ``hierarchical``), None if none does.
 
     For ``--backend auto``: the greedy floods chunks to every GPU, so it is offered only
-    for the copy-and-forward kinds; AlltoAll only on rail-optimized clusters; AllGather,
-    ReduceScatter and AllReduce over every GPU of boxes on switches (rails, direct links)
-    by the hierarchy. Other AlltoAll without GPU buffer limits: the concurrent-flow paths.
+    for the copy-and-forward kinds; AlltoAll by PXN on rail-optimized clusters, else by
+    concurrent-flow paths (when GPUs have no buffer limit); AllGather, ReduceScatter and
+    AllReduce over every GPU of boxes on switches (rails, direct links) by the hierarchy.
 
     >>> from te_ccl.topology.generators import mesh, torus
     >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
