@@ -128,7 +128,8 @@ def test_random_box_fabrics_pass_the_checker(topo, kind, size):
 
 
 def test_subchunks_keep_the_msccl_reader_within_its_limit():
-    from te_ccl.backends.scale.hierarchical import XML_SHARE, hierarchical_subchunks
+    from te_ccl.backends.scale.hierarchical import hierarchical_subchunks
+    from te_ccl.backends.scale.msccl_budget import XML_SHARE
     from te_ccl.verify.msccl.runtime_rules import MAX_XML_NODES
 
     topo = rail_optimized(8, 8, 450e9, 50e9, 0.7e-6, 1.3e-6)

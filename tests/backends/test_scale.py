@@ -158,3 +158,18 @@ def test_scale_method_for_auto():
     t = torus([4, 4], 50e9)
     assert scale_method(t, _all(t, K.REDUCESCATTER)) == "symmetry"
     assert scale_method(t, Collective(K.ALLGATHER, 1 << 16, (0, 1, 2))) == "greedy"
+
+
+def test_subchunking_keeps_1024_gpus_loadable_by_the_msccl_reader():
+    # 1023 receives per sub-chunk factor: beyond two sub-chunks a rank's steps would not fit
+    from te_ccl.topology.generators import torus as make_torus
+    from te_ccl.verify.msccl.runtime_rules import MAX_XML_NODES
+
+    topo = make_torus([32, 32], 50e9, 0.5e-6)
+    for kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE):
+        c = Collective(kind, 2**30, tuple(range(1024)))
+        _, _, k = scale_plan(topo, c)
+        phases = 2 if kind is CollectiveKind.ALLREDUCE else 1
+        assert 1 <= k and 1 + 1024 + phases * 1023 * k < MAX_XML_NODES
+    small = Collective(CollectiveKind.ALLGATHER, 2**30, tuple(range(16)))
+    assert scale_plan(make_torus([4, 4], 50e9, 0.5e-6), small)[2] > 2  # 16 GPUs: no cap bites

@@ -44,19 +44,18 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
 from te_ccl.backends.scale.moves import Moves
+from te_ccl.backends.scale.msccl_budget import max_subchunks
 from te_ccl.backends.scale.torus import chunks_by_source
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 from te_ccl.schedule import Transfer
 from te_ccl.topology.model import Topology
-from te_ccl.verify.msccl.runtime_rules import MAX_XML_NODES
 
 __all__ = ["Port", "BoxFabric", "box_fabric", "msccl_steps", "hierarchical_subchunks",
            "solve_hierarchical"]
 
 OVERHEAD = 0.01  # sub-chunk until pipeline fill and drain cost at most this share of the time
-XML_SHARE = 0.9  # of the MSCCL reader's elements per rank that the steps may take
 
 
 @dataclass(frozen=True)
@@ -168,8 +167,9 @@ def hierarchical_subchunks(topo: Topology, collective: Collective, limit: int) -
     one sub-chunk time (and up to one epoch of rounding) on each hop of that path.
     At 1 KB α dominates and ``k = 1`` (fewest hops); at 1 GB ``k`` is a few dozen.
     Each sub-chunk a GPU receives or sends is one MSCCL step, so ``k`` also keeps
-    :func:`msccl_steps` × ``k`` within XML_SHARE of the reader's element limit (the
-    lowered algorithm must still load).
+    :func:`msccl_steps` × ``k`` within the reader's element limit
+    (:func:`~te_ccl.backends.scale.msccl_budget.max_subchunks`: the lowered algorithm must
+    still load).
     """
     fabric = box_fabric(topo)
     assert fabric is not None
@@ -188,7 +188,7 @@ def hierarchical_subchunks(topo: Topology, collective: Collective, limit: int) -
     alpha = sum(topo.link(*key).latency_s for key in path)
     per_byte = sum(1 / topo.link(*key).bandwidth_Bps + 1 / fastest for key in path)
     steps = msccl_steps(fabric, collective)
-    limit = min(limit, int((XML_SHARE * MAX_XML_NODES - n - 1) // steps))
+    limit = min(limit, max_subchunks(n, steps))
     ks = [k for k in range(1, max(1, limit) + 1) if collective.chunk_bytes // k >= 1] or [1]
     return next((k for k in ks if collective.chunk_bytes / k * per_byte
                  <= OVERHEAD * (ingress + alpha)), ks[-1])

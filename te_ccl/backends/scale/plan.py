@@ -8,7 +8,9 @@ drain, about one link delay, then cost < 1%); on a symmetric torus ``k`` is a mu
 the direction classes so that every class carries the same load; the smallest ``k``
 whose estimated finish (receive time + one hop, or the hop diameter × (chunk time + α)
 when α dominates) is within 0.2% of the best is taken. :data:`MAX_TRANSFERS` caps ``k``
-(memory: ~150 bytes per transfer).
+(memory: ~150 bytes per transfer), and so does the MSCCL reader's element limit per rank
+(:mod:`te_ccl.backends.scale.msccl_budget`): beyond ~512 GPUs only one or two sub-chunks
+per chunk still load.
 
 **Epoch.** τ = sub-chunk time on the fastest link (α not included): links are busy every
 epoch and α adds ``ceil(α/τ)`` epochs of delay per hop instead of idling every epoch.
@@ -30,6 +32,7 @@ from te_ccl.backends.scale.alltoall import rail_shape
 from te_ccl.backends.scale.entry import solve_moves
 from te_ccl.backends.scale.flow_alltoall import flow_subchunks
 from te_ccl.backends.scale.hierarchical import box_fabric, hierarchical_subchunks
+from te_ccl.backends.scale.msccl_budget import max_subchunks
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
@@ -100,8 +103,19 @@ def _hops(topology: Topology) -> int:
     return max(max(nx.single_source_shortest_path_length(g, v).values()) for v in ends)
 
 
+def _steps_per_subchunk(topology: Topology, collective: Collective) -> int:
+    """MSCCL steps of the busiest GPU per sub-chunk factor: a step per chunk it receives
+    (or, reversed, contributes) and per neighbour its own chunks leave for; AllReduce
+    lowers both phases."""
+    degree = max(len(topology.out_links(g)) for g in topology.gpus)
+    phases = 2 if collective.kind is CollectiveKind.ALLREDUCE else 1
+    return phases * collective.chunks_per_rank * (collective.nranks - 1 + degree)
+
+
 def _subchunks(topology: Topology, collective: Collective) -> int:
-    """The smallest ``k`` within 0.2% of the best estimate, up to about PIPELINE_TARGET chunks per link."""
+    """The smallest ``k`` within 0.2% of the best estimate, up to about PIPELINE_TARGET
+    chunks per link and within what the MSCCL runtime can load (:func:`max_subchunks`);
+    on a torus a multiple of its direction classes where that fits, else any ``k``."""
     n, k0 = collective.nranks, collective.chunks_per_rank
     sym = torus_symmetry(topology)
     if sym is not None and n == topology.ngpus:
@@ -111,7 +125,9 @@ def _subchunks(topology: Topology, collective: Collective) -> int:
         indeg = min(len(topology.in_links(g)) for g in topology.gpus)
         step = 1
         top = math.ceil(PIPELINE_TARGET * indeg / max(1, (n - 1) * k0))
-    ks = [k for k in range(step, top + 1, step)
+    loadable = max_subchunks(n, _steps_per_subchunk(topology, collective))
+    step = step if step <= loadable else 1
+    ks = [k for k in range(step, min(top, loadable) + 1, step)
           if n * (n - 1) * k0 * k <= MAX_TRANSFERS
           and collective.size_bytes // (collective.nchunks * k) >= 1] or [1]
     receive, hops = _receive_time(topology, collective), _hops(topology)
