@@ -29,6 +29,7 @@ import numpy as np
 from te_ccl.backends.base import Clock
 from te_ccl.backends.scale.flow_schedule import list_schedule
 from te_ccl.backends.scale.moves import Moves
+from te_ccl.backends.scale.msccl_budget import max_subchunks
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective
 from te_ccl.errors import SolverError
@@ -43,7 +44,6 @@ Path = tuple[str, ...]
 HOP_BUDGET = 1_500_000  # sub-chunk hops the list schedule handles in seconds
 PIPELINE_TARGET = 250  # sub-chunks on an average link: fill and drain then cost ~1%
 EXACT_LP_VARIABLES = 5_000
-RANK_STEPS = 3_000  # sends + receives of the busiest GPU, well inside MSCCL's 4096 elements
 _TINY = 1e-9
 
 
@@ -244,8 +244,7 @@ def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0
 
 def flow_subchunks(topology: Topology, collective: Collective, max_transfers: int) -> int:
     """Sub-chunks per chunk: about PIPELINE_TARGET on an average link, within HOP_BUDGET hops
-    and about RANK_STEPS sends and receives on the busiest GPU (the MSCCL runtime reads at
-    most 4096 XML elements per rank).
+    and within the steps the MSCCL runtime can load for the busiest GPU (:func:`max_subchunks`).
 
     Routes are estimated by shortest paths (the LP's second pass prefers those); a GPU
     counts one step per sub-chunk it sends or receives, two per sub-chunk it relays.
@@ -265,6 +264,7 @@ def flow_subchunks(topology: Topology, collective: Collective, max_transfers: in
         return 1
     per = collective.chunks_per_rank
     want = math.ceil(PIPELINE_TARGET * len(topology.links) / (hops * per))
-    room = min(min(HOP_BUDGET, max_transfers) // (hops * per), RANK_STEPS // (busiest * per))
+    room = min(min(HOP_BUDGET, max_transfers) // (hops * per),
+               max_subchunks(topology.ngpus, busiest * per))
     biggest = collective.size_bytes // collective.nchunks
     return max(1, min(want, room, biggest))
