@@ -244,7 +244,8 @@ def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0
 
 def flow_subchunks(topology: Topology, collective: Collective, max_transfers: int) -> int:
     """Sub-chunks per chunk: about PIPELINE_TARGET on an average link, within HOP_BUDGET hops
-    and within the steps the MSCCL runtime can load for the busiest GPU (:func:`max_subchunks`).
+    and within the steps the MSCCL runtime can load for the busiest GPU (:func:`max_subchunks`),
+    each at least one α long (:func:`_worth_pipelining`).
 
     Routes are estimated by shortest paths (the LP's second pass prefers those); a GPU
     counts one step per sub-chunk it sends or receives, two per sub-chunk it relays.
@@ -267,4 +268,21 @@ def flow_subchunks(topology: Topology, collective: Collective, max_transfers: in
     room = min(min(HOP_BUDGET, max_transfers) // (hops * per),
                max_subchunks(topology.ngpus, busiest * per))
     biggest = collective.size_bytes // collective.nchunks
-    return max(1, min(want, room, biggest))
+    return max(1, min(want, room, biggest, _worth_pipelining(topology, collective)))
+
+
+def _worth_pipelining(topology: Topology, collective: Collective) -> int:
+    """Sub-chunks no shorter than one α on the fastest link: below that, a hop costs its
+    latency whatever the size, and more pieces only add steps (64 KB on fc8: one piece).
+
+    >>> from te_ccl.collective.model import CollectiveKind
+    >>> from te_ccl.topology.generators import fully_connected
+    >>> c = Collective(CollectiveKind.ALLTOALL, 64_000, tuple(range(8)))
+    >>> _worth_pipelining(fully_connected(8, 25e9, 0.5e-6), c)
+    1
+    """
+    alpha = min((x.latency_s for x in topology.links if x.latency_s > 0), default=0.0)
+    if not alpha:
+        return collective.chunk_bytes
+    fastest = max(x.bandwidth_Bps for x in topology.links)
+    return max(1, int(collective.chunk_bytes / (fastest * alpha)))
