@@ -104,12 +104,13 @@ def _hops(topology: Topology) -> int:
 
 
 def _steps_per_subchunk(topology: Topology, collective: Collective) -> int:
-    """MSCCL steps of the busiest GPU per sub-chunk factor: a step per chunk it receives
-    (or, reversed, contributes) and per neighbour its own chunks leave for; AllReduce
-    lowers both phases."""
+    """MSCCL steps of a GPU per sub-chunk factor: a receive per chunk it gets (or,
+    reversed, contributes) and as many sends — the scale schedules hold chunks for many
+    epochs before forwarding, which the lowering does not fuse into one step — plus one
+    per neighbour its own chunks leave for; AllReduce lowers both phases."""
     degree = max(len(topology.out_links(g)) for g in topology.gpus)
     phases = 2 if collective.kind is CollectiveKind.ALLREDUCE else 1
-    return phases * collective.chunks_per_rank * (collective.nranks - 1 + degree)
+    return phases * collective.chunks_per_rank * (2 * (collective.nranks - 1) + degree)
 
 
 def _subchunks(topology: Topology, collective: Collective) -> int:
