@@ -12,6 +12,7 @@ RSS of the solve + lower process (``lower_rss_mb``), verification seconds, verdi
 
     python scripts/scale_xml.py [--only NAME …] [--json] [--keep DIR]
     python scripts/scale_xml.py --list
+    python scripts/scale_xml.py --table bench/scale_xml.json   # markdown of a saved run
 
 NAME is ``topology`` (every collective on it) or ``topology:kind``.
 """
@@ -101,8 +102,12 @@ def run(name: str, workdir: Path, args: argparse.Namespace) -> dict:
     return {**row, **verdict}
 
 
-COLUMNS = ("instance", "gpus", "transfers", "lower_s", "xml_mb", "lower_rss_mb", "verify_s",
+COLUMNS = ("instance", "gpus", "chunks_per_rank", "transfers", "lower_s", "xml_mb", "lower_rss_mb", "verify_s",
            "verdict", "verify_rss_mb")
+
+
+def _header() -> str:
+    return "| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS)
 
 
 def _line(row: dict) -> str:
@@ -125,11 +130,16 @@ def main() -> None:
                     help="seconds for solve + lower of one instance")
     ap.add_argument("--verify-timeout", type=float, default=3600.0,
                     help="seconds for the verification of one instance")
+    ap.add_argument("--table", metavar="FILE", help="print a saved --json run as markdown")
     ap.add_argument("--lower", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--verify", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.lower:
         print(json.dumps(lower_one(args.lower[0], Path(args.lower[1]), float(args.lower[2]))))
+        return
+    if args.table:
+        print(_header())
+        print("\n".join(_line(row) for row in json.loads(Path(args.table).read_text())))
         return
     if args.verify:
         root = None if args.verify[1] == "none" else int(args.verify[1])
@@ -144,7 +154,7 @@ def main() -> None:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
         if not args.json:
-            print("| " + " | ".join(COLUMNS) + " |\n|" + "---|" * len(COLUMNS), flush=True)
+            print(_header(), flush=True)
         rows = []
         for name in names:
             rows.append(run(name, workdir, args))
