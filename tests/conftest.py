@@ -1,10 +1,19 @@
-"""Fixtures shared by the whole suite."""
+"""Fixtures shared by the whole suite; under ``CI`` the property tests are derandomized
+(the same examples every run: a red CI means a change broke something, not that
+hypothesis happened to find an old bug — explore locally, where seeds are random)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
+from hypothesis import settings
 
 from te_ccl.cli.main import main
+
+settings.register_profile("ci", derandomize=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 
 @pytest.fixture

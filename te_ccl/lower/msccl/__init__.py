@@ -45,7 +45,7 @@ from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
 from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
 
-__all__ = ["PROTOCOLS", "build_program", "lower_to_msccl", "write_msccl"]
+__all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
 PROTOCOLS = ("Simple", "LL128", "LL")
 MAX_THREADBLOCKS = 1024
@@ -113,6 +113,11 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
+class StepsExhausted(TecclError):
+    """Even one data step per thread block overflows ``max_steps`` once its dependency
+    nops are added (a tight limit and a step that waits on many thread blocks)."""
+
+
 class _Overflow(Exception):
     """The nops of the dependency pass pushed a thread block ``excess`` steps over."""
 
@@ -153,7 +158,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             return head, gpus
         except _Overflow as e:  # the channel pass counts data steps, not the nops
             budget -= e.excess
-    raise TecclError(f"cannot fit the schedule into {max_steps} steps per thread block")
+    raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
+                         "(the nops of its dependencies alone exceed it)")
 
 
 def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
