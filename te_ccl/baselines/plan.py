@@ -195,9 +195,9 @@ class _Links:
 
 
 def _from_nearest_copy(path: list[str], ready: int, chunk: int,
-                       relayed: dict[tuple[str, int], int]) -> tuple[list[str], int]:
-    """Start a copy's route at the last GPU on it that an earlier route already relayed the
-    chunk through: sending the same chunk over the same links again would only repeat work
+                       held: dict[tuple[str, int], int]) -> tuple[list[str], int]:
+    """Start a copy's route at the last GPU on it that an earlier route already brought the
+    chunk to (``held``): sending the same chunk over the same links again would only repeat work
     (NCCL's trees cross a box boundary once per chunk, not once per tree edge).
 
     >>> _from_nearest_copy(["a", "g", "b"], 3, 0, {("g", 0): 5})
@@ -206,7 +206,7 @@ def _from_nearest_copy(path: list[str], ready: int, chunk: int,
     (['a', 'g', 'b'], 3)
     """
     for k in range(len(path) - 2, 0, -1):
-        at = relayed.get((path[k], chunk))
+        at = held.get((path[k], chunk))
         if at is not None:
             return path[k:], max(ready, at)
     return path, ready
@@ -224,24 +224,24 @@ def assemble(name: str, topology: Topology, collective: Collective,
     transfers: list[Transfer] = []
     paths: dict[tuple[str, str, bool], list[str]] = {}
     graph = topology.graph()
-    relayed: dict[tuple[str, int], int] = {}  # (GPU, chunk) -> epoch a copy arrives
+    held: dict[tuple[str, int], int] = {}  # (GPU, chunk) -> epoch a copy arrives there
     for i in sorted(range(len(edges)), key=lambda i: (edges[i].stage, edges[i].chunk, i)):
         e = edges[i]
         key = (e.src, e.dst, e.op == "copy")
         if key not in paths:
             paths[key] = route(topology, e.src, e.dst, via_gpus=key[2], graph=graph)
         path, ready = paths[key], max((arrive[j] for j in e.after), default=0)
-        if e.op == "copy" and (e.dst, e.chunk) in relayed:
-            arrive[i] = relayed[(e.dst, e.chunk)]  # a relay already left a copy there
-            continue
         if e.op == "copy":
-            path, ready = _from_nearest_copy(path, ready, e.chunk, relayed)
+            if (e.dst, e.chunk) in held:  # an earlier route already left a copy there
+                arrive[i] = held[(e.dst, e.chunk)]
+                continue
+            path, ready = _from_nearest_copy(path, ready, e.chunk, held)
         hops = links.place(path, ready, e.chunk)
         transfers += [Transfer(e.chunk, u, v, t, a, e.op) for u, v, t, a in hops]
         if e.op == "copy":
             for _, v, _, a in hops:
                 if topology.node(v).is_gpu:
-                    relayed[(v, e.chunk)] = min(a, relayed.get((v, e.chunk), a))
+                    held[(v, e.chunk)] = min(a, held.get((v, e.chunk), a))
         arrive[i] = hops[-1][3]
     info = SolveInfo(backend=f"baseline:{name}", status="heuristic")
     return Schedule(topology, collective, tau, tuple(sorted(transfers)), info)
