@@ -58,7 +58,7 @@ def test_scratch_slots_are_numbered_per_gpu():
                                      scratch_slot(7): Slot(Buf.SCRATCH, 1)}
 
 
-def test_chunks_held_long_are_received_at_arrival_and_verify(kit):
+def test_chunks_held_long_keep_fifo_depth_and_verify(kit):
     from te_ccl.lower.msccl import lower_to_msccl
     from te_ccl.schedule import Schedule, Transfer
 
@@ -69,8 +69,10 @@ def test_chunks_held_long_are_received_at_arrival_and_verify(kit):
                         tuple(tr))
     xml = lower_to_msccl(schedule)  # the old lowering ran out of channels here
     kit.assert_verifies(xml)
-    text = xml.decode()
-    assert '"rcs"' not in text  # a fused receive would wait 40 epochs on its connection
+    # a fused receive waits 40 epochs on its connection: only FIFO_SLOTS of them fit on
+    # one channel at a time, so most chunks are received at arrival (``r``, then ``s``)
+    steps = [st.get("type") for st in etree.fromstring(xml).iter("step")]
+    assert 0 < steps.count("rcs") < steps.count("r")
     assert max(len(tb.findall("step")) for tb in etree.fromstring(xml).iter("tb")) <= 64
 
 
@@ -92,8 +94,8 @@ def test_spread_keeps_waited_thread_blocks_nameable_by_depid():
     # six peers send 600 chunks each into GPU 0: 32 channels would give it 192 receiving
     # thread blocks that its sends wait for, but depid names only 128
     edges = tuple(Edge(t, t + 1, t, p, 0, p * 1000 + t) for p in range(1, 7) for t in range(600))
-    assert _spread(edges, 64) == 128 // 6
-    assert _spread(edges[:10], 64) == 1  # a light load stays on one channel
+    assert _spread(edges, 64, False) == 128 // 6
+    assert _spread(edges[:10], 64, False) == 1  # a light load stays on one channel
 
 
 def test_spread_with_reductions_counts_sending_thread_blocks_as_waited_for():
@@ -101,9 +103,23 @@ def test_spread_with_reductions_counts_sending_thread_blocks_as_waited_for():
     from te_ccl.lower.msccl.collapse_switches import Edge
 
     # a 4-neighbour GPU 0 receiving and sending 600 partials per neighbour: its reductions
-    # wait for earlier sends too, so 8 peers share the 128 nameable thread blocks
+    # wait for earlier sends too, but fused steps pair receiving and sending thread blocks:
+    # max(4, 4) + 2 per channel share the 128 nameable thread blocks
     edges = tuple(Edge(t, t + 1, t, a, b, i * 1000 + t, "reduce")
                   for i, (a, b) in enumerate([(p, 0) for p in range(1, 5)] + [(0, p) for p in range(1, 5)])
                   for t in range(600))
-    assert _spread(edges, 64) == 128 // 8
-    assert _spread(tuple(e._replace(op="copy") for e in edges), 64) == 32
+    assert _spread(edges, 64, True) == 128 // 6
+    assert _spread(edges, 64, False) == 32  # copies: only receiving ones are waited for
+
+
+def test_channel_pass_refuses_a_129th_waited_thread_block():
+    from te_ccl.lower.msccl.channels import _State, _steps_fit
+
+    state = _State(budget=64, spread=4, reduces=False)
+    state.peers[(0, 0, "r")] = {1}
+    state.waited[0] = 128
+    assert _steps_fit([(0, 1, None)], [], 0, state)      # a receive joins its thread block
+    assert not _steps_fit([(0, 2, None)], [], 0, state)  # a new receive peer needs one more
+    assert _steps_fit([(0, None, 2)], [], 0, state)      # sending ones are not waited for
+    state.reduces = True                                 # unless the GPU reduces
+    assert not _steps_fit([(0, None, 2)], [], 0, state)

@@ -13,9 +13,10 @@ The pipeline, one pass per module, each leaving a valid intermediate form:
 6. :mod:`to_xml` — the bytes, laid out for the runtime's parser, one GPU at a time.
 
 Every pass is near-linear in the number of transfers (millions at 1024 GPUs). The
-channel pass keeps every thread block within ``max_steps`` data steps in one go.
-Only if the ``nop`` steps of pass 5 push a thread block over the limit (reductions with
-several dependencies per step) is it rerun once with a budget smaller by the overflow.
+channel pass keeps every thread block within a budget of data steps; with reductions
+the budget leaves ``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 (a
+reduction waiting for several thread blocks). Only if those still push a thread block
+over the limit is it rerun, with a budget smaller by at least that headroom again.
 """
 
 from __future__ import annotations
@@ -49,12 +50,7 @@ __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "wr
 
 PROTOCOLS = ("Simple", "LL128", "LL")
 MAX_THREADBLOCKS = 1024
-# A receive is fused into the send forwarding its value only if the send starts at most
-# this many epochs after the arrival: the fused step receives at the send's time, and a
-# long hold keeps its connection's FIFO order and slots blocked for every chunk arriving
-# meanwhile (a bidirectional ring of 96 chunks per rank holding each 46 epochs left no
-# channel for the next chunk; the old lowering ignored FIFO depth and deadlocked there).
-FUSE_MAX_HOLD = 1
+NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops when the schedule reduces
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
@@ -138,9 +134,10 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     layout = buffer_layout(coll)
     edges = collapse_switches(schedule)
     base = build_instructions(edges, layout)
-    candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)
-                  if f.send.send.start - f.recv.recv.arrive <= FUSE_MAX_HOLD]
-    budget = max_steps
+    candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
+    headroom = max(1, int(max_steps * NOP_HEADROOM))
+    reduces = any(e.op == "reduce" for e in edges)
+    budget = max_steps - headroom if reduces and max_steps > 2 * headroom else max_steps
     while budget > 0:
         try:
             chan, instrs, slots = _assign(edges, base, candidates, budget)
@@ -157,7 +154,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                 gpus.append(gpu_xml(gpu).encode() if stream else gpu)
             return head, gpus
         except _Overflow as e:  # the channel pass counts data steps, not the nops
-            budget -= e.excess
+            budget -= max(e.excess, headroom)
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
 

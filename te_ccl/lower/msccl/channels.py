@@ -15,7 +15,10 @@ persistent system, no interleaving of the runtime deadlocks either:
   the connection are still unreceived (the connection buffer holds ``FIFO_SLOTS``
   messages; a receive fused into a much later send keeps its slot occupied);
 * **thread-block budget** — the thread block of each side stays within ``budget``
-  steps, and a GPU uses at most 32 send and 32 receive peers per channel.
+  steps, and a GPU uses at most 32 send and 32 receive peers per channel;
+* **waited thread blocks** — a GPU has at most ``MAX_DEPID + 1`` thread blocks that
+  others may wait for (a ``depid`` has 8 bits): its receiving ones, and with reductions
+  its sending ones too (a reduction into a slot waits for the sends that read it).
 
 Edges starting on one connection in the same epoch prefer different channels, so one
 link carrying several chunks at once uses several channels. A fused step (``rcs`` …)
@@ -23,9 +26,11 @@ puts its incoming and outgoing edge on one channel and joins the receiving and s
 thread block, so the (recv peer, send peer) pairing per GPU and channel must stay
 one-to-one. Chains of fused steps are dealt cyclically over :func:`_spread` channels
 and grown hop by hop while their channel takes the next hop; a short chain may move to
-another channel that takes all of it, otherwise the fusion there is dropped and a new
-chain starts. Each check looks at a few neighbours in sorted lists (appends in the
-usual case), so the pass is O(E log E) overall.
+another of those channels that takes all of it, otherwise the fusion there is dropped
+and a new chain starts. Only single edges go beyond the spread channels: a fused step
+may hold its FIFO slot for many epochs, and chains spilt over all 32 channels would pair
+peers differently on each and multiply the thread blocks. Each check looks at a few
+neighbours in sorted lists (appends in the usual case), so the pass is O(E log E).
 """
 
 from __future__ import annotations
@@ -67,6 +72,7 @@ class _State:
 
     budget: int
     spread: int
+    reduces: bool  # sending thread blocks may be waited for too
     conns: dict[tuple, _Conn] = field(default_factory=lambda: defaultdict(_Conn))
     sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
     recvs: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
@@ -74,6 +80,7 @@ class _State:
     pair_send: dict[tuple, int] = field(default_factory=dict)  # (g, c, send) -> recv peer
     pair_recv: dict[tuple, int] = field(default_factory=dict)  # (g, c, recv) -> send peer
     peers: dict[tuple, set[int]] = field(default_factory=lambda: defaultdict(set))  # (g,c,dir)
+    waited: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # g -> tbs
 
 
 def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int
@@ -81,7 +88,8 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int
     """Channel of every edge and the fusions kept; ``budget`` bounds steps per tb."""
     by_in = {f.recv.recv: f for f in fusions}
     by_out = {f.send.send for f in fusions}
-    state, chan = _State(budget, _spread(edges, budget)), {}
+    reduces = any(e.op == "reduce" for e in edges)
+    state, chan = _State(budget, _spread(edges, budget, reduces), reduces), {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
     for head in sorted(e for e in edges if e not in by_out):
@@ -95,7 +103,7 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int
             longer, more = chain + [nxt], links + [link]
             if (nxt.src, nxt.dst) in used:  # a chain uses each connection once
                 fits = None
-            elif _fits(_parts(longer, more, last=True), c, state):
+            elif c < state.spread and _fits(_parts(longer, more, last=True), c, state):
                 fits = c
             elif len(chain) <= MOVE_MAX_HOPS:  # long chains stay on their channel
                 fits = _first_fit(longer, more, state, c0, required=False)
@@ -125,20 +133,24 @@ def _orders(chain: list[Edge], links: list[Fusion], first: int = 0
     return out
 
 
-def _spread(edges: tuple[Edge, ...], budget: int) -> int:
+def _spread(edges: tuple[Edge, ...], budget: int, reduces: bool) -> int:
     """How many channels chains are dealt over: enough that the busiest connection fills
     its thread blocks to about 1/SLACK, so a chain finds room on its channel all along
     its path (first fit from channel 0 would fill low channels first and cut chains);
     but few enough that the thread blocks a GPU waits for keep ids a ``depid`` can name
-    (< 128): its receiving ones (a send waits for the receive of its value) and, with
-    reductions, its sending ones too (a reduction into a slot waits for earlier reads)."""
+    (< 128): one per receive peer and channel (a send waits for the receive of its
+    value); with reductions its sending ones too (a reduction into a slot waits for
+    earlier reads), but fused steps pair most of them with a receiving one, so about
+    ``max(receive peers, send peers) + 2`` per channel (measured on the 3D torus)."""
     load: dict[tuple[int, int], int] = defaultdict(int)
     for e in edges:
         load[(e.src, e.dst)] += 1
     busiest = max(load.values(), default=0)
-    waited = Counter(dst for _, dst in load)
-    if any(e.op == "reduce" for e in edges):
-        waited.update(src for src, _ in load)
+    recv_peers = Counter(dst for _, dst in load)
+    waited = recv_peers
+    if reduces:
+        send_peers = Counter(src for src, _ in load)
+        waited = Counter({g: max(n, send_peers[g]) + 2 for g, n in recv_peers.items()})
     waitable = (MAX_DEPID + 1) // max(waited.values(), default=1)
     return max(1, min(MAX_CHANNELS, waitable, -(-busiest * SLACK // budget)))
 
@@ -149,7 +161,9 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
     over the spread channels and then the rest, preferring one without a same-epoch edge
     on its connections; None (or, if ``required``, :class:`ChannelsExhausted`) if none."""
     fallback, parts = None, _parts(chain, links)
-    order = [*range(first, state.spread), *range(first), *range(state.spread, MAX_CHANNELS)]
+    order = [*range(first, state.spread), *range(first)]
+    if len(chain) == 1:  # only single edges go beyond the spread channels
+        order += range(state.spread, MAX_CHANNELS)
     for c in order:
         if _fits(parts, c, state):
             if all(e.start not in state.conns[(e.src, e.dst, c)].starts for e in chain):
@@ -182,7 +196,7 @@ def _parts(chain: list[Edge], links: list[Fusion], last: bool = False) -> _Parts
 
 def _fits(parts: _Parts, c: int, state: _State) -> bool:
     ends, links, edges = parts
-    return (_pairs_fit(links, c, state) and _steps_fit(ends, c, state)
+    return (_pairs_fit(links, c, state) and _steps_fit(ends, links, c, state)
             and all(_conn_fits(state.conns[(e.src, e.dst, c)], snd, rcv)
                     for e, snd, rcv in edges))
 
@@ -217,10 +231,11 @@ def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None)
     return steps
 
 
-def _steps_fit(ends: list[tuple], c: int, state: _State) -> bool:
+def _steps_fit(ends: list[tuple], links: list[Fusion], c: int, state: _State) -> bool:
     """Each (GPU, recv peer, send peer) of a chain adds one step to one of its thread
     blocks (all different: a chain uses each connection once, and a clash of pairings is
-    refused by :func:`_pairs_fit`); new peers on the channel stay within ``MAX_PEERS``."""
+    refused by :func:`_pairs_fit`); new peers on the channel stay within ``MAX_PEERS``,
+    and new thread blocks within the waited ones a GPU can have."""
     new: dict[tuple, set[int]] | None = None
     for g, recv, send in ends:
         if _tb_steps(state, g, c, recv, send) >= state.budget:
@@ -229,8 +244,19 @@ def _steps_fit(ends: list[tuple], c: int, state: _State) -> bool:
             if peer is not None and peer not in state.peers.get((g, c, way), ()):
                 new = new if new is not None else defaultdict(set)
                 new[(g, c, way)].add(peer)
-    return new is None or all(len(state.peers.get(k, ())) + len(v) <= MAX_PEERS
-                              for k, v in new.items())
+    if new is None:  # no new thread block (a new pairing only merges two)
+        return True
+    if any(len(state.peers.get(k, ())) + len(v) > MAX_PEERS for k, v in new.items()):
+        return False
+    grow: dict[int, int] = defaultdict(int)
+    for (g, _, way), peers in new.items():
+        if way == "r" or state.reduces:
+            grow[g] += len(peers)
+    if state.reduces:
+        for f in links:
+            if (f.recv.gpu, c, f.recv.recv.src) not in state.pair_recv:
+                grow[f.recv.gpu] -= 1
+    return all(state.waited[g] + n <= MAX_DEPID + 1 for g, n in grow.items() if n > 0)
 
 
 def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
@@ -257,11 +283,16 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
         conn.starts.add(e.start)
         state.sends[(e.src, c, e.dst)] += 1
         state.recvs[(e.dst, c, e.src)] += 1
-        state.peers[(e.src, c, "s")].add(e.dst)
-        state.peers[(e.dst, c, "r")].add(e.src)
+        for g, way, peer in ((e.src, "s", e.dst), (e.dst, "r", e.src)):
+            peers = state.peers[(g, c, way)]
+            if peer not in peers:
+                peers.add(peer)
+                state.waited[g] += way == "r" or state.reduces
         chan[e] = c
     for f in links:
         g, a, b = f.recv.gpu, f.recv.recv.src, f.send.send.dst
+        if state.reduces and (g, c, a) not in state.pair_recv:
+            state.waited[g] -= 1  # two thread blocks become one
         state.pair_recv[(g, c, a)] = b
         state.pair_send[(g, c, b)] = a
         state.fused[(g, c, a, b)] += 1
