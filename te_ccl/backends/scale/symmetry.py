@@ -28,7 +28,7 @@ import numpy as np
 
 from te_ccl.topology.model import Topology
 
-__all__ = ["TorusSymmetry", "torus_symmetry", "orbit_trees", "translate"]
+__all__ = ["TorusSymmetry", "torus_symmetry", "orbit_trees", "tree_leaves", "translate"]
 
 Vec = tuple[int, ...]
 
@@ -93,12 +93,17 @@ def torus_symmetry(topology: Topology) -> TorusSymmetry | None:
 def _bfs_tree(sym: TorusSymmetry) -> list[tuple[Vec, int]]:
     """Shortest-path tree from the origin as (tail offset, class) edges in BFS order.
 
-    Among equally short parents a node takes the class used least so far, so the tree
-    itself is as balanced as possible (short drains on every class).
+    Layer by layer, every node of a layer first takes one child where it can (greedy
+    matching, scarcest node first): a node with a child forwards what it receives, which
+    the MSCCL lowering fuses into one step (``rcs``/``rrs``), so a tree with few leaves
+    lowers to few steps (on the 8×8×8 torus 96 leaves instead of about 300). The other
+    nodes of the next layer then take, among equally short parents, the class used
+    least so far, so the tree stays balanced (short drains on every class).
     """
     n, origin = sym.dims[0], tuple(0 for _ in sym.dims)
     seen, frontier, edges = {origin}, [origin], []
     used = [0] * len(sym.classes)
+    came: dict[Vec, int] = {}  # class of the edge into each node
     while frontier:
         offers: dict[Vec, list[tuple[Vec, int]]] = {}
         for u in frontier:
@@ -106,13 +111,52 @@ def _bfs_tree(sym: TorusSymmetry) -> list[tuple[Vec, int]]:
                 v = tuple((a + b) % n for a, b in zip(u, e, strict=True))
                 if v not in seen:
                     offers.setdefault(v, []).append((u, ci))
+        parent = _one_child_each(frontier, offers, used, came)
         for v, choices in sorted(offers.items()):
-            u, ci = min(choices, key=lambda uc: (used[uc[1]], uc[1]))
-            used[ci] += 1
-            edges.append((u, ci))
+            if v not in parent:
+                parent[v] = min(choices, key=lambda uc: (used[uc[1]], uc[1]))
+                used[parent[v][1]] += 1
+        for v in sorted(offers):
+            edges.append(parent[v])
+            came[v] = parent[v][1]
             seen.add(v)
         frontier = sorted(offers)
     return edges
+
+
+def _one_child_each(frontier: list[Vec], offers: dict[Vec, list[tuple[Vec, int]]],
+                    used: list[int], came: dict[Vec, int]) -> dict[Vec, tuple[Vec, int]]:
+    """A child for as many nodes of ``frontier`` as a greedy matching finds: each pick
+    takes the least-used class, then the parent with the fewest unclaimed children."""
+    free: dict[Vec, set[tuple[Vec, int]]] = {u: set() for u in frontier}
+    for v, choices in offers.items():
+        for u, ci in choices:
+            free[u].add((v, ci))
+    parent: dict[Vec, tuple[Vec, int]] = {}
+    while True:
+        pairs = [(used[ci], came.get(u) != ci, len(kids), u, v, ci)
+                 for u, kids in free.items() for v, ci in kids]
+        if not pairs:
+            return parent
+        *_, u, v, ci = min(pairs)
+        parent[v] = (u, ci)
+        used[ci] += 1
+        del free[u]
+        for w, _ in offers[v]:
+            if w in free:
+                free[w] = {(x, c) for x, c in free[w] if x != v}
+
+
+def tree_leaves(sym: TorusSymmetry) -> int:
+    """Leaves of the broadcast tree (the same for every group element): the nodes that
+    receive a chunk without forwarding it.
+
+    >>> from te_ccl.topology.generators import torus
+    >>> tree_leaves(torus_symmetry(torus([8, 8], 1e9)))
+    14
+    """
+    tails = {tail for tail, _ in _bfs_tree(sym)}
+    return int(np.prod(sym.dims)) - len(tails)
 
 
 def orbit_trees(sym: TorusSymmetry) -> list[list[tuple[Vec, int]]]:
