@@ -158,8 +158,9 @@ def _spread(edges: tuple[Edge, ...], budget: int, reduces: bool) -> int:
 def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int,
                required: bool = True) -> int | None:
     """First channel taking the whole chain, trying ``first``, ``first + 1``, … cyclically
-    over the spread channels and then the rest, preferring one without a same-epoch edge
-    on its connections; None (or, if ``required``, :class:`ChannelsExhausted`) if none."""
+    over the spread channels and then, for a single edge, the rest, preferring one
+    without a same-epoch edge on its connections; None (or, if ``required``,
+    :class:`ChannelsExhausted`) if none."""
     fallback, parts = None, _parts(chain, links)
     order = [*range(first, state.spread), *range(first)]
     if len(chain) == 1:  # only single edges go beyond the spread channels
@@ -256,7 +257,7 @@ def _steps_fit(ends: list[tuple], links: list[Fusion], c: int, state: _State) ->
         for f in links:
             if (f.recv.gpu, c, f.recv.recv.src) not in state.pair_recv:
                 grow[f.recv.gpu] -= 1
-    return all(state.waited[g] + n <= MAX_DEPID + 1 for g, n in grow.items() if n > 0)
+    return all(state.waited.get(g, 0) + n <= MAX_DEPID + 1 for g, n in grow.items() if n > 0)
 
 
 def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
