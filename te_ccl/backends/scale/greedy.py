@@ -8,7 +8,11 @@ reproducible). Measured: a fixed global order (every link prefers the same chunk
 or without a preference for hops away from the source) lands 1.3–1.6× off the cut
 bound on mesh/torus 8×8, because neighbours end up holding the same chunks and links
 idle; the random start (like rarest-first, which measured the same in a prototype) keeps
-holdings diverse: 1.004–1.016×. Link rules are those of :mod:`te_ccl.model.epochs`.
+holdings diverse: 1.004–1.016×. Among the candidates a link prefers the chunks its
+source has not forwarded yet: a relay that forwards what it received is one fused step in
+the MSCCL lowering instead of a receive and a send, so fewer leaves mean fewer steps per
+rank (mesh 32×32 AllGather: 284 → 138 leaves per chunk, finish unchanged at 515 epochs).
+Link rules are those of :mod:`te_ccl.model.epochs`.
 
 Every node receives a chunk at most once, so the result is a forest per chunk: valid for
 the reversed problems behind reductions (``Problem.tree``) too. GPU-only topologies.
@@ -99,6 +103,7 @@ def greedy_transfers(problem: Problem, order: list[int], *,
     net = net_of(problem)
     held, need = _initial(problem, net, order)
     incoming = np.zeros_like(held)
+    forwarded = np.zeros_like(held)
     rng, nbits = np.random.default_rng(seed), len(order)
     free_at = np.zeros(len(net.src), dtype=np.int64)
     slow = net.occupancy > 1
@@ -115,12 +120,15 @@ def greedy_transfers(problem: Problem, order: list[int], *,
             links = links[free_at[links] <= t]
             s, d = net.src[links], net.dst[links]
             cand = held[s] & ~held[d] & ~incoming[d]
+            fresh = cand & ~forwarded[s]
+            cand = np.where(fresh.any(axis=1, keepdims=True), fresh, cand)
             b = bitsets.first_bits_from(cand, rng.integers(0, nbits, size=len(links)))
             ok = b >= 0
             links, d, b = links[ok], d[ok], b[ok]
             if not links.size:
                 continue
             bitsets.set_bits(incoming, d, b)
+            bitsets.set_bits(forwarded, s[ok], b)
             free_at[links[slow[links]]] = t + net.occupancy[links[slow[links]]]
             for delay in np.unique(net.delay[links]):
                 sel = net.delay[links] == delay
