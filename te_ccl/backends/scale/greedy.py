@@ -11,7 +11,8 @@ idle; the random start (like rarest-first, which measured the same in a prototyp
 holdings diverse: 1.004–1.016×. Among the candidates a link prefers the chunks its
 source has not forwarded yet: a relay that forwards what it received is one fused step in
 the MSCCL lowering instead of a receive and a send, so fewer leaves mean fewer steps per
-rank (mesh 32×32 AllGather: 284 → 138 leaves per chunk, finish unchanged at 515 epochs).
+rank (mesh 32×32 AllGather: 284 → 138 leaves per chunk, finish unchanged at 515 epochs;
+mesh 16×16 with 2 chunks per GPU: 63 → 52, which the tests check).
 Link rules are those of :mod:`te_ccl.model.epochs`.
 
 Every node receives a chunk at most once, so the result is a forest per chunk: valid for
