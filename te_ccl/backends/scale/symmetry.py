@@ -93,12 +93,13 @@ def torus_symmetry(topology: Topology) -> TorusSymmetry | None:
 def _bfs_tree(sym: TorusSymmetry) -> list[tuple[Vec, int]]:
     """Shortest-path tree from the origin as (tail offset, class) edges in BFS order.
 
-    Layer by layer, every node of a layer first takes one child where it can (greedy
-    matching, scarcest node first): a node with a child forwards what it receives, which
-    the MSCCL lowering fuses into one step (``rcs``/``rrs``), so a tree with few leaves
-    lowers to few steps (on the 8×8×8 torus 96 leaves instead of about 300). The other
-    nodes of the next layer then take, among equally short parents, the class used
-    least so far, so the tree stays balanced (short drains on every class).
+    Layer by layer, every node of a layer first takes one child where it can (a greedy
+    matching, :func:`_one_child_each`): a node with a child forwards what it receives,
+    which the MSCCL lowering fuses into one step (``rcs``/``rrs``), so a tree with few
+    leaves lowers to few steps (8×8×8 torus: 117 leaves, against 195 when every node
+    just took the least-used class). The other nodes of the next layer then take, among
+    equally short parents, the class used least so far, so the tree stays balanced
+    (class loads within one edge: short drains on every class).
     """
     n, origin = sym.dims[0], tuple(0 for _ in sym.dims)
     seen, frontier, edges = {origin}, [origin], []
@@ -127,7 +128,9 @@ def _bfs_tree(sym: TorusSymmetry) -> list[tuple[Vec, int]]:
 def _one_child_each(frontier: list[Vec], offers: dict[Vec, list[tuple[Vec, int]]],
                     used: list[int], came: dict[Vec, int]) -> dict[Vec, tuple[Vec, int]]:
     """A child for as many nodes of ``frontier`` as a greedy matching finds: each pick
-    takes the least-used class, then the parent with the fewest unclaimed children."""
+    takes the least-used class, then a parent that goes on straight (a chain of fused
+    steps through it pairs its peers the same way on every GPU), then the parent with
+    the fewest unclaimed children."""
     free: dict[Vec, set[tuple[Vec, int]]] = {u: set() for u in frontier}
     for v, choices in offers.items():
         for u, ci in choices:
