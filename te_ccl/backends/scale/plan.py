@@ -33,7 +33,7 @@ from te_ccl.backends.scale.entry import solve_moves
 from te_ccl.backends.scale.flow_alltoall import flow_subchunks
 from te_ccl.backends.scale.hierarchical import box_fabric, hierarchical_subchunks
 from te_ccl.backends.scale.msccl_budget import max_subchunks
-from te_ccl.backends.scale.symmetry import torus_symmetry, tree_leaves
+from te_ccl.backends.scale.symmetry import TorusSymmetry, torus_symmetry, tree_leaves
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
 from te_ccl.model.problem import Demand, build_problem, make_problem
@@ -106,7 +106,8 @@ def _hops(topology: Topology) -> int:
     return max(max(nx.single_source_shortest_path_length(g, v).values()) for v in ends)
 
 
-def _steps_per_subchunk(topology: Topology, collective: Collective) -> float:
+def _steps_per_subchunk(topology: Topology, collective: Collective,
+                        sym: TorusSymmetry | None) -> float:
     """MSCCL steps of a GPU per sub-chunk factor: a receive per chunk it gets (or,
     reversed, contributes) and as many sends, less the forwards the lowering fuses with
     their receive (``rcs``/``rrs``), plus one per neighbour its own chunks leave for;
@@ -116,7 +117,6 @@ def _steps_per_subchunk(topology: Topology, collective: Collective) -> float:
     degree = max(len(topology.out_links(g)) for g in topology.gpus)
     phases = 2 if collective.kind is CollectiveKind.ALLREDUCE else 1
     n = collective.nranks
-    sym = torus_symmetry(topology)
     fused = FUSED_SHARE * (n - 1 - tree_leaves(sym)) if sym and n == topology.ngpus else 0
     return phases * collective.chunks_per_rank * (2 * (n - 1) - fused + degree)
 
@@ -134,7 +134,7 @@ def _subchunks(topology: Topology, collective: Collective) -> int:
         indeg = min(len(topology.in_links(g)) for g in topology.gpus)
         step = 1
         top = math.ceil(PIPELINE_TARGET * indeg / max(1, (n - 1) * k0))
-    loadable = max_subchunks(n, _steps_per_subchunk(topology, collective))
+    loadable = max_subchunks(n, _steps_per_subchunk(topology, collective, sym))
     step = step if step <= loadable else 1
     ks = [k for k in range(step, min(top, loadable) + 1, step)
           if n * (n - 1) * k0 * k <= MAX_TRANSFERS
