@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from te_ccl.backends.base import Clock, SolveParams
 from te_ccl.backends.scale import bitsets, compile_scale, scale_method, scale_plan, solve_scale
@@ -202,3 +204,41 @@ def test_greedy_relays_forward_what_they_receive():
         receivers.setdefault(t.chunk, set()).add(t.dst)
     leaves = np.mean([len(receivers[c] - senders[c]) for c in receivers])
     assert leaves < 57
+
+
+def test_greedy_relays_go_straight_on_through_a_mesh():
+    # a link prefers what arrived from the opposite neighbour, so that a relay's fused
+    # steps pair the same receive and send peers on every MSCCL channel: 91% of the
+    # interior relays forward straight on first (67% without the preference; seeded)
+    topo = mesh([16, 16], 50e9, 0.5e-6)
+    coll = _all(topo, K.ALLGATHER, 1 << 20, chunks_per_rank=2)
+    p = build_problem(topo, coll, coll.chunk_bytes / 50e9)
+    came, first = {}, {}
+    for t in sorted(solve_scale(p, PARAMS, Clock(30)).transfers, key=lambda t: t.start_epoch):
+        came[(t.chunk, t.dst)] = t.src
+        first.setdefault((t.chunk, t.src), t.dst)
+
+    def at(node: str) -> np.ndarray:
+        return np.array(divmod(int(node[1:]), 16))
+
+    straight = [np.array_equal(at(v) - at(u), at(u) - at(came[(c, u)]))
+                for (c, u), v in first.items()
+                if (c, u) in came and ((at(u) > 0) & (at(u) < 15)).all()]
+    assert np.mean(straight) > 0.85
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 12), st.floats(0.1, 0.9), st.integers(0, 10_000))
+def test_greedy_pairing_is_one_to_one_between_neighbours(n, density, seed):
+    import networkx as nx
+
+    from te_ccl.backends.scale.greedy import _pairing
+
+    g = nx.gnp_random_graph(n, density, seed=seed)
+    for u in g:
+        ns = sorted(g[u])
+        pairs = _pairing(u, ns, ns, g)
+        assert len(set(pairs.values())) == len(pairs)
+        assert all(v in ns and w in ns and v != w for v, w in pairs.items())
+        if len(ns) >= 2:
+            assert pairs  # someone forwards first
