@@ -123,3 +123,48 @@ def test_channel_pass_refuses_a_129th_waited_thread_block():
     assert _steps_fit([(0, None, 2)], [], 0, state)      # sending ones are not waited for
     state.reduces = True                                 # unless the GPU reduces
     assert not _steps_fit([(0, None, 2)], [], 0, state)
+
+
+def _relay(g: int, a: int, b: int, t: int):
+    """A fusion candidate: GPU ``g`` receives a chunk from ``a`` at ``t`` and forwards it to ``b``."""
+    from te_ccl.lower.msccl.collapse_switches import Edge
+    from te_ccl.lower.msccl.instructions import Fusion, Instr
+    from te_ccl.lower.msccl.ir import Op
+
+    into, out = Edge(t, t + 1, t, a, g, 2 * t), Edge(t + 1, t + 2, t, g, b, 2 * t + 1)
+    return (into, out), Fusion(Instr(g, Op.RECV, t, (t + 1, 0, into), recv=into),
+                               Instr(g, Op.SEND, t, (t + 1, 1, out), send=out), Op.RECV_COPY_SEND)
+
+
+def test_channel_plan_keeps_the_preferred_pairing_open():
+    from te_ccl.lower.msccl.channels import RESERVE, _pairs_fit, _plan, _State
+
+    # GPU 0 forwards six chunks from 1 to 2 (straight on) and one from 1 to 3 (a turn)
+    relays = [_relay(0, 1, 2, t) for t in range(6)] + [_relay(0, 1, 3, 6)]
+    edges = tuple(e for pair, _ in relays for e in pair)
+    state = _State(budget=64, spread=4, reduces=False)
+    state.plan = _plan(edges, [f for _, f in relays], frozenset())
+    straight, turn = relays[0][1], relays[-1][1]
+    assert state.plan.send_of[(0, 1)] == 2 and state.plan.hot == {0}
+    c = next(c for c in range(4) if c % RESERVE)
+    assert _pairs_fit([straight], c, state)
+    assert not _pairs_fit([turn], c, state)  # would take 1 from the preferred 1 → 2
+    assert _pairs_fit([turn], 0, state)      # a hot GPU's reserved channel takes any
+    state.pair_send[(0, c, 2)] = 4           # once 2 is paired otherwise on c,
+    assert _pairs_fit([turn], c, state)      # the turn blocks nothing preferred there
+
+
+def test_ranks_over_the_reader_limit_rerun_the_channel_pass_in_their_favour(kit, monkeypatch):
+    import te_ccl.lower.msccl as low
+
+    calls = []
+    real = low.assign_channels
+    monkeypatch.setattr(low, "assign_channels",
+                        lambda e, f, b, favour: calls.append(favour) or real(e, f, b, favour))
+    schedule = kit.ring_allreduce(4)
+    low.lower_to_msccl(schedule)
+    assert calls == [frozenset()]
+    monkeypatch.setattr(low, "MAX_ELEMENTS", 6)  # <algo>, 4 <gpu>s and one more each
+    calls.clear()
+    low.lower_to_msccl(schedule)
+    assert calls == [frozenset(), frozenset(range(4))]  # once, however it turns out

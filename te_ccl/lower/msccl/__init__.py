@@ -16,7 +16,9 @@ Every pass is near-linear in the number of transfers (millions at 1024 GPUs). Th
 channel pass keeps every thread block within a budget of data steps; with reductions
 the budget leaves ``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 (a
 reduction waiting for several thread blocks). Only if those still push a thread block
-over the limit is it rerun, with a budget smaller by at least that headroom again.
+over the limit is it rerun, with a budget smaller by at least that headroom again. If
+a rank needs more elements than the runtime's reader holds (``MAX_ELEMENTS``), the
+channel pass is rerun once favouring the fusions of those ranks.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "wr
 PROTOCOLS = ("Simple", "LL128", "LL")
 MAX_THREADBLOCKS = 1024
 NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops when the schedule reduces
+MAX_ELEMENTS = 4096  # the runtime's XML reader: <algo>, <gpu>s, one rank's tbs and steps
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
@@ -138,9 +141,10 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     reduces = any(e.op == "reduce" for e in edges)
     budget = max_steps - headroom if reduces and max_steps > 2 * headroom else max_steps
+    favour: frozenset[int] = frozenset()
     while budget > 0:
         try:
-            chan, instrs, slots = _assign(edges, base, candidates, budget)
+            chan, instrs, slots = _assign(edges, base, candidates, budget, favour)
         except ChannelsExhausted as e:
             raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
                                     f"block within {MAX_CHANNELS} channels") from None
@@ -148,22 +152,31 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         head = Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
                        coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, ())
         try:
-            gpus = []
+            gpus, over = [], set()
             for g in sorted(instrs):
                 gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps)
+                if coll.nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) \
+                        > MAX_ELEMENTS:
+                    over.add(g)
                 gpus.append(gpu_xml(gpu).encode() if stream else gpu)
-            return head, gpus
         except _Overflow as e:  # the channel pass counts data steps, not the nops
             budget -= max(e.excess, headroom)
+            continue
+        if not over or favour:  # rerun once, favouring the ranks over the limit
+            return head, gpus
+        del gpus
+        favour = frozenset(over)
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
 
 
 def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
-            budget: int) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots]:
-    """Channels with at most ``budget`` data steps per thread block, the fusions kept
-    applied to every GPU's instructions, and the slots they print."""
-    chan, kept = assign_channels(edges, candidates, budget)
+            budget: int, favour: frozenset[int]
+            ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots]:
+    """Channels with at most ``budget`` data steps per thread block (fusions on the
+    ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, and
+    the slots they print."""
+    chan, kept = assign_channels(edges, candidates, budget, favour)
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)
