@@ -138,11 +138,14 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
             else:
                 fits = None
             if fits is None and links and _cut_pays(link, links[-1], plan):
-                fits = _cut_before(chain, links, link, c, c0, state, chan)
-                if fits is not None:  # the fusion is given up one GPU earlier
+                placed, fits = _cut_before(chain, links, link, c, c0, state, chan)
+                if placed:  # the fusion is given up one GPU earlier
                     kept.extend(links[:-1])
-                    longer, more = chain[-1:] + [nxt], [link]
-                    used = {(chain[-1].src, chain[-1].dst)}
+                    chain, links = chain[-1:], []
+                    used = {(chain[0].src, chain[0].dst)}
+                    if fits is None:  # the placed part took the room after all
+                        c = _first_fit(chain, [], state, c0)
+                    longer, more = chain + [nxt], [link]
             if fits is None:
                 _place(chain, links, c, state, chan)
                 kept.extend(links)
@@ -203,16 +206,18 @@ def _cut_pays(link: Fusion, before: Fusion, plan: _Plan) -> bool:
 
 
 def _cut_before(chain: list[Edge], links: list[Fusion], link: Fusion, c: int, first: int,
-                state: _State, chan: dict[Edge, int]) -> int | None:
+                state: _State, chan: dict[Edge, int]) -> tuple[bool, int | None]:
     """``link`` does not fit ``chain``'s channel ``c``: place the chain on ``c`` without
     its last fusion, so that its last edge starts a new chain fused by ``link`` on another
-    channel, and return that channel; None (nothing placed) if either does not fit."""
-    again = _first_fit([chain[-1], link.send.send], [link], state, first, required=False,
-                       skip=c)
-    if again is None or not _fits(_parts(chain[:-1], links[:-1]), c, state):
-        return None
+    channel. (Whether anything was placed, that channel): nothing if either does not
+    fit; the channel is looked for again once the rest is placed (a GPU the two share may
+    have reached its waited thread blocks), so rarely None after all."""
+    two = [chain[-1], link.send.send]
+    if _first_fit(two, [link], state, first, required=False, skip=c) is None \
+            or not _fits(_parts(chain[:-1], links[:-1]), c, state):
+        return False, None
     _place(chain[:-1], links[:-1], c, state, chan)
-    return again
+    return True, _first_fit(two, [link], state, first, required=False, skip=c)
 
 
 def _orders(chain: list[Edge], links: list[Fusion], first: int = 0
