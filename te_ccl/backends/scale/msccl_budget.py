@@ -1,7 +1,8 @@
 """How many sub-chunks the MSCCL runtime can still load: its XML reader's element limit.
 
-The runtime's reader keeps at most ``MSCCL_MAX_NODES`` elements for a rank: the ``<algo>``,
-every ``<gpu>`` and that rank's thread blocks and steps (msccl-xml.md; ``teccl verify``
+The runtime's reader keeps at most ``MAX_ELEMENTS`` elements for a rank (the constant
+of the MSCCL IR, :mod:`te_ccl.lower.msccl.ir`, that the lowering also keeps to): the
+``<algo>``, every ``<gpu>`` and that rank's thread blocks and steps (msccl-xml.md; ``teccl verify``
 checks the same limit independently, rule ``xml-node-limit``). Each chunk a GPU receives
 or sends is at least one step, so the sub-chunk factor of the scale backend is capped to
 keep a lowered algorithm loadable: at 1024 GPUs one rank has ~3,000 elements left for
@@ -11,9 +12,10 @@ not fused (a receive and a send each).
 
 from __future__ import annotations
 
-__all__ = ["MSCCL_MAX_NODES", "XML_SHARE", "max_subchunks"]
+from te_ccl.lower.msccl.ir import MAX_ELEMENTS
 
-MSCCL_MAX_NODES = 4096  # the runtime reader's element limit per rank
+__all__ = ["XML_SHARE", "max_subchunks"]
+
 XML_SHARE = 0.9  # of what is left after <algo> and the <gpu>s: the rest is for thread blocks
 
 
@@ -26,5 +28,5 @@ def max_subchunks(nranks: int, steps_per_k: float, share: float = XML_SHARE) -> 
     >>> max_subchunks(64, 2 * 63 + 4)
     27
     """
-    room = share * (MSCCL_MAX_NODES - nranks - 1)
+    room = share * (MAX_ELEMENTS - nranks - 1)
     return max(1, int(room // steps_per_k))

@@ -42,7 +42,7 @@ from te_ccl.lower.msccl.instructions import (
     build_instructions,
     fusion_candidates,
 )
-from te_ccl.lower.msccl.ir import Gpu, Program
+from te_ccl.lower.msccl.ir import MAX_ELEMENTS, Gpu, Program
 from te_ccl.lower.msccl.threadblocks import build_threadblocks
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
 from te_ccl.outputs import write_atomic
@@ -53,7 +53,6 @@ __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "wr
 PROTOCOLS = ("Simple", "LL128", "LL")
 MAX_THREADBLOCKS = 1024
 NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops when the schedule reduces
-MAX_ELEMENTS = 4096  # the runtime's XML reader: <algo>, <gpu>s, one rank's tbs and steps
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,

@@ -116,8 +116,8 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     by_in = {f.recv.recv: f for f in fusions}
     by_out = {f.send.send for f in fusions}
     reduces = any(e.op == "reduce" for e in edges)
-    state, chan = _State(budget, _spread(edges, budget, reduces), reduces), {}
-    state.plan = plan = _plan(edges, fusions, favour)
+    plan = _plan(edges, fusions, favour)
+    state, chan = _State(budget, _spread(edges, budget, reduces), reduces, plan=plan), {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
     for head in sorted(e for e in edges if e not in by_out):

@@ -10,9 +10,11 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
-__all__ = ["Op", "Buf", "Slot", "Step", "Threadblock", "Gpu", "Program", "NO_PEER"]
+__all__ = ["Op", "Buf", "Slot", "Step", "Threadblock", "Gpu", "Program", "NO_PEER",
+           "MAX_ELEMENTS"]
 
 NO_PEER = -1
+MAX_ELEMENTS = 4096  # the runtime's XML reader: <algo>, <gpu>s, one rank's tbs and steps
 
 
 class Op(StrEnum):
