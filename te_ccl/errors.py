@@ -48,3 +48,15 @@ class SolverError(TecclError):
     """The solver gave up: infeasible horizon, or a time limit without a solution (exit code 3)."""
 
     exit_code = 3
+
+
+class RuntimeLimitError(TecclError):
+    """A schedule the MSCCL runtime cannot hold: too many channels, steps per thread
+    block, waited thread blocks (``depid``), thread blocks or XML elements per rank
+    (exit code 3, like the solver giving up: the input was fine, the result does not fit).
+
+    The compile answers it by solving again with fewer sub-chunks where it can
+    (:func:`te_ccl.pipeline.compile_collective`).
+    """
+
+    exit_code = 3

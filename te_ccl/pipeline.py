@@ -17,7 +17,7 @@ from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
 from te_ccl.chunking import chunk_candidates, chunking_bounds
 from te_ccl.collective.model import Collective
-from te_ccl.errors import SolverError, VerificationError
+from te_ccl.errors import RuntimeLimitError, SolverError, VerificationError
 from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.solve import Judge, solve
@@ -25,7 +25,8 @@ from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
 
 __all__ = ["CompileOptions", "CompileResult", "compile_collective", "compile_size_library",
-           "solve_best", "simulated_time", "SIMULATED", "SIM_LIMIT", "summary"]
+           "render", "render_fitting", "solve_best", "simulated_time", "SIMULATED",
+           "SIM_LIMIT", "summary"]
 
 FORMATS = ("xml", "json")
 MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
@@ -67,11 +68,11 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
                        progress: Progress | None = None) -> CompileResult:
     """Solve, check, lower and write one algorithm; raises instead of writing a bad file."""
     schedule = _solve_checked(topology, collective, params, options.chunk_choices, progress)
-    bound = lower_bound(topology, schedule.collective)
     extra: tuple[str, ...] = ()
     if options.output is not None:
-        data = _render(schedule, options)
+        schedule, data = render_fitting(schedule, options, params, progress)
         write_atomic(options.output, data)
+    bound = lower_bound(topology, schedule.collective)
     if options.fred_tables is not None:
         extra = _write_fred_tables(schedule, topology, options.fred_tables)
     return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra,
@@ -101,9 +102,10 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
         name = f"{topology.name}-{collective.kind.value}-{item.min_bytes}-{item.max_bytes}"
         options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
                                  min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
-        write_atomic(options.output, _render(item.schedule, options))
-        bound = lower_bound(topology, item.schedule.collective)
-        results.append(CompileResult(item.schedule, bound.seconds, dict(bound.parts),
+        schedule, data = render_fitting(item.schedule, options, params, progress)
+        write_atomic(options.output, data)
+        bound = lower_bound(topology, schedule.collective)
+        results.append(CompileResult(schedule, bound.seconds, dict(bound.parts),
                                      options.output, min_bytes=item.min_bytes,
                                      max_bytes=item.max_bytes))
     return results
@@ -245,7 +247,52 @@ def _best_chunking(topology: Topology, collective: Collective, params: SolvePara
     return s.with_info(notes=s.info.notes + (note,), solver_time_s=spent)
 
 
-def _render(schedule: Schedule, options: CompileOptions) -> bytes:
+def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
+                   progress: Progress | None = None) -> tuple[Schedule, bytes]:
+    """The schedule written and its bytes (:func:`render`): ``schedule`` itself, or where
+    the MSCCL runtime cannot hold it (:class:`RuntimeLimitError`) and the scale backend
+    cut its chunks into ``k > 1`` sub-chunks, the same chunking solved again with the
+    most sub-chunks that fit.
+
+    The search halves ``k`` until a schedule fits, then bisects between that and the
+    smallest failure until they are within a quarter of each other (more sub-chunks
+    pipeline better, so the largest that fits is kept). A note records what was tried.
+    """
+    try:
+        return schedule, render(schedule, options)
+    except RuntimeLimitError as e:
+        k = schedule.info.subchunks
+        if k <= 1:
+            raise
+        failed, why = k, str(e)
+    asked = replace(schedule.collective,
+                    chunks_per_rank=schedule.collective.chunks_per_rank // k)
+    fit: tuple[int, Schedule, bytes] | None = None  # (k asked for, schedule, bytes)
+    tried, spent = [f"{k}: {why}"], schedule.info.solver_time_s
+    while fit is None or failed - fit[0] > max(1, fit[0] // 4):
+        k = failed // 2 if fit is None else (fit[0] + failed) // 2
+        if progress:
+            progress(f"MSCCL cannot hold {failed} sub-chunks per chunk; trying {k}")
+        again = _solve_checked(schedule.topology, asked, replace(params, max_subchunks=k),
+                               (), progress)
+        spent += again.info.solver_time_s
+        try:
+            fit = (k, again, render(again, options))
+            tried.append(f"{again.info.subchunks}: fits")
+        except RuntimeLimitError as e:
+            tried.append(f"{again.info.subchunks}: {e}")
+            if k <= 1:
+                raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk)") from None
+            failed = k
+    _, again, data = fit
+    note = (f"msccl: solved again with {again.info.subchunks} sub-chunk(s) per chunk, the "
+            f"most the runtime holds (tried {'; '.join(tried)})")
+    return again.with_info(notes=again.info.notes + (note,), solver_time_s=spent), data
+
+
+def render(schedule: Schedule, options: CompileOptions) -> bytes:
+    """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML once the
+    independent verifier accepts it (:class:`VerificationError` if not)."""
     if options.fmt == "json":
         return schedule.to_json().encode()
     from te_ccl.lower.msccl import lower_to_msccl

@@ -59,7 +59,11 @@ class Transfer:
 
 @dataclass(frozen=True)
 class SolveInfo:
-    """How the schedule was obtained; ``optimal`` means proven optimal in the epoch model."""
+    """How the schedule was obtained; ``optimal`` means proven optimal in the epoch model.
+
+    ``subchunks``: the pieces the scale backend cut each chunk of the asked collective into
+    (the schedule's collective has that many times its chunks per rank).
+    """
 
     backend: str = "none"
     solver_time_s: float = 0.0
@@ -68,6 +72,7 @@ class SolveInfo:
     variables: int = 0
     constraints: int = 0
     notes: tuple[str, ...] = ()
+    subchunks: int = 1
 
 
 @dataclass(frozen=True)

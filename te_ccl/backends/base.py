@@ -30,6 +30,8 @@ class SolveParams:
     occupancy, so a slow link can start a chunk in every round).
     ``deterministic``: with several threads CP-SAT interleaves its workers so that the same
     inputs and seed give the same schedule (set False to let workers race).
+    ``max_subchunks``: the most sub-chunks per chunk the scale backend may cut (None: its
+    plan decides); the compile lowers it when the MSCCL runtime cannot hold a schedule.
     """
 
     backend: str = "auto"
@@ -40,6 +42,7 @@ class SolveParams:
     max_horizon: int | None = None
     round_epochs: int | None = None
     deterministic: bool = True
+    max_subchunks: int | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -53,6 +56,9 @@ class SolveParams:
         if self.round_epochs is not None and self.round_epochs < 1:
             raise SpecError(f"expected at least 1 epoch per round, got {self.round_epochs}",
                             key="round-epochs")
+        if self.max_subchunks is not None and self.max_subchunks < 1:
+            raise SpecError(f"expected at least 1 sub-chunk per chunk, got {self.max_subchunks}",
+                            key="max-subchunks")
         if self.max_horizon is not None and self.max_horizon < 1:
             raise SpecError(f"expected a positive horizon, got {self.max_horizon}",
                             key="max-horizon")

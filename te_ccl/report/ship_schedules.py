@@ -28,7 +28,7 @@ import click
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.errors import TecclError, VerificationError
+from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.outputs import write_atomic
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology.model import Topology
@@ -54,29 +54,35 @@ def shippable_topologies(max_gpus: int = MAX_GPUS) -> list[Topology]:
     return sorted(keep, key=lambda t: (t.ngpus, t.name))
 
 
-def _lower_verified(schedule, inplace: bool) -> bytes:
-    from te_ccl.lower.msccl import lower_to_msccl
-    from te_ccl.verify.msccl import verify_msccl
-
-    coll = replace(schedule.collective, inplace=inplace)
-    xml = lower_to_msccl(replace(schedule, collective=coll))
-    report = verify_msccl(xml.decode())
-    if not report.valid:
-        raise VerificationError(f"lowered XML failed verification: {report.errors[0]}")
-    return xml
-
-
 def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> dict:
-    """Compile, verify and write one combination; returns its index entry."""
-    from te_ccl.pipeline import CompileOptions, compile_collective, summary
+    """Compile, verify and write one combination; returns its index entry.
 
-    coll = Collective(CollectiveKind(kind), parse_size(SIZE), tuple(range(topology.ngpus)))
+    In place first: its receives may wait for sends, so the runtime holds fewer of its
+    sub-chunks (:func:`~te_ccl.pipeline.render_fitting`). The same schedule is then
+    lowered out of place, or, where that does not fit either, compiled on its own.
+    """
+    from te_ccl.pipeline import (
+        CompileOptions,
+        compile_collective,
+        render,
+        render_fitting,
+        summary,
+    )
+
+    coll = Collective(CollectiveKind(kind), parse_size(SIZE), tuple(range(topology.ngpus)),
+                      inplace=True)
     base = out_dir / topology.name
-    xml_path = base / f"{kind}.xml"
+    inplace_path, xml_path = base / f"{kind}.inplace.xml", base / f"{kind}.xml"
     params = SolveParams(time_limit_s=limit_s, threads=1)
-    result = compile_collective(topology, coll, params, CompileOptions(output=str(xml_path)))
-    inplace_path = base / f"{kind}.inplace.xml"
-    write_atomic(inplace_path, _lower_verified(result.schedule, inplace=True))
+    inplace = compile_collective(topology, coll, params, CompileOptions(output=str(inplace_path)))
+    s = inplace.schedule
+    outofplace = replace(s, collective=replace(s.collective, inplace=False))
+    try:
+        data = render(outofplace, CompileOptions())
+    except RuntimeLimitError:
+        outofplace, data = render_fitting(outofplace, CompileOptions(), params)
+    write_atomic(xml_path, data)
+    result = replace(inplace, schedule=outofplace, output=str(xml_path))
     info = summary(result, topology)
     info.update(output=f"{topology.name}/{kind}.xml",
                 inplace_output=f"{topology.name}/{kind}.inplace.xml", time_limit_s=limit_s)

@@ -115,13 +115,14 @@ def test_spread_with_reductions_counts_sending_thread_blocks_as_waited_for():
 def test_channel_pass_refuses_a_129th_waited_thread_block():
     from te_ccl.lower.msccl.channels import _State, _steps_fit
 
-    state = _State(budget=64, spread=4, reduces=False)
+    state = _State(budget=64, spread=4, sends_waited=False)
     state.peers[(0, 0, "r")] = {1}
     state.waited[0] = 128
     assert _steps_fit([(0, 1, None)], [], 0, state)      # a receive joins its thread block
     assert not _steps_fit([(0, 2, None)], [], 0, state)  # a new receive peer needs one more
     assert _steps_fit([(0, None, 2)], [], 0, state)      # sending ones are not waited for
-    state.reduces = True                                 # unless the GPU reduces
+    state.sends_waited = True                            # unless reductions (or in-place
+                                                         # receives) wait for sends
     assert not _steps_fit([(0, None, 2)], [], 0, state)
 
 
@@ -142,7 +143,7 @@ def test_channel_plan_keeps_the_preferred_pairing_open():
     # GPU 0 forwards six chunks from 1 to 2 (straight on) and one from 1 to 3 (a turn)
     relays = [_relay(0, 1, 2, t) for t in range(6)] + [_relay(0, 1, 3, 6)]
     edges = tuple(e for pair, _ in relays for e in pair)
-    state = _State(budget=64, spread=4, reduces=False)
+    state = _State(budget=64, spread=4, sends_waited=False)
     state.plan = _plan(edges, [f for _, f in relays], frozenset())
     straight, turn = relays[0][1], relays[-1][1]
     assert state.plan.send_of[(0, 1)] == 2 and state.plan.hot == {0}
@@ -156,15 +157,30 @@ def test_channel_plan_keeps_the_preferred_pairing_open():
 
 def test_ranks_over_the_reader_limit_rerun_the_channel_pass_in_their_favour(kit, monkeypatch):
     import te_ccl.lower.msccl as low
+    from te_ccl.errors import RuntimeLimitError
 
     calls = []
     real = low.assign_channels
-    monkeypatch.setattr(low, "assign_channels",
-                        lambda e, f, b, favour: calls.append(favour) or real(e, f, b, favour))
+    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, favour:
+                        calls.append(favour) or real(e, f, b, w, favour))
     schedule = kit.ring_allreduce(4)
     low.lower_to_msccl(schedule)
     assert calls == [frozenset()]
     monkeypatch.setattr(low, "MAX_ELEMENTS", 6)  # <algo>, 4 <gpu>s and one more each
     calls.clear()
-    low.lower_to_msccl(schedule)
-    assert calls == [frozenset(), frozenset(range(4))]  # once, however it turns out
+    with pytest.raises(RuntimeLimitError, match="more than 6 XML elements"):
+        low.lower_to_msccl(schedule)  # no file the reader would refuse
+    assert calls == [frozenset(), frozenset(range(4))]  # rerun once in their favour
+
+
+def test_inplace_alltoall_counts_its_sending_thread_blocks_as_waited_for(kit, monkeypatch):
+    import te_ccl.lower.msccl as low
+
+    seen = []
+    real = low.assign_channels
+    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, favour:
+                        seen.append(w) or real(e, f, b, w, favour))
+    for inplace in (False, True):
+        low.lower_to_msccl(kit.direct(kit.full(4), kit.coll("alltoall", 4, inplace=inplace)))
+    low.lower_to_msccl(kit.ring_allgather(4, inplace=True))  # receives into free slots only
+    assert seen == [False, True, False]  # in place, a receive may overwrite a value still to send

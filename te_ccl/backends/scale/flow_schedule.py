@@ -173,7 +173,10 @@ class _Run:
         return skipped
 
     def swap(self, link: int, e: int, skipped: list[tuple[int, int, int]]) -> None:
-        """``link`` idles at ``e``: free a port another link took if that link has an alternative."""
+        """``link`` idles at ``e``: free a port another link took if that link has an
+        alternative. A link found without one is not asked again for this idle link (its
+        queue is the same each time, so asking cost up to MAX_SKIPS² fits per swap)."""
+        hopeless: set[int] = set()
         for n, entry in enumerate(skipped):
             item = entry[2]
             seg = self.route[item][self.step[item]]
@@ -181,6 +184,8 @@ class _Run:
             if len(blocked) != 1 or blocked[0] not in self.holder:
                 continue
             other, other_link = self.holder[blocked[0]]
+            if other_link in hopeless:
+                continue
             self.undo(other, e)
             if self.fits(item, e):
                 self.start(item, e)
@@ -195,6 +200,7 @@ class _Run:
                 self.undo(item, e)
                 for x in rest:
                     heapq.heappush(self.queues[other_link], x)
+                hopeless.add(other_link)
             self.start(other, e)
 
     def epoch(self, e: int) -> None:

@@ -149,8 +149,10 @@ def _subchunks(topology: Topology, collective: Collective) -> int:
     return min(k for k, t in times.items() if t <= best * 1.002)
 
 
-def scale_plan(topology: Topology, collective: Collective) -> tuple[Collective, float, int]:
-    """(sub-chunked collective, epoch τ in seconds, factor k) for the scale backend.
+def scale_plan(topology: Topology, collective: Collective, cap: int | None = None
+               ) -> tuple[Collective, float, int]:
+    """(sub-chunked collective, epoch τ in seconds, factor k) for the scale backend;
+    ``k`` at most ``cap`` when given (``SolveParams.max_subchunks``).
 
     >>> from te_ccl.topology.generators import torus
     >>> c = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
@@ -169,6 +171,7 @@ def scale_plan(topology: Topology, collective: Collective) -> tuple[Collective, 
         k = flow_subchunks(topology, collective, MAX_TRANSFERS)
     else:
         k = _subchunks(topology, collective)
+    k = min(k, cap or k)
     sub = replace(collective, chunks_per_rank=collective.chunks_per_rank * k)
     fastest = max(link.bandwidth_Bps for link in topology.links)
     return sub, sub.chunk_bytes / fastest, k
@@ -213,10 +216,11 @@ def compile_scale(topology: Topology, collective: Collective, params: SolveParam
     """``collective`` on ``topology`` by the scale backend, as a Schedule of the sub-chunked collective."""
     params = params or SolveParams()
     clock = Clock(params.time_limit_s)
-    sub, tau, k = scale_plan(topology, collective)
+    sub, tau, k = scale_plan(topology, collective, params.max_subchunks)
     transfers, status, notes = _solve(topology, sub, tau, params, clock, progress)
     note = (f"sub-chunking: {k} sub-chunks per chunk ({sub.chunks_per_rank} per rank, "
             f"{sub.chunk_bytes} bytes), epoch {tau:.4g} s = sub-chunk time on the fastest link",)
     info = SolveInfo(backend="scale", solver_time_s=round(clock.elapsed, 4), optimal=False,
-                     status=f"{status}: feasible (not proven optimal)", notes=note + notes)
+                     status=f"{status}: feasible (not proven optimal)", notes=note + notes,
+                     subchunks=k)
     return Schedule(topology, sub, tau, tuple(transfers), info)

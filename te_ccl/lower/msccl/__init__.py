@@ -18,7 +18,8 @@ the budget leaves ``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pas
 reduction waiting for several thread blocks). Only if those still push a thread block
 over the limit is it rerun, with a budget smaller by at least that headroom again. If
 a rank needs more elements than the runtime's reader holds (``MAX_ELEMENTS``), the
-channel pass is rerun once favouring the fusions of those ranks.
+channel pass is rerun once favouring the fusions of those ranks. What still does not fit
+raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
-from te_ccl.errors import SpecError, TecclError
+from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, ResolvedSlots, buffer_layout, resolve_slots
 from te_ccl.lower.msccl.channels import MAX_CHANNELS, ChannelsExhausted, assign_channels
 from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
@@ -61,7 +62,9 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
 
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
     Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
-    through GPUs outside the collective, more than 32 channels).
+    through GPUs outside the collective), and its subclass :class:`RuntimeLimitError`
+    for what the runtime cannot hold (more than 32 channels, 64 steps per thread block,
+    1024 thread blocks, 128 waited thread blocks or 4096 elements per rank).
 
     >>> from te_ccl.collective import Collective, CollectiveKind
     >>> from te_ccl.schedule import Transfer
@@ -111,7 +114,7 @@ def _no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-class StepsExhausted(TecclError):
+class StepsExhausted(RuntimeLimitError):
     """Even one data step per thread block overflows ``max_steps`` once its dependency
     nops are added (a tight limit and a step that waits on many thread blocks)."""
 
@@ -139,11 +142,12 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     reduces = any(e.op == "reduce" for e in edges)
+    sends_waited = reduces or layout.overwrites_inputs
     budget = max_steps - headroom if reduces and max_steps > 2 * headroom else max_steps
     favour: frozenset[int] = frozenset()
     while budget > 0:
         try:
-            chan, instrs, slots = _assign(edges, base, candidates, budget, favour)
+            chan, instrs, slots = _assign(edges, base, candidates, budget, sends_waited, favour)
         except ChannelsExhausted as e:
             raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
                                     f"block within {MAX_CHANNELS} channels") from None
@@ -161,21 +165,26 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         except _Overflow as e:  # the channel pass counts data steps, not the nops
             budget -= max(e.excess, headroom)
             continue
-        if not over or favour:  # rerun once, favouring the ranks over the limit
+        if not over:
             return head, gpus
         del gpus
-        favour = frozenset(over)
+        if favour:
+            raise RuntimeLimitError(
+                f"{len(over)} rank(s) need more than {MAX_ELEMENTS} XML elements (the "
+                f"runtime's reader limit), e.g. rank position {min(over)}, even with the "
+                "channel pass favouring their fusions")
+        favour = frozenset(over)  # rerun once, favouring the ranks over the limit
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
 
 
 def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
-            budget: int, favour: frozenset[int]
+            budget: int, sends_waited: bool, favour: frozenset[int]
             ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
     ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, and
     the slots they print."""
-    chan, kept = assign_channels(edges, candidates, budget, favour)
+    chan, kept = assign_channels(edges, candidates, budget, sends_waited, favour)
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)
@@ -188,8 +197,8 @@ def _gpu(g: int, instrs: list[Instr], chan: dict[Edge, int], slots: ResolvedSlot
     """One GPU's thread blocks with their dependencies; :class:`_Overflow` if too long."""
     plans = build_threadblocks(instrs, chan, budget)
     if len(plans) > MAX_THREADBLOCKS:
-        raise TecclError(f"rank position {g} needs {len(plans)} thread blocks "
-                         f"(the runtime allows {MAX_THREADBLOCKS})")
+        raise RuntimeLimitError(f"rank position {g} needs {len(plans)} thread blocks "
+                                f"(the runtime allows {MAX_THREADBLOCKS})")
     tbs = add_dependencies(g, plans, slots)
     longest = max((len(tb.steps) for tb in tbs), default=0)
     if longest > max_steps:

@@ -106,6 +106,13 @@ class Layout:
         return self._logical_out
 
     @property
+    def overwrites_inputs(self) -> bool:
+        """In place, every kind but allgather and gather receives into the input buffer,
+        so a receive (or the copy of a staged chunk) may overwrite a value still to be
+        sent and waits for that send."""
+        return self.collective.inplace and self.collective.kind not in _GROW
+
+    @property
     def nchunksperloop(self) -> int:
         kind = self.collective.kind
         if kind in _MULT_N or kind in (K.ALLREDUCE, K.BROADCAST, K.REDUCE):

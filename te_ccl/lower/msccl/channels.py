@@ -17,8 +17,9 @@ persistent system, no interleaving of the runtime deadlocks either:
 * **thread-block budget** — the thread block of each side stays within ``budget``
   steps, and a GPU uses at most 32 send and 32 receive peers per channel;
 * **waited thread blocks** — a GPU has at most ``MAX_DEPID + 1`` thread blocks that
-  others may wait for (a ``depid`` has 8 bits): its receiving ones, and with reductions
-  its sending ones too (a reduction into a slot waits for the sends that read it).
+  others may wait for (a ``depid`` has 8 bits): its receiving ones, and where
+  ``sends_waited`` its sending ones too (a reduction into a slot, or an in-place
+  receive over a value still to be sent, waits for the sends that read it).
 
 Edges starting on one connection in the same epoch prefer different channels, so one
 link carrying several chunks at once uses several channels. A fused step (``rcs`` …)
@@ -50,7 +51,7 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from te_ccl.errors import TecclError
+from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.dependencies import MAX_DEPID
 from te_ccl.lower.msccl.instructions import Fusion, recv_order, send_order
@@ -67,7 +68,7 @@ RESERVE = 3        # every RESERVE-th channel of a hot GPU takes any pairing
 CUT_MARGIN = 0.02  # a hot GPU's fusion is kept at the cost of one with this share fewer steps
 
 
-class ChannelsExhausted(TecclError):
+class ChannelsExhausted(RuntimeLimitError):
     """An edge fits on none of the 32 channels (under the current steps-per-tb budget)."""
 
 
@@ -86,7 +87,7 @@ class _State:
 
     budget: int
     spread: int
-    reduces: bool  # sending thread blocks may be waited for too
+    sends_waited: bool  # sending thread blocks may be waited for too
     conns: dict[tuple, _Conn] = field(default_factory=lambda: defaultdict(_Conn))
     sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
     recvs: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
@@ -109,15 +110,17 @@ class _Plan:
 
 
 def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
-                    favour: frozenset[int] = frozenset()
+                    sends_waited: bool, favour: frozenset[int] = frozenset()
                     ) -> tuple[dict[Edge, int], list[Fusion]]:
-    """Channel of every edge and the fusions kept; ``budget`` bounds steps per tb. The
-    GPU positions in ``favour`` count as the hottest (their fusions go first)."""
+    """Channel of every edge and the fusions kept; ``budget`` bounds steps per tb.
+    ``sends_waited``: other thread blocks may wait for sending ones (reductions, in-place
+    buffers). The GPU positions in ``favour`` count as the hottest (their fusions go
+    first)."""
     by_in = {f.recv.recv: f for f in fusions}
     by_out = {f.send.send for f in fusions}
-    reduces = any(e.op == "reduce" for e in edges)
     plan = _plan(edges, fusions, favour)
-    state, chan = _State(budget, _spread(edges, budget, reduces), reduces, plan=plan), {}
+    spread = _spread(edges, budget, sends_waited)
+    state, chan = _State(budget, spread, sends_waited, plan=plan), {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
     for head in sorted(e for e in edges if e not in by_out):
@@ -231,22 +234,23 @@ def _orders(chain: list[Edge], links: list[Fusion], first: int = 0
     return out
 
 
-def _spread(edges: tuple[Edge, ...], budget: int, reduces: bool) -> int:
+def _spread(edges: tuple[Edge, ...], budget: int, sends_waited: bool) -> int:
     """How many channels chains are dealt over: enough that the busiest connection fills
     its thread blocks to about 1/SLACK, so a chain finds room on its channel all along
     its path (first fit from channel 0 would fill low channels first and cut chains);
     but few enough that the thread blocks a GPU waits for keep ids a ``depid`` can name
     (< 128): one per receive peer and channel (a send waits for the receive of its
-    value); with reductions its sending ones too (a reduction into a slot waits for
-    earlier reads), but fused steps pair most of them with a receiving one, so about
-    ``max(receive peers, send peers) + 2`` per channel (measured on the 3D torus)."""
+    value); where sends are waited for, its sending ones too (a reduction into a slot,
+    or an in-place receive, waits for earlier reads), but fused steps pair most of them
+    with a receiving one, so about ``max(receive peers, send peers) + 2`` per channel
+    (measured on the 3D torus)."""
     load: dict[tuple[int, int], int] = defaultdict(int)
     for e in edges:
         load[(e.src, e.dst)] += 1
     busiest = max(load.values(), default=0)
     recv_peers = Counter(dst for _, dst in load)
     waited = recv_peers
-    if reduces:
+    if sends_waited:
         send_peers = Counter(src for src, _ in load)
         waited = Counter({g: max(n, send_peers[g]) + 2 for g, n in recv_peers.items()})
     waitable = (MAX_DEPID + 1) // max(waited.values(), default=1)
@@ -349,9 +353,9 @@ def _steps_fit(ends: list[tuple], links: list[Fusion], c: int, state: _State) ->
         return False
     grow: dict[int, int] = defaultdict(int)
     for (g, _, way), peers in new.items():
-        if way == "r" or state.reduces:
+        if way == "r" or state.sends_waited:
             grow[g] += len(peers)
-    if state.reduces:
+    if state.sends_waited:
         for f in links:
             if (f.recv.gpu, c, f.recv.recv.src) not in state.pair_recv:
                 grow[f.recv.gpu] -= 1
@@ -395,11 +399,11 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
             peers = state.peers[(g, c, way)]
             if peer not in peers:
                 peers.add(peer)
-                state.waited[g] += way == "r" or state.reduces
+                state.waited[g] += way == "r" or state.sends_waited
         chan[e] = c
     for f in links:
         g, a, b = f.recv.gpu, f.recv.recv.src, f.send.send.dst
-        if state.reduces and (g, c, a) not in state.pair_recv:
+        if state.sends_waited and (g, c, a) not in state.pair_recv:
             state.waited[g] -= 1  # two thread blocks become one
         state.pair_recv[(g, c, a)] = b
         state.pair_send[(g, c, b)] = a

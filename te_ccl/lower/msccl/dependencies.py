@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from te_ccl.errors import TecclError
+from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.buffers import ResolvedSlots
 from te_ccl.lower.msccl.ir import Op, Slot, Step, Threadblock
 from te_ccl.lower.msccl.threadblocks import TbPlan
@@ -94,8 +94,9 @@ def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots) -> lis
             at += 1
     targets = {(tb, position[(tb, k)]) for waits in deps.values() for tb, k in waits}
     if any(tb > MAX_DEPID for tb, _ in targets):
-        raise TecclError(f"rank position {gpu} needs a dependency on thread block > {MAX_DEPID} "
-                         "(depid has 8 bits): too many thread blocks on one GPU")
+        raise RuntimeLimitError(f"rank position {gpu} needs a dependency on thread block "
+                                f"> {MAX_DEPID} (depid has 8 bits): too many thread blocks "
+                                "on one GPU")
     out = []
     for tb, p in enumerate(plans):
         steps: list[Step] = []

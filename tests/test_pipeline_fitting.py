@@ -1,0 +1,110 @@
+"""What the MSCCL runtime cannot hold: the compile solves again with fewer sub-chunks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import te_ccl.pipeline as pipeline
+from te_ccl.backends.scale import compile_scale, scale_plan
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.errors import RuntimeLimitError, SpecError
+from te_ccl.pipeline import CompileOptions, compile_collective, compile_size_library
+from te_ccl.schedule import Schedule
+from te_ccl.solve import SolveParams
+from te_ccl.spec.topology import load_topology
+from te_ccl.verify.msccl.verify import verify_msccl
+from te_ccl.verify.schedule_check import check_schedule
+
+MiB = 1 << 20
+PARAMS = SolveParams(time_limit_s=30, threads=1)
+
+
+def a2a(n: int, size: int = 64 * MiB, inplace: bool = False) -> Collective:
+    return Collective(CollectiveKind.ALLTOALL, size, tuple(range(n)), inplace=inplace)
+
+
+@pytest.mark.parametrize("inplace", [False, True])
+def test_dgx1_alltoall_at_64mib_compiles_to_a_file_the_runtime_loads(tmp_path: Path, inplace):
+    """The scale plan cuts 100 sub-chunks per chunk here, more than 32 channels hold
+    (long-held fused relays fill the FIFOs); in place even fewer fit (receives wait for
+    the sends of the values they overwrite, so fewer thread blocks are nameable)."""
+    dgx1, out = load_topology("dgx1"), tmp_path / "a.xml"
+    result = compile_collective(dgx1, a2a(8, inplace=inplace), PARAMS,
+                                CompileOptions(output=str(out)))
+    s = result.schedule
+    assert 1 < s.info.subchunks < 100
+    assert s.collective.chunks_per_rank == s.info.subchunks
+    assert any(n.startswith("msccl: solved again") for n in s.info.notes)
+    assert check_schedule(s) == []
+    assert verify_msccl(out.read_text()).valid
+    assert s.finish_time_s <= 1.02 * result.lower_bound_s  # few sub-chunks lost, not quality
+
+
+def _refusing(monkeypatch, calls: list[int]) -> None:
+    """``render`` refuses every XML, as the runtime would a schedule too big for it."""
+    def render(schedule: Schedule, options: CompileOptions) -> bytes:
+        if options.fmt == "json":
+            return b"{}"
+        calls.append(schedule.info.subchunks)
+        raise RuntimeLimitError(f"refused {schedule.info.subchunks}")
+
+    monkeypatch.setattr(pipeline, "render", render)
+
+
+def test_the_factor_halves_down_to_one_then_the_limit_is_reported(tmp_path, monkeypatch):
+    calls: list[int] = []
+    _refusing(monkeypatch, calls)
+    out = tmp_path / "a.xml"
+    with pytest.raises(RuntimeLimitError, match="even with 1 sub-chunk"):
+        compile_collective(load_topology("dgx1"), a2a(8), PARAMS,
+                           CompileOptions(output=str(out)))
+    assert calls[0] > 1 and calls[-1] == 1
+    assert all(b <= a // 2 for a, b in zip(calls, calls[1:], strict=False))
+    assert not out.exists()
+
+
+def test_a_size_library_falls_back_the_same_way_and_leaves_no_file(tmp_path, monkeypatch):
+    calls: list[int] = []
+    _refusing(monkeypatch, calls)
+    with pytest.raises(RuntimeLimitError):
+        compile_size_library(load_topology("dgx1"), a2a(8), PARAMS, 16 * MiB, 64 * MiB,
+                             str(tmp_path))
+    assert calls[-1] == 1 and list(tmp_path.iterdir()) == []
+
+
+def test_the_search_keeps_the_most_sub_chunks_that_fit(monkeypatch, tmp_path):
+    """Halving finds a fit, bisection then closes in on the largest within a quarter."""
+    real, limit = pipeline.render, 30
+    tried: list[int] = []
+
+    def render(schedule: Schedule, options: CompileOptions) -> bytes:
+        tried.append(schedule.info.subchunks)
+        if schedule.info.subchunks > limit:
+            raise RuntimeLimitError("too many")
+        return real(schedule, options)
+
+    monkeypatch.setattr(pipeline, "render", render)
+    result = compile_collective(load_topology("dgx1"), a2a(8, size=1 << 30), PARAMS,
+                                CompileOptions(output=str(tmp_path / "a.xml")))
+    k = result.schedule.info.subchunks
+    assert tried[0] > limit >= k > 3 * limit // 4
+    assert len(tried) <= 6
+
+
+def test_scale_plan_honours_the_cap_and_the_schedule_records_the_factor():
+    dgx1 = load_topology("dgx1")
+    _, _, k = scale_plan(dgx1, a2a(8))
+    _, _, capped = scale_plan(dgx1, a2a(8), 7)
+    assert k > 7 and capped == 7
+    s = compile_scale(dgx1, a2a(8), replace(PARAMS, max_subchunks=7))
+    assert s.info.subchunks == 7 and s.collective.chunks_per_rank == 7
+    back = Schedule.from_json(s.to_json(), dgx1)
+    assert back.info.subchunks == 7
+
+
+def test_max_subchunks_below_one_is_bad_input():
+    with pytest.raises(SpecError, match="max-subchunks"):
+        SolveParams(max_subchunks=0)
