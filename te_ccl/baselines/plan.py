@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
+from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -120,12 +121,20 @@ def _edges(plans: list[ChunkPlan]) -> list[_Edge]:
 
 
 class _Links:
-    """Epoch bookkeeping of every link: starts per epoch, occupancy, capacity, delay."""
+    """Epoch bookkeeping of every link: starts per epoch, occupancy, capacity, delay.
+
+    Besides the starts per epoch, each link keeps its *full* epochs sorted and a
+    skip pointer from each full epoch towards the next free one (a union-find with path
+    halving), so the earliest start that fits jumps over whole busy runs: a ring AlltoAll
+    on 64 GPUs places 258k hops on links busy for thousands of epochs.
+    """
 
     def __init__(self, topology: Topology, chunk_bytes: int, tau: float) -> None:
         self.topo, self.tau, self.c = topology, tau, chunk_bytes
         self.passing: set[tuple[str, int, int]] = set()  # (switch, chunk, epoch)
         self.occ: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
+        self.full: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.skip: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
 
     @functools.cache  # noqa: B019 - one small cache per schedule being built
     def rule(self, u: str, v: str) -> tuple[int, int, int]:
@@ -145,18 +154,40 @@ class _Links:
         Each start fills ``k`` epochs; with ``k > 1`` the capacity is one, so "at most
         ``cap`` starts in any ``k`` consecutive epochs" is "every epoch below ``cap``".
         """
-        k, cap, _ = self.rule(u, v)
-        occ = self.occ[(u, v)]
-        full = [i for i in range(e, e + k) if occ.get(i, 0) >= cap]
-        return full[-1] if full else None
+        full = self.full[(u, v)]
+        i = bisect_left(full, e + self.rule(u, v)[0]) - 1
+        return full[i] if i >= 0 and full[i] >= e else None
 
     def fits(self, u: str, v: str, e: int) -> bool:
         return self.blocked(u, v, e) is None
 
     def next_fit(self, u: str, v: str, e: int) -> int:
-        while (last := self.blocked(u, v, e)) is not None:
-            e = last + 1
+        """The earliest start ``≥ e`` whose ``k`` epochs are all below capacity."""
+        k, full = self.rule(u, v)[0], self.full[(u, v)]
+        while True:
+            e = self._free_from((u, v), e)
+            i = bisect_left(full, e)
+            if i == len(full) or full[i] >= e + k:
+                return e
+            e = full[i]  # a busy run inside the window: skip past it
+
+    def _free_from(self, key: tuple[str, str], e: int) -> int:
+        skip = self.skip[key]
+        while e in skip:
+            nxt = skip[e]
+            if nxt in skip:
+                skip[e] = nxt = skip[nxt]  # path halving
+            e = nxt
         return e
+
+    def _take(self, key: tuple[str, str], t0: int) -> None:
+        k, cap, _ = self.rule(*key)
+        occ = self.occ[key]
+        for i in range(t0, t0 + k):
+            occ[i] = occ.get(i, 0) + 1
+            if occ[i] == cap:
+                insort(self.full[key], i)
+                self.skip[key][i] = i + 1
 
     def _try(self, path: list[str], e: int,
              chunk: int) -> tuple[list[tuple[str, str, int, int]], int]:
@@ -187,9 +218,7 @@ class _Links:
                 for u, _, t0, _ in hops[1:]:
                     self.passing.add((u, chunk, t0))
                 for u, v, t0, _ in hops:
-                    occ = self.occ[(u, v)]
-                    for i in range(t0, t0 + self.rule(u, v)[0]):
-                        occ[i] = occ.get(i, 0) + 1
+                    self._take((u, v), t0)
                 return hops
             e += max(1, skip)
 
@@ -221,7 +250,7 @@ def assemble(name: str, topology: Topology, collective: Collective,
     links = _Links(topology, collective.chunk_bytes, tau)
     edges = _edges(plans)
     arrive: dict[int, int] = {}
-    transfers: list[Transfer] = []
+    moves: list[tuple[int, str, str, int, int, str]] = []  # Transfer fields, sorted as tuples
     paths: dict[tuple[str, str, bool], list[str]] = {}
     graph = topology.graph()
     held: dict[tuple[str, int], int] = {}  # (GPU, chunk) -> epoch a copy arrives there
@@ -237,11 +266,11 @@ def assemble(name: str, topology: Topology, collective: Collective,
                 continue
             path, ready = _from_nearest_copy(path, ready, e.chunk, held)
         hops = links.place(path, ready, e.chunk)
-        transfers += [Transfer(e.chunk, u, v, t, a, e.op) for u, v, t, a in hops]
+        moves += [(e.chunk, u, v, t, a, e.op) for u, v, t, a in hops]
         if e.op == "copy":
             for _, v, _, a in hops:
                 if topology.node(v).is_gpu:
                     held[(v, e.chunk)] = min(a, held.get((v, e.chunk), a))
         arrive[i] = hops[-1][3]
     info = SolveInfo(backend=f"baseline:{name}", status="heuristic")
-    return Schedule(topology, collective, tau, tuple(sorted(transfers)), info)
+    return Schedule(topology, collective, tau, tuple(Transfer(*m) for m in sorted(moves)), info)

@@ -113,6 +113,13 @@ def _output(output: str | None, fmt: str | None, topo: str, kind: str,
     return (output or f"{topo}-{kind}.{fmt}"), fmt
 
 
+def _simulated(info: dict) -> str:
+    sim, ratio = info["simulated_time_s"], info["simulated_bound_ratio"]
+    if sim is None:
+        return "not replayed (too many transfers; see `teccl simulate`)"
+    return format_time(sim) + (f" ({ratio:.3f} × the bound)" if ratio else "")
+
+
 def _table(info: dict) -> Table:
     t = Table(title=f"{info['collective']} on {info['topology']} ({info['ngpus']} GPUs)",
               show_header=False)
@@ -122,7 +129,8 @@ def _table(info: dict) -> Table:
         ("model", f"{info['variables']} variables, {info['constraints']} constraints"),
         ("solver time", format_time(info["solver_time_s"])),
         ("epochs", f"{info['epochs']} × {format_time(info['epoch_s'])}"),
-        ("finish time", format_time(info["finish_time_s"])),
+        ("finish time (epoch model)", format_time(info["finish_time_s"])),
+        ("simulated finish", _simulated(info)),
         ("algbw / busbw", f"{format_bandwidth((info['algbw_GBps'] or 0) * 1e9)} / "
                           f"{format_bandwidth((info['busbw_GBps'] or 0) * 1e9)}"),
         ("lower bound", format_time(info["lower_bound_s"])),

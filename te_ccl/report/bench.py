@@ -23,12 +23,12 @@ from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.chunking import BASE_CHUNKS
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import TecclError
-from te_ccl.pipeline import SIM_LIMIT, solve_best
+from te_ccl.pipeline import SIM_LIMIT, SIMULATED, remembering, solve_best
 from te_ccl.report.bounds_cache import Bounds
 from te_ccl.report.metrics import bandwidths
 from te_ccl.report.suites import Case, Suite
 from te_ccl.schedule import Schedule
-from te_ccl.simulate import simulate_schedule
+from te_ccl.solve import Judge
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.schedule_check import check_schedule
 
@@ -86,13 +86,14 @@ def _collective(case: Case, ngpus: int) -> Collective:
                       chunks_per_rank=case.chunks, root=case.root)
 
 
-def _timed(base: Row, sched: Schedule) -> Row:
-    """Check and simulate ``sched``; fill the row's times, bandwidths and ratio."""
+def _timed(base: Row, sched: Schedule, judge: Judge = SIMULATED) -> Row:
+    """Check and simulate ``sched`` (by ``judge``, which may remember the time from the
+    solve); fill the row's times, bandwidths and ratio."""
     big = len(sched.transfers) > SIM_LIMIT
     checked = not big and sched.finish_epoch <= CHECK_EPOCHS
     if checked and (bad := check_schedule(sched)):
         return replace(base, status=f"invalid: [{bad[0].rule}] {bad[0].message}"[:160])
-    sim = None if big else simulate_schedule(sched).finish_time_s
+    sim = None if big else judge(sched)
     t = sim if sim is not None else sched.finish_time_s
     c = sched.collective
     algbw, busbw = bandwidths(c.size_bytes, t, c.busbw_factor)
@@ -133,9 +134,10 @@ def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None,
 def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> Row:
     params = SolveParams(backend=case.backend, time_limit_s=case.limit_s, threads=threads,
                          epoch=case.epoch)
-    start = time.monotonic()
+    start, judge = time.monotonic(), remembering(SIMULATED)
     try:  # what `teccl compile` keeps (--chunks auto for auto_chunks cases), checked below
-        sched = solve_best(topo, coll, params, BASE_CHUNKS if case.auto_chunks else ())
+        chunks = BASE_CHUNKS if case.auto_chunks else ()
+        sched = solve_best(topo, coll, params, chunks, judge=judge)
     except TecclError as e:
         return replace(base, status=f"failed: {e}"[:160],
                        solver_time_s=time.monotonic() - start)
@@ -144,7 +146,7 @@ def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> R
                        solver_time_s=time.monotonic() - start)
     done = replace(base, solver_time_s=time.monotonic() - start)
     try:
-        return _timed(done, sched)
+        return _timed(done, sched, judge)
     except TecclError as e:  # the simulator refused the schedule
         return replace(done, status=f"invalid: {e}"[:160])
 

@@ -66,6 +66,7 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> di
         compile_collective,
         render,
         render_fitting,
+        replayed_time,
         summary,
     )
 
@@ -77,18 +78,22 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> di
     inplace = compile_collective(topology, coll, params, CompileOptions(output=str(inplace_path)))
     s = inplace.schedule
     outofplace = replace(s, collective=replace(s.collective, inplace=False))
+    simulated = inplace.simulated_s
     try:
         data = render(outofplace, CompileOptions())
     except RuntimeLimitError:
         outofplace, data = render_fitting(outofplace, CompileOptions(), params)
+        simulated = replayed_time(outofplace)
     write_atomic(xml_path, data)
-    result = replace(inplace, schedule=outofplace, output=str(xml_path))
+    result = replace(inplace, schedule=outofplace, output=str(xml_path), simulated_s=simulated)
     info = summary(result, topology)
     info.update(output=f"{topology.name}/{kind}.xml",
                 inplace_output=f"{topology.name}/{kind}.inplace.xml", time_limit_s=limit_s)
     write_atomic(base / f"{kind}.json", json.dumps(info, indent=1) + "\n")
     return {"topology": topology.name, "collective": kind, "ngpus": topology.ngpus,
             "status": "ok", "finish_time_s": info["finish_time_s"],
+            "simulated_time_s": info["simulated_time_s"],
+            "simulated_bound_ratio": info["simulated_bound_ratio"],
             "algbw_GBps": info["algbw_GBps"], "bound_ratio": info["bound_ratio"],
             "optimal": info["optimal"], "solver_time_s": info["solver_time_s"],
             "files": [info["output"], info["inplace_output"], f"{topology.name}/{kind}.json"]}
@@ -190,19 +195,29 @@ def _readme(entries: list[dict]) -> str:
              f"Made by `make schedules` (`python -m te_ccl.report.ship_schedules`): {SIZE} "
              "buffers, 1 chunk per rank, out-of-place `KIND.xml` and in-place "
              "`KIND.inplace.xml`, both verified; `KIND.json` is the compile summary.", "",
+             "Finish times are the epoch model's; *simulated* is the α-β replay with "
+             "contention (`teccl simulate`), '-' in entries shipped before it was recorded.",
+             "",
              "| topology | GPUs | collective | status | finish time | algbw GB/s | "
-             "time / bound | optimal |", "|---|---|---|---|---|---|---|---|"]
+             "time / bound | simulated | simulated / bound | optimal |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         if e["status"] == "ok":
-            ratio = f"{e['bound_ratio']:.2f}" if e["bound_ratio"] else "-"
+            sim, sim_ratio = e.get("simulated_time_s"), e.get("simulated_bound_ratio")
             lines.append(f"| {e['topology']} | {e['ngpus']} | {e['collective']} | ok | "
                          f"{e['finish_time_s'] * 1e6:.1f} us | {e['algbw_GBps']:.1f} | "
-                         f"{ratio} | {'yes' if e['optimal'] else 'no'} |")
+                         f"{_ratio(e['bound_ratio'])} | "
+                         f"{f'{sim * 1e6:.1f} us' if sim else '-'} | {_ratio(sim_ratio)} | "
+                         f"{'yes' if e['optimal'] else 'no'} |")
         else:
             reason = e["reason"].replace("|", "/")[:120]
             lines.append(f"| {e['topology']} | {e['ngpus']} | {e['collective']} | "
-                         f"skipped: {reason} | | | | |")
+                         f"skipped: {reason} | | | | | | |")
     return "\n".join(lines) + "\n"
+
+
+def _ratio(x: float | None) -> str:
+    return f"{x:.2f}" if x else "-"
 
 
 @click.command()

@@ -26,6 +26,24 @@ def test_allgather_on_dgx1_writes_verified_xml_and_json_summary(teccl, tmp_path)
     assert verify_msccl(out).valid
 
 
+def test_summary_reports_the_simulated_finish_beside_the_prediction(teccl, tmp_path):
+    """ring8 AllGather 64 MB, 1 chunk: the bidirectional ring template's halves take twice
+    their time in the epoch model (one epoch per whole chunk) but not in the replay."""
+    from te_ccl.schedule import Schedule
+    from te_ccl.simulate import simulate_schedule
+    from te_ccl.spec.topology import load_topology
+
+    out = tmp_path / "ag.json"
+    code, stdout, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "64MB", "-o", str(out),
+                            "--json", "--time-limit", "20")
+    assert code == 0
+    info = json.loads(stdout)
+    replay = simulate_schedule(Schedule.from_json(out.read_text(), load_topology("ring8")))
+    assert info["simulated_time_s"] == replay.finish_time_s
+    assert info["simulated_bound_ratio"] == info["simulated_time_s"] / info["lower_bound_s"]
+    assert info["simulated_bound_ratio"] < info["bound_ratio"]
+
+
 def test_json_schedule_to_stdout(teccl):
     code, stdout, _ = teccl("compile", "ring8", "-c", "broadcast", "--root", "3", "-s", "8KB",
                             "--format", "json", "-o", "-")

@@ -14,9 +14,9 @@ def test_teccl_row_goes_through_the_pipeline(monkeypatch, auto, choices):
     seen = []
     real = bench.solve_best
 
-    def spy(topology, collective, params, chunk_choices=(), progress=None):
+    def spy(topology, collective, params, chunk_choices=(), progress=None, judge=None):
         seen.append(chunk_choices)
-        return real(topology, collective, params, chunk_choices, progress)
+        return real(topology, collective, params, chunk_choices, progress, judge)
 
     monkeypatch.setattr(bench, "solve_best", spy)
     case = Case("ring8", "allgather", MB, limit_s=5, baselines=False, auto_chunks=auto)
@@ -24,6 +24,24 @@ def test_teccl_row_goes_through_the_pipeline(monkeypatch, auto, choices):
     assert seen == [choices]
     assert row.ok and row.checked and row.chunks == 1 and row.picked_chunks >= 1
     assert row.simulated_s == row.time_s and row.ratio >= 1 - 1e-9
+
+
+def test_teccl_row_reports_the_time_its_choice_was_judged_by(monkeypatch):
+    """The bench does not replay the kept schedule again: the judge remembers it."""
+    import te_ccl.pipeline as pipeline
+    from te_ccl.simulate import simulate_schedule
+
+    replays = []
+
+    def counting(schedule):
+        replays.append(schedule.transfers)
+        return simulate_schedule(schedule).finish_time_s
+
+    monkeypatch.setattr(bench, "SIMULATED", pipeline.Judge("simulated", counting))
+    case = Case("ring8", "allgather", MB, limit_s=5, baselines=False)
+    (row,) = bench.run_case(case, threads=1)
+    assert row.ok and row.simulated_s == row.time_s
+    assert len(replays) == len({id(t) for t in replays})  # each schedule replayed once
 
 
 def test_auto_row_records_the_chunking_it_picked():
