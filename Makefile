@@ -27,7 +27,7 @@ bench: $(STAMP)
 	$(BIN)/python -m te_ccl.sweep.bench --json > bench/sweep_speedup.json
 	@cat bench/sweep_speedup.json
 
-# issue 7's instances lowered to MSCCL XML and verified (~20 min on 2 cores)
+# issue 7's instances lowered to MSCCL XML and verified (20-40 min on 2 cores)
 bench-xml: $(STAMP)
 	$(BIN)/python scripts/scale_xml.py --json > bench/scale_xml.json
 	$(BIN)/python scripts/scale_xml.py --table bench/scale_xml.json
