@@ -11,7 +11,9 @@ Formulas (PRODUCT.md "Lower bounds"), with ``R`` the participating GPUs, ``N = |
   shipped meshes and tori.
 * ReduceScatter: the same on the reversed graph; AllReduce: RS + AG.
 * AlltoAll: the max-concurrent-flow LP (GLOP; commodities aggregated per source, which is
-  exact) when it has ≤ 200k variables, else the per-node ``(N−1)M/(N·min(B_in, B_out))``.
+  exact) when it has ≤ 200k variables, else the link-time bound (every pair's bytes keep
+  the links of their cheapest path busy, ``Σ bytes/b``, shared by all links: equal to the
+  LP on a torus) and the per-node ``(N−1)M/(N·min(B_in, B_out))``.
 * Broadcast from ``r``: ``M / min_v maxflow(r, v)``; Reduce: the same reversed.
   Gather/Scatter: the root receives (sends) ``(N−1)M/N`` through its own links.
 * Latency: every bound is at least the α-weighted distance the data must travel
@@ -37,7 +39,7 @@ import networkx as nx
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.topology.model import Topology
 
-__all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time"]
+__all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time"]
 
 _LP_MAX_VARIABLES = 200_000
 EXACT_CUT_MAX_GPUS = 256
@@ -145,6 +147,27 @@ def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float)
     return T.solution_value() * per_pair_bytes / scale
 
 
+def alltoall_link_time(topology: Topology, members: list[str], per_pair_bytes: float) -> float:
+    """The least T in which the links can carry every pair's bytes: a byte sent over a
+    path keeps each of its links busy ``1/b``, so the pairs need at least
+    ``Σ per_pair_bytes · (seconds per byte of the cheapest path)`` link-seconds, and the
+    links give ``T`` each. One Dijkstra per member (seconds at 1024 GPUs), where the LP
+    would have millions of variables.
+
+    >>> from te_ccl.topology.generators import ring
+    >>> t = ring(4, 1.0)  # each source: 1 + 2 + 1 hops, 4 sources, 8 links
+    >>> alltoall_link_time(t, t.gpus, 1.0)
+    2.0
+    """
+    g = nx.DiGraph()
+    g.add_weighted_edges_from((k.src, k.dst, 1.0 / k.bandwidth_Bps) for k in topology.links)
+    total = 0.0
+    for s in members:
+        dist = nx.single_source_dijkstra_path_length(g, s)
+        total += sum(dist[v] for v in members if v != s)
+    return total * per_pair_bytes / len(topology.links)
+
+
 def _ag_part(topology: Topology, members: list[str], per_rank: float) -> float:
     if len(members) < 2:
         return 0.0
@@ -182,6 +205,8 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
         flow = alltoall_time(topology, members, size / n) if n > 1 else None
         if flow is not None:
             parts["concurrent_flow_s"] = flow
+        elif n > 1:  # the LP is too large: its weaker, cheap relaxation
+            parts["link_time_s"] = alltoall_link_time(topology, members, size / n)
     elif kind in (K.BROADCAST, K.REDUCE):
         parts["maxflow_s"] = _broadcast_part(topology if kind is K.BROADCAST else rev,
                                              root, members, size)

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from te_ccl.bounds import allgather_cut_ratio, lower_bound
+from te_ccl.bounds import allgather_cut_ratio, alltoall_link_time, alltoall_time, lower_bound
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.solve import SolveParams, solve
 from te_ccl.topology import Link, Node, NodeKind, Topology
@@ -61,6 +61,23 @@ def test_alltoall_flow_bound_on_a_ring():
     b = lower_bound(ring(4), coll("alltoall", 4, size=4_000_000))
     assert b.parts["concurrent_flow_s"] == pytest.approx(4 * 4 * 1_000_000 / 8 / 1e9)
     assert b.seconds >= b.parts["per_node_s"]
+
+
+def test_alltoall_link_time_is_the_lp_on_a_torus_and_stands_in_where_the_lp_is_too_big():
+    """On a torus every link is equally loaded by shortest paths, so the link-time
+    relaxation meets the concurrent-flow LP; elsewhere it stays below it. torus 16×16
+    (the LP would have 262k variables): the per-node bound alone is 8× too weak."""
+    from te_ccl.spec.topology import load_topology
+
+    for name, tight in (("torus4x4", True), ("mesh4x4", False), ("dgx1", False)):
+        t = load_topology(name)
+        lp, link = alltoall_time(t, t.gpus, 1e6), alltoall_link_time(t, t.gpus, 1e6)
+        assert link <= lp * (1 + 1e-9)
+        assert (link == pytest.approx(lp, rel=1e-6)) is tight, name
+    t16 = load_topology("torus16x16")
+    b = lower_bound(t16, coll("alltoall", 256, size=1 << 30))
+    assert "concurrent_flow_s" not in b.parts
+    assert b.seconds == b.parts["link_time_s"] > 7.9 * b.parts["per_node_s"]
 
 
 def test_broadcast_maxflow_and_latency():
