@@ -288,6 +288,7 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
         failed, why = k, str(e)
     asked = replace(schedule.collective,
                     chunks_per_rank=schedule.collective.chunks_per_rank // k)
+    judge = judge or remembering(SIMULATED)
     fit: tuple[int, Schedule, bytes] | None = None  # (k asked for, schedule, bytes)
     tried, spent = [f"{k}: {why}"], schedule.info.solver_time_s
     while fit is None or failed - fit[0] > max(1, fit[0] // 4):
@@ -295,7 +296,7 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
         if progress:
             progress(f"MSCCL cannot hold {failed} sub-chunks per chunk; trying {k}")
         again = _solve_checked(schedule.topology, asked, replace(params, max_subchunks=k),
-                               (), progress, judge or remembering(SIMULATED))
+                               (), progress, judge)
         spent += again.info.solver_time_s
         try:
             fit = (k, again, render(again, options))

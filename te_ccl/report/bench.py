@@ -23,7 +23,7 @@ from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.chunking import BASE_CHUNKS
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import TecclError
-from te_ccl.pipeline import SIM_LIMIT, SIMULATED, remembering, solve_best
+from te_ccl.pipeline import SIM_LIMIT, SIMULATED, remembering, replayed_time, solve_best
 from te_ccl.report.bounds_cache import Bounds
 from te_ccl.report.metrics import bandwidths
 from te_ccl.report.suites import Case, Suite
@@ -93,7 +93,7 @@ def _timed(base: Row, sched: Schedule, judge: Judge = SIMULATED) -> Row:
     checked = not big and sched.finish_epoch <= CHECK_EPOCHS
     if checked and (bad := check_schedule(sched)):
         return replace(base, status=f"invalid: [{bad[0].rule}] {bad[0].message}"[:160])
-    sim = None if big else judge(sched)
+    sim = replayed_time(sched, judge)
     t = sim if sim is not None else sched.finish_time_s
     c = sched.collective
     algbw, busbw = bandwidths(c.size_bytes, t, c.busbw_factor)

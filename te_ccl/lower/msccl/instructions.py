@@ -82,7 +82,7 @@ def _gpu_instructions(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
     home = {c.id: layout.home(g, c) for c in chunks}
     cur = {k: s for k, s in home.items() if s is not None}
     # out of place, outputs (o) and the slots read by sends (i) never overlap
-    staged = _staged_chunks(g, events, layout, chunks) if layout.collective.inplace else set()
+    staged = _staged_chunks(g, events, layout, chunks) if layout.overwrites_inputs else set()
     out: list[Instr] = []
     for order, e in events:
         k = e.chunk
