@@ -267,32 +267,107 @@ def _ranks(text: str) -> tuple[int, ...]:
 
 @fred.command("evaluate")
 @click.option("--workload", "-w", required=True, help="resnet152, transformer17b, gpt3, "
-              "transformer1t or a YAML file.")
-@click.option("--strategy", "-s", help="MPa-DPb-PPc (default: the workload's).")
-@click.option("--plot", metavar="FILE", help="Save a stacked-bar plot of the breakdown.")
+              "transformer1t, all, or a YAML file.")
+@click.option("--strategy", "-s", help="MPa-DPb-PPc, or all (every one the workload "
+              "admits); default: the workload's.")
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=v1,v2",
+              help="Evaluate at each value of an assumption (efficiency, peak_flops, "
+              "global_batch, microbatches, dp_overlap, backward, precision_bytes). Repeatable.")
+@click.option("--plot", metavar="FILE", help="Save a stacked-bar plot of the breakdown "
+              "(one workload, strategy and assumption set).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def evaluate_cmd(workload: str, strategy: str | None, plot: str | None, as_json: bool) -> None:
-    """Iteration time and per-phase bandwidth of a workload: FRED variants vs the mesh."""
-    from te_ccl.fred.evaluate import evaluate
-    from te_ccl.fred.workload import load_workload
+def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...],
+                 plot: str | None, as_json: bool) -> None:
+    """Iteration time, exposed communication and speedup of workloads: FRED variants vs the
+    mesh, with every assumption printed and the paper's figures alongside."""
+    from te_ccl.fred.evaluate import Assumptions, evaluate, parse_sweep, sweep_points
+    from te_ccl.fred.strategy import all_strategies
+    from te_ccl.fred.workload import load_workload, shipped_workloads
 
-    ev = evaluate(load_workload(workload), strategy)
+    names = shipped_workloads() if workload == "all" else [workload]
+    points = sweep_points(Assumptions(), [parse_sweep(x) for x in sweeps])
+    runs = []
+    for name in names:
+        w = load_workload(name)
+        strategies = ([x.name for x in _admitted(w, all_strategies())] if strategy == "all"
+                      else [strategy or w.strategy])
+        runs += [(label, evaluate(w, st, assumptions=a)) for st in strategies
+                 for label, a in points]
     if plot:
+        if len(runs) != 1:
+            raise SpecError("--plot draws one evaluation: give one workload and strategy "
+                            "and no --sweep", key="--plot")
         from te_ccl.fred.plot import plot_evaluation
-        plot_evaluation(ev, plot)
+        plot_evaluation(runs[0][1], plot)
     if as_json:
-        emit_json({**ev.to_dict(), "plot": plot})
+        if len(runs) == 1:
+            emit_json({**runs[0][1].to_dict(), "plot": plot})
+        else:
+            emit_json({"evaluations": [{"sweep": label, **ev.to_dict()} for label, ev in runs]})
         return
-    table = Table(title=f"{ev.workload}, {ev.strategy}: iteration time (ms)")
-    cols = ("fabric", "compute", "MP", "PP", "DP", "I/O", "iteration", "speedup",
-            "MP GB/s", "PP GB/s", "DP GB/s")
+    if len(runs) == 1:
+        _breakdown_table(runs[0][1])
+    else:
+        _summary_table(runs)
+    if plot:
+        err_console.print(f"plot written to {plot}")
+
+
+def _admitted(w: Any, strategies: list[Any]) -> list[Any]:
+    from te_ccl.fred.workload import check_strategy
+
+    out = []
+    for s in strategies:
+        try:
+            check_strategy(w, s.mp, s.pp)
+        except SpecError:
+            continue
+        out.append(s)
+    return out
+
+
+_SHORT = {"speedup": "", "exposed_comm_reduction": "exp÷"}
+
+
+def _footer(assumptions: Any) -> str:
+    return "assumptions: " + "; ".join(assumptions.lines())
+
+
+def _paper_lines(ev: Any) -> list[str]:
+    return [f"{c['fabric']} {c['metric']}: predicted {c['predicted']:.2f}, paper "
+            f"{c['paper']:.2f} ({c['ratio']:.2f}x the paper)" for c in ev.comparison()]
+
+
+def _breakdown_table(ev: Any) -> None:
+    table = Table(title=f"{ev.workload}, {ev.strategy}, global batch {ev.global_batch:g}: "
+                        "iteration time (ms)", caption=_footer(ev.assumptions))
+    cols = ("fabric", "compute", "MP", "PP", "DP", "I/O", "iteration", "exposed",
+            "speedup", "exp÷", "MP GB/s", "PP GB/s", "DP GB/s")
     for col in cols:
         table.add_column(col, justify="left" if col == "fabric" else "right")
     for r in ev.results:
         ms = [f"{1e3 * x:.3f}" for x in (r.compute_s, r.mp_s, r.pp_s, r.dp_s, r.io_s,
-                                        r.iteration_s)]
+                                        r.iteration_s, r.exposed_comm_s)]
         bw = [f"{r.phase_GBps[k]:.0f}" if r.phase_GBps[k] else "-" for k in ("MP", "PP", "DP")]
-        table.add_row(r.fabric, *ms, f"{r.speedup:.2f}x", *bw)
+        table.add_row(r.fabric, *ms, f"{r.speedup:.2f}x", f"{r.exposed_comm_reduction:.2f}x",
+                      *bw)
     out_console.print(table)
-    if plot:
-        err_console.print(f"plot written to {plot}")
+    for line in _paper_lines(ev):
+        out_console.print(line)
+
+
+def _summary_table(runs: list[tuple[str, Any]]) -> None:
+    fabrics = [r.fabric for r in runs[0][1].results if r.fabric != "wafer-mesh5x4"]
+    table = Table(title="speedup over the mesh (exposed communication ÷ the mesh's)",
+                  caption=_footer(runs[0][1].assumptions.__class__())
+                  + " (the sweep column overrides)")
+    for col in ("workload", "strategy", "sweep", *fabrics, "paper"):
+        table.add_column(col, justify="left" if col in ("workload", "strategy", "sweep",
+                                                        "paper") else "right")
+    for label, ev in runs:
+        cells = [f"{ev.result(f).speedup:.2f}x ({ev.result(f).exposed_comm_reduction:.2f}x)"
+                 for f in fabrics]
+        table.add_row(ev.workload, ev.strategy, label or "-", *cells,
+                      " ".join(f"{_SHORT[c['metric']]}{c['fabric'][-1].upper()} {c['paper']:g}"
+                               for c in ev.comparison()))
+    out_console.print(table)
