@@ -172,22 +172,24 @@ def _size(text: str) -> int:
 
 @fred.command("phase")
 @click.option("--fabric", "fabric_name", default="fred-d", show_default=True,
-              help="fred-a .. fred-d or wafer-mesh5x4.")
+              help="fred-a .. fred-d or wafer-mesh (5x4 for 20 NPUs).")
 @click.option("--strategy", "-s", default="MP2-DP5-PP2", show_default=True)
 @click.option("--phase", "kind", type=click.Choice(["MP", "PP", "DP"]), default="DP",
               show_default=True)
 @click.option("--size", default="1GB", show_default=True, help="Bytes per collective.")
+@click.option("--npus", type=int, default=20, show_default=True,
+              help="NPUs on the wafer (L1 switches of 4; the mesh most nearly square).")
 @click.option("--tables", metavar="DIR", help="Write the FRED switch tables to DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def phase_cmd(fabric_name: str, strategy: str, kind: str, size: str, tables: str | None,
-              as_json: bool) -> None:
+def phase_cmd(fabric_name: str, strategy: str, kind: str, size: str, npus: int,
+              tables: str | None, as_json: bool) -> None:
     """Compile one 3D-parallel phase's concurrent collectives on a fabric."""
     from te_ccl.fred.evaluate import fabric
     from te_ccl.fred.mesh import Mesh
     from te_ccl.fred.strategy import compile_phase, parse_strategy
     from te_ccl.lower.fred import write_fred_tables
 
-    fab, strat = fabric(fabric_name), parse_strategy(strategy)
+    fab, strat = fabric(fabric_name, npus), parse_strategy(strategy, npus)
     result = compile_phase(fab, strat, kind, _size(size))
     if result is None:
         raise SpecError(f"{strat.name} has no {kind} phase", key="--phase")
@@ -273,10 +275,12 @@ def _ranks(text: str) -> tuple[int, ...]:
 @click.option("--sweep", "sweeps", multiple=True, metavar="KEY=v1,v2",
               help="Evaluate at each value of an assumption (efficiency, peak_flops, "
               "global_batch, microbatches, dp_overlap, backward, precision_bytes). Repeatable.")
+@click.option("--npus", type=int, default=20, show_default=True,
+              help="NPUs on the wafer (L1 switches of 4; the mesh most nearly square).")
 @click.option("--plot", metavar="FILE", help="Save a stacked-bar plot of the breakdown "
               "(one workload, strategy and assumption set).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...],
+def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], npus: int,
                  plot: str | None, as_json: bool) -> None:
     """Iteration time, exposed communication and speedup of workloads: FRED variants vs the
     mesh, with every assumption printed and the paper's figures alongside."""
@@ -289,9 +293,9 @@ def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...],
     runs = []
     for name in names:
         w = load_workload(name)
-        strategies = ([x.name for x in _admitted(w, all_strategies())] if strategy == "all"
-                      else [strategy or w.strategy])
-        runs += [(label, evaluate(w, st, assumptions=a)) for st in strategies
+        strategies = ([x.name for x in _admitted(w, all_strategies(npus))]
+                      if strategy == "all" else [strategy])
+        runs += [(label, evaluate(w, st, assumptions=a, npus=npus)) for st in strategies
                  for label, a in points]
     if plot:
         if len(runs) != 1:
@@ -339,8 +343,9 @@ def _paper_lines(ev: Any) -> list[str]:
 
 
 def _breakdown_table(ev: Any) -> None:
-    table = Table(title=f"{ev.workload}, {ev.strategy}, global batch {ev.global_batch:g}: "
-                        "iteration time (ms)", caption=_footer(ev.assumptions))
+    table = Table(title=f"{ev.workload}, {ev.strategy} on {ev.npus} NPUs, global batch "
+                        f"{ev.global_batch:g}: iteration time (ms)",
+                  caption=_footer(ev.assumptions))
     cols = ("fabric", "compute", "MP", "PP", "DP", "I/O", "iteration", "exposed",
             "speedup", "exp÷", "MP GB/s", "PP GB/s", "DP GB/s")
     for col in cols:
@@ -357,7 +362,7 @@ def _breakdown_table(ev: Any) -> None:
 
 
 def _summary_table(runs: list[tuple[str, Any]]) -> None:
-    fabrics = [r.fabric for r in runs[0][1].results if r.fabric != "wafer-mesh5x4"]
+    fabrics = [r.fabric for r in runs[0][1].results if not r.fabric.startswith("wafer-mesh")]
     table = Table(title="speedup over the mesh (exposed communication ÷ the mesh's)",
                   caption=_footer(runs[0][1].assumptions.__class__())
                   + " (the sweep column overrides)")

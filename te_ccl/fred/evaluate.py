@@ -37,9 +37,9 @@ from functools import lru_cache
 from typing import Any
 
 from te_ccl.errors import SpecError
-from te_ccl.fred.mesh import WAFER_MESH, Mesh
+from te_ccl.fred.mesh import Mesh, wafer_mesh
 from te_ccl.fred.strategy import Strategy, compile_phase, parse_strategy
-from te_ccl.fred.wafer import VARIANTS, Wafer
+from te_ccl.fred.wafer import VARIANTS, Wafer, wafer_variant
 from te_ccl.fred.workload import Workload, check_strategy
 
 __all__ = ["FABRICS", "REF_BYTES", "Assumptions", "FabricResult", "Evaluation", "fabric",
@@ -116,13 +116,17 @@ class Evaluation:
     assumptions: Assumptions
     global_batch: float
     paper: dict[str, Any] | None = None
+    npus: int = 20
 
     def result(self, fabric_name: str) -> FabricResult:
         return next(r for r in self.results if r.fabric == fabric_name)
 
     def comparison(self) -> list[dict[str, Any]]:
-        """Each published figure of the workload next to the prediction, and their ratio."""
-        out = []
+        """Each published figure of the workload next to the prediction, and their ratio
+        (the paper's wafer has 20 NPUs: none on other sizes)."""
+        out: list[dict[str, Any]] = []
+        if self.npus != 20:
+            return out
         for metric, by_fabric in (self.paper or {}).items():
             for name, published in by_fabric.items():
                 r = self.result(name)
@@ -132,7 +136,7 @@ class Evaluation:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return {"workload": self.workload, "strategy": self.strategy,
+        return {"workload": self.workload, "strategy": self.strategy, "npus": self.npus,
                 "global_batch": self.global_batch,
                 "assumptions": self.assumptions.to_dict(),
                 "fabrics": [{**asdict(r), "exposed_comm_s": r.exposed_comm_s}
@@ -140,20 +144,22 @@ class Evaluation:
                 "paper": self.comparison()}
 
 
-def fabric(name: str) -> Wafer | Mesh:
-    """A FRED variant (``fred-a`` .. ``fred-d``) or the mesh baseline (``wafer-mesh5x4``)."""
-    return WAFER_MESH if name == WAFER_MESH.name else VARIANTS.get(name) or _unknown(name)
-
-
-def _unknown(name: str) -> Wafer:
-    raise SpecError(f"unknown fabric {name!r}; expected one of {', '.join(FABRICS)}",
-                    key="fabric")
+def fabric(name: str, npus: int = 20) -> Wafer | Mesh:
+    """A FRED variant (``fred-a`` .. ``fred-d``) or the mesh baseline (``wafer-mesh…``)
+    for a wafer of ``npus`` NPUs (:func:`te_ccl.fred.wafer.wafer_variant`, :func:`wafer_mesh`)."""
+    if name.startswith("wafer-mesh"):
+        return wafer_mesh(npus)
+    if name not in VARIANTS:
+        raise SpecError(f"unknown fabric {name!r}; expected one of {', '.join(FABRICS)}",
+                        key="fabric")
+    return wafer_variant(name, npus)
 
 
 @lru_cache(maxsize=512)
 def phase_rate(fabric_name: str, strategy: Strategy, kind: str) -> tuple[float, float]:
-    """(seconds per byte, effective per-NPU bytes/s) of phase ``kind``; (0, 0) if absent."""
-    result = compile_phase(fabric(fabric_name), strategy, kind, REF_BYTES)
+    """(seconds per byte, effective per-NPU bytes/s) of phase ``kind`` on the wafer of
+    ``strategy.npus`` NPUs; (0, 0) if absent."""
+    result = compile_phase(fabric(fabric_name, strategy.npus), strategy, kind, REF_BYTES)
     if result is None:
         return 0.0, 0.0
     return result.time_s / REF_BYTES, result.effective_Bps
@@ -175,7 +181,7 @@ def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions) -> tuple[flo
     dp = (1 - a.dp_overlap) * grads * phase_rate(name, s, "DP")[0]
     io = 0.0
     if w.weight_streaming:
-        f = fabric(name)
+        f = fabric(name, s.npus)
         factor = f.io_factor if isinstance(f, Mesh) else 1.0
         io = 3 * w.params * p / (f.io_controllers * f.io_Bps * factor)
         dp = max(0.0, dp - io)
@@ -184,8 +190,10 @@ def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions) -> tuple[flo
 
 def evaluate(workload: Workload, strategy: str | None = None,
              fabrics: Sequence[str] = FABRICS,
-             assumptions: Assumptions = Assumptions()) -> Evaluation:
-    """Iteration time of ``workload`` on every fabric (module docstring), mesh first.
+             assumptions: Assumptions = Assumptions(), npus: int = 20) -> Evaluation:
+    """Iteration time of ``workload`` on every fabric of a wafer of ``npus`` NPUs (module
+    docstring), the mesh first; ``strategy`` None: the workload's when it fits ``npus``,
+    else pure DP.
 
     Raises
     ------
@@ -193,22 +201,32 @@ def evaluate(workload: Workload, strategy: str | None = None,
         A strategy whose product is not the wafer's NPU count, or that the workload cannot
         run as modelled (:func:`te_ccl.fred.workload.check_strategy`).
     """
-    s = parse_strategy(strategy or workload.strategy)
+    s = parse_strategy(strategy or _default_strategy(workload, npus), npus)
     check_strategy(workload, s.mp, s.pp)
-    names = [WAFER_MESH.name, *(f for f in fabrics if f != WAFER_MESH.name)]
+    mesh_name = wafer_mesh(npus).name
+    names = [mesh_name, *(fabric(f, npus).name for f in fabrics
+                          if not f.startswith("wafer-mesh"))]
     rows = {}
     for name in names:
-        fabric(name)
         compute, mp, pp, dp, io = _breakdown(workload, s, name, assumptions)
         bw = {k: phase_rate(name, s, k)[1] / 1e9 for k in ("MP", "PP", "DP")}
         rows[name] = (compute, mp, pp, dp, io, compute + mp + pp + dp + io, bw)
-    mesh = rows[WAFER_MESH.name]
+    mesh = rows[mesh_name]
     mesh_exposed = mesh[5] - mesh[0]
     results = tuple(FabricResult(name, *r[:6], mesh[5] / r[5], r[6],
                                  mesh_exposed / (r[5] - r[0]) if r[5] > r[0] else float("inf"))
-                    for name, r in rows.items() if name in fabrics)
+                    for name, r in rows.items())
     return Evaluation(workload.name, s.name, results, assumptions,
-                      assumptions.global_batch or workload.global_batch, workload.paper)
+                      assumptions.global_batch or workload.global_batch, workload.paper, npus)
+
+
+def _default_strategy(workload: Workload, npus: int) -> str:
+    """The workload's strategy, or on another wafer size the same MP and PP with the DP
+    degree that fills it (pure DP where they do not divide the NPU count)."""
+    s = parse_strategy(workload.strategy)
+    if npus % (s.mp * s.pp):
+        return f"DP{npus}"
+    return f"MP{s.mp}-DP{npus // (s.mp * s.pp)}-PP{s.pp}"
 
 
 _SWEEPABLE = {f.name: f for f in fields(Assumptions)}

@@ -9,6 +9,8 @@ import pytest
 
 from te_ccl.errors import SpecError
 from te_ccl.fred.evaluate import Assumptions, evaluate, parse_sweep, sweep_points
+from te_ccl.fred.mesh import WAFER_MESH, wafer_mesh
+from te_ccl.fred.wafer import VARIANTS, mesh_shape, wafer_variant
 from te_ccl.fred.workload import Workload, load_workload, shipped_workloads
 
 PUBLISHED_PARAMS = {"resnet152": 60.2e6, "transformer17b": 17.2e9, "gpt3": 175e9,
@@ -114,3 +116,23 @@ def test_bad_workload_files(tmp_path):
         load_workload(str(bad))
     with pytest.raises(SpecError):
         load_workload("nosuchworkload")
+
+
+@pytest.mark.parametrize("npus", [40, 80])
+def test_any_wafer_size(npus):
+    ev = evaluate(load_workload("transformer17b"), npus=npus)
+    assert ev.npus == npus and ev.strategy == f"MP2-DP{npus // 4}-PP2"
+    assert ev.results[0].fabric == wafer_mesh(npus).name and ev.comparison() == []
+    assert ev.result("fred-d").exposed_comm_reduction > 1
+    w = wafer_variant("fred-d", npus)
+    assert w.n_l1 == npus // 4 and w.io_controllers == wafer_mesh(npus).io_controllers
+    with pytest.raises(SpecError, match="expected 40"):
+        evaluate(load_workload("gpt3"), "MP2-DP5-PP2", npus=40)
+
+
+def test_wafer_sizes_are_validated():
+    assert mesh_shape(20) == (5, 4) and wafer_mesh(20) == WAFER_MESH
+    assert wafer_variant("fred-b", 20) is VARIANTS["fred-b"]
+    for bad in (42, 4):
+        with pytest.raises(SpecError, match="npus"):
+            wafer_variant("fred-d", bad)
