@@ -312,7 +312,7 @@ def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], n
     if len(runs) == 1:
         _breakdown_table(runs[0][1])
     else:
-        _summary_table(runs)
+        _summary_table(runs, Assumptions())
     if plot:
         err_console.print(f"plot written to {plot}")
 
@@ -361,10 +361,12 @@ def _breakdown_table(ev: Any) -> None:
         out_console.print(line)
 
 
-def _summary_table(runs: list[tuple[str, Any]]) -> None:
+def _summary_table(runs: list[tuple[str, Any]], defaults: Any) -> None:
+    """One row per run; the footer gives the default assumptions, which the sweep column
+    overrides."""
     fabrics = [r.fabric for r in runs[0][1].results if not r.fabric.startswith("wafer-mesh")]
     table = Table(title="speedup over the mesh (exposed communication ÷ the mesh's)",
-                  caption=_footer(runs[0][1].assumptions.__class__())
+                  caption=_footer(defaults)
                   + " (the sweep column overrides)")
     for col in ("workload", "strategy", "sweep", *fabrics, "paper"):
         table.add_column(col, justify="left" if col in ("workload", "strategy", "sweep",
