@@ -303,18 +303,39 @@ def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], n
                             "and no --sweep", key="--plot")
         from te_ccl.fred.plot import plot_evaluation
         plot_evaluation(runs[0][1], plot)
+    means = _means(runs) if strategy == "all" else []
     if as_json:
         if len(runs) == 1:
             emit_json({**runs[0][1].to_dict(), "plot": plot})
         else:
-            emit_json({"evaluations": [{"sweep": label, **ev.to_dict()} for label, ev in runs]})
+            emit_json({"evaluations": [{"sweep": label, **ev.to_dict()} for label, ev in runs],
+                       "strategy_means": means})
         return
     if len(runs) == 1:
         _breakdown_table(runs[0][1])
     else:
         _summary_table(runs, Assumptions())
+    for m in means:
+        cuts = ", ".join(f"{f} {v['exposed_comm_reduction']:.2f}x"
+                         for f, v in m["fabrics"].items() if not f.startswith("wafer-mesh"))
+        paper = (m["paper"] or {}).get("exposed_comm_reduction", {})
+        where = " ".join(x for x in (m["workload"], m["sweep"]) if x)
+        out_console.print(f"{where}: mean over {m['strategies']} strategies, exposed "
+                          f"communication ÷ the mesh's: {cuts}"
+                          + "".join(f"; paper {f} {v:g}x" for f, v in paper.items()))
     if plot:
         err_console.print(f"plot written to {plot}")
+
+
+def _means(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`strategy_means` per workload and sweep point."""
+    from te_ccl.fred.evaluate import strategy_means
+
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for label, ev in runs:
+        groups.setdefault((ev.workload, label), []).append(ev)
+    return [{"workload": w, "sweep": label, "strategies": len(evs), "paper": evs[0].paper,
+             "fabrics": strategy_means(evs)} for (w, label), evs in groups.items()]
 
 
 def _admitted(w: Any, strategies: list[Any]) -> list[Any]:

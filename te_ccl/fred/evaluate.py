@@ -43,7 +43,7 @@ from te_ccl.fred.wafer import VARIANTS, Wafer, wafer_variant
 from te_ccl.fred.workload import Workload, check_strategy
 
 __all__ = ["FABRICS", "REF_BYTES", "Assumptions", "FabricResult", "Evaluation", "fabric",
-           "phase_rate", "evaluate", "parse_sweep", "sweep_points"]
+           "phase_rate", "evaluate", "parse_sweep", "sweep_points", "strategy_means"]
 
 FABRICS = ("wafer-mesh5x4", "fred-a", "fred-b", "fred-c", "fred-d")
 REF_BYTES = 1e9
@@ -260,3 +260,16 @@ def sweep_points(base: Assumptions, sweeps: Sequence[tuple[str, list[float]]]
         points = [(f"{label} {key}={v:g}".strip(), replace(a, **{key: cast(v)}))
                   for label, a in points for v in values]
     return points
+
+
+def strategy_means(evaluations: Sequence[Evaluation]) -> dict[str, dict[str, float]]:
+    """Per fabric, the arithmetic mean of the speedup and of the exposed-communication cut
+    over ``evaluations`` (one workload under several strategies): the paper reports its
+    exposed-communication cuts averaged over parallelization strategies."""
+    out: dict[str, dict[str, float]] = {}
+    for r in evaluations[0].results:
+        rows = [ev.result(r.fabric) for ev in evaluations]
+        out[r.fabric] = {"speedup": sum(x.speedup for x in rows) / len(rows),
+                         "exposed_comm_reduction": sum(x.exposed_comm_reduction
+                                                       for x in rows) / len(rows)}
+    return out

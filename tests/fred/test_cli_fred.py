@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_show_json_and_draw(teccl, tmp_path):
     png = tmp_path / "f.png"
@@ -86,3 +88,17 @@ def test_collective_writes_schedule_and_tables(teccl, tmp_path):
     assert code == 2 and "reduce" in err
     code, _, _ = teccl("fred", "collective", "fred-d", "--ranks", "0-40")
     assert code == 2
+
+
+def test_evaluate_every_strategy_reports_the_mean_exposed_communication_cut(teccl):
+    code, out, _ = teccl("fred", "evaluate", "-w", "resnet152", "-s", "all", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert [e["strategy"] for e in d["evaluations"]] == ["MP1-DP1-PP20", "MP1-DP2-PP10",
+                                                         "MP1-DP4-PP5", "MP1-DP5-PP4",
+                                                         "MP1-DP10-PP2", "MP1-DP20-PP1"]
+    mean = d["strategy_means"][0]
+    cuts = [next(f for f in e["fabrics"] if f["fabric"] == "fred-d")["exposed_comm_reduction"]
+            for e in d["evaluations"]]
+    assert mean["strategies"] == 6
+    assert mean["fabrics"]["fred-d"]["exposed_comm_reduction"] == pytest.approx(sum(cuts) / 6)
