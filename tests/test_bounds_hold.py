@@ -118,3 +118,18 @@ def test_a_gpu_outside_the_collective_reduces_too():
     assert reduces_outside_members(topo, members)
     assert not reduces_outside_members(topo, list(topo.gpus))
     assert separating_cut_bandwidth(topo, members) == pytest.approx(1e9)
+
+
+def test_the_separating_cut_beyond_the_exact_limit_is_a_single_member(monkeypatch):
+    import te_ccl.bounds as bounds
+
+    # two reducing stars joined by a thin trunk: the exact cut is the trunk
+    nodes = [Node(f"g{i}") for i in range(4)] + [
+        Node(s, NodeKind.SWITCH, can_reduce=True) for s in ("a", "b")]
+    links = [Link("a", "b", 1e8), Link("b", "a", 1e8)] + [
+        x for i in range(4) for x in (Link(f"g{i}", "ab"[i // 2], 1e9),
+                                      Link("ab"[i // 2], f"g{i}", 1e9))]
+    topo = Topology.build("two", nodes, links)
+    assert separating_cut_bandwidth(topo, list(topo.gpus)) == pytest.approx(1e8)
+    monkeypatch.setattr(bounds, "EXACT_CUT_MAX_GPUS", 2)  # weaker, still a valid bound
+    assert separating_cut_bandwidth(topo, list(topo.gpus)) == pytest.approx(1e9)
