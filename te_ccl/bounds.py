@@ -9,7 +9,14 @@ Formulas (PRODUCT.md "Lower bounds"), with ``R`` the participating GPUs, ``N = |
   beats it (a handful of rounds). Beyond 256 GPUs (minutes of min-cuts) the best
   single-node set or complement is used: a valid bound, equal to the exact one on the
   shipped meshes and tori.
-* ReduceScatter: the same on the reversed graph; AllReduce: RS + AG.
+* ReduceScatter: the same on the reversed graph; AllReduce: RS + AG where only the
+  members combine partials. Where some other node can (a switch with ``reduce``, as on
+  FRED, or a GPU outside the collective) a reduced stream crosses a cut once, and RS + AG
+  is no bound (FRED-D: each NPU sends and receives M once, RS + AG counts it
+  ``2(N−1)/N`` times); the bound is then the largest of RS, AG and the separating cut:
+  every element's sum depends on both sides of any cut ``S`` with members on each, so
+  ``M`` bytes cross it each way: ``M / min_S min(B⁺(S), B⁻(S))``, the least max-flow
+  between two members (:func:`separating_cut_bandwidth`).
 * AlltoAll: the max-concurrent-flow LP (GLOP; commodities aggregated per source, which is
   exact) when it has ≤ 200k variables, else the link-time bound (every pair's bytes keep
   the links of their cheapest path busy, ``Σ bytes/b``, shared by all links: equal to the
@@ -39,7 +46,8 @@ import networkx as nx
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.topology.model import Topology
 
-__all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time"]
+__all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
+           "reduces_outside_members", "separating_cut_bandwidth"]
 
 _LP_MAX_VARIABLES = 200_000
 EXACT_CUT_MAX_GPUS = 256
@@ -185,6 +193,46 @@ def _node_part(topology: Topology, node: str, size: float, incoming: bool) -> fl
     return size / sum(k.bandwidth_Bps for k in links)
 
 
+def reduces_outside_members(topology: Topology, members: list[str]) -> bool:
+    """Whether a node other than the members can combine partials: a reducing switch,
+    or a GPU that is not in the collective (GPUs add what they receive)."""
+    inside = set(members)
+    return any(n.can_reduce if not n.is_gpu else n.name not in inside
+               for n in topology.nodes)
+
+
+def separating_cut_bandwidth(topology: Topology, members: list[str]) -> float:
+    """``min_S min(B⁺(S), B⁻(S))`` over node sets ``S`` with members inside and outside:
+    the least max-flow from one member to another. Every such ``S`` separates
+    ``members[0]`` from some other member in one direction or the other, so the max-flows
+    between ``members[0]`` and each other member, both ways, cover them all. Beyond
+    ``EXACT_CUT_MAX_GPUS`` members, the least bandwidth into or out of one member: no
+    smaller than the exact value, so the bound it gives stays valid.
+
+    >>> from te_ccl.topology.generators import ring
+    >>> separating_cut_bandwidth(ring(4, 1.0), list(ring(4, 1.0).gpus))
+    2.0
+    """
+    g, first = topology.graph(), members[0]
+    if len(members) > EXACT_CUT_MAX_GPUS:
+        return min(min(sum(bw for _, _, bw in g.out_edges(v, data="bandwidth")),
+                       sum(bw for _, _, bw in g.in_edges(v, data="bandwidth")))
+                   for v in members)
+    return min(nx.maximum_flow_value(g, a, b, capacity="bandwidth")
+               for v in members[1:] for a, b in ((first, v), (v, first)))
+
+
+def _allreduce_part(topology: Topology, members: list[str], size: float) -> dict[str, float]:
+    """RS + AG where only members reduce; else the largest of RS, AG and the separating cut."""
+    n = len(members)
+    rs = _ag_part(topology.reversed(), members, size / n)
+    ag = _ag_part(topology, members, size / n)
+    if n < 2 or not reduces_outside_members(topology, members):
+        return {"cut_s": rs + ag}
+    return {"cut_s": max(rs, ag),
+            "separating_cut_s": size / separating_cut_bandwidth(topology, members)}
+
+
 def lower_bound(topology: Topology, collective: Collective) -> Bound:
     """The best of the bandwidth and latency bounds for ``collective`` on ``topology``."""
     K = CollectiveKind
@@ -197,7 +245,7 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
     elif kind is K.REDUCESCATTER:
         parts["cut_s"] = _ag_part(rev, members, size / n)
     elif kind is K.ALLREDUCE:
-        parts["cut_s"] = _ag_part(rev, members, size / n) + _ag_part(topology, members, size / n)
+        parts.update(_allreduce_part(topology, members, size))
     elif kind is K.ALLTOALL:
         node = max(_node_part(topology, v, size * (n - 1) / n, inc)
                    for v in members for inc in (True, False)) if n > 1 else 0.0

@@ -314,10 +314,14 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
 
 def render(schedule: Schedule, options: CompileOptions) -> bytes:
     """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML once the
-    independent verifier accepts it (:class:`VerificationError` if not)."""
+    independent verifier accepts it (:class:`VerificationError` if not; :class:`SpecError`
+    on a fabric whose switches reduce, which MSCCL cannot express)."""
     if options.fmt == "json":
         return schedule.to_json().encode()
+    from te_ccl.lower.fred import check_msccl_can_express
     from te_ccl.lower.msccl import lower_to_msccl
+
+    check_msccl_can_express(schedule.topology)
     from te_ccl.verify.msccl.verify import verify_msccl
 
     xml = lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,

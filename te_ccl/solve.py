@@ -24,6 +24,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from functools import partial
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.select import run_backend
@@ -222,19 +223,25 @@ def _flow_or_template(topology: Topology, collective: Collective, schedule: Sche
 
 def _best_template(topology: Topology, collective: Collective, judge: Judge,
                    beat: float | None = None) -> tuple[Schedule, float] | None:
-    """The fastest baseline by ``judge`` (ring, tree, direct, hierarchical), with its time;
+    """The fastest baseline by ``judge`` (ring, tree, direct, hierarchical, and on a FRED
+    wafer whose switches reduce and copy the in-switch schedule), with its time;
     None if none applies or (by ``judge.at_least``) none can finish before ``beat``.
 
     The templates are built in the Schedule IR with the same α semantics, so their times
     compare directly with the flow schedule's.
     """
     from te_ccl.baselines import BaselineError, applicable, build_baseline
+    from te_ccl.fred.in_switch import in_switch_candidate
 
     best = None
-    for name in applicable(topology, collective):
+    builds = [partial(build_baseline, name, topology, collective)
+              for name in applicable(topology, collective)]
+    for build in [*builds, partial(in_switch_candidate, topology, collective)]:
         try:
-            candidate = build_baseline(name, topology, collective)
+            candidate = build()
         except BaselineError:
+            continue
+        if candidate is None:
             continue
         limit = min((x for x in (beat, best and best[1]) if x is not None), default=None)
         floor = judge.at_least(candidate)

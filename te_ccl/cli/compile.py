@@ -11,6 +11,7 @@ from rich.table import Table
 from te_ccl.backends.base import BACKENDS
 from te_ccl.cli.common import collective_flags, collective_options, emit_json, err_console
 from te_ccl.errors import SpecError
+from te_ccl.topology.model import Topology
 from te_ccl.units import format_bandwidth, format_time
 
 
@@ -69,7 +70,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
         flags.setdefault("size", sizes[1])
     topo = load_topology(topology)
     coll = load_collective(topo, spec, **flags)
-    output, fmt = _output(kw["output"], kw["fmt"], topo.name, coll.kind.value, sizes is not None)
+    output, fmt = _output(kw["output"], kw["fmt"], topo, coll.kind.value, sizes is not None)
     if output == "-" and (kw["as_json"] or sizes):
         raise SpecError("-o - needs a single algorithm and no --json (both use stdout)",
                         key="--output")
@@ -104,13 +105,21 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
             err_console.print(_table(info))
 
 
-def _output(output: str | None, fmt: str | None, topo: str, kind: str,
+def _output(output: str | None, fmt: str | None, topo: Topology, kind: str,
             library: bool) -> tuple[str, str]:
+    """The output path and format: the suffix decides, else xml, or json on a fabric whose
+    switches reduce (an explicit xml there is refused before solving)."""
+    from te_ccl.lower.fred import check_msccl_can_express, reducing_switches
+
     if fmt is None:
-        fmt = "json" if output and Path(output).suffix == ".json" else "xml"
+        suffix = Path(output).suffix if output else ""
+        fmt = ("json" if suffix == ".json" or (suffix != ".xml" and reducing_switches(topo))
+               else "xml")
+    if fmt == "xml":
+        check_msccl_can_express(topo)
     if library:
-        return (output or f"{topo}-{kind}-algorithms"), fmt
-    return (output or f"{topo}-{kind}.{fmt}"), fmt
+        return (output or f"{topo.name}-{kind}-algorithms"), fmt
+    return (output or f"{topo.name}-{kind}.{fmt}"), fmt
 
 
 def _simulated(info: dict) -> str:

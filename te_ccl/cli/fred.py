@@ -172,22 +172,24 @@ def _size(text: str) -> int:
 
 @fred.command("phase")
 @click.option("--fabric", "fabric_name", default="fred-d", show_default=True,
-              help="fred-a .. fred-d or wafer-mesh5x4.")
+              help="fred-a .. fred-d or wafer-mesh (5x4 for 20 NPUs).")
 @click.option("--strategy", "-s", default="MP2-DP5-PP2", show_default=True)
 @click.option("--phase", "kind", type=click.Choice(["MP", "PP", "DP"]), default="DP",
               show_default=True)
 @click.option("--size", default="1GB", show_default=True, help="Bytes per collective.")
+@click.option("--npus", type=int, default=20, show_default=True,
+              help="NPUs on the wafer (L1 switches of 4; the mesh most nearly square).")
 @click.option("--tables", metavar="DIR", help="Write the FRED switch tables to DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def phase_cmd(fabric_name: str, strategy: str, kind: str, size: str, tables: str | None,
-              as_json: bool) -> None:
+def phase_cmd(fabric_name: str, strategy: str, kind: str, size: str, npus: int,
+              tables: str | None, as_json: bool) -> None:
     """Compile one 3D-parallel phase's concurrent collectives on a fabric."""
     from te_ccl.fred.evaluate import fabric
     from te_ccl.fred.mesh import Mesh
     from te_ccl.fred.strategy import compile_phase, parse_strategy
     from te_ccl.lower.fred import write_fred_tables
 
-    fab, strat = fabric(fabric_name), parse_strategy(strategy)
+    fab, strat = fabric(fabric_name, npus), parse_strategy(strategy, npus)
     result = compile_phase(fab, strat, kind, _size(size))
     if result is None:
         raise SpecError(f"{strat.name} has no {kind} phase", key="--phase")
@@ -267,32 +269,133 @@ def _ranks(text: str) -> tuple[int, ...]:
 
 @fred.command("evaluate")
 @click.option("--workload", "-w", required=True, help="resnet152, transformer17b, gpt3, "
-              "transformer1t or a YAML file.")
-@click.option("--strategy", "-s", help="MPa-DPb-PPc (default: the workload's).")
-@click.option("--plot", metavar="FILE", help="Save a stacked-bar plot of the breakdown.")
+              "transformer1t, all, or a YAML file.")
+@click.option("--strategy", "-s", help="MPa-DPb-PPc, or all (every one the workload "
+              "admits); default: the workload's.")
+@click.option("--sweep", "sweeps", multiple=True, metavar="KEY=v1,v2",
+              help="Evaluate at each value of an assumption (efficiency, peak_flops, "
+              "global_batch, microbatches, dp_overlap, backward, precision_bytes). Repeatable.")
+@click.option("--npus", type=int, default=20, show_default=True,
+              help="NPUs on the wafer (L1 switches of 4; the mesh most nearly square).")
+@click.option("--plot", metavar="FILE", help="Save a stacked-bar plot of the breakdown "
+              "(one workload, strategy and assumption set).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def evaluate_cmd(workload: str, strategy: str | None, plot: str | None, as_json: bool) -> None:
-    """Iteration time and per-phase bandwidth of a workload: FRED variants vs the mesh."""
-    from te_ccl.fred.evaluate import evaluate
-    from te_ccl.fred.workload import load_workload
+def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], npus: int,
+                 plot: str | None, as_json: bool) -> None:
+    """Iteration time, exposed communication and speedup of workloads: FRED variants vs the
+    mesh, with every assumption printed and the paper's figures alongside."""
+    from te_ccl.fred.evaluate import Assumptions, evaluate, parse_sweep, sweep_points
+    from te_ccl.fred.strategy import all_strategies
+    from te_ccl.fred.workload import load_workload, shipped_workloads
 
-    ev = evaluate(load_workload(workload), strategy)
+    names = shipped_workloads() if workload == "all" else [workload]
+    points = sweep_points(Assumptions(), [parse_sweep(x) for x in sweeps])
+    runs = []
+    for name in names:
+        w = load_workload(name)
+        strategies = ([x.name for x in _admitted(w, all_strategies(npus))]
+                      if strategy == "all" else [strategy])
+        runs += [(label, evaluate(w, st, assumptions=a, npus=npus)) for st in strategies
+                 for label, a in points]
     if plot:
+        if len(runs) != 1:
+            raise SpecError("--plot draws one evaluation: give one workload and strategy "
+                            "and no --sweep", key="--plot")
         from te_ccl.fred.plot import plot_evaluation
-        plot_evaluation(ev, plot)
+        plot_evaluation(runs[0][1], plot)
+    means = _means(runs) if strategy == "all" else []
     if as_json:
-        emit_json({**ev.to_dict(), "plot": plot})
+        if len(runs) == 1:
+            emit_json({**runs[0][1].to_dict(), "plot": plot})
+        else:
+            emit_json({"evaluations": [{"sweep": label, **ev.to_dict()} for label, ev in runs],
+                       "strategy_means": means})
         return
-    table = Table(title=f"{ev.workload}, {ev.strategy}: iteration time (ms)")
-    cols = ("fabric", "compute", "MP", "PP", "DP", "I/O", "iteration", "speedup",
-            "MP GB/s", "PP GB/s", "DP GB/s")
+    if len(runs) == 1:
+        _breakdown_table(runs[0][1])
+    else:
+        _summary_table(runs, Assumptions())
+    for m in means:
+        cuts = ", ".join(f"{f} {v['exposed_comm_reduction']:.2f}x"
+                         for f, v in m["fabrics"].items() if not f.startswith("wafer-mesh"))
+        paper = (m["paper"] or {}).get("exposed_comm_reduction", {})
+        where = " ".join(x for x in (m["workload"], m["sweep"]) if x)
+        out_console.print(f"{where}: mean over {m['strategies']} strategies, exposed "
+                          f"communication ÷ the mesh's: {cuts}"
+                          + "".join(f"; paper {f} {v:g}x" for f, v in paper.items()))
+    if plot:
+        err_console.print(f"plot written to {plot}")
+
+
+def _means(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """:func:`strategy_means` per workload and sweep point."""
+    from te_ccl.fred.evaluate import strategy_means
+
+    groups: dict[tuple[str, str], list[Any]] = {}
+    for label, ev in runs:
+        groups.setdefault((ev.workload, label), []).append(ev)
+    return [{"workload": w, "sweep": label, "strategies": len(evs), "paper": evs[0].paper,
+             "fabrics": strategy_means(evs)} for (w, label), evs in groups.items()]
+
+
+def _admitted(w: Any, strategies: list[Any]) -> list[Any]:
+    from te_ccl.fred.workload import check_strategy
+
+    out = []
+    for s in strategies:
+        try:
+            check_strategy(w, s.mp, s.pp)
+        except SpecError:
+            continue
+        out.append(s)
+    return out
+
+
+_SHORT = {"speedup": "", "exposed_comm_reduction": "exp÷"}
+
+
+def _footer(assumptions: Any) -> str:
+    return "assumptions: " + "; ".join(assumptions.lines())
+
+
+def _paper_lines(ev: Any) -> list[str]:
+    return [f"{c['fabric']} {c['metric']}: predicted {c['predicted']:.2f}, paper "
+            f"{c['paper']:.2f} ({c['ratio']:.2f}x the paper)" for c in ev.comparison()]
+
+
+def _breakdown_table(ev: Any) -> None:
+    table = Table(title=f"{ev.workload}, {ev.strategy} on {ev.npus} NPUs, global batch "
+                        f"{ev.global_batch:g}: iteration time (ms)",
+                  caption=_footer(ev.assumptions))
+    cols = ("fabric", "compute", "MP", "PP", "DP", "I/O", "iteration", "exposed",
+            "speedup", "exp÷", "MP GB/s", "PP GB/s", "DP GB/s")
     for col in cols:
         table.add_column(col, justify="left" if col == "fabric" else "right")
     for r in ev.results:
         ms = [f"{1e3 * x:.3f}" for x in (r.compute_s, r.mp_s, r.pp_s, r.dp_s, r.io_s,
-                                        r.iteration_s)]
+                                        r.iteration_s, r.exposed_comm_s)]
         bw = [f"{r.phase_GBps[k]:.0f}" if r.phase_GBps[k] else "-" for k in ("MP", "PP", "DP")]
-        table.add_row(r.fabric, *ms, f"{r.speedup:.2f}x", *bw)
+        table.add_row(r.fabric, *ms, f"{r.speedup:.2f}x", f"{r.exposed_comm_reduction:.2f}x",
+                      *bw)
     out_console.print(table)
-    if plot:
-        err_console.print(f"plot written to {plot}")
+    for line in _paper_lines(ev):
+        out_console.print(line)
+
+
+def _summary_table(runs: list[tuple[str, Any]], defaults: Any) -> None:
+    """One row per run; the footer gives the default assumptions, which the sweep column
+    overrides."""
+    fabrics = [r.fabric for r in runs[0][1].results if not r.fabric.startswith("wafer-mesh")]
+    table = Table(title="speedup over the mesh (exposed communication ÷ the mesh's)",
+                  caption=_footer(defaults)
+                  + " (the sweep column overrides)")
+    for col in ("workload", "strategy", "sweep", *fabrics, "paper"):
+        table.add_column(col, justify="left" if col in ("workload", "strategy", "sweep",
+                                                        "paper") else "right")
+    for label, ev in runs:
+        cells = [f"{ev.result(f).speedup:.2f}x ({ev.result(f).exposed_comm_reduction:.2f}x)"
+                 for f in fabrics]
+        table.add_row(ev.workload, ev.strategy, label or "-", *cells,
+                      " ".join(f"{_SHORT[c['metric']]}{c['fabric'][-1].upper()} {c['paper']:g}"
+                               for c in ev.comparison()))
+    out_console.print(table)

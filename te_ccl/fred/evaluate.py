@@ -1,45 +1,91 @@
-"""Wafer evaluation: per-phase communication time and iteration time, FRED variants vs mesh.
+"""Wafer evaluation: per-phase communication and iteration time, FRED variants vs the mesh.
+
+Every number comes from the workload's published configuration (:mod:`te_ccl.fred.workload`)
+and one record of :class:`Assumptions` shared by all workloads; nothing is set per
+workload to land on a published figure, and every assumption is reported with the result.
 
 Every phase's concurrent collectives are compiled on each fabric
 (:func:`te_ccl.fred.strategy.compile_phase`); both the FRED and the mesh models are
 linear in the message size, so each phase is compiled once at ``REF_BYTES`` and its
-seconds per byte reused. With ``a, b, c`` = MP, DP, PP degrees, ``m`` microbatches of
-``s`` samples (per DP replica) and ``F`` the NPU's sustained FLOP/s:
+seconds per byte reused. With ``a, b, c`` = MP, DP, PP degrees, ``B`` the global batch,
+``m`` microbatches (1 without a pipeline), ``n = B/(b·m)`` samples per microbatch and
+replica, ``F = peak · efficiency`` and ``p`` bytes per element:
 
-* stage compute per microbatch ``t_c = 3 · Σ count·fwd_flops·s / (a·c) / F``
-  (backward = 2 × forward; each NPU holds 1/(a·c) of every layer's work);
-* MP per microbatch and stage ``t_mp = Σ count·mp_allreduces·mp_allreduce_bytes·s / c``
+* stage compute per microbatch ``t_c = (1 + backward) · Σ count·fwd_flops·n / (a·c) / F``
+  (each NPU holds 1/(a·c) of every layer's work);
+* MP per microbatch and stage ``Σ count·mp_allreduces·mp_allreduce_elements·p·n / c`` bytes
   × seconds per byte of the MP phase (on the critical path);
-* PP per microbatch ``t_pp = 2 · max(pp_bytes) · s`` × seconds per byte of the PP phase
-  (activations forward, gradients backward);
-* pipeline ``T_pipe = (m + c − 1) · (t_c + t_mp + t_pp)`` (GPipe bubble);
-* DP: gradients ``params · precision / (a·c)`` per NPU, All-Reduced once per
-  iteration, ``(1 − dp_overlap)`` of it exposed;
-* weight streaming: ``3 · params · precision`` bytes cross the I/O controllers per
-  iteration (weights in for forward and backward, gradients out), at the aggregate
-  I/O line rate on FRED and at ``io_factor`` (0.65) of it on the mesh, not overlapped
-  with compute; the on-wafer gradient reduction of one layer runs while the next
-  layer streams, so only ``max(0, DP − I/O)`` of the DP phase is exposed;
-* iteration = ``T_pipe`` + exposed DP + I/O; speedup = mesh iteration / fabric iteration.
+* PP per microbatch ``2 · max(pp_elements)·p·n`` bytes (activations forward, gradients
+  backward) × seconds per byte of the PP phase;
+* pipeline ``(m + c − 1) · (t_c + t_mp + t_pp)`` (GPipe bubble);
+* DP: gradients ``params·p / (a·c)`` per NPU, All-Reduced once per iteration,
+  ``(1 − dp_overlap)`` of it exposed;
+* weight streaming: ``3·params·p`` bytes cross the I/O controllers per iteration (weights
+  in for forward and backward, gradients out) at their aggregate line rate on FRED and at
+  the mesh's ``io_factor`` of it, not overlapped with compute; the on-wafer gradient
+  reduction of one layer runs while the next layer streams, so only ``max(0, DP − I/O)``
+  of the DP phase is exposed;
+* iteration = pipeline + exposed DP + I/O; speedup = mesh iteration / fabric iteration;
+  exposed communication = iteration − compute (the bubble counts as compute).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
+from typing import Any
 
 from te_ccl.errors import SpecError
-from te_ccl.fred.mesh import WAFER_MESH, Mesh
+from te_ccl.fred.mesh import Mesh, wafer_mesh
 from te_ccl.fred.strategy import Strategy, compile_phase, parse_strategy
-from te_ccl.fred.wafer import VARIANTS, Wafer
-from te_ccl.fred.workload import Workload
+from te_ccl.fred.wafer import VARIANTS, Wafer, wafer_variant
+from te_ccl.fred.workload import Workload, check_strategy
 
-__all__ = ["FABRICS", "REF_BYTES", "FabricResult", "Evaluation", "fabric", "phase_rate",
-           "evaluate"]
+__all__ = ["FABRICS", "REF_BYTES", "Assumptions", "FabricResult", "Evaluation", "fabric",
+           "phase_rate", "evaluate", "parse_sweep", "sweep_points", "strategy_means"]
 
 FABRICS = ("wafer-mesh5x4", "fred-a", "fred-b", "fred-c", "fred-d")
 REF_BYTES = 1e9
+
+
+_WHY = {
+    "peak_flops": "NPU peak FLOP/s: an H100-class NPU's dense FP16 tensor rate (fred.md)",
+    "efficiency": "share of peak sustained on every workload (one value for all)",
+    "backward": "backward pass FLOPs per forward FLOP",
+    "microbatches": "microbatches per iteration when PP > 1 (GPipe; the paper's 8)",
+    "dp_overlap": "share of the DP All-Reduce hidden behind compute",
+    "global_batch": "samples per iteration (default: the workload's published batch)",
+    "precision_bytes": "bytes per parameter, gradient and activation (default: workload)",
+}
+
+
+@dataclass(frozen=True)
+class Assumptions:
+    """What the evaluation assumes beyond the workload's published configuration.
+
+    ``global_batch`` / ``precision_bytes`` None: the workload's own (published) values.
+    """
+
+    peak_flops: float = 989e12  # H100 SXM dense FP16/BF16 tensor peak (NVIDIA datasheet)
+    efficiency: float = 0.5  # sustained share of peak on these models
+    backward: float = 2.0  # backward FLOPs per forward FLOP
+    microbatches: int = 8  # per iteration when pipelined (the paper's setting)
+    dp_overlap: float = 0.0  # share of the DP All-Reduce hidden behind compute
+    global_batch: float | None = None
+    precision_bytes: int | None = None
+
+    @property
+    def flops(self) -> float:
+        return self.peak_flops * self.efficiency
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def lines(self) -> list[str]:
+        """One line per assumption: value and meaning (the table footer)."""
+        return [f"{k} = {'workload' if v is None else format(v, 'g')}: {_WHY[k]}"
+                for k, v in self.to_dict().items()]
 
 
 @dataclass(frozen=True)
@@ -55,6 +101,7 @@ class FabricResult:
     iteration_s: float
     speedup: float
     phase_GBps: dict[str, float]
+    exposed_comm_reduction: float  # the mesh's exposed communication / this fabric's
 
     @property
     def exposed_comm_s(self) -> float:
@@ -66,65 +113,163 @@ class Evaluation:
     workload: str
     strategy: str
     results: tuple[FabricResult, ...]
+    assumptions: Assumptions
+    global_batch: float
+    paper: dict[str, Any] | None = None
+    npus: int = 20
 
     def result(self, fabric_name: str) -> FabricResult:
         return next(r for r in self.results if r.fabric == fabric_name)
 
-    def to_dict(self) -> dict:
-        return {"workload": self.workload, "strategy": self.strategy,
+    def comparison(self) -> list[dict[str, Any]]:
+        """Each published figure of the workload next to the prediction, and their ratio
+        (the paper's wafer has 20 NPUs: none on other sizes)."""
+        out: list[dict[str, Any]] = []
+        if self.npus != 20:
+            return out
+        for metric, by_fabric in (self.paper or {}).items():
+            for name, published in by_fabric.items():
+                r = self.result(name)
+                predicted = getattr(r, metric)
+                out.append({"metric": metric, "fabric": name, "paper": published,
+                            "predicted": predicted, "ratio": predicted / published})
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"workload": self.workload, "strategy": self.strategy, "npus": self.npus,
+                "global_batch": self.global_batch,
+                "assumptions": self.assumptions.to_dict(),
                 "fabrics": [{**asdict(r), "exposed_comm_s": r.exposed_comm_s}
-                            for r in self.results]}
+                            for r in self.results],
+                "paper": self.comparison()}
 
 
-def fabric(name: str) -> Wafer | Mesh:
-    """A FRED variant (``fred-a`` .. ``fred-d``) or the mesh baseline (``wafer-mesh5x4``)."""
-    return WAFER_MESH if name == WAFER_MESH.name else VARIANTS.get(name) or _unknown(name)
+def fabric(name: str, npus: int = 20) -> Wafer | Mesh:
+    """A FRED variant (``fred-a`` .. ``fred-d``) or the mesh baseline (``wafer-mesh…``)
+    for a wafer of ``npus`` NPUs (:func:`te_ccl.fred.wafer.wafer_variant`, :func:`wafer_mesh`)."""
+    if name.startswith("wafer-mesh"):
+        return wafer_mesh(npus)
+    if name not in VARIANTS:
+        raise SpecError(f"unknown fabric {name!r}; expected one of {', '.join(FABRICS)}",
+                        key="fabric")
+    return wafer_variant(name, npus)
 
 
-def _unknown(name: str) -> Wafer:
-    raise SpecError(f"unknown fabric {name!r}; expected one of {', '.join(FABRICS)}",
-                    key="fabric")
-
-
-@lru_cache(maxsize=256)
+@lru_cache(maxsize=512)
 def phase_rate(fabric_name: str, strategy: Strategy, kind: str) -> tuple[float, float]:
-    """(seconds per byte, effective per-NPU bytes/s) of phase ``kind``; (0, 0) if absent."""
-    result = compile_phase(fabric(fabric_name), strategy, kind, REF_BYTES)
+    """(seconds per byte, effective per-NPU bytes/s) of phase ``kind`` on the wafer of
+    ``strategy.npus`` NPUs; (0, 0) if absent."""
+    result = compile_phase(fabric(fabric_name, strategy.npus), strategy, kind, REF_BYTES)
     if result is None:
         return 0.0, 0.0
     return result.time_s / REF_BYTES, result.effective_Bps
 
 
-def _breakdown(w: Workload, s: Strategy, name: str) -> tuple[float, ...]:
-    a, c, m, n = s.mp, s.pp, w.microbatches, w.samples_per_microbatch
-    t_c = 3 * sum(b.count * b.fwd_flops for b in w.blocks) * n / (a * c) / w.npu_flops
-    mp_bytes = sum(b.count * b.mp_allreduces * b.mp_allreduce_bytes for b in w.blocks) * n / c
+def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions) -> tuple[float, ...]:
+    p = a.precision_bytes or w.precision_bytes
+    batch = a.global_batch or w.global_batch
+    m = a.microbatches if s.pp > 1 else 1
+    n = batch / (s.dp * m)
+    work = (1 + a.backward) * sum(b.count * b.fwd_flops for b in w.blocks)
+    t_c = work * n / (s.mp * s.pp) / a.flops
+    mp_bytes = sum(b.count * b.mp_allreduces * b.mp_allreduce_elements
+                   for b in w.blocks) * p * n / s.pp
     t_mp = mp_bytes * phase_rate(name, s, "MP")[0]
-    t_pp = 2 * max(b.pp_bytes for b in w.blocks) * n * phase_rate(name, s, "PP")[0]
-    steps = m + c - 1
-    grads = w.params * w.precision_bytes / (a * c)
-    dp = (1 - w.dp_overlap) * grads * phase_rate(name, s, "DP")[0]
+    t_pp = 2 * max(b.pp_elements for b in w.blocks) * p * n * phase_rate(name, s, "PP")[0]
+    steps = m + s.pp - 1
+    grads = w.params * p / (s.mp * s.pp)
+    dp = (1 - a.dp_overlap) * grads * phase_rate(name, s, "DP")[0]
     io = 0.0
     if w.weight_streaming:
-        f = fabric(name)
+        f = fabric(name, s.npus)
         factor = f.io_factor if isinstance(f, Mesh) else 1.0
-        io = 3 * w.params * w.precision_bytes / (f.io_controllers * f.io_Bps * factor)
+        io = 3 * w.params * p / (f.io_controllers * f.io_Bps * factor)
         dp = max(0.0, dp - io)
     return steps * t_c, steps * t_mp, steps * t_pp, dp, io
 
 
 def evaluate(workload: Workload, strategy: str | None = None,
-             fabrics: Sequence[str] = FABRICS) -> Evaluation:
-    """Iteration time of ``workload`` on every fabric (module docstring), mesh first."""
-    s = parse_strategy(strategy or workload.strategy)
-    names = [WAFER_MESH.name, *(f for f in fabrics if f != WAFER_MESH.name)]
+             fabrics: Sequence[str] = FABRICS,
+             assumptions: Assumptions = Assumptions(), npus: int = 20) -> Evaluation:
+    """Iteration time of ``workload`` on every fabric of a wafer of ``npus`` NPUs (module
+    docstring), the mesh first; ``strategy`` None: the workload's when it fits ``npus``,
+    else pure DP.
+
+    Raises
+    ------
+    SpecError
+        A strategy whose product is not the wafer's NPU count, or that the workload cannot
+        run as modelled (:func:`te_ccl.fred.workload.check_strategy`).
+    """
+    s = parse_strategy(strategy or _default_strategy(workload, npus), npus)
+    check_strategy(workload, s.mp, s.pp)
+    mesh_name = wafer_mesh(npus).name
+    names = [mesh_name, *(fabric(f, npus).name for f in fabrics
+                          if not f.startswith("wafer-mesh"))]
     rows = {}
     for name in names:
-        fabric(name)
-        compute, mp, pp, dp, io = _breakdown(workload, s, name)
+        compute, mp, pp, dp, io = _breakdown(workload, s, name, assumptions)
         bw = {k: phase_rate(name, s, k)[1] / 1e9 for k in ("MP", "PP", "DP")}
         rows[name] = (compute, mp, pp, dp, io, compute + mp + pp + dp + io, bw)
-    mesh_iter = rows[WAFER_MESH.name][5]
-    results = tuple(FabricResult(name, *r[:6], mesh_iter / r[5], r[6])
-                    for name, r in rows.items() if name in fabrics)
-    return Evaluation(workload.name, s.name, results)
+    mesh = rows[mesh_name]
+    mesh_exposed = mesh[5] - mesh[0]
+    results = tuple(FabricResult(name, *r[:6], mesh[5] / r[5], r[6],
+                                 mesh_exposed / (r[5] - r[0]) if r[5] > r[0] else float("inf"))
+                    for name, r in rows.items())
+    return Evaluation(workload.name, s.name, results, assumptions,
+                      assumptions.global_batch or workload.global_batch, workload.paper, npus)
+
+
+def _default_strategy(workload: Workload, npus: int) -> str:
+    """The workload's strategy, or on another wafer size the same MP and PP with the DP
+    degree that fills it (pure DP where they do not divide the NPU count)."""
+    s = parse_strategy(workload.strategy)
+    if npus % (s.mp * s.pp):
+        return f"DP{npus}"
+    return f"MP{s.mp}-DP{npus // (s.mp * s.pp)}-PP{s.pp}"
+
+
+_SWEEPABLE = {f.name: f for f in fields(Assumptions)}
+
+
+def parse_sweep(text: str) -> tuple[str, list[float]]:
+    """``KEY=v1,v2,...`` with KEY a field of :class:`Assumptions`."""
+    key, _, values = text.partition("=")
+    key = key.strip()
+    if key not in _SWEEPABLE:
+        raise SpecError(f"expected KEY=v1,v2 with KEY one of {', '.join(_SWEEPABLE)}, "
+                        f"got {text!r}", key="--sweep")
+    try:
+        numbers = [float(v) for v in values.split(",") if v.strip()]
+    except ValueError:
+        raise SpecError(f"expected numbers after {key}=, got {values!r}", key="--sweep") from None
+    if not numbers or any(v < 0 for v in numbers):
+        raise SpecError(f"expected non-negative numbers after {key}=", key="--sweep")
+    if key in ("microbatches", "precision_bytes") and any(v != int(v) or v < 1
+                                                         for v in numbers):
+        raise SpecError(f"{key} takes positive whole numbers", key="--sweep")
+    return key, numbers
+
+
+def sweep_points(base: Assumptions, sweeps: Sequence[tuple[str, list[float]]]
+                 ) -> list[tuple[str, Assumptions]]:
+    """Every combination of the swept values, each with a label such as ``efficiency=0.3``."""
+    points: list[tuple[str, Assumptions]] = [("", base)]
+    for key, values in sweeps:
+        cast = int if key in ("microbatches", "precision_bytes") else float
+        points = [(f"{label} {key}={v:g}".strip(), replace(a, **{key: cast(v)}))
+                  for label, a in points for v in values]
+    return points
+
+
+def strategy_means(evaluations: Sequence[Evaluation]) -> dict[str, dict[str, float]]:
+    """Per fabric, the arithmetic mean of the speedup and of the exposed-communication cut
+    over ``evaluations`` (one workload under several strategies): the paper reports its
+    exposed-communication cuts averaged over parallelization strategies."""
+    out: dict[str, dict[str, float]] = {}
+    for r in evaluations[0].results:
+        rows = [ev.result(r.fabric) for ev in evaluations]
+        out[r.fabric] = {"speedup": sum(x.speedup for x in rows) / len(rows),
+                         "exposed_comm_reduction": sum(x.exposed_comm_reduction
+                                                       for x in rows) / len(rows)}
+    return out

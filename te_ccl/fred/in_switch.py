@@ -25,7 +25,7 @@ from te_ccl.fred.wafer import wafer_from_topology
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
-__all__ = ["in_switch_schedule"]
+__all__ = ["in_switch_schedule", "in_switch_candidate"]
 
 Hop = tuple[str, str, int, str]  # src, dst, start offset, op
 
@@ -99,3 +99,16 @@ def in_switch_schedule(topology: Topology, collective: Collective) -> Schedule:
     info = SolveInfo(backend="fred-in-switch", status="constructed",
                      notes=("every reduction and multicast in the FRED switches",))
     return Schedule(topology, collective, tau, tuple(sorted(transfers)), info)
+
+
+def in_switch_candidate(topology: Topology, collective: Collective) -> Schedule | None:
+    """The in-switch schedule where it applies (a FRED wafer whose switches reduce and
+    copy), else None: ``auto`` weighs it against the flow schedule and the templates, since
+    the flow model solves an AllReduce as ReduceScatter then AllGather and so sends every
+    byte twice where a reducing switch needs it sent once."""
+    if not any(topology.node(s).can_reduce for s in topology.switches):
+        return None
+    try:
+        return in_switch_schedule(topology, collective)
+    except SpecError:
+        return None

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 
 from te_ccl.fred.collectives import CommResult
 from te_ccl.fred.ops import CollectiveOp
+from te_ccl.fred.wafer import mesh_shape
 
-__all__ = ["Mesh", "WAFER_MESH", "compile_mesh", "mesh_loads"]
+__all__ = ["Mesh", "WAFER_MESH", "wafer_mesh", "compile_mesh", "mesh_loads"]
 
 Link = tuple[tuple[int, int], tuple[int, int]]
 
@@ -69,6 +70,13 @@ class Mesh:
 
 
 WAFER_MESH = Mesh()
+
+
+def wafer_mesh(npus: int = 20) -> Mesh:
+    """The mesh baseline for a wafer of ``npus`` NPUs (:func:`te_ccl.fred.wafer.mesh_shape`:
+    most nearly square, I/O controllers on its perimeter), e.g. ``wafer-mesh8x5`` for 40."""
+    rows, cols = mesh_shape(npus)
+    return Mesh(f"wafer-mesh{rows}x{cols}", rows, cols, io_controllers=2 * (rows + cols))
 
 
 def _add_ring(mesh: Mesh, loads: dict, order: Sequence[int], per_edge: float,

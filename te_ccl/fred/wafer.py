@@ -25,14 +25,14 @@ evaluated analytically (:mod:`te_ccl.fred.evaluate`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from te_ccl.errors import SpecError
 from te_ccl.fred.switch import FredSwitch, build_fred
 from te_ccl.topology.model import Topology
 
-__all__ = ["Wafer", "VARIANTS", "wafer_variant", "wafer_from_topology"]
+__all__ = ["Wafer", "VARIANTS", "wafer_variant", "wafer_from_topology", "mesh_shape"]
 
 TB = 1e12
 
@@ -119,13 +119,39 @@ VARIANTS: dict[str, Wafer] = {
 }
 
 
-def wafer_variant(name: str) -> Wafer:
-    """One of ``fred-a .. fred-d`` (fred.md's table)."""
+def mesh_shape(npus: int) -> tuple[int, int]:
+    """Rows × columns of a wafer of ``npus`` NPUs: the most nearly square grid, rows ≥
+    columns (5 × 4 for 20, as in fred.md). Its perimeter, ``2·(rows + columns)``, is the
+    number of off-wafer I/O controllers (18 for 20 NPUs) on the mesh and on FRED alike.
+
+    >>> mesh_shape(20), mesh_shape(40), mesh_shape(80)
+    ((5, 4), (8, 5), (10, 8))
+    """
+    cols = max(c for c in range(1, int(npus ** 0.5) + 1) if npus % c == 0)
+    return npus // cols, cols
+
+
+def wafer_variant(name: str, npus: int = 20) -> Wafer:
+    """One of ``fred-a .. fred-d`` (fred.md's table) for a wafer of ``npus`` NPUs: L1
+    switches of 4 NPUs, each with the variant's uplink to the one L2.
+
+    Raises
+    ------
+    SpecError
+        An unknown variant, or ``npus`` that does not fill L1 switches of 4.
+    """
     try:
-        return VARIANTS[name.lower()]
+        base = VARIANTS[name.lower()]
     except KeyError:
         raise SpecError(f"unknown FRED variant {name!r}; expected one of "
                         f"{', '.join(VARIANTS)}", key="variant") from None
+    if npus == base.npus:
+        return base
+    if npus < 2 * base.npus_per_l1 or npus % base.npus_per_l1:
+        raise SpecError(f"a FRED wafer has L1 switches of {base.npus_per_l1} NPUs and at "
+                        f"least two of them; {npus} NPUs do not fit", key="npus")
+    rows, cols = mesh_shape(npus)
+    return replace(base, npus=npus, l1_names=(), io_controllers=2 * (rows + cols))
 
 
 def wafer_from_topology(topo: Topology, *, lane_Bps: float = 750e9, m: int | None = None) -> Wafer:

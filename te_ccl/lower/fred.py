@@ -36,8 +36,9 @@ from te_ccl.fred.routing import check_ports
 from te_ccl.fred.switch import FredSwitch
 from te_ccl.fred.wafer import Wafer
 from te_ccl.outputs import write_atomic
+from te_ccl.topology.model import Topology
 
-__all__ = ["SwitchSet", "flow_rows", "uswitch_rows", "phase_rows", "check_phases", "config_sizes",
+__all__ = ["reducing_switches", "check_msccl_can_express", "SwitchSet", "flow_rows", "uswitch_rows", "phase_rows", "check_phases", "config_sizes",
            "lower_to_fred_tables", "write_fred_tables"]
 
 SCHEMA = "teccl-fred-tables/1"
@@ -47,6 +48,29 @@ FLOW_COLUMNS = ("switch", "level", "radix", "m", "phase", "priority_class", "col
 USWITCH_COLUMNS = ("switch", "phase", "element", "recursion_level", "stage", "kind", "flow",
                    "input_sel", "output_sel", "mode", "middle")
 PHASE_COLUMNS = ("phase", "default_unicast", "start_s", "end_s", "priority_class", "preempts")
+
+
+def reducing_switches(topology: Topology) -> list[str]:
+    """The switches of ``topology`` that add the chunks they forward (FRED-B, FRED-D)."""
+    return [s for s in topology.switches if topology.node(s).can_reduce]
+
+
+def check_msccl_can_express(topology: Topology) -> None:
+    """Refuse MSCCL XML for a fabric whose switches reduce: an MSCCL program is a list of
+    GPU sends, receives and reductions, with no way to ask a switch to add what it
+    forwards; the schedule of such a fabric is written as JSON and its switch tables.
+
+    Raises
+    ------
+    SpecError
+        If a switch of ``topology`` reduces.
+    """
+    found = reducing_switches(topology)
+    if found:
+        raise SpecError(f"MSCCL XML cannot express in-switch reduction (switches "
+                        f"{', '.join(found[:3])}{' …' if len(found) > 3 else ''} reduce); "
+                        "use --format json and --fred-tables DIR", file=topology.name,
+                        key="--format")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_show_json_and_draw(teccl, tmp_path):
     png = tmp_path / "f.png"
@@ -48,10 +50,29 @@ def test_phase_and_evaluate(teccl, tmp_path):
     plot = tmp_path / "p.png"
     code, out, _ = teccl("fred", "evaluate", "-w", "resnet152", "--json", "--plot", str(plot))
     assert code == 0 and plot.exists()
-    fabrics = {f["fabric"]: f for f in json.loads(out)["fabrics"]}
+    d = json.loads(out)
+    fabrics = {f["fabric"]: f for f in d["fabrics"]}
     assert fabrics["fred-d"]["speedup"] > fabrics["fred-c"]["speedup"] > 1
+    assert d["assumptions"]["efficiency"] == 0.5 and d["paper"]
     code, _, err = teccl("fred", "evaluate", "-w", "resnet152", "-s", "MP3-DP7")
     assert code == 2
+
+
+def test_evaluate_all_with_a_sweep_prints_its_assumptions(teccl):
+    code, out, _ = teccl("fred", "evaluate", "-w", "all", "--sweep", "efficiency=0.25,0.5",
+                         "--json")
+    assert code == 0
+    runs = json.loads(out)["evaluations"]
+    assert len(runs) == 8 and {r["sweep"] for r in runs} == {"efficiency=0.25",
+                                                             "efficiency=0.5"}
+    assert {r["assumptions"]["efficiency"] for r in runs} == {0.25, 0.5}
+    code, out, _ = teccl("fred", "evaluate", "-w", "transformer17b")
+    assert code == 0 and "assumptions: peak_flops" in " ".join(out.split())
+    assert "fred-d exposed_comm_reduction: predicted" in out
+    code, _, err = teccl("fred", "evaluate", "-w", "gpt3", "--sweep", "speed=1")
+    assert code == 2 and "--sweep" in err
+    code, _, err = teccl("fred", "evaluate", "-w", "all", "--plot", "x.png")
+    assert code == 2 and "--plot" in err
 
 
 def test_collective_writes_schedule_and_tables(teccl, tmp_path):
@@ -67,3 +88,17 @@ def test_collective_writes_schedule_and_tables(teccl, tmp_path):
     assert code == 2 and "reduce" in err
     code, _, _ = teccl("fred", "collective", "fred-d", "--ranks", "0-40")
     assert code == 2
+
+
+def test_evaluate_every_strategy_reports_the_mean_exposed_communication_cut(teccl):
+    code, out, _ = teccl("fred", "evaluate", "-w", "resnet152", "-s", "all", "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert [e["strategy"] for e in d["evaluations"]] == ["MP1-DP1-PP20", "MP1-DP2-PP10",
+                                                         "MP1-DP4-PP5", "MP1-DP5-PP4",
+                                                         "MP1-DP10-PP2", "MP1-DP20-PP1"]
+    mean = d["strategy_means"][0]
+    cuts = [next(f for f in e["fabrics"] if f["fabric"] == "fred-d")["exposed_comm_reduction"]
+            for e in d["evaluations"]]
+    assert mean["strategies"] == 6
+    assert mean["fabrics"]["fred-d"]["exposed_comm_reduction"] == pytest.approx(sum(cuts) / 6)

@@ -1,0 +1,41 @@
+"""`teccl compile` on FRED wafers: auto weighs the in-switch schedule, XML is refused where
+switches reduce, the switch tables are written for the schedule compile chose."""
+
+from __future__ import annotations
+
+import json
+
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.fred.in_switch import in_switch_candidate
+from te_ccl.spec.topology import load_topology
+
+
+def test_xml_on_a_reducing_fabric_is_refused_before_solving(teccl, tmp_path):
+    out = tmp_path / "a.xml"
+    code, _, err = teccl("compile", "fred-d", "-c", "allreduce", "-s", "1MB", "-o", str(out))
+    assert code == 2 and "MSCCL XML cannot express in-switch reduction" in err
+    assert "fred-d" in err and "--format" in err and not out.exists()
+    code, _, err = teccl("compile", "fred-b", "-c", "allgather", "-s", "1MB", "--format", "xml")
+    assert code == 2 and err.count("\n") == 1
+
+
+def test_compile_picks_the_in_switch_allreduce_and_writes_its_tables(teccl, tmp_path):
+    code, out, _ = teccl("compile", "fred-d", "-c", "allreduce", "-s", "20MB", "--time-limit",
+                         "1", "-o", str(tmp_path / "s.json"), "--fred-tables",
+                         str(tmp_path / "t"), "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["backend"] == "fred-in-switch"
+    assert d["simulated_bound_ratio"] >= 1
+    # each NPU sends and receives the buffer once at 3 TB/s: within 10 % of 3 TB/s
+    assert 20e6 / d["simulated_time_s"] > 0.9 * 3e12
+    assert json.loads((tmp_path / "s.json").read_text())["solve"]["backend"] == "fred-in-switch"
+    tables = json.loads((tmp_path / "t" / "tables.json").read_text())
+    assert tables["fits"]
+
+
+def test_the_in_switch_candidate_needs_switches_that_reduce():
+    c = Collective(CollectiveKind.ALLREDUCE, 20 * 4096, tuple(range(20)))
+    assert in_switch_candidate(load_topology("fred-c"), c) is None
+    assert in_switch_candidate(load_topology("dgx2"), c) is None
+    assert in_switch_candidate(load_topology("fred-d"), c).info.backend == "fred-in-switch"
