@@ -158,6 +158,9 @@ def _compile_notes(topology: Topology, schedule: Schedule, timer: Timer) -> tupl
         notes += (f"timed by the {timing.measured_by}: the XML replay of "
                   f"{len(schedule.transfers)} transfers (over {XML_REPLAY_LIMIT}) would "
                   "cost more than the compile",)
+    elif not timer.xml:
+        notes += (f"timed by the {timing.measured_by}: with FRED tables switches may copy "
+                  "and reduce, which MSCCL XML cannot express",)
     return notes
 
 
