@@ -65,14 +65,17 @@ class Timing:
 
     ``xml_s``: the replay of its lowered MSCCL XML (:func:`te_ccl.simulate.msccl.simulate_msccl`),
     None above :data:`XML_REPLAY_LIMIT` transfers or when it does not lower
-    (``unlowerable`` says why); ``schedule_s``: the replay of the schedule itself, None
-    above :data:`SIM_LIMIT` transfers; ``predicted_s``: the epoch model's.
+    (``unlowerable`` says why; ``refittable``: over a runtime limit with sub-chunks that
+    :func:`render_fitting` can solve again fewer); ``schedule_s``: the replay of the
+    schedule itself, None above :data:`SIM_LIMIT` transfers; ``predicted_s``: the epoch
+    model's.
     """
 
     predicted_s: float
     schedule_s: float | None = None
     xml_s: float | None = None
     unlowerable: str | None = None
+    refittable: bool = False
 
     @property
     def finish_s(self) -> float:
@@ -277,24 +280,27 @@ class Timer:
     """Times each schedule once (``solve`` judges its candidates, the chunking loop the
     winner again, the summary and the benchmark report it): by the replay of its
     lowered XML when ``xml`` and it has at most :data:`XML_REPLAY_LIMIT` transfers, else
-    by the schedule replay. A schedule that does not lower (a runtime limit) is judged
-    infinitely slow, so ``auto`` keeps a candidate that does.
+    by the schedule replay. A schedule that does not lower is judged infinitely slow, so
+    ``auto`` keeps a candidate that does; one whose sub-chunks overflow a runtime limit
+    stands at its schedule replay, since :func:`render_fitting` solves it again with
+    fewer sub-chunks.
 
-    A time is remembered by the schedule's transfers tuple (``with_info`` keeps it) and
-    collective (the buffer mode changes the XML).
+    A time is remembered by the schedule's transfers tuple (``with_info`` keeps it),
+    collective (the buffer mode changes the XML) and sub-chunking.
     """
 
     def __init__(self, *, xml: bool = True) -> None:
         self.xml = xml
-        self._seen: dict[tuple[int, Collective], tuple[tuple, Timing]] = {}
-        what = "replay of the lowered XML" if xml else "schedule replay"
+        self._seen: dict[tuple[int, Collective, int], tuple[tuple, Timing]] = {}
+        what = (f"replay of the lowered XML (of the schedule above {XML_REPLAY_LIMIT} "
+                "transfers)" if xml else "schedule replay")
         self.judge = Judge(what, self._time, self._at_most, self._at_least)
 
     def _by_xml(self, schedule: Schedule) -> bool:
         return self.xml and len(schedule.transfers) <= XML_REPLAY_LIMIT
 
     def timing(self, schedule: Schedule) -> Timing:
-        key = (id(schedule.transfers), schedule.collective)
+        key = (id(schedule.transfers), schedule.collective, schedule.info.subchunks)
         hit = self._seen.get(key)
         if hit is None or hit[0] is not schedule.transfers:
             hit = self._seen[key] = (schedule.transfers, self._measure(schedule))
@@ -308,13 +314,17 @@ class Timer:
 
         try:
             data = lower_to_msccl(schedule)
+        except RuntimeLimitError as e:
+            return replace(timing, unlowerable=str(e), refittable=schedule.info.subchunks > 1)
         except TecclError as e:
             return replace(timing, unlowerable=str(e))
         return replace(timing, xml_s=xml_replay(schedule, data))
 
     def _time(self, schedule: Schedule) -> float:
         timing = self.timing(schedule)
-        return math.inf if timing.unlowerable is not None else timing.finish_s
+        if timing.unlowerable is not None and not timing.refittable:
+            return math.inf
+        return timing.finish_s
 
     def _at_most(self, schedule: Schedule) -> float | None:
         return None if self._by_xml(schedule) else _prediction_bounds_replay(schedule)

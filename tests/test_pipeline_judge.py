@@ -130,3 +130,18 @@ def test_size_library_refuses_rooted_collectives(tmp_path):
     with pytest.raises(SpecError, match="every root") as e:
         compile_size_library(load_topology("ring8"), c, AUTO, 1000, 1 << 20, str(tmp_path / "l"))
     assert e.value.key == "--sizes" and not (tmp_path / "l").exists()
+
+
+def test_sub_chunks_over_a_runtime_limit_are_solved_again_not_dropped(monkeypatch):
+    """A scale schedule whose sub-chunks overflow the channels stands at its schedule
+    replay while judged (render_fitting solves it again with fewer), where a schedule
+    without sub-chunks that does not lower is infinitely slow."""
+    from dataclasses import replace
+
+    refusing(monkeypatch, lambda s: True)
+    c = Collective(CollectiveKind.ALLGATHER, 4 << 20, tuple(range(4)))
+    s = solve_best(ring4(), c, MILP, judge=Timer(xml=False).judge)
+    cut = replace(s, info=replace(s.info, subchunks=4))
+    timer = Timer()
+    assert timer.timing(cut).refittable and timer.judge(cut) == timer.timing(cut).schedule_s
+    assert not timer.timing(s).refittable
