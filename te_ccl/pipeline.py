@@ -292,8 +292,8 @@ class Timer:
     def __init__(self, *, xml: bool = True) -> None:
         self.xml = xml
         self._seen: dict[tuple[int, Collective, int], tuple[tuple, Timing]] = {}
-        what = (f"replay of the lowered XML (of the schedule above {XML_REPLAY_LIMIT} "
-                "transfers)" if xml else "schedule replay")
+        what = (f"replay of the lowered XML, or of the schedule above {XML_REPLAY_LIMIT} "
+                "transfers" if xml else "schedule replay")
         self.judge = Judge(what, self._time, self._at_most, self._at_least)
 
     def _by_xml(self, schedule: Schedule) -> bool:
