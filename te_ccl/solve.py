@@ -147,8 +147,9 @@ def _unknown(schedule: Schedule) -> float | None:
 class Judge:
     """How ``auto`` compares candidate schedules: ``time(schedule)`` in seconds, named
     ``what`` in the notes. The default is the epoch model's own prediction; the pipeline
-    passes the simulator, the yardstick the benchmark uses (this module does not import
-    it: the solver stays independent of the checks).
+    passes the replay of the lowered MSCCL XML, the yardstick the compile reports and the
+    benchmark uses (this module does not import it: the solver stays independent of the
+    checks). A candidate that cannot be lowered takes ``inf`` and loses to any other.
 
     ``at_most`` / ``at_least``: cheap bounds of ``time(schedule)`` when known (else None),
     which spare timing a schedule whose place in the comparison they already settle: the

@@ -155,7 +155,7 @@ def draw_plots(rows: list[Row], out_dir: Path) -> list[Path]:
             ax.set_ylabel("algbw (GB/s)")
         handles = {h.get_label(): h for ax in axes[0] for h in ax.get_lines()}
         axes[0][-1].legend(handles.values(), handles.keys(), fontsize=7)
-        fig.suptitle(f"{topo}: simulated algbw")
+        fig.suptitle(f"{topo}: algbw of the replayed XML")
         fig.tight_layout()
         path = out_dir / f"{topo}.png"
         fd, tmp = tempfile.mkstemp(suffix=".png", dir=out_dir)
