@@ -21,6 +21,7 @@ solved directly. Reductions reuse them backwards (TE-CCL / PRODUCT.md "Reduction
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -215,10 +216,11 @@ def _flow_or_template(topology: Topology, collective: Collective, schedule: Sche
         return schedule.with_info(notes=schedule.info.notes + (
             f"auto: kept the flow schedule ({shown} s, {judge.what}) over the fastest "
             f"template, {name} ({theirs:.4g} s)",))
+    flow = f"{mine:.4g} s" if mine < math.inf else "it does not lower"
     return template.with_info(
         solver_time_s=schedule.info.solver_time_s,
         notes=(f"auto: kept the {name} template ({theirs:.4g} s, {judge.what}) over the flow "
-               f"schedule ({mine:.4g} s)",) + schedule.info.notes)
+               f"schedule ({flow})",) + schedule.info.notes)
 
 
 def _best_template(topology: Topology, collective: Collective, judge: Judge,
