@@ -193,3 +193,11 @@ def test_auto_is_never_slower_than_a_template(teccl, tmp_path):
         except BaselineError:
             continue  # does not apply here
         assert finish <= simulate_schedule(template).finish_time_s * (1 + 1e-9)
+
+
+def test_size_library_of_a_rooted_collective_is_refused_in_one_line(teccl, tmp_path):
+    out = tmp_path / "lib"
+    code, stdout, stderr = teccl("compile", "ring8", "-c", "broadcast", "--root", "0",
+                                 "--sizes", "1KB..1MB", "-o", str(out))
+    assert code == 2 and stdout == "" and not out.exists()
+    assert len(stderr.strip().splitlines()) == 1 and "--sizes" in stderr and "root" in stderr
