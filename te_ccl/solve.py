@@ -21,6 +21,7 @@ solved directly. Reductions reuse them backwards (TE-CCL / PRODUCT.md "Reduction
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -148,8 +149,9 @@ def _unknown(schedule: Schedule) -> float | None:
 class Judge:
     """How ``auto`` compares candidate schedules: ``time(schedule)`` in seconds, named
     ``what`` in the notes. The default is the epoch model's own prediction; the pipeline
-    passes the simulator, the yardstick the benchmark uses (this module does not import
-    it: the solver stays independent of the checks).
+    passes the replay of the lowered MSCCL XML, the yardstick the compile reports and the
+    benchmark uses (this module does not import it: the solver stays independent of the
+    checks). A candidate that cannot be lowered takes ``inf`` and loses to any other.
 
     ``at_most`` / ``at_least``: cheap bounds of ``time(schedule)`` when known (else None),
     which spare timing a schedule whose place in the comparison they already settle: the
@@ -215,10 +217,11 @@ def _flow_or_template(topology: Topology, collective: Collective, schedule: Sche
         return schedule.with_info(notes=schedule.info.notes + (
             f"auto: kept the flow schedule ({shown} s, {judge.what}) over the fastest "
             f"template, {name} ({theirs:.4g} s)",))
+    flow = f"{mine:.4g} s" if mine < math.inf else "it does not lower"
     return template.with_info(
         solver_time_s=schedule.info.solver_time_s,
         notes=(f"auto: kept the {name} template ({theirs:.4g} s, {judge.what}) over the flow "
-               f"schedule ({mine:.4g} s)",) + schedule.info.notes)
+               f"schedule ({flow})",) + schedule.info.notes)
 
 
 def _best_template(topology: Topology, collective: Collective, judge: Judge,

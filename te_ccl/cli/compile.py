@@ -122,11 +122,8 @@ def _output(output: str | None, fmt: str | None, topo: Topology, kind: str,
     return (output or f"{topo.name}-{kind}.{fmt}"), fmt
 
 
-def _simulated(info: dict) -> str:
-    sim, ratio = info["simulated_time_s"], info["simulated_bound_ratio"]
-    if sim is None:
-        return "not replayed (too many transfers; see `teccl simulate`)"
-    return format_time(sim) + (f" ({ratio:.3f} × the bound)" if ratio else "")
+def _maybe_time(t: float | None) -> str:
+    return format_time(t) if t is not None else "not replayed (too many transfers)"
 
 
 def _table(info: dict) -> Table:
@@ -138,8 +135,9 @@ def _table(info: dict) -> Table:
         ("model", f"{info['variables']} variables, {info['constraints']} constraints"),
         ("solver time", format_time(info["solver_time_s"])),
         ("epochs", f"{info['epochs']} × {format_time(info['epoch_s'])}"),
-        ("finish time (epoch model)", format_time(info["finish_time_s"])),
-        ("simulated finish", _simulated(info)),
+        (f"finish time ({info['measured_by']})", format_time(info["finish_time_s"])),
+        ("predicted (epoch model)", format_time(info["predicted_s"])),
+        ("schedule replay", _maybe_time(info["schedule_replay_s"])),
         ("algbw / busbw", f"{format_bandwidth((info['algbw_GBps'] or 0) * 1e9)} / "
                           f"{format_bandwidth((info['busbw_GBps'] or 0) * 1e9)}"),
         ("lower bound", format_time(info["lower_bound_s"])),

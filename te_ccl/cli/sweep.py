@@ -22,7 +22,7 @@ from te_ccl.errors import SpecError
 
 _RESULT_FIELDS = ("name", "key", "status", "reason", "topology", "collective", "size_bytes",
                   "min_bytes", "max_bytes", "chunks", "inplace", "proto", "backend",
-                  "finish_time_s", "sim_finish_time_s", "bound_ratio", "xml")
+                  "finish_time_s", "measured_by", "bound_ratio", "xml")
 
 
 @click.command("sweep")

@@ -1,15 +1,18 @@
 """Run a benchmark suite: teccl's solver and the baselines on every case, one yardstick.
 
 Every schedule — teccl's and each baseline's — is checked by the independent schedule
-checker and replayed by the simulator; its time is the simulated finish time (the
-epoch-model prediction is kept alongside), so algbw, busbw and the ratio to the lower
-bound compare like with like. teccl's schedule is the one ``teccl compile`` keeps
-(:func:`te_ccl.pipeline.solve_best`: judged by simulated time, over the chunkings of
+checker, lowered to MSCCL XML and the XML replayed by the simulator
+(:class:`te_ccl.pipeline.Timer`); its time is that replay's finish (``xml_s``), so algbw,
+busbw and the ratio to the lower bound are the artifact's and compare like with like. The
+schedule's own replay (``schedule_s``) and the epoch-model prediction are kept alongside;
+``xml_ratio`` = XML / schedule replay is what the lowering loses. Above
+:data:`XML_REPLAY_LIMIT` transfers the time is the schedule replay, above
+:data:`SIM_LIMIT` the prediction (``measured_by`` says which). teccl's schedule is the one
+``teccl compile`` keeps (:func:`te_ccl.pipeline.solve_best`, over the chunkings of
 ``--chunks auto`` for the cases that ask); its solver time is the wall-clock time of that
-whole choice, and ``picked_chunks`` the chunks per rank of the schedule kept. Very large
-schedules (more than :data:`SIM_LIMIT` transfers) are timed by their prediction and not
-checked; schedules longer than :data:`CHECK_EPOCHS` epochs are simulated but not checked
-(``checked`` says which rows were).
+whole choice, and ``picked_chunks`` the chunks per rank of the schedule kept. Schedules
+longer than :data:`CHECK_EPOCHS` epochs or over :data:`SIM_LIMIT` transfers are not
+checked (``checked`` says which rows were).
 """
 
 from __future__ import annotations
@@ -23,16 +26,23 @@ from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.chunking import BASE_CHUNKS
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import TecclError
-from te_ccl.pipeline import SIM_LIMIT, SIMULATED, remembering, replayed_time, solve_best
+from te_ccl.pipeline import (
+    SIM_LIMIT,
+    XML_REPLAY_LIMIT,
+    CompileOptions,
+    Timer,
+    forward_only,
+    render_fitting,
+    solve_best,
+)
 from te_ccl.report.bounds_cache import Bounds
 from te_ccl.report.metrics import bandwidths
 from te_ccl.report.suites import Case, Suite
 from te_ccl.schedule import Schedule
-from te_ccl.solve import Judge
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["Row", "BenchResult", "run_case", "run_suite", "SIM_LIMIT"]
+__all__ = ["Row", "BenchResult", "run_case", "run_suite", "SIM_LIMIT", "XML_REPLAY_LIMIT"]
 
 CHECK_EPOCHS = 200_000  # the checker replays epoch by epoch: beyond this, simulate only
 Progress = Callable[[str], None]
@@ -54,7 +64,10 @@ class Row:
     solver_time_s: float | None = None
     limit_s: float | None = None
     predicted_s: float | None = None
-    simulated_s: float | None = None
+    schedule_s: float | None = None
+    xml_s: float | None = None
+    xml_ratio: float | None = None
+    measured_by: str = ""
     time_s: float | None = None
     algbw_GBps: float | None = None
     busbw_GBps: float | None = None
@@ -86,21 +99,27 @@ def _collective(case: Case, ngpus: int) -> Collective:
                       chunks_per_rank=case.chunks, root=case.root)
 
 
-def _timed(base: Row, sched: Schedule, judge: Judge = SIMULATED) -> Row:
-    """Check and simulate ``sched`` (by ``judge``, which may remember the time from the
-    solve); fill the row's times, bandwidths and ratio."""
+def _timed(base: Row, sched: Schedule, timer: Timer | None = None) -> Row:
+    """Check, lower and replay ``sched`` (by ``timer``, which may remember the times from
+    the solve); fill the row's times, bandwidths and ratio. A schedule the lowering
+    refuses is a failed row: there is no file to run."""
     big = len(sched.transfers) > SIM_LIMIT
     checked = not big and sched.finish_epoch <= CHECK_EPOCHS
     if checked and (bad := check_schedule(sched)):
         return replace(base, status=f"invalid: [{bad[0].rule}] {bad[0].message}"[:160])
-    sim = replayed_time(sched, judge)
-    t = sim if sim is not None else sched.finish_time_s
-    c = sched.collective
+    timing = (timer or Timer()).timing(sched)
+    if timing.unlowerable is not None:
+        return replace(base, backend=sched.info.backend, checked=checked,
+                       status=f"does not lower: {timing.unlowerable}"[:160])
+    t, c = timing.finish_s, sched.collective
     algbw, busbw = bandwidths(c.size_bytes, t, c.busbw_factor)
+    xml_ratio = (timing.xml_s / timing.schedule_s
+                 if timing.xml_s is not None and timing.schedule_s else None)
     return replace(base, backend=sched.info.backend, predicted_s=sched.finish_time_s,
                    checked=checked, picked_chunks=c.chunks_per_rank,
-                   simulated_s=sim, time_s=t, algbw_GBps=algbw, busbw_GBps=busbw,
-                   ratio=t / base.bound_s if base.bound_s else None,
+                   schedule_s=timing.schedule_s, xml_s=timing.xml_s, xml_ratio=xml_ratio,
+                   measured_by=timing.measured_by, time_s=t, algbw_GBps=algbw,
+                   busbw_GBps=busbw, ratio=t / base.bound_s if base.bound_s else None,
                    optimal=sched.info.optimal)
 
 
@@ -123,7 +142,7 @@ def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None,
                 progress(f"{case.topology} {case.kind} {case.size_bytes} B: baseline {name}")
             row = replace(base, system=f"baseline:{name}", limit_s=None)
             try:
-                rows.append(_timed(row, build_baseline(name, topo, coll)))
+                rows.append(_timed(row, build_baseline(name, forward_only(topo), coll)))
             except BaselineError:
                 continue  # e.g. a reduction that would need a relay through a GPU
             except Exception as e:  # noqa: BLE001 - one broken row must not end the run
@@ -134,10 +153,12 @@ def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None,
 def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> Row:
     params = SolveParams(backend=case.backend, time_limit_s=case.limit_s, threads=threads,
                          epoch=case.epoch)
-    start, judge = time.monotonic(), remembering(SIMULATED)
+    start, timer = time.monotonic(), Timer()
     try:  # what `teccl compile` keeps (--chunks auto for auto_chunks cases), checked below
         chunks = BASE_CHUNKS if case.auto_chunks else ()
-        sched = solve_best(topo, coll, params, chunks, judge=judge)
+        sched = solve_best(topo, coll, params, chunks, judge=timer.judge)
+        if timer.timing(sched).refittable:  # as compile writes it: fewer sub-chunks
+            sched, _ = render_fitting(sched, CompileOptions(), params, judge=timer.judge)
     except TecclError as e:
         return replace(base, status=f"failed: {e}"[:160],
                        solver_time_s=time.monotonic() - start)
@@ -146,7 +167,7 @@ def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> R
                        solver_time_s=time.monotonic() - start)
     done = replace(base, solver_time_s=time.monotonic() - start)
     try:
-        return _timed(done, sched, judge)
+        return _timed(done, sched, timer)
     except TecclError as e:  # the simulator refused the schedule
         return replace(done, status=f"invalid: {e}"[:160])
 

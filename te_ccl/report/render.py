@@ -14,7 +14,7 @@ from pathlib import Path
 from rich.table import Table
 
 from te_ccl.outputs import write_atomic
-from te_ccl.report.bench import BenchResult, Row
+from te_ccl.report.bench import SIM_LIMIT, XML_REPLAY_LIMIT, BenchResult, Row
 from te_ccl.report.targets import TACOS_RATIOS, Anchor, Target, anchors, evaluate_targets
 from te_ccl.units import format_size, format_time
 
@@ -80,7 +80,7 @@ def _scale(rows: list[Row]) -> list[str]:
                      _num(r.ratio) if r.ok else r.status.replace("|", "/"),
                      _num(r.predicted_s / r.bound_s if r.ok and r.bound_s else None),
                      r.bound_kind, _num(tacos)])
-    return _md_table(["instance", "collective", "GPUs", "solver s", "ratio (sim)",
+    return _md_table(["instance", "collective", "GPUs", "solver s", "ratio",
                       "ratio (epochs)", "bound", "TACOS ratio"], body)
 
 
@@ -91,8 +91,11 @@ def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: li
         f"distinct cases, {len(result.rows)} schedules in {result.elapsed_s / 60:.1f} min on "
         f"{os.cpu_count()} cores ({platform.python_implementation()} {platform.python_version()}); "
         f"{len(result.skipped)} case(s) skipped for the time budget.",
-        "Every time is the simulated finish time (α-β replay with link contention; the "
-        "epoch-model prediction for schedules of over 100k transfers); schedules up to 200k "
+        "Every time is the replay of the lowered MSCCL XML (α-β with link contention, "
+        "thread blocks and connections as the runtime runs them; the schedule's replay "
+        f"above {XML_REPLAY_LIMIT:,} transfers, the epoch-model prediction above "
+        f"{SIM_LIMIT:,}; `measured_by` and "
+        "`xml_ratio` = XML / schedule replay in results.csv); schedules up to 200k "
         "epochs and 100k transfers passed the independent schedule checker (`checked` in "
         "results.csv); ratio = time / lower bound (`bound`: exact, or the single-node cut "
         "where the exact one takes over 30 s); algbw = size / time (GB/s, nccl-tests).",
@@ -152,7 +155,7 @@ def draw_plots(rows: list[Row], out_dir: Path) -> list[Path]:
             ax.set_ylabel("algbw (GB/s)")
         handles = {h.get_label(): h for ax in axes[0] for h in ax.get_lines()}
         axes[0][-1].legend(handles.values(), handles.keys(), fontsize=7)
-        fig.suptitle(f"{topo}: simulated algbw")
+        fig.suptitle(f"{topo}: algbw of the replayed XML")
         fig.tight_layout()
         path = out_dir / f"{topo}.png"
         fd, tmp = tempfile.mkstemp(suffix=".png", dir=out_dir)
@@ -174,13 +177,13 @@ def targets_table(targets: list[Target]) -> Table:
 
 def results_table(rows: list[Row]) -> Table:
     t = Table("topology", "collective", "size", "system", "solver", "time", "algbw GB/s",
-              "ratio", title="results")
+              "ratio", "XML/sched", title="results")
     for r in rows:
         t.add_row(r.topology, r.collective, _size(r.size_bytes),
                   r.system.replace("baseline:", ""),
                   format_time(r.solver_time_s) if r.solver_time_s is not None else "",
                   format_time(r.time_s) if r.ok else r.status[:40],
-                  _num(r.algbw_GBps, "{:.3g}"), _num(r.ratio))
+                  _num(r.algbw_GBps, "{:.3g}"), _num(r.ratio), _num(r.xml_ratio))
     return t
 
 

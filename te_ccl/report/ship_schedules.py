@@ -4,7 +4,9 @@
 allreduce, alltoall} on every shipped topology with at most 64 GPUs and no reducing
 (FRED) switch, and writes for each ``DIR/TOPOLOGY/KIND.xml`` (out-of-place),
 ``KIND.inplace.xml`` and ``KIND.json`` (the ``teccl compile --json`` summary). Every XML is
-verified before it is written. ``DIR/index.json`` and ``DIR/README.md`` list every
+verified before it is written, and its times are the replay of the out-of-place XML. Only
+unrooted collectives ship: the MSCCL executor selects an algorithm by collective and size,
+never by root. ``DIR/index.json`` and ``DIR/README.md`` list every
 combination, with the reason when one was skipped (solver time limit, a limit of MSCCL).
 
 The whole run shares one time budget: each solve gets an equal share of what is left
@@ -61,13 +63,7 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> di
     sub-chunks (:func:`~te_ccl.pipeline.render_fitting`). The same schedule is then
     lowered out of place, or, where that does not fit either, compiled on its own.
     """
-    from te_ccl.pipeline import (
-        CompileOptions,
-        compile_collective,
-        render_fitting,
-        replayed_time,
-        summary,
-    )
+    from te_ccl.pipeline import CompileOptions, Timer, compile_collective, render_fitting, summary
 
     coll = Collective(CollectiveKind(kind), parse_size(SIZE), tuple(range(topology.ngpus)),
                       inplace=True)
@@ -77,19 +73,19 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> di
     inplace = compile_collective(topology, coll, params, CompileOptions(output=str(inplace_path)))
     s = inplace.schedule
     outofplace = replace(s, collective=replace(s.collective, inplace=False))
-    outofplace, data = render_fitting(outofplace, CompileOptions(), params)
-    simulated = (inplace.simulated_s if outofplace.transfers is s.transfers
-                 else replayed_time(outofplace))  # solved again: time the new schedule
+    timer = Timer()
+    outofplace, data = render_fitting(outofplace, CompileOptions(), params, judge=timer.judge)
     write_atomic(xml_path, data)
-    result = replace(inplace, schedule=outofplace, output=str(xml_path), simulated_s=simulated)
+    result = replace(inplace, schedule=outofplace, output=str(xml_path),
+                     timing=timer.timing(outofplace))
     info = summary(result, topology)
     info.update(output=f"{topology.name}/{kind}.xml",
                 inplace_output=f"{topology.name}/{kind}.inplace.xml", time_limit_s=limit_s)
     write_atomic(base / f"{kind}.json", json.dumps(info, indent=1) + "\n")
     return {"topology": topology.name, "collective": kind, "ngpus": topology.ngpus,
             "status": "ok", "finish_time_s": info["finish_time_s"],
-            "simulated_time_s": info["simulated_time_s"],
-            "simulated_bound_ratio": info["simulated_bound_ratio"],
+            "measured_by": info["measured_by"], "predicted_s": info["predicted_s"],
+            "schedule_replay_s": info["schedule_replay_s"],
             "algbw_GBps": info["algbw_GBps"], "bound_ratio": info["bound_ratio"],
             "optimal": info["optimal"], "solver_time_s": info["solver_time_s"],
             "files": [info["output"], info["inplace_output"], f"{topology.name}/{kind}.json"]}
@@ -191,24 +187,24 @@ def _readme(entries: list[dict]) -> str:
              f"Made by `make schedules` (`python -m te_ccl.report.ship_schedules`): {SIZE} "
              "buffers, 1 chunk per rank, out-of-place `KIND.xml` and in-place "
              "`KIND.inplace.xml`, both verified; `KIND.json` is the compile summary.", "",
-             "Finish times are the epoch model's; *simulated* is the α-β replay with "
-             "contention (`teccl simulate`), '-' in entries shipped before it was recorded.",
+             "Finish times are what `measured by` names: the replay of the lowered "
+             "out-of-place XML (`teccl simulate`), or in entries shipped before that was "
+             "recorded, the epoch model's prediction. Only unrooted collectives ship: the "
+             "MSCCL executor selects an algorithm by collective and size, never by root.",
              "",
-             "| topology | GPUs | collective | status | finish time | algbw GB/s | "
-             "time / bound | simulated | simulated / bound | optimal |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| topology | GPUs | collective | status | finish time | measured by | "
+             "algbw GB/s | time / bound | optimal |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         if e["status"] == "ok":
-            sim, sim_ratio = e.get("simulated_time_s"), e.get("simulated_bound_ratio")
             lines.append(f"| {e['topology']} | {e['ngpus']} | {e['collective']} | ok | "
-                         f"{e['finish_time_s'] * 1e6:.1f} us | {e['algbw_GBps']:.1f} | "
-                         f"{_ratio(e['bound_ratio'])} | "
-                         f"{f'{sim * 1e6:.1f} us' if sim else '-'} | {_ratio(sim_ratio)} | "
-                         f"{'yes' if e['optimal'] else 'no'} |")
+                         f"{e['finish_time_s'] * 1e6:.1f} us | "
+                         f"{e.get('measured_by', 'epoch model')} | {e['algbw_GBps']:.1f} | "
+                         f"{_ratio(e['bound_ratio'])} | {'yes' if e['optimal'] else 'no'} |")
         else:
             reason = e["reason"].replace("|", "/")[:120]
             lines.append(f"| {e['topology']} | {e['ngpus']} | {e['collective']} | "
-                         f"skipped: {reason} | | | | | | |")
+                         f"skipped: {reason} | | | | | |")
     return "\n".join(lines) + "\n"
 
 

@@ -11,8 +11,11 @@ A point's XML is written before its record, and both atomically, so a record on 
 means the point is complete — that is what resume trusts, and why Ctrl-C loses
 nothing that finished. Several points may serve the same messages (chunkings,
 protocols, backends of one size range); ``msccl/TOPOLOGY`` holds only the fastest of
-each group (by simulated finish time), so the runtime's choice by ``minBytes`` /
-``maxBytes`` is unambiguous and the best one.
+each group (by ``finish_time_s``, the replay of the point's XML), so the runtime's choice
+by ``minBytes`` / ``maxBytes`` is unambiguous and the best one. Rooted collectives are
+compiled and indexed but never published there: the runtime selects an algorithm by
+collective and size, not by root, so a root-0 broadcast would run for every root
+(their ``selected`` is false and their notes say why).
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ __all__ = ["COLUMNS", "ResultStore"]
 COLUMNS = (
     "name", "key", "status", "reason", "topology", "collective", "root", "ranks", "ngpus",
     "size_bytes", "min_bytes", "max_bytes", "chunks", "inplace", "proto", "backend",
-    "backend_used", "time_limit_s", "epochs", "epoch_s", "finish_time_s", "sim_finish_time_s",
-    "sim_ratio", "lower_bound_s", "bound_ratio", "algbw_GBps", "busbw_GBps", "optimal",
+    "backend_used", "time_limit_s", "epochs", "epoch_s", "finish_time_s", "measured_by",
+    "predicted_s", "schedule_replay_s", "lower_bound_s", "bound_ratio", "algbw_GBps", "busbw_GBps", "optimal",
     "solver_status", "solver_time_s", "wall_time_s", "cpu_time_s", "variables", "constraints",
     "transfers", "xml", "xml_sha256", "selected", "notes", "teccl_version", "host",
 )
@@ -107,9 +110,9 @@ class ResultStore:
         best: dict[tuple, tuple] = {}
         for p in points:
             r = records.get(p.key)
-            if r is None or r.get("status") != "ok":
+            if r is None or r.get("status") != "ok" or p.collective.root is not None:
                 continue
-            rank = (r.get("sim_finish_time_s") or r["finish_time_s"], r["finish_time_s"], p.name)
+            rank = (r["finish_time_s"], p.name)
             if p.group not in best or rank < best[p.group][0]:
                 best[p.group] = (rank, p.key)
         return {key for _, key in best.values()}

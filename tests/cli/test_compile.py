@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from dataclasses import replace
+
+import pytest
 
 from te_ccl.verify.msccl.verify import verify_msccl
 
@@ -16,7 +19,7 @@ JSON_KEYS = {"topology", "collective", "ngpus", "size_bytes", "backend", "solver
 def test_allgather_on_dgx1_writes_verified_xml_and_json_summary(teccl, tmp_path):
     out = tmp_path / "ag.xml"
     code, stdout, _ = teccl("compile", "dgx1", "--collective", "allgather", "--size", "8MB",
-                            "-o", str(out), "--json", "--time-limit", "20")
+                            "-o", str(out), "--json", "--time-limit", "20", "--backend", "milp")
     assert code == 0
     info = json.loads(stdout)
     assert JSON_KEYS <= set(info)
@@ -26,22 +29,52 @@ def test_allgather_on_dgx1_writes_verified_xml_and_json_summary(teccl, tmp_path)
     assert verify_msccl(out).valid
 
 
-def test_summary_reports_the_simulated_finish_beside_the_prediction(teccl, tmp_path):
-    """ring8 AllGather 64 MB, 1 chunk: the bidirectional ring template's halves take twice
-    their time in the epoch model (one epoch per whole chunk) but not in the replay."""
+@pytest.mark.parametrize("topo, args", [
+    ("ring8", ("-c", "allgather", "-s", "64MB")),
+    ("dgx1", ("-c", "allreduce", "-s", "1MB", "--chunks", "2")),
+    ("mesh4x4", ("-c", "allgather", "-s", "1MB", "--ranks", "0,1,4,5")),
+])
+def test_reported_finish_is_the_replay_of_the_written_xml(teccl, tmp_path, topo, args):
+    """What compile reports is what the file it wrote replays at (a rank subset included:
+    the file's ranks are the subset's positions); the prediction and the schedule
+    replay stay beside it."""
+    from te_ccl.simulate.msccl import simulate_msccl
+    from te_ccl.spec.topology import load_topology
+
+    out = tmp_path / "a.xml"
+    code, stdout, _ = teccl("compile", topo, *args, "-o", str(out), "--json",
+                            "--time-limit", "10")
+    assert code == 0
+    info = json.loads(stdout)
+    assert info["measured_by"] == "xml replay"
+    topology = load_topology(topo)
+    if "--ranks" in args:  # the file's rank p is GPU ranks[p]
+        ranks = [int(r) for r in args[args.index("--ranks") + 1].split(",")]
+        first = [topology.node(topology.gpu(r)) for r in ranks]
+        topology = replace(topology, nodes=tuple(first) + tuple(
+            n for n in topology.nodes if n not in first))
+    replay = simulate_msccl(out, topology, info["size_bytes"]).finish_time_s
+    assert info["finish_time_s"] == replay
+    assert info["bound_ratio"] == replay / info["lower_bound_s"]
+    assert info["algbw_GBps"] == info["size_bytes"] / replay / 1e9
+    assert info["predicted_s"] > 0 and info["schedule_replay_s"] > 0
+
+
+def test_json_output_is_judged_by_the_xml_it_would_lower_to(teccl, tmp_path):
+    from te_ccl.lower.msccl import lower_to_msccl
     from te_ccl.schedule import Schedule
-    from te_ccl.simulate import simulate_schedule
+    from te_ccl.simulate.msccl import simulate_msccl
     from te_ccl.spec.topology import load_topology
 
     out = tmp_path / "ag.json"
     code, stdout, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "64MB", "-o", str(out),
-                            "--json", "--time-limit", "20")
+                            "--json", "--time-limit", "10")
     assert code == 0
     info = json.loads(stdout)
-    replay = simulate_schedule(Schedule.from_json(out.read_text(), load_topology("ring8")))
-    assert info["simulated_time_s"] == replay.finish_time_s
-    assert info["simulated_bound_ratio"] == info["simulated_time_s"] / info["lower_bound_s"]
-    assert info["simulated_bound_ratio"] < info["bound_ratio"]
+    ring8 = load_topology("ring8")
+    sched = Schedule.from_json(out.read_text(), ring8)
+    xml = lower_to_msccl(sched).decode()
+    assert info["finish_time_s"] == simulate_msccl(xml, ring8, 64 * 10**6).finish_time_s
 
 
 def test_json_schedule_to_stdout(teccl):
@@ -160,3 +193,11 @@ def test_auto_is_never_slower_than_a_template(teccl, tmp_path):
         except BaselineError:
             continue  # does not apply here
         assert finish <= simulate_schedule(template).finish_time_s * (1 + 1e-9)
+
+
+def test_size_library_of_a_rooted_collective_is_refused_in_one_line(teccl, tmp_path):
+    out = tmp_path / "lib"
+    code, stdout, stderr = teccl("compile", "ring8", "-c", "broadcast", "--root", "0",
+                                 "--sizes", "1KB..1MB", "-o", str(out))
+    assert code == 2 and stdout == "" and not out.exists()
+    assert len(stderr.strip().splitlines()) == 1 and "--sizes" in stderr and "root" in stderr

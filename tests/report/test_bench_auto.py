@@ -23,24 +23,25 @@ def test_teccl_row_goes_through_the_pipeline(monkeypatch, auto, choices):
     (row,) = bench.run_case(case, threads=1)
     assert seen == [choices]
     assert row.ok and row.checked and row.chunks == 1 and row.picked_chunks >= 1
-    assert row.simulated_s == row.time_s and row.ratio >= 1 - 1e-9
+    assert row.measured_by == "xml replay" and row.xml_s == row.time_s
+    assert row.ratio >= 1 - 1e-9 and row.xml_ratio == row.xml_s / row.schedule_s
 
 
 def test_teccl_row_reports_the_time_its_choice_was_judged_by(monkeypatch):
-    """The bench does not replay the kept schedule again: the judge remembers it."""
+    """The bench does not lower and replay the kept schedule again: the timer remembers it."""
     import te_ccl.pipeline as pipeline
-    from te_ccl.simulate import simulate_schedule
 
     replays = []
+    real = pipeline.xml_replay
 
-    def counting(schedule):
+    def counting(schedule, data):
         replays.append(schedule.transfers)
-        return simulate_schedule(schedule).finish_time_s
+        return real(schedule, data)
 
-    monkeypatch.setattr(bench, "SIMULATED", pipeline.Judge("simulated", counting))
+    monkeypatch.setattr(pipeline, "xml_replay", counting)
     case = Case("ring8", "allgather", MB, limit_s=5, baselines=False)
     (row,) = bench.run_case(case, threads=1)
-    assert row.ok and row.simulated_s == row.time_s
+    assert row.ok and row.xml_s == row.time_s and replays
     assert len(replays) == len({id(t) for t in replays})  # each schedule replayed once
 
 

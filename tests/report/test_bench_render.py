@@ -12,7 +12,7 @@ from te_ccl.report.targets import anchors, evaluate_targets
 
 def row(system, time_s, size=GB, topo="ring8", kind="allgather", **kw):
     base = dict(topology=topo, ngpus=8, collective=kind, size_bytes=size, chunks=1,
-                group="suite", system=system, time_s=time_s, simulated_s=time_s,
+                group="suite", system=system, time_s=time_s, schedule_s=time_s,
                 predicted_s=time_s * 1.1, algbw_GBps=size / time_s / 1e9, bound_s=1.0,
                 cut_s=1.0, alpha_s=time_s / 1.1, ratio=time_s, solver_time_s=1.0, optimal=True)
     base.update(kw)
@@ -81,3 +81,12 @@ def test_target_rows_say_which_chunking_was_picked():
     t = by_name(evaluate_targets([row("teccl", 1.01, picked_chunks=4)]))
     assert t["ring8 allgather 1 GB vs cut bound"].measured.startswith(
         "1.010, epochs 1.111, 4 chunk(s)/GPU in")
+
+
+def test_xml_loss_target_names_the_worst_row():
+    rows = [row("teccl", 1.0, xml_ratio=1.004), row("baseline:ring", 1.5, xml_ratio=1.2),
+            row("teccl", 2.0, size=KB, xml_ratio=None)]
+    target = by_name(evaluate_targets(rows))["XML replay / schedule replay, every row"]
+    assert not target.met and "1.200" in target.measured and "1 of 2 rows over" in target.measured
+    rows[1] = row("baseline:ring", 1.5, xml_ratio=1.01)
+    assert by_name(evaluate_targets(rows))["XML replay / schedule replay, every row"].met

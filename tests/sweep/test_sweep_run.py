@@ -48,12 +48,13 @@ def test_sweep_writes_an_msccl_directory_index_and_records(two_ok, tmp_path):
         algo = etree.parse(str(out / r["xml"])).getroot()
         assert (algo.get("minBytes"), algo.get("maxBytes")) == ("0", "63999")  # 64KB = 64000, half-open
         assert algo.get("name") == r["name"]
-        assert float(r["sim_finish_time_s"]) > 0 and float(r["finish_time_s"]) > 0
+        assert r["measured_by"] == "xml replay" and float(r["finish_time_s"]) > 0
+        assert float(r["schedule_replay_s"]) > 0 and float(r["predicted_s"]) > 0
     # one group (same collective and size range): exactly one algorithm is published
     (published,) = (out / "msccl" / "ring8").glob("*.xml")
     (winner,) = [r for r in rows if r["selected"] == "True"]
     assert published.name == winner["name"] + ".xml"
-    assert float(winner["sim_finish_time_s"]) == min(float(r["sim_finish_time_s"]) for r in rows)
+    assert float(winner["finish_time_s"]) == min(float(r["finish_time_s"]) for r in rows)
     assert published.read_bytes() == (out / winner["xml"]).read_bytes()
 
 
@@ -189,3 +190,19 @@ def test_a_worker_crash_fails_only_the_point_that_caused_it(two_ok, monkeypatch)
     assert results["crash"]["status"] == "failed"
     assert "worker process died" in results["crash"]["reason"]
     assert [results[p.key]["status"] for p in good] == ["ok", "ok"]
+
+
+def test_rooted_points_are_indexed_but_never_published(grid_file, tmp_path):
+    """The runtime selects an algorithm by collective and size, not by root: a root-0
+    broadcast in msccl/TOPOLOGY would run for every root."""
+    grid = grid_file("topologies: [ring8]\ncollectives: [allgather, {collective: broadcast, "
+                     "root: 0}]\nsizes: [64KB]\ntime_limit: 10s\n")
+    out = tmp_path / "out"
+    code, info = sweep(str(grid), "-o", str(out), "--workers", "1")
+    assert code == 0 and info["ok"] == 2
+    rows = {r["collective"]: r for r in read_index(out)}
+    assert rows["broadcast"]["status"] == "ok" and rows["broadcast"]["selected"] == "False"
+    assert "not by root" in rows["broadcast"]["notes"]
+    assert rows["allgather"]["selected"] == "True"
+    assert [p.name for p in (out / "msccl" / "ring8").glob("*.xml")] == [
+        rows["allgather"]["name"] + ".xml"]
