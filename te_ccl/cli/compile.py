@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 
 import click
 from rich.table import Table
 
 from te_ccl.backends.base import BACKENDS
-from te_ccl.cli.common import collective_flags, collective_options, emit_json, err_console
+from te_ccl.cli.common import (
+    collective_flags,
+    collective_options,
+    emit_json,
+    err_console,
+    progress_status,
+)
 from te_ccl.errors import SpecError
+from te_ccl.outputs import check_output_file
 from te_ccl.units import format_bandwidth, format_time
 
 
@@ -70,6 +76,8 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     topo = load_topology(topology)
     coll = load_collective(topo, spec, **flags)
     output, fmt = _output(kw["output"], kw["fmt"], topo.name, coll.kind.value, sizes is not None)
+    if sizes is None:
+        check_output_file(output, key="--output")
     if output == "-" and (kw["as_json"] or sizes):
         raise SpecError("-o - needs a single algorithm and no --json (both use stdout)",
                         key="--output")
@@ -84,11 +92,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
                          max_horizon=kw["max_horizon"])
     options = CompileOptions(output=output, fmt=fmt, fred_tables=kw["fred_tables"],
                              chunk_choices=chunk_choices)
-    quiet = kw["as_json"] or not err_console.is_terminal
-    with (nullcontext() if quiet else err_console.status("solving…")) as status:
-        def progress(msg: str) -> None:
-            if status is not None:
-                status.update(msg)
+    with progress_status("solving…") as progress:
         if sizes:
             results = compile_size_library(topo, coll, params, *sizes, output, fmt=fmt,
                                            chunk_choices=chunk_choices, progress=progress)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from te_ccl.fred.routing import Routing
 from te_ccl.fred.switch import FredSwitch, MicroSwitch
+from te_ccl.outputs import save_figure
 
 __all__ = ["layout", "draw_switch"]
 
@@ -82,5 +83,4 @@ def draw_switch(sw: FredSwitch, path: str | Path, routing: Routing | None = None
     ax.axis("off")
     ax.set_title(f"{sw.path}: FRED_{sw.m}({sw.ports}), {len(pos)} µSwitches")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path, dpi=150)

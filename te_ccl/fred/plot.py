@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from te_ccl.fred.evaluate import Evaluation
+from te_ccl.outputs import save_figure
 
 __all__ = ["plot_evaluation"]
 
@@ -32,5 +33,4 @@ def plot_evaluation(ev: Evaluation, path: str | Path) -> None:
     ax.set_title(f"{ev.workload}, {ev.strategy}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path, dpi=150)
