@@ -105,7 +105,8 @@ def collective_options(f: Callable) -> Callable:
                      "keeps the schedule (or ring/tree/direct template) whose simulated "
                      "finish is earliest."),
         click.option("--ranks", metavar="LIST", help="Ranks taking part: all, 0-7, 0,2,4,6."),
-        click.option("--root", metavar="R", help="Root rank of broadcast, reduce, gather, scatter."),
+        click.option("--root", metavar="R", help="Root rank of broadcast, reduce, gather, "
+                     "scatter (default: the first rank, 0 unless --ranks says otherwise)."),
         click.option("--inplace/--outofplace", default=None, help="Buffer mode (default out-of-place)."),
         click.option("--proto", metavar="P", help="MSCCL protocol: Simple, LL or LL128."),
     ]

@@ -52,8 +52,6 @@ def test_schema_errors_name_file_and_key(grid_file, text, key, words):
      "topologies[1]", "no shipped topology"),
     ("topologies: [ring8]\ncollectives: [allgather, {collective: broadcast, root: 9}]\n"
      "sizes: [1MB]\n", "collectives[1].root", "rank 9"),
-    ("topologies: [ring8]\ncollectives: [broadcast]\nsizes: [1MB]\n", "collectives[0].root",
-     "needs a root"),
     ("topologies: [ring8]\ncollectives: [allgaher]\nsizes: [1MB]\n", "collectives[0]",
      "allgather"),
     ("topologies: [ring8]\ncollectives: [allgather]\nsizes: [1001B]\n", "sizes[0]", ""),
