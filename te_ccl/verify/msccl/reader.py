@@ -139,7 +139,7 @@ def read_msccl_lenient(path_or_text: str | Path) -> tuple[Algo, list[str]]:
                     "--upgrade -o NEW.xml`"]
 
 
-_ALGO_TAG = re.compile(r"<algo\b[^<>]*?(/?>)")
+_ALGO_TAG = re.compile(r"<!--.*?-->|<algo\b[^<>]*?(/?>)", re.S)
 
 
 def upgrade_legacy(text: str) -> tuple[str, list[str]]:
@@ -150,7 +150,7 @@ def upgrade_legacy(text: str) -> tuple[str, list[str]]:
     >>> upgrade_legacy('<algo name="a" ngpus="2" inplace="1">\\n</algo>\\n')
     ('<algo name="a" ngpus="2" inplace="1" outofplace="0" minBytes="0" maxBytes="0">\\n</algo>\\n', ['outofplace', 'minBytes', 'maxBytes'])
     """
-    head = _ALGO_TAG.search(text)
+    head = next((m for m in _ALGO_TAG.finditer(text) if m.group(1) is not None), None)
     if head is None:
         return text, []
     attrs = dict(re.findall(r'\s([^\s=]+)="([^"]*)"', head.group(0)))
