@@ -17,7 +17,7 @@ from te_ccl.cli.common import (
 )
 from te_ccl.errors import SpecError
 from te_ccl.outputs import check_output_file
-from te_ccl.units import format_bandwidth, format_time
+from te_ccl.units import format_bandwidth, format_size, format_time
 
 
 @click.command("compile")
@@ -50,6 +50,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
         compile_size_library,
         summary,
     )
+    from te_ccl.report.metrics import buffer_summary
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
     from te_ccl.units import UnitError, parse_time
@@ -98,7 +99,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
                                            chunk_choices=chunk_choices, progress=progress)
         else:
             results = [compile_collective(topo, coll, params, options, progress)]
-    infos = [summary(r, topo) for r in results]
+    infos = [summary(r, topo) | buffer_summary(r.schedule) for r in results]
     if kw["as_json"]:
         emit_json(infos[0] if not sizes else {"topology": topo.name,
                                               "collective": coll.kind.value,
@@ -124,6 +125,15 @@ def _simulated(info: dict) -> str:
     return format_time(sim) + (f" ({ratio:.3f} × the bound)" if ratio else "")
 
 
+def _buffers(info: dict) -> str:
+    """Output buffer plus relay scratch: the largest GPU's, and the peak scratch."""
+    low = min(info["buffer_bytes"].values(), default=0)
+    text = format_size(info["max_buffer_bytes"])
+    if low != info["max_buffer_bytes"]:
+        text = f"{format_size(low)}..{text}"
+    return text + f" (scratch peak {format_size(info['peak_scratch_bytes'])})"
+
+
 def _table(info: dict) -> Table:
     t = Table(title=f"{info['collective']} on {info['topology']} ({info['ngpus']} GPUs)",
               show_header=False)
@@ -140,6 +150,7 @@ def _table(info: dict) -> Table:
         ("lower bound", format_time(info["lower_bound_s"])),
         ("ratio to bound", f"{ratio:.3f}" if ratio else "n/a"),
         ("size range", f"{info['min_bytes']}..{info['max_bytes'] or '∞'} bytes"),
+        ("buffer per GPU", _buffers(info)),
         ("optimal (epoch model)", "yes" if info["optimal"] else "not proven"),
         ("output", str(info["output"])),
     ]

@@ -98,3 +98,25 @@ def test_sigterm_during_the_final_write_leaves_no_temporary_file(tmp_path):
     proc = subprocess.run([sys.executable, "-c", script], env=env, timeout=60)
     assert proc.returncode == 128 + 15
     assert list(target.parent.iterdir()) == []
+
+
+def test_compile_reports_buffers_per_gpu_and_peak_scratch(teccl, tmp_path):
+    import json
+
+    code, out, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB",
+                         "-o", str(tmp_path / "a.xml"), "--json")
+    info = json.loads(out)
+    assert code == 0 and len(info["buffer_bytes"]) == 8
+    assert set(info["buffer_bytes"].values()) == {info["size_bytes"]}   # AllGather: the output
+    assert info["max_buffer_bytes"] == info["size_bytes"] and info["peak_scratch_bytes"] == 0
+    code, _, err = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB",
+                         "-o", str(tmp_path / "b.xml"))
+    assert "buffer per GPU" in err and "scratch peak 0B" in err
+
+
+def test_a_rooted_collective_without_root_compiles_for_rank_0(teccl, tmp_path):
+    out = tmp_path / "b.xml"
+    code, _, _ = teccl("compile", "ring8", "-c", "broadcast", "-s", "1MB", "-o", str(out))
+    assert code == 0
+    code, stdout, _ = teccl("verify", str(out), "--root", "0")
+    assert code == 0
