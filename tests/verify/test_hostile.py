@@ -17,6 +17,7 @@ import pytest
 from te_ccl.verify.msccl import MscclReadError, read_msccl, verify_msccl
 from te_ccl.verify.msccl.reader import MAX_CHUNKS, MAX_RANKS, MAX_SLOTS, read_msccl_lenient
 from te_ccl.verify.msccl.stream import uncommented
+
 from .xmltools import reference
 
 CEILING = 1 << 30
