@@ -29,7 +29,7 @@ from typing import Any
 
 from te_ccl.errors import SpecError
 
-__all__ = ["write_atomic", "check_output_file", "save_figure"]
+__all__ = ["write_atomic", "check_output_file", "save_figure", "pyplot"]
 
 
 def _umask() -> int:
@@ -44,11 +44,23 @@ def check_output_file(path: str | os.PathLike, key: str | None = None) -> None:
         raise SpecError("is a directory; expected a file name", file=str(path), key=key)
 
 
+def pyplot() -> Any:
+    """``matplotlib.pyplot`` drawing without a display, or an error naming the extra that
+    installs it (plotting is optional: ``pip install 'teccl[plot]'``)."""
+    try:
+        import matplotlib
+    except ImportError:
+        raise SpecError("drawing needs matplotlib: pip install 'teccl[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def save_figure(fig: Any, path: str | os.PathLike, **savefig: Any) -> Path:
     """Render a matplotlib figure in memory in the format of ``path``'s suffix, close it,
     and write it with :func:`write_atomic` (so a bad path is one error, exit code 2)."""
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     target = Path(path)
     fmt = target.suffix[1:].lower()
     formats = fig.canvas.get_supported_filetypes()

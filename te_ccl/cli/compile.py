@@ -43,31 +43,22 @@ from te_ccl.units import format_bandwidth, format_size, format_time
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     """Compile a collective on TOPOLOGY (a shipped name or a YAML file)."""
-    from te_ccl.backends.base import SolveParams
-    from te_ccl.pipeline import (
-        CompileOptions,
-        compile_collective,
-        compile_size_library,
-        summary,
-    )
+    import te_ccl
+    from te_ccl.api import solve_params
+    from te_ccl.pipeline import compile_size_library, summary
     from te_ccl.report.metrics import buffer_summary
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
-    from te_ccl.units import UnitError, parse_time
 
     flags = collective_flags(kw)
-    chunk_choices: tuple[int, ...] = ()
-    if flags.get("chunks") == "auto":
-        from te_ccl.chunking import BASE_CHUNKS
-
-        chunk_choices = BASE_CHUNKS
-        flags["chunks"] = 1
-    elif "chunks" in flags:
+    chunks = flags.pop("chunks", None)
+    if chunks not in (None, "auto"):
         try:
-            flags["chunks"] = int(flags["chunks"])
+            chunks = int(chunks)
         except ValueError:
-            raise SpecError(f"expected a positive integer or auto, got {flags['chunks']!r}",
+            raise SpecError(f"expected a positive integer or auto, got {chunks!r}",
                             key="--chunks") from None
+        flags["chunks"] = chunks
     sizes = None
     if kw["sizes"]:
         from te_ccl.report.sizes import parse_size_range
@@ -77,28 +68,25 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     topo = load_topology(topology)
     coll = load_collective(topo, spec, **flags)
     output, fmt = _output(kw["output"], kw["fmt"], topo.name, coll.kind.value, sizes is not None)
-    if sizes is None:
-        check_output_file(output, key="--output")
     if output == "-" and (kw["as_json"] or sizes):
         raise SpecError("-o - needs a single algorithm and no --json (both use stdout)",
                         key="--output")
-    epoch = kw["epoch"]
-    if epoch not in ("fastest", "slowest"):
-        try:
-            epoch = parse_time(epoch)
-        except UnitError as e:
-            raise SpecError(str(e), key="--epoch") from None
-    params = SolveParams(backend=kw["backend"], time_limit_s=kw["time_limit"],
-                         threads=kw["threads"], seed=kw["seed"], epoch=epoch,
-                         max_horizon=kw["max_horizon"])
-    options = CompileOptions(output=output, fmt=fmt, fred_tables=kw["fred_tables"],
-                             chunk_choices=chunk_choices)
+    if sizes is None:
+        check_output_file(output, key="--output")
+    solver = {"backend": kw["backend"], "time_limit_s": kw["time_limit"],
+              "threads": kw["threads"], "seed": kw["seed"], "epoch": kw["epoch"],
+              "max_horizon": kw["max_horizon"]}
     with progress_status("solving…") as progress:
         if sizes:
-            results = compile_size_library(topo, coll, params, *sizes, output, fmt=fmt,
-                                           chunk_choices=chunk_choices, progress=progress)
+            from te_ccl.chunking import BASE_CHUNKS
+
+            results = compile_size_library(
+                topo, coll, solve_params(**solver), *sizes, output, fmt=fmt,
+                chunk_choices=BASE_CHUNKS if chunks == "auto" else (), progress=progress)
         else:
-            results = [compile_collective(topo, coll, params, options, progress)]
+            results = [te_ccl.compile(topo, coll, chunks="auto" if chunks == "auto" else None,
+                                      output=output, fmt=fmt, fred_tables=kw["fred_tables"],
+                                      progress=progress, **solver)]
     infos = [summary(r, topo) | buffer_summary(r.schedule) for r in results]
     if kw["as_json"]:
         emit_json(infos[0] if not sizes else {"topology": topo.name,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from te_ccl.fred.evaluate import Evaluation
-from te_ccl.outputs import save_figure
+from te_ccl.outputs import pyplot, save_figure
 
 __all__ = ["plot_evaluation"]
 
@@ -15,10 +15,7 @@ PARTS = (("compute_s", "compute"), ("mp_s", "MP"), ("pp_s", "PP"), ("dp_s", "DP"
 
 def plot_evaluation(ev: Evaluation, path: str | Path) -> None:
     """Save the breakdown of ``ev`` (milliseconds per fabric) to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [r.fabric for r in ev.results]
     fig, ax = plt.subplots(figsize=(7, 4))

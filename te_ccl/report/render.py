@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.table import Table
 
-from te_ccl.outputs import save_figure, write_atomic
+from te_ccl.outputs import pyplot, save_figure, write_atomic
 from te_ccl.report.bench import BenchResult, Row
 from te_ccl.report.targets import TACOS_RATIOS, Anchor, Target, anchors, evaluate_targets
 from te_ccl.units import format_size, format_time
@@ -124,10 +124,7 @@ _COLOURS = {"teccl": "black", "baseline:ring": "tab:blue", "baseline:ring-bidir"
 
 def draw_plots(rows: list[Row], out_dir: Path) -> list[Path]:
     """One PNG per topology: algbw vs size, one panel per collective, one line per system."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     by_topo: dict[str, list[Row]] = defaultdict(list)
     for r in rows:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from te_ccl.errors import SpecError
-from te_ccl.outputs import save_figure
+from te_ccl.outputs import pyplot, save_figure
 from te_ccl.simulate.result import SimResult
 
 __all__ = ["draw_timeline"]
@@ -23,10 +23,7 @@ def draw_timeline(result: SimResult, path: str | Path, *, title: str = "") -> Pa
     if path.suffix.lower() not in _FORMATS:
         raise SpecError(f"expected a .png, .svg or .pdf file name, got {path.name!r}",
                         key="--timeline")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     links = sorted({(iv.src, iv.dst) for iv in result.intervals})
     row = {k: i for i, k in enumerate(links)}
