@@ -189,3 +189,16 @@ def test_a_worker_crash_fails_only_the_point_that_caused_it(two_ok, monkeypatch)
     assert results["crash"]["status"] == "failed"
     assert "worker process died" in results["crash"]["reason"]
     assert [results[p.key]["status"] for p in good] == ["ok", "ok"]
+
+
+def test_plain_progress_lines_off_a_terminal(one_ok_one_failed, teccl, tmp_path):
+    code, _, err = teccl("sweep", one_ok_one_failed, "-o", str(tmp_path / "o"),
+                         "--workers", "1", "--json")
+    lines = [x for x in err.splitlines() if x.startswith("sweep ") and "/2 (ok" in x]
+    assert code == 1 and len(lines) == 2 and lines[-1].startswith("sweep 2/2 (ok 1, failed 1)")
+    code, _, err = teccl("--quiet", "sweep", one_ok_one_failed, "-o", str(tmp_path / "q"),
+                         "--workers", "1", "--json")
+    from te_ccl.cli.common import set_quiet
+
+    set_quiet(False)
+    assert code == 1 and err == ""
