@@ -48,13 +48,27 @@ def verify_cmd(ctx: click.Context, file: Path, as_json: bool, root: int | None,
     if upgrade:
         report = _upgrade(file, output, root=root, max_steps=max_steps, fifo_slots=fifo_slots)
     else:
-        report = verify_msccl(file, root=root, max_steps=max_steps, fifo_slots=fifo_slots)
+        report = _hint_upgrade(verify_msccl(file, root=root, max_steps=max_steps,
+                                            fifo_slots=fifo_slots))
     if as_json:
         click.echo(json.dumps(report_json(report)))
     else:
         _print(report)
     if not report.valid:
         ctx.exit(1)
+
+
+def _hint_upgrade(report: Report) -> Report:
+    """Name the fix when the older format's missing attributes are the only errors."""
+    from dataclasses import replace
+
+    from te_ccl.verify.msccl.reader import LEGACY_RULES
+
+    if report.errors and all(f.rule in LEGACY_RULES for f in report.errors):
+        note = (f"msccl-tools' older format: `teccl verify {report.source} --upgrade -o NEW.xml` "
+                "writes it in the executor's format")
+        return replace(report, notes=(*report.notes, note))
+    return report
 
 
 def _upgrade(file: Path, output: Path, **checks) -> Report:

@@ -25,14 +25,24 @@ RING = "azure_allgather_ring_8_1_1.xml"
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _verify_capped(path: Path, ceiling: int = CEILING) -> subprocess.CompletedProcess:
+def _capped_run(*args: str, ceiling: int = CEILING) -> subprocess.CompletedProcess:
     def capped() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (ceiling, ceiling))
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "te_ccl", "verify", str(path)],
-                          capture_output=True, text=True, env=env, preexec_fn=capped,
-                          timeout=120)
+    return subprocess.run([sys.executable, "-m", "te_ccl", *args], capture_output=True,
+                          text=True, env=env, preexec_fn=capped, timeout=120)
+
+
+def _verify_capped(path: Path, ceiling: int = CEILING) -> subprocess.CompletedProcess:
+    return _capped_run("verify", str(path), ceiling=ceiling)
+
+
+@pytest.mark.parametrize("args", [("--help",), ("verify", "--help"), ("compile", "--help"),
+                                  ("topo", "list")])
+def test_help_level_commands_fit_under_the_ceiling(args):
+    proc = _capped_run(*args)
+    assert proc.returncode == 0, proc.stderr
 
 
 def _ring() -> str:

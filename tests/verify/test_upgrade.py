@@ -59,3 +59,10 @@ def test_simulate_takes_the_older_format_with_a_warning(teccl, tmp_path):
     assert "older format" in err and "--upgrade" in err
     code, _, err = teccl("simulate", "dgx1", str(tmp_path / "legacy.xml"), "-s", "1MB")
     assert err.count("older format") == 1
+
+
+def test_verify_names_the_upgrade_for_an_older_file(teccl, tmp_path):
+    code, out, _ = teccl("verify", str(_legacy(tmp_path)))
+    assert code == 1 and "--upgrade -o NEW.xml" in out
+    code, out, _ = teccl("verify", str(_legacy(tmp_path)), "--json")
+    assert any("--upgrade" in n for n in __import__("json").loads(out)["notes"])
