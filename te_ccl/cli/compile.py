@@ -51,14 +51,15 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     from te_ccl.spec.topology import load_topology
 
     flags = collective_flags(kw)
-    chunks = flags.pop("chunks", None)
-    if chunks not in (None, "auto"):
+    chunks = flags.get("chunks")
+    if chunks == "auto":
+        flags["chunks"] = 1   # the candidates start from one chunk per rank
+    elif chunks is not None:
         try:
-            chunks = int(chunks)
+            flags["chunks"] = int(chunks)
         except ValueError:
             raise SpecError(f"expected a positive integer or auto, got {chunks!r}",
                             key="--chunks") from None
-        flags["chunks"] = chunks
     sizes = None
     if kw["sizes"]:
         from te_ccl.report.sizes import parse_size_range
