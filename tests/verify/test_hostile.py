@@ -72,18 +72,19 @@ HELP = [["--help"], ["verify", "--help"], ["compile", "--help"], ["topo", "list"
 
 def test_hostile_files_are_one_line_and_help_fits_under_the_ceiling(tmp_path):
     """Headers beyond the runtime's limits, other encodings and binary data: exit 2 with
-    one line naming the file (and the key); help-level commands: exit 0."""
+    one line naming the file (and the key) from verify and simulate; help-level
+    commands: exit 0."""
     commands, expect = [], []
     for i, (old, new, key) in enumerate(HEADERS):
         path = tmp_path / f"h{i}.xml"
         path.write_text(_ring().replace(old, new, 1))
-        commands.append(["verify", str(path)])
-        expect.append((path.name, f"{key}="))
+        commands += [["verify", str(path)], ["simulate", "dgx1", str(path), "-s", "1MB"]]
+        expect += [(path.name, f"{key}=")] * 2
     for i, (content, words) in enumerate(ENCODINGS):
         path = tmp_path / f"e{i}.xml"
         path.write_bytes(content(_ring()))
-        commands.append(["verify", str(path)])
-        expect.append((path.name, words))
+        commands += [["verify", str(path)], ["simulate", "dgx1", str(path), "-s", "1MB"]]
+        expect += [(path.name, words)] * 2
     results = _capped(commands + HELP)
     for (code, _, err), (name, words) in zip(results, expect, strict=False):
         assert code == 2 and err.count("\n") == 1 and name in err and words in err, err
