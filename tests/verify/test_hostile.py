@@ -56,11 +56,14 @@ def _ring() -> str:
 
 
 HEADERS = [
-    ('ngpus="8"', 'ngpus="1000000000"', "ngpus"),
-    ('nchunksperloop="8"', 'nchunksperloop="2000000000"', "nchunksperloop"),
-    ('nchannels="1"', 'nchannels="1000000000"', "nchannels"),
-    ('ngpus="8"', 'ngpus="0"', "ngpus"),
-    ('ngpus="8"', 'ngpus="-4"', "ngpus"),
+    (lambda t: t.replace('ngpus="8"', 'ngpus="1000000000"', 1), "ngpus="),
+    (lambda t: t.replace('nchunksperloop="8"', 'nchunksperloop="2000000000"', 1),
+     "nchunksperloop="),
+    (lambda t: t.replace('nchannels="1"', 'nchannels="1000000000"', 1), "nchannels="),
+    (lambda t: t.replace('ngpus="8"', 'ngpus="0"', 1), "ngpus="),
+    (lambda t: t.replace('ngpus="8"', 'ngpus="-4"', 1), "ngpus="),
+    (lambda t: t.replace('o_chunks="8"', 'o_chunks="2000000000"')
+     .replace('dstoff="7"', 'dstoff="1999999990"', 1), "reach o[1999999990]"),
 ]
 ENCODINGS = [
     (lambda t: t.encode("utf-16"), "UTF-16"),
@@ -75,11 +78,11 @@ def test_hostile_files_are_one_line_and_help_fits_under_the_ceiling(tmp_path):
     one line naming the file (and the key) from verify and simulate; help-level
     commands: exit 0."""
     commands, expect = [], []
-    for i, (old, new, key) in enumerate(HEADERS):
+    for i, (change, words) in enumerate(HEADERS):
         path = tmp_path / f"h{i}.xml"
-        path.write_text(_ring().replace(old, new, 1))
+        path.write_text(change(_ring()))
         commands += [["verify", str(path)], ["simulate", "dgx1", str(path), "-s", "1MB"]]
-        expect += [(path.name, f"{key}=")] * 2
+        expect += [(path.name, words)] * 2
     for i, (content, words) in enumerate(ENCODINGS):
         path = tmp_path / f"e{i}.xml"
         path.write_bytes(content(_ring()))

@@ -28,7 +28,7 @@ from pathlib import Path
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.fastread import read_canonical
 from te_ccl.verify.msccl.findings import Finding, finding
-from te_ccl.verify.msccl.model import DEFAULTS, Algo, Gpu, Step, Threadblock
+from te_ccl.verify.msccl.model import BUFFERS, DEFAULTS, Algo, Gpu, Step, Threadblock
 from te_ccl.verify.msccl.runtime_rules import MAX_COUNT
 from te_ccl.verify.msccl.stream import decoded, lines_of
 from te_ccl.verify.msccl.text import (
@@ -41,8 +41,8 @@ from te_ccl.verify.msccl.text import (
 
 __all__ = ["read_msccl", "read_msccl_lenient", "parse_msccl", "parse_text", "load_text",
            "source_name", "paused_gc", "upgrade_legacy", "LEGACY_RULES", "MAX_RANKS",
-           "MAX_CHUNKS", "MAX_SLOTS", "MAX_GENERAL_TEXT", "MscclReadError", "MscclSyntaxError",
-           "MscclFormatError"]
+           "MAX_CHUNKS", "MAX_SLOTS", "MAX_REACH", "MAX_GENERAL_TEXT", "MscclReadError",
+           "MscclSyntaxError", "MscclFormatError"]
 
 _PLAIN_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+)\Z")
 _OCTAL = re.compile(r"[+-]?0[0-9]")
@@ -62,6 +62,10 @@ chunks each."""
 MAX_SLOTS = 1 << 21
 """The verifier models ``ngpus * nchunksperloop`` chunks at once (tens of bytes each);
 the largest files teccl writes need about a million."""
+MAX_REACH = 4 * MAX_SLOTS
+"""Chunks the steps may reach in all GPUs' buffers together: the symbolic run sizes each
+GPU's memory by the furthest offset its steps touch inside the declared sizes (declared
+sizes alone cost nothing)."""
 MAX_GENERAL_TEXT = 64 << 20
 """Characters of a file outside the canonical layout that the general tokenizer holds
 (comment text does not count); canonical files are streamed without a limit."""
@@ -201,6 +205,33 @@ def _check_limits(algo: Algo, missing: set[str]) -> None:
         raise MscclReadError(f"ngpus × nchunksperloop = {algo.ngpus * algo.nchunksperloop:,} "
                              f"chunks; the verifier models at most {MAX_SLOTS:,}",
                              file=algo.source)
+    declared = sum(max(g.chunks(b), 0) for g in algo.gpus for b in BUFFERS)
+    if declared <= MAX_REACH:
+        return   # what the steps can reach is smaller still
+    total = 0
+    for gpu in algo.gpus:
+        for buf, end in _reach(gpu).items():
+            if end > MAX_CHUNKS:
+                raise MscclReadError(f"steps of gpu {gpu.id} reach {buf}[{end - 1}]: beyond "
+                                     f"{MAX_CHUNKS:,} chunks, twice what a rank's steps can "
+                                     "move", file=algo.source, line=gpu.line or None)
+            total += end
+    if total > MAX_REACH:
+        raise MscclReadError(f"the steps reach {total:,} chunks of the GPUs' buffers in all; "
+                             f"the verifier models at most {MAX_REACH:,}", file=algo.source)
+
+
+def _reach(gpu: Gpu) -> dict[str, int]:
+    """Per buffer, one past the furthest chunk a step touches inside the declared size
+    (offsets outside it are findings that stop the symbolic run)."""
+    end = dict.fromkeys(BUFFERS, 0)
+    for tb in gpu.threadblocks:
+        for st in tb.steps:
+            span = min(max(st.cnt, 1), MAX_COUNT)
+            for buf, off in ((st.srcbuf, st.srcoff), (st.dstbuf, st.dstoff)):
+                if buf in end and 0 <= off < gpu.chunks(buf):
+                    end[buf] = max(end[buf], off + span)
+    return end
 
 
 @contextmanager
