@@ -15,7 +15,13 @@ from pathlib import Path
 import pytest
 
 from te_ccl.verify.msccl import MscclReadError, read_msccl, verify_msccl
-from te_ccl.verify.msccl.reader import MAX_CHUNKS, MAX_RANKS, MAX_SLOTS, read_msccl_lenient
+from te_ccl.verify.msccl.reader import (
+    MAX_CHUNKS,
+    MAX_GENERAL_TEXT,
+    MAX_RANKS,
+    MAX_SLOTS,
+    read_msccl_lenient,
+)
 from te_ccl.verify.msccl.stream import uncommented
 
 from .xmltools import reference
@@ -137,3 +143,12 @@ def test_legacy_files_read_leniently_with_one_warning(tmp_path):
     assert read_msccl_lenient(_ring())[1] == []
     with pytest.raises(MscclReadError):
         read_msccl_lenient(tmp_path / "missing.xml")
+
+
+def test_large_files_outside_the_canonical_layout_are_refused(tmp_path):
+    path = tmp_path / "wide.xml"
+    with path.open("w") as f:
+        f.write(_ring().replace("\n    <tb", "\n\t<tb", 1))   # one tab: not canonical
+        f.write(" " * (MAX_GENERAL_TEXT + 1))
+    with pytest.raises(MscclReadError, match="canonical layout"):
+        verify_msccl(path)

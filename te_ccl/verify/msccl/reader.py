@@ -66,9 +66,11 @@ MAX_REACH = 4 * MAX_SLOTS
 """Chunks the steps may reach in all GPUs' buffers together: the symbolic run sizes each
 GPU's memory by the furthest offset its steps touch inside the declared sizes (declared
 sizes alone cost nothing)."""
-MAX_GENERAL_TEXT = 64 << 20
+MAX_GENERAL_TEXT = 16 << 20
 """Characters of a file outside the canonical layout that the general tokenizer holds
-(comment text does not count); canonical files are streamed without a limit."""
+(comment text does not count): it needs about 20 bytes of memory per character, and a
+15 MB file with one finding per line takes 330 MB. Canonical files are streamed
+without a limit."""
 LEGACY_RULES = frozenset({"missing-algo-attribute"})
 """What tells msccl-tools' older format (no ``outofplace``/``minBytes``/``maxBytes``)."""
 
@@ -100,7 +102,8 @@ def load_text(path_or_text: str | Path) -> tuple[str, str]:
         if total > MAX_GENERAL_TEXT:
             raise MscclReadError(
                 f"more than {MAX_GENERAL_TEXT >> 20} MiB of XML outside the canonical layout "
-                "(one tag per line, as msccl-tools and teccl write it)", file=source)
+                "(one tag per line with \\n line ends, as msccl-tools and teccl write it)",
+                file=source)
         parts.append(piece)
     return "".join(parts), source
 
