@@ -104,6 +104,12 @@ class CompileResult:
     max_bytes: int = 0
     timing: Timing | None = None  # None: not timed (the prediction stands)
 
+    @property
+    def finish_time_s(self) -> float:
+        """What the compile reports: the replay of the lowered XML where there is one."""
+        return (self.timing.finish_s if self.timing is not None
+                else self.schedule.finish_time_s)
+
 
 def _in_switch(options: CompileOptions) -> bool:
     """Whether the output can drive in-switch copy and reduction (FRED tables next to a

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 
 import click
 from rich.table import Table
 
 from te_ccl.backends.base import BACKENDS
-from te_ccl.cli.common import collective_flags, collective_options, emit_json, err_console
+from te_ccl.cli.common import (
+    collective_flags,
+    collective_options,
+    emit_json,
+    err_console,
+    progress_status,
+)
 from te_ccl.errors import SpecError
+from te_ccl.outputs import check_output_file
 from te_ccl.topology.model import Topology
-from te_ccl.units import format_bandwidth, format_time
+from te_ccl.units import format_bandwidth, format_size, format_time
 
 
 @click.command("compile")
@@ -38,29 +44,22 @@ from te_ccl.units import format_bandwidth, format_time
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     """Compile a collective on TOPOLOGY (a shipped name or a YAML file)."""
-    from te_ccl.backends.base import SolveParams
-    from te_ccl.pipeline import (
-        CompileOptions,
-        compile_collective,
-        compile_size_library,
-        summary,
-    )
+    import te_ccl
+    from te_ccl.api import solve_params
+    from te_ccl.pipeline import compile_size_library, summary
+    from te_ccl.report.metrics import buffer_summary
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
-    from te_ccl.units import UnitError, parse_time
 
     flags = collective_flags(kw)
-    chunk_choices: tuple[int, ...] = ()
-    if flags.get("chunks") == "auto":
-        from te_ccl.chunking import BASE_CHUNKS
-
-        chunk_choices = BASE_CHUNKS
-        flags["chunks"] = 1
-    elif "chunks" in flags:
+    chunks = flags.get("chunks")
+    if chunks == "auto":
+        flags["chunks"] = 1   # the candidates start from one chunk per rank
+    elif chunks is not None:
         try:
-            flags["chunks"] = int(flags["chunks"])
+            flags["chunks"] = int(chunks)
         except ValueError:
-            raise SpecError(f"expected a positive integer or auto, got {flags['chunks']!r}",
+            raise SpecError(f"expected a positive integer or auto, got {chunks!r}",
                             key="--chunks") from None
     sizes = None
     if kw["sizes"]:
@@ -74,28 +73,23 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     if output == "-" and (kw["as_json"] or sizes):
         raise SpecError("-o - needs a single algorithm and no --json (both use stdout)",
                         key="--output")
-    epoch = kw["epoch"]
-    if epoch not in ("fastest", "slowest"):
-        try:
-            epoch = parse_time(epoch)
-        except UnitError as e:
-            raise SpecError(str(e), key="--epoch") from None
-    params = SolveParams(backend=kw["backend"], time_limit_s=kw["time_limit"],
-                         threads=kw["threads"], seed=kw["seed"], epoch=epoch,
-                         max_horizon=kw["max_horizon"])
-    options = CompileOptions(output=output, fmt=fmt, fred_tables=kw["fred_tables"],
-                             chunk_choices=chunk_choices)
-    quiet = kw["as_json"] or not err_console.is_terminal
-    with (nullcontext() if quiet else err_console.status("solving…")) as status:
-        def progress(msg: str) -> None:
-            if status is not None:
-                status.update(msg)
+    if sizes is None:
+        check_output_file(output, key="--output")
+    solver = {"backend": kw["backend"], "time_limit_s": kw["time_limit"],
+              "threads": kw["threads"], "seed": kw["seed"], "epoch": kw["epoch"],
+              "max_horizon": kw["max_horizon"]}
+    with progress_status("solving…") as progress:
         if sizes:
-            results = compile_size_library(topo, coll, params, *sizes, output, fmt=fmt,
-                                           chunk_choices=chunk_choices, progress=progress)
+            from te_ccl.chunking import BASE_CHUNKS
+
+            results = compile_size_library(
+                topo, coll, solve_params(**solver), *sizes, output, fmt=fmt,
+                chunk_choices=BASE_CHUNKS if chunks == "auto" else (), progress=progress)
         else:
-            results = [compile_collective(topo, coll, params, options, progress)]
-    infos = [summary(r, topo) for r in results]
+            results = [te_ccl.compile(topo, coll, chunks="auto" if chunks == "auto" else None,
+                                      output=output, fmt=fmt, fred_tables=kw["fred_tables"],
+                                      progress=progress, **solver)]
+    infos = [summary(r, topo) | buffer_summary(r.schedule) for r in results]
     if kw["as_json"]:
         emit_json(infos[0] if not sizes else {"topology": topo.name,
                                               "collective": coll.kind.value,
@@ -126,6 +120,15 @@ def _maybe_time(t: float | None) -> str:
     return format_time(t) if t is not None else "not replayed (too many transfers)"
 
 
+def _buffers(info: dict) -> str:
+    """Output buffer plus relay scratch: the largest GPU's, and the peak scratch."""
+    low = min(info["buffer_bytes"].values(), default=0)
+    text = format_size(info["max_buffer_bytes"])
+    if low != info["max_buffer_bytes"]:
+        text = f"{format_size(low)}..{text}"
+    return text + f" (scratch peak {format_size(info['peak_scratch_bytes'])})"
+
+
 def _table(info: dict) -> Table:
     t = Table(title=f"{info['collective']} on {info['topology']} ({info['ngpus']} GPUs)",
               show_header=False)
@@ -143,6 +146,7 @@ def _table(info: dict) -> Table:
         ("lower bound", format_time(info["lower_bound_s"])),
         ("ratio to bound", f"{ratio:.3f}" if ratio else "n/a"),
         ("size range", f"{info['min_bytes']}..{info['max_bytes'] or '∞'} bytes"),
+        ("buffer per GPU", _buffers(info)),
         ("optimal (epoch model)", "yes" if info["optimal"] else "not proven"),
         ("output", str(info["output"])),
     ]

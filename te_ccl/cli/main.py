@@ -42,10 +42,21 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="teccl")
 @click.option("--debug", is_flag=True, envvar="TECCL_DEBUG", help="Show tracebacks of internal errors.")
+@click.option("--quiet", "-q", is_flag=True, envvar="TECCL_QUIET",
+              help="No progress output on stderr (results, warnings and errors still print).")
 @click.pass_context
-def cli(ctx: click.Context, debug: bool) -> None:
+def cli(ctx: click.Context, debug: bool, quiet: bool) -> None:
     """Compile collective-communication schedules (TE-CCL flow model on OR-Tools)."""
+    from te_ccl.cli.common import set_quiet
+
+    set_quiet(quiet)
     ctx.obj = {"debug": debug}
+
+
+def usage_line(e: click.UsageError) -> str:
+    """A usage error as one line: the problem and where help is."""
+    command = e.ctx.command_path if e.ctx is not None else "teccl"
+    return f"teccl: error: {e.format_message()} (see '{command} --help')"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -56,8 +67,14 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Abort:
         click.echo("teccl: interrupted", err=True)
         sys.exit(130)
-    except click.ClickException as e:
+    except click.exceptions.NoArgsIsHelpError as e:  # a bare `teccl topo`: its help
         e.show()
+        sys.exit(e.exit_code)
+    except click.UsageError as e:
+        click.echo(usage_line(e), err=True)
+        sys.exit(e.exit_code)
+    except click.ClickException as e:
+        click.echo(f"teccl: error: {e.format_message()}", err=True)
         sys.exit(e.exit_code)
     except TecclError as e:
         click.echo(f"teccl: error: {e}", err=True)

@@ -35,14 +35,10 @@ def simulate_cmd(topology: str, schedule: Path, size: str | None, timeline: Path
     from te_ccl.spec.topology import load_topology
 
     topo = load_topology(topology)
-    try:
-        text = schedule.read_text()
-    except OSError as e:
-        raise SpecError(f"cannot read the file ({e.strerror})", file=str(schedule)) from None
-    if text.lstrip().startswith("<"):
-        info, sim = _simulate_xml(topo, text, str(schedule), size)
+    if _is_json(schedule):
+        info, sim = _simulate_json(topo, _json_text(schedule), str(schedule), size)
     else:
-        info, sim = _simulate_json(topo, text, str(schedule), size)
+        info, sim = _simulate_xml(topo, schedule, str(schedule), size)
     if timeline is not None:
         from te_ccl.simulate.timeline import draw_timeline
 
@@ -53,6 +49,23 @@ def simulate_cmd(topology: str, schedule: Path, size: str | None, timeline: Path
     else:
         for table in sim_tables(info, sim):
             err_console.print(table)
+
+
+def _is_json(path: Path) -> bool:
+    """A teccl schedule (JSON object) rather than MSCCL XML, judged from the first bytes
+    (anything else, binary or UTF-16 included, goes to the XML reader, which says why)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(4096).lstrip().startswith(b"{")
+    except OSError as e:
+        raise SpecError(f"cannot read the file ({e.strerror})", file=str(path)) from None
+
+
+def _json_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise SpecError(f"not UTF-8 text (byte {e.start})", file=str(path)) from None
 
 
 def _simulate_json(topo, text: str, file: str, size: str | None) -> tuple[dict, SimResult]:
@@ -67,10 +80,10 @@ def _simulate_json(topo, text: str, file: str, size: str | None) -> tuple[dict, 
                        backend=sched.info.backend), sim
 
 
-def _simulate_xml(topo, text: str, file: str, size: str | None) -> tuple[dict, SimResult]:
+def _simulate_xml(topo, path: Path, file: str, size: str | None) -> tuple[dict, SimResult]:
     from te_ccl.collective.model import KINDS, Collective, CollectiveKind
     from te_ccl.simulate.msccl import simulate_msccl
-    from te_ccl.verify.msccl.reader import read_msccl
+    from te_ccl.verify.msccl.reader import read_msccl_lenient
 
     if size is None:
         raise SpecError("an MSCCL XML input needs --size (the collective's buffer size)",
@@ -79,7 +92,9 @@ def _simulate_xml(topo, text: str, file: str, size: str | None) -> tuple[dict, S
         nbytes = parse_size(size)
     except UnitError as e:
         raise SpecError(str(e), key="--size") from None
-    algo = read_msccl(text)
+    algo, warnings = read_msccl_lenient(path)
+    for warning in warnings:
+        err_console.print(f"warning: {warning}", markup=False, highlight=False)
     sim = simulate_msccl(algo, topo, nbytes)
     coll = None  # rooted collectives: the root is not in the file, so no bound
     if algo.coll in KINDS and algo.coll not in ("broadcast", "reduce", "gather", "scatter"):

@@ -17,7 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from te_ccl.cli.common import emit_json, err_console
+from te_ccl.cli.common import emit_json, err_console, is_quiet, plain_progress
 from te_ccl.errors import SpecError
 
 _RESULT_FIELDS = ("name", "key", "status", "reason", "topology", "collective", "size_bytes",
@@ -57,12 +57,11 @@ def sweep_cmd(ctx: click.Context, grid: str, out_dir: str, workers: int | None,
     store = ResultStore(out_dir)
     store.prepare()
     plan = plan_sweep(points, store, retry_failed=retry_failed)
-    quiet = as_json or not err_console.is_terminal
-    if not quiet:
+    if not is_quiet():
         err_console.print(f"sweep {g.name}: {len(points)} points, {len(plan.done)} already done, "
                           f"{len(plan.todo)} to run on {executor.description}")
     try:
-        outcome = _run_with_progress(plan, store, executor, quiet)
+        outcome = _run_with_progress(plan, store, executor)
     except KeyboardInterrupt:
         err_console.print(f"interrupted: finished points are kept in {out_dir}; "
                           "rerun the same command to resume")
@@ -94,9 +93,11 @@ def _usable_cpus() -> int:
     return os.cpu_count() or 1
 
 
-def _run_with_progress(plan: Any, store: Any, executor: Any, quiet: bool) -> Any:
+def _run_with_progress(plan: Any, store: Any, executor: Any) -> Any:
+    """A rich bar on a terminal; off one, a plain line per finished point (see common)."""
     from te_ccl.sweep.driver import run_sweep
 
+    quiet, plain = is_quiet(), plain_progress()
     columns = (TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
                TextColumn("ok {task.fields[ok]} · [red]failed {task.fields[failed]}[/] · "
                           "running {task.fields[running]}"),
@@ -104,7 +105,7 @@ def _run_with_progress(plan: Any, store: Any, executor: Any, quiet: bool) -> Any
     counts = {"ok": sum(r["status"] == "ok" for r in plan.done.values())}
     counts["failed"] = len(plan.done) - counts["ok"]
     left = len(plan.todo)
-    with Progress(*columns, console=err_console, disable=quiet) as progress:
+    with Progress(*columns, console=err_console, disable=quiet or plain) as progress:
         task = progress.add_task("sweep", total=len(plan.points), completed=len(plan.done),
                                  running=min(executor.capacity, left), **counts)
 
@@ -113,6 +114,11 @@ def _run_with_progress(plan: Any, store: Any, executor: Any, quiet: bool) -> Any
             left -= 1
             counts["ok" if record["status"] == "ok" else "failed"] += 1
             progress.update(task, advance=1, running=min(executor.capacity, left), **counts)
+            if plain:
+                done = len(plan.points) - left
+                err_console.print(f"sweep {done}/{len(plan.points)} (ok {counts['ok']}, failed "
+                                  f"{counts['failed']}): {record['name']} {record['status']}",
+                                  markup=False, highlight=False)
             if record["status"] != "ok" and not quiet:
                 progress.console.print(f"[red]{record['status']}[/] {record['name']}: "
                                        f"{record['reason']}")

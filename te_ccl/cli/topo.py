@@ -9,7 +9,7 @@ from __future__ import annotations
 import click
 from rich.table import Table
 
-from te_ccl.cli.common import emit_json, out_console
+from te_ccl.cli.common import emit_json, out_console, progress_status
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology.metrics import link_groups, summarize
 from te_ccl.topology.model import Topology
@@ -46,7 +46,8 @@ def list_command(as_json: bool) -> None:
 
 
 def _show_data(t: Topology) -> dict:
-    s = summarize(t)
+    with progress_status(f"measuring {t.name} ({t.ngpus} GPUs)…") as progress:
+        s = summarize(t, progress=progress)
     switches = [{"name": n.name, "copy": n.can_copy, "reduce": n.can_reduce,
                  "buffer": n.has_buffer, "fred_ports": n.fred_ports, "fred_m": n.fred_m}
                 for n in t.nodes if not n.is_gpu]
@@ -57,6 +58,7 @@ def _show_data(t: Topology) -> dict:
                         for kind, bw, lat, c in link_groups(t)],
         "diameter_hops": s.diameter_hops, "diameter_latency_s": s.diameter_latency_s,
         "bisection_Bps": s.bisection.bandwidth_Bps, "bisection_exact": s.bisection.exact,
+        "diameter_exact": s.diameter_exact, "notes": s.notes(),
         "links": [{"src": k.src, "dst": k.dst, "bandwidth_Bps": k.bandwidth_Bps,
                    "latency_s": k.latency_s} for k in t.links],
     }
@@ -72,15 +74,18 @@ def _names(names: list[str], limit: int = 12) -> str:
 def _print_show(d: dict) -> None:
     console = out_console
     bis = format_bandwidth(d["bisection_Bps"]) + ("" if d["bisection_exact"] else " (approx)")
+    low = "" if d["diameter_exact"] else "≥ "
     summary = Table(title=f"{d['topology']}: {d['description']}", show_header=False)
     summary.add_column(style="bold")
     summary.add_column()
     for key, value in (("GPUs", f"{d['ngpus']}: {_names(d['gpus'])}"),
                        ("switches", str(d["nswitches"])), ("directed links", str(d["nlinks"])),
-                       ("diameter", f"{d['diameter_hops']} hops, "
-                                    f"{format_time(d['diameter_latency_s'])} (alpha)"),
+                       ("diameter", f"{low}{d['diameter_hops']} hops, "
+                                    f"{low}{format_time(d['diameter_latency_s'])} (alpha)"),
                        ("bisection", bis), ("source", d["source"] or "-")):
         summary.add_row(key, value)
+    if d["notes"]:
+        summary.caption = "; ".join(d["notes"])
     console.print(summary)
     if d["switches"]:
         sw = Table(title="switches")

@@ -16,6 +16,7 @@ import click
 from rich.console import Console
 from rich.text import Text
 
+from te_ccl.errors import SpecError
 from te_ccl.verify.msccl.execute import FIFO_SLOTS
 from te_ccl.verify.msccl.runtime_rules import MAX_STEPS
 from te_ccl.verify.msccl.verify import Report, verify_msccl
@@ -32,18 +33,66 @@ __all__ = ["verify_cmd"]
               help="Steps per thread block the runtime was built for (MSCCL_MAX_NUM_STEPS).")
 @click.option("--fifo-slots", type=click.IntRange(min=1), default=FIFO_SLOTS,
               show_default=True, help="Messages a connection buffers before a send blocks.")
+@click.option("--upgrade", is_flag=True, help="Add the <algo> attributes msccl-tools' older "
+              "format lacks (outofplace, minBytes, maxBytes), check the result, and write it "
+              "to -o if valid.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), metavar="NEW",
+              help="Where --upgrade writes the executor-format file.")
 @click.pass_context
 def verify_cmd(ctx: click.Context, file: Path, as_json: bool, root: int | None,
-               max_steps: int, fifo_slots: int) -> None:
+               max_steps: int, fifo_slots: int, upgrade: bool, output: Path | None) -> None:
     """Check an MSCCL XML algorithm: runtime parser rules, unchecked rules, and a
     symbolic run of every rank (deadlock, races, uninitialized reads, final buffers)."""
-    report = verify_msccl(file, root=root, max_steps=max_steps, fifo_slots=fifo_slots)
+    if upgrade != (output is not None):
+        raise click.UsageError("--upgrade and -o/--output go together")
+    if upgrade:
+        report = _upgrade(file, output, root=root, max_steps=max_steps, fifo_slots=fifo_slots)
+    else:
+        report = _hint_upgrade(verify_msccl(file, root=root, max_steps=max_steps,
+                                            fifo_slots=fifo_slots))
     if as_json:
         click.echo(json.dumps(report_json(report)))
     else:
         _print(report)
     if not report.valid:
         ctx.exit(1)
+
+
+def _hint_upgrade(report: Report) -> Report:
+    """Name the fix when the older format's missing attributes are the only errors."""
+    from dataclasses import replace
+
+    from te_ccl.verify.msccl.reader import LEGACY_RULES
+
+    if report.errors and all(f.rule in LEGACY_RULES for f in report.errors):
+        note = (f"msccl-tools' older format: `teccl verify {report.source} --upgrade -o NEW.xml` "
+                "writes it in the executor's format")
+        return replace(report, notes=(*report.notes, note))
+    return report
+
+
+def _upgrade(file: Path, output: Path, **checks) -> Report:
+    """Verify ``file`` in the executor's format; write that format to ``output`` if valid."""
+    from dataclasses import replace
+
+    from te_ccl.outputs import check_output_file, write_atomic
+    from te_ccl.verify.msccl.reader import parse_msccl, upgrade_legacy
+
+    check_output_file(output, key="--output")
+    parse_msccl(file)  # refuses binary, huge or unreadable input before holding its text
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as e:
+        raise SpecError(f"cannot read the file ({e.strerror})", file=str(file)) from None
+    new, added = upgrade_legacy(text)
+    report = verify_msccl(new, **checks)
+    what = (f"added {', '.join(added)}" if added else "already in the executor's format")
+    if report.valid:
+        write_atomic(output, new)
+        note = f"upgraded ({what}): wrote {output}"
+    else:
+        note = f"not upgraded ({what}); nothing written"
+    return replace(report, source=str(file), notes=(*report.notes, note))
 
 
 def report_json(report: Report) -> dict:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from te_ccl.fred.routing import Routing
 from te_ccl.fred.switch import FredSwitch, MicroSwitch
+from te_ccl.outputs import pyplot, save_figure
 
 __all__ = ["layout", "draw_switch"]
 
@@ -58,10 +59,7 @@ def layout(sw: FredSwitch, x0: float = 0.0, y0: float = 0.0, height: float = 1.0
 
 def draw_switch(sw: FredSwitch, path: str | Path, routing: Routing | None = None) -> None:
     """Save a drawing of ``sw`` (and the modes of ``routing``) to ``path`` (png, svg, pdf)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     pos, wires = layout(sw)
     elements = {e.path: e for e in sw.elements()}
@@ -82,5 +80,4 @@ def draw_switch(sw: FredSwitch, path: str | Path, routing: Routing | None = None
     ax.axis("off")
     ax.set_title(f"{sw.path}: FRED_{sw.m}({sw.ports}), {len(pos)} µSwitches")
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path, dpi=150)

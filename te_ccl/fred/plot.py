@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from te_ccl.fred.evaluate import Evaluation
+from te_ccl.outputs import pyplot, save_figure
 
 __all__ = ["plot_evaluation"]
 
@@ -14,10 +15,7 @@ PARTS = (("compute_s", "compute"), ("mp_s", "MP"), ("pp_s", "PP"), ("dp_s", "DP"
 
 def plot_evaluation(ev: Evaluation, path: str | Path) -> None:
     """Save the breakdown of ``ev`` (milliseconds per fabric) to ``path``."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [r.fabric for r in ev.results]
     fig, ax = plt.subplots(figsize=(7, 4))
@@ -32,5 +30,4 @@ def plot_evaluation(ev: Evaluation, path: str | Path) -> None:
     ax.set_title(f"{ev.workload}, {ev.strategy}")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=150)
-    plt.close(fig)
+    save_figure(fig, path, dpi=150)

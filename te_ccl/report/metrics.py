@@ -30,7 +30,8 @@ from typing import Any
 from te_ccl.schedule import Schedule
 from te_ccl.simulate.result import SimResult
 
-__all__ = ["Metrics", "schedule_metrics", "buffer_bytes", "bandwidths"]
+__all__ = ["Metrics", "schedule_metrics", "buffer_bytes", "scratch_bytes", "buffer_summary",
+           "bandwidths"]
 
 
 @dataclass(frozen=True)
@@ -71,8 +72,8 @@ def bandwidths(size_bytes: int, time_s: float, busbw_factor: float) -> tuple[flo
     return algbw, algbw * busbw_factor
 
 
-def buffer_bytes(schedule: Schedule) -> dict[str, int]:
-    """Bytes each participating GPU holds when done: output slots plus relay scratch."""
+def _slots(schedule: Schedule) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
+    """Per GPU: its output slots, and the chunks it receives only to relay (scratch)."""
     topo, coll = schedule.topology, schedule.collective
     slots: dict[str, set[int]] = defaultdict(set)
     wanted: dict[str, set[int]] = defaultdict(set)
@@ -84,8 +85,28 @@ def buffer_bytes(schedule: Schedule) -> dict[str, int]:
     for t in schedule.transfers:
         if topo.node(t.dst).is_gpu and t.chunk not in wanted[t.dst]:
             scratch[t.dst].add(t.chunk)
-    return {topo.gpu(r): (len(slots[topo.gpu(r)]) + len(scratch[topo.gpu(r)]))
-            * schedule.chunk_bytes for r in coll.ranks}
+    return slots, scratch
+
+
+def buffer_bytes(schedule: Schedule) -> dict[str, int]:
+    """Bytes each participating GPU holds when done: output slots plus relay scratch."""
+    slots, scratch = _slots(schedule)
+    gpus = [schedule.topology.gpu(r) for r in schedule.collective.ranks]
+    return {g: (len(slots[g]) + len(scratch[g])) * schedule.chunk_bytes for g in gpus}
+
+
+def scratch_bytes(schedule: Schedule) -> dict[str, int]:
+    """Bytes of relay scratch each participating GPU needs (MSCCL's ``s_chunks``)."""
+    _, scratch = _slots(schedule)
+    gpus = [schedule.topology.gpu(r) for r in schedule.collective.ranks]
+    return {g: len(scratch[g]) * schedule.chunk_bytes for g in gpus}
+
+
+def buffer_summary(schedule: Schedule) -> dict[str, Any]:
+    """The buffer keys of ``teccl compile --json``: per GPU and the largest of each."""
+    total, scratch = buffer_bytes(schedule), scratch_bytes(schedule)
+    return {"buffer_bytes": total, "max_buffer_bytes": max(total.values(), default=0),
+            "scratch_bytes": scratch, "peak_scratch_bytes": max(scratch.values(), default=0)}
 
 
 def schedule_metrics(schedule: Schedule, *, sim: SimResult | None = None,

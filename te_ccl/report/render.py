@@ -6,14 +6,13 @@ import csv
 import io
 import os
 import platform
-import tempfile
 from collections import defaultdict
 from dataclasses import asdict, fields
 from pathlib import Path
 
 from rich.table import Table
 
-from te_ccl.outputs import write_atomic
+from te_ccl.outputs import pyplot, save_figure, write_atomic
 from te_ccl.report.bench import SIM_LIMIT, XML_REPLAY_LIMIT, BenchResult, Row
 from te_ccl.report.targets import TACOS_RATIOS, Anchor, Target, anchors, evaluate_targets
 from te_ccl.units import format_size, format_time
@@ -128,10 +127,7 @@ _COLOURS = {"teccl": "black", "baseline:ring": "tab:blue", "baseline:ring-bidir"
 
 def draw_plots(rows: list[Row], out_dir: Path) -> list[Path]:
     """One PNG per topology: algbw vs size, one panel per collective, one line per system."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     by_topo: dict[str, list[Row]] = defaultdict(list)
     for r in rows:
@@ -157,13 +153,7 @@ def draw_plots(rows: list[Row], out_dir: Path) -> list[Path]:
         axes[0][-1].legend(handles.values(), handles.keys(), fontsize=7)
         fig.suptitle(f"{topo}: algbw of the replayed XML")
         fig.tight_layout()
-        path = out_dir / f"{topo}.png"
-        fd, tmp = tempfile.mkstemp(suffix=".png", dir=out_dir)
-        os.close(fd)
-        fig.savefig(tmp, dpi=90)
-        plt.close(fig)
-        os.replace(tmp, path)
-        written.append(path)
+        written.append(save_figure(fig, out_dir / f"{topo}.png", dpi=90))
     return written
 
 

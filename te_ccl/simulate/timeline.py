@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 
 from te_ccl.errors import SpecError
+from te_ccl.outputs import pyplot, save_figure
 from te_ccl.simulate.result import SimResult
 
 __all__ = ["draw_timeline"]
@@ -24,10 +23,7 @@ def draw_timeline(result: SimResult, path: str | Path, *, title: str = "") -> Pa
     if path.suffix.lower() not in _FORMATS:
         raise SpecError(f"expected a .png, .svg or .pdf file name, got {path.name!r}",
                         key="--timeline")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     links = sorted({(iv.src, iv.dst) for iv in result.intervals})
     row = {k: i for i, k in enumerate(links)}
@@ -48,16 +44,7 @@ def draw_timeline(result: SimResult, path: str | Path, *, title: str = "") -> Pa
     ax.axvline(result.finish_time_s * scale, color="red", lw=0.8, ls="--")
     ax.set_title(title or f"finish {result.finish_time_s * scale:.4g} {unit}")
     fig.tight_layout()
-    fd, tmp = tempfile.mkstemp(suffix=path.suffix, dir=path.parent if str(path.parent) else ".")
-    os.close(fd)
-    try:
-        fig.savefig(tmp)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return path
+    return save_figure(fig, path)
 
 
 def _time_unit(span_s: float) -> tuple[float, str]:

@@ -7,7 +7,7 @@ File format (every key optional except ``collective`` and ``size``; flags overri
     size: 1GB                    # nccl-tests convention, see te_ccl.collective.model
     chunks: 2                    # chunks per rank (pieces of the buffer per rank)
     ranks: all                   # or [0, 1, 2] or "0-7,12" or GPU names
-    root: 0                      # broadcast / reduce / gather / scatter only
+    root: 0                      # broadcast / reduce / gather / scatter (default: first rank)
     inplace: false
     proto: Simple                # Simple | LL | LL128
     demands:                     # custom only: who needs what
@@ -188,7 +188,7 @@ def _build(src: _Source, topology: Topology) -> Collective:
         raise src.error("root", f"{kind.value} has no root")
     root = src.get("root", _single_rank(topology)) if src.has("root") else None
     if kind in ROOTED and root is None:
-        raise src.error("root", f"missing; {kind.value} needs a root rank")
+        root = ranks[0]  # the communicator's rank 0, as nccl-tests and NCCL users assume
     if root is not None and root not in ranks:
         raise src.error("root", f"root {root} is not one of the ranks {list(ranks)}")
     if kind is CollectiveKind.CUSTOM and not src.file.has("demands"):

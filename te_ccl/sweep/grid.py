@@ -17,10 +17,10 @@ Format (only ``topologies``, ``collectives`` and ``sizes`` are required)::
     inplace: [false, true]       #                          (default false)
     proto: Simple                # Simple | LL | LL128      (default Simple)
     backend: auto                # auto | milp | lp | rounds (default auto)
-    time_limit: 60s              # per point: the solver's budget (default 60s)
+    time_limit: 60s              # per point: the solver's budget (default 60s; at most ~24.8 days)
     max_horizon: 40              # largest finish epoch to try (default automatic)
     epoch: fastest               # fastest | slowest | a time such as 1us
-    seed: 0
+    seed: 0                      # 0 .. 2^31 - 1
 
 Every list-valued key is an axis; the points are their product (see
 :mod:`te_ccl.sweep.points`). Size ranges are half-open like the shipped MSCCL
@@ -152,7 +152,7 @@ def grid_from_data(data: Any, file: str) -> Grid:
         time_limit_s=f.get("time_limit", _time_limit, 60.0),
         max_horizon=f.get("max_horizon", positive_int, None),
         epoch=f.get("epoch", _epoch, "fastest"),
-        seed=f.get("seed", as_int, 0),
+        seed=f.get("seed", _seed, 0),
     )
 
 
@@ -275,12 +275,26 @@ def _backend(value: Any) -> str:
     return name
 
 
+MAX_TIME_LIMIT_S = (2**31 - 1) / 1000
+"""The longest limit OR-Tools' solvers take: they count it in 32-bit milliseconds."""
+MAX_SEED = 2**31 - 1
+"""Solver seeds are 32-bit signed integers."""
+
+
 def _time_limit(value: Any) -> float:
     seconds = float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
         else parse_time(value)
-    if not seconds > 0:
-        raise ValueError(f"expected a positive time limit, got {value!r}")
+    if not 0 < seconds <= MAX_TIME_LIMIT_S:
+        raise ValueError(f"expected a positive time limit of at most {MAX_TIME_LIMIT_S:g} s "
+                         f"(about 24.8 days), got {value!r}")
     return seconds
+
+
+def _seed(value: Any) -> int:
+    seed = as_int(value)
+    if not 0 <= seed <= MAX_SEED:
+        raise ValueError(f"expected an integer 0..{MAX_SEED}, got {seed}")
+    return seed
 
 
 def _epoch(value: Any) -> str | float:

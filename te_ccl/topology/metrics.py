@@ -1,7 +1,11 @@
 """Numbers that characterise a topology: size, diameter, bisection bandwidth.
 
 * **Diameter** over GPU pairs along directed links: in hops, and α-weighted (the
-  smallest sum of link latencies, maximised over GPU pairs).
+  smallest sum of link latencies, maximised over GPU pairs). Exact when a search from
+  every GPU fits in :data:`DIAMETER_WORK` node and link visits; above that (thousands
+  of GPUs) it searches from a sample of GPUs — a double sweep (each search starts from
+  the GPU farthest from the previous one) topped up with evenly spaced GPUs — and is a
+  **lower bound**, reported as such.
 * **Bisection bandwidth**: the minimum, over splits of the GPUs into halves A and B
   (sizes ⌊n/2⌋ and ⌈n/2⌉, either order), of the minimum cut A → B — the least total
   bandwidth of directed links whose removal leaves no path from A to B, where each
@@ -12,7 +16,12 @@
   **approximate**: the minimum over structured candidate splits —
   contiguous rank halves at several rotations, halves along each grid axis for
   mesh/torus, interleaved rank blocks — each cut computed exactly by max-flow. The
-  approximation is an upper bound on the true bisection.
+  approximation is an upper bound on the true bisection. Max-flow cuts (topologies
+  with switches) stop after :data:`FLOW_WORK` nodes and links in all, the most
+  telling candidates (contiguous halves, grid axes) first.
+
+Every function takes an optional ``progress(message)`` callback: large topologies take
+seconds, and the command line shows where it is.
 
 >>> from te_ccl.topology.generators import torus
 >>> b = bisection_bandwidth(torus([4, 4], 50e9))
@@ -25,6 +34,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import networkx as nx
@@ -32,10 +42,18 @@ import numpy as np
 
 from te_ccl.topology.model import Topology
 
-__all__ = ["Bisection", "Summary", "EXACT_LIMIT", "diameter_hops", "diameter_latency_s",
-           "bisection_bandwidth", "link_groups", "summarize"]
+__all__ = ["Bisection", "Diameter", "Summary", "EXACT_LIMIT", "DIAMETER_WORK", "FLOW_WORK",
+           "diameter", "diameter_hops", "diameter_latency_s", "bisection_bandwidth",
+           "link_groups", "summarize"]
 
+Progress = Callable[[str], None]
 EXACT_LIMIT = 4_000_000  # (split, switch placement) pairs evaluated for an exact bisection
+DIAMETER_WORK = 20_000_000
+"""Node and link visits of the diameter's searches (one search per GPU up to ~2,000 GPUs
+of a torus); beyond, the searches start from a sample of GPUs."""
+FLOW_WORK = 100_000
+"""Nodes and links summed over the max-flow cuts of an approximate bisection."""
+_MIN_SOURCES = 8
 _ROTATIONS = 16
 _MAX_SWITCHED = 16  # switch placements enumerated when no link joins two GPUs
 
@@ -47,6 +65,17 @@ class Bisection:
     bandwidth_Bps: float
     exact: bool
     sending_side: tuple[str, ...]
+    candidates: int = 0   # splits evaluated when approximate
+
+
+@dataclass(frozen=True)
+class Diameter:
+    """Diameter in hops and in latency; ``sources`` GPUs searched from (all: exact)."""
+
+    hops: int
+    latency_s: float
+    exact: bool
+    sources: int
 
 
 @dataclass(frozen=True)
@@ -57,19 +86,65 @@ class Summary:
     diameter_hops: int
     diameter_latency_s: float
     bisection: Bisection
+    diameter_exact: bool = True
+    diameter_sources: int = 0
+
+    def notes(self) -> list[str]:
+        """What is estimated rather than exact, in words."""
+        out = []
+        if not self.diameter_exact:
+            out.append(f"diameter is a lower bound: searched from {self.diameter_sources} of "
+                       f"{self.ngpus} GPUs")
+        if not self.bisection.exact:
+            out.append(f"bisection is an upper bound: the least of "
+                       f"{self.bisection.candidates} structured splits")
+        return out
 
 
-def _gpu_distances(topo: Topology, weight: str | None) -> float:
+def _gpu_distances(topo: Topology, weight: str | None, work: int,
+                   progress: Progress | None = None) -> tuple[float, int]:
+    """The largest GPU-to-GPU distance seen and the number of GPUs searched from."""
     g = topo.graph()
     gpus = set(topo.gpus)
-    worst = 0.0
-    for src in topo.gpus:
+    size = g.number_of_nodes() + g.number_of_edges()
+    budget = max(_MIN_SOURCES, work // max(1, size))
+    worst, searched, nxt = 0.0, 0, topo.gpus[0]
+    spread = iter(topo.gpus[i * topo.ngpus // budget] for i in range(budget))
+    seen: set[str] = set()
+    while searched < min(budget, topo.ngpus):
+        src = nxt if nxt not in seen else next((s for s in spread if s not in seen), None)
+        if src is None:
+            break
+        seen.add(src)
         if weight is None:
             dist = nx.single_source_shortest_path_length(g, src)
         else:
             dist = nx.single_source_dijkstra_path_length(g, src, weight=weight)
-        worst = max(worst, max(d for n, d in dist.items() if n in gpus))
-    return worst
+        far, nxt = max((d, n) for n, d in dist.items() if n in gpus)
+        worst = max(worst, far)
+        searched += 1
+        if progress is not None and searched % 256 == 0:
+            progress(f"diameter: searched from {searched} of {min(budget, topo.ngpus)} GPUs")
+    return worst, searched
+
+
+def diameter(topo: Topology, work: int | None = None,
+             progress: Progress | None = None) -> Diameter:
+    """Hops and latency diameter, exact or (beyond ``work``) a lower bound.
+
+    >>> from te_ccl.topology.generators import ring
+    >>> d = diameter(ring(64, 1e9), work=1)
+    >>> d.hops, d.exact, d.sources
+    (32, False, 8)
+    """
+    work = DIAMETER_WORK if work is None else work
+    hops, sources = _gpu_distances(topo, None, work, progress)
+    latencies = {link.latency_s for link in topo.links}
+    if len(latencies) == 1:  # uniform α: the fewest hops is also the least latency
+        latency = hops * latencies.pop()
+    else:
+        latency, sources = _gpu_distances(topo, "latency", work, progress)
+    return Diameter(int(hops), latency, sources >= topo.ngpus, sources)
 
 
 def diameter_hops(topo: Topology) -> int:
@@ -79,15 +154,12 @@ def diameter_hops(topo: Topology) -> int:
     >>> diameter_hops(ring(8, 1e9)), diameter_hops(ring(8, 1e9, bidirectional=False))
     (4, 7)
     """
-    return int(_gpu_distances(topo, None))
+    return diameter(topo).hops
 
 
 def diameter_latency_s(topo: Topology) -> float:
     """Largest, over GPU pairs, of the smallest total latency α along a directed path."""
-    latencies = {link.latency_s for link in topo.links}
-    if len(latencies) == 1:  # uniform α: the fewest hops is also the least latency
-        return diameter_hops(topo) * latencies.pop()
-    return _gpu_distances(topo, "latency")
+    return diameter(topo).latency_s
 
 
 def _symmetric(topo: Topology) -> bool:
@@ -177,10 +249,12 @@ def _exact_switched(topo: Topology) -> Bisection:
 
 
 def _orders(topo: Topology) -> list[tuple[int, ...]]:
-    """Rank orderings whose first half is a structured candidate split."""
+    """Rank orderings whose first half is a structured candidate split, the most telling
+    first: contiguous halves, halves along each grid axis, interleaved blocks, rotations."""
     n = topo.ngpus
     step = max(1, n // _ROTATIONS)
-    orders = [tuple((k + i) % n for i in range(n)) for k in range(0, n, step)]
+    rotations = [tuple((k + i) % n for i in range(n)) for k in range(0, n, step)]
+    orders = rotations[:1]
     dims = topo.meta.get("dims")
     if dims and math.prod(dims) == n:
         coords = list(itertools.product(*(range(d) for d in dims)))
@@ -190,7 +264,7 @@ def _orders(topo: Topology) -> list[tuple[int, ...]]:
     while block < n:
         orders.append(tuple(sorted(range(n), key=lambda r, b=block: ((r // b) % 2, r))))
         block *= 2
-    return list(dict.fromkeys(orders))
+    return list(dict.fromkeys(orders + rotations[1:]))
 
 
 def _cut(topo: Topology, g: nx.DiGraph, side: frozenset[str]) -> float:
@@ -205,26 +279,39 @@ def _cut(topo: Topology, g: nx.DiGraph, side: frozenset[str]) -> float:
     return nx.maximum_flow_value(h, "__s", "__t", capacity="bandwidth")
 
 
-def _approx(topo: Topology) -> Bisection:
+def _approx(topo: Topology, flow_work: int | None = None,
+            progress: Progress | None = None) -> Bisection:
+    flow_work = FLOW_WORK if flow_work is None else flow_work
     g = topo.graph()
     best, best_side = math.inf, frozenset()
     sizes = sorted({topo.ngpus // 2, topo.ngpus - topo.ngpus // 2})
-    for order in _orders(topo):
+    orders = _orders(topo)
+    cost = g.number_of_nodes() + g.number_of_edges() if topo.switches else 0
+    limit = len(orders) if cost == 0 else max(1, min(len(orders), flow_work // cost))
+    evaluated = 0
+    for i, order in enumerate(orders[:limit]):
+        if progress is not None:
+            progress(f"bisection: split {i + 1} of {limit}")
         for side in (frozenset(topo.gpus[r] for r in order[:k]) for k in sizes):
             value = _cut(topo, g, side)
+            evaluated += 1
             if value < best:
                 best, best_side = value, side
-    return Bisection(best, False, tuple(x for x in topo.gpus if x in best_side))
+    return Bisection(best, False, tuple(x for x in topo.gpus if x in best_side), evaluated)
 
 
-def bisection_bandwidth(topo: Topology, exact_limit: int = EXACT_LIMIT) -> Bisection:
+def bisection_bandwidth(topo: Topology, exact_limit: int = EXACT_LIMIT,
+                        flow_work: int | None = None,
+                        progress: Progress | None = None) -> Bisection:
     """Bisection bandwidth in bytes/s (see the module docstring for exact vs approximate)."""
     if topo.ngpus < 2:
         raise ValueError("bisection needs at least 2 GPUs")
     gpu_links = any(topo.node(k.src).is_gpu and topo.node(k.dst).is_gpu for k in topo.links)
     if topo.switches and not gpu_links and len(topo.switches) <= _MAX_SWITCHED:
         return _exact_switched(topo)
-    return _exact(topo) if _count_exact(topo) <= exact_limit else _approx(topo)
+    if _count_exact(topo) <= exact_limit:
+        return _exact(topo)
+    return _approx(topo, flow_work, progress)
 
 
 def link_groups(topo: Topology) -> list[tuple[str, float, float, int]]:
@@ -234,7 +321,11 @@ def link_groups(topo: Topology) -> list[tuple[str, float, float, int]]:
     return [(kind, bw, lat, c) for (kind, bw, lat), c in sorted(counts.items())]
 
 
-def summarize(topo: Topology, exact_limit: int = EXACT_LIMIT) -> Summary:
-    """All the metrics of this module in one object."""
-    return Summary(topo.ngpus, len(topo.switches), len(topo.links), diameter_hops(topo),
-                   diameter_latency_s(topo), bisection_bandwidth(topo, exact_limit))
+def summarize(topo: Topology, exact_limit: int = EXACT_LIMIT,
+              progress: Progress | None = None) -> Summary:
+    """All the metrics of this module in one object (estimates say so in ``notes()``)."""
+    d = diameter(topo, progress=progress)
+    bisection = (bisection_bandwidth(topo, exact_limit, progress=progress)
+                 if topo.ngpus >= 2 else Bisection(0.0, True, ()))
+    return Summary(topo.ngpus, len(topo.switches), len(topo.links), d.hops, d.latency_s,
+                   bisection, d.exact, d.sources)

@@ -86,7 +86,6 @@ BAD_FILES = {
                        "expected a rank, a GPU name or a range"),
     "root outside ranks": ("collective: broadcast\nsize: 1MB\nranks: 0-3\nroot: 5\n",
                            "c.yaml:4: root: root 5 is not one of the ranks [0, 1, 2, 3]"),
-    "root missing": ("collective: reduce\nsize: 1MB\n", "root: missing; reduce needs a root"),
     "root not taken": ("collective: allreduce\nsize: 1MB\nroot: 0\n", "allreduce has no root"),
     "not divisible": ("collective: allgather\nsize: 1000\nchunks: 3\n",
                       "size: 1000 bytes do not divide into 24 equal chunks"),
@@ -148,3 +147,11 @@ def test_flag_fixes_a_bad_file_value(dgx1, tmp_path):
 def test_unknown_flag_is_a_programming_error(dgx1):
     with pytest.raises(TypeError):
         load_collective(dgx1, None, colective="allgather")
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "reduce", "gather", "scatter"])
+def test_rooted_collectives_default_to_the_first_rank(kind):
+    topo = load_topology("dgx1")
+    assert load_collective(topo, None, collective=kind, size="1MB").root == 0
+    assert load_collective(topo, None, collective=kind, size="1MB", ranks="2-5").root == 2
+    assert load_collective(topo, None, collective=kind, size="1MB", root="3").root == 3

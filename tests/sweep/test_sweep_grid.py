@@ -52,8 +52,6 @@ def test_schema_errors_name_file_and_key(grid_file, text, key, words):
      "topologies[1]", "no shipped topology"),
     ("topologies: [ring8]\ncollectives: [allgather, {collective: broadcast, root: 9}]\n"
      "sizes: [1MB]\n", "collectives[1].root", "rank 9"),
-    ("topologies: [ring8]\ncollectives: [broadcast]\nsizes: [1MB]\n", "collectives[0].root",
-     "needs a root"),
     ("topologies: [ring8]\ncollectives: [allgaher]\nsizes: [1MB]\n", "collectives[0]",
      "allgather"),
     ("topologies: [ring8]\ncollectives: [allgather]\nsizes: [1001B]\n", "sizes[0]", ""),
@@ -96,3 +94,18 @@ def test_shipped_example_grid_expands():
     points = expand_grid(load_grid(example))
     assert len(points) == 24
     assert {p.topology.name for p in points} == {"dgx1", "ring8"}
+
+
+@pytest.mark.parametrize(("extra", "key"), [
+    ("seed: 2147483648\n", "seed"),
+    ("seed: -1\n", "seed"),
+    ("time_limit: 1e30s\n", "time_limit"),
+    ("time_limit: .inf\n", "time_limit"),
+    ("time_limit: 1e30\n", "time_limit"),
+])
+def test_solver_values_no_point_could_use_are_refused_up_front(tmp_path, extra, key):
+    path = tmp_path / "g.yaml"
+    path.write_text("topologies: [ring8]\ncollectives: [allgather]\nsizes: [1MB]\n" + extra)
+    with pytest.raises(SpecError) as exc:
+        load_grid(str(path))
+    assert exc.value.key == key and exc.value.file == str(path)

@@ -206,3 +206,16 @@ def test_rooted_points_are_indexed_but_never_published(grid_file, tmp_path):
     assert rows["allgather"]["selected"] == "True"
     assert [p.name for p in (out / "msccl" / "ring8").glob("*.xml")] == [
         rows["allgather"]["name"] + ".xml"]
+
+
+def test_plain_progress_lines_off_a_terminal(one_ok_one_failed, teccl, tmp_path):
+    code, _, err = teccl("sweep", one_ok_one_failed, "-o", str(tmp_path / "o"),
+                         "--workers", "1", "--json")
+    lines = [x for x in err.splitlines() if x.startswith("sweep ") and "/2 (ok" in x]
+    assert code == 1 and len(lines) == 2 and lines[-1].startswith("sweep 2/2 (ok 1, failed 1)")
+    code, _, err = teccl("--quiet", "sweep", one_ok_one_failed, "-o", str(tmp_path / "q"),
+                         "--workers", "1", "--json")
+    from te_ccl.cli.common import set_quiet
+
+    set_quiet(False)
+    assert code == 1 and err == ""

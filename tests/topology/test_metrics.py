@@ -84,3 +84,33 @@ def test_link_groups_and_summary():
     assert metrics.link_groups(t) == [("gpu-switch", 10e9, 1e-6, 3), ("switch-gpu", 10e9, 1e-6, 3)]
     s = metrics.summarize(t)
     assert (s.ngpus, s.nswitches, s.nlinks, s.diameter_hops) == (3, 1, 6, 2)
+
+
+def test_large_topologies_are_estimated_within_a_budget_and_say_so():
+    t = gen.torus([16, 16], 50e9)
+    d = metrics.diameter(t, work=1)
+    assert not d.exact and d.sources == 8 and d.hops == 16   # torus: every GPU sees 8+8
+    assert metrics.diameter(t).exact
+    from te_ccl.spec.topology import load_topology
+
+    ft = load_topology("ndv2x4")   # switch and GPU-GPU links: max-flow cuts
+    b = metrics.bisection_bandwidth(ft, exact_limit=0, flow_work=1)
+    assert not b.exact and b.candidates == 1    # the contiguous halves only
+    full = metrics.bisection_bandwidth(ft, exact_limit=0)
+    assert full.candidates > b.candidates and full.bandwidth_Bps <= b.bandwidth_Bps
+    s = metrics.summarize(t, exact_limit=0)
+    assert any("upper bound" in n for n in s.notes())
+
+
+def test_topo_show_notes_the_estimates(teccl, monkeypatch, tmp_path):
+    import json
+
+    monkeypatch.setattr(metrics, "DIAMETER_WORK", 1)
+    path = tmp_path / "t.yaml"
+    path.write_text("name: t\ngenerator: {kind: torus, dims: [6, 6], bandwidth: 50GB/s}\n")
+    code, out, _ = teccl("topo", "show", str(path), "--json")
+    data = json.loads(out)
+    assert code == 0 and data["diameter_exact"] is False
+    assert any("lower bound" in n for n in data["notes"])
+    code, out, _ = teccl("topo", "show", str(path))
+    assert "≥ 6 hops" in out and "lower bound" in out

@@ -22,11 +22,15 @@ import gc
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.fastread import read_canonical
 from te_ccl.verify.msccl.findings import Finding, finding
-from te_ccl.verify.msccl.model import DEFAULTS, Algo, Gpu, Step, Threadblock
+from te_ccl.verify.msccl.model import BUFFERS, DEFAULTS, Algo, Gpu, Step, Threadblock
+from te_ccl.verify.msccl.runtime_rules import MAX_COUNT
+from te_ccl.verify.msccl.stream import decoded, lines_of
 from te_ccl.verify.msccl.text import (
     MscclReadError,
     MscclSyntaxError,
@@ -35,14 +39,40 @@ from te_ccl.verify.msccl.text import (
     tokenize,
 )
 
-__all__ = ["read_msccl", "parse_msccl", "parse_text", "load_text", "source_name", "paused_gc",
-           "MscclReadError", "MscclSyntaxError", "MscclFormatError"]
+__all__ = ["read_msccl", "read_msccl_lenient", "parse_msccl", "parse_text", "load_text",
+           "source_name", "paused_gc", "upgrade_legacy", "LEGACY_RULES", "MAX_RANKS",
+           "MAX_CHUNKS", "MAX_SLOTS", "MAX_REACH", "MAX_GENERAL_TEXT", "MscclReadError",
+           "MscclSyntaxError", "MscclFormatError"]
 
 _PLAIN_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+)\Z")
 _OCTAL = re.compile(r"[+-]?0[0-9]")
 _STR_ATTRS = {"type", "srcbuf", "dstbuf", "proto", "coll", "name"}
 _ALGO_REQUIRED = ("nchunksperloop", "nchannels", "ngpus", "proto", "coll")
 _ALGO_OPTIONAL = ("minBytes", "maxBytes", "inplace", "outofplace")
+
+# What a file may declare, from the runtime's own limits, checked before anything is
+# allocated per rank or per chunk.
+MAX_RANKS = MSCCL.max_elements - 2
+"""A rank's reader holds ``<algo>``, every ``<gpu>`` and its own elements in
+``max_elements`` nodes, so no file can give more ranks a ``<gpu>`` each."""
+MAX_CHUNKS = 2 * MAX_RANKS * (MAX_COUNT - 1)
+"""On two or more ranks every collective moves at least half of ``nchunksperloop``
+through some rank, whose fewer than ``max_elements`` steps move at most ``MAX_COUNT - 1``
+chunks each."""
+MAX_SLOTS = 1 << 21
+"""The verifier models ``ngpus * nchunksperloop`` chunks at once (tens of bytes each);
+the largest files teccl writes need about a million."""
+MAX_REACH = 4 * MAX_SLOTS
+"""Chunks the steps may reach in all GPUs' buffers together: the symbolic run sizes each
+GPU's memory by the furthest offset its steps touch inside the declared sizes (declared
+sizes alone cost nothing)."""
+MAX_GENERAL_TEXT = 16 << 20
+"""Characters of a file outside the canonical layout that the general tokenizer holds
+(comment text does not count): it needs about 20 bytes of memory per character, and a
+15 MB file with one finding per line takes 330 MB. Canonical files are streamed
+without a limit."""
+LEGACY_RULES = frozenset({"missing-algo-attribute"})
+"""What tells msccl-tools' older format (no ``outofplace``/``minBytes``/``maxBytes``)."""
 
 
 class MscclFormatError(MscclSyntaxError):
@@ -59,20 +89,23 @@ def source_name(path_or_text: str | Path) -> str:
 
 
 def load_text(path_or_text: str | Path) -> tuple[str, str]:
-    """``(text, source name)`` from a path or from XML text (anything containing ``<``)."""
+    """``(text, source name)`` from a path or from XML text (anything containing ``<``).
+
+    A file is read in bounded memory (:mod:`.stream`): comments keep only their
+    newlines, and more than :data:`MAX_GENERAL_TEXT` other characters are refused."""
     if _is_text(path_or_text):
         return path_or_text, "<string>"
-    path = Path(path_or_text)
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise MscclReadError(f"cannot read the file ({e.strerror or e})", file=str(path)) from e
-    if b"\0" in data:
-        raise MscclReadError("binary file, not MSCCL XML", file=str(path))
-    try:
-        return data.decode("utf-8"), str(path)
-    except UnicodeDecodeError as e:
-        raise MscclReadError(f"not UTF-8 text (byte {e.start})", file=str(path)) from e
+    source = str(Path(path_or_text))
+    parts, total = [], 0
+    for piece in decoded(path_or_text):
+        total += len(piece)
+        if total > MAX_GENERAL_TEXT:
+            raise MscclReadError(
+                f"more than {MAX_GENERAL_TEXT >> 20} MiB of XML outside the canonical layout "
+                "(one tag per line with \\n line ends, as msccl-tools and teccl write it)",
+                file=source)
+        parts.append(piece)
+    return "".join(parts), source
 
 
 def read_msccl(path_or_text: str | Path) -> Algo:
@@ -81,7 +114,8 @@ def read_msccl(path_or_text: str | Path) -> Algo:
     Raises
     ------
     MscclReadError
-        Missing file, binary or not XML at all (a ``SpecError``, exit code 2).
+        Missing file, binary or not XML at all, or a header beyond the runtime's limits
+        (a ``SpecError``, exit code 2).
     MscclFormatError
         XML the runtime's reader rejects or reads differently (a ``VerificationError``).
     """
@@ -92,22 +126,115 @@ def read_msccl(path_or_text: str | Path) -> Algo:
     return algo
 
 
+def read_msccl_lenient(path_or_text: str | Path) -> tuple[Algo, list[str]]:
+    """:func:`read_msccl` that also takes msccl-tools' older format: the algorithm (read
+    as the older format meant it: ``inplace`` picks the one mode, any size) and one
+    warning naming what the executor would miss (none for a current file)."""
+    algo, found = parse_msccl(path_or_text)
+    errors = [f for f in found if f.severity == "error" and f.rule not in LEGACY_RULES]
+    if errors:
+        raise MscclFormatError(errors)
+    missing = [f.message.split(" — ")[0].split(" has no ")[-1] for f in found
+               if f.rule in LEGACY_RULES]
+    if not missing:
+        return algo, []
+    mode = "in-place" if algo.inplace else "out-of-place"
+    legacy = replace(algo, outofplace=0 if algo.inplace else 1,
+                     min_bytes=algo.min_bytes or 0, max_bytes=algo.max_bytes or 0)
+    return legacy, [f"{algo.source}: msccl-tools' older format (no {', '.join(missing)}), "
+                    f"read as {mode} for any size; the executor needs `teccl verify "
+                    "--upgrade -o NEW.xml`"]
+
+
+_ALGO_TAG = re.compile(r"<!--.*?-->|<algo\b[^<>]*?(/?>)", re.S)
+
+
+def upgrade_legacy(text: str) -> tuple[str, list[str]]:
+    """``text`` with the ``<algo>`` attributes of the executor's format that it lacks
+    added (``outofplace`` the opposite of ``inplace``; ``minBytes="0" maxBytes="0"``,
+    any size), and their names; every other byte is kept.
+
+    >>> upgrade_legacy('<algo name="a" ngpus="2" inplace="1">\\n</algo>\\n')
+    ('<algo name="a" ngpus="2" inplace="1" outofplace="0" minBytes="0" maxBytes="0">\\n</algo>\\n', ['outofplace', 'minBytes', 'maxBytes'])
+    """
+    head = next((m for m in _ALGO_TAG.finditer(text) if m.group(1) is not None), None)
+    if head is None:
+        return text, []
+    attrs = dict(re.findall(r'\s([^\s=]+)="([^"]*)"', head.group(0)))
+    inplace = strtol(attrs.get("inplace", "0")) != 0
+    wanted = {"outofplace": "0" if inplace else "1", "minBytes": "0", "maxBytes": "0"}
+    missing = [k for k in wanted if k not in attrs]
+    cut = head.start(1)
+    extra = "".join(f' {k}="{wanted[k]}"' for k in missing)
+    return text[:cut] + extra + text[cut:], missing
+
+
 def parse_msccl(path_or_text: str | Path) -> tuple[Algo, list[Finding]]:
     """Lenient read: the algorithm plus every textual finding, in file order.
 
     Files in the canonical layout are read line by line (:mod:`.fastread`), without
-    holding the text; any other file goes through the general tokenizer.
+    holding the text; any other file goes through the general tokenizer. A header that
+    declares more than the runtime can hold raises :class:`MscclReadError` before the
+    checks allocate anything per rank or chunk.
     """
     source = source_name(path_or_text)
-    try:
-        with _lines(path_or_text) as lines, paused_gc():
-            fast = read_canonical(lines)
-    except (OSError, UnicodeDecodeError):
-        fast = None
+    lines = (_split(str(path_or_text)) if _is_text(path_or_text)
+             else lines_of(decoded(path_or_text), MAX_GENERAL_TEXT))
+    with paused_gc():
+        fast = read_canonical(lines)
     if fast is None:
-        return parse_text(*load_text(path_or_text))
-    found: list[Finding] = []
-    return Algo(**_header(fast[0], found), gpus=fast[1], source=source), found
+        algo, found = parse_text(*load_text(path_or_text))
+    else:
+        found = []
+        algo = Algo(**_header(fast[0], found), gpus=fast[1], source=source)
+    _check_limits(algo, {f.message.split(" — ")[0] for f in found
+                         if f.rule == "missing-attribute"})
+    return algo, found
+
+
+def _check_limits(algo: Algo, missing: set[str]) -> None:
+    """Refuse what no runtime loads, and what the verifier cannot model in bounded memory
+    (a missing attribute is a finding of its own)."""
+    for key, value, high, what in (
+            ("ngpus", algo.ngpus, MAX_RANKS,
+             f"ranks (each needs a <gpu> among the reader's {MSCCL.max_elements} elements)"),
+            ("nchannels", algo.nchannels, MSCCL.max_channels, "channels (MAXCHANNELS)"),
+            ("nchunksperloop", algo.nchunksperloop, MAX_CHUNKS,
+             f"chunks ({MAX_RANKS} steps of at most {MAX_COUNT - 1} chunks each through a rank)")):
+        if f"<algo> has no {key}" not in missing and not 1 <= value <= high:
+            raise MscclReadError(f"{key}=\"{value}\" but the runtime takes 1..{high} {what}",
+                                 file=algo.source)
+    if max(algo.ngpus, 0) * max(algo.nchunksperloop, 0) > MAX_SLOTS:
+        raise MscclReadError(f"ngpus × nchunksperloop = {algo.ngpus * algo.nchunksperloop:,} "
+                             f"chunks; the verifier models at most {MAX_SLOTS:,}",
+                             file=algo.source)
+    declared = sum(max(g.chunks(b), 0) for g in algo.gpus for b in BUFFERS)
+    if declared <= MAX_REACH:
+        return   # what the steps can reach is smaller still
+    total = 0
+    for gpu in algo.gpus:
+        for buf, end in _reach(gpu).items():
+            if end > MAX_CHUNKS:
+                raise MscclReadError(f"steps of gpu {gpu.id} reach {buf}[{end - 1}]: beyond "
+                                     f"{MAX_CHUNKS:,} chunks, twice what a rank's steps can "
+                                     "move", file=algo.source, line=gpu.line or None)
+            total += end
+    if total > MAX_REACH:
+        raise MscclReadError(f"the steps reach {total:,} chunks of the GPUs' buffers in all; "
+                             f"the verifier models at most {MAX_REACH:,}", file=algo.source)
+
+
+def _reach(gpu: Gpu) -> dict[str, int]:
+    """Per buffer, one past the furthest chunk a step touches inside the declared size
+    (offsets outside it are findings that stop the symbolic run)."""
+    end = dict.fromkeys(BUFFERS, 0)
+    for tb in gpu.threadblocks:
+        for st in tb.steps:
+            span = min(max(st.cnt, 1), MAX_COUNT)
+            for buf, off in ((st.srcbuf, st.srcoff), (st.dstbuf, st.dstoff)):
+                if buf in end and 0 <= off < gpu.chunks(buf):
+                    end[buf] = max(end[buf], off + span)
+    return end
 
 
 @contextmanager
@@ -132,15 +259,6 @@ def _split(text: str) -> Iterator[str]:
         stop = find("\n", start) + 1 or end
         yield text[start:stop]
         start = stop
-
-
-@contextmanager
-def _lines(path_or_text: str | Path) -> Iterator[Iterator[str]]:
-    if _is_text(path_or_text):
-        yield _split(str(path_or_text))
-        return
-    with open(path_or_text, encoding="utf-8", newline="") as f:
-        yield iter(f)
 
 
 def parse_text(text: str, source: str = "<string>") -> tuple[Algo, list[Finding]]:

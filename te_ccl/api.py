@@ -1,0 +1,134 @@
+"""The Python API: compile a collective from a script or a notebook, as ``teccl compile`` does.
+
+``teccl compile`` is a thin layer over :func:`compile` (flags in, table or JSON out), so
+both take the same inputs, refuse the same bad ones (:class:`~te_ccl.errors.SpecError`
+and its exit-code siblings, never a print or an exit) and return the same
+:class:`~te_ccl.pipeline.CompileResult`.
+
+>>> import te_ccl
+>>> result = te_ccl.compile("ring8", "allgather", size="1MB", time_limit_s=20)
+>>> result.schedule.collective.nranks, result.output is None
+(8, True)
+>>> result.finish_time_s >= result.lower_bound_s > 0
+True
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+from te_ccl.backends.base import SolveParams
+from te_ccl.collective.model import Collective
+from te_ccl.errors import SpecError
+from te_ccl.pipeline import CompileOptions, CompileResult, compile_collective
+from te_ccl.topology.model import Topology
+
+__all__ = ["compile", "solve_params", "CompileResult"]
+
+
+def solve_params(*, backend: str = "auto", time_limit_s: float = 60.0, threads: int = 1,
+                 seed: int = 0, epoch: str | float = "fastest",
+                 max_horizon: int | None = None) -> SolveParams:
+    """The solver settings, with ``epoch`` as ``fastest``, ``slowest``, seconds or a time
+    such as ``"1us"``."""
+    from te_ccl.units import UnitError, parse_time
+
+    if isinstance(epoch, str) and epoch not in ("fastest", "slowest"):
+        try:
+            epoch = parse_time(epoch)
+        except UnitError as e:
+            raise SpecError(str(e), key="epoch") from None
+    return SolveParams(backend=backend, time_limit_s=time_limit_s, threads=threads, seed=seed,
+                       epoch=epoch, max_horizon=max_horizon)
+
+
+def compile(  # noqa: A001 - te_ccl.compile is the name users look for
+        topology: str | os.PathLike | Topology,
+        collective: str | Collective | None = None, *,
+        spec: str | os.PathLike | None = None,
+        size: str | int | None = None,
+        chunks: int | Literal["auto"] | None = None,
+        ranks: str | None = None,
+        root: str | int | None = None,
+        inplace: bool | None = None,
+        proto: str | None = None,
+        backend: str = "auto",
+        time_limit_s: float = 60.0,
+        threads: int = 1,
+        seed: int = 0,
+        epoch: str | float = "fastest",
+        max_horizon: int | None = None,
+        output: str | os.PathLike | None = None,
+        fmt: Literal["xml", "json"] | None = None,
+        fred_tables: str | os.PathLike | None = None,
+        progress: Callable[[str], None] | None = None) -> CompileResult:
+    """Solve, check, lower and (with ``output``) write one algorithm.
+
+    ``topology``: a shipped name (``"dgx1"``), a YAML file or a :class:`Topology`.
+    ``collective``: a kind (``"allgather"``, ``"broadcast"``, …) or a
+    :class:`Collective`; ``spec`` a collective YAML file, whose keys the keyword
+    arguments override (``size`` as ``"64MB"`` or bytes; ``chunks`` per rank or
+    ``"auto"``; ``ranks`` as ``"0-7"``; rooted kinds default to the first rank).
+    ``output``: a file to write (``.xml`` MSCCL or ``.json`` schedule; ``"-"`` stdout);
+    None writes nothing. ``progress`` receives short status messages.
+
+    Raises :class:`~te_ccl.errors.SpecError` for bad input,
+    :class:`~te_ccl.errors.SolverError` or :class:`~te_ccl.errors.RuntimeLimitError`
+    when no schedule is found or fits the MSCCL runtime.
+    """
+    topo = _topology(topology)
+    chunk_choices: tuple[int, ...] = ()
+    if chunks == "auto":
+        from te_ccl.chunking import BASE_CHUNKS
+
+        chunk_choices, chunks = BASE_CHUNKS, 1
+    elif chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
+        raise SpecError(f"expected a positive integer or auto, got {chunks!r}", key="chunks")
+    coll = _collective(topo, collective, spec, size=size, chunks=chunks, ranks=ranks,
+                       root=root, inplace=inplace, proto=proto)
+    if output is not None:
+        from te_ccl.outputs import check_output_file
+
+        check_output_file(output, key="output")
+    if fmt is None:
+        fmt = "json" if output is not None and Path(output).suffix == ".json" else "xml"
+    params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,
+                          seed=seed, epoch=epoch, max_horizon=max_horizon)
+    options = CompileOptions(output=None if output is None else str(output), fmt=fmt,
+                             fred_tables=None if fred_tables is None else str(fred_tables),
+                             chunk_choices=chunk_choices)
+    return compile_collective(topo, coll, params, options, progress)
+
+
+def _topology(topology: str | os.PathLike | Topology) -> Topology:
+    if isinstance(topology, Topology):
+        return topology
+    from te_ccl.spec.topology import load_topology
+
+    return load_topology(str(topology))
+
+
+def _collective(topo: Topology, collective: str | Collective | None,
+                spec: str | os.PathLike | None, **flags: object) -> Collective:
+    given = {k: v for k, v in flags.items() if v is not None}
+    if isinstance(collective, Collective):
+        if spec is not None or set(given) - {"chunks"}:
+            raise SpecError("a Collective object takes no spec file or collective keywords "
+                            f"(got {', '.join(sorted(given)) or 'spec'})", key="collective")
+        if "chunks" in given:
+            from dataclasses import replace
+
+            return replace(collective, chunks_per_rank=given["chunks"])
+        return collective
+    from te_ccl.spec.collective import load_collective
+
+    if collective is not None:
+        given["collective"] = collective
+    if isinstance(given.get("size"), int):
+        given["size"] = f"{given['size']}B"
+    if "root" in given:
+        given["root"] = str(given["root"])
+    return load_collective(topo, None if spec is None else str(spec), **given)

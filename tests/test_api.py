@@ -1,0 +1,88 @@
+"""The Python API (``te_ccl.compile``) and the packaging facts it relies on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+import te_ccl
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.errors import SpecError
+from te_ccl.verify.msccl import verify_msccl
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_compile_writes_a_verified_file_and_returns_the_result(tmp_path):
+    out = tmp_path / "ag.xml"
+    result = te_ccl.compile("ring8", "allgather", size=1_000_000, output=out)
+    assert isinstance(result, te_ccl.CompileResult)
+    assert result.output == str(out) and verify_msccl(out).valid
+    assert result.schedule.collective.size_bytes == 1_000_000
+
+
+def test_compile_takes_objects_and_rooted_defaults():
+    coll = Collective(CollectiveKind.BROADCAST, 1_000_000, tuple(range(8)), root=3)
+    assert te_ccl.compile("ring8", coll).schedule.collective.root == 3
+    assert te_ccl.compile("ring8", "reduce", size="1MB").schedule.collective.root == 0
+
+
+@pytest.mark.parametrize(("kwargs", "key"), [
+    ({"size": "1MB", "chunks": "many"}, "chunks"),
+    ({"size": "1MB", "epoch": "soon"}, "epoch"),
+    ({"size": "lots"}, "--size"),
+])
+def test_bad_arguments_raise_spec_errors(kwargs, key):
+    with pytest.raises(SpecError) as exc:
+        te_ccl.compile("ring8", "allgather", **kwargs)
+    assert exc.value.key == key
+
+
+def test_the_cli_compiles_through_the_api(teccl, monkeypatch, tmp_path):
+    calls = []
+    real = te_ccl.api.compile
+
+    def spy(*args, **kwargs):
+        calls.append(kwargs)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(te_ccl.api, "compile", spy)
+    code, _, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB", "--chunks", "auto",
+                       "-o", str(tmp_path / "a.xml"), "--json")
+    assert code == 0 and len(calls) == 1 and calls[0]["chunks"] == "auto"
+
+
+def test_import_is_light_and_typed():
+    probe = "import sys, te_ccl; print('ortools' in sys.modules, te_ccl.__version__)"
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         cwd=ROOT, check=True).stdout.split()
+    assert out == ["False", te_ccl.__version__]
+    assert (ROOT / "te_ccl" / "py.typed").exists()
+
+
+def test_packaging_has_one_version_a_license_and_extras():
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    project = meta["project"]
+    assert "version" in project["dynamic"] and "version" not in project
+    assert meta["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "te_ccl.__version__"}
+    assert "MIT" in (ROOT / "LICENSE").read_text()
+    assert "py.typed" in meta["tool"]["setuptools"]["package-data"]["te_ccl"]
+    runtime = " ".join(project["dependencies"])
+    assert "matplotlib" not in runtime and "lxml" not in runtime and "ray" not in runtime
+    extras = project["optional-dependencies"]
+    assert any("matplotlib" in d for d in extras["plot"])
+    assert any("ray" in d for d in extras["ray"])
+    assert project["urls"] and project["classifiers"]
+    assert "[dev,ray,plot]" in (ROOT / "Makefile").read_text()
+
+
+def test_plotting_without_matplotlib_names_the_extra(monkeypatch):
+    from te_ccl.outputs import pyplot
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(SpecError, match=r"teccl\[plot\]"):
+        pyplot()
