@@ -17,7 +17,7 @@ channel pass keeps every thread block within a budget of data steps; with reduct
 the budget leaves ``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 (a
 reduction waiting for several thread blocks). Only if those still push a thread block
 over the limit is it rerun, with a budget smaller by at least that headroom again. If
-a rank needs more elements than the runtime's reader holds (``MAX_ELEMENTS``), the
+a rank needs more elements than the runtime's reader holds (``MSCCL.max_elements``), the
 channel pass is rerun once favouring the fusions of those ranks. What still does not fit
 raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
 """
@@ -33,7 +33,7 @@ from dataclasses import replace
 
 from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, ResolvedSlots, buffer_layout, resolve_slots
-from te_ccl.lower.msccl.channels import MAX_CHANNELS, ChannelsExhausted, assign_channels
+from te_ccl.lower.msccl.channels import ChannelsExhausted, assign_channels
 from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
 from te_ccl.lower.msccl.dependencies import add_dependencies
 from te_ccl.lower.msccl.instructions import (
@@ -43,16 +43,15 @@ from te_ccl.lower.msccl.instructions import (
     build_instructions,
     fusion_candidates,
 )
-from te_ccl.lower.msccl.ir import MAX_ELEMENTS, Gpu, Program
+from te_ccl.lower.msccl.ir import Gpu, Program
 from te_ccl.lower.msccl.threadblocks import build_threadblocks
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
 from te_ccl.outputs import write_atomic
+from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.schedule import Schedule
 
 __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
-PROTOCOLS = ("Simple", "LL128", "LL")
-MAX_THREADBLOCKS = 1024
 NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops when the schedule reduces
 
 
@@ -142,15 +141,17 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     reduces = any(e.op == "reduce" for e in edges)
-    sends_waited = reduces or layout.overwrites_inputs
+    sends_waited = True
+    depth = MSCCL.outstanding_sends(proto)
     budget = max_steps - headroom if reduces and max_steps > 2 * headroom else max_steps
     favour: frozenset[int] = frozenset()
     while budget > 0:
         try:
-            chan, instrs, slots = _assign(edges, base, candidates, budget, sends_waited, favour)
+            chan, instrs, slots = _assign(edges, base, candidates, budget, sends_waited,
+                                          depth, favour)
         except ChannelsExhausted as e:
             raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
-                                    f"block within {MAX_CHANNELS} channels") from None
+                                    f"block within {MSCCL.max_channels} channels") from None
         nchannels = 1 + max(chan.values(), default=0)
         head = Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
                        coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, ())
@@ -159,7 +160,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             for g in sorted(instrs):
                 gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps)
                 if coll.nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) \
-                        > MAX_ELEMENTS:
+                        > MSCCL.max_elements:
                     over.add(g)
                 gpus.append(gpu_xml(gpu).encode() if stream else gpu)
         except _Overflow as e:  # the channel pass counts data steps, not the nops
@@ -170,7 +171,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         del gpus
         if favour:
             raise RuntimeLimitError(
-                f"{len(over)} rank(s) need more than {MAX_ELEMENTS} XML elements (the "
+                f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
                 f"runtime's reader limit), e.g. rank position {min(over)}, even with the "
                 "channel pass favouring their fusions")
         favour = frozenset(over)  # rerun once, favouring the ranks over the limit
@@ -179,12 +180,12 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
 
 
 def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
-            budget: int, sends_waited: bool, favour: frozenset[int]
+            budget: int, sends_waited: bool, depth: int, favour: frozenset[int]
             ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
     ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, and
     the slots they print."""
-    chan, kept = assign_channels(edges, candidates, budget, sends_waited, favour)
+    chan, kept = assign_channels(edges, candidates, budget, sends_waited, depth, favour)
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)
@@ -196,9 +197,9 @@ def _gpu(g: int, instrs: list[Instr], chan: dict[Edge, int], slots: ResolvedSlot
          layout: Layout, budget: int, max_steps: int) -> Gpu:
     """One GPU's thread blocks with their dependencies; :class:`_Overflow` if too long."""
     plans = build_threadblocks(instrs, chan, budget)
-    if len(plans) > MAX_THREADBLOCKS:
+    if len(plans) > MSCCL.max_threadblocks:
         raise RuntimeLimitError(f"rank position {g} needs {len(plans)} thread blocks "
-                                f"(the runtime allows {MAX_THREADBLOCKS})")
+                                f"(the runtime allows {MSCCL.max_threadblocks})")
     tbs = add_dependencies(g, plans, slots)
     longest = max((len(tb.steps) for tb in tbs), default=0)
     if longest > max_steps:

@@ -151,12 +151,26 @@ def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
                 continue
             if r.src is not None and r.src != slot and _touched_between(touching[r.src], r, s):
                 continue
+            if _waits_for_send(touching, r, s):
+                continue
             if r.op is Op.RECV:
                 found.append(Fusion(r, s, Op.RECV_COPY_SEND))
                 continue
             later = _read_later(seq[i + 2:], slot, slot == layout.out(r.gpu, chunks[r.chunk]))
             found.append(Fusion(r, s, Op.RECV_REDUCE_COPY_SEND if later else Op.RECV_REDUCE_SEND))
     return sorted(found, key=lambda f: f.send.order)
+
+
+def _waits_for_send(touching: dict[Slot, list[Instr]], r: Instr, s: Instr) -> bool:
+    """Would fusing delay another step? A fused step is done (and flags the steps that
+    wait for it) only once its send has left, where the receive alone would be done on
+    arrival: a step touching its slots before the send arrives would start late."""
+    for slot in dict.fromkeys(r.reads + r.writes):
+        seq = touching[slot]
+        i = bisect_right(seq, s.order, key=lambda x: x.order)
+        if i < len(seq) and seq[i].order[0] < s.send.arrive:
+            return True
+    return False
 
 
 def _touched_between(seq: list[Instr], a: Instr, b: Instr) -> bool:
