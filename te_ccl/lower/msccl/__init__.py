@@ -20,6 +20,14 @@ over the limit is it rerun, with a budget smaller by at least that headroom agai
 a rank needs more elements than the runtime's reader holds (``MSCCL.max_elements``), the
 channel pass is rerun once favouring the fusions of those ranks. What still does not fit
 raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
+
+Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
+of the file's protocol (2 under Simple), and the channel pass keeps every connection
+within that depth. Timing: the file keeps the schedule's timing where the runtime runs
+it as the schedule says: a send waits for the previous send to its peer (the link's
+order), and a receive is fused into a send only where no other step of the GPU would
+wait for that send to leave (:mod:`instructions`, :mod:`channels`). Ranks rerun for the
+element limit may keep fusions that do delay steps; the program's ``notes`` say so.
 """
 
 from __future__ import annotations
@@ -56,10 +64,13 @@ NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops when the schedul
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
-                   max_bytes: int = 0, proto: str | None = None, max_steps: int = 64) -> bytes:
+                   max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
+                   notes: list[str] | None = None) -> bytes:
     """The MSCCL XML of ``schedule`` (deterministic: same schedule, same bytes).
 
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
+    ``notes``, if given, receives the program's notes (where the file cannot keep the
+    schedule's timing).
     Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
     through GPUs outside the collective), and its subclass :class:`RuntimeLimitError`
     for what the runtime cannot hold (more than 32 channels, 64 steps per thread block,
@@ -80,6 +91,8 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     with _no_cyclic_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                             proto=proto, max_steps=max_steps, stream=True)
+        if notes is not None:
+            notes.extend(head.notes)
         return b"".join([algo_open(head).encode(), *gpus, algo_close().encode()])
 
 
@@ -138,23 +151,28 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     layout = buffer_layout(coll)
     edges = collapse_switches(schedule)
     base = build_instructions(edges, layout)
-    candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
+    found = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     reduces = any(e.op == "reduce" for e in edges)
-    sends_waited = True
     depth = MSCCL.outstanding_sends(proto)
     budget = max_steps - headroom if reduces and max_steps > 2 * headroom else max_steps
     favour: frozenset[int] = frozenset()
     while budget > 0:
-        try:
-            chan, instrs, slots = _assign(edges, base, candidates, budget, sends_waited,
-                                          depth, favour)
+        candidates = [f for f in found if not f.delays or f.recv.gpu in favour]
+        try:  # sending thread blocks are waited for: a send waits for the link's last one
+            chan, instrs, slots, delaying = _assign(edges, base, candidates, budget, True,
+                                                    depth, favour)
         except ChannelsExhausted as e:
             raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
                                     f"block within {MSCCL.max_channels} channels") from None
         nchannels = 1 + max(chan.values(), default=0)
+        notes = () if not favour else (
+            f"{len(favour)} rank(s) keep fused steps that hold up other steps (the file may "
+            f"run slower than the schedule) to fit the runtime's reader limit of "
+            f"{MSCCL.max_elements} elements; {delaying} such fusion(s) made",)
         head = Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
-                       coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, ())
+                       coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, (),
+                       notes)
         try:
             gpus, over = [], set()
             for g in sorted(instrs):
@@ -181,16 +199,16 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
 
 def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
             budget: int, sends_waited: bool, depth: int, favour: frozenset[int]
-            ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots]:
+            ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots, int]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
-    ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, and
-    the slots they print."""
+    ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, the
+    slots they print, and how many of the fusions kept delay another step."""
     chan, kept = assign_channels(edges, candidates, budget, sends_waited, depth, favour)
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)
     instrs = {g: apply_fusions(base[g], fusions[g]) for g in base}
-    return chan, instrs, resolve_slots(instrs)
+    return chan, instrs, resolve_slots(instrs), sum(f.delays for f in kept)
 
 
 def _gpu(g: int, instrs: list[Instr], chan: dict[Edge, int], slots: ResolvedSlots,

@@ -90,6 +90,7 @@ class _State:
     spread: int
     sends_waited: bool  # sending thread blocks may be waited for too
     depth: int          # sends a connection holds (the protocol's outstanding sends)
+    favour: frozenset[int] = frozenset()  # GPUs whose fusions may hold up their receives
     conns: dict[tuple, _Conn] = field(default_factory=lambda: defaultdict(_Conn))
     sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
     recvs: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
@@ -118,12 +119,12 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     ``sends_waited``: other thread blocks may wait for sending ones (reductions, in-place
     buffers, a connection over several channels); ``depth``: the sends a connection
     holds. The GPU positions in ``favour`` count as the hottest (their fusions go
-    first)."""
+    first, even those that hold up a receive)."""
     by_in = {f.recv.recv: f for f in fusions}
     by_out = {f.send.send for f in fusions}
     plan = _plan(edges, fusions, favour)
     spread = _spread(edges, budget, sends_waited)
-    state, chan = _State(budget, spread, sends_waited, depth, plan=plan), {}
+    state, chan = _State(budget, spread, sends_waited, depth, favour, plan=plan), {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
     for head in sorted(e for e in edges if e not in by_out):
@@ -303,23 +304,36 @@ def _parts(chain: list[Edge], links: list[Fusion], last: bool = False) -> _Parts
 def _fits(parts: _Parts, c: int, state: _State) -> bool:
     ends, links, edges = parts
     return (_pairs_fit(links, c, state) and _steps_fit(ends, links, c, state)
-            and all(_conn_fits(state.conns[(e.src, e.dst, c)], snd, rcv, state.depth)
+            and all(_conn_fits(state.conns[(e.src, e.dst, c)], snd, rcv, state.depth,
+                               e.dst not in state.favour)
                     for e, snd, rcv in edges))
 
 
-def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple, depth: int) -> bool:
-    """Can an edge with these orders join the connection (FIFO order and depth)?"""
+def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple, depth: int, timed: bool = True) -> bool:
+    """Can an edge with these orders join the connection (FIFO order and depth, and if
+    ``timed`` no receive held up by a fused step before it)?"""
     n = len(conn.snd)
     if not n or conn.snd[-1] < snd:  # appended (the usual case: edges come in time order)
-        return not n or (conn.rcv[-1] < rcv and (n < depth or conn.rcv[-depth] < snd))
+        return not n or (conn.rcv[-1] < rcv and (n < depth or conn.rcv[-depth] < snd)
+                         and not (timed and _held_up(conn.rcv[-1], rcv)))
     i = bisect_left(conn.snd, snd)
     if (i > 0 and conn.rcv[i - 1] > rcv) or conn.rcv[i] < rcv:
+        return False
+    if timed and ((i > 0 and _held_up(conn.rcv[i - 1], rcv)) or _held_up(rcv, conn.rcv[i])):
         return False
     lo, hi = max(0, i - depth), min(len(conn.snd), i + depth)
     s = conn.snd[lo:i] + [snd] + conn.snd[i:hi]
     r = conn.rcv[lo:i] + [rcv] + conn.rcv[i:hi]
     # the message ``depth`` places earlier must be received before this one is sent
     return all(r[k - depth] < s[k] for k in range(depth, len(s)))
+
+
+def _held_up(before: tuple, after: tuple) -> bool:
+    """Would the receive ``after`` wait for the fused step ``before`` in its thread block?
+    A fused step (receive order ``(start, 1, outgoing edge)``) is done once its send has
+    left; a plain receive (``(arrive, 0, edge)``) next in the thread block arriving
+    before that would be taken late, and so would what waits for its value."""
+    return before[1] == 1 and after[1] == 0 and after[0] < before[2].arrive
 
 
 def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None) -> int:
