@@ -9,6 +9,10 @@ ratio, the lowering's notes, and the verifier's verdict::
 
     python scripts/lowering_gap.py [--only NAME …] [--time-limit S] [--save DIR | --load DIR]
 
+Gather and Scatter: the file's ``count`` is one rank's piece (mult 1, msccl-xml.md; the
+verifier's layout), while ``simulate_msccl`` divides the collective's size (N pieces) by
+``nchunksperloop``; their rows also show the replay at ``count`` = one piece.
+
 Solves are timed by wall clock, so under load the schedules (and numbers) may differ
 between runs; ``--save DIR`` keeps the solved schedules as JSON and ``--load DIR`` replays
 exactly those again.
@@ -49,8 +53,9 @@ def schedule_of(name: str, time_limit: float, load: Path | None):
     topo = load_topology(topo_name)
     if load is not None:
         return Schedule.from_json((load / f"{name}.json").read_text(), topo)
+    rooted = {"root": 0} if kind in ("gather", "scatter") else {}
     coll = load_collective(topo, None, collective=kind, size=size, inplace=inplace,
-                           chunks=1 if chunks == "auto" else chunks)
+                           chunks=1 if chunks == "auto" else chunks, **rooted)
     choices = BASE_CHUNKS if chunks == "auto" else ()
     return solve_best(topo, coll, SolveParams(time_limit_s=time_limit), choices)
 
@@ -68,12 +73,17 @@ def measure(schedule) -> dict:
     program = build_program(schedule)
     xml = program_to_xml(program).decode()
     sched_s = simulated_time(schedule)
-    xml_s = simulate_msccl(read_msccl(xml), schedule.topology, coll.size_bytes).finish_time_s
+    algo = read_msccl(xml)
+    xml_s = simulate_msccl(algo, schedule.topology, coll.size_bytes).finish_time_s
+    piece_s = None
+    if coll.kind.value in ("gather", "scatter"):
+        piece = coll.size_bytes // coll.nranks
+        piece_s = simulate_msccl(algo, schedule.topology, piece).finish_time_s
     root = coll.ranks.index(coll.root) if coll.root is not None else None
     slots = MSCCL.outstanding_sends(program.proto)
     report = verify_msccl(xml, root=root, fifo_slots=slots)
     verdict = "ok" if report.valid else f"INVALID: {report.errors[0]}"
-    return {"schedule_s": sched_s, "xml_s": xml_s, "notes": program.notes,
+    return {"schedule_s": sched_s, "xml_s": xml_s, "piece_s": piece_s, "notes": program.notes,
             "verify": f"{verdict} ({slots} slots, {program.proto})"}
 
 
@@ -95,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
         ratio = m["xml_s"] / m["schedule_s"]
         print(f"{name:32} {m['schedule_s'] * 1e6:9.1f}us {m['xml_s'] * 1e6:9.1f}us "
               f"{ratio:9.4f}  {m['verify']}", flush=True)
+        if m["piece_s"] is not None:
+            print(f"{'':32} {'':11} {m['piece_s'] * 1e6:9.1f}us "
+                  f"{m['piece_s'] / m['schedule_s']:9.4f}  (count = one rank's piece)")
         for note in m["notes"]:
             print(f"{'':32} note: {note}")
     return 0
