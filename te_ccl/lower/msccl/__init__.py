@@ -13,13 +13,13 @@ The pipeline, one pass per module, each leaving a valid intermediate form:
 6. :mod:`to_xml` — the bytes, laid out for the runtime's parser, one GPU at a time.
 
 Every pass is near-linear in the number of transfers (millions at 1024 GPUs). The
-channel pass keeps every thread block within a budget of data steps; with reductions
-the budget leaves ``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 (a
-reduction waiting for several thread blocks). Only if those still push a thread block
-over the limit is it rerun, with a budget smaller by at least that headroom again. If
-a rank needs more elements than the runtime's reader holds (``MSCCL.max_elements``), the
-channel pass is rerun once favouring the fusions of those ranks. What still does not fit
-raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
+channel pass keeps every thread block within a budget of data steps that leaves
+``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 (a send waiting for
+its value and for the link's previous send, a reduction waiting for several thread
+blocks). Only if those still push a thread block over the limit is it rerun, with a
+budget smaller by at least that headroom again. If a rank needs more elements than the
+runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun once
+favouring the fusions of those ranks. What still does not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
 
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
@@ -60,7 +60,7 @@ from te_ccl.schedule import Schedule
 
 __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
-NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops when the schedule reduces
+NOP_HEADROOM = 1 / 8  # of max_steps, kept for dependency nops
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
@@ -153,9 +153,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     base = build_instructions(edges, layout)
     found = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
     headroom = max(1, int(max_steps * NOP_HEADROOM))
-    reduces = any(e.op == "reduce" for e in edges)
     depth = MSCCL.outstanding_sends(proto)
-    budget = max_steps - headroom if reduces and max_steps > 2 * headroom else max_steps
+    budget = max_steps - headroom if max_steps > 2 * headroom else max_steps
     favour: frozenset[int] = frozenset()
     while budget > 0:
         candidates = [f for f in found if not f.delays or f.recv.gpu in favour]
