@@ -19,7 +19,8 @@ its value and for the link's previous send, a reduction waiting for several thre
 blocks). Only if those still push a thread block over the limit is it rerun, with a
 budget smaller by at least that headroom again. If a rank needs more elements than the
 runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun once
-favouring the fusions of those ranks. What still does not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
+favouring the fusions of those ranks. What still does not fit raises
+:class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
 
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
