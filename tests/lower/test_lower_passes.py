@@ -167,17 +167,18 @@ def test_ranks_over_the_reader_limit_rerun_the_channel_pass_in_their_favour(kit,
 
     calls = []
     real = low.assign_channels
-    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, d, favour:
-                        calls.append(favour) or real(e, f, b, w, d, favour))
+    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, d, favour, timed:
+                        calls.append((favour, timed)) or real(e, f, b, w, d, favour, timed))
     schedule = kit.ring_allreduce(4)
     low.lower_to_msccl(schedule)
-    assert calls == [frozenset()]
+    assert calls == [(frozenset(), True)]
     monkeypatch.setattr(low, "MSCCL", replace(low.MSCCL, max_elements=6))  # <algo>, 4 <gpu>s
     # and one more each
     calls.clear()
     with pytest.raises(RuntimeLimitError, match="more than 6 XML elements"):
         low.lower_to_msccl(schedule)  # no file the reader would refuse
-    assert calls == [frozenset(), frozenset(range(4))]  # rerun once in their favour
+    # rerun in their favour, then with every fusion and no link order
+    assert calls == [(frozenset(), True), (frozenset(range(4)), True), (frozenset(range(4)), False)]
 
 
 def test_channel_pass_gets_the_protocols_depth_and_counts_sending_thread_blocks(kit,
@@ -186,8 +187,8 @@ def test_channel_pass_gets_the_protocols_depth_and_counts_sending_thread_blocks(
 
     seen = []
     real = low.assign_channels
-    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, d, favour:
-                        seen.append((w, d)) or real(e, f, b, w, d, favour))
+    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, d, favour, timed:
+                        seen.append((w, d)) or real(e, f, b, w, d, favour, timed))
     schedule = kit.ring_allgather(4)
     for proto in ("Simple", "LL128", "LL"):
         low.lower_to_msccl(schedule, proto=proto)

@@ -18,9 +18,12 @@ channel pass keeps every thread block within a budget of data steps that leaves
 its value and for the link's previous send, a reduction waiting for several thread
 blocks). Only if those still push a thread block over the limit is it rerun, with a
 budget smaller by at least that headroom again. If a rank needs more elements than the
-runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun once
-favouring the fusions of those ranks. What still does not fit raises
-:class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
+runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun favouring
+the fusions of those ranks, even those that delay steps; if ranks are still over, once
+more with every fusion on every rank and without the link-order waits (fewest steps,
+the schedule's timing given up, and the program's ``notes`` say so). What still does
+not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
+would refuse.
 
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
@@ -157,26 +160,23 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     depth = MSCCL.outstanding_sends(proto)
     budget = max_steps - headroom if max_steps > 2 * headroom else max_steps
     favour: frozenset[int] = frozenset()
+    timed = True
     while budget > 0:
-        candidates = [f for f in found if not f.delays or f.recv.gpu in favour]
+        candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
         try:  # sending thread blocks are waited for: a send waits for the link's last one
             chan, instrs, slots, delaying = _assign(edges, base, candidates, budget, True,
-                                                    depth, favour)
+                                                    depth, favour, timed)
         except ChannelsExhausted as e:
             raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
                                     f"block within {MSCCL.max_channels} channels") from None
         nchannels = 1 + max(chan.values(), default=0)
-        notes = () if not favour else (
-            f"{len(favour)} rank(s) keep fused steps that hold up other steps (the file may "
-            f"run slower than the schedule) to fit the runtime's reader limit of "
-            f"{MSCCL.max_elements} elements; {delaying} such fusion(s) made",)
         head = Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
                        coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, (),
-                       notes)
+                       _notes(favour, timed, delaying))
         try:
             gpus, over = [], set()
             for g in sorted(instrs):
-                gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps)
+                gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, timed)
                 if coll.nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) \
                         > MSCCL.max_elements:
                     over.add(g)
@@ -187,23 +187,39 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         if not over:
             return head, gpus
         del gpus
-        if favour:
+        if not timed:
             raise RuntimeLimitError(
                 f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
                 f"runtime's reader limit), e.g. rank position {min(over)}, even with the "
                 "channel pass favouring their fusions")
-        favour = frozenset(over)  # rerun once, favouring the ranks over the limit
+        if favour:  # last resort: every fusion, links first come first served
+            timed = False
+        favour = favour | frozenset(over)  # rerun favouring the ranks over the limit
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
 
 
+def _notes(favour: frozenset[int], timed: bool, delaying: int) -> tuple[str, ...]:
+    """Why the file may run slower than the schedule, if it may."""
+    limit = f"to fit the runtime's reader limit of {MSCCL.max_elements} elements"
+    if not timed:
+        return (f"the file does not keep the schedule's timing {limit}: every fusion is "
+                f"made ({delaying} of them hold up other steps) and links serve sends in "
+                "the order they come",)
+    if favour:
+        return (f"{len(favour)} rank(s) keep fused steps that hold up other steps (the file "
+                f"may run slower than the schedule) {limit}; {delaying} such fusion(s) made",)
+    return ()
+
+
 def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
-            budget: int, sends_waited: bool, depth: int, favour: frozenset[int]
+            budget: int, sends_waited: bool, depth: int, favour: frozenset[int], timed: bool
             ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots, int]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
     ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, the
     slots they print, and how many of the fusions kept delay another step."""
-    chan, kept = assign_channels(edges, candidates, budget, sends_waited, depth, favour)
+    chan, kept = assign_channels(edges, candidates, budget, sends_waited, depth, favour,
+                                 timed)
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)
@@ -212,13 +228,13 @@ def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: l
 
 
 def _gpu(g: int, instrs: list[Instr], chan: dict[Edge, int], slots: ResolvedSlots,
-         layout: Layout, budget: int, max_steps: int) -> Gpu:
+         layout: Layout, budget: int, max_steps: int, link_order: bool) -> Gpu:
     """One GPU's thread blocks with their dependencies; :class:`_Overflow` if too long."""
     plans = build_threadblocks(instrs, chan, budget)
     if len(plans) > MSCCL.max_threadblocks:
         raise RuntimeLimitError(f"rank position {g} needs {len(plans)} thread blocks "
                                 f"(the runtime allows {MSCCL.max_threadblocks})")
-    tbs = add_dependencies(g, plans, slots)
+    tbs = add_dependencies(g, plans, slots, link_order)
     longest = max((len(tb.steps) for tb in tbs), default=0)
     if longest > max_steps:
         raise _Overflow(longest - max_steps)

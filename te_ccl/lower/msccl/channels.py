@@ -91,6 +91,7 @@ class _State:
     sends_waited: bool  # sending thread blocks may be waited for too
     depth: int          # sends a connection holds (the protocol's outstanding sends)
     favour: frozenset[int] = frozenset()  # GPUs whose fusions may hold up their receives
+    timed: bool = True  # False: any GPU's fusions may (the file cannot keep the timing)
     conns: dict[tuple, _Conn] = field(default_factory=lambda: defaultdict(_Conn))
     sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
     recvs: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
@@ -113,18 +114,19 @@ class _Plan:
 
 
 def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
-                    sends_waited: bool, depth: int, favour: frozenset[int] = frozenset()
-                    ) -> tuple[dict[Edge, int], list[Fusion]]:
+                    sends_waited: bool, depth: int, favour: frozenset[int] = frozenset(),
+                    timed: bool = True) -> tuple[dict[Edge, int], list[Fusion]]:
     """Channel of every edge and the fusions kept; ``budget`` bounds steps per tb.
     ``sends_waited``: other thread blocks may wait for sending ones (reductions, in-place
     buffers, a connection over several channels); ``depth``: the sends a connection
     holds. The GPU positions in ``favour`` count as the hottest (their fusions go
-    first, even those that hold up a receive)."""
+    first, even those that hold up a receive; without ``timed``, every GPU's may)."""
     by_in = {f.recv.recv: f for f in fusions}
     by_out = {f.send.send for f in fusions}
     plan = _plan(edges, fusions, favour)
     spread = _spread(edges, budget, sends_waited)
-    state, chan = _State(budget, spread, sends_waited, depth, favour, plan=plan), {}
+    state = _State(budget, spread, sends_waited, depth, favour, timed, plan=plan)
+    chan: dict[Edge, int] = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
     for head in sorted(e for e in edges if e not in by_out):
@@ -305,7 +307,7 @@ def _fits(parts: _Parts, c: int, state: _State) -> bool:
     ends, links, edges = parts
     return (_pairs_fit(links, c, state) and _steps_fit(ends, links, c, state)
             and all(_conn_fits(state.conns[(e.src, e.dst, c)], snd, rcv, state.depth,
-                               e.dst not in state.favour)
+                               state.timed and e.dst not in state.favour)
                     for e, snd, rcv in edges))
 
 
