@@ -14,10 +14,11 @@ The pipeline, one pass per module, each leaving a valid intermediate form:
 
 Every pass is near-linear in the number of transfers (millions at 1024 GPUs). The
 channel pass keeps every thread block within a budget of data steps that leaves
-``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 (a send waiting for
-its value and for the link's previous send, a reduction waiting for several thread
-blocks). Only if those still push a thread block over the limit is it rerun, with a
-budget smaller by at least that headroom again. If a rank needs more elements than the
+``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 that it does not count
+itself (it counts one per send of a received value, which waits for that value and for
+the link's previous send; a reduction may wait for several thread blocks). Only if
+those still push a thread block over the limit is it rerun, with a budget smaller by
+at least that headroom again. If a rank needs more elements than the
 runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun favouring
 the fusions of those ranks, even those that delay steps; if ranks are still over, once
 more with every fusion on every rank and without the link-order waits (fewest steps,
@@ -64,7 +65,7 @@ from te_ccl.schedule import Schedule
 
 __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
-NOP_HEADROOM = 1 / 8  # of max_steps, kept for dependency nops
+NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,

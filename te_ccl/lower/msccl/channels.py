@@ -92,6 +92,7 @@ class _State:
     depth: int          # sends a connection holds (the protocol's outstanding sends)
     favour: frozenset[int] = frozenset()  # GPUs whose fusions may hold up their receives
     timed: bool = True  # False: any GPU's fusions may (the file cannot keep the timing)
+    relayed: set[tuple[int, int]] = field(default_factory=set)  # (GPU, chunk) received
     conns: dict[tuple, _Conn] = field(default_factory=lambda: defaultdict(_Conn))
     sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
     recvs: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
@@ -125,7 +126,8 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     by_out = {f.send.send for f in fusions}
     plan = _plan(edges, fusions, favour)
     spread = _spread(edges, budget, sends_waited)
-    state = _State(budget, spread, sends_waited, depth, favour, timed, plan=plan)
+    state = _State(budget, spread, sends_waited, depth, favour, timed,
+                   {(e.dst, e.chunk) for e in edges}, plan=plan)
     chan: dict[Edge, int] = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
@@ -402,6 +404,11 @@ def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
 
 def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
            chan: dict[Edge, int]) -> None:
+    """Record the chain on channel ``c``. Its first send counts twice if the GPU received
+    the value (a plain send then waits for its value and for the link's previous send:
+    a ``nop``, which the budget would otherwise only meet in the dependency pass)."""
+    head = chain[0]
+    state.sends[(head.src, c, head.dst)] += (head.src, head.chunk) in state.relayed
     for e, snd, rcv in _orders(chain, links):
         conn = state.conns[(e.src, e.dst, c)]
         if conn.snd and snd < conn.snd[-1]:
