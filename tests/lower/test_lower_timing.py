@@ -4,6 +4,8 @@ schedule's replay)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from dataclasses import replace
 
 import pytest
@@ -100,3 +102,15 @@ def test_ring8_alltoall_runs_at_two_slots_under_simple(inplace):
     ll = lower_to_msccl(schedule, proto="LL")
     assert verify_msccl(ll.decode(), fifo_slots=8).valid
     assert not verify_msccl(ll.decode(), fifo_slots=2).valid
+
+
+def test_compiled_file_passes_the_verifier_at_two_slots_as_a_subprocess(tmp_path):
+    out = tmp_path / "ring8.xml"
+    run = [sys.executable, "-m", "te_ccl"]
+    compiled = subprocess.run(run + ["compile", "ring8", "-c", "alltoall", "-s", "1MB",
+                                     "--inplace", "-o", str(out), "--json"],
+                              capture_output=True, text=True)
+    assert compiled.returncode == 0, compiled.stderr
+    verified = subprocess.run(run + ["verify", str(out), "--fifo-slots", "2"],
+                              capture_output=True, text=True)
+    assert verified.returncode == 0, verified.stdout + verified.stderr
