@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from lxml import etree
 
@@ -76,15 +78,19 @@ def test_chunks_held_long_keep_fifo_depth_and_verify(kit):
     assert max(len(tb.findall("step")) for tb in etree.fromstring(xml).iter("tb")) <= 64
 
 
-def test_fifo_depth_refuses_a_ninth_unreceived_message():
-    from te_ccl.lower.msccl.channels import FIFO_SLOTS, _Conn, _conn_fits
+def test_fifo_depth_refuses_a_message_beyond_the_connection_depth():
+    from te_ccl.lower.msccl.channels import _Conn, _conn_fits
 
-    conn = _Conn([(t, 1) for t in range(FIFO_SLOTS)], [(100 + t, 0) for t in range(FIFO_SLOTS)])
-    assert not _conn_fits(conn, (FIFO_SLOTS, 1), (200, 0))   # 8 still in flight
-    assert _conn_fits(conn, (101, 1), (200, 0))             # the first was received by then
-    assert not _conn_fits(conn, (50, 1), (99, 0))            # received before an earlier one
+    for depth in (2, 8):
+        conn = _Conn([(t, 1) for t in range(depth)], [(100 + t, 0) for t in range(depth)])
+        assert not _conn_fits(conn, (depth, 1), (200, 0), depth)  # depth still in flight
+        assert _conn_fits(conn, (101, 1), (200, 0), depth)        # the first was received
+        assert not _conn_fits(conn, (50, 1), (99, 0), depth)      # received before an earlier
     early = _Conn([(0, 1), (10, 1)], [(1, 0), (11, 0)])
-    assert _conn_fits(early, (5, 1), (6, 0)) and not _conn_fits(early, (5, 1), (12, 0))
+    assert _conn_fits(early, (5, 1), (6, 0), 2) and not _conn_fits(early, (5, 1), (12, 0), 2)
+    # a third message sent before the first is received fits 8 slots, not 2
+    two = _Conn([(0, 1), (1, 1)], [(10, 0), (11, 0)])
+    assert _conn_fits(two, (2, 1), (12, 0), 8) and not _conn_fits(two, (2, 1), (12, 0), 2)
 
 
 def test_spread_keeps_waited_thread_blocks_nameable_by_depid():
@@ -115,7 +121,7 @@ def test_spread_with_reductions_counts_sending_thread_blocks_as_waited_for():
 def test_channel_pass_refuses_a_129th_waited_thread_block():
     from te_ccl.lower.msccl.channels import _State, _steps_fit
 
-    state = _State(budget=64, spread=4, sends_waited=False)
+    state = _State(budget=64, spread=4, sends_waited=False, depth=2)
     state.peers[(0, 0, "r")] = {1}
     state.waited[0] = 128
     assert _steps_fit([(0, 1, None)], [], 0, state)      # a receive joins its thread block
@@ -143,7 +149,7 @@ def test_channel_plan_keeps_the_preferred_pairing_open():
     # GPU 0 forwards six chunks from 1 to 2 (straight on) and one from 1 to 3 (a turn)
     relays = [_relay(0, 1, 2, t) for t in range(6)] + [_relay(0, 1, 3, 6)]
     edges = tuple(e for pair, _ in relays for e in pair)
-    state = _State(budget=64, spread=4, sends_waited=False)
+    state = _State(budget=64, spread=4, sends_waited=False, depth=2)
     state.plan = _plan(edges, [f for _, f in relays], frozenset())
     straight, turn = relays[0][1], relays[-1][1]
     assert state.plan.send_of[(0, 1)] == 2 and state.plan.hot == {0}
@@ -161,26 +167,30 @@ def test_ranks_over_the_reader_limit_rerun_the_channel_pass_in_their_favour(kit,
 
     calls = []
     real = low.assign_channels
-    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, favour:
-                        calls.append(favour) or real(e, f, b, w, favour))
+    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, d, favour, timed:
+                        calls.append((favour, timed)) or real(e, f, b, w, d, favour, timed))
     schedule = kit.ring_allreduce(4)
     low.lower_to_msccl(schedule)
-    assert calls == [frozenset()]
-    monkeypatch.setattr(low, "MAX_ELEMENTS", 6)  # <algo>, 4 <gpu>s and one more each
+    assert calls == [(frozenset(), True)]
+    monkeypatch.setattr(low, "MSCCL", replace(low.MSCCL, max_elements=6))  # <algo>, 4 <gpu>s
+    # and one more each
     calls.clear()
     with pytest.raises(RuntimeLimitError, match="more than 6 XML elements"):
         low.lower_to_msccl(schedule)  # no file the reader would refuse
-    assert calls == [frozenset(), frozenset(range(4))]  # rerun once in their favour
+    # rerun in their favour, then with every fusion and no link order
+    assert calls == [(frozenset(), True), (frozenset(range(4)), True), (frozenset(range(4)), False)]
 
 
-def test_inplace_alltoall_counts_its_sending_thread_blocks_as_waited_for(kit, monkeypatch):
+def test_channel_pass_gets_the_protocols_depth_and_counts_sending_thread_blocks(kit,
+                                                                                monkeypatch):
     import te_ccl.lower.msccl as low
 
     seen = []
     real = low.assign_channels
-    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, favour:
-                        seen.append(w) or real(e, f, b, w, favour))
-    for inplace in (False, True):
-        low.lower_to_msccl(kit.direct(kit.full(4), kit.coll("alltoall", 4, inplace=inplace)))
-    low.lower_to_msccl(kit.ring_allgather(4, inplace=True))  # receives into free slots only
-    assert seen == [False, True, False]  # in place, a receive may overwrite a value still to send
+    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, d, favour, timed:
+                        seen.append((w, d)) or real(e, f, b, w, d, favour, timed))
+    schedule = kit.ring_allgather(4)
+    for proto in ("Simple", "LL128", "LL"):
+        low.lower_to_msccl(schedule, proto=proto)
+    # a send may wait for the previous send to its peer on another channel (link order)
+    assert seen == [(True, 2), (True, 8), (True, 8)]

@@ -13,13 +13,26 @@ The pipeline, one pass per module, each leaving a valid intermediate form:
 6. :mod:`to_xml` — the bytes, laid out for the runtime's parser, one GPU at a time.
 
 Every pass is near-linear in the number of transfers (millions at 1024 GPUs). The
-channel pass keeps every thread block within a budget of data steps; with reductions
-the budget leaves ``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 (a
-reduction waiting for several thread blocks). Only if those still push a thread block
-over the limit is it rerun, with a budget smaller by at least that headroom again. If
-a rank needs more elements than the runtime's reader holds (``MAX_ELEMENTS``), the
-channel pass is rerun once favouring the fusions of those ranks. What still does not fit
-raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
+channel pass keeps every thread block within a budget of data steps that leaves
+``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 that it does not count
+itself (it counts one per send of a received value, which waits for that value and for
+the link's previous send; a reduction may wait for several thread blocks). Only if
+those still push a thread block over the limit is it rerun, with a budget smaller by
+at least that headroom again. If a rank needs more elements than the
+runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun favouring
+the fusions of those ranks, even those that delay steps; if ranks are still over, once
+more with every fusion on every rank and without the link-order waits (fewest steps,
+the schedule's timing given up, and the program's ``notes`` say so). What still does
+not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
+would refuse.
+
+Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
+of the file's protocol (2 under Simple), and the channel pass keeps every connection
+within that depth. Timing: the file keeps the schedule's timing where the runtime runs
+it as the schedule says: a send waits for the previous send to its peer (the link's
+order), and a receive is fused into a send only where no other step of the GPU would
+wait for that send to leave (:mod:`instructions`, :mod:`channels`). Ranks rerun for the
+element limit may keep fusions that do delay steps; the program's ``notes`` say so.
 """
 
 from __future__ import annotations
@@ -33,7 +46,7 @@ from dataclasses import replace
 
 from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, ResolvedSlots, buffer_layout, resolve_slots
-from te_ccl.lower.msccl.channels import MAX_CHANNELS, ChannelsExhausted, assign_channels
+from te_ccl.lower.msccl.channels import ChannelsExhausted, assign_channels
 from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
 from te_ccl.lower.msccl.dependencies import add_dependencies
 from te_ccl.lower.msccl.instructions import (
@@ -43,24 +56,26 @@ from te_ccl.lower.msccl.instructions import (
     build_instructions,
     fusion_candidates,
 )
-from te_ccl.lower.msccl.ir import MAX_ELEMENTS, Gpu, Program
+from te_ccl.lower.msccl.ir import Gpu, Program
 from te_ccl.lower.msccl.threadblocks import build_threadblocks
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
 from te_ccl.outputs import write_atomic
+from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.schedule import Schedule
 
 __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
-PROTOCOLS = ("Simple", "LL128", "LL")
-MAX_THREADBLOCKS = 1024
-NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops when the schedule reduces
+NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
-                   max_bytes: int = 0, proto: str | None = None, max_steps: int = 64) -> bytes:
+                   max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
+                   notes: list[str] | None = None) -> bytes:
     """The MSCCL XML of ``schedule`` (deterministic: same schedule, same bytes).
 
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
+    ``notes``, if given, receives the program's notes (where the file cannot keep the
+    schedule's timing).
     Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
     through GPUs outside the collective), and its subclass :class:`RuntimeLimitError`
     for what the runtime cannot hold (more than 32 channels, 64 steps per thread block,
@@ -81,6 +96,8 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     with _no_cyclic_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                             proto=proto, max_steps=max_steps, stream=True)
+        if notes is not None:
+            notes.extend(head.notes)
         return b"".join([algo_open(head).encode(), *gpus, algo_close().encode()])
 
 
@@ -139,27 +156,30 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     layout = buffer_layout(coll)
     edges = collapse_switches(schedule)
     base = build_instructions(edges, layout)
-    candidates = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
+    found = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
     headroom = max(1, int(max_steps * NOP_HEADROOM))
-    reduces = any(e.op == "reduce" for e in edges)
-    sends_waited = reduces or layout.overwrites_inputs
-    budget = max_steps - headroom if reduces and max_steps > 2 * headroom else max_steps
+    depth = MSCCL.outstanding_sends(proto)
+    budget = max_steps - headroom if max_steps > 2 * headroom else max_steps
     favour: frozenset[int] = frozenset()
+    timed = True
     while budget > 0:
-        try:
-            chan, instrs, slots = _assign(edges, base, candidates, budget, sends_waited, favour)
+        candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
+        try:  # sending thread blocks are waited for: a send waits for the link's last one
+            chan, instrs, slots, delaying = _assign(edges, base, candidates, budget, True,
+                                                    depth, favour, timed)
         except ChannelsExhausted as e:
             raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
-                                    f"block within {MAX_CHANNELS} channels") from None
+                                    f"block within {MSCCL.max_channels} channels") from None
         nchannels = 1 + max(chan.values(), default=0)
         head = Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
-                       coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, ())
+                       coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, (),
+                       _notes(favour, timed, delaying))
         try:
             gpus, over = [], set()
             for g in sorted(instrs):
-                gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps)
+                gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, timed)
                 if coll.nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) \
-                        > MAX_ELEMENTS:
+                        > MSCCL.max_elements:
                     over.add(g)
                 gpus.append(gpu_xml(gpu).encode() if stream else gpu)
         except _Overflow as e:  # the channel pass counts data steps, not the nops
@@ -168,38 +188,54 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         if not over:
             return head, gpus
         del gpus
-        if favour:
+        if not timed:
             raise RuntimeLimitError(
-                f"{len(over)} rank(s) need more than {MAX_ELEMENTS} XML elements (the "
+                f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
                 f"runtime's reader limit), e.g. rank position {min(over)}, even with the "
                 "channel pass favouring their fusions")
-        favour = frozenset(over)  # rerun once, favouring the ranks over the limit
+        if favour:  # last resort: every fusion, links first come first served
+            timed = False
+        favour = favour | frozenset(over)  # rerun favouring the ranks over the limit
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
 
 
+def _notes(favour: frozenset[int], timed: bool, delaying: int) -> tuple[str, ...]:
+    """Why the file may run slower than the schedule, if it may."""
+    limit = f"to fit the runtime's reader limit of {MSCCL.max_elements} elements"
+    if not timed:
+        return (f"the file does not keep the schedule's timing {limit}: every fusion is "
+                f"made ({delaying} of them hold up other steps) and links serve sends in "
+                "the order they come",)
+    if favour:
+        return (f"{len(favour)} rank(s) keep fused steps that hold up other steps (the file "
+                f"may run slower than the schedule) {limit}; {delaying} such fusion(s) made",)
+    return ()
+
+
 def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
-            budget: int, sends_waited: bool, favour: frozenset[int]
-            ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots]:
+            budget: int, sends_waited: bool, depth: int, favour: frozenset[int], timed: bool
+            ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots, int]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
-    ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, and
-    the slots they print."""
-    chan, kept = assign_channels(edges, candidates, budget, sends_waited, favour)
+    ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, the
+    slots they print, and how many of the fusions kept delay another step."""
+    chan, kept = assign_channels(edges, candidates, budget, sends_waited, depth, favour,
+                                 timed)
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)
     instrs = {g: apply_fusions(base[g], fusions[g]) for g in base}
-    return chan, instrs, resolve_slots(instrs)
+    return chan, instrs, resolve_slots(instrs), sum(f.delays for f in kept)
 
 
 def _gpu(g: int, instrs: list[Instr], chan: dict[Edge, int], slots: ResolvedSlots,
-         layout: Layout, budget: int, max_steps: int) -> Gpu:
+         layout: Layout, budget: int, max_steps: int, link_order: bool) -> Gpu:
     """One GPU's thread blocks with their dependencies; :class:`_Overflow` if too long."""
     plans = build_threadblocks(instrs, chan, budget)
-    if len(plans) > MAX_THREADBLOCKS:
+    if len(plans) > MSCCL.max_threadblocks:
         raise RuntimeLimitError(f"rank position {g} needs {len(plans)} thread blocks "
-                                f"(the runtime allows {MAX_THREADBLOCKS})")
-    tbs = add_dependencies(g, plans, slots)
+                                f"(the runtime allows {MSCCL.max_threadblocks})")
+    tbs = add_dependencies(g, plans, slots, link_order)
     longest = max((len(tb.steps) for tb in tbs), default=0)
     if longest > max_steps:
         raise _Overflow(longest - max_steps)

@@ -11,15 +11,18 @@ persistent system, no interleaving of the runtime deadlocks either:
 
 * **FIFO order** — an edge shares a channel only with edges whose send and receive
   orders agree with its own (sends and receives are matched in order);
-* **FIFO depth** — when an edge is sent, at most ``FIFO_SLOTS - 1`` earlier edges of
-  the connection are still unreceived (the connection buffer holds ``FIFO_SLOTS``
-  messages; a receive fused into a much later send keeps its slot occupied);
+* **FIFO depth** — when an edge is sent, at most ``depth - 1`` earlier edges of the
+  connection are still unreceived, ``depth`` being the sends a connection holds under
+  the protocol (:meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`: 2 under
+  Simple, 8 under LL and LL128; a receive fused into a much later send keeps its slot
+  occupied);
 * **thread-block budget** — the thread block of each side stays within ``budget``
   steps, and a GPU uses at most 32 send and 32 receive peers per channel;
-* **waited thread blocks** — a GPU has at most ``MAX_DEPID + 1`` thread blocks that
+* **waited thread blocks** — a GPU has at most ``max_depid + 1`` thread blocks that
   others may wait for (a ``depid`` has 8 bits): its receiving ones, and where
   ``sends_waited`` its sending ones too (a reduction into a slot, or an in-place
-  receive over a value still to be sent, waits for the sends that read it).
+  receive over a value still to be sent, waits for the sends that read it; and a send
+  waits for the previous send to the same peer on another channel, :mod:`dependencies`).
 
 Edges starting on one connection in the same epoch prefer different channels, so one
 link carrying several chunks at once uses several channels. A fused step (``rcs`` …)
@@ -53,14 +56,11 @@ from dataclasses import dataclass, field
 
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.collapse_switches import Edge
-from te_ccl.lower.msccl.dependencies import MAX_DEPID
 from te_ccl.lower.msccl.instructions import Fusion, recv_order, send_order
+from te_ccl.runtime_limits import MSCCL
 
-__all__ = ["MAX_CHANNELS", "MAX_PEERS", "FIFO_SLOTS", "ChannelsExhausted", "assign_channels"]
+__all__ = ["ChannelsExhausted", "assign_channels"]
 
-MAX_CHANNELS = 32
-MAX_PEERS = 32     # send (and receive) thread blocks per channel on one GPU
-FIFO_SLOTS = 8     # NCCL_STEPS: messages a connection buffers
 MOVE_MAX_HOPS = 3  # a chain that no longer fits its channel moves only while this short
 SLACK = 4          # spread chains so the busiest thread blocks are about 1/SLACK full
 HOT = 1.03         # GPUs with this times the median steps left after preferred fusions
@@ -69,7 +69,8 @@ CUT_MARGIN = 0.02  # a hot GPU's fusion is kept at the cost of one with this sha
 
 
 class ChannelsExhausted(RuntimeLimitError):
-    """An edge fits on none of the 32 channels (under the current steps-per-tb budget)."""
+    """An edge fits on none of the runtime's channels (under the current steps-per-tb
+    budget)."""
 
 
 @dataclass
@@ -88,6 +89,10 @@ class _State:
     budget: int
     spread: int
     sends_waited: bool  # sending thread blocks may be waited for too
+    depth: int          # sends a connection holds (the protocol's outstanding sends)
+    favour: frozenset[int] = frozenset()  # GPUs whose fusions may hold up their receives
+    timed: bool = True  # False: any GPU's fusions may (the file cannot keep the timing)
+    relayed: set[tuple[int, int]] = field(default_factory=set)  # (GPU, chunk) received
     conns: dict[tuple, _Conn] = field(default_factory=lambda: defaultdict(_Conn))
     sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
     recvs: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
@@ -110,17 +115,20 @@ class _Plan:
 
 
 def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
-                    sends_waited: bool, favour: frozenset[int] = frozenset()
-                    ) -> tuple[dict[Edge, int], list[Fusion]]:
+                    sends_waited: bool, depth: int, favour: frozenset[int] = frozenset(),
+                    timed: bool = True) -> tuple[dict[Edge, int], list[Fusion]]:
     """Channel of every edge and the fusions kept; ``budget`` bounds steps per tb.
     ``sends_waited``: other thread blocks may wait for sending ones (reductions, in-place
-    buffers). The GPU positions in ``favour`` count as the hottest (their fusions go
-    first)."""
+    buffers, a connection over several channels); ``depth``: the sends a connection
+    holds. The GPU positions in ``favour`` count as the hottest (their fusions go
+    first, even those that hold up a receive; without ``timed``, every GPU's may)."""
     by_in = {f.recv.recv: f for f in fusions}
     by_out = {f.send.send for f in fusions}
     plan = _plan(edges, fusions, favour)
     spread = _spread(edges, budget, sends_waited)
-    state, chan = _State(budget, spread, sends_waited, plan=plan), {}
+    state = _State(budget, spread, sends_waited, depth, favour, timed,
+                   {(e.dst, e.chunk) for e in edges}, plan=plan)
+    chan: dict[Edge, int] = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
     for head in sorted(e for e in edges if e not in by_out):
@@ -253,8 +261,8 @@ def _spread(edges: tuple[Edge, ...], budget: int, sends_waited: bool) -> int:
     if sends_waited:
         send_peers = Counter(src for src, _ in load)
         waited = Counter({g: max(n, send_peers[g]) + 2 for g, n in recv_peers.items()})
-    waitable = (MAX_DEPID + 1) // max(waited.values(), default=1)
-    return max(1, min(MAX_CHANNELS, waitable, -(-busiest * SLACK // budget)))
+    waitable = (MSCCL.max_depid + 1) // max(waited.values(), default=1)
+    return max(1, min(MSCCL.max_channels, waitable, -(-busiest * SLACK // budget)))
 
 
 def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int,
@@ -266,7 +274,7 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
     fallback, parts = None, _parts(chain, links)
     order = [*range(first, state.spread), *range(first)]
     if len(chain) == 1:  # only single edges go beyond the spread channels
-        order += range(state.spread, MAX_CHANNELS)
+        order += range(state.spread, MSCCL.max_channels)
     for c in order:
         if c != skip and _fits(parts, c, state):
             if all(e.start not in state.conns[(e.src, e.dst, c)].starts for e in chain):
@@ -275,7 +283,7 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
     if fallback is None and required:
         e = chain[0]
         raise ChannelsExhausted(f"chunk {e.chunk} from rank position {e.src} to {e.dst} fits "
-                                f"on none of the {MAX_CHANNELS} channels")
+                                f"on none of the {MSCCL.max_channels} channels")
     return fallback
 
 
@@ -300,23 +308,36 @@ def _parts(chain: list[Edge], links: list[Fusion], last: bool = False) -> _Parts
 def _fits(parts: _Parts, c: int, state: _State) -> bool:
     ends, links, edges = parts
     return (_pairs_fit(links, c, state) and _steps_fit(ends, links, c, state)
-            and all(_conn_fits(state.conns[(e.src, e.dst, c)], snd, rcv)
+            and all(_conn_fits(state.conns[(e.src, e.dst, c)], snd, rcv, state.depth,
+                               state.timed and e.dst not in state.favour)
                     for e, snd, rcv in edges))
 
 
-def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple) -> bool:
-    """Can an edge with these orders join the connection (FIFO order and depth)?"""
+def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple, depth: int, timed: bool = True) -> bool:
+    """Can an edge with these orders join the connection (FIFO order and depth, and if
+    ``timed`` no receive held up by a fused step before it)?"""
     n = len(conn.snd)
     if not n or conn.snd[-1] < snd:  # appended (the usual case: edges come in time order)
-        return not n or (conn.rcv[-1] < rcv and (n < FIFO_SLOTS or conn.rcv[-FIFO_SLOTS] < snd))
+        return not n or (conn.rcv[-1] < rcv and (n < depth or conn.rcv[-depth] < snd)
+                         and not (timed and _held_up(conn.rcv[-1], rcv)))
     i = bisect_left(conn.snd, snd)
     if (i > 0 and conn.rcv[i - 1] > rcv) or conn.rcv[i] < rcv:
         return False
-    lo, hi = max(0, i - FIFO_SLOTS), min(len(conn.snd), i + FIFO_SLOTS)
+    if timed and ((i > 0 and _held_up(conn.rcv[i - 1], rcv)) or _held_up(rcv, conn.rcv[i])):
+        return False
+    lo, hi = max(0, i - depth), min(len(conn.snd), i + depth)
     s = conn.snd[lo:i] + [snd] + conn.snd[i:hi]
     r = conn.rcv[lo:i] + [rcv] + conn.rcv[i:hi]
-    # the message FIFO_SLOTS places earlier must be received before this one is sent
-    return all(r[k - FIFO_SLOTS] < s[k] for k in range(FIFO_SLOTS, len(s)))
+    # the message ``depth`` places earlier must be received before this one is sent
+    return all(r[k - depth] < s[k] for k in range(depth, len(s)))
+
+
+def _held_up(before: tuple, after: tuple) -> bool:
+    """Would the receive ``after`` wait for the fused step ``before`` in its thread block?
+    A fused step (receive order ``(start, 1, outgoing edge)``) is done once its send has
+    left; a plain receive (``(arrive, 0, edge)``) next in the thread block arriving
+    before that would be taken late, and so would what waits for its value."""
+    return before[1] == 1 and after[1] == 0 and after[0] < before[2].arrive
 
 
 def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None) -> int:
@@ -337,7 +358,7 @@ def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None)
 def _steps_fit(ends: list[tuple], links: list[Fusion], c: int, state: _State) -> bool:
     """Each (GPU, recv peer, send peer) of a chain adds one step to one of its thread
     blocks (all different: a chain uses each connection once, and a clash of pairings is
-    refused by :func:`_pairs_fit`); new peers on the channel stay within ``MAX_PEERS``,
+    refused by :func:`_pairs_fit`); new peers on the channel stay within ``max_peers``,
     and new thread blocks within the waited ones a GPU can have."""
     new: dict[tuple, set[int]] | None = None
     for g, recv, send in ends:
@@ -349,7 +370,7 @@ def _steps_fit(ends: list[tuple], links: list[Fusion], c: int, state: _State) ->
                 new[(g, c, way)].add(peer)
     if new is None:  # no new thread block (a new pairing only merges two)
         return True
-    if any(len(state.peers.get(k, ())) + len(v) > MAX_PEERS for k, v in new.items()):
+    if any(len(state.peers.get(k, ())) + len(v) > MSCCL.max_peers for k, v in new.items()):
         return False
     grow: dict[int, int] = defaultdict(int)
     for (g, _, way), peers in new.items():
@@ -359,7 +380,7 @@ def _steps_fit(ends: list[tuple], links: list[Fusion], c: int, state: _State) ->
         for f in links:
             if (f.recv.gpu, c, f.recv.recv.src) not in state.pair_recv:
                 grow[f.recv.gpu] -= 1
-    return all(state.waited.get(g, 0) + n <= MAX_DEPID + 1 for g, n in grow.items() if n > 0)
+    return all(state.waited.get(g, 0) + n <= MSCCL.max_depid + 1 for g, n in grow.items() if n > 0)
 
 
 def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
@@ -383,6 +404,11 @@ def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
 
 def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
            chan: dict[Edge, int]) -> None:
+    """Record the chain on channel ``c``. Its first send counts twice if the GPU received
+    the value (a plain send then waits for its value and for the link's previous send:
+    a ``nop``, which the budget would otherwise only meet in the dependency pass)."""
+    head = chain[0]
+    state.sends[(head.src, c, head.dst)] += (head.src, head.chunk) in state.relayed
     for e, snd, rcv in _orders(chain, links):
         conn = state.conns[(e.src, e.dst, c)]
         if conn.snd and snd < conn.snd[-1]:

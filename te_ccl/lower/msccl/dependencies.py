@@ -4,8 +4,11 @@ Steps of one thread block run in order; steps of different thread blocks on one 
 synchronise only through ``depid``/``deps``. Walking a GPU's instructions in time order,
 a step that reads a slot waits for the last step writing it (read after write), and a
 step that writes a slot waits for the last write and for every read since (write after
-read). Only the latest step per other thread block is kept (a flag set by step ``k``
-means steps ``0..k`` are done). The first extra dependencies become ``nop`` steps right
+read). With ``link_order``, a send also waits for the previous send to the same peer
+(on another channel, so in another thread block): the link then carries the sends in
+the schedule's order, which thread blocks running freely would not keep (a chunk ready
+early would overtake one the schedule sends first). Only the latest step per other
+thread block is kept (a flag set by step ``k`` means steps ``0..k`` are done). The first extra dependencies become ``nop`` steps right
 before the step, the last one stays on the step; targets get ``hasdep="1"``.
 """
 
@@ -17,15 +20,14 @@ from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.buffers import ResolvedSlots
 from te_ccl.lower.msccl.ir import Op, Slot, Step, Threadblock
 from te_ccl.lower.msccl.threadblocks import TbPlan
+from te_ccl.runtime_limits import MSCCL
 
-__all__ = ["MAX_DEPID", "add_dependencies"]
-
-MAX_DEPID = 127  # depid is stored in 8 signed bits
+__all__ = ["add_dependencies"]
 
 Ref = tuple[int, int]  # (thread block id, instruction index in it)
 
 
-def _dependencies(plans: list[TbPlan]) -> dict[Ref, list[Ref]]:
+def _dependencies(plans: list[TbPlan], link_order: bool) -> dict[Ref, list[Ref]]:
     """For every instruction, the instructions of other thread blocks it must wait for."""
     where = {ins.order: (tb, k) for tb, p in enumerate(plans) for k, ins in enumerate(p.instrs)}
     ordered = sorted((ins for p in plans for ins in p.instrs), key=lambda i: i.order)
@@ -33,10 +35,16 @@ def _dependencies(plans: list[TbPlan]) -> dict[Ref, list[Ref]]:
     reads: dict[Slot, list[Ref]] = defaultdict(list)
     deps: dict[Ref, list[Ref]] = {}
     known: dict[Ref, dict[int, int]] = {}
+    last_send: dict[int, Ref] = {}
     for ins in ordered:
         me = where[ins.order]
         wait = [last_write[s] for s in ins.reads + ins.writes if s in last_write]
         wait += [r for s in ins.writes for r in reads[s]]
+        if link_order and ins.send is not None:
+            peer = ins.send.dst
+            if peer in last_send:
+                wait.append(last_send[peer])
+            last_send[peer] = me
         deps[me] = _prune(me, wait, known)
         for s in ins.reads:
             reads[s].append(me)
@@ -74,11 +82,12 @@ def _prune(me: Ref, wait: list[Ref], known: dict[Ref, dict[int, int]]) -> list[R
 _NOTHING: dict[int, int] = {}  # shared, never written: copied before the first change
 
 
-def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots) -> list[Threadblock]:
+def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
+                     link_order: bool) -> list[Threadblock]:
     """The final thread blocks of one GPU (ids = positions in ``plans``, but thread blocks
-    that others wait for come first when there are more than ``MAX_DEPID + 1``)."""
-    deps = _dependencies(plans)
-    if len(plans) > MAX_DEPID + 1:  # renumber: waited-for thread blocks first
+    that others wait for come first when there are more than ``MSCCL.max_depid + 1``)."""
+    deps = _dependencies(plans, link_order)
+    if len(plans) > MSCCL.max_depid + 1:  # renumber: waited-for thread blocks first
         waited = {tb for waits in deps.values() for tb, _ in waits}
         perm = sorted(range(len(plans)), key=lambda i: (i not in waited, i))
         new = {old: i for i, old in enumerate(perm)}
@@ -93,9 +102,9 @@ def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots) -> lis
             position[(tb, k)] = at
             at += 1
     targets = {(tb, position[(tb, k)]) for waits in deps.values() for tb, k in waits}
-    if any(tb > MAX_DEPID for tb, _ in targets):
+    if any(tb > MSCCL.max_depid for tb, _ in targets):
         raise RuntimeLimitError(f"rank position {gpu} needs a dependency on thread block "
-                                f"> {MAX_DEPID} (depid has 8 bits): too many thread blocks "
+                                f"> {MSCCL.max_depid} (depid has 8 bits): too many thread blocks "
                                 "on one GPU")
     out = []
     for tb, p in enumerate(plans):

@@ -8,7 +8,9 @@ A received partial (``op="reduce"``) is added to the GPU's current value (``rrc`
 Out-of-place, a rank whose own piece belongs in its output copies ``i → o`` (``cpy``).
 
 Fusion: a receive whose value is next read by a send becomes ``rcs`` (copy) or
-``rrcs``/``rrs`` (reduction; ``rrs`` when nothing reads the sum afterwards).
+``rrcs``/``rrs`` (reduction; ``rrs`` when nothing reads the sum afterwards). A fused step
+is done only once its send has left, so a fusion that would hold up another step of the
+GPU is marked ``delays``.
 """
 
 from __future__ import annotations
@@ -48,11 +50,15 @@ class Instr(NamedTuple):
 
 
 class Fusion(NamedTuple):
-    """Receive ``recv`` and the send ``send`` that forwards its value, fused into ``op``."""
+    """Receive ``recv`` and the send ``send`` that forwards its value, fused into ``op``;
+    ``delays``: another step of the GPU would then start later than the schedule says
+    (:func:`_waits_for_send`), so the fusion is made only where the runtime's limits
+    need it."""
 
     recv: Instr
     send: Instr
     op: Op
+    delays: bool = False
 
 
 def recv_order(e: Edge) -> tuple:
@@ -151,12 +157,26 @@ def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
                 continue
             if r.src is not None and r.src != slot and _touched_between(touching[r.src], r, s):
                 continue
+            delays = _waits_for_send(touching, r, s)
             if r.op is Op.RECV:
-                found.append(Fusion(r, s, Op.RECV_COPY_SEND))
+                found.append(Fusion(r, s, Op.RECV_COPY_SEND, delays))
                 continue
             later = _read_later(seq[i + 2:], slot, slot == layout.out(r.gpu, chunks[r.chunk]))
-            found.append(Fusion(r, s, Op.RECV_REDUCE_COPY_SEND if later else Op.RECV_REDUCE_SEND))
+            op = Op.RECV_REDUCE_COPY_SEND if later else Op.RECV_REDUCE_SEND
+            found.append(Fusion(r, s, op, delays))
     return sorted(found, key=lambda f: f.send.order)
+
+
+def _waits_for_send(touching: dict[Slot, list[Instr]], r: Instr, s: Instr) -> bool:
+    """Would fusing delay another step? A fused step is done (and flags the steps that
+    wait for it) only once its send has left, where the receive alone would be done on
+    arrival: a step touching its slots before the send arrives would start late."""
+    for slot in dict.fromkeys(r.reads + r.writes):
+        seq = touching[slot]
+        i = bisect_right(seq, s.order, key=lambda x: x.order)
+        if i < len(seq) and seq[i].order[0] < s.send.arrive:
+            return True
+    return False
 
 
 def _touched_between(seq: list[Instr], a: Instr, b: Instr) -> bool:

@@ -10,11 +10,13 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
 
+from te_ccl.runtime_limits import MSCCL
+
 __all__ = ["Op", "Buf", "Slot", "Step", "Threadblock", "Gpu", "Program", "NO_PEER",
            "MAX_ELEMENTS"]
 
 NO_PEER = -1
-MAX_ELEMENTS = 4096  # the runtime's XML reader: <algo>, <gpu>s, one rank's tbs and steps
+MAX_ELEMENTS = MSCCL.max_elements  # re-exported for the scale backend's budget
 
 
 class Op(StrEnum):
@@ -101,3 +103,4 @@ class Program:
     min_bytes: int
     max_bytes: int
     gpus: tuple[Gpu, ...]
+    notes: tuple[str, ...] = ()  # where the file cannot keep the schedule's timing

@@ -1,0 +1,117 @@
+"""How much time the MSCCL lowering loses: schedule replay against the replay of its XML.
+
+For each case this solves the collective as ``teccl compile`` does (``solve_best``, with
+``--chunks auto``'s candidates where the case says ``auto``), replays the schedule
+(``te_ccl.pipeline.simulated_time``), lowers it (``lower_to_msccl``), replays the XML
+(``te_ccl.simulate.msccl.simulate_msccl``) and runs the verifier at the protocol's real
+buffering (``MSCCL.outstanding_sends``). Columns: schedule replay, XML replay, their
+ratio, the lowering's notes, and the verifier's verdict::
+
+    python scripts/lowering_gap.py [--only NAME …] [--time-limit S] [--save DIR | --load DIR]
+
+Gather and Scatter: the file's ``count`` is one rank's piece (mult 1, msccl-xml.md; the
+verifier's layout), while ``simulate_msccl`` divides the collective's size (N pieces) by
+``nchunksperloop``; their rows also show the replay at ``count`` = one piece.
+
+Solves are timed by wall clock, so under load the schedules (and numbers) may differ
+between runs; ``--save DIR`` keeps the solved schedules as JSON and ``--load DIR`` replays
+exactly those again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+# name: (topology, collective, size, chunks: "auto" or chunks per rank, in place)
+CASES = {
+    "ring8-alltoall-1MB": ("ring8", "alltoall", "1MB", 1, False),
+    "ring8-alltoall-1MB-inplace": ("ring8", "alltoall", "1MB", 1, True),
+    "ndv2x2-alltoall-1MB": ("ndv2x2", "alltoall", "1MB", 1, False),
+    "dgx1-allgather-64MB-auto": ("dgx1", "allgather", "64MB", "auto", False),
+    "dgx1-allgather-1GB-auto": ("dgx1", "allgather", "1GB", "auto", False),
+    "torus4x4-allgather-1GB-auto": ("torus4x4", "allgather", "1GB", "auto", False),
+    "mesh4x4-allgather-1GB-auto": ("mesh4x4", "allgather", "1GB", "auto", False),
+    "ndv2x2-allgather-1GB-auto": ("ndv2x2", "allgather", "1GB", "auto", False),
+    "dgx1-allreduce-1GiB": ("dgx1", "allreduce", "1GiB", 1, False),
+    "dgx1-gather-1MB": ("dgx1", "gather", "1MB", 1, False),
+    "dgx1-scatter-1MB": ("dgx1", "scatter", "1MB", 1, False),
+    "mesh8x8-allgather-1GiB": ("mesh8x8", "allgather", "1GiB", 1, False),
+}
+
+
+def schedule_of(name: str, time_limit: float, load: Path | None):
+    from te_ccl.chunking import BASE_CHUNKS
+    from te_ccl.pipeline import solve_best
+    from te_ccl.schedule import Schedule
+    from te_ccl.solve import SolveParams
+    from te_ccl.spec.collective import load_collective
+    from te_ccl.spec.topology import load_topology
+
+    topo_name, kind, size, chunks, inplace = CASES[name]
+    topo = load_topology(topo_name)
+    if load is not None:
+        return Schedule.from_json((load / f"{name}.json").read_text(), topo)
+    rooted = {"root": 0} if kind in ("gather", "scatter") else {}
+    coll = load_collective(topo, None, collective=kind, size=size, inplace=inplace,
+                           chunks=1 if chunks == "auto" else chunks, **rooted)
+    choices = BASE_CHUNKS if chunks == "auto" else ()
+    return solve_best(topo, coll, SolveParams(time_limit_s=time_limit), choices)
+
+
+def measure(schedule) -> dict:
+    from te_ccl.lower.msccl import build_program
+    from te_ccl.lower.msccl.to_xml import program_to_xml
+    from te_ccl.pipeline import simulated_time
+    from te_ccl.runtime_limits import MSCCL
+    from te_ccl.simulate.msccl import simulate_msccl
+    from te_ccl.verify.msccl.reader import read_msccl
+    from te_ccl.verify.msccl.verify import verify_msccl
+
+    coll = schedule.collective
+    program = build_program(schedule)
+    xml = program_to_xml(program).decode()
+    sched_s = simulated_time(schedule)
+    algo = read_msccl(xml)
+    xml_s = simulate_msccl(algo, schedule.topology, coll.size_bytes).finish_time_s
+    piece_s = None
+    if coll.kind.value in ("gather", "scatter"):
+        piece = coll.size_bytes // coll.nranks
+        piece_s = simulate_msccl(algo, schedule.topology, piece).finish_time_s
+    root = coll.ranks.index(coll.root) if coll.root is not None else None
+    slots = MSCCL.outstanding_sends(program.proto)
+    report = verify_msccl(xml, root=root, fifo_slots=slots)
+    verdict = "ok" if report.valid else f"INVALID: {report.errors[0]}"
+    return {"schedule_s": sched_s, "xml_s": xml_s, "piece_s": piece_s, "notes": program.notes,
+            "verify": f"{verdict} ({slots} slots, {program.proto})"}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", nargs="*", choices=sorted(CASES), default=None)
+    ap.add_argument("--time-limit", type=float, default=30.0)
+    group = ap.add_mutually_exclusive_group()
+    group.add_argument("--save", type=Path, help="keep the solved schedules here as JSON")
+    group.add_argument("--load", type=Path, help="replay the schedules saved here")
+    args = ap.parse_args(argv)
+    print(f"{'case':32} {'schedule':>11} {'xml':>11} {'xml/sched':>9}  verify / notes")
+    for name in args.only or CASES:
+        schedule = schedule_of(name, args.time_limit, args.load)
+        if args.save is not None:
+            args.save.mkdir(parents=True, exist_ok=True)
+            (args.save / f"{name}.json").write_text(schedule.to_json())
+        m = measure(schedule)
+        ratio = m["xml_s"] / m["schedule_s"]
+        print(f"{name:32} {m['schedule_s'] * 1e6:9.1f}us {m['xml_s'] * 1e6:9.1f}us "
+              f"{ratio:9.4f}  {m['verify']}", flush=True)
+        if m["piece_s"] is not None:
+            print(f"{'':32} {'':11} {m['piece_s'] * 1e6:9.1f}us "
+                  f"{m['piece_s'] / m['schedule_s']:9.4f}  (count = one rank's piece)")
+        for note in m["notes"]:
+            print(f"{'':32} note: {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
