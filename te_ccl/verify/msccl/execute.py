@@ -51,7 +51,7 @@ from te_ccl.verify.msccl.memory import Memory
 from te_ccl.verify.msccl.model import RECVS, SENDS, WRITES_DST, Algo, Threadblock
 from te_ccl.verify.msccl.values import GARBAGE, Packed, add
 
-__all__ = ["execute", "Execution", "StepRef"]
+__all__ = ["execute", "buffering", "Execution", "StepRef"]
 
 _MAX_STUCK_REPORTED = 20
 
@@ -73,12 +73,13 @@ class _Conn:
 
 
 class _Block:
-    __slots__ = ("index", "gpu", "tb", "program", "pc", "call", "flag", "mem", "tbs",
+    __slots__ = ("index", "gpu", "tb", "program", "plan", "pc", "call", "flag", "mem", "tbs",
                  "send", "recv", "sleepers")
 
     def __init__(self, index: int, gpu: int, tb: Threadblock) -> None:
         self.index, self.gpu, self.tb = index, gpu, tb
         self.program: list[Transmission] = transmissions(tb)
+        self.plan: list[tuple[int, _Conn | None, _Conn | None]] | None = None  # when it runs
         self.pc, self.call, self.flag = 0, 0, -1  # transmission, calls of it done, flag
         self.mem: Memory | None = None
         self.tbs: dict[int, _Block] = {}          # thread blocks of the GPU by id
@@ -112,12 +113,20 @@ def execute(algo: Algo, layout: Layout, *, slots: int | None = None) -> Executio
     return _Machine(algo, layout, MSCCL.nccl_steps if slots is None else slots).run()
 
 
+def buffering(algo: Algo, *, slots: int | None = None) -> list[Finding]:
+    """Only the waits, calls and flags of :func:`execute`, without data: its deadlock
+    and unreceived-data findings, at a fraction of the cost (for bulk checks)."""
+    return _Machine(algo, None, MSCCL.nccl_steps if slots is None else slots).run().findings
+
+
 class _Machine:
-    def __init__(self, algo: Algo, layout: Layout, slots: int) -> None:
+    def __init__(self, algo: Algo, layout: Layout | None, slots: int) -> None:
         self.depth = slots // MSCCL.call_slots(algo.proto)  # calls a connection holds
         # chunks per call at the largest message the file accepts (1: no maxBytes)
-        self.per_call = MSCCL.max_allowed_count(algo.proto, algo.max_bytes,
-                                                algo.nchunksperloop) if (algo.max_bytes or 0) > 0 else 1
+        self.per_call = 1
+        if (algo.max_bytes or 0) > 0:
+            self.per_call = MSCCL.max_allowed_count(algo.proto, algo.max_bytes,
+                                                    algo.nchunksperloop)
         self.blocks: list[_Block] = []
         local, width, per_gpu = [], [], []
         for gpu in algo.gpus:
@@ -132,12 +141,14 @@ class _Machine:
                 local.append(i)
                 width.append(len(gpu.threadblocks))
             per_gpu.append((gpu, mine))
-        self.hb = HappensBefore(local, width, self._waits())
         self._connect()
         self.findings: list[Finding] = []
         self.reported: set[tuple[str, int, int]] = set()
-        tb_ids = [b.tb.id for b in self.blocks]
         self.memories: dict[int, Memory] = {}
+        self.hb = None if layout is None else HappensBefore(local, width, self._waits())
+        if layout is None:
+            return
+        tb_ids = [b.tb.id for b in self.blocks]
         for gpu, mine in per_gpu:
             mem = Memory(gpu, layout, [b.program for b in mine], self.hb, tb_ids, self._report)
             self.memories.setdefault(gpu.id, mem)
@@ -192,33 +203,46 @@ class _Machine:
             self.queued[i] = 1
             heapq.heappush(self.sweep if i > self.at else self.later, i)
 
+    def _plan(self, b: _Block) -> list[tuple[int, _Conn | None, _Conn | None]]:
+        """Per transmission: its calls and the connections it receives and sends on
+        (calls -1: it needs a connection the thread block does not have)."""
+        plan = []
+        for t in b.program:
+            kind = t.steps[0].type
+            recv = b.recv if kind in RECVS else None
+            send = b.send if kind in SENDS else None
+            if (recv is None and kind in RECVS) or (send is None and kind in SENDS):
+                plan.append((-1, None, None))
+            else:
+                calls = MSCCL.step_calls(t.cnt, self.per_call) if recv or send else 0
+                plan.append((calls, recv, send))
+        return plan
+
     def _advance(self, b: _Block) -> None:
         """Run ``b`` as far as it can go: waits, then calls, then the step's data."""
-        program, depth = b.program, self.depth
+        program, depth, wake = b.program, self.depth, self._wake
+        if b.plan is None:
+            b.plan = self._plan(b)
         while b.pc < len(program):
-            t = program[b.pc]
+            calls, recv, send = b.plan[b.pc]
             if b.call == 0:
-                for depid, deps in t.deps:
+                for depid, deps in program[b.pc].deps:
                     target = b.tbs.get(depid)
                     if target is None or target.flag < deps:
                         if target is not None:
                             target.sleepers.append(b.index)
                         return
-            kind = t.type
-            recv = b.recv if kind in RECVS else None
-            send = b.send if kind in SENDS else None
-            if (recv is None and kind in RECVS) or (send is None and kind in SENDS):
+            if calls < 0:
                 return
-            calls = MSCCL.step_calls(t.cnt, self.per_call) if recv or send else 0
             while b.call < calls:
                 if (recv and not recv.queued) or (send and send.queued >= depth):
                     return
                 if recv:
                     recv.queued -= 1
-                    self._wake(recv.sender)
+                    wake(recv.sender)
                 if send:
                     send.queued += 1
-                    self._wake(send.receiver)
+                    wake(send.receiver)
                 b.call += 1
             if recv and not recv.messages:  # only when the cnt sequences differ
                 return
@@ -312,15 +336,18 @@ class _Machine:
         received, msg_node = None, -1
         if kind in RECVS:
             received, msg_node, _ = b.recv.messages.popleft()
-        waits = [(b.tbs[depid].index, deps) for depid, deps in t.deps] if t.deps else []
-        node = self.hb.fire(b.index, waits, msg_node)
-        out = self._compute(b, t, received)
+        out, node = [], -1
+        if self.hb is not None:
+            waits = [(b.tbs[depid].index, deps) for depid, deps in t.deps] if t.deps else []
+            node = self.hb.fire(b.index, waits, msg_node)
+            out = self._compute(b, t, received)
         if kind in SENDS:
             b.send.messages.append((out, node, (b.gpu, b.tb.id, first.position)))
             self._wake(b.send.receiver)
         if t.hasdep:
             b.flag = t.flag
-            self.hb.publish(b.index, t.flag, node)
+            if self.hb is not None:
+                self.hb.publish(b.index, t.flag, node)
             for w in b.sleepers:
                 self._wake(w)
             b.sleepers.clear()
