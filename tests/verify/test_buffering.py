@@ -120,3 +120,16 @@ def test_more_slots_never_turn_a_passing_file_into_a_deadlock(text: str, slots: 
         assert not dead(slots + more)
     if dead(slots + more):
         assert dead(slots)
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs(), st.sampled_from([0, 6 << 20, 12 << 20, 24 << 20]))
+def test_a_smaller_max_bytes_never_turns_a_passing_file_into_a_deadlock(text: str,
+                                                                         max_bytes: int) -> None:
+    """A smaller message carries more chunks a call: never more calls on a connection."""
+    def dead(limit: int) -> bool:
+        bounded = text.replace('maxBytes="0"', f'maxBytes="{limit}"', 1)
+        return "deadlock" in verify_msccl(bounded).rules()
+
+    if not dead(max_bytes):
+        assert not dead(max_bytes // 2 if max_bytes else 12 << 20)
