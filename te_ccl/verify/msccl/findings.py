@@ -120,7 +120,7 @@ _RULES = [
     Rule("inplace-flags", "an algorithm must be usable in-place or out-of-place"),
     # --- symbolic execution -------------------------------------------------------------
     Rule("deadlock", "every thread block must be able to finish: a step that waits for a "
-         "flag, for data or for FIFO space that never comes hangs the GPUs"),
+         "flag, for data or for connection slots that never come hangs the GPUs"),
     Rule("uninitialized-read", "a step read a chunk no step wrote and that holds no input "
          "data, i.e. garbage"),
     Rule("data-race", "two accesses to one chunk, at least one a write, that no program "
