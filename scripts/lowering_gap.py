@@ -81,7 +81,7 @@ def measure(schedule) -> dict:
         piece_s = simulate_msccl(algo, schedule.topology, piece).finish_time_s
     root = coll.ranks.index(coll.root) if coll.root is not None else None
     slots = MSCCL.outstanding_sends(program.proto)
-    report = verify_msccl(xml, root=root, fifo_slots=slots)
+    report = verify_msccl(xml, root=root)
     verdict = "ok" if report.valid else f"INVALID: {report.errors[0]}"
     return {"schedule_s": sched_s, "xml_s": xml_s, "piece_s": piece_s, "notes": program.notes,
             "verify": f"{verdict} ({slots} slots, {program.proto})"}

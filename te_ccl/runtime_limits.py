@@ -3,14 +3,32 @@
 The lowering, the verifier, the XML replay and the scale backend's budget all read these
 numbers from here, so a file teccl writes is judged by the same limits it was built for.
 
-Buffering: a connection ``(sender, receiver, channel)`` has ``NCCL_STEPS`` slots. Under
-the Simple protocol the executor runs each MSCCL step through
-``ProtoSimple<MSCCL_CHUNKSTEPS/MSCCL_SLICESTEPS, MSCCL_SLICESTEPS>``, so one step of
-``cnt`` 1 occupies ``MSCCL_CHUNKSTEPS = NCCL_STEPS / 2`` slots whatever its size: a
-connection holds two outstanding sends. LL and LL128 take one slot a step: eight.
+Buffering, as the executor's kernel (``msccl_kernel.cu``, ``prims_simple.h``,
+``prims_ll.h``, ``msccl_setup.cc`` of msccl-executor-nccl) runs it:
+
+* A connection ``(sender, receiver, channel)`` is a ring of ``NCCL_STEPS`` slots with one
+  sending and one receiving thread block.
+* A step of ``cnt`` chunks is run as ``ceil(cnt / maxAllowedCount)`` primitive calls, one
+  after the other. ``maxAllowedCount = max(1, chunkEffectiveSize / chunk bytes)`` (capped
+  below ``MSCCL_MAX_COUNT``) depends on the message size: it is 1 once one MSCCL chunk
+  exceeds half a Simple connection buffer (1 MiB at the default 4 MiB ``NCCL_BUFFSIZE``),
+  so for large messages every chunk of the step is its own call. ``step_slots`` and
+  ``outstanding_sends`` take this worst case; a file's ``maxBytes`` can bound it
+  (``max_allowed_count``).
+* Under Simple every call is ``ProtoSimple<MSCCL_CHUNKSTEPS/MSCCL_SLICESTEPS,
+  MSCCL_SLICESTEPS>``: two slices of ``MSCCL_SLICESTEPS`` slots, i.e. ``MSCCL_CHUNKSTEPS
+  = NCCL_STEPS / 2`` slots whatever its size (an empty slice still advances the step
+  counter). A connection holds two calls. Under LL and LL128 a call takes one slot: eight.
+* A sender waits per call (per slice) for free slots, so a step whose calls need more
+  slots than the connection has does not fail: it streams, and completes only while the
+  receiver drains it.
 
 >>> MSCCL.outstanding_sends("Simple"), MSCCL.outstanding_sends("LL128")
 (2, 8)
+>>> MSCCL.step_slots("Simple", 3), MSCCL.outstanding_sends("Simple", 3)
+(12, 0)
+>>> MSCCL.max_allowed_count("Simple", 8 << 20, 8), MSCCL.max_allowed_count("Simple", 16 << 20, 8)
+(2, 1)
 """
 
 from __future__ import annotations
@@ -27,21 +45,52 @@ class RuntimeLimits:
     """Limits of the MSCCL executor's XML reader and kernel."""
 
     max_channels: int = 32           # MAXCHANNELS
-    max_peers: int = 32              # send (and receive) thread blocks per channel on one GPU
+    max_peers: int = 32              # MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL (per direction)
     max_threadblocks: int = 1024     # MSCCL_MAX_NUM_THREAD_BLOCKS (per GPU)
+    max_steps: int = 64              # MSCCL_MAX_NUM_STEPS (the default build's)
     max_depid: int = 127             # depid is stored in 8 signed bits
-    max_elements: int = 4096         # the XML reader's nodes: <algo>, <gpu>s, one rank's tbs and steps
+    max_elements: int = 4096         # MSCCL_MAX_NODES: <algo>, <gpu>s, one rank's tbs and steps
+    max_count: int = 72              # MSCCL_MAX_COUNT: cnt must be below it
+    max_reduce_fusion: int = 16      # MSCCL_MAX_REDUCE_FUSION: sources of one fused reduction
     nccl_steps: int = 8              # NCCL_STEPS: slots of one connection
-    chunk_steps: int = 4             # MSCCL_CHUNKSTEPS = NCCL_STEPS / 2: slots of one Simple step
+    chunk_steps: int = 4             # MSCCL_CHUNKSTEPS = NCCL_STEPS / 2: slots of one Simple call
+    slice_steps: int = 2             # MSCCL_SLICESTEPS = NCCL_STEPS / 4: slots of one slice
+    buffsize_simple: int = 1 << 22   # DEFAULT_BUFFSIZE (NCCL_BUFFSIZE): one Simple connection
+    buffsize_ll: int = 8 * 512 * 8 * 16        # DEFAULT_LL_BUFFSIZE
+    buffsize_ll128: int = 120 * 640 * 8 * 8    # DEFAULT_LL128_BUFFSIZE
+
+    def call_slots(self, proto: str) -> int:
+        """Slots one primitive call occupies (Simple: a chunk of two slices; LL/LL128: one).
+        An unknown protocol is judged as Simple, the deepest."""
+        return 1 if proto in ("LL", "LL128") else self.chunk_steps
+
+    def max_allowed_count(self, proto: str, nbytes: int, nchunksperloop: int) -> int:
+        """``maxAllowedCount`` for a message of ``nbytes`` (``msccl_setup.cc``, default
+        buffer sizes): chunks one primitive call may carry."""
+        if proto == "LL":
+            effective = self.buffsize_ll // self.nccl_steps // 2
+        elif proto == "LL128":
+            effective = self.buffsize_ll128 // self.nccl_steps // 16 * 15  # LINEELEMS, DATAELEMS
+        else:
+            effective = self.buffsize_simple // self.nccl_steps * self.chunk_steps
+        chunk = -(-max(1, nbytes) // max(1, nchunksperloop))
+        return min(self.max_count - 1, max(1, effective // chunk))
+
+    def step_calls(self, cnt: int, max_allowed_count: int = 1) -> int:
+        """Primitive calls of one step of ``cnt`` chunks; for large messages
+        (``maxAllowedCount`` 1) one per chunk. A step of ``cnt`` 0 makes none."""
+        return -(-max(0, cnt) // max_allowed_count)
 
     def step_slots(self, proto: str, cnt: int = 1) -> int:
-        """Slots one sending step of ``cnt`` chunks occupies on its connection."""
-        per_call = self.chunk_steps if proto == "Simple" else 1
-        return per_call * max(1, cnt)
+        """Slots one sending step of ``cnt`` chunks occupies on its connection, in total
+        (its calls take them one after the other)."""
+        return self.call_slots(proto) * self.step_calls(cnt)
 
     def outstanding_sends(self, proto: str, cnt: int = 1) -> int:
-        """Sends of ``cnt`` chunks a connection holds before the sender must wait."""
-        return max(1, self.nccl_steps // self.step_slots(proto, cnt))
+        """Whole sends of ``cnt`` chunks a connection holds before the sender must wait;
+        0 when one such send needs more slots than the connection has (it completes only
+        as the receiver drains it)."""
+        return self.nccl_steps // max(1, self.step_slots(proto, cnt))
 
 
 MSCCL = RuntimeLimits()

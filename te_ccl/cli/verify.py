@@ -17,8 +17,7 @@ from rich.console import Console
 from rich.text import Text
 
 from te_ccl.errors import SpecError
-from te_ccl.verify.msccl.execute import FIFO_SLOTS
-from te_ccl.verify.msccl.runtime_rules import MAX_STEPS
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.verify import Report, verify_msccl
 
 __all__ = ["verify_cmd"]
@@ -29,10 +28,12 @@ __all__ = ["verify_cmd"]
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 @click.option("--root", type=click.IntRange(min=0), default=None,
               help="Root rank of broadcast/reduce/gather/scatter (inferred if omitted).")
-@click.option("--max-steps", type=click.IntRange(min=1), default=MAX_STEPS, show_default=True,
+@click.option("--max-steps", type=click.IntRange(min=1), default=MSCCL.max_steps, show_default=True,
               help="Steps per thread block the runtime was built for (MSCCL_MAX_NUM_STEPS).")
-@click.option("--fifo-slots", type=click.IntRange(min=1), default=FIFO_SLOTS,
-              show_default=True, help="Messages a connection buffers before a send blocks.")
+@click.option("--slots", type=click.IntRange(min=1), default=MSCCL.nccl_steps,
+              show_default=True,
+              help="Slots of a connection (NCCL_STEPS); a call takes "
+                   f"{MSCCL.call_slots('Simple')} under Simple, 1 under LL/LL128.")
 @click.option("--upgrade", is_flag=True, help="Add the <algo> attributes msccl-tools' older "
               "format lacks (outofplace, minBytes, maxBytes), check the result, and write it "
               "to -o if valid.")
@@ -40,16 +41,17 @@ __all__ = ["verify_cmd"]
               help="Where --upgrade writes the executor-format file.")
 @click.pass_context
 def verify_cmd(ctx: click.Context, file: Path, as_json: bool, root: int | None,
-               max_steps: int, fifo_slots: int, upgrade: bool, output: Path | None) -> None:
+               max_steps: int, slots: int, upgrade: bool, output: Path | None) -> None:
     """Check an MSCCL XML algorithm: runtime parser rules, unchecked rules, and a
-    symbolic run of every rank (deadlock, races, uninitialized reads, final buffers)."""
+    symbolic run of every rank with the runtime's connection buffering for the file's
+    proto (deadlock, races, uninitialized reads, final buffers)."""
     if upgrade != (output is not None):
         raise click.UsageError("--upgrade and -o/--output go together")
     if upgrade:
-        report = _upgrade(file, output, root=root, max_steps=max_steps, fifo_slots=fifo_slots)
+        report = _upgrade(file, output, root=root, max_steps=max_steps, slots=slots)
     else:
         report = _hint_upgrade(verify_msccl(file, root=root, max_steps=max_steps,
-                                            fifo_slots=fifo_slots))
+                                            slots=slots))
     if as_json:
         click.echo(json.dumps(report_json(report)))
     else:

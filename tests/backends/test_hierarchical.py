@@ -130,13 +130,13 @@ def test_random_box_fabrics_pass_the_checker(topo, kind, size):
 def test_subchunks_keep_the_msccl_reader_within_its_limit():
     from te_ccl.backends.scale.hierarchical import hierarchical_subchunks
     from te_ccl.backends.scale.msccl_budget import XML_SHARE
-    from te_ccl.verify.msccl.runtime_rules import MAX_XML_NODES
+    from te_ccl.runtime_limits import MSCCL
 
     topo = rail_optimized(8, 8, 450e9, 50e9, 0.7e-6, 1.3e-6)
     for kind, phases in ((K.ALLGATHER, 1), (K.ALLREDUCE, 2)):
         k = hierarchical_subchunks(topo, _all(topo, kind, 10**9), 10**6)
-        assert 10 <= k and 2 * 63 * k * phases <= XML_SHARE * MAX_XML_NODES
+        assert 10 <= k and 2 * 63 * k * phases <= XML_SHARE * MSCCL.max_elements
     dgx = _direct(2, 16, tuple(f"g{i}" for i in range(0, 16, 2)))
     k = hierarchical_subchunks(dgx, _all(dgx, K.ALLGATHER, 10**9), 10**6)
     # a NIC GPU receives 31 and roots 3 chunks per rank: 31 + 3·15 + 2 steps each
-    assert (31 + 3 * 15 + 2) * k <= XML_SHARE * MAX_XML_NODES
+    assert (31 + 3 * 15 + 2) * k <= XML_SHARE * MSCCL.max_elements

@@ -164,15 +164,15 @@ def test_scale_method_for_auto():
 
 def test_subchunking_keeps_1024_gpus_loadable_by_the_msccl_reader():
     # 1023 receives per sub-chunk factor: beyond two sub-chunks a rank's steps would not fit
+    from te_ccl.runtime_limits import MSCCL
     from te_ccl.topology.generators import torus as make_torus
-    from te_ccl.verify.msccl.runtime_rules import MAX_XML_NODES
 
     topo = make_torus([32, 32], 50e9, 0.5e-6)
     for kind in (CollectiveKind.ALLGATHER, CollectiveKind.ALLREDUCE):
         c = Collective(kind, 2**30, tuple(range(1024)))
         _, _, k = scale_plan(topo, c)
         phases = 2 if kind is CollectiveKind.ALLREDUCE else 1
-        assert 1 <= k and 1 + 1024 + phases * 1023 * k < MAX_XML_NODES
+        assert 1 <= k and 1 + 1024 + phases * 1023 * k < MSCCL.max_elements
     small = Collective(CollectiveKind.ALLGATHER, 2**30, tuple(range(16)))
     assert scale_plan(make_torus([4, 4], 50e9, 0.5e-6), small)[2] > 2  # 16 GPUs: no cap bites
 

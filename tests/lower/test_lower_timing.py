@@ -95,13 +95,13 @@ def test_ring8_alltoall_runs_at_two_slots_under_simple(inplace):
     coll = load_collective(topo, None, collective="alltoall", size="1MB", inplace=inplace)
     schedule = solve(topo, coll, SolveParams(time_limit_s=20))
     simple = lower_to_msccl(schedule)
-    assert verify_msccl(simple.decode(), fifo_slots=2).valid
+    assert verify_msccl(simple.decode()).valid  # the runtime's Simple buffering: 2 sends
     sched, lowered = _replays(schedule, simple)
     assert lowered == pytest.approx(sched, rel=1e-3)
     # lowered for LL (8 slots) the same schedule keeps more messages in flight
     ll = lower_to_msccl(schedule, proto="LL")
-    assert verify_msccl(ll.decode(), fifo_slots=8).valid
-    assert not verify_msccl(ll.decode(), fifo_slots=2).valid
+    assert verify_msccl(ll.decode()).valid  # LL: 8 sends
+    assert not verify_msccl(ll.decode(), slots=2).valid
 
 
 def test_compiled_file_passes_the_verifier_at_two_slots_as_a_subprocess(tmp_path):
@@ -111,6 +111,6 @@ def test_compiled_file_passes_the_verifier_at_two_slots_as_a_subprocess(tmp_path
                                      "--inplace", "-o", str(out), "--json"],
                               capture_output=True, text=True)
     assert compiled.returncode == 0, compiled.stderr
-    verified = subprocess.run(run + ["verify", str(out), "--fifo-slots", "2"],
+    verified = subprocess.run(run + ["verify", str(out)],
                               capture_output=True, text=True)
     assert verified.returncode == 0, verified.stdout + verified.stderr

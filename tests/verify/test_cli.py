@@ -76,3 +76,13 @@ def test_exit_codes_as_a_process(tmp_path: Path) -> None:
         codes.append(proc.returncode)
     assert codes == [0, 1, 2]
     assert "not an XML file" in proc.stderr
+
+
+def test_a_deadlock_at_the_runtimes_buffering_exits_1_naming_the_cycle(tmp_path: Path) -> None:
+    from .test_buffering import exchange
+
+    path = _write(tmp_path, exchange(3))  # Simple: two sends a connection, three in flight
+    result = CliRunner().invoke(cli, ["verify", str(path)])
+    assert result.exit_code == 1, result.output
+    assert "deadlock: r0/tb0/s2 waits to send to r1 on channel 0 (connection full" in result.output
+    assert CliRunner().invoke(cli, ["verify", "--slots", "12", str(path)]).exit_code == 0

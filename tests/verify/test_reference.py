@@ -1,4 +1,5 @@
-"""Every real MSCCL file verifies clean; the legacy-format ones fail for minBytes."""
+"""Every real MSCCL file verifies clean but one that hangs on large messages; the
+legacy-format ones fail for minBytes."""
 
 from __future__ import annotations
 
@@ -13,7 +14,12 @@ from .xmltools import REFERENCE, reference_files
 NAMES = sorted(p.name for p in REFERENCE.glob("*/*.xml")) if REFERENCE.is_dir() else ["absent"]
 
 
-@pytest.mark.parametrize("name", [n for n in NAMES if not n.startswith("legacy_")])
+# hangs once a chunk exceeds 1 MiB (test_buffering.py): four single-chunk calls each way
+DEADLOCKS_LARGE = "azure_allgather_recursive_doubling_8_1.xml"
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES
+                                  if not n.startswith("legacy_") and n != DEADLOCKS_LARGE])
 def test_reference_file_is_valid(name: str) -> None:
     path = next(p for p in reference_files() if p.name == name)
     report = verify_msccl(path)

@@ -87,12 +87,12 @@ def step_line(s: int, type: str, srcbuf: str = "i", srcoff: int = -1, dstbuf: st
 
 
 def algo_xml(coll: str, ngpus: int, nchunks: int, gpus: dict[int, dict], *, inplace: int = 0,
-             nchannels: int = 1, proto: str = "Simple") -> str:
+             nchannels: int = 1, proto: str = "Simple", max_bytes: int = 0) -> str:
     """A small algorithm. ``gpus[g] = {"i": n, "o": n, "s": n, "tbs": [(send, recv, chan,
     [step tuples (type, srcbuf, srcoff, dstbuf, dstoff[, cnt, depid, deps, hasdep])])]}``."""
     out = [f'<algo name="t" proto="{proto}" nchannels="{nchannels}" nchunksperloop="{nchunks}" '
            f'ngpus="{ngpus}" coll="{coll}" inplace="{inplace}" outofplace="{1 - inplace}" '
-           'minBytes="0" maxBytes="0">']
+           f'minBytes="0" maxBytes="{max_bytes}">']
     for g, spec in sorted(gpus.items()):
         out.append(f'  <gpu id="{g}" i_chunks="{spec.get("i", 0)}" o_chunks="{spec.get("o", 0)}" '
                    f's_chunks="{spec.get("s", 0)}">')

@@ -1,7 +1,7 @@
 """How many sub-chunks the MSCCL runtime can still load: its XML reader's element limit.
 
-The runtime's reader keeps at most ``MAX_ELEMENTS`` elements for a rank (the constant
-of the MSCCL IR, :mod:`te_ccl.lower.msccl.ir`, that the lowering also keeps to): the
+The runtime's reader keeps at most ``MSCCL.max_elements`` elements for a rank
+(:mod:`te_ccl.runtime_limits`, which the lowering also keeps to): the
 ``<algo>``, every ``<gpu>`` and that rank's thread blocks and steps (msccl-xml.md; ``teccl verify``
 checks the same limit independently, rule ``xml-node-limit``). Each chunk a GPU receives
 or sends is at least one step, so the sub-chunk factor of the scale backend is capped to
@@ -12,7 +12,7 @@ not fused (a receive and a send each).
 
 from __future__ import annotations
 
-from te_ccl.lower.msccl.ir import MAX_ELEMENTS
+from te_ccl.runtime_limits import MSCCL
 
 __all__ = ["XML_SHARE", "max_subchunks"]
 
@@ -28,5 +28,5 @@ def max_subchunks(nranks: int, steps_per_k: float, share: float = XML_SHARE) -> 
     >>> max_subchunks(64, 2 * 63 + 4)
     27
     """
-    room = share * (MAX_ELEMENTS - nranks - 1)
+    room = share * (MSCCL.max_elements - nranks - 1)
     return max(1, int(room // steps_per_k))

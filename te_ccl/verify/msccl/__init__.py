@@ -9,7 +9,7 @@ steps verify in well under a minute of CPU.
 
 Usage::
 
-    report = verify_msccl("allgather.xml", root=None, max_steps=64, fifo_slots=8)
+    report = verify_msccl("allgather.xml", root=None)   # optional: max_steps=, slots=
     report.valid, [(f.rule, f.gpu, f.tb, f.step, f.message) for f in report.findings]
     algo = read_msccl("allgather.xml")   # typed Algo/Gpu/Threadblock/Step, or an error
 """

@@ -1,18 +1,30 @@
 """Symbolic execution of every rank and thread block of an MSCCL algorithm.
 
 Each thread block runs its transmissions (:mod:`~te_ccl.verify.msccl.kernel`) in order.
-A transmission starts when (1) every flag it waits on has reached the awaited step,
-(2) a message is queued on its receive connection, if it receives, and (3) its send
-connection has a free slot, if it sends. A connection ``(sending gpu, receiving gpu,
-channel)`` is a FIFO of at most ``fifo_slots`` messages (default 8 = NCCL_STEPS, the
-slots of an NCCL connection buffer); a message is one step's ``cnt`` chunks. Thread
-blocks are scheduled round-robin (in file order, each as far as it can go) until none
-can move; those left unfinished are a **deadlock**. A sweep visits only the blocks that
-an event may have unblocked since their last try (a message for them, a freed slot, a
-flag they wait on), which is the same order at a cost linear in the steps.
+A transmission first waits until every flag it waits on has reached the awaited step.
+Then it runs its primitive calls one after the other, as the kernel does: a step of
+``cnt`` chunks is ``cnt`` calls for large messages, fewer when the file's ``maxBytes``
+lets the runtime put several chunks in a call
+(:meth:`~te_ccl.runtime_limits.RuntimeLimits.max_allowed_count`). A call that receives
+needs a call queued on its receive
+connection; a call that sends needs room on its send connection. A connection
+``(sending gpu, receiving gpu, channel)`` is a FIFO of ``slots`` slots (``NCCL_STEPS``
+unless overridden), each call taking ``call_slots(proto)`` of them (4 under Simple, 1
+under LL/LL128): the file's ``proto`` decides how many sends a connection holds (2 or 8).
+
+Thread blocks are scheduled round-robin (in file order, each as far as it can go) until
+none can move; those left unfinished are a **deadlock**. The order does not matter: a
+connection has one sending and one receiving thread block (rule ``connection-unique``)
+and flags only grow, so a call that can go stays able to go until it goes; one run
+deadlocks exactly when every run does. The deadlock finding names the cycle of waiting
+parties: ``r0/tb1/s3 waits to send to r1 (connection full) <- r1/tb0/s2 waits for ...``.
+A sweep visits only the blocks that an event may have unblocked since their last try (a
+call for them, a freed slot, a flag they wait on), which is the same order at a cost
+linear in the calls.
 
 Buffers hold symbolic values (:mod:`.values`, :mod:`~te_ccl.verify.msccl.layout`).
-Reading a chunk that holds no input and that no step wrote is an **uninitialized read**.
+A step's data moves as one message when its last call is sent. Reading a chunk that
+holds no input and that no step wrote is an **uninitialized read**.
 **Data races** (:mod:`.memory`, :mod:`.hb`): happens-before is program order within a
 thread block, flag waits (a waiter is ordered after everything the publisher did up to
 the *first* publication that satisfies it: the weakest guarantee), and send→receive of
@@ -30,6 +42,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass
 
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.hb import HappensBefore
 from te_ccl.verify.msccl.kernel import Transmission, transmissions
@@ -38,9 +51,8 @@ from te_ccl.verify.msccl.memory import Memory
 from te_ccl.verify.msccl.model import RECVS, SENDS, WRITES_DST, Algo, Threadblock
 from te_ccl.verify.msccl.values import GARBAGE, Packed, add
 
-__all__ = ["execute", "Execution", "StepRef", "FIFO_SLOTS"]
+__all__ = ["execute", "buffering", "Execution", "StepRef"]
 
-FIFO_SLOTS = 8          # NCCL_STEPS
 _MAX_STUCK_REPORTED = 20
 
 StepRef = tuple[int, int, int]  # (gpu, tb id, step position)
@@ -49,19 +61,30 @@ _READ_ONLY = frozenset({"s", "cpy"})
 _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
 
 
+class _Conn:
+    """One connection: the calls sent and not yet received, and the steps' data."""
+
+    __slots__ = ("queued", "messages", "sender", "receiver")
+
+    def __init__(self) -> None:
+        self.queued = 0                          # calls holding slots
+        self.messages: deque[_Message] = deque()  # one per sending step, when it completes
+        self.sender = self.receiver = -1          # block indices at the two ends
+
+
 class _Block:
-    __slots__ = ("index", "gpu", "tb", "program", "pc", "flag", "mem", "tbs", "send_fifo",
-                 "recv_fifo", "send_to", "recv_from", "sleepers")
+    __slots__ = ("index", "gpu", "tb", "program", "plan", "pc", "call", "flag", "mem", "tbs",
+                 "send", "recv", "sleepers")
 
     def __init__(self, index: int, gpu: int, tb: Threadblock) -> None:
         self.index, self.gpu, self.tb = index, gpu, tb
         self.program: list[Transmission] = transmissions(tb)
-        self.pc, self.flag = 0, -1
+        self.plan: list[tuple[int, _Conn | None, _Conn | None]] | None = None  # when it runs
+        self.pc, self.call, self.flag = 0, 0, -1  # transmission, calls of it done, flag
         self.mem: Memory | None = None
         self.tbs: dict[int, _Block] = {}          # thread blocks of the GPU by id
-        self.send_fifo: deque[_Message] | None = None
-        self.recv_fifo: deque[_Message] | None = None
-        self.send_to = self.recv_from = -1        # the blocks at the other ends
+        self.send: _Conn | None = None
+        self.recv: _Conn | None = None
         self.sleepers: list[int] = []             # blocks stopped by this one's flag
 
 
@@ -84,14 +107,26 @@ class Execution:
         return None if mem is None else mem.writer(slot)
 
 
-def execute(algo: Algo, layout: Layout, *, fifo_slots: int = FIFO_SLOTS) -> Execution:
-    """Run the algorithm symbolically; see the module docstring for what is reported."""
-    return _Machine(algo, layout, fifo_slots).run()
+def execute(algo: Algo, layout: Layout, *, slots: int | None = None) -> Execution:
+    """Run the algorithm symbolically with connections of ``slots`` slots (default
+    ``NCCL_STEPS``); see the module docstring for what is reported."""
+    return _Machine(algo, layout, MSCCL.nccl_steps if slots is None else slots).run()
+
+
+def buffering(algo: Algo, *, slots: int | None = None) -> list[Finding]:
+    """Only the waits, calls and flags of :func:`execute`, without data: its deadlock
+    and unreceived-data findings, at a fraction of the cost (for bulk checks)."""
+    return _Machine(algo, None, MSCCL.nccl_steps if slots is None else slots).run().findings
 
 
 class _Machine:
-    def __init__(self, algo: Algo, layout: Layout, fifo_slots: int) -> None:
-        self.slots = fifo_slots
+    def __init__(self, algo: Algo, layout: Layout | None, slots: int) -> None:
+        self.depth = slots // MSCCL.call_slots(algo.proto)  # calls a connection holds
+        # chunks per call at the largest message the file accepts (1: no maxBytes)
+        self.per_call = 1
+        if (algo.max_bytes or 0) > 0:
+            self.per_call = MSCCL.max_allowed_count(algo.proto, algo.max_bytes,
+                                                    algo.nchunksperloop)
         self.blocks: list[_Block] = []
         local, width, per_gpu = [], [], []
         for gpu in algo.gpus:
@@ -106,12 +141,14 @@ class _Machine:
                 local.append(i)
                 width.append(len(gpu.threadblocks))
             per_gpu.append((gpu, mine))
-        self.hb = HappensBefore(local, width, self._waits())
         self._connect()
         self.findings: list[Finding] = []
         self.reported: set[tuple[str, int, int]] = set()
-        tb_ids = [b.tb.id for b in self.blocks]
         self.memories: dict[int, Memory] = {}
+        self.hb = None if layout is None else HappensBefore(local, width, self._waits())
+        if layout is None:
+            return
+        tb_ids = [b.tb.id for b in self.blocks]
         for gpu, mine in per_gpu:
             mem = Memory(gpu, layout, [b.program for b in mine], self.hb, tb_ids, self._report)
             self.memories.setdefault(gpu.id, mem)
@@ -130,22 +167,16 @@ class _Machine:
         return waits
 
     def _connect(self) -> None:
-        self.fifos: dict[tuple[int, int, int], deque[_Message]] = {}
-        senders: dict[tuple[int, int, int], _Block] = {}
-        receivers: dict[tuple[int, int, int], _Block] = {}
+        self.conns: dict[tuple[int, int, int], _Conn] = {}
         for b in self.blocks:
             if b.tb.send >= 0:
-                key = (b.gpu, b.tb.send, b.tb.chan)
-                b.send_fifo = self.fifos.setdefault(key, deque())
-                senders.setdefault(key, b)
+                b.send = self.conns.setdefault((b.gpu, b.tb.send, b.tb.chan), _Conn())
+                if b.send.sender < 0:
+                    b.send.sender = b.index
             if b.tb.recv >= 0:
-                key = (b.tb.recv, b.gpu, b.tb.chan)
-                b.recv_fifo = self.fifos.setdefault(key, deque())
-                receivers.setdefault(key, b)
-        for key, b in senders.items():
-            b.send_to = receivers[key].index if key in receivers else -1
-        for key, b in receivers.items():
-            b.recv_from = senders[key].index if key in senders else -1
+                b.recv = self.conns.setdefault((b.tb.recv, b.gpu, b.tb.chan), _Conn())
+                if b.recv.receiver < 0:
+                    b.recv.receiver = b.index
 
     # --- scheduling -----------------------------------------------------------------
     def run(self) -> Execution:
@@ -157,16 +188,12 @@ class _Machine:
                 b = blocks[heapq.heappop(self.sweep)]
                 self.at = b.index
                 self.queued[b.index] = 0
-                while b.pc < len(b.program) and self._ready(b):
-                    self._fire(b)
+                self._advance(b)
             self.sweep, self.later, self.at = self.later, [], -1
         stuck = [b for b in blocks if b.pc < len(b.program)]
-        for b in stuck[:_MAX_STUCK_REPORTED]:
-            self._report_stuck(b)
-        if len(stuck) > _MAX_STUCK_REPORTED:
-            self.findings.append(finding("deadlock", f"{len(stuck) - _MAX_STUCK_REPORTED} more "
-                                         "thread blocks are stuck"))
-        if not stuck:
+        if stuck:
+            self._report_deadlock(stuck)
+        else:
             self._report_unreceived()
         return Execution(self.memories, self.findings, not stuck)
 
@@ -176,43 +203,122 @@ class _Machine:
             self.queued[i] = 1
             heapq.heappush(self.sweep if i > self.at else self.later, i)
 
-    def _ready(self, b: _Block) -> bool:
-        t = b.program[b.pc]
-        for depid, deps in t.deps:
-            target = b.tbs.get(depid)
-            if target is None or target.flag < deps:
-                if target is not None:
-                    target.sleepers.append(b.index)
-                return False
-        kind = t.steps[0].type
-        if kind in RECVS and not b.recv_fifo:
-            return False
-        return not (kind in SENDS and (b.send_fifo is None or len(b.send_fifo) >= self.slots))
+    def _plan(self, b: _Block) -> list[tuple[int, _Conn | None, _Conn | None]]:
+        """Per transmission: its calls and the connections it receives and sends on
+        (calls -1: it needs a connection the thread block does not have)."""
+        plan = []
+        for t in b.program:
+            kind = t.steps[0].type
+            recv = b.recv if kind in RECVS else None
+            send = b.send if kind in SENDS else None
+            if (recv is None and kind in RECVS) or (send is None and kind in SENDS):
+                plan.append((-1, None, None))
+            else:
+                calls = MSCCL.step_calls(t.cnt, self.per_call) if recv or send else 0
+                plan.append((calls, recv, send))
+        return plan
 
-    def _report_stuck(self, b: _Block) -> None:
+    def _advance(self, b: _Block) -> None:
+        """Run ``b`` as far as it can go: waits, then calls, then the step's data."""
+        program, depth, wake = b.program, self.depth, self._wake
+        if b.plan is None:
+            b.plan = self._plan(b)
+        while b.pc < len(program):
+            calls, recv, send = b.plan[b.pc]
+            if b.call == 0:
+                for depid, deps in program[b.pc].deps:
+                    target = b.tbs.get(depid)
+                    if target is None or target.flag < deps:
+                        if target is not None:
+                            target.sleepers.append(b.index)
+                        return
+            if calls < 0:
+                return
+            while b.call < calls:
+                if (recv and not recv.queued) or (send and send.queued >= depth):
+                    return
+                if recv:
+                    recv.queued -= 1
+                    wake(recv.sender)
+                if send:
+                    send.queued += 1
+                    wake(send.receiver)
+                b.call += 1
+            if recv and not recv.messages:  # only when the cnt sequences differ
+                return
+            self._fire(b)
+
+    # --- deadlock -----------------------------------------------------------------------
+    def _blockers(self, b: _Block) -> list[tuple[str, int]]:
+        """Why the stuck block ``b`` waits: (reason, the block it waits for or -1)."""
         t = b.program[b.pc]
+        if b.call == 0:
+            waits = [(f"waits for tb {depid} to finish step {deps} "
+                      f"({'missing' if target is None else f'its flag is {target.flag}'})",
+                      -1 if target is None else target.index)
+                     for depid, deps in t.deps
+                     if (target := b.tbs.get(depid)) is None or target.flag < deps]
+            if waits:
+                return waits
+        kind, tb = t.type, b.tb
+        where = f"r{{}} on channel {tb.chan}"
+        calling = b.call < MSCCL.step_calls(t.cnt, self.per_call)
         waits = []
-        for depid, deps in t.deps:
-            target = b.tbs.get(depid)
-            if target is None or target.flag < deps:
-                at = "missing" if target is None else f"its flag is {target.flag}"
-                waits.append(f"tb {depid} to finish step {deps} ({at})")
-        if t.first.receives and not b.recv_fifo:
-            waits.append(f"data from gpu {b.tb.recv} on channel {b.tb.chan}")
-        if t.first.sends and len(b.send_fifo or ()) >= self.slots:
-            waits.append(f"a free slot towards gpu {b.tb.send} on channel {b.tb.chan} "
-                         f"({self.slots} messages unreceived)")
-        self.findings.append(finding(
-            "deadlock", f"'{t.type}' waits forever for " + " and ".join(waits),
-            gpu=b.gpu, tb=b.tb.id, step=t.first.position, line=t.first.line))
+        if kind in RECVS and (b.recv is None or not (b.recv.queued if calling
+                                                     else b.recv.messages)):
+            waits.append((f"waits for data from {where.format(tb.recv)} (connection empty)",
+                          b.recv.sender if b.recv else -1))
+        if kind in SENDS and (b.send is None or calling and b.send.queued >= self.depth):
+            waits.append((f"waits to send to {where.format(tb.send)} (connection full: "
+                          f"{self.depth} call(s) unreceived)", b.send.receiver if b.send else -1))
+        return waits
+
+    def _party(self, b: _Block) -> str:
+        t = b.program[b.pc]
+        calls = MSCCL.step_calls(t.cnt, self.per_call)
+        call = f" call {b.call + 1}/{calls}" if calls > 1 and b.call else ""
+        return f"r{b.gpu}/tb{b.tb.id}/s{t.first.position}{call}"
+
+    def _report_deadlock(self, stuck: list[_Block]) -> None:
+        """One finding naming a cycle of waiting parties, then one per other stuck block."""
+        waiting = {b.index: self._blockers(b) for b in stuck}
+        path, seen, i = [], {}, stuck[0].index
+        while i in waiting and i not in seen:
+            seen[i] = len(path)
+            path.append(i)
+            nxt = [j for _, j in waiting[i] if j in waiting]
+            i = nxt[0] if nxt else -1
+        cycle = path[seen[i]:] if i in seen else path
+        links = []
+        for k in cycle:
+            b = self.blocks[k]
+            after = cycle[(cycle.index(k) + 1) % len(cycle)] if i in seen else -1
+            reason = next((r for r, j in waiting[k] if j == after), waiting[k][0][0])
+            links.append(f"{self._party(b)} {reason}")
+        tail = f" <- {self._party(self.blocks[cycle[0]])}" if i in seen else \
+            " (which never comes)"
+        head = self.blocks[cycle[0]]
+        self._stuck(head, " <- ".join(links) + tail)
+        others = [b for b in stuck if b is not head]
+        for b in others[:_MAX_STUCK_REPORTED]:
+            t = b.program[b.pc]
+            self._stuck(b, f"'{t.type}' " + "; ".join(r for r, _ in waiting[b.index]) + " forever")
+        if len(others) > _MAX_STUCK_REPORTED:
+            self.findings.append(finding("deadlock", f"{len(others) - _MAX_STUCK_REPORTED} "
+                                         "more thread blocks are stuck"))
+
+    def _stuck(self, b: _Block, message: str) -> None:
+        t = b.program[b.pc]
+        self.findings.append(finding("deadlock", message, gpu=b.gpu,
+                                     tb=b.tb.id, step=t.first.position, line=t.first.line))
 
     def _report_unreceived(self) -> None:
-        for (_src, dst, chan), fifo in sorted(self.fifos.items()):
-            if fifo:
-                g, tb, pos = fifo[0][2]
+        for (_src, dst, chan), conn in sorted(self.conns.items()):
+            if conn.messages:
+                g, tb, pos = conn.messages[0][2]
                 self.findings.append(finding(
-                    "unreceived-data", f"{len(fifo)} message(s) to gpu {dst} on channel {chan} "
-                    "are never received", gpu=g, tb=tb, step=pos))
+                    "unreceived-data", f"{len(conn.messages)} message(s) to gpu {dst} on "
+                    f"channel {chan} are never received", gpu=g, tb=tb, step=pos))
 
     def _report(self, b: int, pos: int, rule: str, detail: str) -> None:
         block = self.blocks[b]
@@ -223,26 +329,30 @@ class _Machine:
 
     # --- one transmission -------------------------------------------------------------
     def _fire(self, b: _Block) -> None:
+        """The transmission's calls are done: move its data, publish its flag."""
         t = b.program[b.pc]
         first = t.steps[0]
         kind = first.type
         received, msg_node = None, -1
         if kind in RECVS:
-            received, msg_node, _ = b.recv_fifo.popleft()
-            self._wake(b.recv_from)
-        waits = [(b.tbs[depid].index, deps) for depid, deps in t.deps] if t.deps else []
-        node = self.hb.fire(b.index, waits, msg_node)
-        out = self._compute(b, t, received)
+            received, msg_node, _ = b.recv.messages.popleft()
+        out, node = [], -1
+        if self.hb is not None:
+            waits = [(b.tbs[depid].index, deps) for depid, deps in t.deps] if t.deps else []
+            node = self.hb.fire(b.index, waits, msg_node)
+            out = self._compute(b, t, received)
         if kind in SENDS:
-            b.send_fifo.append((out, node, (b.gpu, b.tb.id, first.position)))
-            self._wake(b.send_to)
+            b.send.messages.append((out, node, (b.gpu, b.tb.id, first.position)))
+            self._wake(b.send.receiver)
         if t.hasdep:
             b.flag = t.flag
-            self.hb.publish(b.index, t.flag, node)
+            if self.hb is not None:
+                self.hb.publish(b.index, t.flag, node)
             for w in b.sleepers:
                 self._wake(w)
             b.sleepers.clear()
         b.pc += 1
+        b.call = 0
 
     def _compute(self, b: _Block, t: Transmission, received: list[Packed] | None
                  ) -> list[Packed]:

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from te_ccl.runtime_limits import MSCCL
+
 __all__ = ["Rule", "RULES", "Finding", "finding"]
 
 
@@ -54,7 +56,7 @@ _RULES = [
          "content)", severity="warning"),
     Rule("first-element-algo", "the runtime reads the algorithm's metadata from the first "
          "element, which must be `<algo`", True),
-    Rule("xml-node-limit", "the runtime's reader holds at most 4096 elements per rank "
+    Rule("xml-node-limit", f"the runtime's reader holds at most {MSCCL.max_elements} elements per rank "
          "(algo, gpus, and that rank's tbs and steps)"),
     Rule("leading-zero", "numbers are read with C strtol(..., 0): a leading zero means "
          "octal (`010` is 8, `08` is 0)"),
@@ -67,14 +69,16 @@ _RULES = [
     Rule("proto", "proto must be Simple, LL128 or LL"),
     Rule("coll", "coll must name a collective the runtime implements", True),
     Rule("scratch-chunks", "s_chunks must be >= 0 (it sizes the scratch buffer)", True),
-    Rule("tb-id-range", "thread block ids are 0..1023 (MSCCL_MAX_NUM_THREAD_BLOCKS)", True),
+    Rule("tb-id-range", f"thread block ids are 0..{MSCCL.max_threadblocks - 1} "
+         "(MSCCL_MAX_NUM_THREAD_BLOCKS)", True),
     Rule("tb-id-duplicate", "each thread block id appears once per GPU", True),
     Rule("peer", "send/recv peers are a rank or -1, never the GPU itself", True),
-    Rule("channel-range", "chan is 0..31 (MAXCHANNELS)", True),
-    Rule("step-range", "s must be in 0..max_steps-1 (MSCCL_MAX_NUM_STEPS, 64 by default)"),
+    Rule("channel-range", f"chan is 0..{MSCCL.max_channels - 1} (MAXCHANNELS)", True),
+    Rule("step-range", f"s must be in 0..max_steps-1 (MSCCL_MAX_NUM_STEPS, "
+         f"{MSCCL.max_steps} by default)"),
     Rule("step-type", "type must be s, r, rcs, rrs, rrc, rrcs, cpy, re or nop", True),
     Rule("buffer", "buffers are i (input), o (output) or s (scratch)", True),
-    Rule("count-range", "cnt must be 0..71 (MSCCL_MAX_COUNT)", True),
+    Rule("count-range", f"cnt must be 0..{MSCCL.max_count - 1} (MSCCL_MAX_COUNT)", True),
     Rule("send-without-peer", "a step that sends needs the thread block's send peer", True),
     Rule("recv-without-peer", "a step that receives needs the thread block's recv peer", True),
     Rule("offset-range", "offsets must be -1 or inside the buffer's chunk count", True),
@@ -82,7 +86,8 @@ _RULES = [
          "depid >= 0: the runtime attaches the nops' waits to that step"),
     Rule("hasdep", "hasdep must be 0 or 1"),
     Rule("tb-missing", "thread block ids must be contiguous 0..n-1 on each GPU", True),
-    Rule("tbs-per-channel", "at most 32 sending and 32 receiving thread blocks per channel",
+    Rule("tbs-per-channel", f"at most {MSCCL.max_peers} sending and {MSCCL.max_peers} receiving thread "
+         "blocks per channel",
          True),
     # --- rules the runtime does not check ---------------------------------------------
     Rule("step-position", "the kernel counts steps by position (nops included), so s must "
@@ -93,7 +98,7 @@ _RULES = [
          "publishes no flag and the waiter depends on a later step (or hangs)"),
     Rule("nop-dependency", "a nop exists to carry a dependency; the kernel does not count a "
          "nop with depid=-1, so every later flag of the thread block names the wrong step"),
-    Rule("depid-range", "depid is stored in 8 bits: it must be < 128", True),
+    Rule("depid-range", f"depid is stored in 8 bits: it must be <= {MSCCL.max_depid}", True),
     Rule("channel-count", "chan must be < nchannels: the communicator may have only "
          "nchannels channels"),
     Rule("connection-unique", "on one GPU each (chan, send peer) and each (chan, recv peer) "
@@ -104,8 +109,8 @@ _RULES = [
          "only the start)", True),
     Rule("gpu-ids", "gpu ids must cover 0..ngpus-1, each once: a rank without its gpu "
          "element runs nothing", True),
-    Rule("max-steps", "at most max_steps steps per thread block (MSCCL_MAX_NUM_STEPS, 64 in "
-         "the default runtime build)"),
+    Rule("max-steps", f"at most max_steps steps per thread block (MSCCL_MAX_NUM_STEPS, "
+         f"{MSCCL.max_steps} in the default runtime build)"),
     Rule("chunk-layout", "nchunksperloop must divide into the collective's per-rank chunks",
          True),
     Rule("buffer-size", "i_chunks/o_chunks may not exceed the chunks the user's buffers "
@@ -115,7 +120,7 @@ _RULES = [
     Rule("inplace-flags", "an algorithm must be usable in-place or out-of-place"),
     # --- symbolic execution -------------------------------------------------------------
     Rule("deadlock", "every thread block must be able to finish: a step that waits for a "
-         "flag, for data or for FIFO space that never comes hangs the GPUs"),
+         "flag, for data or for connection slots that never come hangs the GPUs"),
     Rule("uninitialized-read", "a step read a chunk no step wrote and that holds no input "
          "data, i.e. garbage"),
     Rule("data-race", "two accesses to one chunk, at least one a write, that no program "

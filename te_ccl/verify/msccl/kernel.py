@@ -22,11 +22,11 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.model import STEP_TYPES, Step, Threadblock
 
-__all__ = ["Transmission", "transmissions", "MAX_REDUCE_FUSION"]
+__all__ = ["Transmission", "transmissions"]
 
-MAX_REDUCE_FUSION = 16  # MSCCL_MAX_REDUCE_FUSION
 # without nops (folded into the next step) and re (fused): one transmission per step, whose
 # kernel step counter is its position
 _ONE_TO_ONE = frozenset(STEP_TYPES) - {"nop", "re"}
@@ -94,7 +94,7 @@ def _grouped(tb: Threadblock) -> list[Transmission]:
             groups.append(([step], tuple(pending), bool(pending) and step.depid < 0))
             pending = []
         reductions += 1
-        chain = None if step.hasdep or reductions == MAX_REDUCE_FUSION else key
+        chain = None if step.hasdep or reductions == MSCCL.max_reduce_fusion else key
     return _with_flags(groups)
 
 

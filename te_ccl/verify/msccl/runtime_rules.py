@@ -10,28 +10,21 @@ every GPU (each rank's runtime checks only its own ``<gpu>``).
 
 from __future__ import annotations
 
+from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.kernel import transmissions
 from te_ccl.verify.msccl.model import BUFFERS, STEP_TYPES, Algo, Gpu, Step, Threadblock
 
-__all__ = ["runtime_checks", "PROTOCOLS", "COLLECTIVES", "MAX_STEPS", "MAX_THREAD_BLOCKS",
-           "MAX_CHANNELS", "MAX_COUNT", "MAX_TBS_PER_CHANNEL", "MAX_XML_NODES"]
+__all__ = ["runtime_checks", "PROTOCOLS", "COLLECTIVES"]
 
-PROTOCOLS = ("Simple", "LL128", "LL")
 COLLECTIVES = ("reduce", "broadcast", "allreduce", "reducescatter", "allgather", "send", "recv",
                "gather", "scatter", "alltoall", "alltoallv")
-MAX_STEPS = 64            # MSCCL_MAX_NUM_STEPS (build-time)
-MAX_CHANNELS = 32         # MAXCHANNELS
-MAX_TBS_PER_CHANNEL = 32  # MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL
-MAX_THREAD_BLOCKS = MAX_TBS_PER_CHANNEL * MAX_CHANNELS
-MAX_COUNT = 72            # MSCCL_MAX_COUNT: cnt must be < 72
-MAX_XML_NODES = 4096      # MSCCL_MAX_NODES
 # which buffers the parser bounds-checks per type (checkSrc, checkDst)
 _CHECKED = {"s": (True, False), "r": (False, True), "rcs": (False, True), "rrs": (True, False),
             "rrc": (False, False), "rrcs": (True, True), "cpy": (True, True), "re": (True, True)}
 
 
-def runtime_checks(algo: Algo, *, max_steps: int = MAX_STEPS) -> list[Finding]:
+def runtime_checks(algo: Algo, *, max_steps: int = MSCCL.max_steps) -> list[Finding]:
     """Every violation of the runtime parser's checks, GPU by GPU in file order."""
     found: list[Finding] = []
     if algo.proto and algo.proto not in PROTOCOLS:
@@ -41,7 +34,7 @@ def runtime_checks(algo: Algo, *, max_steps: int = MAX_STEPS) -> list[Finding]:
     for gpu in algo.gpus:
         found += _gpu(gpu, max_steps)
         nodes = 1 + len(algo.gpus) + sum(len(t.steps) + 1 for t in gpu.threadblocks)
-        if nodes >= MAX_XML_NODES:
+        if nodes >= MSCCL.max_elements:
             found.append(finding("xml-node-limit", f"rank {gpu.id} needs {nodes} elements",
                                  gpu=gpu.id, line=gpu.line))
     return found
@@ -73,7 +66,7 @@ def _gpu(gpu: Gpu, max_steps: int) -> list[Finding]:
 def _tb_header(gpu: Gpu, tb: Threadblock, seen: set[int]) -> list[Finding]:
     where = {"gpu": gpu.id, "tb": tb.id, "line": tb.line}
     found: list[Finding] = []
-    if not 0 <= tb.id < MAX_THREAD_BLOCKS:
+    if not 0 <= tb.id < MSCCL.max_threadblocks:
         found.append(finding("tb-id-range", f"thread block id {tb.id}", **where))
     elif tb.id in seen:
         found.append(finding("tb-id-duplicate", f"thread block id {tb.id} appears again",
@@ -82,7 +75,7 @@ def _tb_header(gpu: Gpu, tb: Threadblock, seen: set[int]) -> list[Finding]:
     for role, peer in (("send", tb.send), ("recv", tb.recv)):
         if peer == gpu.id or peer < -1:
             found.append(finding("peer", f"{role}={peer} on gpu {gpu.id}", **where))
-    if not 0 <= tb.chan < MAX_CHANNELS:
+    if not 0 <= tb.chan < MSCCL.max_channels:
         found.append(finding("channel-range", f"chan={tb.chan}", **where))
     return found
 
@@ -116,18 +109,18 @@ def _tb_steps(gpu: Gpu, tb: Threadblock, max_steps: int, nsend: int,
 def _transfer(gpu: Gpu, tb: Threadblock, step: Step, nsend: int, nrecv: int,
               where: dict) -> list[Finding]:
     found: list[Finding] = []
-    if not 0 <= step.cnt < MAX_COUNT:
+    if not 0 <= step.cnt < MSCCL.max_count:
         found.append(finding("count-range", f"cnt={step.cnt}", **where))
     if step.sends and tb.send < 0:
         found.append(finding("send-without-peer", f"a '{step.type}' step in a thread block "
                              "with send=-1", **where))
-    if step.sends and nsend >= MAX_TBS_PER_CHANNEL:
+    if step.sends and nsend >= MSCCL.max_peers:
         found.append(finding("tbs-per-channel", f"thread block {tb.id} is sending thread block "
                              f"{nsend + 1} on channel {tb.chan}", **where))
     if step.receives and tb.recv < 0:
         found.append(finding("recv-without-peer", f"a '{step.type}' step in a thread block "
                              "with recv=-1", **where))
-    if step.receives and nrecv >= MAX_TBS_PER_CHANNEL:
+    if step.receives and nrecv >= MSCCL.max_peers:
         found.append(finding("tbs-per-channel", f"thread block {tb.id} is receiving thread "
                              f"block {nrecv + 1} on channel {tb.chan}", **where))
     check_src, check_dst = _CHECKED[step.type]

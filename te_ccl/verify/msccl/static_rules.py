@@ -1,7 +1,7 @@
 """Rules the runtime does not check (msccl-xml.md, end), whose violation hangs or corrupts.
 
 ``s`` equal to the position, dependency targets that exist and publish a flag,
-``depid < 128``, ``chan < nchannels``, peers that are ranks, one thread block per
+``depid <= MSCCL.max_depid``, ``chan < nchannels``, peers that are ranks, one thread block per
 (chan, send peer) and (chan, recv peer), equal ``cnt`` sequences on both ends of each
 connection, ``offset + cnt`` inside the buffer, gpu ids covering ``0..ngpus-1`` once,
 at most ``max_steps`` steps per thread block, and a usable in-place/out-of-place flag.
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.model import (
     BUFFERS,
@@ -23,15 +24,13 @@ from te_ccl.verify.msccl.model import (
     Step,
     Threadblock,
 )
-from te_ccl.verify.msccl.runtime_rules import MAX_STEPS, MAX_TBS_PER_CHANNEL
 
 __all__ = ["static_checks", "Connection", "connections"]
 
 Connection = tuple[int, int, int]  # (sending gpu, receiving gpu, channel)
-_MAX_DEPID = 128
 
 
-def static_checks(algo: Algo, *, max_steps: int = MAX_STEPS) -> list[Finding]:
+def static_checks(algo: Algo, *, max_steps: int = MSCCL.max_steps) -> list[Finding]:
     """Violations of the rules the runtime leaves to the file's author."""
     found = _gpu_ids(algo)
     if not algo.inplace and not algo.outofplace:
@@ -74,7 +73,7 @@ def _steps(algo: Algo, gpu: Gpu, max_steps: int) -> list[Finding]:
                                      **where))
             if st.type == "nop" and st.depid < 0:
                 found.append(finding("nop-dependency", "nop with depid=-1", **where))
-            if st.depid >= _MAX_DEPID:
+            if st.depid > MSCCL.max_depid:
                 found.append(finding("depid-range", f"depid={st.depid}", **where))
             elif st.depid >= 0:
                 found += _dependency(tbs, st.depid, st.deps, where)
@@ -121,7 +120,7 @@ def _peers(algo: Algo, gpu: Gpu) -> list[Finding]:
         for role, peer, kinds in (("send", tb.send, SENDS), ("recv", tb.recv, RECVS)):
             per_channel[(role, tb.chan)] += peer >= 0
             idle = not any(st.type in kinds for st in tb.steps)  # else the parser reports it
-            if peer >= 0 and idle and per_channel[(role, tb.chan)] > MAX_TBS_PER_CHANNEL:
+            if peer >= 0 and idle and per_channel[(role, tb.chan)] > MSCCL.max_peers:
                 found.append(finding("tbs-per-channel", f"thread block {tb.id} is {role} thread "
                                      f"block {per_channel[(role, tb.chan)]} on channel "
                                      f"{tb.chan}", **where))

@@ -14,12 +14,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from te_ccl.errors import SpecError
-from te_ccl.verify.msccl.execute import FIFO_SLOTS, Execution, execute
+from te_ccl.runtime_limits import MSCCL
+from te_ccl.verify.msccl.execute import Execution, execute
 from te_ccl.verify.msccl.findings import RULES, Finding, finding
 from te_ccl.verify.msccl.layout import GARBAGE, ROOTED, SUPPORTED, Layout
 from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.msccl.reader import MscclSyntaxError, parse_msccl, paused_gc, source_name
-from te_ccl.verify.msccl.runtime_rules import MAX_STEPS, runtime_checks
+from te_ccl.verify.msccl.runtime_rules import runtime_checks
 from te_ccl.verify.msccl.static_rules import static_checks
 from te_ccl.verify.msccl.values import Packed, expand
 
@@ -54,8 +55,9 @@ class Report:
 
 
 def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
-                 max_steps: int = MAX_STEPS, fifo_slots: int = FIFO_SLOTS) -> Report:
-    """Check an MSCCL XML file (or XML text) completely.
+                 max_steps: int = MSCCL.max_steps, slots: int | None = None) -> Report:
+    """Check an MSCCL XML file (or XML text) completely; ``slots`` overrides the slots
+    of a connection (``NCCL_STEPS``), whose calls take ``MSCCL.call_slots(proto)`` each.
 
     Raises
     ------
@@ -65,11 +67,11 @@ def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
         ``root`` is not a rank of the algorithm.
     """
     with paused_gc():
-        return _verify(path_or_text, root, max_steps, fifo_slots)
+        return _verify(path_or_text, root, max_steps, slots)
 
 
 def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
-            fifo_slots: int) -> Report:
+            slots: int | None) -> Report:
     source = source_name(path_or_text)
     try:
         algo, found = parse_msccl(path_or_text)
@@ -85,11 +87,11 @@ def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
     if blocking:
         note = f"not executed: fix {', '.join(blocking)} first"
         return Report(source, algo, tuple(found), notes=(note,))
-    return _execute_modes(algo, found, source, root, fifo_slots)
+    return _execute_modes(algo, found, source, root, slots)
 
 
 def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | None,
-                   fifo_slots: int) -> Report:
+                   slots: int | None) -> Report:
     modes = [m for m, on in ((True, algo.inplace), (False, algo.outofplace)) if on]
     notes = [] if modes else ["not executed: the file is neither in-place nor out-of-place"]
     if algo.coll not in SUPPORTED:
@@ -102,7 +104,7 @@ def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | No
         if problem:
             found.append(finding("chunk-layout", problem))
             break
-        run = execute(algo, layout, fifo_slots=fifo_slots)
+        run = execute(algo, layout, slots=slots)
         extra = _sizes(algo, layout) + run.findings
         if algo.coll in ROOTED and root is None and run.completed:
             root, inferred, why = _infer_root(layout, run)
