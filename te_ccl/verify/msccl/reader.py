@@ -29,7 +29,6 @@ from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.fastread import read_canonical
 from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.model import BUFFERS, DEFAULTS, Algo, Gpu, Step, Threadblock
-from te_ccl.verify.msccl.runtime_rules import MAX_COUNT
 from te_ccl.verify.msccl.stream import decoded, lines_of
 from te_ccl.verify.msccl.text import (
     MscclReadError,
@@ -55,9 +54,9 @@ _ALGO_OPTIONAL = ("minBytes", "maxBytes", "inplace", "outofplace")
 MAX_RANKS = MSCCL.max_elements - 2
 """A rank's reader holds ``<algo>``, every ``<gpu>`` and its own elements in
 ``max_elements`` nodes, so no file can give more ranks a ``<gpu>`` each."""
-MAX_CHUNKS = 2 * MAX_RANKS * (MAX_COUNT - 1)
+MAX_CHUNKS = 2 * MAX_RANKS * (MSCCL.max_count - 1)
 """On two or more ranks every collective moves at least half of ``nchunksperloop``
-through some rank, whose fewer than ``max_elements`` steps move at most ``MAX_COUNT - 1``
+through some rank, whose fewer than ``max_elements`` steps move at most ``MSCCL.max_count - 1``
 chunks each."""
 MAX_SLOTS = 1 << 21
 """The verifier models ``ngpus * nchunksperloop`` chunks at once (tens of bytes each);
@@ -200,7 +199,7 @@ def _check_limits(algo: Algo, missing: set[str]) -> None:
              f"ranks (each needs a <gpu> among the reader's {MSCCL.max_elements} elements)"),
             ("nchannels", algo.nchannels, MSCCL.max_channels, "channels (MAXCHANNELS)"),
             ("nchunksperloop", algo.nchunksperloop, MAX_CHUNKS,
-             f"chunks ({MAX_RANKS} steps of at most {MAX_COUNT - 1} chunks each through a rank)")):
+             f"chunks ({MAX_RANKS} steps of at most {MSCCL.max_count - 1} chunks each through a rank)")):
         if f"<algo> has no {key}" not in missing and not 1 <= value <= high:
             raise MscclReadError(f"{key}=\"{value}\" but the runtime takes 1..{high} {what}",
                                  file=algo.source)
@@ -230,7 +229,7 @@ def _reach(gpu: Gpu) -> dict[str, int]:
     end = dict.fromkeys(BUFFERS, 0)
     for tb in gpu.threadblocks:
         for st in tb.steps:
-            span = min(max(st.cnt, 1), MAX_COUNT)
+            span = min(max(st.cnt, 1), MSCCL.max_count)
             for buf, off in ((st.srcbuf, st.srcoff), (st.dstbuf, st.dstoff)):
                 if buf in end and 0 <= off < gpu.chunks(buf):
                     end[buf] = max(end[buf], off + span)
