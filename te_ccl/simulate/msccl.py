@@ -40,7 +40,7 @@ from te_ccl.errors import SpecError, VerificationError
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.simulate.result import Interval, LinkUse, SimResult
 from te_ccl.topology.model import Topology
-from te_ccl.verify.msccl.model import RECVS, SENDS, Algo
+from te_ccl.verify.msccl.model import RECVS, SENDS, Algo, Step
 from te_ccl.verify.msccl.reader import paused_gc, read_msccl
 
 __all__ = ["simulate_msccl", "read_provenance", "INTERVALS_UP_TO"]
@@ -82,16 +82,18 @@ class _Flat:
         self.tb_first: list[int] = []     # global id of each thread block's first step
         self.tb_where: list[tuple[int, int]] = []  # (rank, tb id)
         self.tb_conn: list[tuple[int, int, int]] = []  # (chan, send peer, recv peer)
+        self.nsteps = 0
         self.nxt: list[int] = []          # next step of the thread block, -1 at its end
         self.dep: list[int] = []          # step waited for (depid/deps), -1
         self.rmsg: list[int] = []         # send step whose message this step receives, -1
         self.rstep: list[int] = []        # receive step of this step's message, -1
         self.slot: list[int] = []         # receive step that frees this send's slot, -1
         self.path: list[int] = []         # index into ``paths`` of a send, -1
-        self.cnt: list[int] = []
+        self.cnt: dict[int, int] = {}     # cnt of each send
         self.paths: list[tuple[int, ...]] = []
         self.link_keys: list[tuple[str, str]] = []
         self._link_index: dict[tuple[str, str], int] = {}
+        self._graph = None
         self._build(proto)
 
     def where(self, i: int) -> tuple[int, int, int]:
@@ -105,69 +107,78 @@ class _Flat:
         return f"r{rank}/tb{tb}/s{pos}"
 
     def _build(self, proto: str) -> None:
-        algo = self.algo
-        sends: dict[tuple[int, int, int], list[int]] = {}
-        recvs: dict[tuple[int, int, int], list[int]] = {}
-        route_of: dict[tuple[int, int], int] = {}
-        n = 0
-        seen: set[int] = set()
-        for gpu in algo.gpus:
+        gpus, seen = [], set()
+        for gpu in self.algo.gpus:
             if gpu.id in seen:
                 continue  # the runtime of a rank loads the first <gpu> with its id
             seen.add(gpu.id)
             if not 0 <= gpu.id < len(self.ranks):
                 raise VerificationError(f"<gpu id=\"{gpu.id}\"> is not a rank of this "
                                         f"{len(self.ranks)}-GPU algorithm")
+            gpus.append(gpu)
+        n = sum(len(tb.steps) for gpu in gpus for tb in gpu.threadblocks)
+        self.nsteps = n
+        self.nxt = list(range(1, n + 1))
+        self.dep, self.rmsg, self.rstep, self.slot, self.path = ([-1] * n for _ in range(5))
+        sends: dict[tuple[int, int, int], list[int]] = {}
+        recvs: dict[tuple[int, int, int], list[int]] = {}
+        route_of: dict[tuple[int, int], int] = {}
+        nxt, dep, path, cnt = self.nxt, self.dep, self.path, self.cnt
+        first = 0
+        for gpu in gpus:
             base = {}
             for tb in gpu.threadblocks:
-                base[tb.id] = (n, len(tb.steps))
-                n += len(tb.steps)
-            for tb in gpu.threadblocks:
-                first = base[tb.id][0]
+                base[tb.id] = (first, len(tb.steps))
                 self.tb_first.append(first)
                 self.tb_where.append((gpu.id, tb.id))
                 self.tb_conn.append((tb.chan, tb.send, tb.recv))
-                last = first + len(tb.steps) - 1
-                for st in tb.steps:
-                    i = first + st.position
-                    self.nxt.append(i + 1 if i < last else -1)
-                    self.dep.append(self._dep(gpu.id, tb.id, st.position, st.depid, st.deps, base))
-                    self.cnt.append(st.cnt)
-                    self.rmsg.append(-1)
-                    self.rstep.append(-1)
-                    self.slot.append(-1)
-                    self.path.append(-1)
-                    if st.type in SENDS:
-                        peer = self._peer(gpu.id, tb.id, st.position, tb.send, "send")
-                        sends.setdefault((tb.chan, gpu.id, peer), []).append(i)
-                        key = (gpu.id, peer)
-                        if key not in route_of:
-                            route_of[key] = self._route(*key)
-                        self.path[i] = route_of[key]
-                    if st.type in RECVS:
-                        peer = self._peer(gpu.id, tb.id, st.position, tb.recv, "receive")
-                        recvs.setdefault((tb.chan, peer, gpu.id), []).append(i)
+                first += len(tb.steps)
+                if tb.steps:
+                    nxt[first - 1] = -1
+            for tb in gpu.threadblocks:
+                t0 = base[tb.id][0]
+                out = into = None
+                for i, st in enumerate(tb.steps, t0):
+                    kind = st.type
+                    if st.depid >= 0:
+                        dep[i] = self._dep(gpu.id, tb.id, st, base)
+                    if kind in SENDS:
+                        if out is None:
+                            peer = self._peer(gpu.id, tb.id, st, tb.send, "send")
+                            out = sends.setdefault((tb.chan, gpu.id, peer), [])
+                            key = (gpu.id, peer)
+                            if key not in route_of:
+                                route_of[key] = self._route(*key)
+                            route = route_of[key]
+                        out.append(i)
+                        path[i] = route
+                        cnt[i] = st.cnt
+                    if kind in RECVS:
+                        if into is None:
+                            peer = self._peer(gpu.id, tb.id, st, tb.recv, "receive")
+                            into = recvs.setdefault((tb.chan, peer, gpu.id), [])
+                        into.append(i)
         self._match(sends, recvs, proto)
 
-    def _dep(self, rank: int, tb: int, pos: int, depid: int, deps: int,
-             base: dict[int, tuple[int, int]]) -> int:
-        if depid < 0:
-            return -1
-        first, count = base.get(depid, (0, 0))
-        if not 0 <= deps < count:
-            raise VerificationError(f"rank {rank} thread block {tb} step {pos} depends on "
-                                    f"missing step {deps} of thread block {depid}")
-        return first + deps
+    def _dep(self, rank: int, tb: int, st: Step, base: dict[int, tuple[int, int]]) -> int:
+        first, count = base.get(st.depid, (0, 0))
+        if not 0 <= st.deps < count:
+            raise VerificationError(f"rank {rank} thread block {tb} step {st.position} depends "
+                                    f"on missing step {st.deps} of thread block {st.depid}")
+        return first + st.deps
 
-    def _peer(self, rank: int, tb: int, pos: int, peer: int, what: str) -> int:
+    def _peer(self, rank: int, tb: int, st: Step, peer: int, what: str) -> int:
         if not 0 <= peer < len(self.ranks) or peer == rank:
-            raise VerificationError(f"rank {rank} thread block {tb} step {pos} has no "
+            raise VerificationError(f"rank {rank} thread block {tb} step {st.position} has no "
                                     f"{what} peer (the thread block says {peer})")
         return peer
 
     def _route(self, src: int, dst: int) -> int:
         topo = self.topo
-        path = route(topo, topo.gpu(self.ranks[src]), topo.gpu(self.ranks[dst]), via_gpus=True)
+        u, v = topo.gpu(self.ranks[src]), topo.gpu(self.ranks[dst])
+        if not topo.has_link(u, v) and self._graph is None:
+            self._graph = topo.graph()
+        path = route(topo, u, v, via_gpus=True, graph=self._graph)
         index = self._link_index
         hops = []
         for key in zip(path, path[1:], strict=False):
@@ -181,6 +192,8 @@ class _Flat:
     def _match(self, sends: dict[tuple[int, int, int], list[int]],
                recvs: dict[tuple[int, int, int], list[int]], proto: str) -> None:
         """The k-th receive on a connection takes the k-th send; the slot of each send."""
+        rmsg, rstep, slot, cnt = self.rmsg, self.rstep, self.slot, self.cnt
+        depth_of = {c: MSCCL.outstanding_sends(proto, c) for c in set(cnt.values())}
         for conn in sorted(sends.keys() | recvs.keys()):
             out, into = sends.get(conn, []), recvs.get(conn, [])
             if len(out) != len(into):
@@ -188,10 +201,11 @@ class _Flat:
                 raise VerificationError(f"rank {dst} receives {len(into)} message(s) from rank "
                                         f"{src} on channel {chan}, {len(out)} sent")
             for k, (s, r) in enumerate(zip(out, into, strict=True)):
-                self.rmsg[r], self.rstep[s] = s, r
-                depth = MSCCL.outstanding_sends(proto, self.cnt[s])
+                rmsg[r] = s
+                rstep[s] = r
+                depth = depth_of[cnt[s]]
                 if k >= depth:
-                    self.slot[s] = into[k - depth]
+                    slot[s] = into[k - depth]
 
 
 def _cut_through(topology: Topology, key: tuple[str, str]) -> bool:
@@ -201,99 +215,112 @@ def _cut_through(topology: Topology, key: tuple[str, str]) -> bool:
 
 
 def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
-    """Run the event loop; see the module docstring."""
+    """Run the event loop; see the module docstring.
+
+    Events are ``(time, code)`` with ``code = step << 12 | hop << 2 | kind``: a send's
+    first link ends (``_DONE``), its message reaches the node of hop ``hop`` (``_HOP``) or
+    its peer (``_ARRIVE``). Between events, ``todo`` holds the steps to take as far as
+    they go at ``now`` and, as ``~step``, the steps done at ``now`` (one loop, no call per
+    step: at 1024 GPUs there are millions).
+    """
     topo = flat.topo
     links = [topo.link(*k) for k in flat.link_keys]
-    secs_per_byte = [1.0 / k.bandwidth_Bps for k in links]
+    per_chunk = [chunk_bytes / k.bandwidth_Bps for k in links]
     lat = [k.latency_s for k in links]
     ct = [_cut_through(topo, k) for k in flat.link_keys]
+    if any(len(p) >= 1 << 10 for p in flat.paths):
+        raise SpecError("a route of 1024 hops or more", key="topology")
     free = [0.0] * len(links)
     busy = [0.0] * len(links)
     uses = [0] * len(links)
     nxt, dep, rmsg, rstep, slot, path, cnt, paths = (
         flat.nxt, flat.dep, flat.rmsg, flat.rstep, flat.slot, flat.path, flat.cnt, flat.paths)
-    nsteps = len(nxt)
+    nsteps = flat.nsteps
     if record is None:
-        record = sum(len(paths[p]) for p in path if p >= 0) <= INTERVALS_UP_TO
+        record = sum(len(paths[path[i]]) for i in cnt) <= INTERVALS_UP_TO
     used: list[tuple[int, int, float, float, float]] = []  # (link, step, start, end, arrive)
     done = [-1.0] * nsteps
     arrived = [-1.0] * nsteps   # of the message a send step puts on its route
-    tail = [0.0] * nsteps       # when the message's tail reaches the node of its next hop
+    tail: dict[int, float] = {}  # when a message's tail reaches the node of its next hop
     stage = [-1] * nsteps       # -1 not reached, 0 dependency, 1 message, 2 slot, 3 running
     waiters: dict[int, list[int]] = {}
-    heap: list[tuple[float, int, int, int, int]] = []
+    heap: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
-    seq = 0
-    last = 0.0
 
     def hop(i: int, h: int, now: float) -> float:
         """Put message ``i`` on hop ``h`` of its route at ``now``; the link's end time."""
-        nonlocal seq
         hops = paths[path[i]]
         k = hops[h]
         start = free[k] if free[k] > now else now
-        end = start + cnt[i] * chunk_bytes * secs_per_byte[k]
+        end = start + cnt[i] * per_chunk[k]
         if h and tail[i] > end:
             end = tail[i]
         free[k] = end
         busy[k] += end - start
         uses[k] += 1
         a = lat[k]
-        tail[i] = end + a
         if record:
             used.append((k, i, start, end, end + a))
-        seq += 1
         if h + 1 == len(hops):
-            push(heap, (end + a, seq, _ARRIVE, i, 0))
+            push(heap, (end + a, i << 12 | _ARRIVE))
         else:
-            push(heap, ((start if ct[k] else end) + a, seq, _HOP, i, h + 1))
+            tail[i] = end + a
+            push(heap, ((start if ct[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP))
         return end
 
-    def advance(i: int, now: float) -> None:
-        """Take step ``i`` as far as it can go at ``now``."""
-        nonlocal seq
-        st = stage[i]
-        if st <= 0:
-            d = dep[i]
-            if d >= 0 and done[d] < 0:
-                stage[i] = 0
-                waiters.setdefault(d, []).append(i)
-                return
-        if st <= 1:
-            m = rmsg[i]
-            if m >= 0 and arrived[m] < 0:
-                stage[i] = 1
-                return
-        if st <= 2:
-            w = slot[i]
-            if w >= 0 and done[w] < 0:
-                stage[i] = 2
-                waiters.setdefault(w, []).append(i)
-                return
-        stage[i] = 3
-        seq += 1
-        push(heap, (hop(i, 0, now) if path[i] >= 0 else now, seq, _DONE, i, 0))
-
     ends = flat.tb_first[1:] + [nsteps]
-    for first, end in zip(flat.tb_first, ends, strict=True):
-        if first < end:  # a thread block without steps has nothing to run
-            advance(first, 0.0)
-    while heap:
-        now, _, kind, i, h = pop(heap)
+    todo = [first for first, end in zip(flat.tb_first, ends, strict=True) if first < end]
+    todo.reverse()
+    now = last = 0.0
+    while True:
+        while todo:
+            i = todo.pop()
+            if i < 0:  # step ~i is done
+                i = ~i
+                done[i] = now
+                j = nxt[i]
+                if j >= 0:
+                    todo.append(j)
+                ws = waiters.pop(i, None)
+                if ws:
+                    todo.extend(ws)
+                continue
+            st = stage[i]
+            if st <= 0:
+                d = dep[i]
+                if d >= 0 and done[d] < 0:
+                    stage[i] = 0
+                    waiters.setdefault(d, []).append(i)
+                    continue
+            if st <= 1:
+                m = rmsg[i]
+                if m >= 0 and arrived[m] < 0:
+                    stage[i] = 1
+                    continue
+            if st <= 2:
+                w = slot[i]
+                if w >= 0 and done[w] < 0:
+                    stage[i] = 2
+                    waiters.setdefault(w, []).append(i)
+                    continue
+            stage[i] = 3
+            if path[i] < 0:
+                todo.append(~i)
+            else:
+                push(heap, (hop(i, 0, now), i << 12 | _DONE))
+        if not heap:
+            break
+        now, code = pop(heap)
+        i, kind = code >> 12, code & 3
         if kind == _DONE:
-            done[i] = now
-            j = nxt[i]
-            if j >= 0:
-                advance(j, now)
-            for w in waiters.pop(i, ()):
-                advance(w, now)
-        elif kind == _HOP:
-            hop(i, h, now)
-        else:
+            todo.append(~i)
+        elif kind == _ARRIVE:
             arrived[i] = last = now
             r = rstep[i]
             if stage[r] == 1:
-                advance(r, now)
+                todo.append(r)
+        else:
+            hop(i, code >> 2 & 1023, now)
     return _result(flat, done, used, links, busy, uses, stage, last)
 
 
@@ -303,7 +330,7 @@ def _result(flat: _Flat, done: list[float], used: list[tuple[int, int, float, fl
     """The :class:`SimResult` of a finished loop, or the deadlock as a VerificationError."""
     if -1.0 in done:
         _deadlock(flat, done, stage)
-    topo, nsteps = flat.topo, len(done)
+    topo, nsteps = flat.topo, flat.nsteps
     gpu_finish = {topo.gpu(flat.ranks[r]): 0.0 for r in sorted({w[0] for w in flat.tb_where})}
     ends = flat.tb_first[1:] + [nsteps]
     for (rank, _), first, end in zip(flat.tb_where, flat.tb_first, ends, strict=True):
