@@ -247,13 +247,13 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
     heap: list[tuple[float, int]] = []
     push, pop = heapq.heappush, heapq.heappop
 
-    def hop(i: int, h: int, now: float) -> float:
-        """Put message ``i`` on hop ``h`` of its route at ``now``; the link's end time."""
+    def hop(i: int, h: int, now: float) -> None:
+        """Put message ``i`` on hop ``h > 0`` of its route at ``now`` (its head is there)."""
         hops = paths[path[i]]
         k = hops[h]
         start = free[k] if free[k] > now else now
         end = start + cnt[i] * per_chunk[k]
-        if h and tail[i] > end:
+        if tail[i] > end:  # the tail is not in yet
             end = tail[i]
         free[k] = end
         busy[k] += end - start
@@ -266,7 +266,6 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
         else:
             tail[i] = end + a
             push(heap, ((start if ct[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP))
-        return end
 
     ends = flat.tb_first[1:] + [nsteps]
     todo = [first for first, end in zip(flat.tb_first, ends, strict=True) if first < end]
@@ -304,10 +303,31 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
                     waiters.setdefault(w, []).append(i)
                     continue
             stage[i] = 3
-            if path[i] < 0:
-                todo.append(~i)
+            p = path[i]
+            if p < 0:  # done at once (inlined: most steps of a file)
+                done[i] = now
+                j = nxt[i]
+                if j >= 0:
+                    todo.append(j)
+                ws = waiters.pop(i, None)
+                if ws:
+                    todo.extend(ws)
+                continue
+            hops = paths[p]  # the first hop, inlined: hop(i, 0, now)
+            k = hops[0]
+            start = free[k] if free[k] > now else now
+            end = start + cnt[i] * per_chunk[k]
+            free[k] = end
+            busy[k] += end - start
+            uses[k] += 1
+            if record:
+                used.append((k, i, start, end, end + lat[k]))
+            if len(hops) == 1:
+                push(heap, (end + lat[k], i << 12 | _ARRIVE))
             else:
-                push(heap, (hop(i, 0, now), i << 12 | _DONE))
+                tail[i] = end + lat[k]
+                push(heap, ((start if ct[k] else end) + lat[k], i << 12 | 1 << 2 | _HOP))
+            push(heap, (end, i << 12 | _DONE))
         if not heap:
             break
         now, code = pop(heap)
