@@ -44,19 +44,27 @@ def algo(proto: str, nchunks: int, gpus: list[str], coll: str = "custom") -> str
     return HEADER.format(proto=proto, n=nchunks, g=len(gpus), coll=coll) + body + "</algo>\n"
 
 
-def ring_allgather(n: int, proto: str = "LL128") -> str:
-    """msccl-tools' ring AllGather (one channel, in place), as its generator writes it."""
-    head = HEADER.format(proto=proto, n=n, g=n, coll="allgather").replace(
-        'inplace="0" outofplace="1"', 'inplace="1" outofplace="0"')
+def ring_allgather(n: int, rings: int = 1, proto: str = "LL128") -> str:
+    """msccl-tools' ring AllGather (in place, as its generator writes it) with ``rings``
+    rings on as many channels, every other one running backwards."""
+    head = HEADER.format(proto=proto, n=n * rings, g=n, coll="allgather").replace(
+        'inplace="0" outofplace="1"', 'inplace="1" outofplace="0"').replace(
+        'nchannels="1"', f'nchannels="{rings}"')
     out = [head]
     for r in range(n):
-        out.append(f'  <gpu id="{r}" i_chunks="0" o_chunks="{n}" s_chunks="0">\n'
-                   f'    <tb id="0" send="{(r + 1) % n}" recv="{(r - 1) % n}" chan="0">\n')
-        for k in range(n):
-            c, kind = (r - k) % n, "s" if k == 0 else "r" if k == n - 1 else "rcs"
-            out.append(f'      <step s="{k}" type="{kind}" srcbuf="o" srcoff="{c}" dstbuf="o" '
-                       f'dstoff="{c}" cnt="1" depid="-1" deps="-1" hasdep="0"/>\n')
-        out.append("    </tb>\n  </gpu>\n")
+        out.append(f'  <gpu id="{r}" i_chunks="0" o_chunks="{n * rings}" s_chunks="0">\n')
+        for ch in range(rings):
+            d = -1 if ch % 2 else 1
+            out.append(f'    <tb id="{ch}" send="{(r + d) % n}" recv="{(r - d) % n}" '
+                       f'chan="{ch}">\n')
+            for k in range(n):
+                c = (r - d * k) % n * rings + ch
+                kind = "s" if k == 0 else "r" if k == n - 1 else "rcs"
+                out.append(f'      <step s="{k}" type="{kind}" srcbuf="o" srcoff="{c}" '
+                           f'dstbuf="o" dstoff="{c}" cnt="1" depid="-1" deps="-1" '
+                           'hasdep="0"/>\n')
+            out.append("    </tb>\n")
+        out.append("  </gpu>\n")
     return "".join(out) + "</algo>\n"
 
 
@@ -211,3 +219,15 @@ def test_baseline_xml_never_replays_below_the_bound(topology, kind):
     xml = program_to_xml(build_program(sched)).decode()
     sim = simulate_msccl(xml, topo, coll.size_bytes)
     assert sim.finish_time_s >= lower_bound(topo, coll).seconds * (1 - 1e-9)
+
+
+@pytest.mark.slow
+def test_a_256_gpu_file_of_a_quarter_million_steps_replays_at_the_bound():
+    # Four rings (two each way) on a 256-GPU bidirectional ring: every link carries two
+    # chains of 255 dependent sends, and the replay must keep it saturated.
+    n, size = 256, 2**30
+    topo = gen.ring(n, 50e9, 1e-9)
+    sim = simulate_msccl(ring_allgather(n, rings=4, proto="Simple"), topo, size)
+    bound = (n - 1) / n * size / (2 * 50e9)  # a GPU receives all but its part on 2 links
+    assert bound <= sim.finish_time_s <= 1.01 * bound
+    assert sim.intervals == () and len(sim.gpu_finish_s) == n
