@@ -49,7 +49,7 @@ def simulate_cmd(first: str, second: str | None, size: str | None, timeline: Pat
     except OSError as e:
         raise SpecError(f"cannot read the file ({e.strerror or e})", file=str(schedule)) from None
     if head.lstrip().startswith(b"<"):
-        topo, info, sim = _simulate_xml(topology, schedule, size)
+        topo, info, sim = _simulate_xml(topology, schedule, size, timeline is not None)
     else:
         topo, info, sim = _simulate_json(topology, schedule, size)
     if timeline is not None:
@@ -87,7 +87,7 @@ def _simulate_json(topology: str | None, path: Path, size: str | None):
                              backend=sched.info.backend), sim
 
 
-def _simulate_xml(topology: str | None, path: Path, size: str | None):
+def _simulate_xml(topology: str | None, path: Path, size: str | None, intervals: bool):
     from te_ccl.collective.model import KINDS, Collective, CollectiveKind
     from te_ccl.simulate.msccl import read_provenance, simulate_msccl
     from te_ccl.spec.topology import load_topology
@@ -130,7 +130,7 @@ def _simulate_xml(topology: str | None, path: Path, size: str | None):
     if algo.ngpus != topo.ngpus:
         raise SpecError(f"the algorithm has {algo.ngpus} GPUs but topology {topo.name} has "
                         f"{topo.ngpus}", file=file, key="ngpus")
-    sim = simulate_msccl(algo, topo, nbytes)
+    sim = simulate_msccl(algo, topo, nbytes, intervals=intervals or None)
     coll = None  # rooted collectives: the root is not in the file, so no bound
     if algo.coll in KINDS and algo.coll not in ("broadcast", "reduce", "gather", "scatter"):
         coll = Collective(CollectiveKind(algo.coll), nbytes, tuple(range(algo.ngpus)))
