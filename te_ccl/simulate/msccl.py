@@ -366,10 +366,11 @@ def _result(flat: _Flat, done: list[float], used: list[tuple[int, int, float, fl
 
 
 def _deadlock(flat: _Flat, done: list[float], stage: list[int]) -> None:
-    """Raise the deadlock, naming the first step that waits and what for."""
+    """Raise the deadlock, naming a step that waits and what for: one that waits for a
+    slot if any (the cause when the connections' buffering closes the cycle)."""
     stuck = [i for i, t in enumerate(done) if t < 0]
-    waiting = [i for i in stuck if stage[i] in (0, 1, 2)]
-    i = waiting[0] if waiting else stuck[0]
+    rank_of = {2: 0, 0: 1, 1: 2}  # slot, dependency, message, then never reached
+    i = min(stuck, key=lambda j: (rank_of.get(stage[j], 3), j))
     rank, tb, pos = flat.where(i)
     chan, send, recv = flat.tb_conn[bisect_right(flat.tb_first, i) - 1]
     if stage[i] == 0:
