@@ -45,6 +45,8 @@ def test_simulate_json_schedule(teccl, tmp_path):
     assert code == 0
     code, stdout, err = teccl("simulate", "fc8", str(out))
     assert code == 0 and "finish time" in err and stdout == ""
+    code, _, err = teccl("simulate", str(out))
+    assert code == 2 and "TOPOLOGY" in err and len(err.strip().splitlines()) == 1
 
 
 def test_simulate_bad_inputs_exit_2(teccl, tmp_path):
