@@ -1,8 +1,13 @@
-"""``teccl simulate TOPOLOGY SCHEDULE``: replay a schedule (JSON) or MSCCL XML with α-β costs.
+"""``teccl simulate [TOPOLOGY] SCHEDULE``: replay a schedule (JSON) or MSCCL XML with α-β costs.
 
 The replay shares no arithmetic with the solver (``te_ccl.simulate``). It reports the
 finish time, algbw/busbw, the ratio to the lower bound, per-GPU completion and per-link
 busy time; ``--timeline FILE.png|svg`` draws a per-link Gantt chart.
+
+An MSCCL XML file is first checked by the verifier: a file it finds wrong or deadlocked
+is refused (exit 1, its first error), since the time of a file that cannot run means
+nothing. A file teccl wrote names its topology and compiled size (a comment after the
+``<algo>`` line), so ``teccl simulate FILE.xml`` needs neither; arguments override them.
 """
 
 from __future__ import annotations
@@ -14,31 +19,39 @@ import click
 from rich.table import Table
 
 from te_ccl.cli.common import emit_json, err_console
-from te_ccl.errors import SpecError
+from te_ccl.errors import SpecError, VerificationError
 from te_ccl.simulate.result import SimResult
 from te_ccl.units import UnitError, format_bandwidth, format_size, format_time, parse_size
 
 __all__ = ["simulate_cmd", "sim_summary", "sim_tables"]
 
+_LEGACY = "missing-algo-attribute"  # msccl-tools' older format: simulated with a warning
+
 
 @click.command("simulate")
-@click.argument("topology")
-@click.argument("schedule", type=click.Path(dir_okay=False, path_type=Path))
+@click.argument("first", metavar="[TOPOLOGY]")
+@click.argument("second", metavar="SCHEDULE", required=False)
 @click.option("--size", "-s", metavar="SIZE",
-              help="Buffer size for an MSCCL XML input (nccl-tests' size, e.g. 1GB).")
+              help="Buffer size for an MSCCL XML input (nccl-tests' size, e.g. 1GB; default: "
+                   "the size a teccl file was compiled for).")
 @click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Draw a per-link Gantt chart to FILE (.png, .svg or .pdf).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
-def simulate_cmd(topology: str, schedule: Path, size: str | None, timeline: Path | None,
+def simulate_cmd(first: str, second: str | None, size: str | None, timeline: Path | None,
                  as_json: bool) -> None:
-    """Replay SCHEDULE (teccl JSON or MSCCL XML) on TOPOLOGY with link contention."""
-    from te_ccl.spec.topology import load_topology
+    """Replay SCHEDULE (teccl JSON or MSCCL XML) on TOPOLOGY with link contention.
 
-    topo = load_topology(topology)
-    if _is_json(schedule):
-        info, sim = _simulate_json(topo, _json_text(schedule), str(schedule), size)
+    TOPOLOGY may be left out for an XML file teccl wrote (it names its topology)."""
+    topology, schedule = (first, Path(second)) if second is not None else (None, Path(first))
+    try:
+        with open(schedule, "rb") as f:
+            head = f.read(4096)
+    except OSError as e:
+        raise SpecError(f"cannot read the file ({e.strerror or e})", file=str(schedule)) from None
+    if head.lstrip().startswith(b"<"):
+        topo, info, sim = _simulate_xml(topology, schedule, size, timeline is not None)
     else:
-        info, sim = _simulate_xml(topo, schedule, str(schedule), size)
+        topo, info, sim = _simulate_json(topology, schedule, size)
     if timeline is not None:
         from te_ccl.simulate.timeline import draw_timeline
 
@@ -51,56 +64,78 @@ def simulate_cmd(topology: str, schedule: Path, size: str | None, timeline: Path
             err_console.print(table)
 
 
-def _is_json(path: Path) -> bool:
-    """A teccl schedule (JSON object) rather than MSCCL XML, judged from the first bytes
-    (anything else, binary or UTF-16 included, goes to the XML reader, which says why)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(4096).lstrip().startswith(b"{")
-    except OSError as e:
-        raise SpecError(f"cannot read the file ({e.strerror})", file=str(path)) from None
-
-
-def _json_text(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as e:
-        raise SpecError(f"not UTF-8 text (byte {e.start})", file=str(path)) from None
-
-
-def _simulate_json(topo, text: str, file: str, size: str | None) -> tuple[dict, SimResult]:
+def _simulate_json(topology: str | None, path: Path, size: str | None):
     from te_ccl.schedule import Schedule
     from te_ccl.simulate import simulate_schedule
+    from te_ccl.spec.topology import load_topology
 
+    file = str(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or "not UTF-8 text"
+        raise SpecError(f"cannot read the file ({why})", file=file) from None
     if size is not None:
         raise SpecError("--size applies to MSCCL XML; a schedule carries its size", key="--size")
+    if topology is None:
+        raise SpecError("a JSON schedule needs its TOPOLOGY: teccl simulate TOPOLOGY FILE",
+                        file=file)
+    topo = load_topology(topology)
     sched = Schedule.from_json(text, topo, file=file)
     sim = simulate_schedule(sched)
-    return sim_summary(topo, sched.collective, sim, predicted_s=sched.finish_time_s,
-                       backend=sched.info.backend), sim
+    return topo, sim_summary(topo, sched.collective, sim, predicted_s=sched.finish_time_s,
+                             backend=sched.info.backend), sim
 
 
-def _simulate_xml(topo, path: Path, file: str, size: str | None) -> tuple[dict, SimResult]:
+def _simulate_xml(topology: str | None, path: Path, size: str | None, intervals: bool):
     from te_ccl.collective.model import KINDS, Collective, CollectiveKind
-    from te_ccl.simulate.msccl import simulate_msccl
-    from te_ccl.verify.msccl.reader import read_msccl_lenient
+    from te_ccl.simulate.msccl import read_provenance, simulate_msccl
+    from te_ccl.spec.topology import load_topology
+    from te_ccl.verify.msccl.verify import verify_msccl
 
-    if size is None:
-        raise SpecError("an MSCCL XML input needs --size (the collective's buffer size)",
-                        key="--size")
+    file = str(path)
+    made = read_provenance(path)
+    if size is not None:
+        try:
+            nbytes = parse_size(size)
+        except UnitError as e:
+            raise SpecError(str(e), key="--size") from None
+    elif made is not None:
+        nbytes = made[1]
+    else:
+        raise SpecError("the file does not name its size (no teccl comment after <algo>): "
+                        "pass --size", file=file, key="--size")
+    if topology is None and made is None:
+        raise SpecError("the file does not name its topology (no teccl comment after "
+                        "<algo>): teccl simulate TOPOLOGY FILE", file=file)
     try:
-        nbytes = parse_size(size)
-    except UnitError as e:
-        raise SpecError(str(e), key="--size") from None
-    algo, warnings = read_msccl_lenient(path)
-    for warning in warnings:
-        err_console.print(f"warning: {warning}", markup=False, highlight=False)
-    sim = simulate_msccl(algo, topo, nbytes)
+        topo = load_topology(topology if topology is not None else made[0])
+    except SpecError as e:
+        if topology is not None:
+            raise
+        raise SpecError(f"compiled for topology {made[0]!r}, which cannot be loaded ({e}): "
+                        "pass the topology", file=file) from None
+    report = verify_msccl(path)
+    errors = [f for f in report.errors if f.rule != _LEGACY]
+    if report.algo is None or errors:
+        first = (errors or report.errors)[0]
+        more = f" (and {len(errors) - 1} more: teccl verify {file})" if len(errors) > 1 else ""
+        raise VerificationError(f"{file}: not simulated, the verifier rejects it: "
+                                f"{first.where()}: {first.rule}: {first.message}{more}")
+    if report.errors:
+        err_console.print(f"warning: {file}: the legacy MSCCL format (no minBytes/maxBytes/"
+                          "outofplace): the executor refuses it; simulated anyway",
+                          highlight=False, soft_wrap=True)
+    algo = report.algo
+    if algo.ngpus != topo.ngpus:
+        raise SpecError(f"the algorithm has {algo.ngpus} GPUs but topology {topo.name} has "
+                        f"{topo.ngpus}", file=file, key="ngpus")
+    sim = simulate_msccl(algo, topo, nbytes, intervals=intervals or None)
     coll = None  # rooted collectives: the root is not in the file, so no bound
     if algo.coll in KINDS and algo.coll not in ("broadcast", "reduce", "gather", "scatter"):
         coll = Collective(CollectiveKind(algo.coll), nbytes, tuple(range(algo.ngpus)))
-    return sim_summary(topo, coll, sim, backend=f"msccl:{algo.name}", size_bytes=nbytes,
-                       kind=algo.coll), sim
+    return topo, sim_summary(topo, coll, sim, backend=f"msccl:{algo.name}", size_bytes=nbytes,
+                             kind=algo.coll), sim
 
 
 def sim_summary(topo, collective, sim: SimResult, *, predicted_s: float | None = None,

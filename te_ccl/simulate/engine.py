@@ -9,12 +9,14 @@ the link serves them. The cost model is the one of ``te_ccl.schedule`` (after TE
 * a task may start once every task in ``after_all`` has arrived, every task in
   ``after_sent`` has left its link and, if ``after_any`` is not empty, at least one of
   those has arrived; it then waits for its link;
-* a task without a link is a zero-time join (a step of an MSCCL thread block).
+* a task without a link is a zero-time join;
+* a task marked ``through`` forwards cut-through what its dependencies bring (it leaves
+  a switch without buffer): it waits for their heads (start + α) instead of their
+  arrival, and keeps its link busy at least until their tails have arrived.
 
 Links serve their tasks in the given order (``order`` of :func:`run`, a schedule's FIFO)
 or, for links without a given order, first-ready first-served (ties by task id).
-Switches are plain nodes here: a chunk leaves a switch once it has fully arrived
-(store-and-forward of the whole chunk; cut-through is not modelled).
+Tasks that are not ``through`` store and forward: a chunk leaves once it has fully arrived.
 
 >>> from te_ccl.topology import Link, Node, Topology
 >>> topo = Topology.build("p", [Node("a"), Node("b")], [Link("a", "b", 1e9, 1e-6)])
@@ -45,6 +47,7 @@ class Task:
     after_any: tuple[int, ...] = ()
     label: str = ""
     after_sent: tuple[int, ...] = ()
+    through: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,11 +74,14 @@ class _Run:
         self.seq = 0
         self.missing_all = [len(set(t.after_all)) + len(set(t.after_sent)) for t in tasks]
         self.any_done = [not t.after_any for t in tasks]
+        self.trigger: dict[int, int] = {}  # through task -> the after_any dep that freed it
         self.dependents: dict[int, list[int]] = defaultdict(list)
+        self.head_dependents: dict[int, list[int]] = defaultdict(list)
         self.sent_dependents: dict[int, list[int]] = defaultdict(list)
         for i, t in enumerate(tasks):
+            waits = self.head_dependents if t.through else self.dependents
             for d in {*t.after_all, *t.after_any}:
-                self.dependents[d].append(i)
+                waits[d].append(i)
             for d in set(t.after_sent):
                 self.sent_dependents[d].append(i)
 
@@ -88,8 +94,8 @@ class _Run:
         link = self.tasks[i].link
         if link is None:
             self.times[i] = TaskTimes(now, now, now, now)
-            self.push(now, 0, i)
-            self.push(now, 1, i)
+            for kind in (0, 1, 2):
+                self.push(now, kind, i)
             return
         if link not in self.fixed:
             heapq.heappush(self.ready_heap[link], (now, i))
@@ -113,21 +119,34 @@ class _Run:
         else:
             heapq.heappop(self.ready_heap[link])
         spec = self.topo.link(*link)
+        task = self.tasks[i]
         start = max(now, self.free_at[link])
-        end = start + self.tasks[i].nbytes / spec.bandwidth_Bps
+        end = start + task.nbytes / spec.bandwidth_Bps
+        if task.through:  # the tail cannot leave before it has come in
+            tails = [self.times[d].arrive_s for d in task.after_all]
+            if i in self.trigger:
+                tails.append(self.times[self.trigger[i]].arrive_s)
+            end = max([end, *tails])
         self.times[i] = TaskTimes(self.ready_at[i], start, end, end + spec.latency_s)
         self.busy.add(link)
         self.push(end, 0, i)  # link free
         self.push(end + spec.latency_s, 1, i)  # arrival
+        if self.head_dependents.get(i):
+            self.push(start + spec.latency_s, 2, i)  # the head is at the far end
 
-    def notify(self, i: int, now: float, sent: bool) -> None:
-        """Task ``i`` left its link (``sent``) or arrived: release what waited for it."""
-        for j in (self.sent_dependents if sent else self.dependents)[i]:
+    def notify(self, i: int, now: float, kind: int) -> None:
+        """Task ``i`` left its link (kind 0), arrived (1) or its head arrived (2): release
+        what waited for it."""
+        sent = kind == 0
+        waiting = (self.sent_dependents, self.dependents, self.head_dependents)[kind]
+        for j in waiting.get(i, ()):
             t = self.tasks[j]
             if sent or i in t.after_all:
                 self.missing_all[j] -= 1
-            if not sent and i in t.after_any:
+            if not sent and i in t.after_any and not self.any_done[j]:
                 self.any_done[j] = True
+                if t.through:
+                    self.trigger[j] = i
             if self.missing_all[j] == 0 and self.any_done[j] and j not in self.ready_at:
                 self.make_ready(j, now)
 
@@ -142,7 +161,7 @@ class _Run:
                 self.busy.discard(link)
                 self.free_at[link] = now
                 self.try_start(link, now)
-            self.notify(i, now, sent=kind == 0)
+            self.notify(i, now, kind)
         if len(self.times) < len(self.tasks):
             stuck = [i for i in range(len(self.tasks)) if i not in self.times]
             first = self.tasks[stuck[0]]

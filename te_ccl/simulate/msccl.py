@@ -1,133 +1,428 @@
-"""Replay an MSCCL XML algorithm on a topology with the α-β model of the engine.
+"""Replay an MSCCL XML algorithm as the executor runs it, on a topology's links (α-β).
 
 The file is read by the verifier's reader (:func:`te_ccl.verify.msccl.reader.read_msccl`);
-rank ``r`` of the file is GPU ``topology.gpus[r]``. Each thread block runs its steps in
-order; a step also waits for its dependency (``depid``/``deps``: a step of another
-thread block of the same GPU) to be done. A sending step puts ``cnt`` chunks of
-``size_bytes / nchunksperloop`` bytes on the route to its send peer (the direct link,
-else the fastest path; store-and-forward at every node on the way) and is done when the
-first link has carried them; a receiving step is done when the matching message
-(the k-th send on the connection ``(channel, sender, receiver)`` meets the k-th receive)
-has arrived; ``rcs``/``rrs``/``rrcs`` forward only after receiving. Local copies and
-reductions take no time. Links serve messages first-come first-served.
+rank ``r`` of the file is GPU ``topology.gpus[ranks[r]]`` (``ranks`` defaults to every
+GPU of the topology, in order). The model (docs/simulate.md):
+
+* each thread block runs its steps in order: a step starts once the previous step of its
+  thread block is done and its dependency (``depid``/``deps``) is done;
+* a receiving step (``r``, ``rcs``, ``rrc``, ``rrs``, ``rrcs``) then waits for its message
+  to have arrived: the k-th receive on a connection ``(channel, sender, receiver)`` takes
+  the k-th send on it;
+* a sending step then waits for a free slot of its connection. A connection holds
+  ``MSCCL.outstanding_sends(proto, cnt)`` sends whose receiving step is not done (2 under
+  Simple, 8 under LL and LL128, fewer for ``cnt > 1``); the receiving step's completion
+  frees the slot;
+* the message, ``cnt · size_bytes / nchunksperloop`` bytes, takes the route to its peer
+  (the direct link, else the fastest path). A link serves messages first come, first
+  served, busy ``bytes / b``; the message is at the far end ``α`` after it leaves. A
+  switch without buffer forwards cut-through: the message goes on as soon as its head has
+  arrived and the next link is free, and cannot leave that link before its tail has
+  arrived (if the next link is busy the head waits in the switch: virtual cut-through).
+  A switch that buffers (``buffer: true``) and a GPU on the way store and forward;
+* the step is done when its message has left the first link; local copies, reductions
+  and ``nop`` take no time.
+
+The replay is an event loop over flat per-step lists (no object per step or message):
+at 1024 GPUs a file has millions of steps.
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
+import heapq
+import re
+from bisect import bisect_right
+from collections.abc import Sequence
 from pathlib import Path
 
 from te_ccl.baselines.plan import route
 from te_ccl.errors import SpecError, VerificationError
-from te_ccl.simulate.engine import Task, run
-from te_ccl.simulate.result import SimResult, summarise
+from te_ccl.runtime_limits import MSCCL, PROTOCOLS
+from te_ccl.simulate.result import Interval, LinkUse, SimResult
 from te_ccl.topology.model import Topology
-from te_ccl.verify.msccl.model import Algo, Step, Threadblock
-from te_ccl.verify.msccl.reader import read_msccl
+from te_ccl.verify.msccl.model import RECVS, SENDS, Algo, Step
+from te_ccl.verify.msccl.reader import paused_gc, read_msccl
 
-__all__ = ["simulate_msccl", "msccl_tasks"]
+__all__ = ["simulate_msccl", "read_provenance", "INTERVALS_UP_TO"]
 
-_Key = tuple[int, int, int]  # (gpu, tb, step position)
+INTERVALS_UP_TO = 100_000  # link uses kept for a timeline by default (a chart of more is a blur)
 
-
-class _Builder:
-    def __init__(self, topology: Topology, algo: Algo, chunk_bytes: float) -> None:
-        self.topo, self.algo, self.chunk_bytes = topology, algo, chunk_bytes
-        self.graph = topology.graph()
-        self.tasks: list[Task] = []
-        self.done: dict[_Key, int] = {}
-        self.sends: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # conn -> last hop
-        self.recvs: dict[tuple[int, int, int], list[int]] = defaultdict(list)  # conn -> join id
-        self.gpu_done: dict[int, list[int]] = defaultdict(list)
-
-    def add(self, task: Task) -> int:
-        self.tasks.append(task)
-        return len(self.tasks) - 1
-
-    def message(self, gpu: int, peer: int, cnt: int, after: tuple[int, ...],
-                label: str) -> tuple[int, int]:
-        """Hops of one message; returns the first hop (the last is recorded for the receiver)."""
-        path = route(self.topo, self.topo.gpu(gpu), self.topo.gpu(peer), via_gpus=True,
-                     graph=self.graph)
-        first = prev = -1
-        for u, v in zip(path, path[1:], strict=False):
-            prev = self.add(Task((u, v), cnt * self.chunk_bytes,
-                                 after if prev < 0 else (prev,), label=label))
-            first = prev if first < 0 else first
-        return first, prev
-
-    def step(self, gpu: int, tb: Threadblock, st: Step, prev: int | None) -> int:
-        """Tasks of one step; fills its pre-allocated "done" join and returns its id."""
-        label = f"r{gpu}/tb{tb.id}/s{st.position}"
-        wait = tuple(x for x in (prev,) if x is not None)
-        if st.depid >= 0:
-            dep = self.done.get((gpu, st.depid, st.deps))
-            if dep is None:
-                raise VerificationError(f"{label}: depends on missing step "
-                                        f"tb {st.depid} step {st.deps} of rank {gpu}")
-            wait += (dep,)
-        start = self.add(Task(None, 0, wait, label=label))
-        recv = None
-        if st.receives:
-            recv = self.add(Task(None, 0, (start,), label=label + " recv"))
-            self.recvs[(tb.chan, tb.recv, gpu)].append(recv)
-        sent: tuple[int, ...] = ()
-        if st.sends:
-            first, last = self.message(gpu, tb.send, st.cnt, (recv if recv is not None else start,),
-                                       label)
-            self.sends[(tb.chan, gpu, tb.send)].append(last)
-            sent = (first,)
-        after = (start,) + ((recv,) if recv is not None else ())
-        done = self.done[(gpu, tb.id, st.position)]
-        self.tasks[done] = Task(None, 0, after, label=label + " done", after_sent=sent)
-        return done
-
-    def build(self) -> list[Task]:
-        blocks = [(gpu.id, tb) for gpu in self.algo.gpus
-                  for tb in sorted(gpu.threadblocks, key=lambda t: t.id)]
-        for gpu, tb in blocks:  # a dependency may name a later thread block: allocate first
-            for st in tb.steps:
-                self.done[(gpu, tb.id, st.position)] = self.add(Task(None, 0))
-        for gpu, tb in blocks:
-            prev = None
-            for st in tb.steps:
-                prev = self.step(gpu, tb, st, prev)
-            if prev is not None:
-                self.gpu_done[gpu].append(prev)
-        self._match()
-        return self.tasks
-
-    def _match(self) -> None:
-        """k-th receive on a connection waits for the k-th message sent on it."""
-        for conn, joins in self.recvs.items():
-            msgs = self.sends.get(conn, [])
-            if len(msgs) < len(joins):
-                raise VerificationError(f"rank {conn[2]} receives {len(joins)} message(s) from "
-                                        f"rank {conn[1]} on channel {conn[0]}, "
-                                        f"{len(msgs)} sent")
-            for j, m in zip(joins, msgs, strict=False):
-                t = self.tasks[j]
-                self.tasks[j] = Task(None, 0, t.after_all + (m,), label=t.label)
+_DONE, _HOP, _ARRIVE = 0, 1, 2
+_PROVENANCE = re.compile(r"\s*<!-- teccl: topology=(\S+) size_bytes=([0-9]+) -->\s*")
 
 
-def msccl_tasks(algo: Algo, topology: Topology, size_bytes: int) -> tuple[list[Task], dict[int, list[int]]]:
-    """Engine tasks of ``algo`` and, per rank, the tasks that end its thread blocks."""
-    if algo.ngpus > topology.ngpus:
-        raise SpecError(f"the algorithm has {algo.ngpus} GPUs, topology {topology.name} "
-                        f"only {topology.ngpus}", key="ngpus")
-    if algo.nchunksperloop <= 0:
-        raise SpecError("nchunksperloop must be positive", key="nchunksperloop")
-    b = _Builder(topology, algo, size_bytes / algo.nchunksperloop)
-    return b.build(), dict(b.gpu_done)
+def read_provenance(path_or_text: str | Path) -> tuple[str, int] | None:
+    """``(topology name, size in bytes)`` from the comment teccl writes after ``<algo …>``.
+
+    Only the first lines are read (the comment is the second line of a teccl file).
+
+    >>> read_provenance('<algo name="x">\\n<!-- teccl: topology=dgx1 size_bytes=1024 -->\\n')
+    ('dgx1', 1024)
+    """
+    if isinstance(path_or_text, str) and "<" in path_or_text:
+        lines = path_or_text.split("\n", 3)[:3]
+    else:
+        try:
+            with open(path_or_text, encoding="utf-8", errors="replace") as f:
+                lines = [f.readline(4096) for _ in range(3)]
+        except OSError:
+            return None
+    for line in lines[1:]:
+        m = _PROVENANCE.fullmatch(line)
+        if m:
+            return m.group(1), int(m.group(2))
+    return None
 
 
-def simulate_msccl(path_or_algo: str | Path | Algo, topology: Topology,
-                   size_bytes: int) -> SimResult:
-    """Simulate an MSCCL algorithm (file or parsed) for a ``size_bytes`` collective."""
-    algo = path_or_algo if isinstance(path_or_algo, Algo) else read_msccl(path_or_algo)
-    tasks, ends = msccl_tasks(algo, topology, size_bytes)
-    times = run(topology, tasks)
-    finish = {topology.gpu(r): max((times[i].arrive_s for i in ids), default=0.0)
-              for r, ids in ends.items()}
-    return summarise(tasks, times, finish)
+class _Flat:
+    """The algorithm as flat lists indexed by a global step id (file order)."""
 
+    def __init__(self, algo: Algo, topology: Topology, ranks: Sequence[int], proto: str) -> None:
+        self.algo, self.topo, self.ranks = algo, topology, ranks
+        self.tb_first: list[int] = []     # global id of each thread block's first step
+        self.tb_where: list[tuple[int, int]] = []  # (rank, tb id)
+        self.tb_conn: list[tuple[int, int, int]] = []  # (chan, send peer, recv peer)
+        self.nsteps = 0
+        self.nxt: list[int] = []          # next step of the thread block, -1 at its end
+        self.dep: list[int] = []          # step waited for (depid/deps), -1
+        self.rmsg: list[int] = []         # send step whose message this step receives, -1
+        self.rstep: list[int] = []        # receive step of this step's message, -1
+        self.slot: list[int] = []         # receive step that frees this send's slot, -1
+        self.path: list[int] = []         # index into ``paths`` of a send, -1
+        self.cnt: dict[int, int] = {}     # cnt of each send
+        self.paths: list[tuple[int, ...]] = []
+        self.link_keys: list[tuple[str, str]] = []
+        self._link_index: dict[tuple[str, str], int] = {}
+        self._graph = None
+        self._build(proto)
+
+    def where(self, i: int) -> tuple[int, int, int]:
+        """``(rank, tb id, step position)`` of global step ``i``."""
+        t = bisect_right(self.tb_first, i) - 1
+        rank, tb = self.tb_where[t]
+        return rank, tb, i - self.tb_first[t]
+
+    def label(self, i: int) -> str:
+        rank, tb, pos = self.where(i)
+        return f"r{rank}/tb{tb}/s{pos}"
+
+    def _build(self, proto: str) -> None:
+        gpus, seen = [], set()
+        for gpu in self.algo.gpus:
+            if gpu.id in seen:
+                continue  # the runtime of a rank loads the first <gpu> with its id
+            seen.add(gpu.id)
+            if not 0 <= gpu.id < len(self.ranks):
+                raise VerificationError(f"<gpu id=\"{gpu.id}\"> is not a rank of this "
+                                        f"{len(self.ranks)}-GPU algorithm")
+            gpus.append(gpu)
+        n = sum(len(tb.steps) for gpu in gpus for tb in gpu.threadblocks)
+        self.nsteps = n
+        self.nxt = list(range(1, n + 1))
+        self.dep, self.rmsg, self.rstep, self.slot, self.path = ([-1] * n for _ in range(5))
+        sends: dict[tuple[int, int, int], list[int]] = {}
+        recvs: dict[tuple[int, int, int], list[int]] = {}
+        route_of: dict[tuple[int, int], int] = {}
+        nxt, dep, path, cnt = self.nxt, self.dep, self.path, self.cnt
+        first = 0
+        for gpu in gpus:
+            base = {}
+            for tb in gpu.threadblocks:
+                base[tb.id] = (first, len(tb.steps))
+                self.tb_first.append(first)
+                self.tb_where.append((gpu.id, tb.id))
+                self.tb_conn.append((tb.chan, tb.send, tb.recv))
+                first += len(tb.steps)
+                if tb.steps:
+                    nxt[first - 1] = -1
+            for tb in gpu.threadblocks:
+                t0 = base[tb.id][0]
+                out = into = None
+                for i, st in enumerate(tb.steps, t0):
+                    kind = st.type
+                    if st.depid >= 0:
+                        dep[i] = self._dep(gpu.id, tb.id, st, base)
+                    if kind in SENDS:
+                        if out is None:
+                            peer = self._peer(gpu.id, tb.id, st, tb.send, "send")
+                            out = sends.setdefault((tb.chan, gpu.id, peer), [])
+                            key = (gpu.id, peer)
+                            if key not in route_of:
+                                route_of[key] = self._route(*key)
+                            route = route_of[key]
+                        out.append(i)
+                        path[i] = route
+                        cnt[i] = st.cnt
+                    if kind in RECVS:
+                        if into is None:
+                            peer = self._peer(gpu.id, tb.id, st, tb.recv, "receive")
+                            into = recvs.setdefault((tb.chan, peer, gpu.id), [])
+                        into.append(i)
+        self._match(sends, recvs, proto)
+
+    def _dep(self, rank: int, tb: int, st: Step, base: dict[int, tuple[int, int]]) -> int:
+        first, count = base.get(st.depid, (0, 0))
+        if not 0 <= st.deps < count:
+            raise VerificationError(f"rank {rank} thread block {tb} step {st.position} depends "
+                                    f"on missing step {st.deps} of thread block {st.depid}")
+        return first + st.deps
+
+    def _peer(self, rank: int, tb: int, st: Step, peer: int, what: str) -> int:
+        if not 0 <= peer < len(self.ranks) or peer == rank:
+            raise VerificationError(f"rank {rank} thread block {tb} step {st.position} has no "
+                                    f"{what} peer (the thread block says {peer})")
+        return peer
+
+    def _route(self, src: int, dst: int) -> int:
+        topo = self.topo
+        u, v = topo.gpu(self.ranks[src]), topo.gpu(self.ranks[dst])
+        if not topo.has_link(u, v) and self._graph is None:
+            self._graph = topo.graph()
+        path = route(topo, u, v, via_gpus=True, graph=self._graph)
+        index = self._link_index
+        hops = []
+        for key in zip(path, path[1:], strict=False):
+            if key not in index:
+                index[key] = len(self.link_keys)
+                self.link_keys.append(key)
+            hops.append(index[key])
+        self.paths.append(tuple(hops))
+        return len(self.paths) - 1
+
+    def _match(self, sends: dict[tuple[int, int, int], list[int]],
+               recvs: dict[tuple[int, int, int], list[int]], proto: str) -> None:
+        """The k-th receive on a connection takes the k-th send; the slot of each send."""
+        rmsg, rstep, slot, cnt = self.rmsg, self.rstep, self.slot, self.cnt
+        depth_of = {c: MSCCL.outstanding_sends(proto, c) for c in set(cnt.values())}
+        for conn in sorted(sends.keys() | recvs.keys()):
+            out, into = sends.get(conn, []), recvs.get(conn, [])
+            if len(out) != len(into):
+                chan, src, dst = conn
+                raise VerificationError(f"rank {dst} receives {len(into)} message(s) from rank "
+                                        f"{src} on channel {chan}, {len(out)} sent")
+            for k, (s, r) in enumerate(zip(out, into, strict=True)):
+                rmsg[r] = s
+                rstep[s] = r
+                depth = depth_of[cnt[s]]
+                if k >= depth:
+                    slot[s] = into[k - depth]
+
+
+def _cut_through(topology: Topology, key: tuple[str, str]) -> bool:
+    """Does the far end of link ``key`` forward as the message arrives?"""
+    node = topology.node(key[1])
+    return not node.is_gpu and not node.has_buffer
+
+
+def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
+    """Run the event loop; see the module docstring.
+
+    Events are ``(time, code)`` with ``code = step << 12 | hop << 2 | kind``: a send's
+    first link ends (``_DONE``), its message reaches the node of hop ``hop`` (``_HOP``) or
+    its peer (``_ARRIVE``). Between events, ``todo`` holds the steps to take as far as
+    they go at ``now`` and, as ``~step``, the steps done at ``now`` (one loop, no call per
+    step: at 1024 GPUs there are millions).
+    """
+    topo = flat.topo
+    links = [topo.link(*k) for k in flat.link_keys]
+    per_chunk = [chunk_bytes / k.bandwidth_Bps for k in links]
+    lat = [k.latency_s for k in links]
+    ct = [_cut_through(topo, k) for k in flat.link_keys]
+    if any(len(p) >= 1 << 10 for p in flat.paths):
+        raise SpecError("a route of 1024 hops or more", key="topology")
+    free = [0.0] * len(links)
+    busy = [0.0] * len(links)
+    uses = [0] * len(links)
+    nxt, dep, rmsg, rstep, slot, path, cnt, paths = (
+        flat.nxt, flat.dep, flat.rmsg, flat.rstep, flat.slot, flat.path, flat.cnt, flat.paths)
+    nsteps = flat.nsteps
+    if record is None:
+        record = sum(len(paths[path[i]]) for i in cnt) <= INTERVALS_UP_TO
+    used: list[tuple[int, int, float, float, float]] = []  # (link, step, start, end, arrive)
+    done = [-1.0] * nsteps
+    arrived = [-1.0] * nsteps   # of the message a send step puts on its route
+    tail: dict[int, float] = {}  # when a message's tail reaches the node of its next hop
+    stage = [-1] * nsteps       # -1 not reached, 0 dependency, 1 message, 2 slot, 3 running
+    waiters: dict[int, list[int]] = {}
+    heap: list[tuple[float, int]] = []
+    push, pop = heapq.heappush, heapq.heappop
+
+    def hop(i: int, h: int, now: float) -> None:
+        """Put message ``i`` on hop ``h > 0`` of its route at ``now`` (its head is there)."""
+        hops = paths[path[i]]
+        k = hops[h]
+        start = free[k] if free[k] > now else now
+        end = start + cnt[i] * per_chunk[k]
+        if tail[i] > end:  # the tail is not in yet
+            end = tail[i]
+        free[k] = end
+        busy[k] += end - start
+        uses[k] += 1
+        a = lat[k]
+        if record:
+            used.append((k, i, start, end, end + a))
+        if h + 1 == len(hops):
+            push(heap, (end + a, i << 12 | _ARRIVE))
+        else:
+            tail[i] = end + a
+            push(heap, ((start if ct[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP))
+
+    ends = flat.tb_first[1:] + [nsteps]
+    todo = [first for first, end in zip(flat.tb_first, ends, strict=True) if first < end]
+    todo.reverse()
+    now = last = 0.0
+    while True:
+        while todo:
+            i = todo.pop()
+            if i < 0:  # step ~i is done
+                i = ~i
+                done[i] = now
+                j = nxt[i]
+                if j >= 0:
+                    todo.append(j)
+                ws = waiters.pop(i, None)
+                if ws:
+                    todo.extend(ws)
+                continue
+            st = stage[i]
+            if st <= 0:
+                d = dep[i]
+                if d >= 0 and done[d] < 0:
+                    stage[i] = 0
+                    waiters.setdefault(d, []).append(i)
+                    continue
+            if st <= 1:
+                m = rmsg[i]
+                if m >= 0 and arrived[m] < 0:
+                    stage[i] = 1
+                    continue
+            if st <= 2:
+                w = slot[i]
+                if w >= 0 and done[w] < 0:
+                    stage[i] = 2
+                    waiters.setdefault(w, []).append(i)
+                    continue
+            stage[i] = 3
+            p = path[i]
+            if p < 0:  # done at once (inlined: most steps of a file)
+                done[i] = now
+                j = nxt[i]
+                if j >= 0:
+                    todo.append(j)
+                ws = waiters.pop(i, None)
+                if ws:
+                    todo.extend(ws)
+                continue
+            hops = paths[p]  # the first hop, inlined: hop(i, 0, now)
+            k = hops[0]
+            start = free[k] if free[k] > now else now
+            end = start + cnt[i] * per_chunk[k]
+            free[k] = end
+            busy[k] += end - start
+            uses[k] += 1
+            if record:
+                used.append((k, i, start, end, end + lat[k]))
+            if len(hops) == 1:
+                push(heap, (end + lat[k], i << 12 | _ARRIVE))
+            else:
+                tail[i] = end + lat[k]
+                push(heap, ((start if ct[k] else end) + lat[k], i << 12 | 1 << 2 | _HOP))
+            push(heap, (end, i << 12 | _DONE))
+        if not heap:
+            break
+        now, code = pop(heap)
+        i, kind = code >> 12, code & 3
+        if kind == _DONE:
+            todo.append(~i)
+        elif kind == _ARRIVE:
+            arrived[i] = last = now
+            r = rstep[i]
+            if stage[r] == 1:
+                todo.append(r)
+        else:
+            hop(i, code >> 2 & 1023, now)
+    return _result(flat, done, used, links, busy, uses, stage, last)
+
+
+def _result(flat: _Flat, done: list[float], used: list[tuple[int, int, float, float, float]],
+            links: list, busy: list[float], uses: list[int], stage: list[int],
+            last: float) -> SimResult:
+    """The :class:`SimResult` of a finished loop, or the deadlock as a VerificationError."""
+    if -1.0 in done:
+        _deadlock(flat, done, stage)
+    topo, nsteps = flat.topo, flat.nsteps
+    gpu_finish = {topo.gpu(flat.ranks[r]): 0.0 for r in sorted({w[0] for w in flat.tb_where})}
+    ends = flat.tb_first[1:] + [nsteps]
+    for (rank, _), first, end in zip(flat.tb_where, flat.tb_first, ends, strict=True):
+        if first < end:
+            name = topo.gpu(flat.ranks[rank])
+            gpu_finish[name] = max(gpu_finish[name], done[end - 1])
+    finish = max(max(gpu_finish.values(), default=0.0), last)
+    uses_out = tuple(LinkUse(k.src, k.dst, uses[j], busy[j], busy[j] / finish if finish else 0.0)
+                     for j, k in sorted(enumerate(links), key=lambda e: e[1].key) if uses[j])
+    intervals = tuple(Interval(links[k].src, links[k].dst, flat.label(i), s, e, a)
+                      for k, i, s, e, a in used)
+    return SimResult(finish, last, gpu_finish, uses_out, intervals)
+
+
+def _deadlock(flat: _Flat, done: list[float], stage: list[int]) -> None:
+    """Raise the deadlock, naming a step that waits and what for: one that waits for a
+    slot if any (the cause when the connections' buffering closes the cycle)."""
+    stuck = [i for i, t in enumerate(done) if t < 0]
+    rank_of = {2: 0, 0: 1, 1: 2}  # slot, dependency, message, then never reached
+    i = min(stuck, key=lambda j: (rank_of.get(stage[j], 3), j))
+    rank, tb, pos = flat.where(i)
+    chan, send, recv = flat.tb_conn[bisect_right(flat.tb_first, i) - 1]
+    if stage[i] == 0:
+        _, dtb, dpos = flat.where(flat.dep[i])
+        why = f"waits for step {dpos} of thread block {dtb}"
+    elif stage[i] == 1:
+        why = f"waits for a message from rank {recv} on channel {chan}"
+    elif stage[i] == 2:
+        why = (f"waits for a free slot of its connection to rank {send} on channel {chan} "
+               f"(every slot holds a send rank {send} has not received)")
+    else:
+        why = "is never reached"
+    raise VerificationError(f"the replay deadlocks: {len(stuck)} step(s) never run, e.g. rank "
+                            f"{rank} thread block {tb} step {pos} {why}")
+
+
+def simulate_msccl(path_or_algo: str | Path | Algo, topology: Topology, size_bytes: int, *,
+                   proto: str | None = None, ranks: Sequence[int] | None = None,
+                   intervals: bool | None = None) -> SimResult:
+    """Replay an MSCCL algorithm (file, XML text or parsed) for a ``size_bytes`` collective.
+
+    ``proto`` (default: the file's) sets the connections' slots; ``ranks`` are the
+    topology ranks the file's ranks run on (default: all of them, in order);
+    ``intervals`` keeps every link use for a timeline (default: up to
+    :data:`INTERVALS_UP_TO` of them).
+
+    Raises
+    ------
+    SpecError
+        The file's GPU count differs from ``ranks`` (or the topology's), or its protocol
+        or ``nchunksperloop`` is not one the runtime runs.
+    VerificationError
+        The file cannot run: unmatched sends and receives, a missing dependency or peer,
+        or a deadlock (the message names a waiting step).
+    """
+    with paused_gc():
+        algo = path_or_algo if isinstance(path_or_algo, Algo) else read_msccl(path_or_algo)
+        if ranks is None:
+            if algo.ngpus != topology.ngpus:
+                raise SpecError(f"the algorithm has {algo.ngpus} GPUs, topology "
+                                f"{topology.name} {topology.ngpus}", file=algo.source,
+                                key="ngpus")
+            ranks = range(topology.ngpus)
+        elif len(ranks) != algo.ngpus or not all(0 <= r < topology.ngpus for r in ranks):
+            raise SpecError(f"the algorithm has {algo.ngpus} GPUs; expected as many ranks of "
+                            f"topology {topology.name}", file=algo.source, key="ranks")
+        proto = proto or algo.proto
+        if proto not in PROTOCOLS:
+            raise SpecError(f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}",
+                            file=algo.source, key="proto")
+        if algo.nchunksperloop <= 0:
+            raise SpecError("nchunksperloop must be positive", file=algo.source,
+                            key="nchunksperloop")
+        flat = _Flat(algo, topology, ranks, proto)
+        return _replay(flat, size_bytes / algo.nchunksperloop, intervals)

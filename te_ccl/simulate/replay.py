@@ -8,7 +8,9 @@ dependencies are kept; the times are recomputed by :mod:`te_ccl.simulate.engine`
   schedule delivers to it *before* the send (``arrive_epoch ≤ start_epoch``) has arrived
   (its own partial, if it is a source, is there from the start);
 * a switch without buffer forwards what arrives in the epoch the schedule sends it on
-  (``arrive_epoch = start_epoch``), so two passes of one chunk stay two transfers;
+  (``arrive_epoch = start_epoch``), so two passes of one chunk stay two transfers, and
+  it forwards cut-through (the engine's ``through``: as the chunk comes in, as in the
+  XML replay); a switch with buffer stores and forwards;
 * each link serves its transfers in the schedule's order (``start_epoch``, then position);
 * a GPU is done when it holds every chunk it is a destination of (a copy arrived, or
   every partial the schedule sends it arrived).
@@ -76,7 +78,8 @@ def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str]
         deps = _holding(chunks[t.chunk], rank, earlier, trs)
         if deps is None:
             raise VerificationError(f"{t}: {t.src} sends chunk {t.chunk} before it holds it")
-        tasks.append(Task((t.src, t.dst), schedule.chunk_bytes, deps[0], deps[1], f"c{t.chunk}"))
+        tasks.append(Task((t.src, t.dst), schedule.chunk_bytes, deps[0], deps[1], f"c{t.chunk}",
+                          through=bufferless))
     order: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i in sorted(range(len(trs)), key=lambda i: (trs[i].start_epoch, i)):
         order[(trs[i].src, trs[i].dst)].append(i)

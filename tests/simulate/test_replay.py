@@ -11,8 +11,9 @@ from te_ccl.topology import Link, Node, NodeKind, Topology
 US = 1e-6
 
 
-def topo(links, gpus, switches=()):
-    nodes = [Node(g) for g in gpus] + [Node(s, NodeKind.SWITCH) for s in switches]
+def topo(links, gpus, switches=(), buffer=False):
+    nodes = [Node(g) for g in gpus] + [Node(s, NodeKind.SWITCH, has_buffer=buffer)
+                                       for s in switches]
     return Topology.build("t", nodes, [Link(*x) for x in links])
 
 
@@ -20,20 +21,35 @@ def close(a, b):
     return a == pytest.approx(b, rel=1e-9, abs=1e-15)
 
 
-def test_shared_link_serialises_chunks_through_a_switch():
-    # a -> s -> b and c -> s -> b share s->b: the second chunk waits for the first.
-    t = topo([("a", "s", 1e9), ("c", "s", 1e9), ("s", "b", 1e9)], "abc", ["s"])
+@pytest.mark.parametrize("buffer,finish", [(False, 2), (True, 3)])
+def test_shared_link_serialises_chunks_through_a_switch(buffer, finish):
+    # a -> s -> b and c -> s -> b share s->b: the second chunk waits for the first. A
+    # switch without buffer forwards a's chunk as it comes in (s->b busy 0-1 us, then c's
+    # 1-2 us); one that buffers forwards it once it is in (1-2 us, then c's 2-3 us).
+    t = topo([("a", "s", 1e9), ("c", "s", 1e9), ("s", "b", 1e9)], "abc", ["s"], buffer)
     coll = Collective(CollectiveKind.GATHER, 3000, (0, 1, 2), root=1)
     sched = Schedule(t, coll, US, (
         Transfer(0, "a", "s", 0, 1), Transfer(0, "s", "b", 1, 2),
         Transfer(2, "c", "s", 1, 2), Transfer(2, "s", "b", 2, 3)))
     r = simulate_schedule(sched)
-    assert close(r.finish_time_s, 3 * US) and close(r.gpu_finish_s["b"], 3 * US)
+    assert close(r.finish_time_s, finish * US) and close(r.gpu_finish_s["b"], finish * US)
     assert close(r.gpu_finish_s["a"], 0.0)
     use = {(u.src, u.dst): u for u in r.links}
     assert use[("s", "b")].transfers == 2 and close(use[("s", "b")].busy_s, 2 * US)
-    assert close(use[("s", "b")].utilisation, 2 / 3)
+    assert close(use[("s", "b")].utilisation, 2 / finish)
     assert r.finish_time_s <= sched.finish_time_s + 1e-15
+
+
+def test_cut_through_is_held_by_the_slower_link_and_delayed_by_alpha():
+    # a -> s at 1 GB/s (α 1 us), s -> b at 2 GB/s (α 0.5 us): the head reaches s at 1 us
+    # and goes on at once, but the tail leaves s only once in (1 us busy + α = 2 us):
+    # arrival max over links of (start + size/b) + Σα = max(0 + 1, 0 + 0.5) + 1 + 0.5 =
+    # 2.5 us, where store-and-forward takes 1 + 1 + 0.5 + 0.5 = 3 us.
+    t = topo([("a", "s", 1e9, US), ("s", "b", 2e9, 0.5 * US)], "ab", ["s"])
+    times = run(t, [Task(("a", "s"), 1000), Task(("s", "b"), 1000, after_all=(0,),
+                                                   through=True)])
+    assert close(times[1].start_s, 1 * US) and close(times[1].end_s, 2 * US)
+    assert close(times[1].arrive_s, 2.5 * US)
 
 
 def test_link_order_is_the_schedules_not_arrival_order():
@@ -46,7 +62,7 @@ def test_link_order_is_the_schedules_not_arrival_order():
     r = simulate_schedule(sched)
     first = [iv for iv in r.intervals if (iv.src, iv.dst) == ("s", "b")]
     assert [iv.label for iv in sorted(first, key=lambda iv: iv.start_s)] == ["c0", "c2"]
-    assert close(r.finish_time_s, 5 * US)
+    assert close(r.finish_time_s, 4 * US)  # c0 on s->b 2-3 us (cut-through), c2 3-4 us
 
 
 def test_dynamic_order_serves_first_ready():

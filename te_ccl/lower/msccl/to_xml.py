@@ -7,13 +7,23 @@ millions of steps, and an element tree of them would cost gigabytes. Numbers are
 ints, so never with leading zeros; names are already restricted to ``[A-Za-z0-9_.+-]``
 (nothing to escape). A GPU without thread blocks is written open/closed (never
 self-closing) to keep to what msccl-tools emits.
+
+Provenance: given the topology's name and the compiled size, the line after ``<algo …>``
+is the comment ``<!-- teccl: topology=NAME size_bytes=N -->``, which the runtime's XML
+reader skips (NCCL's ``xmlGetNode`` drops ``<!--`` … ``-->``) and ``teccl simulate`` reads
+back (:func:`te_ccl.simulate.msccl.read_provenance`). A name the comment cannot carry
+(whitespace, ``--``, ``>``) is left out rather than escaped.
 """
 
 from __future__ import annotations
 
+import re
+
 from te_ccl.lower.msccl.ir import Gpu, Program, Step
 
 __all__ = ["program_to_xml", "algo_open", "algo_close", "gpu_xml"]
+
+_COMMENT_SAFE = re.compile(r"[A-Za-z0-9_.+/:@=-]+")
 
 def _step(step: Step) -> str:
     """A nop (no slots) prints ``srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1"``."""
@@ -25,12 +35,19 @@ def _step(step: Step) -> str:
             f'deps="{step.deps}" hasdep="{int(step.hasdep)}"/>\n')
 
 
-def algo_open(p: Program) -> str:
-    """The ``<algo …>`` line (``p.gpus`` is not looked at)."""
-    return (f'<algo name="{p.name}" proto="{p.proto}" nchannels="{p.nchannels}" '
+def algo_open(p: Program, *, provenance: tuple[str, int] | None = None) -> str:
+    """The ``<algo …>`` line (``p.gpus`` is not looked at), then the provenance comment
+    when ``provenance`` is ``(topology name, size in bytes)``."""
+    line = (f'<algo name="{p.name}" proto="{p.proto}" nchannels="{p.nchannels}" '
             f'nchunksperloop="{p.nchunksperloop}" ngpus="{p.ngpus}" coll="{p.coll}" '
             f'inplace="{int(p.inplace)}" outofplace="{int(not p.inplace)}" '
             f'minBytes="{p.min_bytes}" maxBytes="{p.max_bytes}">\n')
+    if provenance is None:
+        return line
+    topology, size_bytes = provenance
+    if not _COMMENT_SAFE.fullmatch(topology) or "--" in topology:
+        return line
+    return line + f"  <!-- teccl: topology={topology} size_bytes={int(size_bytes)} -->\n"
 
 
 def algo_close() -> str:
@@ -49,6 +66,7 @@ def gpu_xml(gpu: Gpu) -> str:
     return "".join(out)
 
 
-def program_to_xml(program: Program) -> bytes:
-    """The XML bytes of ``program`` (UTF-8, newline-terminated)."""
-    return (algo_open(program) + "".join(map(gpu_xml, program.gpus)) + algo_close()).encode()
+def program_to_xml(program: Program, *, provenance: tuple[str, int] | None = None) -> bytes:
+    """The XML bytes of ``program`` (UTF-8, newline-terminated); see :func:`algo_open`."""
+    return (algo_open(program, provenance=provenance) + "".join(map(gpu_xml, program.gpus))
+            + algo_close()).encode()
