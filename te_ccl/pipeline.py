@@ -241,17 +241,6 @@ def _schedule_replay(schedule: Schedule) -> float | None:
     return simulate_schedule(schedule).finish_time_s
 
 
-def _rank_view(topology: Topology, ranks: tuple[int, ...]) -> Topology:
-    """``topology`` with the GPUs of ``ranks`` first, in that order: the lowering numbers
-    ranks by their position in the collective, the XML replay by GPU order."""
-    if ranks == tuple(range(len(ranks))):
-        return topology
-    first = [topology.node(topology.gpu(r)) for r in ranks]
-    chosen = {n.name for n in first}
-    return replace(topology, nodes=tuple(first) + tuple(n for n in topology.nodes
-                                                        if n.name not in chosen))
-
-
 def xml_replay(schedule: Schedule, data: bytes) -> float:
     """The finish time of ``data``, the MSCCL XML lowered from ``schedule``, replayed on
     the schedule's topology as the runtime runs it."""
@@ -259,8 +248,8 @@ def xml_replay(schedule: Schedule, data: bytes) -> float:
     from te_ccl.verify.msccl.reader import read_msccl
 
     c = schedule.collective
-    return simulate_msccl(read_msccl(data.decode()), _rank_view(schedule.topology, c.ranks),
-                          c.size_bytes).finish_time_s
+    return simulate_msccl(read_msccl(data.decode()), schedule.topology, c.size_bytes,
+                          ranks=c.ranks).finish_time_s
 
 
 def _prediction_bounds_replay(schedule: Schedule) -> float | None:

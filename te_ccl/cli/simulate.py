@@ -48,10 +48,10 @@ def simulate_cmd(first: str, second: str | None, size: str | None, timeline: Pat
             head = f.read(4096)
     except OSError as e:
         raise SpecError(f"cannot read the file ({e.strerror or e})", file=str(schedule)) from None
-    if head.lstrip().startswith(b"<"):
-        topo, info, sim = _simulate_xml(topology, schedule, size, timeline is not None)
+    if head.lstrip().startswith(b"{"):  # a teccl schedule; anything else goes to the XML
+        topo, info, sim = _simulate_json(topology, schedule, size)  # reader, which says why
     else:
-        topo, info, sim = _simulate_json(topology, schedule, size)
+        topo, info, sim = _simulate_xml(topology, schedule, size, timeline is not None)
     if timeline is not None:
         from te_ccl.simulate.timeline import draw_timeline
 

@@ -89,7 +89,7 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     >>> coll = Collective(CollectiveKind.ALLGATHER, 2000, (0, 1), inplace=True)
     >>> moves = (Transfer(0, "a", "b", 0, 1), Transfer(1, "b", "a", 0, 1))
     >>> xml = lower_to_msccl(Schedule(topo, coll, 1e-6, moves)).decode().splitlines()
-    >>> print(xml[1]); print(xml[3].strip())
+    >>> print(xml[2]); print(xml[4].strip())
       <gpu id="0" i_chunks="0" o_chunks="2" s_chunks="0">
     <step s="0" type="r" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
     """
@@ -98,7 +98,17 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
                             proto=proto, max_steps=max_steps, stream=True)
         if notes is not None:
             notes.extend(head.notes)
-        return b"".join([algo_open(head).encode(), *gpus, algo_close().encode()])
+        return b"".join([algo_open(head, provenance=_provenance(schedule)).encode(), *gpus,
+                         algo_close().encode()])
+
+
+def _provenance(schedule: Schedule) -> tuple[str, int] | None:
+    """The topology and size ``teccl simulate FILE`` reads back, for a collective over every
+    GPU in order (a rank subset needs its ranks, which the comment does not carry)."""
+    coll = schedule.collective
+    if coll.ranks != tuple(range(schedule.topology.ngpus)):
+        return None
+    return schedule.topology.name, coll.size_bytes
 
 
 def write_msccl(schedule: Schedule, path: str | os.PathLike, **options) -> bytes:
