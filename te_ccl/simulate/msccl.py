@@ -13,8 +13,10 @@ GPU of the topology, in order). The model (docs/simulate.md):
   ``MSCCL.outstanding_sends(proto, cnt)`` sends whose receiving step is not done (2 under
   Simple, 8 under LL and LL128, fewer for ``cnt > 1``); the receiving step's completion
   frees the slot;
-* the message, ``cnt · size_bytes / nchunksperloop`` bytes, takes the route to its peer
-  (the direct link, else the fastest path). A link serves messages first come, first
+* the message, ``cnt`` chunks of ``size_bytes / nchunksperloop`` bytes each, takes the
+  route to its peer (``size_bytes`` is the collective's, nccl-tests style; for gather and
+  scatter, whose executor count is one rank's piece, a chunk is ``size_bytes / ngpus /
+  nchunksperloop``) (the direct link, else the fastest path). A link serves messages first come, first
   served, busy ``bytes / b``; the message is at the far end ``α`` after it leaves. A
   switch without buffer forwards cut-through: the message goes on as soon as its head has
   arrived and the next link is free, and cannot leave that link before its tail has
@@ -425,4 +427,6 @@ def simulate_msccl(path_or_algo: str | Path | Algo, topology: Topology, size_byt
             raise SpecError("nchunksperloop must be positive", file=algo.source,
                             key="nchunksperloop")
         flat = _Flat(algo, topology, ranks, proto)
-        return _replay(flat, size_bytes / algo.nchunksperloop, intervals)
+        per_rank_count = algo.coll in ("gather", "scatter")
+        count_bytes = size_bytes / algo.ngpus if per_rank_count else size_bytes
+        return _replay(flat, count_bytes / algo.nchunksperloop, intervals)

@@ -231,3 +231,13 @@ def test_a_256_gpu_file_of_a_quarter_million_steps_replays_at_the_bound():
     bound = (n - 1) / n * size / (2 * 50e9)  # a GPU receives all but its part on 2 links
     assert bound <= sim.finish_time_s <= 1.01 * bound
     assert sim.intervals == () and len(sim.gpu_finish_s) == n
+
+
+def test_gather_and_scatter_chunks_are_a_rank_piece_over_nchunksperloop():
+    """The executor's count for gather and scatter is one rank's piece (no ngpus factor),
+    so the compile's reported replay equals the schedule's."""
+    import te_ccl
+
+    for kind in ("gather", "scatter"):
+        result = te_ccl.compile("ring8", kind, size="1MB", time_limit_s=10)
+        assert result.timing.xml_s == pytest.approx(result.timing.schedule_s, rel=0.01)
