@@ -184,6 +184,17 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
     """
     params = params or SolveParams()
     _check(topology, collective)
+    schedule = _solve_checked_input(topology, collective, params, progress, judge)
+    if not collective.uneven:
+        return schedule
+    return schedule.with_info(notes=schedule.info.notes + (
+        f"size: {collective.size_bytes} bytes do not divide into {collective.nchunks} chunks; "
+        f"planned and timed with chunks of {collective.chunk_bytes:.6g} bytes on average (the "
+        "runtime divides the count it is given)",))
+
+
+def _solve_checked_input(topology: Topology, collective: Collective, params: SolveParams,
+                         progress: Progress | None, judge: Judge) -> Schedule:
     if (params.backend != "auto" or params.max_horizon is not None
             or topology.ngpus > TEMPLATE_MAX_GPUS):
         return _solve_model(topology, collective, params, progress)

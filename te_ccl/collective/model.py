@@ -107,8 +107,20 @@ class Collective:
         return self.chunks_per_rank
 
     @property
-    def chunk_bytes(self) -> int:
-        return self.size_bytes // self.nchunks
+    def chunk_bytes(self) -> float:
+        """Bytes per chunk: exact (an int) when the chunks divide the size, else the mean.
+
+        MSCCL algorithms do not depend on the size (the runtime divides whatever count it
+        is given), so a size the chunks do not divide is planned and timed with chunks of
+        the mean size, and :attr:`uneven` says so.
+        """
+        whole, rest = divmod(self.size_bytes, self.nchunks)
+        return whole if not rest else self.size_bytes / self.nchunks
+
+    @property
+    def uneven(self) -> bool:
+        """The chunks do not divide ``size_bytes`` (see :attr:`chunk_bytes`)."""
+        return self.size_bytes % self.nchunks != 0
 
     @property
     def is_reduction(self) -> bool:
