@@ -107,6 +107,15 @@ class Collective:
         return self.chunks_per_rank
 
     @property
+    def commodities(self) -> int:
+        """How many chunks :meth:`chunks` yields, without building them."""
+        if self.kind is CollectiveKind.CUSTOM:
+            return sum(d.chunks for d in self.demands)
+        if self.kind is CollectiveKind.ALLTOALL:
+            return self.nranks * self.nchunks
+        return self.nchunks
+
+    @property
     def chunk_bytes(self) -> float:
         """Bytes per chunk: exact (an int) when the chunks divide the size, else the mean.
 
