@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 import networkx as nx
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
-from te_ccl.backends.select import run_backend
+from te_ccl.backends.select import check_size, run_backend
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.model.deadline import until
@@ -42,6 +42,9 @@ __all__ = ["solve", "SolveParams", "Judge", "PREDICTED", "SCALE_MIN_GPUS"]
 SCALE_MIN_GPUS = 16
 MAX_COMMODITIES = 2**21  # chunks one compile routes (a 1024-GPU AlltoAll has 2**20)
 TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can win
+# (chunk, destination) pairs beyond which the templates take minutes to place hop by hop
+# (a 64-GPU AllGather at 32 chunks per rank has 129k)
+TEMPLATE_MAX_DELIVERIES = 300_000
 
 
 def _check(topology: Topology, collective: Collective) -> None:
@@ -266,13 +269,16 @@ def _flow_or_template(topology: Topology, collective: Collective, schedule: Sche
 def _best_template(topology: Topology, collective: Collective, judge: Judge,
                    beat: float | None = None) -> tuple[Schedule, float] | None:
     """The fastest baseline by ``judge`` (ring, tree, direct, hierarchical), with its time;
-    None if none applies or (by ``judge.at_least``) none can finish before ``beat``.
+    None if none applies, (by ``judge.at_least``) none can finish before ``beat``, or the
+    collective has more than :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs.
 
     The templates are built in the Schedule IR with the same α semantics, so their times
     compare directly with the flow schedule's.
     """
     from te_ccl.baselines import BaselineError, applicable, build_baseline
 
+    if sum(len(c.destinations) for c in collective.chunks()) > TEMPLATE_MAX_DELIVERIES:
+        return None
     best = None
     for name in applicable(topology, collective):
         try:
@@ -298,6 +304,7 @@ def _solve_model(topology: Topology, collective: Collective, params: SolveParams
 
         schedule = compile_scale(topology, collective, params, progress)
         return schedule.with_info(notes=(why,) + schedule.info.notes)
+    check_size(collective.commodities, len(topology.links))  # before building anything
     clock = Clock(params.time_limit_s)
     with until(params.time_limit_s):
         if collective.is_reduction:
