@@ -27,7 +27,7 @@ from te_ccl.model.epochs import LinkTiming, epoch_duration, link_timing
 from te_ccl.topology.model import Topology
 
 __all__ = ["Demand", "State", "Problem", "make_problem", "build_problem", "demands_of",
-           "members_of"]
+           "members_of", "MAX_DELAY_EPOCHS"]
 
 Key = tuple[str, str]
 MAX_DELAY_EPOCHS = 10_000  # epochs one hop may take: the model grows with it

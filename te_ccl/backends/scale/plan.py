@@ -36,7 +36,7 @@ from te_ccl.backends.scale.msccl_budget import max_subchunks
 from te_ccl.backends.scale.symmetry import TorusSymmetry, torus_symmetry, tree_leaves
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
-from te_ccl.model.problem import Demand, build_problem, make_problem
+from te_ccl.model.problem import MAX_DELAY_EPOCHS, Demand, build_problem, make_problem
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
@@ -174,7 +174,9 @@ def scale_plan(topology: Topology, collective: Collective, cap: int | None = Non
     k = min(k, cap or k)
     sub = replace(collective, chunks_per_rank=collective.chunks_per_rank * k)
     fastest = max(link.bandwidth_Bps for link in topology.links)
-    return sub, sub.chunk_bytes / fastest, k
+    # tiny sub-chunks: no hop may take more epochs than a model holds
+    slowest = max(link.transfer_time_s(sub.chunk_bytes) for link in topology.links)
+    return sub, max(sub.chunk_bytes / fastest, slowest / MAX_DELAY_EPOCHS), k
 
 
 def _fan_out(topology: Topology, c: Collective, owner: dict[int, int], tau: float,
