@@ -277,8 +277,11 @@ def _best_template(topology: Topology, collective: Collective, judge: Judge,
     """
     from te_ccl.baselines import BaselineError, applicable, build_baseline
 
-    if sum(len(c.destinations) for c in collective.chunks()) > TEMPLATE_MAX_DELIVERIES:
-        return None
+    pairs = 0
+    for c in collective.iter_chunks():
+        pairs += len(c.destinations)
+        if pairs > TEMPLATE_MAX_DELIVERIES:
+            return None
     best = None
     for name in applicable(topology, collective):
         try:

@@ -28,6 +28,7 @@ sources, ``out_index`` in the output buffer of its destinations) in units of
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -161,7 +162,11 @@ class Collective:
 
     def chunks(self) -> tuple[Chunk, ...]:
         """The commodities, numbered 0.. in a fixed order (see the module docstring)."""
-        return tuple(_CHUNK_BUILDERS[self.kind](self))
+        return tuple(self.iter_chunks())
+
+    def iter_chunks(self) -> Iterator[Chunk]:
+        """:meth:`chunks` one at a time (to count or stop early without building them all)."""
+        return _CHUNK_BUILDERS[self.kind](self)
 
 
 def _allgather(c: Collective):
