@@ -80,6 +80,17 @@ def test_rank_subset_routes_inside_the_ranks(tmp_path):
     assert "g4" not in {t.src for t in result.schedule.transfers}
 
 
+def test_rank_subset_alltoall_routes_its_flows_inside_the_ranks(tmp_path):
+    # the concurrent-flow LP of AlltoAll sees only the links among ranks 1-4 (g0 is out)
+    links = [{"between": [f"g{i}", f"g{i % 4 + 1}"]} for i in range(1, 5)]
+    links += [{"between": ["g0", "g1"], "bandwidth": "400GB/s"},
+              {"between": ["g0", "g3"], "bandwidth": "400GB/s"}]
+    topo = _topology(links, 5)
+    result = _compiled(topo, Collective(CollectiveKind.ALLTOALL, 4_000_000, (1, 2, 3, 4)),
+                       FAST, tmp_path)
+    assert "g0" not in {t.src for t in result.schedule.transfers}
+
+
 def test_rank_subset_needing_an_outside_relay_is_refused_up_front(teccl, tmp_path):
     code, _, err = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB", "--ranks", "0,2",
                          "-o", str(tmp_path / "x.xml"))
