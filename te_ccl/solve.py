@@ -34,7 +34,7 @@ from te_ccl.model.deadline import until
 from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import reverse_in_time
 from te_ccl.model.problem import Demand, Problem, build_problem, make_problem, members_of
-from te_ccl.schedule import Schedule, SolveInfo, Transfer
+from te_ccl.schedule import Schedule, SolveInfo
 from te_ccl.topology.model import Topology
 
 __all__ = ["solve", "SolveParams", "Judge", "PREDICTED", "SCALE_MIN_GPUS"]
