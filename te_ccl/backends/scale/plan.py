@@ -36,7 +36,13 @@ from te_ccl.backends.scale.msccl_budget import max_subchunks
 from te_ccl.backends.scale.symmetry import TorusSymmetry, torus_symmetry, tree_leaves
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
-from te_ccl.model.problem import MAX_DELAY_EPOCHS, Demand, build_problem, make_problem
+from te_ccl.model.problem import (
+    MAX_DELAY_EPOCHS,
+    Demand,
+    build_problem,
+    make_problem,
+    members_of,
+)
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
@@ -189,7 +195,8 @@ def _fan_out(topology: Topology, c: Collective, owner: dict[int, int], tau: floa
         if dests:
             demands.append(Demand(x.id, (topology.gpu(owner[x.id]),), dests))
     topo = topology.reversed() if reverse else topology
-    return make_problem(topo, c.chunk_bytes, tuple(demands), epoch_s=tau, tree=reverse)
+    return make_problem(topo, c.chunk_bytes, tuple(demands), epoch_s=tau, tree=reverse,
+                        members=members_of(topology, c))
 
 
 def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams, clock: Clock,
