@@ -22,25 +22,31 @@ solved directly. Reductions reuse them backwards (TE-CCL / PRODUCT.md "Reduction
 from __future__ import annotations
 
 import math
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 
+import networkx as nx
+
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
-from te_ccl.backends.select import run_backend
+from te_ccl.backends.select import check_size, run_backend
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SolverError, SpecError
+from te_ccl.model.deadline import until
 from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import reverse_in_time
-from te_ccl.model.problem import Demand, Problem, build_problem, make_problem
-from te_ccl.schedule import Schedule, SolveInfo, Transfer
+from te_ccl.model.problem import Demand, Problem, build_problem, make_problem, members_of
+from te_ccl.schedule import Schedule, SolveInfo
 from te_ccl.topology.model import Topology
 
 __all__ = ["solve", "SolveParams", "Judge", "PREDICTED", "SCALE_MIN_GPUS"]
 
 SCALE_MIN_GPUS = 16
+MAX_COMMODITIES = 2**21  # chunks one compile routes (a 1024-GPU AlltoAll has 2**20)
 TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can win
+# (chunk, destination) pairs beyond which the templates take minutes to place hop by hop
+# (a 64-GPU AllGather at 32 chunks per rank has 129k)
+TEMPLATE_MAX_DELIVERIES = 300_000
 
 
 def _check(topology: Topology, collective: Collective) -> None:
@@ -51,6 +57,37 @@ def _check(topology: Topology, collective: Collective) -> None:
     if collective.chunk_bytes <= 0:
         raise SpecError(f"size {collective.size_bytes} bytes is too small for "
                         f"{collective.nchunks} chunks", key="size")
+    if collective.commodities > MAX_COMMODITIES:
+        raise SpecError(f"{collective.commodities} chunks to route; at most {MAX_COMMODITIES} "
+                        "fit one compile (use fewer chunks)", key="chunks")
+    _check_reach(topology, collective)
+
+
+def _check_reach(topology: Topology, collective: Collective) -> None:
+    """Every chunk can reach its destinations relaying through the ranks' GPUs and
+    switches only: the runtime runs the algorithm on the ranks' GPUs alone."""
+    members = members_of(topology, collective)
+    outside = set(topology.gpus) - members
+    if not outside:
+        return  # unreachable ranks are the topology's fault: the solver names the chunk
+    graph = topology.graph()
+    graph.remove_nodes_from(outside)
+    component = {n: i for i, part in enumerate(nx.strongly_connected_components(graph))
+                 for n in part}
+    if len({component[m] for m in members}) == 1:
+        return
+    reach: dict[str, set[str]] = {}
+    for c in collective.chunks():
+        for s in c.sources:
+            a = topology.gpu(s)
+            for d in c.destinations:
+                b = topology.gpu(d)
+                if a != b and b not in reach.setdefault(a, nx.descendants(graph, a)):
+                    raise SpecError(
+                        f"rank {s} cannot reach rank {d} without relaying through a GPU "
+                        f"outside the ranks ({', '.join(sorted(outside)[:3])}"
+                        f"{', …' if len(outside) > 3 else ''}); the runtime runs the "
+                        "algorithm on the ranks' GPUs only", key="ranks")
 
 
 def _reduction_problem(topology: Topology, collective: Collective, owner: dict[int, int],
@@ -65,24 +102,22 @@ def _reduction_problem(topology: Topology, collective: Collective, owner: dict[i
             demands.append(Demand(c.id, (topology.gpu(root),), dests))
     chunk = collective.chunk_bytes
     return make_problem(rev, chunk, tuple(demands), tree=True,
-                        epoch_s=epoch_duration(topology, chunk, params.epoch))
+                        epoch_s=epoch_duration(topology, chunk, params.epoch),
+                        members=members_of(topology, collective))
 
 
 def _gather_problem(topology: Topology, collective: Collective, owner: dict[int, int],
-                    epoch_s: float, first_phase: list[Transfer]) -> Problem:
+                    epoch_s: float) -> Problem:
     """AllReduce's second phase: chunk ``i`` from ``owner[i]`` to every other rank.
 
-    Chunks relayed in the first phase stay in their GPU's buffer (never evicted), so they
-    count against its limit in the second phase too.
+    Both phases relay through the ranks' GPUs only, each of which is a destination of
+    every chunk, so no chunk counts against a GPU's relay buffer in either phase.
     """
     demands = tuple(Demand(c.id, (topology.gpu(owner[c.id]),),
                            tuple(topology.gpu(r) for r in c.destinations if r != owner[c.id]))
                     for c in collective.chunks())
-    problem = make_problem(topology, collective.chunk_bytes, demands, epoch_s=epoch_s)
-    members = {topology.gpu(r) for r in collective.ranks}
-    relayed = Counter(n for n, _ in {(t.dst, t.chunk) for t in first_phase}
-                      if n in problem.relay_limit and n not in members)
-    return replace(problem, state=replace(problem.state, relayed=tuple(relayed.items())))
+    return make_problem(topology, collective.chunk_bytes, demands, epoch_s=epoch_s,
+                        members=members_of(topology, collective))
 
 
 def _merge(a: SolveResult, b: SolveResult, transfers: tuple, finish: int) -> SolveResult:
@@ -107,7 +142,7 @@ def _solve_reduction(topology: Topology, collective: Collective, params: SolvePa
                          notes=first.notes + ("solved as the reversed fan-out on the reversed "
                                               "topology, played backwards in time",))
         return result, problem.epoch_s
-    second = run_backend(_gather_problem(topology, collective, owner, problem.epoch_s, reduced),
+    second = run_backend(_gather_problem(topology, collective, owner, problem.epoch_s),
                          params, clock, progress)
     shifted = tuple(replace(t, start_epoch=t.start_epoch + f1, arrive_epoch=t.arrive_epoch + f1)
                     for t in second.transfers)
@@ -187,6 +222,17 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
     """
     params = params or SolveParams()
     _check(topology, collective)
+    schedule = _solve_checked_input(topology, collective, params, progress, judge)
+    if not collective.uneven:
+        return schedule
+    return schedule.with_info(notes=schedule.info.notes + (
+        f"size: {collective.size_bytes} bytes do not divide into {collective.nchunks} chunks; "
+        f"planned and timed with chunks of {collective.chunk_bytes:.6g} bytes on average (the "
+        "runtime divides the count it is given)",))
+
+
+def _solve_checked_input(topology: Topology, collective: Collective, params: SolveParams,
+                         progress: Progress | None, judge: Judge) -> Schedule:
     if (params.backend != "auto" or params.max_horizon is not None
             or topology.ngpus > TEMPLATE_MAX_GPUS):
         return _solve_model(topology, collective, params, progress)
@@ -227,8 +273,9 @@ def _flow_or_template(topology: Topology, collective: Collective, schedule: Sche
 def _best_template(topology: Topology, collective: Collective, judge: Judge,
                    beat: float | None = None) -> tuple[Schedule, float] | None:
     """The fastest baseline by ``judge`` (ring, tree, direct, hierarchical, and on a FRED
-    wafer whose switches reduce and copy the in-switch schedule), with its time;
-    None if none applies or (by ``judge.at_least``) none can finish before ``beat``.
+    wafer whose switches reduce and copy the in-switch schedule), with its time; None if
+    none applies, (by ``judge.at_least``) none can finish before ``beat``, or the
+    collective has more than :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs.
 
     The templates are built in the Schedule IR with the same α semantics, so their times
     compare directly with the flow schedule's.
@@ -236,6 +283,11 @@ def _best_template(topology: Topology, collective: Collective, judge: Judge,
     from te_ccl.baselines import BaselineError, applicable, build_baseline
     from te_ccl.fred.in_switch import in_switch_candidate
 
+    pairs = 0
+    for c in collective.iter_chunks():
+        pairs += len(c.destinations)
+        if pairs > TEMPLATE_MAX_DELIVERIES:
+            return None
     best = None
     builds = [partial(build_baseline, name, topology, collective)
               for name in applicable(topology, collective)]
@@ -265,12 +317,14 @@ def _solve_model(topology: Topology, collective: Collective, params: SolveParams
 
         schedule = compile_scale(topology, collective, params, progress)
         return schedule.with_info(notes=(why,) + schedule.info.notes)
+    check_size(collective.commodities, len(topology.links))  # before building anything
     clock = Clock(params.time_limit_s)
-    if collective.is_reduction:
-        result, epoch_s = _solve_reduction(topology, collective, params, clock, progress)
-    else:
-        problem = build_problem(topology, collective, params.epoch)
-        result, epoch_s = run_backend(problem, params, clock, progress), problem.epoch_s
+    with until(params.time_limit_s):
+        if collective.is_reduction:
+            result, epoch_s = _solve_reduction(topology, collective, params, clock, progress)
+        else:
+            problem = build_problem(topology, collective, params.epoch)
+            result, epoch_s = run_backend(problem, params, clock, progress), problem.epoch_s
     info = SolveInfo(backend=result.backend,
                      solver_time_s=round(clock.elapsed, 4), optimal=result.optimal,
                      status=result.status, variables=result.variables,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal, DecimalException
 
 __all__ = [
     "UnitError",
@@ -34,6 +35,7 @@ class UnitError(ValueError):
     """A quantity could not be parsed; the message says what was expected."""
 
 
+MAX_SIZE = 2**63 - 1  # bytes: the runtime's size fields are 64-bit
 _PREFIX = {"": 1, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
            "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
 _NUMBER = r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
@@ -48,23 +50,33 @@ def _prefix(p: str | None) -> int:
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes in ``text`` (``"1GB"``, ``"64MiB"``, ``"512"``); must be a positive whole number."""
+    """Bytes in ``text`` (``"1GB"``, ``"64MiB"``, ``"512"``); must be a positive whole number.
+
+    The number is read exactly (decimal arithmetic), so ``1.0000001MB`` (1,000,000.1 bytes)
+    is refused rather than truncated.
+    """
     if isinstance(text, bool):
         raise UnitError(f"expected a size such as 1GB or 64MiB, got {text!r}")
     if isinstance(text, int):
-        value = float(text)
+        value = Decimal(text)
     else:
         m = _SIZE_RE.match(str(text).strip())
         if not m:
             raise UnitError(f"expected a size such as 1GB or 64MiB, got {text!r}")
-        value = float(m["num"]) * _prefix(m["prefix"])
+        try:
+            value = Decimal(m["num"]) * _prefix(m["prefix"])
+        except DecimalException:  # an exponent beyond decimal's range
+            raise UnitError(f"expected a size such as 1GB or 64MiB, got {text!r}") from None
         if m["unit"] in ("b", "bit"):
             value /= 8
-    if value <= 0 or not math.isfinite(value):
+    if not value.is_finite() or value <= 0:
         raise UnitError(f"expected a positive size, got {text!r}")
-    if abs(value - round(value)) > 1e-6 * max(1.0, value):
-        raise UnitError(f"expected a whole number of bytes, got {text!r}")
-    return int(round(value))
+    if value > MAX_SIZE:
+        raise UnitError(f"expected at most {MAX_SIZE} bytes (8 EiB), got {text!r}")
+    if value != value.to_integral_value():
+        raise UnitError(f"expected a whole number of bytes, got {text!r} ({value.normalize():f} "
+                        "bytes)")
+    return int(value)
 
 
 def parse_bandwidth(text: str | int | float) -> float:

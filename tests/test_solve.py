@@ -78,10 +78,17 @@ def test_star_through_copying_switch_is_faster():
     assert b.finish_epoch == 2
 
 
-def test_rank_subset_uses_other_gpus_as_relays():
-    s = checked(ring(6), Collective(CollectiveKind.ALLGATHER, 1 << 20, (0, 3)))
+def test_rank_subset_relays_through_its_own_gpus_only():
+    # the runtime runs the algorithm on the ranks' GPUs alone: g4 and g5 never relay
+    s = checked(ring(6), Collective(CollectiveKind.ALLGATHER, 1 << 20, (0, 1, 2, 3)))
     assert s.finish_epoch == 3
-    assert {t.dst for t in s.transfers} - {"g0", "g3"}  # relays in between
+    assert {t.src for t in s.transfers} | {t.dst for t in s.transfers} == {"g0", "g1", "g2",
+                                                                           "g3"}
+
+
+def test_rank_subset_that_needs_outside_relays_is_refused():
+    with pytest.raises(SpecError, match="rank 0 cannot reach rank 3 without relaying"):
+        solve(ring(6), Collective(CollectiveKind.ALLGATHER, 1 << 20, (0, 3)))
 
 
 @pytest.mark.parametrize("kind, root", [("reducescatter", None), ("allreduce", None),

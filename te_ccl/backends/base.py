@@ -7,6 +7,7 @@ into a :class:`~te_ccl.schedule.Schedule`.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,6 +18,8 @@ from te_ccl.schedule import Transfer
 __all__ = ["BACKENDS", "SolveParams", "SolveResult", "Clock", "Progress"]
 
 BACKENDS = ("auto", "milp", "lp", "rounds", "scale")
+MAX_TIME_LIMIT_S = 7 * 24 * 3600.0  # the solvers take their limit in int64 ms or int32 s fields
+MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is an int32
 Progress = Callable[[str], None]
 
 
@@ -48,11 +51,16 @@ class SolveParams:
         if self.backend not in BACKENDS:
             raise SpecError(f"expected one of {', '.join(BACKENDS)}, got {self.backend!r}",
                             key="backend")
-        if not self.time_limit_s > 0:
-            raise SpecError(f"expected a positive time limit, got {self.time_limit_s}",
+        if not (self.time_limit_s > 0 and math.isfinite(self.time_limit_s)):
+            raise SpecError(f"expected a positive, finite time limit, got {self.time_limit_s}",
                             key="time-limit")
-        if self.threads < 1:
-            raise SpecError(f"expected at least 1 thread, got {self.threads}", key="threads")
+        if self.time_limit_s > MAX_TIME_LIMIT_S:
+            raise SpecError(f"expected at most {MAX_TIME_LIMIT_S:.0f} s (7 days), got "
+                            f"{self.time_limit_s:g}", key="time-limit")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise SpecError(f"expected a seed in 0..{MAX_SEED}, got {self.seed}", key="seed")
+        if not 1 <= self.threads <= 1024:
+            raise SpecError(f"expected 1 to 1024 threads, got {self.threads}", key="threads")
         if self.round_epochs is not None and self.round_epochs < 1:
             raise SpecError(f"expected at least 1 epoch per round, got {self.round_epochs}",
                             key="round-epochs")

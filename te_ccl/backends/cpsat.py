@@ -19,12 +19,14 @@ unless a time limit cuts a search short.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.errors import SolverError
+from te_ccl.model.deadline import checked, left
 from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.formulation import Formulation, formulate
 from te_ccl.model.horizon import horizon_lower_bound
@@ -53,7 +55,7 @@ def _build(form: Formulation, with_objective: bool, hint: dict | None):
     model = cp_model.CpModel()
     var = {k: model.new_bool_var("") if ub == 1 else model.new_int_var(0, ub, "")
            for k, ub in form.variables.items()}
-    for terms, lo, hi in form.rows:
+    for terms, lo, hi in checked(form.rows):
         expr = cp_model.LinearExpr.weighted_sum([var[k] for k, _ in terms], [c for _, c in terms])
         if lo is not None and hi is not None:
             model.add_linear_constraint(expr, lo, hi)
@@ -73,10 +75,11 @@ def _build(form: Formulation, with_objective: bool, hint: dict | None):
 
 def solve_formulation(form: Formulation, params: SolveParams, time_s: float, *,
                       with_objective: bool = False, hint: dict | None = None) -> Solved:
-    """Run CP-SAT on one formulation for at most ``time_s`` seconds."""
+    """Run CP-SAT on one formulation for at most ``time_s`` seconds, building included."""
+    end = time.monotonic() + time_s
     model, var = _build(form, with_objective, hint)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, time_s)
+    solver.parameters.max_time_in_seconds = max(0.01, min(end - time.monotonic(), left()))
     solver.parameters.num_workers = params.threads
     solver.parameters.random_seed = params.seed
     if params.threads > 1 and params.deterministic:

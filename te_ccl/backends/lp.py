@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+import time
 from collections import defaultdict
 from dataclasses import replace
 
@@ -24,6 +25,7 @@ from ortools.linear_solver import pywraplp
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.errors import SolverError
+from te_ccl.model.deadline import checked, left
 from te_ccl.model.extract import prune
 from te_ccl.model.formulation import Formulation, formulate
 from te_ccl.model.horizon import horizon_lower_bound
@@ -45,10 +47,10 @@ def solve_relaxation(form: Formulation, time_s: float, *, with_objective: bool,
     lp.SuppressOutput()
     if solver == "HIGHS":  # keeps HiGHS's banner off stdout (where --json goes)
         lp.SetSolverSpecificParametersAsString("output_flag=false")
-    lp.SetTimeLimit(int(max(0.01, time_s) * 1000))
+    end = time.monotonic() + time_s
     var = {k: lp.IntVar(0, ub, "") if integer else lp.NumVar(0, ub, "")
            for k, ub in form.variables.items()}
-    for terms, lo, hi in form.rows:
+    for terms, lo, hi in checked(form.rows):
         ct = lp.RowConstraint(-lp.infinity() if lo is None else lo,
                               lp.infinity() if hi is None else hi, "")
         for k, c in terms:
@@ -58,6 +60,7 @@ def solve_relaxation(form: Formulation, time_s: float, *, with_objective: bool,
         for k, c in form.objective.items():
             objective.SetCoefficient(var[k], c)
     objective.SetMinimization()
+    lp.SetTimeLimit(int(max(0.01, min(end - time.monotonic(), left())) * 1000))
     code = lp.Solve()
     if code == pywraplp.Solver.INFEASIBLE:
         return "infeasible", None, None

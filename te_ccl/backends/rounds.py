@@ -23,7 +23,7 @@ switch without buffer keep every chunk that may enter the switch.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import networkx as nx
 import numpy as np
@@ -124,14 +124,22 @@ def _advance(problem: Problem, demands: list[Demand], transfers: list[Transfer],
     end = shift + window
     held = set(problem.state.held)
     incoming, busy = [], []
+    stores = problem.buffered_nodes - problem.copy_nodes - set(problem.topology.gpus)
+    units: Counter = Counter()  # a switch that stores but cannot copy holds units, not a copy
     for t in transfers:
-        if t.arrive_epoch <= end and t.dst in problem.buffered_nodes:
+        if t.dst in stores and t.arrive_epoch <= end:
+            units[(t.chunk, t.dst)] += 1
+        elif t.arrive_epoch <= end and t.dst in problem.buffered_nodes:
             held.add((t.chunk, t.dst))
         elif t.arrive_epoch > end and t.dst in problem.buffered_nodes:
             incoming.append((t.chunk, t.dst, t.arrive_epoch - end))
+        if t.src in stores:
+            units[(t.chunk, t.src)] -= 1
         k = problem.timings[(t.src, t.dst)].occupancy
         if t.start_epoch + k > end:
             busy.append(((t.src, t.dst), t.start_epoch - end))
+    # units still stored arrive again, in the next round's epoch 0
+    incoming += [(c, n, 0) for (c, n), left in sorted(units.items()) for _ in range(left)]
     relayed: dict[str, int] = defaultdict(int)
     by_chunk = {d.chunk: d for d in problem.demands}
     for c, v in held:

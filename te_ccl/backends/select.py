@@ -9,7 +9,8 @@ from te_ccl.errors import SolverError
 from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Problem
 
-__all__ = ["run_backend", "choose_backend", "MILP_MAX_VARIABLES", "LP_MAX_VARIABLES"]
+__all__ = ["run_backend", "choose_backend", "MILP_MAX_VARIABLES", "LP_MAX_VARIABLES",
+           "MAX_CHUNK_LINKS", "check_size"]
 
 # CP-SAT proves minimal horizons quickly up to roughly this many transfer variables
 # (torus 4×4 AllGather, 2 chunks: ~25k; mesh 8×8, 1 chunk: 330k does not finish).
@@ -17,6 +18,9 @@ MILP_MAX_VARIABLES = 60_000
 # GLOP needs > 60 s on the time-expanded LPs of mesh4x4 AlltoAll (~130k variables);
 # HiGHS and PDLP are no better there (dgx2 AlltoAll, 185k: HiGHS > 60 s, PDLP 27 s)
 LP_MAX_VARIABLES = 30_000
+# chunk-link pairs of one problem: each round of ``rounds`` builds variables for all of
+# them (a 64-GPU mesh AlltoAll at one chunk per rank has 917k)
+MAX_CHUNK_LINKS = 1_000_000
 # copy-free demands: CP-SAT proves the minimal horizon quickly only on tiny models
 TINY_VARIABLES = 5_000
 
@@ -40,9 +44,17 @@ def choose_backend(problem: Problem) -> tuple[str, str]:
     return "rounds", f"auto: rounds, {at}: too large for one model"
 
 
+def check_size(chunks: int, links: int) -> None:
+    """Refuse (:class:`SolverError`) a model of more than :data:`MAX_CHUNK_LINKS` pairs."""
+    if chunks * links > MAX_CHUNK_LINKS:
+        raise SolverError(f"{chunks} chunks on {links} links make {chunks * links} chunk-link "
+                          f"pairs; one model holds at most {MAX_CHUNK_LINKS} (use fewer chunks)")
+
+
 def run_backend(problem: Problem, params: SolveParams, clock: Clock,
                 progress: Progress | None = None) -> SolveResult:
     """Solve ``problem`` with the backend of ``params`` (``auto`` decides by size)."""
+    check_size(len(problem.demands), len(problem.timings))
     name, notes = params.backend, ()
     if name == "auto":
         name, why = choose_backend(problem)

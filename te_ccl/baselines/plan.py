@@ -252,7 +252,8 @@ def assemble(name: str, topology: Topology, collective: Collective,
     arrive: dict[int, int] = {}
     moves: list[tuple[int, str, str, int, int, str]] = []  # Transfer fields, sorted as tuples
     paths: dict[tuple[str, str, bool], list[str]] = {}
-    graph = topology.graph()
+    graph = topology.graph()  # relays through the ranks' GPUs and switches only
+    graph.remove_nodes_from(set(topology.gpus) - {topology.gpu(r) for r in collective.ranks})
     held: dict[tuple[str, int], int] = {}  # (GPU, chunk) -> epoch a copy arrives there
     for i in sorted(range(len(edges)), key=lambda i: (edges[i].stage, edges[i].chunk, i)):
         e = edges[i]

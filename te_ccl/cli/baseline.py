@@ -7,9 +7,18 @@ same MSCCL lowering as teccl's own schedules and replayed by the simulator.
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
 import click
 
 from te_ccl.cli.common import collective_flags, collective_options, emit_json, err_console
+
+if TYPE_CHECKING:
+    from te_ccl.collective.model import Collective
+    from te_ccl.schedule import Schedule
+    from te_ccl.simulate.result import SimResult
+    from te_ccl.topology.model import Topology
 
 __all__ = ["baseline_cmd"]
 
@@ -27,27 +36,29 @@ __all__ = ["baseline_cmd"]
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
     """Build baseline KIND (ring, ring-bidir, tree, direct, hierarchical) on TOPOLOGY."""
-    from te_ccl.baselines import build_baseline
     from te_ccl.cli.simulate import sim_summary, sim_tables
-    from te_ccl.errors import SpecError, VerificationError
+    from te_ccl.errors import SpecError
     from te_ccl.outputs import write_atomic
-    from te_ccl.simulate import simulate_schedule
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
-    from te_ccl.verify.schedule_check import check_schedule
 
     flags = collective_flags(kw)
+    auto = flags.get("chunks") == "auto"
+    if auto:
+        flags["chunks"] = 1
+    elif "chunks" in flags:
+        try:
+            flags["chunks"] = int(flags["chunks"])
+        except ValueError:
+            raise SpecError(f"expected a positive integer or auto, got {flags['chunks']!r}",
+                            key="--chunks") from None
     topo = load_topology(topology)
     coll = load_collective(topo, spec, **flags)
     fmt = kw["fmt"] or ("json" if (kw["output"] or "").endswith(".json") else "xml")
     output = kw["output"] or f"{topo.name}-{coll.kind.value}-{kind}.{fmt}"
     if output == "-" and kw["as_json"]:
         raise SpecError("-o - and --json both want stdout; pick one", key="--output")
-    sched = build_baseline(kind, topo, coll)
-    bad = check_schedule(sched)
-    if bad:
-        raise VerificationError(f"baseline {kind} failed the schedule check: {bad[0].message}")
-    sim = simulate_schedule(sched)
+    sched, sim = (_fastest_chunking if auto else _built)(kind, topo, coll)
     if fmt == "json":
         data = sched.to_json().encode()
     else:
@@ -55,8 +66,10 @@ def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
 
         data = lower_to_msccl(sched, name=f"{kind}-{coll.kind.value}-{topo.name}")
     write_atomic(output, data)
-    info = sim_summary(topo, coll, sim, predicted_s=sched.finish_time_s,
+    info = sim_summary(topo, sched.collective, sim, predicted_s=sched.finish_time_s,
                        backend=sched.info.backend)
+    info["chunks_per_rank"] = sched.collective.chunks_per_rank
+    info["notes"] = list(sched.info.notes)
     info["output"] = output
     if kw["timeline"]:
         from te_ccl.simulate.timeline import draw_timeline
@@ -68,4 +81,39 @@ def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
     elif output != "-":
         for table in sim_tables(info, sim):
             err_console.print(table)
+        for note in sched.info.notes:
+            err_console.print(f"note: {note}")
         err_console.print(f"wrote {output}")
+
+
+def _built(kind: str, topo: Topology, coll: Collective) -> tuple[Schedule, SimResult]:
+    """Baseline ``kind`` for ``coll``, checked by the schedule checker, and its replay."""
+    from te_ccl.baselines import build_baseline
+    from te_ccl.errors import VerificationError
+    from te_ccl.simulate import simulate_schedule
+    from te_ccl.verify.schedule_check import check_schedule
+
+    sched = build_baseline(kind, topo, coll)
+    bad = check_schedule(sched)
+    if bad:
+        raise VerificationError(f"baseline {kind} failed the schedule check: {bad[0].message}")
+    return sched, simulate_schedule(sched)
+
+
+def _fastest_chunking(kind: str, topo: Topology, coll: Collective
+                      ) -> tuple[Schedule, SimResult]:
+    """``--chunks auto``: the baseline at each chunking of
+    :func:`te_ccl.chunking.chunk_candidates`, the earliest simulated finish kept (ties:
+    fewer chunks), with a note of what was tried."""
+    from te_ccl.chunking import chunk_candidates
+
+    best, tried = None, []
+    for k in chunk_candidates(topo, coll):
+        sched, sim = _built(kind, topo, replace(coll, chunks_per_rank=k))
+        tried.append(f"{k}: {sim.finish_time_s:.4g} s")
+        if best is None or sim.finish_time_s < best[1].finish_time_s * (1 - 1e-9):
+            best = (sched, sim)
+    sched, sim = best
+    note = (f"chunks auto: picked {sched.collective.chunks_per_rank} per rank by simulated "
+            f"time (tried {'; '.join(tried)})")
+    return sched.with_info(notes=sched.info.notes + (note,)), sim

@@ -28,6 +28,7 @@ sources, ``out_index`` in the output buffer of its destinations) in units of
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -107,8 +108,29 @@ class Collective:
         return self.chunks_per_rank
 
     @property
-    def chunk_bytes(self) -> int:
-        return self.size_bytes // self.nchunks
+    def commodities(self) -> int:
+        """How many chunks :meth:`chunks` yields, without building them."""
+        if self.kind is CollectiveKind.CUSTOM:
+            return sum(d.chunks for d in self.demands)
+        if self.kind is CollectiveKind.ALLTOALL:
+            return self.nranks * self.nchunks
+        return self.nchunks
+
+    @property
+    def chunk_bytes(self) -> float:
+        """Bytes per chunk: exact (an int) when the chunks divide the size, else the mean.
+
+        MSCCL algorithms do not depend on the size (the runtime divides whatever count it
+        is given), so a size the chunks do not divide is planned and timed with chunks of
+        the mean size, and :attr:`uneven` says so.
+        """
+        whole, rest = divmod(self.size_bytes, self.nchunks)
+        return whole if not rest else self.size_bytes / self.nchunks
+
+    @property
+    def uneven(self) -> bool:
+        """The chunks do not divide ``size_bytes`` (see :attr:`chunk_bytes`)."""
+        return self.size_bytes % self.nchunks != 0
 
     @property
     def is_reduction(self) -> bool:
@@ -140,7 +162,11 @@ class Collective:
 
     def chunks(self) -> tuple[Chunk, ...]:
         """The commodities, numbered 0.. in a fixed order (see the module docstring)."""
-        return tuple(_CHUNK_BUILDERS[self.kind](self))
+        return tuple(self.iter_chunks())
+
+    def iter_chunks(self) -> Iterator[Chunk]:
+        """:meth:`chunks` one at a time (to count or stop early without building them all)."""
+        return _CHUNK_BUILDERS[self.kind](self)
 
 
 def _allgather(c: Collective):

@@ -31,6 +31,7 @@ from te_ccl.topology.model import Link, Topology
 __all__ = ["EPOCH_POLICIES", "LinkTiming", "link_timing", "epoch_duration"]
 
 EPOCH_POLICIES = ("fastest", "slowest")
+MAX_SPREAD = 64  # the slowest link's chunk time in epochs, at most, under ``fastest``
 _EPS = 1e-9
 
 
@@ -76,7 +77,10 @@ def link_timing(link: Link, chunk_bytes: float, epoch_s: float) -> LinkTiming:
 def epoch_duration(topology: Topology, chunk_bytes: float, policy: str | float = "fastest") -> float:
     """τ in seconds: ``fastest``/``slowest`` link's ``C/b + α``, or a given number of seconds.
 
-    ``fastest`` (default) lets the fastest link move one chunk per epoch, α included;
+    ``fastest`` (default) lets the fastest link move one chunk per epoch, α included, but
+    keeps τ at least 1/:data:`MAX_SPREAD` of the slowest link's chunk time: tiny chunks on
+    links with and without latency (0 vs 2 µs for 1 byte) would otherwise need ~10⁵
+    epochs per hop (the shipped topologies spread at most 12×, so this never binds there);
     ``slowest`` makes every link carry at least one chunk per epoch (fewer epochs, coarser).
 
     >>> from te_ccl.topology import Link, Node, Topology
@@ -92,7 +96,7 @@ def epoch_duration(topology: Topology, chunk_bytes: float, policy: str | float =
     if not times:
         raise SpecError("the topology has no links", key="links")
     if policy == "fastest":
-        return min(times)
+        return max(min(times), max(times) / MAX_SPREAD)
     if policy == "slowest":
         return max(times)
     raise SpecError(f"expected one of {', '.join(EPOCH_POLICIES)} or seconds, got {policy!r}",

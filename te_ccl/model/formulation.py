@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from te_ccl.model import constraints as cons
+from te_ccl.model.deadline import checked
 from te_ccl.model.problem import Problem
 from te_ccl.model.ten import TimeExpandedNetwork
 
@@ -51,17 +52,17 @@ def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None
     ten = ten or TimeExpandedNetwork(problem, horizon, start_limit)
     copies, buffered = problem.copy_nodes, problem.buffered_nodes
     rows: list[cons.Row] = []
-    rows += cons.capacity(ten)
-    rows += cons.hold(ten, lambda n: n in copies and n in buffered)
-    rows += cons.cut_through(ten, lambda n: n in copies and n not in buffered)
-    rows += cons.conserve(ten, lambda n: n not in copies and n in buffered)
-    rows += cons.route(ten, lambda n: n not in copies and n not in buffered)
+    rows += checked(cons.capacity(ten))
+    rows += checked(cons.hold(ten, lambda n: n in copies and n in buffered))
+    rows += checked(cons.cut_through(ten, lambda n: n in copies and n not in buffered))
+    rows += checked(cons.conserve(ten, lambda n: n not in copies and n in buffered))
+    rows += checked(cons.route(ten, lambda n: n not in copies and n not in buffered))
     if demands:
-        rows += cons.demand(ten)
+        rows += checked(cons.demand(ten))
     if problem.tree or receive_once:
-        rows += cons.tree(ten)
+        rows += checked(cons.tree(ten))
     if problem.relay_limit:
-        rows += cons.relay(ten)
+        rows += checked(cons.relay(ten))
     variables: dict[tuple, int] = {x: 1 for x in ten.x}
     width = max((len(d.destinations) for d in problem.demands), default=1)
     for terms, _, _ in rows:

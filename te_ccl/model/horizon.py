@@ -18,6 +18,7 @@ from collections import Counter
 import networkx as nx
 
 from te_ccl.errors import SolverError
+from te_ccl.model.deadline import check
 from te_ccl.model.problem import Problem
 from te_ccl.model.ten import TimeExpandedNetwork
 from te_ccl.topology.model import Link, Topology
@@ -81,6 +82,7 @@ def horizon_lower_bound(problem: Problem) -> int:
             lo = max(lo, first[v])
             need[v] += 1
     for v, n in need.items():
+        check()
         h = lo
         while _deliverable(problem, v, h) < n:
             h += 1

@@ -26,9 +26,11 @@ from te_ccl.errors import SpecError
 from te_ccl.model.epochs import LinkTiming, epoch_duration, link_timing
 from te_ccl.topology.model import Topology
 
-__all__ = ["Demand", "State", "Problem", "make_problem", "build_problem", "demands_of"]
+__all__ = ["Demand", "State", "Problem", "make_problem", "build_problem", "demands_of",
+           "members_of", "MAX_DELAY_EPOCHS"]
 
 Key = tuple[str, str]
+MAX_DELAY_EPOCHS = 10_000  # epochs one hop may take: the model grows with it
 
 
 @dataclass(frozen=True)
@@ -83,10 +85,14 @@ class Problem:
 
 
 def make_problem(topology: Topology, chunk_bytes: float, demands: tuple[Demand, ...], *,
-                 epoch_s: float, tree: bool = False, multicast: bool = True) -> Problem:
+                 epoch_s: float, tree: bool = False, multicast: bool = True,
+                 members: frozenset[str] | None = None) -> Problem:
     """Node roles and link timings for ``demands`` on ``topology`` with epochs of ``epoch_s``.
 
     ``multicast=False`` forbids copies everywhere (pure flows: the LP backend).
+    ``members``: the GPUs running the collective (None: all). The runtime runs the
+    algorithm on those alone, so links to or from any other GPU are left out: chunks
+    relay through members and switches only.
     """
     copy_nodes, buffered = set(), set()
     for n in topology.nodes:
@@ -97,7 +103,16 @@ def make_problem(topology: Topology, chunk_bytes: float, demands: tuple[Demand, 
             copy_nodes.add(n.name)
     limit = {n.name: int(n.buffer_bytes // chunk_bytes) for n in topology.nodes
              if n.is_gpu and n.buffer_bytes is not None}
-    timings = {k.key: link_timing(k, chunk_bytes, epoch_s) for k in topology.links}
+    outside = set() if members is None else set(topology.gpus) - members
+    timings = {k.key: link_timing(k, chunk_bytes, epoch_s) for k in topology.links
+               if k.src not in outside and k.dst not in outside}
+    slowest = max(timings.values(), key=lambda lt: lt.delay, default=None)
+    if slowest is not None and slowest.delay > MAX_DELAY_EPOCHS:
+        u, v = slowest.key
+        raise SpecError(f"epochs of {epoch_s:.3g} s are too short for {chunk_bytes:.6g}-byte "
+                        f"chunks: one crosses {u}→{v} in {slowest.delay} epochs, at most "
+                        f"{MAX_DELAY_EPOCHS} fit a model (use a longer epoch, or fastest)",
+                        key="epoch")
     held = frozenset((d.chunk, s) for d in demands for s in d.sources)
     return Problem(topology, chunk_bytes, epoch_s, timings, demands, frozenset(copy_nodes),
                    frozenset(buffered), limit, tree, State(held=held))
@@ -128,4 +143,10 @@ def build_problem(topology: Topology, collective: Collective,
         raise SpecError(f"size {collective.size_bytes} bytes is too small for "
                         f"{collective.nchunks} chunks", key="size")
     return make_problem(topology, chunk, demands_of(topology, collective),
-                        epoch_s=epoch_duration(topology, chunk, epoch), multicast=multicast)
+                        epoch_s=epoch_duration(topology, chunk, epoch), multicast=multicast,
+                        members=members_of(topology, collective))
+
+
+def members_of(topology: Topology, collective: Collective) -> frozenset[str]:
+    """The GPUs running ``collective`` (its ranks')."""
+    return frozenset(topology.gpu(r) for r in collective.ranks)

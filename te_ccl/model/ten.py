@@ -23,12 +23,15 @@ import heapq
 from collections import defaultdict
 from functools import cached_property
 
+from te_ccl.errors import SolverError
+from te_ccl.model.deadline import checked
 from te_ccl.model.problem import Demand, Problem
 
 __all__ = ["TimeExpandedNetwork", "XKey", "distances"]
 
 XKey = tuple[int, tuple[str, str], int]
 INF = 1 << 30
+MAX_VARIABLES = 5_000_000  # ~1 GB of Python keys and rows: beyond, refuse rather than swap
 
 
 def distances(problem: Problem, starts: dict[str, int], *, reverse: bool = False) -> dict[str, int]:
@@ -62,8 +65,12 @@ class TimeExpandedNetwork:
         self.start_limit = horizon if start_limit is None else start_limit
         self.slack = slack
         self.x: list[XKey] = []
-        for d in problem.demands:
+        for d in checked(problem.demands):
             self.x.extend(self._chunk_vars(d))
+            if len(self.x) > MAX_VARIABLES:
+                raise SolverError(f"the model at horizon {horizon} would have more than "
+                                  f"{MAX_VARIABLES} transfer variables (the most one model "
+                                  "may hold); use fewer chunks or a coarser --epoch")
 
     def unmet(self, d: Demand) -> tuple[str, ...]:
         """Destinations that neither hold the chunk nor have it under way."""

@@ -202,7 +202,4 @@ def _build(src: _Source, topology: Topology) -> Collective:
                    chunks_per_rank=src.get("chunks", positive_int, 1), root=root,
                    inplace=src.get("inplace", as_bool, False),
                    proto=src.get("proto", _proto, "Simple"), demands=demands)
-    if c.size_bytes % c.nchunks:
-        raise src.error("size", f"{c.size_bytes} bytes do not divide into {c.nchunks} equal "
-                                f"chunks ({c.describe()}); pick a multiple of {c.nchunks}")
     return c

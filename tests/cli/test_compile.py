@@ -93,7 +93,7 @@ def test_spec_file_with_flag_override(teccl, tmp_path):
 
 def test_bad_input_exit_2_and_no_file(teccl, tmp_path):
     out = tmp_path / "never.xml"
-    code, stdout, err = teccl("compile", "dgx1", "-c", "allgather", "--size", "1000",
+    code, stdout, err = teccl("compile", "dgx1", "-c", "allgather", "--size", "1000.5",
                               "--chunks", "3", "-o", str(out))
     assert code == 2 and not out.exists()
     assert "size" in err and len(err.strip().splitlines()) == 1

@@ -39,8 +39,8 @@ def _relay_line(limit_bytes: int) -> Topology:
 
 
 def test_buffer_limit_counts_relayed_chunks():
-    # AllGather of the two end GPUs: the middle GPU must relay both chunks
-    coll = Collective(CollectiveKind.ALLGATHER, 2000, (0, 2))
+    # AlltoAll on a line: the middle GPU relays g0's chunk for g2 and g2's for g0
+    coll = Collective(CollectiveKind.ALLTOALL, 3000, (0, 1, 2))
     with pytest.raises(SolverError, match="infeasible"):
         solve_milp(build_problem(_relay_line(1000), coll), P, Clock(10))
     topo = _relay_line(2000)
@@ -48,15 +48,20 @@ def test_buffer_limit_counts_relayed_chunks():
     assert check_schedule(Schedule(topo, coll, 1e-6, r.transfers)) == []
 
 
-def test_buffer_limit_reroutes_around_a_full_gpu():
-    # two routes g0 -> g3: through g1 (no relay room) or through g2
-    nodes = [Node("g0"), Node("g1", buffer_bytes=0), Node("g2"), Node("g3")]
+def _diamond(g1_buffer: int) -> Topology:
+    nodes = [Node("g0"), Node("g1", buffer_bytes=g1_buffer), Node("g2"), Node("g3")]
     pairs = [("g0", "g1"), ("g1", "g3"), ("g0", "g2"), ("g2", "g3")]
-    topo = Topology.build("d", nodes, [Link(a, b, 1e9) for a, b in pairs]
+    return Topology.build("d", nodes, [Link(a, b, 1e9) for a, b in pairs]
                           + [Link(b, a, 1e9) for a, b in pairs])
-    coll = Collective(CollectiveKind.ALLGATHER, 4000, (0, 3), chunks_per_rank=2)
+
+
+def test_buffer_limit_reroutes_around_a_full_gpu():
+    # g0 -> g3 through g1 (no relay room) or through g2
+    topo = _diamond(0)
+    coll = Collective(CollectiveKind.GATHER, 8000, (0, 1, 2, 3), chunks_per_rank=2, root=3)
     r = solve_milp(build_problem(topo, coll), P, Clock(10))
-    assert "g1" not in {t.dst for t in r.transfers}
+    own = {c.id for c in coll.chunks() if c.sources == (1,)}
+    assert all(t.chunk in own for t in r.transfers if t.src == "g1")
     assert check_schedule(Schedule(topo, coll, 1e-6, r.transfers)) == []
 
 
@@ -72,16 +77,12 @@ def test_reverse_in_time_keeps_delays():
     assert ts == [Transfer(0, "b", "a", 3, 5, "reduce")]
 
 
-@pytest.mark.parametrize("kind", ["allreduce", "alltoall", "reducescatter"])
+@pytest.mark.parametrize("kind, root", [("alltoall", None), ("gather", 3), ("scatter", 0)])
 @pytest.mark.parametrize("backend", ["milp", "lp", "rounds"])
-def test_buffer_limits_hold_for_every_backend(kind, backend):
-    # g1 may relay one chunk; AllReduce relays in both phases and must count both
+def test_buffer_limits_hold_for_every_backend(kind, root, backend):
+    # g1 may relay two chunks of others; every backend keeps to it
     from te_ccl.solve import solve
 
-    nodes = [Node("g0"), Node("g1", buffer_bytes=2000), Node("g2"), Node("g3")]
-    pairs = [("g0", "g1"), ("g1", "g3"), ("g0", "g2"), ("g2", "g3")]
-    topo = Topology.build("d", nodes, [Link(a, b, 1e9) for a, b in pairs]
-                          + [Link(b, a, 1e9) for a, b in pairs])
-    coll = Collective(CollectiveKind(kind), 8000, (0, 3), chunks_per_rank=2)
-    s = solve(topo, coll, SolveParams(backend=backend, time_limit_s=10))
+    coll = Collective(CollectiveKind(kind), 8000, (0, 1, 2, 3), chunks_per_rank=2, root=root)
+    s = solve(_diamond(2000), coll, SolveParams(backend=backend, time_limit_s=10))
     assert check_schedule(s) == []

@@ -87,8 +87,8 @@ BAD_FILES = {
     "root outside ranks": ("collective: broadcast\nsize: 1MB\nranks: 0-3\nroot: 5\n",
                            "c.yaml:4: root: root 5 is not one of the ranks [0, 1, 2, 3]"),
     "root not taken": ("collective: allreduce\nsize: 1MB\nroot: 0\n", "allreduce has no root"),
-    "not divisible": ("collective: allgather\nsize: 1000\nchunks: 3\n",
-                      "size: 1000 bytes do not divide into 24 equal chunks"),
+    "fractional bytes": ("collective: allgather\nsize: 1.5B\nchunks: 3\n",
+                         "size: expected a whole number of bytes"),
     "zero chunks": ("collective: allgather\nsize: 1MB\nchunks: 0\n", "expected an integer >= 1"),
     "bad proto": ("collective: allgather\nsize: 1MB\nproto: Fast\n",
                   "proto: expected Simple, LL or LL128"),
@@ -123,8 +123,8 @@ def test_bad_collective_files(dgx1, tmp_path, case):
     ({"collective": "allgather", "size": "1MB", "ranks": "0-12"}, "--ranks: rank 12 is not in"),
     ({"collective": "broadcast", "size": "1MB", "ranks": "0-3", "root": 6},
      "--root: root 6 is not one of the ranks"),
-    ({"collective": "allgather", "size": "1MB", "chunks": 3},
-     "--size: 1000000 bytes do not divide into 24 equal chunks"),
+    ({"collective": "allgather", "size": "1.0000001MB"},
+     "--size: expected a whole number of bytes, got '1.0000001MB' (1000000.1 bytes)"),
     ({"collective": "allgather", "size": "-1MB"}, "--size: expected a positive size"),
 ])
 def test_bad_flags(dgx1, flags, fragment):
@@ -155,3 +155,8 @@ def test_rooted_collectives_default_to_the_first_rank(kind):
     assert load_collective(topo, None, collective=kind, size="1MB").root == 0
     assert load_collective(topo, None, collective=kind, size="1MB", ranks="2-5").root == 2
     assert load_collective(topo, None, collective=kind, size="1MB", root="3").root == 3
+
+
+def test_a_size_the_chunks_do_not_divide_loads_with_the_mean_chunk(dgx1):
+    c = load_collective(dgx1, None, collective="allgather", size="1000", chunks=3)
+    assert c.uneven and c.chunk_bytes == pytest.approx(1000 / 24)

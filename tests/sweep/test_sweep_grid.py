@@ -54,7 +54,7 @@ def test_schema_errors_name_file_and_key(grid_file, text, key, words):
      "sizes: [1MB]\n", "collectives[1].root", "rank 9"),
     ("topologies: [ring8]\ncollectives: [allgaher]\nsizes: [1MB]\n", "collectives[0]",
      "allgather"),
-    ("topologies: [ring8]\ncollectives: [allgather]\nsizes: [1001B]\n", "sizes[0]", ""),
+    ("topologies: [ring8]\ncollectives: [allgather]\nsizes: [1000.5B]\n", "sizes[0]", ""),
     ("topologies: [ring8]\ncollectives: [allgather, {collective: AllGather}]\nsizes: [1MB]\n",
      "collectives[1]", "same collective as collectives[0]"),
 ])

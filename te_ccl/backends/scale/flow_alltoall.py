@@ -211,18 +211,28 @@ def _torus_weights(topology: Topology, demand: dict[Key, float], rate: dict[Key,
     return best, weights
 
 
+def _routable(problem: Problem) -> Topology:
+    """``problem``'s topology with only the links it may use (a rank subset's)."""
+    topo = problem.topology
+    if len(problem.timings) == len(topo.links):
+        return topo
+    return Topology.build(topo.name, topo.nodes,
+                          [k for k in topo.links if k.key in problem.timings])
+
+
 def _weights(problem: Problem, demand: dict[Key, float], rate: dict[Key, float], clock: Clock
              ) -> tuple[float, dict[Key, dict[Path, float]], str]:
     """(T*, pair → path weights, how): the torus orbit LP if it applies, else per source."""
-    on_torus = _torus_weights(problem.topology, demand, rate, clock.left)
+    topology = _routable(problem)
+    on_torus = _torus_weights(topology, demand, rate, clock.left)
     if on_torus is not None:
         return (*on_torus, "one source on the torus orbit, translated")
-    best, flows = concurrent_flow(problem.topology, demand, rate, clock.left)
+    best, flows = concurrent_flow(topology, demand, rate, clock.left)
     weights: dict[Key, dict[Path, float]] = {}
     for s, flow in flows.items():
         sinks = {d: u for (x, d), u in demand.items() if x == s}
         weights.update({(s, d): w for d, w in
-                        flow_paths(problem.topology, s, flow, sinks).items()})
+                        flow_paths(topology, s, flow, sinks).items()})
     return best, weights, f"{len(flows)} per-source commodities"
 
 

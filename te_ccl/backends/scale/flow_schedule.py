@@ -57,7 +57,8 @@ class _Slots:
         That needs one occupancy ``k`` for all of them, one ``delay mod k`` for the slow
         in-links, and buffered far ends (a grid an in-link cannot reach would deadlock).
         """
-        ins, outs = problem.topology.in_links(sw), problem.topology.out_links(sw)
+        ins = [k for k in problem.topology.in_links(sw) if k.key in index]
+        outs = [k for k in problem.topology.out_links(sw) if k.key in index]
         if any(x not in problem.buffered_nodes for x in [k.src for k in ins] +
                [k.dst for k in outs]):
             return

@@ -87,7 +87,8 @@ def net_of(problem: Problem) -> Net:
 def _partners(keys: list[tuple[str, str]], g: nx.Graph, reverse: bool) -> np.ndarray:
     """Per link ``u → v`` the link ``w → u`` whose chunks it forwards first, else −1.
 
-    On a reversed graph (``reverse``: a reduction played backwards) the pairing is
+    On a reversed graph (``reverse``: a reduction played backwards) the pairing is that
+    of the original graph (whose out-neighbours are the reversed graph's in-neighbours)
     inverted, so that both phases of an AllReduce relay with the same pairs once the
     first is turned around (a GPU's 3-cycle would otherwise run both ways)."""
     index = {k: i for i, k in enumerate(keys)}
@@ -98,8 +99,11 @@ def _partners(keys: list[tuple[str, str]], g: nx.Graph, reverse: bool) -> np.nda
         ins[v].append(u)
     out = np.full(len(keys), -1, dtype=np.int64)
     for u, vs in outs.items():
-        pairs = _pairing(u, ins[u], vs, g)
-        for v, w in ({w: v for v, w in pairs.items()} if reverse else pairs).items():
+        if reverse:  # the pairing on the graph before reversal, turned around
+            pairs = {v: w for w, v in _pairing(u, vs, ins[u], g).items()}
+        else:
+            pairs = _pairing(u, ins[u], vs, g)
+        for v, w in pairs.items():
             out[index[(u, v)]] = index[(w, u)]
     return out
 

@@ -36,7 +36,13 @@ from te_ccl.backends.scale.msccl_budget import max_subchunks
 from te_ccl.backends.scale.symmetry import TorusSymmetry, torus_symmetry, tree_leaves
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
-from te_ccl.model.problem import Demand, build_problem, make_problem
+from te_ccl.model.problem import (
+    MAX_DELAY_EPOCHS,
+    Demand,
+    build_problem,
+    make_problem,
+    members_of,
+)
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
@@ -157,8 +163,8 @@ def scale_plan(topology: Topology, collective: Collective, cap: int | None = Non
     >>> from te_ccl.topology.generators import torus
     >>> c = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
     >>> sub, tau, k = scale_plan(torus([4, 4], 50e9), c)
-    >>> k, sub.chunks_per_rank, sub.chunk_bytes, tau == sub.chunk_bytes / 50e9
-    (48, 48, 1365, True)
+    >>> k, sub.chunks_per_rank, round(sub.chunk_bytes, 1), tau == sub.chunk_bytes / 50e9
+    (48, 48, 1365.3, True)
     """
     if collective.kind in (CollectiveKind.CUSTOM,) or not collective.ranks:
         raise SpecError("the scale backend compiles the standard collectives only",
@@ -174,7 +180,9 @@ def scale_plan(topology: Topology, collective: Collective, cap: int | None = Non
     k = min(k, cap or k)
     sub = replace(collective, chunks_per_rank=collective.chunks_per_rank * k)
     fastest = max(link.bandwidth_Bps for link in topology.links)
-    return sub, sub.chunk_bytes / fastest, k
+    # tiny sub-chunks: no hop may take more epochs than a model holds
+    slowest = max(link.transfer_time_s(sub.chunk_bytes) for link in topology.links)
+    return sub, max(sub.chunk_bytes / fastest, slowest / MAX_DELAY_EPOCHS), k
 
 
 def _fan_out(topology: Topology, c: Collective, owner: dict[int, int], tau: float,
@@ -187,7 +195,8 @@ def _fan_out(topology: Topology, c: Collective, owner: dict[int, int], tau: floa
         if dests:
             demands.append(Demand(x.id, (topology.gpu(owner[x.id]),), dests))
     topo = topology.reversed() if reverse else topology
-    return make_problem(topo, c.chunk_bytes, tuple(demands), epoch_s=tau, tree=reverse)
+    return make_problem(topo, c.chunk_bytes, tuple(demands), epoch_s=tau, tree=reverse,
+                        members=members_of(topology, c))
 
 
 def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams, clock: Clock,

@@ -28,7 +28,7 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from te_ccl.collective.model import Chunk, Collective, CollectiveKind
-from te_ccl.errors import TecclError
+from te_ccl.errors import SpecError
 from te_ccl.lower.msccl.ir import Buf, Op, Slot
 
 if TYPE_CHECKING:
@@ -152,8 +152,8 @@ class Layout:
 def buffer_layout(collective: Collective) -> Layout:
     """The layout of ``collective``; custom demands have no MSCCL collective."""
     if collective.kind is K.CUSTOM:
-        raise TecclError("custom demands have no MSCCL collective type; "
-                         "export the schedule as JSON instead")
+        raise SpecError("custom demands have no MSCCL collective type; write the schedule "
+                        "as JSON (-o FILE.json or --format json)", key="--format")
     return Layout(collective)
 
 

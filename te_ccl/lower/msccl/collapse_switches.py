@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import NamedTuple
 
-from te_ccl.errors import TecclError
+from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.schedule import Schedule, Transfer
 
 __all__ = ["Edge", "collapse_switches"]
@@ -108,9 +108,10 @@ def _match_copy(key, incoming, outgoing, transfers) -> list[tuple[int, int]]:
 def _match_reduce(key, incoming, outgoing, transfers) -> list[tuple[int, int]]:
     """Partials pass a switch one to one; a switch that merges them cannot be lowered."""
     if len(incoming) != len(outgoing):
-        raise TecclError(f"switch {key[0]} adds partials of chunk {key[1]} ({len(incoming)} in, "
-                         f"{len(outgoing)} out): in-switch reduction cannot be expressed in "
-                         "MSCCL XML (use the FRED switch tables for such topologies)")
+        raise RuntimeLimitError(f"switch {key[0]} adds partials of chunk {key[1]} "
+                                f"({len(incoming)} in, {len(outgoing)} out): in-switch "
+                                "reduction cannot be expressed in MSCCL XML (write JSON, or "
+                                "use the FRED switch tables for such topologies)")
     for i, o in zip(incoming, outgoing, strict=True):
         if transfers[i].arrive_epoch > transfers[o].start_epoch:
             raise TecclError(f"switch {key[0]} forwards a partial of chunk {key[1]} in epoch "
