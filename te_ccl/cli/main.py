@@ -14,16 +14,20 @@ import click
 from te_ccl import __version__
 from te_ccl.errors import TecclError
 
-# name -> "module:attribute"; imported only when the command runs, so startup stays fast.
-COMMANDS: dict[str, str] = {
-    "verify": "te_ccl.cli.verify:verify_cmd",
-    "topo": "te_ccl.cli.topo:topo",
-    "fred": "te_ccl.cli.fred:fred",
-    "compile": "te_ccl.cli.compile:compile_cmd",
-    "sweep": "te_ccl.cli.sweep:sweep_cmd",
-    "simulate": "te_ccl.cli.simulate:simulate_cmd",
-    "baseline": "te_ccl.cli.baseline:baseline_cmd",
-    "bench": "te_ccl.cli.bench:bench_cmd",
+# name -> ("module:attribute", short help): a command's module is imported only when it
+# runs (or its own --help is asked for), so `teccl --help` loads no solver, graph or
+# numeric library (tests/cli/test_startup.py counts what it imports).
+COMMANDS: dict[str, tuple[str, str]] = {
+    "baseline": ("te_ccl.cli.baseline:baseline_cmd",
+                 "Build a baseline (ring, ring-bidir, tree, direct, hierarchical)."),
+    "bench": ("te_ccl.cli.bench:bench_cmd", "Run a benchmark suite and judge the targets."),
+    "compile": ("te_ccl.cli.compile:compile_cmd", "Compile a collective on TOPOLOGY."),
+    "fred": ("te_ccl.cli.fred:fred", "FRED wafer-scale fabric: switch, routing, evaluation."),
+    "simulate": ("te_ccl.cli.simulate:simulate_cmd",
+                 "Replay a schedule or an MSCCL XML file with link contention."),
+    "sweep": ("te_ccl.cli.sweep:sweep_cmd", "Compile every point of a GRID into a library."),
+    "topo": ("te_ccl.cli.topo:topo", "List, show, import and calibrate topologies."),
+    "verify": ("te_ccl.cli.verify:verify_cmd", "Check an MSCCL XML algorithm."),
 }
 
 
@@ -32,11 +36,15 @@ class LazyGroup(click.Group):
         return sorted(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        target = COMMANDS.get(name)
-        if target is None:
+        if name not in COMMANDS:
             return None
-        module, attr = target.split(":")
+        module, attr = COMMANDS[name][0].split(":")
         return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list from :data:`COMMANDS`, without importing any command."""
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, COMMANDS[name][1]) for name in self.list_commands(ctx)])
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
