@@ -1,7 +1,8 @@
-"""``teccl topo list`` and ``teccl topo show``: the shipped topologies and what a topology is.
+"""``teccl topo list|show|import|calibrate``: shipped topologies, real machines, measurements.
 
-The tables are the command's data, so they go to stdout; ``--json`` prints one JSON
-object instead.
+The tables and the written YAML are the command's data, so they go to stdout (or
+``-o``); the import's sanity report goes to stderr. ``--json`` prints one JSON
+object instead of a table.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import click
 from rich.table import Table
 
 from te_ccl.cli.common import emit_json, out_console
+from te_ccl.errors import SpecError
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology.metrics import link_groups, summarize
 from te_ccl.topology.model import Topology
@@ -20,7 +22,7 @@ __all__ = ["topo"]
 
 @click.group()
 def topo() -> None:
-    """List the shipped topologies or show one (name or YAML file)."""
+    """List, show, import (NCCL XML, nvidia-smi, rocm-smi) or calibrate topologies."""
 
 
 def _overview(t: Topology) -> dict:
@@ -110,3 +112,70 @@ def show_command(topology: str, as_json: bool) -> None:
         emit_json(data)
     else:
         _print_show(data)
+
+
+def write_atomically(output: str, text: str) -> None:
+    """Write ``text`` to ``output`` whole or not at all ('-' is stdout)."""
+    if output == "-":
+        click.echo(text, nl=False)
+        return
+    import os
+    import tempfile
+    from pathlib import Path
+
+    target = Path(output)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".",
+                                   prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, target)
+    except OSError as e:
+        raise SpecError(f"cannot write: {e.strerror}", file=output, key="--output") from None
+
+
+@topo.command("import")
+@click.argument("file")
+@click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
+              help="Topology YAML to write; '-' for stdout.")
+@click.option("--arch", metavar="GEN", help="GPU generation when the dump does not say: "
+              "an sm number (80, 90) or a gfx target (gfx90a, gfx942).")
+@click.option("--nodes", type=int, default=1, show_default=True,
+              help="Compose this many copies of the node through their NICs.")
+@click.option("--fabric", type=click.Choice(["rail", "fat-tree", "single-switch"]),
+              default="rail", show_default=True, help="How --nodes copies are joined.")
+@click.option("--spine-bw", metavar="BW", help="Spine bandwidth per leaf or rail (e.g. "
+              "400Gbps); fat-tree default: full bisection; rail default: no spine.")
+@click.option("--name", metavar="NAME", help="Topology name (default: the file's stem).")
+def import_command(file: str, output: str, arch: str | None, nodes: int, fabric: str,
+                   spine_bw: str | None, name: str | None) -> None:
+    """Turn a topology dump into a topology YAML, with a sanity report on stderr.
+
+    FILE is NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE, a cloud NCCL_TOPO_FILE),
+    `nvidia-smi topo -m` or `rocm-smi --showtopo` output. Every command that takes a
+    topology also accepts such a file directly.
+    """
+    from dataclasses import replace
+
+    from te_ccl.importers import ImportOptions, import_file
+    from te_ccl.importers.yaml_out import topology_yaml
+    from te_ccl.spec.topology import topology_from_data
+    from te_ccl.spec.yamlio import parse_yaml
+    from te_ccl.units import UnitError, parse_bandwidth
+
+    try:
+        spine = parse_bandwidth(spine_bw) if spine_bw else None
+    except UnitError as e:
+        raise SpecError(str(e), key="--spine-bw") from None
+    result = import_file(file, ImportOptions(arch=arch, nodes=nodes, fabric=fabric,
+                                             spine_Bps=spine))
+    topo = replace(result.topology, name=name) if name else result.topology
+    report = result.report.lines()
+    text = topology_yaml(topo, [f"Imported by `teccl topo import` from {file} "
+                                f"({result.format}).", "Sanity report:"] + report)
+    topology_from_data(parse_yaml(text, output), output)  # what we write must load back
+    write_atomically(output, text)
+    click.echo(f"{topo.name}: {topo.ngpus} GPUs, {len(topo.switches)} switches, "
+               f"{len(topo.links)} directed links", err=True)
+    for line in report:
+        click.echo(line, err=True)
