@@ -77,6 +77,8 @@ def import_file(path: str | Path, options: ImportOptions = ImportOptions(),
     """Read the dump at ``path`` into a validated topology and its sanity report."""
     from te_ccl.importers.cluster import compose
 
+    if options.nodes < 1:
+        raise SpecError(f"expected at least 1 node, got {options.nodes}", key="--nodes")
     path = Path(path)
     machine, kind = read_machine(path, label or str(path), options.arch)
     if options.nodes > 1:

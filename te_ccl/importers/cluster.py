@@ -36,12 +36,15 @@ MAX_NODES = 1024
 
 
 def _groups(machine: Machine) -> list[tuple[tuple[str, ...], float, float]]:
-    """(GPUs served, network bandwidth, PCIe bandwidth) per NIC group, in NIC order."""
+    """(GPUs served, network bandwidth, PCIe bandwidth) per NIC group, in NIC order.
+
+    Ports of a group add up, and so do their PCIe links (each port has its own).
+    """
     groups: dict[tuple[str, ...], list[float]] = {}
     for nic in machine.nics:
         bw = groups.setdefault(nic.gpus, [0.0, 0.0])
         bw[0] += nic.bandwidth_Bps
-        bw[1] = max(bw[1], nic.pcie_Bps)
+        bw[1] += nic.pcie_Bps
     return [(gpus, net, pcie) for gpus, (net, pcie) in groups.items()]
 
 

@@ -152,6 +152,10 @@ def parse_nvidia_smi(text: str, file: str, name: str, arch: str | None) -> Machi
                     raise SpecError(f"{row}/{col}: expected X on the diagonal, got {cell!r}",
                                     file=file, line=m.lines[row])
                 continue
+            if cell == "X":
+                raise SpecError(f"{row}/{col}: X off the diagonal; expected one entry per "
+                                "column (the rows and columns disagree)", file=file,
+                                line=m.lines[row])
             if cell not in _NV_CODES and not _NV_RE.match(cell):
                 raise SpecError(f"{row}/{col}: unknown link code {cell!r}; expected X, NV#, "
                                 "PIX, PXB, PHB, NODE or SYS", file=file, line=m.lines[row])
