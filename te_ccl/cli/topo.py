@@ -179,3 +179,62 @@ def import_command(file: str, output: str, arch: str | None, nodes: int, fabric:
                f"{len(topo.links)} directed links", err=True)
     for line in report:
         click.echo(line, err=True)
+
+
+@topo.command("calibrate")
+@click.argument("topology")
+@click.argument("measurements", nargs=-1, required=True)
+@click.option("-c", "--collective", metavar="KIND", help="allreduce, allgather, reducescatter, "
+              "alltoall or sendrecv, for files whose name or header does not say.")
+@click.option("--algorithm", metavar="ALGO", help="NCCL's algorithm: ring (default) or tree "
+              "for allreduce; direct for alltoall; p2p for sendrecv.")
+@click.option("--ranks", type=int, metavar="N", help="Ranks of the runs, when the output "
+              "does not list them (ranks 0..N-1 of TOPOLOGY).")
+@click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
+              help="Calibrated topology YAML; '-' for stdout.")
+def calibrate_command(topology: str, measurements: tuple[str, ...], collective: str | None,
+                      algorithm: str | None, ranks: int | None, output: str) -> None:
+    """Fit alpha and beta of TOPOLOGY's links from nccl-tests MEASUREMENTS.
+
+    Each file is the output of all_reduce_perf, all_gather_perf, reduce_scatter_perf,
+    alltoall_perf or sendrecv_perf run on the machine. The written topology carries the
+    fitted numbers and, in comments, each fit's residuals.
+    """
+    from dataclasses import replace
+
+    from te_ccl.importers.yaml_out import topology_yaml
+    from te_ccl.topology.calibrate import ALGORITHMS, apply_fit, fit_table
+    from te_ccl.topology.nccl_tests import read_nccl_tests
+    from te_ccl.units import format_bandwidth, format_time
+
+    topo = load_topology(topology)
+    if collective is not None and collective not in ALGORITHMS:
+        raise SpecError(f"expected one of {', '.join(ALGORITHMS)}, got {collective!r}",
+                        key="--collective")
+    notes = [f"Calibrated by `teccl topo calibrate` from {topo.name} and nccl-tests output.",
+             "Fits (T = steps*alpha + factor*S/beta, least squares in relative error):"]
+    for path in measurements:
+        table = read_nccl_tests(path)
+        kind = table.collective or collective
+        if kind is None:
+            raise SpecError("cannot tell which collective ran; expected -c KIND or a file "
+                            "name such as all_reduce_perf.txt", file=path)
+        algo = algorithm or ALGORITHMS[kind][0]
+        n = table.nranks or ranks
+        if n is None:
+            raise SpecError("the output lists no ranks; expected --ranks N", file=path)
+        fit = fit_table(table, kind, algo, n)
+        topo, applied = apply_fit(topo, fit, n)
+        notes += [f"  - {path}: {kind} ({algo}) on {n} ranks, {fit.samples} samples: alpha "
+                  f"{format_time(fit.alpha_s)} per step, beta {format_bandwidth(fit.beta_Bps)}; "
+                  f"relative residuals rms {fit.rms_rel:.2%}, max {fit.max_rel:.2%}",
+                  f"    set {applied.links} {applied.kind} links to "
+                  f"{format_bandwidth(applied.bandwidth_Bps)}, "
+                  f"{format_time(applied.latency_s)} each"]
+        notes += [f"    skipped {s}" for s in table.skipped]
+    topo = replace(topo, source=f"{topo.source} Calibrated from nccl-tests output: "
+                                f"{', '.join(measurements)}.".strip())
+    text = topology_yaml(topo, notes)
+    write_atomically(output, text)
+    for line in notes[1:]:
+        click.echo(line, err=True)
