@@ -140,6 +140,10 @@ def write_atomically(output: str, text: str) -> None:
               help="Topology YAML to write; '-' for stdout.")
 @click.option("--arch", metavar="GEN", help="GPU generation when the dump does not say: "
               "an sm number (80, 90) or a gfx target (gfx90a, gfx942).")
+@click.option("--nvswitch-links", type=int, metavar="N", help="For XML that lists no NVLinks "
+              "(cloud NCCL_TOPO_FILEs): every GPU has N NVLinks to an NVSwitch (needs --arch).")
+@click.option("--nic-bw", metavar="BW", help="Network rate of every NIC port (e.g. 200Gbps), "
+              "for dumps that do not give it.")
 @click.option("--nodes", type=int, default=1, show_default=True,
               help="Compose this many copies of the node through their NICs.")
 @click.option("--fabric", type=click.Choice(["rail", "fat-tree", "single-switch"]),
@@ -147,8 +151,9 @@ def write_atomically(output: str, text: str) -> None:
 @click.option("--spine-bw", metavar="BW", help="Spine bandwidth per leaf or rail (e.g. "
               "400Gbps); fat-tree default: full bisection; rail default: no spine.")
 @click.option("--name", metavar="NAME", help="Topology name (default: the file's stem).")
-def import_command(file: str, output: str, arch: str | None, nodes: int, fabric: str,
-                   spine_bw: str | None, name: str | None) -> None:
+def import_command(file: str, output: str, arch: str | None, nvswitch_links: int | None,
+                   nic_bw: str | None, nodes: int, fabric: str, spine_bw: str | None,
+                   name: str | None) -> None:
     """Turn a topology dump into a topology YAML, with a sanity report on stderr.
 
     FILE is NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE, a cloud NCCL_TOPO_FILE),
@@ -163,12 +168,15 @@ def import_command(file: str, output: str, arch: str | None, nodes: int, fabric:
     from te_ccl.spec.yamlio import parse_yaml
     from te_ccl.units import UnitError, parse_bandwidth
 
-    try:
-        spine = parse_bandwidth(spine_bw) if spine_bw else None
-    except UnitError as e:
-        raise SpecError(str(e), key="--spine-bw") from None
-    result = import_file(file, ImportOptions(arch=arch, nodes=nodes, fabric=fabric,
-                                             spine_Bps=spine))
+    def bandwidth(text: str | None, key: str) -> float | None:
+        try:
+            return parse_bandwidth(text) if text else None
+        except UnitError as e:
+            raise SpecError(str(e), key=key) from None
+
+    result = import_file(file, ImportOptions(
+        arch=arch, nvswitch_links=nvswitch_links, nic_Bps=bandwidth(nic_bw, "--nic-bw"),
+        nodes=nodes, fabric=fabric, spine_Bps=bandwidth(spine_bw, "--spine-bw")))
     topo = replace(result.topology, name=name) if name else result.topology
     report = result.report.lines()
     text = topology_yaml(topo, [f"Imported by `teccl topo import` from {file} "

@@ -9,7 +9,7 @@ was read, assumed and ignored.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from te_ccl.errors import SpecError
@@ -24,10 +24,14 @@ _SNIFF_BYTES = 4096
 
 @dataclass(frozen=True)
 class ImportOptions:
-    """``arch``: GPU generation for text dumps that do not name it (``90``, ``gfx942``);
+    """``arch``: GPU generation where the dump does not name it (``90``, ``gfx942``);
+    ``nvswitch_links``: NVLinks per GPU to an NVSwitch, for XML that lists none;
+    ``nic_Bps``: the network rate of every NIC port (dumps often do not carry it);
     ``nodes``/``fabric``/``spine_Bps``: compose a cluster of that many copies."""
 
     arch: str | None = None
+    nvswitch_links: int | None = None
+    nic_Bps: float | None = None
     nodes: int = 1
     fabric: str = "rail"
     spine_Bps: float | None = None
@@ -57,7 +61,7 @@ def sniff_format(path: Path) -> str | None:
     return None
 
 
-def read_machine(path: Path, label: str, arch: str | None = None) -> tuple[Machine, str]:
+def read_machine(path: Path, label: str, options: ImportOptions) -> tuple[Machine, str]:
     """One node read from ``path`` (``label`` names it in errors) and the format's name."""
     from te_ccl.importers import nccl_xml, smi_matrix
 
@@ -68,8 +72,11 @@ def read_machine(path: Path, label: str, arch: str | None = None) -> tuple[Machi
         raise SpecError("not a topology dump; expected NCCL topology XML, `nvidia-smi topo "
                         "-m` or `rocm-smi --showtopo` output", file=label, line=1)
     if kind == "nccl-xml":
-        return nccl_xml.read_nccl_xml(path, label), kind
-    return smi_matrix.read_smi(path, label, kind, arch), kind
+        return nccl_xml.read_nccl_xml(path, label, options.arch, options.nvswitch_links), kind
+    if options.nvswitch_links is not None:
+        raise SpecError("--nvswitch-links applies to NCCL topology XML only",
+                        key="--nvswitch-links")
+    return smi_matrix.read_smi(path, label, kind, options.arch), kind
 
 
 def import_file(path: str | Path, options: ImportOptions = ImportOptions(),
@@ -80,7 +87,11 @@ def import_file(path: str | Path, options: ImportOptions = ImportOptions(),
     if options.nodes < 1:
         raise SpecError(f"expected at least 1 node, got {options.nodes}", key="--nodes")
     path = Path(path)
-    machine, kind = read_machine(path, label or str(path), options.arch)
+    machine, kind = read_machine(path, label or str(path), options)
+    if options.nic_Bps:
+        machine.nics = [replace(n, bandwidth_Bps=options.nic_Bps) for n in machine.nics]
+        machine.report.add("assumed", f"given: every NIC port at {options.nic_Bps * 8 / 1e9:g} "
+                                      "Gb/s (--nic-bw)")
     if options.nodes > 1:
         topo = compose(machine, options.nodes, options.fabric, options.spine_Bps)
     else:

@@ -225,8 +225,13 @@ class _Reader:
                              speed * 1e6 / 8 if speed else None))
 
 
-def parse_nccl_xml(data: bytes, file: str, name: str) -> Machine:
-    """Parse NCCL topology XML ``data`` read from ``file`` into a :class:`Machine`."""
+def parse_nccl_xml(data: bytes, file: str, name: str, arch: str | None = None,
+                   nvswitch_links: int | None = None) -> Machine:
+    """Parse NCCL topology XML ``data`` read from ``file`` into a :class:`Machine`.
+
+    ``arch`` names the GPU generation where the file does not; ``nvswitch_links`` says
+    every GPU has that many NVLinks to an NVSwitch (for cloud files that list none).
+    """
     parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
                              dtd_validation=False, huge_tree=False, remove_comments=True)
     try:
@@ -245,16 +250,17 @@ def parse_nccl_xml(data: bytes, file: str, name: str) -> Machine:
                                          "(NCCL topology XML)")
     reader = _Reader(file)
     reader.walk(root, machine)
-    _build(reader, machine)
+    _build(reader, machine, arch, nvswitch_links)
     return machine
 
 
-def read_nccl_xml(path: Path, label: str) -> Machine:
+def read_nccl_xml(path: Path, label: str, arch: str | None = None,
+                  nvswitch_links: int | None = None) -> Machine:
     try:
         data = path.read_bytes()
     except OSError as e:
         raise SpecError(f"cannot read: {e.strerror}", file=label) from None
-    return parse_nccl_xml(data, label, path.stem)
+    return parse_nccl_xml(data, label, path.stem, arch, nvswitch_links)
 
 
 def _ranked_gpus(reader: _Reader) -> list[_Device]:
@@ -385,22 +391,49 @@ def _nearest_gpus(nic: _Device, gpus: list[_Device]) -> list[_Device]:
     return [g for g in gpus if closeness(g) == best]
 
 
-def _build(reader: _Reader, machine: Machine) -> None:
+def _assumed_nvswitch(machine: Machine, gpus: list[_Device], arch: str | None,
+                      links: int) -> bool:
+    """Join GPUs the file lists without NVLinks to an NVSwitch the user says they have."""
+    if machine.links:
+        raise SpecError("expected a dump that lists no NVLinks; this one lists "
+                        f"{len(machine.links)} NVLink/xGMI links", file=machine.file,
+                        key="--nvswitch-links")
+    if not 1 <= links <= _MAX_COUNT:
+        raise SpecError(f"expected 1..{_MAX_COUNT} links, got {links}", key="--nvswitch-links")
+    try:
+        per_link = hw.nvlink_per_link(arch or "")
+    except KeyError:
+        raise SpecError(f"unknown GPU generation {arch!r} for NVLink; expected --arch, one "
+                        f"of {hw.known_nvlink_generations()}", key="--arch") from None
+    machine.switches.append(switch_node("nvswitch", copy=True))
+    for d in gpus:
+        machine.add_both(d.name, "nvswitch", links * per_link.value, hw.NVLINK_LATENCY.value)
+    machine.report.add("assumed", f"given: every GPU has {links} NVLinks to an NVSwitch "
+                                  f"(modelled as one non-blocking switch); {per_link.source}")
+    machine.report.add("assumed", hw.NVLINK_LATENCY.source)
+    return True
+
+
+def _build(reader: _Reader, machine: Machine, arch_given: str | None = None,
+           nvswitch_links: int | None = None) -> None:
     gpus = _ranked_gpus(reader)
     if len(gpus) < 2:
         raise SpecError(f"expected at least 2 GPUs, found {len(gpus)} (a GPU is a <gpu> "
                         "element or a <pci> of a display/accelerator class)", file=reader.file)
     machine.gpus = [d.name for d in gpus]
-    arch = next((d.gpu.get("gcn") or d.gpu.get("sm") for d in gpus if d.gpu is not None), None)
+    arch = arch_given or next((d.gpu.get("gcn") or d.gpu.get("sm") for d in gpus
+                               if d.gpu is not None), None)
     described = sum(d.gpu is not None for d in gpus)
     machine.report.add("read", f"{len(gpus)} GPUs ({described} with a <gpu> element"
                                + (f", generation {arch}" if arch else "") + ")")
-    if described < len(gpus):
+    if described < len(gpus) and nvswitch_links is None:
         machine.report.add("assumed", f"{len(gpus) - described} GPUs appear only as PCI "
                                       "devices (no <gpu> element): NCCL probes their NVLinks "
                                       "at run time, so the file carries none; they are "
                                       "joined over PCIe only")
     joined = _fabric_links(reader, machine, gpus)
+    if nvswitch_links is not None:
+        joined = _assumed_nvswitch(machine, gpus, arch, nvswitch_links)
     machine.report.add("read", f"{sum(1 for k in machine.links)} directed NVLink/xGMI links")
     if joined:
         machine.report.add("ignored", "PCIe paths between GPUs: NVLink/xGMI joins every GPU, "
@@ -412,17 +445,20 @@ def _build(reader: _Reader, machine: Machine) -> None:
         _pcie_tree(reader, machine, arch)
         machine.report.add("read", "PCIe tree: " + ", ".join(
             f"{sum(d.kind == k for d in reader.devices)} {k}s" for k in ("cpu", "bridge")))
+    silent: list[str] = []
     for d in reader.devices:
         if d.kind != "nic":
             continue
         near = _nearest_gpus(d, gpus)
         pcie = _pcie_rate(machine, d, arch)
-        nets = d.nets or [(d.name, None)]
-        for net, speed in nets:
+        for net, speed in d.nets or [(d.name, None)]:
             if speed is None:
-                machine.report.add("assumed", f"NIC {net} gives no <net speed>: its PCIe "
-                                              "link rate is taken as its network rate")
+                silent.append(net)
             machine.nics.append(Nic(net, speed or pcie, tuple(g.name for g in near), pcie))
+    if silent:
+        machine.report.add("assumed", f"{len(silent)} NICs give no <net speed> ("
+                                      f"{', '.join(silent[:3])}{', …' if len(silent) > 3 else ''})"
+                                      ": each is taken at its PCIe link rate")
     if machine.nics:
         machine.report.add("read", f"{len(machine.nics)} NIC ports ("
                            + ", ".join(sorted({f'{n.bandwidth_Bps * 8 / 1e9:g} Gb/s'

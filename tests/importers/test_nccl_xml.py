@@ -146,3 +146,27 @@ def test_load_topology_imports_xml_on_the_fly(tmp_path):
     assert sniff_format(path) == "nccl-xml"
     t = load_topology(str(path))
     assert t.ngpus == 4 and out_bw(t, "g0") == 450 * GB
+
+
+def test_cloud_file_with_given_nvswitch_and_nic_rate():
+    r = import_file(DATA / "azure-ndv4-topo.xml",
+                    ImportOptions(arch="80", nvswitch_links=12, nic_Bps=25 * GB, nodes=2))
+    t = r.topology
+    assert t.ngpus == 16 and t.link("n0.g0", "n0.nvswitch").bandwidth_Bps == 300 * GB
+    # two GPUs and two 200 Gb/s NICs behind each PCIe switch: one shared NIC group
+    assert t.link("n0.nic0", "rail0").bandwidth_Bps == 2 * 25 * GB
+    assert any("--nic-bw" in a for a in r.report.assumed)
+
+
+@pytest.mark.parametrize("options, expect", [
+    (ImportOptions(nvswitch_links=12), "unknown GPU generation None"),
+    (ImportOptions(arch="80", nvswitch_links=0), "expected 1..1024 links"),
+])
+def test_bad_nvswitch_options(options, expect):
+    with pytest.raises(SpecError, match=expect):
+        import_file(DATA / "azure-ndv4-topo.xml", options)
+
+
+def test_nvswitch_option_refused_when_the_dump_lists_nvlinks():
+    with pytest.raises(SpecError, match="expected a dump that lists no NVLinks"):
+        import_file(DATA / "rccl-topo_8p_940.xml", ImportOptions(arch="90", nvswitch_links=18))
