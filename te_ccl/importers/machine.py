@@ -75,6 +75,14 @@ class Machine:
     def add_both(self, a: str, b: str, bandwidth_Bps: float, latency_s: float) -> None:
         self.links += [Link(a, b, bandwidth_Bps, latency_s), Link(b, a, bandwidth_Bps, latency_s)]
 
+    def gpus_joined(self) -> bool:
+        """Whether the links so far let every GPU reach every other GPU."""
+        g = nx.DiGraph()
+        g.add_nodes_from(self.gpus)
+        g.add_edges_from(k.key for k in self.links)
+        comp = next(c for c in nx.strongly_connected_components(g) if self.gpus[0] in c)
+        return set(self.gpus) <= comp
+
     def topology(self) -> Topology:
         """The node as a topology (NICs left out); GPUs must reach each other."""
         used = {k.src for k in self.links} | {k.dst for k in self.links}

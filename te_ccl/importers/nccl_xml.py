@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import networkx as nx
 from lxml import etree
 
 from te_ccl.errors import SpecError
@@ -343,15 +342,7 @@ def _fabric_links(reader: _Reader, machine: Machine, gpus: list[_Device]) -> boo
                                       "each GPU's link to it is the sum of its NVLinks")
     if used:
         machine.report.add("assumed", lat.source)
-    names = [d.name for d in gpus]
-    return used and _joined(names, machine)
-
-
-def _joined(gpus: list[str], machine: Machine) -> bool:
-    g = nx.DiGraph()
-    g.add_nodes_from(gpus)
-    g.add_edges_from(k.key for k in machine.links)
-    return nx.is_strongly_connected(g.subgraph(set(gpus) | {"nvswitch"} & set(g.nodes)))
+    return used and machine.gpus_joined()
 
 
 def _pcie_rate(machine: Machine, d: _Device, arch: str | None) -> float:

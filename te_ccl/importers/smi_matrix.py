@@ -18,8 +18,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import networkx as nx
-
 from te_ccl.errors import SpecError
 from te_ccl.importers import hardware as hw
 from te_ccl.importers.machine import Machine, Nic, switch_node
@@ -81,7 +79,7 @@ def _read_matrix(lines: list[str], start: int, file: str, *, stop_words: tuple[s
     return _Matrix(cols, cells, where, extra), i
 
 
-def _pcie_tree(machine: Machine, socket_of: dict[str, str], group_of: dict[str, str | None],
+def _socket_tree(machine: Machine, socket_of: dict[str, str], group_of: dict[str, str | None],
                pcie: hw.Figure) -> None:
     """GPUs on PCIe switches (``group_of``) or straight on their socket; sockets joined."""
     lat = hw.PCIE_LATENCY.value
@@ -117,13 +115,6 @@ def _union(pairs: list[tuple[str, str]], items: list[str]) -> dict[str, str]:
     for a, b in pairs:
         parent[find(a)] = find(b)
     return {x: find(x) for x in items}
-
-
-def _joined(machine: Machine) -> bool:
-    g = nx.DiGraph()
-    g.add_nodes_from(machine.gpus)
-    g.add_edges_from(k.key for k in machine.links)
-    return nx.is_strongly_connected(g)
 
 
 def parse_nvidia_smi(text: str, file: str, name: str, arch: str | None) -> Machine:
@@ -199,7 +190,7 @@ def parse_nvidia_smi(text: str, file: str, name: str, arch: str | None) -> Machi
             for (a, b), k in nv.items():
                 machine.links.append(Link(a, b, k * per_link.value, lat))
     pcie = hw.pcie_default(arch)
-    if not (nv and _joined(machine)):
+    if not (nv and machine.gpus_joined()):
         gcode = {(gname[a], gname[b]): c for (a, b), c in code.items() if b in gname}
         socket = _union([p for p, c in gcode.items() if c in _NV_CODES
                          and c not in ("SYS", "SOC")], machine.gpus)
@@ -207,7 +198,7 @@ def parse_nvidia_smi(text: str, file: str, name: str, arch: str | None) -> Machi
         shared = {s for s in switch.values() if list(switch.values()).count(s) > 1}
         sock_names = {s: f"cpu{i}" for i, s in enumerate(
             sorted(set(socket.values()), key=machine.gpus.index))}
-        _pcie_tree(machine, {g: sock_names[socket[g]] for g in machine.gpus},
+        _socket_tree(machine, {g: sock_names[socket[g]] for g in machine.gpus},
                    {g: f"pcisw.{switch[g]}" if switch[g] in shared else None
                     for g in machine.gpus}, pcie)
     else:
@@ -281,13 +272,13 @@ def parse_rocm_smi(text: str, file: str, name: str, arch: str | None) -> Machine
         r.add("assumed", hw.NVLINK_LATENCY.source)
         for a, b in xgmi:
             machine.links.append(Link(a, b, per_link.value, hw.NVLINK_LATENCY.value))
-    if not (xgmi and _joined(machine)):
+    if not (xgmi and machine.gpus_joined()):
         numa = {}
-        for i, ln in enumerate(lines):
+        for ln in lines:
             mm = _NUMA_RE.match(ln.strip())
             if mm and f"g{mm.group(1)}" in machine.gpus:
                 numa[f"g{mm.group(1)}"] = f"cpu{max(int(mm.group(2)), 0)}"
-        _pcie_tree(machine, {g: numa.get(g, "cpu0") for g in machine.gpus},
+        _socket_tree(machine, {g: numa.get(g, "cpu0") for g in machine.gpus},
                    {g: None for g in machine.gpus}, hw.pcie_default(arch))
     else:
         r.add("ignored", "PCIe paths between GPUs: xGMI joins every GPU")

@@ -25,7 +25,7 @@ def nccl_tests_output(kind: str, n: int, alpha: float, beta: float, *, algorithm
     rng = np.random.default_rng(seed)
     steps, factor = cost_terms(kind, algorithm or {"alltoall": "direct", "sendrecv": "p2p"}
                                .get(kind, "ring"), n)
-    out = [f"# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 2(factor) warmup iters: "
+    out = ["# nThread 1 nGpus 1 minBytes 8 maxBytes 1073741824 step: 2(factor) warmup iters: "
            "5 iters: 20 agg iters: 1 validation: 1 graph: 0", "#", "# Using devices"]
     out += [f"#  Rank {r:2d} Group  0 Pid {4000 + r:6d} on     node-0 device {r:2d} [0x{r:02x}] "
             "NVIDIA A100-SXM4-80GB" for r in range(n)]
