@@ -150,8 +150,6 @@ class _Reader:
                 self.gpu(child, parent, None)
             elif child.tag == "nic":
                 self.nic(child, parent)
-            elif child.tag == "c2c" and el.tag == "gpu":
-                continue
             else:
                 self.ignore(child, f"not expected inside <{el.tag}>")
 
@@ -322,7 +320,10 @@ def _fabric_links(reader: _Reader, machine: Machine, gpus: list[_Device]) -> boo
             machine.report.add("assumed", f"{link.tag} per link: {per_link.source}")
             used = True
             is_gpu = any(tclass.startswith(c) for c in hw.GPU_CLASSES)
-            if target in by_bus and target != d.busid:
+            if target == d.busid:
+                raise reader.error(link, f"<{link.tag}> target: the GPU's own busid; expected "
+                                         "the busid of another GPU or of an NVSwitch")
+            if target in by_bus:
                 machine.links.append(Link(d.name, by_bus[target].name,
                                           count * per_link.value, lat.value))
             elif is_gpu or link.tag == "xgmi":
