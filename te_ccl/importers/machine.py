@@ -4,7 +4,7 @@ A :class:`Machine` is a single node as read from a dump. Its NICs are kept apart
 the topology: inside one node they lead nowhere, so :meth:`Machine.topology` leaves
 them out, and :func:`te_ccl.importers.cluster.compose` wires them into a fabric.
 
-The :class:`ImportReport` is the sanity report the issue asks for: what was read,
+The :class:`ImportReport` is the sanity report printed with every import: what was read,
 what was assumed (each number the dump did not carry, with its source) and what was
 ignored (unknown elements and attributes, with their line).
 """
