@@ -12,6 +12,7 @@ from rich.table import Table
 
 from te_ccl.cli.common import emit_json, out_console
 from te_ccl.errors import SpecError
+from te_ccl.outputs import write_atomic
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology.metrics import link_groups, summarize
 from te_ccl.topology.model import Topology
@@ -114,26 +115,6 @@ def show_command(topology: str, as_json: bool) -> None:
         _print_show(data)
 
 
-def write_atomically(output: str, text: str) -> None:
-    """Write ``text`` to ``output`` whole or not at all ('-' is stdout)."""
-    if output == "-":
-        click.echo(text, nl=False)
-        return
-    import os
-    import tempfile
-    from pathlib import Path
-
-    target = Path(output)
-    try:
-        fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".",
-                                   prefix=f".{target.name}.", suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except OSError as e:
-        raise SpecError(f"cannot write: {e.strerror}", file=output, key="--output") from None
-
-
 @topo.command("import")
 @click.argument("file")
 @click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
@@ -182,7 +163,7 @@ def import_command(file: str, output: str, arch: str | None, nvswitch_links: int
     text = topology_yaml(topo, [f"Imported by `teccl topo import` from {file} "
                                 f"({result.format}).", "Sanity report:"] + report)
     topology_from_data(parse_yaml(text, output), output)  # what we write must load back
-    write_atomically(output, text)
+    write_atomic(output, text)
     click.echo(f"{topo.name}: {topo.ngpus} GPUs, {len(topo.switches)} switches, "
                f"{len(topo.links)} directed links", err=True)
     for line in report:
@@ -243,6 +224,6 @@ def calibrate_command(topology: str, measurements: tuple[str, ...], collective: 
     topo = replace(topo, source=f"{topo.source} Calibrated from nccl-tests output: "
                                 f"{', '.join(measurements)}.".strip())
     text = topology_yaml(topo, notes)
-    write_atomically(output, text)
+    write_atomic(output, text)
     for line in notes[1:]:
         click.echo(line, err=True)
