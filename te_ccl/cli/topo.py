@@ -1,7 +1,8 @@
-"""``teccl topo list`` and ``teccl topo show``: the shipped topologies and what a topology is.
+"""``teccl topo list|show|import|calibrate``: shipped topologies, real machines, measurements.
 
-The tables are the command's data, so they go to stdout; ``--json`` prints one JSON
-object instead.
+The tables and the written YAML are the command's data, so they go to stdout (or
+``-o``); the import's sanity report goes to stderr. ``--json`` prints one JSON
+object instead of a table.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import click
 from rich.table import Table
 
 from te_ccl.cli.common import emit_json, out_console, progress_status
+from te_ccl.errors import SpecError
+from te_ccl.outputs import write_atomic
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology.metrics import link_groups, summarize
 from te_ccl.topology.model import Topology
@@ -20,7 +23,7 @@ __all__ = ["topo"]
 
 @click.group()
 def topo() -> None:
-    """List the shipped topologies or show one (name or YAML file)."""
+    """List, show, import (NCCL XML, nvidia-smi, rocm-smi) or calibrate topologies."""
 
 
 def _overview(t: Topology) -> dict:
@@ -115,3 +118,117 @@ def show_command(topology: str, as_json: bool) -> None:
         emit_json(data)
     else:
         _print_show(data)
+
+
+@topo.command("import")
+@click.argument("file")
+@click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
+              help="Topology YAML to write; '-' for stdout.")
+@click.option("--arch", metavar="GEN", help="GPU generation when the dump does not say: "
+              "an sm number (80, 90) or a gfx target (gfx90a, gfx942).")
+@click.option("--nvswitch-links", type=int, metavar="N", help="For XML that lists no NVLinks "
+              "(cloud NCCL_TOPO_FILEs): every GPU has N NVLinks to an NVSwitch (needs --arch).")
+@click.option("--nic-bw", metavar="BW", help="Network rate of every NIC port (e.g. 200Gbps), "
+              "for dumps that do not give it.")
+@click.option("--nodes", type=int, default=1, show_default=True,
+              help="Compose this many copies of the node through their NICs.")
+@click.option("--fabric", type=click.Choice(["rail", "fat-tree", "single-switch"]),
+              default="rail", show_default=True, help="How --nodes copies are joined.")
+@click.option("--spine-bw", metavar="BW", help="Spine bandwidth per leaf or rail (e.g. "
+              "400Gbps); fat-tree default: full bisection; rail default: no spine.")
+@click.option("--name", metavar="NAME", help="Topology name (default: the file's stem).")
+def import_command(file: str, output: str, arch: str | None, nvswitch_links: int | None,
+                   nic_bw: str | None, nodes: int, fabric: str, spine_bw: str | None,
+                   name: str | None) -> None:
+    """Turn a topology dump into a topology YAML, with a sanity report on stderr.
+
+    FILE is NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE, a cloud NCCL_TOPO_FILE),
+    `nvidia-smi topo -m` or `rocm-smi --showtopo` output. Every command that takes a
+    topology also accepts such a file directly.
+    """
+    from dataclasses import replace
+
+    from te_ccl.importers import ImportOptions, import_file
+    from te_ccl.importers.yaml_out import topology_yaml
+    from te_ccl.spec.topology import topology_from_data
+    from te_ccl.spec.yamlio import parse_yaml
+    from te_ccl.units import UnitError, parse_bandwidth
+
+    def bandwidth(text: str | None, key: str) -> float | None:
+        try:
+            return parse_bandwidth(text) if text else None
+        except UnitError as e:
+            raise SpecError(str(e), key=key) from None
+
+    result = import_file(file, ImportOptions(
+        arch=arch, nvswitch_links=nvswitch_links, nic_Bps=bandwidth(nic_bw, "--nic-bw"),
+        nodes=nodes, fabric=fabric, spine_Bps=bandwidth(spine_bw, "--spine-bw")))
+    topo = replace(result.topology, name=name) if name else result.topology
+    report = result.report.lines()
+    text = topology_yaml(topo, [f"Imported by `teccl topo import` from {file} "
+                                f"({result.format}).", "Sanity report:"] + report)
+    topology_from_data(parse_yaml(text, output), output)  # what we write must load back
+    write_atomic(output, text)
+    click.echo(f"{topo.name}: {topo.ngpus} GPUs, {len(topo.switches)} switches, "
+               f"{len(topo.links)} directed links", err=True)
+    for line in report:
+        click.echo(line, err=True)
+
+
+@topo.command("calibrate")
+@click.argument("topology")
+@click.argument("measurements", nargs=-1, required=True)
+@click.option("-c", "--collective", metavar="KIND", help="allreduce, allgather, reducescatter, "
+              "alltoall or sendrecv, for files whose name or header does not say.")
+@click.option("--algorithm", metavar="ALGO", help="NCCL's algorithm: ring (default) or tree "
+              "for allreduce; direct for alltoall; p2p for sendrecv.")
+@click.option("--ranks", type=int, metavar="N", help="Ranks of the runs, when the output "
+              "does not list them (ranks 0..N-1 of TOPOLOGY).")
+@click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
+              help="Calibrated topology YAML; '-' for stdout.")
+def calibrate_command(topology: str, measurements: tuple[str, ...], collective: str | None,
+                      algorithm: str | None, ranks: int | None, output: str) -> None:
+    """Fit alpha and beta of TOPOLOGY's links from nccl-tests MEASUREMENTS.
+
+    Each file is the output of all_reduce_perf, all_gather_perf, reduce_scatter_perf,
+    alltoall_perf or sendrecv_perf run on the machine. The written topology carries the
+    fitted numbers and, in comments, each fit's residuals.
+    """
+    from dataclasses import replace
+
+    from te_ccl.importers.yaml_out import topology_yaml
+    from te_ccl.topology.calibrate import ALGORITHMS, apply_fit, fit_table
+    from te_ccl.topology.nccl_tests import read_nccl_tests
+    from te_ccl.units import format_bandwidth, format_time
+
+    topo = load_topology(topology)
+    if collective is not None and collective not in ALGORITHMS:
+        raise SpecError(f"expected one of {', '.join(ALGORITHMS)}, got {collective!r}",
+                        key="--collective")
+    notes = [f"Calibrated by `teccl topo calibrate` from {topo.name} and nccl-tests output.",
+             "Fits (T = steps*alpha + factor*S/beta, least squares in relative error):"]
+    for path in measurements:
+        table = read_nccl_tests(path)
+        kind = table.collective or collective
+        if kind is None:
+            raise SpecError("cannot tell which collective ran; expected -c KIND or a file "
+                            "name such as all_reduce_perf.txt", file=path)
+        algo = algorithm or ALGORITHMS[kind][0]
+        n = table.nranks or ranks
+        if n is None:
+            raise SpecError("the output lists no ranks; expected --ranks N", file=path)
+        fit = fit_table(table, kind, algo, n)
+        topo, applied = apply_fit(topo, fit, n)
+        notes += [f"  - {path}: {kind} ({algo}) on {n} ranks, {fit.samples} samples: alpha "
+                  f"{format_time(fit.alpha_s)} per step, beta {format_bandwidth(fit.beta_Bps)}; "
+                  f"relative residuals rms {fit.rms_rel:.2%}, max {fit.max_rel:.2%}",
+                  f"    set {applied.links} {applied.kind} links to "
+                  f"{format_bandwidth(applied.bandwidth_Bps)}, "
+                  f"{format_time(applied.latency_s)} each"]
+        notes += [f"    skipped {s}" for s in table.skipped]
+    topo = replace(topo, source=f"{topo.source} Calibrated from nccl-tests output: "
+                                f"{', '.join(measurements)}.".strip())
+    text = topology_yaml(topo, notes)
+    write_atomic(output, text)
+    for line in notes[1:]:
+        click.echo(line, err=True)

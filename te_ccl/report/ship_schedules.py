@@ -103,6 +103,11 @@ def _skipped(topo: Topology, kind: str, reason: str) -> dict:
             "status": "skipped", "reason": reason}
 
 
+def _skipped_by_name(entry: dict, reason: str) -> dict:
+    return {"topology": entry["topology"], "collective": entry["collective"],
+            "ngpus": entry["ngpus"], "status": "skipped", "reason": reason}
+
+
 def resident_bytes(pid: int) -> int | None:
     """The resident set size of process ``pid`` (Linux ``/proc``), None where unavailable.
 
@@ -146,10 +151,29 @@ def _isolated(topo: Topology, kind: str, out_dir: Path, limit_s: float, hard_s: 
         child.join()
 
 
+def within_budget(entry: dict, out_dir: Path, max_file_bytes: int) -> dict:
+    """``entry``, or a skipped one (its files removed) if one of its files is larger than
+    ``max_file_bytes``: the size budget that keeps schedules/ small enough to commit."""
+    if entry["status"] != "ok":
+        return entry
+    sizes = {name: (out_dir / name).stat().st_size for name in entry["files"]}
+    name, largest = max(sizes.items(), key=lambda kv: kv[1])
+    if largest <= max_file_bytes:
+        return entry
+    for f in entry["files"]:
+        (out_dir / f).unlink(missing_ok=True)
+    return _skipped_by_name(entry, f"over the size budget: {name} is {largest / 2**20:.1f} MiB, "
+                                   f"the budget is {max_file_bytes / 2**10:.0f} KiB per file")
+
+
 def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0,
              max_limit_s: float = 60.0, topologies: list[str] | None = None,
-             kinds: tuple[str, ...] = KINDS, log=lambda msg: None) -> list[dict]:
-    """Ship every combination within ``budget_s`` seconds; returns the index entries."""
+             kinds: tuple[str, ...] = KINDS, max_file_bytes: int | None = None,
+             log=lambda msg: None) -> list[dict]:
+    """Ship every combination within ``budget_s`` seconds; returns the index entries.
+
+    With ``max_file_bytes``, a combination whose files exceed it is recorded as skipped
+    (see :func:`within_budget`)."""
     topos = shippable_topologies()
     if topologies:
         topos = [t for t in topos if t.name in topologies]
@@ -159,6 +183,8 @@ def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0
         share = (budget_s - (time.monotonic() - start)) / (len(jobs) - i)
         limit = max(min_limit_s, min(max_limit_s, share * 0.6))
         entry = _isolated(topo, kind, out_dir, limit, hard_s=max(share, limit + 30))
+        if max_file_bytes is not None:
+            entry = within_budget(entry, out_dir, max_file_bytes)
         if entry["status"] != "ok":
             for stale in (f"{kind}.xml", f"{kind}.inplace.xml", f"{kind}.json"):
                 (out_dir / topo.name / stale).unlink(missing_ok=True)
@@ -192,6 +218,16 @@ def _readme(entries: list[dict]) -> str:
              "recorded, the epoch model's prediction. Only unrooted collectives ship: the "
              "MSCCL executor selects an algorithm by collective and size, never by root.",
              "",
+             "Size budget: entries shipped with `--max-file-size` (256KiB per file for "
+             "every machine added since the option exists; earlier entries had none) keep "
+             "each file under it; a combination whose lowering is larger is listed as "
+             "skipped with its size (AlltoAll at 64 MiB lowers to megabytes of XML).",
+             "",
+             "To let the MSCCL runtime load one machine's algorithms, give it a directory "
+             "of only their XML files: `mkdir -p algos && cp schedules/TOPOLOGY/*.xml algos/ "
+             "&& export MSCCL_ALGO_DIR=$PWD/algos` (the runtime picks by collective and "
+             "buffer mode; `KIND.json` is teccl's summary, not an algorithm).",
+             "",
              "| topology | GPUs | collective | status | finish time | measured by | "
              "algbw GB/s | time / bound | optimal |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -218,10 +254,15 @@ def _ratio(x: float | None) -> str:
               help="Time budget of the whole run.")
 @click.option("--topology", "topologies", multiple=True, help="Only these topologies.")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these.")
-def main(out_dir: str, budget: float, topologies: tuple[str, ...], kinds: tuple[str, ...]) -> None:
+@click.option("--max-file-size", metavar="SIZE", help="Skip combinations with a file larger "
+              "than this (e.g. 256KiB), so the directory stays small enough to commit.")
+def main(out_dir: str, budget: float, topologies: tuple[str, ...], kinds: tuple[str, ...],
+         max_file_size: str | None) -> None:
     """Compile and write the shipped algorithms into OUT_DIR."""
     entries = ship_all(Path(out_dir), budget_s=budget, topologies=list(topologies) or None,
-                       kinds=kinds or KINDS, log=lambda m: click.echo(m, err=True))
+                       kinds=kinds or KINDS,
+                       max_file_bytes=parse_size(max_file_size) if max_file_size else None,
+                       log=lambda m: click.echo(m, err=True))
     ok = sum(e["status"] == "ok" for e in entries)
     click.echo(f"{ok}/{len(entries)} shipped into {out_dir}", err=True)
 

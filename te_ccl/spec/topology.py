@@ -93,6 +93,11 @@ def load_topology(name_or_path: str) -> Topology:
 
 def _load(name_or_path: str, base: Path | None, stack: tuple[Path, ...]) -> Topology:
     path, shipped = _resolve(name_or_path, base)
+    if not shipped and path.suffix not in (".yaml", ".yml"):
+        from te_ccl.importers import IMPORT_SUFFIXES, import_file, sniff_format
+
+        if path.suffix in IMPORT_SUFFIXES or sniff_format(path):
+            return import_file(path).topology  # a topology dump, imported on the fly
     label = f"topologies/{path.name}" if shipped else str(path)
     if path.resolve() in stack or len(stack) >= _MAX_NESTING:
         raise SpecError("topology files include each other in a cycle", file=label)
