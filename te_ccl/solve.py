@@ -233,17 +233,18 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
 
 def _solve_checked_input(topology: Topology, collective: Collective, params: SolveParams,
                          progress: Progress | None, judge: Judge) -> Schedule:
-    if (params.backend != "auto" or params.max_horizon is not None
-            or topology.ngpus > TEMPLATE_MAX_GPUS):
+    if params.backend != "auto" or params.max_horizon is not None:
         return _solve_model(topology, collective, params, progress)
     try:
         schedule = _solve_model(topology, collective, params, progress)
-    except SolverError as e:
+    except SolverError as e:  # auto never fails where a template succeeds, at any size
         best = _best_template(topology, collective, judge)
         if best is None:
             raise
         return best[0].with_info(notes=(f"auto: the flow model gave up ({e}); kept the "
                                         f"{best[0].info.backend} template",) + best[0].info.notes)
+    if topology.ngpus > TEMPLATE_MAX_GPUS:
+        return schedule
     return _flow_or_template(topology, collective, schedule, judge)
 
 
