@@ -501,7 +501,7 @@ def render(schedule: Schedule, options: CompileOptions) -> bytes:
 
 
 def _write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str) -> tuple[str, ...]:
-    from te_ccl.fred.collectives import fred_tables_for
+    from te_ccl.lower.fred import fred_tables_for
 
     return tuple(str(p) for p in fred_tables_for(schedule, topology, Path(out_dir)))
 
