@@ -178,7 +178,7 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     Rooted collectives are refused: the runtime would pick these files by size for
     every root (and has no entry point for gather and scatter).
     """
-    from te_ccl.report.sizes import compile_size_ranges
+    from te_ccl.sizes import compile_size_ranges
 
     if rooted_notes(collective):
         raise SpecError(f"a size library of {collective.kind.value} would run for every "

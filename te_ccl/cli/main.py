@@ -23,7 +23,6 @@ COMMANDS: dict[str, str] = {
     "sweep": "te_ccl.cli.sweep:sweep_cmd",
     "simulate": "te_ccl.cli.simulate:simulate_cmd",
     "baseline": "te_ccl.cli.baseline:baseline_cmd",
-    "bench": "te_ccl.cli.bench:bench_cmd",
 }
 
 
