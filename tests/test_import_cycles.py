@@ -87,3 +87,23 @@ def test_the_graph_sees_in_function_imports():
     graph = import_graph()
     assert graph.has_edge("te_ccl.pipeline", "te_ccl.solve")
     assert graph.number_of_edges() > graph.number_of_nodes()
+
+
+def test_fred_never_imports_lower():
+    """FRED describes phases; writing them as switch tables is lowering's job."""
+    graph = import_graph()
+    assert not [(a, b) for a, b in graph.edges
+                if a.startswith("te_ccl.fred") and b.startswith("te_ccl.lower")]
+
+
+def test_the_package_never_imports_devtools():
+    """devtools/ is not installed: an import of it would break the installed package."""
+    found = []
+    for name, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found += [(name, a.name) for a in node.names if a.name.split(".")[0] == "devtools"]
+            elif isinstance(node, ast.ImportFrom) and not node.level \
+                    and (node.module or "").split(".")[0] == "devtools":
+                found.append((name, node.module))
+    assert not found
