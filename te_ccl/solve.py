@@ -323,7 +323,7 @@ def _best_template(topology: Topology, collective: Collective, judge: Judge,
     compare directly with the flow schedule's.
     """
     from te_ccl.baselines import BaselineError, applicable, build_baseline
-    from te_ccl.fred.in_switch import in_switch_candidate
+    from te_ccl.fred import in_switch_candidate
 
     pairs = 0
     for c in collective.iter_chunks():
