@@ -23,7 +23,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
 
 bench: $(STAMP)
-	$(BIN)/teccl bench default --no-fail --readme docs/benchmarks.md
+	$(BIN)/python -m devtools.bench default --no-fail --readme docs/benchmarks.md
 	$(BIN)/python -m te_ccl.sweep.bench --json > bench/sweep_speedup.json
 	@cat bench/sweep_speedup.json
 
@@ -33,10 +33,10 @@ bench-xml: $(STAMP)
 	$(BIN)/python scripts/scale_xml.py --table bench/scale_xml.json
 
 lint: $(STAMP)
-	$(BIN)/ruff check te_ccl tests scripts
+	$(BIN)/ruff check te_ccl tests scripts devtools
 
 schedules: $(STAMP)
-	$(BIN)/python -m te_ccl.report.ship_schedules schedules
+	$(BIN)/python -m devtools.ship_schedules schedules
 
 clean:
 	rm -rf $(VENV) out

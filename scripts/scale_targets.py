@@ -1,4 +1,4 @@
-"""Measure the scale-backend targets of issue 7: solver time, finish / bound, checker.
+"""Measure the scale-backend targets on the 64-1024-GPU instances: solver time, finish / bound, checker.
 
 Each instance runs in its own process (isolated peak memory, a hard timeout), one at a
 time: ``python scripts/scale_targets.py [--only NAME…] [--check-max N] [--json FILE]``.

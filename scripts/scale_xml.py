@@ -1,4 +1,4 @@
-"""Issue 7 at the XML end: solve, lower and verify the scale instances.
+"""The scale instances at the XML end: solve, lower and verify each.
 
 For every instance (AllGather, ReduceScatter and AllReduce of 1 GiB on the 8×8 to 32×32
 meshes and tori and the 8×8×8 torus, AlltoAll on rail8x8) this solves with

@@ -1,4 +1,4 @@
-"""Measure the solver targets of issue 3 (not a test: prints one line per case).
+"""Measure the solver targets: small topologies proven optimal, NDv2 near the cut bound (not a test: prints one line per case).
 
 usage: python scripts/solver_targets.py [small|ndv2x2|ndv2x4|all] [--threads N]
 """

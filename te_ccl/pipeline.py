@@ -184,7 +184,7 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     Rooted collectives are refused: the runtime would pick these files by size for
     every root (and has no entry point for gather and scatter).
     """
-    from te_ccl.report.sizes import compile_size_ranges
+    from te_ccl.sizes import compile_size_ranges
 
     if rooted_notes(collective):
         raise SpecError(f"a size library of {collective.kind.value} would run for every "
@@ -496,7 +496,7 @@ def render(schedule: Schedule, options: CompileOptions) -> bytes:
 
 
 def _write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str) -> tuple[str, ...]:
-    from te_ccl.fred.collectives import fred_tables_for
+    from te_ccl.lower.fred import fred_tables_for
 
     return tuple(str(p) for p in fred_tables_for(schedule, topology, Path(out_dir)))
 

@@ -182,3 +182,31 @@ def test_auto_keeps_what_the_judge_says_is_faster():
     note = kept.info.notes[0]
     assert note.startswith(f"auto: kept the {kept.info.backend} template") and ", test)" in note
     assert check_schedule(kept) == []
+
+
+def test_auto_falls_back_to_a_template_beyond_the_comparison_size(monkeypatch):
+    """Above TEMPLATE_MAX_GPUS auto does not race the templates, but when the flow model
+    gives up it still keeps one rather than failing."""
+    import te_ccl.solve as solve_module
+
+    def gives_up(*args, **kwargs):
+        raise SolverError("time limit reached without a solution")
+
+    monkeypatch.setattr(solve_module, "TEMPLATE_MAX_GPUS", 2)
+    monkeypatch.setattr(solve_module, "_solve_model", gives_up)
+    s = solve(ring(8), Collective(CollectiveKind.ALLGATHER, 8000, tuple(range(8))),
+              SolveParams(time_limit_s=5))
+    assert s.info.backend.startswith("baseline:") and "flow model gave up" in s.info.notes[0]
+    check_schedule(s)
+
+
+def test_auto_races_the_scale_methods_beside_one_flow_model():
+    """On a 16-GPU torus a scale method applies; auto solves it beside the flow model and
+    keeps the faster by its judge, saying which."""
+    from te_ccl.spec.topology import load_topology
+
+    topo = load_topology("torus4x4")
+    s = solve(topo, Collective(CollectiveKind.ALLGATHER, 16 * 2**16, tuple(range(16))),
+              SolveParams(time_limit_s=8))
+    assert any("scale schedule" in n for n in s.info.notes)
+    check_schedule(s)

@@ -1,6 +1,9 @@
-"""Solver backends, all on OR-Tools: ``cpsat`` (MILP), ``lp`` (GLOP flows), ``rounds``.
+"""Solver backends, all on OR-Tools.
 
-Each takes a :class:`~te_ccl.model.problem.Problem` and returns a
-:class:`~te_ccl.backends.base.SolveResult`; :mod:`te_ccl.backends.select` picks one
-(``auto``). Modules are imported lazily so that loading the CLI stays fast.
+Leaf adapters run one formulation on one solver: :mod:`.cpsat` (CP-SAT) and
+:mod:`.linear` (GLOP, PDLP, HiGHS). Strategies on top take a
+:class:`~te_ccl.model.problem.Problem` and return a :class:`~te_ccl.backends.base.SolveResult`:
+:mod:`.milp` (horizon search), :mod:`.lp` (fractional flows), :mod:`.rounds` (rolling
+windows) and :mod:`.scale` (256+ GPUs); :mod:`.select` names them (``STRATEGIES``) and
+picks one for ``auto``. Modules are imported when chosen, so loading the CLI stays fast.
 """

@@ -1,21 +1,13 @@
-"""MILP backend on CP-SAT: horizon search for the minimal finish epoch, then deliver early.
+"""CP-SAT adapter: one :class:`~te_ccl.model.formulation.Formulation` in, a solution out.
 
-1. A quick run of the ``rounds`` backend (≤ 50 % of the time limit) gives an incumbent
-   finishing at ``U``. Between the lower bound of :mod:`te_ccl.model.horizon` and ``U``,
-   bisect, asking CP-SAT whether horizon ``H`` is feasible (no objective: infeasibility
-   proofs are fast). Without an incumbent, gallop up from the lower bound (H, H+1, H+3,
-   H+7, …) first. The finish epoch is *proven* minimal when every smaller horizon was
-   proven infeasible.
-2. At the minimal horizon, minimise the deliver-early objective of
-   :mod:`te_ccl.model.formulation` for at most a quarter of the time limit (at least 1 s,
-   never past it): HiGHS (through OR-Tools) for half of that — it often proves this
-   objective in about a second where CP-SAT does not — then CP-SAT hinted with the best
-   solution so far.
+A leaf: the strategies (:mod:`~te_ccl.backends.milp`, :mod:`~te_ccl.backends.rounds`)
+build formulations and call :func:`solve_formulation`; nothing here knows about them.
 
 Determinism: a fixed ``random_seed``; with several workers ``interleave_search`` makes
 the search sequential-equivalent, so the same inputs and seed give the same schedule
 unless a time limit cuts a search short.
 """
+
 
 from __future__ import annotations
 
@@ -24,23 +16,14 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.base import SolveParams
 from te_ccl.errors import SolverError
 from te_ccl.model.deadline import checked, left
-from te_ccl.model.extract import prune, to_transfers
-from te_ccl.model.formulation import Formulation, formulate
-from te_ccl.model.horizon import horizon_lower_bound
-from te_ccl.model.problem import Problem
+from te_ccl.model.formulation import Formulation
 
-__all__ = ["solve_milp", "solve_formulation", "Solved", "horizon_search"]
+__all__ = ["solve_formulation", "Solved"]
 
 _FEASIBLE = (cp_model.OPTIMAL, cp_model.FEASIBLE)
-# share of the time limit the deliver-early polish may use once the horizon is minimal
-POLISH_SHARE = 0.25
-# share of the time limit a quick rounds run may use to bound the horizon from above
-INCUMBENT_SHARE = 0.5
-# above this many variables, building the HiGHS model in Python costs more than it saves
-HIGHS_MAX_VARIABLES = 20_000
 
 
 @dataclass(frozen=True)
@@ -96,108 +79,3 @@ def solve_formulation(form: Formulation, params: SolveParams, time_s: float, *,
     return Solved(status, chosen, values, form)
 
 
-def _incumbent(problem: Problem, params: SolveParams, clock: Clock) -> Solved | None:
-    """A quick rounds schedule as an upper bound on the horizon (None if it fails)."""
-    from te_ccl.backends.rounds import solve_rounds
-
-    try:
-        r = solve_rounds(problem, params, Clock(INCUMBENT_SHARE * clock.left))
-    except SolverError:
-        return None
-    form = formulate(problem, r.finish_epoch)
-    chosen = tuple(k for k in ((t.chunk, (t.src, t.dst), t.start_epoch) for t in r.transfers)
-                   if k in form.ten.x_set)
-    if len(chosen) != len(r.transfers):
-        return None
-    return Solved("feasible", chosen, dict.fromkeys(chosen, 1), form)
-
-
-def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
-                   progress: Progress | None = None, incumbent: Solved | None = None
-                   ) -> tuple[Solved, bool, list[str]]:
-    """The smallest feasible horizon: (its solution, proven minimal?, notes).
-
-    Without an incumbent: gallop up from the lower bound, then bisect. With one (a
-    schedule finishing at ``U``): bisect between the lower bound and ``U``.
-    """
-    lo = horizon_lower_bound(problem)
-    cap = params.max_horizon or max(4 * lo + 8, 16)
-    if lo > cap:
-        raise SolverError(f"infeasible: the demands need at least {lo} epochs, "
-                          f"more than the maximum horizon {cap} epochs")
-    notes = [f"horizon lower bound {lo} epochs"]
-    tried: dict[int, Solved] = {}
-    if incumbent is not None and incumbent.form.ten.horizon <= cap:
-        tried[incumbent.form.ten.horizon] = incumbent
-        notes.append(f"rounds incumbent: {incumbent.form.ten.horizon} epochs")
-    if progress:
-        progress("; ".join(notes) + f" ({clock.elapsed:.2f} s)")
-
-    def attempt(h: int) -> bool:
-        form = formulate(problem, h)
-        s = solve_formulation(form, params, clock.left)
-        tried[h] = s
-        if progress:
-            nv, nc = form.size
-            progress(f"horizon {h}: {s.status} ({nv} vars, {nc} rows, {clock.elapsed:.2f} s)")
-        return s.status in ("optimal", "feasible")
-
-    if tried:
-        best = min(tried)
-    else:
-        best, step = lo, 1
-        while not attempt(best):
-            if clock.left <= 0:
-                raise SolverError(f"time limit of {params.time_limit_s:g} s reached without a "
-                                  f"solution (last horizon tried: {best} epochs)")
-            if best >= cap:
-                raise SolverError(f"infeasible: no schedule within the maximum horizon {cap} "
-                                  "epochs")
-            best, step = min(cap, best + step), step * 2
-    low = max((k for k in tried if k < best), default=lo - 1)
-    while best - low > 1 and clock.left > 0:
-        mid = (low + best) // 2
-        best, low = (mid, low) if attempt(mid) else (best, mid)
-    proven = all(k in tried and tried[k].status == "infeasible" for k in range(lo, best))
-    notes.append(f"finish epoch {best} " + ("proven minimal" if proven else "not proven minimal"))
-    return tried[best], proven, notes
-
-
-def _polish(first: Solved, params: SolveParams, budget: float) -> Solved:
-    """Deliver early at the minimal horizon: HiGHS for half the budget (it often proves
-    these objectives fast), then CP-SAT hinted with the best solution so far."""
-    from te_ccl.backends.lp import solve_relaxation
-
-    form = first.form
-    status, values = "skipped", None
-    if len(form.variables) <= HIGHS_MAX_VARIABLES:
-        status, values, _ = solve_relaxation(form, budget / 2, with_objective=True,
-                                             solver="HIGHS", integer=True)
-    highs = None
-    if values is not None:
-        values = {k: round(v) for k, v in values.items()}
-        highs = Solved(status, tuple(k for k in form.ten.x if values[k]), values, form)
-        if status == "optimal":
-            return highs
-    cp = solve_formulation(form, params, budget / 2, with_objective=True,
-                           hint=(highs or first).values)
-    if cp.status in ("optimal", "feasible"):
-        return cp
-    return highs or first
-
-
-def solve_milp(problem: Problem, params: SolveParams, clock: Clock,
-               progress: Progress | None = None, *, incumbent: bool = True) -> SolveResult:
-    """Minimal finish epoch (horizon search), then deliver early in the time left."""
-    start = _incumbent(problem, params, clock) if incumbent else None
-    first, proven, notes = horizon_search(problem, params, clock, progress, start)
-    best, status = first, "finish proven minimal" if proven else "finish not proven minimal"
-    if clock.left > 0.05:
-        best = _polish(first, params, min(clock.left, max(1.0, POLISH_SHARE * params.time_limit_s)))
-        status += "; deliver-early " + ("optimal" if best.status == "optimal"
-                                        else "not proven optimal (time limit)")
-    transfers = prune(problem, to_transfers(problem, best.chosen))
-    finish = max((t.arrive_epoch for t in transfers), default=0)
-    nv, nc = best.form.size
-    return SolveResult(tuple(transfers), finish, proven and finish == best.form.ten.horizon,
-                       status, nv, nc, tuple(notes))

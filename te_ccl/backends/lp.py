@@ -17,57 +17,23 @@
 from __future__ import annotations
 
 import math
-import time
 from collections import defaultdict
 from dataclasses import replace
 
-from ortools.linear_solver import pywraplp
-
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.linear import solve_relaxation
+from te_ccl.backends.rounds import solve_rounds
 from te_ccl.errors import SolverError
-from te_ccl.model.deadline import checked, left
 from te_ccl.model.extract import prune
 from te_ccl.model.formulation import Formulation, formulate
 from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Demand, Problem, State
 from te_ccl.schedule import Transfer
 
-__all__ = ["solve_lp", "solve_relaxation", "flow_problem"]
+__all__ = ["solve_lp", "flow_problem"]
 
 # the LP horizon: this much above the epoch lower bound, plus one
 HORIZON_SLACK = 1.25
-
-
-def solve_relaxation(form: Formulation, time_s: float, *, with_objective: bool,
-                     solver: str = "GLOP", integer: bool = False
-                     ) -> tuple[str, dict | None, float | None]:
-    """(status, values, objective) of ``form`` with continuous variables, or integer ones
-    with ``integer=True`` (status "optimal" or "feasible"). ``solver``: GLOP, PDLP, HIGHS."""
-    lp = pywraplp.Solver.CreateSolver(solver)
-    lp.SuppressOutput()
-    if solver == "HIGHS":  # keeps HiGHS's banner off stdout (where --json goes)
-        lp.SetSolverSpecificParametersAsString("output_flag=false")
-    end = time.monotonic() + time_s
-    var = {k: lp.IntVar(0, ub, "") if integer else lp.NumVar(0, ub, "")
-           for k, ub in form.variables.items()}
-    for terms, lo, hi in checked(form.rows):
-        ct = lp.RowConstraint(-lp.infinity() if lo is None else lo,
-                              lp.infinity() if hi is None else hi, "")
-        for k, c in terms:
-            ct.SetCoefficient(var[k], ct.GetCoefficient(var[k]) + c)
-    objective = lp.Objective()
-    if with_objective:
-        for k, c in form.objective.items():
-            objective.SetCoefficient(var[k], c)
-    objective.SetMinimization()
-    lp.SetTimeLimit(int(max(0.01, min(end - time.monotonic(), left())) * 1000))
-    code = lp.Solve()
-    if code == pywraplp.Solver.INFEASIBLE:
-        return "infeasible", None, None
-    if code not in (pywraplp.Solver.OPTIMAL, pywraplp.Solver.FEASIBLE):
-        return "unknown", None, None
-    status = "optimal" if code == pywraplp.Solver.OPTIMAL else "feasible"
-    return status, {k: v.solution_value() for k, v in var.items()}, objective.Value()
 
 
 def flow_problem(problem: Problem) -> tuple[Problem, dict[int, int]]:
@@ -191,8 +157,6 @@ def solve_lp(problem: Problem, params: SolveParams, clock: Clock,
     relays = any(n not in d.sources and n not in d.destinations
                  for d in problem.demands for n in problem.relay_limit)
     if problem.tree or relays:
-        from te_ccl.backends.rounds import solve_rounds
-
         why = "a reduction's tree" if problem.tree else "GPU buffer limits (whole chunks)"
         result = solve_rounds(problem, params, clock, progress)
         return replace(result, notes=(f"lp cannot keep {why}: used rounds",) + result.notes)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import replace
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
@@ -23,6 +24,16 @@ LP_MAX_VARIABLES = 30_000
 MAX_CHUNK_LINKS = 1_000_000
 # copy-free demands: CP-SAT proves the minimal horizon quickly only on tiny models
 TINY_VARIABLES = 5_000
+
+
+# The flow-model strategies by name: "module:function(problem, params, clock, progress)".
+# Imported when chosen, so loading the CLI stays fast; adding a strategy is one module and
+# one line here.
+STRATEGIES: dict[str, str] = {
+    "milp": "te_ccl.backends.milp:solve_milp",
+    "lp": "te_ccl.backends.lp:solve_lp",
+    "rounds": "te_ccl.backends.rounds:solve_rounds",
+}
 
 
 def choose_backend(problem: Problem) -> tuple[str, str]:
@@ -61,12 +72,8 @@ def run_backend(problem: Problem, params: SolveParams, clock: Clock,
         notes = (why,)
         if progress:
             progress(why)
-    if name == "milp":
-        from te_ccl.backends.cpsat import solve_milp as run
-    elif name == "lp":
-        from te_ccl.backends.lp import solve_lp as run
-    else:
-        from te_ccl.backends.rounds import solve_rounds as run
+    module, attr = STRATEGIES[name].split(":")
+    run = getattr(importlib.import_module(module), attr)
     result = run(problem, params, clock, progress)
     if params.max_horizon is not None and result.finish_epoch > params.max_horizon:
         raise SolverError(f"infeasible: {name} found no schedule within the maximum horizon "

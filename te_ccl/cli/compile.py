@@ -63,7 +63,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
                             key="--chunks") from None
     sizes = None
     if kw["sizes"]:
-        from te_ccl.report.sizes import parse_size_range
+        from te_ccl.sizes import parse_size_range
 
         sizes = parse_size_range(kw["sizes"])
         flags.setdefault("size", sizes[1])

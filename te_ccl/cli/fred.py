@@ -17,9 +17,31 @@ from rich.tree import Tree
 
 from te_ccl.cli.common import emit_json, err_console, out_console
 from te_ccl.errors import SpecError
-from te_ccl.fred.collectives import FlowInfo, FredPhase
-from te_ccl.fred.routing import Flow, PhaseSplit, route_phases
-from te_ccl.fred.switch import FredSwitch, build_fred
+from te_ccl.fred import (
+    Assumptions,
+    Flow,
+    FlowInfo,
+    FredPhase,
+    FredSwitch,
+    Mesh,
+    PhaseSplit,
+    all_strategies,
+    build_fred,
+    check_strategy,
+    compile_phase,
+    draw_switch,
+    evaluate,
+    fabric,
+    in_switch_schedule,
+    load_workload,
+    parse_strategy,
+    parse_sweep,
+    plot_evaluation,
+    route_phases,
+    shipped_workloads,
+    strategy_means,
+    sweep_points,
+)
 from te_ccl.units import UnitError, parse_size
 
 __all__ = ["fred"]
@@ -55,7 +77,6 @@ def show_cmd(ports: int, m: int, name: str, depth: int, draw: str | None, as_jso
     """The recursive structure of FRED_m(P)."""
     sw = build_fred(ports, m, name)
     if draw:
-        from te_ccl.fred.draw import draw_switch
         draw_switch(sw, draw)
     if as_json:
         emit_json({"ports": ports, "m": m, "elements": sw.element_count, "depth": sw.depth,
@@ -184,9 +205,6 @@ def _size(text: str) -> int:
 def phase_cmd(fabric_name: str, strategy: str, kind: str, size: str, npus: int,
               tables: str | None, as_json: bool) -> None:
     """Compile one 3D-parallel phase's concurrent collectives on a fabric."""
-    from te_ccl.fred.evaluate import fabric
-    from te_ccl.fred.mesh import Mesh
-    from te_ccl.fred.strategy import compile_phase, parse_strategy
     from te_ccl.lower.fred import write_fred_tables
 
     fab, strat = fabric(fabric_name, npus), parse_strategy(strategy, npus)
@@ -227,8 +245,7 @@ def collective_cmd(topology: str, kind: str, size: str, ranks: str, chunks: int,
                    as_json: bool) -> None:
     """Schedule a collective with in-switch reduction/multicast on a FRED topology."""
     from te_ccl.collective.model import Collective, CollectiveKind
-    from te_ccl.fred.collectives import fred_tables_for
-    from te_ccl.fred.in_switch import in_switch_schedule
+    from te_ccl.lower.fred import fred_tables_for
     from te_ccl.outputs import write_atomic
     from te_ccl.spec.topology import load_topology
 
@@ -284,10 +301,6 @@ def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], n
                  plot: str | None, as_json: bool) -> None:
     """Iteration time, exposed communication and speedup of workloads: FRED variants vs the
     mesh, with every assumption printed and the paper's figures alongside."""
-    from te_ccl.fred.evaluate import Assumptions, evaluate, parse_sweep, sweep_points
-    from te_ccl.fred.strategy import all_strategies
-    from te_ccl.fred.workload import load_workload, shipped_workloads
-
     names = shipped_workloads() if workload == "all" else [workload]
     points = sweep_points(Assumptions(), [parse_sweep(x) for x in sweeps])
     runs = []
@@ -301,7 +314,6 @@ def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], n
         if len(runs) != 1:
             raise SpecError("--plot draws one evaluation: give one workload and strategy "
                             "and no --sweep", key="--plot")
-        from te_ccl.fred.plot import plot_evaluation
         plot_evaluation(runs[0][1], plot)
     means = _means(runs) if strategy == "all" else []
     if as_json:
@@ -329,8 +341,6 @@ def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], n
 
 def _means(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     """:func:`strategy_means` per workload and sweep point."""
-    from te_ccl.fred.evaluate import strategy_means
-
     groups: dict[tuple[str, str], list[Any]] = {}
     for label, ev in runs:
         groups.setdefault((ev.workload, label), []).append(ev)
@@ -339,8 +349,6 @@ def _means(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _admitted(w: Any, strategies: list[Any]) -> list[Any]:
-    from te_ccl.fred.workload import check_strategy
-
     out = []
     for s in strategies:
         try:

@@ -20,7 +20,6 @@ from te_ccl.errors import TecclError
 COMMANDS: dict[str, tuple[str, str]] = {
     "baseline": ("te_ccl.cli.baseline:baseline_cmd",
                  "Build a baseline (ring, ring-bidir, tree, direct, hierarchical)."),
-    "bench": ("te_ccl.cli.bench:bench_cmd", "Run a benchmark suite and judge the targets."),
     "compile": ("te_ccl.cli.compile:compile_cmd", "Compile a collective on TOPOLOGY."),
     "fred": ("te_ccl.cli.fred:fred", "FRED wafer-scale fabric: switch, routing, evaluation."),
     "simulate": ("te_ccl.cli.simulate:simulate_cmd",

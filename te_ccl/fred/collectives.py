@@ -27,16 +27,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from te_ccl.fred.ops import CLASSES, CollectiveOp, Stream
 from te_ccl.fred.routing import Flow, Routing, route_phases
-from te_ccl.fred.wafer import Wafer, wafer_from_topology
-from te_ccl.schedule import Schedule
-from te_ccl.topology.model import Topology
+from te_ccl.fred.wafer import Wafer
 
 __all__ = ["FlowInfo", "FredPhase", "CommResult", "compile_fred", "endpoint_loads",
-           "routed_phases", "fred_tables_for"]
+           "routed_phases"]
 
 
 @dataclass(frozen=True)
@@ -285,34 +282,3 @@ def _endpoint_steps(op: CollectiveOp) -> list[list[Stream]]:
         return [[Stream((a,), (b,), op.size_bytes) for a, b in _ring_edges(order, wrap=False)]]
     return op.steps()
 
-
-def fred_tables_for(schedule_or_phases: Schedule | CommResult | Sequence[FredPhase],
-                    topology: Topology, out_dir: str | Path) -> list[Path]:
-    """Write the FRED switch tables of a compiled schedule (``teccl compile --fred-tables``).
-
-    ``schedule_or_phases`` is a solved :class:`~te_ccl.schedule.Schedule` on a FRED
-    topology (each epoch's switch crossings become phases,
-    :func:`te_ccl.fred.from_schedule.phases_from_schedule`), a :class:`CommResult` from
-    :func:`compile_fred`, or its phases. Writes ``flows.csv``, ``uswitches.csv``,
-    ``phases.csv`` and ``tables.json`` into ``out_dir`` (atomically, each file) and
-    returns their paths.
-
-    Raises
-    ------
-    SpecError
-        If ``topology`` is not a two-level FRED wafer.
-    VerificationError
-        If a routed phase fails a table check.
-    """
-    from te_ccl.fred.from_schedule import phases_from_schedule
-    from te_ccl.lower.fred import write_fred_tables
-
-    wafer = wafer_from_topology(topology)
-    if isinstance(schedule_or_phases, Schedule):
-        phases = phases_from_schedule(schedule_or_phases, wafer)
-    elif isinstance(schedule_or_phases, CommResult):
-        phases = list(schedule_or_phases.phases)
-    else:
-        phases = list(schedule_or_phases)
-    summary = write_fred_tables(phases, wafer, out_dir)
-    return [Path(p) for p in summary["output"]]

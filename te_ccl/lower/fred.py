@@ -29,17 +29,19 @@ from pathlib import Path
 from typing import Any
 
 from te_ccl.errors import SpecError, VerificationError
-from te_ccl.fred.collectives import FredPhase
+from te_ccl.fred.collectives import CommResult, FredPhase
 from te_ccl.fred.encoding import SRAM_BYTES, encoded_bits
+from te_ccl.fred.from_schedule import phases_from_schedule
 from te_ccl.fred.ops import CLASSES
 from te_ccl.fred.routing import check_ports
 from te_ccl.fred.switch import FredSwitch
-from te_ccl.fred.wafer import Wafer
+from te_ccl.fred.wafer import Wafer, wafer_from_topology
 from te_ccl.outputs import write_atomic
+from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
 __all__ = ["reducing_switches", "check_msccl_can_express", "SwitchSet", "flow_rows", "uswitch_rows", "phase_rows", "check_phases", "config_sizes",
-           "lower_to_fred_tables", "write_fred_tables"]
+           "lower_to_fred_tables", "write_fred_tables", "fred_tables_for"]
 
 SCHEMA = "teccl-fred-tables/1"
 FLOW_COLUMNS = ("switch", "level", "radix", "m", "phase", "priority_class", "collective",
@@ -229,3 +231,33 @@ def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric,
     return {"output": [str(out / n) for n in files], "phases": len(tables["phases"]),
             "flows": len(tables["flows"]), "config_bytes": tables["config_bytes"],
             "fits": all(tables["fits"].values()), "sram_bytes": SRAM_BYTES}
+
+
+def fred_tables_for(schedule_or_phases: Schedule | CommResult | Sequence[FredPhase],
+                    topology: Topology, out_dir: str | Path) -> list[Path]:
+    """Write the FRED switch tables of a compiled schedule (``teccl compile --fred-tables``).
+
+    ``schedule_or_phases`` is a solved :class:`~te_ccl.schedule.Schedule` on a FRED
+    topology (each epoch's switch crossings become phases,
+    :func:`te_ccl.fred.from_schedule.phases_from_schedule`), a
+    :class:`~te_ccl.fred.collectives.CommResult` from
+    :func:`~te_ccl.fred.collectives.compile_fred`, or its phases. Writes ``flows.csv``,
+    ``uswitches.csv``, ``phases.csv`` and ``tables.json`` into ``out_dir`` (atomically,
+    each file) and returns their paths.
+
+    Raises
+    ------
+    SpecError
+        If ``topology`` is not a two-level FRED wafer.
+    VerificationError
+        If a routed phase fails a table check.
+    """
+    wafer = wafer_from_topology(topology)
+    if isinstance(schedule_or_phases, Schedule):
+        phases = phases_from_schedule(schedule_or_phases, wafer)
+    elif isinstance(schedule_or_phases, CommResult):
+        phases = list(schedule_or_phases.phases)
+    else:
+        phases = list(schedule_or_phases)
+    summary = write_fred_tables(phases, wafer, out_dir)
+    return [Path(p) for p in summary["output"]]

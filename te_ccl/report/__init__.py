@@ -1,1 +1,1 @@
-"""Metrics, benchmark suite and report (tables, CSV, markdown, plots)."""
+"""Metrics of a schedule and its replay: bandwidths (nccl-tests' algbw/busbw) and buffers."""

@@ -6,7 +6,7 @@ import pytest
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.cpsat import solve_formulation
-from te_ccl.backends.lp import solve_relaxation
+from te_ccl.backends.linear import solve_relaxation
 from te_ccl.backends.select import choose_backend
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import SpecError

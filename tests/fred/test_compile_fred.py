@@ -26,9 +26,9 @@ def test_compile_picks_the_in_switch_allreduce_and_writes_its_tables(teccl, tmp_
     assert code == 0
     d = json.loads(out)
     assert d["backend"] == "fred-in-switch"
-    assert d["simulated_bound_ratio"] >= 1
+    assert d["measured_by"] == "schedule replay" and d["bound_ratio"] >= 1 - 1e-9
     # each NPU sends and receives the buffer once at 3 TB/s: within 10 % of 3 TB/s
-    assert 20e6 / d["simulated_time_s"] > 0.9 * 3e12
+    assert 20e6 / d["finish_time_s"] > 0.9 * 3e12
     assert json.loads((tmp_path / "s.json").read_text())["solve"]["backend"] == "fred-in-switch"
     tables = json.loads((tmp_path / "t" / "tables.json").read_text())
     assert tables["fits"]

@@ -10,7 +10,6 @@ import pytest
 
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError, VerificationError
-from te_ccl.fred.collectives import fred_tables_for
 from te_ccl.fred.encoding import SRAM_BYTES, config_bytes, encode
 from te_ccl.fred.routing import Flow, route
 from te_ccl.fred.strategy import compile_phase, parse_strategy
@@ -21,6 +20,7 @@ from te_ccl.lower.fred import (
     PHASE_COLUMNS,
     USWITCH_COLUMNS,
     check_phases,
+    fred_tables_for,
     write_fred_tables,
 )
 from te_ccl.schedule import Schedule, Transfer

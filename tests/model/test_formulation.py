@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from te_ccl.backends.base import Clock, SolveParams
-from te_ccl.backends.cpsat import solve_milp
+from te_ccl.backends.milp import solve_milp
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import SolverError
 from te_ccl.model import build_problem, formulate

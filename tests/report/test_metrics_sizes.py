@@ -7,9 +7,9 @@ from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
 from te_ccl.errors import SpecError
 from te_ccl.report.metrics import bandwidths, buffer_bytes, schedule_metrics
-from te_ccl.report.sizes import compile_size_ranges, parse_size_range, size_ranges
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.simulate import simulate_schedule
+from te_ccl.sizes import compile_size_ranges, parse_size_range, size_ranges
 from te_ccl.topology import generators as gen
 
 

@@ -1,10 +1,10 @@
-"""The benchmark suites: which topologies, collectives and sizes ``teccl bench`` runs.
+"""The benchmark suites: which topologies, collectives and sizes ``python -m devtools.bench`` runs.
 
 ``default`` is what ``make bench`` runs (budgeted to finish in under 20 minutes on 2
 cores: every solve has its own time limit and the suite stops starting new cases when its
-budget is spent, so the headline rows — issue 3's targets, issue 7's scale table, NDv2 ×2
+budget is spent, so the headline rows — the solver targets, the scale table, NDv2 ×2
 for the anchors — come first); ``quick`` is a seconds-long subset for tests. Sizes are decimal
-(``1KB`` = 1000 bytes) like the issue's targets, except the scale rows, which follow the
+(``1KB`` = 1000 bytes) like the targets, except the scale rows, which follow the
 published TACOS comparison at 1 GiB.
 """
 
@@ -61,7 +61,7 @@ def _suite_cases(topologies: tuple[str, ...], limit_s: float) -> list[Case]:
 
 
 def _target_cases() -> list[Case]:
-    """Issue 3's rows: small topologies with 1 and 2 chunks per GPU (MILP, 10 s), and the
+    """The solver targets' rows: small topologies with 1 and 2 chunks per GPU (MILP, 10 s), and the
     NDv2 instances with the solver's own settings (rounds, 4 chunks per GPU)."""
     cases = [Case(t, kind, GB, chunks=c, limit_s=10, baselines=False, group="target",
                   root=0 if kind == "broadcast" else None, backend="milp")
@@ -74,7 +74,7 @@ def _target_cases() -> list[Case]:
 
 
 def _scale_cases() -> list[Case]:
-    """Issue 7's table at 1 GiB, each with a limit near its target budget."""
+    """The scale table at 1 GiB, each with a limit near its target budget."""
     rows = [("mesh8x8", 5), ("torus8x8", 5), ("mesh16x16", 20), ("torus16x16", 20),
             ("torus8x8x8", 60), ("mesh32x32", 60), ("torus32x32", 60)]
     cases = [Case(t, "allgather", GiB, limit_s=lim, baselines=False, group="scale") for t, lim in rows]

@@ -21,6 +21,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from devtools.bounds_cache import Bounds
+from devtools.suites import Case, Suite
 from te_ccl.backends.base import SolveParams
 from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.chunking import BASE_CHUNKS
@@ -35,9 +37,7 @@ from te_ccl.pipeline import (
     render_fitting,
     solve_best,
 )
-from te_ccl.report.bounds_cache import Bounds
 from te_ccl.report.metrics import bandwidths
-from te_ccl.report.suites import Case, Suite
 from te_ccl.schedule import Schedule
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.schedule_check import check_schedule

@@ -12,9 +12,9 @@ from pathlib import Path
 
 from rich.table import Table
 
+from devtools.runner import SIM_LIMIT, XML_REPLAY_LIMIT, BenchResult, Row
+from devtools.targets import TACOS_RATIOS, Anchor, Target, anchors, evaluate_targets
 from te_ccl.outputs import pyplot, save_figure, write_atomic
-from te_ccl.report.bench import SIM_LIMIT, XML_REPLAY_LIMIT, BenchResult, Row
-from te_ccl.report.targets import TACOS_RATIOS, Anchor, Target, anchors, evaluate_targets
 from te_ccl.units import format_size, format_time
 
 __all__ = ["write_outputs", "results_csv", "results_markdown", "draw_plots", "targets_table",
@@ -100,8 +100,8 @@ def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: li
         "where the exact one takes over 30 s); algbw = size / time (GB/s, nccl-tests).",
         "", f"#### Targets: {met} met, {len(targets) - met} short", "",
     ]
-    lines += _md_table(["issue", "target", "measured", "goal", "status"],
-                       [[str(t.issue), t.name, t.measured.replace("|", "/"), t.goal,
+    lines += _md_table(["target", "measured", "goal", "status"],
+                       [[t.name, t.measured.replace("|", "/"), t.goal,
                          "met" if t.met else "**short**"] for t in targets])
     lines += ["", "#### Anchors: NDv2 ×2 AllGather algbw (GB/s)", ""]
     sizes = sorted({a.size_bytes for a in anchor_rows})
@@ -114,7 +114,7 @@ def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: li
 
     lines += _md_table(["system"] + [_size(s) for s in sizes],
                        [[s] + [show(cell.get((s, z))) for z in sizes] for s in systems])
-    lines += ["", "#### Scale (issue 7, 1 GiB)", ""] + _scale(result.rows)
+    lines += ["", "#### Scale (1 GiB)", ""] + _scale(result.rows)
     lines += ["", "#### Results per topology: algbw GB/s (ratio to bound)", ""]
     lines += _per_topology(result.rows)
     return "\n".join(lines) + "\n"
@@ -158,9 +158,9 @@ def draw_plots(rows: list[Row], out_dir: Path) -> list[Path]:
 
 
 def targets_table(targets: list[Target]) -> Table:
-    t = Table("issue", "target", "measured", "goal", "status", title="targets")
+    t = Table("target", "measured", "goal", "status", title="targets")
     for x in targets:
-        t.add_row(str(x.issue), x.name, x.measured, x.goal,
+        t.add_row(x.name, x.measured, x.goal,
                   "[green]met[/]" if x.met else "[red]short[/]")
     return t
 

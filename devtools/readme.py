@@ -1,6 +1,6 @@
 """Put bench/results.md into README.md between ``<!-- bench:start -->`` and ``<!-- bench:end -->``.
 
-Run ``python -m te_ccl.report.readme [README.md] [bench/results.md]`` after ``make bench``;
+Run ``python -m devtools.readme [README.md] [bench/results.md]`` after ``make bench``;
 the section is regenerated, never hand-written. Plot links are rewritten relative to the
 README.
 """

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from te_ccl.report.ship_schedules import within_budget
+from devtools.ship_schedules import within_budget
 
 
 def _entry(tmp_path, sizes: dict[str, int]) -> dict:

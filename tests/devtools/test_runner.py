@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-import te_ccl.report.bench as bench
+import devtools.runner as bench
+from devtools.suites import MB, SUITES, Case
 from te_ccl.chunking import BASE_CHUNKS
-from te_ccl.report.suites import MB, SUITES, Case
 
 
 @pytest.mark.parametrize("auto, choices", [(True, BASE_CHUNKS), (False, ())])
@@ -53,7 +53,7 @@ def test_auto_row_records_the_chunking_it_picked():
     assert all(mine.time_s <= r.time_s * (1 + 1e-9) for r in others)
 
 
-def test_suite_rows_use_auto_chunking_and_issue3_rows_keep_theirs():
+def test_suite_rows_use_auto_chunking_and_solver_target_rows_keep_theirs():
     cases = SUITES["default"].cases
     assert all(c.auto_chunks for c in cases if c.group == "suite")
     assert not any(c.auto_chunks for c in cases if c.group in ("target", "scale"))

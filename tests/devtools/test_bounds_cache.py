@@ -2,10 +2,10 @@
 
 import pytest
 
+from devtools.bounds_cache import Bounds, node_cut_s
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
-from te_ccl.report.bounds_cache import Bounds, node_cut_s
 from te_ccl.topology import generators as gen
 
 

@@ -1,6 +1,6 @@
 """``make schedules``: compile and ship algorithms for the shipped GPU topologies.
 
-``python -m te_ccl.report.ship_schedules DIR`` compiles {allgather, reducescatter,
+``python -m devtools.ship_schedules DIR`` compiles {allgather, reducescatter,
 allreduce, alltoall} on every shipped topology with at most 64 GPUs and no reducing
 (FRED) switch, and writes for each ``DIR/TOPOLOGY/KIND.xml`` (out-of-place),
 ``KIND.inplace.xml`` and ``KIND.json`` (the ``teccl compile --json`` summary). Every XML is
@@ -210,7 +210,7 @@ def _merge_index(path: Path, entries: list[dict], order: list[str]) -> list[dict
 
 def _readme(entries: list[dict]) -> str:
     lines = ["# Shipped MSCCL algorithms", "",
-             f"Made by `make schedules` (`python -m te_ccl.report.ship_schedules`): {SIZE} "
+             f"Made by `make schedules` (`python -m devtools.ship_schedules`): {SIZE} "
              "buffers, 1 chunk per rank, out-of-place `KIND.xml` and in-place "
              "`KIND.inplace.xml`, both verified; `KIND.json` is the compile summary.", "",
              "Finish times are what `measured by` names: the replay of the lowered "

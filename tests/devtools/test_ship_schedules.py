@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from te_ccl.report.ship_schedules import KINDS, ship_all, shippable_topologies
+from devtools.ship_schedules import KINDS, ship_all, shippable_topologies
 from te_ccl.verify.msccl import parse_msccl, verify_msccl
 from te_ccl.verify.msccl.execute import buffering
 
-SHIPPED = Path(__file__).resolve().parents[1] / "schedules"
+SHIPPED = Path(__file__).resolve().parents[2] / "schedules"
 
 
 def _index() -> list[dict]:
@@ -84,7 +84,7 @@ def test_ship_all_writes_verified_files_and_an_index(tmp_path):
 def test_ship_one_fits_both_buffer_modes_into_the_runtime(tmp_path):
     """dgx1 AlltoAll at 64 MiB: the scale plan's sub-chunks overflow the channels in
     place and out of place; the compile falls back to fewer, both files load."""
-    from te_ccl.report.ship_schedules import ship_one
+    from devtools.ship_schedules import ship_one
     from te_ccl.spec.topology import load_topology
 
     entry = ship_one(load_topology("dgx1"), "alltoall", tmp_path, 30.0)
@@ -98,7 +98,7 @@ def test_ship_one_fits_both_buffer_modes_into_the_runtime(tmp_path):
 def test_a_job_that_overruns_is_killed_and_recorded(tmp_path, monkeypatch):
     import time
 
-    from te_ccl.report import ship_schedules
+    from devtools import ship_schedules
     from te_ccl.spec.topology import load_topology
 
     monkeypatch.setattr(ship_schedules, "ship_one", lambda *args: time.sleep(60))
@@ -111,7 +111,7 @@ def test_a_job_that_overruns_is_killed_and_recorded(tmp_path, monkeypatch):
 def test_a_job_that_outgrows_its_memory_is_killed_and_recorded(tmp_path, monkeypatch):
     import time
 
-    from te_ccl.report import ship_schedules
+    from devtools import ship_schedules
     from te_ccl.spec.topology import load_topology
 
     here = ship_schedules.resident_bytes(os.getpid())

@@ -2,12 +2,12 @@
 
 import pytest
 
+from devtools.readme import END, START, fill_readme
+from devtools.render import results_csv, write_outputs
+from devtools.runner import BenchResult, Row
+from devtools.suites import GB, KB, SUITES
+from devtools.targets import anchors, evaluate_targets
 from te_ccl.errors import SpecError
-from te_ccl.report.bench import BenchResult, Row
-from te_ccl.report.readme import END, START, fill_readme
-from te_ccl.report.render import results_csv, write_outputs
-from te_ccl.report.suites import GB, KB, SUITES
-from te_ccl.report.targets import anchors, evaluate_targets
 
 
 def row(system, time_s, size=GB, topo="ring8", kind="allgather", **kw):

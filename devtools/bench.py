@@ -1,20 +1,32 @@
-"""``teccl bench [SUITE]``: teccl and the baselines on a suite, against bounds and targets.
+"""``python -m devtools.bench [SUITE]``: teccl and the baselines on a suite, against bounds and targets.
 
 Writes ``OUT/results.csv``, ``OUT/results.md`` and ``OUT/plots/*.png`` (default ``bench/``),
 prints the targets (and with ``-v`` every result) as rich tables on stderr, and exits 1
-when a target is short (PRODUCT.md: "a target was missed"), unless ``--no-fail``.
+when a target is short, unless ``--no-fail``. Bad input (an unknown suite, an unreadable
+``--readme``) is one line on stderr and exit 2, as in ``teccl``.
 """
 
 from __future__ import annotations
 
+import sys
+from dataclasses import asdict
+
 import click
 
+from devtools.readme import fill_readme
+from devtools.render import results_table, targets_table, write_outputs
+from devtools.runner import run_suite
+from devtools.suites import suite
+from devtools.targets import evaluate_targets
 from te_ccl.cli.common import emit_json, err_console
+from te_ccl.errors import TecclError
 
-__all__ = ["bench_cmd"]
+__all__ = ["bench_cmd", "main"]
+
+PROG = "python -m devtools.bench"
 
 
-@click.command("bench")
+@click.command("bench", context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("suite_name", metavar="[SUITE]", default="default")
 @click.option("--out", "out_dir", default="bench", show_default=True, metavar="DIR",
               help="Where results.csv, results.md and plots/ go.")
@@ -32,13 +44,6 @@ def bench_cmd(ctx: click.Context, suite_name: str, out_dir: str, threads: int,
               budget: float | None, readme: str | None, no_fail: bool, verbose: bool,
               as_json: bool) -> None:
     """Run benchmark SUITE (default, quick) and judge the targets."""
-    from dataclasses import asdict
-
-    from te_ccl.report.bench import run_suite
-    from te_ccl.report.render import results_table, targets_table, write_outputs
-    from te_ccl.report.suites import suite
-    from te_ccl.report.targets import evaluate_targets
-
     chosen = suite(suite_name)
     live = err_console.is_terminal and not as_json
     with err_console.status(f"bench {chosen.name}…") as status:
@@ -51,8 +56,6 @@ def bench_cmd(ctx: click.Context, suite_name: str, out_dir: str, threads: int,
         result = run_suite(chosen, threads=threads, progress=progress, budget_s=budget)
     paths = write_outputs(result, out_dir)
     if readme:
-        from te_ccl.report.readme import fill_readme
-
         fill_readme(readme, paths["markdown"])
     targets = evaluate_targets(result.rows, result.planned or None)
     if as_json:
@@ -68,3 +71,22 @@ def bench_cmd(ctx: click.Context, suite_name: str, out_dir: str, threads: int,
                           f"{paths['csv']}, {paths['plots']}/")
     if not no_fail and not all(t.met for t in targets):
         ctx.exit(1)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the command; a library error becomes one line on stderr and its exit code."""
+    try:
+        rc = bench_cmd.main(args=argv, prog_name=PROG, standalone_mode=False)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except click.exceptions.Exit as e:
+        sys.exit(e.exit_code)
+    except TecclError as e:
+        click.echo(f"{PROG}: error: {e}", err=True)
+        sys.exit(e.exit_code)
+    sys.exit(rc if isinstance(rc, int) else 0)
+
+
+if __name__ == "__main__":
+    main()
