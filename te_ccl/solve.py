@@ -44,8 +44,6 @@ __all__ = ["solve", "SolveParams", "Judge", "PREDICTED", "SCALE_MIN_GPUS"]
 SCALE_MIN_GPUS = 16
 MAX_COMMODITIES = 2**21  # chunks one compile routes (a 1024-GPU AlltoAll has 2**20)
 TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can win
-SCALE_SHARE = 0.25  # of the time limit, for the scale candidate beside a flow model
-MIN_FLOW_S = 1.0  # the flow model gets at least this after the scale candidate
 # (chunk, destination) pairs beyond which the templates take minutes to place hop by hop
 # (a 64-GPU AllGather at 32 chunks per rank has 129k)
 TEMPLATE_MAX_DELIVERIES = 300_000
@@ -237,56 +235,17 @@ def _solve_checked_input(topology: Topology, collective: Collective, params: Sol
                          progress: Progress | None, judge: Judge) -> Schedule:
     if params.backend != "auto" or params.max_horizon is not None:
         return _solve_model(topology, collective, params, progress)
-    scaled, params = _scale_candidate(topology, collective, params, progress)
     try:
         schedule = _solve_model(topology, collective, params, progress)
     except SolverError as e:  # auto never fails where a template succeeds, at any size
         best = _best_template(topology, collective, judge)
-        if best is None and scaled is None:
+        if best is None:
             raise
-        kept = scaled if best is None or (scaled is not None
-                                         and judge(scaled) <= best[1]) else best[0]
-        return kept.with_info(notes=(f"auto: the flow model gave up ({e}); kept "
-                                     f"{kept.info.backend}",) + kept.info.notes)
-    if scaled is not None:
-        schedule = _faster(schedule, scaled, judge)
+        return best[0].with_info(notes=(f"auto: the flow model gave up ({e}); kept the "
+                                        f"{best[0].info.backend} template",) + best[0].info.notes)
     if topology.ngpus > TEMPLATE_MAX_GPUS:
         return schedule
     return _flow_or_template(topology, collective, schedule, judge)
-
-
-def _scale_candidate(topology: Topology, collective: Collective, params: SolveParams,
-                     progress: Progress | None) -> tuple[Schedule | None, SolveParams]:
-    """Where ``auto`` solves one flow model but a scale method also applies (up to
-    ``SCALE_MIN_GPUS`` GPUs: a box of NVSwitch machines, a small torus), the scale schedule
-    in :data:`SCALE_SHARE` of the time limit, and the params the flow model gets for the
-    rest. The scale methods pipeline sub-chunks, which a flow model of whole chunks
-    cannot; the flow model proves optimality where sub-chunks do not pay."""
-    from te_ccl.backends.scale import compile_scale, scale_method
-
-    if (_scale_reason(topology, collective, params) is not None
-            or scale_method(topology, collective) is None):
-        return None, params
-    share = replace(params, backend="scale", time_limit_s=SCALE_SHARE * params.time_limit_s)
-    try:
-        scaled = compile_scale(topology, collective, share, progress)
-    except (SolverError, SpecError):
-        return None, params
-    spent = scaled.info.solver_time_s
-    left = max(MIN_FLOW_S, params.time_limit_s - spent)
-    return scaled.with_info(notes=("auto: scale candidate beside the flow model",)
-                            + scaled.info.notes), replace(params, time_limit_s=left)
-
-
-def _faster(flow: Schedule, scaled: Schedule, judge: Judge) -> Schedule:
-    mine, theirs = judge(flow), judge(scaled)
-    if theirs < mine * (1 - 1e-9):
-        return scaled.with_info(notes=(f"auto: kept the scale schedule ({theirs:.4g} s, "
-                                       f"{judge.what}) over the flow schedule ({mine:.4g} s)",)
-                                + scaled.info.notes)
-    return flow.with_info(notes=flow.info.notes + (
-        f"auto: kept the flow schedule ({mine:.4g} s) over the scale schedule "
-        f"({theirs:.4g} s, {judge.what})",))
 
 
 def _flow_or_template(topology: Topology, collective: Collective, schedule: Schedule,

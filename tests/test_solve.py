@@ -198,15 +198,3 @@ def test_auto_falls_back_to_a_template_beyond_the_comparison_size(monkeypatch):
               SolveParams(time_limit_s=5))
     assert s.info.backend.startswith("baseline:") and "flow model gave up" in s.info.notes[0]
     check_schedule(s)
-
-
-def test_auto_races_the_scale_methods_beside_one_flow_model():
-    """On a 16-GPU torus a scale method applies; auto solves it beside the flow model and
-    keeps the faster by its judge, saying which."""
-    from te_ccl.spec.topology import load_topology
-
-    topo = load_topology("torus4x4")
-    s = solve(topo, Collective(CollectiveKind.ALLGATHER, 16 * 2**16, tuple(range(16))),
-              SolveParams(time_limit_s=8))
-    assert any("scale schedule" in n for n in s.info.notes)
-    check_schedule(s)
