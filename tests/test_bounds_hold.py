@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.bounds import lower_bound, reduces_outside_members, separating_cut_bandwidth
 from te_ccl.collective import Collective, CollectiveKind
-from te_ccl.errors import SolverError
+from te_ccl.errors import SolverError, SpecError
 from te_ccl.fred.in_switch import in_switch_candidate
 from te_ccl.schedule import Schedule
 from te_ccl.simulate import simulate_schedule
@@ -88,8 +88,8 @@ def test_no_flow_schedule_beats_the_bound_on_a_shipped_topology(name, kind, back
                                            max_size=3))))
     try:
         s = solve(topo, collective(kind, ranks), SolveParams(backend=backend, time_limit_s=5))
-    except SolverError:
-        return  # gave up within the time limit: nothing to compare
+    except (SolverError, SpecError):
+        return  # gave up within the time limit, or a subset that cannot relay inside itself
     assert_not_below_bound(s)
 
 

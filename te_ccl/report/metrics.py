@@ -104,7 +104,8 @@ def scratch_bytes(schedule: Schedule) -> dict[str, int]:
 
 def buffer_summary(schedule: Schedule) -> dict[str, Any]:
     """The buffer keys of ``teccl compile --json``: per GPU and the largest of each."""
-    total, scratch = buffer_bytes(schedule), scratch_bytes(schedule)
+    total = {g: round(b) for g, b in buffer_bytes(schedule).items()}  # whole bytes: chunks
+    scratch = {g: round(b) for g, b in scratch_bytes(schedule).items()}  # may be fractional
     return {"buffer_bytes": total, "max_buffer_bytes": max(total.values(), default=0),
             "scratch_bytes": scratch, "peak_scratch_bytes": max(scratch.values(), default=0)}
 

@@ -91,7 +91,10 @@ def test_simulate_takes_topology_and_size_from_the_files_comment(ring_xml, teccl
     assert sim["finish_time_s"] == pytest.approx(info["finish_time_s"], rel=1e-9)
     code, stdout, _ = teccl("simulate", "ring8", str(made), "--size", "16MB", "--json")
     assert code == 0 and json.loads(stdout)["size_bytes"] == 16_000_000
-    code, _, err = teccl("simulate", str(out))
+    bare = out.with_name("bare.xml")  # no comment: neither topology nor size is known
+    bare.write_text("".join(line for line in out.read_text().splitlines(keepends=True)
+                            if "<!-- teccl:" not in line))
+    code, _, err = teccl("simulate", str(bare))
     assert code == 2 and "--size" in err and len(err.strip().splitlines()) == 1
     code, _, err = teccl("simulate", str(_with_provenance(out, "nosuchtopo", 1)))
     assert code == 2 and "nosuchtopo" in err and len(err.strip().splitlines()) == 1
