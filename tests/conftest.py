@@ -17,13 +17,23 @@ if os.environ.get("CI"):
 
 
 @pytest.fixture
-def teccl(capsys):
-    """Run `teccl ARGS` in-process through main()'s error mapping: (exit code, stdout, stderr)."""
+def in_process(capsys):
+    """A runner of a command's ``main(argv)`` in-process, through its error mapping:
+    ``run(*args) -> (exit code, stdout, stderr)``."""
 
-    def run(*args: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        out, err = capsys.readouterr()
-        return exc.value.code, out, err
+    def runner(entry):
+        def run(*args: str) -> tuple[int, str, str]:
+            with pytest.raises(SystemExit) as exc:
+                entry(list(args))
+            out, err = capsys.readouterr()
+            return exc.value.code, out, err
 
-    return run
+        return run
+
+    return runner
+
+
+@pytest.fixture
+def teccl(in_process):
+    """Run `teccl ARGS` in-process: (exit code, stdout, stderr)."""
+    return in_process(main)

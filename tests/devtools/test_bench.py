@@ -14,16 +14,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def bench(capsys):
-    """Run the bench command in-process through main()'s error mapping: (code, stdout, stderr)."""
-
-    def run(*args: str) -> tuple[int, str, str]:
-        with pytest.raises(SystemExit) as exc:
-            main(list(args))
-        out, err = capsys.readouterr()
-        return exc.value.code, out, err
-
-    return run
+def bench(in_process):
+    """Run the bench command in-process: (code, stdout, stderr)."""
+    return in_process(main)
 
 
 def test_bench_quick_writes_outputs_and_judges_targets(bench, tmp_path):
