@@ -25,7 +25,6 @@ from te_ccl.units import UnitError, format_bandwidth, format_size, format_time, 
 
 __all__ = ["simulate_cmd", "sim_summary", "sim_tables"]
 
-_LEGACY = "missing-algo-attribute"  # msccl-tools' older format: simulated with a warning
 
 
 @click.command("simulate")
@@ -91,6 +90,7 @@ def _simulate_xml(topology: str | None, path: Path, size: str | None, intervals:
     from te_ccl.collective.model import KINDS, Collective, CollectiveKind
     from te_ccl.simulate.msccl import read_provenance, simulate_msccl
     from te_ccl.spec.topology import load_topology
+    from te_ccl.verify.msccl.reader import LEGACY_RULES
     from te_ccl.verify.msccl.verify import verify_msccl
 
     file = str(path)
@@ -116,15 +116,16 @@ def _simulate_xml(topology: str | None, path: Path, size: str | None, intervals:
         raise SpecError(f"compiled for topology {made[0]!r}, which cannot be loaded ({e}): "
                         "pass the topology", file=file) from None
     report = verify_msccl(path)
-    errors = [f for f in report.errors if f.rule != _LEGACY]
+    errors = [f for f in report.errors if f.rule not in LEGACY_RULES]
     if report.algo is None or errors:
         first = (errors or report.errors)[0]
         more = f" (and {len(errors) - 1} more: teccl verify {file})" if len(errors) > 1 else ""
         raise VerificationError(f"{file}: not simulated, the verifier rejects it: "
                                 f"{first.where()}: {first.rule}: {first.message}{more}")
     if report.errors:
-        err_console.print(f"warning: {file}: the legacy MSCCL format (no minBytes/maxBytes/"
-                          "outofplace): the executor refuses it; simulated anyway",
+        err_console.print(f"warning: {file}: msccl-tools' older format (no minBytes/maxBytes/"
+                          "outofplace): the executor refuses it, simulated anyway; `teccl verify "
+                          f"{file} --upgrade -o NEW.xml` writes the executor's format",
                           highlight=False, soft_wrap=True)
     algo = report.algo
     if algo.ngpus != topo.ngpus:
