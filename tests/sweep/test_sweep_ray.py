@@ -54,7 +54,9 @@ def test_ray_sweep_equals_local_sweep(ray_session, grid_file, tmp_path):
     on_ray = run(grid, tmp_path / "ray", "--ray-address", "auto")
     local = run(grid, tmp_path / "local", "--workers", "2")
     assert on_ray["executor"].startswith("Ray cluster")
-    assert (on_ray["ok"], on_ray["failed"]) == (local["ok"], local["failed"]) == (2, 2)
+    statuses = {name: [(r["status"], r["reason"]) for r in run["results"]]
+                for name, run in (("ray", on_ray), ("local", local))}
+    assert (on_ray["ok"], on_ray["failed"]) == (local["ok"], local["failed"]) == (2, 2), statuses
     assert comparable(tmp_path / "ray") == comparable(tmp_path / "local")
     for r in local["results"]:
         if r["xml"]:
