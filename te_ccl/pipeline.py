@@ -14,7 +14,6 @@ reduction unless the output can drive them (``--format json`` with FRED tables).
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,9 +21,8 @@ from typing import Any
 
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
-from te_ccl.chunking import chunk_candidates, chunking_bounds
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, TecclError, VerificationError
+from te_ccl.errors import RuntimeLimitError, SpecError, TecclError, VerificationError
 from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.solve import Judge, solve
@@ -36,8 +34,6 @@ __all__ = ["CompileOptions", "CompileResult", "Timer", "Timing", "compile_collec
            "solve_best", "SIM_LIMIT", "XML_REPLAY_LIMIT", "summary"]
 
 FORMATS = ("xml", "json")
-MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
-SKIP_GAIN = 0.02  # a chunking must be able to beat the best so far by this to be solved
 
 
 @dataclass(frozen=True)
@@ -217,8 +213,8 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
 
 
 SIM_LIMIT = 100_000  # transfers: beyond, a schedule is timed by its prediction
-XML_REPLAY_LIMIT = 5_000  # transfers: beyond, lowering and replaying every candidate's XML
-#                           costs more than the compile's budget; the schedule replay judges
+XML_REPLAY_LIMIT = 20_000  # transfers: beyond, lowering and replaying every candidate's XML
+#                            costs more than the compile's budget; the schedule replay judges
 
 
 def forward_only(topology: Topology) -> Topology:
@@ -335,12 +331,10 @@ def solve_best(topology: Topology, collective: Collective, params: SolveParams,
     :class:`Timer`'s, by default a fresh one: the replay of the lowered XML), over the
     chunkings of :func:`te_ccl.chunking.chunk_candidates` when ``chunk_choices`` is given
     (``--chunks auto``). Switches only forward unless ``in_switch``."""
-    judge = judge or Timer().judge
     if not in_switch:
         topology = forward_only(topology)
-    if chunk_choices:
-        return _best_chunking(topology, collective, params, chunk_choices, progress, judge)
-    return solve(topology, collective, params, progress, judge=judge)
+    return solve(topology, collective, params, progress, judge=judge or Timer().judge,
+                 chunk_choices=chunk_choices)
 
 
 def _solve_checked(topology: Topology, collective: Collective, params: SolveParams,
@@ -354,76 +348,6 @@ def _solve_checked(topology: Topology, collective: Collective, params: SolvePara
         raise VerificationError(f"schedule check failed ({len(violations)} violation(s)); "
                                 f"first: [{first.rule}] {first.message}")
     return schedule
-
-
-def _trial_order(topology: Topology, collective: Collective,
-                 choices: tuple[int, ...]) -> list[tuple[Collective, float]]:
-    """The chunkings to try, each with the time it cannot beat, in trial order: the
-    collective's own first (the templates' chunking, so ``auto`` is never slower than a
-    template), then the most promising by their arithmetic bound (within 1 %: fewer
-    chunks first).
-
-    The time ``k`` cannot beat is the bound at ``2k``: the ring-bidir and tree templates
-    halve their chunks.
-    """
-    ks = chunk_candidates(topology, collective, choices)
-    own = collective.chunks_per_rank
-    fits = [k for k in ks if collective.size_bytes % replace(collective, chunks_per_rank=k)
-            .nchunks == 0 and k != own]
-    bounds = chunking_bounds(topology, collective, sorted({own, *fits} | {2 * own}
-                                                          | {2 * k for k in fits}))
-    low = min(bounds.values()) or 1.0
-    fits.sort(key=lambda k: (round(bounds[k] / low, 2), k))
-    return [(replace(collective, chunks_per_rank=k), bounds[2 * k]) for k in [own, *fits]]
-
-
-def _best_chunking(topology: Topology, collective: Collective, params: SolveParams,
-                   choices: tuple[int, ...], progress: Progress | None,
-                   judge: Judge) -> Schedule:
-    """Solve the chunkings of :func:`_trial_order` (those that divide the size, and the
-    collective's own); keep the fastest by ``judge`` (ties: the earlier tried; one that
-    does not lower is infinitely slow).
-
-    Each may take half the time still left (the last one all of it): the most promising,
-    tried first, get the most (dgx1 AllGather 1 GB: the rounds solve of 20 chunks per
-    rank needs ~4 s of a 10 s limit to land within 1 %, which an equal sixth did not
-    give it), and what a quick solve leaves over goes to the later ones. A chunking whose
-    arithmetic bound is not :data:`SKIP_GAIN` below the best time so far is skipped: it
-    cannot win by enough to pay for its solve.
-    """
-    candidates = _trial_order(topology, collective, tuple(sorted(set(choices))))
-    deadline = time.monotonic() + params.time_limit_s
-    best: tuple[Schedule, float] | None = None
-    tried: list[str] = []
-    spent = 0.0
-    last_error: SolverError | None = None
-    for i, (c, bound) in enumerate(candidates):
-        k, left = c.chunks_per_rank, deadline - time.monotonic()
-        if best is not None and (bound >= best[1] * (1 - SKIP_GAIN) or left < MIN_SHARE_S):
-            why = f"bound {bound:.4g} s" if left >= MIN_SHARE_S else "no time left"
-            tried.append(f"{k}: skipped ({why})")
-            continue
-        if progress:
-            progress(f"trying {k} chunk(s) per rank")
-        limit = max(MIN_SHARE_S, left / min(2, len(candidates) - i))
-        share = replace(params, time_limit_s=limit)
-        try:
-            s = solve(topology, c, share, progress, judge=judge)
-        except SolverError as e:
-            tried.append(f"{k}: {e}")
-            last_error = e
-            continue
-        spent += s.info.solver_time_s
-        t = judge(s)
-        tried.append(f"{k}: {t:.4g} s" if t < math.inf else f"{k}: does not lower")
-        if best is None or t < best[1] * (1 - 1e-9):
-            best = (s, t)
-    if best is None:
-        raise last_error
-    s = best[0]
-    note = (f"chunks auto: picked {s.collective.chunks_per_rank} per rank by {judge.what} "
-            f"(tried {'; '.join(tried)})")
-    return s.with_info(notes=s.info.notes + (note,), solver_time_s=spent)
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,

@@ -16,7 +16,8 @@ from te_ccl.errors import SolverError, SpecError
 from te_ccl.fred.in_switch import in_switch_candidate
 from te_ccl.schedule import Schedule
 from te_ccl.simulate import simulate_schedule
-from te_ccl.solve import TEMPLATE_MAX_GPUS, SolveParams, solve
+from te_ccl.auto import TEMPLATE_MAX_GPUS
+from te_ccl.solve import SolveParams, solve
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology import Link, Node, NodeKind, Topology
 

@@ -77,7 +77,8 @@ def test_auto_keeps_a_template_when_the_flow_schedule_does_not_lower(monkeypatch
     result = compile_collective(ring4(), c, AUTO, CompileOptions(output=str(tmp_path / "a.xml")))
     assert result.schedule.info.backend.startswith("baseline:")
     assert result.timing.xml_s is not None
-    assert "over the flow schedule (it does not lower)" in result.schedule.info.notes[0]
+    note = result.schedule.info.notes[0]
+    assert note.startswith("auto: kept the template ") and "flow model: does not lower" in note
 
 
 def test_timer_judges_an_unlowerable_schedule_infinitely_slow(monkeypatch):

@@ -72,9 +72,11 @@ def test_same_seed_same_schedule(backend):
     assert solve(ring(4), c, p).transfers == solve(ring(4), c, p).transfers
 
 
-def test_auto_says_what_it_picked():
+def test_the_flow_model_says_which_solver_its_size_picked():
+    from te_ccl.strategy import run_strategy
+
     c = Collective(CollectiveKind.ALLGATHER, 4000, (0, 1, 2, 3))
-    s = solve(ring(4), c, SolveParams(time_limit_s=10))
+    s = run_strategy(ring(4), c, SolveParams(time_limit_s=10))
     assert s.info.backend == "milp"
     assert any(n.startswith("auto: milp") for n in s.info.notes)
     def pick(chunks: int) -> str:

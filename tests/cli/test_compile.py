@@ -85,7 +85,7 @@ def test_json_schedule_to_stdout(teccl):
 def test_spec_file_with_flag_override(teccl, tmp_path):
     spec = tmp_path / "c.yaml"
     spec.write_text("collective: allgather\nsize: 16KB\nchunks: 2\n")
-    code, stdout, _ = teccl("compile", "ring8", str(spec), "--chunks", "1", "--json",
+    code, stdout, _ = teccl("compile", "ring8", str(spec), "--chunks", "1", "--json", "--backend", "milp",
                             "-o", str(tmp_path / "x.xml"))
     assert code == 0
     assert json.loads(stdout)["chunks_per_rank"] == 1
@@ -163,7 +163,7 @@ def test_auto_uses_the_scale_backend_beyond_one_model(teccl, tmp_path):
                             "--format", "json", "-o", str(tmp_path / "t.json"))
     assert code == 0
     info = json.loads(stdout)
-    assert info["backend"] == "scale" and info["notes"][0].startswith("auto: scale/symmetry")
+    assert info["backend"] == "scale" and info["notes"][0].startswith("auto: kept the scale/symmetry")
     assert 1 - 1e-9 <= info["bound_ratio"] <= 1.01
 
 

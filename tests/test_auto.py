@@ -1,0 +1,104 @@
+"""The ``auto`` portfolio: what it races, what it prunes, what it keeps and says."""
+
+from __future__ import annotations
+
+import pytest
+
+import te_ccl.auto as auto
+from te_ccl.auto import Judge
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.errors import SolverError
+from te_ccl.solve import SolveParams, solve
+from te_ccl.spec.topology import load_topology
+from te_ccl.topology.generators import ring
+from te_ccl.verify.schedule_check import check_schedule
+
+AUTO = SolveParams(backend="auto", time_limit_s=10, threads=1)
+
+
+def every(kind: str, n: int, size: int = 1 << 20, **kw) -> Collective:
+    return Collective(CollectiveKind(kind), size, tuple(range(n)), **kw)
+
+
+def first_note(s) -> str:
+    return s.info.notes[0]
+
+
+def favouring(prefix: str) -> Judge:
+    """A judge by which schedules of backends starting with ``prefix`` are 10× faster."""
+    return Judge(f"for {prefix}", lambda s: s.finish_time_s / (
+        10.0 if s.info.backend.startswith(prefix) else 1.0))
+
+
+@pytest.mark.parametrize("prefix, kept", [("milp", "flow model"), ("baseline", "template "),
+                                          ("scale", "scale/greedy")])
+def test_the_judge_decides_between_the_candidates(prefix, kept):
+    s = solve(ring(8, 50e9), every("broadcast", 8, root=0), AUTO, judge=favouring(prefix))
+    assert s.info.backend.startswith(prefix)
+    note = first_note(s)
+    assert note.startswith(f"auto: kept the {kept}") and f", for {prefix}); also tried " in note
+    assert note.count(": ") >= 3  # the losers and their times are in the record
+    assert check_schedule(s) == []
+
+
+def test_beyond_the_template_size_a_template_still_rescues_a_failed_solver(monkeypatch):
+    def gives_up(*args, **kwargs):
+        raise SolverError("time limit reached without a solution")
+
+    monkeypatch.setattr(auto, "TEMPLATE_MAX_GPUS", 2)
+    monkeypatch.setattr(auto, "run_strategy", gives_up)
+    s = solve(ring(8, 50e9), every("allgather", 8, 8000), SolveParams(time_limit_s=5))
+    assert s.info.backend.startswith("baseline:")
+    assert "flow model: time limit reached without a solution" in first_note(s)
+    check_schedule(s)
+
+
+def test_when_nothing_succeeds_the_solvers_reason_is_raised(monkeypatch):
+    def gives_up(*args, **kwargs):
+        raise SolverError("time limit reached without a solution")
+
+    monkeypatch.setattr(auto, "TEMPLATE_MAX_GPUS", 2)
+    monkeypatch.setattr(auto, "TEMPLATE_MAX_DELIVERIES", 0)
+    monkeypatch.setattr(auto, "run_strategy", gives_up)
+    with pytest.raises(SolverError, match="time limit reached"):
+        solve(ring(8, 50e9), every("allgather", 8, 8000), SolveParams(time_limit_s=5))
+
+
+def test_a_scale_method_races_the_flow_model_up_to_sixteen_gpus():
+    """torus4x4: the scale backend runs first in a share of the time; the flow model runs
+    after it unless the scale schedule is already at the bound; the record names both."""
+    s = solve(load_topology("torus4x4"), every("allgather", 16, 16 << 16), AUTO)
+    note = first_note(s)
+    assert "scale/symmetry" in note and "flow model" in note
+    assert check_schedule(s) == []
+
+
+def test_beyond_sixteen_gpus_the_flow_model_is_not_built():
+    s = solve(load_topology("mesh8x8"), every("allgather", 64, 64 << 14), AUTO)
+    assert s.info.backend == "scale"
+    assert "flow model: skipped (64 GPUs > 16" in first_note(s)
+
+
+def test_a_schedule_at_the_bound_spares_the_other_solvers():
+    """A judge that finds the scale schedule at the bound: the flow model is not run."""
+    from te_ccl.bounds import lower_bound
+
+    topo, c = load_topology("torus4x4"), every("allgather", 16, 16 << 16)
+    bound = lower_bound(topo, c).seconds
+    s = solve(topo, c, AUTO, judge=Judge("bound", lambda s: bound if s.info.backend == "scale"
+                                         else 2 * bound))
+    assert "flow model: skipped (scale/symmetry is within 0.5% of the lower bound" in first_note(s)
+
+
+def test_a_horizon_bounds_the_flow_model_alone():
+    s = solve(ring(8, 50e9), every("allgather", 8), SolveParams(time_limit_s=10, max_horizon=8))
+    assert s.info.backend in ("milp", "lp", "rounds")
+    assert not any(n.startswith("auto: kept") for n in s.info.notes)
+
+
+def test_a_named_backend_races_only_chunkings():
+    s = solve(ring(4, 50e9), every("allgather", 4, 4 << 20),
+              SolveParams(backend="milp", time_limit_s=10), chunk_choices=(1, 2))
+    assert s.info.backend == "milp"
+    assert any(n.startswith("chunks auto: picked") for n in s.info.notes)
+    assert not any(n.startswith("auto: kept") for n in s.info.notes)
