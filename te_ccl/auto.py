@@ -173,10 +173,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         share = params.time_limit_s * (SCALE_SHARE if flow_skip is None else 1.0)
         _run(race, f"scale/{method}", topology, collective,
              replace(params, backend="scale", time_limit_s=share), progress)
-    if flow_skip is None:
-        close = _close_to_bound(race, topology, collective)
-        if close is not None:
-            flow_skip = close
+    flow_skip = flow_skip or _close_to_bound(race, topology, collective)
     if flow_skip is not None:
         race.skip("flow model", flow_skip)
     else:
