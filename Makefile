@@ -36,7 +36,8 @@ lint: $(STAMP)
 	$(BIN)/ruff check te_ccl tests scripts devtools
 
 schedules: $(STAMP)
-	$(BIN)/python -m devtools.ship_schedules schedules
+	$(BIN)/python -m devtools.ship_schedules schedules --max-file-size 256KiB
+	$(BIN)/python -m devtools.ship_families schedules/families --max-file-size 256KiB
 
 clean:
 	rm -rf $(VENV) out

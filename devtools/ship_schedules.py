@@ -228,6 +228,14 @@ def _readme(entries: list[dict]) -> str:
              "&& export MSCCL_ALGO_DIR=$PWD/algos` (the runtime picks by collective and "
              "buffer mode; `KIND.json` is teccl's summary, not an algorithm).",
              "",
+             "Size-ranged families for the multi-node machines (one algorithm per message-"
+             "size range, both buffer modes) are in `families/`, listed in "
+             "`families/index.csv` (`python -m devtools.ship_families`, the second half of "
+             "`make schedules`). For one machine: `mkdir -p algos && cp "
+             "schedules/families/hgx-h100x2/*.xml algos/ && export "
+             "MSCCL_ALGO_DIR=$PWD/algos`; the runtime then picks by collective, buffer mode "
+             "and `minBytes ≤ size ≤ maxBytes`.",
+             "",
              "| topology | GPUs | collective | status | finish time | measured by | "
              "algbw GB/s | time / bound | optimal |",
              "|---|---|---|---|---|---|---|---|---|"]

@@ -175,7 +175,8 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
                          progress: Progress | None = None) -> list[CompileResult]:
     """One algorithm per size range of ``[low, high]`` written to ``out_dir``, as MSCCL
     algorithm libraries ship them: each file's ``minBytes``/``maxBytes`` cover its range, so
-    the runtime picks the one compiled for the message size at hand.
+    the runtime picks the one compiled for the message size at hand. Files are named
+    ``TOPOLOGY-KIND[-inplace]-MIN-MAX.FMT``, so both buffer modes fit one directory.
 
     Rooted collectives are refused: the runtime would pick these files by size for
     every root (and has no entry point for gather and scatter).
@@ -198,7 +199,9 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
 
     results = []
     for item in compile_size_ranges(collective, low, high, compile_one):
-        name = f"{topology.name}-{collective.kind.value}-{item.min_bytes}-{item.max_bytes}"
+        mode = "-inplace" if collective.inplace else ""
+        name = (f"{topology.name}-{collective.kind.value}{mode}-{item.min_bytes}-"
+                f"{item.max_bytes}")
         options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
                                  min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
         schedule, data = render_fitting(item.schedule, options, params, progress, timer.judge)
