@@ -3,9 +3,11 @@ catches what it is there to catch."""
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from devtools.doccheck import DocError, check, documents, parse
+from devtools.doccheck import REPO, DocError, check, documents, parse
 
 
 @pytest.mark.parametrize("doc", documents(), ids=lambda p: p.name)
@@ -82,3 +84,20 @@ def test_a_page_breaking_the_conventions_is_refused(tmp_path, text, expect):
         for o in check(write(tmp_path, text)):
             if not o.ok:
                 raise DocError(o.detail)
+
+
+REPO_PATH = re.compile(r"(?<![\w/.])((?:te_ccl|tests|scripts|devtools|examples|schedules|topologies)"
+                       r"/[\w./*-]*[\w*])")
+PLACEHOLDER = re.compile(r"\b[A-Z]{2,}\b")  # TOPOLOGY, FILE, NAME: a path the reader fills in
+
+
+def test_every_repository_path_the_docs_name_exists():
+    missing = []
+    for doc in documents():
+        for number, line in enumerate(doc.read_text(encoding="utf-8").splitlines(), 1):
+            for path in REPO_PATH.findall(line):
+                path = path.split("::")[0]
+                if PLACEHOLDER.search(path) or any(REPO.glob(path)) or (REPO / path).exists():
+                    continue
+                missing.append(f"{doc.name}:{number}: {path}")
+    assert not missing, "\n".join(missing)
