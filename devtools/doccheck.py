@@ -11,10 +11,11 @@ The docs describe the CLI as it is only if their commands run, so the test suite
   (:func:`te_ccl.cli.main.main`, with its exit-code mapping); ``python -m devtools.X`` and
   ``python scripts/X.py`` run in a subprocess; ``make TARGET`` is checked to be a target of
   the Makefile and never run (``make test`` would run this check again). A teccl command
-  piped into ``jq .KEY`` must print JSON holding KEY. ``python`` blocks run too.
+  piped into ``jq .KEY`` must print JSON holding KEY. ``python`` blocks run too
+  (in-process, in the document's directory).
 * An HTML comment before a block directs its check, directives separated by ``;``:
   ``<!-- doccheck: slow (why) -->`` parses the block's commands without running them
-  (options, subcommand, the named topology or input file); ``exit N`` expects exit code N;
+  (options, subcommand, the named topology or input file; a python block is compiled); ``exit N`` expects exit code N;
   ``given NAME=PATH`` copies the repository's file PATH to NAME first.
 
 Each document runs in its own temporary directory, block after block, so a command reads
@@ -235,12 +236,16 @@ class Workspace:
             yield Outcome(doc, line, command, ran, ok, detail, _cpu() - start)
 
     def _python(self, doc: str, block: Block) -> Outcome:
+        """Run a python block (a slow one is only compiled)."""
         with _in(self.root), _captured():
             try:
-                exec(compile(block.source, f"{doc}:{block.line}", "exec"), {"__name__": "__doc__"})
+                code = compile(block.source, f"{doc}:{block.line}", "exec")
+                if not block.slow:
+                    exec(code, {"__name__": "__doc__"})
             except Exception as e:  # noqa: BLE001 - the report names it
-                return Outcome(doc, block.line, "python block", True, False, f"{type(e).__name__}: {e}")
-        return Outcome(doc, block.line, "python block", True, True)
+                return Outcome(doc, block.line, "python block", not block.slow, False,
+                               f"{type(e).__name__}: {e}")
+        return Outcome(doc, block.line, "python block", not block.slow, True)
 
     def _command(self, command: str, block: Block) -> tuple[bool, bool, str]:
         stages = [s.strip() for s in command.split("|")]

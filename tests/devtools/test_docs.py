@@ -69,6 +69,9 @@ def test_jq_checks_the_key(tmp_path):
 def test_python_blocks_run(tmp_path):
     assert outcomes(tmp_path, "```python\nimport te_ccl\nassert te_ccl.__version__\n```\n") == [(True, True)]
     assert outcomes(tmp_path, "```python\nraise ValueError('no')\n```\n") == [(True, False)]
+    slow = "<!-- doccheck: slow (why) -->\n```python\n"
+    assert outcomes(tmp_path, slow + "raise ValueError('no')\n```\n") == [(False, True)]
+    assert outcomes(tmp_path, slow + "def (\n```\n") == [(False, False)]
 
 
 @pytest.mark.parametrize("text, expect", [
