@@ -15,8 +15,9 @@ The docs describe the CLI as it is only if their commands run, so the test suite
   (in-process, in the document's directory).
 * An HTML comment before a block directs its check, directives separated by ``;``:
   ``<!-- doccheck: slow (why) -->`` parses the block's commands without running them
-  (options, subcommand, the named topology or input file; a python block is compiled); ``exit N`` expects exit code N;
-  ``given NAME=PATH`` copies the repository's file PATH to NAME first.
+  (options, subcommand, the named topology or input file; a python block is compiled);
+  ``exit N`` expects exit code N; ``given NAME=PATH`` copies the repository's file PATH
+  to NAME first.
 
 Each document runs in its own temporary directory, block after block, so a command reads
 what an earlier one of the same document wrote; ``examples/``, ``schedules/``,
