@@ -80,7 +80,7 @@ def epoch_duration(topology: Topology, chunk_bytes: float, policy: str | float =
     ``fastest`` (default) lets the fastest link move one chunk per epoch, α included, but
     keeps τ at least 1/:data:`MAX_SPREAD` of the slowest link's chunk time: tiny chunks on
     links with and without latency (0 vs 2 µs for 1 byte) would otherwise need ~10⁵
-    epochs per hop (the shipped topologies spread at most 12×, so this never binds there);
+    epochs per hop (no shipped topology spreads that far, so this never binds there);
     ``slowest`` makes every link carry at least one chunk per epoch (fewer epochs, coarser).
 
     >>> from te_ccl.topology import Link, Node, Topology

@@ -56,3 +56,14 @@ def test_horizon_lower_bound_counts_in_links():
     t = Topology.build("p", [Node("a"), Node("b")], [Link("a", "b", 1e9), Link("b", "a", 1e9)])
     p = build_problem(t, Collective(CollectiveKind.ALLGATHER, 10_000, (0, 1), chunks_per_rank=5))
     assert horizon_lower_bound(p) == 5
+
+
+def test_the_fastest_policys_spread_cap_never_binds_on_a_shipped_topology():
+    from te_ccl.model.epochs import MAX_SPREAD
+    from te_ccl.spec.topology import load_topology, shipped_topologies
+
+    for name in shipped_topologies():
+        links = load_topology(name).links
+        for chunk in (1, 10**3, 10**6, 10**9):
+            times = [k.transfer_time_s(chunk) for k in links]
+            assert max(times) / min(times) < MAX_SPREAD, (name, chunk)

@@ -14,7 +14,7 @@ from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
 from te_ccl.verify.msccl import verify_msccl
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_compile_writes_a_verified_file_and_returns_the_result(tmp_path):
