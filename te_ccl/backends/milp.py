@@ -111,7 +111,8 @@ def _polish(first: Solved, params: SolveParams, budget: float) -> Solved:
     highs = None
     if values is not None:
         values = {k: round(v) for k, v in values.items()}
-        highs = Solved(status, tuple(k for k in form.ten.x if values[k]), values, form)
+        highs = Solved(status, tuple(k for k in form.ten.transfer_keys if values[k]), values,
+                       form)
         if status == "optimal":
             return highs
     cp = solve_formulation(form, params, budget / 2, with_objective=True,
@@ -124,7 +125,8 @@ def _polish(first: Solved, params: SolveParams, budget: float) -> Solved:
 def solve_milp(problem: Problem, params: SolveParams, clock: Clock,
                progress: Progress | None = None, *, incumbent: bool = True) -> SolveResult:
     """Minimal finish epoch (horizon search), then deliver early in the time left."""
-    start = _incumbent(problem, params, clock) if incumbent else None
+    # rounds keeps no partial sums across rounds: no incumbent for a forward-time reduction
+    start = _incumbent(problem, params, clock) if incumbent and not problem.reductions else None
     first, proven, notes = horizon_search(problem, params, clock, progress, start)
     best, status = first, "finish proven minimal" if proven else "finish not proven minimal"
     if clock.left > 0.05:

@@ -30,7 +30,7 @@ import numpy as np
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.cpsat import solve_formulation
-from te_ccl.errors import SolverError
+from te_ccl.errors import SolverError, TecclError
 from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.formulation import formulate
 from te_ccl.model.horizon import horizon_lower_bound
@@ -166,6 +166,9 @@ def _unmet_pairs(problem: Problem, demands: list[Demand], state: State) -> int:
 def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
                  progress: Progress | None = None) -> SolveResult:
     """Round after round of ``params.round_epochs`` epochs until every demand is met."""
+    if problem.reductions:
+        raise TecclError("internal: rounds keep no partial sums between rounds; solve a "
+                         "forward-time reduction with the milp backend")
     window = params.round_epochs or max(lt.occupancy for lt in problem.timings.values())
     max_delay = max(lt.delay for lt in problem.timings.values())
     reach = window + max_delay * len(problem.topology.nodes)

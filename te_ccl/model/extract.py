@@ -4,7 +4,9 @@ A transfer is useful if it is the first delivery of its chunk to a destination, 
 feeds a useful transfer: the sender's first arrival before the send (copying node with a
 buffer), an arrival in the send's own epoch (switch without buffer), or — at a node that
 cannot copy — its own arrival, matched one to one in time order. Pruning keeps every
-remaining send fed, so the schedule stays valid; for reductions it leaves a tree.
+remaining send fed, so the schedule stays valid; for reductions it leaves a tree. The
+partial sums of a chunk reduced in forward time (a problem's ``reductions``) already form
+a tree into its root, which then counts as holding the chunk.
 """
 
 from __future__ import annotations
@@ -14,18 +16,19 @@ from collections.abc import Iterable
 
 from te_ccl.errors import TecclError
 from te_ccl.model.problem import Problem
-from te_ccl.model.ten import XKey
 from te_ccl.schedule import Transfer
 
 __all__ = ["to_transfers", "prune", "reverse_in_time"]
 
 
-def to_transfers(problem: Problem, chosen: Iterable[XKey], shift: int = 0) -> list[Transfer]:
-    """``x[c, (u, v), t] = 1`` → ``Transfer(c, u, v, t, t + d)``, epochs moved by ``shift``."""
+def to_transfers(problem: Problem, chosen: Iterable[tuple], shift: int = 0) -> list[Transfer]:
+    """``x[c, (u, v), t] = 1`` → ``Transfer(c, u, v, t, t + d)``, epochs moved by ``shift``;
+    a partial sum ``y`` (key ``("y", c, (u, v), t)``) → the same with ``op="reduce"``."""
     out = []
-    for c, (u, v), t in chosen:
+    for key in chosen:
+        op, (c, (u, v), t) = ("reduce", key[1:]) if key[0] == "y" else ("copy", key)
         d = problem.timings[(u, v)].delay
-        out.append(Transfer(c, u, v, t + shift, t + d + shift))
+        out.append(Transfer(c, u, v, t + shift, t + d + shift, op))
     return sorted(out)
 
 
@@ -55,13 +58,18 @@ def prune(problem: Problem, transfers: Iterable[Transfer]) -> list[Transfer]:
     kept: list[Transfer] = []
     for d in problem.demands:
         ts = by_chunk.get(d.chunk, [])
+        reduction = problem.reductions.get(d.chunk)
+        if reduction is not None:  # the partial sums form a tree into the root: all useful
+            kept.extend(t for t in ts if t.op == "reduce")
+            ts = [t for t in ts if t.op != "reduce"]
+        holders = {reduction.root} if reduction is not None else set()
         incoming, outgoing = defaultdict(list), defaultdict(list)
         for t in sorted(ts, key=lambda t: (t.arrive_epoch, t)):
             incoming[t.dst].append(t)
             outgoing[t.src].append(t)
         feeds = {}
         for node, outs in outgoing.items():
-            if not problem.holds(d.chunk, node):
+            if not problem.holds(d.chunk, node) and node not in holders:
                 feeds.update(_feeders(problem, node, incoming[node], outs))
         todo = [incoming[v][0] for v in d.destinations
                 if not problem.holds(d.chunk, v) and incoming[v]]

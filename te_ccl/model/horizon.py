@@ -4,6 +4,9 @@
   nearest holder;
 * in-capacity: destination ``v`` needs ``n_v`` chunks; link ``l`` into it can deliver at
   most ``cap_l·ceil((H − d_l + 1)/k_l)`` of them by epoch ``H``;
+* partial sums (chunks reduced in forward time): a source's last partial starts no
+  earlier than its out-links allow, then travels to the root, and the sum on to the
+  farthest destination;
 * cut (fresh AllGather- or Broadcast-shaped problems): since ``d_l ≥ k_l`` a link delivers
   at most ``H·cap_l/k_l`` chunks by epoch ``H``, so ``H ≥ c·|S∩R| / rate⁺(S)`` for every
   node set ``S`` leaving out a member (the cut bound of :mod:`te_ccl.bounds` with rates in
@@ -20,7 +23,7 @@ import networkx as nx
 from te_ccl.errors import SolverError
 from te_ccl.model.deadline import check
 from te_ccl.model.problem import Problem
-from te_ccl.model.ten import TimeExpandedNetwork
+from te_ccl.model.ten import INF, TimeExpandedNetwork, distances
 from te_ccl.topology.model import Link, Topology
 
 __all__ = ["horizon_lower_bound"]
@@ -87,4 +90,35 @@ def horizon_lower_bound(problem: Problem) -> int:
         while _deliverable(problem, v, h) < n:
             h += 1
         lo = h
-    return max(lo, _cut_bound(problem))
+    return max(lo, _cut_bound(problem), _partials_bound(problem, ten))
+
+
+def _partials_bound(problem: Problem, ten: TimeExpandedNetwork) -> int:
+    """A source with ``n`` partial sums to send starts the last at epoch ``s_n`` or later
+    (its out-links start ``cap·ceil((s + 1)/k)`` by epoch ``s``); that partial still needs
+    ``to_root`` epochs to the root and the sum its ``tail`` to the farthest destination."""
+    count: Counter = Counter()
+    lag: dict[str, int] = {}
+    paths: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+    for d in problem.demands:
+        r = problem.reductions.get(d.chunk)
+        if r is None:
+            continue
+        if r.root not in paths:
+            paths[r.root] = (distances(problem, {r.root: 0}, reverse=True),
+                             distances(problem, {r.root: 0}))
+        to_root, from_root = paths[r.root]
+        tail = max((from_root[v] for v in ten.unmet(d) if v in from_root), default=0)
+        for s in r.sources:
+            if s != r.root and s in to_root:
+                count[s] += 1
+                lag[s] = min(lag.get(s, INF), to_root[s] + tail)
+    lo = 0
+    for v, n in count.items():
+        check()
+        links = [lt for lt in problem.timings.values() if lt.key[0] == v]
+        s = 0
+        while sum(lt.capacity * -(-(s + 1) // lt.occupancy) for lt in links) < n:
+            s += 1
+        lo = max(lo, s + lag[v])
+    return lo
