@@ -94,31 +94,54 @@ def horizon_lower_bound(problem: Problem) -> int:
 
 
 def _partials_bound(problem: Problem, ten: TimeExpandedNetwork) -> int:
-    """A source with ``n`` partial sums to send starts the last at epoch ``s_n`` or later
-    (its out-links start ``cap·ceil((s + 1)/k)`` by epoch ``s``); that partial still needs
-    ``to_root`` epochs to the root and the sum its ``tail`` to the farthest destination."""
-    count: Counter = Counter()
-    lag: dict[str, int] = {}
-    paths: dict[str, tuple[dict[str, int], dict[str, int]]] = {}
+    """Partial sums must leave every node set ``S`` that holds a source but not the root.
+
+    For ``S`` the cone of a node ``v`` (``v`` and every node whose paths to the root all
+    pass through ``v``; a lone GPU is its own cone): with ``n`` chunks to get out, the last
+    leaves no earlier than epoch ``s_n`` (the links out of ``S`` start
+    ``cap·ceil((s + 1)/k)`` by epoch ``s``), then needs ``d + to_root`` to the root and
+    the sum its ``tail`` to the farthest destination.
+    """
+    by_root: dict[str, list[tuple[frozenset[str], tuple[str, ...]]]] = {}
     for d in problem.demands:
         r = problem.reductions.get(d.chunk)
-        if r is None:
-            continue
-        if r.root not in paths:
-            paths[r.root] = (distances(problem, {r.root: 0}, reverse=True),
-                             distances(problem, {r.root: 0}))
-        to_root, from_root = paths[r.root]
-        tail = max((from_root[v] for v in ten.unmet(d) if v in from_root), default=0)
-        for s in r.sources:
-            if s != r.root and s in to_root:
-                count[s] += 1
-                lag[s] = min(lag.get(s, INF), to_root[s] + tail)
+        if r is not None:
+            by_root.setdefault(r.root, []).append((frozenset(r.sources), ten.unmet(d)))
+    out_links: dict[str, list] = {}
+    for (u, _), lt in problem.timings.items():
+        out_links.setdefault(u, []).append(lt)
     lo = 0
-    for v, n in count.items():
-        check()
-        links = [lt for lt in problem.timings.values() if lt.key[0] == v]
-        s = 0
-        while sum(lt.capacity * -(-(s + 1) // lt.occupancy) for lt in links) < n:
-            s += 1
-        lo = max(lo, s + lag[v])
+    for root, chunks in by_root.items():
+        to_root = distances(problem, {root: 0}, reverse=True)
+        from_root = distances(problem, {root: 0})
+        tail = min(max((from_root.get(v, 0) for v in unmet), default=0) for _, unmet in chunks)
+        for v in to_root:
+            check()
+            if v == root:
+                continue
+            cone = _cone(problem, root, v)
+            n = sum(1 for sources, _ in chunks if sources & cone)
+            links = [lt for u in cone for lt in out_links.get(u, ()) if lt.key[1] not in cone]
+            if not n or not links:
+                continue
+            lag = min(lt.delay + to_root.get(lt.key[1], INF) for lt in links)
+            s = 0
+            while sum(lt.capacity * -(-(s + 1) // lt.occupancy) for lt in links) < n:
+                s += 1
+            lo = max(lo, s + lag + tail)
     return lo
+
+
+def _cone(problem: Problem, root: str, v: str) -> frozenset[str]:
+    """``v`` and the nodes that cannot reach ``root`` without passing through ``v``."""
+    into: dict[str, list[str]] = {}
+    for (a, b) in problem.timings:
+        into.setdefault(b, []).append(a)
+    seen, todo = {root}, [root]
+    while todo:
+        for a in into.get(todo.pop(), ()):
+            if a != v and a not in seen:
+                seen.add(a)
+                todo.append(a)
+    nodes = {n for link in problem.timings for n in link}
+    return frozenset(nodes - seen)
