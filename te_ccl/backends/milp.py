@@ -1,7 +1,9 @@
 """MILP strategy on CP-SAT: horizon search for the minimal finish epoch, then deliver early.
 
-1. A quick run of the ``rounds`` backend (≤ 50 % of the time limit) gives an incumbent
-   finishing at ``U``. Between the lower bound of :mod:`te_ccl.model.horizon` and ``U``,
+1. An incumbent finishing at ``U``: pipelined fixed trees (:mod:`te_ccl.model.trees`),
+   alone when they meet the lower bound or the problem sums partials in forward time,
+   else the earlier of them and a quick run of the ``rounds`` backend (≤ 50 % of the
+   time limit). Between the lower bound of :mod:`te_ccl.model.horizon` and ``U``,
    bisect, asking CP-SAT whether horizon ``H`` is feasible (no objective: infeasibility
    proofs are fast). Without an incumbent, gallop up from the lower bound (H, H+1, H+3,
    H+7, …) first. The finish epoch is *proven* minimal when every smaller horizon was
@@ -24,6 +26,7 @@ from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.formulation import formulate
 from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Problem
+from te_ccl.model.trees import pipelined_trees
 
 __all__ = ["solve_milp", "horizon_search"]
 
@@ -36,16 +39,33 @@ HIGHS_MAX_VARIABLES = 20_000
 
 
 def _incumbent(problem: Problem, params: SolveParams, clock: Clock) -> Solved | None:
-    """A quick rounds schedule as an upper bound on the horizon (None if it fails)."""
+    """A quick schedule as an upper bound on the horizon (None if there is none): the
+    pipelined trees of :mod:`te_ccl.model.trees`, kept at once when they meet the epoch
+    lower bound, else the earlier of them and a rounds run (which keeps no partial sums,
+    so not for a forward-time reduction)."""
+    keys = pipelined_trees(problem)
+    trees = None if keys is None else _solved(problem, keys, max(
+        k[-1] + problem.timings[k[-2]].delay for k in keys) if keys else 0)
+    if problem.reductions or (trees is not None
+                              and trees.form.ten.horizon <= horizon_lower_bound(problem)):
+        return trees
     try:
         r = solve_rounds(problem, params, Clock(INCUMBENT_SHARE * clock.left))
     except SolverError:
+        return trees
+    rounds = _solved(problem, [(t.chunk, (t.src, t.dst), t.start_epoch) for t in r.transfers],
+                     r.finish_epoch)
+    return min((s for s in (trees, rounds) if s is not None),
+               key=lambda s: s.form.ten.horizon, default=None)
+
+
+def _solved(problem: Problem, keys: list[tuple], finish: int) -> Solved | None:
+    """``keys`` as a solution of the model at horizon ``finish`` (None if one is missing)."""
+    form = formulate(problem, finish)
+    known = set(form.ten.transfer_keys)
+    if any(k not in known for k in keys):
         return None
-    form = formulate(problem, r.finish_epoch)
-    chosen = tuple(k for k in ((t.chunk, (t.src, t.dst), t.start_epoch) for t in r.transfers)
-                   if k in form.ten.x_set)
-    if len(chosen) != len(r.transfers):
-        return None
+    chosen = tuple(keys)
     return Solved("feasible", chosen, dict.fromkeys(chosen, 1), form)
 
 
@@ -66,7 +86,7 @@ def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
     tried: dict[int, Solved] = {}
     if incumbent is not None and incumbent.form.ten.horizon <= cap:
         tried[incumbent.form.ten.horizon] = incumbent
-        notes.append(f"rounds incumbent: {incumbent.form.ten.horizon} epochs")
+        notes.append(f"incumbent: {incumbent.form.ten.horizon} epochs")
     if progress:
         progress("; ".join(notes) + f" ({clock.elapsed:.2f} s)")
 
@@ -125,8 +145,7 @@ def _polish(first: Solved, params: SolveParams, budget: float) -> Solved:
 def solve_milp(problem: Problem, params: SolveParams, clock: Clock,
                progress: Progress | None = None, *, incumbent: bool = True) -> SolveResult:
     """Minimal finish epoch (horizon search), then deliver early in the time left."""
-    # rounds keeps no partial sums across rounds: no incumbent for a forward-time reduction
-    start = _incumbent(problem, params, clock) if incumbent and not problem.reductions else None
+    start = _incumbent(problem, params, clock) if incumbent else None
     first, proven, notes = horizon_search(problem, params, clock, progress, start)
     best, status = first, "finish proven minimal" if proven else "finish not proven minimal"
     if clock.left > 0.05:

@@ -153,10 +153,6 @@ class TimeExpandedNetwork:
             out.extend((d.chunk, key, t) for t in range(first[u], last + 1))
         return out
 
-    @cached_property
-    def x_set(self) -> set[XKey]:
-        return set(self.x)
-
     @property
     def transfer_keys(self) -> list:
         """Every transfer variable: copies ``x``, then partial sums ``y``."""

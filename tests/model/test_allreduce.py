@@ -13,9 +13,11 @@ from te_ccl.backends.lp import solve_lp
 from te_ccl.backends.milp import solve_milp
 from te_ccl.backends.rounds import solve_rounds
 from te_ccl.collective import Collective, CollectiveKind
-from te_ccl.errors import TecclError
+from te_ccl.errors import SolverError
+from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import allreduce_problem
+from te_ccl.model.trees import pipelined_trees
 from te_ccl.schedule import Schedule
 from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.verify.schedule_check import check_schedule
@@ -97,12 +99,27 @@ def test_root_is_a_gpu_without_reducing_switches():
     assert roots == {"top"}
 
 
-def test_lp_hands_partial_sums_to_the_milp_and_rounds_refuse_them():
+def test_lp_hands_partial_sums_to_the_milp_and_rounds_to_fixed_trees():
     topo = star(3, reduce=True)
     coll = Collective(CollectiveKind.ALLREDUCE, 3000, (0, 1, 2))
     problem = allreduce_problem(topo, coll)
     result = solve_lp(problem, P, Clock(10))
     assert "used milp" in result.notes[0]
     assert check_schedule(Schedule(topo, coll, problem.epoch_s, result.transfers)) == []
-    with pytest.raises(TecclError, match="partial sums"):
-        solve_rounds(problem, P, Clock(10))
+    result = solve_rounds(problem, P, Clock(10))
+    assert "pipelined" in result.status
+    assert check_schedule(Schedule(topo, coll, problem.epoch_s, result.transfers)) == []
+    with pytest.raises(SolverError, match="use the milp backend"):
+        solve_rounds(allreduce_problem(star(3, reduce=False), coll), P, Clock(10))
+
+
+def test_pipelined_trees_are_a_valid_schedule_or_none():
+    coll = Collective(CollectiveKind.ALLREDUCE, 4000, (0, 1, 2, 3))
+    for topo in (star(4, True), two_level(True)):
+        problem = allreduce_problem(topo, coll)
+        keys = pipelined_trees(problem)
+        assert keys is not None
+        moves = prune(problem, to_transfers(problem, keys))
+        assert check_schedule(Schedule(topo, coll, problem.epoch_s, tuple(moves))) == []
+    # partials of one chunk would meet in a switch that cannot add them
+    assert pipelined_trees(allreduce_problem(star(4, False), coll)) is None
