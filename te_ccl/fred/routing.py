@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.fred.switch import FredSwitch, MicroSwitch
@@ -78,7 +79,27 @@ class Routing:
     switch: FredSwitch
     flows: tuple[Flow, ...]
     colours: dict[str, tuple[int, ...]]
-    elements: tuple[ElementSetting, ...]
+    # each routed (sub)switch with its flows and colours (None at a base element), the
+    # flows named by position when ``names`` maps them to their ids
+    plan: tuple[tuple[FredSwitch, tuple[Flow, ...], dict[str, int] | None], ...]
+    names: dict[str, str] | None = field(default=None, compare=False)
+
+    @cached_property
+    def settings(self) -> tuple[ElementSetting, ...]:
+        """The µSwitch settings of ``plan`` (flows named as there)."""
+        return tuple(e for sw, fl, colour in self.plan for e in _settings(sw, fl, colour))
+
+    @cached_property
+    def elements(self) -> tuple[ElementSetting, ...]:
+        """Every µSwitch setting, naming the flows by their ids. Built when first read:
+        one routing serves every call with the same port pattern, and most callers only
+        count phases."""
+        if self.names is None:
+            return self.settings
+        ids = self.names
+        return tuple(ElementSetting(e.element, e.mode, tuple(
+            ElementUse(ids[u.flow], u.input_sel, u.output_sel, u.colour) for u in e.uses))
+            for e in self.settings)
 
 
 class RoutingConflict(VerificationError):
@@ -148,7 +169,7 @@ def route(switch: FredSwitch, flows: Sequence[Flow]) -> Routing:
     check_ports(switch.ports, flows)
     ctx = _search(switch, flows)
     return Routing(switch, flows, {k: tuple(v) for k, v in ctx.colours.items()},
-                   tuple(e for sw, fl, colour in ctx.routed for e in _settings(sw, fl, colour)))
+                   tuple(ctx.routed))
 
 
 def _search(switch: FredSwitch, flows: tuple[Flow, ...]) -> _Context:
@@ -228,10 +249,7 @@ def _relabel(switch: FredSwitch, r: Routing, flows: tuple[Flow, ...], ids: dict[
              ) -> Routing:
     """``r`` (flows named by position) with the ids of ``flows``."""
     mine = tuple(flows[int(f.id)] for f in r.flows)
-    elements = tuple(ElementSetting(e.element, e.mode, tuple(
-        ElementUse(ids[u.flow], u.input_sel, u.output_sel, u.colour) for u in e.uses))
-        for e in r.elements)
-    return Routing(switch, mine, {ids[k]: v for k, v in r.colours.items()}, elements)
+    return Routing(switch, mine, {ids[k]: v for k, v in r.colours.items()}, r.plan, ids)
 
 
 def _route(sw: FredSwitch, flows: tuple[Flow, ...], ctx: _Context) -> bool:
