@@ -44,19 +44,20 @@ def _incumbent(problem: Problem, params: SolveParams, clock: Clock) -> Solved | 
     lower bound, else the earlier of them and a rounds run (which keeps no partial sums,
     so not for a forward-time reduction)."""
     keys = pipelined_trees(problem)
-    trees = None if keys is None else _solved(problem, keys, max(
-        k[-1] + problem.timings[k[-2]].delay for k in keys) if keys else 0)
-    if problem.reductions or (trees is not None
-                              and trees.form.ten.horizon <= horizon_lower_bound(problem)):
-        return trees
+    finish = max((k[-1] + problem.timings[k[-2]].delay for k in keys), default=0) \
+        if keys is not None else None
+    if finish is not None and (problem.reductions or finish <= horizon_lower_bound(problem)):
+        return _solved(problem, keys, finish)
+    if problem.reductions:
+        return None
     try:
         r = solve_rounds(problem, params, Clock(INCUMBENT_SHARE * clock.left))
     except SolverError:
-        return trees
-    rounds = _solved(problem, [(t.chunk, (t.src, t.dst), t.start_epoch) for t in r.transfers],
-                     r.finish_epoch)
-    return min((s for s in (trees, rounds) if s is not None),
-               key=lambda s: s.form.ten.horizon, default=None)
+        return None if finish is None else _solved(problem, keys, finish)
+    if finish is not None and finish < r.finish_epoch:
+        return _solved(problem, keys, finish)
+    return _solved(problem, [(t.chunk, (t.src, t.dst), t.start_epoch) for t in r.transfers],
+                   r.finish_epoch)
 
 
 def _solved(problem: Problem, keys: list[tuple], finish: int) -> Solved | None:
@@ -114,7 +115,12 @@ def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
     low = max((k for k in tried if k < best), default=lo - 1)
     while best - low > 1 and clock.left > 0:
         mid = (low + best) // 2
-        best, low = (mid, low) if attempt(mid) else (best, mid)
+        try:
+            feasible = attempt(mid)
+        except SolverError as e:  # the deadline passed while building: keep the best
+            notes.append(f"horizon {mid}: {e}")
+            break
+        best, low = (mid, low) if feasible else (best, mid)
     proven = all(k in tried and tried[k].status == "infeasible" for k in range(lo, best))
     notes.append(f"finish epoch {best} " + ("proven minimal" if proven else "not proven minimal"))
     return tried[best], proven, notes
@@ -149,7 +155,11 @@ def solve_milp(problem: Problem, params: SolveParams, clock: Clock,
     first, proven, notes = horizon_search(problem, params, clock, progress, start)
     best, status = first, "finish proven minimal" if proven else "finish not proven minimal"
     if clock.left > 0.05:
-        best = _polish(first, params, min(clock.left, max(1.0, POLISH_SHARE * params.time_limit_s)))
+        try:
+            best = _polish(first, params,
+                           min(clock.left, max(1.0, POLISH_SHARE * params.time_limit_s)))
+        except SolverError:  # the deadline passed while building: keep the minimal horizon's
+            best = first
         status += "; deliver-early " + ("optimal" if best.status == "optimal"
                                         else "not proven optimal (time limit)")
     transfers = prune(problem, to_transfers(problem, best.chosen))

@@ -51,7 +51,7 @@ class _Links:
         need: dict[tuple[Key, int], int] = defaultdict(int)
         for link, t in hops:
             need[(link, t)] += 1
-        for (link, t), n in need.items():
+        for link, t in need:
             lt, s = self.problem.timings[link], self.starts[link]
             k = lt.occupancy
             for w in range(t - k + 1, t + 1):
@@ -84,8 +84,8 @@ def pipelined_trees(problem: Problem) -> list[tuple] | None:
                            distances(problem, {root: 0}, reverse=True),
                            distances(problem, {root: 0}))
         up, down, to_root, from_root = trees[root]
-        climb = _tree(r.sources if r else (), root, up, merges, lambda n: (n, up[n]))
-        fan = _tree(d.destinations, root, down, copies, lambda n: (down[n], n))
+        climb = _tree(r.sources if r else (), root, up, merges, False)
+        fan = _tree(d.destinations, root, down, copies, True)
         if climb is None or fan is None:
             return None
         ends = set(d.sources) | set(d.destinations) | set(r.sources if r else ())
@@ -103,17 +103,18 @@ def pipelined_trees(problem: Problem) -> list[tuple] | None:
     return keys
 
 
-def _tree(ends, root: str, parent: dict[str, str], joins: frozenset[str], hop
+def _tree(ends, root: str, parent: dict[str, str], joins: frozenset[str], outward: bool
           ) -> set[tuple[str, str]] | None:
-    """The hops joining ``ends`` to ``root`` along ``parent``; None if two branches join
-    at a node outside ``joins`` or an end cannot reach the root."""
+    """The hops joining ``ends`` to ``root`` along ``parent`` (links from the root when
+    ``outward``, else toward it); None if two branches join at a node outside ``joins``
+    or an end cannot reach the root."""
     hops: set[tuple[str, str]] = set()
     degree: dict[str, int] = defaultdict(int)
     for n in ends:
         while n != root:
             if n not in parent:
                 return None
-            link = hop(n)
+            link = (parent[n], n) if outward else (n, parent[n])
             if link in hops:
                 break
             hops.add(link)
