@@ -31,7 +31,7 @@ for a lone flow) and ``cross`` when not; the ``middle`` column is the exact sett
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from te_ccl.errors import SpecError, VerificationError
@@ -100,6 +100,13 @@ class Routing:
         return tuple(ElementSetting(e.element, e.mode, tuple(
             ElementUse(ids[u.flow], u.input_sel, u.output_sel, u.colour) for u in e.uses))
             for e in self.settings)
+
+    def with_elements(self, elements: Sequence[ElementSetting]) -> Routing:
+        """The same flows with other µSwitch settings (edited by hand, or broken on purpose
+        to see the checks refuse them)."""
+        out = replace(self)
+        out.__dict__["elements"] = tuple(elements)  # what the cached property would hold
+        return out
 
 
 class RoutingConflict(VerificationError):
