@@ -98,9 +98,9 @@ def _partials_bound(problem: Problem, ten: TimeExpandedNetwork) -> int:
 
     For ``S`` the cone of a node ``v`` (``v`` and every node whose paths to the root all
     pass through ``v``; a lone GPU is its own cone): with ``n`` chunks to get out, the last
-    leaves no earlier than epoch ``s_n`` (the links out of ``S`` start
-    ``cap·ceil((s + 1)/k)`` by epoch ``s``), then needs ``d + to_root`` to the root and
-    the sum its ``tail`` to the farthest destination.
+    leaves no earlier than epoch ``s_n`` (a link out of ``S`` whose tail a partial reaches
+    at ``e`` at the earliest starts ``cap·ceil((s − e + 1)/k)`` by epoch ``s``), then needs
+    ``d + to_root`` to the root and the sum its ``tail`` to the farthest destination.
     """
     by_root: dict[str, list[tuple[frozenset[str], tuple[str, ...]]]] = {}
     for d in problem.demands:
@@ -120,13 +120,18 @@ def _partials_bound(problem: Problem, ten: TimeExpandedNetwork) -> int:
             if v == root:
                 continue
             cone = _cone(problem, root, v)
+            inside = set().union(*(sources & cone for sources, _ in chunks))
             n = sum(1 for sources, _ in chunks if sources & cone)
             links = [lt for u in cone for lt in out_links.get(u, ()) if lt.key[1] not in cone]
             if not n or not links:
                 continue
             lag = min(lt.delay + to_root.get(lt.key[1], INF) for lt in links)
+            # a link out of the cone starts no partial before one can reach its tail
+            first = distances(problem, dict.fromkeys(inside, 0))
+            opens = [(lt, first.get(lt.key[0], INF)) for lt in links]
             s = 0
-            while sum(lt.capacity * -(-(s + 1) // lt.occupancy) for lt in links) < n:
+            while sum(lt.capacity * -(-(s - e + 1) // lt.occupancy) for lt, e in opens
+                      if s >= e) < n:
                 s += 1
             lo = max(lo, s + lag + tail)
     return lo
