@@ -234,5 +234,4 @@ def _trees(problem: Problem) -> SolveResult:
     kept = prune(problem, to_transfers(problem, keys))
     finish = max((t.arrive_epoch for t in kept), default=0)
     return SolveResult(tuple(kept), finish, False, "pipelined trees (not proven optimal)",
-                       len(keys), 0, ("rounds: partial sums summed along pipelined fixed "
-                                      "trees",))
+                       notes=("rounds: partial sums summed along pipelined fixed trees",))

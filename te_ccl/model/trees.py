@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from te_ccl.model.deadline import checked
 from te_ccl.model.problem import Problem
 from te_ccl.model.ten import distances
 
@@ -74,7 +75,7 @@ def pipelined_trees(problem: Problem) -> list[tuple] | None:
     merges, copies = problem.merge_nodes, problem.copy_nodes
     links, keys = _Links(problem), []
     trees: dict[str, tuple[dict[str, str], dict[str, str], dict[str, int], dict[str, int]]] = {}
-    for d in problem.demands:
+    for d in checked(problem.demands):
         r = problem.reductions.get(d.chunk)
         if len(d.sources) != 1 or (r is None and not problem.holds(d.chunk, d.sources[0])):
             return None
