@@ -12,6 +12,7 @@ from te_ccl.backends.base import Clock, SolveParams
 from te_ccl.backends.lp import solve_lp
 from te_ccl.backends.milp import solve_milp
 from te_ccl.backends.rounds import solve_rounds
+from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune, to_transfers
@@ -19,6 +20,7 @@ from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import allreduce_problem
 from te_ccl.model.trees import pipelined_trees
 from te_ccl.schedule import Schedule
+from te_ccl.simulate import simulate_schedule
 from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.verify.schedule_check import check_schedule
 
@@ -123,3 +125,11 @@ def test_pipelined_trees_are_a_valid_schedule_or_none():
         assert check_schedule(Schedule(topo, coll, problem.epoch_s, tuple(moves))) == []
     # partials of one chunk would meet in a switch that cannot add them
     assert pipelined_trees(allreduce_problem(star(4, False), coll)) is None
+
+
+@pytest.mark.parametrize("topo", [star(4, True), two_level(True), two_level(False)],
+                         ids=["star", "tree", "tree-no-reduce"])
+def test_replayed_schedule_does_not_beat_the_bound(topo):
+    schedule, _, _ = _solve(topo, 4)
+    bound = lower_bound(schedule.topology, schedule.collective).seconds
+    assert simulate_schedule(schedule).finish_time_s >= bound * (1 - 1e-9)
