@@ -32,19 +32,21 @@ def to_transfers(problem: Problem, chosen: Iterable[tuple], shift: int = 0) -> l
     return sorted(out)
 
 
-def _feeders(problem: Problem, node: str, incoming: list[Transfer], outgoing: list[Transfer]
-             ) -> dict[Transfer, Transfer]:
-    """Which arrival each send at ``node`` forwards."""
+def _feeders(problem: Problem, node: str, ts: list[Transfer], incoming: list[int],
+             outgoing: list[int]) -> dict[int, int]:
+    """Which arrival each send at ``node`` forwards (positions in ``ts``: two identical
+    transfers, such as two units of one chunk on a link in one epoch, are two)."""
     buffered = node in problem.buffered_nodes
     ok = (lambda a, s: a.arrive_epoch <= s.start_epoch) if buffered else (
         lambda a, s: a.arrive_epoch == s.start_epoch)
     copies = node in problem.copy_nodes
-    used: set[Transfer] = set()
+    used: set[int] = set()
     out = {}
-    for s in sorted(outgoing, key=lambda t: (t.start_epoch, t)):
-        feeder = next((a for a in incoming if ok(a, s) and (copies or a not in used)), None)
+    for s in sorted(outgoing, key=lambda i: (ts[i].start_epoch, ts[i], i)):
+        feeder = next((a for a in incoming if ok(ts[a], ts[s]) and (copies or a not in used)),
+                      None)
         if feeder is None:
-            raise TecclError(f"internal: no arrival feeds {s} at {node}")
+            raise TecclError(f"internal: no arrival feeds {ts[s]} at {node}")
         used.add(feeder)
         out[s] = feeder
     return out
@@ -63,24 +65,25 @@ def prune(problem: Problem, transfers: Iterable[Transfer]) -> list[Transfer]:
             kept.extend(t for t in ts if t.op == "reduce")
             ts = [t for t in ts if t.op != "reduce"]
         holders = {reduction.root} if reduction is not None else set()
+        ts = sorted(ts, key=lambda t: (t.arrive_epoch, t))
         incoming, outgoing = defaultdict(list), defaultdict(list)
-        for t in sorted(ts, key=lambda t: (t.arrive_epoch, t)):
-            incoming[t.dst].append(t)
-            outgoing[t.src].append(t)
-        feeds = {}
+        for i, t in enumerate(ts):
+            incoming[t.dst].append(i)
+            outgoing[t.src].append(i)
+        feeds: dict[int, int] = {}
         for node, outs in outgoing.items():
             if not problem.holds(d.chunk, node) and node not in holders:
-                feeds.update(_feeders(problem, node, incoming[node], outs))
+                feeds.update(_feeders(problem, node, ts, incoming[node], outs))
         todo = [incoming[v][0] for v in d.destinations
                 if not problem.holds(d.chunk, v) and incoming[v]]
-        needed: set[Transfer] = set()
+        needed: set[int] = set()
         while todo:
-            t = todo.pop()
-            if t not in needed:
-                needed.add(t)
-                if t in feeds:
-                    todo.append(feeds[t])
-        kept.extend(needed)
+            i = todo.pop()
+            if i not in needed:
+                needed.add(i)
+                if i in feeds:
+                    todo.append(feeds[i])
+        kept.extend(ts[i] for i in needed)
     return sorted(kept)
 
 
