@@ -267,7 +267,8 @@ def _route(sw: FredSwitch, flows: tuple[Flow, ...], ctx: _Context) -> bool:
     in_el = {f.id: {sw.element_of_port(p) for p in f.inputs} for f in flows}
     out_el = {f.id: {sw.element_of_port(p) for p in f.outputs} for f in flows}
     adj = _conflicts(flows, in_el, out_el, sw.r)
-    mark = (len(ctx.routed), {k: len(v) for k, v in ctx.colours.items()})
+    # this level and the ones below colour only these flows: roll back only theirs
+    mark = (len(ctx.routed), {f.id: len(ctx.colours[f.id]) for f in flows})
     for n, colouring in enumerate(_colourings(adj, sw.m)):
         ctx.tries += 1
         if n >= MAX_COLOURINGS or ctx.tries > MAX_TOTAL:
