@@ -29,7 +29,7 @@ _FEASIBLE = (cp_model.OPTIMAL, cp_model.FEASIBLE)
 @dataclass(frozen=True)
 class Solved:
     status: str  # "optimal" | "feasible" | "infeasible" | "unknown"
-    chosen: tuple  # x keys equal to 1
+    chosen: tuple  # transfer keys (x, then y) equal to 1
     values: dict  # every variable's value (for hints)
     form: Formulation
 
@@ -74,7 +74,7 @@ def solve_formulation(form: Formulation, params: SolveParams, time_s: float, *,
             raise SolverError(f"internal: CP-SAT rejected the model: {model.validate()}")
         return Solved(name, (), {}, form)
     values = {k: solver.value(v) for k, v in var.items()}
-    chosen = tuple(k for k in form.ten.x if values[k])
+    chosen = tuple(k for k in form.ten.transfer_keys if values[k])
     status = "optimal" if code == cp_model.OPTIMAL else "feasible"
     return Solved(status, chosen, values, form)
 

@@ -22,6 +22,7 @@ from dataclasses import replace
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.linear import solve_relaxation
+from te_ccl.backends.milp import solve_milp
 from te_ccl.backends.rounds import solve_rounds
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune
@@ -154,6 +155,10 @@ def _retime(flows: Problem, path: list[tuple], links: _Links, chunk: int) -> lis
 def solve_lp(problem: Problem, params: SolveParams, clock: Clock,
              progress: Progress | None = None) -> SolveResult:
     """LP routes and order, whole chunks, capacity-exact greedy timing (module docstring)."""
+    if problem.reductions:
+        result = solve_milp(problem, params, clock, progress)
+        return replace(result, notes=("lp cannot carry partial sums as flows: used milp",)
+                       + result.notes)
     relays = any(n not in d.sources and n not in d.destinations
                  for d in problem.demands for n in problem.relay_limit)
     if problem.tree or relays:

@@ -1,7 +1,9 @@
 """MILP strategy on CP-SAT: horizon search for the minimal finish epoch, then deliver early.
 
-1. A quick run of the ``rounds`` backend (≤ 50 % of the time limit) gives an incumbent
-   finishing at ``U``. Between the lower bound of :mod:`te_ccl.model.horizon` and ``U``,
+1. An incumbent finishing at ``U``: pipelined fixed trees (:mod:`te_ccl.model.trees`),
+   alone when they meet the lower bound or the problem sums partials in forward time,
+   else the earlier of them and a quick run of the ``rounds`` backend (≤ 50 % of the
+   time limit). Between the lower bound of :mod:`te_ccl.model.horizon` and ``U``,
    bisect, asking CP-SAT whether horizon ``H`` is feasible (no objective: infeasibility
    proofs are fast). Without an incumbent, gallop up from the lower bound (H, H+1, H+3,
    H+7, …) first. The finish epoch is *proven* minimal when every smaller horizon was
@@ -24,6 +26,7 @@ from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.formulation import formulate
 from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Problem
+from te_ccl.model.trees import pipelined_trees
 
 __all__ = ["solve_milp", "horizon_search"]
 
@@ -36,16 +39,34 @@ HIGHS_MAX_VARIABLES = 20_000
 
 
 def _incumbent(problem: Problem, params: SolveParams, clock: Clock) -> Solved | None:
-    """A quick rounds schedule as an upper bound on the horizon (None if it fails)."""
+    """A quick schedule as an upper bound on the horizon (None if there is none): the
+    pipelined trees of :mod:`te_ccl.model.trees`, kept at once when they meet the epoch
+    lower bound, else the earlier of them and a rounds run (which keeps no partial sums,
+    so not for a forward-time reduction)."""
+    keys = pipelined_trees(problem)
+    finish = max((k[-1] + problem.timings[k[-2]].delay for k in keys), default=0) \
+        if keys is not None else None
+    if finish is not None and (problem.reductions or finish <= horizon_lower_bound(problem)):
+        return _solved(problem, keys, finish)
+    if problem.reductions:
+        return None
     try:
         r = solve_rounds(problem, params, Clock(INCUMBENT_SHARE * clock.left))
     except SolverError:
+        return None if finish is None else _solved(problem, keys, finish)
+    if finish is not None and finish < r.finish_epoch:
+        return _solved(problem, keys, finish)
+    return _solved(problem, [(t.chunk, (t.src, t.dst), t.start_epoch) for t in r.transfers],
+                   r.finish_epoch)
+
+
+def _solved(problem: Problem, keys: list[tuple], finish: int) -> Solved | None:
+    """``keys`` as a solution of the model at horizon ``finish`` (None if one is missing)."""
+    form = formulate(problem, finish)
+    known = set(form.ten.transfer_keys)
+    if any(k not in known for k in keys):
         return None
-    form = formulate(problem, r.finish_epoch)
-    chosen = tuple(k for k in ((t.chunk, (t.src, t.dst), t.start_epoch) for t in r.transfers)
-                   if k in form.ten.x_set)
-    if len(chosen) != len(r.transfers):
-        return None
+    chosen = tuple(keys)
     return Solved("feasible", chosen, dict.fromkeys(chosen, 1), form)
 
 
@@ -66,7 +87,7 @@ def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
     tried: dict[int, Solved] = {}
     if incumbent is not None and incumbent.form.ten.horizon <= cap:
         tried[incumbent.form.ten.horizon] = incumbent
-        notes.append(f"rounds incumbent: {incumbent.form.ten.horizon} epochs")
+        notes.append(f"incumbent: {incumbent.form.ten.horizon} epochs")
     if progress:
         progress("; ".join(notes) + f" ({clock.elapsed:.2f} s)")
 
@@ -94,7 +115,12 @@ def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
     low = max((k for k in tried if k < best), default=lo - 1)
     while best - low > 1 and clock.left > 0:
         mid = (low + best) // 2
-        best, low = (mid, low) if attempt(mid) else (best, mid)
+        try:
+            feasible = attempt(mid)
+        except SolverError as e:  # the deadline passed while building: keep the best
+            notes.append(f"horizon {mid}: {e}")
+            break
+        best, low = (mid, low) if feasible else (best, mid)
     proven = all(k in tried and tried[k].status == "infeasible" for k in range(lo, best))
     notes.append(f"finish epoch {best} " + ("proven minimal" if proven else "not proven minimal"))
     return tried[best], proven, notes
@@ -111,7 +137,8 @@ def _polish(first: Solved, params: SolveParams, budget: float) -> Solved:
     highs = None
     if values is not None:
         values = {k: round(v) for k, v in values.items()}
-        highs = Solved(status, tuple(k for k in form.ten.x if values[k]), values, form)
+        highs = Solved(status, tuple(k for k in form.ten.transfer_keys if values[k]), values,
+                       form)
         if status == "optimal":
             return highs
     cp = solve_formulation(form, params, budget / 2, with_objective=True,
@@ -128,7 +155,11 @@ def solve_milp(problem: Problem, params: SolveParams, clock: Clock,
     first, proven, notes = horizon_search(problem, params, clock, progress, start)
     best, status = first, "finish proven minimal" if proven else "finish not proven minimal"
     if clock.left > 0.05:
-        best = _polish(first, params, min(clock.left, max(1.0, POLISH_SHARE * params.time_limit_s)))
+        try:
+            best = _polish(first, params,
+                           min(clock.left, max(1.0, POLISH_SHARE * params.time_limit_s)))
+        except SolverError:  # the deadline passed while building: keep the minimal horizon's
+            best = first
         status += "; deliver-early " + ("optimal" if best.status == "optimal"
                                         else "not proven optimal (time limit)")
     transfers = prune(problem, to_transfers(problem, best.chosen))

@@ -19,6 +19,10 @@ time slice moves nothing (the schedule stays valid) until the time limit.
 To keep each round small, a link only gets variables for the ``max(8, 3 × (chunks it can
 carry in the window))`` chunks of highest value to it (candidate pruning); links out of a
 switch without buffer keep every chunk that may enter the switch.
+
+Rounds carry no partial sums from one round to the next: an AllReduce solved as one
+problem (partials summed in forward time) takes the pipelined trees of
+:mod:`te_ccl.model.trees` instead.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from te_ccl.model.formulation import formulate
 from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Demand, Problem, State
 from te_ccl.model.ten import TimeExpandedNetwork, distances
+from te_ccl.model.trees import pipelined_trees
 from te_ccl.schedule import Transfer
 
 __all__ = ["solve_rounds"]
@@ -166,6 +171,8 @@ def _unmet_pairs(problem: Problem, demands: list[Demand], state: State) -> int:
 def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
                  progress: Progress | None = None) -> SolveResult:
     """Round after round of ``params.round_epochs`` epochs until every demand is met."""
+    if problem.reductions:
+        return _trees(problem)
     window = params.round_epochs or max(lt.occupancy for lt in problem.timings.values())
     max_delay = max(lt.delay for lt in problem.timings.values())
     reach = window + max_delay * len(problem.topology.nodes)
@@ -215,3 +222,16 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
     return SolveResult(tuple(kept), finish, False,
                        f"{rounds} rounds of {window} epochs (not proven optimal)",
                        size[0], size[1], (f"rounds: {rounds} × {window} epochs",))
+
+
+def _trees(problem: Problem) -> SolveResult:
+    """Rounds keep no partial sums between rounds: a forward-time reduction takes the
+    pipelined fixed trees of :mod:`te_ccl.model.trees` instead."""
+    keys = pipelined_trees(problem)
+    if keys is None:
+        raise SolverError("infeasible for rounds: the partial sums would meet at a switch "
+                          "that cannot add them; use the milp backend")
+    kept = prune(problem, to_transfers(problem, keys))
+    finish = max((t.arrive_epoch for t in kept), default=0)
+    return SolveResult(tuple(kept), finish, False, "pipelined trees (not proven optimal)",
+                       notes=("rounds: partial sums summed along pipelined fixed trees",))

@@ -31,7 +31,8 @@ for a lone flow) and ``cross`` when not; the ``middle`` column is the exact sett
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.fred.switch import FredSwitch, MicroSwitch
@@ -78,7 +79,34 @@ class Routing:
     switch: FredSwitch
     flows: tuple[Flow, ...]
     colours: dict[str, tuple[int, ...]]
-    elements: tuple[ElementSetting, ...]
+    # each routed (sub)switch with its flows and colours (None at a base element), the
+    # flows named by position when ``names`` maps them to their ids
+    plan: tuple[tuple[FredSwitch, tuple[Flow, ...], dict[str, int] | None], ...]
+    names: dict[str, str] | None = field(default=None, compare=False)
+
+    @cached_property
+    def settings(self) -> tuple[ElementSetting, ...]:
+        """The µSwitch settings of ``plan`` (flows named as there)."""
+        return tuple(e for sw, fl, colour in self.plan for e in _settings(sw, fl, colour))
+
+    @cached_property
+    def elements(self) -> tuple[ElementSetting, ...]:
+        """Every µSwitch setting, naming the flows by their ids. Built when first read:
+        one routing serves every call with the same port pattern, and most callers only
+        count phases."""
+        if self.names is None:
+            return self.settings
+        ids = self.names
+        return tuple(ElementSetting(e.element, e.mode, tuple(
+            ElementUse(ids[u.flow], u.input_sel, u.output_sel, u.colour) for u in e.uses))
+            for e in self.settings)
+
+    def with_elements(self, elements: Sequence[ElementSetting]) -> Routing:
+        """The same flows with other µSwitch settings (edited by hand, or broken on purpose
+        to see the checks refuse them)."""
+        out = replace(self)
+        out.__dict__["elements"] = tuple(elements)  # what the cached property would hold
+        return out
 
 
 class RoutingConflict(VerificationError):
@@ -101,7 +129,10 @@ class PhaseSplit:
 
 @dataclass
 class _Context:
-    settings: list[ElementSetting] = field(default_factory=list)
+    # the (sub)switches routed so far with their flows and colours; their element
+    # settings are built once the whole search has succeeded
+    routed: list[tuple[FredSwitch, tuple[Flow, ...], dict[str, int] | None]] = field(
+        default_factory=list)
     colours: dict[str, list[int]] = field(default_factory=dict)
     failure: tuple[str, tuple[str, ...]] | None = None
     tries: int = 0
@@ -143,44 +174,101 @@ def route(switch: FredSwitch, flows: Sequence[Flow]) -> Routing:
     flows = tuple(Flow(f.id, tuple(sorted(set(f.inputs))), tuple(sorted(set(f.outputs))))
                   for f in flows)
     check_ports(switch.ports, flows)
+    ctx = _search(switch, flows)
+    return Routing(switch, flows, {k: tuple(v) for k, v in ctx.colours.items()},
+                   tuple(ctx.routed))
+
+
+def _search(switch: FredSwitch, flows: tuple[Flow, ...]) -> _Context:
+    """The colours of a routing of ``flows`` (ports checked); raises RoutingConflict."""
     ctx = _Context(colours={f.id: [] for f in flows})
     if not _route(switch, flows, ctx):
         path, names = ctx.failure or (switch.path, tuple(f.id for f in flows))
         raise RoutingConflict(path, names, switch.m)
-    return Routing(switch, flows, {k: tuple(v) for k, v in ctx.colours.items()},
-                   tuple(ctx.settings))
+    return ctx
 
 
 def route_phases(switch: FredSwitch, flows: Sequence[Flow]) -> PhaseSplit:
-    """Route ``flows`` in as few phases as first fit finds; report each split."""
+    """Route ``flows`` in as few phases as first fit finds; report each split.
+
+    The search depends only on the switch and the flows' ports in order, not on their
+    ids, and 3D-parallel phases repeat the same port patterns on every switch, strategy
+    and workload: it runs once per pattern (:func:`_split_pattern`) and each call
+    relabels that result with its own flow ids.
+    """
+    flows = tuple(Flow(f.id, tuple(sorted(set(f.inputs))), tuple(sorted(set(f.outputs))))
+                  for f in flows)
+    check_ports(switch.ports, flows)
+    pattern = tuple((f.inputs, f.outputs) for f in flows)
+    key = (switch.path, switch.ports, switch.m, switch.level, pattern)
+    split = _PATTERNS.get(key)
+    if split is None:
+        if len(_PATTERNS) >= MAX_PATTERNS:
+            _PATTERNS.clear()
+        split = _PATTERNS[key] = _split_pattern(switch, pattern)
+    ids = {str(i): f.id for i, f in enumerate(flows)}
+    phases = tuple(_relabel(switch, r, flows, ids) for r in split.phases)
+    if split.conflict is None:
+        return PhaseSplit(phases)
+    path, names, count = split.conflict
+    whole = RoutingConflict(path, [ids[n] for n in names], switch.m)
+    return PhaseSplit(phases, (f"{whole}; split into {count} phases",))
+
+
+MAX_PATTERNS = 4096  # routed port patterns kept (a whole evaluation uses a few hundred)
+
+
+@dataclass(frozen=True)
+class _Split:
+    """A :class:`PhaseSplit` of flows named by position, and the conflict that split it
+    (path, flow positions, phases) if any."""
+
+    phases: tuple[Routing, ...]
+    conflict: tuple[str, tuple[str, ...], int] | None = None
+
+
+_PATTERNS: dict[tuple, _Split] = {}
+
+
+def _split_pattern(switch: FredSwitch, pattern: tuple[tuple[tuple[int, ...], tuple[int, ...]], ...]
+                   ) -> _Split:
+    """First-fit phases of flows named ``"0"``, ``"1"``, … with the ports of ``pattern``."""
+    flows = [Flow(str(i), ins, outs) for i, (ins, outs) in enumerate(pattern)]
     try:
-        return PhaseSplit((route(switch, flows),))
+        return _Split((route(switch, flows),))
     except RoutingConflict as whole:
         groups: list[list[Flow]] = []
         for f in flows:
             for g in groups:
                 try:
-                    route(switch, [*g, f])
+                    _search(switch, (*g, f))
                 except RoutingConflict:
                     continue
                 g.append(f)
                 break
             else:
-                route(switch, [f])  # a lone flow always routes; raises SpecError on bad ports
-                groups.append([f])
-        note = f"{whole}; split into {len(groups)} phases"
-        return PhaseSplit(tuple(route(switch, g) for g in groups), (note,))
+                groups.append([f])  # a lone flow always routes
+        return _Split(tuple(route(switch, g) for g in groups),
+                      (whole.path, whole.flows, len(groups)))
+
+
+def _relabel(switch: FredSwitch, r: Routing, flows: tuple[Flow, ...], ids: dict[str, str]
+             ) -> Routing:
+    """``r`` (flows named by position) with the ids of ``flows``."""
+    mine = tuple(flows[int(f.id)] for f in r.flows)
+    return Routing(switch, mine, {ids[k]: v for k, v in r.colours.items()}, r.plan, ids)
 
 
 def _route(sw: FredSwitch, flows: tuple[Flow, ...], ctx: _Context) -> bool:
     if sw.base is not None:
         if flows:
-            ctx.settings.append(_base_setting(sw.base, flows))
+            ctx.routed.append((sw, flows, None))
         return True
     in_el = {f.id: {sw.element_of_port(p) for p in f.inputs} for f in flows}
     out_el = {f.id: {sw.element_of_port(p) for p in f.outputs} for f in flows}
     adj = _conflicts(flows, in_el, out_el, sw.r)
-    mark = (len(ctx.settings), {k: len(v) for k, v in ctx.colours.items()})
+    # this level and the ones below colour only these flows: roll back only theirs
+    mark = (len(ctx.routed), {f.id: len(ctx.colours[f.id]) for f in flows})
     for n, colouring in enumerate(_colourings(adj, sw.m)):
         ctx.tries += 1
         if n >= MAX_COLOURINGS or ctx.tries > MAX_TOTAL:
@@ -192,7 +280,7 @@ def _route(sw: FredSwitch, flows: tuple[Flow, ...], ctx: _Context) -> bool:
                for c, mid in enumerate(sw.middles)):
             for f in flows:
                 ctx.colours[f.id].insert(mark[1][f.id], colour[f.id])
-            ctx.settings.extend(_stage_settings(sw, flows, colour))
+            ctx.routed.append((sw, flows, colour))
             return True
         _rollback(ctx, mark)
     if ctx.failure is None or ctx.failure[0].count("/") < sw.path.count("/"):
@@ -201,7 +289,7 @@ def _route(sw: FredSwitch, flows: tuple[Flow, ...], ctx: _Context) -> bool:
 
 
 def _rollback(ctx: _Context, mark: tuple[int, dict[str, int]]) -> None:
-    del ctx.settings[mark[0]:]
+    del ctx.routed[mark[0]:]
     for k, n in mark[1].items():
         del ctx.colours[k][n:]
 
@@ -252,6 +340,14 @@ def _two_port_mode(by_side: dict[int, tuple[str, int]], merge: str) -> str:
         return "forward" if by_side[0][1] < by_side[1][1] else "cross"
     ((side, (_, target)),) = by_side.items()
     return "forward" if side == target else "cross"
+
+
+def _settings(sw: FredSwitch, flows: tuple[Flow, ...], colour: dict[str, int] | None
+              ) -> list[ElementSetting]:
+    """The element settings of one routed (sub)switch: its base element, or its stages."""
+    if sw.base is not None:
+        return [_base_setting(sw.base, flows)]
+    return _stage_settings(sw, flows, colour or {})
 
 
 def _stage_settings(sw: FredSwitch, flows: tuple[Flow, ...],

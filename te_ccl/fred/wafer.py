@@ -26,7 +26,7 @@ evaluated analytically (:mod:`te_ccl.fred.evaluate`).
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from te_ccl.errors import SpecError
 from te_ccl.fred.switch import FredSwitch, build_fred
@@ -131,6 +131,7 @@ def mesh_shape(npus: int) -> tuple[int, int]:
     return npus // cols, cols
 
 
+@lru_cache(maxsize=64)  # one Wafer per variant and size: its switches are built once
 def wafer_variant(name: str, npus: int = 20) -> Wafer:
     """One of ``fred-a .. fred-d`` (fred.md's table) for a wafer of ``npus`` NPUs: L1
     switches of 4 NPUs, each with the variant's uplink to the one L2.

@@ -15,6 +15,15 @@ buffer), ``s[c,n,t] ∈ ℕ`` units of c stored at n (non-copying nodes with a b
 (6) demand     Σ_t arr(c,v,t) ≥ 1                  ∀ unmet destination v of c, t ≤ H
 (7) tree       Σ_t arr(c,n,t) ≤ 1                  ∀ copy node n (reductions only)
 (8) relay      x[c,(u,n),t] ≤ r[c,n];  Σ_c r[c,n] ≤ ⌊buffer_n / C⌋   (GPU with a buffer limit)
+(9) reduce     for a chunk with a reduction (partials ``y``, completion ``z`` at the root):
+               every source but the root sends its partial once, Σ y_out(n) = 1; any other
+               node sends once if it received, y_arr ≤ Σ y_out(n) ≤ min(1, Σ y_arr);
+               a partial arriving in epoch e waits for the node's one send, at epoch ≥ e
+               (buffer) or = e (no buffer), or at the root for its completion:
+               Σ_t z[c,t] = 1 and y_arr(e) ≤ Σ_{t ≥ e} z (buffer) or z[c,e] (no buffer);
+               a switch that cannot add partials forwards each apart (as in (4)/(5), and
+               without buffer at most one per epoch).
+               Each send moves strictly later, so every partial ends at the root, once.
 
 A row is ``(terms, lo, hi)`` with ``terms`` a list of ``(variable key, coefficient)``
 and ``None`` for a missing bound; constants are moved into the bounds.
@@ -22,12 +31,13 @@ and ``None`` for a missing bound; constants are moved into the bounds.
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator
 
 from te_ccl.model.ten import TimeExpandedNetwork
 
 __all__ = ["Row", "capacity", "hold", "cut_through", "conserve", "route", "demand", "tree",
-           "relay"]
+           "relay", "reduce"]
 
 Term = tuple[tuple, int]
 Row = tuple[list[Term], int | None, int | None]
@@ -152,3 +162,56 @@ def relay(ten: TimeExpandedNetwork) -> Iterator[Row]:
                 relays.setdefault(n, set()).add(("r", d.chunk, n))
     for n, rs in relays.items():
         yield [(r, 1) for r in sorted(rs)], None, p.relay_limit[n] - already.get(n, 0)
+
+
+def reduce(ten: TimeExpandedNetwork) -> Iterator[Row]:
+    """(9) partials travel as an in-tree into the root, each node sending its sum once."""
+    p = ten.problem
+    merges = p.merge_nodes
+    sends: dict[tuple[int, str], list[tuple]] = defaultdict(list)
+    arrivals: dict[tuple[int, str], list[tuple[tuple, int]]] = defaultdict(list)
+    for key in ten.y:
+        _, c, (u, v), t = key
+        sends[(c, u)].append(key)
+        arrivals[(c, v)].append((key, t + p.timings[(u, v)].delay))
+    for c, r in p.reductions.items():
+        done = ten.completion.get(c)
+        if done is None:
+            continue
+        nodes = set(r.sources) | {n for (k, n) in sends if k == c} | \
+            {n for (k, n) in arrivals if k == c}
+        for n in sorted(nodes):
+            arr, buffered = arrivals.get((c, n), []), n in p.buffered_nodes
+            if n not in merges:
+                yield from _relay_units(sends.get((c, n), []), arr, buffered)
+                continue
+            if n == r.root:
+                waits = [(("z", c, t), t) for t in done]
+                yield [(z, 1) for z, _ in waits], 1, 1
+            else:
+                waits = [(y, y[3]) for y in sends.get((c, n), [])]
+                out = [(y, 1) for y, _ in waits]
+                if n in r.sources:
+                    yield out, 1, 1
+                else:
+                    yield out + [(a, -1) for a, _ in arr], None, 0
+                    if len(out) > 1:
+                        yield out, None, 1
+            for a, e in arr:
+                later = [(w, -1) for w, t in waits if (t >= e if buffered else t == e)]
+                yield [(a, 1)] + later, None, 0
+
+
+def _relay_units(sends: list[tuple], arr: list[tuple[tuple, int]], buffered: bool
+                 ) -> Iterator[Row]:
+    """A switch that cannot add partials forwards each one apart: in the epoch it arrives
+    and one per epoch (no buffer), or each once, no earlier than it arrived (buffer)."""
+    epochs = sorted({y[3] for y in sends} | {e for _, e in arr})
+    for t in epochs:
+        now = [(y, 1) for y in sends if (y[3] <= t if buffered else y[3] == t)]
+        came = [(a, -1) for a, e in arr if (e <= t if buffered else e == t)]
+        yield now + came, (None if buffered else 0), 0
+        if not buffered and len(came) > 1:
+            yield [(a, 1) for a, _ in came], None, 1
+    if buffered:
+        yield [(y, 1) for y in sends] + [(a, -1) for a, _ in arr], 0, 0

@@ -4,7 +4,9 @@ A transfer is useful if it is the first delivery of its chunk to a destination, 
 feeds a useful transfer: the sender's first arrival before the send (copying node with a
 buffer), an arrival in the send's own epoch (switch without buffer), or — at a node that
 cannot copy — its own arrival, matched one to one in time order. Pruning keeps every
-remaining send fed, so the schedule stays valid; for reductions it leaves a tree.
+remaining send fed, so the schedule stays valid; for reductions it leaves a tree. The
+partial sums of a chunk reduced in forward time (a problem's ``reductions``) already form
+a tree into its root, which then counts as holding the chunk.
 """
 
 from __future__ import annotations
@@ -14,34 +16,37 @@ from collections.abc import Iterable
 
 from te_ccl.errors import TecclError
 from te_ccl.model.problem import Problem
-from te_ccl.model.ten import XKey
 from te_ccl.schedule import Transfer
 
 __all__ = ["to_transfers", "prune", "reverse_in_time"]
 
 
-def to_transfers(problem: Problem, chosen: Iterable[XKey], shift: int = 0) -> list[Transfer]:
-    """``x[c, (u, v), t] = 1`` → ``Transfer(c, u, v, t, t + d)``, epochs moved by ``shift``."""
+def to_transfers(problem: Problem, chosen: Iterable[tuple], shift: int = 0) -> list[Transfer]:
+    """``x[c, (u, v), t] = 1`` → ``Transfer(c, u, v, t, t + d)``, epochs moved by ``shift``;
+    a partial sum ``y`` (key ``("y", c, (u, v), t)``) → the same with ``op="reduce"``."""
     out = []
-    for c, (u, v), t in chosen:
+    for key in chosen:
+        op, (c, (u, v), t) = ("reduce", key[1:]) if key[0] == "y" else ("copy", key)
         d = problem.timings[(u, v)].delay
-        out.append(Transfer(c, u, v, t + shift, t + d + shift))
+        out.append(Transfer(c, u, v, t + shift, t + d + shift, op))
     return sorted(out)
 
 
-def _feeders(problem: Problem, node: str, incoming: list[Transfer], outgoing: list[Transfer]
-             ) -> dict[Transfer, Transfer]:
-    """Which arrival each send at ``node`` forwards."""
+def _feeders(problem: Problem, node: str, ts: list[Transfer], incoming: list[int],
+             outgoing: list[int]) -> dict[int, int]:
+    """Which arrival each send at ``node`` forwards (positions in ``ts``: two identical
+    transfers, such as two units of one chunk on a link in one epoch, are two)."""
     buffered = node in problem.buffered_nodes
     ok = (lambda a, s: a.arrive_epoch <= s.start_epoch) if buffered else (
         lambda a, s: a.arrive_epoch == s.start_epoch)
     copies = node in problem.copy_nodes
-    used: set[Transfer] = set()
+    used: set[int] = set()
     out = {}
-    for s in sorted(outgoing, key=lambda t: (t.start_epoch, t)):
-        feeder = next((a for a in incoming if ok(a, s) and (copies or a not in used)), None)
+    for s in sorted(outgoing, key=lambda i: (ts[i].start_epoch, ts[i], i)):
+        feeder = next((a for a in incoming if ok(ts[a], ts[s]) and (copies or a not in used)),
+                      None)
         if feeder is None:
-            raise TecclError(f"internal: no arrival feeds {s} at {node}")
+            raise TecclError(f"internal: no arrival feeds {ts[s]} at {node}")
         used.add(feeder)
         out[s] = feeder
     return out
@@ -55,24 +60,30 @@ def prune(problem: Problem, transfers: Iterable[Transfer]) -> list[Transfer]:
     kept: list[Transfer] = []
     for d in problem.demands:
         ts = by_chunk.get(d.chunk, [])
+        reduction = problem.reductions.get(d.chunk)
+        if reduction is not None:  # the partial sums form a tree into the root: all useful
+            kept.extend(t for t in ts if t.op == "reduce")
+            ts = [t for t in ts if t.op != "reduce"]
+        holders = {reduction.root} if reduction is not None else set()
+        ts = sorted(ts, key=lambda t: (t.arrive_epoch, t))
         incoming, outgoing = defaultdict(list), defaultdict(list)
-        for t in sorted(ts, key=lambda t: (t.arrive_epoch, t)):
-            incoming[t.dst].append(t)
-            outgoing[t.src].append(t)
-        feeds = {}
+        for i, t in enumerate(ts):
+            incoming[t.dst].append(i)
+            outgoing[t.src].append(i)
+        feeds: dict[int, int] = {}
         for node, outs in outgoing.items():
-            if not problem.holds(d.chunk, node):
-                feeds.update(_feeders(problem, node, incoming[node], outs))
+            if not problem.holds(d.chunk, node) and node not in holders:
+                feeds.update(_feeders(problem, node, ts, incoming[node], outs))
         todo = [incoming[v][0] for v in d.destinations
                 if not problem.holds(d.chunk, v) and incoming[v]]
-        needed: set[Transfer] = set()
+        needed: set[int] = set()
         while todo:
-            t = todo.pop()
-            if t not in needed:
-                needed.add(t)
-                if t in feeds:
-                    todo.append(feeds[t])
-        kept.extend(needed)
+            i = todo.pop()
+            if i not in needed:
+                needed.add(i)
+                if i in feeds:
+                    todo.append(feeds[i])
+        kept.extend(ts[i] for i in needed)
     return sorted(kept)
 
 

@@ -10,8 +10,9 @@ no buffer          (3) cut-through (5) route
 =================  ==============  ===================
 
 Objective ("deliver early", the second goal once the horizon is minimal): the sum of the
-arrival epochs of all transfers, ``Σ (t + d_l)·x[c,l,t]`` — every transfer costs, the
-earlier the cheaper, so redundant ones vanish and deliveries move forward.
+arrival epochs of all transfers, ``Σ (t + d_l)·x[c,l,t]`` (and of the partial sums
+``y``) — every transfer costs, the earlier the cheaper, so redundant ones vanish and
+deliveries move forward.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Formulation:
 def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None = None, *,
               start_limit: int | None = None, demands: bool = True,
               receive_once: bool = False, ten: TimeExpandedNetwork | None = None) -> Formulation:
-    """Rows (1)–(8) of :mod:`te_ccl.model.constraints` for ``problem`` over ``horizon`` epochs.
+    """Rows (1)–(9) of :mod:`te_ccl.model.constraints` for ``problem`` over ``horizon`` epochs.
 
     A round of the ``rounds`` backend passes ``start_limit`` (transfers start before it),
     ``demands=False`` (its objective rewards progress instead) and ``receive_once`` (7),
@@ -63,7 +64,9 @@ def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None
         rows += checked(cons.tree(ten))
     if problem.relay_limit:
         rows += checked(cons.relay(ten))
-    variables: dict[tuple, int] = {x: 1 for x in ten.x}
+    if problem.reductions:
+        rows += checked(cons.reduce(ten))
+    variables: dict[tuple, int] = {x: 1 for x in ten.transfer_keys}
     width = max((len(d.destinations) for d in problem.demands), default=1)
     for terms, _, _ in rows:
         for key, _ in terms:
@@ -71,6 +74,7 @@ def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None
                 variables[key] = width if key[0] == "s" else 1
     if objective is None:
         objective = {x: x[2] + problem.timings[x[1]].delay for x in ten.x}
+        objective.update({y: y[3] + problem.timings[y[2]].delay for y in ten.y})
     else:
         objective = {k: v for k, v in objective.items() if k in variables}
     return Formulation(ten, variables, rows, objective)

@@ -4,6 +4,9 @@
   nearest holder;
 * in-capacity: destination ``v`` needs ``n_v`` chunks; link ``l`` into it can deliver at
   most ``cap_l·ceil((H − d_l + 1)/k_l)`` of them by epoch ``H``;
+* partial sums (chunks reduced in forward time): a source's last partial starts no
+  earlier than its out-links allow, then travels to the root, and the sum on to the
+  farthest destination;
 * cut (fresh AllGather- or Broadcast-shaped problems): since ``d_l ≥ k_l`` a link delivers
   at most ``H·cap_l/k_l`` chunks by epoch ``H``, so ``H ≥ c·|S∩R| / rate⁺(S)`` for every
   node set ``S`` leaving out a member (the cut bound of :mod:`te_ccl.bounds` with rates in
@@ -20,7 +23,7 @@ import networkx as nx
 from te_ccl.errors import SolverError
 from te_ccl.model.deadline import check
 from te_ccl.model.problem import Problem
-from te_ccl.model.ten import TimeExpandedNetwork
+from te_ccl.model.ten import INF, TimeExpandedNetwork, distances
 from te_ccl.topology.model import Link, Topology
 
 __all__ = ["horizon_lower_bound"]
@@ -87,4 +90,63 @@ def horizon_lower_bound(problem: Problem) -> int:
         while _deliverable(problem, v, h) < n:
             h += 1
         lo = h
-    return max(lo, _cut_bound(problem))
+    return max(lo, _cut_bound(problem), _partials_bound(problem, ten))
+
+
+def _partials_bound(problem: Problem, ten: TimeExpandedNetwork) -> int:
+    """Partial sums must leave every node set ``S`` that holds a source but not the root.
+
+    For ``S`` the cone of a node ``v`` (``v`` and every node whose paths to the root all
+    pass through ``v``; a lone GPU is its own cone): with ``n`` chunks to get out, the last
+    leaves no earlier than epoch ``s_n`` (a link out of ``S`` whose tail a partial reaches
+    at ``e`` at the earliest starts ``cap·ceil((s − e + 1)/k)`` by epoch ``s``), then needs
+    ``d + to_root`` to the root and the sum its ``tail`` to the farthest destination.
+    """
+    by_root: dict[str, list[tuple[frozenset[str], tuple[str, ...]]]] = {}
+    for d in problem.demands:
+        r = problem.reductions.get(d.chunk)
+        if r is not None:
+            by_root.setdefault(r.root, []).append((frozenset(r.sources), ten.unmet(d)))
+    out_links: dict[str, list] = {}
+    for (u, _), lt in problem.timings.items():
+        out_links.setdefault(u, []).append(lt)
+    lo = 0
+    for root, chunks in by_root.items():
+        to_root = distances(problem, {root: 0}, reverse=True)
+        from_root = distances(problem, {root: 0})
+        tail = min(max((from_root.get(v, 0) for v in unmet), default=0) for _, unmet in chunks)
+        for v in to_root:
+            check()
+            if v == root:
+                continue
+            cone = _cone(problem, root, v)
+            inside = set().union(*(sources & cone for sources, _ in chunks))
+            n = sum(1 for sources, _ in chunks if sources & cone)
+            links = [lt for u in cone for lt in out_links.get(u, ()) if lt.key[1] not in cone]
+            if not n or not links:
+                continue
+            lag = min(lt.delay + to_root.get(lt.key[1], INF) for lt in links)
+            # a link out of the cone starts no partial before one can reach its tail
+            first = distances(problem, dict.fromkeys(inside, 0))
+            opens = [(lt, first.get(lt.key[0], INF)) for lt in links]
+            s = 0
+            while sum(lt.capacity * -(-(s - e + 1) // lt.occupancy) for lt, e in opens
+                      if s >= e) < n:
+                s += 1
+            lo = max(lo, s + lag + tail)
+    return lo
+
+
+def _cone(problem: Problem, root: str, v: str) -> frozenset[str]:
+    """``v`` and the nodes that cannot reach ``root`` without passing through ``v``."""
+    into: dict[str, list[str]] = {}
+    for (a, b) in problem.timings:
+        into.setdefault(b, []).append(a)
+    seen, todo = {root}, [root]
+    while todo:
+        for a in into.get(todo.pop(), ()):
+            if a != v and a not in seen:
+                seen.add(a)
+                todo.append(a)
+    nodes = {n for link in problem.timings for n in link}
+    return frozenset(nodes - seen)

@@ -21,13 +21,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import networkx as nx
+
 from te_ccl.collective.model import Collective
 from te_ccl.errors import SpecError
 from te_ccl.model.epochs import LinkTiming, epoch_duration, link_timing
 from te_ccl.topology.model import Topology
 
-__all__ = ["Demand", "State", "Problem", "make_problem", "build_problem", "demands_of",
-           "members_of", "MAX_DELAY_EPOCHS"]
+__all__ = ["Demand", "Reduction", "State", "Problem", "make_problem", "build_problem",
+           "demands_of", "members_of", "allreduce_problem", "reduction_root",
+           "MAX_DELAY_EPOCHS"]
 
 Key = tuple[str, str]
 MAX_DELAY_EPOCHS = 10_000  # epochs one hop may take: the model grows with it
@@ -40,6 +43,18 @@ class Demand:
     chunk: int
     sources: tuple[str, ...]
     destinations: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """The partials of chunk ``chunk`` at ``sources`` are summed, in forward time, into
+    ``root``, which then holds the chunk its :class:`Demand` (with ``sources == (root,)``)
+    sends on: an AllReduce solved as one problem. Partials meet at GPUs and at switches
+    that reduce; a switch without buffer merges only what arrives in one epoch."""
+
+    chunk: int
+    sources: tuple[str, ...]
+    root: str
 
 
 @dataclass(frozen=True)
@@ -70,6 +85,12 @@ class Problem:
     relay_limit: dict[str, int] = field(compare=False)
     tree: bool = False
     state: State = State()
+    reductions: dict[int, Reduction] = field(default_factory=dict, compare=False)
+
+    @property
+    def merge_nodes(self) -> frozenset[str]:
+        """Nodes where partials of one chunk may be added: GPUs and reducing switches."""
+        return frozenset(n.name for n in self.topology.nodes if n.is_gpu or n.can_reduce)
 
     def holds(self, chunk: int, node: str) -> bool:
         """Is ``node`` holding ``chunk`` at epoch 0?"""
@@ -150,3 +171,48 @@ def build_problem(topology: Topology, collective: Collective,
 def members_of(topology: Topology, collective: Collective) -> frozenset[str]:
     """The GPUs running ``collective`` (its ranks')."""
     return frozenset(topology.gpu(r) for r in collective.ranks)
+
+
+def reduction_root(topology: Topology, sources: tuple[str, ...], members: frozenset[str],
+                   owner: str) -> str:
+    """Where an AllReduce chunk's partials meet: the switch that reduces and copies nearest
+    (fewest hops to the farthest source) to all of ``sources``, else ``owner``.
+
+    A reducing switch adds the partials as they pass and multicasts the sum, so each GPU
+    sends and receives the chunk once; summing at a GPU sends it up and down its links twice.
+    """
+    graph = topology.graph()
+    graph.remove_nodes_from(set(topology.gpus) - members)
+    best: tuple[int, str] | None = None
+    for n in topology.nodes:
+        if n.is_gpu or not (n.can_reduce and n.can_copy) or n.name not in graph:
+            continue
+        hops = nx.single_source_shortest_path_length(graph.reverse(copy=False), n.name)
+        if all(s in hops for s in sources):
+            far = max(hops[s] for s in sources)
+            best = min(best or (far, n.name), (far, n.name))
+    return owner if best is None else best[1]
+
+
+def allreduce_problem(topology: Topology, collective: Collective,
+                      epoch: str | float = "fastest") -> Problem:
+    """An AllReduce as one problem: each chunk's partials are summed in forward time into
+    its root (:func:`reduction_root`; the rank that owns the chunk when no switch reduces),
+    which multicasts the sum to every rank. Reduction and multicast overlap across chunks,
+    where ReduceScatter-then-AllGather runs them one after the other."""
+    chunk = collective.chunk_bytes
+    if chunk <= 0:
+        raise SpecError(f"size {collective.size_bytes} bytes is too small for "
+                        f"{collective.nchunks} chunks", key="size")
+    members = members_of(topology, collective)
+    owner = collective.reduction_owners()
+    demands, reductions = [], {}
+    for c in collective.chunks():
+        sources = tuple(topology.gpu(r) for r in c.sources)
+        root = reduction_root(topology, sources, members, topology.gpu(owner[c.id]))
+        demands.append(Demand(c.id, (root,), tuple(topology.gpu(r) for r in c.destinations
+                                                   if topology.gpu(r) != root)))
+        reductions[c.id] = Reduction(c.id, sources, root)
+    problem = make_problem(topology, chunk, tuple(demands), members=members,
+                           epoch_s=epoch_duration(topology, chunk, epoch))
+    return replace(problem, reductions=reductions, state=State())

@@ -7,6 +7,14 @@ held at ``v`` from epoch ``t + d_l``. Only useful variables exist:
 * ``t + d_l + to_dest(c, v) ≤ H`` — from ``v`` it can still reach an unmet destination;
 * never into a node that holds ``c`` at epoch 0, never out of the only destination of ``c``.
 
+A chunk with a :class:`~te_ccl.model.problem.Reduction` also has partial-sum transfers
+``y[c, l, t]`` (keys ``("y", c, l, t)``) from its sources toward its root, only on links
+that bring a partial closer to the root (and its ``x`` only on links that carry the sum
+farther from it: no detours, which keeps an AllReduce model about half the size), never
+out of the root, ending early enough for the sum to reach every destination by ``H``, and
+completion variables ``z[c, t]`` (keys ``("z", c, t)``: the root holds the sum from
+epoch ``t``), which count as arrivals of ``c`` at the root for the forwarding rows.
+
 >>> from te_ccl.collective import Collective, CollectiveKind
 >>> from te_ccl.model.problem import build_problem
 >>> from te_ccl.topology import Link, Node, Topology
@@ -27,9 +35,10 @@ from te_ccl.errors import SolverError
 from te_ccl.model.deadline import checked
 from te_ccl.model.problem import Demand, Problem
 
-__all__ = ["TimeExpandedNetwork", "XKey", "distances"]
+__all__ = ["TimeExpandedNetwork", "XKey", "YKey", "distances"]
 
 XKey = tuple[int, tuple[str, str], int]
+YKey = tuple[str, int, tuple[str, str], int]
 INF = 1 << 30
 MAX_VARIABLES = 5_000_000  # ~1 GB of Python keys and rows: beyond, refuse rather than swap
 
@@ -65,9 +74,13 @@ class TimeExpandedNetwork:
         self.start_limit = horizon if start_limit is None else start_limit
         self.slack = slack
         self.x: list[XKey] = []
+        self.y: list[YKey] = []
+        self.completion: dict[int, range] = {}
         for d in checked(problem.demands):
             self.x.extend(self._chunk_vars(d))
-            if len(self.x) > MAX_VARIABLES:
+            if d.chunk in problem.reductions:
+                self.y.extend(self._reduce_vars(d))
+            if len(self.x) + len(self.y) > MAX_VARIABLES:
                 raise SolverError(f"the model at horizon {horizon} would have more than "
                                   f"{MAX_VARIABLES} transfer variables (the most one model "
                                   "may hold); use fewer chunks or a coarser --epoch")
@@ -84,7 +97,34 @@ class TimeExpandedNetwork:
         for c, n, t in p.state.incoming:
             if c == d.chunk and t < starts.get(n, INF):
                 starts[n] = t
+        r = p.reductions.get(d.chunk)
+        if r is not None:
+            starts[r.root] = self._earliest_sum(r.sources, r.root)
         return distances(p, starts)
+
+    def _earliest_sum(self, sources: tuple[str, ...], root: str) -> int:
+        """The first epoch the root can hold the sum: every partial must reach it."""
+        to_root = distances(self.problem, {root: 0}, reverse=True)
+        return max((to_root.get(s, INF) for s in sources if s != root), default=0)
+
+    def _reduce_vars(self, d: Demand) -> list[YKey]:
+        """Partial-sum transfers of a reduced chunk, and its completion epochs at the root."""
+        p, r = self.problem, self.problem.reductions[d.chunk]
+        unmet = self.unmet(d)
+        from_root = distances(p, {r.root: 0})
+        tail = max((from_root.get(v, INF) for v in unmet), default=0)
+        done = range(self._earliest_sum(r.sources, r.root), self.horizon - tail + 1)
+        self.completion[d.chunk] = done
+        first = distances(p, dict.fromkeys(r.sources, 0))
+        to_root = distances(p, {r.root: 0}, reverse=True)
+        out = []
+        for key, lt in p.timings.items():
+            u, v = key
+            if u == r.root or u not in first or to_root.get(v, INF) >= to_root.get(u, INF):
+                continue
+            last = done.stop - 1 - lt.delay - to_root[v]
+            out.extend(("y", d.chunk, key, t) for t in range(first[u], last + 1))
+        return out
 
     def _chunk_vars(self, d: Demand) -> list[XKey]:
         p, H = self.problem, self.horizon
@@ -95,9 +135,13 @@ class TimeExpandedNetwork:
         to_dest = distances(p, {v: 0 for v in unmet}, reverse=True)
         lone = d.destinations[0] if len(d.destinations) == 1 else None
         out = []
+        away = (distances(p, {p.reductions[d.chunk].root: 0})
+                if d.chunk in p.reductions else None)
         for key, lt in p.timings.items():
             u, v = key
             if p.holds(d.chunk, v) or u == lone or u not in first or v not in to_dest:
+                continue
+            if away is not None and away.get(v, INF) <= away.get(u, INF):
                 continue
             last = H - lt.delay - to_dest[v]
             # a window of starts (rounds): switches without buffer may forward up to
@@ -109,17 +153,22 @@ class TimeExpandedNetwork:
             out.extend((d.chunk, key, t) for t in range(first[u], last + 1))
         return out
 
-    @cached_property
-    def x_set(self) -> set[XKey]:
-        return set(self.x)
+    @property
+    def transfer_keys(self) -> list:
+        """Every transfer variable: copies ``x``, then partial sums ``y``."""
+        return self.x + self.y
 
     @cached_property
     def arrivals(self) -> dict[tuple[int, str, int], list[XKey]]:
         """(chunk, node, epoch) → the x variables arriving there then."""
-        out: dict[tuple[int, str, int], list[XKey]] = defaultdict(list)
+        out: dict[tuple[int, str, int], list] = defaultdict(list)
         for key in self.x:
             c, (u, v), t = key
             out[(c, v, t + self.problem.timings[(u, v)].delay)].append(key)
+        for c, done in self.completion.items():
+            root = self.problem.reductions[c].root
+            for t in done:
+                out[(c, root, t)].append(("z", c, t))
         return out
 
     @cached_property
@@ -141,10 +190,12 @@ class TimeExpandedNetwork:
 
     @cached_property
     def per_link(self) -> dict[tuple[str, str], dict[int, list[XKey]]]:
-        """link → epoch → the x variables starting on it then."""
-        out: dict[tuple[str, str], dict[int, list[XKey]]] = defaultdict(lambda: defaultdict(list))
+        """link → epoch → the transfer variables (x and y) starting on it then."""
+        out: dict[tuple[str, str], dict[int, list]] = defaultdict(lambda: defaultdict(list))
         for key in self.x:
             out[key[1]][key[2]].append(key)
+        for key in self.y:
+            out[key[2]][key[3]].append(key)
         return out
 
     @cached_property

@@ -70,3 +70,20 @@ def test_odd_port_goes_through_demux_and_mux():
     r = route(build_fred(5, 3, "s"), [Flow("io", (4,), (0, 1, 2, 3))])
     kinds = {s.element.kind.value: s.mode for s in r.elements}
     assert kinds["DEMUX"] == "forward" and kinds["D"] == "broadcast"
+
+
+def test_phases_of_one_port_pattern_are_the_same_under_any_flow_ids():
+    sw = build_fred(6, 2, "x")
+    renamed = [Flow(f"{f.id.lower()}!", f.inputs, f.outputs) for f in ODD_CYCLE]
+    first, again = route_phases(sw, ODD_CYCLE), route_phases(sw, renamed)
+    name = {f.id: g.id for f, g in zip(ODD_CYCLE, renamed, strict=True)}
+    assert len(again.phases) == len(first.phases) == 2
+    for a, b in zip(first.phases, again.phases, strict=True):
+        assert [name[f.id] for f in a.flows] == [f.id for f in b.flows]
+        assert {name[k]: v for k, v in a.colours.items()} == b.colours
+        assert [(e.element, e.mode, [(name[u.flow], u.input_sel, u.output_sel, u.colour)
+                                     for u in e.uses]) for e in a.elements] == \
+               [(e.element, e.mode, [(u.flow, u.input_sel, u.output_sel, u.colour)
+                                     for u in e.uses]) for e in b.elements]
+    assert all(i in again.conflicts[0] for i in ("a!", "b!", "c!"))
+    assert "A" not in again.conflicts[0].split(":")[1]

@@ -57,7 +57,7 @@ def test_checks_catch_a_shared_colour_and_a_false_reduce(dp_phase):
     bad = [dataclasses.replace(s, uses=same) if s is shared else s for s in routing.elements]
     bad += [dataclasses.replace(shared, mode="reduce")]
     tampered = dataclasses.replace(phase, routings={
-        **phase.routings, "L2": dataclasses.replace(routing, elements=tuple(bad))})
+        **phase.routings, "L2": routing.with_elements(bad)})
     problems = check_phases([tampered])
     assert any("one colour" in p for p in problems)
     assert any("inputs are not one flow" in p for p in problems)

@@ -11,7 +11,7 @@ from te_ccl.errors import SolverError
 from te_ccl.model import build_problem, formulate
 from te_ccl.model.extract import prune, reverse_in_time
 from te_ccl.schedule import Schedule, Transfer
-from te_ccl.topology import Link, Node, Topology
+from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.verify.schedule_check import check_schedule
 
 P = SolveParams(backend="milp", time_limit_s=10)
@@ -86,3 +86,16 @@ def test_buffer_limits_hold_for_every_backend(kind, root, backend):
     coll = Collective(CollectiveKind(kind), 8000, (0, 1, 2, 3), chunks_per_rank=2, root=root)
     s = solve(_diamond(2000), coll, SolveParams(backend=backend, time_limit_s=10))
     assert check_schedule(s) == []
+
+
+def test_prune_keeps_two_identical_units_through_a_switch_that_cannot_copy():
+    # two units of one chunk cross g0→sw together, each feeds one send of the switch
+    nodes = [Node("g0"), Node("g1"), Node("g2"), Node("sw", NodeKind.SWITCH, can_copy=False)]
+    pairs = [("g0", "sw"), ("sw", "g1"), ("sw", "g2")]
+    topo = Topology.build("fork", nodes, [Link(a, b, 2e9) for a, b in pairs])
+    coll = Collective(CollectiveKind.BROADCAST, 1000, (0, 1, 2), root=0)  # 2 per epoch
+    moves = [Transfer(0, "g0", "sw", 0, 1), Transfer(0, "g0", "sw", 0, 1),
+             Transfer(0, "sw", "g1", 1, 2), Transfer(0, "sw", "g2", 1, 2)]
+    kept = prune(build_problem(topo, coll), moves)
+    assert kept == sorted(moves)
+    assert check_schedule(Schedule(topo, coll, 1e-6, tuple(kept))) == []
