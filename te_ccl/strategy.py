@@ -10,7 +10,10 @@ solved directly. Reductions reuse them backwards (TE-CCL / PRODUCT.md "Reduction
   can reduce.
 * Reduce = Broadcast reversed in the same way.
 * AllReduce = ReduceScatter (chunk ``i`` summed at rank ``ranks[i // chunks_per_rank]``)
-  then AllGather of the sums, its epochs shifted to start when the first phase ends.
+  then AllGather of the sums, its epochs shifted to start when the first phase ends;
+  where a switch reduces and copies (FRED), one problem instead
+  (:func:`te_ccl.model.problem.allreduce_problem`): partials summed in forward time into
+  the switch, the sum multicast from there, the two overlapping across chunks.
 
 Which strategy ``--backend auto`` runs, and against what, is :mod:`te_ccl.auto`'s call.
 """
@@ -28,7 +31,14 @@ from te_ccl.errors import SpecError
 from te_ccl.model.deadline import until
 from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import reverse_in_time
-from te_ccl.model.problem import Demand, Problem, build_problem, make_problem, members_of
+from te_ccl.model.problem import (
+    Demand,
+    Problem,
+    allreduce_problem,
+    build_problem,
+    make_problem,
+    members_of,
+)
 from te_ccl.schedule import Schedule, SolveInfo
 from te_ccl.topology.model import Topology
 
@@ -119,9 +129,15 @@ def _merge(a: SolveResult, b: SolveResult, transfers: tuple, finish: int) -> Sol
 
 def _solve_reduction(topology: Topology, collective: Collective, params: SolveParams,
                      clock: Clock, progress: Progress | None) -> tuple[SolveResult, float]:
+    allreduce = collective.kind is CollectiveKind.ALLREDUCE
+    if allreduce and any(n.can_reduce and n.can_copy for n in topology.nodes if not n.is_gpu):
+        joint = allreduce_problem(topology, collective, params.epoch)
+        result = run_backend(joint, params, clock, progress)
+        return replace(result, notes=result.notes + (
+            "solved as one problem: partials summed in forward time where a switch reduces, "
+            "the sum multicast from there",)), joint.epoch_s
     owner = collective.reduction_owners()
     problem = _reduction_problem(topology, collective, owner, params)
-    allreduce = collective.kind is CollectiveKind.ALLREDUCE
     first = run_backend(problem, params, Clock(clock.left / 2) if allreduce else clock, progress)
     f1 = first.finish_epoch
     reduced = reverse_in_time(first.transfers, f1)
