@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import io
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import click
@@ -45,7 +46,9 @@ FIELDS = ("topology", "collective", "inplace", "status", "min_bytes", "max_bytes
 
 def ship_family(machine: str, kind: str, inplace: bool, out_dir: Path, low: int, high: int,
                 params: SolveParams, max_file_bytes: int | None = None) -> list[dict]:
-    """One family's index rows (one per size range, or one skipped row naming why)."""
+    """One family's index rows (one per size range, or one skipped row naming why). A
+    family with a file over ``max_file_bytes`` is compiled again with whole chunks (one
+    sub-chunk each) before it is skipped."""
     from te_ccl.pipeline import compile_size_library, summary
 
     topo = load_topology(machine)
@@ -61,6 +64,9 @@ def ship_family(machine: str, kind: str, inplace: bool, out_dir: Path, low: int,
     if max_file_bytes is not None and size > max_file_bytes:
         for f in files:
             f.unlink()
+        if (params.max_subchunks or 2) > 1:  # whole chunks make the smallest files
+            return ship_family(machine, kind, inplace, out_dir, low, high,
+                               replace(params, max_subchunks=1), max_file_bytes)
         return [{**base, "status": "skipped", "reason": f"over the size budget: {largest.name} "
                  f"is {size / 2**10:.0f} KiB, the budget is {max_file_bytes / 2**10:.0f} KiB"}]
     rows = []
