@@ -8,7 +8,8 @@ It runs the backend it is given: ``milp``, ``lp``, ``rounds`` or ``scale``
 >>> from te_ccl.collective import Collective, CollectiveKind
 >>> from te_ccl.topology import Link, Node, Topology
 >>> topo = Topology.build("pair", [Node("a"), Node("b")], [Link("a", "b", 1e9), Link("b", "a", 1e9)])
->>> s = solve(topo, Collective(CollectiveKind.ALLREDUCE, 2000, (0, 1)), SolveParams(time_limit_s=5))
+>>> s = solve(topo, Collective(CollectiveKind.ALLREDUCE, 2000, (0, 1)),
+...           SolveParams(backend="milp", time_limit_s=5))
 >>> s.finish_epoch, sorted((t.start_epoch, t.src, t.dst, t.op) for t in s.transfers)
 (2, [(0, 'a', 'b', 'reduce'), (0, 'b', 'a', 'reduce'), (1, 'a', 'b', 'copy'), (1, 'b', 'a', 'copy')])
 """

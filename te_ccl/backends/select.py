@@ -66,6 +66,11 @@ def run_backend(problem: Problem, params: SolveParams, clock: Clock,
                 progress: Progress | None = None) -> SolveResult:
     """Solve ``problem`` with the backend of ``params`` (``auto`` decides by size)."""
     check_size(len(problem.demands), len(problem.timings))
+    if params.max_horizon is not None:  # refused before any model is built
+        lo = horizon_lower_bound(problem)
+        if lo > params.max_horizon:
+            raise SolverError(f"infeasible: the demands need at least {lo} epochs, more than "
+                              f"the maximum horizon {params.max_horizon} epochs")
     name, notes = params.backend, ()
     if name == "auto":
         name, why = choose_backend(problem)
