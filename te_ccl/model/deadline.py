@@ -1,14 +1,22 @@
-"""The wall-clock deadline of the solve under way, checked while models are built.
+"""The wall-clock deadline of the compile under way, checked by every long stage.
 
-Building a time-expanded model is pure Python and can take longer than solving it, so a
-time limit must count it: :func:`te_ccl.solve.solve` sets the deadline for everything it
-runs (:func:`until`), the loops that build models call :func:`check` as they go, and the
-solvers get only the time still left (:func:`left`).
+Building a time-expanded model is pure Python and can take longer than solving it, and
+at 1024 GPUs so can lowering a schedule to MSCCL XML, verifying and replaying the file:
+a time limit must count them all. Whoever owns the limit enters :func:`until` around
+everything it runs (:func:`te_ccl.solve.solve` for the solve; a whole compile for the
+lowering and checks after it), the loops of each stage call :func:`check` (or iterate
+through :func:`checked`) naming what they do, and the solvers get only the time still
+left (:func:`left`). Outside :func:`until` the checks cost a context-variable read.
 
 >>> with until(3600.0):
 ...     check()
 ...     0 < left() <= 3600
 True
+>>> with until(0.0):
+...     check("lowering to MSCCL XML")
+Traceback (most recent call last):
+...
+te_ccl.model.deadline.TimeLimitReached: time limit of 0 s reached while lowering to MSCCL XML
 """
 
 from __future__ import annotations
@@ -21,11 +29,17 @@ from typing import TypeVar
 
 from te_ccl.errors import SolverError
 
-__all__ = ["until", "check", "left", "checked"]
+__all__ = ["until", "check", "left", "checked", "TimeLimitReached"]
 
 T = TypeVar("T")
 _DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("deadline", default=None)
 EVERY = 4096  # items between two clock reads in :func:`checked`
+MODEL = "building the model"
+
+
+class TimeLimitReached(SolverError):
+    """The deadline passed in a stage (exit code 3, as a solver giving up): not a fault
+    of the input, so callers that try alternatives must not take it for one."""
 
 
 @contextmanager
@@ -48,16 +62,17 @@ def left() -> float:
     return float("inf") if d is None else max(0.0, d[0] - time.monotonic())
 
 
-def check() -> None:
-    """Raise :class:`SolverError` once the deadline has passed."""
+def check(doing: str = MODEL) -> None:
+    """Raise :class:`TimeLimitReached`, saying the stage was ``doing``, once the
+    deadline has passed."""
     d = _DEADLINE.get()
     if d is not None and time.monotonic() > d[0]:
-        raise SolverError(f"time limit of {d[1]:g} s reached while building the model")
+        raise TimeLimitReached(f"time limit of {d[1]:g} s reached while {doing}")
 
 
-def checked(items: Iterable[T]) -> Iterator[T]:
-    """``items``, checking the deadline every :data:`EVERY` of them."""
+def checked(items: Iterable[T], doing: str = MODEL, every: int = EVERY) -> Iterator[T]:
+    """``items``, checking the deadline every ``every`` of them."""
     for i, item in enumerate(items):
-        if i % EVERY == 0:
-            check()
+        if i % every == 0:
+            check(doing)
         yield item

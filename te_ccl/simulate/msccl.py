@@ -39,6 +39,7 @@ from pathlib import Path
 
 from te_ccl.baselines.plan import route
 from te_ccl.errors import SpecError, VerificationError
+from te_ccl.model.deadline import check
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.simulate.result import Interval, LinkUse, SimResult
 from te_ccl.topology.model import Topology
@@ -48,6 +49,7 @@ from te_ccl.verify.msccl.reader import paused_gc, read_msccl
 __all__ = ["simulate_msccl", "read_provenance", "INTERVALS_UP_TO"]
 
 INTERVALS_UP_TO = 100_000  # link uses kept for a timeline by default (a chart of more is a blur)
+CHECK_EVERY = 1 << 16  # events between two looks at the compile's deadline
 
 _DONE, _HOP, _ARRIVE = 0, 1, 2
 _PROVENANCE = re.compile(r"\s*<!-- teccl: topology=(\S+) size_bytes=([0-9]+) -->\s*")
@@ -273,6 +275,7 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
     todo = [first for first, end in zip(flat.tb_first, ends, strict=True) if first < end]
     todo.reverse()
     now = last = 0.0
+    events = 0
     while True:
         while todo:
             i = todo.pop()
@@ -332,6 +335,9 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
             push(heap, (end, i << 12 | _DONE))
         if not heap:
             break
+        events += 1
+        if not events % CHECK_EVERY:
+            check("replaying the MSCCL XML")
         now, code = pop(heap)
         i, kind = code >> 12, code & 3
         if kind == _DONE:

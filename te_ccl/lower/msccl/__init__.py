@@ -26,6 +26,11 @@ the schedule's timing given up, and the program's ``notes`` say so). What still 
 not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
 would refuse.
 
+Time: every pass observes the deadline of the compile under way
+(:mod:`te_ccl.model.deadline`), raising
+:class:`~te_ccl.model.deadline.TimeLimitReached` (exit 3) once it has passed, and
+``progress`` hears which pass runs (and which GPU the last pass has reached).
+
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
 within that depth. Timing: the file keeps the schedule's timing where the runtime runs
@@ -40,7 +45,7 @@ from __future__ import annotations
 import gc
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
@@ -59,6 +64,7 @@ from te_ccl.lower.msccl.instructions import (
 from te_ccl.lower.msccl.ir import Gpu, Program
 from te_ccl.lower.msccl.threadblocks import build_threadblocks
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
+from te_ccl.model.deadline import check, checked
 from te_ccl.outputs import write_atomic
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.schedule import Schedule
@@ -66,20 +72,27 @@ from te_ccl.schedule import Schedule
 __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
 NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops
+DOING = "lowering the schedule to MSCCL XML"
+Progress = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    """The default ``progress``: nobody listens."""
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                    max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
-                   notes: list[str] | None = None) -> bytes:
+                   notes: list[str] | None = None, progress: Progress = _quiet) -> bytes:
     """The MSCCL XML of ``schedule`` (deterministic: same schedule, same bytes).
 
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
     ``notes``, if given, receives the program's notes (where the file cannot keep the
-    schedule's timing).
+    schedule's timing); ``progress`` hears what the lowering is doing.
     Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
     through GPUs outside the collective), and its subclass :class:`RuntimeLimitError`
     for what the runtime cannot hold (more than 32 channels, 64 steps per thread block,
-    1024 thread blocks, 128 waited thread blocks or 4096 elements per rank).
+    1024 thread blocks, 128 waited thread blocks or 4096 elements per rank);
+    :class:`~te_ccl.model.deadline.TimeLimitReached` once the compile's deadline passes.
 
     >>> from te_ccl.collective import Collective, CollectiveKind
     >>> from te_ccl.schedule import Transfer
@@ -95,7 +108,7 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     """
     with _no_cyclic_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
-                            proto=proto, max_steps=max_steps, stream=True)
+                            proto=proto, max_steps=max_steps, stream=True, progress=progress)
         if notes is not None:
             notes.extend(head.notes)
         return b"".join([algo_open(head, provenance=_provenance(schedule)).encode(), *gpus,
@@ -123,7 +136,8 @@ def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int
     """The :class:`Program` IR of ``schedule`` (see :func:`lower_to_msccl`)."""
     with _no_cyclic_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
-                            proto=proto, max_steps=max_steps, stream=False)
+                            proto=proto, max_steps=max_steps, stream=False,
+                            progress=_quiet)
         return replace(head, gpus=tuple(gpus))
 
 
@@ -154,7 +168,8 @@ class _Overflow(Exception):
 
 
 def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: int,
-           proto: str | None, max_steps: int, stream: bool) -> tuple[Program, list]:
+           proto: str | None, max_steps: int, stream: bool, progress: Progress
+           ) -> tuple[Program, list]:
     """The ``<algo>`` header (no GPUs) and every GPU: as XML bytes if ``stream`` (so that
     only one GPU's steps exist at a time), else as :class:`Gpu`."""
     coll = schedule.collective
@@ -164,9 +179,13 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     if min_bytes < 0 or max_bytes < 0 or (max_bytes and max_bytes < min_bytes):
         raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
     layout = buffer_layout(coll)
+    progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
     edges = collapse_switches(schedule)
+    check(DOING)
+    progress(f"lowering: instructions of {coll.nranks} GPUs")
     base = build_instructions(edges, layout)
-    found = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
+    found = [f for g in checked(sorted(base), DOING, every=1)
+             for f in fusion_candidates(base[g], layout)]
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     depth = MSCCL.outstanding_sends(proto)
     budget = max_steps - headroom if max_steps > 2 * headroom else max_steps
@@ -174,6 +193,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     timed = True
     while budget > 0:
         candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
+        progress(f"lowering: channels for {len(edges)} edges ({len(candidates)} fusions to "
+                 "try)")
         try:  # sending thread blocks are waited for: a send waits for the link's last one
             chan, instrs, slots, delaying = _assign(edges, base, candidates, budget, True,
                                                     depth, favour, timed)
@@ -187,6 +208,9 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         try:
             gpus, over = [], set()
             for g in sorted(instrs):
+                if g % 64 == 0:
+                    progress(f"lowering: thread blocks of GPU {g} of {coll.nranks}")
+                check(DOING)
                 gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, timed)
                 if coll.nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) \
                         > MSCCL.max_elements:
