@@ -83,6 +83,9 @@ class _Conn:
     starts: set[int] = field(default_factory=set)
 
 
+_EMPTY = _Conn()  # what a connection without edges holds (never written)
+
+
 @dataclass
 class _State:
     """Everything placed so far, keyed by GPU position and channel."""
@@ -279,7 +282,8 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
         order += range(state.spread, MSCCL.max_channels)
     for c in order:
         if c != skip and _fits(parts, c, state):
-            if all(e.start not in state.conns[(e.src, e.dst, c)].starts for e in chain):
+            if all(e.start not in state.conns.get((e.src, e.dst, c), _EMPTY).starts
+                   for e in chain):
                 return c
             fallback = c if fallback is None else fallback
     if fallback is None and required:
@@ -308,11 +312,17 @@ def _parts(chain: list[Edge], links: list[Fusion], last: bool = False) -> _Parts
 
 
 def _fits(parts: _Parts, c: int, state: _State) -> bool:
+    """Does the chain fit channel ``c``? The connections first: on a busy channel they
+    are what fails (a link carrying many chunks at once fills their slots), and they
+    are the cheapest to look at."""
     ends, links, edges = parts
-    return (_pairs_fit(links, c, state) and _steps_fit(ends, links, c, state)
-            and all(_conn_fits(state.conns[(e.src, e.dst, c)], snd, rcv, state.depth,
-                               state.timed and e.dst not in state.favour)
-                    for e, snd, rcv in edges))
+    conns, depth, timed, favour = state.conns, state.depth, state.timed, state.favour
+    for e, snd, rcv in edges:
+        conn = conns.get((e.src, e.dst, c))
+        if conn is not None and conn.snd and not _conn_fits(
+                conn, snd, rcv, depth, timed and e.dst not in favour):
+            return False
+    return _pairs_fit(links, c, state) and _steps_fit(ends, links, c, state)
 
 
 def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple, depth: int, timed: bool = True) -> bool:
