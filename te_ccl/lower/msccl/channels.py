@@ -280,6 +280,7 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
     order = [*range(first, state.spread), *range(first)]
     if len(chain) == 1:  # only single edges go beyond the spread channels
         order += range(state.spread, MSCCL.max_channels)
+        return _first_fit_edge(chain[0], parts, state, order, required, skip)
     for c in order:
         if c != skip and _fits(parts, c, state):
             if all(e.start not in state.conns.get((e.src, e.dst, c), _EMPTY).starts
@@ -288,6 +289,37 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
             fallback = c if fallback is None else fallback
     if fallback is None and required:
         e = chain[0]
+        raise ChannelsExhausted(f"chunk {e.chunk} from rank position {e.src} to {e.dst} fits "
+                                f"on none of the {MSCCL.max_channels} channels")
+    return fallback
+
+
+def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
+                    required: bool, skip: int | None) -> int | None:
+    """:func:`_first_fit` of a single edge, the most frequent call: the connection's
+    FIFO order and depth, inlined where the edge is appended (most channels tried fail
+    there), then the thread-block budget."""
+    fallback, (ends, _, ((_, snd, rcv),)) = None, parts
+    conns, depth = state.conns, state.depth
+    timed = state.timed and e.dst not in state.favour
+    for c in order:
+        if c == skip:
+            continue
+        conn = conns.get((e.src, e.dst, c))
+        if conn is not None and conn.snd:
+            if conn.snd[-1] < snd:
+                last = conn.rcv[-1]
+                if not last < rcv or (len(conn.snd) >= depth and not conn.rcv[-depth] < snd) \
+                        or (timed and last[1] == 1 and rcv[1] == 0 and rcv[0] < last[2].arrive):
+                    continue
+            elif not _conn_fits(conn, snd, rcv, depth, timed):
+                continue
+        if not _steps_fit(ends, [], c, state):
+            continue
+        if conn is None or e.start not in conn.starts:
+            return c
+        fallback = c if fallback is None else fallback
+    if fallback is None and required:
         raise ChannelsExhausted(f"chunk {e.chunk} from rank position {e.src} to {e.dst} fits "
                                 f"on none of the {MSCCL.max_channels} channels")
     return fallback

@@ -199,9 +199,11 @@ def _read_later(rest: list[Instr], slot: Slot, is_output: bool) -> bool:
 
 def apply_fusions(instrs: list[Instr], fusions: list[Fusion]) -> list[Instr]:
     """Replace each fused pair by one instruction placed at the send's ``order``."""
-    gone = {f.recv.order for f in fusions} | {f.send.order for f in fusions}
-    fused = [_fuse(f) for f in fusions]
-    return sorted([i for i in instrs if i.order not in gone] + fused, key=lambda i: i.order)
+    if not fusions:
+        return instrs
+    gone = {id(f.recv) for f in fusions} | {id(f.send) for f in fusions}  # by identity:
+    fused = [_fuse(f) for f in fusions]  # hashing an order hashes its edge's fields
+    return sorted([i for i in instrs if id(i) not in gone] + fused, key=lambda i: i.order)
 
 
 def _fuse(f: Fusion) -> Instr:
