@@ -61,7 +61,7 @@ from te_ccl.lower.msccl.instructions import (
     build_instructions,
     fusion_candidates,
 )
-from te_ccl.lower.msccl.ir import Gpu, Program
+from te_ccl.lower.msccl.ir import LOWERING, Gpu, Program
 from te_ccl.lower.msccl.threadblocks import build_threadblocks
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
 from te_ccl.model.deadline import check, checked
@@ -72,7 +72,6 @@ from te_ccl.schedule import Schedule
 __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
 NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops
-DOING = "lowering the schedule to MSCCL XML"
 Progress = Callable[[str], None]
 
 
@@ -181,10 +180,10 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     layout = buffer_layout(coll)
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
     edges = collapse_switches(schedule)
-    check(DOING)
+    check(LOWERING)
     progress(f"lowering: instructions of {coll.nranks} GPUs")
     base = build_instructions(edges, layout)
-    found = [f for g in checked(sorted(base), DOING, every=1)
+    found = [f for g in checked(sorted(base), LOWERING, every=1)
              for f in fusion_candidates(base[g], layout)]
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     depth = MSCCL.outstanding_sends(proto)
@@ -210,7 +209,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             for g in sorted(instrs):
                 if g % 64 == 0:
                     progress(f"lowering: thread blocks of GPU {g} of {coll.nranks}")
-                check(DOING)
+                check(LOWERING)
                 gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, timed)
                 if coll.nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) \
                         > MSCCL.max_elements:
@@ -258,7 +257,7 @@ def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: l
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)
-    instrs = {g: apply_fusions(base[g], fusions[g]) for g in base}
+    instrs = {g: apply_fusions(base[g], fusions[g]) for g in checked(base, LOWERING, every=64)}
     return chan, instrs, resolve_slots(instrs), sum(f.delays for f in kept)
 
 

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.instructions import Fusion, recv_order, send_order
+from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.model.deadline import checked
 from te_ccl.runtime_limits import MSCCL
 
@@ -135,8 +136,7 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     chan: dict[Edge, int] = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
-    for head in checked(sorted(e for e in edges if e not in by_out),
-                        "lowering the schedule to MSCCL XML (channels)"):
+    for head in checked(sorted(e for e in edges if e not in by_out), LOWERING):
         c0 = started[(head.src, head.dst)] % state.spread
         started[(head.src, head.dst)] += 1
         chain, links, c = [head], [], _first_channel(head, by_in, state, c0)

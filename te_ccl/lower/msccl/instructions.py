@@ -23,7 +23,7 @@ from te_ccl.collective.model import Chunk
 from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.buffers import Layout, scratch_slot
 from te_ccl.lower.msccl.collapse_switches import Edge
-from te_ccl.lower.msccl.ir import Op, Slot
+from te_ccl.lower.msccl.ir import LOWERING, Op, Slot
 from te_ccl.model.deadline import checked
 
 __all__ = ["Instr", "Fusion", "recv_order", "send_order", "build_instructions",
@@ -81,7 +81,7 @@ def build_instructions(edges: tuple[Edge, ...], layout: Layout) -> dict[int, lis
     chunks = layout.chunks
     return {g: _gpu_instructions(g, sorted(events.pop(g, [])), layout, chunks)
             for g in checked(range(layout.collective.nranks),
-                             "lowering the schedule to MSCCL XML (instructions)", every=1)}
+                             LOWERING, every=1)}
 
 
 def _gpu_instructions(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
