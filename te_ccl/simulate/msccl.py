@@ -50,6 +50,7 @@ __all__ = ["simulate_msccl", "read_provenance", "INTERVALS_UP_TO"]
 
 INTERVALS_UP_TO = 100_000  # link uses kept for a timeline by default (a chart of more is a blur)
 CHECK_EVERY = 1 << 16  # events between two looks at the compile's deadline
+_REPLAYING = "replaying the MSCCL XML"
 
 _DONE, _HOP, _ARRIVE = 0, 1, 2
 _PROVENANCE = re.compile(r"\s*<!-- teccl: topology=(\S+) size_bytes=([0-9]+) -->\s*")
@@ -130,6 +131,7 @@ class _Flat:
         nxt, dep, path, cnt = self.nxt, self.dep, self.path, self.cnt
         first = 0
         for gpu in gpus:
+            check(_REPLAYING)
             base = {}
             for tb in gpu.threadblocks:
                 base[tb.id] = (first, len(tb.steps))
@@ -337,7 +339,7 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
             break
         events += 1
         if not events % CHECK_EVERY:
-            check("replaying the MSCCL XML")
+            check(_REPLAYING)
         now, code = pop(heap)
         i, kind = code >> 12, code & 3
         if kind == _DONE:

@@ -59,6 +59,7 @@ _MAX_STUCK_REPORTED = 20
 StepRef = tuple[int, int, int]  # (gpu, tb id, step position)
 _Message = tuple[list[Packed], int, StepRef]  # values, sender's node, sender's step
 _CHECK_EVERY = 4096  # thread-block visits between two looks at the compile's deadline
+_VERIFYING = "verifying the MSCCL XML"
 _READ_ONLY = frozenset({"s", "cpy"})
 _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
 
@@ -132,6 +133,7 @@ class _Machine:
         self.blocks: list[_Block] = []
         local, width, per_gpu = [], [], []
         for gpu in algo.gpus:
+            check(_VERIFYING)
             tbs: dict[int, _Block] = {}
             mine = []
             for i, tb in enumerate(gpu.threadblocks):
@@ -190,7 +192,7 @@ class _Machine:
             while self.sweep:
                 visits += 1
                 if visits % _CHECK_EVERY == 0:
-                    check("verifying the MSCCL XML (executing it)")
+                    check(_VERIFYING)
                 b = blocks[heapq.heappop(self.sweep)]
                 self.at = b.index
                 self.queued[b.index] = 0
