@@ -38,8 +38,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from te_ccl.baselines.plan import route
+from te_ccl.deadline import check
 from te_ccl.errors import SpecError, VerificationError
-from te_ccl.model.deadline import check
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.simulate.result import Interval, LinkUse, SimResult
 from te_ccl.topology.model import Topology

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.errors import SolverError
 from te_ccl.lower.msccl import lower_to_msccl
-from te_ccl.model.deadline import TimeLimitReached, until
 
 
 def test_a_passed_deadline_stops_the_lowering_with_exit_3(kit):

@@ -245,7 +245,7 @@ def test_gather_and_scatter_chunks_are_a_rank_piece_over_nchunksperloop():
 
 def test_the_replay_stops_at_the_compiles_deadline(monkeypatch):
     import te_ccl.simulate.msccl as replay
-    from te_ccl.model.deadline import TimeLimitReached, until
+    from te_ccl.deadline import TimeLimitReached, until
     from te_ccl.verify.msccl import read_msccl
 
     monkeypatch.setattr(replay, "CHECK_EVERY", 1)

@@ -168,7 +168,7 @@ def test_huge_declared_buffers_cost_nothing() -> None:
 
 def test_the_verifier_stops_at_the_compiles_deadline(monkeypatch):
     import te_ccl.verify.msccl.execute as execute
-    from te_ccl.model.deadline import TimeLimitReached, until
+    from te_ccl.deadline import TimeLimitReached, until
 
     with until(0.0), pytest.raises(TimeLimitReached, match="while reading the MSCCL XML"):
         verify_msccl(_RING)

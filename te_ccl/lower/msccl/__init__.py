@@ -27,8 +27,8 @@ not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runti
 would refuse.
 
 Time: every pass observes the deadline of the compile under way
-(:mod:`te_ccl.model.deadline`), raising
-:class:`~te_ccl.model.deadline.TimeLimitReached` (exit 3) once it has passed, and
+(:mod:`te_ccl.deadline`), raising
+:class:`~te_ccl.deadline.TimeLimitReached` (exit 3) once it has passed, and
 ``progress`` hears which pass runs (and which GPU the last pass has reached).
 
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
@@ -49,6 +49,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+from te_ccl.deadline import check, checked
 from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, ResolvedSlots, buffer_layout, resolve_slots
 from te_ccl.lower.msccl.channels import ChannelsExhausted, assign_channels
@@ -64,7 +65,6 @@ from te_ccl.lower.msccl.instructions import (
 from te_ccl.lower.msccl.ir import LOWERING, Gpu, Program
 from te_ccl.lower.msccl.threadblocks import build_threadblocks
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
-from te_ccl.model.deadline import check, checked
 from te_ccl.outputs import write_atomic
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.schedule import Schedule
@@ -91,7 +91,7 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     through GPUs outside the collective), and its subclass :class:`RuntimeLimitError`
     for what the runtime cannot hold (more than 32 channels, 64 steps per thread block,
     1024 thread blocks, 128 waited thread blocks or 4096 elements per rank);
-    :class:`~te_ccl.model.deadline.TimeLimitReached` once the compile's deadline passes.
+    :class:`~te_ccl.deadline.TimeLimitReached` once the compile's deadline passes.
 
     >>> from te_ccl.collective import Collective, CollectiveKind
     >>> from te_ccl.schedule import Transfer

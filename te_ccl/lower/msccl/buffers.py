@@ -28,9 +28,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from te_ccl.collective.model import Chunk, Collective, CollectiveKind
+from te_ccl.deadline import checked
 from te_ccl.errors import SpecError
 from te_ccl.lower.msccl.ir import LOWERING, Buf, Op, Slot
-from te_ccl.model.deadline import checked
 
 if TYPE_CHECKING:
     from te_ccl.lower.msccl.collapse_switches import Edge

@@ -54,11 +54,11 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.instructions import Fusion, recv_order, send_order
 from te_ccl.lower.msccl.ir import LOWERING
-from te_ccl.model.deadline import checked
 from te_ccl.runtime_limits import MSCCL
 
 __all__ = ["ChannelsExhausted", "assign_channels"]

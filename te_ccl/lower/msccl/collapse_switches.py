@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import NamedTuple
 
+from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.lower.msccl.ir import LOWERING
-from te_ccl.model.deadline import checked
 from te_ccl.schedule import Schedule, Transfer
 
 __all__ = ["Edge", "collapse_switches"]

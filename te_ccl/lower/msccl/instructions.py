@@ -20,11 +20,11 @@ from collections import defaultdict
 from typing import NamedTuple
 
 from te_ccl.collective.model import Chunk
+from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.buffers import Layout, scratch_slot
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.ir import LOWERING, Op, Slot
-from te_ccl.model.deadline import checked
 
 __all__ = ["Instr", "Fusion", "recv_order", "send_order", "build_instructions",
            "fusion_candidates", "apply_fusions"]

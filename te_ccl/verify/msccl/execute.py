@@ -42,7 +42,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass
 
-from te_ccl.model.deadline import check
+from te_ccl.deadline import check
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.hb import HappensBefore

@@ -26,7 +26,7 @@ import re
 import sys
 from collections.abc import Iterator
 
-from te_ccl.model.deadline import check
+from te_ccl.deadline import check
 from te_ccl.verify.msccl.model import Gpu, Step, Threadblock
 from te_ccl.verify.msccl.text import RawElement, parse_tag
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from te_ccl.deadline import check
 from te_ccl.errors import SpecError
-from te_ccl.model.deadline import check
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.execute import Execution, execute
 from te_ccl.verify.msccl.findings import RULES, Finding, finding
