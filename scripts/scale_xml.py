@@ -3,12 +3,15 @@
 For every instance (AllGather, ReduceScatter and AllReduce of 1 GiB on the 8×8 to 32×32
 meshes and tori and the 8×8×8 torus, AlltoAll on rail8x8) this solves with
 ``te_ccl.solve`` (backend auto), lowers with ``lower_to_msccl``, writes the XML to a
-temporary directory and runs ``te_ccl.verify.msccl.verify_msccl`` on the file. Lowering
-and verification each run in their own process, one at a time, so that peak memory is
-measured per stage and a slow verification can be cut by ``--verify-timeout`` without
-losing the lowering numbers. Columns: GPUs, transfers, lowering seconds, XML MB, peak
-RSS of the solve + lower process (``lower_rss_mb``), verification seconds, verdict
-(with the first finding) and peak RSS of the verification (``verify_rss_mb``)::
+temporary directory, runs ``te_ccl.verify.msccl.verify_msccl`` on the file and replays
+it as the runtime runs it (``te_ccl.simulate.msccl.simulate_msccl``). Lowering,
+verification and replay each run in their own process, one at a time, so that peak
+memory is measured per stage and a slow stage can be cut by its timeout without losing
+the numbers before it. Columns: GPUs, transfers, lowering seconds (wall, and CPU:
+``lower_cpu_s`` is what the lowering costs on an idle core), XML MB, peak RSS of the
+solve + lower process (``lower_rss_mb``), verification seconds, verdict (with the first
+finding), peak RSS of the verification (``verify_rss_mb``), the replay's finish over the
+collective's lower bound (``xml_ratio``) and the replay's seconds (``replay_s``)::
 
     python scripts/scale_xml.py [--only NAME …] [--json] [--keep DIR]
     python scripts/scale_xml.py --list
@@ -52,15 +55,33 @@ def lower_one(name: str, out: Path, time_limit: float) -> dict:
     t0 = time.monotonic()
     schedule = solve(topo, coll, SolveParams(time_limit_s=time_limit, threads=1))
     solve_s = time.monotonic() - t0
-    t0 = time.monotonic()
+    t0, cpu0 = time.monotonic(), time.process_time()
     xml = lower_to_msccl(schedule)
-    lower_s = time.monotonic() - t0
+    lower_s, lower_cpu_s = time.monotonic() - t0, time.process_time() - cpu0
     out.write_bytes(xml)
     return {"gpus": topo.ngpus, "transfers": len(schedule.transfers),
             "chunks_per_rank": schedule.collective.chunks_per_rank,
             "solve_s": round(solve_s, 2), "lower_s": round(lower_s, 2),
+            "lower_cpu_s": round(lower_cpu_s, 2),
             "xml_mb": round(len(xml) / 1e6, 1), "lower_rss_mb": round(_peak_mb()),
             "root": schedule.collective.root}
+
+
+def replay_one(path: Path, name: str) -> dict:
+    """Replay one written XML file on its topology; its finish over the lower bound."""
+    from te_ccl.bounds import lower_bound
+    from te_ccl.collective.model import Collective, CollectiveKind
+    from te_ccl.simulate.msccl import simulate_msccl
+    from te_ccl.spec.topology import load_topology
+
+    topology, kind = name.split(":")
+    topo = load_topology(topology)
+    t0 = time.monotonic()
+    finish = simulate_msccl(path, topo, GiB, intervals=False).finish_time_s
+    replay_s = time.monotonic() - t0
+    bound = lower_bound(topo, Collective(CollectiveKind(kind), GiB, tuple(range(topo.ngpus))))
+    return {"xml_s": finish, "xml_ratio": round(finish / bound.seconds, 4),
+            "replay_s": round(replay_s, 2), "replay_rss_mb": round(_peak_mb())}
 
 
 def verify_one(path: Path, root: int | None) -> dict:
@@ -99,11 +120,15 @@ def run(name: str, workdir: Path, args: argparse.Namespace) -> dict:
     verdict = _child(["--verify", str(xml), root], args.verify_timeout)
     if "error" in verdict:
         verdict = {"verdict": f"not verified ({verdict['error']})"}
-    return {**row, **verdict}
+    replay = _child(["--replay", str(xml), name], args.verify_timeout)
+    if "error" in replay:
+        replay = {"xml_ratio": f"not replayed ({replay['error']})"}
+    return {**row, **verdict, **replay}
 
 
-COLUMNS = ("instance", "gpus", "chunks_per_rank", "transfers", "lower_s", "xml_mb", "lower_rss_mb", "verify_s",
-           "verdict", "verify_rss_mb")
+COLUMNS = ("instance", "gpus", "chunks_per_rank", "transfers", "lower_s", "lower_cpu_s",
+           "xml_mb", "lower_rss_mb", "verify_s", "verdict", "verify_rss_mb", "xml_ratio",
+           "replay_s")
 
 
 def _header() -> str:
@@ -129,10 +154,11 @@ def main() -> None:
     ap.add_argument("--lower-timeout", type=float, default=3600.0,
                     help="seconds for solve + lower of one instance")
     ap.add_argument("--verify-timeout", type=float, default=3600.0,
-                    help="seconds for the verification of one instance")
+                    help="seconds for the verification (and for the replay) of one instance")
     ap.add_argument("--table", metavar="FILE", help="print a saved --json run as markdown")
     ap.add_argument("--lower", nargs=3, help=argparse.SUPPRESS)
     ap.add_argument("--verify", nargs=2, help=argparse.SUPPRESS)
+    ap.add_argument("--replay", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.lower:
         print(json.dumps(lower_one(args.lower[0], Path(args.lower[1]), float(args.lower[2]))))
@@ -140,6 +166,9 @@ def main() -> None:
     if args.table:
         print(_header())
         print("\n".join(_line(row) for row in json.loads(Path(args.table).read_text())))
+        return
+    if args.replay:
+        print(json.dumps(replay_one(Path(args.replay[0]), args.replay[1])))
         return
     if args.verify:
         root = None if args.verify[1] == "none" else int(args.verify[1])

@@ -38,6 +38,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from te_ccl.baselines.plan import route
+from te_ccl.deadline import check
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.simulate.result import Interval, LinkUse, SimResult
@@ -48,6 +49,8 @@ from te_ccl.verify.msccl.reader import paused_gc, read_msccl
 __all__ = ["simulate_msccl", "read_provenance", "INTERVALS_UP_TO"]
 
 INTERVALS_UP_TO = 100_000  # link uses kept for a timeline by default (a chart of more is a blur)
+CHECK_EVERY = 1 << 16  # events between two looks at the compile's deadline
+_REPLAYING = "replaying the MSCCL XML"
 
 _DONE, _HOP, _ARRIVE = 0, 1, 2
 _PROVENANCE = re.compile(r"\s*<!-- teccl: topology=(\S+) size_bytes=([0-9]+) -->\s*")
@@ -128,6 +131,7 @@ class _Flat:
         nxt, dep, path, cnt = self.nxt, self.dep, self.path, self.cnt
         first = 0
         for gpu in gpus:
+            check(_REPLAYING)
             base = {}
             for tb in gpu.threadblocks:
                 base[tb.id] = (first, len(tb.steps))
@@ -273,6 +277,7 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
     todo = [first for first, end in zip(flat.tb_first, ends, strict=True) if first < end]
     todo.reverse()
     now = last = 0.0
+    events = 0
     while True:
         while todo:
             i = todo.pop()
@@ -332,6 +337,9 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
             push(heap, (end, i << 12 | _DONE))
         if not heap:
             break
+        events += 1
+        if not events % CHECK_EVERY:
+            check(_REPLAYING)
         now, code = pop(heap)
         i, kind = code >> 12, code & 3
         if kind == _DONE:

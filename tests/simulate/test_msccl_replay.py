@@ -241,3 +241,16 @@ def test_gather_and_scatter_chunks_are_a_rank_piece_over_nchunksperloop():
     for kind in ("gather", "scatter"):
         result = te_ccl.compile("ring8", kind, size="1MB", time_limit_s=10)
         assert result.timing.xml_s == pytest.approx(result.timing.schedule_s, rel=0.01)
+
+
+def test_the_replay_stops_at_the_compiles_deadline(monkeypatch):
+    import te_ccl.simulate.msccl as replay
+    from te_ccl.deadline import TimeLimitReached, until
+    from te_ccl.verify.msccl import read_msccl
+
+    monkeypatch.setattr(replay, "CHECK_EVERY", 1)
+    xml = read_msccl(ring_allgather(4))
+    with until(0.0), pytest.raises(TimeLimitReached, match="while replaying the MSCCL XML"):
+        simulate_msccl(xml, gen.ring(4, 1e9), 1 << 20)
+    with until(3600.0):
+        assert simulate_msccl(xml, gen.ring(4, 1e9), 1 << 20).finish_time_s > 0

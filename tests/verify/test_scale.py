@@ -164,3 +164,17 @@ def test_huge_declared_buffers_cost_nothing() -> None:
     big = re.sub(r's_chunks="\d+"', 's_chunks="400000000"', _RING)
     assert big != _RING
     assert verify_msccl(big).findings == ()
+
+
+def test_the_verifier_stops_at_the_compiles_deadline(monkeypatch):
+    import te_ccl.verify.msccl.execute as execute
+    from te_ccl.deadline import TimeLimitReached, until
+
+    with until(0.0), pytest.raises(TimeLimitReached, match="while reading the MSCCL XML"):
+        verify_msccl(_RING)
+    monkeypatch.setattr(execute, "_CHECK_EVERY", 1)
+    algo, _ = parse_msccl(_RING)
+    with until(0.0), pytest.raises(TimeLimitReached, match="while verifying the MSCCL XML"):
+        execute.execute(algo, None)
+    with until(3600.0):
+        assert verify_msccl(_RING).valid

@@ -26,6 +26,11 @@ the schedule's timing given up, and the program's ``notes`` say so). What still 
 not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
 would refuse.
 
+Time: every pass observes the deadline of the compile under way
+(:mod:`te_ccl.deadline`), raising
+:class:`~te_ccl.deadline.TimeLimitReached` (exit 3) once it has passed, and
+``progress`` hears which pass runs (and which GPU the last pass has reached).
+
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
 within that depth. Timing: the file keeps the schedule's timing where the runtime runs
@@ -40,10 +45,11 @@ from __future__ import annotations
 import gc
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 
+from te_ccl.deadline import check, checked
 from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, ResolvedSlots, buffer_layout, resolve_slots
 from te_ccl.lower.msccl.channels import ChannelsExhausted, assign_channels
@@ -56,7 +62,7 @@ from te_ccl.lower.msccl.instructions import (
     build_instructions,
     fusion_candidates,
 )
-from te_ccl.lower.msccl.ir import Gpu, Program
+from te_ccl.lower.msccl.ir import LOWERING, Gpu, Program
 from te_ccl.lower.msccl.threadblocks import build_threadblocks
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
 from te_ccl.outputs import write_atomic
@@ -66,20 +72,26 @@ from te_ccl.schedule import Schedule
 __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
 NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops
+Progress = Callable[[str], None]
+
+
+def _quiet(message: str) -> None:
+    """The default ``progress``: nobody listens."""
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                    max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
-                   notes: list[str] | None = None) -> bytes:
+                   notes: list[str] | None = None, progress: Progress = _quiet) -> bytes:
     """The MSCCL XML of ``schedule`` (deterministic: same schedule, same bytes).
 
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
     ``notes``, if given, receives the program's notes (where the file cannot keep the
-    schedule's timing).
+    schedule's timing); ``progress`` hears what the lowering is doing.
     Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
     through GPUs outside the collective), and its subclass :class:`RuntimeLimitError`
     for what the runtime cannot hold (more than 32 channels, 64 steps per thread block,
-    1024 thread blocks, 128 waited thread blocks or 4096 elements per rank).
+    1024 thread blocks, 128 waited thread blocks or 4096 elements per rank);
+    :class:`~te_ccl.deadline.TimeLimitReached` once the compile's deadline passes.
 
     >>> from te_ccl.collective import Collective, CollectiveKind
     >>> from te_ccl.schedule import Transfer
@@ -95,7 +107,7 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     """
     with _no_cyclic_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
-                            proto=proto, max_steps=max_steps, stream=True)
+                            proto=proto, max_steps=max_steps, stream=True, progress=progress)
         if notes is not None:
             notes.extend(head.notes)
         return b"".join([algo_open(head, provenance=_provenance(schedule)).encode(), *gpus,
@@ -123,7 +135,8 @@ def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int
     """The :class:`Program` IR of ``schedule`` (see :func:`lower_to_msccl`)."""
     with _no_cyclic_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
-                            proto=proto, max_steps=max_steps, stream=False)
+                            proto=proto, max_steps=max_steps, stream=False,
+                            progress=_quiet)
         return replace(head, gpus=tuple(gpus))
 
 
@@ -154,7 +167,8 @@ class _Overflow(Exception):
 
 
 def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: int,
-           proto: str | None, max_steps: int, stream: bool) -> tuple[Program, list]:
+           proto: str | None, max_steps: int, stream: bool, progress: Progress
+           ) -> tuple[Program, list]:
     """The ``<algo>`` header (no GPUs) and every GPU: as XML bytes if ``stream`` (so that
     only one GPU's steps exist at a time), else as :class:`Gpu`."""
     coll = schedule.collective
@@ -164,9 +178,13 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     if min_bytes < 0 or max_bytes < 0 or (max_bytes and max_bytes < min_bytes):
         raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
     layout = buffer_layout(coll)
+    progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
     edges = collapse_switches(schedule)
+    check(LOWERING)
+    progress(f"lowering: instructions of {coll.nranks} GPUs")
     base = build_instructions(edges, layout)
-    found = [f for g in sorted(base) for f in fusion_candidates(base[g], layout)]
+    found = [f for g in checked(sorted(base), LOWERING, every=1)
+             for f in fusion_candidates(base[g], layout)]
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     depth = MSCCL.outstanding_sends(proto)
     budget = max_steps - headroom if max_steps > 2 * headroom else max_steps
@@ -174,6 +192,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     timed = True
     while budget > 0:
         candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
+        progress(f"lowering: channels for {len(edges)} edges ({len(candidates)} fusions to "
+                 "try)")
         try:  # sending thread blocks are waited for: a send waits for the link's last one
             chan, instrs, slots, delaying = _assign(edges, base, candidates, budget, True,
                                                     depth, favour, timed)
@@ -187,6 +207,9 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         try:
             gpus, over = [], set()
             for g in sorted(instrs):
+                if g % 64 == 0:
+                    progress(f"lowering: thread blocks of GPU {g} of {coll.nranks}")
+                check(LOWERING)
                 gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, timed)
                 if coll.nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) \
                         > MSCCL.max_elements:
@@ -234,7 +257,7 @@ def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: l
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)
-    instrs = {g: apply_fusions(base[g], fusions[g]) for g in base}
+    instrs = {g: apply_fusions(base[g], fusions[g]) for g in checked(base, LOWERING, every=64)}
     return chan, instrs, resolve_slots(instrs), sum(f.delays for f in kept)
 
 

@@ -28,8 +28,9 @@ from functools import cached_property
 from typing import TYPE_CHECKING
 
 from te_ccl.collective.model import Chunk, Collective, CollectiveKind
+from te_ccl.deadline import checked
 from te_ccl.errors import SpecError
-from te_ccl.lower.msccl.ir import Buf, Op, Slot
+from te_ccl.lower.msccl.ir import LOWERING, Buf, Op, Slot
 
 if TYPE_CHECKING:
     from te_ccl.lower.msccl.collapse_switches import Edge
@@ -202,7 +203,7 @@ class ResolvedSlots:
 def resolve_slots(instrs: dict[int, list[Instr]]) -> ResolvedSlots:
     """Number every GPU's scratch slots and record the slot at each end of every edge."""
     slots = ResolvedSlots({}, {}, {})
-    for g, seq in instrs.items():
+    for g, seq in checked(instrs.items(), LOWERING, every=64):
         used = {x for i in seq for x in (i.src, i.dst, *i.reads, *i.writes) if x is not None}
         slots.scratch[g] = compact_scratch(used)
     for g, seq in instrs.items():

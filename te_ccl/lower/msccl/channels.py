@@ -54,9 +54,11 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
+from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.instructions import Fusion, recv_order, send_order
+from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.runtime_limits import MSCCL
 
 __all__ = ["ChannelsExhausted", "assign_channels"]
@@ -80,6 +82,9 @@ class _Conn:
     snd: list[tuple] = field(default_factory=list)
     rcv: list[tuple] = field(default_factory=list)
     starts: set[int] = field(default_factory=set)
+
+
+_EMPTY = _Conn()  # what a connection without edges holds (never written)
 
 
 @dataclass
@@ -131,7 +136,7 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     chan: dict[Edge, int] = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
-    for head in sorted(e for e in edges if e not in by_out):
+    for head in checked(sorted(e for e in edges if e not in by_out), LOWERING):
         c0 = started[(head.src, head.dst)] % state.spread
         started[(head.src, head.dst)] += 1
         chain, links, c = [head], [], _first_channel(head, by_in, state, c0)
@@ -275,13 +280,46 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
     order = [*range(first, state.spread), *range(first)]
     if len(chain) == 1:  # only single edges go beyond the spread channels
         order += range(state.spread, MSCCL.max_channels)
+        return _first_fit_edge(chain[0], parts, state, order, required, skip)
     for c in order:
         if c != skip and _fits(parts, c, state):
-            if all(e.start not in state.conns[(e.src, e.dst, c)].starts for e in chain):
+            if all(e.start not in state.conns.get((e.src, e.dst, c), _EMPTY).starts
+                   for e in chain):
                 return c
             fallback = c if fallback is None else fallback
     if fallback is None and required:
         e = chain[0]
+        raise ChannelsExhausted(f"chunk {e.chunk} from rank position {e.src} to {e.dst} fits "
+                                f"on none of the {MSCCL.max_channels} channels")
+    return fallback
+
+
+def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
+                    required: bool, skip: int | None) -> int | None:
+    """:func:`_first_fit` of a single edge, the most frequent call: the connection's
+    FIFO order and depth, inlined where the edge is appended (most channels tried fail
+    there), then the thread-block budget."""
+    fallback, (ends, _, ((_, snd, rcv),)) = None, parts
+    conns, depth = state.conns, state.depth
+    timed = state.timed and e.dst not in state.favour
+    for c in order:
+        if c == skip:
+            continue
+        conn = conns.get((e.src, e.dst, c))
+        if conn is not None and conn.snd:
+            if conn.snd[-1] < snd:
+                last = conn.rcv[-1]
+                if not last < rcv or (len(conn.snd) >= depth and not conn.rcv[-depth] < snd) \
+                        or (timed and last[1] == 1 and rcv[1] == 0 and rcv[0] < last[2].arrive):
+                    continue
+            elif not _conn_fits(conn, snd, rcv, depth, timed):
+                continue
+        if not _steps_fit(ends, [], c, state):
+            continue
+        if conn is None or e.start not in conn.starts:
+            return c
+        fallback = c if fallback is None else fallback
+    if fallback is None and required:
         raise ChannelsExhausted(f"chunk {e.chunk} from rank position {e.src} to {e.dst} fits "
                                 f"on none of the {MSCCL.max_channels} channels")
     return fallback
@@ -306,11 +344,17 @@ def _parts(chain: list[Edge], links: list[Fusion], last: bool = False) -> _Parts
 
 
 def _fits(parts: _Parts, c: int, state: _State) -> bool:
+    """Does the chain fit channel ``c``? The connections first: on a busy channel they
+    are what fails (a link carrying many chunks at once fills their slots), and they
+    are the cheapest to look at."""
     ends, links, edges = parts
-    return (_pairs_fit(links, c, state) and _steps_fit(ends, links, c, state)
-            and all(_conn_fits(state.conns[(e.src, e.dst, c)], snd, rcv, state.depth,
-                               state.timed and e.dst not in state.favour)
-                    for e, snd, rcv in edges))
+    conns, depth, timed, favour = state.conns, state.depth, state.timed, state.favour
+    for e, snd, rcv in edges:
+        conn = conns.get((e.src, e.dst, c))
+        if conn is not None and conn.snd and not _conn_fits(
+                conn, snd, rcv, depth, timed and e.dst not in favour):
+            return False
+    return _pairs_fit(links, c, state) and _steps_fit(ends, links, c, state)
 
 
 def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple, depth: int, timed: bool = True) -> bool:

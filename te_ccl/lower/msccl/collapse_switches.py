@@ -12,7 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import NamedTuple
 
+from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError, TecclError
+from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.schedule import Schedule, Transfer
 
 __all__ = ["Edge", "collapse_switches"]
@@ -43,11 +45,11 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
         feeds = _match_switches(schedule)
         raw = [(t, transfers[j]) for i, t in enumerate(transfers) if topo.node(t.src).is_gpu
                for j in _path_ends(i, schedule, feeds)]
-    else:
-        raw = [(t, t) for t in transfers]
-    raw.sort(key=lambda p: (_fields(p[0]), _fields(p[1])))
+        raw.sort(key=lambda p: (_fields(p[0]), _fields(p[1])))
+    else:  # the same order: each pair is one transfer twice
+        raw = [(t, t) for t in sorted(transfers, key=_fields)]
     edges = []
-    for seq, (first, last) in enumerate(raw):
+    for seq, (first, last) in enumerate(checked(raw, LOWERING)):
         for gpu in (first.src, last.dst):
             if gpu not in pos:
                 raise TecclError(f"chunk {first.chunk} passes through GPU {gpu}, which is not in "

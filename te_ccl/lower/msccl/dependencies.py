@@ -25,19 +25,27 @@ from te_ccl.runtime_limits import MSCCL
 __all__ = ["add_dependencies"]
 
 Ref = tuple[int, int]  # (thread block id, instruction index in it)
+Deps = list[list[list[Ref]]]  # per thread block, per instruction: the waits kept
 
 
-def _dependencies(plans: list[TbPlan], link_order: bool) -> dict[Ref, list[Ref]]:
-    """For every instruction, the instructions of other thread blocks it must wait for."""
-    where = {ins.order: (tb, k) for tb, p in enumerate(plans) for k, ins in enumerate(p.instrs)}
-    ordered = sorted((ins for p in plans for ins in p.instrs), key=lambda i: i.order)
+def _dependencies(plans: list[TbPlan], link_order: bool) -> Deps:
+    """For every instruction, the instructions of other thread blocks it must wait for.
+
+    Vector clocks (:func:`_prune`) are lists indexed by thread block: merging two is one
+    ``map(max, …)`` in C, where a dict merged entry by entry in Python made this pass
+    O(steps × thread blocks) interpreted steps per GPU.
+    """
+    ordered = sorted((ins.order, tb, k) for tb, p in enumerate(plans)
+                     for k, ins in enumerate(p.instrs))
     last_write: dict[Slot, Ref] = {}
     reads: dict[Slot, list[Ref]] = defaultdict(list)
-    deps: dict[Ref, list[Ref]] = {}
-    known: dict[Ref, dict[int, int]] = {}
+    deps: Deps = [[] for _ in plans]
+    clocks: list[list[list[int]]] = [[] for _ in plans]
+    start = [-1] * len(plans)
     last_send: dict[int, Ref] = {}
-    for ins in ordered:
-        me = where[ins.order]
+    for _, tb, k in ordered:
+        ins = plans[tb].instrs[k]
+        me = (tb, k)
         wait = [last_write[s] for s in ins.reads + ins.writes if s in last_write]
         wait += [r for s in ins.writes for r in reads[s]]
         if link_order and ins.send is not None:
@@ -45,7 +53,7 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> dict[Ref, list[Ref]]
             if peer in last_send:
                 wait.append(last_send[peer])
             last_send[peer] = me
-        deps[me] = _prune(me, wait, known)
+        deps[tb].append(_prune(me, wait, clocks, start))
         for s in ins.reads:
             reads[s].append(me)
         for s in ins.writes:
@@ -54,32 +62,27 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> dict[Ref, list[Ref]]
     return deps
 
 
-def _prune(me: Ref, wait: list[Ref], known: dict[Ref, dict[int, int]]) -> list[Ref]:
+def _prune(me: Ref, wait: list[Ref], clocks: list[list[list[int]]], start: list[int]
+           ) -> list[Ref]:
     """Drop waits already implied on this GPU, and record what ``me`` implies (vector clock).
 
-    ``known[ref][tb] = k``: when ``ref`` runs, steps ``0..k`` of thread block ``tb`` (other
-    than ``ref``'s own, which is implicit) are done, through its own thread block's earlier
-    steps and their dependencies. A step that adds nothing shares its predecessor's clock
-    (copying a clock of ~100 thread blocks per step made this pass O(steps × tbs)).
+    ``clocks[tb][k][t] = j``: when step ``k`` of thread block ``tb`` runs, steps ``0..j`` of
+    thread block ``t`` (other than ``tb``'s own, which is implicit) are done, through its
+    own thread block's earlier steps and their dependencies (``start``: nothing done).
+    A step that adds nothing shares its predecessor's clock.
     """
     tb_me, k_me = me
-    clock = known.get((tb_me, k_me - 1), _NOTHING)
+    mine = clocks[tb_me]
+    clock = mine[k_me - 1] if k_me else start
     kept: list[Ref] = []
     for tb, k in sorted(set(wait), key=lambda r: (-r[1], r[0])):
-        if tb == tb_me or clock.get(tb, -1) >= k:
+        if tb == tb_me or clock[tb] >= k:
             continue
-        if not kept:
-            clock = dict(clock)
         kept.append((tb, k))
-        for other, done in known[(tb, k)].items():
-            if clock.get(other, -1) < done:
-                clock[other] = done
+        clock = list(map(max, clock, clocks[tb][k]))
         clock[tb] = k
-    known[me] = clock
+    mine.append(clock)
     return sorted(kept)
-
-
-_NOTHING: dict[int, int] = {}  # shared, never written: copied before the first change
 
 
 def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
@@ -88,20 +91,23 @@ def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
     that others wait for come first when there are more than ``MSCCL.max_depid + 1``)."""
     deps = _dependencies(plans, link_order)
     if len(plans) > MSCCL.max_depid + 1:  # renumber: waited-for thread blocks first
-        waited = {tb for waits in deps.values() for tb, _ in waits}
+        waited = {tb for per_tb in deps for waits in per_tb for tb, _ in waits}
         perm = sorted(range(len(plans)), key=lambda i: (i not in waited, i))
         new = {old: i for i, old in enumerate(perm)}
         plans = [plans[i] for i in perm]
-        deps = {(new[tb], k): sorted((new[t], j) for t, j in waits)
-                for (tb, k), waits in deps.items()}
-    position: dict[Ref, int] = {}
-    for tb, p in enumerate(plans):
-        at = 0
-        for k in range(len(p.instrs)):
-            at += max(0, len(deps[(tb, k)]) - 1)
-            position[(tb, k)] = at
+        deps = [[sorted((new[t], j) for t, j in waits) for waits in deps[old]]
+                for old in perm]
+    position: list[list[int]] = []
+    for per_tb in deps:
+        at, mine = 0, []
+        for waits in per_tb:
+            if len(waits) > 1:
+                at += len(waits) - 1
+            mine.append(at)
             at += 1
-    targets = {(tb, position[(tb, k)]) for waits in deps.values() for tb, k in waits}
+        position.append(mine)
+    targets = {(tb, position[tb][k]) for per_tb in deps for waits in per_tb
+               for tb, k in waits}
     if any(tb > MSCCL.max_depid for tb, _ in targets):
         raise RuntimeLimitError(f"rank position {gpu} needs a dependency on thread block "
                                 f"> {MSCCL.max_depid} (depid has 8 bits): too many thread blocks "
@@ -109,8 +115,8 @@ def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
     out = []
     for tb, p in enumerate(plans):
         steps: list[Step] = []
-        for k, ins in enumerate(p.instrs):
-            waits = [(t, position[(t, j)]) for t, j in deps[(tb, k)]]
+        for ins, mine in zip(p.instrs, deps[tb], strict=True):
+            waits = [(t, position[t][j]) for t, j in mine]
             for t, s in waits[:-1]:
                 steps.append(Step(len(steps), Op.NOP, None, None, 0, t, s))
             src, dst = slots.printed(gpu, ins)

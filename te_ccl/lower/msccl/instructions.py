@@ -20,10 +20,11 @@ from collections import defaultdict
 from typing import NamedTuple
 
 from te_ccl.collective.model import Chunk
+from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.buffers import Layout, scratch_slot
 from te_ccl.lower.msccl.collapse_switches import Edge
-from te_ccl.lower.msccl.ir import Op, Slot
+from te_ccl.lower.msccl.ir import LOWERING, Op, Slot
 
 __all__ = ["Instr", "Fusion", "recv_order", "send_order", "build_instructions",
            "fusion_candidates", "apply_fusions"]
@@ -79,7 +80,8 @@ def build_instructions(edges: tuple[Edge, ...], layout: Layout) -> dict[int, lis
         events[e.dst].append((recv_order(e), e))
     chunks = layout.chunks
     return {g: _gpu_instructions(g, sorted(events.pop(g, [])), layout, chunks)
-            for g in range(layout.collective.nranks)}
+            for g in checked(range(layout.collective.nranks),
+                             LOWERING, every=1)}
 
 
 def _gpu_instructions(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
@@ -197,9 +199,11 @@ def _read_later(rest: list[Instr], slot: Slot, is_output: bool) -> bool:
 
 def apply_fusions(instrs: list[Instr], fusions: list[Fusion]) -> list[Instr]:
     """Replace each fused pair by one instruction placed at the send's ``order``."""
-    gone = {f.recv.order for f in fusions} | {f.send.order for f in fusions}
-    fused = [_fuse(f) for f in fusions]
-    return sorted([i for i in instrs if i.order not in gone] + fused, key=lambda i: i.order)
+    if not fusions:
+        return instrs
+    gone = {id(f.recv) for f in fusions} | {id(f.send) for f in fusions}  # by identity:
+    fused = [_fuse(f) for f in fusions]  # hashing an order hashes its edge's fields
+    return sorted([i for i in instrs if id(i) not in gone] + fused, key=lambda i: i.order)
 
 
 def _fuse(f: Fusion) -> Instr:

@@ -13,9 +13,10 @@ from typing import NamedTuple
 from te_ccl.runtime_limits import MSCCL
 
 __all__ = ["Op", "Buf", "Slot", "Step", "Threadblock", "Gpu", "Program", "NO_PEER",
-           "MAX_ELEMENTS"]
+           "MAX_ELEMENTS", "LOWERING"]
 
 NO_PEER = -1
+LOWERING = "lowering the schedule to MSCCL XML"  # what a deadline reached interrupted
 MAX_ELEMENTS = MSCCL.max_elements  # re-exported for the scale backend's budget
 
 

@@ -42,6 +42,7 @@ import heapq
 from collections import deque
 from dataclasses import dataclass
 
+from te_ccl.deadline import check
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.hb import HappensBefore
@@ -57,6 +58,8 @@ _MAX_STUCK_REPORTED = 20
 
 StepRef = tuple[int, int, int]  # (gpu, tb id, step position)
 _Message = tuple[list[Packed], int, StepRef]  # values, sender's node, sender's step
+_CHECK_EVERY = 4096  # thread-block visits between two looks at the compile's deadline
+_VERIFYING = "verifying the MSCCL XML"
 _READ_ONLY = frozenset({"s", "cpy"})
 _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
 
@@ -130,6 +133,7 @@ class _Machine:
         self.blocks: list[_Block] = []
         local, width, per_gpu = [], [], []
         for gpu in algo.gpus:
+            check(_VERIFYING)
             tbs: dict[int, _Block] = {}
             mine = []
             for i, tb in enumerate(gpu.threadblocks):
@@ -183,8 +187,12 @@ class _Machine:
         blocks = self.blocks
         self.sweep, self.later = list(range(len(blocks))), []  # heaps of block indices
         self.queued = bytearray([1]) * len(blocks)
+        visits = 0
         while self.sweep:
             while self.sweep:
+                visits += 1
+                if visits % _CHECK_EVERY == 0:
+                    check(_VERIFYING)
                 b = blocks[heapq.heappop(self.sweep)]
                 self.at = b.index
                 self.queued[b.index] = 0

@@ -26,6 +26,7 @@ import re
 import sys
 from collections.abc import Iterator
 
+from te_ccl.deadline import check
 from te_ccl.verify.msccl.model import Gpu, Step, Threadblock
 from te_ccl.verify.msccl.text import RawElement, parse_tag
 
@@ -103,6 +104,7 @@ def _body(lines: Iterator[str], n: int) -> tuple[Gpu, ...] | None:
             elif _closes(line, "</gpu>"):
                 gpus.append(Gpu(*gpu[0], tuple(tbs), gpu[1]))
                 gpu, tbs = None, []
+                check("reading the MSCCL XML")
             elif not _BLANK.fullmatch(line):
                 return None
         else:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from te_ccl.deadline import check
 from te_ccl.errors import SpecError
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.execute import Execution, execute
@@ -27,6 +28,7 @@ from te_ccl.verify.msccl.values import Packed, expand
 __all__ = ["Report", "verify_msccl"]
 
 _EXAMPLES = 3
+_DOING = "verifying the MSCCL XML"
 
 
 @dataclass(frozen=True)
@@ -80,8 +82,10 @@ def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
     if root is not None and not 0 <= root < max(algo.ngpus, 1):
         raise SpecError(f"root {root} is not a rank of this {algo.ngpus}-GPU algorithm",
                         file=source, key="--root")
+    check(_DOING)
     found += runtime_checks(algo, max_steps=max_steps)
     found += static_checks(algo, max_steps=max_steps)
+    check(_DOING)
     blocking = sorted({f.rule for f in found
                        if f.severity == "error" and RULES[f.rule].blocks_execution})
     if blocking:
@@ -105,6 +109,7 @@ def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | No
             found.append(finding("chunk-layout", problem))
             break
         run = execute(algo, layout, slots=slots)
+        check(_DOING)
         extra = _sizes(algo, layout) + run.findings
         if algo.coll in ROOTED and root is None and run.completed:
             root, inferred, why = _infer_root(layout, run)

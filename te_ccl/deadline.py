@@ -1,0 +1,80 @@
+"""The wall-clock deadline of the compile under way, checked by every long stage.
+
+Building a time-expanded model is pure Python and can take longer than solving it, and
+at 1024 GPUs so can lowering a schedule to MSCCL XML, verifying and replaying the file:
+a time limit must count them all. Whoever owns the limit enters :func:`until` around
+everything it runs (:func:`te_ccl.solve.solve` for the solve; a whole compile for the
+lowering and checks after it), the loops of each stage call :func:`check` (or iterate
+through :func:`checked`) naming what they do, and the solvers get only the time still
+left (:func:`left`). Outside :func:`until` the checks cost a context-variable read.
+A module of its own (``te_ccl.model.deadline`` re-exports it for the model builders): the
+verifier and the replay look at the clock without importing anything of the solver.
+
+>>> with until(3600.0):
+...     check()
+...     0 < left() <= 3600
+True
+>>> with until(0.0):
+...     check("lowering to MSCCL XML")
+Traceback (most recent call last):
+...
+te_ccl.deadline.TimeLimitReached: time limit of 0 s reached while lowering to MSCCL XML
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import TypeVar
+
+from te_ccl.errors import SolverError
+
+__all__ = ["until", "check", "left", "checked", "TimeLimitReached"]
+
+T = TypeVar("T")
+_DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("deadline", default=None)
+EVERY = 4096  # items between two clock reads in :func:`checked`
+MODEL = "building the model"
+
+
+class TimeLimitReached(SolverError):
+    """The deadline passed in a stage (exit code 3, as a solver giving up): not a fault
+    of the input, so callers that try alternatives must not take it for one."""
+
+
+@contextmanager
+def until(limit_s: float) -> Iterator[None]:
+    """Everything run inside must end within ``limit_s`` seconds from now (an outer,
+    earlier deadline still holds)."""
+    now = time.monotonic()
+    outer = _DEADLINE.get()
+    end = now + limit_s if outer is None else min(outer[0], now + limit_s)
+    token = _DEADLINE.set((end, limit_s if outer is None else outer[1]))
+    try:
+        yield
+    finally:
+        _DEADLINE.reset(token)
+
+
+def left() -> float:
+    """Seconds until the deadline (infinite without one)."""
+    d = _DEADLINE.get()
+    return float("inf") if d is None else max(0.0, d[0] - time.monotonic())
+
+
+def check(doing: str = MODEL) -> None:
+    """Raise :class:`TimeLimitReached`, saying the stage was ``doing``, once the
+    deadline has passed."""
+    d = _DEADLINE.get()
+    if d is not None and time.monotonic() > d[0]:
+        raise TimeLimitReached(f"time limit of {d[1]:g} s reached while {doing}")
+
+
+def checked(items: Iterable[T], doing: str = MODEL, every: int = EVERY) -> Iterator[T]:
+    """``items``, checking the deadline every ``every`` of them."""
+    for i, item in enumerate(items):
+        if i % every == 0:
+            check(doing)
+        yield item
