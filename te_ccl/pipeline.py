@@ -22,6 +22,7 @@ from typing import Any
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import TimeLimitReached
 from te_ccl.errors import RuntimeLimitError, SpecError, TecclError, VerificationError
 from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
@@ -308,6 +309,8 @@ class Timer:
 
         try:
             data = lower_to_msccl(schedule)
+        except TimeLimitReached:
+            raise  # the compile's time is up: not a property of the schedule
         except RuntimeLimitError as e:
             return replace(timing, unlowerable=str(e), refittable=schedule.info.subchunks > 1)
         except TecclError as e:
@@ -366,7 +369,7 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     pipeline better, so the largest that fits is kept). A note records what was tried.
     """
     try:
-        return schedule, render(schedule, options)
+        return schedule, render(schedule, options, progress=progress)
     except RuntimeLimitError as e:
         k = schedule.info.subchunks
         if k <= 1:
@@ -385,7 +388,7 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
                                (), progress, judge)
         spent += again.info.solver_time_s
         try:
-            fit = (k, again, render(again, options))
+            fit = (k, again, render(again, options, progress=progress))
             tried.append(f"{again.info.subchunks}: fits")
         except RuntimeLimitError as e:
             tried.append(f"{again.info.subchunks}: {e}")
@@ -398,7 +401,8 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     return again.with_info(notes=again.info.notes + (note,), solver_time_s=spent), data
 
 
-def render(schedule: Schedule, options: CompileOptions) -> bytes:
+def render(schedule: Schedule, options: CompileOptions, *,
+           progress: Progress | None = None) -> bytes:
     """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML once the
     independent verifier accepts it (:class:`VerificationError` if not; :class:`SpecError`
     on a fabric whose switches reduce, which MSCCL cannot express)."""
@@ -411,7 +415,9 @@ def render(schedule: Schedule, options: CompileOptions) -> bytes:
     from te_ccl.verify.msccl.verify import verify_msccl
 
     xml = lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
-                         max_bytes=options.max_bytes)
+                         max_bytes=options.max_bytes, progress=progress or _silent)
+    if progress:
+        progress("verifying the MSCCL XML")
     coll = schedule.collective
     root = coll.ranks.index(coll.root) if coll.root is not None else None
     report = verify_msccl(xml.decode(), root=root)
@@ -420,6 +426,10 @@ def render(schedule: Schedule, options: CompileOptions) -> bytes:
         raise VerificationError(f"the lowered MSCCL XML failed verification "
                                 f"({len(errors)} error(s)); first: {errors[0]}")
     return xml
+
+
+def _silent(message: str) -> None:
+    """No progress output."""
 
 
 def _write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str) -> tuple[str, ...]:

@@ -45,7 +45,7 @@ def test_dgx1_alltoall_at_64mib_compiles_to_a_file_the_runtime_loads(tmp_path: P
 
 def _refusing(monkeypatch, calls: list[int]) -> None:
     """``render`` refuses every XML, as the runtime would a schedule too big for it."""
-    def render(schedule: Schedule, options: CompileOptions) -> bytes:
+    def render(schedule: Schedule, options: CompileOptions, **_) -> bytes:
         if options.fmt == "json":
             return b"{}"
         calls.append(schedule.info.subchunks)
@@ -80,11 +80,11 @@ def test_the_search_keeps_the_most_sub_chunks_that_fit(monkeypatch, tmp_path):
     real, limit = pipeline.render, 30
     tried: list[int] = []
 
-    def render(schedule: Schedule, options: CompileOptions) -> bytes:
+    def render(schedule: Schedule, options: CompileOptions, **_) -> bytes:
         tried.append(schedule.info.subchunks)
         if schedule.info.subchunks > limit:
             raise RuntimeLimitError("too many")
-        return real(schedule, options)
+        return real(schedule, options, **_)
 
     monkeypatch.setattr(pipeline, "render", render)
     result = compile_collective(load_topology("dgx1"), a2a(8, size=1 << 30), PARAMS,
