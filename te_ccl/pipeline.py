@@ -108,17 +108,19 @@ class CompileResult:
                 else self.schedule.finish_time_s)
 
 
-def _in_switch(options: CompileOptions) -> bool:
-    """Whether the output can drive in-switch copy and reduction (FRED tables next to a
-    schedule JSON); MSCCL XML cannot."""
-    return options.fmt == "json" and options.fred_tables is not None
+def _in_switch(options: CompileOptions, topology: Topology) -> bool:
+    """Whether the output can drive in-switch copy and reduction: a schedule JSON with
+    FRED tables, or any schedule JSON of a fabric whose switches reduce (no MSCCL XML
+    exists for it: its JSON is the program). MSCCL XML cannot."""
+    reduces = any(topology.node(s).can_reduce for s in topology.switches)
+    return options.fmt == "json" and (options.fred_tables is not None or reduces)
 
 
 def compile_collective(topology: Topology, collective: Collective, params: SolveParams,
                        options: CompileOptions = CompileOptions(),
                        progress: Progress | None = None) -> CompileResult:
     """Solve, check, lower and write one algorithm; raises instead of writing a bad file."""
-    in_switch = _in_switch(options)
+    in_switch = _in_switch(options, topology)
     timer = Timer(xml=not in_switch)
     schedule = _solve_checked(topology, collective, params, options.chunk_choices, progress,
                               timer.judge, in_switch)
