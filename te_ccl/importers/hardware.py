@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
-    "Figure", "nvlink_per_link", "xgmi_per_link", "pcie_Bps", "pcie_default", "smp_link",
+    "Figure", "UnknownGeneration", "nvlink_per_link", "xgmi_per_link", "pcie_Bps", "pcie_default", "smp_link",
     "NVLINK_LATENCY", "NET_LATENCY", "PCIE_LATENCY", "nvlinks_to_sm", "GPU_CLASSES",
     "NIC_CLASS_PREFIX", "BRIDGE_CLASS_PREFIX", "NVSWITCH_CLASS",
 ]
@@ -104,27 +104,28 @@ def canonical_gcn(gcn: str) -> str:
     return _GCN_ALIASES.get(gcn, gcn)
 
 
-def nvlink_per_link(sm: str) -> Figure:
-    """NVLink bandwidth per link per direction of compute capability ``sm``.
+class UnknownGeneration(ValueError):
+    """A GPU generation without a known link rate; the message names the known ones."""
 
-    Raises ``KeyError`` for a generation without a known NVLink rate.
-    """
-    bw, src = _NVLINK[str(sm).strip()]
-    return Figure(bw, src)
+
+def nvlink_per_link(sm: str | None) -> Figure:
+    """NVLink bandwidth per link per direction of compute capability ``sm``
+    (:class:`UnknownGeneration` for one without a known NVLink rate)."""
+    return _figure(_NVLINK, str(sm).strip(), sm, "NVLink", ", ".join(f"sm {k}" for k in _NVLINK))
 
 
 def xgmi_per_link(gcn: str) -> Figure:
-    """xGMI (Infinity Fabric) bandwidth per link per direction of gfx target ``gcn``."""
-    bw, src = _XGMI[canonical_gcn(gcn)]
-    return Figure(bw, src)
+    """xGMI (Infinity Fabric) bandwidth per link per direction of gfx target ``gcn``
+    (:class:`UnknownGeneration` for one without a known xGMI rate)."""
+    return _figure(_XGMI, canonical_gcn(gcn), gcn, "xGMI", ", ".join(_XGMI))
 
 
-def known_nvlink_generations() -> str:
-    return ", ".join(f"sm {k}" for k in _NVLINK)
-
-
-def known_xgmi_generations() -> str:
-    return ", ".join(_XGMI)
+def _figure(table: dict[str, tuple[float, str]], key: str, given: str, fabric: str,
+            known: str) -> Figure:
+    if key not in table:
+        raise UnknownGeneration(f"unknown GPU generation {given!r} for {fabric}; expected one "
+                                f"of {known}")
+    return Figure(*table[key])
 
 
 def pcie_Bps(link_speed: str, link_width: int) -> float | None:

@@ -277,20 +277,11 @@ def _ranked_gpus(reader: _Reader) -> list[_Device]:
 
 
 def _generation(reader: _Reader, d: _Device, tag: str) -> hw.Figure:
-    el = d.gpu
-    if tag == "xgmi":
-        gcn = el.get("gcn")
-        try:
-            return hw.xgmi_per_link(gcn or "")
-        except KeyError:
-            raise reader.error(el, f"<gpu> gcn: unknown GPU generation {gcn!r} for xGMI; "
-                                   f"expected one of {hw.known_xgmi_generations()}") from None
-    sm = el.get("sm")
+    attr, per_link = ("gcn", hw.xgmi_per_link) if tag == "xgmi" else ("sm", hw.nvlink_per_link)
     try:
-        return hw.nvlink_per_link(sm or "")
-    except KeyError:
-        raise reader.error(el, f"<gpu> sm: unknown GPU generation {sm!r} for NVLink; "
-                               f"expected one of {hw.known_nvlink_generations()}") from None
+        return per_link(d.gpu.get(attr) or "")
+    except hw.UnknownGeneration as e:
+        raise reader.error(d.gpu, f"<gpu> {attr}: {e}") from None
 
 
 def _fabric_links(reader: _Reader, machine: Machine, gpus: list[_Device]) -> bool:
@@ -393,10 +384,9 @@ def _assumed_nvswitch(machine: Machine, gpus: list[_Device], arch: str | None,
     if not 1 <= links <= _MAX_COUNT:
         raise SpecError(f"expected 1..{_MAX_COUNT} links, got {links}", key="--nvswitch-links")
     try:
-        per_link = hw.nvlink_per_link(arch or "")
-    except KeyError:
-        raise SpecError(f"unknown GPU generation {arch!r} for NVLink; expected --arch, one "
-                        f"of {hw.known_nvlink_generations()}", key="--arch") from None
+        per_link = hw.nvlink_per_link(arch)
+    except hw.UnknownGeneration as e:
+        raise SpecError(f"{e} (--arch)", key="--arch") from None
     machine.switches.append(switch_node("nvswitch", copy=True))
     for d in gpus:
         machine.add_both(d.name, "nvswitch", links * per_link.value, hw.NVLINK_LATENCY.value)

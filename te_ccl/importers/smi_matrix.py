@@ -173,9 +173,8 @@ def parse_nvidia_smi(text: str, file: str, name: str, arch: str | None) -> Machi
                              "(18: H100, 12: A100, 6: V100, 4: P100); give --arch to override")
         try:
             per_link = hw.nvlink_per_link(arch)
-        except KeyError:
-            raise SpecError(f"unknown GPU generation {arch!r} for NVLink; expected one of "
-                            f"{hw.known_nvlink_generations()}", key="--arch") from None
+        except hw.UnknownGeneration as e:
+            raise SpecError(str(e), key="--arch") from None
         r.add("assumed", f"NVLink per link: {per_link.source}")
         r.add("assumed", hw.NVLINK_LATENCY.source)
         lat = hw.NVLINK_LATENCY.value
@@ -264,9 +263,8 @@ def parse_rocm_smi(text: str, file: str, name: str, arch: str | None) -> Machine
                              "give --arch to override")
         try:
             per_link = hw.xgmi_per_link(arch)
-        except KeyError:
-            raise SpecError(f"unknown GPU generation {arch!r} for xGMI; expected one of "
-                            f"{hw.known_xgmi_generations()}", key="--arch") from None
+        except hw.UnknownGeneration as e:
+            raise SpecError(str(e), key="--arch") from None
         r.add("assumed", f"xGMI per link: {per_link.source}")
         r.add("assumed", "one xGMI link per XGMI pair (the table does not give link counts)")
         r.add("assumed", hw.NVLINK_LATENCY.source)
