@@ -112,8 +112,10 @@ def _in_switch(options: CompileOptions, topology: Topology) -> bool:
     """Whether the output can drive in-switch copy and reduction: a schedule JSON with
     FRED tables, or any schedule JSON of a fabric whose switches reduce (no MSCCL XML
     exists for it: its JSON is the program). MSCCL XML cannot."""
-    reduces = any(topology.node(s).can_reduce for s in topology.switches)
-    return options.fmt == "json" and (options.fred_tables is not None or reduces)
+    from te_ccl.lower.fred import reducing_switches
+
+    return options.fmt == "json" and (options.fred_tables is not None
+                                      or bool(reducing_switches(topology)))
 
 
 def compile_collective(topology: Topology, collective: Collective, params: SolveParams,
