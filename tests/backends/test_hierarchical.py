@@ -75,6 +75,17 @@ def test_rail_cluster_near_the_cut_bound(kind):
     assert 0.97 * s.finish_time_s <= sim <= s.finish_time_s * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("kind", [K.ALLGATHER, K.ALLREDUCE])
+def test_boxes_on_one_network_switch_near_the_cut_bound(kind):
+    """aws-p4d/p5-like: every GPU's NIC on one switch, so each exit has a port to every
+    GPU of the other box; the exits must not all queue on the same entry link."""
+    box = star(4, 300e9, 0.7e-6, switch=SwitchCaps(copy=True, reduce=False), name="box")
+    topo = boxes(box, 2, Join("switch", ("g0", "g1", "g2", "g3"), 6.25e9, 1.3e-6))
+    coll = _all(topo, kind, 1 << 28)
+    s = _compiled(topo, coll)
+    assert s.finish_time_s <= 1.03 * lower_bound(topo, coll).seconds
+
+
 def test_small_sizes_are_not_subchunked_and_meet_the_alpha_bound():
     topo = rail_optimized(3, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)
     coll = _all(topo, K.ALLGATHER, 1200)

@@ -284,13 +284,25 @@ class _Run:
         return set(self.fabric.boxes[self.box[holder]]) - {holder}
 
     def _deal(self, owned: dict[str, list[int]]) -> dict[tuple[str, str], list[tuple[int, Port]]]:
-        """Each chunk of box ``a`` to one port towards each box ``c``, in proportion; queues per exit link."""
+        """Each chunk of box ``a`` to one port towards each box ``c``; queues per exit link.
+
+        Chunks go to the exits in proportion. An exit with several ports (boxes joined by
+        one switch: a port to every GPU of the other box) deals its chunks round-robin over
+        them, starting at its own slot, so at each turn the exits of a box send to distinct
+        entries (a Latin square) instead of all queueing on the first entry's link.
+        """
         queues: dict[tuple[str, str], list[tuple[tuple, int, Port]]] = defaultdict(list)
         nbox = len(self.fabric.boxes)
         for (a, c), ports in self.fabric.ports.items():
             chunks = [x for g in self.fabric.boxes[a] for x in owned[g]]
+            of_exit: dict[str, list[Port]] = defaultdict(list)
+            for p in ports:
+                of_exit[p.exit].append(p)
+            dealt: Counter[str] = Counter()
             for i, x in enumerate(chunks):
-                p = ports[i * len(ports) // len(chunks)]
+                mine = of_exit[ports[i * len(ports) // len(chunks)].exit]
+                p = mine[(dealt[mine[0].exit] + self.slot[mine[0].exit]) % len(mine)]
+                dealt[p.exit] += 1
                 order = (self.source[x] != p.exit, i, (c - a) % nbox)
                 queues[p.first].append((order, x, p))
         return {key: [(x, p) for _, x, p in sorted(q, key=lambda e: e[0])]
