@@ -107,7 +107,7 @@ def _timed(base: Row, sched: Schedule, timer: Timer | None = None) -> Row:
     checked = not big and sched.finish_epoch <= CHECK_EPOCHS
     if checked and (bad := check_schedule(sched)):
         return replace(base, status=f"invalid: [{bad[0].rule}] {bad[0].message}"[:160])
-    timing = (timer or Timer()).timing(sched)
+    timing = (timer or Timer()).file_timing(sched)
     if timing.unlowerable is not None:
         return replace(base, backend=sched.info.backend, checked=checked,
                        status=f"does not lower: {timing.unlowerable}"[:160])
@@ -158,7 +158,7 @@ def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> R
         chunks = BASE_CHUNKS if case.auto_chunks else ()
         sched = solve_best(topo, coll, params, chunks, judge=timer.judge)
         if timer.timing(sched).refittable:  # as compile writes it: fewer sub-chunks
-            sched, _ = render_fitting(sched, CompileOptions(), params, judge=timer.judge)
+            sched, _ = render_fitting(sched, CompileOptions(), params, timer=timer)
     except TecclError as e:
         return replace(base, status=f"failed: {e}"[:160],
                        solver_time_s=time.monotonic() - start)

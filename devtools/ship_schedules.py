@@ -74,7 +74,7 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> di
     s = inplace.schedule
     outofplace = replace(s, collective=replace(s.collective, inplace=False))
     timer = Timer()
-    outofplace, data = render_fitting(outofplace, CompileOptions(), params, judge=timer.judge)
+    outofplace, data = render_fitting(outofplace, CompileOptions(), params, timer=timer)
     write_atomic(xml_path, data)
     result = replace(inplace, schedule=outofplace, output=str(xml_path),
                      timing=timer.timing(outofplace))

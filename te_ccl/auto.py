@@ -9,11 +9,16 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
    (AlltoAll: 1.1–1.7× on meshes and tori even at 16 GPUs), else first, in
    :data:`SCALE_SHARE` of the time: its sub-chunks pipeline, which whole chunks cannot;
 2. the **flow model** (:func:`te_ccl.strategy.run_strategy`, its solver picked by the
-   model's size), in the time left; it proves optimality where sub-chunks do not pay;
+   model's size), in the time left but :data:`TEMPLATE_SHARE` of it; it proves
+   optimality where sub-chunks do not pay;
 3. the **templates** (ring, tree, direct, hierarchical, and on FRED wafers whose
    switches reduce and copy the in-switch schedule), up to :data:`TEMPLATE_MAX_GPUS`
    GPUs, and at any size when nothing else produced a schedule: ``auto`` never fails
-   where a template succeeds.
+   where a template succeeds. Once there is a schedule, none starts after the time limit.
+
+The time limit is the caller's (``params.time_limit_s``) or the compile's deadline
+(:mod:`te_ccl.deadline`), whichever ends first; judging a candidate counts, and a deadline
+reached while judging ends the race with the best so far.
 
 Bounds prune: a chunking whose arithmetic bound cannot beat the best time by
 :data:`SKIP_GAIN` is not solved; no solver runs once a schedule is within
@@ -38,6 +43,7 @@ from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
 from te_ccl.chunking import chunk_candidates, chunking_bounds
 from te_ccl.collective.model import Collective
+from te_ccl.deadline import TimeLimitReached, left
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.schedule import Schedule
 from te_ccl.strategy import run_strategy
@@ -49,6 +55,7 @@ SCALE_MIN_GPUS = 16  # beyond, one flow model is out of reach (mesh 8×8 AllGath
 #                      transfer variables); up to it, it proves optimality in seconds
 SCALE_SHARE = 0.25  # of the time, for the scale backend when the flow model runs after it
 MIN_FLOW_S = 1.0  # the flow model gets at least this after the scale backend
+TEMPLATE_SHARE = 0.1  # of the time left, kept from the flow model to build and judge the templates
 TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can win
 # (chunk, destination) pairs beyond which the templates take minutes to place hop by hop
 # (a 64-GPU AllGather at 32 chunks per rank has 129k)
@@ -63,6 +70,10 @@ def _unknown(schedule: Schedule) -> float | None:
     return None
 
 
+def _free(schedule: Schedule) -> float:
+    return 0.0
+
+
 @dataclass(frozen=True)
 class Judge:
     """How ``auto`` compares candidate schedules: ``time(schedule)`` in seconds, named
@@ -73,12 +84,15 @@ class Judge:
 
     ``at_most`` / ``at_least``: cheap bounds of ``time(schedule)`` when known (else None),
     which spare timing a schedule whose place in the comparison they already settle.
+    ``write_s``: the seconds writing ``schedule`` out would take (lowering, verifying,
+    replaying the file): the search keeps that much of its time for the best so far.
     """
 
     what: str
     time: Callable[[Schedule], float]
     at_most: Callable[[Schedule], float | None] = _unknown
     at_least: Callable[[Schedule], float | None] = _unknown
+    write_s: Callable[[Schedule], float] = _free
 
     def __call__(self, schedule: Schedule) -> float:
         return self.time(schedule)
@@ -118,8 +132,17 @@ class _Race:
     def best_s(self) -> float | None:
         return self.trials[self.best[1]].time_s if self.best is not None else None
 
+    @property
+    def reserve_s(self) -> float:
+        """The time kept from the search to write the best so far."""
+        return self.judge.write_s(self.best[0]) if self.best is not None else 0.0
+
     def enter(self, name: str, schedule: Schedule) -> None:
-        t = self.judge(schedule)
+        try:
+            t = self.judge(schedule)
+        except TimeLimitReached as e:  # judging is part of the search: keep the best so far
+            self.fail(name, e)
+            return
         self.trials.append(Trial(name, t))
         if self.best is None or t < self.best_s * (1 - TIE):
             self.best = (schedule, len(self.trials) - 1)
@@ -167,21 +190,26 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     if params.backend != "auto" or params.max_horizon is not None:
         return run_strategy(topology, collective, params, progress)
     race = _Race(judge)
-    deadline = time.monotonic() + params.time_limit_s
+    deadline = time.monotonic() + min(params.time_limit_s, left())
     method, flow_skip = _scale_and_flow(topology, collective)
     if method is not None:
         share = params.time_limit_s * (SCALE_SHARE if flow_skip is None else 1.0)
         _run(race, f"scale/{method}", topology, collective,
              replace(params, backend="scale", time_limit_s=share), progress)
     flow_skip = flow_skip or _close_to_bound(race, topology, collective)
+    templates = topology.ngpus <= TEMPLATE_MAX_GPUS
     if flow_skip is not None:
         race.skip("flow model", flow_skip)
     else:
-        left = max(MIN_FLOW_S, deadline - time.monotonic()) if method else params.time_limit_s
-        _run(race, "flow model", topology, collective, replace(params, time_limit_s=left),
-             progress)
-    if topology.ngpus <= TEMPLATE_MAX_GPUS or race.best is None:
-        _templates(race, topology, collective)
+        share = ((deadline - race.reserve_s - time.monotonic())
+                 * (1 - TEMPLATE_SHARE if templates else 1))
+        if race.best is not None and share < MIN_FLOW_S:
+            race.skip("flow model", f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
+        else:
+            _run(race, "flow model", topology, collective,
+                 replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
+    if templates or race.best is None:
+        _templates(race, topology, collective, deadline)
     return race.winner()
 
 
@@ -228,10 +256,12 @@ def _run(race: _Race, name: str, topology: Topology, collective: Collective,
     race.enter(name, schedule)
 
 
-def _templates(race: _Race, topology: Topology, collective: Collective) -> None:
+def _templates(race: _Race, topology: Topology, collective: Collective,
+               deadline: float) -> None:
     """Race the templates (the in-switch schedule where the fabric has one), timing only
     those that can beat the best so far (by ``at_least``); none beyond
-    :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs.
+    :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs, and once there is a best,
+    none after the ``deadline`` (``time.monotonic()``) less the time kept to write it.
 
     The templates are built in the Schedule IR with the same α semantics, so their times
     compare directly with the solvers'.
@@ -250,6 +280,9 @@ def _templates(race: _Race, topology: Topology, collective: Collective) -> None:
     builds.append(("in-switch", partial(in_switch_candidate, topology, collective)))
     at_most = race.judge.at_most(race.best[0]) if race.best is not None else None
     for name, build in builds:
+        if race.best is not None and time.monotonic() > deadline - race.reserve_s:
+            race.skip(f"template {name}", "no time left")
+            continue
         try:
             candidate = build()
         except BaselineError:
@@ -299,20 +332,21 @@ def _best_chunking(topology: Topology, collective: Collective, params: SolvePara
     cannot win by enough to pay for its solve.
     """
     candidates = _trial_order(topology, collective, tuple(sorted(set(choices))))
-    deadline = time.monotonic() + params.time_limit_s
+    deadline = time.monotonic() + min(params.time_limit_s, left())
     best: tuple[Schedule, float] | None = None
     tried: list[str] = []
     spent = 0.0
     last_error: SolverError | None = None
     for i, (c, bound) in enumerate(candidates):
-        k, left = c.chunks_per_rank, deadline - time.monotonic()
-        if best is not None and (bound >= best[1] * (1 - SKIP_GAIN) or left < MIN_SHARE_S):
-            why = f"bound {bound:.4g} s" if left >= MIN_SHARE_S else "no time left"
+        k = c.chunks_per_rank
+        rest = deadline - time.monotonic() - (judge.write_s(best[0]) if best else 0.0)
+        if best is not None and (bound >= best[1] * (1 - SKIP_GAIN) or rest < MIN_SHARE_S):
+            why = f"bound {bound:.4g} s" if rest >= MIN_SHARE_S else "no time left"
             tried.append(f"{k}: skipped ({why})")
             continue
         if progress:
             progress(f"trying {k} chunk(s) per rank")
-        share = replace(params, time_limit_s=max(MIN_SHARE_S, left / min(2, len(candidates) - i)))
+        share = replace(params, time_limit_s=max(MIN_SHARE_S, rest / min(2, len(candidates) - i)))
         try:
             s = _race(topology, c, share, judge, progress)
         except SolverError as e:

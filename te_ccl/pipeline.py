@@ -14,6 +14,7 @@ reduction unless the output can drive them (``--format json`` with FRED tables).
 from __future__ import annotations
 
 import math
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import TimeLimitReached
+from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.errors import RuntimeLimitError, SpecError, TecclError, VerificationError
 from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
@@ -73,6 +74,7 @@ class Timing:
     xml_s: float | None = None
     unlowerable: str | None = None
     refittable: bool = False
+    unreplayed: str | None = None  # why the written XML was not replayed (the time limit)
 
     @property
     def finish_s(self) -> float:
@@ -121,15 +123,26 @@ def _in_switch(options: CompileOptions, topology: Topology) -> bool:
 def compile_collective(topology: Topology, collective: Collective, params: SolveParams,
                        options: CompileOptions = CompileOptions(),
                        progress: Progress | None = None) -> CompileResult:
-    """Solve, check, lower and write one algorithm; raises instead of writing a bad file."""
+    """Solve, check, lower and write one algorithm; raises instead of writing a bad file.
+
+    ``params.time_limit_s`` bounds the whole compile (:mod:`te_ccl.deadline`): the search
+    for a schedule gets :data:`SEARCH_SHARE` of it, and lowering, verifying and writing
+    the kept schedule the rest (its XML is usually lowered already, to judge it). Past the
+    limit the compile stops with :class:`~te_ccl.deadline.TimeLimitReached` naming the
+    stage, and writes nothing.
+    """
     in_switch = _in_switch(options, topology)
-    timer = Timer(xml=not in_switch)
-    schedule = _solve_checked(topology, collective, params, options.chunk_choices, progress,
-                              timer.judge, in_switch)
-    extra: tuple[str, ...] = ()
-    if options.output is not None:
-        schedule, data = render_fitting(schedule, options, params, progress, timer.judge)
-        write_atomic(options.output, data)
+    timer = Timer(xml=not in_switch, options=options)
+    with until(params.time_limit_s):
+        search = replace(params, time_limit_s=params.time_limit_s * SEARCH_SHARE)
+        schedule = _solve_checked(topology, collective, search, options.chunk_choices,
+                                  progress, timer.judge, in_switch)
+        extra: tuple[str, ...] = ()
+        if options.output is not None:
+            schedule, data = render_fitting(schedule, options, search, progress, timer)
+            write_atomic(options.output, data)
+            if options.fmt == "xml":
+                timer.replay_written(schedule, data)
     bound = lower_bound(topology, schedule.collective)
     if options.fred_tables is not None:
         extra = _write_fred_tables(schedule, topology, options.fred_tables)
@@ -164,10 +177,13 @@ def _compile_notes(topology: Topology, schedule: Schedule, timer: Timer) -> tupl
     if timing.unlowerable is not None:
         notes += (f"timed by the {timing.measured_by}: the MSCCL lowering fails "
                   f"({timing.unlowerable})",)
+    elif timing.unreplayed is not None:
+        notes += (f"timed by the {timing.measured_by}: the written XML's replay stopped "
+                  f"({timing.unreplayed})",)
     elif timing.xml_s is None and timer.xml:
-        notes += (f"timed by the {timing.measured_by}: the XML replay of "
-                  f"{len(schedule.transfers)} transfers (over {XML_REPLAY_LIMIT}) would "
-                  "cost more than the compile",)
+        notes += (f"timed by the {timing.measured_by}: no file was written, and the XML "
+                  f"replay of {len(schedule.transfers)} transfers (over {XML_REPLAY_LIMIT}) "
+                  "is kept for the written file",)
     elif not timer.xml:
         notes += (f"timed by the {timing.measured_by}: with FRED tables switches may copy "
                   "and reduce, which MSCCL XML cannot express",)
@@ -209,7 +225,7 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
                 f"{item.max_bytes}")
         options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
                                  min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
-        schedule, data = render_fitting(item.schedule, options, params, progress, timer.judge)
+        schedule, data = render_fitting(item.schedule, options, params, progress, timer)
         write_atomic(options.output, data)
         bound = lower_bound(topology, schedule.collective)
         schedule = schedule.with_info(notes=schedule.info.notes
@@ -220,6 +236,9 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     return results
 
 
+SEARCH_SHARE = 0.8  # of a compile's time limit, for finding the schedule; writing it gets the rest
+LOWER_S_PER_TRANSFER = 3e-4  # lowering's pace until the compile has timed its own (58k: ~15 s)
+PACE_MIN_TRANSFERS = 1000  # smaller lowerings time their fixed costs, not their pace
 SIM_LIMIT = 100_000  # transfers: beyond, a schedule is timed by its prediction
 XML_REPLAY_LIMIT = 20_000  # transfers: beyond, lowering and replaying every candidate's XML
 #                            costs more than the compile's budget; the schedule replay judges
@@ -288,38 +307,105 @@ class Timer:
     collective (the buffer mode changes the XML) and sub-chunking.
     """
 
-    def __init__(self, *, xml: bool = True) -> None:
+    def __init__(self, *, xml: bool = True, options: CompileOptions = CompileOptions()) -> None:
         self.xml = xml
+        self.options = options  # the file's name and size range, so a judged XML can be written
         self._seen: dict[tuple[int, Collective, int], tuple[tuple, Timing]] = {}
+        self._lowered: dict[tuple[int, Collective, int], tuple[tuple, bytes]] = {}
+        self._pace = LOWER_S_PER_TRANSFER  # the slowest lowering seen, per transfer
         what = (f"replay of the lowered XML, or of the schedule above {XML_REPLAY_LIMIT} "
                 "transfers" if xml else "schedule replay")
-        self.judge = Judge(what, self._time, self._at_most, self._at_least)
+        self.judge = Judge(what, self._time, self._at_most, self._at_least, self.write_s)
+
+    def write_s(self, schedule: Schedule) -> float:
+        """About how long writing ``schedule`` takes: verifying its XML costs about what
+        lowering it did, which is done already if it was judged by its XML; above
+        :data:`XML_REPLAY_LIMIT` transfers the written file is replayed too."""
+        if not self.xml:
+            return 0.0
+        n = len(schedule.transfers)
+        lowered = self._lowered.get(self._key(schedule))
+        passes = 1 if lowered is not None and lowered[0] is schedule.transfers else 2
+        return self._pace * n * (passes + (n > XML_REPLAY_LIMIT) / 2)
 
     def _by_xml(self, schedule: Schedule) -> bool:
         return self.xml and len(schedule.transfers) <= XML_REPLAY_LIMIT
 
+    @staticmethod
+    def _key(schedule: Schedule) -> tuple[int, Collective, int]:
+        return (id(schedule.transfers), schedule.collective, schedule.info.subchunks)
+
     def timing(self, schedule: Schedule) -> Timing:
-        key = (id(schedule.transfers), schedule.collective, schedule.info.subchunks)
+        key = self._key(schedule)
         hit = self._seen.get(key)
         if hit is None or hit[0] is not schedule.transfers:
             hit = self._seen[key] = (schedule.transfers, self._measure(schedule))
         return hit[1]
 
+    def lowered(self, schedule: Schedule, options: CompileOptions) -> bytes | None:
+        """The XML lowered to judge ``schedule``, if it was and is the file ``options`` asks for."""
+        hit = self._lowered.get(self._key(schedule))
+        same = (options.name, options.min_bytes, options.max_bytes) == (
+            self.options.name, self.options.min_bytes, self.options.max_bytes)
+        return hit[1] if same and hit is not None and hit[0] is schedule.transfers else None
+
+    def replay_written(self, schedule: Schedule, data: bytes) -> None:
+        """Time ``schedule`` by ``data``, the XML written for it, where judging did not (over
+        :data:`XML_REPLAY_LIMIT` transfers, or not judged): the compile reports the file's
+        replay. Past the compile's deadline the file stays written and the schedule
+        replay stands."""
+        hit = self._seen.get(self._key(schedule))
+        if hit is not None and hit[0] is schedule.transfers:
+            timing = hit[1]
+        else:
+            timing = Timing(schedule.finish_time_s, _schedule_replay(schedule))
+        if timing.xml_s is not None or not self.xml:
+            return
+        try:
+            timing = replace(timing, xml_s=xml_replay(schedule, data))
+        except TimeLimitReached as e:
+            timing = replace(timing, unreplayed=str(e))
+        self._seen[self._key(schedule)] = (schedule.transfers, timing)
+
+    def file_timing(self, schedule: Schedule) -> Timing:
+        """:meth:`timing`, with the XML lowered and replayed at any number of transfers
+        (what a benchmark reports of the file it would write)."""
+        timing = self.timing(schedule)
+        if timing.xml_s is None and timing.unlowerable is None and self.xml:
+            timing, data = self._lower(schedule, timing)
+            self._seen[self._key(schedule)] = (schedule.transfers, timing)
+            if data is not None:
+                self.replay_written(schedule, data)
+        return self.timing(schedule)
+
     def _measure(self, schedule: Schedule) -> Timing:
         timing = Timing(schedule.finish_time_s, _schedule_replay(schedule))
         if not self._by_xml(schedule):
             return timing
+        timing, data = self._lower(schedule, timing)
+        if data is None:
+            return timing
+        self._lowered[self._key(schedule)] = (schedule.transfers, data)
+        return replace(timing, xml_s=xml_replay(schedule, data))
+
+    def _lower(self, schedule: Schedule, timing: Timing) -> tuple[Timing, bytes | None]:
+        """The XML of ``schedule``, or None with ``timing`` saying why it does not lower."""
         from te_ccl.lower.msccl import lower_to_msccl
 
+        o, start = self.options, time.monotonic()
         try:
-            data = lower_to_msccl(schedule)
+            data = lower_to_msccl(schedule, name=o.name, min_bytes=o.min_bytes,
+                                  max_bytes=o.max_bytes)
+            if len(schedule.transfers) >= PACE_MIN_TRANSFERS:
+                self._pace = max(self._pace, (time.monotonic() - start) / len(schedule.transfers))
+            return timing, data
         except TimeLimitReached:
             raise  # the compile's time is up: not a property of the schedule
         except RuntimeLimitError as e:
-            return replace(timing, unlowerable=str(e), refittable=schedule.info.subchunks > 1)
+            return replace(timing, unlowerable=str(e),
+                           refittable=schedule.info.subchunks > 1), None
         except TecclError as e:
-            return replace(timing, unlowerable=str(e))
-        return replace(timing, xml_s=xml_replay(schedule, data))
+            return replace(timing, unlowerable=str(e)), None
 
     def _time(self, schedule: Schedule) -> float:
         timing = self.timing(schedule)
@@ -361,7 +447,7 @@ def _solve_checked(topology: Topology, collective: Collective, params: SolvePara
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
-                   progress: Progress | None = None, judge: Judge | None = None
+                   progress: Progress | None = None, timer: Timer | None = None
                    ) -> tuple[Schedule, bytes]:
     """The schedule written and its bytes (:func:`render`): ``schedule`` itself, or where
     the MSCCL runtime cannot hold it (:class:`RuntimeLimitError`) and the scale backend
@@ -370,10 +456,16 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
 
     The search halves ``k`` until a schedule fits, then bisects between that and the
     smallest failure until they are within a quarter of each other (more sub-chunks
-    pipeline better, so the largest that fits is kept). A note records what was tried.
+    pipeline better, so the largest that fits is kept), or until the compile's deadline
+    once one fits. Only the scale backend cuts sub-chunks, so it alone solves again.
+    A note records what was tried.
+    ``timer`` judges the schedules solved again and hands over the XML it lowered to judge
+    them (:meth:`Timer.lowered`).
     """
+    timer = timer or Timer(options=options)
     try:
-        return schedule, render(schedule, options, progress=progress)
+        return schedule, render(schedule, options, progress=progress,
+                                lowered=timer.lowered(schedule, options))
     except RuntimeLimitError as e:
         k = schedule.info.subchunks
         if k <= 1:
@@ -381,19 +473,25 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
         failed, why = k, str(e)
     asked = replace(schedule.collective,
                     chunks_per_rank=schedule.collective.chunks_per_rank // k)
-    judge = judge or Timer().judge
     fit: tuple[int, Schedule, bytes] | None = None  # (k asked for, schedule, bytes)
     tried, spent = [f"{k}: {why}"], schedule.info.solver_time_s
     while fit is None or failed - fit[0] > max(1, fit[0] // 4):
         k = failed // 2 if fit is None else (fit[0] + failed) // 2
         if progress:
             progress(f"MSCCL cannot hold {failed} sub-chunks per chunk; trying {k}")
-        again = _solve_checked(schedule.topology, asked, replace(params, max_subchunks=k),
-                               (), progress, judge)
-        spent += again.info.solver_time_s
         try:
-            fit = (k, again, render(again, options, progress=progress))
+            again = _solve_checked(schedule.topology, asked,
+                                   replace(params, backend="scale", max_subchunks=k), (),
+                                   progress, timer.judge)
+            spent += again.info.solver_time_s
+            fit = (k, again, render(again, options, progress=progress,
+                                    lowered=timer.lowered(again, options)))
             tried.append(f"{again.info.subchunks}: fits")
+        except TimeLimitReached:
+            if fit is None:
+                raise
+            tried.append(f"{k}: stopped at the time limit")
+            break
         except RuntimeLimitError as e:
             tried.append(f"{again.info.subchunks}: {e}")
             if k <= 1:
@@ -402,14 +500,16 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     _, again, data = fit
     note = (f"msccl: solved again with {again.info.subchunks} sub-chunk(s) per chunk, the "
             f"most the runtime holds (tried {'; '.join(tried)})")
-    return again.with_info(notes=again.info.notes + (note,), solver_time_s=spent), data
+    raced = tuple(n for n in schedule.info.notes if n.startswith("auto:"))  # what it won
+    return again.with_info(notes=raced + again.info.notes + (note,), solver_time_s=spent), data
 
 
 def render(schedule: Schedule, options: CompileOptions, *,
-           progress: Progress | None = None) -> bytes:
-    """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML once the
-    independent verifier accepts it (:class:`VerificationError` if not; :class:`SpecError`
-    on a fabric whose switches reduce, which MSCCL cannot express)."""
+           progress: Progress | None = None, lowered: bytes | None = None) -> bytes:
+    """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML (``lowered``, when
+    the schedule was lowered already with these options) once the independent verifier
+    accepts it (:class:`VerificationError` if not; :class:`SpecError` on a fabric whose
+    switches reduce, which MSCCL cannot express)."""
     if options.fmt == "json":
         return schedule.to_json().encode()
     from te_ccl.lower.fred import check_msccl_can_express
@@ -418,8 +518,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
     check_msccl_can_express(schedule.topology)
     from te_ccl.verify.msccl.verify import verify_msccl
 
-    xml = lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
-                         max_bytes=options.max_bytes, progress=progress or _silent)
+    xml = lowered or lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
+                                    max_bytes=options.max_bytes, progress=progress or _silent)
     if progress:
         progress("verifying the MSCCL XML")
     coll = schedule.collective

@@ -28,7 +28,8 @@ from te_ccl.units import format_bandwidth, format_size, format_time
 @click.option("--backend", type=click.Choice(BACKENDS), default="auto",
               show_default=True, help="Solver backend; auto picks by model size.")
 @click.option("--time-limit", type=float, default=60.0, show_default=True, metavar="SECONDS",
-              help="Wall-clock limit for the solver.")
+              help="Wall-clock limit for the whole compile: a fifth is kept for "
+              "lowering, verifying and writing the schedule found.")
 @click.option("--threads", type=int, default=1, show_default=True, help="Solver threads.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Solver random seed.")
 @click.option("--epoch", default="fastest", show_default=True, metavar="POLICY",

@@ -102,3 +102,19 @@ def test_a_named_backend_races_only_chunkings():
     assert s.info.backend == "milp"
     assert any(n.startswith("chunks auto: picked") for n in s.info.notes)
     assert not any(n.startswith("auto: kept") for n in s.info.notes)
+
+
+def test_a_deadline_reached_while_judging_keeps_the_best_so_far():
+    topo = ring(4, 1e9)
+    calls: list[str] = []
+
+    def time_or_give_up(s):
+        calls.append(s.info.backend)
+        if len(calls) > 1:
+            raise auto.TimeLimitReached("time limit of 1 s reached while lowering")
+        return s.finish_time_s
+
+    s = solve(topo, every("allgather", 4), AUTO, judge=Judge("test", time_or_give_up))
+    assert check_schedule(s) == []
+    assert len(calls) > 1 and s.info.backend == calls[0]
+    assert "time limit of 1 s reached while lowering" in first_note(s)
