@@ -31,7 +31,7 @@ from te_ccl.solve import Judge, solve
 from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["CompileOptions", "CompileResult", "Timer", "Timing", "compile_collective",
+__all__ = ["CompileOptions", "CompileResult", "Timer", "Timing", "check_loadable", "compile_collective",
            "compile_size_library", "forward_only", "render", "render_fitting", "rooted_notes",
            "solve_best", "SIM_LIMIT", "XML_REPLAY_LIMIT", "summary"]
 
@@ -132,6 +132,8 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     stage, and writes nothing.
     """
     in_switch = _in_switch(options, topology)
+    if options.fmt == "xml":
+        check_loadable(collective)
     timer = Timer(xml=not in_switch, options=options)
     with until(params.time_limit_s):
         search = replace(params, time_limit_s=params.time_limit_s * SEARCH_SHARE)
@@ -150,6 +152,32 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
                                   + _compile_notes(topology, schedule, timer))
     return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra,
                          options.min_bytes, options.max_bytes, timer.timing(schedule))
+
+
+def check_loadable(collective: Collective) -> None:
+    """Refuse, before solving, a collective no MSCCL algorithm of the runtime can hold:
+    each chunk a rank receives is part of one of its steps (at most ``MSCCL.max_count − 1``
+    chunks a step), and a rank holds at most ``MSCCL.max_elements`` steps and thread blocks.
+
+    >>> check_loadable(Collective(CollectiveKind.ALLGATHER, 8 << 20, tuple(range(8)),
+    ...                           chunks_per_rank=100_000))
+    Traceback (most recent call last):
+    ...
+    te_ccl.errors.RuntimeLimitError: no MSCCL algorithm of 100000 chunks per rank loads: rank 0 receives 700000 chunks, at least 9860 steps of at most 71 chunks, more than the 4096 elements the runtime reads per rank (use fewer chunks)
+    """
+    from te_ccl.runtime_limits import MSCCL
+
+    per_step = MSCCL.max_count - 1
+    if collective.commodities * (collective.nranks - 1) <= per_step * MSCCL.max_elements:
+        return  # even one rank receiving every chunk fits
+    received = Counter(d for c in collective.iter_chunks() for d in c.destinations)
+    rank, most = max(received.items(), key=lambda x: (x[1], -x[0]))
+    if -(-most // per_step) > MSCCL.max_elements:
+        raise RuntimeLimitError(
+            f"no MSCCL algorithm of {collective.chunks_per_rank} chunks per rank loads: rank "
+            f"{rank} receives {most} chunks, at least {-(-most // per_step)} steps of at most "
+            f"{per_step} chunks, more than the {MSCCL.max_elements} elements the runtime reads "
+            "per rank (use fewer chunks)")
 
 
 def rooted_notes(collective: Collective) -> tuple[str, ...]:
@@ -208,6 +236,8 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
         raise SpecError(f"a size library of {collective.kind.value} would run for every "
                         "root (the MSCCL executor selects by collective and size, not by "
                         "root); compile one size without --sizes instead", key="--sizes")
+    if fmt == "xml":
+        check_loadable(collective)
     unit = max(replace(collective, chunks_per_rank=k).nchunks
                for k in chunk_choices or (collective.chunks_per_rank,))
     timer = Timer()

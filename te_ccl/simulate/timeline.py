@@ -24,6 +24,7 @@ def draw_timeline(result: SimResult, path: str | Path, *, title: str = "") -> Pa
         raise SpecError(f"expected a .png, .svg or .pdf file name, got {path.name!r}",
                         key="--timeline")
     plt = pyplot()
+    from matplotlib.collections import LineCollection, PolyCollection
 
     links = sorted({(iv.src, iv.dst) for iv in result.intervals})
     row = {k: i for i, k in enumerate(links)}
@@ -32,14 +33,19 @@ def draw_timeline(result: SimResult, path: str | Path, *, title: str = "") -> Pa
     colour = {lab: cmap(i % 20) for i, lab in enumerate(labels)}
     scale, unit = _time_unit(max(result.finish_time_s, result.last_arrival_s))
     fig, ax = plt.subplots(figsize=(10, max(2.0, 0.28 * len(links) + 1.2)))
+    bars, colours, tails = [], [], []  # one artist for all bars, one for all tails
     for iv in result.intervals:
-        y = row[(iv.src, iv.dst)]
-        ax.barh(y, (iv.end_s - iv.start_s) * scale, left=iv.start_s * scale, height=0.7,
-                color=colour[iv.label], edgecolor="black", linewidth=0.3)
+        y, x0, x1 = row[(iv.src, iv.dst)], iv.start_s * scale, iv.end_s * scale
+        bars.append([(x0, y - 0.35), (x1, y - 0.35), (x1, y + 0.35), (x0, y + 0.35)])
+        colours.append(colour[iv.label])
         if iv.arrive_s > iv.end_s:
-            ax.plot([iv.end_s * scale, iv.arrive_s * scale], [y, y], color="grey", lw=0.6)
+            tails.append([(x1, y), (iv.arrive_s * scale, y)])
+    ax.add_collection(PolyCollection(bars, facecolors=colours, edgecolors="black",
+                                     linewidths=0.3))
+    ax.add_collection(LineCollection(tails, colors="grey", linewidths=0.6))
+    ax.autoscale_view()
+    ax.set_ylim(len(links) - 0.5, -0.5)  # the first link on top
     ax.set_yticks(range(len(links)), [f"{s}→{d}" for s, d in links], fontsize=7)
-    ax.invert_yaxis()
     ax.set_xlabel(f"time ({unit})")
     ax.axvline(result.finish_time_s * scale, color="red", lw=0.8, ls="--")
     ax.set_title(title or f"finish {result.finish_time_s * scale:.4g} {unit}")

@@ -123,7 +123,7 @@ def test_size_libraries_over_tiny_and_wide_ranges(teccl, tmp_path):
     for span in ("1B..64B", "1B..1TB"):
         out = tmp_path / span.replace(".", "_")
         code, _, err = teccl("compile", "dgx1", "-c", "allgather", "--sizes", span, "-o",
-                             str(out), "--time-limit", "5")
+                             str(out), "--time-limit", "1")
         assert code == 0, err
         assert all(verify_msccl(p).valid for p in out.iterdir())
 
@@ -152,7 +152,7 @@ def test_tiny_epoch_is_refused_naming_the_cap(teccl):
 def test_huge_chunk_counts_are_refused_before_building(teccl):
     code, _, err = teccl("compile", "dgx1", "-c", "allgather", "-s", "1GB", "--chunks",
                          "100000", "-o", "-")
-    assert code == 3 and "one model holds at most" in err
+    assert code == 3 and "no MSCCL algorithm of 100000 chunks per rank loads" in err
 
 
 def test_huge_custom_demands_are_refused(teccl, tmp_path):
