@@ -8,6 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from te_ccl.runtime_limits import MSCCL
+from te_ccl.verify.msccl.execute import buffering
+from te_ccl.verify.msccl.reader import parse_msccl
 from te_ccl.verify.msccl.verify import verify_msccl
 
 from .xmltools import algo_xml, reference
@@ -41,6 +43,14 @@ def test_deadlocks_only_at_depth_two() -> None:
     assert not deadlocks(exchange(3, proto="LL"))
     assert not deadlocks(exchange(3), slots=8 * MSCCL.call_slots("Simple"))
     assert deadlocks(exchange(3))
+
+
+def test_the_data_free_check_finds_the_same_deadlocks() -> None:
+    """``buffering`` (waits, calls and flags only) agrees with the full execution."""
+    for sends in (2, 3):
+        algo, _ = parse_msccl(exchange(sends))
+        found = {f.rule for f in buffering(algo) if f.severity == "error"}
+        assert ("deadlock" in found) == deadlocks(exchange(sends))
 
 
 def test_the_deadlock_names_its_cycle() -> None:
