@@ -142,10 +142,20 @@ class Topology:
         return (src, dst) in self._links_by_key
 
     def out_links(self, name: str) -> list[Link]:
-        return [link for link in self.links if link.src == name]
+        return list(self._links_of[0].get(name, ()))
 
     def in_links(self, name: str) -> list[Link]:
-        return [link for link in self.links if link.dst == name]
+        return list(self._links_of[1].get(name, ()))
+
+    @cached_property
+    def _links_of(self) -> tuple[dict[str, list[Link]], dict[str, list[Link]]]:
+        """Each node's out-links and in-links, in link order (one pass, not one per call)."""
+        out: dict[str, list[Link]] = {}
+        into: dict[str, list[Link]] = {}
+        for link in self.links:
+            out.setdefault(link.src, []).append(link)
+            into.setdefault(link.dst, []).append(link)
+        return out, into
 
     def graph(self) -> nx.DiGraph:
         """A fresh networkx DiGraph: node attr ``node``, edge attrs ``link``, ``bandwidth``, ``latency``."""
