@@ -260,8 +260,9 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
                deadline: float) -> None:
     """Race the templates (the in-switch schedule where the fabric has one), timing only
     those that can beat the best so far (by ``at_least``); none beyond
-    :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs, and once there is a best,
-    none after the ``deadline`` (``time.monotonic()``) less the time kept to write it.
+    :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs, none past the compile's
+    deadline, and once there is a best, none after the ``deadline``
+    (``time.monotonic()``) less the time kept to write it.
 
     The templates are built in the Schedule IR with the same α semantics, so their times
     compare directly with the solvers'.
@@ -280,7 +281,8 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     builds.append(("in-switch", partial(in_switch_candidate, topology, collective)))
     at_most = race.judge.at_most(race.best[0]) if race.best is not None else None
     for name, build in builds:
-        if race.best is not None and time.monotonic() > deadline - race.reserve_s:
+        if left() <= 0 or (race.best is not None
+                           and time.monotonic() > deadline - race.reserve_s):
             race.skip(f"template {name}", "no time left")
             continue
         try:

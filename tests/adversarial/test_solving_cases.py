@@ -163,6 +163,16 @@ def test_huge_custom_demands_are_refused(teccl, tmp_path):
     assert code == 2 and "at most 2097152" in err
 
 
+def test_a_compile_too_large_for_its_time_limit_stops_at_it_and_writes_nothing(teccl,
+                                                                             tmp_path):
+    """256 GPUs in one second: the compile names the stage the limit cut short."""
+    out = tmp_path / "ag.xml"
+    code, _, err = teccl("compile", "mesh16x16", "-c", "allgather", "-s", "1GB", "-o",
+                         str(out), "--time-limit", "1")
+    assert code == 3 and "time limit" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_model_building_counts_against_the_time_limit():
     problem = build_problem(_one_way_ring(8), Collective(CollectiveKind.ALLGATHER, 8000,
                                                          tuple(range(8))))
