@@ -49,10 +49,10 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> Deps:
         wait = [last_write[s] for s in ins.reads + ins.writes if s in last_write]
         wait += [r for s in ins.writes for r in reads[s]]
         if link_order and ins.send is not None:
-            peer = ins.send.dst
-            if peer in last_send:
-                wait.append(last_send[peer])
-            last_send[peer] = me
+            link = ins.send.link
+            if link in last_send:
+                wait.append(last_send[link])
+            last_send[link] = me
         deps[tb].append(_prune(me, wait, clocks, start))
         for s in ins.reads:
             reads[s].append(me)
