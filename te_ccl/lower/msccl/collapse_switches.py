@@ -17,6 +17,7 @@ from typing import NamedTuple
 from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.lower.msccl.ir import LOWERING
+from te_ccl.model.epochs import ceil_tol
 from te_ccl.schedule import Schedule, Transfer
 
 __all__ = ["Edge", "collapse_switches"]
@@ -27,7 +28,8 @@ class Edge(NamedTuple):
 
     ``seq`` only separates otherwise identical edges (two switch paths at the same times).
     ``via``: the topology node index of the switch the path enters first, -1 for a direct
-    link. A named tuple, not a dataclass: at 1024 GPUs there are millions of edges, and
+    link; ``busy``: the epochs the chunk occupies its first link (it has left the sender
+    by epoch ``start + busy``). A named tuple, not a dataclass: at 1024 GPUs there are millions of edges, and
     tuples are built, hashed and compared in C.
     """
 
@@ -39,6 +41,7 @@ class Edge(NamedTuple):
     seq: int
     op: str = "copy"
     via: int = -1
+    busy: int = 1
 
     @property
     def link(self) -> int:
@@ -59,6 +62,8 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
     else:  # the same order: each pair is one transfer twice
         raw = [(t, t) for t in sorted(transfers, key=_fields)]
     index = {n.name: i for i, n in enumerate(topo.nodes)}
+    busy: dict[tuple[str, str], int] = {}
+    per_epoch = schedule.chunk_bytes / schedule.epoch_s  # bandwidth of one chunk an epoch
     edges = []
     for seq, (first, last) in enumerate(checked(raw, LOWERING)):
         for gpu in (first.src, last.dst):
@@ -67,8 +72,11 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
                                  "the collective's ranks: MSCCL cannot relay through a GPU "
                                  "outside the communicator")
         via = -1 if first is last else index[first.dst]
+        key = (first.src, first.dst)
+        if key not in busy:
+            busy[key] = max(1, ceil_tol(per_epoch / topo.link(*key).bandwidth_Bps))
         edges.append(Edge(first.start_epoch, last.arrive_epoch, first.chunk, pos[first.src],
-                          pos[last.dst], seq, last.op, via))
+                          pos[last.dst], seq, last.op, via, busy[key]))
     return tuple(sorted(edges))
 
 
