@@ -86,9 +86,6 @@ def test_ranks_over_the_element_limit_fuse_anyway_and_say_so(kit, monkeypatch):
 
 
 @pytest.mark.parametrize("inplace", [False, True])
-@pytest.mark.xfail(strict=True, reason="at the runtime's 2 Simple slots the XML replays 8 % "
-                   "slower than the schedule (exact at 8): a slot frees when the receiving step "
-                   "is done, later than the arrival epoch the channel pass plans by")
 def test_ring8_alltoall_runs_at_two_slots_under_simple(inplace):
     """teccl's own ring8 AlltoAll 1 MB deadlocked when connections hold two sends."""
     from te_ccl.solve import SolveParams, solve

@@ -311,7 +311,7 @@ def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
                 last = conn.rcv[-1]
                 if not last < rcv or (len(conn.snd) >= depth
                                       and not _freed(conn.rcv[-depth], timed) < snd) \
-                        or (timed and last[1] == 1 and rcv[1] == 0 and rcv[0] < last[2].arrive):
+                        or (timed and last[1] == 1 and rcv[1] != 1 and rcv[0] < last[2].arrive):
                     continue
             elif not _conn_fits(conn, snd, rcv, depth, timed):
                 continue
@@ -390,9 +390,9 @@ def _freed(rcv: tuple, timed: bool) -> tuple:
 def _held_up(before: tuple, after: tuple) -> bool:
     """Would the receive ``after`` wait for the fused step ``before`` in its thread block?
     A fused step (receive order ``(start, 1, outgoing edge)``) is done once its send has
-    left; a plain receive (``(arrive, 0, edge)``) next in the thread block arriving
+    left; a plain receive (``(arrive, 0 or 2, edge)``) next in the thread block arriving
     before that would be taken late, and so would what waits for its value."""
-    return before[1] == 1 and after[1] == 0 and after[0] < before[2].arrive
+    return before[1] == 1 and after[1] != 1 and after[0] < before[2].arrive
 
 
 def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None) -> int:

@@ -29,7 +29,8 @@ class Edge(NamedTuple):
     ``seq`` only separates otherwise identical edges (two switch paths at the same times).
     ``via``: the topology node index of the switch the path enters first, -1 for a direct
     link; ``busy``: the epochs the chunk occupies its first link (it has left the sender
-    by epoch ``start + busy``). A named tuple, not a dataclass: at 1024 GPUs there are millions of edges, and
+    by epoch ``start + busy``); ``fed``: the receiver sends the chunk on in the epoch it
+    arrives (so its receive must come before that epoch's sends). A named tuple, not a dataclass: at 1024 GPUs there are millions of edges, and
     tuples are built, hashed and compared in C.
     """
 
@@ -42,6 +43,7 @@ class Edge(NamedTuple):
     op: str = "copy"
     via: int = -1
     busy: int = 1
+    fed: bool = True
 
     @property
     def link(self) -> int:
@@ -64,6 +66,7 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
     index = {n.name: i for i, n in enumerate(topo.nodes)}
     busy: dict[tuple[str, str], int] = {}
     per_epoch = schedule.chunk_bytes / schedule.epoch_s  # bandwidth of one chunk an epoch
+    sent = {(first.src, first.chunk, first.start_epoch) for first, _ in raw}
     edges = []
     for seq, (first, last) in enumerate(checked(raw, LOWERING)):
         for gpu in (first.src, last.dst):
@@ -74,9 +77,11 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
         via = -1 if first is last else index[first.dst]
         key = (first.src, first.dst)
         if key not in busy:
-            busy[key] = max(1, ceil_tol(per_epoch / topo.link(*key).bandwidth_Bps))
+            busy[key] = ceil_tol(per_epoch / topo.link(*key).bandwidth_Bps)
+        left = min(busy[key], first.arrive_epoch - first.start_epoch)  # gone when it arrives
         edges.append(Edge(first.start_epoch, last.arrive_epoch, first.chunk, pos[first.src],
-                          pos[last.dst], seq, last.op, via, busy[key]))
+                          pos[last.dst], seq, last.op, via, max(1, left),
+                          (last.dst, last.chunk, last.arrive_epoch) in sent))
     return tuple(sorted(edges))
 
 
