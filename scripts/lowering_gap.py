@@ -70,8 +70,8 @@ def schedule_of(name: str, time_limit: float, load: Path | None):
 def measure(schedule) -> dict:
     from te_ccl.lower.msccl import build_program
     from te_ccl.lower.msccl.to_xml import program_to_xml
-    from te_ccl.simulate import simulate_schedule
     from te_ccl.runtime_limits import MSCCL
+    from te_ccl.simulate import simulate_schedule
     from te_ccl.simulate.msccl import simulate_msccl
     from te_ccl.verify.msccl.reader import read_msccl
     from te_ccl.verify.msccl.verify import verify_msccl

@@ -121,7 +121,7 @@ def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
                 steps.append(Step(len(steps), Op.NOP, None, None, 0, t, s))
             src, dst = slots.printed(gpu, ins)
             depid, dep_s = waits[-1] if waits else (-1, -1)
-            steps.append(Step(len(steps), ins.op, src, dst, 1, depid, dep_s,
+            steps.append(Step(len(steps), ins.op, src, dst, ins.cnt, depid, dep_s,
                               (tb, len(steps)) in targets))
         out.append(Threadblock(tb, p.send, p.recv, p.chan, tuple(steps)))
     return out
