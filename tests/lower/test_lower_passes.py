@@ -25,14 +25,14 @@ def test_switch_copy_becomes_one_edge_per_destination(kit):
     assert all((e.start, e.arrive, e.op) == (0, 2, "copy") for e in edges)
     # a GPU's edges through the switch leave on one link, its link to the switch
     assert all(len({e.link for e in edges if e.src == g}) == 1 for g in range(4))
-    assert not any(e.fed for e in edges)  # nobody sends a received chunk on
+    assert all(e.final for e in edges)  # nobody sends a received chunk on
 
 
-def test_a_direct_edge_leaves_on_its_own_link_and_knows_it_is_forwarded(kit):
+def test_a_direct_edge_leaves_on_its_own_link_and_knows_whether_it_is_sent_on(kit):
     edges = collapse_switches(kit.ring_allgather(4))
     assert len({e.link for e in edges if e.src == 0}) == 1  # one ring neighbour
-    # every hop but the last is sent on in the epoch it arrives
-    assert [e.fed for e in edges if e.chunk == 0] == [True, True, False]
+    # every hop but the last is sent on
+    assert [e.final for e in edges if e.chunk == 0] == [False, False, True]
 
 
 def test_own_pieces_are_copied_to_the_output_in_one_step(kit):

@@ -29,9 +29,9 @@ class Edge(NamedTuple):
     ``seq`` only separates otherwise identical edges (two switch paths at the same times).
     ``via``: the topology node index of the switch the path enters first, -1 for a direct
     link; ``busy``: the epochs the chunk occupies its first link (it has left the sender
-    by epoch ``start + busy``); ``fed``: the receiver sends the chunk on in the epoch it
-    arrives (so its receive must come before that epoch's sends). A named tuple, not a dataclass: at 1024 GPUs there are millions of edges, and
-    tuples are built, hashed and compared in C.
+    by epoch ``start + busy``); ``final``: the receiver does not send the chunk on (a
+    delivery, which no send of its epoch waits for). A named tuple, not a dataclass: at
+    1024 GPUs there are millions of edges, and tuples are built, hashed and compared in C.
     """
 
     start: int
@@ -43,7 +43,7 @@ class Edge(NamedTuple):
     op: str = "copy"
     via: int = -1
     busy: int = 1
-    fed: bool = True
+    final: bool = False
 
     @property
     def link(self) -> int:
@@ -66,7 +66,10 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
     index = {n.name: i for i, n in enumerate(topo.nodes)}
     busy: dict[tuple[str, str], int] = {}
     per_epoch = schedule.chunk_bytes / schedule.epoch_s  # bandwidth of one chunk an epoch
-    sent = {(first.src, first.chunk, first.start_epoch) for first, _ in raw}
+    last_sent: dict[tuple[str, int], int] = {}  # (GPU, chunk) -> its last send's epoch
+    for first, _ in raw:
+        key = (first.src, first.chunk)
+        last_sent[key] = max(last_sent.get(key, -1), first.start_epoch)
     edges = []
     for seq, (first, last) in enumerate(checked(raw, LOWERING)):
         for gpu in (first.src, last.dst):
@@ -81,7 +84,7 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
         left = min(busy[key], first.arrive_epoch - first.start_epoch)  # gone when it arrives
         edges.append(Edge(first.start_epoch, last.arrive_epoch, first.chunk, pos[first.src],
                           pos[last.dst], seq, last.op, via, max(1, left),
-                          (last.dst, last.chunk, last.arrive_epoch) in sent))
+                          last_sent.get((last.dst, last.chunk), -1) < last.arrive_epoch))
     return tuple(sorted(edges))
 
 

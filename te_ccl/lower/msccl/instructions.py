@@ -1,8 +1,8 @@
 """Pass 2: per-GPU instructions from the edges, and which of them can be fused.
 
-Every GPU replays its events in time order ``order``: arrivals of an epoch that are
-sent on in it before the sends that start in it (the ``te_ccl.schedule`` semantics),
-other arrivals after them (:func:`recv_order`). A received copy lands in the
+Every GPU replays its events in time order ``order``: arrivals of an epoch before the
+sends that start in it (the ``te_ccl.schedule`` semantics), but deliveries of chunks the
+GPU does not send on after them (:func:`recv_order`). A received copy lands in the
 chunk's *work* slot: its output slot when the GPU needs the chunk, else scratch (also
 scratch when an in-place output slot still holds data to send, then copied at the end).
 A received partial (``op="reduce"``) is added to the GPU's current value (``rrc``).
@@ -67,11 +67,12 @@ class Fusion(NamedTuple):
 
 
 def recv_order(e: Edge) -> tuple:
-    """An arrival whose chunk is sent on in its epoch comes before that epoch's sends,
-    any other after them (a send sharing its thread block need not wait for it: the
-    schedule's replay starts sends before the epoch's arrivals are in); the edge itself
-    breaks ties (its ``seq`` is unique, and sharing it saves a key tuple per step)."""
-    return (e.arrive, 0 if e.fed else 2, e)
+    """Arrivals of an epoch come before its sends, but deliveries (``Edge.final``: not
+    sent on) after them: no send waits for those, and one sharing their thread block
+    would (the schedule's replay starts sends before the epoch's arrivals are in). The
+    edge itself breaks ties (its ``seq`` is unique, and sharing it saves a key tuple
+    per step)."""
+    return (e.arrive, 2 if e.final else 0, e)
 
 
 def send_order(e: Edge) -> tuple:
