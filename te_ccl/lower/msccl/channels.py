@@ -363,7 +363,8 @@ def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple, depth: int, timed: bool = Tr
     ``timed`` no receive held up by a fused step before it)?"""
     n = len(conn.snd)
     if not n or conn.snd[-1] < snd:  # appended (the usual case: edges come in time order)
-        return not n or (conn.rcv[-1] < rcv and (n < depth or _freed(conn.rcv[-depth], timed) < snd)
+        return not n or (conn.rcv[-1] < rcv
+                         and (n < depth or _freed(conn.rcv[-depth], timed) < snd)
                          and not (timed and _held_up(conn.rcv[-1], rcv)))
     i = bisect_left(conn.snd, snd)
     if (i > 0 and conn.rcv[i - 1] > rcv) or conn.rcv[i] < rcv:

@@ -6,8 +6,8 @@ GPU does not send on after them (:func:`recv_order`). A received copy lands in t
 chunk's *work* slot: its output slot when the GPU needs the chunk, else scratch (also
 scratch when an in-place output slot still holds data to send, then copied at the end).
 A received partial (``op="reduce"``) is added to the GPU's current value (``rrc``).
-Out-of-place, a rank whose own piece belongs in its output copies ``i → o`` (``cpy``, one step
-per run of consecutive slots).
+Out-of-place, a rank whose own piece belongs in its output copies ``i → o`` (``cpy``,
+one step per run of consecutive slots).
 
 Fusion: a receive whose value is next read by a send becomes ``rcs`` (copy) or
 ``rrcs``/``rrs`` (reduction; ``rrs`` when nothing reads the sum afterwards). A fused step
@@ -136,20 +136,17 @@ def _first_copies(g: int, kept: list[tuple[int, Slot, Slot]]) -> list[Instr]:
     out of place), before anything else: one ``cpy`` per run of slots that are
     consecutive in both buffers (its ``cnt`` below the runtime's ``MSCCL_MAX_COUNT``),
     where a step per chunk would spend the reader's elements."""
-    out: list[Instr] = []
-    run: list[tuple[int, Slot, Slot]] = []
-    for item in sorted(kept, key=lambda x: (x[1], x[2])) + [None]:
-        if run and item is not None and len(run) < MSCCL.max_count - 1 \
-                and _follows(run[-1][1], item[1]) and _follows(run[-1][2], item[2]):
+    runs: list[list[tuple[int, Slot, Slot]]] = []
+    for item in sorted(kept, key=lambda x: (x[1], x[2])):
+        run = runs[-1] if runs else None
+        if run and len(run) < MSCCL.max_count - 1 and _follows(run[-1][1], item[1]) \
+                and _follows(run[-1][2], item[2]):
             run.append(item)
-            continue
-        if run:
-            k, src, dst = run[0]
-            out.append(Instr(g, Op.COPY, k, (-1, 0, (k,)), src=src, dst=dst,
-                             reads=tuple(x[1] for x in run), writes=tuple(x[2] for x in run),
-                             cnt=len(run)))
-        run = [item]
-    return out
+        else:
+            runs.append([item])
+    return [Instr(g, Op.COPY, run[0][0], (-1, 0, (run[0][0],)), src=run[0][1], dst=run[0][2],
+                  reads=tuple(x[1] for x in run), writes=tuple(x[2] for x in run), cnt=len(run))
+            for run in runs]
 
 
 def _follows(a: Slot, b: Slot) -> bool:
