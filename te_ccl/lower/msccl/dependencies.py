@@ -4,8 +4,9 @@ Steps of one thread block run in order; steps of different thread blocks on one 
 synchronise only through ``depid``/``deps``. Walking a GPU's instructions in time order,
 a step that reads a slot waits for the last step writing it (read after write), and a
 step that writes a slot waits for the last write and for every read since (write after
-read). With ``link_order``, a send also waits for the previous send to the same peer
-(on another channel, so in another thread block): the link then carries the sends in
+read). With ``link_order``, a send also waits for the previous send on the same out-link
+of its GPU (``Edge.link``: to the same peer on another channel, or through the same
+switch to any peer, so in another thread block): the link then carries the sends in
 the schedule's order, which thread blocks running freely would not keep (a chunk ready
 early would overtake one the schedule sends first). Only the latest step per other
 thread block is kept (a flag set by step ``k`` means steps ``0..k`` are done). The first extra dependencies become ``nop`` steps right
