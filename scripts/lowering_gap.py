@@ -1,7 +1,9 @@
 """How much time the MSCCL lowering loses: schedule replay against the replay of its XML.
 
-For each case this solves the collective as ``teccl compile`` does (``solve_best``, with
-``--chunks auto``'s candidates where the case says ``auto``), replays the schedule
+For each case this solves the collective as ``teccl compile`` does (``solve_best`` with
+the case's backend, ``--chunks auto``'s candidates where the case says ``auto``, and
+``render_fitting``: solved again with fewer sub-chunks where the runtime cannot hold a
+scale schedule's), replays the schedule
 (``te_ccl.simulate.simulate_schedule``), lowers it (``lower_to_msccl``), replays the XML
 (``te_ccl.simulate.msccl.simulate_msccl``) and runs the verifier at the protocol's real
 buffering (``MSCCL.outstanding_sends``). Columns: schedule replay, XML replay, their
