@@ -1,8 +1,10 @@
 """How much time the MSCCL lowering loses: schedule replay against the replay of its XML.
 
-For each case this solves the collective as ``teccl compile`` does (``solve_best``, with
-``--chunks auto``'s candidates where the case says ``auto``), replays the schedule
-(``te_ccl.pipeline.simulated_time``), lowers it (``lower_to_msccl``), replays the XML
+For each case this solves the collective as ``teccl compile`` does (``solve_best`` with
+the case's backend, ``--chunks auto``'s candidates where the case says ``auto``, and
+``render_fitting``: solved again with fewer sub-chunks where the runtime cannot hold a
+scale schedule's), replays the schedule
+(``te_ccl.simulate.simulate_schedule``), lowers it (``lower_to_msccl``), replays the XML
 (``te_ccl.simulate.msccl.simulate_msccl``) and runs the verifier at the protocol's real
 buffering (``MSCCL.outstanding_sends``). Columns: schedule replay, XML replay, their
 ratio, the lowering's notes, and the verifier's verdict::
@@ -24,7 +26,7 @@ import argparse
 import sys
 from pathlib import Path
 
-# name: (topology, collective, size, chunks: "auto" or chunks per rank, in place)
+# name: (topology, collective, size, chunks: "auto" or chunks per rank, in place[, backend])
 CASES = {
     "ring8-alltoall-1MB": ("ring8", "alltoall", "1MB", 1, False),
     "ring8-alltoall-1MB-inplace": ("ring8", "alltoall", "1MB", 1, True),
@@ -38,18 +40,23 @@ CASES = {
     "dgx1-gather-1MB": ("dgx1", "gather", "1MB", 1, False),
     "dgx1-scatter-1MB": ("dgx1", "scatter", "1MB", 1, False),
     "mesh8x8-allgather-1GiB": ("mesh8x8", "allgather", "1GiB", 1, False),
+    "aws-p4dx2-allgather-1GB-scale": ("aws-p4dx2", "allgather", "1GB", 1, False, "scale"),
+    "aws-p4dx2-allreduce-1GB-scale": ("aws-p4dx2", "allreduce", "1GB", 1, False, "scale"),
+    "aws-p5x2-allreduce-1GB-scale": ("aws-p5x2", "allreduce", "1GB", 1, False, "scale"),
+    "hgx-h100x2-allreduce-1GB": ("hgx-h100x2", "allreduce", "1GB", 1, False),
+    "hgx-h100x16-allreduce-1GB": ("hgx-h100x16", "allreduce", "1GB", 1, False),
 }
 
 
 def schedule_of(name: str, time_limit: float, load: Path | None):
     from te_ccl.chunking import BASE_CHUNKS
-    from te_ccl.pipeline import solve_best
+    from te_ccl.pipeline import CompileOptions, render_fitting, solve_best
     from te_ccl.schedule import Schedule
     from te_ccl.solve import SolveParams
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
 
-    topo_name, kind, size, chunks, inplace = CASES[name]
+    topo_name, kind, size, chunks, inplace, *backend = CASES[name]
     topo = load_topology(topo_name)
     if load is not None:
         return Schedule.from_json((load / f"{name}.json").read_text(), topo)
@@ -57,14 +64,16 @@ def schedule_of(name: str, time_limit: float, load: Path | None):
     coll = load_collective(topo, None, collective=kind, size=size, inplace=inplace,
                            chunks=1 if chunks == "auto" else chunks, **rooted)
     choices = BASE_CHUNKS if chunks == "auto" else ()
-    return solve_best(topo, coll, SolveParams(time_limit_s=time_limit), choices)
+    params = SolveParams(backend=backend[0] if backend else "auto", time_limit_s=time_limit)
+    schedule = solve_best(topo, coll, params, choices)
+    return render_fitting(schedule, CompileOptions(), params)[0]  # as the compile writes it
 
 
 def measure(schedule) -> dict:
     from te_ccl.lower.msccl import build_program
     from te_ccl.lower.msccl.to_xml import program_to_xml
-    from te_ccl.pipeline import simulated_time
     from te_ccl.runtime_limits import MSCCL
+    from te_ccl.simulate import simulate_schedule
     from te_ccl.simulate.msccl import simulate_msccl
     from te_ccl.verify.msccl.reader import read_msccl
     from te_ccl.verify.msccl.verify import verify_msccl
@@ -72,7 +81,7 @@ def measure(schedule) -> dict:
     coll = schedule.collective
     program = build_program(schedule)
     xml = program_to_xml(program).decode()
-    sched_s = simulated_time(schedule)
+    sched_s = simulate_schedule(schedule).finish_time_s
     algo = read_msccl(xml)
     xml_s = simulate_msccl(algo, schedule.topology, coll.size_bytes).finish_time_s
     piece_s = None

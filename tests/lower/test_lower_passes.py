@@ -8,6 +8,7 @@ import pytest
 from lxml import etree
 
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.lower.msccl.buffers import buffer_layout
 from te_ccl.lower.msccl.collapse_switches import collapse_switches
 from te_ccl.lower.msccl.ir import Buf, Slot
@@ -22,6 +23,27 @@ def test_switch_copy_becomes_one_edge_per_destination(kit):
     assert len(edges) == 12
     assert {(e.src, e.dst) for e in edges} == {(a, b) for a in range(4) for b in range(4) if a != b}
     assert all((e.start, e.arrive, e.op) == (0, 2, "copy") for e in edges)
+    # a GPU's edges through the switch leave on one link, its link to the switch
+    assert all(len({e.link for e in edges if e.src == g}) == 1 for g in range(4))
+    assert all(e.final for e in edges)  # nobody sends a received chunk on
+
+
+def test_a_direct_edge_leaves_on_its_own_link_and_knows_whether_it_is_sent_on(kit):
+    edges = collapse_switches(kit.ring_allgather(4))
+    assert len({e.link for e in edges if e.src == 0}) == 1  # one ring neighbour
+    # every hop but the last is sent on
+    assert [e.final for e in edges if e.chunk == 0] == [False, False, True]
+
+
+def test_own_pieces_are_copied_to_the_output_in_one_step(kit):
+    schedule = kit.direct(kit.full(3), kit.coll("allgather", 3, chunks=4))
+    xml = lower_to_msccl(schedule)
+    kit.assert_verifies(xml)
+    for gpu in etree.fromstring(xml).iter("gpu"):
+        copies = [st for st in gpu.iter("step") if st.get("type") == "cpy"]
+        assert [(c.get("srcbuf"), c.get("srcoff"), c.get("cnt")) for c in copies] == \
+            [("i", "0", "4")]
+        assert copies[0].get("dstoff") == str(4 * int(gpu.get("id")))
 
 
 @pytest.mark.parametrize("inplace", [False, True])

@@ -34,10 +34,12 @@ Time: every pass observes the deadline of the compile under way
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
 within that depth. Timing: the file keeps the schedule's timing where the runtime runs
-it as the schedule says: a send waits for the previous send to its peer (the link's
-order), and a receive is fused into a send only where no other step of the GPU would
-wait for that send to leave (:mod:`instructions`, :mod:`channels`). Ranks rerun for the
-element limit may keep fusions that do delay steps; the program's ``notes`` say so.
+it as the schedule says: a send waits for the previous send on its out-link (the link's
+order, also where a switch's peers share it), a receive is fused into a send only where
+no other step of the GPU would wait for that send to leave, and a fused step holds its
+connection's slot until its send has left (:mod:`instructions`, :mod:`channels`). Ranks
+rerun for the element limit may keep fusions that do delay steps; the program's
+``notes`` say so.
 """
 
 from __future__ import annotations

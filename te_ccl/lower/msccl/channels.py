@@ -309,8 +309,9 @@ def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
         if conn is not None and conn.snd:
             if conn.snd[-1] < snd:
                 last = conn.rcv[-1]
-                if not last < rcv or (len(conn.snd) >= depth and not conn.rcv[-depth] < snd) \
-                        or (timed and last[1] == 1 and rcv[1] == 0 and rcv[0] < last[2].arrive):
+                if not last < rcv or (len(conn.snd) >= depth
+                                      and not _freed(conn.rcv[-depth], timed) < snd) \
+                        or (timed and last[1] == 1 and rcv[1] != 1 and rcv[0] < last[2].arrive):
                     continue
             elif not _conn_fits(conn, snd, rcv, depth, timed):
                 continue
@@ -362,7 +363,8 @@ def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple, depth: int, timed: bool = Tr
     ``timed`` no receive held up by a fused step before it)?"""
     n = len(conn.snd)
     if not n or conn.snd[-1] < snd:  # appended (the usual case: edges come in time order)
-        return not n or (conn.rcv[-1] < rcv and (n < depth or conn.rcv[-depth] < snd)
+        return not n or (conn.rcv[-1] < rcv
+                         and (n < depth or _freed(conn.rcv[-depth], timed) < snd)
                          and not (timed and _held_up(conn.rcv[-1], rcv)))
     i = bisect_left(conn.snd, snd)
     if (i > 0 and conn.rcv[i - 1] > rcv) or conn.rcv[i] < rcv:
@@ -373,15 +375,25 @@ def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple, depth: int, timed: bool = Tr
     s = conn.snd[lo:i] + [snd] + conn.snd[i:hi]
     r = conn.rcv[lo:i] + [rcv] + conn.rcv[i:hi]
     # the message ``depth`` places earlier must be received before this one is sent
-    return all(r[k - depth] < s[k] for k in range(depth, len(s)))
+    return all(_freed(r[k - depth], timed) < s[k] for k in range(depth, len(s)))
+
+
+def _freed(rcv: tuple, timed: bool) -> tuple:
+    """When the receive of order ``rcv`` frees its slot of the connection: a plain
+    receive at once, a fused step (``(start, 1, outgoing edge)``) once its send has left
+    its first link, if ``timed`` (for deadlock freedom its start is enough)."""
+    if timed and rcv[1] == 1:
+        out = rcv[2]
+        return (out.start + out.busy, 0, out)
+    return rcv
 
 
 def _held_up(before: tuple, after: tuple) -> bool:
     """Would the receive ``after`` wait for the fused step ``before`` in its thread block?
     A fused step (receive order ``(start, 1, outgoing edge)``) is done once its send has
-    left; a plain receive (``(arrive, 0, edge)``) next in the thread block arriving
+    left; a plain receive (``(arrive, 0 or 2, edge)``) next in the thread block arriving
     before that would be taken late, and so would what waits for its value."""
-    return before[1] == 1 and after[1] == 0 and after[0] < before[2].arrive
+    return before[1] == 1 and after[1] != 1 and after[0] < before[2].arrive
 
 
 def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None) -> int:

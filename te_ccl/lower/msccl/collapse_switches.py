@@ -1,7 +1,9 @@
 """Pass 1: collapse paths through switches into GPU-to-GPU edges (MSCCL has no switches).
 
 A chunk's path ``GPU → switch(es) → GPU`` becomes one edge between the two GPUs, starting
-when the first hop starts and arriving when the last hop arrives. A switch that copies
+when the first hop starts and arriving when the last hop arrives; the edge remembers the
+switch its path enters first, since the sender's link to that switch is shared by all its
+edges through the switch (:attr:`Edge.link`). A switch that copies
 becomes several edges from the source GPU. A switch that adds partials (FRED) cannot be
 expressed in MSCCL and is rejected. Ranks become positions in ``collective.ranks`` (the
 XML's GPU ids); a path through a GPU outside the collective cannot be expressed either.
@@ -15,6 +17,7 @@ from typing import NamedTuple
 from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.lower.msccl.ir import LOWERING
+from te_ccl.model.epochs import ceil_tol
 from te_ccl.schedule import Schedule, Transfer
 
 __all__ = ["Edge", "collapse_switches"]
@@ -24,8 +27,11 @@ class Edge(NamedTuple):
     """Chunk ``chunk`` sent from position ``src`` to ``dst``; sorted by start epoch first.
 
     ``seq`` only separates otherwise identical edges (two switch paths at the same times).
-    A named tuple, not a dataclass: at 1024 GPUs there are millions of edges, and tuples
-    are built, hashed and compared in C.
+    ``via``: the topology node index of the switch the path enters first, -1 for a direct
+    link; ``busy``: the epochs the chunk occupies its first link (it has left the sender
+    by epoch ``start + busy``); ``final``: the receiver does not send the chunk on (a
+    delivery, which no send of its epoch waits for). A named tuple, not a dataclass: at
+    1024 GPUs there are millions of edges, and tuples are built, hashed and compared in C.
     """
 
     start: int
@@ -35,6 +41,15 @@ class Edge(NamedTuple):
     dst: int
     seq: int
     op: str = "copy"
+    via: int = -1
+    busy: int = 1
+    final: bool = False
+
+    @property
+    def link(self) -> int:
+        """The sender's out-link the edge leaves on (a key, unique per sender): the link
+        to its first switch, else the direct link to ``dst``."""
+        return self.via if self.via >= 0 else -1 - self.dst
 
 
 def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
@@ -48,6 +63,13 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
         raw.sort(key=lambda p: (_fields(p[0]), _fields(p[1])))
     else:  # the same order: each pair is one transfer twice
         raw = [(t, t) for t in sorted(transfers, key=_fields)]
+    index = {n.name: i for i, n in enumerate(topo.nodes)}
+    busy: dict[tuple[str, str], int] = {}
+    per_epoch = schedule.chunk_bytes / schedule.epoch_s  # bandwidth of one chunk an epoch
+    last_sent: dict[tuple[str, int], int] = {}  # (GPU, chunk) -> its last send's epoch
+    for first, _ in raw:
+        key = (first.src, first.chunk)
+        last_sent[key] = max(last_sent.get(key, -1), first.start_epoch)
     edges = []
     for seq, (first, last) in enumerate(checked(raw, LOWERING)):
         for gpu in (first.src, last.dst):
@@ -55,8 +77,14 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
                 raise TecclError(f"chunk {first.chunk} passes through GPU {gpu}, which is not in "
                                  "the collective's ranks: MSCCL cannot relay through a GPU "
                                  "outside the communicator")
+        via = -1 if first is last else index[first.dst]
+        key = (first.src, first.dst)
+        if key not in busy:
+            busy[key] = ceil_tol(per_epoch / topo.link(*key).bandwidth_Bps)
+        left = min(busy[key], first.arrive_epoch - first.start_epoch)  # gone when it arrives
         edges.append(Edge(first.start_epoch, last.arrive_epoch, first.chunk, pos[first.src],
-                          pos[last.dst], seq, last.op))
+                          pos[last.dst], seq, last.op, via, max(1, left),
+                          last_sent.get((last.dst, last.chunk), -1) < last.arrive_epoch))
     return tuple(sorted(edges))
 
 

@@ -4,8 +4,9 @@ Steps of one thread block run in order; steps of different thread blocks on one 
 synchronise only through ``depid``/``deps``. Walking a GPU's instructions in time order,
 a step that reads a slot waits for the last step writing it (read after write), and a
 step that writes a slot waits for the last write and for every read since (write after
-read). With ``link_order``, a send also waits for the previous send to the same peer
-(on another channel, so in another thread block): the link then carries the sends in
+read). With ``link_order``, a send also waits for the previous send on the same out-link
+of its GPU (``Edge.link``: to the same peer on another channel, or through the same
+switch to any peer, so in another thread block): the link then carries the sends in
 the schedule's order, which thread blocks running freely would not keep (a chunk ready
 early would overtake one the schedule sends first). Only the latest step per other
 thread block is kept (a flag set by step ``k`` means steps ``0..k`` are done). The first extra dependencies become ``nop`` steps right
@@ -49,10 +50,10 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> Deps:
         wait = [last_write[s] for s in ins.reads + ins.writes if s in last_write]
         wait += [r for s in ins.writes for r in reads[s]]
         if link_order and ins.send is not None:
-            peer = ins.send.dst
-            if peer in last_send:
-                wait.append(last_send[peer])
-            last_send[peer] = me
+            link = ins.send.link
+            if link in last_send:
+                wait.append(last_send[link])
+            last_send[link] = me
         deps[tb].append(_prune(me, wait, clocks, start))
         for s in ins.reads:
             reads[s].append(me)
@@ -121,7 +122,7 @@ def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
                 steps.append(Step(len(steps), Op.NOP, None, None, 0, t, s))
             src, dst = slots.printed(gpu, ins)
             depid, dep_s = waits[-1] if waits else (-1, -1)
-            steps.append(Step(len(steps), ins.op, src, dst, 1, depid, dep_s,
+            steps.append(Step(len(steps), ins.op, src, dst, ins.cnt, depid, dep_s,
                               (tb, len(steps)) in targets))
         out.append(Threadblock(tb, p.send, p.recv, p.chan, tuple(steps)))
     return out

@@ -1,11 +1,13 @@
 """Pass 2: per-GPU instructions from the edges, and which of them can be fused.
 
 Every GPU replays its events in time order ``order``: arrivals of an epoch before the
-sends that start in it (the ``te_ccl.schedule`` semantics). A received copy lands in the
+sends that start in it (the ``te_ccl.schedule`` semantics), but deliveries of chunks the
+GPU does not send on after them (:func:`recv_order`). A received copy lands in the
 chunk's *work* slot: its output slot when the GPU needs the chunk, else scratch (also
 scratch when an in-place output slot still holds data to send, then copied at the end).
 A received partial (``op="reduce"``) is added to the GPU's current value (``rrc``).
-Out-of-place, a rank whose own piece belongs in its output copies ``i → o`` (``cpy``).
+Out-of-place, a rank whose own piece belongs in its output copies ``i → o`` (``cpy``,
+one step per run of consecutive slots).
 
 Fusion: a receive whose value is next read by a send becomes ``rcs`` (copy) or
 ``rrcs``/``rrs`` (reduction; ``rrs`` when nothing reads the sum afterwards). A fused step
@@ -25,6 +27,7 @@ from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.buffers import Layout, scratch_slot
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.ir import LOWERING, Op, Slot
+from te_ccl.runtime_limits import MSCCL
 
 __all__ = ["Instr", "Fusion", "recv_order", "send_order", "build_instructions",
            "fusion_candidates", "apply_fusions"]
@@ -48,6 +51,7 @@ class Instr(NamedTuple):
     send: Edge | None = None
     reads: tuple[Slot, ...] = ()
     writes: tuple[Slot, ...] = ()
+    cnt: int = 1  # chunks from ``src``/``dst`` on (a ``cpy`` of consecutive slots)
 
 
 class Fusion(NamedTuple):
@@ -63,9 +67,12 @@ class Fusion(NamedTuple):
 
 
 def recv_order(e: Edge) -> tuple:
-    """Arrivals of an epoch come before its sends; the edge itself breaks ties (its
-    ``seq`` is unique, and sharing it saves a key tuple per step)."""
-    return (e.arrive, 0, e)
+    """Arrivals of an epoch come before its sends, but deliveries (``Edge.final``: not
+    sent on) after them: no send waits for those, and one sharing their thread block
+    would (the schedule's replay starts sends before the epoch's arrivals are in). The
+    edge itself breaks ties (its ``seq`` is unique, and sharing it saves a key tuple
+    per step)."""
+    return (e.arrive, 2 if e.final else 0, e)
 
 
 def send_order(e: Edge) -> tuple:
@@ -108,16 +115,42 @@ def _gpu_instructions(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
         else:
             out.append(Instr(g, Op.RECV, k, order, dst=work, recv=e, writes=(work,)))
         cur[k] = work
+    kept: list[tuple[int, Slot, Slot]] = []  # chunks the rank holds from the start
     for c in chunks:
         target = layout.out(g, c)
         if target is None or cur.get(c.id) == target:
             continue
         if c.id not in cur:
             raise TecclError(f"the schedule never delivers chunk {c.id} to rank {rank}")
-        when = -1 if cur[c.id] == home[c.id] else _END
-        out.append(Instr(g, Op.COPY, c.id, (when, 0, (c.id,)), src=cur[c.id], dst=target,
+        if cur[c.id] == home[c.id]:
+            kept.append((c.id, cur[c.id], target))
+            continue
+        out.append(Instr(g, Op.COPY, c.id, (_END, 0, (c.id,)), src=cur[c.id], dst=target,
                          reads=(cur[c.id],), writes=(target,)))
+    out += _first_copies(g, kept)
     return sorted(out, key=lambda i: i.order)
+
+
+def _first_copies(g: int, kept: list[tuple[int, Slot, Slot]]) -> list[Instr]:
+    """The copies of chunks a rank holds from the start into its output (its own piece,
+    out of place), before anything else: one ``cpy`` per run of slots that are
+    consecutive in both buffers (its ``cnt`` below the runtime's ``MSCCL_MAX_COUNT``),
+    where a step per chunk would spend the reader's elements."""
+    runs: list[list[tuple[int, Slot, Slot]]] = []
+    for item in sorted(kept, key=lambda x: (x[1], x[2])):
+        run = runs[-1] if runs else None
+        if run and len(run) < MSCCL.max_count - 1 and _follows(run[-1][1], item[1]) \
+                and _follows(run[-1][2], item[2]):
+            run.append(item)
+        else:
+            runs.append([item])
+    return [Instr(g, Op.COPY, run[0][0], (-1, 0, (run[0][0],)), src=run[0][1], dst=run[0][2],
+                  reads=tuple(x[1] for x in run), writes=tuple(x[2] for x in run), cnt=len(run))
+            for run in runs]
+
+
+def _follows(a: Slot, b: Slot) -> bool:
+    return a.buf is b.buf and b.index == a.index + 1
 
 
 def _staged_chunks(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
