@@ -55,7 +55,7 @@ SCALE_MIN_GPUS = 16  # beyond, one flow model is out of reach (mesh 8×8 AllGath
 #                      transfer variables); up to it, it proves optimality in seconds
 SCALE_SHARE = 0.25  # of the time, for the scale backend when the flow model runs after it
 MIN_FLOW_S = 1.0  # the flow model gets at least this after the scale backend
-TEMPLATE_SHARE = 0.1  # of the time left, kept from the flow model to build and judge the templates
+TEMPLATE_SHARE = 0.2  # of the time left, kept from the flow model to build and judge the templates
 TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can win
 # (chunk, destination) pairs beyond which the templates take minutes to place hop by hop
 # (a 64-GPU AllGather at 32 chunks per rank has 129k)
@@ -262,7 +262,7 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     those that can beat the best so far (by ``at_least``); none beyond
     :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs, none past the compile's
     deadline, and once there is a best, none after the ``deadline``
-    (``time.monotonic()``) less the time kept to write it.
+    (``time.monotonic()``): the flow model left them :data:`TEMPLATE_SHARE` of the time.
 
     The templates are built in the Schedule IR with the same α semantics, so their times
     compare directly with the solvers'.
@@ -281,8 +281,7 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     builds.append(("in-switch", partial(in_switch_candidate, topology, collective)))
     at_most = race.judge.at_most(race.best[0]) if race.best is not None else None
     for name, build in builds:
-        if left() <= 0 or (race.best is not None
-                           and time.monotonic() > deadline - race.reserve_s):
+        if left() <= 0 or (race.best is not None and time.monotonic() > deadline):
             race.skip(f"template {name}", "no time left")
             continue
         try:
