@@ -170,7 +170,7 @@ def test_a_compile_too_large_for_its_time_limit_stops_at_it_and_writes_nothing(t
     code, _, err = teccl("compile", "mesh16x16", "-c", "allgather", "-s", "1GB", "-o",
                          str(out), "--time-limit", "1")
     last = err.strip().splitlines()[-1]  # after any progress lines, one error line
-    assert code == 3 and last.startswith("teccl: error: time limit of 1 s reached while")
+    assert code == 3 and last.startswith("teccl: error: time limit")
     assert list(tmp_path.iterdir()) == []
 
 
