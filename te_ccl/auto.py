@@ -21,7 +21,7 @@ The time limit is the caller's (``params.time_limit_s``) or the compile's deadli
 reached while judging ends the race with the best so far.
 
 Bounds prune: a chunking whose arithmetic bound cannot beat the best time by
-:data:`SKIP_GAIN` is not solved; no solver runs once a schedule is within
+:data:`SKIP_GAIN` is not solved; no solver or template runs once a schedule is within
 :data:`BOUND_GAP` of the collective's lower bound; a template whose cheap lower estimate
 (``Judge.at_least``) cannot beat the best is not timed. Every schedule is judged once by
 the :class:`Judge` the caller passes (the compile's is the replay of the lowered MSCCL
@@ -208,7 +208,10 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         else:
             _run(race, "flow model", topology, collective,
                  replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
-    if templates or race.best is None:
+    close = _close_to_bound(race, topology, collective)
+    if close is not None:
+        race.skip("templates", close)
+    elif templates or race.best is None:
         _templates(race, topology, collective, deadline)
     return race.winner()
 

@@ -80,7 +80,8 @@ def test_beyond_sixteen_gpus_the_flow_model_is_not_built():
 
 
 def test_a_schedule_at_the_bound_spares_the_other_solvers():
-    """A judge that finds the scale schedule at the bound: the flow model is not run."""
+    """A judge that finds the scale schedule at the bound: the flow model and the templates
+    are not run."""
     from te_ccl.bounds import lower_bound
 
     topo, c = load_topology("torus4x4"), every("allgather", 16, 16 << 16)
@@ -88,6 +89,7 @@ def test_a_schedule_at_the_bound_spares_the_other_solvers():
     s = solve(topo, c, AUTO, judge=Judge("bound", lambda s: bound if s.info.backend == "scale"
                                          else 2 * bound))
     assert "flow model: skipped (scale/symmetry is within 0.5% of the lower bound" in first_note(s)
+    assert "templates: skipped (scale/symmetry is within 0.5% of the lower bound" in first_note(s)
 
 
 def test_a_horizon_bounds_the_flow_model_alone():
