@@ -37,7 +37,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import partial
+from functools import cache, partial
 
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
@@ -196,7 +196,8 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         share = params.time_limit_s * (SCALE_SHARE if flow_skip is None else 1.0)
         _run(race, f"scale/{method}", topology, collective,
              replace(params, backend="scale", time_limit_s=share), progress)
-    flow_skip = flow_skip or _close_to_bound(race, topology, collective)
+    bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
+    flow_skip = flow_skip or _close_to_bound(race, bound)
     templates = topology.ngpus <= TEMPLATE_MAX_GPUS
     if flow_skip is not None:
         race.skip("flow model", flow_skip)
@@ -208,7 +209,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         else:
             _run(race, "flow model", topology, collective,
                  replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
-    close = _close_to_bound(race, topology, collective)
+    close = _close_to_bound(race, bound)
     if close is not None:
         race.skip("templates", close)
     elif templates or race.best is None:
@@ -230,11 +231,12 @@ def _scale_and_flow(topology: Topology, collective: Collective) -> tuple[str | N
     return method, None
 
 
-def _close_to_bound(race: _Race, topology: Topology, collective: Collective) -> str | None:
-    """Why no further solver can win enough to run, else None."""
+def _close_to_bound(race: _Race, lower: Callable[[], float]) -> str | None:
+    """Why no further solver or template can win enough to run (the best is within
+    :data:`BOUND_GAP` of ``lower()``, the lower bound), else None."""
     if race.best is None:
         return None
-    bound = lower_bound(topology, collective).seconds
+    bound = lower()
     if bound > 0 and race.best_s <= bound * (1 + BOUND_GAP):
         return (f"{race.trials[race.best[1]].name} is within {BOUND_GAP:.1%} of the lower bound "
                 f"{bound:.4g} s")
