@@ -1,7 +1,7 @@
 """Lower bounds for the benchmark: computed once per topology and collective, under a time limit.
 
-:func:`te_ccl.bounds.lower_bound` is exact but its min-cut rounds take minutes at 1024
-GPUs. The benchmark computes it once per (topology, kind, ranks, root) in a worker
+:func:`te_ccl.bounds.lower_bound` is exact but can take seconds on large fabrics (the
+AlltoAll LP). The benchmark computes it once per (topology, kind, ranks, root) in a worker
 process with a time limit and rescales it to every size: every bandwidth part of the
 bound is proportional to the buffer size, the α part does not depend on it. If the worker
 runs out of time, the bound falls back to the single-node cut — the ``S = all but v`` cut

@@ -6,9 +6,9 @@ Formulas (PRODUCT.md "Lower bounds"), with ``R`` the participating GPUs, ``N = |
 * AllGather: ``(M/N) · max_{S ⊉ R, S∩R ≠ ∅} |S∩R| / B⁺(S)`` (the ForestColl cut bound),
   computed exactly by Dinkelbach's method: for a ratio ``λ``, one min-cut per excluded GPU
   ``t`` finds ``max |S∩R| − λ·B⁺(S)``; ``λ`` is raised to that set's ratio until no set
-  beats it (a handful of rounds). Beyond 256 GPUs (minutes of min-cuts) the best
-  single-node set or complement is used: a valid bound, equal to the exact one on the
-  shipped meshes and tori.
+  beats it (a handful of rounds; OR-Tools' max-flow, under a second at 1024 GPUs).
+  Beyond 2048 GPUs the best single-node set or complement is used: a valid bound, equal
+  to the exact one on meshes and tori.
 * ReduceScatter: the same on the reversed graph; AllReduce: RS + AG where only the
   members combine partials. Where some other node can (a switch with ``reduce``, as on
   FRED, or a GPU outside the collective) a reduced stream crosses a cut once, and RS + AG
@@ -39,9 +39,14 @@ Formulas (PRODUCT.md "Lower bounds"), with ``R`` the participating GPUs, ``N = |
 
 from __future__ import annotations
 
+import heapq
+import math
+from collections import defaultdict
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import networkx as nx
+import numpy as np
 
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.topology.model import Topology
@@ -50,7 +55,7 @@ __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "allt
            "reduces_outside_members", "separating_cut_bandwidth"]
 
 _LP_MAX_VARIABLES = 200_000
-EXACT_CUT_MAX_GPUS = 256
+EXACT_CUT_MAX_GPUS = 2048
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class Bound:
     """``seconds``: the bound; ``parts``: each ingredient in seconds (and the cut size)."""
 
     seconds: float
-    parts: dict[str, float] = field(default_factory=dict)
+    parts: dict[str, float] = field(default_factory=dict)  # read-only: bounds are shared
 
 
 def _members(topology: Topology, collective: Collective) -> list[str]:
@@ -66,20 +71,60 @@ def _members(topology: Topology, collective: Collective) -> list[str]:
 
 
 def _best_set(g: nx.DiGraph, members: list[str], lam: float) -> tuple[float, set[str]]:
-    """max over S (some member outside) of |S∩R| − λ·B⁺(S), and the S attaining it."""
-    best, best_set = 0.0, set()
+    """max over S (some member outside) of |S∩R| − λ·B⁺(S), and the S attaining it.
+
+    One min-cut per excluded member ``t``: a source feeds every member 1, links carry
+    ``λ·bandwidth``, ``t`` is the sink, and the source side of the cut is ``S``. OR-Tools'
+    max-flow wants integers, so capacities are scaled to use most of 62 bits (the rounding
+    moves a cut by less than 1e-12 of a member's unit); the ratio of the set found is
+    computed again from the floats by the caller, so rounding can only make the bound a
+    hair weaker, never invalid.
+    """
+    from ortools.graph.python import max_flow
+
+    names = list(g.nodes)
+    index = {v: i for i, v in enumerate(names)}
+    source = len(names)
+    links = [(index[u], index[v], lam * bw) for u, v, bw in g.edges(data="bandwidth")]
+    total = len(members) + sum(c for _, _, c in links)
+    scale = float(1 << 62) / max(total, 1e-300)
+    flow = max_flow.SimpleMaxFlow()
+    flow.add_arcs_with_capacity(
+        np.array([u for u, _, _ in links] + [source] * len(members), dtype=np.int32),
+        np.array([v for _, v, _ in links] + [index[m] for m in members], dtype=np.int32),
+        np.array([round(c * scale) for _, _, c in links] + [round(scale)] * len(members),
+                 dtype=np.int64))
+    best, best_set, whole = 0, set(), round(scale) * len(members)
     for t in members:
-        h = nx.DiGraph()
-        for u, v, bw in g.edges(data="bandwidth"):
-            h.add_edge(u, v, capacity=lam * bw)
-        for v in members:
-            h.add_edge("__s", v, capacity=1.0)
-        h.add_edge(t, "__t")  # no capacity attribute: infinite
-        cut, (side, _) = nx.minimum_cut(h, "__s", "__t")
-        value = len(members) - cut
-        if value > best + 1e-12:
-            best, best_set = value, side - {"__s"}
-    return best, best_set
+        if flow.solve(source, index[t]) != flow.OPTIMAL:
+            raise ArithmeticError(f"max-flow to {t} failed")
+        value = whole - flow.optimal_flow()
+        if value > best:
+            best = value
+            best_set = {names[i] for i in flow.get_source_side_min_cut() if i != source}
+    return best / scale, best_set
+
+
+def _max_flows(g: nx.DiGraph, pairs: list[tuple[str, str]]) -> list[float]:
+    """The max-flow (bandwidth) of each (source, sink) pair, by OR-Tools on one network:
+    capacities scaled to integers as in :func:`_best_set` (rounding moves a flow by less
+    than 1e-12 of its value)."""
+    from ortools.graph.python import max_flow
+
+    index = {v: i for i, v in enumerate(g.nodes)}
+    arcs = list(g.edges(data="bandwidth"))
+    scale = float(1 << 62) / max(sum(bw for _, _, bw in arcs), 1e-300)
+    flow = max_flow.SimpleMaxFlow()
+    flow.add_arcs_with_capacity(np.array([index[u] for u, _, _ in arcs], dtype=np.int32),
+                                np.array([index[v] for _, v, _ in arcs], dtype=np.int32),
+                                np.array([round(bw * scale) for _, _, bw in arcs],
+                                         dtype=np.int64))
+    out = []
+    for a, b in pairs:
+        if flow.solve(index[a], index[b]) != flow.OPTIMAL:
+            raise ArithmeticError(f"max-flow from {a} to {b} failed")
+        out.append(flow.optimal_flow() / scale)
+    return out
 
 
 def _node_cut_ratio(g: nx.DiGraph, members: list[str]) -> tuple[float, set[str]]:
@@ -118,13 +163,50 @@ def allgather_cut_ratio(topology: Topology, members: list[str]) -> tuple[float, 
     return lam, arg
 
 
+ALPHA_EXACT_WORK = 2_000_000  # sources × (nodes + links): beyond, the α-distance is swept
+
+
 def _alpha_distance(topology: Topology, sources: list[str], targets: list[str]) -> float:
-    g = topology.graph()
-    worst = 0.0
-    for s in sources:
-        dist = nx.single_source_dijkstra_path_length(g, s, weight="latency")
-        worst = max(worst, max(dist.get(t, 0.0) for t in targets))
+    """The largest α-weighted distance from a source to a target: one Dijkstra per source
+    while that costs at most :data:`ALPHA_EXACT_WORK`, else a sweep (the farthest target of
+    a source, the farthest source of that target, …, a few times): the distance of a real
+    pair, so still a valid bound (and the diameter on meshes and tori, corner to corner).
+    """
+    forward = _adjacency(topology.links, reverse=False)
+    work = len(sources) * (len(topology.nodes) + len(topology.links))
+    if work <= ALPHA_EXACT_WORK:
+        return max(_farthest(forward, s, targets)[0] for s in sources)
+    backward = _adjacency(topology.links, reverse=True)
+    worst, s = 0.0, sources[0]
+    for _ in range(4):
+        d, t = _farthest(forward, s, targets)
+        back, s = _farthest(backward, t, sources)
+        worst = max(worst, d, back)
     return worst
+
+
+def _adjacency(links, *, reverse: bool) -> dict[str, list[tuple[float, str]]]:
+    out: dict[str, list[tuple[float, str]]] = defaultdict(list)
+    for k in links:
+        u, v = (k.dst, k.src) if reverse else (k.src, k.dst)
+        out[u].append((k.latency_s, v))
+    return out
+
+
+def _farthest(adjacency: dict[str, list[tuple[float, str]]], s: str,
+              targets: list[str]) -> tuple[float, str]:
+    """(distance, node) of the target farthest from ``s`` (Dijkstra); unreachable ones
+    count as 0, as the other parts of the bound deal with them."""
+    dist, heap = {s: 0.0}, [(0.0, s)]
+    while heap:
+        d, u = heapq.heappop(heap)
+        if d > dist[u]:
+            continue
+        for w, v in adjacency[u]:
+            if d + w < dist.get(v, math.inf):
+                dist[v] = d + w
+                heapq.heappush(heap, (d + w, v))
+    return max((dist.get(t, 0.0), t) for t in targets)
 
 
 def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float) -> float | None:
@@ -183,8 +265,7 @@ def _ag_part(topology: Topology, members: list[str], per_rank: float) -> float:
 
 
 def _broadcast_part(topology: Topology, root: str, members: list[str], size: float) -> float:
-    g = topology.graph()
-    flows = [nx.maximum_flow_value(g, root, v, capacity="bandwidth") for v in members if v != root]
+    flows = _max_flows(topology.graph(), [(root, v) for v in members if v != root])
     return size / min(flows) if flows else 0.0
 
 
@@ -218,8 +299,7 @@ def separating_cut_bandwidth(topology: Topology, members: list[str]) -> float:
         return min(min(sum(bw for _, _, bw in g.out_edges(v, data="bandwidth")),
                        sum(bw for _, _, bw in g.in_edges(v, data="bandwidth")))
                    for v in members)
-    return min(nx.maximum_flow_value(g, a, b, capacity="bandwidth")
-               for v in members[1:] for a, b in ((first, v), (v, first)))
+    return min(_max_flows(g, [p for v in members[1:] for p in ((first, v), (v, first))]))
 
 
 def _allreduce_part(topology: Topology, members: list[str], size: float) -> dict[str, float]:
@@ -233,8 +313,10 @@ def _allreduce_part(topology: Topology, members: list[str], size: float) -> dict
             "separating_cut_s": size / separating_cut_bandwidth(topology, members)}
 
 
+@lru_cache(maxsize=16)
 def lower_bound(topology: Topology, collective: Collective) -> Bound:
-    """The best of the bandwidth and latency bounds for ``collective`` on ``topology``."""
+    """The best of the bandwidth and latency bounds for ``collective`` on ``topology``
+    (remembered: a compile asks for it while searching and again for its report)."""
     K = CollectiveKind
     members, kind, n = _members(topology, collective), collective.kind, collective.nranks
     size, rev = float(collective.size_bytes), topology.reversed()

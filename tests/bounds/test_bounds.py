@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from te_ccl import bounds
 from te_ccl.bounds import allgather_cut_ratio, alltoall_link_time, alltoall_time, lower_bound
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import SpecError
@@ -126,3 +127,35 @@ def test_random_schedules_pass_the_checker_and_respect_the_bound(topo, kind, chu
         return
     assert check_schedule(s) == []
     assert s.finish_time_s >= lower_bound(topo, c).seconds * (1 - 1e-9)
+
+
+@settings(max_examples=60, deadline=None)
+@given(small_topology(), st.data())
+def test_cut_ratio_and_max_flows_match_brute_force(topo, data):
+    """The OR-Tools min-cuts and max-flows on integer-scaled capacities find the same
+    optimum as enumerating every node set (switch included)."""
+    names = list(topo.gpus)
+    members = sorted(data.draw(st.sets(st.sampled_from(names), min_size=2)))
+    nodes = [n.name for n in topo.nodes]
+
+    def out_bw(s):
+        return sum(k.bandwidth_Bps for k in topo.links if k.src in s and k.dst not in s)
+
+    sets = [set(s) for r in range(1, len(nodes)) for s in itertools.combinations(nodes, r)]
+    ratios = [len(s & set(members)) / out_bw(s) for s in sets
+              if s & set(members) and not set(members) <= s and out_bw(s) > 0]
+    assert allgather_cut_ratio(topo, members)[0] == pytest.approx(max(ratios), rel=1e-9)
+    root, other = members[0], members[1]
+    cut = min(out_bw(s) for s in sets if root in s and other not in s)
+    assert bounds._max_flows(topo.graph(), [(root, other)])[0] == pytest.approx(cut, rel=1e-9)
+
+
+def test_alpha_sweep_finds_the_mesh_diameter(monkeypatch):
+    from te_ccl.topology.generators import mesh
+
+    t = mesh((8, 8), 1e9, 1e-6)
+    members = list(t.gpus)
+    exact = bounds._alpha_distance(t, members, members)
+    monkeypatch.setattr(bounds, "ALPHA_EXACT_WORK", 0)
+    assert bounds._alpha_distance(t, members, members) == pytest.approx(exact)
+    assert exact == pytest.approx(14e-6)
