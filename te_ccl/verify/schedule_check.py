@@ -91,10 +91,13 @@ def _check_arrivals(s: Schedule, transfers: list[Transfer], out: list[Violation]
     for t in transfers:
         batches[(t.src, t.dst, t.start_epoch)].append(t)
     valid = []
+    chunk_bytes, epoch_s, links = s.chunk_bytes, s.epoch_s, {}
     for (src, dst, _), batch in batches.items():
-        link = s.topology.link(src, dst)
-        for i, t in enumerate(sorted(batch, key=lambda t: t.arrive_epoch), start=1):
-            need = _ceil((i * s.chunk_bytes / link.bandwidth_Bps + link.latency_s) / s.epoch_s)
+        link = links.get((src, dst)) or links.setdefault((src, dst), s.topology.link(src, dst))
+        if len(batch) > 1:
+            batch.sort(key=lambda t: t.arrive_epoch)
+        for i, t in enumerate(batch, start=1):
+            need = _ceil((i * chunk_bytes / link.bandwidth_Bps + link.latency_s) / epoch_s)
             if t.arrive_epoch < t.start_epoch + max(1, need):
                 out.append(Violation("timing", f"{t}: as chunk {i} started on {src}->{dst} in "
                                                f"its epoch it needs {max(1, need)} epoch(s) from "
@@ -143,16 +146,19 @@ def _replay(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> Non
         sends[t.start_epoch].append(t)
     switch_in: dict[int, Counter] = defaultdict(Counter)
     switch_out: dict[int, Counter] = defaultdict(Counter)
+    switches = set(topo.switches)
+    queueing = frozenset(n.name for n in topo.nodes if _queues(n))  # looked up per transfer
+    keeping = frozenset(n.name for n in topo.nodes if n.is_gpu or n.has_buffer)
     for t in transfers:
-        if not topo.node(t.dst).is_gpu:
+        if t.dst in switches:
             switch_in[t.arrive_epoch][(t.dst, t.chunk)] += 1
-        if not topo.node(t.src).is_gpu:
+        if t.src in switches:
             switch_out[t.start_epoch][(t.src, t.chunk)] += 1
     epochs = sorted({t.start_epoch for t in transfers} | {t.arrive_epoch for t in transfers})
     for epoch in epochs:
-        transient = _arrive(s, arrivals.pop(epoch, []), held, queued, out)
+        transient = _arrive(s, arrivals.pop(epoch, []), held, queued, queueing, keeping, out)
         for t in sorted(sends.pop(epoch, []), key=lambda t: (t.chunk, t.src, t.dst)):
-            value = _take(s, t, transient, held, queued)
+            value = _take(s, t, transient, held, queued, queueing)
             if value is None:
                 out.append(Violation("hold", f"{t}: {t.src} does not hold chunk {t.chunk} "
                                              f"in epoch {epoch}"))
@@ -169,12 +175,15 @@ def _queues(node) -> bool:
     return not node.is_gpu and node.has_buffer and not node.can_reduce
 
 
-def _take(s: Schedule, t: Transfer, transient, held, queued) -> frozenset[int] | None:
-    """The value ``t`` sends: a queued switch forwards its oldest unit (kept only when copied)."""
+
+def _take(s: Schedule, t: Transfer, transient, held, queued, queueing: frozenset[str]
+          ) -> frozenset[int] | None:
+    """The value ``t`` sends: a queued switch (in ``queueing``) forwards its oldest unit
+    (kept only when copied)."""
     key = (t.src, t.chunk)
-    node = s.topology.node(t.src)
-    if not _queues(node):
+    if t.src not in queueing:
         return transient.get(key, held.get(key))
+    node = s.topology.node(t.src)
     units = queued.get(key)
     if not units:
         return None
@@ -184,21 +193,25 @@ def _take(s: Schedule, t: Transfer, transient, held, queued) -> frozenset[int] |
 
 def _arrive(s: Schedule, batch: list[tuple[Transfer, frozenset[int]]],
             held: dict[tuple[str, int], frozenset[int]],
-            queued: dict[tuple[str, int], list[frozenset[int]]], out: list[Violation]
+            queued: dict[tuple[str, int], list[frozenset[int]]], queueing: frozenset[str],
+            keeping: frozenset[str], out: list[Violation]
             ) -> dict[tuple[str, int], frozenset[int]]:
-    """Apply one epoch's arrivals; returns what bufferless switches hold in this epoch only."""
+    """Apply one epoch's arrivals; returns what bufferless switches hold in this epoch only
+    (``queueing``: the switches that keep units apart; ``keeping``: GPUs and buffered
+    switches, which hold what arrives)."""
     transient: dict[tuple[str, int], frozenset[int]] = {}
+    topo = s.topology
     for t, value in sorted(batch, key=lambda x: (x[0].chunk, x[0].src, x[0].dst)):
-        node = s.topology.node(t.dst)
         key = (t.dst, t.chunk)
-        if _queues(node):
+        if t.dst in queueing:
             queued[key].append(value)
             continue
-        store = held if (node.is_gpu or node.has_buffer) else transient
+        keeps = t.dst in keeping
+        store = held if keeps else transient
         old = store.get(key)
-        if node.is_gpu or node.has_buffer or old is None or old == value:
+        if keeps or old is None or old == value:
             merge = t.op == "reduce"
-        elif node.can_reduce:
+        elif topo.node(t.dst).can_reduce:
             merge = True
         else:
             out.append(Violation("switch", f"{t}: switch {t.dst} cannot reduce, but two different "
