@@ -360,22 +360,35 @@ def _fits(parts: _Parts, c: int, state: _State) -> bool:
 
 def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple, depth: int, timed: bool = True) -> bool:
     """Can an edge with these orders join the connection (FIFO order and depth, and if
-    ``timed`` no receive held up by a fused step before it)?"""
-    n = len(conn.snd)
-    if not n or conn.snd[-1] < snd:  # appended (the usual case: edges come in time order)
-        return not n or (conn.rcv[-1] < rcv
-                         and (n < depth or _freed(conn.rcv[-depth], timed) < snd)
-                         and not (timed and _held_up(conn.rcv[-1], rcv)))
-    i = bisect_left(conn.snd, snd)
-    if (i > 0 and conn.rcv[i - 1] > rcv) or conn.rcv[i] < rcv:
+    ``timed`` no receive held up by a fused step before it)? The most frequent call of
+    the pass: :func:`_freed` and :func:`_held_up` are inlined."""
+    sends, recvs = conn.snd, conn.rcv
+    n = len(sends)
+    if not n:
+        return True
+    if sends[-1] < snd:  # appended (the usual case for a chain's first edge)
+        last = recvs[-1]
+        return last < rcv and (n < depth or _freed(recvs[-depth], timed) < snd) \
+            and not (timed and _held_up(last, rcv))
+    i = bisect_left(sends, snd)
+    after = recvs[i]
+    if after < rcv or (i > 0 and recvs[i - 1] > rcv):
         return False
-    if timed and ((i > 0 and _held_up(conn.rcv[i - 1], rcv)) or _held_up(rcv, conn.rcv[i])):
+    if timed and ((rcv[1] == 1 and after[1] != 1 and after[0] < rcv[2].arrive)
+                  or (i > 0 and _held_up(recvs[i - 1], rcv))):
         return False
-    lo, hi = max(0, i - depth), min(len(conn.snd), i + depth)
-    s = conn.snd[lo:i] + [snd] + conn.snd[i:hi]
-    r = conn.rcv[lo:i] + [rcv] + conn.rcv[i:hi]
+    lo, hi = max(0, i - depth), min(n, i + depth)
+    s = sends[lo:i] + [snd] + sends[i:hi]
+    r = recvs[lo:i] + [rcv] + recvs[i:hi]
     # the message ``depth`` places earlier must be received before this one is sent
-    return all(_freed(r[k - depth], timed) < s[k] for k in range(depth, len(s)))
+    for k in range(depth, len(s)):
+        freed = r[k - depth]
+        if timed and freed[1] == 1:
+            out = freed[2]
+            freed = (out.start + out.busy, 0, out)
+        if not freed < s[k]:
+            return False
+    return True
 
 
 def _freed(rcv: tuple, timed: bool) -> tuple:
