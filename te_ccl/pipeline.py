@@ -16,9 +16,10 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
@@ -30,6 +31,9 @@ from te_ccl.schedule import Schedule
 from te_ccl.solve import Judge, solve
 from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
+
+if TYPE_CHECKING:
+    from te_ccl.verify.msccl.model import Algo
 
 __all__ = ["CompileOptions", "CompileResult", "Timer", "Timing", "check_loadable", "compile_collective",
            "compile_size_library", "forward_only", "render", "render_fitting", "rooted_notes",
@@ -294,14 +298,15 @@ def _schedule_replay(schedule: Schedule) -> float | None:
     return simulate_schedule(schedule).finish_time_s
 
 
-def xml_replay(schedule: Schedule, data: bytes) -> float:
+def xml_replay(schedule: Schedule, data: bytes, algo: Algo | None = None) -> float:
     """The finish time of ``data``, the MSCCL XML lowered from ``schedule``, replayed on
-    the schedule's topology as the runtime runs it."""
+    the schedule's topology as the runtime runs it (``algo``: ``data`` as the verifier
+    read it, if it did)."""
     from te_ccl.simulate.msccl import simulate_msccl
     from te_ccl.verify.msccl.reader import read_msccl
 
     c = schedule.collective
-    return simulate_msccl(read_msccl(data.decode()), schedule.topology, c.size_bytes,
+    return simulate_msccl(algo or read_msccl(data.decode()), schedule.topology, c.size_bytes,
                           ranks=c.ranks).finish_time_s
 
 
@@ -343,6 +348,7 @@ class Timer:
         self._seen: dict[tuple[int, Collective, int], tuple[tuple, Timing]] = {}
         self._lowered: dict[tuple[int, Collective, int], tuple[tuple, bytes]] = {}
         self._pace = LOWER_S_PER_TRANSFER  # the slowest lowering seen, per transfer
+        self._read: tuple[bytes, Algo] | None = None  # the last file the verifier read
         what = (f"replay of the lowered XML, or of the schedule above {XML_REPLAY_LIMIT} "
                 "transfers" if xml else "schedule replay")
         self.judge = Judge(what, self._time, self._at_most, self._at_least, self.write_s)
@@ -379,6 +385,11 @@ class Timer:
             self.options.name, self.options.min_bytes, self.options.max_bytes)
         return hit[1] if same and hit is not None and hit[0] is schedule.transfers else None
 
+    def verified(self, data: bytes, algo: Algo) -> None:
+        """``data`` passed the verifier, which read it as ``algo``: the replay of the
+        written file reads no second copy (a 1024-GPU file is hundreds of MB)."""
+        self._read = (data, algo)
+
     def replay_written(self, schedule: Schedule, data: bytes) -> None:
         """Time ``schedule`` by ``data``, the XML written for it, where judging did not (over
         :data:`XML_REPLAY_LIMIT` transfers, or not judged): the compile reports the file's
@@ -391,8 +402,9 @@ class Timer:
             timing = Timing(schedule.finish_time_s, _schedule_replay(schedule))
         if timing.xml_s is not None or not self.xml:
             return
+        algo = self._read[1] if self._read is not None and self._read[0] is data else None
         try:
-            timing = replace(timing, xml_s=xml_replay(schedule, data))
+            timing = replace(timing, xml_s=xml_replay(schedule, data, algo))
         except TimeLimitReached as e:
             timing = replace(timing, unreplayed=str(e))
         self._seen[self._key(schedule)] = (schedule.transfers, timing)
@@ -495,7 +507,8 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     timer = timer or Timer(options=options)
     try:
         return schedule, render(schedule, options, progress=progress,
-                                lowered=timer.lowered(schedule, options))
+                                lowered=timer.lowered(schedule, options),
+                                verified=timer.verified)
     except RuntimeLimitError as e:
         k = schedule.info.subchunks
         if k <= 1:
@@ -515,7 +528,8 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
                                    progress, timer.judge)
             spent += again.info.solver_time_s
             fit = (k, again, render(again, options, progress=progress,
-                                    lowered=timer.lowered(again, options)))
+                                    lowered=timer.lowered(again, options),
+                                    verified=timer.verified))
             tried.append(f"{again.info.subchunks}: fits")
         except TimeLimitReached:
             if fit is None:
@@ -535,11 +549,13 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
 
 
 def render(schedule: Schedule, options: CompileOptions, *,
-           progress: Progress | None = None, lowered: bytes | None = None) -> bytes:
+           progress: Progress | None = None, lowered: bytes | None = None,
+           verified: Callable[[bytes, Algo], None] | None = None) -> bytes:
     """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML (``lowered``, when
     the schedule was lowered already with these options) once the independent verifier
     accepts it (:class:`VerificationError` if not; :class:`SpecError` on a fabric whose
-    switches reduce, which MSCCL cannot express)."""
+    switches reduce, which MSCCL cannot express). ``verified`` hears the XML and how the
+    verifier read it."""
     if options.fmt == "json":
         return schedule.to_json().encode()
     from te_ccl.lower.fred import check_msccl_can_express
@@ -559,6 +575,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
         errors = report.errors
         raise VerificationError(f"the lowered MSCCL XML failed verification "
                                 f"({len(errors)} error(s)); first: {errors[0]}")
+    if verified is not None:
+        verified(xml, report.algo)
     return xml
 
 

@@ -13,6 +13,7 @@ import pytest
 import te_ccl.auto as auto
 import te_ccl.lower.msccl as lowering
 import te_ccl.pipeline as pipeline
+import te_ccl.verify.msccl.reader as reader
 import te_ccl.verify.msccl.verify as verifying
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective import Collective, CollectiveKind
@@ -63,10 +64,14 @@ def test_the_search_gets_its_share_of_the_time_limit(monkeypatch):
 def test_a_schedule_judged_without_its_xml_reports_the_written_files_replay(
         tmp_path: Path, monkeypatch):
     monkeypatch.setattr(pipeline, "XML_REPLAY_LIMIT", 0)  # judged by the schedule replay
+    reads: list[str] = []
+    real = reader.read_msccl
+    monkeypatch.setattr(reader, "read_msccl", lambda text: reads.append(text) or real(text))
     out = tmp_path / "ag.xml"
     result = compile_collective(RING, allgather(), SolveParams(time_limit_s=20, threads=1),
                                 CompileOptions(output=str(out)))
     assert result.timing.measured_by == "xml replay"
+    assert reads == []  # the replay took the file as the verifier read it
     replay = simulate_msccl(read_msccl(out.read_text()), RING, 1 << 20).finish_time_s
     assert result.finish_time_s == pytest.approx(replay)
 
