@@ -21,7 +21,7 @@ from collections import defaultdict
 import networkx as nx
 
 from te_ccl.errors import SolverError
-from te_ccl.model.problem import Problem
+from te_ccl.model.problem import Demand, Problem
 from te_ccl.schedule import Schedule
 
 __all__ = ["forced_relays", "check_relay_room", "relay_overflow"]
@@ -29,36 +29,32 @@ __all__ = ["forced_relays", "check_relay_room", "relay_overflow"]
 _ROOT = ("holders",)  # a virtual node feeding every holder of a chunk
 
 
-def _relaying(problem: Problem, chunk: int, ends: set[str]) -> set[str]:
-    """The GPUs with a limit for which ``chunk`` would count as relayed."""
-    return {n for n in problem.relay_limit if n not in ends and not problem.holds(chunk, n)}
-
-
 def forced_relays(problem: Problem) -> dict[str, set[int]]:
     """GPU with a buffer limit → the chunks that cannot reach some unmet destination
     without passing it (and would count as relayed there)."""
-    graph = nx.DiGraph(list(problem.timings))
-    coming: dict[int, set[str]] = defaultdict(set)
+    limited = set(problem.relay_limit)
+    holding: dict[int, set[str]] = defaultdict(set)  # held at epoch 0 or under way
+    for c, n in problem.state.held:
+        holding[c].add(n)
     for c, n, _ in problem.state.incoming:
-        coming[c].add(n)
-    by_holders: dict[frozenset[str], list[tuple[int, set[str], list[str]]]] = defaultdict(list)
+        holding[c].add(n)
+    by_holders: dict[frozenset[str], list[Demand]] = defaultdict(list)
     for d in problem.demands:
-        holders = {n for (c, n) in problem.state.held if c == d.chunk} | coming[d.chunk]
-        candidates = _relaying(problem, d.chunk, set(d.sources) | set(d.destinations))
-        unmet = [v for v in d.destinations if v not in holders]
-        if candidates and unmet and holders:
-            by_holders[frozenset(holders)].append((d.chunk, candidates, unmet))
+        if holding[d.chunk] and limited - set(d.sources) - set(d.destinations):
+            by_holders[frozenset(holding[d.chunk])].append(d)
+    graph = nx.DiGraph(list(problem.timings))
     forced: dict[str, set[int]] = defaultdict(set)
-    for holders, chunks in by_holders.items():
+    for holders, demands in by_holders.items():
         graph.add_edges_from((_ROOT, h) for h in holders)
         idom = nx.immediate_dominators(graph, _ROOT)
         graph.remove_node(_ROOT)
-        for chunk, candidates, unmet in chunks:
-            for v in unmet:
-                n = idom.get(v, _ROOT)  # unreachable: the horizon bound names it
+        for d in demands:
+            counts = limited - set(d.sources) - set(d.destinations) - holders
+            for v in set(d.destinations) - holders:
+                n = idom.get(v, _ROOT)  # absent: unreachable, which the horizon bound names
                 while n != _ROOT:
-                    if n in candidates:
-                        forced[n].add(chunk)
+                    if n in counts:
+                        forced[n].add(d.chunk)
                     n = idom[n]
     return dict(forced)
 
