@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import networkx as nx
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import SolverError
@@ -57,6 +59,28 @@ def test_forced_relays_are_the_chunks_no_route_avoids():
         Link(f"g{a}", f"g{b}", 1e9) for i in range(4)
         for a, b in ((i, (i + 1) % 4), ((i + 1) % 4, i))])
     assert forced_relays(build_problem(both_ways, coll)) == {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(3, 5).flatmap(lambda n: st.sets(
+    st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)).filter(lambda e: e[0] != e[1]),
+    min_size=n).map(lambda edges: (n, edges))))
+def test_forced_relays_match_cutting_each_gpu_out(net):
+    n, edges = net
+    topo = Topology.build("g", [Node(f"g{i}", buffer_bytes=0) for i in range(n)],
+                          [Link(f"g{a}", f"g{b}", 1e9) for a, b in sorted(edges)])
+    coll = Collective(CollectiveKind.ALLTOALL, n * n * 1000, tuple(range(n)))
+    graph = topo.graph()
+    expected: dict[str, set[int]] = {}
+    for v in topo.gpus:
+        cut = graph.copy()
+        cut.remove_node(v)
+        for c in coll.chunks():
+            (s,), (d,) = c.sources, c.destinations
+            a, b = topo.gpu(s), topo.gpu(d)
+            if v not in (a, b) and nx.has_path(graph, a, b) and not nx.has_path(cut, a, b):
+                expected.setdefault(v, set()).add(c.id)
+    assert forced_relays(build_problem(topo, coll)) == expected
 
 
 def test_relay_overflow_counts_distinct_chunks_a_gpu_neither_owns_nor_wants():
