@@ -16,6 +16,9 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
    GPUs, and at any size when nothing else produced a schedule: ``auto`` never fails
    where a template succeeds. Once there is a schedule, none starts after the time limit.
 
+A candidate that relays more through a GPU than its buffer limit holds
+(:func:`te_ccl.model.relays.relay_overflow`) is not kept: the templates ignore the limits.
+
 The time limit is the caller's (``params.time_limit_s``) or the compile's deadline
 (:mod:`te_ccl.deadline`), whichever ends first; judging a candidate counts, and a deadline
 reached while judging ends the race with the best so far.
@@ -45,6 +48,7 @@ from te_ccl.chunking import chunk_candidates, chunking_bounds
 from te_ccl.collective.model import Collective
 from te_ccl.deadline import TimeLimitReached, left
 from te_ccl.errors import SolverError, SpecError
+from te_ccl.model.relays import relay_overflow
 from te_ccl.schedule import Schedule
 from te_ccl.strategy import run_strategy
 from te_ccl.topology.model import Topology
@@ -138,6 +142,11 @@ class _Race:
         return self.judge.write_s(self.best[0]) if self.best is not None else 0.0
 
     def enter(self, name: str, schedule: Schedule) -> None:
+        over = relay_overflow(schedule)  # the templates do not plan around buffer limits
+        if over is not None:
+            self.trials.append(Trial(name, outcome=f"breaks a buffer limit: {over}"))
+            self.error = self.error or SolverError(f"{name}: {over}")
+            return
         try:
             t = self.judge(schedule)
         except TimeLimitReached as e:  # judging is part of the search: keep the best so far

@@ -9,6 +9,7 @@ from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.errors import SolverError
 from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Problem
+from te_ccl.model.relays import check_relay_room
 
 __all__ = ["run_backend", "choose_backend", "MILP_MAX_VARIABLES", "LP_MAX_VARIABLES",
            "MAX_CHUNK_LINKS", "check_size"]
@@ -66,6 +67,7 @@ def run_backend(problem: Problem, params: SolveParams, clock: Clock,
                 progress: Progress | None = None) -> SolveResult:
     """Solve ``problem`` with the backend of ``params`` (``auto`` decides by size)."""
     check_size(len(problem.demands), len(problem.timings))
+    check_relay_room(problem)  # no horizon helps a GPU that must relay more than it holds
     if params.max_horizon is not None:  # refused before any model is built
         lo = horizon_lower_bound(problem)
         if lo > params.max_horizon:
