@@ -32,7 +32,7 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 
 from te_ccl.errors import VerificationError
-from te_ccl.topology.model import Topology
+from te_ccl.topology.model import Link, Topology
 
 __all__ = ["Task", "TaskTimes", "run"]
 
@@ -64,6 +64,7 @@ class _Run:
     def __init__(self, topology: Topology, tasks: list[Task],
                  order: dict[tuple[str, str], list[int]] | None) -> None:
         self.topo, self.tasks = topology, tasks
+        self.specs: dict[tuple[str, str], Link] = {}  # the links looked up so far
         self.fixed = {k: deque(v) for k, v in (order or {}).items()}
         self.ready_heap: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
         self.ready_at: dict[int, float] = {}
@@ -118,7 +119,7 @@ class _Run:
             self.fixed[link].popleft()
         else:
             heapq.heappop(self.ready_heap[link])
-        spec = self.topo.link(*link)
+        spec = self.specs.get(link) or self.specs.setdefault(link, self.topo.link(*link))
         task = self.tasks[i]
         start = max(now, self.free_at[link])
         end = start + task.nbytes / spec.bandwidth_Bps

@@ -40,11 +40,12 @@ from pathlib import Path
 from te_ccl.baselines.plan import route
 from te_ccl.deadline import check
 from te_ccl.errors import SpecError, VerificationError
+from te_ccl.nogc import paused_gc
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.simulate.result import Interval, LinkUse, SimResult
 from te_ccl.topology.model import Topology
 from te_ccl.verify.msccl.model import RECVS, SENDS, Algo, Step
-from te_ccl.verify.msccl.reader import paused_gc, read_msccl
+from te_ccl.verify.msccl.reader import read_msccl
 
 __all__ = ["simulate_msccl", "read_provenance", "INTERVALS_UP_TO"]
 

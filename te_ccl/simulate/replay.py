@@ -35,6 +35,7 @@ from collections import defaultdict
 
 from te_ccl.collective.model import Chunk
 from te_ccl.errors import VerificationError
+from te_ccl.nogc import paused_gc
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.simulate.engine import Task, TaskTimes, run
 from te_ccl.simulate.result import SimResult, summarise
@@ -66,20 +67,21 @@ def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str]
     for j, t in enumerate(trs):
         incoming[(t.dst, t.chunk)].append(j)
     tasks = []
+    nbytes = schedule.chunk_bytes
+    ranks = {g: topo.rank(g) for g in topo.gpus}  # per node, not per transfer
+    bufferless = {n.name for n in topo.nodes if not n.is_gpu and not n.has_buffer}
     for i, t in enumerate(trs):
         if t.chunk not in chunks:
             raise VerificationError(f"{t}: chunk {t.chunk} is not part of the collective")
-        node = topo.node(t.src)
-        bufferless = not node.is_gpu and not node.has_buffer
+        through = t.src in bufferless
         earlier = [j for j in incoming[(t.src, t.chunk)] if j != i and (
-            trs[j].arrive_epoch == t.start_epoch if bufferless
+            trs[j].arrive_epoch == t.start_epoch if through
             else trs[j].arrive_epoch <= t.start_epoch)]
-        rank = topo.rank(t.src) if node.is_gpu else None
-        deps = _holding(chunks[t.chunk], rank, earlier, trs)
+        deps = _holding(chunks[t.chunk], ranks.get(t.src), earlier, trs)
         if deps is None:
             raise VerificationError(f"{t}: {t.src} sends chunk {t.chunk} before it holds it")
-        tasks.append(Task((t.src, t.dst), schedule.chunk_bytes, deps[0], deps[1], f"c{t.chunk}",
-                          through=bufferless))
+        tasks.append(Task((t.src, t.dst), nbytes, deps[0], deps[1], f"c{t.chunk}",
+                          through=through))
     order: dict[tuple[str, str], list[int]] = defaultdict(list)
     for i in sorted(range(len(trs)), key=lambda i: (trs[i].start_epoch, i)):
         order[(trs[i].src, trs[i].dst)].append(i)
@@ -114,9 +116,10 @@ def simulate_schedule(schedule: Schedule) -> SimResult:
         A transfer sends a chunk its node never holds, uses a missing link, a destination
         never receives its chunk, or the link order deadlocks.
     """
-    tasks, order = schedule_tasks(schedule)
-    times = run(schedule.topology, tasks, order)
-    return summarise(tasks, times, _gpu_finish(schedule, times))
+    with paused_gc():
+        tasks, order = schedule_tasks(schedule)
+        times = run(schedule.topology, tasks, order)
+        return summarise(tasks, times, _gpu_finish(schedule, times))
 
 
 def chain_length(schedule: Schedule) -> int:

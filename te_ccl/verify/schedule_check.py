@@ -35,6 +35,7 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from te_ccl.nogc import paused_gc
 from te_ccl.schedule import Schedule, Transfer
 
 __all__ = ["Violation", "check_schedule"]
@@ -59,9 +60,10 @@ def _floor(x: float) -> int:
 def check_schedule(schedule: Schedule) -> list[Violation]:
     """All violations of ``schedule`` (empty when it is correct)."""
     out: list[Violation] = []
-    linked = _check_static(schedule, out)
-    _check_capacity(schedule, linked, out)
-    _replay(schedule, _check_arrivals(schedule, linked, out), out)
+    with paused_gc():
+        linked = _check_static(schedule, out)
+        _check_capacity(schedule, linked, out)
+        _replay(schedule, _check_arrivals(schedule, linked, out), out)
     return out
 
 

@@ -44,11 +44,9 @@ rerun for the element limit may keep fusions that do delay steps; the program's
 
 from __future__ import annotations
 
-import gc
 import os
 import re
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 
 from te_ccl.deadline import check, checked
@@ -67,6 +65,7 @@ from te_ccl.lower.msccl.instructions import (
 from te_ccl.lower.msccl.ir import LOWERING, Gpu, Program
 from te_ccl.lower.msccl.threadblocks import build_threadblocks
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
+from te_ccl.nogc import paused_gc
 from te_ccl.outputs import write_atomic
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.schedule import Schedule
@@ -107,7 +106,7 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
       <gpu id="0" i_chunks="0" o_chunks="2" s_chunks="0">
     <step s="0" type="r" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
     """
-    with _no_cyclic_gc():
+    with paused_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                             proto=proto, max_steps=max_steps, stream=True, progress=progress)
         if notes is not None:
@@ -135,25 +134,13 @@ def write_msccl(schedule: Schedule, path: str | os.PathLike, **options) -> bytes
 def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                   max_bytes: int = 0, proto: str | None = None, max_steps: int = 64) -> Program:
     """The :class:`Program` IR of ``schedule`` (see :func:`lower_to_msccl`)."""
-    with _no_cyclic_gc():
+    with paused_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                             proto=proto, max_steps=max_steps, stream=False,
                             progress=_quiet)
         return replace(head, gpus=tuple(gpus))
 
 
-@contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
-    """Pause the cycle collector: the passes build millions of tuples and dicts but no
-    cycles (reference counting frees them), and every full collection would rescan all
-    of them (at 1024 GPUs that made the lowering superlinear)."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 class StepsExhausted(RuntimeLimitError):

@@ -18,13 +18,12 @@ if the runtime would read the file the same way, and raises otherwise.
 
 from __future__ import annotations
 
-import gc
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from te_ccl.nogc import paused_gc
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.fastread import read_canonical
 from te_ccl.verify.msccl.findings import Finding, finding
@@ -39,7 +38,7 @@ from te_ccl.verify.msccl.text import (
 )
 
 __all__ = ["read_msccl", "read_msccl_lenient", "parse_msccl", "parse_text", "load_text",
-           "source_name", "paused_gc", "upgrade_legacy", "LEGACY_RULES", "MAX_RANKS",
+           "source_name", "upgrade_legacy", "LEGACY_RULES", "MAX_RANKS",
            "MAX_CHUNKS", "MAX_SLOTS", "MAX_REACH", "MAX_GENERAL_TEXT", "MscclReadError",
            "MscclSyntaxError", "MscclFormatError"]
 
@@ -236,18 +235,6 @@ def _reach(gpu: Gpu) -> dict[str, int]:
     return end
 
 
-@contextmanager
-def paused_gc() -> Iterator[None]:
-    """No cyclic garbage collection inside: reading and checking a file allocate millions
-    of small tuples and no garbage cycles worth collecting, and every collection would
-    rescan them all (it costs up to 4x the time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _split(text: str) -> Iterator[str]:

@@ -15,12 +15,13 @@ from pathlib import Path
 
 from te_ccl.deadline import check
 from te_ccl.errors import SpecError
+from te_ccl.nogc import paused_gc
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.execute import Execution, execute
 from te_ccl.verify.msccl.findings import RULES, Finding, finding
 from te_ccl.verify.msccl.layout import GARBAGE, ROOTED, SUPPORTED, Layout
 from te_ccl.verify.msccl.model import Algo
-from te_ccl.verify.msccl.reader import MscclSyntaxError, parse_msccl, paused_gc, source_name
+from te_ccl.verify.msccl.reader import MscclSyntaxError, parse_msccl, source_name
 from te_ccl.verify.msccl.runtime_rules import runtime_checks
 from te_ccl.verify.msccl.static_rules import static_checks
 from te_ccl.verify.msccl.values import Packed, expand
