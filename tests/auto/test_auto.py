@@ -31,7 +31,7 @@ def favouring(prefix: str) -> Judge:
 
 
 @pytest.mark.parametrize("prefix, kept", [("milp", "flow model"), ("baseline", "template "),
-                                          ("scale", "scale/greedy")])
+                                          ("scale", "scale/trees")])
 def test_the_judge_decides_between_the_candidates(prefix, kept):
     s = solve(ring(8, 50e9), every("broadcast", 8, root=0), AUTO, judge=favouring(prefix))
     assert s.info.backend.startswith(prefix)
@@ -106,7 +106,8 @@ def test_a_named_backend_races_only_chunkings():
     assert not any(n.startswith("auto: kept") for n in s.info.notes)
 
 
-def test_a_deadline_reached_while_judging_keeps_the_best_so_far():
+def test_a_deadline_reached_while_judging_keeps_the_best_so_far(monkeypatch):
+    monkeypatch.setattr(auto, "BOUND_GAP", -1.0)  # the first schedule may be at the bound
     topo = ring(4, 1e9)
     calls: list[str] = []
 

@@ -9,6 +9,7 @@ from te_ccl.backends.scale.greedy import greedy_transfers
 from te_ccl.backends.scale.hierarchical import solve_hierarchical
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.torus import solve_torus
+from te_ccl.backends.scale.trees import solve_trees
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune
 from te_ccl.model.problem import Problem
@@ -33,8 +34,9 @@ def _greedy(problem: Problem, params: SolveParams, clock: Clock) -> tuple[Moves,
 
 def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
                 progress: Progress | None = None) -> tuple[Moves, str, tuple[str, ...]]:
-    """(moves, method, notes): torus symmetry, the rail AlltoAll, the box hierarchy or the
-    concurrent-flow paths (unicast demands) when they apply, else the greedy.
+    """(moves, method, notes): torus symmetry, the rail AlltoAll, the box hierarchy, the
+    concurrent-flow paths (unicast demands) or packed broadcast trees (up to
+    :data:`~te_ccl.backends.scale.trees.MAX_GPUS` GPUs) when they apply, else the greedy.
 
     Raises SolverError for switches, multi-source chunks or buffer limits (the greedy
     does not model them) and when the time limit runs out.
@@ -48,6 +50,8 @@ def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
         solved, method = solve_hierarchical(problem), "hierarchical"
     if solved is None:
         solved, method = solve_flow_alltoall(problem, clock, params.seed), "flow-alltoall"
+    if solved is None:
+        solved, method = solve_trees(problem, clock), "trees"
     if solved is None:
         solved, method = _greedy(problem, params, clock), "greedy"
     moves, notes = solved
