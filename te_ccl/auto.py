@@ -284,7 +284,9 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     builds = [(name, partial(build_baseline, name, topology, collective))
               for name in applicable(topology, collective)]
     builds.append(("in-switch", partial(in_switch_candidate, topology, collective)))
-    at_most = race.judge.at_most(race.best[0]) if race.best is not None else None
+    # a best that does not lower (judged inf) bounds nothing, whatever its prediction
+    lowers = race.best is not None and race.best_s < math.inf
+    at_most = race.judge.at_most(race.best[0]) if lowers else None
     for name, build in builds:
         if left() <= 0 or (race.best is not None and time.monotonic() > deadline):
             race.skip(f"template {name}", "no time left")

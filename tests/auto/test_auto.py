@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import te_ccl.auto as auto
@@ -121,3 +123,21 @@ def test_a_deadline_reached_while_judging_keeps_the_best_so_far(monkeypatch):
     assert check_schedule(s) == []
     assert len(calls) > 1 and s.info.backend == calls[0]
     assert "time limit of 1 s reached while lowering" in first_note(s)
+
+
+def test_a_best_that_does_not_lower_does_not_spare_the_templates(monkeypatch):
+    """The scale schedule does not lower (judged inf) although its prediction is at the
+    bound: the templates are still timed, and one is kept."""
+    real = auto.run_strategy
+
+    def scale_only(topology, collective, params, progress=None):
+        if params.backend != "scale":
+            raise SolverError("time limit reached without a solution")
+        return real(topology, collective, params, progress)
+
+    monkeypatch.setattr(auto, "run_strategy", scale_only)
+    judge = Judge("test", lambda s: math.inf if s.info.backend == "scale" else s.finish_time_s,
+                  at_most=lambda s: s.finish_time_s, at_least=lambda s: s.finish_time_s)
+    s = solve(ring(4, 50e9), every("allgather", 4, 4 << 20), AUTO, judge=judge)
+    assert s.info.backend.startswith("baseline:")
+    assert first_note(s).startswith("auto: kept the template ")

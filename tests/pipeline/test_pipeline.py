@@ -109,7 +109,10 @@ def test_cheap_bounds_settle_the_templates_without_replaying_them(monkeypatch):
     import te_ccl.auto as auto
     from te_ccl.pipeline import _busiest_link, _prediction_bounds_replay
 
+    import te_ccl.backends.scale as scale
+
     monkeypatch.setattr(auto, "BOUND_GAP", -1.0)
+    monkeypatch.setattr(scale, "scale_method", lambda *a: None)  # the flow model's schedule
     fc8, c = load_topology("fc8"), coll("allgather", 8)
     s = solve_best(fc8, c, AUTO, judge=Timer(xml=False).judge)
     note = s.info.notes[0]
