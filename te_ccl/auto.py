@@ -21,9 +21,13 @@ The time limit is the caller's (``params.time_limit_s``) or the compile's deadli
 reached while judging ends the race with the best so far.
 
 Bounds prune: a chunking whose arithmetic bound cannot beat the best time by
-:data:`SKIP_GAIN` is not solved; no solver or template runs once a schedule is within
-:data:`BOUND_GAP` of the collective's lower bound; a template whose cheap lower estimate
-(``Judge.at_least``) cannot beat the best is not timed. Every schedule is judged once by
+:data:`SKIP_GAIN` is not solved; no solver runs once a schedule is within
+:data:`BOUND_GAP` of the collective's lower bound, nor, beyond :data:`SCALE_MIN_GPUS` GPUs
+(where timing one costs seconds), a template; a template whose cheap lower estimate
+(``Judge.at_least``) cannot beat the best is not timed. Up to :data:`SCALE_MIN_GPUS` GPUs
+the templates that can beat the best are timed however close it is: a template may be
+closer still (mesh 4×4 AllGather 1 GB: the bidirectional rings replay at 1.0008× the
+bound, the scale schedule at 1.003×). Every schedule is judged once by
 the :class:`Judge` the caller passes (the compile's is the replay of the lowered MSCCL
 XML), and the winner carries a note listing every trial.
 
@@ -209,7 +213,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         else:
             _run(race, "flow model", topology, collective,
                  replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
-    close = _close_to_bound(race, bound)
+    close = _close_to_bound(race, bound) if topology.ngpus > SCALE_MIN_GPUS else None
     if close is not None:
         race.skip("templates", close)
     elif templates or race.best is None:

@@ -141,3 +141,12 @@ def test_a_best_that_does_not_lower_does_not_spare_the_templates(monkeypatch):
     s = solve(ring(4, 50e9), every("allgather", 4, 4 << 20), AUTO, judge=judge)
     assert s.info.backend.startswith("baseline:")
     assert first_note(s).startswith("auto: kept the template ")
+
+
+def test_up_to_sixteen_gpus_a_schedule_at_the_bound_still_races_the_templates():
+    """ring4 AllGather: the scale schedule is at the lower bound, which spares the flow
+    model; a template the judge finds faster still is timed and kept."""
+    s = solve(ring(4, 50e9), every("allgather", 4, 4 << 20), AUTO, judge=favouring("baseline"))
+    note = first_note(s)
+    assert "flow model: skipped (scale/trees is within" in note
+    assert note.startswith("auto: kept the template ")
