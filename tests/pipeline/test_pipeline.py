@@ -107,9 +107,8 @@ def test_cheap_bounds_settle_the_templates_without_replaying_them(monkeypatch):
     so no template is replayed to choose (even when a schedule at the lower bound does
     not already settle them all)."""
     import te_ccl.auto as auto
-    from te_ccl.pipeline import _busiest_link, _prediction_bounds_replay
-
     import te_ccl.backends.scale as scale
+    from te_ccl.pipeline import _busiest_link, _prediction_bounds_replay
 
     monkeypatch.setattr(auto, "BOUND_GAP", -1.0)
     monkeypatch.setattr(scale, "scale_method", lambda *a: None)  # the flow model's schedule
