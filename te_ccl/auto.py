@@ -7,7 +7,8 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
    (:func:`te_ccl.backends.scale.scale_method`). It runs alone where one flow model is
    out of reach (beyond :data:`SCALE_MIN_GPUS` GPUs) or lands far from its bound
    (AlltoAll: 1.1–1.7× on meshes and tori even at 16 GPUs), else first, in
-   :data:`SCALE_SHARE` of the time: its sub-chunks pipeline, which whole chunks cannot;
+   :data:`SCALE_SHARE` of the time (:data:`TREES_SHARE` for packed trees): its sub-chunks
+   pipeline, which whole chunks cannot;
 2. the **flow model** (:func:`te_ccl.strategy.run_strategy`, its solver picked by the
    model's size), in the time left but :data:`TEMPLATE_SHARE` of it; it proves
    optimality where sub-chunks do not pay;
@@ -25,8 +26,8 @@ Bounds prune: a chunking whose arithmetic bound cannot beat the best time by
 :data:`BOUND_GAP` of the collective's lower bound, nor, beyond :data:`SCALE_MIN_GPUS` GPUs
 (where timing one costs seconds), a template; a template whose cheap lower estimate
 (``Judge.at_least``) cannot beat the best is not timed. Up to :data:`SCALE_MIN_GPUS` GPUs
-the templates that can beat the best are timed however close it is: a template may be
-closer still (mesh 4×4 AllGather 1 GB: the bidirectional rings replay at 1.0008× the
+the templates that can beat the best are timed unless it is at the bound: a template may
+be closer still (mesh 4×4 AllGather 1 GB: the bidirectional rings replay at 1.0008× the
 bound, the scale schedule at 1.003×). Every schedule is judged once by
 the :class:`Judge` the caller passes (the compile's is the replay of the lowered MSCCL
 XML), and the winner carries a note listing every trial.
@@ -58,6 +59,8 @@ __all__ = ["Judge", "PREDICTED", "Trial", "choose", "SCALE_MIN_GPUS", "TEMPLATE_
 SCALE_MIN_GPUS = 16  # beyond, one flow model is out of reach (mesh 8×8 AllGather: ~460k
 #                      transfer variables); up to it, it proves optimality in seconds
 SCALE_SHARE = 0.25  # of the time, for the scale backend when the flow model runs after it
+TREES_SHARE = 0.5  # the same for packed trees: an LP, a split and the greedy, near the bound
+#                    where the flow model rarely is (dgx1 AllGather: 1.007× against 1.29×)
 MIN_FLOW_S = 1.0  # the flow model gets at least this after the scale backend
 TEMPLATE_SHARE = 0.2  # of the time left, kept from the flow model to build and judge the templates
 TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can win
@@ -197,7 +200,8 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     deadline = time.monotonic() + min(params.time_limit_s, left())
     method, flow_skip = _scale_and_flow(topology, collective)
     if method is not None:
-        share = params.time_limit_s * (SCALE_SHARE if flow_skip is None else 1.0)
+        first = TREES_SHARE if method == "trees" else SCALE_SHARE
+        share = params.time_limit_s * (first if flow_skip is None else 1.0)
         _run(race, f"scale/{method}", topology, collective,
              replace(params, backend="scale", time_limit_s=share), progress)
     bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
@@ -213,7 +217,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         else:
             _run(race, "flow model", topology, collective,
                  replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
-    close = _close_to_bound(race, bound) if topology.ngpus > SCALE_MIN_GPUS else None
+    close = _close_to_bound(race, bound, BOUND_GAP if topology.ngpus > SCALE_MIN_GPUS else TIE)
     if close is not None:
         race.skip("templates", close)
     elif templates or race.best is None:
@@ -235,15 +239,15 @@ def _scale_and_flow(topology: Topology, collective: Collective) -> tuple[str | N
     return method, None
 
 
-def _close_to_bound(race: _Race, lower: Callable[[], float]) -> str | None:
+def _close_to_bound(race: _Race, lower: Callable[[], float], gap: float = BOUND_GAP) -> str | None:
     """Why no further solver or template can win enough to run (the best is within
-    :data:`BOUND_GAP` of ``lower()``, the lower bound), else None."""
+    ``gap`` of ``lower()``, the lower bound), else None."""
     if race.best is None:
         return None
     bound = lower()
-    if bound > 0 and race.best_s <= bound * (1 + BOUND_GAP):
-        return (f"{race.trials[race.best[1]].name} is within {BOUND_GAP:.1%} of the lower bound "
-                f"{bound:.4g} s")
+    if bound > 0 and race.best_s <= bound * (1 + gap):
+        within = f"within {gap:.1%} of" if gap >= 0.001 else "at"
+        return f"{race.trials[race.best[1]].name} is {within} the lower bound {bound:.4g} s"
     return None
 
 

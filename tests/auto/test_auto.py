@@ -33,7 +33,7 @@ def favouring(prefix: str) -> Judge:
 
 
 @pytest.mark.parametrize("prefix, kept", [("milp", "flow model"), ("baseline", "template "),
-                                          ("scale", "scale/trees")])
+                                          ("scale", "scale/greedy")])
 def test_the_judge_decides_between_the_candidates(prefix, kept):
     s = solve(ring(8, 50e9), every("broadcast", 8, root=0), AUTO, judge=favouring(prefix))
     assert s.info.backend.startswith(prefix)
@@ -83,7 +83,7 @@ def test_beyond_sixteen_gpus_the_flow_model_is_not_built():
 
 def test_a_schedule_at_the_bound_spares_the_other_solvers():
     """A judge that finds the scale schedule at the bound: the flow model and the templates
-    are not run."""
+    are not run (up to 16 GPUs the templates only when it is at the bound itself)."""
     from te_ccl.bounds import lower_bound
 
     topo, c = load_topology("torus4x4"), every("allgather", 16, 16 << 16)
@@ -91,7 +91,7 @@ def test_a_schedule_at_the_bound_spares_the_other_solvers():
     s = solve(topo, c, AUTO, judge=Judge("bound", lambda s: bound if s.info.backend == "scale"
                                          else 2 * bound))
     assert "flow model: skipped (scale/symmetry is within 0.5% of the lower bound" in first_note(s)
-    assert "templates: skipped (scale/symmetry is within 0.5% of the lower bound" in first_note(s)
+    assert "templates: skipped (scale/symmetry is at the lower bound" in first_note(s)
 
 
 def test_a_horizon_bounds_the_flow_model_alone():
@@ -109,7 +109,7 @@ def test_a_named_backend_races_only_chunkings():
 
 
 def test_a_deadline_reached_while_judging_keeps_the_best_so_far(monkeypatch):
-    monkeypatch.setattr(auto, "BOUND_GAP", -1.0)  # the first schedule may be at the bound
+    monkeypatch.setattr(auto, "_close_to_bound", lambda *a: None)  # the first may be at the bound
     topo = ring(4, 1e9)
     calls: list[str] = []
 
@@ -143,10 +143,12 @@ def test_a_best_that_does_not_lower_does_not_spare_the_templates(monkeypatch):
     assert first_note(s).startswith("auto: kept the template ")
 
 
-def test_up_to_sixteen_gpus_a_schedule_at_the_bound_still_races_the_templates():
-    """ring4 AllGather: the scale schedule is at the lower bound, which spares the flow
-    model; a template the judge finds faster still is timed and kept."""
-    s = solve(ring(4, 50e9), every("allgather", 4, 4 << 20), AUTO, judge=favouring("baseline"))
+def test_up_to_sixteen_gpus_a_schedule_near_the_bound_still_races_the_templates():
+    """ring4 AllGather: the scale schedule, judged 0.4% above the bound, spares the flow
+    model; a template the judge finds faster is still timed and kept."""
+    judge = Judge("test", lambda s: s.finish_time_s * (1.004 if s.info.backend == "scale"
+                                                       else 1.0))
+    s = solve(ring(4, 50e9), every("allgather", 4, 4 << 20), AUTO, judge=judge)
     note = first_note(s)
-    assert "flow model: skipped (scale/trees is within" in note
+    assert "flow model: skipped (scale/trees is within 0.5% of the lower bound" in note
     assert note.startswith("auto: kept the template ")

@@ -69,8 +69,9 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     for the copy-and-forward kinds; AlltoAll by PXN on rail-optimized clusters, else by
     concurrent-flow paths (when GPUs have no buffer limit); AllGather, ReduceScatter and
     AllReduce over every GPU of boxes on switches (rails, direct links) by the hierarchy;
-    on up to :data:`~te_ccl.backends.scale.trees.MAX_GPUS` GPUs, every GPU taking part,
-    by packed broadcast trees unless a torus symmetry applies.
+    AllGather, ReduceScatter and AllReduce over every GPU of up to
+    :data:`~te_ccl.backends.scale.trees.MAX_GPUS` GPUs by packed broadcast trees unless a
+    torus symmetry applies.
 
     >>> from te_ccl.topology.generators import mesh, torus
     >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
@@ -94,7 +95,7 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     sym = collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) and every
     if sym and torus_symmetry(topology) is not None:
         return "symmetry"
-    return "trees" if every and topology.ngpus <= TREES_MAX_GPUS else "greedy"
+    return "trees" if sym and topology.ngpus <= TREES_MAX_GPUS else "greedy"
 
 
 def _receive_time(topology: Topology, collective: Collective) -> float:

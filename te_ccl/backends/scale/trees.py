@@ -48,7 +48,8 @@ from te_ccl.model.problem import Problem
 __all__ = ["MAX_GPUS", "Packing", "pack_trees", "solve_trees"]
 
 MAX_GPUS = 16  # beyond, the greedy's own routes land within ~1.5% (mesh/torus 8×8)
-SPLIT_S = 1.0  # for the integer split of the chunks over the trees
+SPLIT_S = 0.5  # at most, for the integer split of the chunks over the trees
+SPLIT_GAP = 0.002  # a split whose busiest link is this close to the best possible will do
 _SLACK = 3  # chunks a tree's count may move from its proportional share
 _KEEP = 1e-6  # of the best rate, given up for shallower trees
 _MAX_ROUNDS = 200  # column generation rounds (dgx1 needs ~30)
@@ -68,7 +69,11 @@ class Packing:
 
 def _spanning_demands(problem: Problem) -> dict[str, list[int]] | None:
     """Chunks per source when every demand is one source to every other GPU of a
-    GPU-only network, else None."""
+    GPU-only network and every GPU is a source, else None.
+
+    A lone source (Broadcast) has no other sources' chunks to fill its trees' start and
+    end: on a ring its two trees are paths of every GPU, and the greedy's own routes do
+    better (ring8 Broadcast 1 GB: 1.22× against 1.33× the bound)."""
     topo = problem.topology
     own = {(d.chunk, s) for d in problem.demands for s in d.sources}
     if topo.switches or problem.relay_limit or not problem.state.held <= own:
@@ -82,7 +87,7 @@ def _spanning_demands(problem: Problem) -> dict[str, list[int]] | None:
         if len(d.sources) != 1 or set(d.destinations) | {d.sources[0]} != nodes:
             return None
         out[d.sources[0]].append(d.chunk)
-    return dict(out)
+    return dict(out) if set(out) == nodes else None
 
 
 def _arborescence(weight: dict[Edge, float], nodes: list, root) -> tuple[float, frozenset[Edge]]:
@@ -259,6 +264,7 @@ def _split(problem: Problem, packing: Packing, sources: dict[str, list[int]],
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
     solver.parameters.num_workers = 1
+    solver.parameters.relative_gap_limit = SPLIT_GAP
     if solver.Solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return near
     return {s: [solver.Value(v) for v in vs] for s, vs in count.items()}
@@ -305,7 +311,7 @@ def solve_trees(problem: Problem, clock: Clock) -> tuple[Moves, tuple[str, ...]]
     order = [c for _, _, c in sorted((j, s, c) for s, cs in sources.items()
                                      for j, c in enumerate(sorted(cs)))]
     bit = {c: b for b, c in enumerate(order)}
-    counts = _split(problem, packing, sources, min(SPLIT_S, clock.left / 4))
+    counts = _split(problem, packing, sources, min(SPLIT_S, clock.left / 8))
     on_tree: tuple[list[int], list[int]] = ([], [])
     by_height: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
     for s, cs in sources.items():
