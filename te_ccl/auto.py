@@ -274,8 +274,11 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     """Race the templates (the in-switch schedule where the fabric has one), timing only
     those that can beat the best so far (by ``at_least``); none beyond
     :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs, none past the compile's
-    deadline, and once there is a best, none after the ``deadline``
-    (``time.monotonic()``): the flow model left them :data:`TEMPLATE_SHARE` of the time.
+    deadline (less the time writing the best takes), and once there is a best, none after
+    the ``deadline`` (``time.monotonic()``; the flow model left them :data:`TEMPLATE_SHARE`
+    of the time) beyond :data:`SCALE_MIN_GPUS` GPUs: up to it a template is built and
+    timed in well under a second, and on a loaded machine judging the scale schedule
+    alone can use up the share (mesh 4×4 AllGather 1 GB at a 10 s limit).
 
     The templates are built in the Schedule IR with the same α semantics, so their times
     compare directly with the solvers'.
@@ -296,7 +299,8 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     lowers = race.best is not None and race.best_s < math.inf
     at_most = race.judge.at_most(race.best[0]) if lowers else None
     for name, build in builds:
-        if left() <= 0 or (race.best is not None and time.monotonic() > deadline):
+        late = topology.ngpus > SCALE_MIN_GPUS and time.monotonic() > deadline
+        if left() <= race.reserve_s or (race.best is not None and late):
             race.skip(f"template {name}", "no time left")
             continue
         try:

@@ -8,6 +8,7 @@ import pytest
 
 import te_ccl.auto as auto
 from te_ccl.auto import Judge
+from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import SolverError
 from te_ccl.solve import SolveParams, solve
@@ -152,3 +153,16 @@ def test_up_to_sixteen_gpus_a_schedule_near_the_bound_still_races_the_templates(
     note = first_note(s)
     assert "flow model: skipped (scale/trees is within 0.5% of the lower bound" in note
     assert note.startswith("auto: kept the template ")
+
+
+@pytest.mark.parametrize("n, timed", [(4, True), (20, False)])
+def test_small_templates_are_timed_past_the_share_of_the_race(n, timed):
+    """Once the race's share is over, templates are still timed up to 16 GPUs (cheap),
+    not beyond (each costs seconds there)."""
+    topo, c = ring(n, 50e9), every("allgather", n, n << 12)
+    race = auto._Race(Judge("test", lambda s: s.finish_time_s))
+    race.enter("first", build_baseline("ring", topo, c))
+    auto._templates(race, topo, c, deadline=0.0)
+    names = [t.name for t in race.trials if t.time_s is not None]
+    assert any(x.startswith("template ") for x in names) is timed
+    assert timed or any("no time left" in t.outcome for t in race.trials)

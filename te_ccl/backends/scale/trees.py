@@ -9,7 +9,7 @@ the master, a minimum arborescence per source with the link duals as weights for
 pricing); its optimum is the fluid time ``1/x``, the cut bound where the cuts are each
 GPU's in-links. A second round keeps that rate and shifts the weight to shallow trees
 (:func:`pack_trees`). Each source's chunks are split over its trees near their weights
-(CP-SAT evens out the busiest link, :func:`_split`) and the greedy
+(moves of single chunks even out the busiest link, :func:`_split`) and the greedy
 (:func:`~te_ccl.backends.scale.greedy.greedy_transfers`) times them: each link prefers the
 chunks whose tree it is on, then those with the deepest subtree still to reach, then the
 oldest; when none of its tree's chunks is there yet (the pipelines' fill and drain) it
@@ -32,7 +32,6 @@ trees (``teccl compile dgx1 -c allgather -s 1GB``). Up to :data:`MAX_GPUS` GPUs.
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -48,9 +47,6 @@ from te_ccl.model.problem import Problem
 __all__ = ["MAX_GPUS", "Packing", "pack_trees", "solve_trees"]
 
 MAX_GPUS = 16  # beyond, the greedy's own routes land within ~1.5% (mesh/torus 8×8)
-SPLIT_S = 0.5  # at most, for the integer split of the chunks over the trees
-SPLIT_GAP = 0.002  # a split whose busiest link is this close to the best possible will do
-_SLACK = 3  # chunks a tree's count may move from its proportional share
 _KEEP = 1e-6  # of the best rate, given up for shallower trees
 _MAX_ROUNDS = 200  # column generation rounds (dgx1 needs ~30)
 _EPS = 1e-9
@@ -226,48 +222,44 @@ def _detours(links, sources) -> dict[str, dict[Edge, int]]:
     return out
 
 
-def _split(problem: Problem, packing: Packing, sources: dict[str, list[int]],
-           time_limit_s: float) -> dict[str, list[int]]:
-    """Chunks per tree of each source: the integer split whose busiest link (in epochs)
-    is least (CP-SAT, near the rates' proportions), else the largest remainders.
-
-    Rounding each source's split alone can load one link a few chunks over its share
-    (dgx1 AllGather at 100 chunks per GPU: 1.2% over the fluid time).
-    """
-    from ortools.sat.python import cp_model
-
-    near: dict[str, list[int]] = {}
+def _split(problem: Problem, packing: Packing, sources: dict[str, list[int]]
+           ) -> dict[str, list[int]]:
+    """Chunks per tree of each source: the largest remainders of the trees' weights, then
+    single chunks moved between trees of one source while that unloads a busiest link
+    (in epochs) without loading another as much: rounding each source's split alone can
+    load one link a few chunks over its share (dgx1 AllGather at 100 chunks per GPU:
+    1.2% over the fluid time)."""
+    cost = {e: lt.occupancy / lt.capacity for e, lt in problem.timings.items()}
+    counts: dict[str, list[int]] = {}
+    load: dict[Edge, float] = dict.fromkeys(cost, 0.0)
     for s, trees in packing.trees.items():
         n, total = len(sources[s]), sum(w for w, _ in trees)
         exact = [n * w / total for w, _ in trees]
-        near[s] = [int(e) for e in exact]
-        order = sorted(range(len(trees)), key=lambda i: near[s][i] - exact[i])
-        for i in order[:n - sum(near[s])]:
-            near[s][i] += 1
-    scale = math.lcm(*(lt.capacity for lt in problem.timings.values()))
-    m = cp_model.CpModel()
-    count = {s: [m.NewIntVar(max(0, c - _SLACK), c + _SLACK, "") for c in cs]
-             for s, cs in near.items()}
-    load: dict[Edge, list] = defaultdict(list)
-    for s, trees in packing.trees.items():
-        m.Add(sum(count[s]) == len(sources[s]))
-        for var, c, (_, edges) in zip(count[s], near[s], trees, strict=True):
-            m.AddHint(var, c)
+        counts[s] = [int(e) for e in exact]
+        for i in sorted(range(len(trees)), key=lambda i: counts[s][i] - exact[i])[
+                :n - sum(counts[s])]:
+            counts[s][i] += 1
+        for c, (_, edges) in zip(counts[s], trees, strict=True):
             for e in edges:
-                load[e].append(var)
-    busiest = m.NewIntVar(0, scale * max(lt.occupancy for lt in problem.timings.values())
-                          * sum(len(cs) for cs in sources.values()), "")
-    for e, vs in load.items():
-        lt = problem.timings[e]
-        m.Add(sum(vs) * (lt.occupancy * scale // lt.capacity) <= busiest)
-    m.Minimize(busiest)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.05, time_limit_s)
-    solver.parameters.num_workers = 1
-    solver.parameters.relative_gap_limit = SPLIT_GAP
-    if solver.Solve(m) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        return near
-    return {s: [solver.Value(v) for v in vs] for s, vs in count.items()}
+                load[e] += c * cost[e]
+    for _ in range(sum(len(cs) for cs in sources.values())):
+        top = max(load.values())
+        busiest = {e for e, x in load.items() if x >= top - _EPS}
+        move = next(((s, i, j, ej - ei) for s, trees in packing.trees.items()
+                     for i, (_, ei) in enumerate(trees) if counts[s][i] and busiest & ei
+                     for j, (_, ej) in enumerate(trees)
+                     if not busiest & ei & ej
+                     and all(load[e] + cost[e] < top - _EPS for e in ej - ei)), None)
+        if move is None:
+            break
+        s, i, j, _ = move
+        counts[s][i] -= 1
+        counts[s][j] += 1
+        for e in packing.trees[s][i][1]:
+            load[e] -= cost[e]
+        for e in packing.trees[s][j][1]:
+            load[e] += cost[e]
+    return counts
 
 
 def _interleave(counts: list[int]) -> list[int]:
@@ -311,7 +303,7 @@ def solve_trees(problem: Problem, clock: Clock) -> tuple[Moves, tuple[str, ...]]
     order = [c for _, _, c in sorted((j, s, c) for s, cs in sources.items()
                                      for j, c in enumerate(sorted(cs)))]
     bit = {c: b for b, c in enumerate(order)}
-    counts = _split(problem, packing, sources, min(SPLIT_S, clock.left / 8))
+    counts = _split(problem, packing, sources)
     on_tree: tuple[list[int], list[int]] = ([], [])
     by_height: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
     for s, cs in sources.items():
