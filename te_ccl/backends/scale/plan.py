@@ -69,9 +69,8 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     for the copy-and-forward kinds; AlltoAll by PXN on rail-optimized clusters, else by
     concurrent-flow paths (when GPUs have no buffer limit); AllGather, ReduceScatter and
     AllReduce over every GPU of boxes on switches (rails, direct links) by the hierarchy;
-    AllGather, ReduceScatter and AllReduce over every GPU of up to
-    :data:`~te_ccl.backends.scale.trees.MAX_GPUS` GPUs by packed broadcast trees unless a
-    torus symmetry applies.
+    AllGather over every GPU of up to :data:`~te_ccl.backends.scale.trees.MAX_GPUS` GPUs
+    by packed broadcast trees (where they beat the greedy) unless a torus symmetry applies.
 
     >>> from te_ccl.topology.generators import mesh, torus
     >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
@@ -95,7 +94,8 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     sym = collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) and every
     if sym and torus_symmetry(topology) is not None:
         return "symmetry"
-    return "trees" if sym and topology.ngpus <= TREES_MAX_GPUS else "greedy"
+    trees = collective.kind is CollectiveKind.ALLGATHER and every
+    return "trees" if trees and topology.ngpus <= TREES_MAX_GPUS else "greedy"
 
 
 def _receive_time(topology: Topology, collective: Collective) -> float:
@@ -215,14 +215,16 @@ def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams,
                                            progress)
         return moves.transfers(), f"scale/{method}", notes
     owner = sub.reduction_owners()
+    # no packed trees for reductions: their two phases' files need more steps per
+    # connection than the runtime holds at the sub-chunking the greedy's fit in
     first, method, notes = solve_moves(_fan_out(topology, sub, owner, tau, True), params,
-                                       clock, progress)
+                                       clock, progress, trees=False)
     transfers = first.transfers(reverse_at=first.finish)
     notes = tuple(f"reduce-scatter: {n}" for n in notes + (
         "the fan-out on the reversed topology played backwards",))
     if sub.kind is CollectiveKind.ALLREDUCE:
         second, _, more = solve_moves(_fan_out(topology, sub, owner, tau, False), params,
-                                      clock, progress)
+                                      clock, progress, trees=False)
         transfers += second.transfers(shift=first.finish)
         notes += tuple(f"all-gather: {n}" for n in more)
     return transfers, f"scale/{method}", notes
