@@ -1,7 +1,8 @@
 """Broadcast trees packed to the cut bound, each chunk pipelined down one of them.
 
-When every chunk goes from one source to every other GPU (AllGather; ReduceScatter and
-AllReduce as the fan-out on the reversed graph), the best rate is a packing of spanning
+When every chunk goes from one source to every other GPU (AllGather; the scale backend
+keeps the greedy for reductions, see :func:`~te_ccl.backends.scale.entry.solve_moves`),
+the best rate is a packing of spanning
 arborescences (Edmonds: a source can broadcast at its min-cut rate, and the sources share
 the links). The linear program "max ``x``: every source ``s`` broadcasts ``D_s·x`` over
 trees rooted at ``s``, no link over its bandwidth" is solved by column generation (GLOP for
