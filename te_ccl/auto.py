@@ -7,7 +7,8 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
    (:func:`te_ccl.backends.scale.scale_method`). It runs alone where one flow model is
    out of reach (beyond :data:`SCALE_MIN_GPUS` GPUs) or lands far from its bound
    (AlltoAll: 1.1–1.7× on meshes and tori even at 16 GPUs), else first, in
-   :data:`SCALE_SHARE` of the time: its sub-chunks pipeline, which whole chunks cannot;
+   :data:`SCALE_SHARE` of the time (:data:`TREES_SHARE` for packed trees): its sub-chunks
+   pipeline, which whole chunks cannot;
 2. the **flow model** (:func:`te_ccl.strategy.run_strategy`, its solver picked by the
    model's size), in the time left but :data:`TEMPLATE_SHARE` of it; it proves
    optimality where sub-chunks do not pay;
@@ -24,9 +25,13 @@ The time limit is the caller's (``params.time_limit_s``) or the compile's deadli
 reached while judging ends the race with the best so far.
 
 Bounds prune: a chunking whose arithmetic bound cannot beat the best time by
-:data:`SKIP_GAIN` is not solved; no solver or template runs once a schedule is within
-:data:`BOUND_GAP` of the collective's lower bound; a template whose cheap lower estimate
-(``Judge.at_least``) cannot beat the best is not timed. Every schedule is judged once by
+:data:`SKIP_GAIN` is not solved; no solver runs once a schedule is within
+:data:`BOUND_GAP` of the collective's lower bound, nor, beyond :data:`SCALE_MIN_GPUS` GPUs
+(where timing one costs seconds), a template; a template whose cheap lower estimate
+(``Judge.at_least``) cannot beat the best is not timed. Up to :data:`SCALE_MIN_GPUS` GPUs
+the templates that can beat the best are timed unless it is at the bound: a template may
+be closer still (mesh 4×4 AllGather 1 GB: the bidirectional rings replay at 1.0008× the
+bound, the scale schedule at 1.003×). Every schedule is judged once by
 the :class:`Judge` the caller passes (the compile's is the replay of the lowered MSCCL
 XML), and the winner carries a note listing every trial.
 
@@ -58,6 +63,8 @@ __all__ = ["Judge", "PREDICTED", "Trial", "choose", "SCALE_MIN_GPUS", "TEMPLATE_
 SCALE_MIN_GPUS = 16  # beyond, one flow model is out of reach (mesh 8×8 AllGather: ~460k
 #                      transfer variables); up to it, it proves optimality in seconds
 SCALE_SHARE = 0.25  # of the time, for the scale backend when the flow model runs after it
+TREES_SHARE = 0.5  # the same for packed trees: an LP, a split and the greedy, near the bound
+#                    where the flow model rarely is (dgx1 AllGather: 1.007× against 1.29×)
 MIN_FLOW_S = 1.0  # the flow model gets at least this after the scale backend
 TEMPLATE_SHARE = 0.2  # of the time left, kept from the flow model to build and judge the templates
 TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can win
@@ -67,7 +74,8 @@ TEMPLATE_MAX_DELIVERIES = 300_000
 BOUND_GAP = 0.005  # within this of the lower bound, another solver cannot win enough to run
 MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
 SKIP_GAIN = 0.02  # a chunking must be able to beat the best so far by this to be solved
-TIE = 1e-9  # relative: a later candidate must beat the best by more to replace it
+TIE = 1e-9  # relative: a later candidate must beat the best by more, or tie it with fewer
+#             transfers, to replace it
 
 
 def _unknown(schedule: Schedule) -> float | None:
@@ -153,7 +161,11 @@ class _Race:
             self.fail(name, e)
             return
         self.trials.append(Trial(name, t))
-        if self.best is None or t < self.best_s * (1 - TIE):
+        if self.best is None or t < self.best_s * (1 - TIE) or (
+                t <= self.best_s * (1 + TIE)
+                and len(schedule.transfers) < len(self.best[0].transfers)):
+            # a tie goes to the smaller schedule: its file is written and loaded faster
+            # (fc8 AllGather 1 MB: the direct template's 56 transfers, not 5208 sub-chunks)
             self.best = (schedule, len(self.trials) - 1)
 
     def fail(self, name: str, error: SolverError) -> None:
@@ -202,7 +214,8 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     deadline = time.monotonic() + min(params.time_limit_s, left())
     method, flow_skip = _scale_and_flow(topology, collective)
     if method is not None:
-        share = params.time_limit_s * (SCALE_SHARE if flow_skip is None else 1.0)
+        first = TREES_SHARE if method == "trees" else SCALE_SHARE
+        share = params.time_limit_s * (first if flow_skip is None else 1.0)
         _run(race, f"scale/{method}", topology, collective,
              replace(params, backend="scale", time_limit_s=share), progress)
     bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
@@ -218,7 +231,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         else:
             _run(race, "flow model", topology, collective,
                  replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
-    close = _close_to_bound(race, bound)
+    close = _close_to_bound(race, bound, BOUND_GAP if topology.ngpus > SCALE_MIN_GPUS else TIE)
     if close is not None:
         race.skip("templates", close)
     elif templates or race.best is None:
@@ -240,15 +253,15 @@ def _scale_and_flow(topology: Topology, collective: Collective) -> tuple[str | N
     return method, None
 
 
-def _close_to_bound(race: _Race, lower: Callable[[], float]) -> str | None:
+def _close_to_bound(race: _Race, lower: Callable[[], float], gap: float = BOUND_GAP) -> str | None:
     """Why no further solver or template can win enough to run (the best is within
-    :data:`BOUND_GAP` of ``lower()``, the lower bound), else None."""
+    ``gap`` of ``lower()``, the lower bound), else None."""
     if race.best is None:
         return None
     bound = lower()
-    if bound > 0 and race.best_s <= bound * (1 + BOUND_GAP):
-        return (f"{race.trials[race.best[1]].name} is within {BOUND_GAP:.1%} of the lower bound "
-                f"{bound:.4g} s")
+    if bound > 0 and race.best_s <= bound * (1 + gap):
+        within = f"within {gap:.1%} of" if gap >= 0.001 else "at"
+        return f"{race.trials[race.best[1]].name} is {within} the lower bound {bound:.4g} s"
     return None
 
 
@@ -275,8 +288,11 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     """Race the templates (the in-switch schedule where the fabric has one), timing only
     those that can beat the best so far (by ``at_least``); none beyond
     :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs, none past the compile's
-    deadline, and once there is a best, none after the ``deadline``
-    (``time.monotonic()``): the flow model left them :data:`TEMPLATE_SHARE` of the time.
+    deadline (less the time writing the best takes), and once there is a best, none after
+    the ``deadline`` (``time.monotonic()``; the flow model left them :data:`TEMPLATE_SHARE`
+    of the time) beyond :data:`SCALE_MIN_GPUS` GPUs: up to it a template is built and
+    timed in well under a second, and on a loaded machine judging the scale schedule
+    alone can use up the share (mesh 4×4 AllGather 1 GB at a 10 s limit).
 
     The templates are built in the Schedule IR with the same α semantics, so their times
     compare directly with the solvers'.
@@ -293,9 +309,12 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     builds = [(name, partial(build_baseline, name, topology, collective))
               for name in applicable(topology, collective)]
     builds.append(("in-switch", partial(in_switch_candidate, topology, collective)))
-    at_most = race.judge.at_most(race.best[0]) if race.best is not None else None
+    # a best that does not lower (judged inf) bounds nothing, whatever its prediction
+    lowers = race.best is not None and race.best_s < math.inf
+    at_most = race.judge.at_most(race.best[0]) if lowers else None
     for name, build in builds:
-        if left() <= 0 or (race.best is not None and time.monotonic() > deadline):
+        late = topology.ngpus > SCALE_MIN_GPUS and time.monotonic() > deadline
+        if left() <= race.reserve_s or (race.best is not None and late):
             race.skip(f"template {name}", "no time left")
             continue
         try:

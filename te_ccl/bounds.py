@@ -302,11 +302,18 @@ def separating_cut_bandwidth(topology: Topology, members: list[str]) -> float:
     return min(_max_flows(g, [p for v in members[1:] for p in ((first, v), (v, first))]))
 
 
+def _symmetric(topology: Topology) -> bool:
+    """Every link ``u → v`` has a twin ``v → u`` of the same bandwidth and latency."""
+    links = sorted((k.src, k.dst, k.bandwidth_Bps, k.latency_s) for k in topology.links)
+    return links == sorted((v, u, b, a) for u, v, b, a in links)
+
+
 def _allreduce_part(topology: Topology, members: list[str], size: float) -> dict[str, float]:
     """RS + AG where only members reduce; else the largest of RS, AG and the separating cut."""
     n = len(members)
-    rs = _ag_part(topology.reversed(), members, size / n)
     ag = _ag_part(topology, members, size / n)
+    # the reversed graph of a fabric whose links all come in equal pairs is the same graph
+    rs = ag if _symmetric(topology) else _ag_part(topology.reversed(), members, size / n)
     if n < 2 or not reduces_outside_members(topology, members):
         return {"cut_s": rs + ag}
     return {"cut_s": max(rs, ag),

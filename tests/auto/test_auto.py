@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 import te_ccl.auto as auto
 from te_ccl.auto import Judge
+from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import SolverError
 from te_ccl.solve import SolveParams, solve
@@ -81,7 +84,7 @@ def test_beyond_sixteen_gpus_the_flow_model_is_not_built():
 
 def test_a_schedule_at_the_bound_spares_the_other_solvers():
     """A judge that finds the scale schedule at the bound: the flow model and the templates
-    are not run."""
+    are not run (up to 16 GPUs the templates only when it is at the bound itself)."""
     from te_ccl.bounds import lower_bound
 
     topo, c = load_topology("torus4x4"), every("allgather", 16, 16 << 16)
@@ -89,7 +92,7 @@ def test_a_schedule_at_the_bound_spares_the_other_solvers():
     s = solve(topo, c, AUTO, judge=Judge("bound", lambda s: bound if s.info.backend == "scale"
                                          else 2 * bound))
     assert "flow model: skipped (scale/symmetry is within 0.5% of the lower bound" in first_note(s)
-    assert "templates: skipped (scale/symmetry is within 0.5% of the lower bound" in first_note(s)
+    assert "templates: skipped (scale/symmetry is at the lower bound" in first_note(s)
 
 
 def test_a_horizon_bounds_the_flow_model_alone():
@@ -106,7 +109,8 @@ def test_a_named_backend_races_only_chunkings():
     assert not any(n.startswith("auto: kept") for n in s.info.notes)
 
 
-def test_a_deadline_reached_while_judging_keeps_the_best_so_far():
+def test_a_deadline_reached_while_judging_keeps_the_best_so_far(monkeypatch):
+    monkeypatch.setattr(auto, "_close_to_bound", lambda *a: None)  # the first may be at the bound
     topo = ring(4, 1e9)
     calls: list[str] = []
 
@@ -120,3 +124,63 @@ def test_a_deadline_reached_while_judging_keeps_the_best_so_far():
     assert check_schedule(s) == []
     assert len(calls) > 1 and s.info.backend == calls[0]
     assert "time limit of 1 s reached while lowering" in first_note(s)
+
+
+def test_a_best_that_does_not_lower_does_not_spare_the_templates(monkeypatch):
+    """The scale schedule does not lower (judged inf) although its prediction is at the
+    bound: the templates are still timed, and one is kept."""
+    real = auto.run_strategy
+
+    def scale_only(topology, collective, params, progress=None):
+        if params.backend != "scale":
+            raise SolverError("time limit reached without a solution")
+        return real(topology, collective, params, progress)
+
+    monkeypatch.setattr(auto, "run_strategy", scale_only)
+    judge = Judge("test", lambda s: math.inf if s.info.backend == "scale" else s.finish_time_s,
+                  at_most=lambda s: s.finish_time_s, at_least=lambda s: s.finish_time_s)
+    s = solve(ring(4, 50e9), every("allgather", 4, 4 << 20), AUTO, judge=judge)
+    assert s.info.backend.startswith("baseline:")
+    assert first_note(s).startswith("auto: kept the template ")
+
+
+def test_up_to_sixteen_gpus_a_schedule_near_the_bound_still_races_the_templates():
+    """ring4 AllGather: the scale schedule, judged 0.1% above the bound, spares the flow
+    model; a template the judge finds faster is still timed and kept."""
+    from te_ccl.bounds import lower_bound
+
+    topo, c = ring(4, 50e9), every("allgather", 4, 4 << 20)
+    bound = lower_bound(topo, c).seconds
+    judge = Judge("test", lambda s: bound * 1.001 if s.info.backend == "scale"
+                  else s.finish_time_s)
+    s = solve(topo, c, AUTO, judge=judge)
+    note = first_note(s)
+    assert "flow model: skipped (scale/" in note and "is within 0.5% of the lower bound" in note
+    assert note.startswith("auto: kept the template ")
+
+
+@pytest.mark.parametrize("n, timed", [(4, True), (20, False)])
+def test_small_templates_are_timed_past_the_share_of_the_race(n, timed):
+    """Once the race's share is over, templates are still timed up to 16 GPUs (cheap),
+    not beyond (each costs seconds there)."""
+    topo, c = ring(n, 50e9), every("allgather", n, n << 12)
+    race = auto._Race(Judge("test", lambda s: s.finish_time_s))
+    race.enter("first", build_baseline("ring", topo, c))
+    auto._templates(race, topo, c, deadline=0.0)
+    names = [t.name for t in race.trials if t.time_s is not None]
+    assert any(x.startswith("template ") for x in names) is timed
+    assert timed or any("no time left" in t.outcome for t in race.trials)
+
+
+def test_a_tie_goes_to_the_schedule_with_fewer_transfers():
+    """Every candidate judged equal: the one with the fewest transfers is kept."""
+    s = solve(ring(4, 50e9), every("allgather", 4, 4 << 20), AUTO,
+              judge=Judge("flat", lambda s: 1.0))
+    note = first_note(s)
+    assert "also tried" in note
+    tried = [x for x in note.split("; ") if x.endswith(": 1 s")]
+    assert tried  # the others were timed too
+    from te_ccl.baselines import applicable
+    sizes = [len(build_baseline(n, ring(4, 50e9), every("allgather", 4, 4 << 20)).transfers)
+             for n in applicable(ring(4, 50e9), every("allgather", 4, 4 << 20))]
+    assert len(s.transfers) <= min(sizes)

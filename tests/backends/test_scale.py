@@ -158,6 +158,10 @@ def test_scale_method_for_auto():
     m = mesh([4, 4], 50e9)
     assert scale_method(m, _all(m, K.ALLTOALL)) == "flow-alltoall"
     assert scale_method(m, _all(m, K.BROADCAST, root=0)) == "greedy"
+    assert scale_method(m, _all(m, K.ALLGATHER)) == "trees"
+    assert scale_method(m, _all(m, K.REDUCESCATTER)) == "greedy"
+    big = mesh([8, 8], 50e9)
+    assert scale_method(big, _all(big, K.ALLGATHER)) == "greedy"
     t = torus([4, 4], 50e9)
     assert scale_method(t, _all(t, K.REDUCESCATTER)) == "symmetry"
     assert scale_method(t, Collective(K.ALLGATHER, 1 << 16, (0, 1, 2))) == "greedy"

@@ -177,3 +177,30 @@ def test_alpha_sweep_finds_the_mesh_diameter(monkeypatch):
     monkeypatch.setattr(bounds, "ALPHA_EXACT_WORK", 0)
     assert bounds._alpha_distance(t, members, members) == pytest.approx(exact)
     assert exact == pytest.approx(14e-6)
+
+
+def test_allreduce_on_a_symmetric_fabric_takes_one_cut_for_both_phases(monkeypatch):
+    """RS on the reversed graph equals AG when every link has an equal twin: computed once;
+    an asymmetric fabric still takes both."""
+    from te_ccl.spec.topology import load_topology
+
+    bounds.lower_bound.cache_clear()  # computed afresh, not remembered from another test
+    calls = []
+    real = bounds._ag_part
+    monkeypatch.setattr(bounds, "_ag_part", lambda *a: calls.append(a) or real(*a))
+    sym = load_topology("torus4x4")
+    ar = Collective(CollectiveKind.ALLREDUCE, 1 << 20, tuple(range(16)))
+    assert bounds._symmetric(sym) and len(calls) == 0
+    bounds.lower_bound(sym, ar)
+    assert len(calls) == 1
+    nodes = [Node(f"g{i}") for i in range(3)]
+    links = [Link("g0", "g1", 2e9), Link("g1", "g2", 1e9), Link("g2", "g0", 1e9),
+             Link("g1", "g0", 1e9), Link("g2", "g1", 1e9), Link("g0", "g2", 1e9)]
+    lopsided = Topology.build("lopsided", nodes, links)
+    assert not bounds._symmetric(lopsided)
+    calls.clear()
+    three = Collective(CollectiveKind.ALLREDUCE, 3 << 20, (0, 1, 2))
+    got = bounds.lower_bound(lopsided, three).parts["cut_s"]
+    assert len(calls) == 2
+    rs = real(lopsided.reversed(), ["g0", "g1", "g2"], 1 << 20)
+    assert got == pytest.approx(rs + real(lopsided, ["g0", "g1", "g2"], 1 << 20))

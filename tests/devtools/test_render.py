@@ -90,3 +90,13 @@ def test_xml_loss_target_names_the_worst_row():
     assert not target.met and "1.200" in target.measured and "1 of 2 rows over" in target.measured
     rows[1] = row("baseline:ring", 1.5, xml_ratio=1.01)
     assert by_name(evaluate_targets(rows))["XML replay / schedule replay, every row"].met
+
+
+def test_dgx1_and_the_4x4_grids_must_come_within_two_percent_of_the_cut_bound():
+    rows = [row("teccl", 1.025, topo="dgx1"), row("teccl", 1.02, topo="mesh4x4"),
+            row("teccl", 1.025, topo="ring8")]
+    t = by_name(evaluate_targets(rows))
+    dgx1 = t["dgx1 allgather 1 GB vs cut bound"]
+    assert not dgx1.met and dgx1.goal == "<= 1.02"
+    assert t["mesh4x4 allgather 1 GB vs cut bound"].met
+    assert t["ring8 allgather 1 GB vs cut bound"].met  # others: 1.03

@@ -107,9 +107,11 @@ def test_cheap_bounds_settle_the_templates_without_replaying_them(monkeypatch):
     so no template is replayed to choose (even when a schedule at the lower bound does
     not already settle them all)."""
     import te_ccl.auto as auto
+    import te_ccl.backends.scale as scale
     from te_ccl.pipeline import _busiest_link, _prediction_bounds_replay
 
     monkeypatch.setattr(auto, "BOUND_GAP", -1.0)
+    monkeypatch.setattr(scale, "scale_method", lambda *a: None)  # the flow model's schedule
     fc8, c = load_topology("fc8"), coll("allgather", 8)
     s = solve_best(fc8, c, AUTO, judge=Timer(xml=False).judge)
     note = s.info.notes[0]

@@ -72,6 +72,9 @@ def test_auto_chunks_falls_back_to_a_chunking_that_lowers(monkeypatch, tmp_path)
 
 
 def test_auto_keeps_a_template_when_the_flow_schedule_does_not_lower(monkeypatch, tmp_path):
+    import te_ccl.backends.scale as scale
+
+    monkeypatch.setattr(scale, "scale_method", lambda *a: None)  # the flow model and templates
     refusing(monkeypatch, lambda s: not s.info.backend.startswith("baseline"))
     c = Collective(CollectiveKind.ALLGATHER, 4 << 20, tuple(range(4)))
     result = compile_collective(ring4(), c, AUTO, CompileOptions(output=str(tmp_path / "a.xml")))

@@ -9,11 +9,14 @@ from te_ccl.backends.scale.greedy import greedy_transfers
 from te_ccl.backends.scale.hierarchical import solve_hierarchical
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.torus import solve_torus
+from te_ccl.backends.scale.trees import solve_trees
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune
 from te_ccl.model.problem import Problem
 
-__all__ = ["solve_moves", "solve_scale"]
+__all__ = ["solve_moves", "solve_scale", "TREES_GAIN"]
+
+TREES_GAIN = 0.01  # the packed trees must beat the greedy by this to be kept
 
 
 def _greedy(problem: Problem, params: SolveParams, clock: Clock) -> tuple[Moves, tuple[str, ...]]:
@@ -31,10 +34,27 @@ def _greedy(problem: Problem, params: SolveParams, clock: Clock) -> tuple[Moves,
                    f"order, seed {params.seed})",)
 
 
+def _trees_or_greedy(problem: Problem, params: SolveParams, clock: Clock
+                     ) -> tuple[tuple[Moves, tuple[str, ...]], str]:
+    """The packed trees where they apply and finish :data:`TREES_GAIN` earlier than the
+    greedy's own routes, else the greedy: tree routes pair a relay's receive and send
+    peers less often, so their MSCCL files need more steps per connection (dgx1
+    AllReduce 1 MB at 2 chunks per GPU: 32 sub-chunks no longer fit, where they do for
+    the greedy) and a tie goes to the greedy."""
+    packed = solve_trees(problem, clock)
+    greedy = _greedy(problem, params, clock)
+    if packed is not None and packed[0].finish < greedy[0].finish * (1 - TREES_GAIN):
+        return packed, "trees"
+    return greedy, "greedy"
+
+
 def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
-                progress: Progress | None = None) -> tuple[Moves, str, tuple[str, ...]]:
-    """(moves, method, notes): torus symmetry, the rail AlltoAll, the box hierarchy or the
-    concurrent-flow paths (unicast demands) when they apply, else the greedy.
+                progress: Progress | None = None, *, trees: bool = True
+                ) -> tuple[Moves, str, tuple[str, ...]]:
+    """(moves, method, notes): torus symmetry, the rail AlltoAll, the box hierarchy, the
+    concurrent-flow paths (unicast demands) when they apply, else the greedy or, up to
+    :data:`~te_ccl.backends.scale.trees.MAX_GPUS` GPUs and unless ``trees`` is False,
+    packed broadcast trees where they beat it (:func:`_trees_or_greedy`).
 
     Raises SolverError for switches, multi-source chunks or buffer limits (the greedy
     does not model them) and when the time limit runs out.
@@ -48,6 +68,8 @@ def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
         solved, method = solve_hierarchical(problem), "hierarchical"
     if solved is None:
         solved, method = solve_flow_alltoall(problem, clock, params.seed), "flow-alltoall"
+    if solved is None and trees:
+        solved, method = _trees_or_greedy(problem, params, clock)
     if solved is None:
         solved, method = _greedy(problem, params, clock), "greedy"
     moves, notes = solved

@@ -163,8 +163,15 @@ def _initial(problem: Problem, net: Net, order: list[int]) -> tuple[np.ndarray, 
 
 
 def greedy_transfers(problem: Problem, order: list[int], *,
-                     deadline: Callable[[], bool] = lambda: False, seed: int = 0) -> Moves:
+                     deadline: Callable[[], bool] = lambda: False, seed: int = 0,
+                     prefer: tuple[np.ndarray, ...] = ()) -> Moves:
     """Run the greedy until every destination holds its chunks (see the module docstring).
+
+    ``prefer``: chunk bitsets per link (rows in :func:`net_of`'s link order, bits in
+    ``order``), most preferred first; each narrows a link's candidates where it leaves
+    any. When given, they replace the default preferences and the random start: each link
+    takes the first chunk in ``order`` among its most preferred candidates (planned routes,
+    oldest first, keep their pipelines going).
 
     Raises SolverError when nothing can move any more (a destination is unreachable) or
     ``deadline()`` turns true.
@@ -193,11 +200,12 @@ def greedy_transfers(problem: Problem, order: list[int], *,
             links = links[free_at[links] <= t]
             s, d = net.src[links], net.dst[links]
             cand = held[s] & ~held[d] & ~incoming[d]
-            fresh = cand & ~forwarded[s]
-            cand = np.where(fresh.any(axis=1, keepdims=True), fresh, cand)
-            on = cand & via[net.partner[links]]
-            cand = np.where(on.any(axis=1, keepdims=True), on, cand)
-            b = bitsets.first_bits_from(cand, rng.integers(0, nbits, size=len(links)))
+            masks = [m[links] for m in prefer] or [~forwarded[s], via[net.partner[links]]]
+            for mask in masks:
+                on = cand & mask
+                cand = np.where(on.any(axis=1, keepdims=True), on, cand)
+            b = (bitsets.first_bits(cand) if prefer
+                 else bitsets.first_bits_from(cand, rng.integers(0, nbits, size=len(links))))
             ok = b >= 0
             links, d, b = links[ok], d[ok], b[ok]
             if not links.size:

@@ -24,7 +24,6 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 __all__ = ["Orbit", "list_schedule", "improve_cpsat"]
 
@@ -89,6 +88,8 @@ def list_schedule(orb: Orbit) -> np.ndarray:
 def improve_cpsat(orb: Orbit, hint: np.ndarray, time_limit_s: float, threads: int = 1,
                   seed: int = 0) -> tuple[np.ndarray, bool]:
     """CP-SAT on the orbit problem from ``hint``: (best starts, proven optimal)."""
+    from ortools.sat.python import cp_model  # a second to import (pandas): only when used
+
     horizon = orb.makespan(hint)
     m = cp_model.CpModel()
     s = [m.NewIntVar(0, horizon - orb.delay, f"s{e}") for e in range(len(orb.parent))]

@@ -34,6 +34,7 @@ from te_ccl.backends.scale.flow_alltoall import flow_subchunks
 from te_ccl.backends.scale.hierarchical import box_fabric, hierarchical_subchunks
 from te_ccl.backends.scale.msccl_budget import max_subchunks
 from te_ccl.backends.scale.symmetry import TorusSymmetry, torus_symmetry, tree_leaves
+from te_ccl.backends.scale.trees import MAX_GPUS as TREES_MAX_GPUS
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
 from te_ccl.model.problem import (
@@ -61,18 +62,22 @@ _HIERARCHY_KINDS = _TREE_KINDS[:3]
 
 
 def scale_method(topology: Topology, collective: Collective) -> str | None:
-    """Which scale method fits (``symmetry``, ``greedy``, ``rail-alltoall``, ``flow-alltoall``,
-    ``hierarchical``), None if none does.
+    """Which scale method fits (``symmetry``, ``trees``, ``greedy``, ``rail-alltoall``,
+    ``flow-alltoall``, ``hierarchical``), None if none does.
 
     For ``--backend auto``: the greedy floods chunks to every GPU, so it is offered only
     for the copy-and-forward kinds; AlltoAll by PXN on rail-optimized clusters, else by
     concurrent-flow paths (when GPUs have no buffer limit); AllGather, ReduceScatter and
-    AllReduce over every GPU of boxes on switches (rails, direct links) by the hierarchy.
+    AllReduce over every GPU of boxes on switches (rails, direct links) by the hierarchy;
+    AllGather over every GPU of up to :data:`~te_ccl.backends.scale.trees.MAX_GPUS` GPUs
+    by packed broadcast trees (where they beat the greedy) unless a torus symmetry applies.
 
     >>> from te_ccl.topology.generators import mesh, torus
     >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
     >>> scale_method(torus([4, 4], 1e9), ag), scale_method(mesh([4, 4], 1e9), ag)
-    ('symmetry', 'greedy')
+    ('symmetry', 'trees')
+    >>> scale_method(mesh([8, 8], 1e9), Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(64))))
+    'greedy'
     """
     every = collective.nranks == topology.ngpus
     unlimited = all(n.buffer_bytes is None for n in topology.nodes)
@@ -87,7 +92,10 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     if collective.kind not in _TREE_KINDS or not gpu_only:
         return None
     sym = collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) and every
-    return "symmetry" if sym and torus_symmetry(topology) is not None else "greedy"
+    if sym and torus_symmetry(topology) is not None:
+        return "symmetry"
+    trees = collective.kind is CollectiveKind.ALLGATHER and every
+    return "trees" if trees and topology.ngpus <= TREES_MAX_GPUS else "greedy"
 
 
 def _receive_time(topology: Topology, collective: Collective) -> float:
@@ -207,14 +215,16 @@ def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams,
                                            progress)
         return moves.transfers(), f"scale/{method}", notes
     owner = sub.reduction_owners()
+    # no packed trees for reductions: their two phases' files need more steps per
+    # connection than the runtime holds at the sub-chunking the greedy's fit in
     first, method, notes = solve_moves(_fan_out(topology, sub, owner, tau, True), params,
-                                       clock, progress)
+                                       clock, progress, trees=False)
     transfers = first.transfers(reverse_at=first.finish)
     notes = tuple(f"reduce-scatter: {n}" for n in notes + (
         "the fan-out on the reversed topology played backwards",))
     if sub.kind is CollectiveKind.ALLREDUCE:
         second, _, more = solve_moves(_fan_out(topology, sub, owner, tau, False), params,
-                                      clock, progress)
+                                      clock, progress, trees=False)
         transfers += second.transfers(shift=first.finish)
         notes += tuple(f"all-gather: {n}" for n in more)
     return transfers, f"scale/{method}", notes
