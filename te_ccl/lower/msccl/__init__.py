@@ -65,7 +65,8 @@ from te_ccl.lower.msccl.instructions import (
     fusion_candidates,
 )
 from te_ccl.lower.msccl.ir import LOWERING, Gpu, Program
-from te_ccl.lower.msccl.threadblocks import build_threadblocks
+from te_ccl.lower.msccl.retime import replay_timed
+from te_ccl.lower.msccl.threadblocks import build_threadblocks, holding_pairings
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
 from te_ccl.outputs import write_atomic
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
@@ -181,7 +182,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
     layout = buffer_layout(coll)
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
-    edges = collapse_switches(schedule)
+    edges = replay_timed(collapse_switches(schedule), schedule)
     check(LOWERING)
     progress(f"lowering: instructions of {coll.nranks} GPUs")
     base = build_instructions(edges, layout)
@@ -256,6 +257,11 @@ def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: l
     slots they print, and how many of the fusions kept delay another step."""
     chan, kept = assign_channels(edges, candidates, budget, sends_waited, depth, favour,
                                  timed)
+    if timed:  # a thread block joined by fusions must not hold up its own receives
+        held = holding_pairings(edges, chan, [f for f in kept if f.recv.gpu not in favour],
+                                MSCCL.max_depid + 1, budget)
+        kept = [f for f in kept if (f.recv.gpu, chan[f.recv.recv], f.recv.recv.src,
+                                    f.send.send.dst) not in held]
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)

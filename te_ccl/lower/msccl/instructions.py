@@ -32,7 +32,7 @@ from te_ccl.runtime_limits import MSCCL
 __all__ = ["Instr", "Fusion", "recv_order", "send_order", "build_instructions",
            "fusion_candidates", "apply_fusions"]
 
-_END = 1 << 40  # order epoch of the final copies, after every transfer
+_END = 1 << 62  # order time of the final copies, after every transfer
 
 
 class Instr(NamedTuple):
