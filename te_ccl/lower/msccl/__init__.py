@@ -2,13 +2,17 @@
 
 The pipeline, one pass per module, each leaving a valid intermediate form:
 
-1. :mod:`collapse_switches` — transfers → GPU-to-GPU edges (switch paths collapsed);
+1. :mod:`collapse_switches` — transfers → GPU-to-GPU edges (switch paths collapsed),
+   then :mod:`retime` — the edges timed by the schedule's replay instead of its epochs
+   (what the file is measured against, and how the runtime runs: as soon as it can);
 2. :mod:`instructions` — per-GPU instructions in time order on ``i``/``o``/``s`` slots
    (:mod:`buffers`), and the receive/send pairs that can be fused;
 3. :mod:`channels` — a channel per edge keeping FIFO order and depth on both sides of a
    connection and every thread block within its step budget (deadlock-free by
    construction: replaying all steps in schedule time order never blocks);
-4. :mod:`threadblocks` — thread blocks per (channel, peer), steps in time order;
+4. :mod:`threadblocks` — thread blocks per (channel, peer), steps in time order (a
+   fusion pairing whose thread block would take one of its plain receives late, behind
+   a send still on the link, is given up first);
 5. :mod:`dependencies` — ``depid``/``deps``/``hasdep`` and ``nop`` steps;
 6. :mod:`to_xml` — the bytes, laid out for the runtime's parser, one GPU at a time.
 
