@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--save", type=Path, help="keep the solved schedules here as JSON")
     group.add_argument("--load", type=Path, help="replay the schedules saved here")
     args = ap.parse_args(argv)
-    print(f"{'case':32} {'schedule':>11} {'xml':>11} {'xml/sched':>9}  verify / notes")
+    print(f"{'case':32} {'schedule':>13} {'xml':>13} {'xml/sched':>9}  verify / notes")
     for name in args.only or CASES:
         schedule = schedule_of(name, args.time_limit, args.load)
         if args.save is not None:
@@ -138,10 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             (args.save / f"{name}.json").write_text(schedule.to_json())
         m = measure(schedule)
         ratio = m["xml_s"] / m["schedule_s"]
-        print(f"{name:32} {m['schedule_s'] * 1e6:9.1f}us {m['xml_s'] * 1e6:9.1f}us "
+        print(f"{name:32} {m['schedule_s'] * 1e6:11.3f}us {m['xml_s'] * 1e6:11.3f}us "
               f"{ratio:9.4f}  {m['verify']}", flush=True)
         if m["piece_s"] is not None:
-            print(f"{'':32} {'':11} {m['piece_s'] * 1e6:9.1f}us "
+            print(f"{'':32} {'':13} {m['piece_s'] * 1e6:11.3f}us "
                   f"{m['piece_s'] / m['schedule_s']:9.4f}  (count = one rank's piece)")
         for note in m["notes"]:
             print(f"{'':32} note: {note}")

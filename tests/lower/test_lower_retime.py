@@ -48,6 +48,18 @@ def test_edges_carry_the_replays_picoseconds_and_keep_their_epochs():
     assert [e.epoch for e in g0] == [0, 1, 2, 3]
 
 
+def test_partials_arriving_in_one_epoch_keep_their_own_arrival():
+    """Two partials reach the root in the same epoch over links 1 and 5 us long."""
+    topo = Topology.build("tri", [Node(f"g{i}") for i in range(3)],
+                          [Link("g1", "g0", 1e9, 1e-6), Link("g2", "g0", 1e9, 5e-6)])
+    coll = Collective(CollectiveKind.REDUCE, 1000, (0, 1, 2), root=0)
+    tr = (Transfer(0, "g1", "g0", 0, 1, "reduce"), Transfer(0, "g2", "g0", 0, 1, "reduce"))
+    schedule = Schedule(topo, coll, 10e-6, tr)
+    edges = replay_timed(collapse_switches(schedule), schedule)
+    assert sorted((e.src, e.arrive - e.start) for e in edges) == [(1, 2_000_000),
+                                                                  (2, 6_000_000)]
+
+
 def test_a_link_with_more_chunks_in_flight_than_slots_gets_more_channels(kit):
     schedule = _far_pair()
     xml = lower_to_msccl(schedule)

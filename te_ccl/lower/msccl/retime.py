@@ -69,25 +69,33 @@ def _timed(e: Edge, first: int, last: int, times: list[TaskTimes]) -> Edge:
 
 def _transfers_of(edges: tuple[Edge, ...], schedule: Schedule) -> list[tuple[int, int]]:
     """(first, last) transfer index of each edge: the hop leaving its sender and the hop
-    reaching its receiver (the same transfer on a direct link). Identical edges take
-    identical transfers in turn."""
+    reaching its receiver (the same transfer on a direct link; through a switch, the hop
+    out of the edge's first switch if there is one, else out of any switch). Identical
+    edges take identical transfers in turn."""
     topo, coll = schedule.topology, schedule.collective
     gpu = [topo.gpu(r) for r in coll.ranks]
     firsts: dict[tuple, list[int]] = defaultdict(list)
     lasts: dict[tuple, list[int]] = defaultdict(list)
     for i, t in enumerate(schedule.transfers):
         firsts[(t.chunk, t.src, t.dst, t.start_epoch)].append(i)
-        lasts[(t.chunk, t.dst, t.arrive_epoch, topo.node(t.src).is_gpu)].append(i)
+        if not topo.node(t.src).is_gpu:
+            lasts[(t.chunk, t.src, t.dst, t.arrive_epoch)].append(i)
+            lasts[(t.chunk, None, t.dst, t.arrive_epoch)].append(i)
     seen: dict[tuple, int] = defaultdict(int)
     out = []
     for e in edges:
         hop = gpu[e.dst] if e.via < 0 else topo.nodes[e.via].name
-        fk = (e.chunk, gpu[e.src], hop, e.start)
-        lk = (e.chunk, gpu[e.dst], e.arrive, e.via < 0)
-        f, k = firsts[fk], lasts[lk]
-        n = seen[(fk, lk)]
-        seen[(fk, lk)] += 1
-        out.append((f[n % len(f)], k[n % len(k)]))
+        key = (e.chunk, gpu[e.src], hop, e.start, e.arrive)
+        n = seen[key]
+        seen[key] += 1
+        f = firsts[key[:4]]
+        first = f[n % len(f)]
+        if e.via < 0:
+            out.append((first, first))
+            continue
+        k = lasts.get((e.chunk, hop, gpu[e.dst], e.arrive)) or \
+            lasts[(e.chunk, None, gpu[e.dst], e.arrive)]
+        out.append((first, k[n % len(k)]))
     return out
 
 
