@@ -19,10 +19,11 @@ from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
 
+from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.instructions import Fusion, Instr, recv_order, send_order
-from te_ccl.lower.msccl.ir import NO_PEER
+from te_ccl.lower.msccl.ir import LOWERING, NO_PEER
 
 __all__ = ["TbPlan", "build_threadblocks", "holding_pairings"]
 
@@ -103,7 +104,7 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
     sends: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
     recvs: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
     tbs: dict[int, set[tuple]] = defaultdict(set)
-    for e in edges:
+    for e in checked(edges, LOWERING):
         c = chan[e]
         sends[(e.src, c, e.dst)].append(e)
         tbs[e.src].add(("s", c, e.dst))
