@@ -48,9 +48,12 @@ def replay_timed(edges: tuple[Edge, ...], schedule: Schedule) -> tuple[Edge, ...
         times = replay_times(schedule)[1]
     except VerificationError:  # the schedule does not replay: the verifier will say why
         return edges
-    timed = [_timed(e, first, last, times) for e, (first, last)
-             in zip(edges, _transfers_of(edges, schedule), strict=True)]
-    timed = _with_final(timed)
+    pairs = _transfers_of(edges, schedule)
+    if any(times[last].start_s < times[first].start_s or
+           times[last].arrive_s < times[first].end_s for first, last in pairs):
+        return edges  # a switch path matched to hops that do not follow each other
+    timed = _with_final([_timed(e, first, last, times)
+                         for e, (first, last) in zip(edges, pairs, strict=True)])
     if not _same_data(edges, timed, schedule):
         return edges
     return tuple(sorted(timed))
@@ -63,7 +66,7 @@ def _tick(t: float) -> int:
 def _timed(e: Edge, first: int, last: int, times: list[TaskTimes]) -> Edge:
     start = _tick(times[first].start_s)
     busy = max(1, _tick(times[first].end_s) - start)
-    return e._replace(start=start, arrive=max(start + 1, _tick(times[last].arrive_s)),
+    return e._replace(start=start, arrive=max(start + busy, _tick(times[last].arrive_s)),
                       busy=busy)
 
 
