@@ -18,7 +18,8 @@ it carries has arrived, so a relay holds a copied chunk before it sends it on an
 holds every partial the schedule adds before the send; a partial the schedule adds
 after a send could still arrive before it in the replay. Where the replay's order of a
 GPU's events on a reduced chunk differs from the schedule's (or a relay would send a
-chunk before holding it), the epochs are kept for the whole schedule. Above
+chunk before holding it, or a switch path is matched to hops that do not follow each
+other), the epochs are kept for the whole schedule. Above
 :data:`REPLAY_UP_TO` transfers the replay costs more than the lowering and the epochs
 are kept too.
 """
