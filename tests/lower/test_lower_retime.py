@@ -95,6 +95,12 @@ def test_a_receive_arriving_while_its_thread_blocks_send_is_on_the_link_splits_i
     assert holding_pairings(edges, chan, fusions, 128, 2) == set()
 
 
+def test_a_pairing_whose_receives_would_leave_their_send_order_is_kept():
+    # the fused receive is sent first but arrives after the delivery (epochs allow it)
+    edges, fusions = _joined(plain_arrives=2)
+    assert holding_pairings(edges, dict.fromkeys(edges, 0), fusions, 128, 64) == set()
+
+
 def test_a_receive_after_the_send_has_left_keeps_the_pairing():
     edges, fusions = _joined(plain_arrives=10)
     assert holding_pairings(edges, dict.fromkeys(edges, 0), fusions, 128, 64) == set()

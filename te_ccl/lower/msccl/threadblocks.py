@@ -92,7 +92,8 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
     A pairing is kept anyway where splitting it would give its GPU more than
     ``max_tbs`` thread blocks (ones other thread blocks can wait for), or its sending
     thread block more than ``budget`` steps counting a ``nop`` for each send that was
-    fused (it then waits for its value and for the link's previous send)."""
+    fused (it then waits for its value and for the link's previous send), or where its
+    receives, no longer fused, would leave their connection's send order."""
     pairs: dict[Pairing, int] = defaultdict(int)
     fused_in = set()
     for f in fusions:
@@ -103,12 +104,14 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
         return set()
     sends: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
     recvs: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
+    into: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)  # all receives
     tbs: dict[int, set[tuple]] = defaultdict(set)
     for e in checked(edges, LOWERING):
         c = chan[e]
         sends[(e.src, c, e.dst)].append(e)
         tbs[e.src].add(("s", c, e.dst))
         tbs[e.dst].add(("r", c, e.src))
+        into[(e.dst, c, e.src)].append(e)
         if e not in fused_in:
             recvs[(e.dst, c, e.src)].append(e)
     joined: dict[int, int] = defaultdict(int)
@@ -116,12 +119,20 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
         joined[g] += 1
     held = set()
     for (g, c, a, b), fused in pairs.items():
-        if len(tbs[g]) - joined[g] + 1 > max_tbs or len(sends[(g, c, b)]) + fused > budget:
+        if len(tbs[g]) - joined[g] + 1 > max_tbs or len(sends[(g, c, b)]) + fused > budget \
+                or not _in_order(into[(g, c, a)]):
             continue
         if _holds(sorted(sends[(g, c, b)], key=send_order), recvs[(g, c, a)]):
             held.add((g, c, a, b))
             joined[g] -= 1
     return held
+
+
+def _in_order(recvs: list[Edge]) -> bool:
+    """Would a connection's receives, none fused, be taken in its send order (the k-th
+    receive takes the k-th send)? Unfused, a receive sits at its arrival."""
+    orders = [recv_order(e) for e in sorted(recvs, key=send_order)]
+    return all(a < b for a, b in zip(orders, orders[1:], strict=False))
 
 
 def _holds(sends: list[Edge], recvs: list[Edge]) -> bool:
