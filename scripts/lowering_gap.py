@@ -11,6 +11,9 @@ ratio, the lowering's notes, and the verifier's verdict::
 
     python scripts/lowering_gap.py [--only NAME …] [--time-limit S] [--save DIR | --load DIR]
 
+A case whose backend is ``baseline:NAME`` builds that template (as ``make bench`` does,
+on the topology's forward-only switches) instead of solving: those rows are exact.
+
 Gather and Scatter: the file's ``count`` is one rank's piece (mult 1, msccl-xml.md; the
 verifier's layout), while ``simulate_msccl`` divides the collective's size (N pieces) by
 ``nchunksperloop``; their rows also show the replay at ``count`` = one piece.
@@ -45,12 +48,33 @@ CASES = {
     "aws-p5x2-allreduce-1GB-scale": ("aws-p5x2", "allreduce", "1GB", 1, False, "scale"),
     "hgx-h100x2-allreduce-1GB": ("hgx-h100x2", "allreduce", "1GB", 1, False),
     "hgx-h100x16-allreduce-1GB": ("hgx-h100x16", "allreduce", "1GB", 1, False),
+    # small (latency-bound) sizes, where the epochs round every hop up the most
+    "mesh4x4-reducescatter-1kB": ("mesh4x4", "reducescatter", "1000B", 1, False, "milp"),
+    "mesh4x4-allreduce-1kB": ("mesh4x4", "allreduce", "1000B", 1, False, "milp"),
+    "ndv2x2-allgather-1kB-ring": ("ndv2x2", "allgather", "1000B", 1, False, "baseline:ring"),
+    "ndv2x2-allgather-1kB-ring-bidir": ("ndv2x2", "allgather", "1000B", 1, False,
+                                        "baseline:ring-bidir"),
+    "ndv2x2-allgather-64kB-ring": ("ndv2x2", "allgather", "64000B", 1, False, "baseline:ring"),
+    "ndv2x2-allgather-64kB-ring-bidir": ("ndv2x2", "allgather", "64000B", 1, False,
+                                         "baseline:ring-bidir"),
+    "ndv2x2-allgather-64kB-hierarchical": ("ndv2x2", "allgather", "64000B", 1, False,
+                                           "baseline:hierarchical"),
+    "ndv2x2-allgather-1MB-ring": ("ndv2x2", "allgather", "1MB", 1, False, "baseline:ring"),
+    "ndv2x2-allgather-1MB-hierarchical": ("ndv2x2", "allgather", "1MB", 1, False,
+                                          "baseline:hierarchical"),
+    "ndv2x2-allgather-16MB-ring": ("ndv2x2", "allgather", "16MB", 1, False, "baseline:ring"),
+    "ndv2x2-allgather-1GB-ring": ("ndv2x2", "allgather", "1GB", 1, False, "baseline:ring"),
+    "ndv2x2-allgather-1GB-4-ring": ("ndv2x2", "allgather", "1GB", 4, False, "baseline:ring"),
+    "ndv2x2-alltoall-1kB-direct": ("ndv2x2", "alltoall", "1000B", 1, False, "baseline:direct"),
+    "ndv2x2-alltoall-1kB-ring": ("ndv2x2", "alltoall", "1000B", 1, False, "baseline:ring"),
+    "ring8-alltoall-1GB-direct": ("ring8", "alltoall", "1GB", 1, False, "baseline:direct"),
 }
 
 
 def schedule_of(name: str, time_limit: float, load: Path | None):
+    from te_ccl.baselines import build_baseline
     from te_ccl.chunking import BASE_CHUNKS
-    from te_ccl.pipeline import CompileOptions, render_fitting, solve_best
+    from te_ccl.pipeline import CompileOptions, forward_only, render_fitting, solve_best
     from te_ccl.schedule import Schedule
     from te_ccl.solve import SolveParams
     from te_ccl.spec.collective import load_collective
@@ -63,6 +87,8 @@ def schedule_of(name: str, time_limit: float, load: Path | None):
     rooted = {"root": 0} if kind in ("gather", "scatter") else {}
     coll = load_collective(topo, None, collective=kind, size=size, inplace=inplace,
                            chunks=1 if chunks == "auto" else chunks, **rooted)
+    if backend and backend[0].startswith("baseline:"):
+        return build_baseline(backend[0].split(":", 1)[1], forward_only(topo), coll)
     choices = BASE_CHUNKS if chunks == "auto" else ()
     params = SolveParams(backend=backend[0] if backend else "auto", time_limit_s=time_limit)
     schedule = solve_best(topo, coll, params, choices)
@@ -104,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     group.add_argument("--save", type=Path, help="keep the solved schedules here as JSON")
     group.add_argument("--load", type=Path, help="replay the schedules saved here")
     args = ap.parse_args(argv)
-    print(f"{'case':32} {'schedule':>11} {'xml':>11} {'xml/sched':>9}  verify / notes")
+    print(f"{'case':32} {'schedule':>13} {'xml':>13} {'xml/sched':>9}  verify / notes")
     for name in args.only or CASES:
         schedule = schedule_of(name, args.time_limit, args.load)
         if args.save is not None:
@@ -112,10 +138,10 @@ def main(argv: list[str] | None = None) -> int:
             (args.save / f"{name}.json").write_text(schedule.to_json())
         m = measure(schedule)
         ratio = m["xml_s"] / m["schedule_s"]
-        print(f"{name:32} {m['schedule_s'] * 1e6:9.1f}us {m['xml_s'] * 1e6:9.1f}us "
+        print(f"{name:32} {m['schedule_s'] * 1e6:11.3f}us {m['xml_s'] * 1e6:11.3f}us "
               f"{ratio:9.4f}  {m['verify']}", flush=True)
         if m["piece_s"] is not None:
-            print(f"{'':32} {'':11} {m['piece_s'] * 1e6:9.1f}us "
+            print(f"{'':32} {'':13} {m['piece_s'] * 1e6:11.3f}us "
                   f"{m['piece_s'] / m['schedule_s']:9.4f}  (count = one rank's piece)")
         for note in m["notes"]:
             print(f"{'':32} note: {note}")

@@ -106,10 +106,15 @@ def test_direct_schedules_of_every_kind_execute_correctly(kit, kind, inplace):
 
 
 def test_inplace_alltoall_stages_in_scratch_when_slot_is_still_needed(kit):
-    # rank 1's chunk for 0 is sent late (epoch 3) but 0's chunk for 1 lands in that slot at epoch 1
-    c = kit.coll("alltoall", 2, inplace=True)
-    tr = (Transfer(1, "g0", "g1", 0, 1), Transfer(2, "g1", "g0", 3, 4))
-    xml = lower_to_msccl(Schedule(kit.ring(2), c, 1e-6, tr))
+    # rank 1's chunk for 0 waits on its link behind 2's chunk for 0, which rank 1 relays,
+    # but 0's chunk for 1 lands in that slot before: it is staged in scratch
+    c = kit.coll("alltoall", 3, inplace=True)
+    ids = {(ch.sources[0], ch.destinations[0]): ch.id for ch in c.chunks()}
+    tr = (Transfer(ids[0, 1], "g0", "g1", 0, 1), Transfer(ids[2, 0], "g2", "g1", 0, 1),
+          Transfer(ids[2, 0], "g1", "g0", 1, 2), Transfer(ids[1, 0], "g1", "g0", 3, 4),
+          Transfer(ids[0, 2], "g0", "g2", 0, 1), Transfer(ids[1, 2], "g1", "g2", 0, 1),
+          Transfer(ids[2, 1], "g2", "g1", 1, 2))
+    xml = lower_to_msccl(Schedule(kit.ring(3), c, 1e-6, tr))
     kit.assert_verifies(xml)
     assert any(s.get("type") == "cpy" and s.get("srcbuf") == "s" for s in _steps(xml))
 

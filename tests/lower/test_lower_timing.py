@@ -99,10 +99,12 @@ def test_ring8_alltoall_runs_at_two_slots_under_simple(inplace):
     assert verify_msccl(simple.decode()).valid  # the runtime's Simple buffering: 2 sends
     sched, lowered = _replays(schedule, simple)
     assert lowered == pytest.approx(sched, rel=1e-3)
-    # lowered for LL (8 slots) the same schedule keeps more messages in flight
+    # lowered for LL (8 slots) the same schedule keeps more messages in flight on a
+    # connection, so it needs fewer thread blocks
     ll = lower_to_msccl(schedule, proto="LL")
     assert verify_msccl(ll.decode()).valid  # LL: 8 sends
-    assert not verify_msccl(ll.decode(), slots=2).valid
+    tbs = [sum(1 for _ in etree.fromstring(x).iter("tb")) for x in (ll, simple)]
+    assert tbs[0] < tbs[1]
 
 
 def test_compiled_file_passes_the_verifier_at_two_slots_as_a_subprocess(tmp_path):

@@ -2,13 +2,17 @@
 
 The pipeline, one pass per module, each leaving a valid intermediate form:
 
-1. :mod:`collapse_switches` — transfers → GPU-to-GPU edges (switch paths collapsed);
+1. :mod:`collapse_switches` — transfers → GPU-to-GPU edges (switch paths collapsed),
+   then :mod:`retime` — the edges timed by the schedule's replay instead of its epochs
+   (what the file is measured against, and how the runtime runs: as soon as it can);
 2. :mod:`instructions` — per-GPU instructions in time order on ``i``/``o``/``s`` slots
    (:mod:`buffers`), and the receive/send pairs that can be fused;
 3. :mod:`channels` — a channel per edge keeping FIFO order and depth on both sides of a
    connection and every thread block within its step budget (deadlock-free by
    construction: replaying all steps in schedule time order never blocks);
-4. :mod:`threadblocks` — thread blocks per (channel, peer), steps in time order;
+4. :mod:`threadblocks` — thread blocks per (channel, peer), steps in time order (a
+   fusion pairing whose thread block would take one of its plain receives late, behind
+   a send still on the link, is given up first);
 5. :mod:`dependencies` — ``depid``/``deps``/``hasdep`` and ``nop`` steps;
 6. :mod:`to_xml` — the bytes, laid out for the runtime's parser, one GPU at a time.
 
@@ -63,7 +67,8 @@ from te_ccl.lower.msccl.instructions import (
     fusion_candidates,
 )
 from te_ccl.lower.msccl.ir import LOWERING, Gpu, Program
-from te_ccl.lower.msccl.threadblocks import build_threadblocks
+from te_ccl.lower.msccl.retime import replay_timed
+from te_ccl.lower.msccl.threadblocks import build_threadblocks, holding_pairings
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import write_atomic
@@ -168,7 +173,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
     layout = buffer_layout(coll)
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
-    edges = collapse_switches(schedule)
+    edges = replay_timed(collapse_switches(schedule), schedule)
     check(LOWERING)
     progress(f"lowering: instructions of {coll.nranks} GPUs")
     base = build_instructions(edges, layout)
@@ -243,6 +248,11 @@ def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: l
     slots they print, and how many of the fusions kept delay another step."""
     chan, kept = assign_channels(edges, candidates, budget, sends_waited, depth, favour,
                                  timed)
+    if timed:  # a thread block joined by fusions must not hold up its own receives
+        held = holding_pairings(edges, chan, [f for f in kept if f.recv.gpu not in favour],
+                                MSCCL.max_depid + 1, budget)
+        kept = [f for f in kept if (f.recv.gpu, chan[f.recv.recv], f.recv.recv.src,
+                                    f.send.send.dst) not in held]
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}
     for f in kept:
         fusions[f.recv.gpu].append(f)

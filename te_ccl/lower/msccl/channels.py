@@ -283,7 +283,7 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
         return _first_fit_edge(chain[0], parts, state, order, required, skip)
     for c in order:
         if c != skip and _fits(parts, c, state):
-            if all(e.start not in state.conns.get((e.src, e.dst, c), _EMPTY).starts
+            if all(e.epoch not in state.conns.get((e.src, e.dst, c), _EMPTY).starts
                    for e in chain):
                 return c
             fallback = c if fallback is None else fallback
@@ -317,7 +317,7 @@ def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
                 continue
         if not _steps_fit(ends, [], c, state):
             continue
-        if conn is None or e.start not in conn.starts:
+        if conn is None or e.epoch not in conn.starts:
             return c
         fallback = c if fallback is None else fallback
     if fallback is None and required:
@@ -487,7 +487,7 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
         else:
             conn.snd.append(snd)
             conn.rcv.append(rcv)
-        conn.starts.add(e.start)
+        conn.starts.add(e.epoch)
         state.sends[(e.src, c, e.dst)] += 1
         state.recvs[(e.dst, c, e.src)] += 1
         for g, way, peer in ((e.src, "s", e.dst), (e.dst, "r", e.src)):

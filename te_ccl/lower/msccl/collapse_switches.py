@@ -30,7 +30,9 @@ class Edge(NamedTuple):
     ``via``: the topology node index of the switch the path enters first, -1 for a direct
     link; ``busy``: the epochs the chunk occupies its first link (it has left the sender
     by epoch ``start + busy``); ``final``: the receiver does not send the chunk on (a
-    delivery, which no send of its epoch waits for). A named tuple, not a dataclass: at
+    delivery, which no send of its epoch waits for); ``epoch``: the epoch the schedule
+    starts it in (``start`` too, until :mod:`~te_ccl.lower.msccl.retime` times the edge by
+    the schedule's replay). A named tuple, not a dataclass: at
     1024 GPUs there are millions of edges, and tuples are built, hashed and compared in C.
     """
 
@@ -44,6 +46,7 @@ class Edge(NamedTuple):
     via: int = -1
     busy: int = 1
     final: bool = False
+    epoch: int = 0
 
     @property
     def link(self) -> int:
@@ -84,7 +87,8 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
         left = min(busy[key], first.arrive_epoch - first.start_epoch)  # gone when it arrives
         edges.append(Edge(first.start_epoch, last.arrive_epoch, first.chunk, pos[first.src],
                           pos[last.dst], seq, last.op, via, max(1, left),
-                          last_sent.get((last.dst, last.chunk), -1) < last.arrive_epoch))
+                          last_sent.get((last.dst, last.chunk), -1) < last.arrive_epoch,
+                          first.start_epoch))
     return tuple(sorted(edges))
 
 

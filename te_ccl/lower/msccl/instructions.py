@@ -1,8 +1,9 @@
 """Pass 2: per-GPU instructions from the edges, and which of them can be fused.
 
-Every GPU replays its events in time order ``order``: arrivals of an epoch before the
-sends that start in it (the ``te_ccl.schedule`` semantics), but deliveries of chunks the
-GPU does not send on after them (:func:`recv_order`). A received copy lands in the
+Every GPU replays its events in time order ``order`` (the edges' times: the schedule's
+replay, :mod:`~te_ccl.lower.msccl.retime`, or its epochs): arrivals at one time before
+the sends that start then (the ``te_ccl.schedule`` semantics), but deliveries of chunks
+the GPU does not send on after them (:func:`recv_order`). A received copy lands in the
 chunk's *work* slot: its output slot when the GPU needs the chunk, else scratch (also
 scratch when an in-place output slot still holds data to send, then copied at the end).
 A received partial (``op="reduce"``) is added to the GPU's current value (``rrc``).
@@ -32,7 +33,7 @@ from te_ccl.runtime_limits import MSCCL
 __all__ = ["Instr", "Fusion", "recv_order", "send_order", "build_instructions",
            "fusion_candidates", "apply_fusions"]
 
-_END = 1 << 40  # order epoch of the final copies, after every transfer
+_END = 1 << 62  # order time of the final copies, after every transfer
 
 
 class Instr(NamedTuple):

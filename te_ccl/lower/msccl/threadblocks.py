@@ -4,18 +4,30 @@ A fused step joins the thread block that sends to its send peer with the one tha
 receives from its recv peer (the channel pass keeps that pairing unique). Local steps
 (``cpy``) get thread blocks without peers. Steps run in time ``order``, and thread
 block ids follow msccl-tools' deterministic sort by (send, recv, chan).
+
+A joined thread block runs its sends and its plain receives in one sequence, and a
+send step is done only once its message has left the link: a receive arriving while an
+earlier send of the thread block is still on the link is taken late, and so is every
+step waiting for its value or for its connection's slot. :func:`holding_pairings` finds
+the pairings that do this, so that their fusions are given up (the two thread blocks
+then run apart).
 """
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections import defaultdict
 from dataclasses import dataclass
 
+from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.collapse_switches import Edge
-from te_ccl.lower.msccl.instructions import Instr
-from te_ccl.lower.msccl.ir import NO_PEER
+from te_ccl.lower.msccl.instructions import Fusion, Instr, recv_order, send_order
+from te_ccl.lower.msccl.ir import LOWERING, NO_PEER
 
-__all__ = ["TbPlan", "build_threadblocks"]
+__all__ = ["TbPlan", "build_threadblocks", "holding_pairings"]
+
+Pairing = tuple[int, int, int, int]  # (GPU, channel, recv peer, send peer)
 
 
 @dataclass(frozen=True)
@@ -71,3 +83,70 @@ def _plan(members: list[Instr], chan: dict[Edge, int]) -> TbPlan:
                          f"{sorted(recvs)}, channels {sorted(chans)}")
     return TbPlan(next(iter(sends), NO_PEER), next(iter(recvs), NO_PEER), chans.pop(),
                   tuple(sorted(members, key=lambda i: i.order)))
+
+
+def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: list[Fusion],
+                     max_tbs: int, budget: int) -> set[Pairing]:
+    """The pairings made by ``fusions`` whose joined thread block would take a plain
+    receive late: it arrives while an earlier send of the thread block is on the link.
+    A pairing is kept anyway where splitting it would give its GPU more than
+    ``max_tbs`` thread blocks (ones other thread blocks can wait for), or its sending
+    thread block more than ``budget`` steps counting a ``nop`` for each send that was
+    fused (it then waits for its value and for the link's previous send), or where its
+    receives, no longer fused, would leave their connection's send order."""
+    pairs: dict[Pairing, int] = defaultdict(int)
+    fused_in = set()
+    for f in fusions:
+        e = f.recv.recv
+        pairs[(f.recv.gpu, chan[e], e.src, f.send.send.dst)] += 1
+        fused_in.add(e)
+    if not pairs:
+        return set()
+    sends: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
+    recvs: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
+    into: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)  # all receives
+    tbs: dict[int, set[tuple]] = defaultdict(set)
+    for e in checked(edges, LOWERING):
+        c = chan[e]
+        sends[(e.src, c, e.dst)].append(e)
+        tbs[e.src].add(("s", c, e.dst))
+        tbs[e.dst].add(("r", c, e.src))
+        into[(e.dst, c, e.src)].append(e)
+        if e not in fused_in:
+            recvs[(e.dst, c, e.src)].append(e)
+    joined: dict[int, int] = defaultdict(int)
+    for g, _, _, _ in pairs:
+        joined[g] += 1
+    held = set()
+    for (g, c, a, b), fused in pairs.items():
+        if len(tbs[g]) - joined[g] + 1 > max_tbs or len(sends[(g, c, b)]) + fused > budget \
+                or not _in_order(into[(g, c, a)]):
+            continue
+        if _holds(sorted(sends[(g, c, b)], key=send_order), recvs[(g, c, a)]):
+            held.add((g, c, a, b))
+            joined[g] -= 1
+    return held
+
+
+def _in_order(recvs: list[Edge]) -> bool:
+    """Would a connection's receives, none fused, be taken in its send order (the k-th
+    receive takes the k-th send)? Unfused, a receive sits at its arrival."""
+    orders = [recv_order(e) for e in sorted(recvs, key=send_order)]
+    return all(a < b for a, b in zip(orders, orders[1:], strict=False))
+
+
+def _holds(sends: list[Edge], recvs: list[Edge]) -> bool:
+    """Does a receive of ``recvs`` arrive while a send of ``sends`` (in send order) that
+    its thread block runs first is still on the link?"""
+    if not sends or not recvs:
+        return False
+    orders = [send_order(s) for s in sends]
+    ends, last = [], -1
+    for s in sends:
+        last = max(last, s.start + s.busy)
+        ends.append(last)
+    for r in recvs:
+        i = bisect_right(orders, recv_order(r))
+        if i and ends[i - 1] > r.arrive:
+            return True
+    return False
