@@ -10,9 +10,9 @@ The pipeline, one pass per module, each leaving a valid intermediate form:
 3. :mod:`channels` — a channel per edge keeping FIFO order and depth on both sides of a
    connection and every thread block within its step budget (deadlock-free by
    construction: replaying all steps in schedule time order never blocks);
-4. :mod:`threadblocks` — thread blocks per (channel, peer), steps in time order (a
-   fusion pairing whose thread block would take one of its plain receives late, behind
-   a send still on the link, is given up first);
+4. :mod:`threadblocks` — thread blocks per (channel, peer), steps in time order (where
+   the edges carry the replay's times, a fusion pairing whose thread block would take
+   one of its plain receives late, behind a send still on the link, is given up first);
 5. :mod:`dependencies` — ``depid``/``deps``/``hasdep`` and ``nop`` steps;
 6. :mod:`to_xml` — the bytes, laid out for the runtime's parser, one GPU at a time.
 
@@ -173,7 +173,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
     layout = buffer_layout(coll)
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
-    edges = replay_timed(collapse_switches(schedule), schedule)
+    epoch_timed = collapse_switches(schedule)
+    edges = replay_timed(epoch_timed, schedule)
     check(LOWERING)
     progress(f"lowering: instructions of {coll.nranks} GPUs")
     base = build_instructions(edges, layout)
@@ -184,13 +185,14 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     budget = max_steps - headroom if max_steps > 2 * headroom else max_steps
     favour: frozenset[int] = frozenset()
     timed = True
+    split = edges is not epoch_timed  # thread blocks are split by the replay's times only
     while budget > 0:
         candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
         progress(f"lowering: channels for {len(edges)} edges ({len(candidates)} fusions to "
                  "try)")
         try:  # sending thread blocks are waited for: a send waits for the link's last one
             chan, instrs, slots, delaying = _assign(edges, base, candidates, budget, True,
-                                                    depth, favour, timed)
+                                                    depth, favour, timed, split)
         except ChannelsExhausted as e:
             raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
                                     f"block within {MSCCL.max_channels} channels") from None
@@ -241,14 +243,16 @@ def _notes(favour: frozenset[int], timed: bool, delaying: int) -> tuple[str, ...
 
 
 def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
-            budget: int, sends_waited: bool, depth: int, favour: frozenset[int], timed: bool
-            ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots, int]:
+            budget: int, sends_waited: bool, depth: int, favour: frozenset[int], timed: bool,
+            split: bool) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots, int]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
     ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, the
-    slots they print, and how many of the fusions kept delay another step."""
+    slots they print, and how many of the fusions kept delay another step. With
+    ``split`` (edges timed by the schedule's replay), pairings whose thread block would
+    hold up its own receives are given up."""
     chan, kept = assign_channels(edges, candidates, budget, sends_waited, depth, favour,
                                  timed)
-    if timed:  # a thread block joined by fusions must not hold up its own receives
+    if timed and split:  # a thread block joined by fusions must not hold up its receives
         held = holding_pairings(edges, chan, [f for f in kept if f.recv.gpu not in favour],
                                 MSCCL.max_depid + 1, budget)
         kept = [f for f in kept if (f.recv.gpu, chan[f.recv.recv], f.recv.recv.src,
