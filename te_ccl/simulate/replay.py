@@ -107,7 +107,7 @@ def _gpu_finish(schedule: Schedule, times: list[TaskTimes]) -> dict[str, float]:
     return done
 
 
-_last: list = [None, None, None]  # the schedule replayed last: (transfers, topology, times)
+_last: list = [None, None, None, None]  # replayed last: transfers, topology, collective, times
 
 
 def replay_times(schedule: Schedule) -> tuple[list[Task], list[TaskTimes]]:
@@ -115,11 +115,12 @@ def replay_times(schedule: Schedule) -> tuple[list[Task], list[TaskTimes]]:
     the lowering times a schedule by its replay right before the pipeline replays it).
 
     Raises VerificationError as :func:`simulate_schedule`."""
-    if _last[0] is schedule.transfers and _last[1] is schedule.topology:
-        return _last[2]
+    if _last[0] is schedule.transfers and _last[1] is schedule.topology \
+            and _last[2] == schedule.collective:
+        return _last[3]
     tasks, order = schedule_tasks(schedule)
     times = run(schedule.topology, tasks, order)
-    _last[:] = [schedule.transfers, schedule.topology, (tasks, times)]
+    _last[:] = [schedule.transfers, schedule.topology, schedule.collective, (tasks, times)]
     return tasks, times
 
 
