@@ -20,7 +20,7 @@ from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.model.epochs import ceil_tol
 from te_ccl.schedule import Schedule, Transfer
 
-__all__ = ["Edge", "collapse_switches"]
+__all__ = ["Edge", "collapse_switches", "with_final"]
 
 
 class Edge(NamedTuple):
@@ -69,10 +69,6 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
     index = {n.name: i for i, n in enumerate(topo.nodes)}
     busy: dict[tuple[str, str], int] = {}
     per_epoch = schedule.chunk_bytes / schedule.epoch_s  # bandwidth of one chunk an epoch
-    last_sent: dict[tuple[str, int], int] = {}  # (GPU, chunk) -> its last send's epoch
-    for first, _ in raw:
-        key = (first.src, first.chunk)
-        last_sent[key] = max(last_sent.get(key, -1), first.start_epoch)
     edges = []
     for seq, (first, last) in enumerate(checked(raw, LOWERING)):
         for gpu in (first.src, last.dst):
@@ -86,10 +82,19 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
             busy[key] = ceil_tol(per_epoch / topo.link(*key).bandwidth_Bps)
         left = min(busy[key], first.arrive_epoch - first.start_epoch)  # gone when it arrives
         edges.append(Edge(first.start_epoch, last.arrive_epoch, first.chunk, pos[first.src],
-                          pos[last.dst], seq, last.op, via, max(1, left),
-                          last_sent.get((last.dst, last.chunk), -1) < last.arrive_epoch,
+                          pos[last.dst], seq, last.op, via, max(1, left), False,
                           first.start_epoch))
-    return tuple(sorted(edges))
+    return tuple(sorted(with_final(edges)))
+
+
+def with_final(edges: list[Edge]) -> list[Edge]:
+    """``edges`` with ``final`` set from their times: the receiver sends the chunk on at
+    or after it arrives, else the edge is a delivery."""
+    last_sent: dict[tuple[int, int], int] = {}  # (GPU, chunk) -> its last send's start
+    for e in edges:
+        key = (e.src, e.chunk)
+        last_sent[key] = max(last_sent.get(key, -1), e.start)
+    return [e._replace(final=last_sent.get((e.dst, e.chunk), -1) < e.arrive) for e in edges]
 
 
 def _fields(t: Transfer) -> tuple:

@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from te_ccl.errors import VerificationError
-from te_ccl.lower.msccl.collapse_switches import Edge
+from te_ccl.lower.msccl.collapse_switches import Edge, with_final
 from te_ccl.schedule import Schedule
 from te_ccl.simulate.engine import TaskTimes
 from te_ccl.simulate.replay import replay_times
@@ -53,7 +53,7 @@ def replay_timed(edges: tuple[Edge, ...], schedule: Schedule) -> tuple[Edge, ...
     if any(times[last].start_s < times[first].start_s or
            times[last].arrive_s < times[first].end_s for first, last in pairs):
         return edges  # a switch path matched to hops that do not follow each other
-    timed = _with_final([_timed(e, first, last, times)
+    timed = with_final([_timed(e, first, last, times)
                          for e, (first, last) in zip(edges, pairs, strict=True)])
     if not _same_data(edges, timed, schedule):
         return edges
@@ -101,15 +101,6 @@ def _transfers_of(edges: tuple[Edge, ...], schedule: Schedule) -> list[tuple[int
             lasts[(e.chunk, None, gpu[e.dst], e.arrive)]
         out.append((first, k[n % len(k)]))
     return out
-
-
-def _with_final(edges: list[Edge]) -> list[Edge]:
-    """``final`` on the new times: the receiver sends the chunk on at or after it arrives."""
-    last_sent: dict[tuple[int, int], int] = {}
-    for e in edges:
-        key = (e.src, e.chunk)
-        last_sent[key] = max(last_sent.get(key, -1), e.start)
-    return [e._replace(final=last_sent.get((e.dst, e.chunk), -1) < e.arrive) for e in edges]
 
 
 def _before(recv: Edge, send: Edge) -> bool:
