@@ -395,6 +395,7 @@ class Timer:
         :data:`XML_REPLAY_LIMIT` transfers, or not judged): the compile reports the file's
         replay. Past the compile's deadline the file stays written and the schedule
         replay stands."""
+        read, self._read = self._read, None  # a 1024-GPU file's model is not kept past here
         hit = self._seen.get(self._key(schedule))
         if hit is not None and hit[0] is schedule.transfers:
             timing = hit[1]
@@ -402,7 +403,7 @@ class Timer:
             timing = Timing(schedule.finish_time_s, _schedule_replay(schedule))
         if timing.xml_s is not None or not self.xml:
             return
-        algo = self._read[1] if self._read is not None and self._read[0] is data else None
+        algo = read[1] if read is not None and read[0] is data else None
         try:
             timing = replace(timing, xml_s=xml_replay(schedule, data, algo))
         except TimeLimitReached as e:

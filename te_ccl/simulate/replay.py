@@ -112,7 +112,8 @@ _last: list = [None, None, None, None]  # replayed last: transfers, topology, co
 
 def replay_times(schedule: Schedule) -> tuple[list[Task], list[TaskTimes]]:
     """The engine's tasks and their times for ``schedule`` (the last schedule's are kept:
-    the lowering times a schedule by its replay right before the pipeline replays it).
+    the pipeline judges a schedule by its replay, then the lowering times its edges by the
+    same replay).
 
     Raises VerificationError as :func:`simulate_schedule`."""
     if _last[0] is schedule.transfers and _last[1] is schedule.topology \
