@@ -16,12 +16,14 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from te_ccl.backends.base import Progress, SolveParams
+from te_ccl.background import Background, in_background
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import TimeLimitReached, until
@@ -141,11 +143,13 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     timer = Timer(xml=not in_switch, options=options)
     with until(params.time_limit_s):
         search = replace(params, time_limit_s=params.time_limit_s * SEARCH_SHARE)
-        schedule = _solve_checked(topology, collective, search, options.chunk_choices,
-                                  progress, timer.judge, in_switch)
+        schedule = solve_best(topology, collective, search, options.chunk_choices, progress,
+                              timer.judge, in_switch)
         extra: tuple[str, ...] = ()
+        with _checked_alongside(schedule):
+            if options.output is not None:
+                schedule, data = render_fitting(schedule, options, search, progress, timer)
         if options.output is not None:
-            schedule, data = render_fitting(schedule, options, search, progress, timer)
             write_atomic(options.output, data)
             if options.fmt == "xml":
                 timer.replay_written(schedule, data)
@@ -274,6 +278,8 @@ SEARCH_SHARE = 0.8  # of a compile's time limit, for finding the schedule; writi
 LOWER_S_PER_TRANSFER = 3e-4  # lowering's pace until the compile has timed its own (58k: ~15 s)
 PACE_MIN_TRANSFERS = 1000  # smaller lowerings time their fixed costs, not their pace
 SIM_LIMIT = 100_000  # transfers: beyond, a schedule is timed by its prediction
+PARALLEL_FROM = 20_000  # transfers: from here, the checker and the written file's replay run
+#                         in a forked process beside the lowering and the verifier
 XML_REPLAY_LIMIT = 20_000  # transfers: beyond, lowering and replaying every candidate's XML
 #                            costs more than the compile's budget; the schedule replay judges
 
@@ -349,6 +355,7 @@ class Timer:
         self._lowered: dict[tuple[int, Collective, int], tuple[tuple, bytes]] = {}
         self._pace = LOWER_S_PER_TRANSFER  # the slowest lowering seen, per transfer
         self._read: tuple[bytes, Algo] | None = None  # the last file the verifier read
+        self._replay: tuple[bytes, Background[float]] | None = None  # a file's, under way
         what = (f"replay of the lowered XML, or of the schedule above {XML_REPLAY_LIMIT} "
                 "transfers" if xml else "schedule replay")
         self.judge = Judge(what, self._time, self._at_most, self._at_least, self.write_s)
@@ -390,12 +397,35 @@ class Timer:
         written file reads no second copy (a 1024-GPU file is hundreds of MB)."""
         self._read = (data, algo)
 
+    @contextmanager
+    def replaying(self, schedule: Schedule, data: bytes) -> Iterator[None]:
+        """While the body verifies ``data``, the XML to be written for ``schedule``, replay
+        it in a forked process (:mod:`te_ccl.background`) if :meth:`replay_written` will
+        need it and it has :data:`PARALLEL_FROM` transfers or more; dropped if the body
+        fails."""
+        if len(schedule.transfers) < PARALLEL_FROM or not self.xml \
+                or self._timed_by_xml(schedule):
+            yield
+            return
+        job = in_background(xml_replay, schedule, data)
+        try:
+            yield
+        except BaseException:
+            job.cancel()
+            raise
+        self._replay = (data, job)
+
+    def _timed_by_xml(self, schedule: Schedule) -> bool:
+        hit = self._seen.get(self._key(schedule))
+        return hit is not None and hit[0] is schedule.transfers and hit[1].xml_s is not None
+
     def replay_written(self, schedule: Schedule, data: bytes) -> None:
         """Time ``schedule`` by ``data``, the XML written for it, where judging did not (over
         :data:`XML_REPLAY_LIMIT` transfers, or not judged): the compile reports the file's
         replay. Past the compile's deadline the file stays written and the schedule
         replay stands."""
         read, self._read = self._read, None  # a 1024-GPU file's model is not kept past here
+        started, self._replay = self._replay, None
         hit = self._seen.get(self._key(schedule))
         if hit is not None and hit[0] is schedule.transfers:
             timing = hit[1]
@@ -405,7 +435,10 @@ class Timer:
             return
         algo = read[1] if read is not None and read[0] is data else None
         try:
-            timing = replace(timing, xml_s=xml_replay(schedule, data, algo))
+            if started is not None and started[0] is data:
+                timing = replace(timing, xml_s=started[1].result())
+            else:
+                timing = replace(timing, xml_s=xml_replay(schedule, data, algo))
         except TimeLimitReached as e:
             timing = replace(timing, unreplayed=str(e))
         self._seen[self._key(schedule)] = (schedule.transfers, timing)
@@ -481,12 +514,39 @@ def _solve_checked(topology: Topology, collective: Collective, params: SolvePara
                    judge: Judge, in_switch: bool = False) -> Schedule:
     schedule = solve_best(topology, collective, params, chunk_choices, progress, judge,
                           in_switch)
-    violations = check_schedule(schedule)
+    _refuse(check_schedule(schedule))
+    return schedule
+
+
+def _refuse(violations: list) -> None:
+    """Raise :class:`VerificationError` for the schedule checker's ``violations``."""
     if violations:
         first = violations[0]
         raise VerificationError(f"schedule check failed ({len(violations)} violation(s)); "
                                 f"first: [{first.rule}] {first.message}")
-    return schedule
+
+
+@contextmanager
+def _checked_alongside(schedule: Schedule) -> Iterator[None]:
+    """Run the body (lowering and verifying the file) once the independent checker has
+    passed ``schedule``, or from :data:`PARALLEL_FROM` transfers while it checks in a
+    forked process (:mod:`te_ccl.background`). A schedule the checker refuses raises
+    :class:`VerificationError` even where the body failed too: that failure would only
+    follow from it. Out of time, the check is dropped."""
+    if len(schedule.transfers) < PARALLEL_FROM:
+        _refuse(check_schedule(schedule))
+        yield
+        return
+    job = in_background(check_schedule, schedule)
+    try:
+        yield
+    except (TimeLimitReached, KeyboardInterrupt):
+        job.cancel()
+        raise
+    except BaseException:
+        _refuse(job.result())
+        raise
+    _refuse(job.result())
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
@@ -508,8 +568,7 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     timer = timer or Timer(options=options)
     try:
         return schedule, render(schedule, options, progress=progress,
-                                lowered=timer.lowered(schedule, options),
-                                verified=timer.verified)
+                                lowered=timer.lowered(schedule, options), timer=timer)
     except RuntimeLimitError as e:
         k = schedule.info.subchunks
         if k <= 1:
@@ -529,8 +588,7 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
                                    progress, timer.judge)
             spent += again.info.solver_time_s
             fit = (k, again, render(again, options, progress=progress,
-                                    lowered=timer.lowered(again, options),
-                                    verified=timer.verified))
+                                    lowered=timer.lowered(again, options), timer=timer))
             tried.append(f"{again.info.subchunks}: fits")
         except TimeLimitReached:
             if fit is None:
@@ -551,12 +609,12 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
 
 def render(schedule: Schedule, options: CompileOptions, *,
            progress: Progress | None = None, lowered: bytes | None = None,
-           verified: Callable[[bytes, Algo], None] | None = None) -> bytes:
+           timer: Timer | None = None) -> bytes:
     """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML (``lowered``, when
     the schedule was lowered already with these options) once the independent verifier
     accepts it (:class:`VerificationError` if not; :class:`SpecError` on a fabric whose
-    switches reduce, which MSCCL cannot express). ``verified`` hears the XML and how the
-    verifier read it."""
+    switches reduce, which MSCCL cannot express). ``timer`` replays the XML while it is
+    verified (:meth:`Timer.replaying`) and hears how the verifier read it."""
     if options.fmt == "json":
         return schedule.to_json().encode()
     from te_ccl.lower.fred import check_msccl_can_express
@@ -571,13 +629,14 @@ def render(schedule: Schedule, options: CompileOptions, *,
         progress("verifying the MSCCL XML")
     coll = schedule.collective
     root = coll.ranks.index(coll.root) if coll.root is not None else None
-    report = verify_msccl(xml.decode(), root=root)
-    if not report.valid:
-        errors = report.errors
-        raise VerificationError(f"the lowered MSCCL XML failed verification "
-                                f"({len(errors)} error(s)); first: {errors[0]}")
-    if verified is not None:
-        verified(xml, report.algo)
+    with timer.replaying(schedule, xml) if timer is not None else nullcontext():
+        report = verify_msccl(xml.decode(), root=root)
+        if not report.valid:
+            errors = report.errors
+            raise VerificationError(f"the lowered MSCCL XML failed verification "
+                                    f"({len(errors)} error(s)); first: {errors[0]}")
+    if timer is not None:
+        timer.verified(xml, report.algo)
     return xml
 
 

@@ -1,0 +1,67 @@
+"""A forked computation gives what the call would: its value, its exception, or — when the
+child leaves no result — the value computed in the caller."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from te_ccl.background import in_background
+from te_ccl.errors import VerificationError
+
+PARENT = os.getpid()
+
+
+def _pid_and(x: int) -> tuple[int, int]:
+    return os.getpid(), x * 2
+
+
+def _fails(message: str) -> None:
+    raise VerificationError(message)
+
+
+def _dies_in_a_child(x: int) -> int:
+    if os.getpid() != PARENT:
+        os.kill(os.getpid(), signal.SIGKILL)
+    return x + 1
+
+
+def _unpicklable() -> object:
+    return lambda: None if os.getpid() != PARENT else "made here"
+
+
+def test_the_value_comes_from_another_process():
+    pid, value = in_background(_pid_and, 21).result()
+    assert value == 42 and pid != os.getpid()
+
+
+def test_an_exception_in_the_child_is_raised_by_result():
+    with pytest.raises(VerificationError, match="bad schedule"):
+        in_background(_fails, "bad schedule").result()
+
+
+def test_a_child_that_dies_is_replaced_by_the_call_itself():
+    assert in_background(_dies_in_a_child, 1).result() == 2
+
+
+def test_a_result_that_cannot_be_sent_is_computed_here():
+    assert callable(in_background(_unpicklable).result())
+
+
+def _sleep_after_saying_who(path: str) -> None:
+    with open(path, "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(600)
+
+
+def test_cancel_stops_and_reaps_the_child(tmp_path):
+    said = tmp_path / "pid"
+    job = in_background(_sleep_after_saying_who, str(said))
+    while not said.exists() or not said.read_text():
+        time.sleep(0.01)
+    job.cancel()
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(said.read_text()), 0)

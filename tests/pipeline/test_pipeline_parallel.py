@@ -1,0 +1,54 @@
+"""At scale the checker and the written file's replay run in forked processes beside the
+lowering and the verifier: the compile's outcome is the one of running them in turn."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+import te_ccl.pipeline as pipeline
+from te_ccl.backends.base import SolveParams
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.errors import VerificationError
+from te_ccl.pipeline import CompileOptions, compile_collective
+from te_ccl.topology.generators import ring
+from te_ccl.verify.schedule_check import Violation
+
+RING = ring(4, 1e9)
+PARAMS = SolveParams(backend="milp", time_limit_s=20, threads=1)
+AG = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(4)))
+
+
+def _compile(tmp_path: Path, name: str):
+    out = tmp_path / name
+    return compile_collective(RING, AG, PARAMS, CompileOptions(output=str(out))), out
+
+
+def test_forked_checker_and_replay_give_what_running_them_in_turn_gives(tmp_path, monkeypatch):
+    monkeypatch.setattr(pipeline, "XML_REPLAY_LIMIT", 0)  # the written file is replayed
+    in_turn, first = _compile(tmp_path, "in_turn.xml")
+    parent, replays = os.getpid(), []
+    real = pipeline.xml_replay
+
+    def counting(schedule, data, algo=None):
+        replays.append(os.getpid())
+        return real(schedule, data, algo)
+
+    monkeypatch.setattr(pipeline, "xml_replay", counting)
+    monkeypatch.setattr(pipeline, "PARALLEL_FROM", 0)
+    forked, second = _compile(tmp_path, "forked.xml")
+    assert second.read_bytes() == first.read_bytes()
+    assert forked.timing == in_turn.timing and forked.timing.measured_by == "xml replay"
+    assert parent not in replays  # the replay ran in the child, not here
+
+
+@pytest.mark.parametrize("parallel_from", [0, 10**9])
+def test_a_schedule_the_checker_refuses_is_never_written(tmp_path, monkeypatch, parallel_from):
+    monkeypatch.setattr(pipeline, "PARALLEL_FROM", parallel_from)
+    monkeypatch.setattr(pipeline, "check_schedule",
+                        lambda s: [Violation("capacity", "link a->b carries 2 chunks")])
+    with pytest.raises(VerificationError, match=r"\[capacity\] link a->b carries 2 chunks"):
+        _compile(tmp_path, "bad.xml")
+    assert list(tmp_path.iterdir()) == []
