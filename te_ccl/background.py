@@ -24,9 +24,24 @@ import signal
 from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Background", "in_background"]
+__all__ = ["Background", "MAX_WORKERS", "WORTH_FORKING", "in_background", "workers"]
 
 T = TypeVar("T")
+WORTH_FORKING = 20_000  # transfers: below, the passes take well under a second and a fork
+#                         (with a big parent) costs about what it would save
+
+
+MAX_WORKERS = 4  # a fork copies every page of the parent it touches (reference counts too)
+
+
+def workers() -> int:
+    """Processes worth running side by side: the cores this process may run on, at most
+    :data:`MAX_WORKERS`."""
+    if hasattr(os, "sched_getaffinity"):
+        n = len(os.sched_getaffinity(0))
+    else:
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_WORKERS))
 
 
 class Background(Generic[T]):

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from te_ccl.backends.base import Progress, SolveParams
-from te_ccl.background import Background, in_background
+from te_ccl.background import WORTH_FORKING, Background, in_background, workers
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import TimeLimitReached, until
@@ -278,8 +278,9 @@ SEARCH_SHARE = 0.8  # of a compile's time limit, for finding the schedule; writi
 LOWER_S_PER_TRANSFER = 3e-4  # lowering's pace until the compile has timed its own (58k: ~15 s)
 PACE_MIN_TRANSFERS = 1000  # smaller lowerings time their fixed costs, not their pace
 SIM_LIMIT = 100_000  # transfers: beyond, a schedule is timed by its prediction
-PARALLEL_FROM = 20_000  # transfers: from here, the checker and the written file's replay run
-#                         in a forked process beside the lowering and the verifier
+PARALLEL_FROM = WORTH_FORKING  # transfers: from here, the checker and the written file's
+#                                replay run in a forked process beside the lowering and the
+#                                verifier (if there is a second core)
 XML_REPLAY_LIMIT = 20_000  # transfers: beyond, lowering and replaying every candidate's XML
 #                            costs more than the compile's budget; the schedule replay judges
 
@@ -403,7 +404,7 @@ class Timer:
         it in a forked process (:mod:`te_ccl.background`) if :meth:`replay_written` will
         need it and it has :data:`PARALLEL_FROM` transfers or more; dropped if the body
         fails."""
-        if len(schedule.transfers) < PARALLEL_FROM or not self.xml \
+        if len(schedule.transfers) < PARALLEL_FROM or workers() < 2 or not self.xml \
                 or self._timed_by_xml(schedule):
             yield
             return
@@ -533,7 +534,7 @@ def _checked_alongside(schedule: Schedule) -> Iterator[None]:
     forked process (:mod:`te_ccl.background`). A schedule the checker refuses raises
     :class:`VerificationError` even where the body failed too: that failure would only
     follow from it. Out of time, the check is dropped."""
-    if len(schedule.transfers) < PARALLEL_FROM:
+    if len(schedule.transfers) < PARALLEL_FROM or workers() < 2:
         _refuse(check_schedule(schedule))
         yield
         return

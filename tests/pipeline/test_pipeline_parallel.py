@@ -38,6 +38,7 @@ def test_forked_checker_and_replay_give_what_running_them_in_turn_gives(tmp_path
 
     monkeypatch.setattr(pipeline, "xml_replay", counting)
     monkeypatch.setattr(pipeline, "PARALLEL_FROM", 0)
+    monkeypatch.setattr(pipeline, "workers", lambda: 2)
     forked, second = _compile(tmp_path, "forked.xml")
     assert second.read_bytes() == first.read_bytes()
     assert forked.timing == in_turn.timing and forked.timing.measured_by == "xml replay"
@@ -47,6 +48,7 @@ def test_forked_checker_and_replay_give_what_running_them_in_turn_gives(tmp_path
 @pytest.mark.parametrize("parallel_from", [0, 10**9])
 def test_a_schedule_the_checker_refuses_is_never_written(tmp_path, monkeypatch, parallel_from):
     monkeypatch.setattr(pipeline, "PARALLEL_FROM", parallel_from)
+    monkeypatch.setattr(pipeline, "workers", lambda: 2)
     monkeypatch.setattr(pipeline, "check_schedule",
                         lambda s: [Violation("capacity", "link a->b carries 2 chunks")])
     with pytest.raises(VerificationError, match=r"\[capacity\] link a->b carries 2 chunks"):

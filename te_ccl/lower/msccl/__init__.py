@@ -52,7 +52,9 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 
+from te_ccl.background import WORTH_FORKING, in_background, workers
 from te_ccl.deadline import check, checked
 from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, ResolvedSlots, buffer_layout, resolve_slots
@@ -200,17 +202,14 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         head = Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
                        coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, (),
                        _notes(favour, timed, delaying))
+        order = sorted(instrs)
+        forks = workers() if stream and len(edges) >= WORTH_FORKING else 1
+        parts = [order[i::forks] for i in range(forks)]
+        gpus_of = partial(_gpus, instrs=instrs, chan=chan, slots=slots, layout=layout,
+                          budget=budget, max_steps=max_steps, timed=timed, stream=stream,
+                          nranks=coll.nranks)
         try:
-            gpus, over = [], set()
-            for g in sorted(instrs):
-                if g % 64 == 0:
-                    progress(f"lowering: thread blocks of GPU {g} of {coll.nranks}")
-                check(LOWERING)
-                gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, timed)
-                if coll.nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) \
-                        > MSCCL.max_elements:
-                    over.add(g)
-                gpus.append(gpu_xml(gpu).encode() if stream else gpu)
+            gpus, over = _in_parts(gpus_of, parts, progress)
         except _Overflow as e:  # the channel pass counts data steps, not the nops
             budget -= max(e.excess, headroom)
             continue
@@ -227,6 +226,42 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         favour = favour | frozenset(over)  # rerun favouring the ranks over the limit
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
+
+
+def _gpus(part: list[int], progress: Progress, *, instrs: dict[int, list[Instr]],
+          chan: dict[Edge, int], slots: ResolvedSlots, layout: Layout, budget: int,
+          max_steps: int, timed: bool, stream: bool, nranks: int
+          ) -> tuple[list[tuple[int, object]], set[int]]:
+    """``(GPU, its XML bytes if stream else its Gpu)`` of the GPUs in ``part``, and those
+    over the runtime's element limit."""
+    out, over = [], set()
+    for g in part:
+        if g % 64 == 0:
+            progress(f"lowering: thread blocks of GPU {g} of {nranks}")
+        check(LOWERING)
+        gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, timed)
+        if nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) > MSCCL.max_elements:
+            over.add(g)
+        out.append((g, gpu_xml(gpu).encode() if stream else gpu))
+    return out, over
+
+
+def _in_parts(gpus_of: Callable[[list[int], Progress], tuple[list, set[int]]],
+              parts: list[list[int]], progress: Progress) -> tuple[list, set[int]]:
+    """Every GPU in GPU order: the first part here, the others in forked processes
+    (:mod:`te_ccl.background`) at the same time, each GPU's pass being independent."""
+    jobs = [in_background(gpus_of, part, _quiet) for part in parts[1:]]
+    try:
+        done, over = gpus_of(parts[0], progress)
+        for job in jobs:
+            more, more_over = job.result()
+            done += more
+            over |= more_over
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        raise
+    return [gpu for _, gpu in sorted(done, key=lambda x: x[0])], over
 
 
 def _notes(favour: frozenset[int], timed: bool, delaying: int) -> tuple[str, ...]:

@@ -1,0 +1,39 @@
+"""At scale the per-GPU passes (thread blocks, dependencies, XML) run in forked processes:
+the bytes are those of running every GPU in turn, whatever part a GPU falls in."""
+
+from __future__ import annotations
+
+import pytest
+
+import te_ccl.lower.msccl as lowering
+from te_ccl.lower.msccl import lower_to_msccl
+
+
+def _forking(monkeypatch, n: int) -> None:
+    monkeypatch.setattr(lowering, "WORTH_FORKING", 0)
+    monkeypatch.setattr(lowering, "workers", lambda: n)
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("inplace", [False, True])
+def test_forked_parts_give_the_bytes_of_one_pass(kit, monkeypatch, n, inplace):
+    schedule = kit.ring_allgather(8, inplace)
+    in_turn = lower_to_msccl(schedule, max_steps=4)
+    _forking(monkeypatch, n)
+    assert lower_to_msccl(schedule, max_steps=4) == in_turn
+
+
+def test_a_forked_part_over_the_step_budget_reruns_the_channels_as_in_turn(kit, monkeypatch):
+    real = lowering._gpu
+
+    def tight(g, *args):
+        budget = args[4]
+        if g == 1 and budget > 40:  # GPU 1 falls in a forked part
+            raise lowering._Overflow(budget - 40)
+        return real(g, *args)
+
+    monkeypatch.setattr(lowering, "_gpu", tight)
+    schedule = kit.ring_allgather(8)
+    in_turn = lower_to_msccl(schedule)
+    _forking(monkeypatch, 2)
+    assert lower_to_msccl(schedule) == in_turn
