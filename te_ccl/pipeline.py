@@ -300,9 +300,9 @@ def _schedule_replay(schedule: Schedule) -> float | None:
     """The schedule's α-β replay with contention, None above :data:`SIM_LIMIT` transfers."""
     if len(schedule.transfers) > SIM_LIMIT:
         return None
-    from te_ccl.simulate import simulate_schedule
+    from te_ccl.simulate.replay import replay_finish
 
-    return simulate_schedule(schedule).finish_time_s
+    return replay_finish(schedule)
 
 
 def xml_replay(schedule: Schedule, data: bytes, algo: Algo | None = None) -> float:

@@ -28,7 +28,7 @@ Tasks that are not ``through`` store and forward: a chunk leaves once it has ful
 from __future__ import annotations
 
 import heapq
-from collections import defaultdict, deque
+from collections import deque
 from dataclasses import dataclass
 
 from te_ccl.errors import VerificationError
@@ -61,30 +61,47 @@ class TaskTimes:
 
 
 class _Run:
+    """The event loop over flat per-task and per-link lists (no dict lookup per event: a
+    schedule judged by its replay has up to 100k transfers, and ``auto`` replays each
+    candidate). Events are ``(time, kind, seq, task)``: kind 0 the task left its link,
+    1 it arrived, 2 its head reached the far end; ``seq`` keeps pushes in order."""
+
     def __init__(self, topology: Topology, tasks: list[Task],
                  order: dict[tuple[str, str], list[int]] | None) -> None:
-        self.topo, self.tasks = topology, tasks
-        self.specs: dict[tuple[str, str], Link] = {}  # the links looked up so far
-        self.fixed = {k: deque(v) for k, v in (order or {}).items()}
-        self.ready_heap: dict[tuple[str, str], list[tuple[float, int]]] = defaultdict(list)
-        self.ready_at: dict[int, float] = {}
-        self.free_at: dict[tuple[str, str], float] = defaultdict(float)
-        self.busy: set[tuple[str, str]] = set()
-        self.times: dict[int, TaskTimes] = {}
-        self.events: list[tuple[float, int, int, int]] = []  # (time, kind, seq, id)
+        self.tasks = tasks
+        n = len(tasks)
+        index: dict[tuple[str, str], int] = {}
+        self.link = [-1] * n  # link index of each task, -1 for a join
+        for i, t in enumerate(tasks):
+            if t.link is not None:
+                self.link[i] = index.setdefault(t.link, len(index))
+        for key in order or {}:
+            index.setdefault(key, len(index))
+        specs: list[Link] = [topology.link(*key) for key in index]
+        self.bandwidth = [x.bandwidth_Bps for x in specs]
+        self.latency = [x.latency_s for x in specs]
+        self.fixed: list[deque[int] | None] = [None] * len(index)
+        for key, seq in (order or {}).items():
+            self.fixed[index[key]] = deque(seq)
+        self.ready_heap: list[list[tuple[float, int]]] = [[] for _ in index]
+        self.ready_at: list[float | None] = [None] * n
+        self.free_at = [0.0] * len(index)
+        self.busy = [False] * len(index)
+        self.times: list[TaskTimes | None] = [None] * n
+        self.events: list[tuple[float, int, int, int]] = []
         self.seq = 0
         self.missing_all = [len(set(t.after_all)) + len(set(t.after_sent)) for t in tasks]
         self.any_done = [not t.after_any for t in tasks]
         self.trigger: dict[int, int] = {}  # through task -> the after_any dep that freed it
-        self.dependents: dict[int, list[int]] = defaultdict(list)
-        self.head_dependents: dict[int, list[int]] = defaultdict(list)
-        self.sent_dependents: dict[int, list[int]] = defaultdict(list)
-        for i, t in enumerate(tasks):
-            waits = self.head_dependents if t.through else self.dependents
+        # per task and kind: (dependent, counts for its after_all, is in its after_any)
+        self.waiting: list[dict[int, list[tuple[int, bool, bool]]]] = [{}, {}, {}]
+        sent, arrived, head = self.waiting
+        for j, t in enumerate(tasks):
+            waits = head if t.through else arrived
             for d in {*t.after_all, *t.after_any}:
-                waits[d].append(i)
+                waits.setdefault(d, []).append((j, d in t.after_all, d in t.after_any))
             for d in set(t.after_sent):
-                self.sent_dependents[d].append(i)
+                sent.setdefault(d, []).append((j, True, False))
 
     def push(self, time: float, kind: int, ident: int) -> None:
         self.seq += 1
@@ -92,85 +109,82 @@ class _Run:
 
     def make_ready(self, i: int, now: float) -> None:
         self.ready_at[i] = now
-        link = self.tasks[i].link
-        if link is None:
+        k = self.link[i]
+        if k < 0:
             self.times[i] = TaskTimes(now, now, now, now)
             for kind in (0, 1, 2):
                 self.push(now, kind, i)
             return
-        if link not in self.fixed:
-            heapq.heappush(self.ready_heap[link], (now, i))
-        self.try_start(link, now)
+        if self.fixed[k] is None:
+            heapq.heappush(self.ready_heap[k], (now, i))
+        self.try_start(k, now)
 
-    def next_task(self, link: tuple[str, str]) -> int | None:
-        if link in self.fixed:
-            q = self.fixed[link]
-            return q[0] if q and q[0] in self.ready_at else None
-        heap = self.ready_heap[link]
-        return heap[0][1] if heap else None
-
-    def try_start(self, link: tuple[str, str], now: float) -> None:
-        if link in self.busy:
+    def try_start(self, k: int, now: float) -> None:
+        """Start the next task of link ``k`` if the link is free and the task ready."""
+        if self.busy[k]:
             return
-        i = self.next_task(link)
-        if i is None:
-            return
-        if link in self.fixed:
-            self.fixed[link].popleft()
+        fixed = self.fixed[k]
+        if fixed is not None:
+            if not fixed or self.ready_at[fixed[0]] is None:
+                return
+            i = fixed.popleft()
         else:
-            heapq.heappop(self.ready_heap[link])
-        spec = self.specs.get(link) or self.specs.setdefault(link, self.topo.link(*link))
+            heap = self.ready_heap[k]
+            if not heap:
+                return
+            i = heapq.heappop(heap)[1]
         task = self.tasks[i]
-        start = max(now, self.free_at[link])
-        end = start + task.nbytes / spec.bandwidth_Bps
+        free = self.free_at[k]
+        start = free if free > now else now
+        end = start + task.nbytes / self.bandwidth[k]
         if task.through:  # the tail cannot leave before it has come in
             tails = [self.times[d].arrive_s for d in task.after_all]
             if i in self.trigger:
                 tails.append(self.times[self.trigger[i]].arrive_s)
             end = max([end, *tails])
-        self.times[i] = TaskTimes(self.ready_at[i], start, end, end + spec.latency_s)
-        self.busy.add(link)
+        lat = self.latency[k]
+        self.times[i] = TaskTimes(self.ready_at[i], start, end, end + lat)
+        self.busy[k] = True
         self.push(end, 0, i)  # link free
-        self.push(end + spec.latency_s, 1, i)  # arrival
-        if self.head_dependents.get(i):
-            self.push(start + spec.latency_s, 2, i)  # the head is at the far end
+        self.push(end + lat, 1, i)  # arrival
+        if i in self.waiting[2]:
+            self.push(start + lat, 2, i)  # the head is at the far end
 
     def notify(self, i: int, now: float, kind: int) -> None:
         """Task ``i`` left its link (kind 0), arrived (1) or its head arrived (2): release
         what waited for it."""
-        sent = kind == 0
-        waiting = (self.sent_dependents, self.dependents, self.head_dependents)[kind]
-        for j in waiting.get(i, ()):
-            t = self.tasks[j]
-            if sent or i in t.after_all:
-                self.missing_all[j] -= 1
-            if not sent and i in t.after_any and not self.any_done[j]:
-                self.any_done[j] = True
-                if t.through:
+        missing, any_done, ready_at = self.missing_all, self.any_done, self.ready_at
+        for j, in_all, in_any in self.waiting[kind].get(i, ()):
+            if in_all:
+                missing[j] -= 1
+            if in_any and not any_done[j]:
+                any_done[j] = True
+                if self.tasks[j].through:
                     self.trigger[j] = i
-            if self.missing_all[j] == 0 and self.any_done[j] and j not in self.ready_at:
+            if missing[j] == 0 and any_done[j] and ready_at[j] is None:
                 self.make_ready(j, now)
 
     def execute(self) -> list[TaskTimes]:
         for i in range(len(self.tasks)):
             if self.missing_all[i] == 0 and self.any_done[i]:
                 self.make_ready(i, 0.0)
-        while self.events:
-            now, kind, _, i = heapq.heappop(self.events)
-            link = self.tasks[i].link
-            if kind == 0 and link is not None:
-                self.busy.discard(link)
-                self.free_at[link] = now
-                self.try_start(link, now)
+        events, pop, link = self.events, heapq.heappop, self.link
+        while events:
+            now, kind, _, i = pop(events)
+            k = link[i]
+            if kind == 0 and k >= 0:
+                self.busy[k] = False
+                self.free_at[k] = now
+                self.try_start(k, now)
             self.notify(i, now, kind)
-        if len(self.times) < len(self.tasks):
-            stuck = [i for i in range(len(self.tasks)) if i not in self.times]
+        if None in self.times:
+            stuck = [i for i, t in enumerate(self.times) if t is None]
             first = self.tasks[stuck[0]]
             where = f" on {first.link[0]}->{first.link[1]}" if first.link else ""
             raise VerificationError(
                 f"simulation deadlocked: {len(stuck)} transfer(s) never started "
                 f"(first: {first.label or stuck[0]}{where})")
-        return [self.times[i] for i in range(len(self.tasks))]
+        return self.times
 
 
 def run(topology: Topology, tasks: list[Task],

@@ -38,20 +38,21 @@ from te_ccl.errors import VerificationError
 from te_ccl.nogc import paused_gc
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.simulate.engine import Task, TaskTimes, run
-from te_ccl.simulate.result import SimResult, summarise
+from te_ccl.simulate.result import SimResult, finish_of, summarise
 
-__all__ = ["simulate_schedule", "schedule_tasks", "chain_length", "replay_times"]
+__all__ = ["simulate_schedule", "replay_finish", "schedule_tasks", "chain_length", "replay_times"]
 
 _Incoming = dict[tuple[str, int], list[int]]
 
 
-def _holding(chunk: Chunk, rank: int | None, incoming: list[int],
-             transfers: tuple[Transfer, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
-    """``(after_all, after_any)`` for a node to hold ``chunk`` given ``incoming``; None: never."""
-    copies = tuple(j for j in incoming if transfers[j].op == "copy")
-    partials = tuple(j for j in incoming if transfers[j].op == "reduce")
+def _holding(chunk: Chunk, rank: int | None, incoming: list[int], copy: list[bool]
+             ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+    """``(after_all, after_any)`` for a node to hold ``chunk`` given ``incoming`` (``copy[j]``:
+    transfer ``j`` is a copy, else a reduction); None: never."""
+    copies = tuple(j for j in incoming if copy[j])
     if copies:
         return (), copies
+    partials = tuple(incoming)
     if rank is not None and rank in chunk.sources:
         return (partials if chunk.reduce else ()), ()
     if chunk.reduce and partials:
@@ -59,25 +60,34 @@ def _holding(chunk: Chunk, rank: int | None, incoming: list[int],
     return None
 
 
+def _incoming(transfers: tuple[Transfer, ...]) -> _Incoming:
+    """The transfers arriving at each (node, chunk), in schedule order."""
+    incoming: _Incoming = defaultdict(list)
+    for j, t in enumerate(transfers):
+        incoming[(t.dst, t.chunk)].append(j)
+    return incoming
+
+
 def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str], list[int]]]:
     """The engine's tasks (index-aligned with ``schedule.transfers``) and per-link order."""
     topo, trs = schedule.topology, schedule.transfers
     chunks = {c.id: c for c in schedule.collective.chunks()}
-    incoming: _Incoming = defaultdict(list)
-    for j, t in enumerate(trs):
-        incoming[(t.dst, t.chunk)].append(j)
+    incoming = _incoming(trs)
+    copy = [t.op == "copy" for t in trs]
+    arrive = [t.arrive_epoch for t in trs]
     tasks = []
     nbytes = schedule.chunk_bytes
     ranks = {g: topo.rank(g) for g in topo.gpus}  # per node, not per transfer
     bufferless = {n.name for n in topo.nodes if not n.is_gpu and not n.has_buffer}
     for i, t in enumerate(trs):
-        if t.chunk not in chunks:
+        chunk = chunks.get(t.chunk)
+        if chunk is None:
             raise VerificationError(f"{t}: chunk {t.chunk} is not part of the collective")
-        through = t.src in bufferless
-        earlier = [j for j in incoming[(t.src, t.chunk)] if j != i and (
-            trs[j].arrive_epoch == t.start_epoch if through
-            else trs[j].arrive_epoch <= t.start_epoch)]
-        deps = _holding(chunks[t.chunk], ranks.get(t.src), earlier, trs)
+        through, start = t.src in bufferless, t.start_epoch
+        came = incoming.get((t.src, t.chunk), ())
+        earlier = [j for j in came if j != i and (
+            arrive[j] == start if through else arrive[j] <= start)]
+        deps = _holding(chunk, ranks.get(t.src), earlier, copy)
         if deps is None:
             raise VerificationError(f"{t}: {t.src} sends chunk {t.chunk} before it holds it")
         tasks.append(Task((t.src, t.dst), nbytes, deps[0], deps[1], f"c{t.chunk}",
@@ -90,14 +100,13 @@ def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str]
 
 def _gpu_finish(schedule: Schedule, times: list[TaskTimes]) -> dict[str, float]:
     topo, trs = schedule.topology, schedule.transfers
-    incoming: _Incoming = defaultdict(list)
-    for j, t in enumerate(trs):
-        incoming[(t.dst, t.chunk)].append(j)
+    incoming = _incoming(trs)
+    copy = [t.op == "copy" for t in trs]
     done = {g: 0.0 for g in (topo.gpu(r) for r in schedule.collective.ranks)}
     for chunk in schedule.collective.chunks():
         for rank in chunk.destinations:
             gpu = topo.gpu(rank)
-            deps = _holding(chunk, rank, incoming[(gpu, chunk.id)], trs)
+            deps = _holding(chunk, rank, incoming.get((gpu, chunk.id), []), copy)
             if deps is None or (chunk.reduce and not deps[1] and not deps[0]
                                 and set(chunk.sources) != {rank}):
                 raise VerificationError(f"rank {rank} ({gpu}) never receives chunk {chunk.id}")
@@ -137,6 +146,14 @@ def simulate_schedule(schedule: Schedule) -> SimResult:
     with paused_gc():
         tasks, times = replay_times(schedule)
         return summarise(tasks, times, _gpu_finish(schedule, times))
+
+
+def replay_finish(schedule: Schedule) -> float:
+    """``simulate_schedule(schedule).finish_time_s`` without the per-link summary and
+    intervals (all that judging a schedule needs)."""
+    with paused_gc():
+        tasks, times = replay_times(schedule)
+        return finish_of(tasks, times, _gpu_finish(schedule, times))[0]
 
 
 def chain_length(schedule: Schedule) -> int:

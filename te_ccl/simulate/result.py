@@ -8,7 +8,7 @@ from typing import Any
 
 from te_ccl.simulate.engine import Task, TaskTimes
 
-__all__ = ["LinkUse", "Interval", "SimResult", "summarise"]
+__all__ = ["finish_of", "LinkUse", "Interval", "SimResult", "summarise"]
 
 
 @dataclass(frozen=True)
@@ -55,12 +55,18 @@ class SimResult:
         }
 
 
+def finish_of(tasks: list[Task], times: list[TaskTimes],
+              gpu_finish_s: dict[str, float]) -> tuple[float, float]:
+    """``(finish, last arrival)``: the last GPU done or the last transfer in, the later."""
+    last = max((tt.arrive_s for task, tt in zip(tasks, times, strict=True) if task.link),
+               default=0.0)
+    return max(max(gpu_finish_s.values(), default=0.0), last), last
+
+
 def summarise(tasks: list[Task], times: list[TaskTimes],
               gpu_finish_s: dict[str, float]) -> SimResult:
     """Fold task times into a :class:`SimResult` (busy time and utilisation per link)."""
-    last = max((tt.arrive_s for task, tt in zip(tasks, times, strict=True) if task.link),
-               default=0.0)
-    finish = max(max(gpu_finish_s.values(), default=0.0), last)
+    finish, last = finish_of(tasks, times, gpu_finish_s)
     busy: dict[tuple[str, str], float] = defaultdict(float)
     count: dict[tuple[str, str], int] = defaultdict(int)
     moves = [(task, tt) for task, tt in zip(tasks, times, strict=True) if task.link is not None]

@@ -6,6 +6,7 @@ from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import VerificationError
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.simulate import Task, chain_length, run, simulate_schedule
+from te_ccl.simulate.replay import replay_finish
 from te_ccl.topology import Link, Node, NodeKind, Topology
 
 US = 1e-6
@@ -143,3 +144,16 @@ def test_a_transfer_nobody_needed_still_counts_in_the_finish():
     r = simulate_schedule(sched)
     assert close(r.gpu_finish_s["b"], 1 * US)
     assert close(r.last_arrival_s, 2 * US) and close(r.finish_time_s, 2 * US)
+
+
+def test_replay_finish_is_the_replays_finish_without_its_summary():
+    t = topo([("a", "b", 1e9)], "ab")
+    coll = Collective(CollectiveKind.BROADCAST, 1000, (0, 1), root=0)
+    sched = Schedule(t, coll, US, (Transfer(0, "a", "b", 0, 1), Transfer(0, "a", "b", 1, 2)))
+    assert replay_finish(sched) == simulate_schedule(sched).finish_time_s
+    ring = topo([("a", "b", 1e9, 1 * US), ("b", "a", 1e9, 1 * US)], "ab")
+    ar = Collective(CollectiveKind.ALLREDUCE, 1000, (0, 1), chunks_per_rank=1)
+    sched = Schedule(ring, ar, US, (
+        Transfer(0, "a", "b", 0, 2, "reduce"), Transfer(0, "b", "a", 2, 4),
+        Transfer(1, "b", "a", 0, 2, "reduce"), Transfer(1, "a", "b", 2, 4)))
+    assert replay_finish(sched) == simulate_schedule(sched).finish_time_s
