@@ -42,6 +42,8 @@ KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
 MAX_GPUS = 64
 SIZE = "64MiB"
 MEMORY_LIMIT_BYTES = 4 << 30  # resident set of one combination's child
+BUDGET_SUBCHUNKS = (2, 1)  # sub-chunk caps tried under a size budget: each sub-chunk more
+#                            adds the steps, and the bytes, of a whole algorithm to a file
 POLL_S = 0.5
 WAFER_PREFIXES = ("fred-", "wafer-")
 
@@ -56,8 +58,11 @@ def shippable_topologies(max_gpus: int = MAX_GPUS) -> list[Topology]:
     return sorted(keep, key=lambda t: (t.ngpus, t.name))
 
 
-def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> dict:
-    """Compile, verify and write one combination; returns its index entry.
+def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float,
+             max_subchunks: int | None = None) -> dict:
+    """Compile, verify and write one combination; returns its index entry. The scale
+    backend cuts each chunk into at most ``max_subchunks`` sub-chunks (None: as many as
+    pipeline best and the runtime holds).
 
     In place first: its receives may wait for sends, so the runtime holds fewer of its
     sub-chunks (:func:`~te_ccl.pipeline.render_fitting`). The same schedule is then
@@ -69,7 +74,7 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> di
                       inplace=True)
     base = out_dir / topology.name
     inplace_path, xml_path = base / f"{kind}.inplace.xml", base / f"{kind}.xml"
-    params = SolveParams(time_limit_s=limit_s, threads=1)
+    params = SolveParams(time_limit_s=limit_s, threads=1, max_subchunks=max_subchunks)
     inplace = compile_collective(topology, coll, params, CompileOptions(output=str(inplace_path)))
     s = inplace.schedule
     outofplace = replace(s, collective=replace(s.collective, inplace=False))
@@ -91,9 +96,10 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float) -> di
             "files": [info["output"], info["inplace_output"], f"{topology.name}/{kind}.json"]}
 
 
-def _child(topo: Topology, kind: str, out_dir: Path, limit_s: float, queue) -> None:
+def _child(topo: Topology, kind: str, out_dir: Path, limit_s: float,
+           max_subchunks: int | None, queue) -> None:
     try:
-        queue.put(ship_one(topo, kind, out_dir, limit_s))
+        queue.put(ship_one(topo, kind, out_dir, limit_s, max_subchunks))
     except (TecclError, MemoryError) as e:
         queue.put(_skipped(topo, kind, f"{type(e).__name__}: {e}"))
 
@@ -126,13 +132,15 @@ def resident_bytes(pid: int) -> int | None:
 
 
 def _isolated(topo: Topology, kind: str, out_dir: Path, limit_s: float, hard_s: float,
-              memory_bytes: int = MEMORY_LIMIT_BYTES) -> dict:
+              memory_bytes: int = MEMORY_LIMIT_BYTES, max_subchunks: int | None = None
+              ) -> dict:
     """:func:`ship_one` in a child process, killed after ``hard_s`` seconds (a solver that
     overruns its own limit must not stall the whole run) or once its resident memory
     exceeds ``memory_bytes``."""
     ctx = multiprocessing.get_context("fork")
     queue = ctx.Queue()
-    child = ctx.Process(target=_child, args=(topo, kind, out_dir, limit_s, queue))
+    child = ctx.Process(target=_child, args=(topo, kind, out_dir, limit_s, max_subchunks,
+                                             queue))
     child.start()
     deadline = time.monotonic() + hard_s
     try:
@@ -162,8 +170,10 @@ def within_budget(entry: dict, out_dir: Path, max_file_bytes: int) -> dict:
         return entry
     for f in entry["files"]:
         (out_dir / f).unlink(missing_ok=True)
-    return _skipped_by_name(entry, f"over the size budget: {name} is {largest / 2**20:.1f} MiB, "
-                                   f"the budget is {max_file_bytes / 2**10:.0f} KiB per file")
+    return {**_skipped_by_name(entry, f"over the size budget: {name} is "
+                                      f"{largest / 2**20:.1f} MiB, the budget is "
+                                      f"{max_file_bytes / 2**10:.0f} KiB per file"),
+            "over_budget": True}
 
 
 def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0,
@@ -182,9 +192,16 @@ def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0
     for i, (topo, kind) in enumerate(jobs):
         share = (budget_s - (time.monotonic() - start)) / (len(jobs) - i)
         limit = max(min_limit_s, min(max_limit_s, share * 0.6))
-        entry = _isolated(topo, kind, out_dir, limit, hard_s=max(share, limit + 30))
-        if max_file_bytes is not None:
-            entry = within_budget(entry, out_dir, max_file_bytes)
+        hard_s = max(share, limit + 30)
+        if max_file_bytes is None:
+            entry = _isolated(topo, kind, out_dir, limit, hard_s)
+        else:  # few sub-chunks first, whole chunks (the smallest files) if still too large
+            for cap in BUDGET_SUBCHUNKS:
+                entry = within_budget(_isolated(topo, kind, out_dir, limit, hard_s,
+                                                max_subchunks=cap), out_dir, max_file_bytes)
+                if not entry.get("over_budget"):
+                    break
+            entry.pop("over_budget", None)
         if entry["status"] != "ok":
             for stale in (f"{kind}.xml", f"{kind}.inplace.xml", f"{kind}.json"):
                 (out_dir / topo.name / stale).unlink(missing_ok=True)

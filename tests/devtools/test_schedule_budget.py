@@ -24,3 +24,23 @@ def test_over_budget_is_skipped_and_its_files_removed(tmp_path):
     assert out["status"] == "skipped" and "box/alltoall.xml is 3.0 MiB" in out["reason"]
     assert "256 KiB per file" in out["reason"]
     assert not any((tmp_path / "box").iterdir())
+
+
+def test_a_combination_over_budget_is_shipped_again_with_whole_chunks(tmp_path, monkeypatch):
+    from devtools import ship_schedules
+
+    caps = []
+
+    def ship(topo, kind, out_dir, limit_s, hard_s, max_subchunks=None):
+        caps.append(max_subchunks)
+        (out_dir / topo.name).mkdir(exist_ok=True)
+        (out_dir / topo.name / f"{kind}.xml").write_bytes(b"x" * (4096 * max_subchunks))
+        return {"topology": topo.name, "collective": kind, "ngpus": topo.ngpus, "status": "ok",
+                "finish_time_s": 1.0, "algbw_GBps": 1.0, "bound_ratio": 1.0, "optimal": False,
+                "files": [f"{topo.name}/{kind}.xml"]}
+
+    monkeypatch.setattr(ship_schedules, "_isolated", ship)
+    (entry,) = ship_schedules.ship_all(tmp_path, topologies=["fc8"], kinds=("allgather",),
+                                       max_file_bytes=6000)
+    assert caps == [2, 1] and entry["status"] == "ok" and "over_budget" not in entry
+    assert (tmp_path / "fc8" / "allgather.xml").stat().st_size == 4096
