@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+import numpy as np
+
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.buffers import ResolvedSlots
 from te_ccl.lower.msccl.ir import Op, Slot, Step, Threadblock
@@ -32,29 +34,47 @@ Deps = list[list[list[Ref]]]  # per thread block, per instruction: the waits kep
 def _dependencies(plans: list[TbPlan], link_order: bool) -> Deps:
     """For every instruction, the instructions of other thread blocks it must wait for.
 
-    Vector clocks (:func:`_prune`) are lists indexed by thread block: merging two is one
-    ``map(max, …)`` in C, where a dict merged entry by entry in Python made this pass
-    O(steps × thread blocks) interpreted steps per GPU.
+    Vector clocks: ``clocks[tb][k][t] = j`` when step ``k`` of thread block ``tb`` runs,
+    steps ``0..j`` of thread block ``t`` are done (other than ``tb``'s own, which is
+    implicit), through its own thread block's earlier steps and their dependencies. A
+    step that keeps no wait shares its predecessor's clock; a kept wait merges the
+    waited step's clock with one ``numpy.maximum`` (O(thread blocks) per kept wait, in C).
     """
     ordered = sorted((ins.order, tb, k) for tb, p in enumerate(plans)
                      for k, ins in enumerate(p.instrs))
     last_write: dict[Slot, Ref] = {}
     reads: dict[Slot, list[Ref]] = defaultdict(list)
     deps: Deps = [[] for _ in plans]
-    clocks: list[list[list[int]]] = [[] for _ in plans]
-    start = [-1] * len(plans)
+    clocks: list[list[np.ndarray]] = [[] for _ in plans]
+    start = np.full(len(plans), -1, dtype=np.int32)  # nothing done
     last_send: dict[int, Ref] = {}
+    maximum = np.maximum
     for _, tb, k in ordered:
         ins = plans[tb].instrs[k]
         me = (tb, k)
         wait = [last_write[s] for s in ins.reads + ins.writes if s in last_write]
-        wait += [r for s in ins.writes for r in reads[s]]
+        for s in ins.writes:
+            wait += reads[s]
         if link_order and ins.send is not None:
             link = ins.send.link
             if link in last_send:
                 wait.append(last_send[link])
             last_send[link] = me
-        deps[tb].append(_prune(me, wait, clocks, start))
+        mine = clocks[tb]
+        clock = mine[-1] if k else start  # steps of a thread block come in order
+        kept: list[Ref] = []
+        if len(wait) > 1:  # the latest first: it implies most of the others
+            wait = sorted(set(wait), key=_latest_first)
+        for t, j in wait:  # drop waits already implied on this GPU
+            if t == tb or clock.item(t) >= j:
+                continue
+            kept.append((t, j))
+            clock = maximum(clock, clocks[t][j])
+            clock[t] = j
+        mine.append(clock)
+        if len(kept) > 1:
+            kept.sort()
+        deps[tb].append(kept)
         for s in ins.reads:
             reads[s].append(me)
         for s in ins.writes:
@@ -63,27 +83,8 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> Deps:
     return deps
 
 
-def _prune(me: Ref, wait: list[Ref], clocks: list[list[list[int]]], start: list[int]
-           ) -> list[Ref]:
-    """Drop waits already implied on this GPU, and record what ``me`` implies (vector clock).
-
-    ``clocks[tb][k][t] = j``: when step ``k`` of thread block ``tb`` runs, steps ``0..j`` of
-    thread block ``t`` (other than ``tb``'s own, which is implicit) are done, through its
-    own thread block's earlier steps and their dependencies (``start``: nothing done).
-    A step that adds nothing shares its predecessor's clock.
-    """
-    tb_me, k_me = me
-    mine = clocks[tb_me]
-    clock = mine[k_me - 1] if k_me else start
-    kept: list[Ref] = []
-    for tb, k in sorted(set(wait), key=lambda r: (-r[1], r[0])):
-        if tb == tb_me or clock[tb] >= k:
-            continue
-        kept.append((tb, k))
-        clock = list(map(max, clock, clocks[tb][k]))
-        clock[tb] = k
-    mine.append(clock)
-    return sorted(kept)
+def _latest_first(r: Ref) -> tuple[int, int]:
+    return -r[1], r[0]
 
 
 def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
@@ -107,23 +108,29 @@ def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
             mine.append(at)
             at += 1
         position.append(mine)
-    targets = {(tb, position[tb][k]) for per_tb in deps for waits in per_tb
-               for tb, k in waits}
-    if any(tb > MSCCL.max_depid for tb, _ in targets):
+    targets: list[set[int]] = [set() for _ in plans]  # per thread block: steps waited for
+    for per_tb in deps:
+        for waits in per_tb:
+            for tb, k in waits:
+                targets[tb].add(position[tb][k])
+    if any(targets[MSCCL.max_depid + 1:]):
         raise RuntimeLimitError(f"rank position {gpu} needs a dependency on thread block "
                                 f"> {MSCCL.max_depid} (depid has 8 bits): too many thread blocks "
                                 "on one GPU")
     out = []
+    nop, printed = Op.NOP, slots.printed
     for tb, p in enumerate(plans):
         steps: list[Step] = []
+        hit = targets[tb]
         for ins, mine in zip(p.instrs, deps[tb], strict=True):
-            waits = [(t, position[t][j]) for t, j in mine]
-            for t, s in waits[:-1]:
-                steps.append(Step(len(steps), Op.NOP, None, None, 0, t, s))
-            src, dst = slots.printed(gpu, ins)
-            depid, dep_s = waits[-1] if waits else (-1, -1)
-            steps.append(Step(len(steps), ins.op, src, dst, ins.cnt, depid, dep_s,
-                              (tb, len(steps)) in targets))
+            depid = dep_s = -1
+            if mine:
+                for t, j in mine[:-1]:
+                    steps.append(Step(len(steps), nop, None, None, 0, t, position[t][j]))
+                depid, j = mine[-1]
+                dep_s = position[depid][j]
+            src, dst = printed(gpu, ins)
+            n = len(steps)
+            steps.append(Step(n, ins.op, src, dst, ins.cnt, depid, dep_s, n in hit))
         out.append(Threadblock(tb, p.send, p.recv, p.chan, tuple(steps)))
     return out
-

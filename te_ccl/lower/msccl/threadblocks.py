@@ -18,6 +18,7 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import attrgetter
 
 from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
@@ -28,6 +29,7 @@ from te_ccl.lower.msccl.ir import LOWERING, NO_PEER
 __all__ = ["TbPlan", "build_threadblocks", "holding_pairings"]
 
 Pairing = tuple[int, int, int, int]  # (GPU, channel, recv peer, send peer)
+_order = attrgetter("order")
 
 
 @dataclass(frozen=True)
@@ -40,49 +42,64 @@ class TbPlan:
     instrs: tuple[Instr, ...]
 
 
-def _keys(ins: Instr, chan: dict[Edge, int]) -> list[tuple]:
-    keys = []
-    if ins.send is not None:
-        keys.append(("s", chan[ins.send], ins.send.dst))
-    if ins.recv is not None:
-        keys.append(("r", chan[ins.recv], ins.recv.src))
-    return keys
-
-
 def build_threadblocks(instrs: list[Instr], chan: dict[Edge, int], local_cap: int
                        ) -> list[TbPlan]:
-    """Group one GPU's instructions into thread blocks, numbered by position in the list."""
+    """Group one GPU's instructions into thread blocks, numbered by position in the list.
+
+    A thread block is keyed by its send connection ``("s", channel, peer)`` or its receive
+    connection ``("r", channel, peer)``; a fused step joins the two keys (union-find). Each
+    instruction's channels are looked up once (hashing an edge hashes all its fields).
+    """
     parent: dict[tuple, tuple] = {}
 
     def find(k: tuple) -> tuple:
-        while parent.setdefault(k, k) != k:
-            k = parent[k]
+        while (up := parent[k]) != k:
+            k = up
         return k
 
-    keyed = [(ins, _keys(ins, chan)) for ins in instrs]
-    for _, keys in keyed:
-        for k in keys[1:]:
-            parent[find(k)] = find(keys[0])
+    keyed: list[tuple | None] = []  # per instruction: its send key, else its recv key
+    local: list[Instr] = []
+    for ins in instrs:
+        send, recv = ins.send, ins.recv
+        key = ("s", chan[send], send.dst) if send is not None else None
+        if recv is not None:
+            rkey = ("r", chan[recv], recv.src)
+            parent.setdefault(rkey, rkey)
+            if key is None:
+                key = rkey
+            else:
+                parent.setdefault(key, key)
+                parent[find(rkey)] = find(key)
+        elif key is not None:
+            parent.setdefault(key, key)
+        else:
+            local.append(ins)
+        keyed.append(key)
+    root = {k: find(k) for k in parent}
     groups: dict[tuple, list[Instr]] = {}
-    local = [ins for ins, keys in keyed if not keys]
-    for ins, keys in keyed:
-        if keys:
-            groups.setdefault(find(keys[0]), []).append(ins)
-    plans = [_plan(members, chan) for members in groups.values()]
+    for ins, key in zip(instrs, keyed, strict=True):
+        if key is not None:
+            groups.setdefault(root[key], []).append(ins)
+    members: dict[tuple, list[tuple]] = {}  # the connection keys of each thread block
+    for k, r in root.items():
+        members.setdefault(r, []).append(k)
+    plans = [_plan(groups[r], members[r]) for r in groups]
     for i in range(0, len(local), local_cap):
         plans.append(TbPlan(NO_PEER, NO_PEER, 0, tuple(local[i:i + local_cap])))
     return sorted(plans, key=lambda p: (p.send, p.recv, p.chan, p.instrs[0].order))
 
 
-def _plan(members: list[Instr], chan: dict[Edge, int]) -> TbPlan:
-    sends = {i.send.dst for i in members if i.send is not None}
-    recvs = {i.recv.src for i in members if i.recv is not None}
-    chans = {k[1] for i in members for k in _keys(i, chan)}
+def _plan(members: list[Instr], keys: list[tuple]) -> TbPlan:
+    """The thread block of ``members``, whose connection keys are ``keys``: at most one
+    send peer, at most one recv peer, one channel."""
+    sends = {peer for kind, _, peer in keys if kind == "s"}
+    recvs = {peer for kind, _, peer in keys if kind == "r"}
+    chans = {c for _, c, _ in keys}
     if len(sends) > 1 or len(recvs) > 1 or len(chans) != 1:
         raise TecclError(f"internal: thread block with send peers {sorted(sends)}, recv peers "
                          f"{sorted(recvs)}, channels {sorted(chans)}")
     return TbPlan(next(iter(sends), NO_PEER), next(iter(recvs), NO_PEER), chans.pop(),
-                  tuple(sorted(members, key=lambda i: i.order)))
+                  tuple(sorted(members, key=_order)))
 
 
 def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: list[Fusion],

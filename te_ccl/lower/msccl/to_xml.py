@@ -24,15 +24,17 @@ from te_ccl.lower.msccl.ir import Gpu, Program, Step
 __all__ = ["program_to_xml", "algo_open", "algo_close", "gpu_xml"]
 
 _COMMENT_SAFE = re.compile(r"[A-Za-z0-9_.+/:@=-]+")
+_NO_SRC, _NO_DST = ("i", -1), ("o", -1)  # what a nop prints
+
 
 def _step(step: Step) -> str:
     """A nop (no slots) prints ``srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1"``."""
-    src, dst = step.src, step.dst
-    sbuf, soff = (src.buf.value, src.index) if src else ("i", -1)
-    dbuf, doff = (dst.buf.value, dst.index) if dst else ("o", -1)
-    return (f'      <step s="{step.s}" type="{step.op.value}" srcbuf="{sbuf}" srcoff="{soff}" '
-            f'dstbuf="{dbuf}" dstoff="{doff}" cnt="{step.cnt}" depid="{step.depid}" '
-            f'deps="{step.deps}" hasdep="{int(step.hasdep)}"/>\n')
+    s, op, src, dst, cnt, depid, deps, hasdep = step
+    sbuf, soff = src if src is not None else _NO_SRC
+    dbuf, doff = dst if dst is not None else _NO_DST
+    return (f'      <step s="{s}" type="{op}" srcbuf="{sbuf}" srcoff="{soff}" '
+            f'dstbuf="{dbuf}" dstoff="{doff}" cnt="{cnt}" depid="{depid}" '
+            f'deps="{deps}" hasdep="{1 if hasdep else 0}"/>\n')
 
 
 def algo_open(p: Program, *, provenance: tuple[str, int] | None = None) -> str:
