@@ -18,7 +18,6 @@ from __future__ import annotations
 from bisect import bisect_right
 from collections import defaultdict
 from dataclasses import dataclass
-from operator import attrgetter
 
 from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
@@ -29,77 +28,82 @@ from te_ccl.lower.msccl.ir import LOWERING, NO_PEER
 __all__ = ["TbPlan", "build_threadblocks", "holding_pairings"]
 
 Pairing = tuple[int, int, int, int]  # (GPU, channel, recv peer, send peer)
-_order = attrgetter("order")
 
 
 @dataclass(frozen=True)
 class TbPlan:
-    """A thread block before dependencies: its peers, channel and ordered instructions."""
+    """A thread block before dependencies: its peers, channel and instructions in time
+    order, with their positions ``at`` in the GPU's time-ordered list."""
 
     send: int
     recv: int
     chan: int
     instrs: tuple[Instr, ...]
+    at: tuple[int, ...]
 
 
 def build_threadblocks(instrs: list[Instr], chan: dict[Edge, int], local_cap: int
                        ) -> list[TbPlan]:
-    """Group one GPU's instructions into thread blocks, numbered by position in the list.
+    """Group one GPU's instructions, in time order (as :mod:`instructions` lists them),
+    into thread blocks, numbered by position in the list.
 
-    A thread block is keyed by its send connection ``("s", channel, peer)`` or its receive
-    connection ``("r", channel, peer)``; a fused step joins the two keys (union-find). Each
-    instruction's channels are looked up once (hashing an edge hashes all its fields).
+    A thread block is keyed by its send connection ``("s", channel, peer)`` or its
+    receive connection ``("r", channel, peer)``; a fused step joins its two keys
+    (union-find over the keys, not the instructions). An instruction's channels are
+    looked up once: hashing an edge hashes all its fields.
     """
-    parent: dict[tuple, tuple] = {}
+    by_key: dict[tuple, list[int]] = {}  # positions of the instructions under a key
+    joins: dict[tuple[tuple, tuple], None] = {}  # (recv key, send key) of fused steps
+    local: list[int] = []
+    for i, ins in enumerate(instrs):
+        send, recv = ins.send, ins.recv
+        if send is not None:
+            key = ("s", chan[send], send.dst)
+            if recv is not None:
+                joins[(("r", chan[recv], recv.src), key)] = None
+        elif recv is not None:
+            key = ("r", chan[recv], recv.src)
+        else:
+            local.append(i)
+            continue
+        if key in by_key:
+            by_key[key].append(i)
+        else:
+            by_key[key] = [i]
+    parent = {k: k for k in by_key}
 
     def find(k: tuple) -> tuple:
         while (up := parent[k]) != k:
             k = up
         return k
 
-    keyed: list[tuple | None] = []  # per instruction: its send key, else its recv key
-    local: list[Instr] = []
-    for ins in instrs:
-        send, recv = ins.send, ins.recv
-        key = ("s", chan[send], send.dst) if send is not None else None
-        if recv is not None:
-            rkey = ("r", chan[recv], recv.src)
-            parent.setdefault(rkey, rkey)
-            if key is None:
-                key = rkey
-            else:
-                parent.setdefault(key, key)
-                parent[find(rkey)] = find(key)
-        elif key is not None:
-            parent.setdefault(key, key)
-        else:
-            local.append(ins)
-        keyed.append(key)
-    root = {k: find(k) for k in parent}
-    groups: dict[tuple, list[Instr]] = {}
-    for ins, key in zip(instrs, keyed, strict=True):
-        if key is not None:
-            groups.setdefault(root[key], []).append(ins)
-    members: dict[tuple, list[tuple]] = {}  # the connection keys of each thread block
-    for k, r in root.items():
-        members.setdefault(r, []).append(k)
-    plans = [_plan(groups[r], members[r]) for r in groups]
-    for i in range(0, len(local), local_cap):
-        plans.append(TbPlan(NO_PEER, NO_PEER, 0, tuple(local[i:i + local_cap])))
+    for rkey, skey in joins:
+        parent.setdefault(rkey, rkey)
+        parent[find(rkey)] = find(skey)
+    keys: dict[tuple, list[tuple]] = {}  # the connection keys of each thread block
+    for k in parent:
+        keys.setdefault(find(k), []).append(k)
+    plans = [_plan(ks, [by_key[k] for k in ks if k in by_key], instrs)
+             for ks in keys.values()]
+    for j in range(0, len(local), local_cap):
+        at = local[j:j + local_cap]
+        plans.append(TbPlan(NO_PEER, NO_PEER, 0, tuple(instrs[i] for i in at), tuple(at)))
     return sorted(plans, key=lambda p: (p.send, p.recv, p.chan, p.instrs[0].order))
 
 
-def _plan(members: list[Instr], keys: list[tuple]) -> TbPlan:
-    """The thread block of ``members``, whose connection keys are ``keys``: at most one
-    send peer, at most one recv peer, one channel."""
+def _plan(keys: list[tuple], runs: list[list[int]], instrs: list[Instr]) -> TbPlan:
+    """The thread block with connection ``keys`` and the instructions at ``runs``
+    (positions, each run ascending): at most one send peer, at most one recv peer, one
+    channel."""
     sends = {peer for kind, _, peer in keys if kind == "s"}
     recvs = {peer for kind, _, peer in keys if kind == "r"}
     chans = {c for _, c, _ in keys}
     if len(sends) > 1 or len(recvs) > 1 or len(chans) != 1:
         raise TecclError(f"internal: thread block with send peers {sorted(sends)}, recv peers "
                          f"{sorted(recvs)}, channels {sorted(chans)}")
+    at = runs[0] if len(runs) == 1 else sorted(i for run in runs for i in run)
     return TbPlan(next(iter(sends), NO_PEER), next(iter(recvs), NO_PEER), chans.pop(),
-                  tuple(sorted(members, key=_order)))
+                  tuple(instrs[i] for i in at), tuple(at))
 
 
 def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: list[Fusion],
