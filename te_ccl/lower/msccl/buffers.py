@@ -205,13 +205,7 @@ def resolve_slots(instrs: dict[int, list[Instr]]) -> ResolvedSlots:
     slots = ResolvedSlots({}, {}, {})
     sent_from, lands_in = slots.sent_from, slots.lands_in
     for g, seq in checked(instrs.items(), LOWERING, every=64):
-        used: set[Slot | None] = set()
-        for i in seq:
-            used.add(i.src)
-            used.add(i.dst)
-            used.update(i.reads)
-            used.update(i.writes)
-        used.discard(None)
+        used = {x for i in seq for x in (i.src, i.dst, *i.reads, *i.writes) if x is not None}
         slots.scratch[g] = compact_scratch(used)
     for g, seq in instrs.items():
         fix = slots.scratch[g].get

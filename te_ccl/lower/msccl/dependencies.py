@@ -29,9 +29,9 @@ from te_ccl.runtime_limits import MSCCL
 __all__ = ["add_dependencies"]
 
 Ref = tuple[int, int]  # (thread block id, instruction index in it)
+# per thread block, per instruction: the waits kept, as (thread block, step number)
+Deps = list[list[list[Ref]]]
 _index = itemgetter(1)
-Deps = list[list[list[Ref]]]  # per thread block, per instruction: the waits kept, as
-                              # (thread block, step number counting the nops)
 
 
 def _dependencies(plans: list[TbPlan], link_order: bool) -> tuple[Deps, list[set[int]]]:
