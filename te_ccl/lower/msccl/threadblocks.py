@@ -52,7 +52,7 @@ def build_threadblocks(instrs: list[Instr], chan: dict[Edge, int], local_cap: in
     (union-find over the keys, not the instructions). An instruction's channels are
     looked up once: hashing an edge hashes all its fields.
     """
-    by_key: dict[tuple, list[int]] = {}  # positions of the instructions under a key
+    by_key: dict[tuple, list[int]] = defaultdict(list)  # positions of the instructions
     joins: dict[tuple[tuple, tuple], None] = {}  # (recv key, send key) of fused steps
     local: list[int] = []
     for i, ins in enumerate(instrs):
@@ -66,10 +66,7 @@ def build_threadblocks(instrs: list[Instr], chan: dict[Edge, int], local_cap: in
         else:
             local.append(i)
             continue
-        if key in by_key:
-            by_key[key].append(i)
-        else:
-            by_key[key] = [i]
+        by_key[key].append(i)
     parent = {k: k for k in by_key}
 
     def find(k: tuple) -> tuple:
@@ -87,7 +84,8 @@ def build_threadblocks(instrs: list[Instr], chan: dict[Edge, int], local_cap: in
              for ks in keys.values()]
     for j in range(0, len(local), local_cap):
         at = local[j:j + local_cap]
-        plans.append(TbPlan(NO_PEER, NO_PEER, 0, tuple(instrs[i] for i in at), tuple(at)))
+        plans.append(TbPlan(NO_PEER, NO_PEER, 0, tuple(map(instrs.__getitem__, at)),
+                            tuple(at)))
     return sorted(plans, key=lambda p: (p.send, p.recv, p.chan, p.instrs[0].order))
 
 
@@ -103,7 +101,7 @@ def _plan(keys: list[tuple], runs: list[list[int]], instrs: list[Instr]) -> TbPl
                          f"{sorted(recvs)}, channels {sorted(chans)}")
     at = runs[0] if len(runs) == 1 else sorted(i for run in runs for i in run)
     return TbPlan(next(iter(sends), NO_PEER), next(iter(recvs), NO_PEER), chans.pop(),
-                  tuple(instrs[i] for i in at), tuple(at))
+                  tuple(map(instrs.__getitem__, at)), tuple(at))
 
 
 def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: list[Fusion],
