@@ -170,6 +170,7 @@ def compact_scratch(used: set[Slot]) -> dict[Slot, Slot]:
 
 
 SlotPair = tuple[Slot | None, Slot | None]
+_SEND, _RECV = Op.SEND, Op.RECV
 
 
 @dataclass(frozen=True)
@@ -186,15 +187,14 @@ class ResolvedSlots:
     sent_from: dict[Edge, Slot | None]
     lands_in: dict[Edge, Slot | None]
 
-    def fix(self, g: int, slot: Slot | None) -> Slot | None:
-        return None if slot is None else self.scratch[g].get(slot, slot)
-
     def printed(self, g: int, ins: Instr) -> SlotPair:
-        if ins.op is Op.SEND:
-            return self.fix(g, ins.src), self.lands_in[ins.send]
-        if ins.op is Op.RECV:
-            return self.sent_from[ins.recv], self.fix(g, ins.dst)
-        return self.fix(g, ins.src), self.fix(g, ins.dst)
+        fix = self.scratch[g].get  # a slot not renumbered (or None) prints as itself
+        op = ins.op
+        if op is _SEND:
+            return fix(ins.src, ins.src), self.lands_in[ins.send]
+        if op is _RECV:
+            return self.sent_from[ins.recv], fix(ins.dst, ins.dst)
+        return fix(ins.src, ins.src), fix(ins.dst, ins.dst)
 
     def s_chunks(self, g: int) -> int:
         return len(self.scratch[g])
@@ -203,13 +203,16 @@ class ResolvedSlots:
 def resolve_slots(instrs: dict[int, list[Instr]]) -> ResolvedSlots:
     """Number every GPU's scratch slots and record the slot at each end of every edge."""
     slots = ResolvedSlots({}, {}, {})
+    sent_from, lands_in = slots.sent_from, slots.lands_in
     for g, seq in checked(instrs.items(), LOWERING, every=64):
         used = {x for i in seq for x in (i.src, i.dst, *i.reads, *i.writes) if x is not None}
         slots.scratch[g] = compact_scratch(used)
     for g, seq in instrs.items():
+        fix = slots.scratch[g].get
         for i in seq:
             if i.send is not None:
-                slots.sent_from[i.send] = slots.fix(g, i.src if i.src is not None else i.dst)
+                src = i.src if i.src is not None else i.dst
+                sent_from[i.send] = fix(src, src)
             if i.recv is not None:
-                slots.lands_in[i.recv] = slots.fix(g, i.dst)
+                lands_in[i.recv] = fix(i.dst, i.dst)
     return slots

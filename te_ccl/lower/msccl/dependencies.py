@@ -15,10 +15,13 @@ before the step, the last one stays on the step; targets get ``hasdep="1"``.
 
 from __future__ import annotations
 
-from collections import defaultdict
+from operator import itemgetter
+
+import numpy as np
 
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.buffers import ResolvedSlots
+from te_ccl.lower.msccl.instructions import Instr
 from te_ccl.lower.msccl.ir import Op, Slot, Step, Threadblock
 from te_ccl.lower.msccl.threadblocks import TbPlan
 from te_ccl.runtime_limits import MSCCL
@@ -26,104 +29,113 @@ from te_ccl.runtime_limits import MSCCL
 __all__ = ["add_dependencies"]
 
 Ref = tuple[int, int]  # (thread block id, instruction index in it)
-Deps = list[list[list[Ref]]]  # per thread block, per instruction: the waits kept
+# per thread block, per instruction: the waits kept, as (thread block, step number)
+Deps = list[list[list[Ref]]]
+_index = itemgetter(1)
 
 
-def _dependencies(plans: list[TbPlan], link_order: bool) -> Deps:
-    """For every instruction, the instructions of other thread blocks it must wait for.
+def _dependencies(plans: list[TbPlan], link_order: bool) -> tuple[Deps, list[set[int]]]:
+    """For every instruction, the steps of other thread blocks it must wait for, and per
+    thread block, its steps that others wait for.
 
-    Vector clocks (:func:`_prune`) are lists indexed by thread block: merging two is one
-    ``map(max, …)`` in C, where a dict merged entry by entry in Python made this pass
-    O(steps × thread blocks) interpreted steps per GPU.
+    Vector clocks: ``clocks[tb][k][t] = j`` when instruction ``k`` of thread block ``tb``
+    runs, instructions ``0..j`` of thread block ``t`` are done (other than ``tb``'s own,
+    which is implicit), through its own thread block's earlier steps and their
+    dependencies. A step that keeps no wait shares its predecessor's clock; a kept wait
+    merges the waited step's clock with one ``numpy.maximum`` (O(thread blocks) per kept
+    wait, in C). Step numbers are known on the way: an instruction with ``n`` waits
+    follows its ``n - 1`` nops.
     """
-    ordered = sorted((ins.order, tb, k) for tb, p in enumerate(plans)
-                     for k, ins in enumerate(p.instrs))
+    walk: list[tuple[int, int, Instr]] = [None] * sum(len(p.at) for p in plans)  # type: ignore
+    for tb, p in enumerate(plans):  # the GPU's time order, without sorting
+        for k, (i, ins) in enumerate(zip(p.at, p.instrs, strict=True)):
+            walk[i] = (tb, k, ins)
     last_write: dict[Slot, Ref] = {}
-    reads: dict[Slot, list[Ref]] = defaultdict(list)
+    reads: dict[Slot, list[Ref]] = {}  # since the slot's last write
     deps: Deps = [[] for _ in plans]
-    clocks: list[list[list[int]]] = [[] for _ in plans]
-    start = [-1] * len(plans)
+    step: list[list[int]] = [[] for _ in plans]  # per instruction: its step number
+    targets: list[set[int]] = [set() for _ in plans]
+    clocks: list[list[np.ndarray]] = [[] for _ in plans]
+    start = np.full(len(plans), -1, dtype=np.int32)  # nothing done
     last_send: dict[int, Ref] = {}
-    for _, tb, k in ordered:
-        ins = plans[tb].instrs[k]
+    maximum = np.maximum
+    for tb, k, ins in walk:
         me = (tb, k)
-        wait = [last_write[s] for s in ins.reads + ins.writes if s in last_write]
-        wait += [r for s in ins.writes for r in reads[s]]
+        wait = []
+        for s in ins.reads:
+            if s in last_write:
+                wait.append(last_write[s])
+        for s in ins.writes:
+            if s in last_write:
+                wait.append(last_write[s])
+            if s in reads:
+                wait += reads[s]
         if link_order and ins.send is not None:
             link = ins.send.link
             if link in last_send:
                 wait.append(last_send[link])
             last_send[link] = me
-        deps[tb].append(_prune(me, wait, clocks, start))
+        mine = clocks[tb]
+        clock = mine[-1] if k else start  # steps of a thread block come in order
+        kept: list[Ref] = []
+        if len(wait) > 1:  # the latest first (it implies most of the others), ties by
+            wait = sorted(set(wait))  # thread block: a stable sort by step, reversed
+            wait.sort(key=_index, reverse=True)
+        for t, j in wait:  # drop waits already implied on this GPU
+            if t == tb or clock.item(t) >= j:
+                continue
+            at = step[t][j]
+            kept.append((t, at))
+            targets[t].add(at)
+            clock = maximum(clock, clocks[t][j])
+            clock[t] = j
+        mine.append(clock)
+        number = step[tb][-1] + 1 if k else 0
+        if len(kept) > 1:
+            number += len(kept) - 1
+            kept.sort()
+        step[tb].append(number)
+        deps[tb].append(kept)
         for s in ins.reads:
-            reads[s].append(me)
+            if s in reads:
+                reads[s].append(me)
+            else:
+                reads[s] = [me]
         for s in ins.writes:
             last_write[s] = me
-            reads[s] = []
-    return deps
-
-
-def _prune(me: Ref, wait: list[Ref], clocks: list[list[list[int]]], start: list[int]
-           ) -> list[Ref]:
-    """Drop waits already implied on this GPU, and record what ``me`` implies (vector clock).
-
-    ``clocks[tb][k][t] = j``: when step ``k`` of thread block ``tb`` runs, steps ``0..j`` of
-    thread block ``t`` (other than ``tb``'s own, which is implicit) are done, through its
-    own thread block's earlier steps and their dependencies (``start``: nothing done).
-    A step that adds nothing shares its predecessor's clock.
-    """
-    tb_me, k_me = me
-    mine = clocks[tb_me]
-    clock = mine[k_me - 1] if k_me else start
-    kept: list[Ref] = []
-    for tb, k in sorted(set(wait), key=lambda r: (-r[1], r[0])):
-        if tb == tb_me or clock[tb] >= k:
-            continue
-        kept.append((tb, k))
-        clock = list(map(max, clock, clocks[tb][k]))
-        clock[tb] = k
-    mine.append(clock)
-    return sorted(kept)
+            reads.pop(s, None)
+    return deps, targets
 
 
 def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
                      link_order: bool) -> list[Threadblock]:
     """The final thread blocks of one GPU (ids = positions in ``plans``, but thread blocks
     that others wait for come first when there are more than ``MSCCL.max_depid + 1``)."""
-    deps = _dependencies(plans, link_order)
+    deps, targets = _dependencies(plans, link_order)
     if len(plans) > MSCCL.max_depid + 1:  # renumber: waited-for thread blocks first
-        waited = {tb for per_tb in deps for waits in per_tb for tb, _ in waits}
-        perm = sorted(range(len(plans)), key=lambda i: (i not in waited, i))
+        perm = sorted(range(len(plans)), key=lambda i: (not targets[i], i))
         new = {old: i for i, old in enumerate(perm)}
         plans = [plans[i] for i in perm]
-        deps = [[sorted((new[t], j) for t, j in waits) for waits in deps[old]]
+        targets = [targets[i] for i in perm]
+        deps = [[sorted((new[t], s) for t, s in waits) for waits in deps[old]]
                 for old in perm]
-    position: list[list[int]] = []
-    for per_tb in deps:
-        at, mine = 0, []
-        for waits in per_tb:
-            if len(waits) > 1:
-                at += len(waits) - 1
-            mine.append(at)
-            at += 1
-        position.append(mine)
-    targets = {(tb, position[tb][k]) for per_tb in deps for waits in per_tb
-               for tb, k in waits}
-    if any(tb > MSCCL.max_depid for tb, _ in targets):
+    if any(targets[MSCCL.max_depid + 1:]):
         raise RuntimeLimitError(f"rank position {gpu} needs a dependency on thread block "
                                 f"> {MSCCL.max_depid} (depid has 8 bits): too many thread blocks "
                                 "on one GPU")
     out = []
+    nop, printed = Op.NOP, slots.printed
     for tb, p in enumerate(plans):
         steps: list[Step] = []
-        for ins, mine in zip(p.instrs, deps[tb], strict=True):
-            waits = [(t, position[t][j]) for t, j in mine]
-            for t, s in waits[:-1]:
-                steps.append(Step(len(steps), Op.NOP, None, None, 0, t, s))
-            src, dst = slots.printed(gpu, ins)
-            depid, dep_s = waits[-1] if waits else (-1, -1)
-            steps.append(Step(len(steps), ins.op, src, dst, ins.cnt, depid, dep_s,
-                              (tb, len(steps)) in targets))
+        hit = targets[tb]
+        for ins, waits in zip(p.instrs, deps[tb], strict=True):
+            depid = dep_s = -1
+            if waits:
+                for t, s in waits[:-1]:
+                    steps.append(Step(len(steps), nop, None, None, 0, t, s))
+                depid, dep_s = waits[-1]
+            src, dst = printed(gpu, ins)
+            n = len(steps)
+            steps.append(Step(n, ins.op, src, dst, ins.cnt, depid, dep_s, n in hit))
         out.append(Threadblock(tb, p.send, p.recv, p.chan, tuple(steps)))
     return out
-

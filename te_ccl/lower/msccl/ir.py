@@ -1,6 +1,7 @@
-"""The MSCCL program IR: what ``to_xml`` prints, one dataclass per XML element.
+"""The MSCCL program IR: what ``to_xml`` prints, one record per XML element.
 
-Enum values are the XML tokens, so printing is ``op.value`` (as msccl-tools does).
+Enum values are the XML tokens (as msccl-tools prints them); they are string enums, so
+formatting a member prints its value.
 Offsets and counts are in chunks (msccl-xml.md).
 """
 
@@ -58,9 +59,12 @@ class Slot(NamedTuple):
     index: int
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One ``<step>``; ``depid``/``deps`` name a thread block and step on the same GPU."""
+class Step(NamedTuple):
+    """One ``<step>``; ``depid``/``deps`` name a thread block and step on the same GPU.
+
+    A named tuple, as :class:`Slot`: a frozen dataclass took twice as long to build,
+    and there are millions of steps at 1024 GPUs.
+    """
 
     s: int
     op: Op

@@ -32,57 +32,76 @@ Pairing = tuple[int, int, int, int]  # (GPU, channel, recv peer, send peer)
 
 @dataclass(frozen=True)
 class TbPlan:
-    """A thread block before dependencies: its peers, channel and ordered instructions."""
+    """A thread block before dependencies: its peers, channel and instructions in time
+    order, with their positions ``at`` in the GPU's time-ordered list."""
 
     send: int
     recv: int
     chan: int
     instrs: tuple[Instr, ...]
-
-
-def _keys(ins: Instr, chan: dict[Edge, int]) -> list[tuple]:
-    keys = []
-    if ins.send is not None:
-        keys.append(("s", chan[ins.send], ins.send.dst))
-    if ins.recv is not None:
-        keys.append(("r", chan[ins.recv], ins.recv.src))
-    return keys
+    at: tuple[int, ...]
 
 
 def build_threadblocks(instrs: list[Instr], chan: dict[Edge, int], local_cap: int
                        ) -> list[TbPlan]:
-    """Group one GPU's instructions into thread blocks, numbered by position in the list."""
-    parent: dict[tuple, tuple] = {}
+    """Group one GPU's instructions, in time order (as :mod:`instructions` lists them),
+    into thread blocks, numbered by position in the list.
+
+    A thread block is keyed by its send connection ``("s", channel, peer)`` or its
+    receive connection ``("r", channel, peer)``; a fused step joins its two keys
+    (union-find over the keys, not the instructions). An instruction's channels are
+    looked up once: hashing an edge hashes all its fields.
+    """
+    by_key: dict[tuple, list[int]] = defaultdict(list)  # positions of the instructions
+    joins: dict[tuple[tuple, tuple], None] = {}  # (recv key, send key) of fused steps
+    local: list[int] = []
+    for i, ins in enumerate(instrs):
+        send, recv = ins.send, ins.recv
+        if send is not None:
+            key = ("s", chan[send], send.dst)
+            if recv is not None:
+                joins[(("r", chan[recv], recv.src), key)] = None
+        elif recv is not None:
+            key = ("r", chan[recv], recv.src)
+        else:
+            local.append(i)
+            continue
+        by_key[key].append(i)
+    parent = {k: k for k in by_key}
 
     def find(k: tuple) -> tuple:
-        while parent.setdefault(k, k) != k:
-            k = parent[k]
+        while (up := parent[k]) != k:
+            k = up
         return k
 
-    keyed = [(ins, _keys(ins, chan)) for ins in instrs]
-    for _, keys in keyed:
-        for k in keys[1:]:
-            parent[find(k)] = find(keys[0])
-    groups: dict[tuple, list[Instr]] = {}
-    local = [ins for ins, keys in keyed if not keys]
-    for ins, keys in keyed:
-        if keys:
-            groups.setdefault(find(keys[0]), []).append(ins)
-    plans = [_plan(members, chan) for members in groups.values()]
-    for i in range(0, len(local), local_cap):
-        plans.append(TbPlan(NO_PEER, NO_PEER, 0, tuple(local[i:i + local_cap])))
+    for rkey, skey in joins:
+        parent.setdefault(rkey, rkey)
+        parent[find(rkey)] = find(skey)
+    keys: dict[tuple, list[tuple]] = {}  # the connection keys of each thread block
+    for k in parent:
+        keys.setdefault(find(k), []).append(k)
+    plans = [_plan(ks, [by_key[k] for k in ks if k in by_key], instrs)
+             for ks in keys.values()]
+    for j in range(0, len(local), local_cap):
+        at = local[j:j + local_cap]
+        plans.append(TbPlan(NO_PEER, NO_PEER, 0, tuple(map(instrs.__getitem__, at)),
+                            tuple(at)))
     return sorted(plans, key=lambda p: (p.send, p.recv, p.chan, p.instrs[0].order))
 
 
-def _plan(members: list[Instr], chan: dict[Edge, int]) -> TbPlan:
-    sends = {i.send.dst for i in members if i.send is not None}
-    recvs = {i.recv.src for i in members if i.recv is not None}
-    chans = {k[1] for i in members for k in _keys(i, chan)}
+def _plan(keys: list[tuple], runs: list[list[int]], instrs: list[Instr]) -> TbPlan:
+    """The thread block with connection ``keys`` and the instructions at ``runs``
+    (positions, each run ascending): at most one send peer, at most one recv peer, one
+    channel."""
+    sends = {peer for kind, _, peer in keys if kind == "s"}
+    recvs = {peer for kind, _, peer in keys if kind == "r"}
+    chans = {c for _, c, _ in keys}
     if len(sends) > 1 or len(recvs) > 1 or len(chans) != 1:
         raise TecclError(f"internal: thread block with send peers {sorted(sends)}, recv peers "
                          f"{sorted(recvs)}, channels {sorted(chans)}")
+    at = runs[0] if len(runs) == 1 else sorted(i for run in runs for i in run)
     return TbPlan(next(iter(sends), NO_PEER), next(iter(recvs), NO_PEER), chans.pop(),
-                  tuple(sorted(members, key=lambda i: i.order)))
+                  tuple(map(instrs.__getitem__, at)), tuple(at))
 
 
 def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: list[Fusion],

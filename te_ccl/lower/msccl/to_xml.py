@@ -19,20 +19,25 @@ from __future__ import annotations
 
 import re
 
-from te_ccl.lower.msccl.ir import Gpu, Program, Step
+from te_ccl.lower.msccl.ir import Buf, Gpu, Op, Program, Step
 
 __all__ = ["program_to_xml", "algo_open", "algo_close", "gpu_xml"]
 
 _COMMENT_SAFE = re.compile(r"[A-Za-z0-9_.+/:@=-]+")
+_NO_SRC, _NO_DST = (Buf.INPUT, -1), (Buf.OUTPUT, -1)  # what a nop prints
+# the XML tokens as plain strings: formatting an enum member costs 4x a str's
+_OP = {op: op.value for op in Op}
+_BUF = {buf: buf.value for buf in Buf}
+
 
 def _step(step: Step) -> str:
     """A nop (no slots) prints ``srcbuf="i" srcoff="-1" dstbuf="o" dstoff="-1"``."""
-    src, dst = step.src, step.dst
-    sbuf, soff = (src.buf.value, src.index) if src else ("i", -1)
-    dbuf, doff = (dst.buf.value, dst.index) if dst else ("o", -1)
-    return (f'      <step s="{step.s}" type="{step.op.value}" srcbuf="{sbuf}" srcoff="{soff}" '
-            f'dstbuf="{dbuf}" dstoff="{doff}" cnt="{step.cnt}" depid="{step.depid}" '
-            f'deps="{step.deps}" hasdep="{int(step.hasdep)}"/>\n')
+    s, op, src, dst, cnt, depid, deps, hasdep = step
+    sbuf, soff = src if src is not None else _NO_SRC
+    dbuf, doff = dst if dst is not None else _NO_DST
+    return (f'      <step s="{s}" type="{_OP[op]}" srcbuf="{_BUF[sbuf]}" srcoff="{soff}" '
+            f'dstbuf="{_BUF[dbuf]}" dstoff="{doff}" cnt="{cnt}" depid="{depid}" '
+            f'deps="{deps}" hasdep="{1 if hasdep else 0}"/>\n')
 
 
 def algo_open(p: Program, *, provenance: tuple[str, int] | None = None) -> str:
