@@ -38,9 +38,9 @@ interleaving that reaches the same accesses. Messages left in a FIFO at the end 
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 from te_ccl.deadline import check
 from te_ccl.runtime_limits import MSCCL
@@ -49,7 +49,7 @@ from te_ccl.verify.msccl.hb import HappensBefore
 from te_ccl.verify.msccl.kernel import Transmission, transmissions
 from te_ccl.verify.msccl.layout import Layout, Slot
 from te_ccl.verify.msccl.memory import Memory
-from te_ccl.verify.msccl.model import RECVS, SENDS, WRITES_DST, Algo, Threadblock
+from te_ccl.verify.msccl.model import READS_SRC, RECVS, SENDS, WRITES_DST, Algo, Threadblock
 from te_ccl.verify.msccl.values import GARBAGE, Packed, add
 
 __all__ = ["execute", "buffering", "Execution", "StepRef"]
@@ -60,8 +60,18 @@ StepRef = tuple[int, int, int]  # (gpu, tb id, step position)
 _Message = tuple[list[Packed], int, StepRef]  # values, sender's node, sender's step
 _CHECK_EVERY = 4096  # thread-block visits between two looks at the compile's deadline
 _VERIFYING = "verifying the MSCCL XML"
-_READ_ONLY = frozenset({"s", "cpy"})
 _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
+
+
+# Why a block stopped: the one condition whose change can let it move again (others
+# only ever move a condition towards "satisfied": flags grow, a connection's sender only
+# adds calls and messages, its receiver only frees slots).
+_GOING = 0      # queued, running, or finished
+_FLAG = 1       # a flag it waits on is too low (it is among that block's sleepers)
+_CALL = 2       # its receive connection has no call queued
+_ROOM = 3       # its send connection is full
+_MESSAGE = 4    # its calls are done but the sending step has not completed
+_NEVER = 5      # it waits on a missing thread block or needs a connection it lacks
 
 
 class _Conn:
@@ -76,19 +86,27 @@ class _Conn:
 
 
 class _Block:
-    __slots__ = ("index", "gpu", "tb", "program", "plan", "pc", "call", "flag", "mem", "tbs",
-                 "send", "recv", "sleepers")
+    __slots__ = ("index", "gpu", "tb", "program", "ops", "pc", "call", "flag", "wait", "mem",
+                 "tbs", "send", "recv", "sleepers")
 
     def __init__(self, index: int, gpu: int, tb: Threadblock) -> None:
         self.index, self.gpu, self.tb = index, gpu, tb
         self.program: list[Transmission] = transmissions(tb)
-        self.plan: list[tuple[int, _Conn | None, _Conn | None]] | None = None  # when it runs
+        self.ops: list[_Op] = []                  # the program, planned (_Machine._plan)
         self.pc, self.call, self.flag = 0, 0, -1  # transmission, calls of it done, flag
+        self.wait = _GOING
         self.mem: Memory | None = None
         self.tbs: dict[int, _Block] = {}          # thread blocks of the GPU by id
         self.send: _Conn | None = None
         self.recv: _Conn | None = None
         self.sleepers: list[int] = []             # blocks stopped by this one's flag
+
+
+# One transmission, planned: (flag waits as (block, value), calls (-1: it can never run),
+# receive and send connections, waits for the happens-before as (block index, value),
+# the flag it publishes (-1: none), its step for messages, its data effect or None).
+_Op = tuple[tuple[tuple[_Block, int], ...], int, "_Conn | None", "_Conn | None",
+            list[tuple[int, int]], int, StepRef, "tuple | None"]
 
 
 @dataclass
@@ -150,24 +168,28 @@ class _Machine:
         self.reported: set[tuple[str, int, int]] = set()
         self.memories: dict[int, Memory] = {}
         self.hb = None if layout is None else HappensBefore(local, width, self._waits())
-        if layout is None:
-            return
-        tb_ids = [b.tb.id for b in self.blocks]
-        for gpu, mine in per_gpu:
-            mem = Memory(gpu, layout, [b.program for b in mine], self.hb, tb_ids, self._report)
-            self.memories.setdefault(gpu.id, mem)
-            for b in mine:
-                b.mem = mem
+        if layout is not None:
+            tb_ids = [b.tb.id for b in self.blocks]
+            for gpu, mine in per_gpu:
+                mem = Memory(gpu, layout, [b.program for b in mine], self.hb, tb_ids,
+                             self._report)
+                self.memories.setdefault(gpu.id, mem)
+                for b in mine:
+                    b.mem = mem
+        for b in self.blocks:
+            b.ops = self._plan(b)
 
     def _waits(self) -> list[dict[int, int]]:
         """Per block: flag value -> number of waits on it."""
         waits: list[dict[int, int]] = [{} for _ in self.blocks]
         for b in self.blocks:
+            tbs = b.tbs
             for t in b.program:
                 for depid, deps in t.deps:
-                    target = b.tbs.get(depid)
+                    target = tbs.get(depid)
                     if target is not None:
-                        waits[target.index][deps] = waits[target.index].get(deps, 0) + 1
+                        counts = waits[target.index]
+                        counts[deps] = counts.get(deps, 0) + 1
         return waits
 
     def _connect(self) -> None:
@@ -182,79 +204,124 @@ class _Machine:
                 if b.recv.receiver < 0:
                     b.recv.receiver = b.index
 
+    def _plan(self, b: _Block) -> list[_Op]:
+        """Everything the scheduler needs of each transmission, looked up once. A
+        transmission waiting on a missing thread block, or needing a connection the
+        thread block does not have, can never run (calls -1, no waits)."""
+        ops = []
+        data = self.hb is not None
+        for t in b.program:
+            first = t.steps[0]
+            kind = first.type
+            recv = b.recv if kind in RECVS else None
+            send = b.send if kind in SENDS else None
+            deps = tuple((b.tbs.get(depid), value) for depid, value in t.deps)
+            if ((recv is None and kind in RECVS) or (send is None and kind in SENDS)
+                    or any(target is None for target, _ in deps)):
+                ops.append(((), -1, None, None, [], -1, (b.gpu, b.tb.id, first.position), None))
+                continue
+            calls = MSCCL.step_calls(t.cnt, self.per_call) if recv or send else 0
+            waits = [(target.index, value) for target, value in deps] if data else []
+            ops.append((deps, calls, recv, send, waits, t.flag if t.hasdep else -1,
+                        (b.gpu, b.tb.id, first.position), _effect(b, t) if data else None))
+        return ops
+
     # --- scheduling -----------------------------------------------------------------
     def run(self) -> Execution:
-        blocks = self.blocks
-        self.sweep, self.later = list(range(len(blocks))), []  # heaps of block indices
-        self.queued = bytearray([1]) * len(blocks)
+        """Sweep the blocks in index order, each as far as it can go, until none can move.
+
+        The hot loop of the verifier, so written out in one piece. A block stops at the
+        first condition it finds unmet and records it (``wait``); an event wakes a block
+        (queues it for this sweep if its index is ahead, else for the next) only when it
+        may meet the condition that block recorded. Waking it on any other event would
+        only add visits that move nothing, so the blocks run in the same order as if
+        every event woke every block concerned."""
+        blocks, depth, hb = self.blocks, self.depth, self.hb
+        compute = self._compute
+        sweep: list[int] = list(range(len(blocks)))  # heaps of block indices
+        later: list[int] = []
         visits = 0
-        while self.sweep:
-            while self.sweep:
+        while sweep:
+            while sweep:
                 visits += 1
                 if visits % _CHECK_EVERY == 0:
                     check(_VERIFYING)
-                b = blocks[heapq.heappop(self.sweep)]
-                self.at = b.index
-                self.queued[b.index] = 0
-                self._advance(b)
-            self.sweep, self.later, self.at = self.later, [], -1
+                at = heappop(sweep)
+                b = blocks[at]
+                ops, pc, call = b.ops, b.pc, b.call
+                while pc < len(ops):
+                    deps, calls, recv, send, waits, flag, ref, effect = ops[pc]
+                    if not call:
+                        for target, value in deps:
+                            if target.flag < value:
+                                target.sleepers.append(at)
+                                b.wait = _FLAG
+                                break
+                        if b.wait:
+                            break
+                    if calls < 0:
+                        b.wait = _NEVER
+                        break
+                    while call < calls:
+                        if recv is not None:
+                            if not recv.queued:
+                                b.wait = _CALL
+                                break
+                            if send is not None and send.queued >= depth:
+                                b.wait = _ROOM
+                                break
+                            recv.queued -= 1
+                            other = blocks[recv.sender] if recv.sender >= 0 else None
+                            if other is not None and other.wait == _ROOM:
+                                other.wait = _GOING
+                                heappush(sweep if other.index > at else later, other.index)
+                        elif send.queued >= depth:
+                            b.wait = _ROOM
+                            break
+                        if send is not None:
+                            send.queued += 1
+                            other = blocks[send.receiver] if send.receiver >= 0 else None
+                            if other is not None and other.wait == _CALL:
+                                other.wait = _GOING
+                                heappush(sweep if other.index > at else later, other.index)
+                        call += 1
+                    if b.wait:
+                        break
+                    # the calls are done: move the step's data, publish its flag
+                    received, msg_node = None, -1
+                    if recv is not None:
+                        if not recv.messages:  # only when the cnt sequences differ
+                            b.wait = _MESSAGE
+                            break
+                        received, msg_node, _ = recv.messages.popleft()
+                    out, node = [], -1
+                    if hb is not None:
+                        node = hb.fire(at, waits, msg_node, flag)
+                        out = compute(b, effect, received)
+                    if send is not None:
+                        send.messages.append((out, node, ref))
+                        other = blocks[send.receiver] if send.receiver >= 0 else None
+                        if other is not None and other.wait == _MESSAGE:
+                            other.wait = _GOING
+                            heappush(sweep if other.index > at else later, other.index)
+                    if flag >= 0:
+                        b.flag = flag
+                        for w in b.sleepers:
+                            other = blocks[w]
+                            if other.wait == _FLAG:
+                                other.wait = _GOING
+                                heappush(sweep if w > at else later, w)
+                        b.sleepers.clear()
+                    pc += 1
+                    call = 0
+                b.pc, b.call = pc, call
+            sweep, later = later, []
         stuck = [b for b in blocks if b.pc < len(b.program)]
         if stuck:
             self._report_deadlock(stuck)
         else:
             self._report_unreceived()
         return Execution(self.memories, self.findings, not stuck)
-
-    def _wake(self, i: int) -> None:
-        """Block ``i`` may be able to move: visit it in this sweep or the next."""
-        if i >= 0 and not self.queued[i]:
-            self.queued[i] = 1
-            heapq.heappush(self.sweep if i > self.at else self.later, i)
-
-    def _plan(self, b: _Block) -> list[tuple[int, _Conn | None, _Conn | None]]:
-        """Per transmission: its calls and the connections it receives and sends on
-        (calls -1: it needs a connection the thread block does not have)."""
-        plan = []
-        for t in b.program:
-            kind = t.steps[0].type
-            recv = b.recv if kind in RECVS else None
-            send = b.send if kind in SENDS else None
-            if (recv is None and kind in RECVS) or (send is None and kind in SENDS):
-                plan.append((-1, None, None))
-            else:
-                calls = MSCCL.step_calls(t.cnt, self.per_call) if recv or send else 0
-                plan.append((calls, recv, send))
-        return plan
-
-    def _advance(self, b: _Block) -> None:
-        """Run ``b`` as far as it can go: waits, then calls, then the step's data."""
-        program, depth, wake = b.program, self.depth, self._wake
-        if b.plan is None:
-            b.plan = self._plan(b)
-        while b.pc < len(program):
-            calls, recv, send = b.plan[b.pc]
-            if b.call == 0:
-                for depid, deps in program[b.pc].deps:
-                    target = b.tbs.get(depid)
-                    if target is None or target.flag < deps:
-                        if target is not None:
-                            target.sleepers.append(b.index)
-                        return
-            if calls < 0:
-                return
-            while b.call < calls:
-                if (recv and not recv.queued) or (send and send.queued >= depth):
-                    return
-                if recv:
-                    recv.queued -= 1
-                    wake(recv.sender)
-                if send:
-                    send.queued += 1
-                    wake(send.receiver)
-                b.call += 1
-            if recv and not recv.messages:  # only when the cnt sequences differ
-                return
-            self._fire(b)
 
     # --- deadlock -----------------------------------------------------------------------
     def _blockers(self, b: _Block) -> list[tuple[str, int]]:
@@ -335,55 +402,48 @@ class _Machine:
             self.reported.add(key)
             self.findings.append(finding(rule, detail, gpu=block.gpu, tb=block.tb.id, step=pos))
 
-    # --- one transmission -------------------------------------------------------------
-    def _fire(self, b: _Block) -> None:
-        """The transmission's calls are done: move its data, publish its flag."""
-        t = b.program[b.pc]
-        first = t.steps[0]
-        kind = first.type
-        received, msg_node = None, -1
-        if kind in RECVS:
-            received, msg_node, _ = b.recv.messages.popleft()
-        out, node = [], -1
-        if self.hb is not None:
-            waits = [(b.tbs[depid].index, deps) for depid, deps in t.deps] if t.deps else []
-            node = self.hb.fire(b.index, waits, msg_node)
-            out = self._compute(b, t, received)
-        if kind in SENDS:
-            b.send.messages.append((out, node, (b.gpu, b.tb.id, first.position)))
-            self._wake(b.send.receiver)
-        if t.hasdep:
-            b.flag = t.flag
-            if self.hb is not None:
-                self.hb.publish(b.index, t.flag, node)
-            for w in b.sleepers:
-                self._wake(w)
-            b.sleepers.clear()
-        b.pc += 1
-        b.call = 0
-
-    def _compute(self, b: _Block, t: Transmission, received: list[Packed] | None
+    # --- one transmission's data ------------------------------------------------------
+    def _compute(self, b: _Block, effect: tuple, received: list[Packed] | None
                  ) -> list[Packed]:
-        """Apply the transmission's data effect; returns the values it sends."""
-        st, mem, blk = t.steps[0], b.mem, b.index
-        kind, pos, offsets = st.type, st.position, mem.offsets
-        src, dst = offsets[st.srcbuf] + st.srcoff, offsets[st.dstbuf] + st.dstoff
-        if kind == "re":
-            for i in range(t.cnt):
+        """Apply the transmission's data effect (:func:`_effect`); the values it sends."""
+        mem, blk = b.mem, b.index
+        if effect[0] is None:  # a fused reduction
+            _, pos, last, dst, sources, cnt = effect
+            for i in range(cnt):
                 acc = mem.read(blk, pos, dst + i)
-                for sub in t.steps:
-                    acc = add(acc, mem.read(blk, sub.position, offsets[st.srcbuf] + sub.srcoff + i))
-                mem.write(blk, t.steps[-1].position, dst + i, acc)
+                for sub, src in sources:
+                    acc = add(acc, mem.read(blk, sub, src + i))
+                mem.write(blk, last, dst + i, acc)
             return []
+        kind, pos, src, dst, cnt = effect
+        reads, receives, reduces, writes, sends = kind
         out = []
-        writes = kind in WRITES_DST
-        for i in range(t.cnt):
-            if kind in _READ_ONLY:
-                value = mem.read(blk, pos, src + i)
+        for i in range(cnt):
+            if receives:
+                value = received[i] if i < len(received) else GARBAGE
+                if reduces:
+                    value = add(value, mem.read(blk, pos, src + i))
             else:
-                got = received[i] if received is not None and i < len(received) else GARBAGE
-                value = add(got, mem.read(blk, pos, src + i)) if kind in _REDUCING else got
+                value = mem.read(blk, pos, src + i)
             if writes:
                 mem.write(blk, pos, dst + i, value)
-            out.append(value)
+            if sends:
+                out.append(value)
         return out
+
+
+def _effect(b: _Block, t: Transmission) -> tuple:
+    """What :meth:`_Machine._compute` does for ``t``, with chunk indices resolved:
+    ``(None, position, last position, dst, ((position, src) per fused step), cnt)`` for a
+    fused reduction, else ``(kind, position, src, dst, cnt)`` with ``kind`` the flags
+    (reads src, receives, reduces, writes dst, sends)."""
+    st, offsets = t.steps[0], b.mem.offsets
+    kind = st.type
+    dst = offsets[st.dstbuf] + st.dstoff if kind in WRITES_DST else -1
+    if kind == "re":
+        sources = tuple((sub.position, offsets[st.srcbuf] + sub.srcoff) for sub in t.steps)
+        return (None, st.position, t.steps[-1].position, dst, sources, t.cnt)
+    src = offsets[st.srcbuf] + st.srcoff if kind in READS_SRC else -1
+    flags = (kind in READS_SRC, kind in RECVS, kind in _REDUCING, kind in WRITES_DST,
+             kind in SENDS)
+    return (flags, st.position, src, dst, t.cnt)

@@ -5,7 +5,7 @@ as large as the steps and the input data reach), and an aliased buffer (in-place
 :meth:`.Layout.alias`) is an offset into another region, so a chunk is one integer and
 costs a few bytes plus its (shared) packed value. Race
 detection follows FastTrack: the last writer of each chunk and the readers since, as
-``(block, epoch, step)``; an access is checked against them with
+``(block, node, step)``; an access is checked against them with
 :class:`~.hb.HappensBefore`. Readers are recorded only while a later step will still
 write the chunk (the write counts are known from the program), so chunks that are
 written once and then only read (all of AllGather) keep no reader lists.
@@ -32,15 +32,18 @@ def _reach(programs: Sequence[list[Transmission]]) -> dict[str, int]:
     """Per buffer, one past the last chunk the programs touch (declared sizes may be far
     larger, and a fused ``re`` with a larger last ``cnt`` reaches past its own step's)."""
     end: dict[str, int] = {}
+    get = end.get
     for program in programs:
         for t in program:
-            st = t.steps[0]
-            uses = [(st.dstbuf, st.dstoff)] if st.type in WRITES_DST else []
+            steps = t.steps
+            st, cnt = steps[0], steps[-1].cnt
+            if st.type in WRITES_DST and st.dstoff + cnt > get(st.dstbuf, -1):
+                end[st.dstbuf] = st.dstoff + cnt
             if st.type in READS_SRC:
-                uses += [(st.srcbuf, sub.srcoff) for sub in t.steps]
-            for buf, off in uses:
-                end[buf] = max(end.get(buf, 0), off + t.cnt)
-    return end
+                for sub in steps:
+                    if sub.srcoff + cnt > get(st.srcbuf, -1):
+                        end[st.srcbuf] = sub.srcoff + cnt
+    return {buf: max(reach, 0) for buf, reach in end.items()}
 
 
 class Memory:
@@ -65,16 +68,17 @@ class Memory:
         for (target, k), value in initial.items():
             self.values[self.bases[target] + k] = value
         self.wblock = array("i", [-1]) * total
-        self.wepoch = array("i", [0]) * total
+        self.wnode = array("i", [-1]) * total
         self.wpos = array("i", [0]) * total
-        self.left = array("i", [0]) * total   # writes still to come per chunk
+        self.left = left = array("i", [0]) * total   # writes still to come per chunk
+        offsets = self.offsets
         for program in programs:
             for t in program:
                 st = t.steps[0]
                 if st.type in WRITES_DST:
-                    first = self.offsets[st.dstbuf] + st.dstoff
-                    for k in range(first, first + t.cnt):
-                        self.left[k] += 1
+                    first = offsets[st.dstbuf] + st.dstoff
+                    for k in range(first, first + t.steps[-1].cnt):
+                        left[k] += 1
         self.readers: dict[int, dict[int, tuple[int, int]]] = {}
         self.raced: set[int] = set()
         self.hb, self.tb_ids, self.report = hb, tb_ids, report
@@ -108,29 +112,29 @@ class Memory:
             self.report(b, pos, "uninitialized-read", f"reads {self.name(i)}, which holds no data")
             value = GARBAGE
         w = self.wblock[i]
-        if w >= 0 and w != b and i not in self.raced and not self.hb.ordered(b, w, self.wepoch[i]):
+        if w >= 0 and w != b and i not in self.raced and not self.hb.ordered(b, w, self.wnode[i]):
             self._race(b, pos, i, "read", w, self.wpos[i], "wrote")
         if self.left[i]:
             readers = self.readers.get(i)
             if readers is None:
                 readers = self.readers[i] = {}
-            readers[b] = (self.hb.epoch[b], pos)
+            readers[b] = (self.hb.last[b], pos)
         return value
 
     def write(self, b: int, pos: int, i: int, value: Packed) -> None:
         """Block ``b`` (step ``pos``) writes ``value`` into chunk ``i``."""
-        readers = self.readers.pop(i, None)
-        if i not in self.raced:
-            w = self.wblock[i]
-            if w >= 0 and w != b and not self.hb.ordered(b, w, self.wepoch[i]):
+        readers = self.readers.pop(i, None) if self.readers else None
+        w = self.wblock[i]
+        if (w >= 0 or readers) and i not in self.raced:
+            if w >= 0 and w != b and not self.hb.ordered(b, w, self.wnode[i]):
                 self._race(b, pos, i, "write", w, self.wpos[i], "wrote")
-            for r, (epoch, rpos) in (readers or {}).items():
+            for r, (node, rpos) in (readers or {}).items():
                 if i in self.raced:
                     break
-                if r != b and not self.hb.ordered(b, r, epoch):
+                if r != b and not self.hb.ordered(b, r, node):
                     self._race(b, pos, i, "write", r, rpos, "read")
         self.values[i] = value
-        self.wblock[i], self.wepoch[i], self.wpos[i] = b, self.hb.epoch[b], pos
+        self.wblock[i], self.wnode[i], self.wpos[i] = b, self.hb.last[b], pos
         self.left[i] -= 1
 
     def _race(self, b: int, pos: int, i: int, access: str, other: int, other_pos: int,
