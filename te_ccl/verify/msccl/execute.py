@@ -49,7 +49,15 @@ from te_ccl.verify.msccl.hb import HappensBefore
 from te_ccl.verify.msccl.kernel import Transmission, transmissions
 from te_ccl.verify.msccl.layout import Layout, Slot
 from te_ccl.verify.msccl.memory import Memory
-from te_ccl.verify.msccl.model import READS_SRC, RECVS, SENDS, WRITES_DST, Algo, Threadblock
+from te_ccl.verify.msccl.model import (
+    READS_SRC,
+    RECVS,
+    SENDS,
+    STEP_TYPES,
+    WRITES_DST,
+    Algo,
+    Threadblock,
+)
 from te_ccl.verify.msccl.values import GARBAGE, Packed, add
 
 __all__ = ["execute", "buffering", "Execution", "StepRef"]
@@ -72,6 +80,14 @@ _CALL = 2       # its receive connection has no call queued
 _ROOM = 3       # its send connection is full
 _MESSAGE = 4    # its calls are done but the sending step has not completed
 _NEVER = 5      # it waits on a missing thread block or needs a connection it lacks
+
+
+# step type -> (receives, sends, data flags): (reads src, receives, reduces, writes dst,
+# sends), the last None for the fused reduction ``re``
+_KINDS = {kind: (kind in RECVS, kind in SENDS,
+                 (kind in READS_SRC, kind in RECVS, kind in _REDUCING, kind in WRITES_DST,
+                  None if kind == "re" else kind in SENDS))
+          for kind in STEP_TYPES}
 
 
 class _Conn:
@@ -99,14 +115,14 @@ class _Block:
         self.tbs: dict[int, _Block] = {}          # thread blocks of the GPU by id
         self.send: _Conn | None = None
         self.recv: _Conn | None = None
-        self.sleepers: list[int] = []             # blocks stopped by this one's flag
+        self.sleepers: list[tuple[int, int]] = []  # (flag value, block) stopped by its flag
 
 
-# One transmission, planned: (flag waits as (block, value), calls (-1: it can never run),
-# receive and send connections, waits for the happens-before as (block index, value),
-# the flag it publishes (-1: none), its step for messages, its data effect or None).
-_Op = tuple[tuple[tuple[_Block, int], ...], int, "_Conn | None", "_Conn | None",
-            list[tuple[int, int]], int, StepRef, "tuple | None"]
+# One transmission, planned: its flag waits as (block index, value), its calls (-1: it
+# can never run), receive and send connections, the flag it publishes (-1: none), its
+# step for messages, and its data effect (see _Machine._compute; None without data).
+_Op = tuple[tuple[tuple[int, int], ...], int, "_Conn | None", "_Conn | None", int, StepRef,
+            "tuple | None"]
 
 
 @dataclass
@@ -209,21 +225,43 @@ class _Machine:
         transmission waiting on a missing thread block, or needing a connection the
         thread block does not have, can never run (calls -1, no waits)."""
         ops = []
-        data = self.hb is not None
+        tbs, gpu, tb_id, per_call, calls_of = b.tbs, b.gpu, b.tb.id, self.per_call, {}
+        offsets = None if b.mem is None else b.mem.offsets
         for t in b.program:
-            first = t.steps[0]
-            kind = first.type
-            recv = b.recv if kind in RECVS else None
-            send = b.send if kind in SENDS else None
-            deps = tuple((b.tbs.get(depid), value) for depid, value in t.deps)
-            if ((recv is None and kind in RECVS) or (send is None and kind in SENDS)
-                    or any(target is None for target, _ in deps)):
-                ops.append(((), -1, None, None, [], -1, (b.gpu, b.tb.id, first.position), None))
+            steps = t.steps
+            first = steps[0]
+            receives, sends, kind = _KINDS[first.type]
+            recv = b.recv if receives else None
+            send = b.send if sends else None
+            ref = (gpu, tb_id, first.position)
+            never = (receives and recv is None) or (sends and send is None)
+            waits: tuple[tuple[int, int], ...] = ()
+            for depid, value in t.deps:
+                target = tbs.get(depid)
+                if target is None:
+                    never = True
+                    break
+                waits += ((target.index, value),)
+            if never:
+                ops.append(((), -1, None, None, -1, ref, None))
                 continue
-            calls = MSCCL.step_calls(t.cnt, self.per_call) if recv or send else 0
-            waits = [(target.index, value) for target, value in deps] if data else []
-            ops.append((deps, calls, recv, send, waits, t.flag if t.hasdep else -1,
-                        (b.gpu, b.tb.id, first.position), _effect(b, t) if data else None))
+            cnt = steps[-1].cnt
+            calls = 0
+            if receives or sends:
+                calls = calls_of.get(cnt, -1)
+                if calls < 0:
+                    calls = calls_of[cnt] = MSCCL.step_calls(cnt, per_call)
+            effect = None
+            if offsets is not None:
+                src = offsets[first.srcbuf] + first.srcoff if kind[0] else -1
+                dst = offsets[first.dstbuf] + first.dstoff if kind[3] else -1
+                if kind[4] is None:  # a fused reduction
+                    effect = (None, first.position, steps[-1].position, dst,
+                              tuple([(sub.position, offsets[first.srcbuf] + sub.srcoff)
+                                     for sub in steps]), cnt)
+                else:
+                    effect = (kind, first.position, src, dst, cnt)
+            ops.append((waits, calls, recv, send, t.flag if t.hasdep else -1, ref, effect))
         return ops
 
     # --- scheduling -----------------------------------------------------------------
@@ -250,11 +288,11 @@ class _Machine:
                 b = blocks[at]
                 ops, pc, call = b.ops, b.pc, b.call
                 while pc < len(ops):
-                    deps, calls, recv, send, waits, flag, ref, effect = ops[pc]
+                    waits, calls, recv, send, flag, ref, effect = ops[pc]
                     if not call:
-                        for target, value in deps:
-                            if target.flag < value:
-                                target.sleepers.append(at)
+                        for target, value in waits:
+                            if blocks[target].flag < value:
+                                blocks[target].sleepers.append((value, at))
                                 b.wait = _FLAG
                                 break
                         if b.wait:
@@ -306,12 +344,15 @@ class _Machine:
                             heappush(sweep if other.index > at else later, other.index)
                     if flag >= 0:
                         b.flag = flag
-                        for w in b.sleepers:
-                            other = blocks[w]
-                            if other.wait == _FLAG:
-                                other.wait = _GOING
-                                heappush(sweep if w > at else later, w)
-                        b.sleepers.clear()
+                        if b.sleepers:
+                            asleep = []
+                            for value, w in b.sleepers:
+                                if value > flag:
+                                    asleep.append((value, w))
+                                else:
+                                    blocks[w].wait = _GOING
+                                    heappush(sweep if w > at else later, w)
+                            b.sleepers = asleep
                     pc += 1
                     call = 0
                 b.pc, b.call = pc, call
@@ -405,7 +446,10 @@ class _Machine:
     # --- one transmission's data ------------------------------------------------------
     def _compute(self, b: _Block, effect: tuple, received: list[Packed] | None
                  ) -> list[Packed]:
-        """Apply the transmission's data effect (:func:`_effect`); the values it sends."""
+        """Apply a transmission's data effect; the values it sends. ``effect`` (from
+        :meth:`_plan`, chunk indices resolved) is ``(None, position, last position, dst,
+        ((position, src) per fused step), cnt)`` for a fused reduction, else ``(flags,
+        position, src, dst, cnt)``, flags as in :data:`_KINDS`."""
         mem, blk = b.mem, b.index
         if effect[0] is None:  # a fused reduction
             _, pos, last, dst, sources, cnt = effect
@@ -431,19 +475,3 @@ class _Machine:
                 out.append(value)
         return out
 
-
-def _effect(b: _Block, t: Transmission) -> tuple:
-    """What :meth:`_Machine._compute` does for ``t``, with chunk indices resolved:
-    ``(None, position, last position, dst, ((position, src) per fused step), cnt)`` for a
-    fused reduction, else ``(kind, position, src, dst, cnt)`` with ``kind`` the flags
-    (reads src, receives, reduces, writes dst, sends)."""
-    st, offsets = t.steps[0], b.mem.offsets
-    kind = st.type
-    dst = offsets[st.dstbuf] + st.dstoff if kind in WRITES_DST else -1
-    if kind == "re":
-        sources = tuple((sub.position, offsets[st.srcbuf] + sub.srcoff) for sub in t.steps)
-        return (None, st.position, t.steps[-1].position, dst, sources, t.cnt)
-    src = offsets[st.srcbuf] + st.srcoff if kind in READS_SRC else -1
-    flags = (kind in READS_SRC, kind in RECVS, kind in _REDUCING, kind in WRITES_DST,
-             kind in SENDS)
-    return (flags, st.position, src, dst, t.cnt)
