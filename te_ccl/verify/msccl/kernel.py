@@ -25,7 +25,7 @@ from typing import NamedTuple
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.model import STEP_TYPES, Step, Threadblock
 
-__all__ = ["Transmission", "transmissions"]
+__all__ = ["Transmission", "transmissions", "orphan_waits"]
 
 # without nops (folded into the next step) and re (fused): one transmission per step, whose
 # kernel step counter is its position
@@ -69,6 +69,24 @@ def transmissions(tb: Threadblock) -> list[Transmission]:
         return [Transmission((step,), ((step.depid, step.deps),) if step.depid >= 0 else (),
                              bool(step.hasdep), i) for i, step in enumerate(tb.steps)]
     return _grouped(tb)
+
+
+def orphan_waits(tb: Threadblock) -> set[int]:
+    """Positions of the steps that the parser gives nops' waits although they have no
+    dependency of their own (:attr:`Transmission.orphan_wait`).
+
+    Such a step needs a nop (or unknown step) with a dependency before it and no step with
+    a dependency in between; a thread block without that pattern (every file teccl
+    writes) is answered from one pass over its steps, without grouping it."""
+    pending = False
+    for step in tb.steps:
+        if step.type == "nop" or step.type not in STEP_TYPES:
+            pending = pending or step.depid >= 0
+        elif step.depid >= 0:
+            pending = False
+        elif pending:
+            return {t.first.position for t in _grouped(tb) if t.orphan_wait}
+    return set()
 
 
 def _grouped(tb: Threadblock) -> list[Transmission]:

@@ -60,25 +60,51 @@ def _gpu_ids(algo: Algo) -> list[Finding]:
 
 
 def _steps(algo: Algo, gpu: Gpu, max_steps: int) -> list[Finding]:
+    """The per-step rules. Each step is first tested against one condition that holds
+    exactly when none of them finds anything; only the others are checked (:func:`_step`)."""
     found: list[Finding] = []
     tbs = {t.id: t for t in gpu.threadblocks}
+    chunks = {buf: gpu.chunks(buf) for buf in BUFFERS}
+    max_depid = MSCCL.max_depid
     for tb in gpu.threadblocks:
         if len(tb.steps) > max_steps:
             found.append(finding("max-steps", f"{len(tb.steps)} steps (limit {max_steps})",
                                  gpu=gpu.id, tb=tb.id, line=tb.line))
         for st in tb.steps:
-            where = {"gpu": gpu.id, "tb": tb.id, "step": st.position, "line": st.line}
-            if st.s != st.position:
-                found.append(finding("step-position", f"s={st.s} at position {st.position}",
-                                     **where))
-            if st.type == "nop" and st.depid < 0:
-                found.append(finding("nop-dependency", "nop with depid=-1", **where))
-            if st.depid > MSCCL.max_depid:
-                found.append(finding("depid-range", f"depid={st.depid}", **where))
-            elif st.depid >= 0:
-                found += _dependency(tbs, st.depid, st.deps, where)
-            if st.type != "nop":
-                found += _bounds(gpu, st, where)
+            kind, depid = st.type, st.depid
+            if st.s == st.position and depid <= max_depid:
+                if depid >= 0:
+                    target = tbs.get(depid)
+                    clean = (target is not None and 0 <= st.deps < len(target.steps)
+                             and target.steps[st.deps].type != "nop"
+                             and target.steps[st.deps].hasdep == 1)
+                else:
+                    clean = kind != "nop"
+                if clean and kind != "nop":
+                    cnt = st.cnt
+                    if kind in READS_SRC and st.srcbuf in chunks:
+                        clean = 0 <= st.srcoff and st.srcoff + cnt <= chunks[st.srcbuf]
+                    if clean and kind in WRITES_DST and st.dstbuf in chunks:
+                        clean = 0 <= st.dstoff and st.dstoff + cnt <= chunks[st.dstbuf]
+                if clean:
+                    continue
+            found += _step(gpu, tbs, tb, st)
+    return found
+
+
+def _step(gpu: Gpu, tbs: dict[int, Threadblock], tb: Threadblock, st: Step) -> list[Finding]:
+    found: list[Finding] = []
+    where = {"gpu": gpu.id, "tb": tb.id, "step": st.position, "line": st.line}
+    if st.s != st.position:
+        found.append(finding("step-position", f"s={st.s} at position {st.position}", **where))
+    if st.type == "nop" and st.depid < 0:
+        found.append(finding("nop-dependency", "nop with depid=-1", **where))
+    if st.depid > MSCCL.max_depid:
+        found.append(finding("depid-range", f"depid={st.depid}", **where))
+    elif st.depid >= 0:
+        found += _dependency(tbs, st.depid, st.deps, where)
+    if st.type != "nop":
+        found += _bounds(gpu, st, where)
     return found
 
 
@@ -119,8 +145,9 @@ def _peers(algo: Algo, gpu: Gpu) -> list[Finding]:
         where = {"gpu": gpu.id, "tb": tb.id, "line": tb.line}
         for role, peer, kinds in (("send", tb.send, SENDS), ("recv", tb.recv, RECVS)):
             per_channel[(role, tb.chan)] += peer >= 0
-            idle = not any(st.type in kinds for st in tb.steps)  # else the parser reports it
-            if peer >= 0 and idle and per_channel[(role, tb.chan)] > MSCCL.max_peers:
+            # a thread block with such steps is reported by the parser's checks
+            if (peer >= 0 and per_channel[(role, tb.chan)] > MSCCL.max_peers
+                    and not any(st.type in kinds for st in tb.steps)):
                 found.append(finding("tbs-per-channel", f"thread block {tb.id} is {role} thread "
                                      f"block {per_channel[(role, tb.chan)]} on channel "
                                      f"{tb.chan}", **where))
