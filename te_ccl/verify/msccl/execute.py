@@ -48,7 +48,7 @@ from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.hb import HappensBefore
 from te_ccl.verify.msccl.kernel import Transmission, transmissions
 from te_ccl.verify.msccl.layout import Layout, Slot
-from te_ccl.verify.msccl.memory import Memory
+from te_ccl.verify.msccl.memory import Memory, Report
 from te_ccl.verify.msccl.model import (
     READS_SRC,
     RECVS,
@@ -112,7 +112,7 @@ class _Block:
         self.pc, self.call, self.flag = 0, 0, -1  # transmission, calls of it done, flag
         self.wait = _GOING
         self.mem: Memory | None = None
-        self.tbs: dict[int, _Block] = {}          # thread blocks of the GPU by id
+        self.tbs: dict[int, int] = {}             # the GPU's blocks: tb id -> index
         self.send: _Conn | None = None
         self.recv: _Conn | None = None
         self.sleepers: list[tuple[int, int]] = []  # (flag value, block) stopped by its flag
@@ -156,6 +156,20 @@ def buffering(algo: Algo, *, slots: int | None = None) -> list[Finding]:
     return _Machine(algo, None, MSCCL.nccl_steps if slots is None else slots).run().findings
 
 
+def _reporter(gpus: list[int], tb_ids: list[int], findings: list[Finding]) -> Report:
+    """What the memories call with a finding: added to ``findings`` once per rule and
+    step. It holds no reference to the machine, so that nothing of the machine is kept
+    alive by a reference cycle (freed only by a garbage collection) once it is done."""
+    reported: set[tuple[str, int, int]] = set()
+
+    def report(b: int, pos: int, rule: str, detail: str) -> None:
+        key = (rule, b, pos)
+        if key not in reported:
+            reported.add(key)
+            findings.append(finding(rule, detail, gpu=gpus[b], tb=tb_ids[b], step=pos))
+    return report
+
+
 class _Machine:
     def __init__(self, algo: Algo, layout: Layout | None, slots: int) -> None:
         self.depth = slots // MSCCL.call_slots(algo.proto)  # calls a connection holds
@@ -168,12 +182,12 @@ class _Machine:
         local, width, per_gpu = [], [], []
         for gpu in algo.gpus:
             check(_VERIFYING)
-            tbs: dict[int, _Block] = {}
+            tbs: dict[int, int] = {}
             mine = []
             for i, tb in enumerate(gpu.threadblocks):
                 b = _Block(len(self.blocks), gpu.id, tb)
                 b.tbs = tbs
-                tbs.setdefault(tb.id, b)
+                tbs.setdefault(tb.id, b.index)
                 self.blocks.append(b)
                 mine.append(b)
                 local.append(i)
@@ -181,14 +195,13 @@ class _Machine:
             per_gpu.append((gpu, mine))
         self._connect()
         self.findings: list[Finding] = []
-        self.reported: set[tuple[str, int, int]] = set()
         self.memories: dict[int, Memory] = {}
         self.hb = None if layout is None else HappensBefore(local, width, self._waits())
         if layout is not None:
             tb_ids = [b.tb.id for b in self.blocks]
+            report = _reporter([b.gpu for b in self.blocks], tb_ids, self.findings)
             for gpu, mine in per_gpu:
-                mem = Memory(gpu, layout, [b.program for b in mine], self.hb, tb_ids,
-                             self._report)
+                mem = Memory(gpu, layout, [b.program for b in mine], self.hb, tb_ids, report)
                 self.memories.setdefault(gpu.id, mem)
                 for b in mine:
                     b.mem = mem
@@ -204,7 +217,7 @@ class _Machine:
                 for depid, deps in t.deps:
                     target = tbs.get(depid)
                     if target is not None:
-                        counts = waits[target.index]
+                        counts = waits[target]
                         counts[deps] = counts.get(deps, 0) + 1
         return waits
 
@@ -241,7 +254,7 @@ class _Machine:
                 if target is None:
                     never = True
                     break
-                waits += ((target.index, value),)
+                waits += ((target, value),)
             if never:
                 ops.append(((), -1, None, None, -1, ref, None))
                 continue
@@ -373,7 +386,7 @@ class _Machine:
                       f"({'missing' if target is None else f'its flag is {target.flag}'})",
                       -1 if target is None else target.index)
                      for depid, deps in t.deps
-                     if (target := b.tbs.get(depid)) is None or target.flag < deps]
+                     if (target := self._block(b, depid)) is None or target.flag < deps]
             if waits:
                 return waits
         kind, tb = t.type, b.tb
@@ -436,12 +449,10 @@ class _Machine:
                     "unreceived-data", f"{len(conn.messages)} message(s) to gpu {dst} on "
                     f"channel {chan} are never received", gpu=g, tb=tb, step=pos))
 
-    def _report(self, b: int, pos: int, rule: str, detail: str) -> None:
-        block = self.blocks[b]
-        key = (rule, b, pos)
-        if key not in self.reported:
-            self.reported.add(key)
-            self.findings.append(finding(rule, detail, gpu=block.gpu, tb=block.tb.id, step=pos))
+    def _block(self, b: _Block, tb_id: int) -> _Block | None:
+        """The thread block ``tb_id`` of ``b``'s GPU."""
+        i = b.tbs.get(tb_id)
+        return None if i is None else self.blocks[i]
 
     # --- one transmission's data ------------------------------------------------------
     def _compute(self, b: _Block, effect: tuple, received: list[Packed] | None

@@ -22,7 +22,7 @@ from te_ccl.verify.msccl.layout import Layout, Slot
 from te_ccl.verify.msccl.model import BUFFERS, READS_SRC, WRITES_DST, Gpu
 from te_ccl.verify.msccl.values import GARBAGE, Packed
 
-__all__ = ["Memory"]
+__all__ = ["Memory", "Report"]
 
 # report(block, step position, kind, detail) with kind "uninitialized-read" or "data-race"
 Report = Callable[[int, int, str, str], None]
