@@ -30,6 +30,7 @@ from __future__ import annotations
 from array import array
 
 import numpy as np
+from numpy import maximum
 
 __all__ = ["HappensBefore"]
 
@@ -60,50 +61,50 @@ class HappensBefore:
         self._deps: dict[int, tuple[int, ...]] = {}   # node -> flag publishers' nodes
         self._memo: tuple[int, dict[int, list[int]]] = (-1, {})  # searches from one node
 
-    def fire(self, b: int, waits: list[tuple[int, int]], msg_node: int, flag: int) -> int:
+    def fire(self, b: int, waits: tuple[tuple[int, int], ...], msg_node: int,
+             flag: int) -> int:
         """Start block ``b``'s next transmission (waits: ``(target block, flag)``, the
         message's sending node or -1) and publish its ``flag`` (-1: none); its node.
 
         Publishing at the start is publishing at the end: the transmission's own accesses
-        never consult the publication, and no other block fires in between."""
+        never consult the publication, and no other block fires in between. Waiters on
+        ``<= flag`` not yet satisfied are ordered after this node."""
         node = len(self._block)
+        clock = self.clock[b]
         if waits:
-            if not self._own[b]:
-                self.clock[b], self._own[b] = self.clock[b].copy(), 1
-            clock, publishers = self.clock[b], []
+            publishers: tuple[int, ...] = ()
             for target, value in waits:
-                entry = self._pubs[target].get(value)
+                pubs = self._pubs[target]
+                entry = pubs.get(value)
                 if entry is None:
                     continue
-                np.maximum(clock, entry[0], out=clock)
-                publishers.append(entry[1])
+                if not self._own[b]:
+                    self.clock[b] = clock = clock.copy()
+                    self._own[b] = 1
+                maximum(clock, entry[0], out=clock)
+                publishers += (entry[1],)
                 left = self._left[target]
                 left[value] -= 1
                 if not left[value]:
-                    del self._pubs[target][value]
+                    del pubs[value]
             if publishers:
-                self._deps[node] = tuple(publishers)
+                self._deps[node] = publishers
+        last = self.last
         self._block.append(b)
-        self._prev.append(self.last[b])
+        self._prev.append(last[b])
         self._msg.append(msg_node)
-        self.last[b] = node
+        last[b] = node
         if flag >= 0:
-            self._publish(b, flag, node)
+            wanted, i = self._wanted[b], self._next[b]
+            if i < len(wanted) and wanted[i] <= flag:
+                entry = (clock.copy(), node)
+                entry[0][self.local[b]] = node
+                pubs = self._pubs[b]
+                while i < len(wanted) and wanted[i] <= flag:
+                    pubs[wanted[i]] = entry
+                    i += 1
+                self._next[b] = i
         return node
-
-    def _publish(self, b: int, flag: int, node: int) -> None:
-        """Block ``b``'s transmission ``node`` published ``flag``: waiters on ``<= flag``
-        not yet satisfied are ordered after it."""
-        wanted, i = self._wanted[b], self._next[b]
-        if i >= len(wanted) or wanted[i] > flag:
-            return
-        clock = self.clock[b].copy()
-        clock[self.local[b]] = node
-        pubs = self._pubs[b]
-        while i < len(wanted) and wanted[i] <= flag:
-            pubs[wanted[i]] = (clock, node)
-            i += 1
-        self._next[b] = i
 
     def ordered(self, b: int, other: int, node: int) -> bool:
         """Does ``other``'s transmission ``node`` happen before ``b``'s current one?"""

@@ -63,11 +63,15 @@ class Transmission(NamedTuple):
         return tuple(s.position for s in self.steps)
 
 
+_new = tuple.__new__  # builds a Transmission without its keyword-parsing constructor
+
+
 def transmissions(tb: Threadblock) -> list[Transmission]:
     """The thread block's transmissions in order, built the way the runtime's parser does."""
     if all(step.type in _ONE_TO_ONE for step in tb.steps):  # the common case, 3x faster
-        return [Transmission((step,), ((step.depid, step.deps),) if step.depid >= 0 else (),
-                             bool(step.hasdep), i) for i, step in enumerate(tb.steps)]
+        return [_new(Transmission, ((step,), ((step.depid, step.deps),) if step.depid >= 0
+                                    else (), step.hasdep != 0, i, False))
+                for i, step in enumerate(tb.steps)]
     return _grouped(tb)
 
 
@@ -126,6 +130,7 @@ def _with_flags(groups: list[tuple[list[Step], tuple[tuple[int, int], ...], bool
             counter += len(deps) - 1
         if steps[0].type == "re" and steps[-1].cnt > 0:
             counter += len(steps) - 1
-        result.append(Transmission(tuple(steps), deps, bool(steps[-1].hasdep), counter, orphan))
+        result.append(_new(Transmission, (tuple(steps), deps, steps[-1].hasdep != 0, counter,
+                                          orphan)))
         counter += 1
     return result
