@@ -69,6 +69,7 @@ _Message = tuple[list[Packed], int, StepRef]  # values, sender's node, sender's 
 _CHECK_EVERY = 4096  # thread-block visits between two looks at the compile's deadline
 _VERIFYING = "verifying the MSCCL XML"
 _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
+_NO_DATA: list[Packed] = []  # what a step that sends nothing "sends" (never modified)
 
 
 # Why a block stopped: the one condition whose change can let it move again (others
@@ -345,10 +346,11 @@ class _Machine:
                             b.wait = _MESSAGE
                             break
                         received, msg_node, _ = recv.messages.popleft()
-                    out, node = [], -1
                     if hb is not None:
                         node = hb.fire(at, waits, msg_node, flag)
                         out = compute(b, effect, received)
+                    else:
+                        out, node = _NO_DATA, -1
                     if send is not None:
                         send.messages.append((out, node, ref))
                         other = blocks[send.receiver] if send.receiver >= 0 else None
@@ -469,9 +471,9 @@ class _Machine:
                 for sub, src in sources:
                     acc = add(acc, mem.read(blk, sub, src + i))
                 mem.write(blk, last, dst + i, acc)
-            return []
+            return _NO_DATA
         kind, pos, src, dst, cnt = effect
-        reads, receives, reduces, writes, sends = kind
+        _, receives, reduces, writes, sends = kind
         out = []
         for i in range(cnt):
             if receives:
@@ -484,5 +486,5 @@ class _Machine:
                 mem.write(blk, pos, dst + i, value)
             if sends:
                 out.append(value)
-        return out
+        return out if sends else _NO_DATA
 

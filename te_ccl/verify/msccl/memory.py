@@ -82,6 +82,7 @@ class Memory:
         self.readers: dict[int, dict[int, tuple[int, int]]] = {}
         self.raced: set[int] = set()
         self.hb, self.tb_ids, self.report = hb, tb_ids, report
+        self.last = hb.last   # each block's current node
 
     # --- lookups for the report ----------------------------------------------------------
     def index(self, slot: Slot) -> int | None:
@@ -89,9 +90,12 @@ class Memory:
         return self.bases[buf] + k if buf in self.bases and 0 <= k < self.sizes[buf] else None
 
     def value(self, slot: Slot) -> Packed | None:
-        """The packed value a chunk holds (None: never written, no input)."""
-        i = self.index(slot)
-        return None if i is None else self.values[i]
+        """The packed value a chunk holds (None: never written, no input); called for
+        every output chunk, so :meth:`index` is written out."""
+        buf, k = slot
+        if buf in self.bases and 0 <= k < self.sizes[buf]:
+            return self.values[self.bases[buf] + k]
+        return None
 
     def writer(self, slot: Slot) -> tuple[int, int, int] | None:
         """``(gpu, tb id, step)`` of the chunk's last writer."""
@@ -118,7 +122,7 @@ class Memory:
             readers = self.readers.get(i)
             if readers is None:
                 readers = self.readers[i] = {}
-            readers[b] = (self.hb.last[b], pos)
+            readers[b] = (self.last[b], pos)
         return value
 
     def write(self, b: int, pos: int, i: int, value: Packed) -> None:
@@ -134,7 +138,9 @@ class Memory:
                 if r != b and not self.hb.ordered(b, r, node):
                     self._race(b, pos, i, "write", r, rpos, "read")
         self.values[i] = value
-        self.wblock[i], self.wnode[i], self.wpos[i] = b, self.hb.last[b], pos
+        self.wblock[i] = b
+        self.wnode[i] = self.last[b]
+        self.wpos[i] = pos
         self.left[i] -= 1
 
     def _race(self, b: int, pos: int, i: int, access: str, other: int, other_pos: int,

@@ -10,6 +10,8 @@ every GPU (each rank's runtime checks only its own ``<gpu>``).
 
 from __future__ import annotations
 
+from functools import cache
+
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.kernel import orphan_waits
@@ -106,11 +108,16 @@ def _tb_steps(gpu: Gpu, tb: Threadblock, max_steps: int, nsend: int,
     return found
 
 
-def _usable(tb: Threadblock, nsend: int, nrecv: int) -> set[str]:
+def _usable(tb: Threadblock, nsend: int, nrecv: int) -> frozenset[str]:
     """Step types whose peer and per-channel checks pass in this thread block."""
-    return {kind for kind, (sends, receives) in STEP_TYPES.items()
-            if not (sends and (tb.send < 0 or nsend >= MSCCL.max_peers))
-            and not (receives and (tb.recv < 0 or nrecv >= MSCCL.max_peers))}
+    return _usable_types(tb.send >= 0 and nsend < MSCCL.max_peers,
+                         tb.recv >= 0 and nrecv < MSCCL.max_peers)
+
+
+@cache
+def _usable_types(can_send: bool, can_recv: bool) -> frozenset[str]:
+    return frozenset(kind for kind, (sends, receives) in STEP_TYPES.items()
+                     if (can_send or not sends) and (can_recv or not receives))
 
 
 def _step(gpu: Gpu, tb: Threadblock, step: Step, max_steps: int, nsend: int, nrecv: int,

@@ -64,6 +64,7 @@ def _steps(algo: Algo, gpu: Gpu, max_steps: int) -> list[Finding]:
     exactly when none of them finds anything; only the others are checked (:func:`_step`)."""
     found: list[Finding] = []
     tbs = {t.id: t for t in gpu.threadblocks}
+    steps_of = {t.id: t.steps for t in gpu.threadblocks}
     chunks = {buf: gpu.chunks(buf) for buf in BUFFERS}
     max_depid = MSCCL.max_depid
     for tb in gpu.threadblocks:
@@ -74,10 +75,9 @@ def _steps(algo: Algo, gpu: Gpu, max_steps: int) -> list[Finding]:
             kind, depid = st.type, st.depid
             if st.s == st.position and depid <= max_depid:
                 if depid >= 0:
-                    target = tbs.get(depid)
-                    clean = (target is not None and 0 <= st.deps < len(target.steps)
-                             and target.steps[st.deps].type != "nop"
-                             and target.steps[st.deps].hasdep == 1)
+                    target = steps_of.get(depid)
+                    clean = (target is not None and 0 <= st.deps < len(target)
+                             and target[st.deps].type != "nop" and target[st.deps].hasdep == 1)
                 else:
                     clean = kind != "nop"
                 if clean and kind != "nop":
@@ -190,6 +190,8 @@ def _sequences(algo: Algo) -> list[Finding]:
         src, dst, chan = conn
         s_steps = [s for s in tbs[send[conn]].steps if s.type in SENDS] if conn in send else []
         r_steps = [s for s in tbs[recv[conn]].steps if s.type in RECVS] if conn in recv else []
+        if [s.cnt for s in s_steps] == [s.cnt for s in r_steps]:
+            continue
         for k in range(max(len(s_steps), len(r_steps))):
             a = s_steps[k] if k < len(s_steps) else None
             b = r_steps[k] if k < len(r_steps) else None
