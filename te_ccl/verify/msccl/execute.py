@@ -103,20 +103,18 @@ class _Conn:
 
 
 class _Block:
-    __slots__ = ("index", "gpu", "tb", "program", "ops", "pc", "call", "flag", "wait", "mem",
-                 "tbs", "send", "recv", "sleepers")
+    __slots__ = ("index", "gpu", "tb", "program", "ops", "pc", "call", "mem", "tbs", "send",
+                 "recv")
 
     def __init__(self, index: int, gpu: int, tb: Threadblock) -> None:
         self.index, self.gpu, self.tb = index, gpu, tb
         self.program: list[Transmission] = transmissions(tb)
         self.ops: list[_Op] = []                  # the program, planned (_Machine._plan)
-        self.pc, self.call, self.flag = 0, 0, -1  # transmission, calls of it done, flag
-        self.wait = _GOING
+        self.pc, self.call = 0, 0                 # transmission, calls of it done
         self.mem: Memory | None = None
         self.tbs: dict[int, int] = {}             # the GPU's blocks: tb id -> index
         self.send: _Conn | None = None
         self.recv: _Conn | None = None
-        self.sleepers: list[tuple[int, int]] = []  # (flag value, block) stopped by its flag
 
 
 # One transmission, planned: its flag waits as (block index, value), its calls (-1: it
@@ -195,6 +193,13 @@ class _Machine:
                 width.append(len(gpu.threadblocks))
             per_gpu.append((gpu, mine))
         self._connect()
+        n = len(self.blocks)
+        self.flags = [-1] * n                  # each block's published flag
+        # why each block stopped (a _GOING .. _NEVER code); one spare entry at the end,
+        # which index -1 (a connection end without a block) reads, stays _GOING
+        self.wait = bytearray(n + 1)
+        # per block, the blocks stopped by its flag: (flag value they need, block)
+        self.sleepers: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         self.findings: list[Finding] = []
         self.memories: dict[int, Memory] = {}
         self.hb = None if layout is None else HappensBefore(local, width, self._waits())
@@ -289,6 +294,7 @@ class _Machine:
         only add visits that move nothing, so the blocks run in the same order as if
         every event woke every block concerned."""
         blocks, depth, hb = self.blocks, self.depth, self.hb
+        flags, wait, sleepers = self.flags, self.wait, self.sleepers
         compute = self._compute
         sweep: list[int] = list(range(len(blocks)))  # heaps of block indices
         later: list[int] = []
@@ -305,45 +311,45 @@ class _Machine:
                     waits, calls, recv, send, flag, ref, effect = ops[pc]
                     if not call:
                         for target, value in waits:
-                            if blocks[target].flag < value:
-                                blocks[target].sleepers.append((value, at))
-                                b.wait = _FLAG
+                            if flags[target] < value:
+                                sleepers[target].append((value, at))
+                                wait[at] = _FLAG
                                 break
-                        if b.wait:
+                        if wait[at]:
                             break
                     if calls < 0:
-                        b.wait = _NEVER
+                        wait[at] = _NEVER
                         break
                     while call < calls:
                         if recv is not None:
                             if not recv.queued:
-                                b.wait = _CALL
+                                wait[at] = _CALL
                                 break
                             if send is not None and send.queued >= depth:
-                                b.wait = _ROOM
+                                wait[at] = _ROOM
                                 break
                             recv.queued -= 1
-                            other = blocks[recv.sender] if recv.sender >= 0 else None
-                            if other is not None and other.wait == _ROOM:
-                                other.wait = _GOING
-                                heappush(sweep if other.index > at else later, other.index)
+                            other = recv.sender
+                            if wait[other] == _ROOM:
+                                wait[other] = _GOING
+                                heappush(sweep if other > at else later, other)
                         elif send.queued >= depth:
-                            b.wait = _ROOM
+                            wait[at] = _ROOM
                             break
                         if send is not None:
                             send.queued += 1
-                            other = blocks[send.receiver] if send.receiver >= 0 else None
-                            if other is not None and other.wait == _CALL:
-                                other.wait = _GOING
-                                heappush(sweep if other.index > at else later, other.index)
+                            other = send.receiver
+                            if wait[other] == _CALL:
+                                wait[other] = _GOING
+                                heappush(sweep if other > at else later, other)
                         call += 1
-                    if b.wait:
+                    if wait[at]:
                         break
                     # the calls are done: move the step's data, publish its flag
                     received, msg_node = None, -1
                     if recv is not None:
                         if not recv.messages:  # only when the cnt sequences differ
-                            b.wait = _MESSAGE
+                            wait[at] = _MESSAGE
                             break
                         received, msg_node, _ = recv.messages.popleft()
                     if hb is not None:
@@ -353,21 +359,21 @@ class _Machine:
                         out, node = _NO_DATA, -1
                     if send is not None:
                         send.messages.append((out, node, ref))
-                        other = blocks[send.receiver] if send.receiver >= 0 else None
-                        if other is not None and other.wait == _MESSAGE:
-                            other.wait = _GOING
-                            heappush(sweep if other.index > at else later, other.index)
+                        other = send.receiver
+                        if wait[other] == _MESSAGE:
+                            wait[other] = _GOING
+                            heappush(sweep if other > at else later, other)
                     if flag >= 0:
-                        b.flag = flag
-                        if b.sleepers:
+                        flags[at] = flag
+                        if sleepers[at]:
                             asleep = []
-                            for value, w in b.sleepers:
+                            for value, w in sleepers[at]:
                                 if value > flag:
                                     asleep.append((value, w))
                                 else:
-                                    blocks[w].wait = _GOING
+                                    wait[w] = _GOING
                                     heappush(sweep if w > at else later, w)
-                            b.sleepers = asleep
+                            sleepers[at] = asleep
                     pc += 1
                     call = 0
                 b.pc, b.call = pc, call
@@ -384,11 +390,12 @@ class _Machine:
         """Why the stuck block ``b`` waits: (reason, the block it waits for or -1)."""
         t = b.program[b.pc]
         if b.call == 0:
+            flags = self.flags
             waits = [(f"waits for tb {depid} to finish step {deps} "
-                      f"({'missing' if target is None else f'its flag is {target.flag}'})",
-                      -1 if target is None else target.index)
+                      f"({'missing' if target is None else f'its flag is {flags[target]}'})",
+                      -1 if target is None else target)
                      for depid, deps in t.deps
-                     if (target := self._block(b, depid)) is None or target.flag < deps]
+                     if (target := b.tbs.get(depid)) is None or flags[target] < deps]
             if waits:
                 return waits
         kind, tb = t.type, b.tb
@@ -450,11 +457,6 @@ class _Machine:
                 self.findings.append(finding(
                     "unreceived-data", f"{len(conn.messages)} message(s) to gpu {dst} on "
                     f"channel {chan} are never received", gpu=g, tb=tb, step=pos))
-
-    def _block(self, b: _Block, tb_id: int) -> _Block | None:
-        """The thread block ``tb_id`` of ``b``'s GPU."""
-        i = b.tbs.get(tb_id)
-        return None if i is None else self.blocks[i]
 
     # --- one transmission's data ------------------------------------------------------
     def _compute(self, b: _Block, effect: tuple, received: list[Packed] | None
