@@ -246,16 +246,15 @@ class _Machine:
         ops = []
         tbs, gpu, tb_id, per_call, calls_of = b.tbs, b.gpu, b.tb.id, self.per_call, {}
         offsets = None if b.mem is None else b.mem.offsets
-        for t in b.program:
-            steps = t.steps
-            first = steps[0]
-            receives, sends, kind = _KINDS[first.type]
+        for steps, deps, hasdep, flag, _ in b.program:  # unpacked: faster than by name
+            _, step_type, srcbuf, srcoff, dstbuf, dstoff, _, _, _, _, position, _ = steps[0]
+            receives, sends, kind = _KINDS[step_type]
             recv = b.recv if receives else None
             send = b.send if sends else None
-            ref = (gpu, tb_id, first.position)
+            ref = (gpu, tb_id, position)
             never = (receives and recv is None) or (sends and send is None)
             waits: tuple[tuple[int, int], ...] = ()
-            for depid, value in t.deps:
+            for depid, value in deps:
                 target = tbs.get(depid)
                 if target is None:
                     never = True
@@ -272,15 +271,15 @@ class _Machine:
                     calls = calls_of[cnt] = MSCCL.step_calls(cnt, per_call)
             effect = None
             if offsets is not None:
-                src = offsets[first.srcbuf] + first.srcoff if kind[0] else -1
-                dst = offsets[first.dstbuf] + first.dstoff if kind[3] else -1
+                src = offsets[srcbuf] + srcoff if kind[0] else -1
+                dst = offsets[dstbuf] + dstoff if kind[3] else -1
                 if kind[4] is None:  # a fused reduction
-                    effect = (None, first.position, steps[-1].position, dst,
-                              tuple([(sub.position, offsets[first.srcbuf] + sub.srcoff)
+                    effect = (None, position, steps[-1].position, dst,
+                              tuple([(sub.position, offsets[srcbuf] + sub.srcoff)
                                      for sub in steps]), cnt)
                 else:
-                    effect = (kind, first.position, src, dst, cnt)
-            ops.append((waits, calls, recv, send, t.flag if t.hasdep else -1, ref, effect))
+                    effect = (kind, position, src, dst, cnt)
+            ops.append((waits, calls, recv, send, flag if hasdep else -1, ref, effect))
         return ops
 
     # --- scheduling -----------------------------------------------------------------

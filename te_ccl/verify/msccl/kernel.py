@@ -68,11 +68,14 @@ _new = tuple.__new__  # builds a Transmission without its keyword-parsing constr
 
 def transmissions(tb: Threadblock) -> list[Transmission]:
     """The thread block's transmissions in order, built the way the runtime's parser does."""
-    if all(step.type in _ONE_TO_ONE for step in tb.steps):  # the common case, 3x faster
-        return [_new(Transmission, ((step,), ((step.depid, step.deps),) if step.depid >= 0
-                                    else (), step.hasdep != 0, i, False))
-                for i, step in enumerate(tb.steps)]
-    return _grouped(tb)
+    if not all(step[1] in _ONE_TO_ONE for step in tb.steps):  # step[1]: its type
+        return _grouped(tb)
+    program = []   # the common case, 3x faster; steps unpacked: faster than by name
+    for i, step in enumerate(tb.steps):
+        _, _, _, _, _, _, _, depid, deps, hasdep, _, _ = step
+        program.append(_new(Transmission, ((step,), ((depid, deps),) if depid >= 0 else (),
+                                           hasdep != 0, i, False)))
+    return program
 
 
 def orphan_waits(tb: Threadblock) -> set[int]:
@@ -83,10 +86,10 @@ def orphan_waits(tb: Threadblock) -> set[int]:
     a dependency in between; a thread block without that pattern (every file teccl
     writes) is answered from one pass over its steps, without grouping it."""
     pending = False
-    for step in tb.steps:
-        if step.type == "nop" or step.type not in STEP_TYPES:
-            pending = pending or step.depid >= 0
-        elif step.depid >= 0:
+    for _, kind, _, _, _, _, _, depid, _, _, _, _ in tb.steps:  # faster than by name
+        if kind == "nop" or kind not in STEP_TYPES:
+            pending = pending or depid >= 0
+        elif depid >= 0:
             pending = False
         elif pending:
             return {t.first.position for t in _grouped(tb) if t.orphan_wait}
@@ -100,23 +103,23 @@ def _grouped(tb: Threadblock) -> list[Transmission]:
     chain: tuple[str, int, str] | None = None   # (dstbuf, dstoff, srcbuf) of an open re chain
     reductions = 0                               # the parser counts re steps per thread block
     for step in tb.steps:
-        if step.depid >= 0:
-            pending.append((step.depid, step.deps))
-        kind = step.type
+        _, kind, srcbuf, _, dstbuf, dstoff, _, depid, deps, hasdep, _, _ = step  # fast
+        if depid >= 0:
+            pending.append((depid, deps))
         if kind == "nop" or kind not in STEP_TYPES:
             continue
         if kind != "re":
-            groups.append(([step], tuple(pending), bool(pending) and step.depid < 0))
+            groups.append(([step], tuple(pending), bool(pending) and depid < 0))
             pending, chain = [], None
             continue
-        key = (step.dstbuf, step.dstoff, step.srcbuf)
-        if chain == key and step.depid == -1 and groups:
+        key = (dstbuf, dstoff, srcbuf)
+        if chain == key and depid == -1 and groups:
             groups[-1][0].append(step)
         else:
-            groups.append(([step], tuple(pending), bool(pending) and step.depid < 0))
+            groups.append(([step], tuple(pending), bool(pending) and depid < 0))
             pending = []
         reductions += 1
-        chain = None if step.hasdep or reductions == MSCCL.max_reduce_fusion else key
+        chain = None if hasdep or reductions == MSCCL.max_reduce_fusion else key
     return _with_flags(groups)
 
 

@@ -34,15 +34,15 @@ def _reach(programs: Sequence[list[Transmission]]) -> dict[str, int]:
     end: dict[str, int] = {}
     get = end.get
     for program in programs:
-        for t in program:
-            steps = t.steps
-            st, cnt = steps[0], steps[-1].cnt
-            if st.type in WRITES_DST and st.dstoff + cnt > get(st.dstbuf, -1):
-                end[st.dstbuf] = st.dstoff + cnt
-            if st.type in READS_SRC:
+        for steps, _, _, _, _ in program:   # unpacked: faster than by name
+            _, kind, srcbuf, _, dstbuf, dstoff, _, _, _, _, _, _ = steps[0]
+            cnt = steps[-1].cnt
+            if kind in WRITES_DST and dstoff + cnt > get(dstbuf, -1):
+                end[dstbuf] = dstoff + cnt
+            if kind in READS_SRC:
                 for sub in steps:
-                    if sub.srcoff + cnt > get(st.srcbuf, -1):
-                        end[st.srcbuf] = sub.srcoff + cnt
+                    if sub.srcoff + cnt > get(srcbuf, -1):
+                        end[srcbuf] = sub.srcoff + cnt
     return {buf: max(reach, 0) for buf, reach in end.items()}
 
 
@@ -73,11 +73,11 @@ class Memory:
         self.left = left = array("i", [0]) * total   # writes still to come per chunk
         offsets = self.offsets
         for program in programs:
-            for t in program:
-                st = t.steps[0]
-                if st.type in WRITES_DST:
-                    first = offsets[st.dstbuf] + st.dstoff
-                    for k in range(first, first + t.steps[-1].cnt):
+            for steps, _, _, _, _ in program:
+                _, kind, _, _, dstbuf, dstoff, _, _, _, _, _, _ = steps[0]
+                if kind in WRITES_DST:
+                    first = offsets[dstbuf] + dstoff
+                    for k in range(first, first + steps[-1].cnt):
                         left[k] += 1
         self.readers: dict[int, dict[int, tuple[int, int]]] = {}
         self.raced: set[int] = set()
