@@ -18,9 +18,10 @@ connection has one sending and one receiving thread block (rule ``connection-uni
 and flags only grow, so a call that can go stays able to go until it goes; one run
 deadlocks exactly when every run does. The deadlock finding names the cycle of waiting
 parties: ``r0/tb1/s3 waits to send to r1 (connection full) <- r1/tb0/s2 waits for ...``.
-A sweep visits only the blocks that an event may have unblocked since their last try (a
-call for them, a freed slot, a flag they wait on), which is the same order at a cost
-linear in the calls.
+A sweep visits only the blocks that an event may have unblocked since their last try: a
+block records the one condition it stopped at (a flag below the value it needs, no call
+to receive, a full connection, a message not yet complete), and only the event that can
+meet that condition wakes it. The order is the same, at a cost linear in the calls.
 
 Buffers hold symbolic values (:mod:`.values`, :mod:`~te_ccl.verify.msccl.layout`).
 A step's data moves as one message when its last call is sent. Reading a chunk that
