@@ -120,9 +120,10 @@ class _Block:
 
 # One transmission, planned: its flag waits as (block index, value), its calls (-1: it
 # can never run), receive and send connections, the flag it publishes (-1: none), its
-# step for messages, and its data effect (see _Machine._compute; None without data).
-_Op = tuple[tuple[tuple[int, int], ...], int, "_Conn | None", "_Conn | None", int, StepRef,
-            "tuple | None"]
+# step's position, and its data effect (see _Machine._compute; kind None without data):
+# the step type's flags, src and dst chunk indices, cnt.
+_Op = tuple[tuple[tuple[int, int], ...], int, "_Conn | None", "_Conn | None", int, int,
+            "tuple | None", "int | tuple", int, int]
 
 
 @dataclass
@@ -245,14 +246,13 @@ class _Machine:
         transmission waiting on a missing thread block, or needing a connection the
         thread block does not have, can never run (calls -1, no waits)."""
         ops = []
-        tbs, gpu, tb_id, per_call, calls_of = b.tbs, b.gpu, b.tb.id, self.per_call, {}
+        tbs, per_call, calls_of = b.tbs, self.per_call, {}
         offsets = None if b.mem is None else b.mem.offsets
         for steps, deps, hasdep, flag, _ in b.program:  # unpacked: faster than by name
             _, step_type, srcbuf, srcoff, dstbuf, dstoff, _, _, _, _, position, _ = steps[0]
             receives, sends, kind = _KINDS[step_type]
             recv = b.recv if receives else None
             send = b.send if sends else None
-            ref = (gpu, tb_id, position)
             never = (receives and recv is None) or (sends and send is None)
             waits: tuple[tuple[int, int], ...] = ()
             for depid, value in deps:
@@ -262,7 +262,7 @@ class _Machine:
                     break
                 waits += ((target, value),)
             if never:
-                ops.append(((), -1, None, None, -1, ref, None))
+                ops.append(((), -1, None, None, -1, position, None, -1, -1, 0))
                 continue
             cnt = steps[-1].cnt
             calls = 0
@@ -270,17 +270,15 @@ class _Machine:
                 calls = calls_of.get(cnt, -1)
                 if calls < 0:
                     calls = calls_of[cnt] = MSCCL.step_calls(cnt, per_call)
-            effect = None
+            src: int | tuple[tuple[int, int], ...] = -1
+            dst = -1
             if offsets is not None:
                 src = offsets[srcbuf] + srcoff if kind[0] else -1
                 dst = offsets[dstbuf] + dstoff if kind[3] else -1
-                if kind[4] is None:  # a fused reduction
-                    effect = (None, position, steps[-1].position, dst,
-                              tuple([(sub.position, offsets[srcbuf] + sub.srcoff)
-                                     for sub in steps]), cnt)
-                else:
-                    effect = (kind, position, src, dst, cnt)
-            ops.append((waits, calls, recv, send, flag if hasdep else -1, ref, effect))
+                if kind[4] is None:  # a fused reduction: (position, src) of each step
+                    src = tuple([(sub.position, offsets[srcbuf] + sub.srcoff) for sub in steps])
+            ops.append((waits, calls, recv, send, flag if hasdep else -1, position,
+                        kind if offsets is not None else None, src, dst, cnt))
         return ops
 
     # --- scheduling -----------------------------------------------------------------
@@ -308,7 +306,7 @@ class _Machine:
                 b = blocks[at]
                 ops, pc, call = b.ops, b.pc, b.call
                 while pc < len(ops):
-                    waits, calls, recv, send, flag, ref, effect = ops[pc]
+                    waits, calls, recv, send, flag, pos, kind, src, dst, cnt = ops[pc]
                     if not call:
                         for target, value in waits:
                             if flags[target] < value:
@@ -354,11 +352,11 @@ class _Machine:
                         received, msg_node, _ = recv.messages.popleft()
                     if hb is not None:
                         node = hb.fire(at, waits, msg_node, flag)
-                        out = compute(b, effect, received)
+                        out = compute(b, pos, kind, src, dst, cnt, received)
                     else:
                         out, node = _NO_DATA, -1
                     if send is not None:
-                        send.messages.append((out, node, ref))
+                        send.messages.append((out, node, (b.gpu, b.tb.id, pos)))
                         other = send.receiver
                         if wait[other] == _MESSAGE:
                             wait[other] = _GOING
@@ -377,6 +375,8 @@ class _Machine:
                     pc += 1
                     call = 0
                 b.pc, b.call = pc, call
+                if pc == len(ops):
+                    b.ops = []  # finished: its plan is not needed again
             sweep, later = later, []
         stuck = [b for b in blocks if b.pc < len(b.program)]
         if stuck:
@@ -459,22 +459,19 @@ class _Machine:
                     f"channel {chan} are never received", gpu=g, tb=tb, step=pos))
 
     # --- one transmission's data ------------------------------------------------------
-    def _compute(self, b: _Block, effect: tuple, received: list[Packed] | None
-                 ) -> list[Packed]:
-        """Apply a transmission's data effect; the values it sends. ``effect`` (from
-        :meth:`_plan`, chunk indices resolved) is ``(None, position, last position, dst,
-        ((position, src) per fused step), cnt)`` for a fused reduction, else ``(flags,
-        position, src, dst, cnt)``, flags as in :data:`_KINDS`."""
+    def _compute(self, b: _Block, pos: int, kind: tuple, src: int | tuple, dst: int, cnt: int,
+                 received: list[Packed] | None) -> list[Packed]:
+        """Apply the data effect of ``b``'s transmission at step ``pos``; the values it
+        sends. ``kind`` holds the flags of :data:`_KINDS`, ``src`` and ``dst`` are chunk
+        indices; a fused reduction has ``src`` ``(position, src)`` per fused step."""
         mem, blk = b.mem, b.index
-        if effect[0] is None:  # a fused reduction
-            _, pos, last, dst, sources, cnt = effect
+        if kind[4] is None:  # a fused reduction
             for i in range(cnt):
                 acc = mem.read(blk, pos, dst + i)
-                for sub, src in sources:
-                    acc = add(acc, mem.read(blk, sub, src + i))
-                mem.write(blk, last, dst + i, acc)
+                for sub, first in src:
+                    acc = add(acc, mem.read(blk, sub, first + i))
+                mem.write(blk, src[-1][0], dst + i, acc)
             return _NO_DATA
-        kind, pos, src, dst, cnt = effect
         _, receives, reduces, writes, sends = kind
         out = []
         for i in range(cnt):
