@@ -104,12 +104,13 @@ class _Conn:
 
 
 class _Block:
-    __slots__ = ("index", "gpu", "tb", "program", "ops", "pc", "call", "mem", "tbs", "send",
-                 "recv")
+    __slots__ = ("index", "gpu", "tb", "program", "size", "ops", "pc", "call", "mem", "tbs",
+                 "send", "recv")
 
     def __init__(self, index: int, gpu: int, tb: Threadblock) -> None:
         self.index, self.gpu, self.tb = index, gpu, tb
-        self.program: list[Transmission] = transmissions(tb)
+        self.program: list[Transmission] = transmissions(tb)  # until it is planned
+        self.size = len(self.program)
         self.ops: list[_Op] = []                  # the program, planned (_Machine._plan)
         self.pc, self.call = 0, 0                 # transmission, calls of it done
         self.mem: Memory | None = None
@@ -171,6 +172,11 @@ def _reporter(gpus: list[int], tb_ids: list[int], findings: list[Finding]) -> Re
     return report
 
 
+def _current(b: _Block) -> Transmission:
+    """The transmission a stuck block stopped at (rebuilt: plans replace the programs)."""
+    return transmissions(b.tb)[b.pc]
+
+
 class _Machine:
     def __init__(self, algo: Algo, layout: Layout | None, slots: int) -> None:
         self.depth = slots // MSCCL.call_slots(algo.proto)  # calls a connection holds
@@ -213,8 +219,9 @@ class _Machine:
                 self.memories.setdefault(gpu.id, mem)
                 for b in mine:
                     b.mem = mem
-        for b in self.blocks:
+        for b in self.blocks:   # the plans replace the programs, which take more memory
             b.ops = self._plan(b)
+            b.program = []
 
     def _waits(self) -> list[dict[int, int]]:
         """Per block: flag value -> number of waits on it."""
@@ -378,7 +385,7 @@ class _Machine:
                 if pc == len(ops):
                     b.ops = []  # finished: its plan is not needed again
             sweep, later = later, []
-        stuck = [b for b in blocks if b.pc < len(b.program)]
+        stuck = [b for b in blocks if b.pc < b.size]
         if stuck:
             self._report_deadlock(stuck)
         else:
@@ -388,7 +395,7 @@ class _Machine:
     # --- deadlock -----------------------------------------------------------------------
     def _blockers(self, b: _Block) -> list[tuple[str, int]]:
         """Why the stuck block ``b`` waits: (reason, the block it waits for or -1)."""
-        t = b.program[b.pc]
+        t = _current(b)
         if b.call == 0:
             flags = self.flags
             waits = [(f"waits for tb {depid} to finish step {deps} "
@@ -412,7 +419,7 @@ class _Machine:
         return waits
 
     def _party(self, b: _Block) -> str:
-        t = b.program[b.pc]
+        t = _current(b)
         calls = MSCCL.step_calls(t.cnt, self.per_call)
         call = f" call {b.call + 1}/{calls}" if calls > 1 and b.call else ""
         return f"r{b.gpu}/tb{b.tb.id}/s{t.first.position}{call}"
@@ -439,14 +446,14 @@ class _Machine:
         self._stuck(head, " <- ".join(links) + tail)
         others = [b for b in stuck if b is not head]
         for b in others[:_MAX_STUCK_REPORTED]:
-            t = b.program[b.pc]
+            t = _current(b)
             self._stuck(b, f"'{t.type}' " + "; ".join(r for r, _ in waiting[b.index]) + " forever")
         if len(others) > _MAX_STUCK_REPORTED:
             self.findings.append(finding("deadlock", f"{len(others) - _MAX_STUCK_REPORTED} "
                                          "more thread blocks are stuck"))
 
     def _stuck(self, b: _Block, message: str) -> None:
-        t = b.program[b.pc]
+        t = _current(b)
         self.findings.append(finding("deadlock", message, gpu=b.gpu,
                                      tb=b.tb.id, step=t.first.position, line=t.first.line))
 
