@@ -44,8 +44,8 @@ SOURCES = _sources()
 @contextmanager
 def _graph_only():
     """Answer every ordering question by searching the recorded graph (no local clocks)."""
-    def ordered(self, b, other, epoch):
-        return other == b or self._reaches(other, epoch, self._nodes[b][-1])
+    def ordered(self, b, other, node):
+        return other == b or self.reaches(other, node, self.last[b])
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(HappensBefore, "ordered", ordered)
         yield

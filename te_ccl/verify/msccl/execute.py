@@ -18,9 +18,10 @@ connection has one sending and one receiving thread block (rule ``connection-uni
 and flags only grow, so a call that can go stays able to go until it goes; one run
 deadlocks exactly when every run does. The deadlock finding names the cycle of waiting
 parties: ``r0/tb1/s3 waits to send to r1 (connection full) <- r1/tb0/s2 waits for ...``.
-A sweep visits only the blocks that an event may have unblocked since their last try (a
-call for them, a freed slot, a flag they wait on), which is the same order at a cost
-linear in the calls.
+A sweep visits only the blocks that an event may have unblocked since their last try: a
+block records the one condition it stopped at (a flag below the value it needs, no call
+to receive, a full connection, a message not yet complete), and only the event that can
+meet that condition wakes it. The order is the same, at a cost linear in the calls.
 
 Buffers hold symbolic values (:mod:`.values`, :mod:`~te_ccl.verify.msccl.layout`).
 A step's data moves as one message when its last call is sent. Reading a chunk that
@@ -38,9 +39,9 @@ interleaving that reaches the same accesses. Messages left in a FIFO at the end 
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from dataclasses import dataclass
+from heapq import heappop, heappush
 
 from te_ccl.deadline import check
 from te_ccl.runtime_limits import MSCCL
@@ -48,8 +49,16 @@ from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.hb import HappensBefore
 from te_ccl.verify.msccl.kernel import Transmission, transmissions
 from te_ccl.verify.msccl.layout import Layout, Slot
-from te_ccl.verify.msccl.memory import Memory
-from te_ccl.verify.msccl.model import RECVS, SENDS, WRITES_DST, Algo, Threadblock
+from te_ccl.verify.msccl.memory import Memory, Report
+from te_ccl.verify.msccl.model import (
+    READS_SRC,
+    RECVS,
+    SENDS,
+    STEP_TYPES,
+    WRITES_DST,
+    Algo,
+    Threadblock,
+)
 from te_ccl.verify.msccl.values import GARBAGE, Packed, add
 
 __all__ = ["execute", "buffering", "Execution", "StepRef"]
@@ -60,8 +69,27 @@ StepRef = tuple[int, int, int]  # (gpu, tb id, step position)
 _Message = tuple[list[Packed], int, StepRef]  # values, sender's node, sender's step
 _CHECK_EVERY = 4096  # thread-block visits between two looks at the compile's deadline
 _VERIFYING = "verifying the MSCCL XML"
-_READ_ONLY = frozenset({"s", "cpy"})
 _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
+_NO_DATA: list[Packed] = []  # what a step that sends nothing "sends" (never modified)
+
+
+# Why a block stopped: the one condition whose change can let it move again (others
+# only ever move a condition towards "satisfied": flags grow, a connection's sender only
+# adds calls and messages, its receiver only frees slots).
+_GOING = 0      # queued, running, or finished
+_FLAG = 1       # a flag it waits on is too low (it is among that block's sleepers)
+_CALL = 2       # its receive connection has no call queued
+_ROOM = 3       # its send connection is full
+_MESSAGE = 4    # its calls are done but the sending step has not completed
+_NEVER = 5      # it waits on a missing thread block or needs a connection it lacks
+
+
+# step type -> (receives, sends, data flags): (reads src, receives, reduces, writes dst,
+# sends), the last None for the fused reduction ``re``
+_KINDS = {kind: (kind in RECVS, kind in SENDS,
+                 (kind in READS_SRC, kind in RECVS, kind in _REDUCING, kind in WRITES_DST,
+                  None if kind == "re" else kind in SENDS))
+          for kind in STEP_TYPES}
 
 
 class _Conn:
@@ -76,19 +104,27 @@ class _Conn:
 
 
 class _Block:
-    __slots__ = ("index", "gpu", "tb", "program", "plan", "pc", "call", "flag", "mem", "tbs",
-                 "send", "recv", "sleepers")
+    __slots__ = ("index", "gpu", "tb", "program", "size", "ops", "pc", "call", "mem", "tbs",
+                 "send", "recv")
 
     def __init__(self, index: int, gpu: int, tb: Threadblock) -> None:
         self.index, self.gpu, self.tb = index, gpu, tb
-        self.program: list[Transmission] = transmissions(tb)
-        self.plan: list[tuple[int, _Conn | None, _Conn | None]] | None = None  # when it runs
-        self.pc, self.call, self.flag = 0, 0, -1  # transmission, calls of it done, flag
+        self.program: list[Transmission] = transmissions(tb)  # until it is planned
+        self.size = len(self.program)
+        self.ops: list[_Op] = []                  # the program, planned (_Machine._plan)
+        self.pc, self.call = 0, 0                 # transmission, calls of it done
         self.mem: Memory | None = None
-        self.tbs: dict[int, _Block] = {}          # thread blocks of the GPU by id
+        self.tbs: dict[int, int] = {}             # the GPU's blocks: tb id -> index
         self.send: _Conn | None = None
         self.recv: _Conn | None = None
-        self.sleepers: list[int] = []             # blocks stopped by this one's flag
+
+
+# One transmission, planned: its flag waits as (block index, value), its calls (-1: it
+# can never run), receive and send connections, the flag it publishes (-1: none), its
+# step's position, and its data effect (see _Machine._compute; kind None without data):
+# the step type's flags, src and dst chunk indices, cnt.
+_Op = tuple[tuple[tuple[int, int], ...], int, "_Conn | None", "_Conn | None", int, int,
+            "tuple | None", "int | tuple", int, int]
 
 
 @dataclass
@@ -122,6 +158,25 @@ def buffering(algo: Algo, *, slots: int | None = None) -> list[Finding]:
     return _Machine(algo, None, MSCCL.nccl_steps if slots is None else slots).run().findings
 
 
+def _reporter(gpus: list[int], tb_ids: list[int], findings: list[Finding]) -> Report:
+    """What the memories call with a finding: added to ``findings`` once per rule and
+    step. It holds no reference to the machine, so that nothing of the machine is kept
+    alive by a reference cycle (freed only by a garbage collection) once it is done."""
+    reported: set[tuple[str, int, int]] = set()
+
+    def report(b: int, pos: int, rule: str, detail: str) -> None:
+        key = (rule, b, pos)
+        if key not in reported:
+            reported.add(key)
+            findings.append(finding(rule, detail, gpu=gpus[b], tb=tb_ids[b], step=pos))
+    return report
+
+
+def _current(b: _Block) -> Transmission:
+    """The transmission a stuck block stopped at (rebuilt: plans replace the programs)."""
+    return transmissions(b.tb)[b.pc]
+
+
 class _Machine:
     def __init__(self, algo: Algo, layout: Layout | None, slots: int) -> None:
         self.depth = slots // MSCCL.call_slots(algo.proto)  # calls a connection holds
@@ -134,40 +189,51 @@ class _Machine:
         local, width, per_gpu = [], [], []
         for gpu in algo.gpus:
             check(_VERIFYING)
-            tbs: dict[int, _Block] = {}
+            tbs: dict[int, int] = {}
             mine = []
             for i, tb in enumerate(gpu.threadblocks):
                 b = _Block(len(self.blocks), gpu.id, tb)
                 b.tbs = tbs
-                tbs.setdefault(tb.id, b)
+                tbs.setdefault(tb.id, b.index)
                 self.blocks.append(b)
                 mine.append(b)
                 local.append(i)
                 width.append(len(gpu.threadblocks))
             per_gpu.append((gpu, mine))
         self._connect()
+        n = len(self.blocks)
+        self.flags = [-1] * n                  # each block's published flag
+        # why each block stopped (a _GOING .. _NEVER code); one spare entry at the end,
+        # which index -1 (a connection end without a block) reads, stays _GOING
+        self.wait = bytearray(n + 1)
+        # per block, the blocks stopped by its flag: (flag value they need, block)
+        self.sleepers: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         self.findings: list[Finding] = []
-        self.reported: set[tuple[str, int, int]] = set()
         self.memories: dict[int, Memory] = {}
         self.hb = None if layout is None else HappensBefore(local, width, self._waits())
-        if layout is None:
-            return
-        tb_ids = [b.tb.id for b in self.blocks]
-        for gpu, mine in per_gpu:
-            mem = Memory(gpu, layout, [b.program for b in mine], self.hb, tb_ids, self._report)
-            self.memories.setdefault(gpu.id, mem)
-            for b in mine:
-                b.mem = mem
+        if layout is not None:
+            tb_ids = [b.tb.id for b in self.blocks]
+            report = _reporter([b.gpu for b in self.blocks], tb_ids, self.findings)
+            for gpu, mine in per_gpu:
+                mem = Memory(gpu, layout, [b.program for b in mine], self.hb, tb_ids, report)
+                self.memories.setdefault(gpu.id, mem)
+                for b in mine:
+                    b.mem = mem
+        for b in self.blocks:   # the plans replace the programs, which take more memory
+            b.ops = self._plan(b)
+            b.program = []
 
     def _waits(self) -> list[dict[int, int]]:
         """Per block: flag value -> number of waits on it."""
         waits: list[dict[int, int]] = [{} for _ in self.blocks]
         for b in self.blocks:
+            tbs = b.tbs
             for t in b.program:
                 for depid, deps in t.deps:
-                    target = b.tbs.get(depid)
+                    target = tbs.get(depid)
                     if target is not None:
-                        waits[target.index][deps] = waits[target.index].get(deps, 0) + 1
+                        counts = waits[target]
+                        counts[deps] = counts.get(deps, 0) + 1
         return waits
 
     def _connect(self) -> None:
@@ -182,90 +248,161 @@ class _Machine:
                 if b.recv.receiver < 0:
                     b.recv.receiver = b.index
 
+    def _plan(self, b: _Block) -> list[_Op]:
+        """Everything the scheduler needs of each transmission, looked up once. A
+        transmission waiting on a missing thread block, or needing a connection the
+        thread block does not have, can never run (calls -1, no waits)."""
+        ops = []
+        tbs, per_call, calls_of = b.tbs, self.per_call, {}
+        offsets = None if b.mem is None else b.mem.offsets
+        for steps, deps, hasdep, flag, _ in b.program:  # unpacked: faster than by name
+            _, step_type, srcbuf, srcoff, dstbuf, dstoff, _, _, _, _, position, _ = steps[0]
+            receives, sends, kind = _KINDS[step_type]
+            recv = b.recv if receives else None
+            send = b.send if sends else None
+            never = (receives and recv is None) or (sends and send is None)
+            waits: tuple[tuple[int, int], ...] = ()
+            for depid, value in deps:
+                target = tbs.get(depid)
+                if target is None:
+                    never = True
+                    break
+                waits += ((target, value),)
+            if never:
+                ops.append(((), -1, None, None, -1, position, None, -1, -1, 0))
+                continue
+            cnt = steps[-1].cnt
+            calls = 0
+            if receives or sends:
+                calls = calls_of.get(cnt, -1)
+                if calls < 0:
+                    calls = calls_of[cnt] = MSCCL.step_calls(cnt, per_call)
+            src: int | tuple[tuple[int, int], ...] = -1
+            dst = -1
+            if offsets is not None:
+                src = offsets[srcbuf] + srcoff if kind[0] else -1
+                dst = offsets[dstbuf] + dstoff if kind[3] else -1
+                if kind[4] is None:  # a fused reduction: (position, src) of each step
+                    src = tuple([(sub.position, offsets[srcbuf] + sub.srcoff) for sub in steps])
+            ops.append((waits, calls, recv, send, flag if hasdep else -1, position,
+                        kind if offsets is not None else None, src, dst, cnt))
+        return ops
+
     # --- scheduling -----------------------------------------------------------------
     def run(self) -> Execution:
-        blocks = self.blocks
-        self.sweep, self.later = list(range(len(blocks))), []  # heaps of block indices
-        self.queued = bytearray([1]) * len(blocks)
+        """Sweep the blocks in index order, each as far as it can go, until none can move.
+
+        The hot loop of the verifier, so written out in one piece. A block stops at the
+        first condition it finds unmet and records it (``wait``); an event wakes a block
+        (queues it for this sweep if its index is ahead, else for the next) only when it
+        may meet the condition that block recorded. Waking it on any other event would
+        only add visits that move nothing, so the blocks run in the same order as if
+        every event woke every block concerned."""
+        blocks, depth, hb = self.blocks, self.depth, self.hb
+        flags, wait, sleepers = self.flags, self.wait, self.sleepers
+        compute = self._compute
+        sweep: list[int] = list(range(len(blocks)))  # heaps of block indices
+        later: list[int] = []
         visits = 0
-        while self.sweep:
-            while self.sweep:
+        while sweep:
+            while sweep:
                 visits += 1
                 if visits % _CHECK_EVERY == 0:
                     check(_VERIFYING)
-                b = blocks[heapq.heappop(self.sweep)]
-                self.at = b.index
-                self.queued[b.index] = 0
-                self._advance(b)
-            self.sweep, self.later, self.at = self.later, [], -1
-        stuck = [b for b in blocks if b.pc < len(b.program)]
+                at = heappop(sweep)
+                b = blocks[at]
+                ops, pc, call = b.ops, b.pc, b.call
+                while pc < len(ops):
+                    waits, calls, recv, send, flag, pos, kind, src, dst, cnt = ops[pc]
+                    if not call:
+                        for target, value in waits:
+                            if flags[target] < value:
+                                sleepers[target].append((value, at))
+                                wait[at] = _FLAG
+                                break
+                        if wait[at]:
+                            break
+                    if calls < 0:
+                        wait[at] = _NEVER
+                        break
+                    while call < calls:
+                        if recv is not None:
+                            if not recv.queued:
+                                wait[at] = _CALL
+                                break
+                            if send is not None and send.queued >= depth:
+                                wait[at] = _ROOM
+                                break
+                            recv.queued -= 1
+                            other = recv.sender
+                            if wait[other] == _ROOM:
+                                wait[other] = _GOING
+                                heappush(sweep if other > at else later, other)
+                        elif send.queued >= depth:
+                            wait[at] = _ROOM
+                            break
+                        if send is not None:
+                            send.queued += 1
+                            other = send.receiver
+                            if wait[other] == _CALL:
+                                wait[other] = _GOING
+                                heappush(sweep if other > at else later, other)
+                        call += 1
+                    if wait[at]:
+                        break
+                    # the calls are done: move the step's data, publish its flag
+                    received, msg_node = None, -1
+                    if recv is not None:
+                        if not recv.messages:  # only when the cnt sequences differ
+                            wait[at] = _MESSAGE
+                            break
+                        received, msg_node, _ = recv.messages.popleft()
+                    if hb is not None:
+                        node = hb.fire(at, waits, msg_node, flag)
+                        out = compute(b, pos, kind, src, dst, cnt, received)
+                    else:
+                        out, node = _NO_DATA, -1
+                    if send is not None:
+                        send.messages.append((out, node, (b.gpu, b.tb.id, pos)))
+                        other = send.receiver
+                        if wait[other] == _MESSAGE:
+                            wait[other] = _GOING
+                            heappush(sweep if other > at else later, other)
+                    if flag >= 0:
+                        flags[at] = flag
+                        if sleepers[at]:
+                            asleep = []
+                            for value, w in sleepers[at]:
+                                if value > flag:
+                                    asleep.append((value, w))
+                                else:
+                                    wait[w] = _GOING
+                                    heappush(sweep if w > at else later, w)
+                            sleepers[at] = asleep
+                    pc += 1
+                    call = 0
+                b.pc, b.call = pc, call
+                if pc == len(ops):
+                    b.ops = []  # finished: its plan is not needed again
+            sweep, later = later, []
+        stuck = [b for b in blocks if b.pc < b.size]
         if stuck:
             self._report_deadlock(stuck)
         else:
             self._report_unreceived()
         return Execution(self.memories, self.findings, not stuck)
 
-    def _wake(self, i: int) -> None:
-        """Block ``i`` may be able to move: visit it in this sweep or the next."""
-        if i >= 0 and not self.queued[i]:
-            self.queued[i] = 1
-            heapq.heappush(self.sweep if i > self.at else self.later, i)
-
-    def _plan(self, b: _Block) -> list[tuple[int, _Conn | None, _Conn | None]]:
-        """Per transmission: its calls and the connections it receives and sends on
-        (calls -1: it needs a connection the thread block does not have)."""
-        plan = []
-        for t in b.program:
-            kind = t.steps[0].type
-            recv = b.recv if kind in RECVS else None
-            send = b.send if kind in SENDS else None
-            if (recv is None and kind in RECVS) or (send is None and kind in SENDS):
-                plan.append((-1, None, None))
-            else:
-                calls = MSCCL.step_calls(t.cnt, self.per_call) if recv or send else 0
-                plan.append((calls, recv, send))
-        return plan
-
-    def _advance(self, b: _Block) -> None:
-        """Run ``b`` as far as it can go: waits, then calls, then the step's data."""
-        program, depth, wake = b.program, self.depth, self._wake
-        if b.plan is None:
-            b.plan = self._plan(b)
-        while b.pc < len(program):
-            calls, recv, send = b.plan[b.pc]
-            if b.call == 0:
-                for depid, deps in program[b.pc].deps:
-                    target = b.tbs.get(depid)
-                    if target is None or target.flag < deps:
-                        if target is not None:
-                            target.sleepers.append(b.index)
-                        return
-            if calls < 0:
-                return
-            while b.call < calls:
-                if (recv and not recv.queued) or (send and send.queued >= depth):
-                    return
-                if recv:
-                    recv.queued -= 1
-                    wake(recv.sender)
-                if send:
-                    send.queued += 1
-                    wake(send.receiver)
-                b.call += 1
-            if recv and not recv.messages:  # only when the cnt sequences differ
-                return
-            self._fire(b)
-
     # --- deadlock -----------------------------------------------------------------------
     def _blockers(self, b: _Block) -> list[tuple[str, int]]:
         """Why the stuck block ``b`` waits: (reason, the block it waits for or -1)."""
-        t = b.program[b.pc]
+        t = _current(b)
         if b.call == 0:
+            flags = self.flags
             waits = [(f"waits for tb {depid} to finish step {deps} "
-                      f"({'missing' if target is None else f'its flag is {target.flag}'})",
-                      -1 if target is None else target.index)
+                      f"({'missing' if target is None else f'its flag is {flags[target]}'})",
+                      -1 if target is None else target)
                      for depid, deps in t.deps
-                     if (target := b.tbs.get(depid)) is None or target.flag < deps]
+                     if (target := b.tbs.get(depid)) is None or flags[target] < deps]
             if waits:
                 return waits
         kind, tb = t.type, b.tb
@@ -282,7 +419,7 @@ class _Machine:
         return waits
 
     def _party(self, b: _Block) -> str:
-        t = b.program[b.pc]
+        t = _current(b)
         calls = MSCCL.step_calls(t.cnt, self.per_call)
         call = f" call {b.call + 1}/{calls}" if calls > 1 and b.call else ""
         return f"r{b.gpu}/tb{b.tb.id}/s{t.first.position}{call}"
@@ -309,14 +446,14 @@ class _Machine:
         self._stuck(head, " <- ".join(links) + tail)
         others = [b for b in stuck if b is not head]
         for b in others[:_MAX_STUCK_REPORTED]:
-            t = b.program[b.pc]
+            t = _current(b)
             self._stuck(b, f"'{t.type}' " + "; ".join(r for r, _ in waiting[b.index]) + " forever")
         if len(others) > _MAX_STUCK_REPORTED:
             self.findings.append(finding("deadlock", f"{len(others) - _MAX_STUCK_REPORTED} "
                                          "more thread blocks are stuck"))
 
     def _stuck(self, b: _Block, message: str) -> None:
-        t = b.program[b.pc]
+        t = _current(b)
         self.findings.append(finding("deadlock", message, gpu=b.gpu,
                                      tb=b.tb.id, step=t.first.position, line=t.first.line))
 
@@ -328,62 +465,32 @@ class _Machine:
                     "unreceived-data", f"{len(conn.messages)} message(s) to gpu {dst} on "
                     f"channel {chan} are never received", gpu=g, tb=tb, step=pos))
 
-    def _report(self, b: int, pos: int, rule: str, detail: str) -> None:
-        block = self.blocks[b]
-        key = (rule, b, pos)
-        if key not in self.reported:
-            self.reported.add(key)
-            self.findings.append(finding(rule, detail, gpu=block.gpu, tb=block.tb.id, step=pos))
-
-    # --- one transmission -------------------------------------------------------------
-    def _fire(self, b: _Block) -> None:
-        """The transmission's calls are done: move its data, publish its flag."""
-        t = b.program[b.pc]
-        first = t.steps[0]
-        kind = first.type
-        received, msg_node = None, -1
-        if kind in RECVS:
-            received, msg_node, _ = b.recv.messages.popleft()
-        out, node = [], -1
-        if self.hb is not None:
-            waits = [(b.tbs[depid].index, deps) for depid, deps in t.deps] if t.deps else []
-            node = self.hb.fire(b.index, waits, msg_node)
-            out = self._compute(b, t, received)
-        if kind in SENDS:
-            b.send.messages.append((out, node, (b.gpu, b.tb.id, first.position)))
-            self._wake(b.send.receiver)
-        if t.hasdep:
-            b.flag = t.flag
-            if self.hb is not None:
-                self.hb.publish(b.index, t.flag, node)
-            for w in b.sleepers:
-                self._wake(w)
-            b.sleepers.clear()
-        b.pc += 1
-        b.call = 0
-
-    def _compute(self, b: _Block, t: Transmission, received: list[Packed] | None
-                 ) -> list[Packed]:
-        """Apply the transmission's data effect; returns the values it sends."""
-        st, mem, blk = t.steps[0], b.mem, b.index
-        kind, pos, offsets = st.type, st.position, mem.offsets
-        src, dst = offsets[st.srcbuf] + st.srcoff, offsets[st.dstbuf] + st.dstoff
-        if kind == "re":
-            for i in range(t.cnt):
+    # --- one transmission's data ------------------------------------------------------
+    def _compute(self, b: _Block, pos: int, kind: tuple, src: int | tuple, dst: int, cnt: int,
+                 received: list[Packed] | None) -> list[Packed]:
+        """Apply the data effect of ``b``'s transmission at step ``pos``; the values it
+        sends. ``kind`` holds the flags of :data:`_KINDS`, ``src`` and ``dst`` are chunk
+        indices; a fused reduction has ``src`` ``(position, src)`` per fused step."""
+        mem, blk = b.mem, b.index
+        if kind[4] is None:  # a fused reduction
+            for i in range(cnt):
                 acc = mem.read(blk, pos, dst + i)
-                for sub in t.steps:
-                    acc = add(acc, mem.read(blk, sub.position, offsets[st.srcbuf] + sub.srcoff + i))
-                mem.write(blk, t.steps[-1].position, dst + i, acc)
-            return []
+                for sub, first in src:
+                    acc = add(acc, mem.read(blk, sub, first + i))
+                mem.write(blk, src[-1][0], dst + i, acc)
+            return _NO_DATA
+        _, receives, reduces, writes, sends = kind
         out = []
-        writes = kind in WRITES_DST
-        for i in range(t.cnt):
-            if kind in _READ_ONLY:
-                value = mem.read(blk, pos, src + i)
+        for i in range(cnt):
+            if receives:
+                value = received[i] if i < len(received) else GARBAGE
+                if reduces:
+                    value = add(value, mem.read(blk, pos, src + i))
             else:
-                got = received[i] if received is not None and i < len(received) else GARBAGE
-                value = add(got, mem.read(blk, pos, src + i)) if kind in _REDUCING else got
+                value = mem.read(blk, pos, src + i)
             if writes:
                 mem.write(blk, pos, dst + i, value)
-            out.append(value)
-        return out
+            if sends:
+                out.append(value)
+        return out if sends else _NO_DATA
+

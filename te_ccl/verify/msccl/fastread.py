@@ -83,6 +83,7 @@ def _body(lines: Iterator[str], n: int) -> tuple[Gpu, ...] | None:
     value = _Values().__getitem__
     gpus: list[Gpu] = []
     step_match, tb_match, gpu_match = _STEP.fullmatch, _TB.fullmatch, _GPU.fullmatch
+    new = tuple.__new__   # a Step without its keyword-parsing constructor
     gpu = tb = None
     tbs: list[Threadblock] = []
     steps: list[Step] = []
@@ -91,7 +92,7 @@ def _body(lines: Iterator[str], n: int) -> tuple[Gpu, ...] | None:
         if tb is not None:
             m = step_match(line)
             if m is not None:
-                steps.append(Step(*map(value, m.groups()), len(steps), n))
+                steps.append(new(Step, (*map(value, m.groups()), len(steps), n)))
             elif _closes(line, "</tb>"):
                 tbs.append(Threadblock(*tb[0], tuple(steps), tb[1]))
                 tb, steps = None, []

@@ -17,8 +17,12 @@ O(steps × thread blocks), hours for a 1024-GPU file. So two tiers, exact togeth
   a topological order). Valid files rarely need it (none of the reference files or
   lowering outputs did); a racy chunk is searched until its race is reported, once.
 
-A block's clock is allocated at its first wait, and publications of local clocks are
-kept only while some waiter still needs them.
+Nodes are numbered in firing order, and a clock entry is the number of the latest node
+of that block known to come before (-1: none). A block's nodes are numbered in its
+program order, so "the ``k``-th transmission of ``x`` is ordered before" is
+``clock[x] >= node`` with no separate per-block counter. A block's clock is allocated at
+its first wait, and publications of local clocks are kept only while some waiter still
+needs them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 from array import array
 
 import numpy as np
+from numpy import maximum
 
 __all__ = ["HappensBefore"]
 
@@ -35,77 +40,82 @@ class HappensBefore:
 
     ``local[b]`` is block ``b``'s index among the blocks of its GPU, ``width[b]`` the
     number of blocks on that GPU, ``waits[b]`` maps each flag value others wait for on
-    ``b`` to the number of such waits.
+    ``b`` to the number of such waits. ``last[b]`` is the node of ``b``'s current (last
+    fired) transmission, -1 before its first.
     """
 
     def __init__(self, local: list[int], width: list[int],
                  waits: list[dict[int, int]]) -> None:
         self.local = local
-        self.epoch = [0] * len(local)
-        zeros = {w: np.zeros(w, np.int32) for w in set(width)}
-        self.clock = [zeros[w] for w in width]      # shared until the block's first join
+        self.last = [-1] * len(local)
+        unset = {w: np.full(w, -1, np.int32) for w in set(width)}
+        self.clock = [unset[w] for w in width]      # shared until the block's first join
         self._own = bytearray(len(local))
         self._left = waits
         self._wanted = [sorted(w) for w in waits]
         self._next = [0] * len(local)
         self._pubs: list[dict[int, tuple[np.ndarray, int]]] = [{} for _ in local]
-        self._nodes = [array("i") for _ in local]    # block -> its nodes in program order
         self._block = array("i")                      # node -> block
-        self._epoch = array("i")                      # node -> epoch of its block
+        self._prev = array("i")                       # node -> block's previous node or -1
         self._msg = array("i")                        # node -> sender's node or -1
         self._deps: dict[int, tuple[int, ...]] = {}   # node -> flag publishers' nodes
         self._memo: tuple[int, dict[int, list[int]]] = (-1, {})  # searches from one node
 
-    def fire(self, b: int, waits: list[tuple[int, int]], msg_node: int) -> int:
-        """Start block ``b``'s next transmission (waits: ``(target block, flag)``); its node."""
+    def fire(self, b: int, waits: tuple[tuple[int, int], ...], msg_node: int,
+             flag: int) -> int:
+        """Start block ``b``'s next transmission (waits: ``(target block, flag)``, the
+        message's sending node or -1) and publish its ``flag`` (-1: none); its node.
+
+        Publishing at the start is publishing at the end: the transmission's own accesses
+        never consult the publication, and no other block fires in between. Waiters on
+        ``<= flag`` not yet satisfied are ordered after this node."""
         node = len(self._block)
+        clock = self.clock[b]
         if waits:
-            if not self._own[b]:
-                self.clock[b], self._own[b] = self.clock[b].copy(), 1
-            clock, publishers = self.clock[b], []
-            for target, flag in waits:
-                entry = self._pubs[target].get(flag)
+            publishers: tuple[int, ...] = ()
+            for target, value in waits:
+                pubs = self._pubs[target]
+                entry = pubs.get(value)
                 if entry is None:
                     continue
-                np.maximum(clock, entry[0], out=clock)
-                publishers.append(entry[1])
+                if not self._own[b]:
+                    self.clock[b] = clock = clock.copy()
+                    self._own[b] = 1
+                maximum(clock, entry[0], out=clock)
+                publishers += (entry[1],)
                 left = self._left[target]
-                left[flag] -= 1
-                if not left[flag]:
-                    del self._pubs[target][flag]
+                left[value] -= 1
+                if not left[value]:
+                    del pubs[value]
             if publishers:
-                self._deps[node] = tuple(publishers)
-        self.epoch[b] += 1
-        self._nodes[b].append(node)
+                self._deps[node] = publishers
+        last = self.last
         self._block.append(b)
-        self._epoch.append(self.epoch[b])
+        self._prev.append(last[b])
         self._msg.append(msg_node)
+        last[b] = node
+        if flag >= 0:
+            wanted, i = self._wanted[b], self._next[b]
+            if i < len(wanted) and wanted[i] <= flag:
+                entry = (clock.copy(), node)
+                entry[0][self.local[b]] = node
+                pubs = self._pubs[b]
+                while i < len(wanted) and wanted[i] <= flag:
+                    pubs[wanted[i]] = entry
+                    i += 1
+                self._next[b] = i
         return node
 
-    def publish(self, b: int, flag: int, node: int) -> None:
-        """Block ``b``'s transmission ``node`` published ``flag``: waiters on ``<= flag``
-        not yet satisfied are ordered after it."""
-        wanted, i = self._wanted[b], self._next[b]
-        if i >= len(wanted) or wanted[i] > flag:
-            return
-        clock = self.clock[b].copy()
-        clock[self.local[b]] = self.epoch[b]
-        while i < len(wanted) and wanted[i] <= flag:
-            self._pubs[b][wanted[i]] = (clock, node)
-            i += 1
-        self._next[b] = i
-
-    def ordered(self, b: int, other: int, epoch: int) -> bool:
-        """Does ``other``'s ``epoch``-th transmission happen before ``b``'s current one?"""
-        if other == b or self.clock[b][self.local[other]] >= epoch:
+    def ordered(self, b: int, other: int, node: int) -> bool:
+        """Does ``other``'s transmission ``node`` happen before ``b``'s current one?"""
+        if other == b or self.clock[b][self.local[other]] >= node:
             return True
-        return self._reaches(other, epoch, self._nodes[b][-1])
+        return self.reaches(other, node, self.last[b])
 
-    def _reaches(self, x: int, epoch: int, node: int) -> bool:
-        """Is a node of block ``x`` from its ``epoch``-th on an ancestor of ``node``?
+    def reaches(self, x: int, start: int, node: int) -> bool:
+        """Is a node of block ``x`` from node ``start`` on an ancestor of ``node``?
         Remembers, per block, the latest start found and the earliest start not found
         (a transmission of ``cnt`` chunks asks up to ``cnt`` times)."""
-        start = self._nodes[x][epoch - 1]
         if self._memo[0] != node:
             self._memo = (node, {})
         known = self._memo[1].setdefault(x, [-1, len(self._block)])
@@ -116,19 +126,17 @@ class HappensBefore:
         return found
 
     def _search(self, x: int, start: int, node: int) -> bool:
-        blocks, epochs, nodes, msg, deps = (self._block, self._epoch, self._nodes, self._msg,
-                                            self._deps)
+        blocks, prev, msg, deps = self._block, self._prev, self._msg, self._deps
         stack, seen = [node], set()
         while stack:
             w = stack.pop()
             if w < start or w in seen:
                 continue
             seen.add(w)
-            bw = blocks[w]
-            if bw == x:
+            if blocks[w] == x:
                 return True
-            if epochs[w] > 1:
-                stack.append(nodes[bw][epochs[w] - 2])
+            if prev[w] >= 0:
+                stack.append(prev[w])
             if msg[w] >= 0:
                 stack.append(msg[w])
             stack.extend(deps.get(w, ()))

@@ -137,7 +137,8 @@ class Layout:
             want = {k: single(root, k) for k in range(n)}
         else:  # scatter
             want = {j: single(root, rank * c + j) for j in range(c)}
-        return {self.slot(rank, "o", k): v for k, v in want.items()}
+        target, shift = self.alias(rank, "o")
+        return {(target, k + shift): v for k, v in want.items()}
 
     def root_candidates(self, final: Callable[[int, Slot], Packed | None]) -> list[int]:
         """Ranks that act as the root in the executed program (``final(rank, slot)`` is the

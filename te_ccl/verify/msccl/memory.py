@@ -5,7 +5,7 @@ as large as the steps and the input data reach), and an aliased buffer (in-place
 :meth:`.Layout.alias`) is an offset into another region, so a chunk is one integer and
 costs a few bytes plus its (shared) packed value. Race
 detection follows FastTrack: the last writer of each chunk and the readers since, as
-``(block, epoch, step)``; an access is checked against them with
+``(block, node, step)``; an access is checked against them with
 :class:`~.hb.HappensBefore`. Readers are recorded only while a later step will still
 write the chunk (the write counts are known from the program), so chunks that are
 written once and then only read (all of AllGather) keep no reader lists.
@@ -22,7 +22,7 @@ from te_ccl.verify.msccl.layout import Layout, Slot
 from te_ccl.verify.msccl.model import BUFFERS, READS_SRC, WRITES_DST, Gpu
 from te_ccl.verify.msccl.values import GARBAGE, Packed
 
-__all__ = ["Memory"]
+__all__ = ["Memory", "Report"]
 
 # report(block, step position, kind, detail) with kind "uninitialized-read" or "data-race"
 Report = Callable[[int, int, str, str], None]
@@ -32,15 +32,18 @@ def _reach(programs: Sequence[list[Transmission]]) -> dict[str, int]:
     """Per buffer, one past the last chunk the programs touch (declared sizes may be far
     larger, and a fused ``re`` with a larger last ``cnt`` reaches past its own step's)."""
     end: dict[str, int] = {}
+    get = end.get
     for program in programs:
-        for t in program:
-            st = t.steps[0]
-            uses = [(st.dstbuf, st.dstoff)] if st.type in WRITES_DST else []
-            if st.type in READS_SRC:
-                uses += [(st.srcbuf, sub.srcoff) for sub in t.steps]
-            for buf, off in uses:
-                end[buf] = max(end.get(buf, 0), off + t.cnt)
-    return end
+        for steps, _, _, _, _ in program:   # unpacked: faster than by name
+            _, kind, srcbuf, _, dstbuf, dstoff, _, _, _, _, _, _ = steps[0]
+            cnt = steps[-1].cnt
+            if kind in WRITES_DST and dstoff + cnt > get(dstbuf, -1):
+                end[dstbuf] = dstoff + cnt
+            if kind in READS_SRC:
+                for sub in steps:
+                    if sub.srcoff + cnt > get(srcbuf, -1):
+                        end[srcbuf] = sub.srcoff + cnt
+    return {buf: max(reach, 0) for buf, reach in end.items()}
 
 
 class Memory:
@@ -65,19 +68,21 @@ class Memory:
         for (target, k), value in initial.items():
             self.values[self.bases[target] + k] = value
         self.wblock = array("i", [-1]) * total
-        self.wepoch = array("i", [0]) * total
+        self.wnode = array("i", [-1]) * total
         self.wpos = array("i", [0]) * total
-        self.left = array("i", [0]) * total   # writes still to come per chunk
+        self.left = left = array("i", [0]) * total   # writes still to come per chunk
+        offsets = self.offsets
         for program in programs:
-            for t in program:
-                st = t.steps[0]
-                if st.type in WRITES_DST:
-                    first = self.offsets[st.dstbuf] + st.dstoff
-                    for k in range(first, first + t.cnt):
-                        self.left[k] += 1
+            for steps, _, _, _, _ in program:
+                _, kind, _, _, dstbuf, dstoff, _, _, _, _, _, _ = steps[0]
+                if kind in WRITES_DST:
+                    first = offsets[dstbuf] + dstoff
+                    for k in range(first, first + steps[-1].cnt):
+                        left[k] += 1
         self.readers: dict[int, dict[int, tuple[int, int]]] = {}
         self.raced: set[int] = set()
         self.hb, self.tb_ids, self.report = hb, tb_ids, report
+        self.last = hb.last   # each block's current node
 
     # --- lookups for the report ----------------------------------------------------------
     def index(self, slot: Slot) -> int | None:
@@ -85,9 +90,12 @@ class Memory:
         return self.bases[buf] + k if buf in self.bases and 0 <= k < self.sizes[buf] else None
 
     def value(self, slot: Slot) -> Packed | None:
-        """The packed value a chunk holds (None: never written, no input)."""
-        i = self.index(slot)
-        return None if i is None else self.values[i]
+        """The packed value a chunk holds (None: never written, no input); called for
+        every output chunk, so :meth:`index` is written out."""
+        buf, k = slot
+        if buf in self.bases and 0 <= k < self.sizes[buf]:
+            return self.values[self.bases[buf] + k]
+        return None
 
     def writer(self, slot: Slot) -> tuple[int, int, int] | None:
         """``(gpu, tb id, step)`` of the chunk's last writer."""
@@ -108,29 +116,31 @@ class Memory:
             self.report(b, pos, "uninitialized-read", f"reads {self.name(i)}, which holds no data")
             value = GARBAGE
         w = self.wblock[i]
-        if w >= 0 and w != b and i not in self.raced and not self.hb.ordered(b, w, self.wepoch[i]):
+        if w >= 0 and w != b and i not in self.raced and not self.hb.ordered(b, w, self.wnode[i]):
             self._race(b, pos, i, "read", w, self.wpos[i], "wrote")
         if self.left[i]:
             readers = self.readers.get(i)
             if readers is None:
                 readers = self.readers[i] = {}
-            readers[b] = (self.hb.epoch[b], pos)
+            readers[b] = (self.last[b], pos)
         return value
 
     def write(self, b: int, pos: int, i: int, value: Packed) -> None:
         """Block ``b`` (step ``pos``) writes ``value`` into chunk ``i``."""
-        readers = self.readers.pop(i, None)
-        if i not in self.raced:
-            w = self.wblock[i]
-            if w >= 0 and w != b and not self.hb.ordered(b, w, self.wepoch[i]):
+        readers = self.readers.pop(i, None) if self.readers else None
+        w = self.wblock[i]
+        if (w >= 0 or readers) and i not in self.raced:
+            if w >= 0 and w != b and not self.hb.ordered(b, w, self.wnode[i]):
                 self._race(b, pos, i, "write", w, self.wpos[i], "wrote")
-            for r, (epoch, rpos) in (readers or {}).items():
+            for r, (node, rpos) in (readers or {}).items():
                 if i in self.raced:
                     break
-                if r != b and not self.hb.ordered(b, r, epoch):
+                if r != b and not self.hb.ordered(b, r, node):
                     self._race(b, pos, i, "write", r, rpos, "read")
         self.values[i] = value
-        self.wblock[i], self.wepoch[i], self.wpos[i] = b, self.hb.epoch[b], pos
+        self.wblock[i] = b
+        self.wnode[i] = self.last[b]
+        self.wpos[i] = pos
         self.left[i] -= 1
 
     def _race(self, b: int, pos: int, i: int, access: str, other: int, other_pos: int,

@@ -10,9 +10,11 @@ every GPU (each rank's runtime checks only its own ``<gpu>``).
 
 from __future__ import annotations
 
+from functools import cache
+
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.verify.msccl.findings import Finding, finding
-from te_ccl.verify.msccl.kernel import transmissions
+from te_ccl.verify.msccl.kernel import orphan_waits
 from te_ccl.verify.msccl.model import BUFFERS, STEP_TYPES, Algo, Gpu, Step, Threadblock
 
 __all__ = ["runtime_checks", "PROTOCOLS", "COLLECTIVES"]
@@ -82,27 +84,62 @@ def _tb_header(gpu: Gpu, tb: Threadblock, seen: set[int]) -> list[Finding]:
 
 def _tb_steps(gpu: Gpu, tb: Threadblock, max_steps: int, nsend: int,
               nrecv: int) -> list[Finding]:
+    """The step checks of one thread block. Most steps pass all of them, so each step
+    is first tested against one condition that holds exactly when none of its checks
+    would find anything; only the others go through the checks (:func:`_step`). Steps
+    are unpacked: reading a named tuple's fields by name is several times slower."""
     found: list[Finding] = []
-    orphans = {t.first.position for t in transmissions(tb) if t.orphan_wait} if any(
-        s.type == "nop" or s.type not in STEP_TYPES for s in tb.steps) else ()  # else none
+    orphans = orphan_waits(tb)
+    chunks = {buf: gpu.chunks(buf) for buf in BUFFERS}
+    usable = _usable(tb, nsend, nrecv)
+    max_count = MSCCL.max_count
     for step in tb.steps:
-        where = {"gpu": gpu.id, "tb": tb.id, "step": step.position, "line": step.line}
-        if not 0 <= step.s < max_steps:
-            found.append(finding("step-range", f"s={step.s} (limit {max_steps})", **where))
-        if step.type not in STEP_TYPES:
-            found.append(finding("step-type", f"type=\"{step.type}\"", **where))
-            continue
-        for attr, buf in (("srcbuf", step.srcbuf), ("dstbuf", step.dstbuf)):
-            if buf not in BUFFERS:
-                found.append(finding("buffer", f"{attr}=\"{buf}\"", **where))
-        if step.type == "nop":
-            continue
-        found += _transfer(gpu, tb, step, nsend, nrecv, where)
-        if step.position in orphans:
-            found.append(finding("nop-chain", "nops before this step carry dependencies but "
-                                 "the step has depid=-1", **where))
-        if step.hasdep not in (0, 1):
-            found.append(finding("hasdep", f"hasdep={step.hasdep}", **where))
+        s, kind, srcbuf, srcoff, dstbuf, dstoff, cnt, _, _, hasdep, position, _ = step
+        if kind in usable and 0 <= s < max_steps and srcbuf in chunks and dstbuf in chunks:
+            if kind == "nop":
+                continue
+            check_src, check_dst = _CHECKED[kind]
+            if (0 <= cnt < max_count and position not in orphans
+                    and (hasdep == 0 or hasdep == 1)
+                    and (not check_src or -1 <= srcoff < chunks[srcbuf])
+                    and (not check_dst or -1 <= dstoff < chunks[dstbuf])):
+                continue
+        found += _step(gpu, tb, step, max_steps, nsend, nrecv, orphans)
+    return found
+
+
+def _usable(tb: Threadblock, nsend: int, nrecv: int) -> frozenset[str]:
+    """Step types whose peer and per-channel checks pass in this thread block."""
+    return _usable_types(tb.send >= 0 and nsend < MSCCL.max_peers,
+                         tb.recv >= 0 and nrecv < MSCCL.max_peers)
+
+
+@cache
+def _usable_types(can_send: bool, can_recv: bool) -> frozenset[str]:
+    return frozenset(kind for kind, (sends, receives) in STEP_TYPES.items()
+                     if (can_send or not sends) and (can_recv or not receives))
+
+
+def _step(gpu: Gpu, tb: Threadblock, step: Step, max_steps: int, nsend: int, nrecv: int,
+          orphans: set[int]) -> list[Finding]:
+    found: list[Finding] = []
+    where = {"gpu": gpu.id, "tb": tb.id, "step": step.position, "line": step.line}
+    if not 0 <= step.s < max_steps:
+        found.append(finding("step-range", f"s={step.s} (limit {max_steps})", **where))
+    if step.type not in STEP_TYPES:
+        found.append(finding("step-type", f"type=\"{step.type}\"", **where))
+        return found
+    for attr, buf in (("srcbuf", step.srcbuf), ("dstbuf", step.dstbuf)):
+        if buf not in BUFFERS:
+            found.append(finding("buffer", f"{attr}=\"{buf}\"", **where))
+    if step.type == "nop":
+        return found
+    found += _transfer(gpu, tb, step, nsend, nrecv, where)
+    if step.position in orphans:
+        found.append(finding("nop-chain", "nops before this step carry dependencies but "
+                             "the step has depid=-1", **where))
+    if step.hasdep not in (0, 1):
+        found.append(finding("hasdep", f"hasdep={step.hasdep}", **where))
     return found
 
 

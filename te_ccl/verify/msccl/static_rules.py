@@ -60,25 +60,51 @@ def _gpu_ids(algo: Algo) -> list[Finding]:
 
 
 def _steps(algo: Algo, gpu: Gpu, max_steps: int) -> list[Finding]:
+    """The per-step rules. Each step is first tested against one condition that holds
+    exactly when none of them finds anything; only the others are checked (:func:`_step`).
+    Steps are unpacked: reading a named tuple's fields by name is several times slower."""
     found: list[Finding] = []
     tbs = {t.id: t for t in gpu.threadblocks}
+    steps_of = {t.id: t.steps for t in gpu.threadblocks}
+    chunks = {buf: gpu.chunks(buf) for buf in BUFFERS}
+    max_depid = MSCCL.max_depid
     for tb in gpu.threadblocks:
         if len(tb.steps) > max_steps:
             found.append(finding("max-steps", f"{len(tb.steps)} steps (limit {max_steps})",
                                  gpu=gpu.id, tb=tb.id, line=tb.line))
         for st in tb.steps:
-            where = {"gpu": gpu.id, "tb": tb.id, "step": st.position, "line": st.line}
-            if st.s != st.position:
-                found.append(finding("step-position", f"s={st.s} at position {st.position}",
-                                     **where))
-            if st.type == "nop" and st.depid < 0:
-                found.append(finding("nop-dependency", "nop with depid=-1", **where))
-            if st.depid > MSCCL.max_depid:
-                found.append(finding("depid-range", f"depid={st.depid}", **where))
-            elif st.depid >= 0:
-                found += _dependency(tbs, st.depid, st.deps, where)
-            if st.type != "nop":
-                found += _bounds(gpu, st, where)
+            s, kind, srcbuf, srcoff, dstbuf, dstoff, cnt, depid, deps, _, position, _ = st
+            if s == position and depid <= max_depid:
+                if depid >= 0:
+                    target = steps_of.get(depid)
+                    clean = (target is not None and 0 <= deps < len(target)
+                             and target[deps].type != "nop" and target[deps].hasdep == 1)
+                else:
+                    clean = kind != "nop"
+                if clean and kind != "nop":
+                    if kind in READS_SRC and srcbuf in chunks:
+                        clean = 0 <= srcoff and srcoff + cnt <= chunks[srcbuf]
+                    if clean and kind in WRITES_DST and dstbuf in chunks:
+                        clean = 0 <= dstoff and dstoff + cnt <= chunks[dstbuf]
+                if clean:
+                    continue
+            found += _step(gpu, tbs, tb, st)
+    return found
+
+
+def _step(gpu: Gpu, tbs: dict[int, Threadblock], tb: Threadblock, st: Step) -> list[Finding]:
+    found: list[Finding] = []
+    where = {"gpu": gpu.id, "tb": tb.id, "step": st.position, "line": st.line}
+    if st.s != st.position:
+        found.append(finding("step-position", f"s={st.s} at position {st.position}", **where))
+    if st.type == "nop" and st.depid < 0:
+        found.append(finding("nop-dependency", "nop with depid=-1", **where))
+    if st.depid > MSCCL.max_depid:
+        found.append(finding("depid-range", f"depid={st.depid}", **where))
+    elif st.depid >= 0:
+        found += _dependency(tbs, st.depid, st.deps, where)
+    if st.type != "nop":
+        found += _bounds(gpu, st, where)
     return found
 
 
@@ -119,8 +145,9 @@ def _peers(algo: Algo, gpu: Gpu) -> list[Finding]:
         where = {"gpu": gpu.id, "tb": tb.id, "line": tb.line}
         for role, peer, kinds in (("send", tb.send, SENDS), ("recv", tb.recv, RECVS)):
             per_channel[(role, tb.chan)] += peer >= 0
-            idle = not any(st.type in kinds for st in tb.steps)  # else the parser reports it
-            if peer >= 0 and idle and per_channel[(role, tb.chan)] > MSCCL.max_peers:
+            # a thread block with such steps is reported by the parser's checks
+            if (peer >= 0 and per_channel[(role, tb.chan)] > MSCCL.max_peers
+                    and not any(st.type in kinds for st in tb.steps)):
                 found.append(finding("tbs-per-channel", f"thread block {tb.id} is {role} thread "
                                      f"block {per_channel[(role, tb.chan)]} on channel "
                                      f"{tb.chan}", **where))
@@ -163,6 +190,8 @@ def _sequences(algo: Algo) -> list[Finding]:
         src, dst, chan = conn
         s_steps = [s for s in tbs[send[conn]].steps if s.type in SENDS] if conn in send else []
         r_steps = [s for s in tbs[recv[conn]].steps if s.type in RECVS] if conn in recv else []
+        if [s.cnt for s in s_steps] == [s.cnt for s in r_steps]:
+            continue
         for k in range(max(len(s_steps), len(r_steps))):
             a = s_steps[k] if k < len(s_steps) else None
             b = r_steps[k] if k < len(r_steps) else None
