@@ -257,23 +257,20 @@ def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion]
     its outgoing edge ``out``): the order ``(out.start + out.busy, 0, out)`` at which it
     frees its slot, and the smallest order of a time not before ``out.arrive``."""
     n = len(edges)
-    index = {e: i for i, e in enumerate(sorted(edges))}
-
-    def key(order: tuple) -> int:
-        time, kind, e = order
-        return (time * 3 + kind) * n + index[e]
-
     lanes: dict[tuple[int, int], _Lane] = {}
     ends = {}
-    for e in edges:
+    for i, e in enumerate(sorted(edges)):
         lane = lanes.get((e.src, e.dst))
         if lane is None:
             lane = lanes[(e.src, e.dst)] = [_EMPTY] * MSCCL.max_channels
-        ends[e] = (key(send_order(e)), key(recv_order(e)), lane)
+        s_time, s_kind, _ = send_order(e)
+        r_time, r_kind, _ = recv_order(e)
+        ends[e] = ((s_time * 3 + s_kind) * n + i, (r_time * 3 + r_kind) * n + i, lane)
     hold = {}
     for f in fusions:
         out = f.send.send
-        hold[ends[out][0]] = (key((out.start + out.busy, 0, out)), out.arrive * 3 * n)
+        snd = ends[out][0]
+        hold[snd] = ((out.start + out.busy) * 3 * n + snd % n, out.arrive * 3 * n)
     return ends, hold
 
 
@@ -413,16 +410,27 @@ def _conn_fits(conn: _Conn, snd, rcv, depth: int) -> bool:
         last = recvs[-1]
         return last < rcv and (n < depth or _freed(recvs[-depth], hold) < snd) \
             and not _held_up(last, rcv, hold)
+    # inserted: :func:`_freed` and :func:`_held_up` inlined, the edge's ``hold`` looked
+    # up once
     i = bisect_left(sends, snd)
     after = recvs[i]
     if after < rcv or (i > 0 and recvs[i - 1] > rcv):
         return False
-    if _held_up(rcv, after, hold) or (i > 0 and _held_up(recvs[i - 1], rcv, hold)):
-        return False
+    own = hold.get(rcv)
+    if own is None:
+        freed = rcv
+        if i > 0:
+            held = hold.get(recvs[i - 1])
+            if held is not None and rcv < held[1]:
+                return False
+    else:
+        freed = own[0]
+        if after < own[1] and after not in hold:
+            return False
     # the message ``depth`` places earlier must be received before one is sent: the
     # pairs that the insertion at ``i`` makes ``depth`` apart, from the edge itself, to
     # it, and across it
-    if i + depth - 1 < n and not _freed(rcv, hold) < sends[i + depth - 1]:
+    if i + depth - 1 < n and not freed < sends[i + depth - 1]:
         return False
     if i >= depth and not _freed(recvs[i - depth], hold) < snd:
         return False
