@@ -406,12 +406,18 @@ def _conn_fits(conn: _Conn, snd, rcv, depth: int) -> bool:
     n = len(sends)
     if not n:
         return True
+    # :func:`_freed` and :func:`_held_up` inlined
     if sends[-1] < snd:  # appended (the usual case for a chain's first edge)
         last = recvs[-1]
-        return last < rcv and (n < depth or _freed(recvs[-depth], hold) < snd) \
-            and not _held_up(last, rcv, hold)
-    # inserted: :func:`_freed` and :func:`_held_up` inlined, the edge's ``hold`` looked
-    # up once
+        if not last < rcv:
+            return False
+        if n >= depth:
+            freed = recvs[-depth]
+            held = hold.get(freed)
+            if not (freed if held is None else held[0]) < snd:
+                return False
+        held = hold.get(last)
+        return held is None or not rcv < held[1] or rcv in hold
     i = bisect_left(sends, snd)
     after = recvs[i]
     if after < rcv or (i > 0 and recvs[i - 1] > rcv):
