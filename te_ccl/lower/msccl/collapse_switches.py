@@ -12,13 +12,14 @@ XML's GPU ids); a path through a GPU outside the collective cannot be expressed 
 from __future__ import annotations
 
 from collections import defaultdict
+from operator import attrgetter
 from typing import NamedTuple
 
 from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.model.epochs import ceil_tol
-from te_ccl.schedule import Schedule, Transfer
+from te_ccl.schedule import Schedule
 
 __all__ = ["Edge", "collapse_switches", "with_final"]
 
@@ -93,13 +94,17 @@ def with_final(edges: list[Edge]) -> list[Edge]:
     last_sent: dict[tuple[int, int], int] = {}  # (GPU, chunk) -> its last send's start
     for e in edges:
         key = (e.src, e.chunk)
-        last_sent[key] = max(last_sent.get(key, -1), e.start)
-    return [e._replace(final=last_sent.get((e.dst, e.chunk), -1) < e.arrive) for e in edges]
+        if last_sent.get(key, -1) < e.start:
+            last_sent[key] = e.start
+    make, i = Edge._make, _FINAL  # what ``_replace`` does, without its per-field calls
+    return [make(e[:i] + (last_sent.get((e.dst, e.chunk), -1) < e.arrive,) + e[i + 1:])
+            for e in edges]
 
 
-def _fields(t: Transfer) -> tuple:
-    """``t``'s sort key (the dataclass order, built once per transfer instead of per compare)."""
-    return (t.chunk, t.src, t.dst, t.start_epoch, t.arrive_epoch, t.op)
+_FINAL = Edge._fields.index("final")
+
+# ``t``'s sort key (the dataclass order, built once per transfer instead of per compare)
+_fields = attrgetter("chunk", "src", "dst", "start_epoch", "arrive_epoch", "op")
 
 
 def _path_ends(i: int, schedule: Schedule, feeds: dict[int, list[int]]) -> list[int]:
