@@ -367,14 +367,15 @@ def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
     return fallback
 
 
-_Parts = tuple[list[tuple], list[Fusion], list[tuple[Edge, int, int, _Lane]]]
+_Pairing = tuple[int, int, int]  # (GPU, recv peer, send peer) of a fused step
+_Parts = tuple[list[tuple], list[_Pairing], list[tuple[Edge, int, int, _Lane]]]
 
 
 def _parts(chain: list[Edge], links: list[Fusion], state: _State, last: bool = False
            ) -> _Parts:
     """What a chain adds to a channel: (GPU, recv peer, send peer) of each of its steps,
-    its fusions, and :func:`_orders` of its edges. With ``last``, only
-    what its last hop changed (the rest was found to fit on the channel already)."""
+    the :func:`_pairing` of its fusions, and :func:`_orders` of its edges. With ``last``,
+    only what its last hop changed (the rest was found to fit on the channel already)."""
     if last:
         ends = [(chain[-1].dst, chain[-1].src, None)]
         edges = _orders(chain, links, state, len(chain) - 2)
@@ -382,21 +383,23 @@ def _parts(chain: list[Edge], links: list[Fusion], state: _State, last: bool = F
     else:
         ends = [(chain[0].src, None, chain[0].dst), (chain[-1].dst, chain[-1].src, None)]
         edges = _orders(chain, links, state)
-    ends += [(f.recv.gpu, f.recv.recv.src, f.send.send.dst) for f in links]
-    return ends, links, edges
+    pairings = [_pairing(f) for f in links]
+    return ends + pairings, pairings, edges
 
 
 def _fits(parts: _Parts, c: int, state: _State) -> bool:
-    """Does the chain fit channel ``c``? The connections first: on a busy channel they
-    are what fails (a link carrying many chunks at once fills their slots), and they
-    are the cheapest to look at."""
-    ends, links, edges = parts
+    """Does the chain fit channel ``c``? First the pairings its fused steps would clash
+    with (two lookups each; on a mesh what fails most), then the connections (on a busy
+    channel what fails: a link carrying many chunks at once fills their slots)."""
+    ends, pairings, edges = parts
+    if not _pairs_free(pairings, c, state):
+        return False
     depth = state.depth
     for _, snd, rcv, lane in edges:
         conn = lane[c]
         if conn.snd and not _conn_fits(conn, snd, rcv, depth):
             return False
-    return _pairs_fit(links, c, state) and _steps_fit(ends, links, c, state)
+    return _pairs_open(pairings, c, state) and _steps_fit(ends, pairings, c, state)
 
 
 def _conn_fits(conn: _Conn, snd, rcv, depth: int) -> bool:
@@ -477,7 +480,8 @@ def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None)
     return steps
 
 
-def _steps_fit(ends: list[tuple], links: list[Fusion], c: int, state: _State) -> bool:
+def _steps_fit(ends: list[tuple], pairings: list[_Pairing], c: int, state: _State
+               ) -> bool:
     """Each (GPU, recv peer, send peer) of a chain adds one step to one of its thread
     blocks (all different: a chain uses each connection once, and a clash of pairings is
     refused by :func:`_pairs_fit`); new peers on the channel stay within ``max_peers``,
@@ -499,9 +503,9 @@ def _steps_fit(ends: list[tuple], links: list[Fusion], c: int, state: _State) ->
         if way == "r" or state.sends_waited:
             grow[g] += len(peers)
     if state.sends_waited:
-        for f in links:
-            if (f.recv.gpu, c, f.recv.recv.src) not in state.pair_recv:
-                grow[f.recv.gpu] -= 1
+        for g, a, _ in pairings:
+            if (g, c, a) not in state.pair_recv:
+                grow[g] -= 1
     return all(state.waited.get(g, 0) + n <= MSCCL.max_depid + 1 for g, n in grow.items() if n > 0)
 
 
@@ -510,11 +514,28 @@ def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
     (the GPUs of a chain are distinct, so its own pairings cannot clash), and a new
     pairing takes no peer from a preferred pairing still open on the channel (but on a
     hot GPU's reserved channels)."""
-    plan = state.plan
-    for f in links:
-        g, a, b = f.recv.gpu, f.recv.recv.src, f.send.send.dst
-        if state.pair_recv.get((g, c, a), b) != b or state.pair_send.get((g, c, b), a) != a:
+    pairings = [_pairing(f) for f in links]
+    return _pairs_free(pairings, c, state) and _pairs_open(pairings, c, state)
+
+
+def _pairing(f: Fusion) -> _Pairing:
+    return f.recv.gpu, f.recv.recv.src, f.send.send.dst
+
+
+def _pairs_free(pairings: list[_Pairing], c: int, state: _State) -> bool:
+    """No pairing clashes with one made on channel ``c`` (a clash stays: pairings are
+    never undone)."""
+    pair_recv, pair_send = state.pair_recv, state.pair_send
+    for g, a, b in pairings:
+        if pair_recv.get((g, c, a), b) != b or pair_send.get((g, c, b), a) != a:
             return False
+    return True
+
+
+def _pairs_open(pairings: list[_Pairing], c: int, state: _State) -> bool:
+    """No new pairing takes a peer from a preferred pairing still open on channel ``c``."""
+    plan = state.plan
+    for g, a, b in pairings:
         if (g, c, a) in state.pair_recv or (g in plan.hot and (g + c) % RESERVE == 0):
             continue
         b2, a2 = plan.send_of.get((g, a), b), plan.recv_of.get((g, b), a)

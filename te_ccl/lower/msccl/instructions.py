@@ -199,26 +199,37 @@ def _staged_chunks(g: int, events: list[_Event], layout: Layout,
 def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
     """Receive/send pairs of one GPU that can run as one step (same value, nothing between)."""
     touching: dict[Slot, list[Instr]] = defaultdict(list)
+    received = []  # (receive, the slot it writes, its index among the slot's instructions)
     for ins in instrs:
+        receives = ins.op in _RECEIVES
         for slot in dict.fromkeys(ins.reads + ins.writes):
-            touching[slot].append(ins)
+            seq = touching[slot]
+            if receives and ins.writes == (slot,):
+                received.append((ins, slot, len(seq)))
+            seq.append(ins)
     chunks = layout.chunks
     found = []
-    for slot, seq in touching.items():
-        for i, (r, s) in enumerate(zip(seq, seq[1:], strict=False)):
-            if r.op not in (Op.RECV, Op.RECV_REDUCE_COPY) or s.op is not Op.SEND \
-                    or r.writes != (slot,) or s.reads != (slot,):
-                continue
-            if r.src is not None and r.src != slot and _touched_between(touching[r.src], r, s):
-                continue
-            delays = _waits_for_send(touching, r, s)
-            if r.op is Op.RECV:
-                found.append(Fusion(r, s, Op.RECV_COPY_SEND, delays))
-                continue
-            later = _read_later(seq[i + 2:], slot, slot == layout.out(r.gpu, chunks[r.chunk]))
-            op = Op.RECV_REDUCE_COPY_SEND if later else Op.RECV_REDUCE_SEND
-            found.append(Fusion(r, s, op, delays))
-    return sorted(found, key=lambda f: f.send.order)
+    for r, slot, i in received:
+        seq = touching[slot]
+        if i + 1 == len(seq):
+            continue
+        s = seq[i + 1]
+        if s.op is not Op.SEND or s.reads != (slot,):
+            continue
+        if r.src is not None and r.src != slot and _touched_between(touching[r.src], r, s):
+            continue
+        delays = _waits_for_send(touching, r, s)
+        if r.op is Op.RECV:
+            found.append(Fusion(r, s, Op.RECV_COPY_SEND, delays))
+            continue
+        later = _read_later(seq[i + 2:], slot, slot == layout.out(r.gpu, chunks[r.chunk]))
+        op = Op.RECV_REDUCE_COPY_SEND if later else Op.RECV_REDUCE_SEND
+        found.append(Fusion(r, s, op, delays))
+    return sorted(found, key=_SEND_ORDER)
+
+
+_RECEIVES = (Op.RECV, Op.RECV_REDUCE_COPY)
+_SEND_ORDER = attrgetter("send.order")
 
 
 def _waits_for_send(touching: dict[Slot, list[Instr]], r: Instr, s: Instr) -> bool:
