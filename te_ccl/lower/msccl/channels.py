@@ -277,14 +277,13 @@ def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion]
 def _orders(chain: list[Edge], links: list[Fusion], state: _State, first: int = 0
             ) -> list[tuple[Edge, int, int, _Lane]]:
     """(edge, sender order, receiver order, connections) of the chain's edges from index
-    ``first``."""
-    ends, out = state.ends, []
-    for i in range(first, len(chain)):
-        e = chain[i]
-        snd, rcv, lane = ends[e]
-        if i < len(links):
-            rcv = ends[links[i].send.send][0]
-        out.append((e, snd, rcv, lane))
+    ``first``; an edge fused by ``links[i]`` into the next is received at that one's send
+    order."""
+    ends = state.ends
+    out = [(e, *ends[e]) for e in chain[first:]]
+    for i in range(len(links) - first):
+        e, snd, _, lane = out[i]
+        out[i] = (e, snd, out[i + 1][1], lane)
     return out
 
 
@@ -388,16 +387,17 @@ def _parts(chain: list[Edge], links: list[Fusion], state: _State, last: bool = F
 
 
 def _fits(parts: _Parts, c: int, state: _State) -> bool:
-    """Does the chain fit channel ``c``? First the pairings its fused steps would clash
-    with (two lookups each; on a mesh what fails most), then the connections (on a busy
-    channel what fails: a link carrying many chunks at once fills their slots)."""
+    """Does the chain fit channel ``c``? Checked in the order in which they fail most
+    often: the first edge's connection (on a busy channel: a link carrying many chunks
+    at once fills its slots), the pairings its fused steps would clash with (on a mesh),
+    then the other connections, the preferred pairings and the thread blocks."""
     ends, pairings, edges = parts
-    if not _pairs_free(pairings, c, state):
-        return False
     depth = state.depth
-    for _, snd, rcv, lane in edges:
+    for k, (_, snd, rcv, lane) in enumerate(edges):
         conn = lane[c]
         if conn.snd and not _conn_fits(conn, snd, rcv, depth):
+            return False
+        if k == 0 and not _pairs_free(pairings, c, state):
             return False
     return _pairs_open(pairings, c, state) and _steps_fit(ends, pairings, c, state)
 
@@ -487,13 +487,16 @@ def _steps_fit(ends: list[tuple], pairings: list[_Pairing], c: int, state: _Stat
     refused by :func:`_pairs_fit`); new peers on the channel stay within ``max_peers``,
     and new thread blocks within the waited ones a GPU can have."""
     new: dict[tuple, set[int]] | None = None
+    budget, peers = state.budget, state.peers
     for g, recv, send in ends:
-        if _tb_steps(state, g, c, recv, send) >= state.budget:
+        if _tb_steps(state, g, c, recv, send) >= budget:
             return False
-        for peer, way in ((send, "s"), (recv, "r")):
-            if peer is not None and peer not in state.peers.get((g, c, way), ()):
-                new = new if new is not None else defaultdict(set)
-                new[(g, c, way)].add(peer)
+        if send is not None and send not in peers.get((g, c, "s"), ()):
+            new = new if new is not None else defaultdict(set)
+            new[(g, c, "s")].add(send)
+        if recv is not None and recv not in peers.get((g, c, "r"), ()):
+            new = new if new is not None else defaultdict(set)
+            new[(g, c, "r")].add(recv)
     if new is None:  # no new thread block (a new pairing only merges two)
         return True
     if any(len(state.peers.get(k, ())) + len(v) > MSCCL.max_peers for k, v in new.items()):
