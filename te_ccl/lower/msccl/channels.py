@@ -151,8 +151,7 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
         started[(head.src, head.dst)] += 1
         chain, links, c = [head], [], _first_channel(head, by_in, state, c0)
         used = {(head.src, head.dst)}
-        while chain[-1] in by_in:
-            link = by_in[chain[-1]]
+        while (link := by_in.get(chain[-1])) is not None:
             nxt = link.send.send
             longer, more = chain + [nxt], links + [link]
             if (nxt.src, nxt.dst) in used:  # a chain uses each connection once
@@ -212,12 +211,11 @@ def _plan(edges: tuple[Edge, ...], fusions: list[Fusion], favour: frozenset[int]
 def _first_channel(head: Edge, by_in: dict[Edge, Fusion], state: _State, first: int) -> int:
     """The first channel for a chain starting with ``head`` on which the hot GPUs of its
     path can fuse, else (or without any) the first that takes the head."""
-    ahead, e = [], head
-    while e in by_in:
-        f = by_in[e]
-        if f.recv.gpu in state.plan.hot:
+    ahead, f, hot = [], by_in.get(head), state.plan.hot
+    while f is not None:
+        if f.recv.gpu in hot:
             ahead.append(f)
-        e = f.send.send
+        f = by_in.get(f.send.send)
     if ahead:
         parts = _parts([head], [], state)
         for c in [*range(first, state.spread), *range(first)]:
