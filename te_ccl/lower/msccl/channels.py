@@ -79,15 +79,16 @@ class ChannelsExhausted(RuntimeLimitError):
 class _Conn:
     """The edges of one ``(src, dst, channel)``, sorted by send order (= receive order).
 
-    Orders are any values that compare like :mod:`instructions`' order tuples (the pass
-    packs them into ints, :func:`_order_keys`); ``hold`` maps the receive order of a fused
-    step to (when it frees its slot, the receive orders it holds up: those below), empty
-    where fused steps may hold up receives (:func:`_freed`, :func:`_held_up`)."""
+    Orders are ints that compare as :mod:`instructions`' order tuples do
+    (:func:`_order_keys`); ``hold`` maps the receive order of a fused step to (the order at
+    which it frees its slot, the bound below which a plain receive after it is held up),
+    and is empty where fused steps may hold up receives (:func:`_freed`, :func:`_held_up`).
+    """
 
-    snd: list = field(default_factory=list)
-    rcv: list = field(default_factory=list)
+    snd: list[int] = field(default_factory=list)
+    rcv: list[int] = field(default_factory=list)
     starts: set[int] = field(default_factory=set)
-    hold: dict = field(default_factory=dict)
+    hold: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 _EMPTY = _Conn()  # what a connection without edges holds (never written)
@@ -349,7 +350,7 @@ def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
                 last = recvs[-1]
                 if not last < rcv or (len(sends) >= depth
                                       and not _freed(recvs[-depth], hold) < snd) \
-                        or (last in hold and rcv not in hold and rcv < hold[last][1]):
+                        or _held_up(last, rcv, hold):
                     continue
             elif not _conn_fits(conn, snd, rcv, depth):
                 continue
@@ -400,7 +401,7 @@ def _fits(parts: _Parts, c: int, state: _State) -> bool:
     return _pairs_open(pairings, c, state) and _steps_fit(ends, pairings, c, state)
 
 
-def _conn_fits(conn: _Conn, snd, rcv, depth: int) -> bool:
+def _conn_fits(conn: _Conn, snd: int, rcv: int, depth: int) -> bool:
     """Can an edge with these orders join the connection (FIFO order and depth, and no
     receive held up by a fused step before it)? The most frequent call of the pass."""
     sends, recvs, hold = conn.snd, conn.rcv, conn.hold
@@ -447,7 +448,7 @@ def _conn_fits(conn: _Conn, snd, rcv, depth: int) -> bool:
     return True
 
 
-def _freed(rcv, hold: dict) -> object:
+def _freed(rcv: int, hold: dict[int, tuple[int, int]]) -> int:
     """When the receive of order ``rcv`` frees its slot of the connection: a plain
     receive at once, a fused step once its send has left its first link, if the
     connection's ``hold`` has it (for deadlock freedom its start is enough)."""
@@ -455,7 +456,7 @@ def _freed(rcv, hold: dict) -> object:
     return rcv if held is None else held[0]
 
 
-def _held_up(before, after, hold: dict) -> bool:
+def _held_up(before: int, after: int, hold: dict[int, tuple[int, int]]) -> bool:
     """Would the receive ``after`` wait for the fused step ``before`` in its thread block?
     A fused step is done once its send has left; a plain receive next in the thread block
     arriving before that would be taken late, and so would what waits for its value."""
@@ -482,7 +483,7 @@ def _steps_fit(ends: list[tuple], pairings: list[_Pairing], c: int, state: _Stat
                ) -> bool:
     """Each (GPU, recv peer, send peer) of a chain adds one step to one of its thread
     blocks (all different: a chain uses each connection once, and a clash of pairings is
-    refused by :func:`_pairs_fit`); new peers on the channel stay within ``max_peers``,
+    refused by :func:`_pairs_free`); new peers on the channel stay within ``max_peers``,
     and new thread blocks within the waited ones a GPU can have."""
     new: dict[tuple, set[int]] | None = None
     budget, peers = state.budget, state.peers
@@ -520,6 +521,7 @@ def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
 
 
 def _pairing(f: Fusion) -> _Pairing:
+    """(GPU, recv peer, send peer) of a fused step."""
     return f.recv.gpu, f.recv.recv.src, f.send.send.dst
 
 
