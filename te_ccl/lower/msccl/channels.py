@@ -516,8 +516,11 @@ def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
     (the GPUs of a chain are distinct, so its own pairings cannot clash), and a new
     pairing takes no peer from a preferred pairing still open on the channel (but on a
     hot GPU's reserved channels)."""
-    pairings = [_pairing(f) for f in links]
-    return _pairs_free(pairings, c, state) and _pairs_open(pairings, c, state)
+    for f in links:
+        pairing = [_pairing(f)]
+        if not (_pairs_free(pairing, c, state) and _pairs_open(pairing, c, state)):
+            return False
+    return True
 
 
 def _pairing(f: Fusion) -> _Pairing:
