@@ -77,14 +77,23 @@ class ChannelsExhausted(RuntimeLimitError):
 
 @dataclass
 class _Conn:
-    """The edges of one ``(src, dst, channel)``, sorted by send order (= receive order)."""
+    """The edges of one ``(src, dst, channel)``, sorted by send order (= receive order).
 
-    snd: list[tuple] = field(default_factory=list)
-    rcv: list[tuple] = field(default_factory=list)
+    Orders are ints that compare as :mod:`instructions`' order tuples do
+    (:func:`_order_keys`); ``hold`` maps the receive order of a fused step to (the order at
+    which it frees its slot, the bound below which a plain receive after it is held up),
+    and is empty where fused steps may hold up receives (:func:`_freed`, :func:`_held_up`).
+    """
+
+    snd: list[int] = field(default_factory=list)
+    rcv: list[int] = field(default_factory=list)
     starts: set[int] = field(default_factory=set)
+    hold: dict[int, tuple[int, int]] = field(default_factory=dict)
 
 
 _EMPTY = _Conn()  # what a connection without edges holds (never written)
+_Lane = list[_Conn]  # the connections of one (src, dst), one per channel
+_Ends = tuple[int, int, _Lane]  # an edge's send order, receive order and connections
 
 
 @dataclass
@@ -98,7 +107,8 @@ class _State:
     favour: frozenset[int] = frozenset()  # GPUs whose fusions may hold up their receives
     timed: bool = True  # False: any GPU's fusions may (the file cannot keep the timing)
     relayed: set[tuple[int, int]] = field(default_factory=set)  # (GPU, chunk) received
-    conns: dict[tuple, _Conn] = field(default_factory=lambda: defaultdict(_Conn))
+    ends: dict[Edge, _Ends] = field(default_factory=dict)  # every edge's orders, connections
+    hold: dict[int, tuple[int, int]] = field(default_factory=dict)  # see _Conn.hold
     sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
     recvs: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
     fused: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, a, b)
@@ -131,8 +141,9 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     by_out = {f.send.send for f in fusions}
     plan = _plan(edges, fusions, favour)
     spread = _spread(edges, budget, sends_waited)
+    ends, hold = _order_keys(edges, fusions)
     state = _State(budget, spread, sends_waited, depth, favour, timed,
-                   {(e.dst, e.chunk) for e in edges}, plan=plan)
+                   {(e.dst, e.chunk) for e in edges}, ends, hold, plan=plan)
     chan: dict[Edge, int] = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
@@ -141,13 +152,13 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
         started[(head.src, head.dst)] += 1
         chain, links, c = [head], [], _first_channel(head, by_in, state, c0)
         used = {(head.src, head.dst)}
-        while chain[-1] in by_in:
-            link = by_in[chain[-1]]
+        while (link := by_in.get(chain[-1])) is not None:
             nxt = link.send.send
             longer, more = chain + [nxt], links + [link]
             if (nxt.src, nxt.dst) in used:  # a chain uses each connection once
                 fits = None
-            elif c < state.spread and _fits(_parts(longer, more, last=True), c, state):
+            elif c < state.spread and _fits(_parts(longer, more, state, last=True), c,
+                                            state):
                 fits = c
             elif len(chain) <= MOVE_MAX_HOPS:  # long chains stay on their channel
                 fits = _first_fit(longer, more, state, c0, required=False)
@@ -201,14 +212,13 @@ def _plan(edges: tuple[Edge, ...], fusions: list[Fusion], favour: frozenset[int]
 def _first_channel(head: Edge, by_in: dict[Edge, Fusion], state: _State, first: int) -> int:
     """The first channel for a chain starting with ``head`` on which the hot GPUs of its
     path can fuse, else (or without any) the first that takes the head."""
-    ahead, e = [], head
-    while e in by_in:
-        f = by_in[e]
-        if f.recv.gpu in state.plan.hot:
+    ahead, f, hot = [], by_in.get(head), state.plan.hot
+    while f is not None:
+        if f.recv.gpu in hot:
             ahead.append(f)
-        e = f.send.send
+        f = by_in.get(f.send.send)
     if ahead:
-        parts = _parts([head], [])
+        parts = _parts([head], [], state)
         for c in [*range(first, state.spread), *range(first)]:
             if _pairs_fit(ahead, c, state) and _fits(parts, c, state):
                 return c
@@ -230,20 +240,49 @@ def _cut_before(chain: list[Edge], links: list[Fusion], link: Fusion, c: int, fi
     have reached its waited thread blocks), so rarely None after all."""
     two = [chain[-1], link.send.send]
     if _first_fit(two, [link], state, first, required=False, skip=c) is None \
-            or not _fits(_parts(chain[:-1], links[:-1]), c, state):
+            or not _fits(_parts(chain[:-1], links[:-1], state), c, state):
         return False, None
     _place(chain[:-1], links[:-1], c, state, chan)
     return True, _first_fit(two, [link], state, first, required=False, skip=c)
 
 
-def _orders(chain: list[Edge], links: list[Fusion], first: int = 0
-            ) -> list[tuple[Edge, tuple, tuple]]:
-    """(edge, sender order, receiver order) of the chain's edges from index ``first``."""
-    out = []
-    for i in range(first, len(chain)):
-        e = chain[i]
-        recv = send_order(links[i].send.send) if i < len(links) else recv_order(e)
-        out.append((e, send_order(e), recv))
+def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion]
+                ) -> tuple[dict[Edge, _Ends], dict[int, tuple[int, int]]]:
+    """Every edge's send and receive order (:func:`send_order`, :func:`recv_order`) as an
+    int that compares as the order tuple does, ``(time * 3 + kind) * n + i`` for the
+    edge's index ``i`` among the ``n`` sorted edges (hundreds of thousands of bisects and
+    comparisons then run on ints), the connections of its (src, dst) (:data:`_EMPTY`
+    until used), and for ``_Conn.hold`` per fused step's receive order (the send order of
+    its outgoing edge ``out``): the order ``(out.start + out.busy, 0, out)`` at which it
+    frees its slot, and the smallest order of a time not before ``out.arrive``."""
+    n = len(edges)
+    lanes: dict[tuple[int, int], _Lane] = {}
+    ends = {}
+    for i, e in enumerate(sorted(edges)):
+        lane = lanes.get((e.src, e.dst))
+        if lane is None:
+            lane = lanes[(e.src, e.dst)] = [_EMPTY] * MSCCL.max_channels
+        s_time, s_kind, _ = send_order(e)
+        r_time, r_kind, _ = recv_order(e)
+        ends[e] = ((s_time * 3 + s_kind) * n + i, (r_time * 3 + r_kind) * n + i, lane)
+    hold = {}
+    for f in fusions:
+        out = f.send.send
+        snd = ends[out][0]
+        hold[snd] = ((out.start + out.busy) * 3 * n + snd % n, out.arrive * 3 * n)
+    return ends, hold
+
+
+def _orders(chain: list[Edge], links: list[Fusion], state: _State, first: int = 0
+            ) -> list[tuple[Edge, int, int, _Lane]]:
+    """(edge, sender order, receiver order, connections) of the chain's edges from index
+    ``first``; an edge fused by ``links[i]`` into the next is received at that one's send
+    order."""
+    ends = state.ends
+    out = [(e, *ends[e]) for e in chain[first:]]
+    for i in range(len(links) - first):
+        e, snd, _, lane = out[i]
+        out[i] = (e, snd, out[i + 1][1], lane)
     return out
 
 
@@ -276,15 +315,14 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
     over the spread channels and then, for a single edge, the rest, preferring one
     without a same-epoch edge on its connections; None (or, if ``required``,
     :class:`ChannelsExhausted`) if none. Never channel ``skip``."""
-    fallback, parts = None, _parts(chain, links)
+    fallback, parts = None, _parts(chain, links, state)
     order = [*range(first, state.spread), *range(first)]
     if len(chain) == 1:  # only single edges go beyond the spread channels
         order += range(state.spread, MSCCL.max_channels)
         return _first_fit_edge(chain[0], parts, state, order, required, skip)
     for c in order:
         if c != skip and _fits(parts, c, state):
-            if all(e.epoch not in state.conns.get((e.src, e.dst, c), _EMPTY).starts
-                   for e in chain):
+            if all(e.epoch not in lane[c].starts for e, _, _, lane in parts[2]):
                 return c
             fallback = c if fallback is None else fallback
     if fallback is None and required:
@@ -299,25 +337,26 @@ def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
     """:func:`_first_fit` of a single edge, the most frequent call: the connection's
     FIFO order and depth, inlined where the edge is appended (most channels tried fail
     there), then the thread-block budget."""
-    fallback, (ends, _, ((_, snd, rcv),)) = None, parts
-    conns, depth = state.conns, state.depth
-    timed = state.timed and e.dst not in state.favour
+    fallback, (ends, _, ((e, snd, rcv, lane),)) = None, parts
+    depth = state.depth
     for c in order:
         if c == skip:
             continue
-        conn = conns.get((e.src, e.dst, c))
-        if conn is not None and conn.snd:
-            if conn.snd[-1] < snd:
-                last = conn.rcv[-1]
-                if not last < rcv or (len(conn.snd) >= depth
-                                      and not _freed(conn.rcv[-depth], timed) < snd) \
-                        or (timed and last[1] == 1 and rcv[1] != 1 and rcv[0] < last[2].arrive):
+        conn = lane[c]
+        sends = conn.snd
+        if sends:
+            if sends[-1] < snd:
+                recvs, hold = conn.rcv, conn.hold
+                last = recvs[-1]
+                if not last < rcv or (len(sends) >= depth
+                                      and not _freed(recvs[-depth], hold) < snd) \
+                        or _held_up(last, rcv, hold):
                     continue
-            elif not _conn_fits(conn, snd, rcv, depth, timed):
+            elif not _conn_fits(conn, snd, rcv, depth):
                 continue
         if not _steps_fit(ends, [], c, state):
             continue
-        if conn is None or e.epoch not in conn.starts:
+        if e.epoch not in conn.starts:
             return c
         fallback = c if fallback is None else fallback
     if fallback is None and required:
@@ -326,87 +365,103 @@ def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
     return fallback
 
 
-_Parts = tuple[list[tuple], list[Fusion], list[tuple[Edge, tuple, tuple]]]
+_Pairing = tuple[int, int, int]  # (GPU, recv peer, send peer) of a fused step
+_Parts = tuple[list[tuple], list[_Pairing], list[tuple[Edge, int, int, _Lane]]]
 
 
-def _parts(chain: list[Edge], links: list[Fusion], last: bool = False) -> _Parts:
+def _parts(chain: list[Edge], links: list[Fusion], state: _State, last: bool = False
+           ) -> _Parts:
     """What a chain adds to a channel: (GPU, recv peer, send peer) of each of its steps,
-    its fusions, and (edge, send order, receive order) of its edges. With ``last``, only
-    what its last hop changed (the rest was found to fit on the channel already)."""
+    the :func:`_pairing` of its fusions, and :func:`_orders` of its edges. With ``last``,
+    only what its last hop changed (the rest was found to fit on the channel already)."""
     if last:
         ends = [(chain[-1].dst, chain[-1].src, None)]
-        edges = _orders(chain, links, len(chain) - 2)
+        edges = _orders(chain, links, state, len(chain) - 2)
         links = links[-1:]
     else:
         ends = [(chain[0].src, None, chain[0].dst), (chain[-1].dst, chain[-1].src, None)]
-        edges = _orders(chain, links)
-    ends += [(f.recv.gpu, f.recv.recv.src, f.send.send.dst) for f in links]
-    return ends, links, edges
+        edges = _orders(chain, links, state)
+    pairings = [_pairing(f) for f in links]
+    return ends + pairings, pairings, edges
 
 
 def _fits(parts: _Parts, c: int, state: _State) -> bool:
-    """Does the chain fit channel ``c``? The connections first: on a busy channel they
-    are what fails (a link carrying many chunks at once fills their slots), and they
-    are the cheapest to look at."""
-    ends, links, edges = parts
-    conns, depth, timed, favour = state.conns, state.depth, state.timed, state.favour
-    for e, snd, rcv in edges:
-        conn = conns.get((e.src, e.dst, c))
-        if conn is not None and conn.snd and not _conn_fits(
-                conn, snd, rcv, depth, timed and e.dst not in favour):
+    """Does the chain fit channel ``c``? Checked in the order in which they fail most
+    often: the first edge's connection (on a busy channel: a link carrying many chunks
+    at once fills its slots), the pairings its fused steps would clash with (on a mesh),
+    then the other connections, the preferred pairings and the thread blocks."""
+    ends, pairings, edges = parts
+    depth = state.depth
+    for k, (_, snd, rcv, lane) in enumerate(edges):
+        conn = lane[c]
+        if conn.snd and not _conn_fits(conn, snd, rcv, depth):
             return False
-    return _pairs_fit(links, c, state) and _steps_fit(ends, links, c, state)
+        if k == 0 and not _pairs_free(pairings, c, state):
+            return False
+    return _pairs_open(pairings, c, state) and _steps_fit(ends, pairings, c, state)
 
 
-def _conn_fits(conn: _Conn, snd: tuple, rcv: tuple, depth: int, timed: bool = True) -> bool:
-    """Can an edge with these orders join the connection (FIFO order and depth, and if
-    ``timed`` no receive held up by a fused step before it)? The most frequent call of
-    the pass: :func:`_freed` and :func:`_held_up` are inlined."""
-    sends, recvs = conn.snd, conn.rcv
+def _conn_fits(conn: _Conn, snd: int, rcv: int, depth: int) -> bool:
+    """Can an edge with these orders join the connection (FIFO order and depth, and no
+    receive held up by a fused step before it)? The most frequent call of the pass."""
+    sends, recvs, hold = conn.snd, conn.rcv, conn.hold
     n = len(sends)
     if not n:
         return True
+    # :func:`_freed` and :func:`_held_up` inlined
     if sends[-1] < snd:  # appended (the usual case for a chain's first edge)
         last = recvs[-1]
-        return last < rcv and (n < depth or _freed(recvs[-depth], timed) < snd) \
-            and not (timed and _held_up(last, rcv))
+        if not last < rcv:
+            return False
+        if n >= depth:
+            freed = recvs[-depth]
+            held = hold.get(freed)
+            if not (freed if held is None else held[0]) < snd:
+                return False
+        held = hold.get(last)
+        return held is None or not rcv < held[1] or rcv in hold
     i = bisect_left(sends, snd)
     after = recvs[i]
     if after < rcv or (i > 0 and recvs[i - 1] > rcv):
         return False
-    if timed and ((rcv[1] == 1 and after[1] != 1 and after[0] < rcv[2].arrive)
-                  or (i > 0 and _held_up(recvs[i - 1], rcv))):
+    own = hold.get(rcv)
+    if own is None:
+        freed = rcv
+        if i > 0:
+            held = hold.get(recvs[i - 1])
+            if held is not None and rcv < held[1]:
+                return False
+    else:
+        freed = own[0]
+        if after < own[1] and after not in hold:
+            return False
+    # the message ``depth`` places earlier must be received before one is sent: the
+    # pairs that the insertion at ``i`` makes ``depth`` apart, from the edge itself, to
+    # it, and across it
+    if i + depth - 1 < n and not freed < sends[i + depth - 1]:
         return False
-    lo, hi = max(0, i - depth), min(n, i + depth)
-    s = sends[lo:i] + [snd] + sends[i:hi]
-    r = recvs[lo:i] + [rcv] + recvs[i:hi]
-    # the message ``depth`` places earlier must be received before this one is sent
-    for k in range(depth, len(s)):
-        freed = r[k - depth]
-        if timed and freed[1] == 1:
-            out = freed[2]
-            freed = (out.start + out.busy, 0, out)
-        if not freed < s[k]:
+    if i >= depth and not _freed(recvs[i - depth], hold) < snd:
+        return False
+    for k in range(max(0, i - depth + 1), min(i, n - depth + 1)):
+        if not _freed(recvs[k], hold) < sends[k + depth - 1]:
             return False
     return True
 
 
-def _freed(rcv: tuple, timed: bool) -> tuple:
+def _freed(rcv: int, hold: dict[int, tuple[int, int]]) -> int:
     """When the receive of order ``rcv`` frees its slot of the connection: a plain
-    receive at once, a fused step (``(start, 1, outgoing edge)``) once its send has left
-    its first link, if ``timed`` (for deadlock freedom its start is enough)."""
-    if timed and rcv[1] == 1:
-        out = rcv[2]
-        return (out.start + out.busy, 0, out)
-    return rcv
+    receive at once, a fused step once its send has left its first link, if the
+    connection's ``hold`` has it (for deadlock freedom its start is enough)."""
+    held = hold.get(rcv)
+    return rcv if held is None else held[0]
 
 
-def _held_up(before: tuple, after: tuple) -> bool:
+def _held_up(before: int, after: int, hold: dict[int, tuple[int, int]]) -> bool:
     """Would the receive ``after`` wait for the fused step ``before`` in its thread block?
-    A fused step (receive order ``(start, 1, outgoing edge)``) is done once its send has
-    left; a plain receive (``(arrive, 0 or 2, edge)``) next in the thread block arriving
-    before that would be taken late, and so would what waits for its value."""
-    return before[1] == 1 and after[1] != 1 and after[0] < before[2].arrive
+    A fused step is done once its send has left; a plain receive next in the thread block
+    arriving before that would be taken late, and so would what waits for its value."""
+    held = hold.get(before)
+    return held is not None and after not in hold and after < held[1]
 
 
 def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None) -> int:
@@ -424,19 +479,23 @@ def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None)
     return steps
 
 
-def _steps_fit(ends: list[tuple], links: list[Fusion], c: int, state: _State) -> bool:
+def _steps_fit(ends: list[tuple], pairings: list[_Pairing], c: int, state: _State
+               ) -> bool:
     """Each (GPU, recv peer, send peer) of a chain adds one step to one of its thread
     blocks (all different: a chain uses each connection once, and a clash of pairings is
-    refused by :func:`_pairs_fit`); new peers on the channel stay within ``max_peers``,
+    refused by :func:`_pairs_free`); new peers on the channel stay within ``max_peers``,
     and new thread blocks within the waited ones a GPU can have."""
     new: dict[tuple, set[int]] | None = None
+    budget, peers = state.budget, state.peers
     for g, recv, send in ends:
-        if _tb_steps(state, g, c, recv, send) >= state.budget:
+        if _tb_steps(state, g, c, recv, send) >= budget:
             return False
-        for peer, way in ((send, "s"), (recv, "r")):
-            if peer is not None and peer not in state.peers.get((g, c, way), ()):
-                new = new if new is not None else defaultdict(set)
-                new[(g, c, way)].add(peer)
+        if send is not None and send not in peers.get((g, c, "s"), ()):
+            new = new if new is not None else defaultdict(set)
+            new[(g, c, "s")].add(send)
+        if recv is not None and recv not in peers.get((g, c, "r"), ()):
+            new = new if new is not None else defaultdict(set)
+            new[(g, c, "r")].add(recv)
     if new is None:  # no new thread block (a new pairing only merges two)
         return True
     if any(len(state.peers.get(k, ())) + len(v) > MSCCL.max_peers for k, v in new.items()):
@@ -446,9 +505,9 @@ def _steps_fit(ends: list[tuple], links: list[Fusion], c: int, state: _State) ->
         if way == "r" or state.sends_waited:
             grow[g] += len(peers)
     if state.sends_waited:
-        for f in links:
-            if (f.recv.gpu, c, f.recv.recv.src) not in state.pair_recv:
-                grow[f.recv.gpu] -= 1
+        for g, a, _ in pairings:
+            if (g, c, a) not in state.pair_recv:
+                grow[g] -= 1
     return all(state.waited.get(g, 0) + n <= MSCCL.max_depid + 1 for g, n in grow.items() if n > 0)
 
 
@@ -457,11 +516,32 @@ def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
     (the GPUs of a chain are distinct, so its own pairings cannot clash), and a new
     pairing takes no peer from a preferred pairing still open on the channel (but on a
     hot GPU's reserved channels)."""
-    plan = state.plan
     for f in links:
-        g, a, b = f.recv.gpu, f.recv.recv.src, f.send.send.dst
-        if state.pair_recv.get((g, c, a), b) != b or state.pair_send.get((g, c, b), a) != a:
+        pairing = [_pairing(f)]
+        if not (_pairs_free(pairing, c, state) and _pairs_open(pairing, c, state)):
             return False
+    return True
+
+
+def _pairing(f: Fusion) -> _Pairing:
+    """(GPU, recv peer, send peer) of a fused step."""
+    return f.recv.gpu, f.recv.recv.src, f.send.send.dst
+
+
+def _pairs_free(pairings: list[_Pairing], c: int, state: _State) -> bool:
+    """No pairing clashes with one made on channel ``c`` (a clash stays: pairings are
+    never undone)."""
+    pair_recv, pair_send = state.pair_recv, state.pair_send
+    for g, a, b in pairings:
+        if pair_recv.get((g, c, a), b) != b or pair_send.get((g, c, b), a) != a:
+            return False
+    return True
+
+
+def _pairs_open(pairings: list[_Pairing], c: int, state: _State) -> bool:
+    """No new pairing takes a peer from a preferred pairing still open on channel ``c``."""
+    plan = state.plan
+    for g, a, b in pairings:
         if (g, c, a) in state.pair_recv or (g in plan.hot and (g + c) % RESERVE == 0):
             continue
         b2, a2 = plan.send_of.get((g, a), b), plan.recv_of.get((g, b), a)
@@ -478,8 +558,11 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
     a ``nop``, which the budget would otherwise only meet in the dependency pass)."""
     head = chain[0]
     state.sends[(head.src, c, head.dst)] += (head.src, head.chunk) in state.relayed
-    for e, snd, rcv in _orders(chain, links):
-        conn = state.conns[(e.src, e.dst, c)]
+    for e, snd, rcv, lane in _orders(chain, links, state):
+        conn = lane[c]
+        if conn is _EMPTY:
+            conn = lane[c] = _Conn(hold=state.hold if state.timed and e.dst not in state.favour
+                                   else {})
         if conn.snd and snd < conn.snd[-1]:
             i = bisect_left(conn.snd, snd)
             conn.snd.insert(i, snd)

@@ -12,13 +12,15 @@ XML's GPU ids); a path through a GPU outside the collective cannot be expressed 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
+from operator import attrgetter
 from typing import NamedTuple
 
 from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.model.epochs import ceil_tol
-from te_ccl.schedule import Schedule, Transfer
+from te_ccl.schedule import Schedule
 
 __all__ = ["Edge", "collapse_switches", "with_final"]
 
@@ -69,6 +71,7 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
     index = {n.name: i for i, n in enumerate(topo.nodes)}
     busy: dict[tuple[str, str], int] = {}
     per_epoch = schedule.chunk_bytes / schedule.epoch_s  # bandwidth of one chunk an epoch
+    last_sent = _last_sends((pos.get(t.src), t.chunk, t.start_epoch) for t, _ in raw)
     edges = []
     for seq, (first, last) in enumerate(checked(raw, LOWERING)):
         for gpu in (first.src, last.dst):
@@ -81,25 +84,35 @@ def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
         if key not in busy:
             busy[key] = ceil_tol(per_epoch / topo.link(*key).bandwidth_Bps)
         left = min(busy[key], first.arrive_epoch - first.start_epoch)  # gone when it arrives
+        dst = pos[last.dst]
+        final = last_sent.get((dst, first.chunk), -1) < last.arrive_epoch  # as with_final
         edges.append(Edge(first.start_epoch, last.arrive_epoch, first.chunk, pos[first.src],
-                          pos[last.dst], seq, last.op, via, max(1, left), False,
-                          first.start_epoch))
-    return tuple(sorted(with_final(edges)))
+                          dst, seq, last.op, via, max(1, left), final, first.start_epoch))
+    return tuple(sorted(edges))
 
 
 def with_final(edges: list[Edge]) -> list[Edge]:
     """``edges`` with ``final`` set from their times: the receiver sends the chunk on at
     or after it arrives, else the edge is a delivery."""
-    last_sent: dict[tuple[int, int], int] = {}  # (GPU, chunk) -> its last send's start
-    for e in edges:
-        key = (e.src, e.chunk)
-        last_sent[key] = max(last_sent.get(key, -1), e.start)
-    return [e._replace(final=last_sent.get((e.dst, e.chunk), -1) < e.arrive) for e in edges]
+    last_sent = _last_sends((e.src, e.chunk, e.start) for e in edges)
+    make, i = Edge._make, _FINAL  # what ``_replace`` does, without its per-field calls
+    return [make(e[:i] + (last_sent.get((e.dst, e.chunk), -1) < e.arrive,) + e[i + 1:])
+            for e in edges]
 
 
-def _fields(t: Transfer) -> tuple:
-    """``t``'s sort key (the dataclass order, built once per transfer instead of per compare)."""
-    return (t.chunk, t.src, t.dst, t.start_epoch, t.arrive_epoch, t.op)
+_FINAL = Edge._fields.index("final")
+
+
+def _last_sends(sends: Iterable[tuple[int | None, int, int]]) -> dict[tuple[int, int], int]:
+    """(GPU, chunk) -> the start of its last send, from (GPU, chunk, start) of every send."""
+    last_sent: dict[tuple[int, int], int] = {}
+    for g, chunk, start in sends:
+        if last_sent.get((g, chunk), -1) < start:
+            last_sent[(g, chunk)] = start
+    return last_sent
+
+# ``t``'s sort key (the dataclass order, built once per transfer instead of per compare)
+_fields = attrgetter("chunk", "src", "dst", "start_epoch", "arrive_epoch", "op")
 
 
 def _path_ends(i: int, schedule: Schedule, feeds: dict[int, list[int]]) -> list[int]:

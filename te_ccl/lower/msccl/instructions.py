@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 from te_ccl.collective.model import Chunk
@@ -30,10 +31,11 @@ from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.ir import LOWERING, Op, Slot
 from te_ccl.runtime_limits import MSCCL
 
-__all__ = ["Instr", "Fusion", "recv_order", "send_order", "build_instructions",
-           "fusion_candidates", "apply_fusions"]
+__all__ = ["Instr", "Fusion", "recv_order", "send_order", "packed_order",
+           "build_instructions", "fusion_candidates", "apply_fusions"]
 
 _END = 1 << 62  # order time of the final copies, after every transfer
+_ORDER = attrgetter("order")
 
 
 class Instr(NamedTuple):
@@ -80,27 +82,43 @@ def send_order(e: Edge) -> tuple:
     return (e.start, 1, e)
 
 
+def packed_order(order: tuple, index: int, n: int) -> int:
+    """An edge's order ``(time, kind, edge)`` as an int that compares as the tuple does,
+    given the edge's ``index`` among the ``n`` sorted edges: sorting and comparing ints
+    runs in C, tuples that tie on time compare their edges field by field."""
+    time, kind, _ = order
+    return (time * 3 + kind) * n + index
+
+
+_Event = tuple[int, tuple, Edge]  # (packed order, order, edge)
+
+
 def build_instructions(edges: tuple[Edge, ...], layout: Layout) -> dict[int, list[Instr]]:
     """Unfused instructions of every GPU position, sorted by ``order``."""
-    events: dict[int, list[tuple[tuple, Edge]]] = defaultdict(list)
-    for e in edges:
-        events[e.src].append((send_order(e), e))
-        events[e.dst].append((recv_order(e), e))
+    events: dict[int, list[_Event]] = defaultdict(list)
+    n = len(edges)
+    for i, e in enumerate(sorted(edges)):
+        order = send_order(e)
+        events[e.src].append((packed_order(order, i, n), order, e))
+        order = recv_order(e)
+        events[e.dst].append((packed_order(order, i, n), order, e))
     chunks = layout.chunks
-    return {g: _gpu_instructions(g, sorted(events.pop(g, [])), layout, chunks)
+    by_key = itemgetter(0)
+    return {g: _gpu_instructions(g, sorted(events.pop(g, []), key=by_key), layout, chunks)
             for g in checked(range(layout.collective.nranks),
                              LOWERING, every=1)}
 
 
-def _gpu_instructions(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
+def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
                       chunks: tuple[Chunk, ...]) -> list[Instr]:
     rank = layout.collective.ranks[g]
     home = {c.id: layout.home(g, c) for c in chunks}
+    outs = {c.id: layout.out(g, c) for c in chunks}
     cur = {k: s for k, s in home.items() if s is not None}
     # out of place, outputs (o) and the slots read by sends (i) never overlap
     staged = _staged_chunks(g, events, layout, chunks) if layout.overwrites_inputs else set()
     out: list[Instr] = []
-    for order, e in events:
+    for _, order, e in events:
         k = e.chunk
         if order[1] == 1:
             if k not in cur:
@@ -108,7 +126,7 @@ def _gpu_instructions(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
                                  "holds it")
             out.append(Instr(g, Op.SEND, k, order, src=cur[k], send=e, reads=(cur[k],)))
             continue
-        target = layout.out(g, chunks[k])
+        target = outs[k]
         work = scratch_slot(k) if target is None or k in staged else target
         if e.op == "reduce" and k in cur:
             out.append(Instr(g, Op.RECV_REDUCE_COPY, k, order, src=cur[k], dst=work, recv=e,
@@ -118,7 +136,7 @@ def _gpu_instructions(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
         cur[k] = work
     kept: list[tuple[int, Slot, Slot]] = []  # chunks the rank holds from the start
     for c in chunks:
-        target = layout.out(g, c)
+        target = outs[c.id]
         if target is None or cur.get(c.id) == target:
             continue
         if c.id not in cur:
@@ -129,7 +147,7 @@ def _gpu_instructions(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
         out.append(Instr(g, Op.COPY, c.id, (_END, 0, (c.id,)), src=cur[c.id], dst=target,
                          reads=(cur[c.id],), writes=(target,)))
     out += _first_copies(g, kept)
-    return sorted(out, key=lambda i: i.order)
+    return sorted(out, key=_ORDER)
 
 
 def _first_copies(g: int, kept: list[tuple[int, Slot, Slot]]) -> list[Instr]:
@@ -154,7 +172,7 @@ def _follows(a: Slot, b: Slot) -> bool:
     return a.buf is b.buf and b.index == a.index + 1
 
 
-def _staged_chunks(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
+def _staged_chunks(g: int, events: list[_Event], layout: Layout,
                    chunks: tuple[Chunk, ...]) -> set[int]:
     """Chunks whose output slot holds another chunk still to be sent when they arrive.
 
@@ -162,7 +180,7 @@ def _staged_chunks(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
     """
     last_read: dict[Slot, tuple] = {}
     first_write: dict[int, tuple] = {}
-    for order, e in events:
+    for _, order, e in events:
         if order[1] == 1:
             h = layout.home(g, chunks[e.chunk])
             if h is not None:
@@ -181,26 +199,37 @@ def _staged_chunks(g: int, events: list[tuple[tuple, Edge]], layout: Layout,
 def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
     """Receive/send pairs of one GPU that can run as one step (same value, nothing between)."""
     touching: dict[Slot, list[Instr]] = defaultdict(list)
+    received = []  # (receive, the slot it writes, its index among the slot's instructions)
     for ins in instrs:
+        receives = ins.op in _RECEIVES
         for slot in dict.fromkeys(ins.reads + ins.writes):
-            touching[slot].append(ins)
+            seq = touching[slot]
+            if receives and ins.writes == (slot,):
+                received.append((ins, slot, len(seq)))
+            seq.append(ins)
     chunks = layout.chunks
     found = []
-    for slot, seq in touching.items():
-        for i, (r, s) in enumerate(zip(seq, seq[1:], strict=False)):
-            if r.op not in (Op.RECV, Op.RECV_REDUCE_COPY) or s.op is not Op.SEND \
-                    or r.writes != (slot,) or s.reads != (slot,):
-                continue
-            if r.src is not None and r.src != slot and _touched_between(touching[r.src], r, s):
-                continue
-            delays = _waits_for_send(touching, r, s)
-            if r.op is Op.RECV:
-                found.append(Fusion(r, s, Op.RECV_COPY_SEND, delays))
-                continue
-            later = _read_later(seq[i + 2:], slot, slot == layout.out(r.gpu, chunks[r.chunk]))
-            op = Op.RECV_REDUCE_COPY_SEND if later else Op.RECV_REDUCE_SEND
-            found.append(Fusion(r, s, op, delays))
-    return sorted(found, key=lambda f: f.send.order)
+    for r, slot, i in received:
+        seq = touching[slot]
+        if i + 1 == len(seq):
+            continue
+        s = seq[i + 1]
+        if s.op is not Op.SEND or s.reads != (slot,):
+            continue
+        if r.src is not None and r.src != slot and _touched_between(touching[r.src], r, s):
+            continue
+        delays = _waits_for_send(touching, r, s)
+        if r.op is Op.RECV:
+            found.append(Fusion(r, s, Op.RECV_COPY_SEND, delays))
+            continue
+        later = _read_later(seq[i + 2:], slot, slot == layout.out(r.gpu, chunks[r.chunk]))
+        op = Op.RECV_REDUCE_COPY_SEND if later else Op.RECV_REDUCE_SEND
+        found.append(Fusion(r, s, op, delays))
+    return sorted(found, key=_SEND_ORDER)
+
+
+_RECEIVES = (Op.RECV, Op.RECV_REDUCE_COPY)
+_SEND_ORDER = attrgetter("send.order")
 
 
 def _waits_for_send(touching: dict[Slot, list[Instr]], r: Instr, s: Instr) -> bool:
@@ -209,7 +238,7 @@ def _waits_for_send(touching: dict[Slot, list[Instr]], r: Instr, s: Instr) -> bo
     arrival: a step touching its slots before the send arrives would start late."""
     for slot in dict.fromkeys(r.reads + r.writes):
         seq = touching[slot]
-        i = bisect_right(seq, s.order, key=lambda x: x.order)
+        i = bisect_right(seq, s.order, key=_ORDER)
         if i < len(seq) and seq[i].order[0] < s.send.arrive:
             return True
     return False
@@ -217,7 +246,7 @@ def _waits_for_send(touching: dict[Slot, list[Instr]], r: Instr, s: Instr) -> bo
 
 def _touched_between(seq: list[Instr], a: Instr, b: Instr) -> bool:
     """Does an instruction of ``seq`` (sorted by order) lie strictly between ``a`` and ``b``?"""
-    i = bisect_right(seq, a.order, key=lambda x: x.order)
+    i = bisect_right(seq, a.order, key=_ORDER)
     return i < len(seq) and seq[i].order < b.order
 
 
@@ -237,7 +266,7 @@ def apply_fusions(instrs: list[Instr], fusions: list[Fusion]) -> list[Instr]:
         return instrs
     gone = {id(f.recv) for f in fusions} | {id(f.send) for f in fusions}  # by identity:
     fused = [_fuse(f) for f in fusions]  # hashing an order hashes its edge's fields
-    return sorted([i for i in instrs if id(i) not in gone] + fused, key=lambda i: i.order)
+    return sorted([i for i in instrs if id(i) not in gone] + fused, key=_ORDER)
 
 
 def _fuse(f: Fusion) -> Instr:
