@@ -81,31 +81,38 @@ def _slots(schedule: Schedule) -> tuple[dict[str, set[int]], dict[str, set[int]]
         for r in c.destinations + (() if c.reduce else c.sources):
             slots[topo.gpu(r)].add(c.out_index)
             wanted[topo.gpu(r)].add(c.id)
+    gpus = set(topo.gpus)
     scratch: dict[str, set[int]] = defaultdict(set)
     for t in schedule.transfers:
-        if topo.node(t.dst).is_gpu and t.chunk not in wanted[t.dst]:
+        if t.dst in gpus and t.chunk not in wanted[t.dst]:
             scratch[t.dst].add(t.chunk)
     return slots, scratch
 
 
-def buffer_bytes(schedule: Schedule) -> dict[str, int]:
-    """Bytes each participating GPU holds when done: output slots plus relay scratch."""
+def _buffers(schedule: Schedule) -> tuple[dict[str, float], dict[str, float]]:
+    """Per participating GPU: the bytes it holds when done, and those of relay scratch."""
     slots, scratch = _slots(schedule)
     gpus = [schedule.topology.gpu(r) for r in schedule.collective.ranks]
-    return {g: (len(slots[g]) + len(scratch[g])) * schedule.chunk_bytes for g in gpus}
+    chunk = schedule.chunk_bytes
+    return ({g: (len(slots[g]) + len(scratch[g])) * chunk for g in gpus},
+            {g: len(scratch[g]) * chunk for g in gpus})
+
+
+def buffer_bytes(schedule: Schedule) -> dict[str, int]:
+    """Bytes each participating GPU holds when done: output slots plus relay scratch."""
+    return _buffers(schedule)[0]
 
 
 def scratch_bytes(schedule: Schedule) -> dict[str, int]:
     """Bytes of relay scratch each participating GPU needs (MSCCL's ``s_chunks``)."""
-    _, scratch = _slots(schedule)
-    gpus = [schedule.topology.gpu(r) for r in schedule.collective.ranks]
-    return {g: len(scratch[g]) * schedule.chunk_bytes for g in gpus}
+    return _buffers(schedule)[1]
 
 
 def buffer_summary(schedule: Schedule) -> dict[str, Any]:
     """The buffer keys of ``teccl compile --json``: per GPU and the largest of each."""
-    total = {g: round(b) for g, b in buffer_bytes(schedule).items()}  # whole bytes: chunks
-    scratch = {g: round(b) for g, b in scratch_bytes(schedule).items()}  # may be fractional
+    held, relayed = _buffers(schedule)
+    total = {g: round(b) for g, b in held.items()}  # whole bytes: chunks
+    scratch = {g: round(b) for g, b in relayed.items()}  # may be fractional
     return {"buffer_bytes": total, "max_buffer_bytes": max(total.values(), default=0),
             "scratch_bytes": scratch, "peak_scratch_bytes": max(scratch.values(), default=0)}
 
