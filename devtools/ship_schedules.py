@@ -160,8 +160,8 @@ def _isolated(topo: Topology, kind: str, out_dir: Path, limit_s: float, hard_s: 
 
 
 def within_budget(entry: dict, out_dir: Path, max_file_bytes: int) -> dict:
-    """``entry``, or a skipped one (its files removed) if one of its files is larger than
-    ``max_file_bytes``: the size budget that keeps schedules/ small enough to commit."""
+    """``entry`` itself, or a skipped one (its files removed) if one of its files is larger
+    than ``max_file_bytes``: the size budget that keeps schedules/ small enough to commit."""
     if entry["status"] != "ok":
         return entry
     sizes = {name: (out_dir / name).stat().st_size for name in entry["files"]}
@@ -170,10 +170,8 @@ def within_budget(entry: dict, out_dir: Path, max_file_bytes: int) -> dict:
         return entry
     for f in entry["files"]:
         (out_dir / f).unlink(missing_ok=True)
-    return {**_skipped_by_name(entry, f"over the size budget: {name} is "
-                                      f"{largest / 2**20:.1f} MiB, the budget is "
-                                      f"{max_file_bytes / 2**10:.0f} KiB per file"),
-            "over_budget": True}
+    return _skipped_by_name(entry, f"over the size budget: {name} is {largest / 2**20:.1f} MiB, "
+                                   f"the budget is {max_file_bytes / 2**10:.0f} KiB per file")
 
 
 def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0,
@@ -197,11 +195,10 @@ def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0
             entry = _isolated(topo, kind, out_dir, limit, hard_s)
         else:  # few sub-chunks first, whole chunks (the smallest files) if still too large
             for cap in BUDGET_SUBCHUNKS:
-                entry = within_budget(_isolated(topo, kind, out_dir, limit, hard_s,
-                                                max_subchunks=cap), out_dir, max_file_bytes)
-                if not entry.get("over_budget"):
+                shipped = _isolated(topo, kind, out_dir, limit, hard_s, max_subchunks=cap)
+                entry = within_budget(shipped, out_dir, max_file_bytes)
+                if entry is shipped:  # within the budget, or not shipped at all
                     break
-            entry.pop("over_budget", None)
         if entry["status"] != "ok":
             for stale in (f"{kind}.xml", f"{kind}.inplace.xml", f"{kind}.json"):
                 (out_dir / topo.name / stale).unlink(missing_ok=True)
