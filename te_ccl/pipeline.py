@@ -265,6 +265,8 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
                                  min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
         schedule, data = render_fitting(item.schedule, options, params, progress, timer)
         write_atomic(options.output, data)
+        if fmt == "xml":
+            timer.replay_written(schedule, data)
         bound = lower_bound(topology, schedule.collective)
         schedule = schedule.with_info(notes=schedule.info.notes
                                       + _compile_notes(topology, schedule, timer))
@@ -408,6 +410,9 @@ class Timer:
                 or self._timed_by_xml(schedule):
             yield
             return
+        if self._replay is not None:  # one not taken up by replay_written is not wanted
+            self._replay[1].cancel()
+            self._replay = None
         job = in_background(xml_replay, schedule, data)
         try:
             yield
