@@ -83,6 +83,17 @@ def test_target_rows_say_which_chunking_was_picked():
         "1.010, epochs 1.111, 4 chunk(s)/GPU in")
 
 
+def test_a_target_timed_without_a_file_says_by_what():
+    t = by_name(evaluate_targets([row("teccl", 1.004, size=2**30, topo="mesh32x32", ngpus=1024,
+                                      measured_by="epoch model")]))
+    target = t["mesh32x32 allgather 1 GiB"]
+    assert target.measured.startswith("epoch model 1.004")
+    assert "bench-xml" in target.goal
+    t = by_name(evaluate_targets([row("teccl", 1.004, size=2**30, topo="mesh32x32", ngpus=1024,
+                                      measured_by="xml replay")]))
+    assert "bench-xml" not in t["mesh32x32 allgather 1 GiB"].goal
+
+
 def test_xml_loss_target_names_the_worst_row():
     rows = [row("teccl", 1.0, xml_ratio=1.004), row("baseline:ring", 1.5, xml_ratio=1.2),
             row("teccl", 2.0, size=KB, xml_ratio=None)]
