@@ -126,6 +126,41 @@ def test_every_hazard_is_ordered_by_the_printed_dependencies(moves, link_order, 
     for i, j in _hazards(instrs, link_order):
         (ti, si), (tj, sj) = where[i], where[j]
         assert (si < sj) if ti == tj else ((ti, si), (tj, sj)) in hb
+    _assert_waits_point_back(tbs, where)
+
+
+def _assert_waits_point_back(tbs: list[Threadblock], where: dict[int, tuple[int, int]]) -> None:
+    """Every wait (of a step or of the nops before it) names a step earlier in the GPU's
+    time order: the waits and the blocks' own order cannot form a cycle."""
+    pos = {at: i for i, at in where.items()}
+    for tb in tbs:
+        owner = None
+        for x in reversed(tb.steps):
+            if x.op is not Op.NOP:
+                owner = pos[(tb.id, x.s)]
+            if x.depid >= 0:
+                assert pos[(x.depid, x.deps)] < owner
+
+
+def test_a_second_wait_moves_onto_an_earlier_idle_step_instead_of_a_nop():
+    """Send 5 waits for its value (receive 1) and the link's previous send (4, another
+    channel). Send 3 of its thread block waits for nothing and starts after receive 1 is
+    in, so it takes that wait: no ``nop``, and no step starts later than scheduled."""
+    moves = [("s", 1, 0, 0, 0, -1), ("r", 0, 0, 1, 0, -1), ("s", 3, 0, 0, 1, -1),
+             ("s", 3, 0, 0, 1, -1), ("s", 1, 0, 0, 0, -1), ("s", 0, 0, 0, 1, -1)]
+    instrs, chan = _gpu0(moves)
+    slots = ResolvedSlots({0: {}}, dict.fromkeys(chan, ELSEWHERE), dict.fromkeys(chan, ELSEWHERE))
+    plans = build_threadblocks(instrs, chan, 1000)
+    tbs = add_dependencies(0, plans, slots, True)
+    assert not [x for tb in tbs for x in tb.steps if x.op is Op.NOP]
+    sender = next(tb for tb, p in zip(tbs, plans) if p.at == (2, 3, 5))
+    receiver = next(tb for tb, p in zip(tbs, plans) if p.at == (1,))
+    assert (sender.steps[1].depid, sender.steps[1].deps) == (receiver.id, 0)
+    moves[3] = ("s", 3, 0, 0, 0, -1)  # no idle step left after the receive: a nop
+    instrs, chan = _gpu0(moves)
+    plans = build_threadblocks(instrs, chan, 1000)
+    tbs = add_dependencies(0, plans, slots, True)
+    assert len([x for tb in tbs for x in tb.steps if x.op is Op.NOP]) == 1
 
 
 def test_a_receive_fused_twice_to_different_peers_is_refused():

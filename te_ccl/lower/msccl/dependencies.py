@@ -9,8 +9,11 @@ of its GPU (``Edge.link``: to the same peer on another channel, or through the s
 switch to any peer, so in another thread block): the link then carries the sends in
 the schedule's order, which thread blocks running freely would not keep (a chunk ready
 early would overtake one the schedule sends first). Only the latest step per other
-thread block is kept (a flag set by step ``k`` means steps ``0..k`` are done). The first extra dependencies become ``nop`` steps right
-before the step, the last one stays on the step; targets get ``hasdep="1"``.
+thread block is kept (a flag set by step ``k`` means steps ``0..k`` are done). Of several
+waits, one stays on the step; the others move onto earlier steps of its thread block that
+wait for nothing where those start after the waited step is done anyway
+(:func:`_hoist`), and the rest become ``nop`` steps right before the step (each an
+element of the runtime reader's limit). Targets get ``hasdep="1"``.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> tuple[Deps, list[set
     clocks: list[list[np.ndarray]] = [[] for _ in plans]
     start = np.full(len(plans), -1, dtype=np.int32)  # nothing done
     last_send: dict[int, Ref] = {}
+    free: list[list[int]] = [[] for _ in plans]  # per thread block: instructions without a wait
     maximum = np.maximum
     for tb, k, ins in walk:
         me = (tb, k)
@@ -78,6 +82,7 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> tuple[Deps, list[set
         mine = clocks[tb]
         clock = mine[-1] if k else start  # steps of a thread block come in order
         kept: list[Ref] = []
+        waited: list[Ref] = []  # the kept waits as (thread block, instruction)
         if len(wait) > 1:  # the latest first (it implies most of the others), ties by
             wait = sorted(set(wait))  # thread block: a stable sort by step, reversed
             wait.sort(key=_index, reverse=True)
@@ -86,14 +91,18 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> tuple[Deps, list[set
                 continue
             at = step[t][j]
             kept.append((t, at))
+            waited.append((t, j))
             targets[t].add(at)
             clock = maximum(clock, clocks[t][j])
             clock[t] = j
         mine.append(clock)
         number = step[tb][-1] + 1 if k else 0
         if len(kept) > 1:
+            kept = _hoist(plans, tb, kept, waited, free[tb], deps[tb])
             number += len(kept) - 1
             kept.sort()
+        elif not kept:
+            free[tb].append(k)
         step[tb].append(number)
         deps[tb].append(kept)
         for s in ins.reads:
@@ -105,6 +114,37 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> tuple[Deps, list[set
             last_write[s] = me
             reads.pop(s, None)
     return deps, targets
+
+
+def _hoist(plans: list[TbPlan], tb: int, kept: list[Ref], waited: list[Ref],
+           free: list[int], deps: list[list[Ref]]) -> list[Ref]:
+    """The waits of one instruction that stay on it, after moving the others onto earlier
+    instructions of its thread block that wait for nothing (``free``, in order), where
+    that costs no time: the earlier instruction starts after the waited step is done in
+    the schedule (and after it in the GPU's time order, so no cycle can form). Each wait
+    moved is a ``nop`` step fewer: an element of the runtime's reader limit."""
+    done = [_done(plans[t].instrs[j]) for t, j in waited]
+    by_done = sorted(range(len(kept)), key=done.__getitem__, reverse=True)
+    stay = [kept[by_done[0]]]  # the last done stays on the instruction itself
+    mine = plans[tb]
+    for w in by_done[1:]:
+        t, j = waited[w]
+        if free:
+            k = free[-1]
+            if mine.instrs[k].order[0] >= done[w] and mine.at[k] > plans[t].at[j]:
+                deps[k] = [kept[w]]
+                free.pop()
+                continue
+        stay.append(kept[w])
+    return stay
+
+
+def _done(ins: Instr) -> int:
+    """When a step is done in the schedule: a send once it has left its first link, a
+    receive on arrival, a local copy at its place in the order."""
+    if ins.send is not None:
+        return ins.send.start + ins.send.busy
+    return ins.recv.arrive if ins.recv is not None else ins.order[0]
 
 
 def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
