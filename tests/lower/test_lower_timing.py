@@ -139,3 +139,24 @@ def test_two_boxes_on_one_network_switch_keep_the_schedules_timing(kit, kind):
     kit.assert_verifies(xml)
     sched, lowered = _replays(schedule, xml)
     assert lowered <= 1.01 * sched
+
+
+def test_an_edge_that_fits_no_channel_on_time_gets_a_file_that_says_so():
+    """On a 4x4 mesh AllReduce at 20 steps per thread block, some edge fits no channel
+    while every relayed send keeps its link-order wait (its nop). Cut into sub-chunks,
+    the schedule is refused (the compile solves it again with fewer); as the only
+    schedule there is, it is lowered with every fusion and no link-order waits, and the
+    file says so."""
+    from te_ccl.api import compile as compile_
+    from te_ccl.errors import RuntimeLimitError
+
+    schedule = compile_("mesh4x4", "allreduce", size="1MB", chunks=1, backend="scale").schedule
+    assert schedule.info.subchunks > 1
+    with pytest.raises(RuntimeLimitError, match="cannot keep at most 20 steps"):
+        lower_to_msccl(schedule, max_steps=20)
+    only = replace(schedule, info=replace(schedule.info, subchunks=1))
+    notes: list[str] = []
+    xml = lower_to_msccl(only, max_steps=20, notes=notes)
+    assert verify_msccl(xml.decode()).valid
+    assert notes and "does not keep the schedule's timing to fit at most 20 steps" in notes[0]
+    assert max(len(tb.steps) for g in read_msccl(xml.decode()).gpus for tb in g.threadblocks) <= 20

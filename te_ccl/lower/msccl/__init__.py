@@ -26,8 +26,11 @@ at least that headroom again. If a rank needs more elements than the
 runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun favouring
 the fusions of those ranks, even those that delay steps; if ranks are still over, once
 more with every fusion on every rank and without the link-order waits (fewest steps,
-the schedule's timing given up, and the program's ``notes`` say so). What still does
-not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
+the schedule's timing given up, and the program's ``notes`` say so). An edge that fits
+no channel under the step budget while the timing is kept (each relayed plain send
+counting its ``nop``) also gets that last run. A schedule cut into sub-chunks
+(``SolveInfo.subchunks``) never gets it: it raises, to be solved again with fewer
+(:func:`~te_ccl.pipeline.render_fitting`). What still does not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
 would refuse.
 
 Time: every pass observes the deadline of the compile under way
@@ -189,7 +192,10 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     depth = MSCCL.outstanding_sends(proto)
     budget = max_steps - headroom if max_steps > 2 * headroom else max_steps
     favour: frozenset[int] = frozenset()
-    timed = True
+    timed, why = True, ""  # why the timing is given up (for the notes)
+    # a schedule cut into sub-chunks is solved again with fewer where it does not fit
+    # (pipeline.render_fitting), which keeps its timing: it never gives the timing up
+    refit = schedule.info.subchunks > 1
     split = edges is not epoch_timed  # thread blocks are split by the replay's times only
     while budget > 0:
         candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
@@ -199,12 +205,16 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             chan, instrs, slots, delaying = _assign(edges, base, candidates, budget, True,
                                                     depth, favour, timed, split)
         except ChannelsExhausted as e:
-            raise ChannelsExhausted(f"{e}: cannot keep at most {max_steps} steps per thread "
-                                    f"block within {MSCCL.max_channels} channels") from None
+            steps_limit = (f"at most {max_steps} steps per thread block within "
+                           f"{MSCCL.max_channels} channels")
+            if not timed or refit:
+                raise ChannelsExhausted(f"{e}: cannot keep {steps_limit}") from None
+            timed, why = False, f"to fit {steps_limit}"  # fewest steps, no link-order nops
+            continue
         nchannels = 1 + max(chan.values(), default=0)
         head = Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
                        coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, (),
-                       _notes(favour, timed, delaying))
+                       _notes(favour, timed, delaying, why))
         order = sorted(instrs)
         forks = workers() if stream and len(edges) >= WORTH_FORKING else 1
         parts = [order[i::forks] for i in range(forks)]
@@ -224,8 +234,14 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                 f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
                 f"runtime's reader limit), e.g. rank position {min(over)}, even with the "
                 "channel pass favouring their fusions")
+        if favour and refit:
+            raise RuntimeLimitError(
+                f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
+                f"runtime's reader limit), e.g. rank position {min(over)}, unless the file "
+                "gives up the schedule's timing; fewer sub-chunks per chunk would fit")
         if favour:  # last resort: every fusion, links first come first served
             timed = False
+        why = f"to fit the runtime's reader limit of {MSCCL.max_elements} elements"
         favour = favour | frozenset(over)  # rerun favouring the ranks over the limit
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
@@ -267,9 +283,9 @@ def _in_parts(gpus_of: Callable[[list[int], Progress], tuple[list, set[int]]],
     return [gpu for _, gpu in sorted(done, key=lambda x: x[0])], over
 
 
-def _notes(favour: frozenset[int], timed: bool, delaying: int) -> tuple[str, ...]:
-    """Why the file may run slower than the schedule, if it may."""
-    limit = f"to fit the runtime's reader limit of {MSCCL.max_elements} elements"
+def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str
+           ) -> tuple[str, ...]:
+    """Why the file may run slower than the schedule (``limit``: what it gave way to)."""
     if not timed:
         return (f"the file does not keep the schedule's timing {limit}: every fusion is "
                 f"made ({delaying} of them hold up other steps) and links serve sends in "

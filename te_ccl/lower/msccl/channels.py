@@ -554,10 +554,11 @@ def _pairs_open(pairings: list[_Pairing], c: int, state: _State) -> bool:
 def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
            chan: dict[Edge, int]) -> None:
     """Record the chain on channel ``c``. Its first send counts twice if the GPU received
-    the value (a plain send then waits for its value and for the link's previous send:
-    a ``nop``, which the budget would otherwise only meet in the dependency pass)."""
+    the value and links keep the schedule's order (a plain send then waits for its value
+    and for the link's previous send: a ``nop``, which the budget would otherwise only
+    meet in the dependency pass)."""
     head = chain[0]
-    state.sends[(head.src, c, head.dst)] += (head.src, head.chunk) in state.relayed
+    state.sends[(head.src, c, head.dst)] += state.timed and (head.src, head.chunk) in state.relayed
     for e, snd, rcv, lane in _orders(chain, links, state):
         conn = lane[c]
         if conn is _EMPTY:
