@@ -51,9 +51,13 @@ __all__ = ["PIPELINE_TARGET", "MAX_TRANSFERS", "scale_method", "scale_plan", "co
 
 PIPELINE_TARGET = 250
 MAX_TRANSFERS = 6_000_000
-# Forwards the MSCCL lowering is assumed to fuse with their receive (one step for two):
-# it fused 72% on the 8×8×8 torus AllReduce; the rest of them need their own channels.
+# Forwards the MSCCL lowering is assumed to fuse with their receive (one step for two);
+# the rest of them need their own channels. An AllReduce fuses fewer: both phases' relays
+# compete for the pairings of the same thread blocks. Its file on the 8×8×8 torus has
+# 1,855 elements per rank with one sub-chunk (about half its forwards fused) and 4,047
+# with two, over the 3,583 the runtime's reader leaves (the element limit).
 FUSED_SHARE = 0.6
+FUSED_SHARE_ALLREDUCE = 0.45
 
 
 _TREE_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE,
@@ -127,11 +131,13 @@ def _steps_per_subchunk(topology: Topology, collective: Collective,
     their receive (``rcs``/``rrs``), plus one per neighbour its own chunks leave for;
     AllReduce lowers both phases. Forwards are known on a symmetric torus (every node
     of the broadcast tree but its leaves forwards, and translation makes every GPU see
-    every node once), of which :data:`FUSED_SHARE` count as fused; elsewhere none."""
+    every node once), of which :data:`FUSED_SHARE` count as fused
+    (:data:`FUSED_SHARE_ALLREDUCE` in an AllReduce); elsewhere none."""
     degree = max(len(topology.out_links(g)) for g in topology.gpus)
-    phases = 2 if collective.kind is CollectiveKind.ALLREDUCE else 1
+    allreduce = collective.kind is CollectiveKind.ALLREDUCE
+    phases, share = (2, FUSED_SHARE_ALLREDUCE) if allreduce else (1, FUSED_SHARE)
     n = collective.nranks
-    fused = FUSED_SHARE * (n - 1 - tree_leaves(sym)) if sym and n == topology.ngpus else 0
+    fused = share * (n - 1 - tree_leaves(sym)) if sym and n == topology.ngpus else 0
     return phases * collective.chunks_per_rank * (2 * (n - 1) - fused + degree)
 
 
