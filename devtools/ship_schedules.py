@@ -50,6 +50,8 @@ BUDGET_SUBCHUNKS = (2, 1)  # sub-chunk caps tried under a size budget: each sub-
 #                            adds the steps, and the bytes, of a whole algorithm to a file
 POLL_S = 0.5
 WAFER_PREFIXES = ("fred-", "wafer-")
+README_BUDGET = "256KiB"  # make schedules' --max-file-size, as the README states it
+README_BUDGET_BYTES = parse_size(README_BUDGET)
 
 
 def shippable_topologies(max_gpus: int = MAX_GPUS) -> list[Topology]:
@@ -218,7 +220,7 @@ def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0
             f"{entry.get('reason', '')}".rstrip())
     merged = _merge_index(out_dir / "index.json", entries, [t.name for t in shippable_topologies()])
     write_atomic(out_dir / "index.json", json.dumps(merged, indent=1) + "\n")
-    write_atomic(out_dir / "README.md", _readme(merged))
+    write_atomic(out_dir / "README.md", _readme(merged, out_dir))
     return entries
 
 
@@ -287,7 +289,7 @@ def remeasure_all(out_dir: Path, *, topologies: list[str] | None = None,
         else:
             log(f"{new['topology']} {new['collective']}: {new['reason']}")
     write_atomic(index_path, json.dumps(index, indent=1) + "\n")
-    write_atomic(out_dir / "README.md", _readme(index))
+    write_atomic(out_dir / "README.md", _readme(index, out_dir))
     return done
 
 
@@ -302,37 +304,52 @@ def _merge_index(path: Path, entries: list[dict], order: list[str]) -> list[dict
                                                   KINDS.index(e["collective"])))
 
 
-def _readme(entries: list[dict]) -> str:
+def _readme(entries: list[dict], out_dir: Path) -> str:
+    large = sorted({e["topology"] for e in entries if e["status"] == "ok" and any(
+        (out_dir / f).is_file() and (out_dir / f).stat().st_size > README_BUDGET_BYTES
+        for f in e["files"])})
     lines = ["# Shipped MSCCL algorithms", "",
              f"Made by `make schedules` (`python -m devtools.ship_schedules`): {SIZE} "
-             "buffers, 1 chunk per rank, out-of-place `KIND.xml` and in-place "
-             "`KIND.inplace.xml`, both verified; `KIND.json` is the compile summary.", "",
-             "Finish times are what `measured by` names: the replay of the lowered "
-             "out-of-place XML (`teccl simulate`), or in entries shipped before that was "
-             "recorded, the epoch model's prediction. Only unrooted collectives ship: the "
-             "MSCCL executor selects an algorithm by collective and size, never by root.",
-             "",
-             "Size budget: entries shipped with `--max-file-size` (256KiB per file for "
-             "every machine added since the option exists; earlier entries had none) keep "
-             "each file under it; a combination whose lowering is larger is listed as "
-             "skipped with its size (AlltoAll at 64 MiB lowers to megabytes of XML).",
-             "",
-             "To let the MSCCL runtime load one machine's algorithms, give it a directory "
-             "of only their XML files: `mkdir -p algos && cp schedules/TOPOLOGY/*.xml algos/ "
-             "&& export MSCCL_ALGO_DIR=$PWD/algos` (the runtime picks by collective and "
-             "buffer mode; `KIND.json` is teccl's summary, not an algorithm).",
-             "",
-             "Size-ranged families for the multi-node machines (one algorithm per message-"
-             "size range, both buffer modes) are in `families/`, listed in "
-             "`families/index.csv` (`python -m devtools.ship_families`, the second half of "
-             "`make schedules`). For one machine: `mkdir -p algos && cp "
-             "schedules/families/hgx-h100x2/*.xml algos/ && export "
-             "MSCCL_ALGO_DIR=$PWD/algos`; the runtime then picks by collective, buffer mode "
-             "and `minBytes ≤ size ≤ maxBytes`.",
-             "",
-             "| topology | GPUs | collective | status | finish time | measured by | "
-             "algbw GB/s | time / bound | optimal |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "buffers, out-of-place `KIND.xml` and in-place `KIND.inplace.xml`; "
+             "`KIND.json` is the compile summary. Only unrooted collectives ship: the "
+             "MSCCL executor selects an algorithm by collective and size, never by root.", "",
+             "Every file passes `teccl verify` (the runtime's parser rules and a run of every "
+             "rank with the connections' real buffering per protocol). Every number below is "
+             "the replay of the out-of-place XML at its size, as `teccl simulate "
+             "schedules/TOPOLOGY/KIND.xml` reports it (thread blocks and connections run as "
+             "the runtime runs them); `time / bound` is that time over the collective's lower "
+             "bound on the topology. `python -m devtools.ship_schedules schedules "
+             "--remeasure` verifies every listed file again and replays it, without solving, "
+             "and rewrites this index; a file the verifier rejects is removed and listed as "
+             "skipped.", "",
+             "`make schedules` compiles every combination again under a size budget of "
+             f"{README_BUDGET} per file; a combination whose lowering is larger is listed as "
+             "skipped with its size (AlltoAll at 64 MiB lowers to megabytes of XML), and its "
+             "older files are removed."]
+    if large:
+        names = ", ".join(large)
+        flags = " ".join(f"--topology {t}" for t in large)
+        lines[-1] += (f" The files of {names} predate the budget and are larger: `make "
+                      "schedules` would replace or drop them. To make them again at full "
+                      f"size: `python -m devtools.ship_schedules schedules {flags}` (no "
+                      "`--max-file-size`).")
+    lines += ["",
+              "To let the MSCCL runtime load one machine's algorithms, give it a directory "
+              "of only their XML files: `mkdir -p algos && cp schedules/TOPOLOGY/*.xml algos/ "
+              "&& export MSCCL_ALGO_DIR=$PWD/algos` (the runtime picks by collective and "
+              "buffer mode; `KIND.json` is teccl's summary, not an algorithm).",
+              "",
+              "Size-ranged families for the multi-node machines (one algorithm per message-"
+              "size range, both buffer modes) are in `families/`, listed in "
+              "`families/index.csv` (`python -m devtools.ship_families`, the second half of "
+              "`make schedules`). For one machine: `mkdir -p algos && cp "
+              "schedules/families/hgx-h100x2/*.xml algos/ && export "
+              "MSCCL_ALGO_DIR=$PWD/algos`; the runtime then picks by collective, buffer mode "
+              "and `minBytes ≤ size ≤ maxBytes`.",
+              "",
+              "| topology | GPUs | collective | status | finish time | measured by | "
+              "algbw GB/s | time / bound | optimal |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         if e["status"] == "ok":
             lines.append(f"| {e['topology']} | {e['ngpus']} | {e['collective']} | ok | "
