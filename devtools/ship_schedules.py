@@ -329,10 +329,10 @@ def _readme(entries: list[dict], out_dir: Path) -> str:
     if large:
         names = ", ".join(large)
         flags = " ".join(f"--topology {t}" for t in large)
-        lines[-1] += (f" The files of {names} predate the budget and are larger: `make "
-                      "schedules` would replace or drop them. To make them again at full "
-                      f"size: `python -m devtools.ship_schedules schedules {flags}` (no "
-                      "`--max-file-size`).")
+        lines[-1] += (f" The files of {names} are over this budget (shipped with a larger "
+                      "one or none), so `make schedules` would replace them with smaller ones "
+                      "or list them as skipped; `python -m devtools.ship_schedules schedules "
+                      f"{flags}` (without `--max-file-size`) compiles them again with no budget.")
     lines += ["",
               "To let the MSCCL runtime load one machine's algorithms, give it a directory "
               "of only their XML files: `mkdir -p algos && cp schedules/TOPOLOGY/*.xml algos/ "

@@ -58,7 +58,7 @@ def test_the_readme_says_how_to_make_files_over_the_budget_again(tmp_path):
                         "bound_ratio": 1.01, "optimal": False,
                         "files": [f"{topo}/allgather.xml"]})
     readme = _readme(entries, tmp_path)
-    assert "The files of big predate the budget" in readme
-    assert "ship_schedules schedules --topology big` (no `--max-file-size`)" in readme
+    assert "The files of big are over this budget" in readme
+    assert "ship_schedules schedules --topology big` (without `--max-file-size`)" in readme
     assert "--topology small" not in readme
     assert "| small | 8 | allgather | ok | 1000.0 us | xml replay | 64.0 | 1.010 | no |" in readme
