@@ -253,6 +253,8 @@ def remeasure_one(entry: dict, out_dir: Path) -> dict:
             return _withdrawn(entry, out_dir, f"removed: {name} is not a {kind} with {mode}=1")
         reports[name] = report
     info_path = out_dir / json_name
+    if not info_path.is_file():
+        return _withdrawn(entry, out_dir, f"removed: {json_name} is missing")
     info = json.loads(info_path.read_text())
     made = read_provenance(out_dir / xml_name)
     size = made[1] if made is not None else info["size_bytes"]

@@ -87,6 +87,17 @@ def test_a_file_the_verifier_rejects_is_withdrawn(schedules):
     assert "| fc8 | 8 | allgather | skipped: removed:" in (schedules / "README.md").read_text()
 
 
+@pytest.mark.parametrize("name, reason", [
+    ("allgather.xml", "removed: fc8/allgather.xml cannot be read"),
+    ("allgather.json", "removed: fc8/allgather.json is missing"),
+])
+def test_an_entry_whose_file_is_missing_is_withdrawn(schedules, name, reason):
+    (schedules / "fc8" / name).unlink()
+    (entry,) = remeasure_all(schedules)
+    assert entry["status"] == "skipped" and entry["reason"].startswith(reason)
+    assert not any((schedules / "fc8").iterdir())
+
+
 def test_remeasure_leaves_other_topologies_alone(schedules):
     _tamper(schedules / "index.json", 0)
     assert remeasure_all(schedules, topologies=["dgx1"]) == []
