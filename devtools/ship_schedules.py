@@ -9,6 +9,9 @@ unrooted collectives ship: the MSCCL executor selects an algorithm by collective
 never by root. ``DIR/index.json`` and ``DIR/README.md`` list every
 combination, with the reason when one was skipped (solver time limit, a limit of MSCCL).
 
+``--remeasure`` solves nothing: it verifies every shipped file again and replays its XML
+(:func:`remeasure_all`), so the index always reports what the files do.
+
 The whole run shares one time budget: each solve gets an equal share of what is left
 (between ``min_limit_s`` and ``max_limit_s``), smallest topologies first. Each
 combination runs in a child process watched for its resident memory and a hard deadline
@@ -36,7 +39,8 @@ from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology.model import Topology
 from te_ccl.units import parse_size
 
-__all__ = ["KINDS", "MAX_GPUS", "shippable_topologies", "ship_one", "ship_all"]
+__all__ = ["KINDS", "MAX_GPUS", "shippable_topologies", "ship_one", "ship_all", "remeasure_one",
+           "remeasure_all"]
 
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
 MAX_GPUS = 64
@@ -46,6 +50,8 @@ BUDGET_SUBCHUNKS = (2, 1)  # sub-chunk caps tried under a size budget: each sub-
 #                            adds the steps, and the bytes, of a whole algorithm to a file
 POLL_S = 0.5
 WAFER_PREFIXES = ("fred-", "wafer-")
+README_BUDGET = "256KiB"  # make schedules' --max-file-size, as the README states it
+README_BUDGET_BYTES = parse_size(README_BUDGET)
 
 
 def shippable_topologies(max_gpus: int = MAX_GPUS) -> list[Topology]:
@@ -169,10 +175,16 @@ def within_budget(entry: dict, out_dir: Path, max_file_bytes: int) -> dict:
     name, largest = max(sizes.items(), key=lambda kv: kv[1])
     if largest <= max_file_bytes:
         return entry
+    return _withdrawn(entry, out_dir, f"over the size budget: {name} is "
+                                      f"{largest / 2**20:.1f} MiB, the budget is "
+                                      f"{max_file_bytes / 2**10:.0f} KiB per file")
+
+
+def _withdrawn(entry: dict, out_dir: Path, reason: str) -> dict:
+    """A skipped entry for ``entry``, whose files are removed."""
     for f in entry["files"]:
         (out_dir / f).unlink(missing_ok=True)
-    return _skipped_by_name(entry, f"over the size budget: {name} is {largest / 2**20:.1f} MiB, "
-                                   f"the budget is {max_file_bytes / 2**10:.0f} KiB per file")
+    return _skipped_by_name(entry, reason)
 
 
 def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0,
@@ -208,8 +220,79 @@ def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0
             f"{entry.get('reason', '')}".rstrip())
     merged = _merge_index(out_dir / "index.json", entries, [t.name for t in shippable_topologies()])
     write_atomic(out_dir / "index.json", json.dumps(merged, indent=1) + "\n")
-    write_atomic(out_dir / "README.md", _readme(merged))
+    write_atomic(out_dir / "README.md", _readme(merged, out_dir))
     return entries
+
+
+def remeasure_one(entry: dict, out_dir: Path) -> dict:
+    """``entry`` measured again from its files alone (no solve): both XML files go through
+    the verifier (:func:`~te_ccl.verify.msccl.verify_msccl`, the runtime's buffering
+    included) and the out-of-place one is replayed at its size, as ``teccl simulate
+    FILE.xml`` does; the entry and its ``KIND.json`` take the replay's finish time,
+    bandwidths and ratio to the bound. A file that is missing or that the verifier rejects
+    makes the entry skipped, its files removed."""
+    from te_ccl.cli.simulate import sim_summary
+    from te_ccl.simulate.msccl import read_provenance, simulate_msccl
+    from te_ccl.verify.msccl import MscclReadError, verify_msccl
+
+    if entry["status"] != "ok":
+        return entry
+    kind = entry["collective"]
+    xml_name, inplace_name, json_name = entry["files"]
+    reports = {}
+    for name, mode in ((xml_name, "outofplace"), (inplace_name, "inplace")):
+        try:
+            report = verify_msccl(out_dir / name)
+        except MscclReadError as e:
+            return _withdrawn(entry, out_dir, f"removed: {name} cannot be read ({e})")
+        if not report.valid:
+            first = report.errors[0]
+            return _withdrawn(entry, out_dir, f"removed: {name} fails the verifier: "
+                                              f"{first.where()}: {first.rule}: {first.message}")
+        if report.algo.coll != kind or not getattr(report.algo, mode):
+            return _withdrawn(entry, out_dir, f"removed: {name} is not a {kind} with {mode}=1")
+        reports[name] = report
+    info_path = out_dir / json_name
+    if not info_path.is_file():
+        return _withdrawn(entry, out_dir, f"removed: {json_name} is missing")
+    info = json.loads(info_path.read_text())
+    made = read_provenance(out_dir / xml_name)
+    size = made[1] if made is not None else info["size_bytes"]
+    topology = load_topology(entry["topology"])
+    sim = simulate_msccl(reports[xml_name].algo, topology, size)
+    coll = Collective(CollectiveKind(kind), size, tuple(range(topology.ngpus)))
+    measured = sim_summary(topology, coll, sim)
+    replay = {"finish_time_s": measured["finish_time_s"], "measured_by": "xml replay",
+              "algbw_GBps": measured["algbw_GBps"], "bound_ratio": measured["bound_ratio"]}
+    notes = [n for n in info.get("notes", []) if not n.startswith("timed by the ")]
+    info.update(replay, busbw_GBps=measured["busbw_GBps"],
+                lower_bound_s=measured["lower_bound_s"], notes=notes)
+    write_atomic(info_path, json.dumps(info, indent=1) + "\n")
+    return {**entry, **replay}
+
+
+def remeasure_all(out_dir: Path, *, topologies: list[str] | None = None,
+                  kinds: tuple[str, ...] = KINDS, log=lambda msg: None) -> list[dict]:
+    """:func:`remeasure_one` for the index's entries (those of ``topologies`` and ``kinds``);
+    rewrites the index and README. Returns the entries remeasured."""
+    index_path = out_dir / "index.json"
+    index = json.loads(index_path.read_text())
+    done = []
+    for i, entry in enumerate(index):
+        if entry["status"] != "ok" or entry["collective"] not in kinds or (
+                topologies and entry["topology"] not in topologies):
+            continue
+        index[i] = new = remeasure_one(entry, out_dir)
+        done.append(new)
+        if new["status"] == "ok":
+            log(f"{new['topology']} {new['collective']}: {_ratio(entry.get('bound_ratio'))} "
+                f"({entry.get('measured_by', 'epoch model')}) -> {_ratio(new['bound_ratio'])} "
+                "(xml replay)")
+        else:
+            log(f"{new['topology']} {new['collective']}: {new['reason']}")
+    write_atomic(index_path, json.dumps(index, indent=1) + "\n")
+    write_atomic(out_dir / "README.md", _readme(index, out_dir))
+    return done
 
 
 def _merge_index(path: Path, entries: list[dict], order: list[str]) -> list[dict]:
@@ -223,37 +306,52 @@ def _merge_index(path: Path, entries: list[dict], order: list[str]) -> list[dict
                                                   KINDS.index(e["collective"])))
 
 
-def _readme(entries: list[dict]) -> str:
+def _readme(entries: list[dict], out_dir: Path) -> str:
+    large = sorted({e["topology"] for e in entries if e["status"] == "ok" and any(
+        (out_dir / f).is_file() and (out_dir / f).stat().st_size > README_BUDGET_BYTES
+        for f in e["files"])})
     lines = ["# Shipped MSCCL algorithms", "",
              f"Made by `make schedules` (`python -m devtools.ship_schedules`): {SIZE} "
-             "buffers, 1 chunk per rank, out-of-place `KIND.xml` and in-place "
-             "`KIND.inplace.xml`, both verified; `KIND.json` is the compile summary.", "",
-             "Finish times are what `measured by` names: the replay of the lowered "
-             "out-of-place XML (`teccl simulate`), or in entries shipped before that was "
-             "recorded, the epoch model's prediction. Only unrooted collectives ship: the "
-             "MSCCL executor selects an algorithm by collective and size, never by root.",
-             "",
-             "Size budget: entries shipped with `--max-file-size` (256KiB per file for "
-             "every machine added since the option exists; earlier entries had none) keep "
-             "each file under it; a combination whose lowering is larger is listed as "
-             "skipped with its size (AlltoAll at 64 MiB lowers to megabytes of XML).",
-             "",
-             "To let the MSCCL runtime load one machine's algorithms, give it a directory "
-             "of only their XML files: `mkdir -p algos && cp schedules/TOPOLOGY/*.xml algos/ "
-             "&& export MSCCL_ALGO_DIR=$PWD/algos` (the runtime picks by collective and "
-             "buffer mode; `KIND.json` is teccl's summary, not an algorithm).",
-             "",
-             "Size-ranged families for the multi-node machines (one algorithm per message-"
-             "size range, both buffer modes) are in `families/`, listed in "
-             "`families/index.csv` (`python -m devtools.ship_families`, the second half of "
-             "`make schedules`). For one machine: `mkdir -p algos && cp "
-             "schedules/families/hgx-h100x2/*.xml algos/ && export "
-             "MSCCL_ALGO_DIR=$PWD/algos`; the runtime then picks by collective, buffer mode "
-             "and `minBytes ≤ size ≤ maxBytes`.",
-             "",
-             "| topology | GPUs | collective | status | finish time | measured by | "
-             "algbw GB/s | time / bound | optimal |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "buffers, out-of-place `KIND.xml` and in-place `KIND.inplace.xml`; "
+             "`KIND.json` is the compile summary. Only unrooted collectives ship: the "
+             "MSCCL executor selects an algorithm by collective and size, never by root.", "",
+             "Every file passes `teccl verify` (the runtime's parser rules and a run of every "
+             "rank with the connections' real buffering per protocol). Every number below is "
+             "the replay of the out-of-place XML at its size, as `teccl simulate "
+             "schedules/TOPOLOGY/KIND.xml` reports it (thread blocks and connections run as "
+             "the runtime runs them); `time / bound` is that time over the collective's lower "
+             "bound on the topology. `python -m devtools.ship_schedules schedules "
+             "--remeasure` verifies every listed file again and replays it, without solving, "
+             "and rewrites this index; a file the verifier rejects is removed and listed as "
+             "skipped.", "",
+             "`make schedules` compiles every combination again under a size budget of "
+             f"{README_BUDGET} per file; a combination whose lowering is larger is listed as "
+             "skipped with its size (AlltoAll at 64 MiB lowers to megabytes of XML), and its "
+             "older files are removed."]
+    if large:
+        names = ", ".join(large)
+        flags = " ".join(f"--topology {t}" for t in large)
+        lines[-1] += (f" The files of {names} are over this budget (shipped with a larger "
+                      "one or none), so `make schedules` would replace them with smaller ones "
+                      "or list them as skipped; `python -m devtools.ship_schedules schedules "
+                      f"{flags}` (without `--max-file-size`) compiles them again with no budget.")
+    lines += ["",
+              "To let the MSCCL runtime load one machine's algorithms, give it a directory "
+              "of only their XML files: `mkdir -p algos && cp schedules/TOPOLOGY/*.xml algos/ "
+              "&& export MSCCL_ALGO_DIR=$PWD/algos` (the runtime picks by collective and "
+              "buffer mode; `KIND.json` is teccl's summary, not an algorithm).",
+              "",
+              "Size-ranged families for the multi-node machines (one algorithm per message-"
+              "size range, both buffer modes) are in `families/`, listed in "
+              "`families/index.csv` (`python -m devtools.ship_families`, the second half of "
+              "`make schedules`). For one machine: `mkdir -p algos && cp "
+              "schedules/families/hgx-h100x2/*.xml algos/ && export "
+              "MSCCL_ALGO_DIR=$PWD/algos`; the runtime then picks by collective, buffer mode "
+              "and `minBytes ≤ size ≤ maxBytes`.",
+              "",
+              "| topology | GPUs | collective | status | finish time | measured by | "
+              "algbw GB/s | time / bound | optimal |",
+              "|---|---|---|---|---|---|---|---|---|"]
     for e in entries:
         if e["status"] == "ok":
             lines.append(f"| {e['topology']} | {e['ngpus']} | {e['collective']} | ok | "
@@ -268,7 +366,11 @@ def _readme(entries: list[dict]) -> str:
 
 
 def _ratio(x: float | None) -> str:
-    return f"{x:.2f}" if x else "-"
+    return f"{x:.3f}" if x else "-"
+
+
+def _log(message: str) -> None:
+    click.echo(message, err=True)
 
 
 @click.command()
@@ -279,13 +381,25 @@ def _ratio(x: float | None) -> str:
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these.")
 @click.option("--max-file-size", metavar="SIZE", help="Skip combinations with a file larger "
               "than this (e.g. 256KiB), so the directory stays small enough to commit.")
+@click.option("--remeasure", is_flag=True, help="Compile nothing: verify the files OUT_DIR's "
+              "index lists and replay their XML again; a file the verifier rejects is removed.")
 def main(out_dir: str, budget: float, topologies: tuple[str, ...], kinds: tuple[str, ...],
-         max_file_size: str | None) -> None:
+         max_file_size: str | None, remeasure: bool) -> None:
     """Compile and write the shipped algorithms into OUT_DIR."""
+    if remeasure:
+        if max_file_size is not None:
+            raise click.UsageError("--max-file-size applies to compiling, not to --remeasure")
+        if not (Path(out_dir) / "index.json").is_file():
+            raise click.UsageError(f"{out_dir}/index.json: no index to remeasure")
+        entries = remeasure_all(Path(out_dir), topologies=list(topologies) or None,
+                                kinds=kinds or KINDS, log=_log)
+        ok = sum(e["status"] == "ok" for e in entries)
+        click.echo(f"{ok}/{len(entries)} remeasured in {out_dir}", err=True)
+        return
     entries = ship_all(Path(out_dir), budget_s=budget, topologies=list(topologies) or None,
                        kinds=kinds or KINDS,
                        max_file_bytes=parse_size(max_file_size) if max_file_size else None,
-                       log=lambda m: click.echo(m, err=True))
+                       log=_log)
     ok = sum(e["status"] == "ok" for e in entries)
     click.echo(f"{ok}/{len(entries)} shipped into {out_dir}", err=True)
 

@@ -57,6 +57,25 @@ def test_shipped_summaries_name_their_files():
             assert summary["finish_time_s"] > 0 and summary["ngpus"] == entry["ngpus"]
 
 
+def test_shipped_numbers_are_the_replay_of_the_shipped_xml(tmp_path):
+    """Every number in the index is the XML's replay; the smallest file, replayed again
+    from a copy, gives the index's numbers."""
+    import shutil
+
+    from devtools.ship_schedules import remeasure_one
+
+    ok = [e for e in _index() if e["status"] == "ok"]
+    assert all(e["measured_by"] == "xml replay" for e in ok), \
+        "run `python -m devtools.ship_schedules schedules --remeasure`"
+    entry = min(ok, key=lambda e: (SHIPPED / e["files"][0]).stat().st_size)
+    for name in entry["files"]:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        shutil.copyfile(SHIPPED / name, tmp_path / name)
+    again = remeasure_one(entry, tmp_path)
+    for key in ("finish_time_s", "algbw_GBps", "bound_ratio"):
+        assert again[key] == pytest.approx(entry[key]), key
+
+
 def test_ship_all_writes_verified_files_and_an_index(tmp_path):
     entries = ship_all(tmp_path, budget_s=20, max_limit_s=10, topologies=["fc8"],
                        kinds=("allgather",))
