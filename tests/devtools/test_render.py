@@ -83,12 +83,15 @@ def test_target_rows_say_which_chunking_was_picked():
         "1.010, epochs 1.111, 4 chunk(s)/GPU in")
 
 
-def test_a_target_timed_without_a_file_says_by_what():
+def test_a_scale_target_without_a_file_is_judged_on_its_solve_and_says_so():
     t = by_name(evaluate_targets([row("teccl", 1.004, size=2**30, topo="mesh32x32", ngpus=1024,
                                       measured_by="epoch model")]))
     target = t["mesh32x32 allgather 1 GiB"]
     assert target.measured.startswith("epoch model 1.004")
-    assert "bench-xml" in target.goal
+    assert "bench-xml" in target.goal and target.met
+    t = by_name(evaluate_targets([row("teccl", 1.04, size=2**30, topo="mesh32x32", ngpus=1024,
+                                      measured_by="epoch model", solver_time_s=61.0)]))
+    assert not t["mesh32x32 allgather 1 GiB"].met  # judged on its solver time
     t = by_name(evaluate_targets([row("teccl", 1.004, size=2**30, topo="mesh32x32", ngpus=1024,
                                       measured_by="xml replay")]))
     assert "bench-xml" not in t["mesh32x32 allgather 1 GiB"].goal
