@@ -153,8 +153,8 @@ def test_a_second_wait_moves_onto_an_earlier_idle_step_instead_of_a_nop():
     plans = build_threadblocks(instrs, chan, 1000)
     tbs = add_dependencies(0, plans, slots, True)
     assert not [x for tb in tbs for x in tb.steps if x.op is Op.NOP]
-    sender = next(tb for tb, p in zip(tbs, plans) if p.at == (2, 3, 5))
-    receiver = next(tb for tb, p in zip(tbs, plans) if p.at == (1,))
+    sender = next(tb for tb, p in zip(tbs, plans, strict=True) if p.at == (2, 3, 5))
+    receiver = next(tb for tb, p in zip(tbs, plans, strict=True) if p.at == (1,))
     assert (sender.steps[1].depid, sender.steps[1].deps) == (receiver.id, 0)
     moves[3] = ("s", 3, 0, 0, 0, -1)  # no idle step left after the receive: a nop
     instrs, chan = _gpu0(moves)
