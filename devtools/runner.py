@@ -160,8 +160,7 @@ def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> R
         chunks = BASE_CHUNKS if case.auto_chunks else ()
         sched = solve_best(topo, coll, params, chunks, judge=timer.judge)
         if timer.timing(sched).refittable:  # as compile writes it: fewer sub-chunks
-            sched, data = render_fitting(sched, CompileOptions(), params, timer=timer)
-            timer.replay_written(sched, data)
+            sched, _ = render_fitting(sched, CompileOptions(), params, timer=timer)
     except TecclError as e:
         return replace(base, status=f"failed: {e}"[:160],
                        solver_time_s=time.monotonic() - start)

@@ -87,7 +87,6 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float,
     timer = Timer()
     outofplace, data = render_fitting(outofplace, CompileOptions(), params, timer=timer)
     write_atomic(xml_path, data)
-    timer.replay_written(outofplace, data)
     result = replace(inplace, schedule=outofplace, output=str(xml_path),
                      timing=timer.timing(outofplace))
     info = summary(result, topology)

@@ -151,8 +151,6 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
                 schedule, data = render_fitting(schedule, options, search, progress, timer)
         if options.output is not None:
             write_atomic(options.output, data)
-            if options.fmt == "xml":
-                timer.replay_written(schedule, data)
     bound = lower_bound(topology, schedule.collective)
     if options.fred_tables is not None:
         extra = _write_fred_tables(schedule, topology, options.fred_tables)
@@ -265,8 +263,6 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
                                  min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
         schedule, data = render_fitting(item.schedule, options, params, progress, timer)
         write_atomic(options.output, data)
-        if fmt == "xml":
-            timer.replay_written(schedule, data)
         bound = lower_bound(topology, schedule.collective)
         schedule = schedule.with_info(notes=schedule.info.notes
                                       + _compile_notes(topology, schedule, timer))
@@ -569,9 +565,19 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     once one fits. Only the scale backend cuts sub-chunks, so it alone solves again.
     A note records what was tried.
     ``timer`` judges the schedules solved again and hands over the XML it lowered to judge
-    them (:meth:`Timer.lowered`).
+    them (:meth:`Timer.lowered`); it then times the schedule by the XML returned
+    (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's.
     """
     timer = timer or Timer(options=options)
+    schedule, data = _fitting(schedule, options, params, progress, timer)
+    if options.fmt == "xml":  # the replay forked while verifying, or one now
+        timer.replay_written(schedule, data)
+    return schedule, data
+
+
+def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
+             progress: Progress | None, timer: Timer) -> tuple[Schedule, bytes]:
+    """:func:`render_fitting` but for the replay of the bytes."""
     try:
         return schedule, render(schedule, options, progress=progress,
                                 lowered=timer.lowered(schedule, options), timer=timer)
