@@ -30,8 +30,8 @@ the schedule's timing given up, and the program's ``notes`` say so). An edge tha
 no channel under the step budget while the timing is kept (each relayed plain send
 counting its ``nop``) also gets that last run. A schedule cut into sub-chunks
 (``SolveInfo.subchunks``) never gets it: it raises, to be solved again with fewer
-(:func:`~te_ccl.pipeline.render_fitting`). What still does not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
-would refuse.
+(:func:`~te_ccl.pipeline.render_fitting`). What still does not fit raises
+:class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
 
 Time: every pass observes the deadline of the compile under way
 (:mod:`te_ccl.deadline`), raising
@@ -229,16 +229,13 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         if not over:
             return head, gpus
         del gpus
-        if not timed:
+        if not timed or (favour and refit):
             raise RuntimeLimitError(
                 f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
-                f"runtime's reader limit), e.g. rank position {min(over)}, even with the "
-                "channel pass favouring their fusions")
-        if favour and refit:
-            raise RuntimeLimitError(
-                f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
-                f"runtime's reader limit), e.g. rank position {min(over)}, unless the file "
-                "gives up the schedule's timing; fewer sub-chunks per chunk would fit")
+                f"runtime's reader limit), e.g. rank position {min(over)}, " + (
+                    "even with the channel pass favouring their fusions" if not timed else
+                    "unless the file gives up the schedule's timing; fewer sub-chunks per "
+                    "chunk would fit"))
         if favour:  # last resort: every fusion, links first come first served
             timed = False
         why = f"to fit the runtime's reader limit of {MSCCL.max_elements} elements"
