@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.collapse_switches import Edge
-from te_ccl.lower.msccl.instructions import Fusion, recv_order, send_order
+from te_ccl.lower.msccl.instructions import Fusion, packed_order, recv_order, send_order
 from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.runtime_limits import MSCCL
 
@@ -249,9 +249,8 @@ def _cut_before(chain: list[Edge], links: list[Fusion], link: Fusion, c: int, fi
 def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion]
                 ) -> tuple[dict[Edge, _Ends], dict[int, tuple[int, int]]]:
     """Every edge's send and receive order (:func:`send_order`, :func:`recv_order`) as an
-    int that compares as the order tuple does, ``(time * 3 + kind) * n + i`` for the
-    edge's index ``i`` among the ``n`` sorted edges (hundreds of thousands of bisects and
-    comparisons then run on ints), the connections of its (src, dst) (:data:`_EMPTY`
+    int that compares as the order tuple does (:func:`packed_order`: hundreds of thousands
+    of bisects and comparisons then run on ints), the connections of its (src, dst) (:data:`_EMPTY`
     until used), and for ``_Conn.hold`` per fused step's receive order (the send order of
     its outgoing edge ``out``): the order ``(out.start + out.busy, 0, out)`` at which it
     frees its slot, and the smallest order of a time not before ``out.arrive``."""
@@ -262,14 +261,13 @@ def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion]
         lane = lanes.get((e.src, e.dst))
         if lane is None:
             lane = lanes[(e.src, e.dst)] = [_EMPTY] * MSCCL.max_channels
-        s_time, s_kind, _ = send_order(e)
-        r_time, r_kind, _ = recv_order(e)
-        ends[e] = ((s_time * 3 + s_kind) * n + i, (r_time * 3 + r_kind) * n + i, lane)
+        ends[e] = (packed_order(send_order(e), i, n), packed_order(recv_order(e), i, n), lane)
     hold = {}
     for f in fusions:
         out = f.send.send
         snd = ends[out][0]
-        hold[snd] = ((out.start + out.busy) * 3 * n + snd % n, out.arrive * 3 * n)
+        hold[snd] = (packed_order((out.start + out.busy, 0, out), snd % n, n),
+                     packed_order((out.arrive, 0, out), 0, n))
     return ends, hold
 
 
