@@ -15,6 +15,7 @@ from te_ccl.cli.common import (
     err_console,
     progress_status,
 )
+from te_ccl.deadline import TimeLimitReached
 from te_ccl.errors import SpecError
 from te_ccl.outputs import check_output_file
 from te_ccl.topology.model import Topology
@@ -79,17 +80,22 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     solver = {"backend": kw["backend"], "time_limit_s": kw["time_limit"],
               "threads": kw["threads"], "seed": kw["seed"], "epoch": kw["epoch"],
               "max_horizon": kw["max_horizon"]}
-    with progress_status("solving…") as progress:
-        if sizes:
-            from te_ccl.chunking import BASE_CHUNKS
+    try:
+        with progress_status("solving…") as progress:
+            if sizes:
+                from te_ccl.chunking import BASE_CHUNKS
 
-            results = compile_size_library(
-                topo, coll, solve_params(**solver), *sizes, output, fmt=fmt,
-                chunk_choices=BASE_CHUNKS if chunks == "auto" else (), progress=progress)
-        else:
-            results = [te_ccl.compile(topo, coll, chunks="auto" if chunks == "auto" else None,
-                                      output=output, fmt=fmt, fred_tables=kw["fred_tables"],
-                                      progress=progress, **solver)]
+                results = compile_size_library(
+                    topo, coll, solve_params(**solver), *sizes, output, fmt=fmt,
+                    chunk_choices=BASE_CHUNKS if chunks == "auto" else (), progress=progress)
+            else:
+                results = [te_ccl.compile(topo, coll,
+                                          chunks="auto" if chunks == "auto" else None,
+                                          output=output, fmt=fmt,
+                                          fred_tables=kw["fred_tables"], progress=progress,
+                                          **solver)]
+    except TimeLimitReached as e:  # say how to give the compile more time
+        raise TimeLimitReached(f"{e} (--time-limit SECONDS allows more)") from None
     infos = [summary(r, topo) | buffer_summary(r.schedule) for r in results]
     if kw["as_json"]:
         emit_json(infos[0] if not sizes else {"topology": topo.name,

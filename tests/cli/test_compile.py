@@ -113,6 +113,15 @@ def test_existing_output_untouched_when_solver_gives_up(teccl, tmp_path):
     assert out.read_text() == "old"
 
 
+def test_a_compile_out_of_time_says_how_to_allow_more_and_writes_nothing(teccl, tmp_path):
+    out = tmp_path / "late.xml"
+    code, _, err = teccl("compile", "ring8", "-c", "allgather", "--size", "1GB",
+                         "--time-limit", "1e-6", "-o", str(out))
+    assert code == 3 and "time limit of 1e-06 s reached while" in err
+    assert "--time-limit SECONDS allows more" in err and len(err.strip().splitlines()) == 1
+    assert not out.exists()
+
+
 def test_subprocess_exit_codes(tmp_path):
     ok = subprocess.run([sys.executable, "-m", "te_ccl", "compile", "fc8", "-c", "alltoall",
                          "-s", "64KB", "-o", str(tmp_path / "a.xml"), "--json"],

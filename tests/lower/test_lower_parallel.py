@@ -37,3 +37,22 @@ def test_a_forked_part_over_the_step_budget_reruns_the_channels_as_in_turn(kit, 
     in_turn = lower_to_msccl(schedule)
     _forking(monkeypatch, 2)
     assert lower_to_msccl(schedule) == in_turn
+
+
+@pytest.mark.parametrize("forks", [1, 2])
+def test_the_budget_is_cut_once_by_the_worst_excess_of_any_gpu(kit, monkeypatch, forks):
+    real, budgets = lowering._gpu, []
+
+    def over(g, *args):
+        budget = args[4]
+        budgets.append(budget)
+        excess = {1: budget - 50, 6: budget - 40}.get(g, 0)  # GPU 6 is the worst
+        if excess > 0:
+            raise lowering._Overflow(excess)
+        return real(g, *args)
+
+    monkeypatch.setattr(lowering, "_gpu", over)
+    if forks > 1:
+        _forking(monkeypatch, forks)
+    lower_to_msccl(kit.ring_allgather(8))
+    assert sorted(set(budgets), reverse=True) == [60, 40]  # one rerun, at the worst's budget

@@ -22,12 +22,12 @@ channel pass keeps every thread block within a budget of data steps that leaves
 itself (it counts one per send of a received value, which waits for that value and for
 the link's previous send; a reduction may wait for several thread blocks). Only if
 those still push a thread block over the limit is it rerun, with a budget smaller by
-at least that headroom again. If a rank needs more elements than the
-runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun favouring
-the fusions of those ranks, even those that delay steps; if ranks are still over, once
-more with every fusion on every rank and without the link-order waits (fewest steps,
-the schedule's timing given up, and the program's ``notes`` say so). An edge that fits
-no channel under the step budget while the timing is kept (each relayed plain send
+the worst excess of any thread block (at least that headroom again). If a rank needs
+more elements than the runtime's reader holds (``MSCCL.max_elements``), the channel
+pass is rerun favouring the fusions of those ranks, even those that delay steps; if
+ranks are still over, once more with every fusion on every rank and without the
+link-order waits (fewest steps, the schedule's timing given up, and the program's
+``notes`` say so). An edge that fits no channel under the step budget while the timing is kept (each relayed plain send
 counting its ``nop``) also gets that last run. A schedule cut into sub-chunks
 (``SolveInfo.subchunks``) never gets it: it raises, to be solved again with fewer
 (:func:`~te_ccl.pipeline.render_fitting`). What still does not fit raises
@@ -247,36 +247,47 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
 def _gpus(part: list[int], progress: Progress, *, instrs: dict[int, list[Instr]],
           chan: dict[Edge, int], slots: ResolvedSlots, layout: Layout, budget: int,
           max_steps: int, timed: bool, stream: bool, nranks: int
-          ) -> tuple[list[tuple[int, object]], set[int]]:
-    """``(GPU, its XML bytes if stream else its Gpu)`` of the GPUs in ``part``, and those
-    over the runtime's element limit."""
-    out, over = [], set()
+          ) -> tuple[list[tuple[int, object]], set[int], int]:
+    """``(GPU, its XML bytes if stream else its Gpu)`` of the GPUs in ``part``, those over
+    the runtime's element limit, and the most steps a thread block has over ``max_steps``
+    (once one has, the others are only measured: the budget is cut by the worst excess)."""
+    out, over, excess = [], set(), 0
     for g in part:
         if g % 64 == 0:
             progress(f"lowering: thread blocks of GPU {g} of {nranks}")
         check(LOWERING)
-        gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, timed)
+        try:
+            gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, timed)
+        except _Overflow as e:
+            excess = max(excess, e.excess)
+            continue
+        if excess:
+            continue
         if nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) > MSCCL.max_elements:
             over.add(g)
         out.append((g, gpu_xml(gpu).encode() if stream else gpu))
-    return out, over
+    return out, over, excess
 
 
-def _in_parts(gpus_of: Callable[[list[int], Progress], tuple[list, set[int]]],
+def _in_parts(gpus_of: Callable[[list[int], Progress], tuple[list, set[int], int]],
               parts: list[list[int]], progress: Progress) -> tuple[list, set[int]]:
     """Every GPU in GPU order: the first part here, the others in forked processes
-    (:mod:`te_ccl.background`) at the same time, each GPU's pass being independent."""
+    (:mod:`te_ccl.background`) at the same time, each GPU's pass being independent;
+    :class:`_Overflow` by the worst excess of any."""
     jobs = [in_background(gpus_of, part, _quiet) for part in parts[1:]]
     try:
-        done, over = gpus_of(parts[0], progress)
+        done, over, excess = gpus_of(parts[0], progress)
         for job in jobs:
-            more, more_over = job.result()
+            more, more_over, more_excess = job.result()
             done += more
             over |= more_over
+            excess = max(excess, more_excess)
     except BaseException:
         for job in jobs:
             job.cancel()
         raise
+    if excess:
+        raise _Overflow(excess)
     return [gpu for _, gpu in sorted(done, key=lambda x: x[0])], over
 
 
