@@ -20,14 +20,14 @@ Every pass is near-linear in the number of transfers (millions at 1024 GPUs). Th
 channel pass keeps every thread block within a budget of data steps that leaves
 ``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 that it does not count
 itself (it counts one per send of a received value, which waits for that value and for
-the link's previous send; a reduction may wait for several thread blocks). Only if
-those still push a thread block over the limit is it rerun, with a budget smaller by
-the worst excess of any thread block (at least that headroom again). If a rank needs
-more elements than the runtime's reader holds (``MSCCL.max_elements``), the channel
-pass is rerun favouring the fusions of those ranks, even those that delay steps; if
-ranks are still over, once more with every fusion on every rank and without the
-link-order waits (fewest steps, the schedule's timing given up, and the program's
-``notes`` say so). An edge that fits no channel under the step budget while the timing is kept (each relayed plain send
+the link's previous send; a reduction may wait for several thread blocks). Only if those
+still push a thread block over the limit is it rerun, with a budget smaller by the worst
+excess of any thread block (at least that headroom again). If a rank needs more elements
+than the runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun
+favouring the fusions of those ranks, even those that delay steps; if ranks are still
+over, once more with every fusion on every rank and without the link-order waits (fewest
+steps, the schedule's timing given up, and the program's ``notes`` say so). An edge that
+fits no channel under the step budget while the timing is kept (each relayed plain send
 counting its ``nop``) also gets that last run. A schedule cut into sub-chunks
 (``SolveInfo.subchunks``) never gets it: it raises, to be solved again with fewer
 (:func:`~te_ccl.pipeline.render_fitting`). What still does not fit raises
