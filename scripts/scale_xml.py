@@ -13,6 +13,7 @@ the replay of the written file over the collective's lower bound (``xml_ratio``,
 ``measured_by``) and the instance's goal::
 
     python scripts/scale_xml.py [--only NAME …] [--json] [--keep DIR]
+    python scripts/scale_xml.py --only NAME … --update bench/scale_xml.json  # rerun rows
     python scripts/scale_xml.py --list
     python scripts/scale_xml.py --table bench/scale_xml.json   # markdown of a saved run
 
@@ -152,6 +153,8 @@ def main() -> None:
     ap.add_argument("--time-limit", type=float, default=1800.0,
                     help="the compile's --time-limit (s); the goal is judged on its wall time")
     ap.add_argument("--table", metavar="FILE", help="print a saved --json run as markdown")
+    ap.add_argument("--update", metavar="FILE",
+                    help="replace the rows of the instances run in a saved --json run")
     args = ap.parse_args()
     if args.table:
         print(_header())
@@ -175,6 +178,11 @@ def main() -> None:
             rows.append(row)
             if not args.json:
                 print(_line(row), flush=True)
+    if args.update:
+        saved = {row["instance"]: row for row in json.loads(Path(args.update).read_text())}
+        saved |= {row["instance"]: row for row in rows}
+        merged = [saved[n] for n in INSTANCES if n in saved]
+        Path(args.update).write_text(json.dumps(merged, indent=1) + "\n")
     if args.json:
         print(json.dumps(rows, indent=1))
 
