@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
@@ -20,6 +21,11 @@ from te_ccl.errors import SpecError
 from te_ccl.outputs import check_output_file
 from te_ccl.topology.model import Topology
 from te_ccl.units import format_bandwidth, format_size, format_time
+
+if TYPE_CHECKING:
+    from te_ccl.backends.base import Progress
+    from te_ccl.collective import Collective
+    from te_ccl.pipeline import CompileResult
 
 
 @click.command("compile")
@@ -46,9 +52,7 @@ from te_ccl.units import format_bandwidth, format_size, format_time
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     """Compile a collective on TOPOLOGY (a shipped name or a YAML file)."""
-    import te_ccl
-    from te_ccl.api import solve_params
-    from te_ccl.pipeline import compile_size_library, summary
+    from te_ccl.pipeline import summary
     from te_ccl.report.metrics import buffer_summary
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
@@ -82,18 +86,8 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
               "max_horizon": kw["max_horizon"]}
     try:
         with progress_status("solving…") as progress:
-            if sizes:
-                from te_ccl.chunking import BASE_CHUNKS
-
-                results = compile_size_library(
-                    topo, coll, solve_params(**solver), *sizes, output, fmt=fmt,
-                    chunk_choices=BASE_CHUNKS if chunks == "auto" else (), progress=progress)
-            else:
-                results = [te_ccl.compile(topo, coll,
-                                          chunks="auto" if chunks == "auto" else None,
-                                          output=output, fmt=fmt,
-                                          fred_tables=kw["fred_tables"], progress=progress,
-                                          **solver)]
+            results = _compile(topo, coll, sizes, chunks == "auto", output, fmt, solver,
+                               kw["fred_tables"], progress)
     except TimeLimitReached as e:  # say how to give the compile more time
         raise TimeLimitReached(f"{e} (--time-limit SECONDS allows more)") from None
     infos = [summary(r, topo) | buffer_summary(r.schedule) for r in results]
@@ -104,6 +98,24 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     else:
         for info in infos:
             err_console.print(_table(info))
+
+
+def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,
+             auto_chunks: bool, output: str, fmt: str, solver: dict,
+             fred_tables: str | None, progress: Progress) -> list[CompileResult]:
+    """The compile results: one per size range with ``sizes``, else the one algorithm."""
+    import te_ccl
+    from te_ccl.api import solve_params
+    from te_ccl.pipeline import compile_size_library
+
+    if sizes:
+        from te_ccl.chunking import BASE_CHUNKS
+
+        return compile_size_library(topo, coll, solve_params(**solver), *sizes, output,
+                                    fmt=fmt, chunk_choices=BASE_CHUNKS if auto_chunks else (),
+                                    progress=progress)
+    return [te_ccl.compile(topo, coll, chunks="auto" if auto_chunks else None, output=output,
+                           fmt=fmt, fred_tables=fred_tables, progress=progress, **solver)]
 
 
 def _output(output: str | None, fmt: str | None, topo: Topology, kind: str,
