@@ -230,12 +230,12 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             return head, gpus
         del gpus
         if not timed or (favour and refit):
+            how = ("even with the channel pass favouring their fusions" if not timed else
+                   "unless the file gives up the schedule's timing; fewer sub-chunks per "
+                   "chunk would fit")
             raise RuntimeLimitError(
                 f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
-                f"runtime's reader limit), e.g. rank position {min(over)}, " + (
-                    "even with the channel pass favouring their fusions" if not timed else
-                    "unless the file gives up the schedule's timing; fewer sub-chunks per "
-                    "chunk would fit"))
+                f"runtime's reader limit), e.g. rank position {min(over)}, {how}")
         if favour:  # last resort: every fusion, links first come first served
             timed = False
         why = f"to fit the runtime's reader limit of {MSCCL.max_elements} elements"

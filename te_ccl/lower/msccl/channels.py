@@ -250,10 +250,11 @@ def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion]
                 ) -> tuple[dict[Edge, _Ends], dict[int, tuple[int, int]]]:
     """Every edge's send and receive order (:func:`send_order`, :func:`recv_order`) as an
     int that compares as the order tuple does (:func:`packed_order`: hundreds of thousands
-    of bisects and comparisons then run on ints), the connections of its (src, dst) (:data:`_EMPTY`
-    until used), and for ``_Conn.hold`` per fused step's receive order (the send order of
-    its outgoing edge ``out``): the order ``(out.start + out.busy, 0, out)`` at which it
-    frees its slot, and the smallest order of a time not before ``out.arrive``."""
+    of bisects and comparisons then run on ints), the connections of its (src, dst)
+    (:data:`_EMPTY` until used), and for ``_Conn.hold`` per fused step's receive order (the
+    send order of its outgoing edge ``out``): the order ``(out.start + out.busy, 0, out)``
+    at which it frees its slot, and the smallest order of a time not before
+    ``out.arrive``."""
     n = len(edges)
     lanes: dict[tuple[int, int], _Lane] = {}
     ends = {}
