@@ -154,6 +154,27 @@ def test_channel_pass_refuses_a_129th_waited_thread_block():
     assert not _steps_fit([(0, None, 2)], [], 0, state)
 
 
+def test_only_a_send_of_a_value_received_before_it_reserves_a_nop():
+    from te_ccl.lower.msccl.channels import _first_arrivals, _order_keys, _place, _State
+    from te_ccl.lower.msccl.collapse_switches import Edge
+
+    # an AllReduce's GPU 0 sends its own part of chunk 5 to 1 (reduce-scatter), receives
+    # the reduced chunk 5 back and forwards it to 2 (all-gather): only the forward waits
+    # for a received value and for the link's previous send, one nop
+    own, back, forward = Edge(0, 1, 5, 0, 1, 0), Edge(10, 11, 5, 1, 0, 1), Edge(20, 21, 5, 0, 2, 2)
+    again = Edge(30, 31, 5, 0, 2, 3)
+    edges = (own, back, forward, again)
+    ends, hold = _order_keys(edges, [])
+    state = _State(64, 1, True, 2, received=_first_arrivals(edges), ends=ends, hold=hold)
+    chan = {}
+    for e in (own, back, forward):
+        _place([e], [], 0, state, chan)
+    assert state.sends[(0, 0, 1)] == 1 and state.sends[(0, 0, 2)] == 2
+    state.timed = False  # a file without link-order waits reserves none
+    _place([again], [], 0, state, chan)
+    assert state.sends[(0, 0, 2)] == 3
+
+
 def _relay(g: int, a: int, b: int, t: int):
     """A fusion candidate: GPU ``g`` receives a chunk from ``a`` at ``t`` and forwards it to ``b``."""
     from te_ccl.lower.msccl.collapse_switches import Edge

@@ -190,7 +190,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
              for f in fusion_candidates(base[g], layout)]
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     depth = MSCCL.outstanding_sends(proto)
-    budget = max_steps - headroom if max_steps > 2 * headroom else max_steps
+    full = max_steps - headroom if max_steps > 2 * headroom else max_steps
+    budget = full
     favour: frozenset[int] = frozenset()
     timed, why = True, ""  # why the timing is given up (for the notes)
     # a schedule cut into sub-chunks is solved again with fewer where it does not fit
@@ -209,7 +210,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                            f"{MSCCL.max_channels} channels")
             if not timed or refit:
                 raise ChannelsExhausted(f"{e}: cannot keep {steps_limit}") from None
-            timed, why = False, f"to fit {steps_limit}"  # fewest steps, no link-order nops
+            # fewest steps, and no link-order nops: the cuts made for those do not apply
+            timed, why, budget = False, f"to fit {steps_limit}", full
             continue
         nchannels = 1 + max(chan.values(), default=0)
         head = Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,

@@ -106,7 +106,7 @@ class _State:
     depth: int          # sends a connection holds (the protocol's outstanding sends)
     favour: frozenset[int] = frozenset()  # GPUs whose fusions may hold up their receives
     timed: bool = True  # False: any GPU's fusions may (the file cannot keep the timing)
-    relayed: set[tuple[int, int]] = field(default_factory=set)  # (GPU, chunk) received
+    received: dict[tuple[int, int], int] = field(default_factory=dict)  # (GPU, chunk) -> first
     ends: dict[Edge, _Ends] = field(default_factory=dict)  # every edge's orders, connections
     hold: dict[int, tuple[int, int]] = field(default_factory=dict)  # see _Conn.hold
     sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
@@ -143,7 +143,7 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     spread = _spread(edges, budget, sends_waited)
     ends, hold = _order_keys(edges, fusions)
     state = _State(budget, spread, sends_waited, depth, favour, timed,
-                   {(e.dst, e.chunk) for e in edges}, ends, hold, plan=plan)
+                   _first_arrivals(edges), ends, hold, plan=plan)
     chan: dict[Edge, int] = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
@@ -207,6 +207,18 @@ def _plan(edges: tuple[Edge, ...], fusions: list[Fusion], favour: frozenset[int]
     top = 2 * max(steps.values(), default=0)
     return _Plan(send_of, recv_of, {g: top if g in favour else n for g, n in steps.items()},
                  hot)
+
+
+def _first_arrivals(edges: tuple[Edge, ...]) -> dict[tuple[int, int], int]:
+    """When each GPU first receives each chunk: a send after that forwards a received
+    value (an AllReduce's reduce-scatter sends of a GPU's own data come before its
+    all-gather receives of the same chunk, and wait for no value)."""
+    first: dict[tuple[int, int], int] = {}
+    for e in edges:
+        key = (e.dst, e.chunk)
+        if e.arrive < first.get(key, e.arrive + 1):
+            first[key] = e.arrive
+    return first
 
 
 def _first_channel(head: Edge, by_in: dict[Edge, Fusion], state: _State, first: int) -> int:
@@ -552,12 +564,13 @@ def _pairs_open(pairings: list[_Pairing], c: int, state: _State) -> bool:
 
 def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
            chan: dict[Edge, int]) -> None:
-    """Record the chain on channel ``c``. Its first send counts twice if the GPU received
-    the value and links keep the schedule's order (a plain send then waits for its value
+    """Record the chain on channel ``c``. Its first send counts twice if the GPU has received
+    the value by then and links keep the schedule's order (a plain send then waits for its value
     and for the link's previous send: a ``nop``, which the budget would otherwise only
     meet in the dependency pass)."""
     head = chain[0]
-    state.sends[(head.src, c, head.dst)] += state.timed and (head.src, head.chunk) in state.relayed
+    if state.timed and state.received.get((head.src, head.chunk), head.start + 1) <= head.start:
+        state.sends[(head.src, c, head.dst)] += 1
     for e, snd, rcv, lane in _orders(chain, links, state):
         conn = lane[c]
         if conn is _EMPTY:
