@@ -154,9 +154,10 @@ def test_channel_pass_refuses_a_129th_waited_thread_block():
     assert not _steps_fit([(0, None, 2)], [], 0, state)
 
 
-def test_only_a_send_of_a_value_received_before_it_reserves_a_nop():
-    from te_ccl.lower.msccl.channels import _first_arrivals, _order_keys, _place, _State
+def test_a_step_reserves_a_nop_only_where_it_waits_for_a_value_received_before():
+    from te_ccl.lower.msccl.channels import _order_keys, _place, _State
     from te_ccl.lower.msccl.collapse_switches import Edge
+    from te_ccl.lower.msccl.instructions import first_receipts
 
     # an AllReduce's GPU 0 sends its own part of chunk 5 to 1 (reduce-scatter), receives
     # the reduced chunk 5 back and forwards it to 2 (all-gather): only the forward waits
@@ -165,7 +166,7 @@ def test_only_a_send_of_a_value_received_before_it_reserves_a_nop():
     again = Edge(30, 31, 5, 0, 2, 3)
     edges = (own, back, forward, again)
     ends, hold = _order_keys(edges, [])
-    state = _State(64, 1, True, 2, received=_first_arrivals(edges), ends=ends, hold=hold)
+    state = _State(64, 1, True, 2, received=first_receipts(edges), ends=ends, hold=hold)
     chan = {}
     for e in (own, back, forward):
         _place([e], [], 0, state, chan)
@@ -173,6 +174,27 @@ def test_only_a_send_of_a_value_received_before_it_reserves_a_nop():
     state.timed = False  # a file without link-order waits reserves none
     _place([again], [], 0, state, chan)
     assert state.sends[(0, 0, 2)] == 3
+
+
+def test_a_fused_reduction_into_a_slot_written_before_reserves_a_nop():
+    from te_ccl.lower.msccl.channels import _order_keys, _place, _State
+    from te_ccl.lower.msccl.instructions import first_receipts
+
+    # GPU 0 reduces chunk 0 from 1 (plain), then from 2 fused into its send to 3: that
+    # step waits for the other thread block's write and for the link's previous send
+    (into, out), fused = _relay(0, 2, 3, 4)
+    first = _relay(0, 1, 9, 2)[0][0]  # GPU 1's part of the same chunk, received earlier
+    first = first._replace(chunk=into.chunk)
+    edges = (first, into, out)
+    ends, hold = _order_keys(edges, [fused])
+    state = _State(64, 1, True, 2, received=first_receipts(edges), ends=ends, hold=hold)
+    chan = {}
+    _place([first], [], 0, state, chan)
+    _place([into, out], [fused], 0, state, chan)
+    assert state.sends[(0, 0, 3)] == 2  # the fused step's send and its nop
+    alone = _State(64, 1, True, 2, received=first_receipts((into, out)), ends=ends, hold=hold)
+    _place([into, out], [fused], 0, alone, {})
+    assert alone.sends[(0, 0, 3)] == 1  # the only receive of the chunk: no wait, no nop
 
 
 def _relay(g: int, a: int, b: int, t: int):

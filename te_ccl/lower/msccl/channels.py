@@ -57,7 +57,14 @@ from dataclasses import dataclass, field
 from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.collapse_switches import Edge
-from te_ccl.lower.msccl.instructions import Fusion, packed_order, recv_order, send_order
+from te_ccl.lower.msccl.instructions import (
+    Fusion,
+    first_receipts,
+    forwards,
+    packed_order,
+    recv_order,
+    send_order,
+)
 from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.runtime_limits import MSCCL
 
@@ -106,7 +113,7 @@ class _State:
     depth: int          # sends a connection holds (the protocol's outstanding sends)
     favour: frozenset[int] = frozenset()  # GPUs whose fusions may hold up their receives
     timed: bool = True  # False: any GPU's fusions may (the file cannot keep the timing)
-    received: dict[tuple[int, int], int] = field(default_factory=dict)  # (GPU, chunk) -> first
+    received: dict[tuple[int, int], Edge] = field(default_factory=dict)  # (GPU, chunk) -> first
     ends: dict[Edge, _Ends] = field(default_factory=dict)  # every edge's orders, connections
     hold: dict[int, tuple[int, int]] = field(default_factory=dict)  # see _Conn.hold
     sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
@@ -143,7 +150,7 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     spread = _spread(edges, budget, sends_waited)
     ends, hold = _order_keys(edges, fusions)
     state = _State(budget, spread, sends_waited, depth, favour, timed,
-                   _first_arrivals(edges), ends, hold, plan=plan)
+                   first_receipts(edges), ends, hold, plan=plan)
     chan: dict[Edge, int] = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
@@ -207,18 +214,6 @@ def _plan(edges: tuple[Edge, ...], fusions: list[Fusion], favour: frozenset[int]
     top = 2 * max(steps.values(), default=0)
     return _Plan(send_of, recv_of, {g: top if g in favour else n for g, n in steps.items()},
                  hot)
-
-
-def _first_arrivals(edges: tuple[Edge, ...]) -> dict[tuple[int, int], int]:
-    """When each GPU first receives each chunk: a send after that forwards a received
-    value (an AllReduce's reduce-scatter sends of a GPU's own data come before its
-    all-gather receives of the same chunk, and wait for no value)."""
-    first: dict[tuple[int, int], int] = {}
-    for e in edges:
-        key = (e.dst, e.chunk)
-        if e.arrive < first.get(key, e.arrive + 1):
-            first[key] = e.arrive
-    return first
 
 
 def _first_channel(head: Edge, by_in: dict[Edge, Fusion], state: _State, first: int) -> int:
@@ -564,13 +559,19 @@ def _pairs_open(pairings: list[_Pairing], c: int, state: _State) -> bool:
 
 def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
            chan: dict[Edge, int]) -> None:
-    """Record the chain on channel ``c``. Its first send counts twice if the GPU has received
-    the value by then and links keep the schedule's order (a plain send then waits for its value
-    and for the link's previous send: a ``nop``, which the budget would otherwise only
-    meet in the dependency pass)."""
-    head = chain[0]
-    if state.timed and state.received.get((head.src, head.chunk), head.start + 1) <= head.start:
-        state.sends[(head.src, c, head.dst)] += 1
+    """Record the chain on channel ``c``. Where links keep the schedule's order, a step
+    that waits for a value written in another thread block also waits for the link's
+    previous send: a ``nop``, which the budget would otherwise only meet in the dependency
+    pass. So the chain's first send counts twice if the GPU has received the value by
+    then, and so does a fused step that reduces into a slot an earlier receive wrote."""
+    head, sends, received = chain[0], state.sends, state.received
+    if state.timed:
+        if forwards(head, received):
+            sends[(head.src, c, head.dst)] += 1
+        for f in links:
+            into = f.recv.recv
+            if received[(into.dst, into.chunk)] is not into:
+                sends[(into.dst, c, f.send.send.dst)] += 1
     for e, snd, rcv, lane in _orders(chain, links, state):
         conn = lane[c]
         if conn is _EMPTY:

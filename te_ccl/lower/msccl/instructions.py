@@ -31,8 +31,8 @@ from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.ir import LOWERING, Op, Slot
 from te_ccl.runtime_limits import MSCCL
 
-__all__ = ["Instr", "Fusion", "recv_order", "send_order", "packed_order",
-           "build_instructions", "fusion_candidates", "apply_fusions"]
+__all__ = ["Instr", "Fusion", "recv_order", "send_order", "packed_order", "first_receipts",
+           "forwards", "build_instructions", "fusion_candidates", "apply_fusions"]
 
 _END = 1 << 62  # order time of the final copies, after every transfer
 _ORDER = attrgetter("order")
@@ -80,6 +80,27 @@ def recv_order(e: Edge) -> tuple:
 
 def send_order(e: Edge) -> tuple:
     return (e.start, 1, e)
+
+
+def first_receipts(edges: tuple[Edge, ...]) -> dict[tuple[int, int], Edge]:
+    """The edge by which each GPU first receives each chunk, keyed by (GPU, chunk).
+
+    A fused step whose receive is not that edge reduces into a slot that another thread
+    block wrote (:func:`forwards` says which sends pass a received value on)."""
+    first: dict[tuple[int, int], Edge] = {}
+    for e in edges:
+        key = (e.dst, e.chunk)
+        if key not in first or e.arrive < first[key].arrive:
+            first[key] = e
+    return first
+
+
+def forwards(e: Edge, first: dict[tuple[int, int], Edge]) -> bool:
+    """Does the send ``e`` pass on a value its GPU received by then (:func:`first_receipts`)?
+    An AllReduce's reduce-scatter sends of a GPU's own data come before its all-gather
+    receives of the same chunk, and wait for no value."""
+    got = first.get((e.src, e.chunk))
+    return got is not None and got.arrive <= e.start
 
 
 def packed_order(order: tuple, index: int, n: int) -> int:

@@ -22,7 +22,14 @@ from dataclasses import dataclass
 from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
 from te_ccl.lower.msccl.collapse_switches import Edge
-from te_ccl.lower.msccl.instructions import Fusion, Instr, recv_order, send_order
+from te_ccl.lower.msccl.instructions import (
+    Fusion,
+    Instr,
+    first_receipts,
+    forwards,
+    recv_order,
+    send_order,
+)
 from te_ccl.lower.msccl.ir import LOWERING, NO_PEER
 
 __all__ = ["TbPlan", "build_threadblocks", "holding_pairings"]
@@ -110,24 +117,27 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
     receive late: it arrives while an earlier send of the thread block is on the link.
     A pairing is kept anyway where splitting it would give its GPU more than
     ``max_tbs`` thread blocks (ones other thread blocks can wait for), or its sending
-    thread block more than ``budget`` steps counting a ``nop`` for each send that was
-    fused (it then waits for its value and for the link's previous send), or where its
-    receives, no longer fused, would leave their connection's send order."""
-    pairs: dict[Pairing, int] = defaultdict(int)
+    thread block more than ``budget`` steps counting a ``nop`` for each send that passes
+    a received value on (it waits for its value and for the link's previous send), or
+    where its receives, no longer fused, would leave their connection's send order."""
+    pairs: dict[Pairing, None] = {}  # in the fusions' order
     fused_in = set()
     for f in fusions:
         e = f.recv.recv
-        pairs[(f.recv.gpu, chan[e], e.src, f.send.send.dst)] += 1
+        pairs[(f.recv.gpu, chan[e], e.src, f.send.send.dst)] = None
         fused_in.add(e)
     if not pairs:
         return set()
     sends: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
+    nops: dict[tuple[int, int, int], int] = defaultdict(int)
+    first = first_receipts(edges)
     recvs: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
     into: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)  # all receives
     tbs: dict[int, set[tuple]] = defaultdict(set)
     for e in checked(edges, LOWERING):
         c = chan[e]
         sends[(e.src, c, e.dst)].append(e)
+        nops[(e.src, c, e.dst)] += forwards(e, first)
         tbs[e.src].add(("s", c, e.dst))
         tbs[e.dst].add(("r", c, e.src))
         into[(e.dst, c, e.src)].append(e)
@@ -137,8 +147,9 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
     for g, _, _, _ in pairs:
         joined[g] += 1
     held = set()
-    for (g, c, a, b), fused in pairs.items():
-        if len(tbs[g]) - joined[g] + 1 > max_tbs or len(sends[(g, c, b)]) + fused > budget \
+    for (g, c, a, b) in pairs:
+        steps = len(sends[(g, c, b)]) + nops[(g, c, b)]
+        if len(tbs[g]) - joined[g] + 1 > max_tbs or steps > budget \
                 or not _in_order(into[(g, c, a)]):
             continue
         if _holds(sorted(sends[(g, c, b)], key=send_order), recvs[(g, c, a)]):
