@@ -19,8 +19,9 @@ The pipeline, one pass per module, each leaving a valid intermediate form:
 Every pass is near-linear in the number of transfers (millions at 1024 GPUs). The
 channel pass keeps every thread block within a budget of data steps that leaves
 ``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 that it does not count
-itself (it counts one per send of a received value, which waits for that value and for
-the link's previous send; a reduction may wait for several thread blocks). Only if those
+itself (it counts one per send of a value received before it, which waits for that
+value and for the link's previous send, and one per fused step that reduces into a slot
+another receive wrote, which waits for that write and the link). Only if those
 still push a thread block over the limit is it rerun, with a budget smaller by the worst
 excess of any thread block (at least that headroom again). If a rank needs more elements
 than the runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun
