@@ -188,3 +188,23 @@ def test_the_channel_pass_counts_the_nops_of_reductions_and_runs_once(monkeypatc
     assert verify_msccl(xml.decode()).valid
     sched, lowered = _replays(schedule, xml)
     assert lowered <= 1.01 * sched
+
+
+def test_a_rank_still_over_the_element_limit_when_favoured_gets_every_fusion(kit, monkeypatch):
+    """GPU 1 alone is over: the channel pass is rerun in its favour, then with every
+    fusion on every GPU and no link order; a rank over even then gets no file."""
+    import te_ccl.lower.msccl as low
+    from te_ccl.errors import RuntimeLimitError
+
+    schedule = _forward_twice(kit)
+    sizes = {g.id: 4 + 1 + sum(1 + len(tb.steps) for tb in g.threadblocks)
+             for g in build_program(schedule).gpus}
+    assert sizes[1] - 3 >= max(n for g, n in sizes.items() if g != 1)
+    calls = []
+    real = low.assign_channels
+    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, d, favour, timed:
+                        calls.append((favour, timed)) or real(e, f, b, w, d, favour, timed))
+    monkeypatch.setattr(low, "MSCCL", replace(low.MSCCL, max_elements=sizes[1] - 3))
+    with pytest.raises(RuntimeLimitError, match="rank position 1, even with every fusion"):
+        low.lower_to_msccl(schedule)
+    assert calls == [(frozenset(), True), (frozenset({1}), True), (frozenset(), False)]

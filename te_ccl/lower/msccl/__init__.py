@@ -26,8 +26,9 @@ still push a thread block over the limit is it rerun, with a budget smaller by t
 excess of any thread block (at least that headroom again). If a rank needs more elements
 than the runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun
 favouring the fusions of those ranks, even those that delay steps; if ranks are still
-over, once more with every fusion on every rank and without the link-order waits (fewest
-steps, the schedule's timing given up, and the program's ``notes`` say so). An edge that
+over (or more than a quarter of them were), once more with every fusion on every rank and
+without the link-order waits (fewest steps, the schedule's timing given up, and the
+program's ``notes`` say so). An edge that
 fits no channel under the step budget while the timing is kept (each relayed plain send
 counting its ``nop``) also gets that last run. A schedule cut into sub-chunks
 (``SolveInfo.subchunks``) never gets it: it raises, to be solved again with fewer
@@ -232,17 +233,20 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         if not over:
             return head, gpus
         del gpus
-        if not timed or (favour and refit):
-            how = ("even with the channel pass favouring their fusions" if not timed else
+        # favouring is for a few ranks: favouring a quarter of them would favour none
+        last = bool(favour) or len(over) > max(1, coll.nranks // 4)
+        if not timed or (last and refit):
+            how = ("even with every fusion made" if not timed else
                    "unless the file gives up the schedule's timing; fewer sub-chunks per "
                    "chunk would fit")
             raise RuntimeLimitError(
                 f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
                 f"runtime's reader limit), e.g. rank position {min(over)}, {how}")
-        if favour:  # last resort: every fusion, links first come first served
-            timed = False
         why = f"to fit the runtime's reader limit of {MSCCL.max_elements} elements"
-        favour = favour | frozenset(over)  # rerun favouring the ranks over the limit
+        if last:  # every fusion on every rank, links first come first served
+            timed, favour = False, frozenset()
+        else:  # rerun favouring the ranks over the limit
+            favour = frozenset(over)
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
 
