@@ -20,8 +20,8 @@ Every pass is near-linear in the number of transfers (millions at 1024 GPUs). Th
 channel pass keeps every thread block within a budget of data steps that leaves
 ``NOP_HEADROOM`` of ``max_steps`` for the ``nop`` steps of pass 5 that it does not count
 itself (it counts one per send of a value received before it, which waits for that
-value and for the link's previous send, and one per fused step that reduces into a slot
-another receive wrote, which waits for that write and the link). Only if those
+value and for the link's previous send, and one per fused step whose receive writes a
+slot another receive wrote, which waits for that write and the link). Only if those
 still push a thread block over the limit is it rerun, with a budget smaller by the worst
 excess of any thread block (at least that headroom again). If a rank needs more elements
 than the runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun

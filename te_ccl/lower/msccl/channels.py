@@ -563,7 +563,8 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
     that waits for a value written in another thread block also waits for the link's
     previous send: a ``nop``, which the budget would otherwise only meet in the dependency
     pass. So the chain's first send counts twice if the GPU has received the value by
-    then, and so does a fused step that reduces into a slot an earlier receive wrote."""
+    then, and so does a fused step whose receive writes a slot an earlier receive wrote
+    (a partial sum, or an AllReduce's all-gather over its reduce-scatter)."""
     head, sends, received = chain[0], state.sends, state.received
     if state.timed:
         if forwards(head, received):

@@ -85,8 +85,9 @@ def send_order(e: Edge) -> tuple:
 def first_receipts(edges: tuple[Edge, ...]) -> dict[tuple[int, int], Edge]:
     """The edge by which each GPU first receives each chunk, keyed by (GPU, chunk).
 
-    A fused step whose receive is not that edge reduces into a slot that another thread
-    block wrote (:func:`forwards` says which sends pass a received value on)."""
+    A fused step whose receive is not that edge writes a slot that another receive wrote
+    (a partial sum, or an AllReduce's all-gather over its reduce-scatter);
+    :func:`forwards` says which sends pass a received value on."""
     first: dict[tuple[int, int], Edge] = {}
     for e in edges:
         key = (e.dst, e.chunk)
