@@ -26,14 +26,14 @@ still push a thread block over the limit is it rerun, with a budget smaller by t
 excess of any thread block (at least that headroom again). If a rank needs more elements
 than the runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun
 favouring the fusions of those ranks, even those that delay steps; if ranks are still
-over (or more than a quarter of them were), once more with every fusion on every rank and
-without the link-order waits (fewest steps, the schedule's timing given up, and the
-program's ``notes`` say so). An edge that
-fits no channel under the step budget while the timing is kept (each relayed plain send
-counting its ``nop``) also gets that last run. A schedule cut into sub-chunks
-(``SolveInfo.subchunks``) never gets it: it raises, to be solved again with fewer
-(:func:`~te_ccl.pipeline.render_fitting`). What still does not fit raises
-:class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime would refuse.
+over (or more than a quarter of them were), once more with every fusion on every rank
+and without the link-order waits (fewest steps, the schedule's timing given up, and the
+program's ``notes`` say so). An edge that fits no channel under the step budget while
+the timing is kept (each relayed plain send counting its ``nop``) also gets that last
+run. A schedule cut into sub-chunks (``SolveInfo.subchunks``) never gets it: it raises,
+to be solved again with fewer (:func:`~te_ccl.pipeline.render_fitting`). What still
+does not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
+would refuse.
 
 Time: every pass observes the deadline of the compile under way
 (:mod:`te_ccl.deadline`), raising
