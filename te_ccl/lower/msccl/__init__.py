@@ -74,6 +74,7 @@ from te_ccl.lower.msccl.instructions import (
     Instr,
     apply_fusions,
     build_instructions,
+    first_receipts,
     fusion_candidates,
 )
 from te_ccl.lower.msccl.ir import LOWERING, Gpu, Program
@@ -190,6 +191,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     base = build_instructions(edges, layout)
     found = [f for g in checked(sorted(base), LOWERING, every=1)
              for f in fusion_candidates(base[g], layout)]
+    first = first_receipts(edges)  # the same for every rerun of the channel pass
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     depth = MSCCL.outstanding_sends(proto)
     full = max_steps - headroom if max_steps > 2 * headroom else max_steps
@@ -206,7 +208,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                  "try)")
         try:  # sending thread blocks are waited for: a send waits for the link's last one
             chan, instrs, slots, delaying = _assign(edges, base, candidates, budget, True,
-                                                    depth, favour, timed, split)
+                                                    depth, favour, timed, split, first)
         except ChannelsExhausted as e:
             steps_limit = (f"at most {max_steps} steps per thread block within "
                            f"{MSCCL.max_channels} channels")
@@ -313,17 +315,19 @@ def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str
 
 def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
             budget: int, sends_waited: bool, depth: int, favour: frozenset[int], timed: bool,
-            split: bool) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots, int]:
+            split: bool, first: dict[tuple[int, int], Edge]
+            ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots, int]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
     ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, the
     slots they print, and how many of the fusions kept delay another step. With
     ``split`` (edges timed by the schedule's replay), pairings whose thread block would
-    hold up its own receives are given up."""
+    hold up its own receives are given up. ``first``: :func:`first_receipts` of the
+    edges."""
     chan, kept = assign_channels(edges, candidates, budget, sends_waited, depth, favour,
-                                 timed)
+                                 timed, received=first)
     if timed and split:  # a thread block joined by fusions must not hold up its receives
         held = holding_pairings(edges, chan, [f for f in kept if f.recv.gpu not in favour],
-                                MSCCL.max_depid + 1, budget)
+                                MSCCL.max_depid + 1, budget, first)
         kept = [f for f in kept if (f.recv.gpu, chan[f.recv.recv], f.recv.recv.src,
                                     f.send.send.dst) not in held]
     fusions: dict[int, list[Fusion]] = {g: [] for g in base}

@@ -138,19 +138,23 @@ class _Plan:
 
 def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
                     sends_waited: bool, depth: int, favour: frozenset[int] = frozenset(),
-                    timed: bool = True) -> tuple[dict[Edge, int], list[Fusion]]:
+                    timed: bool = True, received: dict[tuple[int, int], Edge] | None = None
+                    ) -> tuple[dict[Edge, int], list[Fusion]]:
     """Channel of every edge and the fusions kept; ``budget`` bounds steps per tb.
     ``sends_waited``: other thread blocks may wait for sending ones (reductions, in-place
     buffers, a connection over several channels); ``depth``: the sends a connection
     holds. The GPU positions in ``favour`` count as the hottest (their fusions go
-    first, even those that hold up a receive; without ``timed``, every GPU's may)."""
+    first, even those that hold up a receive; without ``timed``, every GPU's may).
+    ``received``: :func:`~te_ccl.lower.msccl.instructions.first_receipts` of the edges, if
+    the caller has it."""
     by_in = {f.recv.recv: f for f in fusions}
     by_out = {f.send.send for f in fusions}
     plan = _plan(edges, fusions, favour)
     spread = _spread(edges, budget, sends_waited)
     ends, hold = _order_keys(edges, fusions)
     state = _State(budget, spread, sends_waited, depth, favour, timed,
-                   first_receipts(edges), ends, hold, plan=plan)
+                   first_receipts(edges) if received is None else received, ends, hold,
+                   plan=plan)
     chan: dict[Edge, int] = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)

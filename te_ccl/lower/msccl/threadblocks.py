@@ -112,14 +112,17 @@ def _plan(keys: list[tuple], runs: list[list[int]], instrs: list[Instr]) -> TbPl
 
 
 def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: list[Fusion],
-                     max_tbs: int, budget: int) -> set[Pairing]:
+                     max_tbs: int, budget: int,
+                     first: dict[tuple[int, int], Edge] | None = None) -> set[Pairing]:
     """The pairings made by ``fusions`` whose joined thread block would take a plain
     receive late: it arrives while an earlier send of the thread block is on the link.
     A pairing is kept anyway where splitting it would give its GPU more than
     ``max_tbs`` thread blocks (ones other thread blocks can wait for), or its sending
     thread block more than ``budget`` steps counting a ``nop`` for each send that passes
     a received value on (it waits for its value and for the link's previous send), or
-    where its receives, no longer fused, would leave their connection's send order."""
+    where its receives, no longer fused, would leave their connection's send order.
+    ``first``: :func:`~te_ccl.lower.msccl.instructions.first_receipts` of the edges, if
+    the caller has it."""
     pairs: dict[Pairing, None] = {}  # in the fusions' order
     fused_in = set()
     for f in fusions:
@@ -130,7 +133,7 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
         return set()
     sends: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
     nops: dict[tuple[int, int, int], int] = defaultdict(int)
-    first = first_receipts(edges)
+    first = first_receipts(edges) if first is None else first
     recvs: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
     into: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)  # all receives
     tbs: dict[int, set[tuple]] = defaultdict(set)
