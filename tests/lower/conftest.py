@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NamedTuple
 
 import pytest
 
@@ -90,6 +91,33 @@ def star_allgather(n: int) -> Schedule:
     tr = [Transfer(p, f"g{p}", "sw", 0, 1) for p in range(n)]
     tr += [Transfer(p, "sw", f"g{q}", 1, 2) for p in range(n) for q in range(n) if q != p]
     return Schedule(star(n), coll("allgather", n), 1e-6, tuple(tr))
+
+
+class ChannelPass(NamedTuple):
+    """The arguments of one run of the lowering's channel pass."""
+
+    budget: int
+    sends_waited: bool
+    depth: int
+    favour: frozenset[int]
+    timed: bool
+
+
+@pytest.fixture
+def channel_passes(monkeypatch: pytest.MonkeyPatch) -> list[ChannelPass]:
+    """Every run of the lowering's channel pass from here on, in order."""
+    import te_ccl.lower.msccl as low
+
+    runs: list[ChannelPass] = []
+    real = low.assign_channels
+
+    def recorded(edges, fusions, budget, sends_waited, depth, favour=frozenset(),
+                 timed=True, **rest):
+        runs.append(ChannelPass(budget, sends_waited, depth, favour, timed))
+        return real(edges, fusions, budget, sends_waited, depth, favour, timed, **rest)
+
+    monkeypatch.setattr(low, "assign_channels", recorded)
+    return runs
 
 
 @pytest.fixture

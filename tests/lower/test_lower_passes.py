@@ -226,37 +226,30 @@ def test_channel_plan_keeps_the_preferred_pairing_open():
     assert _pairs_fit([turn], c, state)      # the turn blocks nothing preferred there
 
 
-def test_ranks_over_the_reader_limit_rerun_the_channel_pass_in_their_favour(kit, monkeypatch):
+def test_ranks_over_the_reader_limit_rerun_the_channel_pass_in_their_favour(kit, monkeypatch,
+                                                                            channel_passes):
     import te_ccl.lower.msccl as low
     from te_ccl.errors import RuntimeLimitError
 
-    calls = []
-    real = low.assign_channels
-    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, d, favour, timed:
-                        calls.append((favour, timed)) or real(e, f, b, w, d, favour, timed))
     schedule = kit.ring_allreduce(4)
     low.lower_to_msccl(schedule)
-    assert calls == [(frozenset(), True)]
+    assert [(p.favour, p.timed) for p in channel_passes] == [(frozenset(), True)]
     monkeypatch.setattr(low, "MSCCL", replace(low.MSCCL, max_elements=6))  # <algo>, 4 <gpu>s
     # and one more each
-    calls.clear()
+    channel_passes.clear()
     with pytest.raises(RuntimeLimitError, match="more than 6 XML elements"):
         low.lower_to_msccl(schedule)  # no file the reader would refuse
     # every rank is over: favouring them all would favour none, so every fusion and no
     # link order at once
-    assert calls == [(frozenset(), True), (frozenset(), False)]
+    assert [(p.favour, p.timed) for p in channel_passes] == [(frozenset(), True),
+                                                             (frozenset(), False)]
 
 
 def test_channel_pass_gets_the_protocols_depth_and_counts_sending_thread_blocks(kit,
-                                                                                monkeypatch):
-    import te_ccl.lower.msccl as low
-
-    seen = []
-    real = low.assign_channels
-    monkeypatch.setattr(low, "assign_channels", lambda e, f, b, w, d, favour, timed:
-                        seen.append((w, d)) or real(e, f, b, w, d, favour, timed))
+                                                                                channel_passes):
     schedule = kit.ring_allgather(4)
     for proto in ("Simple", "LL128", "LL"):
-        low.lower_to_msccl(schedule, proto=proto)
+        lower_to_msccl(schedule, proto=proto)
     # a send may wait for the previous send to its peer on another channel (link order)
-    assert seen == [(True, 2), (True, 8), (True, 8)]
+    assert [(p.sends_waited, p.depth) for p in channel_passes] == [(True, 2), (True, 8),
+                                                                   (True, 8)]
