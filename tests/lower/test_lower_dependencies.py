@@ -142,25 +142,45 @@ def _assert_waits_point_back(tbs: list[Threadblock], where: dict[int, tuple[int,
                 assert pos[(x.depid, x.deps)] < owner
 
 
+def _nops(moves: list[tuple[str, int, int, int, int, int]]
+          ) -> tuple[list[Threadblock], list, int]:
+    """GPU 0's thread blocks with their dependencies, their plans, and the nops among
+    their steps."""
+    instrs, chan = _gpu0(moves)
+    slots = ResolvedSlots({0: {}}, dict.fromkeys(chan, ELSEWHERE), dict.fromkeys(chan, ELSEWHERE))
+    plans = build_threadblocks(instrs, chan, 1000)
+    tbs = add_dependencies(0, plans, slots, True)
+    return tbs, plans, len([x for tb in tbs for x in tb.steps if x.op is Op.NOP])
+
+
 def test_a_second_wait_moves_onto_an_earlier_idle_step_instead_of_a_nop():
     """Send 5 waits for its value (receive 1) and the link's previous send (4, another
     channel). Send 3 of its thread block waits for nothing and starts after receive 1 is
     in, so it takes that wait: no ``nop``, and no step starts later than scheduled."""
     moves = [("s", 1, 0, 0, 0, -1), ("r", 0, 0, 1, 0, -1), ("s", 3, 0, 0, 1, -1),
              ("s", 3, 0, 0, 1, -1), ("s", 1, 0, 0, 0, -1), ("s", 0, 0, 0, 1, -1)]
-    instrs, chan = _gpu0(moves)
-    slots = ResolvedSlots({0: {}}, dict.fromkeys(chan, ELSEWHERE), dict.fromkeys(chan, ELSEWHERE))
-    plans = build_threadblocks(instrs, chan, 1000)
-    tbs = add_dependencies(0, plans, slots, True)
-    assert not [x for tb in tbs for x in tb.steps if x.op is Op.NOP]
+    tbs, plans, nops = _nops(moves)
+    assert not nops
     sender = next(tb for tb, p in zip(tbs, plans, strict=True) if p.at == (2, 3, 5))
     receiver = next(tb for tb, p in zip(tbs, plans, strict=True) if p.at == (1,))
     assert (sender.steps[1].depid, sender.steps[1].deps) == (receiver.id, 0)
-    moves[3] = ("s", 3, 0, 0, 0, -1)  # no idle step left after the receive: a nop
-    instrs, chan = _gpu0(moves)
-    plans = build_threadblocks(instrs, chan, 1000)
-    tbs = add_dependencies(0, plans, slots, True)
-    assert len([x for tb in tbs for x in tb.steps if x.op is Op.NOP]) == 1
+
+
+def test_a_second_wait_moves_onto_the_thread_block_of_the_wait_that_stays():
+    """Send 3 now shares send 4's channel, so send 5's thread block has no idle step after
+    receive 1 (send 2 waits for the link's send 0). Send 4, which send 5 keeps waiting
+    for, waits for nothing and starts after receive 1 is in: it takes that wait. Where
+    send 5's link predecessor (now send 3) waits itself and its thread block's idle step
+    comes before receive 1, a ``nop`` stays."""
+    moves = [("s", 1, 0, 0, 0, -1), ("r", 0, 0, 1, 0, -1), ("s", 3, 0, 0, 1, -1),
+             ("s", 3, 0, 0, 0, -1), ("s", 1, 0, 0, 0, -1), ("s", 0, 0, 0, 1, -1)]
+    tbs, plans, nops = _nops(moves)
+    assert not nops
+    link = next(tb for tb, p in zip(tbs, plans, strict=True) if p.at == (0, 3, 4))
+    receiver = next(tb for tb, p in zip(tbs, plans, strict=True) if p.at == (1,))
+    assert (link.steps[2].depid, link.steps[2].deps) == (receiver.id, 0)
+    moves[4] = ("s", 1, 0, 1, 0, -1)  # to another peer: send 3 is the link's previous send
+    assert _nops(moves)[2] == 1
 
 
 def test_a_receive_fused_twice_to_different_peers_is_refused():

@@ -204,3 +204,32 @@ def test_a_rank_still_over_the_element_limit_when_favoured_gets_every_fusion(kit
         low.lower_to_msccl(schedule)
     assert [(p.favour, p.timed) for p in channel_passes] == [
         (frozenset(), True), (frozenset({1}), True), (frozenset(), False)]
+
+
+def test_a_rank_over_the_element_limit_by_its_link_order_nops_gives_up_only_those(
+        channel_passes, monkeypatch):
+    """A 4x4 mesh ReduceScatter whose largest rank is one element over the reader's limit,
+    with nops for its links' order: that rank alone sends in the order its values come,
+    the channel pass runs once and the file says which ranks gave up the order."""
+    import te_ccl.lower.msccl as low
+    from te_ccl.api import compile as compile_
+
+    schedule = compile_("mesh4x4", "reducescatter", size="1MB", chunks=1,
+                        backend="scale").schedule
+    gpus = build_program(schedule).gpus
+    sizes = {g.id: _elements(g, 16) for g in gpus}
+    top = max(sizes.values())
+    nops = {g.id: sum(st.op.name == "NOP" for tb in g.threadblocks for st in tb.steps)
+            for g in gpus}
+    assert all(nops[g] for g, n in sizes.items() if n == top)
+    channel_passes.clear()
+    monkeypatch.setattr(low, "MSCCL", replace(low.MSCCL, max_elements=top - 1))
+    notes: list[str] = []
+    xml = low.lower_to_msccl(schedule, notes=notes)
+    over = sum(n == top for n in sizes.values())
+    assert len(channel_passes) == 1
+    assert notes == [f"{over} rank(s) send on their links in the order the values come, not "
+                     "the schedule's (the file may run slower than the schedule) to fit the "
+                     f"runtime's reader limit of {top - 1} elements"]
+    assert max(_elements(g, 16) for g in read_msccl(xml.decode()).gpus) <= top - 1
+    assert verify_msccl(xml.decode()).valid

@@ -217,10 +217,6 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             # fewest steps, and no link-order nops: the cuts made for those do not apply
             timed, why, budget = False, f"to fit {steps_limit}", full
             continue
-        nchannels = 1 + max(chan.values(), default=0)
-        head = Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
-                       coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes, (),
-                       _notes(favour, timed, delaying, why))
         order = sorted(instrs)
         forks = workers() if stream and len(edges) >= WORTH_FORKING else 1
         parts = [order[i::forks] for i in range(forks)]
@@ -228,12 +224,15 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                           budget=budget, max_steps=max_steps, timed=timed, stream=stream,
                           nranks=coll.nranks)
         try:
-            gpus, over = _in_parts(gpus_of, parts, progress)
+            gpus, over, loose = _in_parts(gpus_of, parts, progress)
         except _Overflow as e:  # the channel pass counts data steps, not the nops
             budget -= max(e.excess, headroom)
             continue
         if not over:
-            return head, gpus
+            nchannels = 1 + max(chan.values(), default=0)
+            return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
+                           coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes,
+                           (), _notes(favour, timed, delaying, why, len(loose))), gpus
         del gpus
         # favouring is for a few ranks: favouring a quarter of them would favour none
         last = bool(favour) or len(over) > max(1, coll.nranks // 4)
@@ -256,11 +255,13 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
 def _gpus(part: list[int], progress: Progress, *, instrs: dict[int, list[Instr]],
           chan: dict[Edge, int], slots: ResolvedSlots, layout: Layout, budget: int,
           max_steps: int, timed: bool, stream: bool, nranks: int
-          ) -> tuple[list[tuple[int, object]], set[int], int]:
+          ) -> tuple[list[tuple[int, object]], set[int], set[int], int]:
     """``(GPU, its XML bytes if stream else its Gpu)`` of the GPUs in ``part``, those over
-    the runtime's element limit, and the most steps a thread block has over ``max_steps``
-    (once one has, the others are only measured: the budget is cut by the worst excess)."""
-    out, over, excess = [], set(), 0
+    the runtime's element limit, those that fit it only without link order (their sends
+    then leave in the order their values come: no ``nop`` waits for the link's previous
+    send), and the most steps a thread block has over ``max_steps`` (once one has, the
+    others are only measured: the budget is cut by the worst excess)."""
+    out, over, loose, excess = [], set(), set(), 0
     for g in part:
         if g % 64 == 0:
             progress(f"lowering: thread blocks of GPU {g} of {nranks}")
@@ -272,24 +273,35 @@ def _gpus(part: list[int], progress: Progress, *, instrs: dict[int, list[Instr]]
             continue
         if excess:
             continue
-        if nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks) > MSCCL.max_elements:
+        if timed and _elements(gpu, nranks) > MSCCL.max_elements:
+            gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, False)
+            loose.add(g)
+        if _elements(gpu, nranks) > MSCCL.max_elements:
             over.add(g)
         out.append((g, gpu_xml(gpu).encode() if stream else gpu))
-    return out, over, excess
+    return out, over, loose, excess
 
 
-def _in_parts(gpus_of: Callable[[list[int], Progress], tuple[list, set[int], int]],
-              parts: list[list[int]], progress: Progress) -> tuple[list, set[int]]:
+def _elements(gpu: Gpu, nranks: int) -> int:
+    """What the runtime's reader counts for one rank: the ``<algo>``, every ``<gpu>``, and
+    the rank's thread blocks and steps."""
+    return nranks + 1 + sum(1 + len(tb.steps) for tb in gpu.threadblocks)
+
+
+def _in_parts(gpus_of: Callable[[list[int], Progress], tuple[list, set[int], set[int], int]],
+              parts: list[list[int]], progress: Progress
+              ) -> tuple[list, set[int], set[int]]:
     """Every GPU in GPU order: the first part here, the others in forked processes
     (:mod:`te_ccl.background`) at the same time, each GPU's pass being independent;
     :class:`_Overflow` by the worst excess of any."""
     jobs = [in_background(gpus_of, part, _quiet) for part in parts[1:]]
     try:
-        done, over, excess = gpus_of(parts[0], progress)
+        done, over, loose, excess = gpus_of(parts[0], progress)
         for job in jobs:
-            more, more_over, more_excess = job.result()
+            more, more_over, more_loose, more_excess = job.result()
             done += more
             over |= more_over
+            loose |= more_loose
             excess = max(excess, more_excess)
     except BaseException:
         for job in jobs:
@@ -297,20 +309,27 @@ def _in_parts(gpus_of: Callable[[list[int], Progress], tuple[list, set[int], int
         raise
     if excess:
         raise _Overflow(excess)
-    return [gpu for _, gpu in sorted(done, key=lambda x: x[0])], over
+    return [gpu for _, gpu in sorted(done, key=lambda x: x[0])], over, loose
 
 
-def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str
+def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str, loose: int
            ) -> tuple[str, ...]:
-    """Why the file may run slower than the schedule (``limit``: what it gave way to)."""
+    """Why the file may run slower than the schedule (``limit``: what it gave way to;
+    ``loose``: the ranks whose links serve sends in the order they come)."""
     if not timed:
         return (f"the file does not keep the schedule's timing {limit}: every fusion is "
                 f"made ({delaying} of them hold up other steps) and links serve sends in "
                 "the order they come",)
+    notes = []
     if favour:
-        return (f"{len(favour)} rank(s) keep fused steps that hold up other steps (the file "
-                f"may run slower than the schedule) {limit}; {delaying} such fusion(s) made",)
-    return ()
+        notes.append(f"{len(favour)} rank(s) keep fused steps that hold up other steps (the "
+                     f"file may run slower than the schedule) {limit}; {delaying} such "
+                     "fusion(s) made")
+    if loose:
+        notes.append(f"{loose} rank(s) send on their links in the order the values come, not "
+                     "the schedule's (the file may run slower than the schedule) to fit the "
+                     f"runtime's reader limit of {MSCCL.max_elements} elements")
+    return tuple(notes)
 
 
 def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],

@@ -10,14 +10,18 @@ switch to any peer, so in another thread block): the link then carries the sends
 the schedule's order, which thread blocks running freely would not keep (a chunk ready
 early would overtake one the schedule sends first). Only the latest step per other
 thread block is kept (a flag set by step ``k`` means steps ``0..k`` are done). Of several
-waits, one stays on the step; the others move onto earlier steps of its thread block that
-wait for nothing where those start after the waited step is done anyway
-(:func:`_hoist`), and the rest become ``nop`` steps right before the step (each an
-element of the runtime reader's limit). Targets get ``hasdep="1"``.
+waits, the one done last in the schedule stays on the step; the others move onto steps
+that wait for nothing and start after the waited step is done anyway (:func:`_hoist`):
+an earlier step of its own thread block, or one of the thread block it keeps waiting
+for, up to the step it waits for (or further down that step's own waits). A send that
+waits for the receive of its value and for the link's previous send thus makes the
+receive wait for that send. The rest become ``nop`` steps right before the step (each
+an element of the runtime reader's limit). Targets get ``hasdep="1"``.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from operator import itemgetter
 
 import numpy as np
@@ -35,6 +39,7 @@ Ref = tuple[int, int]  # (thread block id, instruction index in it)
 # per thread block, per instruction: the waits kept, as (thread block, step number)
 Deps = list[list[list[Ref]]]
 _index = itemgetter(1)
+CHAIN = 8  # how far down the waits that stay a moved wait may go
 
 
 def _dependencies(plans: list[TbPlan], link_order: bool) -> tuple[Deps, list[set[int]]]:
@@ -98,7 +103,7 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> tuple[Deps, list[set
         mine.append(clock)
         number = step[tb][-1] + 1 if k else 0
         if len(kept) > 1:
-            kept = _hoist(plans, tb, kept, waited, free[tb], deps[tb])
+            kept = _hoist(plans, tb, kept, waited, free, deps, clocks, step)
             number += len(kept) - 1
             kept.sort()
         elif not kept:
@@ -117,26 +122,84 @@ def _dependencies(plans: list[TbPlan], link_order: bool) -> tuple[Deps, list[set
 
 
 def _hoist(plans: list[TbPlan], tb: int, kept: list[Ref], waited: list[Ref],
-           free: list[int], deps: list[list[Ref]]) -> list[Ref]:
-    """The waits of one instruction that stay on it, after moving the others onto earlier
-    instructions of its thread block that wait for nothing (``free``, in order), where
-    that costs no time: the earlier instruction starts after the waited step is done in
-    the schedule (and after it in the GPU's time order, so no cycle can form). Each wait
-    moved is a ``nop`` step fewer: an element of the runtime's reader limit."""
-    done = [_done(plans[t].instrs[j]) for t, j in waited]
-    by_done = sorted(range(len(kept)), key=done.__getitem__, reverse=True)
-    stay = [kept[by_done[0]]]  # the last done stays on the instruction itself
-    mine = plans[tb]
-    for w in by_done[1:]:
-        t, j = waited[w]
-        if free:
-            k = free[-1]
-            if mine.instrs[k].order[0] >= done[w] and mine.at[k] > plans[t].at[j]:
-                deps[k] = [kept[w]]
-                free.pop()
-                continue
-        stay.append(kept[w])
+           free: list[list[int]], deps: Deps, clocks: list[list[np.ndarray]],
+           step: list[list[int]]) -> list[Ref]:
+    """The waits of one instruction that stay on it: the one done last in the schedule,
+    and those :func:`_move` cannot move elsewhere. Each wait moved is a ``nop`` step
+    fewer: an element of the runtime's reader limit."""
+    by_done = sorted(zip(kept, waited, strict=True), key=lambda x: _rank(plans, x[1]),
+                     reverse=True)
+    host = by_done[0][1]
+    stay = [by_done[0][0]]
+    for ref, w in by_done[1:]:  # the latest done first: it needs the latest free step
+        if not _move(plans, tb, host, ref, w, free, deps, clocks, step):
+            stay.append(ref)
     return stay
+
+
+def _rank(plans: list[TbPlan], w: Ref) -> tuple[int, bool]:
+    """When instruction ``w`` is done in the schedule; of a receive and a send done at
+    once, the receive counts as later (a send's thread block cannot take the receive's
+    wait: it starts before the receive is done)."""
+    ins = plans[w[0]].instrs[w[1]]
+    return _done(ins), ins.send is None
+
+
+def _move(plans: list[TbPlan], tb: int, host: Ref, ref: Ref, w: Ref, free: list[list[int]],
+          deps: Deps, clocks: list[list[np.ndarray]], step: list[list[int]]) -> bool:
+    """Move the wait ``ref`` (on instruction ``w``) of the next instruction of ``tb`` onto
+    one that waits for nothing (``free``), where that costs no time: the latest such
+    instruction of ``tb`` itself, or else of the thread block of ``host`` up to ``host``
+    (the instruction that the waiting one keeps waiting for: a send waiting for the
+    receive of its value and for the link's previous send makes the receive wait for
+    that send instead), or else, where ``host`` has one wait, the same down that wait,
+    :data:`CHAIN` times at most. The instruction must start after ``w`` is done in the
+    schedule, and come after it in the GPU's time order, so no cycle can form."""
+    if _take(plans, tb, len(deps[tb]), ref, w, free, deps, clocks):
+        return True
+    for _ in range(CHAIN):
+        h_tb, h = host
+        if h_tb == w[0]:
+            return False
+        if _take(plans, h_tb, h + 1, ref, w, free, deps, clocks):
+            return True
+        if len(deps[h_tb][h]) != 1:
+            return False
+        y_tb, y_step = deps[h_tb][h][0]
+        host = (y_tb, bisect_left(step[y_tb], y_step))
+    return False
+
+
+def _take(plans: list[TbPlan], owner: int, before: int, ref: Ref, w: Ref,
+          free: list[list[int]], deps: Deps, clocks: list[list[np.ndarray]]) -> bool:
+    """Give the wait ``ref`` to the latest instruction of thread block ``owner`` before
+    index ``before`` that waits for nothing, if it starts after ``w``."""
+    mine = free[owner]
+    i = bisect_left(mine, before) - 1
+    if i < 0 or not _starts_after(plans, owner, mine[i], w):
+        return False
+    k = mine[i]
+    deps[owner][k] = [ref]
+    del mine[i]
+    _learn(clocks, owner, k, w)
+    return True
+
+
+def _starts_after(plans: list[TbPlan], tb: int, k: int, w: Ref) -> bool:
+    """Does instruction ``k`` of ``tb`` start once ``w`` is done in the schedule, and come
+    after it in the GPU's time order?"""
+    t, j = w
+    plan = plans[tb]
+    return plan.instrs[k].order[0] >= _done(plans[t].instrs[j]) and plan.at[k] > plans[t].at[j]
+
+
+def _learn(clocks: list[list[np.ndarray]], tb: int, k: int, w: Ref) -> None:
+    """Instruction ``k`` of ``tb`` now waits for ``w``: its clock knows (the later steps
+    of ``tb`` keep theirs, they only know less)."""
+    t, j = w
+    clock = np.maximum(clocks[tb][k], clocks[t][j])
+    clock[t] = max(clock.item(t), j)
+    clocks[tb][k] = clock
 
 
 def _done(ins: Instr) -> int:
