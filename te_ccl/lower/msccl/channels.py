@@ -121,6 +121,10 @@ class _State:
     fused: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, a, b)
     pair_send: dict[tuple, int] = field(default_factory=dict)  # (g, c, send) -> recv peer
     pair_recv: dict[tuple, int] = field(default_factory=dict)  # (g, c, recv) -> send peer
+    # the same as channel bitmasks: (g, 0, recv peer) / (g, 1, send peer) -> channels where
+    # that peer is paired, and (g, recv peer, send peer) -> channels with that pairing
+    paired_peer: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
+    paired: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
     peers: dict[tuple, set[int]] = field(default_factory=lambda: defaultdict(set))  # (g,c,dir)
     waited: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # g -> tbs
     plan: _Plan = field(default_factory=lambda: _Plan({}, {}, {}, set()))
@@ -230,8 +234,9 @@ def _first_channel(head: Edge, by_in: dict[Edge, Fusion], state: _State, first: 
         f = by_in.get(f.send.send)
     if ahead:
         parts = _parts([head], [], state)
+        free = _free_channels([_pairing(f) for f in ahead], state)
         for c in [*range(first, state.spread), *range(first)]:
-            if _pairs_fit(ahead, c, state) and _fits(parts, c, state):
+            if free >> c & 1 and _pairs_fit(ahead, c, state) and _fits(parts, c, state):
                 return c
     return _first_fit([head], [], state, first)
 
@@ -330,8 +335,9 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
     if len(chain) == 1:  # only single edges go beyond the spread channels
         order += range(state.spread, MSCCL.max_channels)
         return _first_fit_edge(chain[0], parts, state, order, required, skip)
+    free = _free_channels(parts[1], state)
     for c in order:
-        if c != skip and _fits(parts, c, state):
+        if c != skip and free >> c & 1 and _fits(parts, c, state):
             if all(e.epoch not in lane[c].starts for e, _, _, lane in parts[2]):
                 return c
             fallback = c if fallback is None else fallback
@@ -548,6 +554,16 @@ def _pairs_free(pairings: list[_Pairing], c: int, state: _State) -> bool:
     return True
 
 
+def _free_channels(pairings: list[_Pairing], state: _State) -> int:
+    """The channels (a bitmask) on which no pairing clashes with one made: what
+    :func:`_pairs_free` checks one channel at a time, for all of them at once (most
+    channels a chain tries fail there)."""
+    free, peer, same = -1, state.paired_peer, state.paired
+    for g, a, b in pairings:
+        free &= ~((peer.get((g, 0, a), 0) | peer.get((g, 1, b), 0)) & ~same.get((g, a, b), 0))
+    return free
+
+
 def _pairs_open(pairings: list[_Pairing], c: int, state: _State) -> bool:
     """No new pairing takes a peer from a preferred pairing still open on channel ``c``."""
     plan = state.plan
@@ -604,4 +620,8 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
             state.waited[g] -= 1  # two thread blocks become one
         state.pair_recv[(g, c, a)] = b
         state.pair_send[(g, c, b)] = a
+        bit = 1 << c
+        state.paired_peer[(g, 0, a)] |= bit
+        state.paired_peer[(g, 1, b)] |= bit
+        state.paired[(g, a, b)] |= bit
         state.fused[(g, c, a, b)] += 1
