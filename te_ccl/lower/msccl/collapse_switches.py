@@ -136,8 +136,8 @@ def _link_epochs(schedule: Schedule, names: list[str], src: np.ndarray, hop: np.
     return np.array(epochs, dtype=np.int64)[inverse.reshape(-1)]
 
 
-def _last_send_starts(src: np.ndarray, chunk: np.ndarray, start: np.ndarray, at: np.ndarray
-                ) -> np.ndarray:
+def _last_send_starts(src: np.ndarray, chunk: np.ndarray, start: np.ndarray,
+                      at: np.ndarray) -> np.ndarray:
     """Per path, the start of the last send of its chunk from GPU ``at`` (-1 if none),
     from every path's sender ``src`` and ``start``."""
     width = int(chunk.max()) + 1
