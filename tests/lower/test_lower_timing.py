@@ -4,6 +4,7 @@ schedule's replay)."""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -150,8 +151,8 @@ def test_an_edge_that_fits_no_channel_on_time_gets_a_file_that_says_so():
     """On a 4x4 mesh AllReduce at 16 steps per thread block, some edge fits no channel
     while every relayed send keeps its link-order wait (its nop). Cut into sub-chunks,
     the schedule is refused (the compile solves it again with fewer); as the only
-    schedule there is, it is lowered with every fusion and no link-order waits, and the
-    file says so."""
+    schedule there is, it is lowered with every fusion, link order kept only where a
+    rank's thread blocks still fit, and the file says so."""
     from te_ccl.api import compile as compile_
     from te_ccl.errors import RuntimeLimitError
 
@@ -164,6 +165,9 @@ def test_an_edge_that_fits_no_channel_on_time_gets_a_file_that_says_so():
     xml = lower_to_msccl(only, max_steps=16, notes=notes)
     assert verify_msccl(xml.decode()).valid
     assert notes and "does not keep the schedule's timing to fit at most 16 steps" in notes[0]
+    unordered = re.search(r"on (\d+) of 16 ranks links serve sends in the order they come",
+                          notes[0])
+    assert unordered and int(unordered.group(1)) < 16  # the others keep their links' order
     assert max(len(tb.steps) for g in read_msccl(xml.decode()).gpus for tb in g.threadblocks) <= 16
 
 
@@ -191,7 +195,7 @@ def test_the_channel_pass_counts_the_nops_of_reductions_and_runs_once(channel_pa
 def test_a_rank_still_over_the_element_limit_when_favoured_gets_every_fusion(kit, monkeypatch,
                                                                              channel_passes):
     """GPU 1 alone is over: the channel pass is rerun in its favour, then with every
-    fusion on every GPU and no link order; a rank over even then gets no file."""
+    fusion on every GPU; a rank over even then gets no file."""
     import te_ccl.lower.msccl as low
     from te_ccl.errors import RuntimeLimitError
 
@@ -228,7 +232,7 @@ def test_a_rank_over_the_element_limit_by_its_link_order_nops_gives_up_only_thos
     xml = low.lower_to_msccl(schedule, notes=notes)
     over = sum(n == top for n in sizes.values())
     assert len(channel_passes) == 1
-    assert notes == [f"{over} rank(s) send on their links in the order the values come, not "
+    assert notes == [f"on {over} of 16 ranks links serve sends in the order they come, not "
                      "the schedule's (the file may run slower than the schedule) to fit the "
                      f"runtime's reader limit of {top - 1} elements"]
     assert max(_elements(g, 16) for g in read_msccl(xml.decode()).gpus) <= top - 1

@@ -24,11 +24,12 @@ value and for the link's previous send, and one per fused step whose receive wri
 slot another receive wrote, which waits for that write and the link). Only if those
 still push a thread block over the limit is it rerun, with a budget smaller by the worst
 excess of any thread block (at least that headroom again). If a rank needs more elements
-than the runtime's reader holds (``MSCCL.max_elements``), the channel pass is rerun
-favouring the fusions of those ranks, even those that delay steps; if ranks are still
-over (or more than a quarter of them were), once more with every fusion on every rank
-and without the link-order waits (fewest steps, the schedule's timing given up, and the
-program's ``notes`` say so). An edge that fits no channel under the step budget while
+than the runtime's reader holds (``MSCCL.max_elements``), those ranks give up their
+link order (no ``nop`` waits for a link's previous send); if ranks are still over, the
+channel pass is rerun favouring the fusions of those ranks, even those that delay
+steps; if ranks are still over (or more than a quarter of them were), once more with
+every fusion on every rank, the ranks keeping their link order where they still fit
+(fewest steps, the schedule's timing given up, and the program's ``notes`` say so). An edge that fits no channel under the step budget while
 the timing is kept (each relayed plain send counting its ``nop``) also gets that last
 run. A schedule cut into sub-chunks (``SolveInfo.subchunks``) never gets it: it raises,
 to be solved again with fewer (:func:`~te_ccl.pipeline.render_fitting`). What still
@@ -214,7 +215,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                            f"{MSCCL.max_channels} channels")
             if not timed or refit:
                 raise ChannelsExhausted(f"{e}: cannot keep {steps_limit}") from None
-            # fewest steps, and no link-order nops: the cuts made for those do not apply
+            # fewest steps; the link-order nops are not counted, so the cuts made for
+            # them do not apply
             timed, why, budget = False, f"to fit {steps_limit}", full
             continue
         order = sorted(instrs)
@@ -232,7 +234,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             nchannels = 1 + max(chan.values(), default=0)
             return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
                            coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes,
-                           (), _notes(favour, timed, delaying, why, len(loose))), gpus
+                           (), _notes(favour, timed, delaying, why, len(loose),
+                                           coll.nranks)), gpus
         del gpus
         # favouring is for a few ranks: favouring a quarter of them would favour none
         last = bool(favour) or len(over) > max(1, coll.nranks // 4)
@@ -244,7 +247,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                 f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
                 f"runtime's reader limit), e.g. rank position {min(over)}, {how}")
         why = f"to fit the runtime's reader limit of {MSCCL.max_elements} elements"
-        if last:  # every fusion on every rank, links first come first served
+        if last:  # every fusion on every rank
             timed, favour = False, frozenset()
         else:  # rerun favouring the ranks over the limit
             favour = frozenset(over)
@@ -257,24 +260,31 @@ def _gpus(part: list[int], progress: Progress, *, instrs: dict[int, list[Instr]]
           max_steps: int, timed: bool, stream: bool, nranks: int
           ) -> tuple[list[tuple[int, object]], set[int], set[int], int]:
     """``(GPU, its XML bytes if stream else its Gpu)`` of the GPUs in ``part``, those over
-    the runtime's element limit, those that fit it only without link order (their sends
-    then leave in the order their values come: no ``nop`` waits for the link's previous
-    send), and the most steps a thread block has over ``max_steps`` (once one has, the
-    others are only measured: the budget is cut by the worst excess)."""
+    the runtime's element limit, those that keep no link order (their sends then leave
+    in the order their values come: no ``nop`` waits for the link's previous send), and
+    the most steps a thread block has over ``max_steps`` (once one has, the others are
+    only measured: the budget is cut by the worst excess). A rank keeps its links' order
+    unless it would then exceed the element limit or, after a channel pass that did not
+    count the ``nop``s (not ``timed``), the steps of a thread block."""
     out, over, loose, excess = [], set(), set(), 0
     for g in part:
         if g % 64 == 0:
             progress(f"lowering: thread blocks of GPU {g} of {nranks}")
         check(LOWERING)
+        gpu = None
         try:
-            gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, timed)
+            gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, True)
         except _Overflow as e:
-            excess = max(excess, e.excess)
-            continue
+            if timed:
+                excess = max(excess, e.excess)
         if excess:
             continue
-        if timed and _elements(gpu, nranks) > MSCCL.max_elements:
-            gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, False)
+        if gpu is None or _elements(gpu, nranks) > MSCCL.max_elements:
+            try:
+                gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, False)
+            except _Overflow as e:
+                excess = max(excess, e.excess)
+                continue
             loose.add(g)
         if _elements(gpu, nranks) > MSCCL.max_elements:
             over.add(g)
@@ -312,22 +322,23 @@ def _in_parts(gpus_of: Callable[[list[int], Progress], tuple[list, set[int], set
     return [gpu for _, gpu in sorted(done, key=lambda x: x[0])], over, loose
 
 
-def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str, loose: int
-           ) -> tuple[str, ...]:
+def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str, loose: int,
+           nranks: int) -> tuple[str, ...]:
     """Why the file may run slower than the schedule (``limit``: what it gave way to;
     ``loose``: the ranks whose links serve sends in the order they come)."""
+    unordered = (f"on {loose} of {nranks} ranks links serve sends in the order they come, "
+                 "not the schedule's")
     if not timed:
         return (f"the file does not keep the schedule's timing {limit}: every fusion is "
-                f"made ({delaying} of them hold up other steps) and links serve sends in "
-                "the order they come",)
+                f"made ({delaying} of them hold up other steps)"
+                + (f", and {unordered}" if loose else ""),)
     notes = []
     if favour:
         notes.append(f"{len(favour)} rank(s) keep fused steps that hold up other steps (the "
                      f"file may run slower than the schedule) {limit}; {delaying} such "
                      "fusion(s) made")
     if loose:
-        notes.append(f"{loose} rank(s) send on their links in the order the values come, not "
-                     "the schedule's (the file may run slower than the schedule) to fit the "
+        notes.append(f"{unordered} (the file may run slower than the schedule) to fit the "
                      f"runtime's reader limit of {MSCCL.max_elements} elements")
     return tuple(notes)
 
