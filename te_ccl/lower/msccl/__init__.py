@@ -29,9 +29,9 @@ link order (no ``nop`` waits for a link's previous send); if ranks are still ove
 channel pass is rerun favouring the fusions of those ranks, even those that delay
 steps; if ranks are still over (or more than a quarter of them were), once more with
 every fusion on every rank, the ranks keeping their link order where they still fit
-(fewest steps, the schedule's timing given up, and the program's ``notes`` say so). An edge that fits no channel under the step budget while
-the timing is kept (each relayed plain send counting its ``nop``) also gets that last
-run. A schedule cut into sub-chunks (``SolveInfo.subchunks``) never gets it: it raises,
+(fewest steps, the schedule's timing given up, and the program's ``notes`` say so).
+An edge that fits no channel under the step budget while the timing is kept (each
+relayed plain send counting its ``nop``) also gets that last run. A schedule cut into sub-chunks (``SolveInfo.subchunks``) never gets it: it raises,
 to be solved again with fewer (:func:`~te_ccl.pipeline.render_fitting`). What still
 does not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
 would refuse.
@@ -234,8 +234,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             nchannels = 1 + max(chan.values(), default=0)
             return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
                            coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes,
-                           (), _notes(favour, timed, delaying, why, len(loose),
-                                           coll.nranks)), gpus
+                           (), _notes(favour, timed, delaying, why, len(loose), coll.nranks)
+                           ), gpus
         del gpus
         # favouring is for a few ranks: favouring a quarter of them would favour none
         last = bool(favour) or len(over) > max(1, coll.nranks // 4)
