@@ -31,8 +31,9 @@ steps; if ranks are still over (or more than a quarter of them were), once more 
 every fusion on every rank, the ranks keeping their link order where they still fit
 (fewest steps, the schedule's timing given up, and the program's ``notes`` say so).
 An edge that fits no channel under the step budget while the timing is kept (each
-relayed plain send counting its ``nop``) also gets that last run. A schedule cut into sub-chunks (``SolveInfo.subchunks``) never gets it: it raises,
-to be solved again with fewer (:func:`~te_ccl.pipeline.render_fitting`). What still
+relayed plain send counting its ``nop``) also gets that last run. A schedule cut into
+sub-chunks (``SolveInfo.subchunks``) never gets it: it raises, to be solved again with
+fewer (:func:`~te_ccl.pipeline.render_fitting`). What still
 does not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
 would refuse.
 
