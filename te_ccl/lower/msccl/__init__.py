@@ -272,12 +272,13 @@ def _gpus(part: list[int], progress: Progress, *, instrs: dict[int, list[Instr]]
         if g % 64 == 0:
             progress(f"lowering: thread blocks of GPU {g} of {nranks}")
         check(LOWERING)
-        gpu = None
         try:
             gpu = _gpu(g, instrs[g], chan, slots, layout, budget, max_steps, True)
         except _Overflow as e:
-            if timed:
+            if timed:  # the channel pass counted the nops: it is rerun with a smaller budget
                 excess = max(excess, e.excess)
+                continue
+            gpu = None  # it did not: this rank gives up the link order instead
         if excess:
             continue
         if gpu is None or _elements(gpu, nranks) > MSCCL.max_elements:

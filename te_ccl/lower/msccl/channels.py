@@ -121,8 +121,8 @@ class _State:
     fused: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, a, b)
     pair_send: dict[tuple, int] = field(default_factory=dict)  # (g, c, send) -> recv peer
     pair_recv: dict[tuple, int] = field(default_factory=dict)  # (g, c, recv) -> send peer
-    # the same as channel bitmasks: (g, 0, recv peer) / (g, 1, send peer) -> channels where
-    # that peer is paired, and (g, recv peer, send peer) -> channels with that pairing
+    # the same as channel bitmasks: (g, "r", recv peer) / (g, "s", send peer) -> channels
+    # where that peer is paired, and (g, recv peer, send peer) -> channels with that pairing
     paired_peer: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
     paired: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
     peers: dict[tuple, set[int]] = field(default_factory=lambda: defaultdict(set))  # (g,c,dir)
@@ -234,9 +234,8 @@ def _first_channel(head: Edge, by_in: dict[Edge, Fusion], state: _State, first: 
         f = by_in.get(f.send.send)
     if ahead:
         parts = _parts([head], [], state)
-        free = _free_channels([_pairing(f) for f in ahead], state)
         for c in [*range(first, state.spread), *range(first)]:
-            if free >> c & 1 and _pairs_fit(ahead, c, state) and _fits(parts, c, state):
+            if _pairs_fit(ahead, c, state) and _fits(parts, c, state):
                 return c
     return _first_fit([head], [], state, first)
 
@@ -412,7 +411,7 @@ def _fits(parts: _Parts, c: int, state: _State) -> bool:
         conn = lane[c]
         if conn.snd and not _conn_fits(conn, snd, rcv, depth):
             return False
-        if k == 0 and not _pairs_free(pairings, c, state):
+        if k == 0 and not _free_channels(pairings, state) >> c & 1:
             return False
     return _pairs_open(pairings, c, state) and _steps_fit(ends, pairings, c, state)
 
@@ -499,7 +498,7 @@ def _steps_fit(ends: list[tuple], pairings: list[_Pairing], c: int, state: _Stat
                ) -> bool:
     """Each (GPU, recv peer, send peer) of a chain adds one step to one of its thread
     blocks (all different: a chain uses each connection once, and a clash of pairings is
-    refused by :func:`_pairs_free`); new peers on the channel stay within ``max_peers``,
+    refused by :func:`_free_channels`); new peers on the channel stay within ``max_peers``,
     and new thread blocks within the waited ones a GPU can have."""
     new: dict[tuple, set[int]] | None = None
     budget, peers = state.budget, state.peers
@@ -532,11 +531,8 @@ def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
     (the GPUs of a chain are distinct, so its own pairings cannot clash), and a new
     pairing takes no peer from a preferred pairing still open on the channel (but on a
     hot GPU's reserved channels)."""
-    for f in links:
-        pairing = [_pairing(f)]
-        if not (_pairs_free(pairing, c, state) and _pairs_open(pairing, c, state)):
-            return False
-    return True
+    pairings = [_pairing(f) for f in links]
+    return bool(_free_channels(pairings, state) >> c & 1) and _pairs_open(pairings, c, state)
 
 
 def _pairing(f: Fusion) -> _Pairing:
@@ -544,23 +540,15 @@ def _pairing(f: Fusion) -> _Pairing:
     return f.recv.gpu, f.recv.recv.src, f.send.send.dst
 
 
-def _pairs_free(pairings: list[_Pairing], c: int, state: _State) -> bool:
-    """No pairing clashes with one made on channel ``c`` (a clash stays: pairings are
-    never undone)."""
-    pair_recv, pair_send = state.pair_recv, state.pair_send
-    for g, a, b in pairings:
-        if pair_recv.get((g, c, a), b) != b or pair_send.get((g, c, b), a) != a:
-            return False
-    return True
-
-
 def _free_channels(pairings: list[_Pairing], state: _State) -> int:
-    """The channels (a bitmask) on which no pairing clashes with one made: what
-    :func:`_pairs_free` checks one channel at a time, for all of them at once (most
-    channels a chain tries fail there)."""
+    """The channels (a bitmask) on which no pairing clashes with one made there: its GPU
+    receives from its recv peer, or sends to its send peer, in another pairing (a clash
+    stays: pairings are never undone). All channels at once, since most channels a chain
+    tries fail here."""
     free, peer, same = -1, state.paired_peer, state.paired
     for g, a, b in pairings:
-        free &= ~((peer.get((g, 0, a), 0) | peer.get((g, 1, b), 0)) & ~same.get((g, a, b), 0))
+        free &= ~((peer.get((g, "r", a), 0) | peer.get((g, "s", b), 0))
+                  & ~same.get((g, a, b), 0))
     return free
 
 
@@ -621,7 +609,7 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
         state.pair_recv[(g, c, a)] = b
         state.pair_send[(g, c, b)] = a
         bit = 1 << c
-        state.paired_peer[(g, 0, a)] |= bit
-        state.paired_peer[(g, 1, b)] |= bit
+        state.paired_peer[(g, "r", a)] |= bit
+        state.paired_peer[(g, "s", b)] |= bit
         state.paired[(g, a, b)] |= bit
         state.fused[(g, c, a, b)] += 1
