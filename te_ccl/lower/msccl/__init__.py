@@ -41,9 +41,9 @@ Time: every pass observes the deadline of the compile under way
 (:mod:`te_ccl.deadline`), raising
 :class:`~te_ccl.deadline.TimeLimitReached` (exit 3) once it has passed, and
 ``progress`` hears which pass runs (and which GPU the last pass has reached). From
-:data:`~te_ccl.background.WORTH_FORKING` edges, passes 4–6 (independent per GPU) are
-dealt over forked processes, one per core (:mod:`te_ccl.background`); the bytes are the
-same.
+:data:`~te_ccl.background.WORTH_FORKING` edges, the search for fusions of pass 2 and
+passes 4–6 (independent per GPU) are dealt over forked processes, one per core
+(:mod:`te_ccl.background`); the bytes are the same.
 
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
@@ -79,7 +79,7 @@ from te_ccl.lower.msccl.instructions import (
     first_receipts,
     fusion_candidates,
 )
-from te_ccl.lower.msccl.ir import LOWERING, Gpu, Program
+from te_ccl.lower.msccl.ir import LOWERING, Gpu, Op, Program
 from te_ccl.lower.msccl.retime import replay_timed
 from te_ccl.lower.msccl.threadblocks import build_threadblocks, holding_pairings
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
@@ -191,8 +191,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     check(LOWERING)
     progress(f"lowering: instructions of {coll.nranks} GPUs")
     base = build_instructions(edges, layout)
-    found = [f for g in checked(sorted(base), LOWERING, every=1)
-             for f in fusion_candidates(base[g], layout)]
+    found = _fusions(base, layout, workers() if len(edges) >= WORTH_FORKING else 1)
     first = first_receipts(edges)  # the same for every rerun of the channel pass
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     depth = MSCCL.outstanding_sends(proto)
@@ -254,6 +253,40 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             favour = frozenset(over)
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
+
+
+def _fusions(base: dict[int, list[Instr]], layout: Layout, forks: int) -> list[Fusion]:
+    """Every GPU's :func:`fusion_candidates`, in GPU order. The GPUs are dealt over
+    ``forks`` processes; a forked one returns its fusions as positions in ``base``
+    (which it shares), since the channel pass and :func:`apply_fusions` know
+    instructions by identity."""
+    gpus = sorted(base)
+    jobs = [in_background(_fusion_positions, base, layout, gpus[i::forks])
+            for i in range(1, forks)]
+    try:
+        found = {g: fusion_candidates(base[g], layout)
+                 for g in checked(gpus[::forks], LOWERING, every=1)}
+        for job in jobs:
+            for g, positions in job.result():
+                instrs = base[g]
+                found[g] = [Fusion(instrs[r], instrs[s], op, delays)
+                            for r, s, op, delays in positions]
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        raise
+    return [f for g in gpus for f in found[g]]
+
+
+def _fusion_positions(base: dict[int, list[Instr]], layout: Layout, gpus: list[int]
+                      ) -> list[tuple[int, list[tuple[int, int, Op, bool]]]]:
+    """:func:`fusion_candidates` of ``gpus`` as (receive, send) positions in ``base``."""
+    out = []
+    for g in checked(gpus, LOWERING, every=1):
+        at = {id(ins): k for k, ins in enumerate(base[g])}
+        out.append((g, [(at[id(f.recv)], at[id(f.send)], f.op, f.delays)
+                        for f in fusion_candidates(base[g], layout)]))
+    return out
 
 
 def _gpus(part: list[int], progress: Progress, *, instrs: dict[int, list[Instr]],
