@@ -144,6 +144,19 @@ def _line(row: dict) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def _saved(ap: argparse.ArgumentParser, path: str, flag: str) -> list[dict]:
+    """The rows of a saved ``--json`` run; a missing or unreadable file ends the script
+    with one line (exit 2)."""
+    try:
+        rows = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        ap.error(f"{flag} {path}: expected a saved --json run ({e})")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "instance" in r
+                                             for r in rows):
+        ap.error(f"{flag} {path}: expected a JSON list of rows with an 'instance' key")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="*", metavar="NAME", help="topology or topology:kind")
@@ -157,9 +170,13 @@ def main() -> None:
                     help="replace the rows of the instances run in a saved --json run")
     args = ap.parse_args()
     if args.table:
+        rows = _saved(ap, args.table, "--table")
         print(_header())
-        print("\n".join(_line(row) for row in json.loads(Path(args.table).read_text())))
+        print("\n".join(_line(row) for row in rows))
         return
+    # read before the runs, so a bad file is said at once, not after an hour of compiles
+    saved = {row["instance"]: row for row in _saved(ap, args.update, "--update")} \
+        if args.update else {}
     names = [n for n in INSTANCES
              if not args.only or n in args.only or n.split(":")[0] in args.only]
     if args.list:
@@ -179,7 +196,6 @@ def main() -> None:
             if not args.json:
                 print(_line(row), flush=True)
     if args.update:
-        saved = {row["instance"]: row for row in json.loads(Path(args.update).read_text())}
         saved |= {row["instance"]: row for row in rows}
         merged = [saved[n] for n in INSTANCES if n in saved]
         Path(args.update).write_text(json.dumps(merged, indent=1) + "\n")

@@ -1,0 +1,35 @@
+"""`scripts/scale_xml.py` reads a saved run before compiling anything: a bad file is one
+line and exit 2, not a traceback after an hour of compiles."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "scripts/scale_xml.py", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("flag", ["--update", "--table"])
+@pytest.mark.parametrize("content", [None, "not json", '{"instance": "x"}', "[1]"])
+def test_a_bad_saved_run_is_one_line_and_exit_2(tmp_path, flag, content):
+    saved = tmp_path / "rows.json"
+    if content is not None:
+        saved.write_text(content)
+    proc = _run("--only", "no-such-instance", flag, str(saved))
+    assert proc.returncode == 2 and proc.stdout == ""
+    last = proc.stderr.strip().splitlines()[-1]
+    assert flag in last and str(saved) in last and "Traceback" not in proc.stderr
+
+
+def test_a_saved_run_prints_as_a_table(tmp_path):
+    saved = tmp_path / "rows.json"
+    saved.write_text('[{"instance": "mesh8x8:allgather", "compile_s": 7.8}]\n')
+    proc = _run("--table", str(saved))
+    assert proc.returncode == 0
+    assert proc.stdout.splitlines()[2].startswith("| mesh8x8:allgather |")
