@@ -233,9 +233,10 @@ def _first_channel(head: Edge, by_in: dict[Edge, Fusion], state: _State, first: 
             ahead.append(f)
         f = by_in.get(f.send.send)
     if ahead:
-        parts = _parts([head], [], state)
+        parts, pairings = _parts([head], [], state), [_pairing(f) for f in ahead]
+        free = _free_channels(pairings, state)  # the hot GPUs' pairings can fuse there
         for c in [*range(first, state.spread), *range(first)]:
-            if _pairs_fit(ahead, c, state) and _fits(parts, c, state):
+            if free >> c & 1 and _pairs_open(pairings, c, state) and _fits(parts, c, state):
                 return c
     return _first_fit([head], [], state, first)
 
@@ -524,15 +525,6 @@ def _steps_fit(ends: list[tuple], pairings: list[_Pairing], c: int, state: _Stat
             if (g, c, a) not in state.pair_recv:
                 grow[g] -= 1
     return all(state.waited.get(g, 0) + n <= MSCCL.max_depid + 1 for g, n in grow.items() if n > 0)
-
-
-def _pairs_fit(links: list[Fusion], c: int, state: _State) -> bool:
-    """Each fused step's (recv peer, send peer) pairing on its GPU stays one-to-one
-    (the GPUs of a chain are distinct, so its own pairings cannot clash), and a new
-    pairing takes no peer from a preferred pairing still open on the channel (but on a
-    hot GPU's reserved channels)."""
-    pairings = [_pairing(f) for f in links]
-    return bool(_free_channels(pairings, state) >> c & 1) and _pairs_open(pairings, c, state)
 
 
 def _pairing(f: Fusion) -> _Pairing:
