@@ -21,12 +21,13 @@ from __future__ import annotations
 import os
 import pickle
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Background", "MAX_WORKERS", "WORTH_FORKING", "in_background", "workers"]
+__all__ = ["Background", "MAX_WORKERS", "WORTH_FORKING", "dealt", "in_background", "workers"]
 
 T = TypeVar("T")
+P = TypeVar("P")
 WORTH_FORKING = 20_000  # transfers: below, the passes take well under a second and a fork
 #                         (with a big parent) costs about what it would save
 
@@ -113,3 +114,22 @@ def _child(fd: int, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
 def in_background(fn: Callable[..., T], *args: Any) -> Background[T]:
     """Start ``fn(*args)`` in a forked process; ``.result()`` waits for its value."""
     return Background(fn, args)
+
+
+def dealt(here: Callable[[P], Any], forked: Callable[[P], Any], parts: Sequence[P]
+          ) -> list[Any]:
+    """``here(parts[0])``, computed in this process, then ``forked(part)`` of every other
+    part, each in a forked process at the same time; the forked ones are stopped if any
+    part fails. Two functions, since what stays here may report progress or return
+    objects the caller must keep by identity.
+
+    >>> dealt(sum, len, [[1, 2], [3, 4, 5]])
+    [3, 3]
+    """
+    jobs = [in_background(forked, part) for part in parts[1:]]
+    try:
+        return [here(parts[0]), *(job.result() for job in jobs)]
+    except BaseException:
+        for job in jobs:
+            job.cancel()
+        raise

@@ -64,7 +64,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
-from te_ccl.background import WORTH_FORKING, in_background, workers
+from te_ccl.background import WORTH_FORKING, dealt, workers
 from te_ccl.deadline import check, checked
 from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, ResolvedSlots, buffer_layout, resolve_slots
@@ -261,21 +261,14 @@ def _fusions(base: dict[int, list[Instr]], layout: Layout, forks: int) -> list[F
     (which it shares), since the channel pass and :func:`apply_fusions` know
     instructions by identity."""
     gpus = sorted(base)
-    jobs = [in_background(_fusion_positions, base, layout, gpus[i::forks])
-            for i in range(1, forks)]
-    try:
-        found = {g: fusion_candidates(base[g], layout)
-                 for g in checked(gpus[::forks], LOWERING, every=1)}
-        for job in jobs:
-            for g, positions in job.result():
-                instrs = base[g]
-                found[g] = [Fusion(instrs[r], instrs[s], op, delays)
-                            for r, s, op, delays in positions]
-    except BaseException:
-        for job in jobs:
-            job.cancel()
-        raise
-    return [f for g in gpus for f in found[g]]
+    mine, *others = dealt(
+        lambda part: {g: fusion_candidates(base[g], layout)
+                      for g in checked(part, LOWERING, every=1)},
+        partial(_fusion_positions, base, layout), [gpus[i::forks] for i in range(forks)])
+    for g, positions in (x for part in others for x in part):
+        instrs = base[g]
+        mine[g] = [Fusion(instrs[r], instrs[s], op, delays) for r, s, op, delays in positions]
+    return [f for g in gpus for f in mine[g]]
 
 
 def _fusion_positions(base: dict[int, list[Instr]], layout: Layout, gpus: list[int]
@@ -339,19 +332,14 @@ def _in_parts(gpus_of: Callable[[list[int], Progress], tuple[list, set[int], set
     """Every GPU in GPU order: the first part here, the others in forked processes
     (:mod:`te_ccl.background`) at the same time, each GPU's pass being independent;
     :class:`_Overflow` by the worst excess of any."""
-    jobs = [in_background(gpus_of, part, _quiet) for part in parts[1:]]
-    try:
-        done, over, loose, excess = gpus_of(parts[0], progress)
-        for job in jobs:
-            more, more_over, more_loose, more_excess = job.result()
-            done += more
-            over |= more_over
-            loose |= more_loose
-            excess = max(excess, more_excess)
-    except BaseException:
-        for job in jobs:
-            job.cancel()
-        raise
+    done, over, loose, excess = [], set(), set(), 0
+    for more, more_over, more_loose, more_excess in dealt(partial(gpus_of, progress=progress),
+                                                          partial(gpus_of, progress=_quiet),
+                                                          parts):
+        done += more
+        over |= more_over
+        loose |= more_loose
+        excess = max(excess, more_excess)
     if excess:
         raise _Overflow(excess)
     return [gpu for _, gpu in sorted(done, key=lambda x: x[0])], over, loose
