@@ -337,7 +337,7 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
         return _first_fit_edge(chain[0], parts, state, order, required, skip)
     free = _free_channels(parts[1], state)
     for c in order:
-        if c != skip and free >> c & 1 and _fits(parts, c, state):
+        if c != skip and free >> c & 1 and _fits(parts, c, state, free):
             if all(e.epoch not in lane[c].starts for e, _, _, lane in parts[2]):
                 return c
             fallback = c if fallback is None else fallback
@@ -401,18 +401,20 @@ def _parts(chain: list[Edge], links: list[Fusion], state: _State, last: bool = F
     return ends + pairings, pairings, edges
 
 
-def _fits(parts: _Parts, c: int, state: _State) -> bool:
+def _fits(parts: _Parts, c: int, state: _State, free: int | None = None) -> bool:
     """Does the chain fit channel ``c``? Checked in the order in which they fail most
     often: the first edge's connection (on a busy channel: a link carrying many chunks
-    at once fills its slots), the pairings its fused steps would clash with (on a mesh),
-    then the other connections, the preferred pairings and the thread blocks."""
+    at once fills its slots), the pairings its fused steps would clash with (on a mesh;
+    a caller trying many channels passes their :func:`_free_channels` as ``free`` and
+    tries only those), then the other connections, the preferred pairings and the thread
+    blocks."""
     ends, pairings, edges = parts
     depth = state.depth
     for k, (_, snd, rcv, lane) in enumerate(edges):
         conn = lane[c]
         if conn.snd and not _conn_fits(conn, snd, rcv, depth):
             return False
-        if k == 0 and not _free_channels(pairings, state) >> c & 1:
+        if k == 0 and free is None and not _free_channels(pairings, state) >> c & 1:
             return False
     return _pairs_open(pairings, c, state) and _steps_fit(ends, pairings, c, state)
 
