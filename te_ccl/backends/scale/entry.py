@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.scale.alltoall import solve_rail_alltoall
+from te_ccl.backends.scale.comb import solve_comb
 from te_ccl.backends.scale.flow_alltoall import solve_flow_alltoall
 from te_ccl.backends.scale.greedy import greedy_transfers
 from te_ccl.backends.scale.hierarchical import solve_hierarchical
@@ -49,12 +50,14 @@ def _trees_or_greedy(problem: Problem, params: SolveParams, clock: Clock
 
 
 def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
-                progress: Progress | None = None, *, trees: bool = True
+                progress: Progress | None = None, *, routes: str = "trees"
                 ) -> tuple[Moves, str, tuple[str, ...]]:
     """(moves, method, notes): torus symmetry, the rail AlltoAll, the box hierarchy, the
-    concurrent-flow paths (unicast demands) when they apply, else the greedy or, up to
-    :data:`~te_ccl.backends.scale.trees.MAX_GPUS` GPUs and unless ``trees`` is False,
-    packed broadcast trees where they beat it (:func:`_trees_or_greedy`).
+    concurrent-flow paths (unicast demands) when they apply, else by ``routes``: the
+    greedy's own routes (``"greedy"``); up to :data:`~te_ccl.backends.scale.trees.MAX_GPUS`
+    GPUs, packed broadcast trees where they beat it (``"trees"``,
+    :func:`_trees_or_greedy`); comb trees on a 2D mesh (``"comb"``,
+    :mod:`~te_ccl.backends.scale.comb`).
 
     Raises SolverError for switches, multi-source chunks or buffer limits (the greedy
     does not model them) and when the time limit runs out.
@@ -68,7 +71,9 @@ def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
         solved, method = solve_hierarchical(problem), "hierarchical"
     if solved is None:
         solved, method = solve_flow_alltoall(problem, clock, params.seed), "flow-alltoall"
-    if solved is None and trees:
+    if solved is None and routes == "comb":
+        solved, method = solve_comb(problem, lambda: clock.left <= 0), "comb"
+    if solved is None and routes == "trees":
         solved, method = _trees_or_greedy(problem, params, clock)
     if solved is None:
         solved, method = _greedy(problem, params, clock), "greedy"

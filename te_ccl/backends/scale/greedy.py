@@ -164,14 +164,16 @@ def _initial(problem: Problem, net: Net, order: list[int]) -> tuple[np.ndarray, 
 
 def greedy_transfers(problem: Problem, order: list[int], *,
                      deadline: Callable[[], bool] = lambda: False, seed: int = 0,
-                     prefer: tuple[np.ndarray, ...] = ()) -> Moves:
+                     prefer: tuple[np.ndarray, ...] = (), routes: np.ndarray | None = None
+                     ) -> Moves:
     """Run the greedy until every destination holds its chunks (see the module docstring).
 
     ``prefer``: chunk bitsets per link (rows in :func:`net_of`'s link order, bits in
     ``order``), most preferred first; each narrows a link's candidates where it leaves
     any. When given, they replace the default preferences and the random start: each link
     takes the first chunk in ``order`` among its most preferred candidates (planned routes,
-    oldest first, keep their pipelines going).
+    oldest first, keep their pipelines going). ``routes``: one more chunk bitset per link,
+    the only chunks it may send (fixed trees; each chunk's must span its destinations).
 
     Raises SolverError when nothing can move any more (a destination is unreachable) or
     ``deadline()`` turns true.
@@ -200,6 +202,8 @@ def greedy_transfers(problem: Problem, order: list[int], *,
             links = links[free_at[links] <= t]
             s, d = net.src[links], net.dst[links]
             cand = held[s] & ~held[d] & ~incoming[d]
+            if routes is not None:
+                cand &= routes[links]
             masks = [m[links] for m in prefer] or [~forwarded[s], via[net.partner[links]]]
             for mask in masks:
                 on = cand & mask

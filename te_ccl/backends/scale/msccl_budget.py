@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from te_ccl.runtime_limits import MSCCL
 
-__all__ = ["XML_SHARE", "max_subchunks"]
+__all__ = ["XML_SHARE", "max_subchunks", "room"]
 
 XML_SHARE = 0.9  # of what is left after <algo> and the <gpu>s: the rest is for thread blocks
 
@@ -28,5 +28,10 @@ def max_subchunks(nranks: int, steps_per_k: float, share: float = XML_SHARE) -> 
     >>> max_subchunks(64, 2 * 63 + 4)
     27
     """
-    room = share * (MSCCL.max_elements - nranks - 1)
-    return max(1, int(room // steps_per_k))
+    return max(1, int(room(nranks, share) // steps_per_k))
+
+
+def room(nranks: int, share: float = XML_SHARE) -> float:
+    """The steps a rank may hold: ``share`` of the elements left after ``<algo>`` and
+    the ``<gpu>``s."""
+    return share * (MSCCL.max_elements - nranks - 1)

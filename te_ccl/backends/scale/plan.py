@@ -29,10 +29,11 @@ import networkx as nx
 
 from te_ccl.backends.base import Clock, Progress, SolveParams
 from te_ccl.backends.scale.alltoall import rail_shape
+from te_ccl.backends.scale.comb import mesh_shape
 from te_ccl.backends.scale.entry import solve_moves
 from te_ccl.backends.scale.flow_alltoall import flow_subchunks
 from te_ccl.backends.scale.hierarchical import box_fabric, hierarchical_subchunks
-from te_ccl.backends.scale.msccl_budget import max_subchunks
+from te_ccl.backends.scale.msccl_budget import max_subchunks, room
 from te_ccl.backends.scale.symmetry import TorusSymmetry, torus_symmetry, tree_leaves
 from te_ccl.backends.scale.trees import MAX_GPUS as TREES_MAX_GPUS
 from te_ccl.collective.model import Collective, CollectiveKind
@@ -66,15 +67,17 @@ _HIERARCHY_KINDS = _TREE_KINDS[:3]
 
 
 def scale_method(topology: Topology, collective: Collective) -> str | None:
-    """Which scale method fits (``symmetry``, ``trees``, ``greedy``, ``rail-alltoall``,
-    ``flow-alltoall``, ``hierarchical``), None if none does.
+    """Which scale method fits (``symmetry``, ``trees``, ``comb``, ``greedy``,
+    ``rail-alltoall``, ``flow-alltoall``, ``hierarchical``), None if none does.
 
     For ``--backend auto``: the greedy floods chunks to every GPU, so it is offered only
     for the copy-and-forward kinds; AlltoAll by PXN on rail-optimized clusters, else by
     concurrent-flow paths (when GPUs have no buffer limit); AllGather, ReduceScatter and
     AllReduce over every GPU of boxes on switches (rails, direct links) by the hierarchy;
     AllGather over every GPU of up to :data:`~te_ccl.backends.scale.trees.MAX_GPUS` GPUs
-    by packed broadcast trees (where they beat the greedy) unless a torus symmetry applies.
+    by packed broadcast trees (where they beat the greedy) unless a torus symmetry applies;
+    an AllReduce on a 2D mesh by comb trees where the greedy's would not load
+    (:func:`_crowded`).
 
     >>> from te_ccl.topology.generators import mesh, torus
     >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
@@ -99,7 +102,10 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     if sym and torus_symmetry(topology) is not None:
         return "symmetry"
     trees = collective.kind is CollectiveKind.ALLGATHER and every
-    return "trees" if trees and topology.ngpus <= TREES_MAX_GPUS else "greedy"
+    if trees and topology.ngpus <= TREES_MAX_GPUS:
+        return "trees"
+    comb = every and mesh_shape(topology) is not None and _crowded(topology, collective)
+    return "comb" if comb else "greedy"
 
 
 def _receive_time(topology: Topology, collective: Collective) -> float:
@@ -213,6 +219,17 @@ def _fan_out(topology: Topology, c: Collective, owner: dict[int, int], tau: floa
                         members=members_of(topology, c))
 
 
+def _crowded(topology: Topology, sub: Collective) -> bool:
+    """Does an AllReduce's estimate of a rank's steps (:func:`_steps_per_subchunk`, no
+    forward fused) exceed what the runtime's reader holds? The greedy's routes branch
+    most at the ranks feeding a mesh's corners, whose files then need more elements than
+    the reader keeps (mesh 32×32: 4,088 of 4,096 at rank 960 with every fusion made, the
+    schedule's timing given up), so both phases take comb trees where they apply
+    (:mod:`~te_ccl.backends.scale.comb`), which branch evenly."""
+    return (sub.kind is CollectiveKind.ALLREDUCE
+            and _steps_per_subchunk(topology, sub, None) > room(sub.nranks))
+
+
 def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams, clock: Clock,
            progress: Progress | None) -> tuple[list[Transfer], str, tuple[str, ...]]:
     """(transfers, status, notes) of the sub-chunked collective."""
@@ -223,14 +240,15 @@ def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams,
     owner = sub.reduction_owners()
     # no packed trees for reductions: their two phases' files need more steps per
     # connection than the runtime holds at the sub-chunking the greedy's fit in
+    routes = "comb" if _crowded(topology, sub) else "greedy"
     first, method, notes = solve_moves(_fan_out(topology, sub, owner, tau, True), params,
-                                       clock, progress, trees=False)
+                                       clock, progress, routes=routes)
     transfers = first.transfers(reverse_at=first.finish)
     notes = tuple(f"reduce-scatter: {n}" for n in notes + (
         "the fan-out on the reversed topology played backwards",))
     if sub.kind is CollectiveKind.ALLREDUCE:
         second, _, more = solve_moves(_fan_out(topology, sub, owner, tau, False), params,
-                                      clock, progress, trees=False)
+                                      clock, progress, routes=routes)
         transfers += second.transfers(shift=first.finish)
         notes += tuple(f"all-gather: {n}" for n in more)
     return transfers, f"scale/{method}", notes

@@ -45,7 +45,7 @@ from te_ccl.backends.scale.moves import Moves
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 
-__all__ = ["MAX_GPUS", "Packing", "pack_trees", "solve_trees"]
+__all__ = ["MAX_GPUS", "Packing", "pack_trees", "solve_trees", "spanning_demands"]
 
 MAX_GPUS = 16  # beyond, the greedy's own routes land within ~1.5% (mesh/torus 8×8)
 _KEEP = 1e-6  # of the best rate, given up for shallower trees
@@ -64,7 +64,7 @@ class Packing:
     seconds: float
 
 
-def _spanning_demands(problem: Problem) -> dict[str, list[int]] | None:
+def spanning_demands(problem: Problem) -> dict[str, list[int]] | None:
     """Chunks per source when every demand is one source to every other GPU of a
     GPU-only network and every GPU is a source, else None.
 
@@ -150,7 +150,7 @@ def pack_trees(problem: Problem) -> Packing:
     """
     from ortools.linear_solver import pywraplp
 
-    sources = _spanning_demands(problem)
+    sources = spanning_demands(problem)
     if sources is None:
         raise SolverError("tree packing needs every chunk sent from one GPU to all others")
     chunk = problem.chunk_bytes
@@ -293,7 +293,7 @@ def solve_trees(problem: Problem, clock: Clock) -> tuple[Moves, tuple[str, ...]]
     still needs: the start and the end of the pipelines leave links free), one whose
     subtree below the far end is the deepest, the oldest.
     """
-    sources = _spanning_demands(problem)
+    sources = spanning_demands(problem)
     if sources is None or len(problem.topology.nodes) > MAX_GPUS:
         return None
     packing = pack_trees(problem)
