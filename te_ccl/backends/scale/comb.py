@@ -1,10 +1,10 @@
 """Comb trees on a 2D mesh: every chunk along its source's column, then along every row
 (or its row, then every column), the greedy timing them on those routes only.
 
-The greedy's own routes branch where they happen to: on mesh 32×32 AllGather the ranks
-that feed the corners send up to 313 chunks more than they receive, where a rank of a comb
-sends at most 2 more per chunk whose spine it is on (the rib's two directions), about 64
-for any rank. An AllReduce lowers both phases, and the greedy's fullest rank then needs
+The greedy's own routes branch where they happen to: on mesh 32×32 AllGather a rank
+that feeds a corner sends up to 313 times a chunk it has already sent once, where a rank
+of a comb sends again only the chunks whose spine it is on (the rib's two directions,
+three at the source): at most 65 at any rank. An AllReduce lowers both phases, and the greedy's fullest rank then needs
 more elements than the MSCCL runtime's reader keeps for a rank; the combs' ranks all fit.
 Half the sources start down their column, half along their row (a checkerboard of
 sources, alternating again over a source's chunks), so every row and column link carries
@@ -105,8 +105,7 @@ def solve_comb(problem: Problem, deadline: Callable[[], bool] = lambda: False
     if shape is None or sources is None:
         return None
     net = net_of(problem)
-    link = {(net.names[u], net.names[v]): i
-            for i, (u, v) in enumerate(zip(net.src.tolist(), net.dst.tolist(), strict=True))}
+    link = net.link_index()
     gpus, cols = problem.topology.gpus, shape[1]
     position = {g: divmod(i, cols) for i, g in enumerate(gpus)}
     order = sorted(c for cs in sources.values() for c in cs)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.scale.alltoall import solve_rail_alltoall
 from te_ccl.backends.scale.comb import solve_comb
@@ -17,6 +19,7 @@ from te_ccl.model.problem import Problem
 
 __all__ = ["solve_moves", "solve_scale", "TREES_GAIN"]
 
+Routes = Literal["trees", "comb", "greedy"]
 TREES_GAIN = 0.01  # the packed trees must beat the greedy by this to be kept
 
 
@@ -50,7 +53,7 @@ def _trees_or_greedy(problem: Problem, params: SolveParams, clock: Clock
 
 
 def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
-                progress: Progress | None = None, *, routes: str = "trees"
+                progress: Progress | None = None, *, routes: Routes = "trees"
                 ) -> tuple[Moves, str, tuple[str, ...]]:
     """(moves, method, notes): torus symmetry, the rail AlltoAll, the box hierarchy, the
     concurrent-flow paths (unicast demands) when they apply, else by ``routes``: the

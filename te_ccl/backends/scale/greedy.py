@@ -60,6 +60,11 @@ class Net:
     rounds: tuple[np.ndarray, ...]  # link slots, at most one per destination node each
     partner: np.ndarray  # per link u → v the link w → u whose chunks it forwards first
 
+    def link_index(self) -> dict[tuple[str, str], int]:
+        """Each link's row, keyed by its ends' names (for planned routes)."""
+        return {(self.names[u], self.names[v]): i for i, (u, v) in
+                enumerate(zip(self.src.tolist(), self.dst.tolist(), strict=True))}
+
 
 def net_of(problem: Problem) -> Net:
     """Index form of ``problem``'s links; a link of capacity c appears in c rounds."""

@@ -30,7 +30,7 @@ import networkx as nx
 from te_ccl.backends.base import Clock, Progress, SolveParams
 from te_ccl.backends.scale.alltoall import rail_shape
 from te_ccl.backends.scale.comb import mesh_shape
-from te_ccl.backends.scale.entry import solve_moves
+from te_ccl.backends.scale.entry import Routes, solve_moves
 from te_ccl.backends.scale.flow_alltoall import flow_subchunks
 from te_ccl.backends.scale.hierarchical import box_fabric, hierarchical_subchunks
 from te_ccl.backends.scale.msccl_budget import max_subchunks, room
@@ -240,7 +240,7 @@ def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams,
     owner = sub.reduction_owners()
     # no packed trees for reductions: their two phases' files need more steps per
     # connection than the runtime holds at the sub-chunking the greedy's fit in
-    routes = "comb" if _crowded(topology, sub) else "greedy"
+    routes: Routes = "comb" if _crowded(topology, sub) else "greedy"
     first, method, notes = solve_moves(_fan_out(topology, sub, owner, tau, True), params,
                                        clock, progress, routes=routes)
     transfers = first.transfers(reverse_at=first.finish)

@@ -298,8 +298,7 @@ def solve_trees(problem: Problem, clock: Clock) -> tuple[Moves, tuple[str, ...]]
         return None
     packing = pack_trees(problem)
     net = net_of(problem)
-    link = {(net.names[u], net.names[v]): i
-            for i, (u, v) in enumerate(zip(net.src.tolist(), net.dst.tolist(), strict=True))}
+    link = net.link_index()
     # chunk order: the j-th chunk of every source before the (j+1)-th of any
     order = [c for _, _, c in sorted((j, s, c) for s, cs in sources.items()
                                      for j, c in enumerate(sorted(cs)))]
