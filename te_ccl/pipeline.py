@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -146,9 +146,10 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
         schedule = solve_best(topology, collective, search, options.chunk_choices, progress,
                               timer.judge, in_switch)
         extra: tuple[str, ...] = ()
-        with _checked_alongside(schedule):
+        with _checked_alongside(schedule) as start_check:
             if options.output is not None:
-                schedule, data = render_fitting(schedule, options, search, progress, timer)
+                schedule, data = render_fitting(schedule, options, search, progress, timer,
+                                                idle=start_check)
         if options.output is not None:
             write_atomic(options.output, data)
     bound = lower_bound(topology, schedule.collective)
@@ -529,31 +530,46 @@ def _refuse(violations: list) -> None:
 
 
 @contextmanager
-def _checked_alongside(schedule: Schedule) -> Iterator[None]:
+def _checked_alongside(schedule: Schedule) -> Iterator[Callable[[], None]]:
     """Run the body (lowering and verifying the file) once the independent checker has
     passed ``schedule``, or from :data:`PARALLEL_FROM` transfers while it checks in a
-    forked process (:mod:`te_ccl.background`). A schedule the checker refuses raises
+    forked process (:mod:`te_ccl.background`). The body gets a function that starts the
+    check (the lowering calls it as its channel pass leaves a core idle); a check not
+    started by the end of the body runs then. A schedule the checker refuses raises
     :class:`VerificationError` even where the body failed too: that failure would only
     follow from it. Out of time, the check is dropped."""
     if len(schedule.transfers) < PARALLEL_FROM or workers() < 2:
         _refuse(check_schedule(schedule))
-        yield
+        yield _silent_start
         return
-    job = in_background(check_schedule, schedule)
+    jobs: list[Background[list]] = []
+
+    def start() -> None:
+        if not jobs:
+            jobs.append(in_background(check_schedule, schedule))
+
+    def violations() -> list:
+        return jobs[0].result() if jobs else check_schedule(schedule)
+
     try:
-        yield
+        yield start
     except (TimeLimitReached, KeyboardInterrupt):
-        job.cancel()
+        for job in jobs:
+            job.cancel()
         raise
     except BaseException:
-        _refuse(job.result())
+        _refuse(violations())
         raise
-    _refuse(job.result())
+    _refuse(violations())
+
+
+def _silent_start() -> None:
+    """Nothing to start: the check has run."""
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
-                   progress: Progress | None = None, timer: Timer | None = None
-                   ) -> tuple[Schedule, bytes]:
+                   progress: Progress | None = None, timer: Timer | None = None,
+                   idle: Callable[[], None] | None = None) -> tuple[Schedule, bytes]:
     """The schedule written and its bytes (:func:`render`): ``schedule`` itself, or where
     the MSCCL runtime cannot hold it (:class:`RuntimeLimitError`) and the scale backend
     cut its chunks into ``k > 1`` sub-chunks, the same chunking solved again with the
@@ -566,21 +582,24 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     A note records what was tried.
     ``timer`` judges the schedules solved again and hands over the XML it lowered to judge
     them (:meth:`Timer.lowered`); it then times the schedule by the XML returned
-    (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's.
+    (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's. ``idle`` is called
+    where a lowering leaves a core idle (:func:`render`).
     """
     timer = timer or Timer(options=options)
-    schedule, data = _fitting(schedule, options, params, progress, timer)
+    schedule, data = _fitting(schedule, options, params, progress, timer, idle)
     if options.fmt == "xml":  # the replay forked while verifying, or one now
         timer.replay_written(schedule, data)
     return schedule, data
 
 
 def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
-             progress: Progress | None, timer: Timer) -> tuple[Schedule, bytes]:
+             progress: Progress | None, timer: Timer, idle: Callable[[], None] | None
+             ) -> tuple[Schedule, bytes]:
     """:func:`render_fitting` but for the replay of the bytes."""
     try:
         return schedule, render(schedule, options, progress=progress,
-                                lowered=timer.lowered(schedule, options), timer=timer)
+                                lowered=timer.lowered(schedule, options), timer=timer,
+                                idle=idle)
     except RuntimeLimitError as e:
         k = schedule.info.subchunks
         if k <= 1:
@@ -621,12 +640,13 @@ def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
 
 def render(schedule: Schedule, options: CompileOptions, *,
            progress: Progress | None = None, lowered: bytes | None = None,
-           timer: Timer | None = None) -> bytes:
+           timer: Timer | None = None, idle: Callable[[], None] | None = None) -> bytes:
     """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML (``lowered``, when
     the schedule was lowered already with these options) once the independent verifier
     accepts it (:class:`VerificationError` if not; :class:`SpecError` on a fabric whose
     switches reduce, which MSCCL cannot express). ``timer`` replays the XML while it is
-    verified (:meth:`Timer.replaying`) and hears how the verifier read it."""
+    verified (:meth:`Timer.replaying`) and hears how the verifier read it. ``idle`` is
+    called as the lowering starts its channel pass, which leaves a core idle."""
     if options.fmt == "json":
         return schedule.to_json().encode()
     from te_ccl.lower.fred import check_msccl_can_express
@@ -636,7 +656,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
     from te_ccl.verify.msccl.verify import verify_msccl
 
     xml = lowered or lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
-                                    max_bytes=options.max_bytes, progress=progress or _silent)
+                                    max_bytes=options.max_bytes, progress=progress or _silent,
+                                    idle=idle or _silent_start)
     if progress:
         progress("verifying the MSCCL XML")
     coll = schedule.collective

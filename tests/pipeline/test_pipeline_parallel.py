@@ -54,3 +54,33 @@ def test_a_schedule_the_checker_refuses_is_never_written(tmp_path, monkeypatch, 
     with pytest.raises(VerificationError, match=r"\[capacity\] link a->b carries 2 chunks"):
         _compile(tmp_path, "bad.xml")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_forked_checker_starts_as_the_channel_pass_leaves_a_core_idle(tmp_path,
+                                                                          monkeypatch):
+    import te_ccl.lower.msccl as low
+
+    events: list[str] = []
+    real_fork, real_channels = pipeline.in_background, low.assign_channels
+    real_instructions = low.build_instructions
+
+    def fork(fn, *args):
+        events.append(fn.__name__)
+        return real_fork(fn, *args)
+
+    def channels(*args, **kwargs):
+        events.append("channel pass")
+        return real_channels(*args, **kwargs)
+
+    def instructions(*args, **kwargs):
+        events.append("instructions")
+        return real_instructions(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "in_background", fork)
+    monkeypatch.setattr(low, "assign_channels", channels)
+    monkeypatch.setattr(low, "build_instructions", instructions)
+    monkeypatch.setattr(pipeline, "PARALLEL_FROM", 0)
+    monkeypatch.setattr(pipeline, "workers", lambda: 2)
+    result, out = _compile(tmp_path, "idle.xml")
+    assert events[:3] == ["instructions", "check_schedule", "channel pass"]
+    assert events.count("check_schedule") == 1 and out.exists()
