@@ -169,14 +169,12 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
         used = {(head.src, head.dst)}
         while (link := by_in.get(chain[-1])) is not None:
             nxt = link.send.send
-            longer, more = chain + [nxt], links + [link]
             if (nxt.src, nxt.dst) in used:  # a chain uses each connection once
                 fits = None
-            elif c < state.spread and _fits(_parts(longer, more, state, last=True), c,
-                                            state):
+            elif c < state.spread and _extends(chain[-1], nxt, c, state):
                 fits = c
             elif len(chain) <= MOVE_MAX_HOPS:  # long chains stay on their channel
-                fits = _first_fit(longer, more, state, c0, required=False)
+                fits = _first_fit(chain + [nxt], links + [link], state, c0, required=False)
             else:
                 fits = None
             if fits is None and links and _cut_pays(link, links[-1], plan):
@@ -187,14 +185,15 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
                     used = {(chain[0].src, chain[0].dst)}
                     if fits is None:  # the placed part took the room after all
                         c = _first_fit(chain, [], state, c0)
-                    longer, more = chain + [nxt], [link]
             if fits is None:
                 _place(chain, links, c, state, chan)
                 kept.extend(links)
                 chain, links, c = [nxt], [], _first_fit([nxt], [], state, c0)
                 used = set()
             else:
-                chain, links, c = longer, more, fits
+                chain.append(nxt)
+                links.append(link)
+                c = fits
             used.add((nxt.src, nxt.dst))
         _place(chain, links, c, state, chan)
         kept.extend(links)
@@ -228,7 +227,7 @@ def _first_channel(head: Edge, by_in: dict[Edge, Fusion], state: _State, first: 
     """The first channel for a chain starting with ``head`` on which the hot GPUs of its
     path can fuse, else (or without any) the first that takes the head."""
     ahead, f, hot = [], by_in.get(head), state.plan.hot
-    while f is not None:
+    while f is not None and hot:
         if f.recv.gpu in hot:
             ahead.append(f)
         f = by_in.get(f.send.send)
@@ -288,14 +287,13 @@ def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion]
     return ends, hold
 
 
-def _orders(chain: list[Edge], links: list[Fusion], state: _State, first: int = 0
+def _orders(chain: list[Edge], links: list[Fusion], state: _State
             ) -> list[tuple[Edge, int, int, _Lane]]:
-    """(edge, sender order, receiver order, connections) of the chain's edges from index
-    ``first``; an edge fused by ``links[i]`` into the next is received at that one's send
-    order."""
+    """(edge, sender order, receiver order, connections) of the chain's edges; an edge
+    fused by ``links[i]`` into the next is received at that one's send order."""
     ends = state.ends
-    out = [(e, *ends[e]) for e in chain[first:]]
-    for i in range(len(links) - first):
+    out = [(e, *ends[e]) for e in chain]
+    for i in range(len(links)):
         e, snd, _, lane = out[i]
         out[i] = (e, snd, out[i + 1][1], lane)
     return out
@@ -385,20 +383,12 @@ _Pairing = tuple[int, int, int]  # (GPU, recv peer, send peer) of a fused step
 _Parts = tuple[list[tuple], list[_Pairing], list[tuple[Edge, int, int, _Lane]]]
 
 
-def _parts(chain: list[Edge], links: list[Fusion], state: _State, last: bool = False
-           ) -> _Parts:
+def _parts(chain: list[Edge], links: list[Fusion], state: _State) -> _Parts:
     """What a chain adds to a channel: (GPU, recv peer, send peer) of each of its steps,
-    the :func:`_pairing` of its fusions, and :func:`_orders` of its edges. With ``last``,
-    only what its last hop changed (the rest was found to fit on the channel already)."""
-    if last:
-        ends = [(chain[-1].dst, chain[-1].src, None)]
-        edges = _orders(chain, links, state, len(chain) - 2)
-        links = links[-1:]
-    else:
-        ends = [(chain[0].src, None, chain[0].dst), (chain[-1].dst, chain[-1].src, None)]
-        edges = _orders(chain, links, state)
+    the :func:`_pairing` of its fusions, and :func:`_orders` of its edges."""
+    ends = [(chain[0].src, None, chain[0].dst), (chain[-1].dst, chain[-1].src, None)]
     pairings = [_pairing(f) for f in links]
-    return ends + pairings, pairings, edges
+    return ends + pairings, pairings, _orders(chain, links, state)
 
 
 def _fits(parts: _Parts, c: int, state: _State, free: int | None = None) -> bool:
@@ -417,6 +407,26 @@ def _fits(parts: _Parts, c: int, state: _State, free: int | None = None) -> bool
         if k == 0 and free is None and not _free_channels(pairings, state) >> c & 1:
             return False
     return _pairs_open(pairings, c, state) and _steps_fit(ends, pairings, c, state)
+
+
+def _extends(last: Edge, nxt: Edge, c: int, state: _State) -> bool:
+    """Does a chain on channel ``c`` ending in ``last`` take ``nxt`` too, fused into it?
+    :func:`_fits` of what that hop changes (``last`` now received at ``nxt``'s send
+    order, ``nxt``'s receive, the fused step), without building its parts: the check of
+    most hops of the pass."""
+    snd, _, lane = state.ends[last]
+    out, rcv, next_lane = state.ends[nxt]
+    conn, depth = lane[c], state.depth
+    if conn.snd and not _conn_fits(conn, snd, out, depth):
+        return False
+    pairing = [(last.dst, last.src, nxt.dst)]
+    if not _free_channels(pairing, state) >> c & 1:
+        return False
+    conn = next_lane[c]
+    if conn.snd and not _conn_fits(conn, out, rcv, depth):
+        return False
+    return _pairs_open(pairing, c, state) and \
+        _steps_fit([(nxt.dst, nxt.src, None), *pairing], pairing, c, state)
 
 
 def _conn_fits(conn: _Conn, snd: int, rcv: int, depth: int) -> bool:
@@ -575,10 +585,13 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
             into = f.recv.recv
             if received[(into.dst, into.chunk)] is not into:
                 sends[(into.dst, c, f.send.send.dst)] += 1
+    recvs, peers, waited, sends_waited = state.recvs, state.peers, state.waited, \
+        state.sends_waited
     for e, snd, rcv, lane in _orders(chain, links, state):
+        src, dst = e.src, e.dst
         conn = lane[c]
         if conn is _EMPTY:
-            conn = lane[c] = _Conn(hold=state.hold if state.timed and e.dst not in state.favour
+            conn = lane[c] = _Conn(hold=state.hold if state.timed and dst not in state.favour
                                    else {})
         if conn.snd and snd < conn.snd[-1]:
             i = bisect_left(conn.snd, snd)
@@ -588,13 +601,17 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
             conn.snd.append(snd)
             conn.rcv.append(rcv)
         conn.starts.add(e.epoch)
-        state.sends[(e.src, c, e.dst)] += 1
-        state.recvs[(e.dst, c, e.src)] += 1
-        for g, way, peer in ((e.src, "s", e.dst), (e.dst, "r", e.src)):
-            peers = state.peers[(g, c, way)]
-            if peer not in peers:
-                peers.add(peer)
-                state.waited[g] += way == "r" or state.sends_waited
+        sends[(src, c, dst)] += 1
+        recvs[(dst, c, src)] += 1
+        to = peers[(src, c, "s")]
+        if dst not in to:
+            to.add(dst)
+            if sends_waited:
+                waited[src] += 1
+        of = peers[(dst, c, "r")]
+        if src not in of:
+            of.add(src)
+            waited[dst] += 1
         chan[e] = c
     for f in links:
         g, a, b = f.recv.gpu, f.recv.recv.src, f.send.send.dst
