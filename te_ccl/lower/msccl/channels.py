@@ -61,9 +61,8 @@ from te_ccl.lower.msccl.instructions import (
     Fusion,
     first_receipts,
     forwards,
+    packed_ends,
     packed_order,
-    recv_order,
-    send_order,
 )
 from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.runtime_limits import MSCCL
@@ -277,7 +276,7 @@ def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion]
         lane = lanes.get((e.src, e.dst))
         if lane is None:
             lane = lanes[(e.src, e.dst)] = [_EMPTY] * MSCCL.max_channels
-        ends[e] = (packed_order(send_order(e), i, n), packed_order(recv_order(e), i, n), lane)
+        ends[e] = (*packed_ends(e, i, n), lane)
     hold = {}
     for f in fusions:
         out = f.send.send
