@@ -91,6 +91,8 @@ from te_ccl.schedule import Schedule
 __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
 NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops
+HERE_SHARE = 0.4  # of the GPUs whose fusions this process finds where others are forked:
+#                    it also builds every GPU's instructions, they only their own
 Progress = Callable[[str], None]
 
 
@@ -198,8 +200,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     edges = replay_timed(epoch_timed, schedule)
     check(LOWERING)
     progress(f"lowering: instructions of {coll.nranks} GPUs")
-    base = build_instructions(edges, layout)
-    found = _fusions(base, layout, workers() if len(edges) >= WORTH_FORKING else 1)
+    base, found = _instructions(edges, layout,
+                                workers() if len(edges) >= WORTH_FORKING else 1)
     first = first_receipts(edges)  # the same for every rerun of the channel pass
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     depth = MSCCL.outstanding_sends(proto)
@@ -264,26 +266,37 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                          "(the nops of its dependencies alone exceed it)")
 
 
-def _fusions(base: dict[int, list[Instr]], layout: Layout, forks: int) -> list[Fusion]:
-    """Every GPU's :func:`fusion_candidates`, in GPU order. The GPUs are dealt over
-    ``forks`` processes; a forked one returns its fusions as positions in ``base``
-    (which it shares), since the channel pass and :func:`apply_fusions` know
+def _instructions(edges: tuple[Edge, ...], layout: Layout, forks: int
+                  ) -> tuple[dict[int, list[Instr]], list[Fusion]]:
+    """Every GPU's instructions (:func:`build_instructions`) and :func:`fusion_candidates`,
+    in GPU order. With ``forks > 1`` the forked processes start at once: each builds the
+    instructions of its own GPUs and finds their fusions, while this process builds every
+    GPU's (it keeps them) and finds the fusions of :data:`HERE_SHARE` of the GPUs. A
+    forked process returns its fusions as positions in its GPUs' instructions, which are
+    built the same here, since the channel pass and :func:`apply_fusions` know
     instructions by identity."""
-    gpus = sorted(base)
-    mine, *others = dealt(
-        lambda part: {g: fusion_candidates(base[g], layout)
-                      for g in checked(part, LOWERING, every=1)},
-        partial(_fusion_positions, base, layout), [gpus[i::forks] for i in range(forks)])
+    gpus = list(range(layout.collective.nranks))
+    here = gpus[:int(len(gpus) * HERE_SHARE)] if forks > 1 else gpus
+    rest = gpus[len(here):]
+    base: dict[int, list[Instr]] = {}
+
+    def built_here(part: list[int]) -> dict[int, list[Fusion]]:
+        base.update(build_instructions(edges, layout))
+        return {g: fusion_candidates(base[g], layout) for g in checked(part, LOWERING, every=1)}
+
+    mine, *others = dealt(built_here, partial(_fusion_positions, edges, layout),
+                          [here, *(rest[i::forks - 1] for i in range(forks - 1))])
     for g, positions in (x for part in others for x in part):
         instrs = base[g]
         mine[g] = [Fusion(instrs[r], instrs[s], op, delays) for r, s, op, delays in positions]
-    return [f for g in gpus for f in mine[g]]
+    return base, [f for g in gpus for f in mine[g]]
 
 
-def _fusion_positions(base: dict[int, list[Instr]], layout: Layout, gpus: list[int]
+def _fusion_positions(edges: tuple[Edge, ...], layout: Layout, gpus: list[int]
                       ) -> list[tuple[int, list[tuple[int, int, Op, bool]]]]:
-    """:func:`fusion_candidates` of ``gpus`` as (receive, send) positions in ``base``."""
-    out = []
+    """:func:`fusion_candidates` of ``gpus`` as (receive, send) positions in their
+    instructions."""
+    base, out = build_instructions(edges, layout, gpus), []
     for g in checked(gpus, LOWERING, every=1):
         at = {id(ins): k for k, ins in enumerate(base[g])}
         out.append((g, [(at[id(f.recv)], at[id(f.send)], f.op, f.delays)

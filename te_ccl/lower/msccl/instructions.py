@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections import defaultdict
+from collections.abc import Iterable
 from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
@@ -123,8 +124,9 @@ def packed_ends(e: Edge, index: int, n: int) -> tuple[int, int]:
 _Event = tuple[int, tuple, Edge]  # (packed order, order, edge)
 
 
-def build_instructions(edges: tuple[Edge, ...], layout: Layout) -> dict[int, list[Instr]]:
-    """Unfused instructions of every GPU position, sorted by ``order``."""
+def build_instructions(edges: tuple[Edge, ...], layout: Layout,
+                       gpus: Iterable[int] | None = None) -> dict[int, list[Instr]]:
+    """Unfused instructions of every GPU position (or of ``gpus``), sorted by ``order``."""
     events: dict[int, list[_Event]] = defaultdict(list)
     n = len(edges)
     for i, e in enumerate(sorted(edges)):
@@ -134,7 +136,7 @@ def build_instructions(edges: tuple[Edge, ...], layout: Layout) -> dict[int, lis
     chunks = layout.chunks
     by_key = itemgetter(0)
     return {g: _gpu_instructions(g, sorted(events.pop(g, []), key=by_key), layout, chunks)
-            for g in checked(range(layout.collective.nranks),
+            for g in checked(range(layout.collective.nranks) if gpus is None else gpus,
                              LOWERING, every=1)}
 
 
@@ -290,12 +292,13 @@ def _read_later(rest: list[Instr], slot: Slot, is_output: bool) -> bool:
 
 
 def apply_fusions(instrs: list[Instr], fusions: list[Fusion]) -> list[Instr]:
-    """Replace each fused pair by one instruction placed at the send's ``order``."""
+    """Replace each fused pair of ``instrs`` (sorted by ``order``) by one instruction at
+    the send's place, which has the send's ``order``: the result stays sorted."""
     if not fusions:
         return instrs
-    gone = {id(f.recv) for f in fusions} | {id(f.send) for f in fusions}  # by identity:
-    fused = [_fuse(f) for f in fusions]  # hashing an order hashes its edge's fields
-    return sorted([i for i in instrs if id(i) not in gone] + fused, key=_ORDER)
+    gone = {id(f.recv) for f in fusions}  # by identity: hashing an order hashes its edge
+    fused = {id(f.send): _fuse(f) for f in fusions}
+    return [fused.get(id(i), i) for i in instrs if id(i) not in gone]
 
 
 def _fuse(f: Fusion) -> Instr:
