@@ -247,3 +247,27 @@ def test_greedy_pairing_is_one_to_one_between_neighbours(n, density, seed):
         assert all(v in ns and w in ns and v != w for v, w in pairs.items())
         if len(ns) >= 2:
             assert pairs  # someone forwards first
+
+
+@pytest.mark.parametrize("topo", [torus([4, 4], 50e9, 0.5e-6), mesh([4, 4], 50e9, 0.5e-6)],
+                         ids=["torus4x4", "mesh4x4"])
+def test_an_allreduce_whose_all_gather_is_solved_in_a_forked_process_is_the_same(
+        topo, monkeypatch):
+    import te_ccl.backends.scale.plan as plan
+
+    coll = _all(topo, K.ALLREDUCE)
+    in_turn = compile_scale(topo, coll, PARAMS)
+    forked = []
+    real = plan.in_background
+
+    def fork(fn, *args):
+        forked.append(args)
+        return real(fn, *args)
+
+    monkeypatch.setattr(plan, "WORTH_FORKING", 0)
+    monkeypatch.setattr(plan, "workers", lambda: 2)
+    monkeypatch.setattr(plan, "in_background", fork)
+    beside = compile_scale(topo, coll, PARAMS)
+    assert len(forked) == 1
+    assert beside.transfers == in_turn.transfers and beside.info.notes == in_turn.info.notes
+    _assert_good(beside, coll)

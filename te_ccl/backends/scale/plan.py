@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from functools import partial
 
 import networkx as nx
 
@@ -36,6 +37,7 @@ from te_ccl.backends.scale.hierarchical import box_fabric, hierarchical_subchunk
 from te_ccl.backends.scale.msccl_budget import max_subchunks, room
 from te_ccl.backends.scale.symmetry import TorusSymmetry, torus_symmetry, tree_leaves
 from te_ccl.backends.scale.trees import MAX_GPUS as TREES_MAX_GPUS
+from te_ccl.background import WORTH_FORKING, in_background, workers
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
 from te_ccl.model.problem import (
@@ -241,14 +243,18 @@ def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams,
     # no packed trees for reductions: their two phases' files need more steps per
     # connection than the runtime holds at the sub-chunking the greedy's fit in
     routes: Routes = "comb" if _crowded(topology, sub) else "greedy"
-    first, method, notes = solve_moves(_fan_out(topology, sub, owner, tau, True), params,
-                                       clock, progress, routes=routes)
+    solve = partial(solve_moves, params=params, clock=clock, routes=routes)
+    both = sub.kind is CollectiveKind.ALLREDUCE
+    gather = _fan_out(topology, sub, owner, tau, False) if both else None
+    # a large AllReduce's all-gather is solved in a forked process beside its reduce-scatter
+    forked = in_background(solve, gather) if both and workers() > 1 \
+        and sub.nranks ** 2 * sub.chunks_per_rank >= WORTH_FORKING else None
+    first, method, notes = solve(_fan_out(topology, sub, owner, tau, True), progress=progress)
     transfers = first.transfers(reverse_at=first.finish)
     notes = tuple(f"reduce-scatter: {n}" for n in notes + (
         "the fan-out on the reversed topology played backwards",))
-    if sub.kind is CollectiveKind.ALLREDUCE:
-        second, _, more = solve_moves(_fan_out(topology, sub, owner, tau, False), params,
-                                      clock, progress, routes=routes)
+    if gather is not None:
+        second, _, more = forked.result() if forked else solve(gather, progress=progress)
         transfers += second.transfers(shift=first.finish)
         notes += tuple(f"all-gather: {n}" for n in more)
     return transfers, f"scale/{method}", notes
