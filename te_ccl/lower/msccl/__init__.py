@@ -41,9 +41,10 @@ Time: every pass observes the deadline of the compile under way
 (:mod:`te_ccl.deadline`), raising
 :class:`~te_ccl.deadline.TimeLimitReached` (exit 3) once it has passed, and
 ``progress`` hears which pass runs (and which GPU the last pass has reached). From
-:data:`~te_ccl.background.WORTH_FORKING` edges, the search for fusions of pass 2 and
-passes 4–6 (independent per GPU) are dealt over forked processes, one per core
-(:mod:`te_ccl.background`); the bytes are the same.
+:data:`~te_ccl.background.WORTH_FORKING` edges, the instructions and fusions of pass 2
+and passes 4–6 (independent per GPU) are dealt over forked processes, one per core
+(:mod:`te_ccl.background`); the bytes are the same. Pass 3 runs here alone: ``idle``
+hears when it starts, so a caller can use the other core then.
 
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
