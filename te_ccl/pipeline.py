@@ -530,41 +530,38 @@ def _refuse(violations: list) -> None:
 
 
 @contextmanager
-def _checked_alongside(schedule: Schedule) -> Iterator[Callable[[], None]]:
+def _checked_alongside(schedule: Schedule) -> Iterator[Callable[[], None] | None]:
     """Run the body (lowering and verifying the file) once the independent checker has
     passed ``schedule``, or from :data:`PARALLEL_FROM` transfers while it checks in a
-    forked process (:mod:`te_ccl.background`). The body gets a function that starts the
-    check (the lowering calls it as its channel pass leaves a core idle); a check not
-    started by the end of the body runs then. A schedule the checker refuses raises
+    forked process (:mod:`te_ccl.background`). The body gets a function that starts that
+    process (the lowering calls it as its channel pass leaves a core idle; None where the
+    check has run); a check not started by the end of the body runs then. A schedule the checker refuses raises
     :class:`VerificationError` even where the body failed too: that failure would only
     follow from it. Out of time, the check is dropped."""
     if len(schedule.transfers) < PARALLEL_FROM or workers() < 2:
         _refuse(check_schedule(schedule))
-        yield _silent_start
+        yield None
         return
-    jobs: list[Background[list]] = []
+    job: Background[list] | None = None
 
     def start() -> None:
-        if not jobs:
-            jobs.append(in_background(check_schedule, schedule))
+        nonlocal job
+        if job is None:
+            job = in_background(check_schedule, schedule)
 
     def violations() -> list:
-        return jobs[0].result() if jobs else check_schedule(schedule)
+        return job.result() if job is not None else check_schedule(schedule)
 
     try:
         yield start
     except (TimeLimitReached, KeyboardInterrupt):
-        for job in jobs:
+        if job is not None:
             job.cancel()
         raise
     except BaseException:
         _refuse(violations())
         raise
     _refuse(violations())
-
-
-def _silent_start() -> None:
-    """Nothing to start: the check has run."""
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
@@ -657,7 +654,7 @@ def render(schedule: Schedule, options: CompileOptions, *,
 
     xml = lowered or lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
                                     max_bytes=options.max_bytes, progress=progress or _silent,
-                                    idle=idle or _silent_start)
+                                    idle=idle)
     if progress:
         progress("verifying the MSCCL XML")
     coll = schedule.collective

@@ -4,8 +4,9 @@
 The greedy's own routes branch where they happen to: on mesh 32×32 AllGather a rank
 that feeds a corner sends up to 313 times a chunk it has already sent once, where a rank
 of a comb sends again only the chunks whose spine it is on (the rib's two directions,
-three at the source): at most 65 at any rank. An AllReduce lowers both phases, and the greedy's fullest rank then needs
-more elements than the MSCCL runtime's reader keeps for a rank; the combs' ranks all fit.
+three at the source): at most 65 at any rank. An AllReduce lowers both phases, and the
+greedy's fullest rank then needs more elements than the MSCCL runtime's reader keeps for
+a rank; the combs' ranks all fit.
 Half the sources start down their column, half along their row (a checkerboard of
 sources, alternating again over a source's chunks), so every row and column link carries
 the same load as the cut bound's: on mesh 32×32 the busiest link 511.5 chunks, the cut

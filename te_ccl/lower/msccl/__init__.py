@@ -101,20 +101,16 @@ def _quiet(message: str) -> None:
     """The default ``progress``: nobody listens."""
 
 
-def _nothing() -> None:
-    """The default ``idle``: no other work."""
-
-
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                    max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
                    notes: list[str] | None = None, progress: Progress = _quiet,
-                   idle: Callable[[], object] = _nothing) -> bytes:
+                   idle: Callable[[], object] | None = None) -> bytes:
     """The MSCCL XML of ``schedule`` (deterministic: same schedule, same bytes).
 
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
     ``notes``, if given, receives the program's notes (where the file cannot keep the
-    schedule's timing); ``progress`` hears what the lowering is doing; ``idle`` is called
-    as the channel pass starts, which runs in this process alone: a caller with other
+    schedule's timing); ``progress`` hears what the lowering is doing; ``idle``, if given,
+    is called as the channel pass starts, which runs in this process alone: a caller with other
     work starts it then, on the core the earlier passes shared.
     Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
     through GPUs outside the collective), and its subclass :class:`RuntimeLimitError`
@@ -166,7 +162,7 @@ def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int
     with paused_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                             proto=proto, max_steps=max_steps, stream=False,
-                            progress=_quiet, idle=_nothing)
+                            progress=_quiet, idle=None)
         return replace(head, gpus=tuple(gpus))
 
 
@@ -186,7 +182,7 @@ class _Overflow(Exception):
 
 def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: int,
            proto: str | None, max_steps: int, stream: bool, progress: Progress,
-           idle: Callable[[], object]) -> tuple[Program, list]:
+           idle: Callable[[], object] | None) -> tuple[Program, list]:
     """The ``<algo>`` header (no GPUs) and every GPU: as XML bytes if ``stream`` (so that
     only one GPU's steps exist at a time), else as :class:`Gpu`."""
     coll = schedule.collective
@@ -214,7 +210,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     # (pipeline.render_fitting), which keeps its timing: it never gives the timing up
     refit = schedule.info.subchunks > 1
     split = edges is not epoch_timed  # thread blocks are split by the replay's times only
-    idle()
+    if idle is not None:
+        idle()
     while budget > 0:
         candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
         progress(f"lowering: channels for {len(edges)} edges ({len(candidates)} fusions to "

@@ -225,8 +225,11 @@ def _plan(edges: tuple[Edge, ...], fusions: list[Fusion], favour: frozenset[int]
 def _first_channel(head: Edge, by_in: dict[Edge, Fusion], state: _State, first: int) -> int:
     """The first channel for a chain starting with ``head`` on which the hot GPUs of its
     path can fuse, else (or without any) the first that takes the head."""
-    ahead, f, hot = [], by_in.get(head), state.plan.hot
-    while f is not None and hot:
+    hot = state.plan.hot
+    if not hot:  # no chain to walk (a torus: every GPU alike)
+        return _first_fit([head], [], state, first)
+    ahead, f = [], by_in.get(head)
+    while f is not None:
         if f.recv.gpu in hot:
             ahead.append(f)
         f = by_in.get(f.send.send)
