@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
@@ -210,6 +211,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     # (pipeline.render_fitting), which keeps its timing: it never gives the timing up
     refit = schedule.info.subchunks > 1
     split = edges is not epoch_timed  # thread blocks are split by the replay's times only
+    peers: dict[int, set[int]] | None = None  # where GPUs are dealt over forked processes
     if idle is not None:
         idle()
     while budget > 0:
@@ -217,8 +219,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         progress(f"lowering: channels for {len(edges)} edges ({len(candidates)} fusions to "
                  "try)")
         try:  # sending thread blocks are waited for: a send waits for the link's last one
-            chan, instrs, slots, delaying = _assign(edges, base, candidates, budget, True,
-                                                    depth, favour, timed, split, first)
+            chan, fusions, delaying = _assign(edges, candidates, budget, True, depth, favour,
+                                              timed, split, first)
         except ChannelsExhausted as e:
             steps_limit = (f"at most {max_steps} steps per thread block within "
                            f"{MSCCL.max_channels} channels")
@@ -228,12 +230,15 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             # them do not apply
             timed, why, budget = False, f"to fit {steps_limit}", full
             continue
-        order = sorted(instrs)
         forks = workers() if stream and len(edges) >= WORTH_FORKING else 1
-        parts = [order[i::forks] for i in range(forks)]
-        gpus_of = partial(_gpus, instrs=instrs, chan=chan, slots=slots, layout=layout,
-                          budget=budget, max_steps=max_steps, timed=timed, stream=stream,
-                          nranks=coll.nranks)
+        if forks > 1 and peers is None:
+            peers = _peers(edges)
+        order = sorted(base)  # contiguous parts: a GPU's peers are mostly in its own part
+        parts = [order[len(order) * i // forks:len(order) * (i + 1) // forks]
+                 for i in range(forks)]
+        gpus_of = partial(_gpus, base=base, fusions=fusions, peers=peers, chan=chan,
+                          layout=layout, budget=budget, max_steps=max_steps, timed=timed,
+                          stream=stream, nranks=coll.nranks)
         try:
             gpus, over, loose = _in_parts(gpus_of, parts, progress)
         except _Overflow as e:  # the channel pass counts data steps, not the nops
@@ -302,17 +307,34 @@ def _fusion_positions(edges: tuple[Edge, ...], layout: Layout, gpus: list[int]
     return out
 
 
-def _gpus(part: list[int], progress: Progress, *, instrs: dict[int, list[Instr]],
-          chan: dict[Edge, int], slots: ResolvedSlots, layout: Layout, budget: int,
-          max_steps: int, timed: bool, stream: bool, nranks: int
-          ) -> tuple[list[tuple[int, object]], set[int], set[int], int]:
+def _peers(edges: tuple[Edge, ...]) -> dict[int, set[int]]:
+    """The GPUs each GPU sends to or receives from."""
+    peers: dict[int, set[int]] = defaultdict(set)
+    for src, dst in {(e.src, e.dst) for e in edges}:
+        peers[src].add(dst)
+        peers[dst].add(src)
+    return peers
+
+
+def _gpus(part: list[int], progress: Progress, *, base: dict[int, list[Instr]],
+          fusions: dict[int, list[Fusion]], peers: dict[int, set[int]] | None,
+          chan: dict[Edge, int], layout: Layout, budget: int, max_steps: int, timed: bool,
+          stream: bool, nranks: int) -> tuple[list[tuple[int, object]], set[int], set[int], int]:
     """``(GPU, its XML bytes if stream else its Gpu)`` of the GPUs in ``part``, those over
     the runtime's element limit, those that keep no link order (their sends then leave
     in the order their values come: no ``nop`` waits for the link's previous send), and
     the most steps a thread block has over ``max_steps`` (once one has, the others are
     only measured: the budget is cut by the worst excess). A rank keeps its links' order
     unless it would then exceed the element limit or, after a channel pass that did not
-    count the ``nop``s (not ``timed``), the steps of a thread block."""
+    count the ``nop``s (not ``timed``), the steps of a thread block.
+
+    The fusions kept are applied here, and the slots resolved, for the GPUs of ``part``
+    and their ``peers`` (a step prints the slot at the other end of its edge), or for
+    every GPU where ``peers`` is None."""
+    near = base if peers is None else sorted(set(part).union(*(peers[g] for g in part)))
+    instrs = {g: apply_fusions(base[g], fusions.get(g, [])) for g in checked(near, LOWERING,
+                                                                              every=64)}
+    slots = resolve_slots(instrs)
     out, over, loose, excess = [], set(), set(), 0
     for g in part:
         if g % 64 == 0:
@@ -386,13 +408,13 @@ def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str, loose
     return tuple(notes)
 
 
-def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: list[Fusion],
-            budget: int, sends_waited: bool, depth: int, favour: frozenset[int], timed: bool,
-            split: bool, first: dict[tuple[int, int], Edge]
-            ) -> tuple[dict[Edge, int], dict[int, list[Instr]], ResolvedSlots, int]:
+def _assign(edges: tuple[Edge, ...], candidates: list[Fusion], budget: int,
+            sends_waited: bool, depth: int, favour: frozenset[int], timed: bool, split: bool,
+            first: dict[tuple[int, int], Edge]
+            ) -> tuple[dict[Edge, int], dict[int, list[Fusion]], int]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
-    ``favour`` GPUs first), the fusions kept applied to every GPU's instructions, the
-    slots they print, and how many of the fusions kept delay another step. With
+    ``favour`` GPUs first), the fusions kept per GPU, and how many of them delay another
+    step. With
     ``split`` (edges timed by the schedule's replay), pairings whose thread block would
     hold up its own receives are given up. ``first``: :func:`first_receipts` of the
     edges."""
@@ -403,11 +425,10 @@ def _assign(edges: tuple[Edge, ...], base: dict[int, list[Instr]], candidates: l
                                 MSCCL.max_depid + 1, budget, first)
         kept = [f for f in kept if (f.recv.gpu, chan[f.recv.recv], f.recv.recv.src,
                                     f.send.send.dst) not in held]
-    fusions: dict[int, list[Fusion]] = {g: [] for g in base}
+    fusions: dict[int, list[Fusion]] = defaultdict(list)
     for f in kept:
         fusions[f.recv.gpu].append(f)
-    instrs = {g: apply_fusions(base[g], fusions[g]) for g in checked(base, LOWERING, every=64)}
-    return chan, instrs, resolve_slots(instrs), sum(f.delays for f in kept)
+    return chan, fusions, sum(f.delays for f in kept)
 
 
 def _gpu(g: int, instrs: list[Instr], chan: dict[Edge, int], slots: ResolvedSlots,
