@@ -3,9 +3,12 @@ the bytes are those of running every GPU in turn, whatever part a GPU falls in."
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import te_ccl.lower.msccl as lowering
+from te_ccl.errors import SpecError
 from te_ccl.lower.msccl import lower_to_msccl
 
 
@@ -74,3 +77,36 @@ def test_forked_fusion_search_gives_the_fusions_of_one_pass(kit, n):
     # the instructions themselves, as the channel pass and apply_fusions know them
     kept = {id(ins) for seq in forked_base.values() for ins in seq}
     assert all(id(f.recv) in kept and id(f.send) in kept for f in forked)
+
+
+def test_a_lowering_in_a_child_process_gives_its_bytes_notes_and_progress(kit, monkeypatch):
+    schedule = kit.ring_allreduce(8)
+    heard_here: list[str] = []
+    notes_here: list[str] = []
+    here = lower_to_msccl(schedule, max_steps=8, progress=heard_here.append, notes=notes_here)
+    real, parent = lowering._lower, os.getpid()
+
+    def says_where(*args, progress, **kwargs):
+        progress(f"in the parent: {os.getpid() == parent}")
+        return real(*args, progress=progress, **kwargs)
+
+    monkeypatch.setattr(lowering, "_lower", says_where)
+    monkeypatch.setattr(lowering, "CHILD_FROM", 0)
+    heard: list[str] = []
+    notes: list[str] = []
+    idle: list[int] = []
+    data = lower_to_msccl(schedule, max_steps=8, progress=heard.append, notes=notes,
+                          idle=lambda: idle.append(os.getpid()))
+    assert data == here and notes == notes_here
+    assert heard == ["in the parent: False", *heard_here]
+    assert idle == [parent]  # the caller's idle runs here, once
+
+
+def test_a_lowering_in_a_child_process_raises_what_it_would_raise_here(kit, monkeypatch):
+    schedule = kit.ring_allgather(8)
+    with pytest.raises(SpecError) as here:
+        lower_to_msccl(schedule, proto="Fast")
+    monkeypatch.setattr(lowering, "CHILD_FROM", 0)
+    with pytest.raises(SpecError) as there:
+        lower_to_msccl(schedule, proto="Fast")
+    assert str(there.value) == str(here.value) and there.value.key == "proto"

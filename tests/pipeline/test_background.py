@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from te_ccl.background import in_background
+from te_ccl.background import in_background, told
 from te_ccl.errors import VerificationError
 
 PARENT = os.getpid()
@@ -65,3 +65,33 @@ def test_cancel_stops_and_reaps_the_child(tmp_path):
     job.cancel()
     with pytest.raises(ProcessLookupError):
         os.kill(int(said.read_text()), 0)
+
+
+def _counts_to(tell, n: int) -> tuple[int, int]:
+    for k in range(n):
+        tell(k)
+    return os.getpid(), n
+
+
+def test_told_passes_the_childs_messages_in_order_then_its_value():
+    heard: list[int] = []
+    pid, value = told(_counts_to, heard.append, 3)
+    assert heard == [0, 1, 2] and value == 3 and pid != os.getpid()
+
+
+def _says_then_sleeps(tell) -> None:
+    tell(os.getpid())
+    time.sleep(600)
+
+
+def test_a_listener_that_fails_stops_the_child():
+    pids: list[int] = []
+
+    def fails(pid: int) -> None:
+        pids.append(pid)
+        raise VerificationError("not listening")
+
+    with pytest.raises(VerificationError, match="not listening"):
+        told(_says_then_sleeps, fails)
+    with pytest.raises(ProcessLookupError):
+        os.kill(pids[0], 0)

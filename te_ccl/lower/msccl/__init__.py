@@ -43,8 +43,10 @@ Time: every pass observes the deadline of the compile under way
 ``progress`` hears which pass runs (and which GPU the last pass has reached). From
 :data:`~te_ccl.background.WORTH_FORKING` edges, the instructions and fusions of pass 2
 and passes 4–6 (independent per GPU) are dealt over forked processes, one per core
-(:mod:`te_ccl.background`); the bytes are the same. Pass 3 runs here alone: ``idle``
-hears when it starts, so a caller can use the other core then.
+(:mod:`te_ccl.background`); the bytes are the same. Pass 3 runs in one process alone:
+``idle`` hears when it starts, so a caller can use the other core then. From
+:data:`CHILD_FROM` transfers the whole lowering runs in a forked process, which leaves
+without freeing its millions of objects (seconds at 1024 GPUs).
 
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
@@ -66,7 +68,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
-from te_ccl.background import WORTH_FORKING, dealt, workers
+from te_ccl.background import WORTH_FORKING, dealt, left_to_exit, told, workers
 from te_ccl.deadline import check, checked
 from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, ResolvedSlots, buffer_layout, resolve_slots
@@ -93,6 +95,8 @@ from te_ccl.schedule import Schedule
 __all__ = ["PROTOCOLS", "StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
 NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops
+CHILD_FROM = WORTH_FORKING  # transfers: from here the lowering runs in a forked process
+#                            (:func:`~te_ccl.background.told`), which never frees its objects
 HERE_SHARE = 0.4  # of the GPUs whose fusions this process finds where others are forked:
 #                    it also builds every GPU's instructions, they only their own
 Progress = Callable[[str], None]
@@ -131,14 +135,32 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
       <gpu id="0" i_chunks="0" o_chunks="2" s_chunks="0">
     <step s="0" type="r" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
     """
+    def hear(message: str | None) -> None:
+        if message is not None:
+            progress(message)
+        elif idle is not None:
+            idle()
+
+    options = {"name": name, "min_bytes": min_bytes, "max_bytes": max_bytes, "proto": proto,
+               "max_steps": max_steps}
+    if len(schedule.transfers) < CHILD_FROM:
+        data, said = _xml(hear, schedule, options)
+    else:  # its millions of objects are left to the child's exit, not freed one by one
+        data, said = told(_xml, hear, schedule, options)
+    if notes is not None:
+        notes.extend(said)
+    return data
+
+
+def _xml(tell: Callable[[str | None], None], schedule: Schedule, options: dict
+         ) -> tuple[bytes, tuple[str, ...]]:
+    """The bytes and notes of :func:`lower_to_msccl`; ``tell`` hears the progress, and
+    None as the channel pass starts."""
     with paused_gc():
-        head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
-                            proto=proto, max_steps=max_steps, stream=True, progress=progress,
-                            idle=idle)
-        if notes is not None:
-            notes.extend(head.notes)
+        head, gpus = _lower(schedule, **options, stream=True, progress=tell,
+                            idle=partial(tell, None))
         return b"".join([algo_open(head, provenance=_provenance(schedule)).encode(), *gpus,
-                         algo_close().encode()])
+                         algo_close().encode()]), head.notes
 
 
 def _provenance(schedule: Schedule) -> tuple[str, int] | None:
@@ -245,6 +267,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             budget -= max(e.excess, headroom)
             continue
         if not over:
+            left_to_exit(epoch_timed, edges, base, found, first, candidates, chan, fusions)
             nchannels = 1 + max(chan.values(), default=0)
             return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
                            coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes,
@@ -304,6 +327,7 @@ def _fusion_positions(edges: tuple[Edge, ...], layout: Layout, gpus: list[int]
         at = {id(ins): k for k, ins in enumerate(base[g])}
         out.append((g, [(at[id(f.recv)], at[id(f.send)], f.op, f.delays)
                         for f in fusion_candidates(base[g], layout)]))
+    left_to_exit(base)
     return out
 
 
@@ -359,6 +383,7 @@ def _gpus(part: list[int], progress: Progress, *, base: dict[int, list[Instr]],
         if _elements(gpu, nranks) > MSCCL.max_elements:
             over.add(g)
         out.append((g, gpu_xml(gpu).encode() if stream else gpu))
+    left_to_exit(instrs, slots)
     return out, over, loose, excess
 
 
