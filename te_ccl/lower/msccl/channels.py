@@ -54,7 +54,6 @@ from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from te_ccl.background import left_to_exit
 from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl.collapse_switches import Edge
@@ -197,7 +196,6 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
             used.add((nxt.src, nxt.dst))
         _place(chain, links, c, state, chan)
         kept.extend(links)
-    left_to_exit(state, by_in, by_out)
     return chan, kept
 
 
