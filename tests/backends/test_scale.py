@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from te_ccl.backends.base import Clock, SolveParams
 from te_ccl.backends.scale import bitsets, compile_scale, scale_method, scale_plan, solve_scale
+from te_ccl.backends.scale.greedy import _first_tier
 from te_ccl.backends.scale.orbit import Orbit, improve_cpsat, list_schedule
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.backends.scale.torus import _orbit
@@ -149,6 +150,26 @@ def test_first_bits_match_numpy():
         want.append(hits[0] if hits else -1)
     assert bitsets.first_bits_from(m, starts).tolist() == want
     assert bitsets.nbits(m).tolist() == dense.sum(axis=1).tolist()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 6))
+def test_disjoint_tiers_narrow_as_the_masks_one_after_another(seed, ntiers):
+    rng = np.random.default_rng(seed)
+    links, bits = 12, 130
+    tier_of = rng.integers(-1, ntiers, size=(links, bits))  # -1: in no tier
+    tiers = tuple(bitsets.zeros(links, bits) for _ in range(ntiers))
+    for k, tier in enumerate(tiers):
+        bitsets.set_bits(tier, *np.nonzero(tier_of == k))
+    cand = bitsets.zeros(8, bits)
+    bitsets.set_bits(cand, *np.nonzero(rng.random((8, bits)) < 0.1))
+    rows = rng.integers(0, links, size=8)
+    one_after_another = cand.copy()
+    for tier in tiers:
+        on = one_after_another & tier[rows]
+        one_after_another = np.where(on.any(axis=1, keepdims=True), on, one_after_another)
+    _first_tier(cand, rows, tiers)
+    assert (cand == one_after_another).all()
 
 
 def test_scale_method_for_auto():

@@ -122,9 +122,9 @@ def solve_comb(problem: Problem, deadline: Callable[[], bool] = lambda: False
                     rows_.append(e)
                     bits.append(bit[chunk])
     nlinks = len(net.src)
-    prefer = tuple(bitsets.from_pairs(nlinks, len(order), *by_height[h])
-                   for h in sorted(by_height, reverse=True))
-    moves = greedy_transfers(problem, order, deadline=deadline, prefer=prefer,
+    tiers = tuple(bitsets.from_pairs(nlinks, len(order), *by_height[h])
+                  for h in sorted(by_height, reverse=True))
+    moves = greedy_transfers(problem, order, deadline=deadline, tiers=tiers,
                              routes=bitsets.from_pairs(nlinks, len(order), *routes))
     return moves, (f"comb trees on the {shape[0]}×{shape[1]} mesh (column or row first by "
                    "source), deepest subtree first",)

@@ -169,15 +169,18 @@ def _initial(problem: Problem, net: Net, order: list[int]) -> tuple[np.ndarray, 
 
 def greedy_transfers(problem: Problem, order: list[int], *,
                      deadline: Callable[[], bool] = lambda: False, seed: int = 0,
-                     prefer: tuple[np.ndarray, ...] = (), routes: np.ndarray | None = None
-                     ) -> Moves:
+                     prefer: tuple[np.ndarray, ...] = (), tiers: tuple[np.ndarray, ...] = (),
+                     routes: np.ndarray | None = None) -> Moves:
     """Run the greedy until every destination holds its chunks (see the module docstring).
 
     ``prefer``: chunk bitsets per link (rows in :func:`net_of`'s link order, bits in
     ``order``), most preferred first; each narrows a link's candidates where it leaves
     any. When given, they replace the default preferences and the random start: each link
     takes the first chunk in ``order`` among its most preferred candidates (planned routes,
-    oldest first, keep their pipelines going). ``routes``: one more chunk bitset per link,
+    oldest first, keep their pipelines going). ``tiers`` narrow them further in the same
+    way, but each link's chunks are in at most one of them (a tree's heights), so a link
+    takes its candidates in the first tier that has any and the rest need not be looked
+    at. ``routes``: one more chunk bitset per link,
     the only chunks it may send (fixed trees; each chunk's must span its destinations).
 
     Raises SolverError when nothing can move any more (a destination is unreachable) or
@@ -209,11 +212,14 @@ def greedy_transfers(problem: Problem, order: list[int], *,
             cand = held[s] & ~held[d] & ~incoming[d]
             if routes is not None:
                 cand &= routes[links]
-            masks = [m[links] for m in prefer] or [~forwarded[s], via[net.partner[links]]]
+            planned = bool(prefer or tiers)
+            masks = [m[links] for m in prefer] if planned else \
+                [~forwarded[s], via[net.partner[links]]]
             for mask in masks:
                 on = cand & mask
                 cand = np.where(on.any(axis=1, keepdims=True), on, cand)
-            b = (bitsets.first_bits(cand) if prefer
+            _first_tier(cand, links, tiers)
+            b = (bitsets.first_bits(cand) if planned
                  else bitsets.first_bits_from(cand, rng.integers(0, nbits, size=len(links))))
             ok = b >= 0
             links, d, b = links[ok], d[ok], b[ok]
@@ -234,6 +240,19 @@ def greedy_transfers(problem: Problem, order: list[int], *,
             raise SolverError(f"time limit reached in the scale greedy at epoch {t}")
         t += 1
     return _to_moves(net, order, picked, t)
+
+
+def _first_tier(cand: np.ndarray, links: np.ndarray, tiers: tuple[np.ndarray, ...]) -> None:
+    """Narrow each row of ``cand`` (candidates of ``links``) to its candidates in the first
+    of the disjoint ``tiers`` that has any, in place."""
+    todo = np.flatnonzero(cand.any(axis=1))
+    for tier in tiers:
+        if not todo.size:
+            return
+        on = cand[todo] & tier[links[todo]]
+        hit = on.any(axis=1)
+        cand[todo[hit]] = on[hit]
+        todo = todo[~hit]
 
 
 def _to_moves(net: Net, order: list[int], picked, finish: int) -> Moves:

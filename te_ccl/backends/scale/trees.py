@@ -314,9 +314,11 @@ def solve_trees(problem: Problem, clock: Clock) -> tuple[Moves, tuple[str, ...]]
                 for rows, cols in (on_tree, by_height[heights[t][e[1]]]):
                     rows.append(link[e])
                     cols.append(bit[c])
-    prefer = tuple(bitsets.from_pairs(len(net.src), len(order), *pairs)
-                   for pairs in [on_tree] + [by_height[h] for h in sorted(by_height, reverse=True)])
-    moves = greedy_transfers(problem, order, deadline=lambda: clock.left <= 0, prefer=prefer)
+    tiers = tuple(bitsets.from_pairs(len(net.src), len(order), *by_height[h])
+                  for h in sorted(by_height, reverse=True))
+    moves = greedy_transfers(problem, order, deadline=lambda: clock.left <= 0,
+                             prefer=(bitsets.from_pairs(len(net.src), len(order), *on_tree),),
+                             tiers=tiers)
     ntrees = sum(len(ts) for ts in packing.trees.values())
     note = (f"{ntrees} broadcast trees packed by LP (fluid time {packing.seconds:.4g} s); "
             "each chunk down one of them, oldest first")
