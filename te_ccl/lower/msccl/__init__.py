@@ -356,8 +356,8 @@ def _gpus(part: list[int], progress: Progress, *, base: dict[int, list[Instr]],
     and their ``peers`` (a step prints the slot at the other end of its edge), or for
     every GPU where ``peers`` is None."""
     near = base if peers is None else sorted(set(part).union(*(peers[g] for g in part)))
-    instrs = {g: apply_fusions(base[g], fusions.get(g, [])) for g in checked(near, LOWERING,
-                                                                              every=64)}
+    instrs = {g: apply_fusions(base[g], fusions.get(g, []))
+              for g in checked(near, LOWERING, every=64)}
     slots = resolve_slots(instrs)
     out, over, loose, excess = [], set(), set(), 0
     for g in part:
@@ -439,10 +439,9 @@ def _assign(edges: tuple[Edge, ...], candidates: list[Fusion], budget: int,
             ) -> tuple[dict[Edge, int], dict[int, list[Fusion]], int]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
     ``favour`` GPUs first), the fusions kept per GPU, and how many of them delay another
-    step. With
-    ``split`` (edges timed by the schedule's replay), pairings whose thread block would
-    hold up its own receives are given up. ``first``: :func:`first_receipts` of the
-    edges."""
+    step. With ``split`` (edges timed by the schedule's replay), pairings whose thread
+    block would hold up its own receives are given up. ``first``: :func:`first_receipts`
+    of the edges."""
     chan, kept = assign_channels(edges, candidates, budget, sends_waited, depth, favour,
                                  timed, received=first)
     if timed and split:  # a thread block joined by fusions must not hold up its receives
