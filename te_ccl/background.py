@@ -11,9 +11,10 @@ memory), :meth:`Background.result` computes the value in the caller instead: the
 answer is the same, only later. An exception in the child is raised by ``result()``
 as if the call had run there.
 
-A child leaves with ``os._exit``, without freeing what it built: a pass that builds
-millions of objects saves the seconds that freeing them takes by running in one
-(:func:`told`), and can tell the caller how it is getting on as it goes.
+A child runs one computation and leaves with ``os._exit``, collecting no garbage on the
+way and freeing nothing it built: a pass that builds millions of objects saves the
+seconds that freeing them takes by running in one (:func:`told`, :func:`left_to_exit`),
+and can tell the caller how it is getting on as it goes.
 
 >>> job = in_background(sum, [1, 2, 3])
 >>> job.result()
@@ -141,20 +142,17 @@ _in_child = False
 def left_to_exit(*objects: Any) -> None:
     """In a forked child, keep ``objects`` alive until it leaves, which frees nothing:
     a function returning from a pass over millions of objects would otherwise free them
-    one by one first. The child collects no more garbage (a collection would scan all
-    that is kept, and objects allocated while collection is paused are all young, so
-    the first collection after :func:`~te_ccl.nogc.paused_gc` scans every one of
-    them); a :func:`told` child never does. Elsewhere nothing happens."""
+    one by one first. Elsewhere nothing happens."""
     if _in_child:
         _LEFT.append(objects)
-        gc.disable()  # a collection would scan them all, for nothing
 
 
 def _child(fd: int, fn: Callable[..., Any], args: tuple[Any, ...], telling: bool) -> None:
     global _in_child
     _in_child = True
-    if telling:  # its pass leaves its objects to the exit (left_to_exit), uncollected
-        gc.disable()
+    # no collection: it would scan what is left to exit, all of it young (allocated
+    # while te_ccl.nogc paused collection), and the passes build no garbage cycles
+    gc.disable()
     code = 0
     try:
         with os.fdopen(fd, "wb") as pipe:

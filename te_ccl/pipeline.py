@@ -535,9 +535,9 @@ def _checked_alongside(schedule: Schedule) -> Iterator[Callable[[], None] | None
     passed ``schedule``, or from :data:`PARALLEL_FROM` transfers while it checks in a
     forked process (:mod:`te_ccl.background`). The body gets a function that starts that
     process (the lowering calls it as its channel pass leaves a core idle; None where the
-    check has run); a check not started by the end of the body runs then. A schedule the checker refuses raises
-    :class:`VerificationError` even where the body failed too: that failure would only
-    follow from it. Out of time, the check is dropped."""
+    check has run); a check not started by the end of the body runs then. A schedule the
+    checker refuses raises :class:`VerificationError` even where the body failed too: that
+    failure would only follow from it. Out of time, the check is dropped."""
     if len(schedule.transfers) < PARALLEL_FROM or workers() < 2:
         _refuse(check_schedule(schedule))
         yield None

@@ -37,6 +37,8 @@ __all__ = ["Instr", "Fusion", "recv_order", "send_order", "packed_order", "packe
            "apply_fusions"]
 
 _END = 1 << 62  # order time of the final copies, after every transfer
+_ARRIVAL, _SEND, _DELIVERY = 0, 1, 2  # an order's kind, after its time: at one time
+_KINDS = 3  #                          arrivals, then sends, then deliveries
 _ORDER = attrgetter("order")
 
 
@@ -77,11 +79,12 @@ def recv_order(e: Edge) -> tuple:
     would (the schedule's replay starts sends before the epoch's arrivals are in). The
     edge itself breaks ties (its ``seq`` is unique, and sharing it saves a key tuple
     per step)."""
-    return (e.arrive, 2 if e.final else 0, e)
+    return (e.arrive, _DELIVERY if e.final else _ARRIVAL, e)
 
 
 def send_order(e: Edge) -> tuple:
-    return (e.start, 1, e)
+    return (e.start, _SEND, e)
+
 
 
 def first_receipts(edges: tuple[Edge, ...]) -> dict[tuple[int, int], Edge]:
@@ -111,14 +114,16 @@ def packed_order(order: tuple, index: int, n: int) -> int:
     given the edge's ``index`` among the ``n`` sorted edges: sorting and comparing ints
     runs in C, tuples that tie on time compare their edges field by field."""
     time, kind, _ = order
-    return (time * 3 + kind) * n + index
+    return (time * _KINDS + kind) * n + index
+
 
 
 def packed_ends(e: Edge, index: int, n: int) -> tuple[int, int]:
     """:func:`packed_order` of :func:`send_order` and :func:`recv_order` of ``e`` (the
     edge's ``index`` among the ``n`` sorted edges), without building the tuples: the
     lowering packs every edge's twice over."""
-    return (e.start * 3 + 1) * n + index, (e.arrive * 3 + (2 if e.final else 0)) * n + index
+    return ((e.start * _KINDS + _SEND) * n + index,
+            (e.arrive * _KINDS + (_DELIVERY if e.final else _ARRIVAL)) * n + index)
 
 
 _Event = tuple[int, tuple, Edge]  # (packed order, order, edge)
