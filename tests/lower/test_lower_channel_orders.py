@@ -29,8 +29,8 @@ def test_packed_orders_compare_as_the_order_tuples(edges):
     ends, _ = _order_keys(edges, [])
     n = len(edges)
     index = {e: i for i, e in enumerate(sorted(edges))}
-    orders = [(o, k) for e in edges for o, k in ((send_order(e), ends[e][0]),
-                                                  (recv_order(e), ends[e][1]))]
+    orders = [(o, k) for e in edges for o, k in ((send_order(e), ends[id(e)][0]),
+                                                  (recv_order(e), ends[id(e)][1]))]
     for o, k in orders:
         assert k == packed_order(o, index[o[2]], n)
         for p, q in orders:

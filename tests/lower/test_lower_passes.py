@@ -144,8 +144,8 @@ def test_channel_pass_refuses_a_129th_waited_thread_block():
     from te_ccl.lower.msccl.channels import _State, _steps_fit
 
     state = _State(budget=64, spread=4, sends_waited=False, depth=2)
-    state.peers[(0, 0, "r")] = {1}
-    state.waited[0] = 128
+    state.gpus[0].sides[0].recvs[1] = 1
+    state.gpus[0].waited = 128
     assert _steps_fit([(0, 1, None)], [], 0, state)      # a receive joins its thread block
     assert not _steps_fit([(0, 2, None)], [], 0, state)  # a new receive peer needs one more
     assert _steps_fit([(0, None, 2)], [], 0, state)      # sending ones are not waited for
@@ -170,10 +170,11 @@ def test_a_step_reserves_a_nop_only_where_it_waits_for_a_value_received_before()
     chan = {}
     for e in (own, back, forward):
         _place([e], [], 0, state, chan)
-    assert state.sends[(0, 0, 1)] == 1 and state.sends[(0, 0, 2)] == 2
+    sends = state.gpus[0].sides[0].sends
+    assert sends[1] == 1 and sends[2] == 2
     state.timed = False  # a file without link-order waits reserves none
     _place([again], [], 0, state, chan)
-    assert state.sends[(0, 0, 2)] == 3
+    assert sends[2] == 3
 
 
 def test_a_fused_reduction_into_a_slot_written_before_reserves_a_nop():
@@ -191,10 +192,10 @@ def test_a_fused_reduction_into_a_slot_written_before_reserves_a_nop():
     chan = {}
     _place([first], [], 0, state, chan)
     _place([into, out], [fused], 0, state, chan)
-    assert state.sends[(0, 0, 3)] == 2  # the fused step's send and its nop
+    assert state.gpus[0].sides[0].sends[3] == 2  # the fused step's send and its nop
     alone = _State(64, 1, True, 2, received=first_receipts((into, out)), ends=ends, hold=hold)
     _place([into, out], [fused], 0, alone, {})
-    assert alone.sends[(0, 0, 3)] == 1  # the only receive of the chunk: no wait, no nop
+    assert alone.gpus[0].sides[0].sends[3] == 1  # the only receive: no wait, no nop
 
 
 def _relay(g: int, a: int, b: int, t: int):
@@ -222,7 +223,7 @@ def test_channel_plan_keeps_the_preferred_pairing_open():
     assert _pairs_open([_pairing(straight)], c, state)
     assert not _pairs_open([_pairing(turn)], c, state)  # would take 1 from the preferred 1 → 2
     assert _pairs_open([_pairing(turn)], 0, state)      # a hot GPU's reserved channel takes any
-    state.pair_send[(0, c, 2)] = 4           # once 2 is paired otherwise on c,
+    state.gpus[0].sides[c].pair_send[2] = 4  # once 2 is paired otherwise on c,
     assert _pairs_open([_pairing(turn)], c, state)      # the turn blocks nothing preferred there
 
 

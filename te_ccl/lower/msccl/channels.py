@@ -102,9 +102,39 @@ _Lane = list[_Conn]  # the connections of one (src, dst), one per channel
 _Ends = tuple[int, int, _Lane]  # an edge's send order, receive order and connections
 
 
+class _Side:
+    """One GPU's thread blocks on one channel: their steps per peer, and the pairings
+    that join a receiving and a sending one (the keys of ``sends`` and ``recvs`` are the
+    channel's send and receive peers)."""
+
+    __slots__ = ("sends", "recvs", "fused", "pair_send", "pair_recv")
+
+    def __init__(self) -> None:
+        self.sends: dict[int, int] = {}                # send peer -> steps (nops counted)
+        self.recvs: dict[int, int] = {}                # recv peer -> steps
+        self.fused: dict[tuple[int, int], int] = {}    # (recv peer, send peer) -> fused steps
+        self.pair_send: dict[int, int] = {}            # send peer -> recv peer
+        self.pair_recv: dict[int, int] = {}            # recv peer -> send peer
+
+
+class _Gpu:
+    """Everything placed on one GPU: its channels' thread blocks, the thread blocks others
+    may wait for, and as channel bitmasks where each receive and send peer is paired, and
+    where each pairing is made (all channels at once: :func:`_free_channels`)."""
+
+    __slots__ = ("sides", "waited", "paired_recv", "paired_send", "paired")
+
+    def __init__(self) -> None:
+        self.sides = [_Side() for _ in range(MSCCL.max_channels)]
+        self.waited = 0
+        self.paired_recv: dict[int, int] = {}          # recv peer -> channels
+        self.paired_send: dict[int, int] = {}          # send peer -> channels
+        self.paired: dict[tuple[int, int], int] = {}   # (recv peer, send peer) -> channels
+
+
 @dataclass
 class _State:
-    """Everything placed so far, keyed by GPU position and channel."""
+    """Everything placed so far, per GPU position and channel."""
 
     budget: int
     spread: int
@@ -113,19 +143,9 @@ class _State:
     favour: frozenset[int] = frozenset()  # GPUs whose fusions may hold up their receives
     timed: bool = True  # False: any GPU's fusions may (the file cannot keep the timing)
     received: dict[tuple[int, int], Edge] = field(default_factory=dict)  # (GPU, chunk) -> first
-    ends: dict[Edge, _Ends] = field(default_factory=dict)  # every edge's orders, connections
+    ends: dict[int, _Ends] = field(default_factory=dict)  # by id(edge): orders, connections
     hold: dict[int, tuple[int, int]] = field(default_factory=dict)  # see _Conn.hold
-    sends: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
-    recvs: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, peer)
-    fused: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))  # (g, c, a, b)
-    pair_send: dict[tuple, int] = field(default_factory=dict)  # (g, c, send) -> recv peer
-    pair_recv: dict[tuple, int] = field(default_factory=dict)  # (g, c, recv) -> send peer
-    # the same as channel bitmasks: (g, "r", recv peer) / (g, "s", send peer) -> channels
-    # where that peer is paired, and (g, recv peer, send peer) -> channels with that pairing
-    paired_peer: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
-    paired: dict[tuple, int] = field(default_factory=lambda: defaultdict(int))
-    peers: dict[tuple, set[int]] = field(default_factory=lambda: defaultdict(set))  # (g,c,dir)
-    waited: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # g -> tbs
+    gpus: dict[int, _Gpu] = field(default_factory=lambda: defaultdict(_Gpu))
     plan: _Plan = field(default_factory=lambda: _Plan({}, {}, {}, set()))
 
 
@@ -150,23 +170,23 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     first, even those that hold up a receive; without ``timed``, every GPU's may).
     ``received``: :func:`~te_ccl.lower.msccl.instructions.first_receipts` of the edges, if
     the caller has it."""
-    by_in = {f.recv.recv: f for f in fusions}
-    by_out = {f.send.send for f in fusions}
+    by_in = {id(f.recv.recv): f for f in fusions}
+    by_out = {id(f.send.send) for f in fusions}
     plan = _plan(edges, fusions, favour)
     spread = _spread(edges, budget, sends_waited)
-    ends, hold = _order_keys(edges, fusions)
+    ends, hold = _order_keys(edges, fusions, by_out)
     state = _State(budget, spread, sends_waited, depth, favour, timed,
                    first_receipts(edges) if received is None else received, ends, hold,
                    plan=plan)
     chan: dict[Edge, int] = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
-    for head in checked(sorted(e for e in edges if e not in by_out), LOWERING):
+    for head in checked(sorted(e for e in edges if id(e) not in by_out), LOWERING):
         c0 = started[(head.src, head.dst)] % state.spread
         started[(head.src, head.dst)] += 1
         chain, links, c = [head], [], _first_channel(head, by_in, state, c0)
         used = {(head.src, head.dst)}
-        while (link := by_in.get(chain[-1])) is not None:
+        while (link := by_in.get(id(chain[-1]))) is not None:
             nxt = link.send.send
             if (nxt.src, nxt.dst) in used:  # a chain uses each connection once
                 fits = None
@@ -222,17 +242,18 @@ def _plan(edges: tuple[Edge, ...], fusions: list[Fusion], favour: frozenset[int]
                  hot)
 
 
-def _first_channel(head: Edge, by_in: dict[Edge, Fusion], state: _State, first: int) -> int:
+def _first_channel(head: Edge, by_in: dict[int, Fusion], state: _State, first: int) -> int:
     """The first channel for a chain starting with ``head`` on which the hot GPUs of its
-    path can fuse, else (or without any) the first that takes the head."""
+    path can fuse, else (or without any) the first that takes the head. ``by_in``: the
+    fusion candidate receiving each edge, by the edge's identity."""
     hot = state.plan.hot
     if not hot:  # no chain to walk (a torus: every GPU alike)
         return _first_fit([head], [], state, first)
-    ahead, f = [], by_in.get(head)
+    ahead, f = [], by_in.get(id(head))
     while f is not None:
         if f.recv.gpu in hot:
             ahead.append(f)
-        f = by_in.get(f.send.send)
+        f = by_in.get(id(f.send.send))
     if ahead:
         parts, pairings = _parts([head], [], state), [_pairing(f) for f in ahead]
         free = _free_channels(pairings, state)  # the hot GPUs' pairings can fuse there
@@ -263,29 +284,33 @@ def _cut_before(chain: list[Edge], links: list[Fusion], link: Fusion, c: int, fi
     return True, _first_fit(two, [link], state, first, required=False, skip=c)
 
 
-def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion]
-                ) -> tuple[dict[Edge, _Ends], dict[int, tuple[int, int]]]:
+def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion],
+                fused_out: set[int] | None = None
+                ) -> tuple[dict[int, _Ends], dict[int, tuple[int, int]]]:
     """Every edge's send and receive order (:func:`send_order`, :func:`recv_order`) as an
     int that compares as the order tuple does (:func:`packed_order`: hundreds of thousands
     of bisects and comparisons then run on ints), the connections of its (src, dst)
     (:data:`_EMPTY` until used), and for ``_Conn.hold`` per fused step's receive order (the
     send order of its outgoing edge ``out``): the order ``(out.start + out.busy, 0, out)``
     at which it frees its slot, and the smallest order of a time not before
-    ``out.arrive``."""
+    ``out.arrive``. The orders are keyed by the edge's identity (hashing an edge reads
+    its eleven fields, scattered in memory at millions of edges), and ``fused_out`` holds
+    the identities of the fusions' outgoing edges, if the caller has them."""
     n = len(edges)
+    if fused_out is None:
+        fused_out = {id(f.send.send) for f in fusions}
     lanes: dict[tuple[int, int], _Lane] = {}
-    ends = {}
+    ends, hold = {}, {}
     for i, e in enumerate(sorted(edges)):
         lane = lanes.get((e.src, e.dst))
         if lane is None:
             lane = lanes[(e.src, e.dst)] = [_EMPTY] * MSCCL.max_channels
-        ends[e] = (*packed_ends(e, i, n), lane)
-    hold = {}
-    for f in fusions:
-        out = f.send.send
-        snd = ends[out][0]
-        hold[snd] = (packed_order((out.start + out.busy, 0, out), snd % n, n),
-                     packed_order((out.arrive, 0, out), 0, n))
+        snd, rcv = packed_ends(e, i, n)
+        key = id(e)
+        ends[key] = (snd, rcv, lane)
+        if key in fused_out:
+            hold[snd] = (packed_order((e.start + e.busy, 0, e), i, n),
+                         packed_order((e.arrive, 0, e), 0, n))
     return ends, hold
 
 
@@ -294,7 +319,7 @@ def _orders(chain: list[Edge], links: list[Fusion], state: _State
     """(edge, sender order, receiver order, connections) of the chain's edges; an edge
     fused by ``links[i]`` into the next is received at that one's send order."""
     ends = state.ends
-    out = [(e, *ends[e]) for e in chain]
+    out = [(e, *ends[id(e)]) for e in chain]
     for i in range(len(links)):
         e, snd, _, lane = out[i]
         out[i] = (e, snd, out[i + 1][1], lane)
@@ -416,8 +441,8 @@ def _extends(last: Edge, nxt: Edge, c: int, state: _State) -> bool:
     :func:`_fits` of what that hop changes (``last`` now received at ``nxt``'s send
     order, ``nxt``'s receive, the fused step), without building its parts: the check of
     most hops of the pass."""
-    snd, _, lane = state.ends[last]
-    out, rcv, next_lane = state.ends[nxt]
+    snd, _, lane = state.ends[id(last)]
+    out, rcv, next_lane = state.ends[id(nxt)]
     conn, depth = lane[c], state.depth
     if conn.snd and not _conn_fits(conn, snd, out, depth):
         return False
@@ -494,18 +519,18 @@ def _held_up(before: int, after: int, hold: dict[int, tuple[int, int]]) -> bool:
     return held is not None and after not in hold and after < held[1]
 
 
-def _tb_steps(state: _State, g: int, c: int, recv: int | None, send: int | None) -> int:
-    """Steps already in the thread block that holds GPU ``g``'s channel-``c`` receives from
-    ``recv`` and/or sends to ``send`` (their pairing partners included)."""
+def _tb_steps(side: _Side, recv: int | None, send: int | None) -> int:
+    """Steps already in the thread block of ``side`` (a GPU's channel) that holds its
+    receives from ``recv`` and/or sends to ``send`` (their pairing partners included)."""
     if send is not None and recv is None:
-        recv = state.pair_send.get((g, c, send))
+        recv = side.pair_send.get(send)
     elif recv is not None and send is None:
-        send = state.pair_recv.get((g, c, recv))
-    steps = state.sends.get((g, c, send), 0) if send is not None else 0
+        send = side.pair_recv.get(recv)
+    steps = side.sends.get(send, 0) if send is not None else 0
     if recv is not None:
-        steps += state.recvs.get((g, c, recv), 0)
+        steps += side.recvs.get(recv, 0)
         if send is not None:
-            steps -= state.fused.get((g, c, recv, send), 0)
+            steps -= side.fused.get((recv, send), 0)
     return steps
 
 
@@ -516,29 +541,32 @@ def _steps_fit(ends: list[tuple], pairings: list[_Pairing], c: int, state: _Stat
     refused by :func:`_free_channels`); new peers on the channel stay within ``max_peers``,
     and new thread blocks within the waited ones a GPU can have."""
     new: dict[tuple, set[int]] | None = None
-    budget, peers = state.budget, state.peers
+    budget, gpus = state.budget, state.gpus
     for g, recv, send in ends:
-        if _tb_steps(state, g, c, recv, send) >= budget:
+        side = gpus[g].sides[c]
+        if _tb_steps(side, recv, send) >= budget:
             return False
-        if send is not None and send not in peers.get((g, c, "s"), ()):
+        if send is not None and send not in side.sends:
             new = new if new is not None else defaultdict(set)
-            new[(g, c, "s")].add(send)
-        if recv is not None and recv not in peers.get((g, c, "r"), ()):
+            new[(g, "s")].add(send)
+        if recv is not None and recv not in side.recvs:
             new = new if new is not None else defaultdict(set)
-            new[(g, c, "r")].add(recv)
+            new[(g, "r")].add(recv)
     if new is None:  # no new thread block (a new pairing only merges two)
         return True
-    if any(len(state.peers.get(k, ())) + len(v) > MSCCL.max_peers for k, v in new.items()):
-        return False
+    for (g, way), peers in new.items():
+        side = gpus[g].sides[c]
+        if len(side.sends if way == "s" else side.recvs) + len(peers) > MSCCL.max_peers:
+            return False
     grow: dict[int, int] = defaultdict(int)
-    for (g, _, way), peers in new.items():
+    for (g, way), peers in new.items():
         if way == "r" or state.sends_waited:
             grow[g] += len(peers)
     if state.sends_waited:
         for g, a, _ in pairings:
-            if (g, c, a) not in state.pair_recv:
+            if a not in gpus[g].sides[c].pair_recv:
                 grow[g] -= 1
-    return all(state.waited.get(g, 0) + n <= MSCCL.max_depid + 1 for g, n in grow.items() if n > 0)
+    return all(gpus[g].waited + n <= MSCCL.max_depid + 1 for g, n in grow.items() if n > 0)
 
 
 def _pairing(f: Fusion) -> _Pairing:
@@ -551,22 +579,23 @@ def _free_channels(pairings: list[_Pairing], state: _State) -> int:
     receives from its recv peer, or sends to its send peer, in another pairing (a clash
     stays: pairings are never undone). All channels at once, since most channels a chain
     tries fail here."""
-    free, peer, same = -1, state.paired_peer, state.paired
+    free, gpus = -1, state.gpus
     for g, a, b in pairings:
-        free &= ~((peer.get((g, "r", a), 0) | peer.get((g, "s", b), 0))
-                  & ~same.get((g, a, b), 0))
+        gpu = gpus[g]
+        free &= ~((gpu.paired_recv.get(a, 0) | gpu.paired_send.get(b, 0))
+                  & ~gpu.paired.get((a, b), 0))
     return free
 
 
 def _pairs_open(pairings: list[_Pairing], c: int, state: _State) -> bool:
     """No new pairing takes a peer from a preferred pairing still open on channel ``c``."""
-    plan = state.plan
+    plan, gpus = state.plan, state.gpus
     for g, a, b in pairings:
-        if (g, c, a) in state.pair_recv or (g in plan.hot and (g + c) % RESERVE == 0):
+        side = gpus[g].sides[c]
+        if a in side.pair_recv or (g in plan.hot and (g + c) % RESERVE == 0):
             continue
         b2, a2 = plan.send_of.get((g, a), b), plan.recv_of.get((g, b), a)
-        if (b2 != b and (g, c, b2) not in state.pair_send) or \
-                (a2 != a and (g, c, a2) not in state.pair_recv):
+        if (b2 != b and b2 not in side.pair_send) or (a2 != a and a2 not in side.pair_recv):
             return False
     return True
 
@@ -579,16 +608,7 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
     pass. So the chain's first send counts twice if the GPU has received the value by
     then, and so does a fused step whose receive writes a slot an earlier receive wrote
     (a partial sum, or an AllReduce's all-gather over its reduce-scatter)."""
-    head, sends, received = chain[0], state.sends, state.received
-    if state.timed:
-        if forwards(head, received):
-            sends[(head.src, c, head.dst)] += 1
-        for f in links:
-            into = f.recv.recv
-            if received[(into.dst, into.chunk)] is not into:
-                sends[(into.dst, c, f.send.send.dst)] += 1
-    recvs, peers, waited, sends_waited = state.recvs, state.peers, state.waited, \
-        state.sends_waited
+    gpus, sends_waited = state.gpus, state.sends_waited
     for e, snd, rcv, lane in _orders(chain, links, state):
         src, dst = e.src, e.dst
         conn = lane[c]
@@ -603,26 +623,38 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
             conn.snd.append(snd)
             conn.rcv.append(rcv)
         conn.starts.add(e.epoch)
-        sends[(src, c, dst)] += 1
-        recvs[(dst, c, src)] += 1
-        to = peers[(src, c, "s")]
-        if dst not in to:
-            to.add(dst)
-            if sends_waited:
-                waited[src] += 1
-        of = peers[(dst, c, "r")]
+        sender, receiver = gpus[src], gpus[dst]
+        to = sender.sides[c].sends
+        if dst not in to and sends_waited:
+            sender.waited += 1
+        _count(to, dst)
+        of = receiver.sides[c].recvs
         if src not in of:
-            of.add(src)
-            waited[dst] += 1
+            receiver.waited += 1
+        _count(of, src)
         chan[e] = c
+    head, received = chain[0], state.received
+    if state.timed:  # counted once the peers are (a new one adds a waited thread block)
+        if forwards(head, received):
+            _count(gpus[head.src].sides[c].sends, head.dst)
+        for f in links:
+            into = f.recv.recv
+            if received[(into.dst, into.chunk)] is not into:
+                _count(gpus[into.dst].sides[c].sends, f.send.send.dst)
+    bit = 1 << c
     for f in links:
         g, a, b = f.recv.gpu, f.recv.recv.src, f.send.send.dst
-        if state.sends_waited and (g, c, a) not in state.pair_recv:
-            state.waited[g] -= 1  # two thread blocks become one
-        state.pair_recv[(g, c, a)] = b
-        state.pair_send[(g, c, b)] = a
-        bit = 1 << c
-        state.paired_peer[(g, "r", a)] |= bit
-        state.paired_peer[(g, "s", b)] |= bit
-        state.paired[(g, a, b)] |= bit
-        state.fused[(g, c, a, b)] += 1
+        gpu = gpus[g]
+        side = gpu.sides[c]
+        if sends_waited and a not in side.pair_recv:
+            gpu.waited -= 1  # two thread blocks become one
+        side.pair_recv[a] = b
+        side.pair_send[b] = a
+        gpu.paired_recv[a] = gpu.paired_recv.get(a, 0) | bit
+        gpu.paired_send[b] = gpu.paired_send.get(b, 0) | bit
+        gpu.paired[(a, b)] = gpu.paired.get((a, b), 0) | bit
+        _count(side.fused, (a, b))
+
+
+def _count(counts: dict, key: object) -> None:
+    counts[key] = counts.get(key, 0) + 1
