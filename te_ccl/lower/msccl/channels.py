@@ -53,6 +53,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError
@@ -147,6 +148,11 @@ class _State:
     hold: dict[int, tuple[int, int]] = field(default_factory=dict)  # see _Conn.hold
     gpus: dict[int, _Gpu] = field(default_factory=lambda: defaultdict(_Gpu))
     plan: _Plan = field(default_factory=lambda: _Plan({}, {}, {}, set()))
+
+    @cached_property
+    def firsts(self) -> set[int]:
+        """The identities of the edges in ``received`` (first receipts)."""
+        return {id(e) for e in self.received.values()}
 
 
 @dataclass(frozen=True)
@@ -639,7 +645,7 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
             _count(gpus[head.src].sides[c].sends, head.dst)
         for f in links:
             into = f.recv.recv
-            if received[(into.dst, into.chunk)] is not into:
+            if id(into) not in state.firsts:  # a receive after the first
                 _count(gpus[into.dst].sides[c].sends, f.send.send.dst)
     bit = 1 << c
     for f in links:

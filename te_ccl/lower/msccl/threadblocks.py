@@ -121,14 +121,15 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
     thread block more than ``budget`` steps counting a ``nop`` for each send that passes
     a received value on (it waits for its value and for the link's previous send), or
     where its receives, no longer fused, would leave their connection's send order.
+    ``chan`` holds the channel of every edge of ``edges`` (and of no other);
     ``first``: :func:`~te_ccl.lower.msccl.instructions.first_receipts` of the edges, if
     the caller has it."""
     pairs: dict[Pairing, None] = {}  # in the fusions' order
-    fused_in = set()
+    fused_in = set()  # by identity: hashing an edge reads all its fields
     for f in fusions:
         e = f.recv.recv
         pairs[(f.recv.gpu, chan[e], e.src, f.send.send.dst)] = None
-        fused_in.add(e)
+        fused_in.add(id(e))
     if not pairs:
         return set()
     sends: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
@@ -137,14 +138,13 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
     recvs: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
     into: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)  # all receives
     tbs: dict[int, set[tuple]] = defaultdict(set)
-    for e in checked(edges, LOWERING):
-        c = chan[e]
+    for e, c in checked(chan.items(), LOWERING):  # the edges with their channels
         sends[(e.src, c, e.dst)].append(e)
         nops[(e.src, c, e.dst)] += forwards(e, first)
         tbs[e.src].add(("s", c, e.dst))
         tbs[e.dst].add(("r", c, e.src))
         into[(e.dst, c, e.src)].append(e)
-        if e not in fused_in:
+        if id(e) not in fused_in:
             recvs[(e.dst, c, e.src)].append(e)
     joined: dict[int, int] = defaultdict(int)
     for g, _, _, _ in pairs:
