@@ -43,7 +43,7 @@ def _gpu0(moves: list[tuple[str, int, int, int, int, int]]) -> tuple[list[Instr]
             ins = Instr(0, Op.COPY, i, order, src=sa, dst=sb, reads=(sa,), writes=(sb,))
         for e in (ins.recv, ins.send):
             if e is not None:
-                chan[e] = c
+                chan[id(e)] = c
         instrs.append(ins)
     return instrs, chan
 
@@ -186,7 +186,7 @@ def test_a_second_wait_moves_onto_the_thread_block_of_the_wait_that_stays():
 def test_a_receive_fused_twice_to_different_peers_is_refused():
     instrs, chan = _gpu0([("rcs", 0, 0, 0, 0, -1), ("r", 1, 0, 0, 0, -1)])
     other = instrs[0]._replace(send=instrs[0].send._replace(dst=3, seq=9), order=(2, 0, (2,)))
-    chan[other.send] = 0
+    chan[id(other.send)] = 0
     with pytest.raises(TecclError, match="send peers"):
         build_threadblocks([*instrs, other], chan, 1000)
 

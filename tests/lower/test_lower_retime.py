@@ -88,7 +88,7 @@ def _joined(plain_arrives: int) -> tuple[tuple[Edge, ...], list[Fusion]]:
 
 def test_a_receive_arriving_while_its_thread_blocks_send_is_on_the_link_splits_it():
     edges, fusions = _joined(plain_arrives=5)
-    chan = dict.fromkeys(edges, 0)
+    chan = {id(e): 0 for e in edges}
     assert holding_pairings(edges, chan, fusions, 128, 64) == {(1, 0, 0, 2)}
     # kept where the split would exceed the thread blocks or the sending one's steps
     assert holding_pairings(edges, chan, fusions, 1, 64) == set()
@@ -98,12 +98,12 @@ def test_a_receive_arriving_while_its_thread_blocks_send_is_on_the_link_splits_i
 def test_a_pairing_whose_receives_would_leave_their_send_order_is_kept():
     # the fused receive is sent first but arrives after the delivery (epochs allow it)
     edges, fusions = _joined(plain_arrives=2)
-    assert holding_pairings(edges, dict.fromkeys(edges, 0), fusions, 128, 64) == set()
+    assert holding_pairings(edges, {id(e): 0 for e in edges}, fusions, 128, 64) == set()
 
 
 def test_a_receive_after_the_send_has_left_keeps_the_pairing():
     edges, fusions = _joined(plain_arrives=10)
-    assert holding_pairings(edges, dict.fromkeys(edges, 0), fusions, 128, 64) == set()
+    assert holding_pairings(edges, {id(e): 0 for e in edges}, fusions, 128, 64) == set()
 
 
 def _ratio(schedule: Schedule) -> float:

@@ -72,7 +72,7 @@ from te_ccl.background import WORTH_FORKING, dealt, left_to_exit, told, workers
 from te_ccl.deadline import check, checked
 from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, ResolvedSlots, buffer_layout, resolve_slots
-from te_ccl.lower.msccl.channels import ChannelsExhausted, assign_channels
+from te_ccl.lower.msccl.channels import ChannelsExhausted, EdgeChannels, assign_channels
 from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
 from te_ccl.lower.msccl.dependencies import add_dependencies
 from te_ccl.lower.msccl.instructions import (
@@ -342,7 +342,7 @@ def _peers(edges: tuple[Edge, ...]) -> dict[int, set[int]]:
 
 def _gpus(part: list[int], progress: Progress, *, base: dict[int, list[Instr]],
           fusions: dict[int, list[Fusion]], peers: dict[int, set[int]] | None,
-          chan: dict[Edge, int], layout: Layout, budget: int, max_steps: int, timed: bool,
+          chan: EdgeChannels, layout: Layout, budget: int, max_steps: int, timed: bool,
           stream: bool, nranks: int) -> tuple[list[tuple[int, object]], set[int], set[int], int]:
     """``(GPU, its XML bytes if stream else its Gpu)`` of the GPUs in ``part``, those over
     the runtime's element limit, those that keep no link order (their sends then leave
@@ -436,7 +436,7 @@ def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str, loose
 def _assign(edges: tuple[Edge, ...], candidates: list[Fusion], budget: int,
             sends_waited: bool, depth: int, favour: frozenset[int], timed: bool, split: bool,
             first: dict[tuple[int, int], Edge]
-            ) -> tuple[dict[Edge, int], dict[int, list[Fusion]], int]:
+            ) -> tuple[EdgeChannels, dict[int, list[Fusion]], int]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
     ``favour`` GPUs first), the fusions kept per GPU, and how many of them delay another
     step. With ``split`` (edges timed by the schedule's replay), pairings whose thread
@@ -447,7 +447,7 @@ def _assign(edges: tuple[Edge, ...], candidates: list[Fusion], budget: int,
     if timed and split:  # a thread block joined by fusions must not hold up its receives
         held = holding_pairings(edges, chan, [f for f in kept if f.recv.gpu not in favour],
                                 MSCCL.max_depid + 1, budget, first)
-        kept = [f for f in kept if (f.recv.gpu, chan[f.recv.recv], f.recv.recv.src,
+        kept = [f for f in kept if (f.recv.gpu, chan[id(f.recv.recv)], f.recv.recv.src,
                                     f.send.send.dst) not in held]
     fusions: dict[int, list[Fusion]] = defaultdict(list)
     for f in kept:
@@ -455,7 +455,7 @@ def _assign(edges: tuple[Edge, ...], candidates: list[Fusion], budget: int,
     return chan, fusions, sum(f.delays for f in kept)
 
 
-def _gpu(g: int, instrs: list[Instr], chan: dict[Edge, int], slots: ResolvedSlots,
+def _gpu(g: int, instrs: list[Instr], chan: EdgeChannels, slots: ResolvedSlots,
          layout: Layout, budget: int, max_steps: int, link_order: bool) -> Gpu:
     """One GPU's thread blocks with their dependencies; :class:`_Overflow` if too long."""
     plans = build_threadblocks(instrs, chan, budget)

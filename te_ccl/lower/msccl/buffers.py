@@ -33,7 +33,6 @@ from te_ccl.errors import SpecError
 from te_ccl.lower.msccl.ir import LOWERING, Buf, Op, Slot
 
 if TYPE_CHECKING:
-    from te_ccl.lower.msccl.collapse_switches import Edge
     from te_ccl.lower.msccl.instructions import Instr
 
 __all__ = ["Layout", "buffer_layout", "scratch_slot", "compact_scratch", "resolve_slots",
@@ -180,20 +179,21 @@ class ResolvedSlots:
     Scratch placeholders are numbered per GPU. As msccl-tools writes them, an ``s``
     names the receiver's destination slot and an ``r`` the sender's source slot, so the
     only cross-GPU facts kept are one slot per edge end (not a pair per instruction:
-    at 1024 GPUs that table alone took gigabytes).
+    at 1024 GPUs that table alone took gigabytes), keyed by ``id(edge)`` (hashing an
+    edge reads all its fields).
     """
 
     scratch: dict[int, dict[Slot, Slot]]
-    sent_from: dict[Edge, Slot | None]
-    lands_in: dict[Edge, Slot | None]
+    sent_from: dict[int, Slot | None]
+    lands_in: dict[int, Slot | None]
 
     def printed(self, g: int, ins: Instr) -> SlotPair:
         fix = self.scratch[g].get  # a slot not renumbered (or None) prints as itself
         op = ins.op
         if op is _SEND:
-            return fix(ins.src, ins.src), self.lands_in[ins.send]
+            return fix(ins.src, ins.src), self.lands_in[id(ins.send)]
         if op is _RECV:
-            return self.sent_from[ins.recv], fix(ins.dst, ins.dst)
+            return self.sent_from[id(ins.recv)], fix(ins.dst, ins.dst)
         return fix(ins.src, ins.src), fix(ins.dst, ins.dst)
 
     def s_chunks(self, g: int) -> int:
@@ -212,7 +212,7 @@ def resolve_slots(instrs: dict[int, list[Instr]]) -> ResolvedSlots:
         for i in seq:
             if i.send is not None:
                 src = i.src if i.src is not None else i.dst
-                sent_from[i.send] = fix(src, src)
+                sent_from[id(i.send)] = fix(src, src)
             if i.recv is not None:
-                lands_in[i.recv] = fix(i.dst, i.dst)
+                lands_in[id(i.recv)] = fix(i.dst, i.dst)
     return slots

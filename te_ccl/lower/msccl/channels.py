@@ -68,13 +68,17 @@ from te_ccl.lower.msccl.instructions import (
 from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.runtime_limits import MSCCL
 
-__all__ = ["ChannelsExhausted", "assign_channels"]
+__all__ = ["ChannelsExhausted", "EdgeChannels", "assign_channels"]
 
 MOVE_MAX_HOPS = 3  # a chain that no longer fits its channel moves only while this short
 SLACK = 4          # spread chains so the busiest thread blocks are about 1/SLACK full
 HOT = 1.03         # GPUs with this times the median steps left after preferred fusions
 RESERVE = 3        # every RESERVE-th channel of a hot GPU takes any pairing
 CUT_MARGIN = 0.02  # a hot GPU's fusion is kept at the cost of one with this share fewer steps
+
+
+EdgeChannels = dict[int, int]  # the channel of each edge, keyed by id(edge): hashing an edge
+#                                reads its eleven fields, and the passes look millions up
 
 
 class ChannelsExhausted(RuntimeLimitError):
@@ -168,8 +172,9 @@ class _Plan:
 def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
                     sends_waited: bool, depth: int, favour: frozenset[int] = frozenset(),
                     timed: bool = True, received: dict[tuple[int, int], Edge] | None = None
-                    ) -> tuple[dict[Edge, int], list[Fusion]]:
-    """Channel of every edge and the fusions kept; ``budget`` bounds steps per tb.
+                    ) -> tuple[EdgeChannels, list[Fusion]]:
+    """Channel of every edge (:data:`EdgeChannels`) and the fusions kept; ``budget``
+    bounds steps per tb.
     ``sends_waited``: other thread blocks may wait for sending ones (reductions, in-place
     buffers, a connection over several channels); ``depth``: the sends a connection
     holds. The GPU positions in ``favour`` count as the hottest (their fusions go
@@ -184,7 +189,7 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     state = _State(budget, spread, sends_waited, depth, favour, timed,
                    first_receipts(edges) if received is None else received, ends, hold,
                    plan=plan)
-    chan: dict[Edge, int] = {}
+    chan: EdgeChannels = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
     for head in checked(sorted(e for e in edges if id(e) not in by_out), LOWERING):
@@ -276,7 +281,7 @@ def _cut_pays(link: Fusion, before: Fusion, plan: _Plan) -> bool:
 
 
 def _cut_before(chain: list[Edge], links: list[Fusion], link: Fusion, c: int, first: int,
-                state: _State, chan: dict[Edge, int]) -> tuple[bool, int | None]:
+                state: _State, chan: EdgeChannels) -> tuple[bool, int | None]:
     """``link`` does not fit ``chain``'s channel ``c``: place the chain on ``c`` without
     its last fusion, so that its last edge starts a new chain fused by ``link`` on another
     channel. (Whether anything was placed, that channel): nothing if either does not
@@ -607,7 +612,7 @@ def _pairs_open(pairings: list[_Pairing], c: int, state: _State) -> bool:
 
 
 def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
-           chan: dict[Edge, int]) -> None:
+           chan: EdgeChannels) -> None:
     """Record the chain on channel ``c``. Where links keep the schedule's order, a step
     that waits for a value written in another thread block also waits for the link's
     previous send: a ``nop``, which the budget would otherwise only meet in the dependency
@@ -638,7 +643,7 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
         if src not in of:
             receiver.waited += 1
         _count(of, src)
-        chan[e] = c
+        chan[id(e)] = c
     head, received = chain[0], state.received
     if state.timed:  # counted once the peers are (a new one adds a waited thread block)
         if forwards(head, received):

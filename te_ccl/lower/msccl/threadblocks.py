@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
+from te_ccl.lower.msccl.channels import EdgeChannels
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.instructions import (
     Fusion,
@@ -49,7 +50,7 @@ class TbPlan:
     at: tuple[int, ...]
 
 
-def build_threadblocks(instrs: list[Instr], chan: dict[Edge, int], local_cap: int
+def build_threadblocks(instrs: list[Instr], chan: EdgeChannels, local_cap: int
                        ) -> list[TbPlan]:
     """Group one GPU's instructions, in time order (as :mod:`instructions` lists them),
     into thread blocks, numbered by position in the list.
@@ -65,11 +66,11 @@ def build_threadblocks(instrs: list[Instr], chan: dict[Edge, int], local_cap: in
     for i, ins in enumerate(instrs):
         send, recv = ins.send, ins.recv
         if send is not None:
-            key = ("s", chan[send], send.dst)
+            key = ("s", chan[id(send)], send.dst)
             if recv is not None:
-                joins[(("r", chan[recv], recv.src), key)] = None
+                joins[(("r", chan[id(recv)], recv.src), key)] = None
         elif recv is not None:
-            key = ("r", chan[recv], recv.src)
+            key = ("r", chan[id(recv)], recv.src)
         else:
             local.append(i)
             continue
@@ -111,7 +112,7 @@ def _plan(keys: list[tuple], runs: list[list[int]], instrs: list[Instr]) -> TbPl
                   tuple(map(instrs.__getitem__, at)), tuple(at))
 
 
-def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: list[Fusion],
+def holding_pairings(edges: tuple[Edge, ...], chan: EdgeChannels, fusions: list[Fusion],
                      max_tbs: int, budget: int,
                      first: dict[tuple[int, int], Edge] | None = None) -> set[Pairing]:
     """The pairings made by ``fusions`` whose joined thread block would take a plain
@@ -121,14 +122,13 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
     thread block more than ``budget`` steps counting a ``nop`` for each send that passes
     a received value on (it waits for its value and for the link's previous send), or
     where its receives, no longer fused, would leave their connection's send order.
-    ``chan`` holds the channel of every edge of ``edges`` (and of no other);
     ``first``: :func:`~te_ccl.lower.msccl.instructions.first_receipts` of the edges, if
     the caller has it."""
     pairs: dict[Pairing, None] = {}  # in the fusions' order
     fused_in = set()  # by identity: hashing an edge reads all its fields
     for f in fusions:
         e = f.recv.recv
-        pairs[(f.recv.gpu, chan[e], e.src, f.send.send.dst)] = None
+        pairs[(f.recv.gpu, chan[id(e)], e.src, f.send.send.dst)] = None
         fused_in.add(id(e))
     if not pairs:
         return set()
@@ -138,7 +138,8 @@ def holding_pairings(edges: tuple[Edge, ...], chan: dict[Edge, int], fusions: li
     recvs: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
     into: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)  # all receives
     tbs: dict[int, set[tuple]] = defaultdict(set)
-    for e, c in checked(chan.items(), LOWERING):  # the edges with their channels
+    for e in checked(edges, LOWERING):
+        c = chan[id(e)]
         sends[(e.src, c, e.dst)].append(e)
         nops[(e.src, c, e.dst)] += forwards(e, first)
         tbs[e.src].add(("s", c, e.dst))
