@@ -668,4 +668,6 @@ def _place(chain: list[Edge], links: list[Fusion], c: int, state: _State,
 
 
 def _count(counts: dict, key: object) -> None:
+    """One more ``key`` in ``counts`` (a plain dict: reads of a defaultdict would add keys,
+    and the keys of a side's counts are its peers)."""
     counts[key] = counts.get(key, 0) + 1
