@@ -171,6 +171,7 @@ def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
             out.append(Instr(g, Op.RECV, k, order, dst=work, recv=e, writes=(work,)))
         cur[k] = work
     kept: list[tuple[int, Slot, Slot]] = []  # chunks the rank holds from the start
+    last: list[Instr] = []  # copies into the output after every transfer, by chunk
     for c in chunks:
         target = outs[c.id]
         if target is None or cur.get(c.id) == target:
@@ -180,10 +181,11 @@ def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
         if cur[c.id] == home[c.id]:
             kept.append((c.id, cur[c.id], target))
             continue
-        out.append(Instr(g, Op.COPY, c.id, (_END, 0, (c.id,)), src=cur[c.id], dst=target,
-                         reads=(cur[c.id],), writes=(target,)))
-    out += _first_copies(g, kept)
-    return sorted(out, key=_ORDER)
+        last.append(Instr(g, Op.COPY, c.id, (_END, 0, (c.id,)), src=cur[c.id], dst=target,
+                          reads=(cur[c.id],), writes=(target,)))
+    # in order without sorting them all: the first copies (time -1), the transfers (the
+    # events come sorted by packed order, which compares as the order does), the last
+    return sorted(_first_copies(g, kept), key=_ORDER) + out + last
 
 
 def _first_copies(g: int, kept: list[tuple[int, Slot, Slot]]) -> list[Instr]:
