@@ -180,8 +180,8 @@ def greedy_transfers(problem: Problem, order: list[int], *,
     oldest first, keep their pipelines going). ``tiers`` narrow them further in the same
     way, but each link's chunks are in at most one of them (a tree's heights), so a link
     takes its candidates in the first tier that has any and the rest need not be looked
-    at. ``routes``: one more chunk bitset per link,
-    the only chunks it may send (fixed trees; each chunk's must span its destinations).
+    at. ``routes``: one more chunk bitset per link, the only chunks it may send (fixed
+    trees; each chunk's must span its destinations).
 
     Raises SolverError when nothing can move any more (a destination is unreachable) or
     ``deadline()`` turns true.
@@ -198,6 +198,7 @@ def greedy_transfers(problem: Problem, order: list[int], *,
     slow = net.occupancy > 1
     arrivals: dict[int, list[tuple[np.ndarray, np.ndarray, np.ndarray]]] = defaultdict(list)
     picked: list[tuple[int, np.ndarray, np.ndarray]] = []
+    planned = bool(prefer or tiers)
     t = 0
     while True:
         for over, rows, cols in arrivals.pop(t, ()):
@@ -212,7 +213,6 @@ def greedy_transfers(problem: Problem, order: list[int], *,
             cand = held[s] & ~held[d] & ~incoming[d]
             if routes is not None:
                 cand &= routes[links]
-            planned = bool(prefer or tiers)
             masks = [m[links] for m in prefer] if planned else \
                 [~forwarded[s], via[net.partner[links]]]
             for mask in masks:

@@ -86,7 +86,6 @@ def send_order(e: Edge) -> tuple:
     return (e.start, _SEND, e)
 
 
-
 def first_receipts(edges: tuple[Edge, ...]) -> dict[tuple[int, int], Edge]:
     """The edge by which each GPU first receives each chunk, keyed by (GPU, chunk).
 
@@ -115,7 +114,6 @@ def packed_order(order: tuple, index: int, n: int) -> int:
     runs in C, tuples that tie on time compare their edges field by field."""
     time, kind, _ = order
     return (time * _KINDS + kind) * n + index
-
 
 
 def packed_ends(e: Edge, index: int, n: int) -> tuple[int, int]:
@@ -156,7 +154,7 @@ def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
     out: list[Instr] = []
     for _, order, e in events:
         k = e.chunk
-        if order[1] == 1:
+        if order[1] == _SEND:
             if k not in cur:
                 raise TecclError(f"rank {rank} sends chunk {k} in epoch {e.start} before it "
                                  "holds it")
@@ -219,7 +217,7 @@ def _staged_chunks(g: int, events: list[_Event], layout: Layout,
     last_read: dict[Slot, tuple] = {}
     first_write: dict[int, tuple] = {}
     for _, order, e in events:
-        if order[1] == 1:
+        if order[1] == _SEND:
             h = layout.home(g, chunks[e.chunk])
             if h is not None:
                 last_read[h] = max(last_read.get(h, order), order)
