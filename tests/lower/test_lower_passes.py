@@ -69,6 +69,10 @@ def test_layout_agrees_with_the_verifier(kind, inplace):
         needed = {(s.buf.value, s.index) for ch in coll.chunks()
                   if (s := mine.out(p, ch)) is not None}
         assert needed == set(want)
+        assert mine.homes(p) == {ch.id: s for ch in coll.chunks()
+                                 if (s := mine.home(p, ch)) is not None}
+        assert mine.outs(p) == {ch.id: s for ch in coll.chunks()
+                                if (s := mine.out(p, ch)) is not None}
     if inplace:  # one buffer only: o for allgather/gather, i otherwise
         grow = kind in ("allgather", "gather")
         assert (mine.i_chunks if grow else mine.o_chunks) == 0

@@ -25,7 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from itertools import compress
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from te_ccl.collective.model import Chunk, Collective, CollectiveKind
 from te_ccl.deadline import checked
@@ -136,6 +139,50 @@ class Layout:
         if self.collective.kind in _SHRINK:
             return Slot(Buf.INPUT, pos * self._c + chunk.out_index)
         return Slot(Buf.INPUT, chunk.out_index)
+
+    def homes(self, pos: int) -> dict[int, Slot]:
+        """:meth:`home` of every chunk the rank at ``pos`` holds at the start, by chunk id.
+        Every GPU's instructions need all of them (a million slots at 1024 GPUs), so the
+        slots that do not depend on the position are built once."""
+        held = self._by_position[0][pos]
+        if self.collective.inplace and self.collective.kind in _GROW:
+            base = pos * self._c
+            return {c.id: Slot(Buf.OUTPUT, base + c.in_index)
+                    for c in compress(self.chunks, held)}
+        return dict(compress(self._fixed_slots[0], held))
+
+    def outs(self, pos: int) -> dict[int, Slot]:
+        """:meth:`out` of every chunk the rank at ``pos`` needs at the end, by chunk id."""
+        needed = self._by_position[1][pos]
+        if self.collective.inplace and self.collective.kind in _SHRINK:
+            base = pos * self._c
+            return {c.id: Slot(Buf.INPUT, base + c.out_index)
+                    for c in compress(self.chunks, needed)}
+        return dict(compress(self._fixed_slots[1], needed))
+
+    @cached_property
+    def _fixed_slots(self) -> tuple[tuple[tuple[int, Slot], ...], tuple[tuple[int, Slot], ...]]:
+        """(chunk id, home slot) and (chunk id, output slot) of every chunk, where they do
+        not depend on the rank's position."""
+        out = Buf.OUTPUT if not self.collective.inplace or self.collective.kind in _GROW \
+            else Buf.INPUT
+        return (tuple((c.id, Slot(Buf.INPUT, c.in_index)) for c in self.chunks),
+                tuple((c.id, Slot(out, c.out_index)) for c in self.chunks))
+
+    @cached_property
+    def _by_position(self) -> tuple[list[bytes], list[bytes]]:
+        """Per position, a byte per chunk id: 1 where the rank is a source of the chunk, and
+        where it needs the chunk at the end (:meth:`_needs`)."""
+        if not self.chunks:
+            return [b""] * self.collective.nranks, [b""] * self.collective.nranks
+        sources = np.array(self._sources, dtype=np.uint8)
+        needed = np.array(self._destinations, dtype=np.uint8)
+        kind = self.collective.kind
+        keeps = np.array([not c.reduce and (kind in (K.ALLGATHER, K.BROADCAST) or (
+            kind in (K.GATHER, K.SCATTER) and not c.destinations)) for c in self.chunks])
+        needed |= sources * keeps[:, None].astype(np.uint8)
+        return ([row.tobytes() for row in sources.T],
+                [row.tobytes() for row in needed.T])
 
     def _needs(self, pos: int, chunk: Chunk) -> bool:
         if self._destinations[chunk.id][pos]:

@@ -130,27 +130,28 @@ _Event = tuple[int, tuple, Edge]  # (packed order, order, edge)
 def build_instructions(edges: tuple[Edge, ...], layout: Layout,
                        gpus: Iterable[int] | None = None) -> dict[int, list[Instr]]:
     """Unfused instructions of every GPU position (or of ``gpus``), sorted by ``order``."""
-    events: dict[int, list[_Event]] = defaultdict(list)
+    wanted = list(range(layout.collective.nranks) if gpus is None else gpus)
+    events: dict[int, list[_Event]] = {g: [] for g in wanted}
     n = len(edges)
     for i, e in enumerate(sorted(edges)):
         snd, rcv = packed_ends(e, i, n)
-        events[e.src].append((snd, send_order(e), e))
-        events[e.dst].append((rcv, recv_order(e), e))
+        if (at := events.get(e.src)) is not None:
+            at.append((snd, send_order(e), e))
+        if (at := events.get(e.dst)) is not None:
+            at.append((rcv, recv_order(e), e))
     chunks = layout.chunks
     by_key = itemgetter(0)
-    return {g: _gpu_instructions(g, sorted(events.pop(g, []), key=by_key), layout, chunks)
-            for g in checked(range(layout.collective.nranks) if gpus is None else gpus,
-                             LOWERING, every=1)}
+    return {g: _gpu_instructions(g, sorted(events.pop(g), key=by_key), layout, chunks)
+            for g in checked(wanted, LOWERING, every=1)}
 
 
 def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
                       chunks: tuple[Chunk, ...]) -> list[Instr]:
     rank = layout.collective.ranks[g]
-    home = {c.id: layout.home(g, c) for c in chunks}
-    outs = {c.id: layout.out(g, c) for c in chunks}
-    cur = {k: s for k, s in home.items() if s is not None}
+    home, outs = layout.homes(g), layout.outs(g)
+    cur = dict(home)
     # out of place, outputs (o) and the slots read by sends (i) never overlap
-    staged = _staged_chunks(g, events, layout, chunks) if layout.overwrites_inputs else set()
+    staged = _staged_chunks(events, home, outs) if layout.overwrites_inputs else set()
     out: list[Instr] = []
     for _, order, e in events:
         k = e.chunk
@@ -160,7 +161,7 @@ def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
                                  "holds it")
             out.append(Instr(g, Op.SEND, k, order, src=cur[k], send=e, reads=(cur[k],)))
             continue
-        target = outs[k]
+        target = outs.get(k)
         work = scratch_slot(k) if target is None or k in staged else target
         if e.op == "reduce" and k in cur:
             out.append(Instr(g, Op.RECV_REDUCE_COPY, k, order, src=cur[k], dst=work, recv=e,
@@ -171,12 +172,12 @@ def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
     kept: list[tuple[int, Slot, Slot]] = []  # chunks the rank holds from the start
     last: list[Instr] = []  # copies into the output after every transfer, by chunk
     for c in chunks:
-        target = outs[c.id]
+        target = outs.get(c.id)
         if target is None or cur.get(c.id) == target:
             continue
         if c.id not in cur:
             raise TecclError(f"the schedule never delivers chunk {c.id} to rank {rank}")
-        if cur[c.id] == home[c.id]:
+        if cur[c.id] == home.get(c.id):
             kept.append((c.id, cur[c.id], target))
             continue
         last.append(Instr(g, Op.COPY, c.id, (_END, 0, (c.id,)), src=cur[c.id], dst=target,
@@ -208,9 +209,10 @@ def _follows(a: Slot, b: Slot) -> bool:
     return a.buf is b.buf and b.index == a.index + 1
 
 
-def _staged_chunks(g: int, events: list[_Event], layout: Layout,
-                   chunks: tuple[Chunk, ...]) -> set[int]:
-    """Chunks whose output slot holds another chunk still to be sent when they arrive.
+def _staged_chunks(events: list[_Event], home: dict[int, Slot], outs: dict[int, Slot]
+                   ) -> set[int]:
+    """Chunks whose output slot holds another chunk still to be sent when they arrive
+    (``home``, ``outs``: the GPU's :meth:`~Layout.homes` and :meth:`~Layout.outs`).
 
     Only in-place collectives whose input and output share slots (alltoall) have them.
     """
@@ -218,15 +220,15 @@ def _staged_chunks(g: int, events: list[_Event], layout: Layout,
     first_write: dict[int, tuple] = {}
     for _, order, e in events:
         if order[1] == _SEND:
-            h = layout.home(g, chunks[e.chunk])
+            h = home.get(e.chunk)
             if h is not None:
                 last_read[h] = max(last_read.get(h, order), order)
         else:
             first_write.setdefault(e.chunk, order)
     staged = set()
     for k, order in first_write.items():
-        target = layout.out(g, chunks[k])
-        if target is not None and target != layout.home(g, chunks[k]) \
+        target = outs.get(k)
+        if target is not None and target != home.get(k) \
                 and target in last_read and order < last_read[target]:
             staged.add(k)
     return staged
