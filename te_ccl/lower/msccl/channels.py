@@ -70,7 +70,7 @@ from te_ccl.runtime_limits import MSCCL
 
 __all__ = ["ChannelsExhausted", "EdgeChannels", "assign_channels"]
 
-MOVE_MAX_HOPS = 3  # a chain that no longer fits its channel moves only while this short
+MOVE_MAX_HOPS = 2  # a chain that no longer fits its channel moves only while this short
 SLACK = 4          # spread chains so the busiest thread blocks are about 1/SLACK full
 HOT = 1.03         # GPUs with this times the median steps left after preferred fusions
 RESERVE = 3        # every RESERVE-th channel of a hot GPU takes any pairing
