@@ -99,6 +99,8 @@ CHILD_FROM = WORTH_FORKING  # transfers: from here the lowering runs in a forked
 #                            (:func:`~te_ccl.background.told`), which never frees its objects
 HERE_SHARE = 0.4  # of the GPUs whose fusions this process finds where others are forked:
 #                    it also builds every GPU's instructions, they only their own
+HERE_WEIGHT = 1.17  # this process's part of the thread-block pass against a forked one's:
+#                     a forked process also pays for the pages it copies and sends its bytes
 Progress = Callable[[str], None]
 
 
@@ -255,9 +257,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         forks = workers() if stream and len(edges) >= WORTH_FORKING else 1
         if forks > 1 and peers is None:
             peers = _peers(edges)
-        order = sorted(base)  # contiguous parts: a GPU's peers are mostly in its own part
-        parts = [order[len(order) * i // forks:len(order) * (i + 1) // forks]
-                 for i in range(forks)]
+        parts = _parts(sorted(base), forks)
         gpus_of = partial(_gpus, base=base, fusions=fusions, peers=peers, chan=chan,
                           layout=layout, budget=budget, max_steps=max_steps, timed=timed,
                           stream=stream, nranks=coll.nranks)
@@ -316,6 +316,15 @@ def _instructions(edges: tuple[Edge, ...], layout: Layout, forks: int
         instrs = base[g]
         mine[g] = [Fusion(instrs[r], instrs[s], op, delays) for r, s, op, delays in positions]
     return base, [f for g in gpus for f in mine[g]]
+
+
+def _parts(gpus: list[int], forks: int) -> list[list[int]]:
+    """``gpus`` cut into ``forks`` contiguous parts (a GPU's peers are mostly in its own
+    part), the first, which stays in this process, :data:`HERE_WEIGHT` times as large as
+    the others."""
+    weights = [HERE_WEIGHT] + [1.0] * (forks - 1)
+    cuts = [round(len(gpus) * sum(weights[:i]) / sum(weights)) for i in range(forks + 1)]
+    return [gpus[cuts[i]:cuts[i + 1]] for i in range(forks)]
 
 
 def _fusion_positions(edges: tuple[Edge, ...], layout: Layout, gpus: list[int]
