@@ -110,3 +110,12 @@ def test_a_lowering_in_a_child_process_raises_what_it_would_raise_here(kit, monk
     with pytest.raises(SpecError) as there:
         lower_to_msccl(schedule, proto="Fast")
     assert str(there.value) == str(here.value) and there.value.key == "proto"
+
+
+@pytest.mark.parametrize("forks", [1, 2, 3, 4])
+def test_parts_cover_the_gpus_in_order_and_the_first_is_the_largest(forks):
+    for n in range(40):
+        parts = lowering._parts(list(range(n)), forks)
+        assert len(parts) == forks
+        assert [g for part in parts for g in part] == list(range(n))
+        assert len(parts[0]) >= max(len(part) for part in parts)

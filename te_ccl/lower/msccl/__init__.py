@@ -67,6 +67,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
+from math import ceil
 
 from te_ccl.background import WORTH_FORKING, dealt, left_to_exit, told, workers
 from te_ccl.deadline import check, checked
@@ -322,9 +323,10 @@ def _parts(gpus: list[int], forks: int) -> list[list[int]]:
     """``gpus`` cut into ``forks`` contiguous parts (a GPU's peers are mostly in its own
     part), the first, which stays in this process, :data:`HERE_WEIGHT` times as large as
     the others."""
-    weights = [HERE_WEIGHT] + [1.0] * (forks - 1)
-    cuts = [round(len(gpus) * sum(weights[:i]) / sum(weights)) for i in range(forks + 1)]
-    return [gpus[cuts[i]:cuts[i + 1]] for i in range(forks)]
+    first = ceil(len(gpus) * HERE_WEIGHT / (HERE_WEIGHT + forks - 1))
+    rest, others = gpus[first:], forks - 1
+    return [gpus[:first]] + [rest[len(rest) * i // others:len(rest) * (i + 1) // others]
+                             for i in range(others)]
 
 
 def _fusion_positions(edges: tuple[Edge, ...], layout: Layout, gpus: list[int]
