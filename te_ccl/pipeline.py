@@ -576,7 +576,8 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     smallest failure until they are within a quarter of each other (more sub-chunks
     pipeline better, so the largest that fits is kept), or until the compile's deadline
     once one fits. Only the scale backend cuts sub-chunks, so it alone solves again.
-    A note records what was tried.
+    Where not even 1 sub-chunk per chunk fits and the backend is ``auto``, the chunking
+    is raced again with whole chunks (:func:`_raced_whole`). A note records what was tried.
     ``timer`` judges the schedules solved again and hands over the XML it lowered to judge
     them (:meth:`Timer.lowered`); it then times the schedule by the XML returned
     (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's. ``idle`` is called
@@ -626,13 +627,40 @@ def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
         except RuntimeLimitError as e:
             tried.append(f"{again.info.subchunks}: {e}")
             if k <= 1:
-                raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk)") from None
+                if params.backend != "auto":
+                    raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk)") from None
+                return _raced_whole(schedule.topology, asked, options, params, progress, timer,
+                                    tried, spent)
             failed = k
     _, again, data = fit
     note = (f"msccl: solved again with {again.info.subchunks} sub-chunk(s) per chunk, the "
             f"most the runtime holds (tried {'; '.join(tried)})")
     raced = tuple(n for n in schedule.info.notes if n.startswith("auto:"))  # what it won
     return again.with_info(notes=raced + again.info.notes + (note,), solver_time_s=spent), data
+
+
+def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
+                 params: SolveParams, progress: Progress | None, timer: Timer,
+                 tried: list[str], spent: float) -> tuple[Schedule, bytes]:
+    """``auto`` raced again on ``asked`` (and the other chunkings of ``--chunks auto``) with
+    whole chunks only, where the scale backend's schedule does not fit the runtime with
+    any sub-chunking (``tried``): another candidate may (each is judged by its file, and
+    one that does not lower loses)."""
+    if progress:
+        progress("MSCCL cannot hold the scale schedule with any sub-chunking; racing again "
+                 "with whole chunks")
+    again = _solve_checked(topology, asked, replace(params, max_subchunks=1),
+                           options.chunk_choices, progress, timer.judge)
+    try:
+        data = render(again, options, progress=progress,
+                      lowered=timer.lowered(again, options), timer=timer)
+    except RuntimeLimitError as e:
+        raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk, and raced again "
+                                "with whole chunks)") from None
+    note = ("msccl: the scale schedule does not fit the runtime even with 1 sub-chunk per "
+            f"chunk (tried {'; '.join(tried)}): raced again with whole chunks")
+    return again.with_info(notes=again.info.notes + (note,),
+                           solver_time_s=spent + again.info.solver_time_s), data
 
 
 def render(schedule: Schedule, options: CompileOptions, *,

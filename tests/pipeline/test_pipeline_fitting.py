@@ -55,15 +55,39 @@ def _refusing(monkeypatch, calls: list[int]) -> None:
 
 
 def test_the_factor_halves_down_to_one_then_the_limit_is_reported(tmp_path, monkeypatch):
+    """Then ``auto`` races the chunking again with whole chunks, whose file is refused too."""
     calls: list[int] = []
     _refusing(monkeypatch, calls)
     out = tmp_path / "a.xml"
     with pytest.raises(RuntimeLimitError, match="even with 1 sub-chunk"):
         compile_collective(load_topology("dgx1"), a2a(8), PARAMS,
                            CompileOptions(output=str(out)))
-    assert calls[0] > 1 and calls[-1] == 1
-    assert all(b <= a // 2 for a, b in zip(calls, calls[1:], strict=False))
+    halving, raced = calls[:-1], calls[-1]
+    assert halving[0] > 1 and halving[-1] == 1 and raced == 1
+    assert all(b <= a // 2 for a, b in zip(halving, halving[1:], strict=False))
     assert not out.exists()
+
+
+def test_where_no_sub_chunking_of_the_scale_schedule_fits_auto_writes_another(tmp_path,
+                                                                             monkeypatch):
+    """The runtime holding the scale schedule at no sub-chunking, the chunking is raced
+    again with whole chunks: a file of another candidate is written, not an error."""
+    import te_ccl.lower.msccl as lowering
+
+    real = lowering.lower_to_msccl
+
+    def lower(schedule: Schedule, **options) -> bytes:
+        if schedule.info.backend == "scale":
+            raise RuntimeLimitError(f"refused {schedule.info.subchunks}")
+        return real(schedule, **options)
+
+    monkeypatch.setattr(lowering, "lower_to_msccl", lower)
+    out = tmp_path / "a.xml"
+    s = compile_collective(load_topology("dgx1"), a2a(8), PARAMS,
+                           CompileOptions(output=str(out))).schedule
+    assert s.info.backend != "scale" and s.info.subchunks == 1
+    assert any("raced again with whole chunks" in n for n in s.info.notes)
+    assert verify_msccl(out.read_text()).valid
 
 
 def test_a_size_library_falls_back_the_same_way_and_leaves_no_file(tmp_path, monkeypatch):
