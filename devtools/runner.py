@@ -160,7 +160,8 @@ def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> R
         chunks = BASE_CHUNKS if case.auto_chunks else ()
         sched = solve_best(topo, coll, params, chunks, judge=timer.judge)
         if timer.timing(sched).refittable:  # as compile writes it: fewer sub-chunks
-            sched, _ = render_fitting(sched, CompileOptions(), params, timer=timer)
+            sched, _ = render_fitting(sched, CompileOptions(chunk_choices=chunks), params,
+                                      timer=timer)
     except TecclError as e:
         return replace(base, status=f"failed: {e}"[:160],
                        solver_time_s=time.monotonic() - start)
