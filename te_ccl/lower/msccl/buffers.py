@@ -23,9 +23,11 @@ chunk id (:func:`scratch_slot`) and numbered 0.. per GPU at the end (:func:`comp
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import compress
+from operator import attrgetter
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -144,21 +146,30 @@ class Layout:
         """:meth:`home` of every chunk the rank at ``pos`` holds at the start, by chunk id.
         Every GPU's instructions need all of them (a million slots at 1024 GPUs), so the
         slots that do not depend on the position are built once."""
-        held = self._by_position[0][pos]
-        if self.collective.inplace and self.collective.kind in _GROW:
-            base = pos * self._c
-            return {c.id: Slot(Buf.OUTPUT, base + c.in_index)
-                    for c in compress(self.chunks, held)}
-        return dict(compress(self._fixed_slots[0], held))
+        return self._slots_at(pos, 0)
 
     def outs(self, pos: int) -> dict[int, Slot]:
         """:meth:`out` of every chunk the rank at ``pos`` needs at the end, by chunk id."""
-        needed = self._by_position[1][pos]
-        if self.collective.inplace and self.collective.kind in _SHRINK:
-            base = pos * self._c
-            return {c.id: Slot(Buf.INPUT, base + c.out_index)
-                    for c in compress(self.chunks, needed)}
-        return dict(compress(self._fixed_slots[1], needed))
+        return self._slots_at(pos, 1)
+
+    def _slots_at(self, pos: int, which: int) -> dict[int, Slot]:
+        """:meth:`homes` (``which`` 0) or :meth:`outs` (1) of the rank at ``pos``."""
+        mask = self._by_position[which][pos]
+        moving = self._moving_slots[which]
+        if moving is None:
+            return dict(compress(self._fixed_slots[which], mask))
+        buf, index = moving
+        base = pos * self._c
+        return {c.id: Slot(buf, base + index(c)) for c in compress(self.chunks, mask)}
+
+    @cached_property
+    def _moving_slots(self) -> tuple[tuple[Buf, Callable[[Chunk], int]] | None, ...]:
+        """For home and output slots, (buffer, chunk index) where the slot moves with the
+        rank's position (in place: allgather and gather inputs, reducescatter and scatter
+        outputs), else None."""
+        inplace, kind = self.collective.inplace, self.collective.kind
+        return ((Buf.OUTPUT, attrgetter("in_index")) if inplace and kind in _GROW else None,
+                (Buf.INPUT, attrgetter("out_index")) if inplace and kind in _SHRINK else None)
 
     @cached_property
     def _fixed_slots(self) -> tuple[tuple[tuple[int, Slot], ...], tuple[tuple[int, Slot], ...]]:
