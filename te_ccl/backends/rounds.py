@@ -56,24 +56,33 @@ MIN_CANDIDATES = 8
 Gains = tuple[list[str], list[tuple[str, str]], dict[tuple[str, ...], np.ndarray]]
 
 
-def _gains(problem: Problem) -> Gains:
+def _gains(problem: Problem, full: frozenset[str] = frozenset()) -> Gains:
     """Per chunk origin ``S``, destination ``w`` and link ``l = (u, v)``: ``N`` if ``v = w``,
     else the epochs ``l`` brings a chunk closer to ``w`` if ``l`` lies on a shortest path
-    from ``S`` to ``w`` (detours through other bottlenecks earn nothing), else 0."""
+    from ``S`` to ``w`` (detours through other bottlenecks earn nothing), else 0. Where
+    ``w`` can be reached without relaying through a GPU of ``full`` (its relay buffer is),
+    only such paths count: the relay rows refuse the others, and a round would stall."""
     n = len(problem.topology.nodes)
     dests = sorted({v for d in problem.demands for v in d.destinations})
     links = sorted(problem.timings)
     far = 1 << 20
     to = {w: distances(problem, {w: 0}, reverse=True) for w in dests}
+    around = {w: distances(problem, {w: 0}, reverse=True, avoid=full - {w})
+              for w in dests} if full else to
     out = {}
     for origin in sorted({d.sources for d in problem.demands}):
-        frm = distances(problem, dict.fromkeys(origin, 0))
+        starts = dict.fromkeys(origin, 0)
+        every = distances(problem, starts)
+        avoiding = distances(problem, starts, avoid=full) if full else every
         g = np.zeros((len(dests), len(links)), dtype=np.int64)
         for i, w in enumerate(dests):
-            to_w, best = to[w], frm.get(w, far)
+            frm, to_w = (avoiding, around[w]) if w in avoiding else (every, to[w])
+            best = frm.get(w, far)
             for j, (u, v) in enumerate(links):
                 on_path = frm.get(u, far) + problem.timings[(u, v)].delay + to_w.get(v, far) == best
-                g[i, j] = n if v == w else (to_w.get(u, far) - to_w.get(v, far)) * on_path
+                # a chunk a full GPU already relays leaves it on any link towards w
+                g[i, j] = n if v == w else (to_w.get(u, far) - to_w.get(v, far)) * (
+                    on_path or u in full)
         out[origin] = g
     return dests, links, out
 
@@ -145,14 +154,16 @@ def _advance(problem: Problem, demands: list[Demand], transfers: list[Transfer],
             busy.append(((t.src, t.dst), t.start_epoch - end))
     # units still stored arrive again, in the next round's epoch 0
     incoming += [(c, n, 0) for (c, n), left in sorted(units.items()) for _ in range(left)]
-    relayed: dict[str, int] = defaultdict(int)
+    # a relayed chunk takes its slot from the round it is sent in: under way counts too
+    relayed: dict[str, set[int]] = defaultdict(set)
     by_chunk = {d.chunk: d for d in problem.demands}
-    for c, v in held:
+    for c, v in [*held, *((c, v) for c, v, _ in incoming)]:
         d = by_chunk[c]
         if v in problem.relay_limit and v not in d.sources and v not in d.destinations:
-            relayed[v] += 1
+            relayed[v].add(c)
     left = [d for d in demands if any((d.chunk, v) not in held for v in d.destinations)]
-    return State(frozenset(held), tuple(incoming), tuple(busy), tuple(relayed.items())), left
+    return State(frozenset(held), tuple(incoming), tuple(busy),
+                 tuple((v, len(cs)) for v, cs in relayed.items())), left
 
 
 def _switch_chain(problem: Problem) -> int:
@@ -178,7 +189,7 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
     reach = window + max_delay * len(problem.topology.nodes)
     slack = max_delay * _switch_chain(problem)
     demands, state = list(problem.demands), problem.state
-    gains = _gains(problem)
+    gains, blocked = _gains(problem), frozenset()
     idle, patience = 0, max_delay + max(lt.occupancy for lt in problem.timings.values())
     transfers: list[Transfer] = []
     shift, rounds, size = 0, 0, (0, 0)
@@ -207,6 +218,9 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
         transfers += to_transfers(sub, solved.chosen, shift)
         size = max(size, form.size)
         state, demands = _advance(problem, demands, transfers, shift, window)
+        full = frozenset(v for v, k in state.relayed if k >= problem.relay_limit[v])
+        if full != blocked:  # a GPU's relay buffer filled: route the others around it
+            gains, blocked = _gains(problem, full), full
         stuck = solved.status != "unknown" and not solved.chosen and not state.incoming
         idle = idle + window if stuck else 0
         if idle > patience:  # links free again, nothing under way, still nothing moves

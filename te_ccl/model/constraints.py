@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 
+from te_ccl.model.relays import forced_relays
 from te_ccl.model.ten import TimeExpandedNetwork
 
 __all__ = ["Row", "capacity", "hold", "cut_through", "conserve", "route", "demand", "tree",
@@ -147,9 +148,12 @@ def tree(ten: TimeExpandedNetwork) -> Iterator[Row]:
 
 
 def relay(ten: TimeExpandedNetwork) -> Iterator[Row]:
-    """(8) a GPU with a buffer limit relays at most ⌊buffer/C⌋ chunks (never evicted)."""
+    """(8) a GPU with a buffer limit relays at most ⌊buffer/C⌋ chunks (never evicted), and
+    the chunks it must still relay (:func:`~te_ccl.model.relays.forced_relays`) keep their
+    slots from the others: a model of part of the schedule (a round) must not spend them."""
     p = ten.problem
     already = dict(p.state.relayed)
+    forced = forced_relays(p) if p.relay_limit else {}
     relays: dict[str, set] = {}
     for d in p.demands:
         for n in p.relay_limit:
@@ -161,7 +165,13 @@ def relay(ten: TimeExpandedNetwork) -> Iterator[Row]:
             if terms:
                 relays.setdefault(n, set()).add(("r", d.chunk, n))
     for n, rs in relays.items():
-        yield [(r, 1) for r in sorted(rs)], None, p.relay_limit[n] - already.get(n, 0)
+        room = p.relay_limit[n] - already.get(n, 0)
+        yield [(r, 1) for r in sorted(rs)], None, room
+        # the chunks ``n`` must still relay keep their slots from the others
+        must = forced.get(n, set())
+        others = sorted(r for r in rs if r[1] not in must)
+        if must and others:
+            yield [(r, 1) for r in others], None, room - len(must)
 
 
 def reduce(ten: TimeExpandedNetwork) -> Iterator[Row]:

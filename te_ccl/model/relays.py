@@ -63,9 +63,7 @@ def check_relay_room(problem: Problem) -> None:
     """Raise :class:`SolverError` when a GPU must relay more chunks than its buffer holds."""
     if not problem.relay_limit:
         return
-    already: dict[str, int] = defaultdict(int)
-    for n, _ in problem.state.relayed:
-        already[n] += 1
+    already: dict[str, int] = defaultdict(int, problem.state.relayed)
     for n, chunks in sorted(forced_relays(problem).items()):
         limit = problem.relay_limit[n]
         if already[n] + len(chunks) > limit:

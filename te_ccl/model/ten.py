@@ -43,8 +43,10 @@ INF = 1 << 30
 MAX_VARIABLES = 5_000_000  # ~1 GB of Python keys and rows: beyond, refuse rather than swap
 
 
-def distances(problem: Problem, starts: dict[str, int], *, reverse: bool = False) -> dict[str, int]:
-    """Fewest epochs from ``starts`` (node → start epoch) to every node along link delays."""
+def distances(problem: Problem, starts: dict[str, int], *, reverse: bool = False,
+              avoid: frozenset[str] = frozenset()) -> dict[str, int]:
+    """Fewest epochs from ``starts`` (node → start epoch) to every node along link delays,
+    passing through no node of ``avoid`` (one may be reached, or start)."""
     out_edges = defaultdict(list)
     for (u, v), lt in problem.timings.items():
         if reverse:
@@ -55,7 +57,7 @@ def distances(problem: Problem, starts: dict[str, int], *, reverse: bool = False
     heapq.heapify(heap)
     while heap:
         t, n = heapq.heappop(heap)
-        if t > best.get(n, INF):
+        if t > best.get(n, INF) or (n in avoid and n not in starts):
             continue
         for v, d in out_edges[n]:
             if t + d < best.get(v, INF):

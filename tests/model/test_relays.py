@@ -13,7 +13,7 @@ from te_ccl.model import build_problem, formulate
 from te_ccl.model.relays import forced_relays, relay_overflow
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.solve import SolveParams, solve
-from te_ccl.topology import Link, Node, Topology
+from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.verify.schedule_check import check_schedule
 
 
@@ -42,7 +42,7 @@ def test_the_model_counts_every_relayed_chunk_once_against_the_limit():
     assert p.relay_limit == {"g3": 4}
     budget = [r for r in formulate(p, 12).rows
               if r[0] and all(k[0] == "r" for k, _ in r[0])]
-    (terms, lo, hi), = budget
+    (terms, lo, hi), reserved = budget  # every relay, then those g3 is not forced to make
     counted = [k[1] for k, _ in terms]
     # each chunk that may pass g3 once, whether or not it moves on; what g3 sends or wants
     # is free
@@ -50,6 +50,9 @@ def test_the_model_counts_every_relayed_chunk_once_against_the_limit():
     assert not any(3 in coll.chunks()[c].sources + coll.chunks()[c].destinations
                    for c in counted)
     assert (lo, hi) == (None, 4)
+    forced = _through_g3(coll)  # they keep their slots: the others get what is left
+    assert {k[1] for k, _ in reserved[0]} == set(counted) - forced
+    assert reserved[1:] == (None, 4 - len(forced))
 
 
 def test_forced_relays_are_the_chunks_no_route_avoids():
@@ -125,4 +128,20 @@ def test_every_backend_keeps_a_buffer_limit_met_exactly(backend):
     # one chunk per rank: three must pass g3, whose buffer holds exactly three
     topo, coll = one_way_ring(3000, uneven=False), alltoall(1)
     s = solve(topo, coll, SolveParams(backend=backend, time_limit_s=10))
+    assert check_schedule(s) == []
+
+
+def test_rounds_keep_the_slots_of_forced_relays_and_route_around_a_full_buffer():
+    """g1 is reached only through g0, whose buffer holds 4 relays: the 4 chunks from g2
+    and g3 to g1. A round used to spend those slots on chunks with other routes (g0 then
+    relayed 6), and once g0's buffer was full, chunks whose shortest route crossed it never
+    moved. Chunks under way at a round's end count against the buffer too."""
+    nodes = [Node("g0", buffer_bytes=4000), Node("g1", buffer_bytes=4000), Node("g2"),
+             Node("g3"), Node("sw", NodeKind.SWITCH, can_reduce=True)]
+    links = [Link("g0", "g1", 6.5e9), Link("g1", "g2", 1e9), Link("g2", "g3", 1e9),
+             Link("g3", "g0", 1e9, 2e-6), Link("g0", "g3", 3e9), Link("g1", "g0", 1e9)]
+    for g in ("g0", "g2", "g3"):
+        links += [Link(g, "sw", 2e9, 1e-7), Link("sw", g, 2e9, 1e-7)]
+    s = solve(Topology.build("t", nodes, links), alltoall(2),
+              SolveParams(backend="rounds", time_limit_s=10))
     assert check_schedule(s) == []
