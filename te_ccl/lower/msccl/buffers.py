@@ -126,21 +126,21 @@ class Layout:
 
     def home(self, pos: int, chunk: Chunk) -> Slot | None:
         """Where the rank at ``pos`` holds ``chunk`` at the start (None: not a source)."""
-        if not self._sources[chunk.id][pos]:
-            return None
-        if self.collective.inplace and self.collective.kind in _GROW:
-            return Slot(Buf.OUTPUT, pos * self._c + chunk.in_index)
-        return Slot(Buf.INPUT, chunk.in_index)
+        return self._slot(pos, chunk, 0)
 
     def out(self, pos: int, chunk: Chunk) -> Slot | None:
         """Where the rank at ``pos`` must hold ``chunk`` at the end (None: not needed)."""
-        if not self._needs(pos, chunk):
+        return self._slot(pos, chunk, 1)
+
+    def _slot(self, pos: int, chunk: Chunk, which: int) -> Slot | None:
+        """:meth:`home` (``which`` 0) or :meth:`out` (1)."""
+        if not self._by_position[which][pos][chunk.id]:
             return None
-        if not self.collective.inplace or self.collective.kind in _GROW:
-            return Slot(Buf.OUTPUT, chunk.out_index)
-        if self.collective.kind in _SHRINK:
-            return Slot(Buf.INPUT, pos * self._c + chunk.out_index)
-        return Slot(Buf.INPUT, chunk.out_index)
+        moving = self._moving_slots[which]
+        if moving is None:
+            return self._fixed_slots[which][chunk.id][1]
+        buf, index = moving
+        return Slot(buf, pos * self._c + index(chunk))
 
     def homes(self, pos: int) -> dict[int, Slot]:
         """:meth:`home` of every chunk the rank at ``pos`` holds at the start, by chunk id.
@@ -183,7 +183,9 @@ class Layout:
     @cached_property
     def _by_position(self) -> tuple[list[bytes], list[bytes]]:
         """Per position, a byte per chunk id: 1 where the rank is a source of the chunk, and
-        where it needs the chunk at the end (:meth:`_needs`)."""
+        where it needs the chunk at the end: a destination, or a source that keeps its own
+        piece in its output (allgather, broadcast's root, the root's own piece of gather and
+        scatter, which lists no destination)."""
         if not self.chunks:
             return [b""] * self.collective.nranks, [b""] * self.collective.nranks
         sources = np.array(self._sources, dtype=np.uint8)
@@ -194,17 +196,6 @@ class Layout:
         needed |= sources * keeps[:, None].astype(np.uint8)
         return ([row.tobytes() for row in sources.T],
                 [row.tobytes() for row in needed.T])
-
-    def _needs(self, pos: int, chunk: Chunk) -> bool:
-        if self._destinations[chunk.id][pos]:
-            return True
-        if chunk.reduce or not self._sources[chunk.id][pos]:
-            return False
-        kind = self.collective.kind
-        # a source keeps its own piece in its output: allgather, broadcast's root,
-        # the root's own piece of gather and scatter (no destination listed)
-        return kind in (K.ALLGATHER, K.BROADCAST) or (
-            kind in (K.GATHER, K.SCATTER) and not chunk.destinations)
 
 
 def buffer_layout(collective: Collective) -> Layout:
