@@ -26,7 +26,7 @@ def _edges(draw) -> tuple[Edge, ...]:
 
 @given(_edges())
 def test_packed_orders_compare_as_the_order_tuples(edges):
-    ends, _ = _order_keys(edges, [])
+    ends, _ = _order_keys(edges, set())
     n = len(edges)
     index = {e: i for i, e in enumerate(sorted(edges))}
     orders = [(o, k) for e in edges for o, k in ((send_order(e), ends[id(e)][0]),

@@ -169,7 +169,7 @@ def test_a_step_reserves_a_nop_only_where_it_waits_for_a_value_received_before()
     own, back, forward = Edge(0, 1, 5, 0, 1, 0), Edge(10, 11, 5, 1, 0, 1), Edge(20, 21, 5, 0, 2, 2)
     again = Edge(30, 31, 5, 0, 2, 3)
     edges = (own, back, forward, again)
-    ends, hold = _order_keys(edges, [])
+    ends, hold = _order_keys(edges, set())
     state = _State(64, 1, True, 2, received=first_receipts(edges), ends=ends, hold=hold)
     chan = {}
     for e in (own, back, forward):
@@ -191,7 +191,7 @@ def test_a_fused_reduction_into_a_slot_written_before_reserves_a_nop():
     first = _relay(0, 1, 9, 2)[0][0]  # GPU 1's part of the same chunk, received earlier
     first = first._replace(chunk=into.chunk)
     edges = (first, into, out)
-    ends, hold = _order_keys(edges, [fused])
+    ends, hold = _order_keys(edges, {id(fused.send.send)})
     state = _State(64, 1, True, 2, received=first_receipts(edges), ends=ends, hold=hold)
     chan = {}
     _place([first], [], 0, state, chan)

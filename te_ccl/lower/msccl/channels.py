@@ -185,7 +185,7 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     by_out = {id(f.send.send) for f in fusions}
     plan = _plan(edges, fusions, favour)
     spread = _spread(edges, budget, sends_waited)
-    ends, hold = _order_keys(edges, fusions, by_out)
+    ends, hold = _order_keys(edges, by_out)
     state = _State(budget, spread, sends_waited, depth, favour, timed,
                    first_receipts(edges) if received is None else received, ends, hold,
                    plan=plan)
@@ -295,8 +295,7 @@ def _cut_before(chain: list[Edge], links: list[Fusion], link: Fusion, c: int, fi
     return True, _first_fit(two, [link], state, first, required=False, skip=c)
 
 
-def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion],
-                fused_out: set[int] | None = None
+def _order_keys(edges: tuple[Edge, ...], fused_out: set[int]
                 ) -> tuple[dict[int, _Ends], dict[int, tuple[int, int]]]:
     """Every edge's send and receive order (:func:`send_order`, :func:`recv_order`) as an
     int that compares as the order tuple does (:func:`packed_order`: hundreds of thousands
@@ -305,11 +304,9 @@ def _order_keys(edges: tuple[Edge, ...], fusions: list[Fusion],
     send order of its outgoing edge ``out``): the order ``(out.start + out.busy, 0, out)``
     at which it frees its slot, and the smallest order of a time not before
     ``out.arrive``. The orders are keyed by the edge's identity (hashing an edge reads
-    its eleven fields, scattered in memory at millions of edges), and ``fused_out`` holds
-    the identities of the fusions' outgoing edges, if the caller has them."""
+    its eleven fields, scattered in memory at millions of edges); ``fused_out`` holds the
+    identities of the fusions' outgoing edges."""
     n = len(edges)
-    if fused_out is None:
-        fused_out = {id(f.send.send) for f in fusions}
     lanes: dict[tuple[int, int], _Lane] = {}
     ends, hold = {}, {}
     for i, e in enumerate(sorted(edges)):
