@@ -213,21 +213,27 @@ def test_a_rank_still_over_the_element_limit_when_favoured_gets_every_fusion(kit
 def test_a_rank_over_the_element_limit_by_its_link_order_nops_gives_up_only_those(
         channel_passes, monkeypatch):
     """A 4x4 mesh ReduceScatter whose largest rank is one element over the reader's limit,
-    with nops for its links' order: that rank alone sends in the order its values come,
-    the channel pass runs once and the file says which ranks gave up the order."""
+    with nops for its links' order. Cut into sub-chunks, the schedule is refused (the
+    compile solves it again with fewer, keeping the links' order). As the only schedule
+    there is, that rank alone sends in the order its values come, the channel pass runs
+    once and the file says which ranks gave up the order."""
     import te_ccl.lower.msccl as low
     from te_ccl.api import compile as compile_
+    from te_ccl.errors import RuntimeLimitError
 
-    schedule = compile_("mesh4x4", "reducescatter", size="1MB", chunks=1,
-                        backend="scale").schedule
+    cut = compile_("mesh4x4", "reducescatter", size="1MB", chunks=1, backend="scale").schedule
+    assert cut.info.subchunks > 1
+    schedule = replace(cut, info=replace(cut.info, subchunks=1))
     gpus = build_program(schedule).gpus
     sizes = {g.id: _elements(g, 16) for g in gpus}
     top = max(sizes.values())
     nops = {g.id: sum(st.op.name == "NOP" for tb in g.threadblocks for st in tb.steps)
             for g in gpus}
     assert all(nops[g] for g, n in sizes.items() if n == top)
-    channel_passes.clear()
     monkeypatch.setattr(low, "MSCCL", replace(low.MSCCL, max_elements=top - 1))
+    with pytest.raises(RuntimeLimitError, match="fewer sub-chunks per chunk would fit"):
+        low.lower_to_msccl(cut)
+    channel_passes.clear()
     notes: list[str] = []
     xml = low.lower_to_msccl(schedule, notes=notes)
     over = sum(n == top for n in sizes.values())

@@ -267,6 +267,12 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         except _Overflow as e:  # the channel pass counts data steps, not the nops
             budget -= max(e.excess, headroom)
             continue
+        if refit and (over or loose):  # favouring ranks or giving up link order loses time
+            some = over or loose
+            raise RuntimeLimitError(
+                f"{len(some)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
+                f"runtime's reader limit), e.g. rank position {min(some)}, unless the file "
+                "gives up the schedule's timing; fewer sub-chunks per chunk would fit")
         if not over:
             left_to_exit(epoch_timed, edges, base, found, first, candidates, chan, fusions)
             nchannels = 1 + max(chan.values(), default=0)
@@ -277,13 +283,11 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         del gpus
         # favouring is for a few ranks: favouring a quarter of them would favour none
         last = bool(favour) or len(over) > max(1, coll.nranks // 4)
-        if not timed or (last and refit):
-            how = ("even with every fusion made" if not timed else
-                   "unless the file gives up the schedule's timing; fewer sub-chunks per "
-                   "chunk would fit")
+        if not timed:
             raise RuntimeLimitError(
                 f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
-                f"runtime's reader limit), e.g. rank position {min(over)}, {how}")
+                f"runtime's reader limit), e.g. rank position {min(over)}, even with every "
+                "fusion made")
         why = f"to fit the runtime's reader limit of {MSCCL.max_elements} elements"
         if last:  # every fusion on every rank
             timed, favour = False, frozenset()
