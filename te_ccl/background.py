@@ -56,10 +56,12 @@ class Background(Generic[T]):
     """``fn(*args)`` under way in a child process (or not started: computed on demand).
     With ``hear``, ``fn`` is called as ``fn(tell, *args)``, and each ``tell(message)``
     reaches ``hear(message)`` while :meth:`result` waits (computed here, ``hear`` itself
-    is ``tell``)."""
+    is ``tell``). A ``low_priority`` child runs at the lowest priority (nice 19): only
+    on a core that the compile's other processes leave idle."""
 
     def __init__(self, fn: Callable[..., T], args: tuple[Any, ...],
-                 hear: Callable[[Any], None] | None = None) -> None:
+                 hear: Callable[[Any], None] | None = None, low_priority: bool = False
+                 ) -> None:
         self._fn, self._args, self._hear = fn, args, hear
         self._pid, self._fd = -1, -1
         if hasattr(os, "fork"):
@@ -67,6 +69,8 @@ class Background(Generic[T]):
             pid = os.fork()
             if pid == 0:  # the child: compute, send, and leave without the parent's cleanup
                 os.close(read)
+                if low_priority:
+                    os.nice(19)
                 _child(write, fn, args, hear is not None)
             os.close(write)
             self._pid, self._fd = pid, read
@@ -173,9 +177,11 @@ def _child(fd: int, fn: Callable[..., Any], args: tuple[Any, ...], telling: bool
         os._exit(code)
 
 
-def in_background(fn: Callable[..., T], *args: Any) -> Background[T]:
-    """Start ``fn(*args)`` in a forked process; ``.result()`` waits for its value."""
-    return Background(fn, args)
+def in_background(fn: Callable[..., T], *args: Any, low_priority: bool = False
+                  ) -> Background[T]:
+    """Start ``fn(*args)`` in a forked process (at the lowest priority if
+    ``low_priority``); ``.result()`` waits for its value."""
+    return Background(fn, args, low_priority=low_priority)
 
 
 def told(fn: Callable[..., T], hear: Callable[[Any], None], *args: Any) -> T:

@@ -534,8 +534,10 @@ def _checked_alongside(schedule: Schedule) -> Iterator[Callable[[], None] | None
     """Run the body (lowering and verifying the file) once the independent checker has
     passed ``schedule``, or from :data:`PARALLEL_FROM` transfers while it checks in a
     forked process (:mod:`te_ccl.background`). The body gets a function that starts that
-    process (the lowering calls it as its channel pass leaves a core idle; None where the
-    check has run); a check not started by the end of the body runs then. A schedule the
+    process (the lowering calls it as its channel pass starts; None where the check has
+    run), which runs at the lowest priority: on a core the body leaves idle, where the
+    channel pass runs alone or while the file's replay is done before its verifier. A
+    check not started by the end of the body runs then. A schedule the
     checker refuses raises :class:`VerificationError` even where the body failed too: that
     failure would only follow from it. Out of time, the check is dropped."""
     if len(schedule.transfers) < PARALLEL_FROM or workers() < 2:
@@ -547,7 +549,7 @@ def _checked_alongside(schedule: Schedule) -> Iterator[Callable[[], None] | None
     def start() -> None:
         nonlocal job
         if job is None:
-            job = in_background(check_schedule, schedule)
+            job = in_background(check_schedule, schedule, low_priority=True)
 
     def violations() -> list:
         return job.result() if job is not None else check_schedule(schedule)

@@ -120,18 +120,18 @@ def test_fifo_depth_refuses_a_message_beyond_the_connection_depth():
 
 
 def test_spread_keeps_waited_thread_blocks_nameable_by_depid():
-    from te_ccl.lower.msccl.channels import _spread
+    from te_ccl.lower.msccl.channels import spread_channels
     from te_ccl.lower.msccl.collapse_switches import Edge
 
     # six peers send 600 chunks each into GPU 0: 32 channels would give it 192 receiving
     # thread blocks that its sends wait for, but depid names only 128
     edges = tuple(Edge(t, t + 1, t, p, 0, p * 1000 + t) for p in range(1, 7) for t in range(600))
-    assert _spread(edges, 64, False) == 128 // 6
-    assert _spread(edges[:10], 64, False) == 1  # a light load stays on one channel
+    assert spread_channels(edges, 64, False) == 128 // 6
+    assert spread_channels(edges[:10], 64, False) == 1  # a light load stays on one channel
 
 
 def test_spread_with_reductions_counts_sending_thread_blocks_as_waited_for():
-    from te_ccl.lower.msccl.channels import _spread
+    from te_ccl.lower.msccl.channels import spread_channels
     from te_ccl.lower.msccl.collapse_switches import Edge
 
     # a 4-neighbour GPU 0 receiving and sending 600 partials per neighbour: its reductions
@@ -140,8 +140,8 @@ def test_spread_with_reductions_counts_sending_thread_blocks_as_waited_for():
     edges = tuple(Edge(t, t + 1, t, a, b, i * 1000 + t, "reduce")
                   for i, (a, b) in enumerate([(p, 0) for p in range(1, 5)] + [(0, p) for p in range(1, 5)])
                   for t in range(600))
-    assert _spread(edges, 64, True) == 128 // 6
-    assert _spread(edges, 64, False) == 32  # copies: only receiving ones are waited for
+    assert spread_channels(edges, 64, True) == 128 // 6
+    assert spread_channels(edges, 64, False) == 32  # copies: only receiving ones are waited for
 
 
 def test_channel_pass_refuses_a_129th_waited_thread_block():

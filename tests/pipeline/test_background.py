@@ -95,3 +95,11 @@ def test_a_listener_that_fails_stops_the_child():
         told(_says_then_sleeps, fails)
     with pytest.raises(ProcessLookupError):
         os.kill(pids[0], 0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork: nothing runs apart")
+def test_a_low_priority_child_runs_at_nice_19_and_the_caller_keeps_its_own():
+    before = os.nice(0)
+    assert in_background(os.nice, 0, low_priority=True).result() == 19
+    assert in_background(os.nice, 0).result() == before
+    assert os.nice(0) == before

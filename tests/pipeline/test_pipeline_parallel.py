@@ -56,17 +56,20 @@ def test_a_schedule_the_checker_refuses_is_never_written(tmp_path, monkeypatch, 
     assert list(tmp_path.iterdir()) == []
 
 
-def test_the_forked_checker_starts_as_the_channel_pass_leaves_a_core_idle(tmp_path,
-                                                                          monkeypatch):
+def test_the_forked_checker_starts_with_the_channel_pass_at_the_lowest_priority(tmp_path,
+                                                                                monkeypatch):
+    """It then takes only what the lowering leaves of the cores."""
     import te_ccl.lower.msccl as low
 
     events: list[str] = []
+    low_priority: dict[str, bool] = {}
     real_fork, real_channels = pipeline.in_background, low.assign_channels
     real_instructions = low.build_instructions
 
-    def fork(fn, *args):
+    def fork(fn, *args, **kwargs):
         events.append(fn.__name__)
-        return real_fork(fn, *args)
+        low_priority[fn.__name__] = kwargs.get("low_priority", False)
+        return real_fork(fn, *args, **kwargs)
 
     def channels(*args, **kwargs):
         events.append("channel pass")
@@ -84,3 +87,4 @@ def test_the_forked_checker_starts_as_the_channel_pass_leaves_a_core_idle(tmp_pa
     result, out = _compile(tmp_path, "idle.xml")
     assert events[:3] == ["instructions", "check_schedule", "channel pass"]
     assert events.count("check_schedule") == 1 and out.exists()
+    assert low_priority.pop("check_schedule") and not any(low_priority.values())

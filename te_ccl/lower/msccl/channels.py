@@ -28,7 +28,7 @@ Edges starting on one connection in the same epoch prefer different channels, so
 link carrying several chunks at once uses several channels. A fused step (``rcs`` …)
 puts its incoming and outgoing edge on one channel and joins the receiving and sending
 thread block, so the (recv peer, send peer) pairing per GPU and channel must stay
-one-to-one. Chains of fused steps are dealt cyclically over :func:`_spread` channels
+one-to-one. Chains of fused steps are dealt cyclically over :func:`spread_channels` channels
 and grown hop by hop while their channel takes the next hop; a short chain may move to
 another of those channels that takes all of it, otherwise the fusion there is dropped
 and a new chain starts.
@@ -68,7 +68,7 @@ from te_ccl.lower.msccl.instructions import (
 from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.runtime_limits import MSCCL
 
-__all__ = ["ChannelsExhausted", "EdgeChannels", "assign_channels"]
+__all__ = ["ChannelsExhausted", "EdgeChannels", "assign_channels", "spread_channels"]
 
 MOVE_MAX_HOPS = 2  # a chain that no longer fits its channel moves only while this short
 SLACK = 4          # spread chains so the busiest thread blocks are about 1/SLACK full
@@ -147,6 +147,7 @@ class _State:
     depth: int          # sends a connection holds (the protocol's outstanding sends)
     favour: frozenset[int] = frozenset()  # GPUs whose fusions may hold up their receives
     timed: bool = True  # False: any GPU's fusions may (the file cannot keep the timing)
+    waitable: int = MSCCL.max_depid + 1  # thread blocks a GPU may have that others wait for
     received: dict[tuple[int, int], Edge] = field(default_factory=dict)  # (GPU, chunk) -> first
     ends: dict[int, _Ends] = field(default_factory=dict)  # by id(edge): orders, connections
     hold: dict[int, tuple[int, int]] = field(default_factory=dict)  # see _Conn.hold
@@ -171,7 +172,8 @@ class _Plan:
 
 def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
                     sends_waited: bool, depth: int, favour: frozenset[int] = frozenset(),
-                    timed: bool = True, received: dict[tuple[int, int], Edge] | None = None
+                    timed: bool = True, received: dict[tuple[int, int], Edge] | None = None,
+                    waitable: int = MSCCL.max_depid + 1, spread: int | None = None
                     ) -> tuple[EdgeChannels, list[Fusion]]:
     """Channel of every edge (:data:`EdgeChannels`) and the fusions kept; ``budget``
     bounds steps per tb.
@@ -180,13 +182,16 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     holds. The GPU positions in ``favour`` count as the hottest (their fusions go
     first, even those that hold up a receive; without ``timed``, every GPU's may).
     ``received``: :func:`~te_ccl.lower.msccl.instructions.first_receipts` of the edges, if
-    the caller has it."""
+    the caller has it. ``waitable``: the thread blocks per GPU that others may wait for
+    (all the runtime can name, unless other edges take some); ``spread``: the channels
+    chains are dealt over (default :func:`spread_channels` of the edges)."""
     by_in = {id(f.recv.recv): f for f in fusions}
     by_out = {id(f.send.send) for f in fusions}
     plan = _plan(edges, fusions, favour)
-    spread = _spread(edges, budget, sends_waited)
+    if spread is None:
+        spread = spread_channels(edges, budget, sends_waited)
     ends, hold = _order_keys(edges, by_out)
-    state = _State(budget, spread, sends_waited, depth, favour, timed,
+    state = _State(budget, spread, sends_waited, depth, favour, timed, waitable,
                    first_receipts(edges) if received is None else received, ends, hold,
                    plan=plan)
     chan: EdgeChannels = {}
@@ -334,7 +339,7 @@ def _orders(chain: list[Edge], links: list[Fusion], state: _State
     return out
 
 
-def _spread(edges: tuple[Edge, ...], budget: int, sends_waited: bool) -> int:
+def spread_channels(edges: tuple[Edge, ...], budget: int, sends_waited: bool) -> int:
     """How many channels chains are dealt over: enough that the busiest connection fills
     its thread blocks to about 1/SLACK, so a chain finds room on its channel all along
     its path (first fit from channel 0 would fill low channels first and cut chains);
@@ -574,7 +579,7 @@ def _steps_fit(ends: list[tuple], pairings: list[_Pairing], c: int, state: _Stat
         for g, a, _ in pairings:
             if a not in gpus[g].sides[c].pair_recv:
                 grow[g] -= 1
-    return all(gpus[g].waited + n <= MSCCL.max_depid + 1 for g, n in grow.items() if n > 0)
+    return all(gpus[g].waited + n <= state.waitable for g, n in grow.items() if n > 0)
 
 
 def _pairing(f: Fusion) -> _Pairing:
