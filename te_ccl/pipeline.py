@@ -534,10 +534,10 @@ def _checked_alongside(schedule: Schedule) -> Iterator[Callable[[], None] | None
     """Run the body (lowering and verifying the file) once the independent checker has
     passed ``schedule``, or from :data:`PARALLEL_FROM` transfers while it checks in a
     forked process (:mod:`te_ccl.background`). The body gets a function that starts that
-    process (the lowering calls it as its channel pass starts; None where the check has
-    run), which runs at the lowest priority: on a core the body leaves idle, where the
-    channel pass runs alone or while the file's replay is done before its verifier. A
-    check not started by the end of the body runs then. A schedule the
+    process (:func:`render` calls it where a core is left idle: as a channel pass on one
+    core starts, else once the file is lowered; None where the check has run), which runs
+    at the lowest priority, on what the body leaves of the cores. A check not started by
+    the end of the body runs then. A schedule the
     checker refuses raises :class:`VerificationError` even where the body failed too: that
     failure would only follow from it. Out of time, the check is dropped."""
     if len(schedule.transfers) < PARALLEL_FROM or workers() < 2:
@@ -673,7 +673,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
     accepts it (:class:`VerificationError` if not; :class:`SpecError` on a fabric whose
     switches reduce, which MSCCL cannot express). ``timer`` replays the XML while it is
     verified (:meth:`Timer.replaying`) and hears how the verifier read it. ``idle`` is
-    called as the lowering starts its channel pass, which leaves a core idle."""
+    called as the lowering starts a channel pass that leaves a core idle, else before
+    verifying: the file's replay, beside the verifier, is done first."""
     if options.fmt == "json":
         return schedule.to_json().encode()
     from te_ccl.lower.fred import check_msccl_can_express
@@ -685,6 +686,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
     xml = lowered or lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
                                     max_bytes=options.max_bytes, progress=progress or _silent,
                                     idle=idle)
+    if idle is not None:  # if the lowering kept both cores busy: the replay leaves one
+        idle()
     if progress:
         progress("verifying the MSCCL XML")
     coll = schedule.collective

@@ -43,8 +43,9 @@ Time: every pass observes the deadline of the compile under way
 ``progress`` hears which pass runs (and which GPU the last pass has reached). From
 :data:`~te_ccl.background.WORTH_FORKING` edges, the instructions and fusions of pass 2
 and passes 4–6 (independent per GPU) are dealt over forked processes, one per core
-(:mod:`te_ccl.background`); the bytes are the same. Pass 3 runs in one process alone:
-``idle`` hears when it starts, so a caller can use the other core then. From
+(:mod:`te_ccl.background`); the bytes are the same. Pass 3 runs in one process alone
+below :data:`HALVES_FROM` edges: ``idle`` hears when it starts, so a caller can use the
+other core then; from there its two halves run at once. From
 :data:`CHILD_FROM` transfers the whole lowering runs in a forked process, which leaves
 without freeing its millions of objects (seconds at 1024 GPUs).
 
@@ -125,8 +126,9 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
     ``notes``, if given, receives the program's notes (where the file cannot keep the
     schedule's timing); ``progress`` hears what the lowering is doing; ``idle``, if given,
-    is called as the channel pass starts, which runs in this process alone: a caller with other
-    work starts it then, on the core the earlier passes shared.
+    is called as the channel pass starts where it runs in this process alone (below
+    :data:`HALVES_FROM` edges): a caller with other work starts it then, on the core the
+    earlier passes shared.
     Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
     through GPUs outside the collective), and its subclass :class:`RuntimeLimitError`
     for what the runtime cannot hold (more than 32 channels, 64 steps per thread block,
@@ -244,7 +246,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     refit = schedule.info.subchunks > 1
     split = edges is not epoch_timed  # thread blocks are split by the replay's times only
     peers: dict[int, set[int]] | None = None  # where GPUs are dealt over forked processes
-    if idle is not None:
+    if idle is not None and len(edges) < HALVES_FROM:
         idle()
     while budget > 0:
         candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
