@@ -141,3 +141,14 @@ def test_buffered_switch_without_reduce_forwards_each_partial_once():
     # a third forward has no unit left to send
     extra = ok + (Transfer(0, "sw", "g0", 3, 4, "reduce"),)
     assert "hold" in rules(Schedule(topo, coll, TAU, extra))
+
+
+def test_every_rank_that_lacks_a_chunk_is_named_before_or_after_one_that_holds_it_whole():
+    """Chunk 0 reaches ranks 1 and 2 (one value, copied on), not rank 3; chunk 1 reaches
+    every rank but rank 0, the first one looked at."""
+    s = ring_allgather(4)
+    cut = tuple(t for t in s.transfers
+                if (t.chunk, t.dst) not in {(0, "g3"), (0, "g0"), (1, "g0")})
+    named = [v.message for v in check_schedule(replace(s, transfers=cut)) if v.rule == "demand"]
+    assert named == ["rank 3 (g3) lacks chunk 0 at the end (holds nothing)",
+                     "rank 0 (g0) lacks chunk 1 at the end (holds nothing)"]

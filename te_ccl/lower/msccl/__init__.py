@@ -511,10 +511,11 @@ def _halves(edges: tuple[Edge, ...], candidates: list[Fusion]) -> tuple[_Half, _
 def _halves_apart(assign: Callable[..., tuple[EdgeChannels, list[Fusion]]],
                   halves: tuple[_Half, _Half], spread: int) -> tuple[EdgeChannels, list[Fusion]]:
     """The channels and kept fusions of both halves, each dealt over the ``spread`` of all
-    the edges with half of the thread blocks a GPU may have waited for: the first half's
-    here, the second's at the same time in a forked process, which returns them as
-    positions."""
+    the edges with half of the thread blocks a GPU may have waited for: the half with
+    more fusions to try here, the other at the same time in a forked process, which also
+    returns them (as positions)."""
     limits = {"waitable": (MSCCL.max_depid + 1) // 2, "spread": spread}
+    halves = sorted(halves, key=lambda half: len(half[1]), reverse=True)  # stable on ties
 
     def here(half: _Half) -> tuple[EdgeChannels, list[Fusion]]:
         return assign(*half, **limits)
