@@ -89,6 +89,7 @@ def _forks(tmp_path, monkeypatch, halves_from: int) -> tuple[list[str], dict[str
     monkeypatch.setattr(low, "build_instructions", instructions)
     monkeypatch.setattr(low, "lower_to_msccl", lower)
     monkeypatch.setattr(low, "HALVES_FROM", halves_from)
+    monkeypatch.setattr(low, "HALVES_GIVE_UP", 1.0)  # a ring's chains turn at its wrap
     monkeypatch.setattr(pipeline, "PARALLEL_FROM", 0)
     monkeypatch.setattr(pipeline, "workers", lambda: 2)
     result, out = _compile(tmp_path, "idle.xml")
