@@ -497,16 +497,19 @@ def _halves(edges: tuple[Edge, ...], candidates: list[Fusion]) -> tuple[_Half, _
     the direction it came from (0.09% of the mesh 32×32 AllReduce's fusions turn back);
     on a torus every chain that crosses a wrap-around link would turn (its GPU positions
     go from the highest to the lowest), and its ranks would no longer fit the reader."""
-    higher = tuple(e for e in edges if e.dst > e.src)
-    if not higher or len(higher) == len(edges):
-        return None
     inside: tuple[list[Fusion], list[Fusion]] = ([], [])
-    for f in candidates:
+    turns = int(HALVES_GIVE_UP * len(candidates))  # left to give up: the first look ends
+    for f in candidates:                             # soon on a torus
         into, out = f.recv.recv, f.send.send
         up = out.dst > out.src
         if (into.dst > into.src) == up:
             inside[not up].append(f)
-    if len(candidates) - len(inside[0]) - len(inside[1]) > HALVES_GIVE_UP * len(candidates):
+        elif turns:
+            turns -= 1
+        else:
+            return None
+    higher = tuple(e for e in edges if e.dst > e.src)
+    if not higher or len(higher) == len(edges):
         return None
     lower = tuple(e for e in edges if e.dst < e.src)
     return (higher, inside[0]), (lower, inside[1])
