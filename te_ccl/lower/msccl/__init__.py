@@ -107,8 +107,8 @@ CHILD_FROM = WORTH_FORKING  # transfers: from here the lowering runs in a forked
 HERE_SHARE = 0.4  # of the GPUs whose fusions this process finds where others are forked:
 #                    it also builds every GPU's instructions, they only their own
 HALVES_FROM = 1_000_000  # edges: from here the channels of the edges to higher and to lower
-#                          GPU positions are found apart, in two processes at once,
-HALVES_GIVE_UP = 0.01  # if at most this share of the fusions goes from one half to the other
+#                          GPU positions are found apart, in two processes at once, unless
+HALVES_GIVE_UP = 0.01  # more than this share of the fusions goes from one half to the other
 HERE_WEIGHT = 1.17  # this process's part of the thread-block pass against a forked one's:
 #                     a forked process also pays for the pages it copies and sends its bytes
 Progress = Callable[[str], None]
@@ -498,8 +498,9 @@ def _halves(edges: tuple[Edge, ...], candidates: list[Fusion]) -> tuple[_Half, _
     on a torus every chain that crosses a wrap-around link would turn (its GPU positions
     go from the highest to the lowest), and its ranks would no longer fit the reader."""
     inside: tuple[list[Fusion], list[Fusion]] = ([], [])
-    turns = int(HALVES_GIVE_UP * len(candidates))  # left to give up: the first look ends
-    for f in candidates:                             # soon on a torus
+    # the turns left to give up: on a torus the look ends at its first GPUs
+    turns = int(HALVES_GIVE_UP * len(candidates))
+    for f in candidates:
         into, out = f.recv.recv, f.send.send
         up = out.dst > out.src
         if (into.dst > into.src) == up:
@@ -522,7 +523,7 @@ def _halves_apart(assign: Callable[..., tuple[EdgeChannels, list[Fusion]]],
     more fusions to try here, the other at the same time in a forked process, which also
     returns them (as positions)."""
     limits = {"waitable": (MSCCL.max_depid + 1) // 2, "spread": spread}
-    halves = sorted(halves, key=lambda half: len(half[1]), reverse=True)  # stable on ties
+    ordered = sorted(halves, key=lambda half: len(half[1]), reverse=True)  # stable on ties
 
     def here(half: _Half) -> tuple[EdgeChannels, list[Fusion]]:
         return assign(*half, **limits)
@@ -533,8 +534,8 @@ def _halves_apart(assign: Callable[..., tuple[EdgeChannels, list[Fusion]]],
         at = {id(f): i for i, f in enumerate(fusions)}
         return [chan[id(e)] for e in edges], [at[id(f)] for f in kept]
 
-    (chan, kept), (channels, positions) = dealt(here, forked, halves)
-    edges, fusions = halves[1]
+    (chan, kept), (channels, positions) = dealt(here, forked, ordered)
+    edges, fusions = ordered[1]
     for e, c in zip(edges, channels, strict=True):
         chan[id(e)] = c
     return chan, kept + [fusions[i] for i in positions]
