@@ -519,11 +519,10 @@ def _halves(edges: tuple[Edge, ...], candidates: list[Fusion]) -> tuple[_Half, _
 def _halves_apart(assign: Callable[..., tuple[EdgeChannels, list[Fusion]]],
                   halves: tuple[_Half, _Half], spread: int) -> tuple[EdgeChannels, list[Fusion]]:
     """The channels and kept fusions of both halves, each dealt over the ``spread`` of all
-    the edges with half of the thread blocks a GPU may have waited for: the half with
-    more fusions to try here, the other at the same time in a forked process, which also
-    returns them (as positions)."""
+    the edges with half of the thread blocks a GPU may have waited for: the first half's
+    here, the second's at the same time in a forked process, which returns them as
+    positions."""
     limits = {"waitable": (MSCCL.max_depid + 1) // 2, "spread": spread}
-    ordered = sorted(halves, key=lambda half: len(half[1]), reverse=True)  # stable on ties
 
     def here(half: _Half) -> tuple[EdgeChannels, list[Fusion]]:
         return assign(*half, **limits)
@@ -534,8 +533,8 @@ def _halves_apart(assign: Callable[..., tuple[EdgeChannels, list[Fusion]]],
         at = {id(f): i for i, f in enumerate(fusions)}
         return [chan[id(e)] for e in edges], [at[id(f)] for f in kept]
 
-    (chan, kept), (channels, positions) = dealt(here, forked, ordered)
-    edges, fusions = ordered[1]
+    (chan, kept), (channels, positions) = dealt(here, forked, halves)
+    edges, fusions = halves[1]
     for e, c in zip(edges, channels, strict=True):
         chan[id(e)] = c
     return chan, kept + [fusions[i] for i in positions]
