@@ -3,7 +3,8 @@
 It shares no arithmetic with the solver: from the topology, the chunk size and the epoch
 duration alone it recomputes what every link can carry (the rules of the
 ``te_ccl.schedule`` docstring) and replays the transfers epoch by epoch, tracking for every
-(node, chunk) the set of ranks whose data it holds (a partial sum for reductions).
+(node, chunk) the set of ranks whose data it holds (a partial sum for reductions), as a
+bitmask (bit ``r`` for rank ``r``): at 1024 GPUs a set of ranks is an int of 128 bytes.
 
 Rules (the ``rule`` field of each :class:`Violation`):
 
@@ -137,12 +138,13 @@ def _replay(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> Non
     """Epoch by epoch: arrivals of the epoch first, then the sends that start in it."""
     topo, coll = s.topology, s.collective
     chunks = {c.id: c for c in coll.chunks()}
-    held: dict[tuple[str, int], frozenset[int]] = {}
+    held: dict[tuple[str, int], int] = {}
     for c in chunks.values():
+        whole = 0 if c.reduce else _mask(c.sources)
         for r in c.sources:
-            held[(topo.gpu(r), c.id)] = frozenset(c.sources) if not c.reduce else frozenset((r,))
-    queued: dict[tuple[str, int], list[frozenset[int]]] = defaultdict(list)
-    arrivals: dict[int, list[tuple[Transfer, frozenset[int]]]] = defaultdict(list)
+            held[(topo.gpu(r), c.id)] = 1 << r if c.reduce else whole
+    queued: dict[tuple[str, int], list[int]] = defaultdict(list)
+    arrivals: dict[int, list[tuple[Transfer, int]]] = defaultdict(list)
     sends: dict[int, list[Transfer]] = defaultdict(list)
     for t in transfers:
         sends[t.start_epoch].append(t)
@@ -172,6 +174,19 @@ def _replay(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> Non
     _check_demands(s, held, chunks, out)
 
 
+def _mask(ranks) -> int:
+    """The bitmask of a set of ranks."""
+    mask = 0
+    for r in ranks:
+        mask |= 1 << r
+    return mask
+
+
+def _ranks(mask: int) -> list[int]:
+    """The ranks of a bitmask, in order."""
+    return [r for r in range(mask.bit_length()) if mask >> r & 1]
+
+
 def _queues(node) -> bool:
     """A buffered switch that cannot reduce keeps each arriving unit apart (flow conservation)."""
     return not node.is_gpu and node.has_buffer and not node.can_reduce
@@ -179,7 +194,7 @@ def _queues(node) -> bool:
 
 
 def _take(s: Schedule, t: Transfer, transient, held, queued, queueing: frozenset[str]
-          ) -> frozenset[int] | None:
+          ) -> int | None:
     """The value ``t`` sends: a queued switch (in ``queueing``) forwards its oldest unit
     (kept only when copied)."""
     key = (t.src, t.chunk)
@@ -193,15 +208,13 @@ def _take(s: Schedule, t: Transfer, transient, held, queued, queueing: frozenset
     return units[0] if node.can_copy and t.op == "copy" else units.pop(0)
 
 
-def _arrive(s: Schedule, batch: list[tuple[Transfer, frozenset[int]]],
-            held: dict[tuple[str, int], frozenset[int]],
-            queued: dict[tuple[str, int], list[frozenset[int]]], queueing: frozenset[str],
-            keeping: frozenset[str], out: list[Violation]
-            ) -> dict[tuple[str, int], frozenset[int]]:
+def _arrive(s: Schedule, batch: list[tuple[Transfer, int]], held: dict[tuple[str, int], int],
+            queued: dict[tuple[str, int], list[int]], queueing: frozenset[str],
+            keeping: frozenset[str], out: list[Violation]) -> dict[tuple[str, int], int]:
     """Apply one epoch's arrivals; returns what bufferless switches hold in this epoch only
     (``queueing``: the switches that keep units apart; ``keeping``: GPUs and buffered
     switches, which hold what arrives)."""
-    transient: dict[tuple[str, int], frozenset[int]] = {}
+    transient: dict[tuple[str, int], int] = {}
     topo = s.topology
     for t, value in sorted(batch, key=lambda x: (x[0].chunk, x[0].src, x[0].dst)):
         key = (t.dst, t.chunk)
@@ -221,7 +234,7 @@ def _arrive(s: Schedule, batch: list[tuple[Transfer, frozenset[int]]],
             continue
         if merge and old is not None:
             if old & value:
-                out.append(Violation("double", f"{t}: ranks {sorted(old & value)} would be added "
+                out.append(Violation("double", f"{t}: ranks {_ranks(old & value)} would be added "
                                                f"twice into chunk {t.chunk} at {t.dst}"))
                 continue
             store[key] = old | value
@@ -261,16 +274,11 @@ def _check_buffers(s, held, chunks, out) -> None:
 def _check_demands(s, held, chunks, out) -> None:
     topo = s.topology
     for c in chunks.values():
-        want = frozenset(c.sources)
-        whole = None  # a value found whole: copies of it are the same object, compared once
+        want = _mask(c.sources)
         for r in c.destinations:
             name = topo.gpu(r)
             have = held.get((name, c.id))
-            if have is whole and have is not None:
-                continue
-            if have == want:
-                whole = have
-            else:
-                what = "nothing" if have is None else f"data of ranks {sorted(have)}"
+            if have != want:
+                what = "nothing" if have is None else f"data of ranks {_ranks(have)}"
                 out.append(Violation("demand", f"rank {r} ({name}) lacks chunk {c.id} at the end "
                                                f"(holds {what})"))
