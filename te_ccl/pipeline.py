@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -146,10 +146,9 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
         schedule = solve_best(topology, collective, search, options.chunk_choices, progress,
                               timer.judge, in_switch)
         extra: tuple[str, ...] = ()
-        with _checked_alongside(schedule) as start_check:
+        with _checked_alongside(schedule):
             if options.output is not None:
-                schedule, data = render_fitting(schedule, options, search, progress, timer,
-                                                idle=start_check)
+                schedule, data = render_fitting(schedule, options, search, progress, timer)
         if options.output is not None:
             write_atomic(options.output, data)
     bound = lower_bound(topology, schedule.collective)
@@ -530,45 +529,33 @@ def _refuse(violations: list) -> None:
 
 
 @contextmanager
-def _checked_alongside(schedule: Schedule) -> Iterator[Callable[[], None] | None]:
+def _checked_alongside(schedule: Schedule) -> Iterator[None]:
     """Run the body (lowering and verifying the file) once the independent checker has
     passed ``schedule``, or from :data:`PARALLEL_FROM` transfers while it checks in a
-    forked process (:mod:`te_ccl.background`). The body gets a function that starts that
-    process (:func:`render` calls it where a core is left idle: as a channel pass on one
-    core starts, else once the file is lowered; None where the check has run), which runs
-    at the lowest priority, on what the body leaves of the cores. A check not started by
-    the end of the body runs then. A schedule the
-    checker refuses raises :class:`VerificationError` even where the body failed too: that
-    failure would only follow from it. Out of time, the check is dropped."""
+    forked process (:mod:`te_ccl.background`) at the lowest priority: it takes what the
+    body leaves of the cores (the lowering's passes on one core, the wait for the slower
+    of two halves), so it runs beside the lowering rather than after it. A schedule the
+    checker refuses raises :class:`VerificationError` even where the body failed too:
+    that failure would only follow from it. Out of time, the check is dropped."""
     if len(schedule.transfers) < PARALLEL_FROM or workers() < 2:
         _refuse(check_schedule(schedule))
-        yield None
+        yield
         return
-    job: Background[list] | None = None
-
-    def start() -> None:
-        nonlocal job
-        if job is None:
-            job = in_background(check_schedule, schedule, low_priority=True)
-
-    def violations() -> list:
-        return job.result() if job is not None else check_schedule(schedule)
-
+    job = in_background(check_schedule, schedule, low_priority=True)
     try:
-        yield start
+        yield
     except (TimeLimitReached, KeyboardInterrupt):
-        if job is not None:
-            job.cancel()
+        job.cancel()
         raise
     except BaseException:
-        _refuse(violations())
+        _refuse(job.result())
         raise
-    _refuse(violations())
+    _refuse(job.result())
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
-                   progress: Progress | None = None, timer: Timer | None = None,
-                   idle: Callable[[], None] | None = None) -> tuple[Schedule, bytes]:
+                   progress: Progress | None = None, timer: Timer | None = None
+                   ) -> tuple[Schedule, bytes]:
     """The schedule written and its bytes (:func:`render`): ``schedule`` itself, or where
     the MSCCL runtime cannot hold it (:class:`RuntimeLimitError`) and the scale backend
     cut its chunks into ``k > 1`` sub-chunks, the same chunking solved again with the
@@ -582,24 +569,21 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     is raced again with whole chunks (:func:`_raced_whole`). A note records what was tried.
     ``timer`` judges the schedules solved again and hands over the XML it lowered to judge
     them (:meth:`Timer.lowered`); it then times the schedule by the XML returned
-    (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's. ``idle`` is called
-    where a lowering leaves a core idle (:func:`render`).
+    (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's.
     """
     timer = timer or Timer(options=options)
-    schedule, data = _fitting(schedule, options, params, progress, timer, idle)
+    schedule, data = _fitting(schedule, options, params, progress, timer)
     if options.fmt == "xml":  # the replay forked while verifying, or one now
         timer.replay_written(schedule, data)
     return schedule, data
 
 
 def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
-             progress: Progress | None, timer: Timer, idle: Callable[[], None] | None
-             ) -> tuple[Schedule, bytes]:
+             progress: Progress | None, timer: Timer) -> tuple[Schedule, bytes]:
     """:func:`render_fitting` but for the replay of the bytes."""
     try:
         return schedule, render(schedule, options, progress=progress,
-                                lowered=timer.lowered(schedule, options), timer=timer,
-                                idle=idle)
+                                lowered=timer.lowered(schedule, options), timer=timer)
     except RuntimeLimitError as e:
         k = schedule.info.subchunks
         if k <= 1:
@@ -667,14 +651,12 @@ def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
 
 def render(schedule: Schedule, options: CompileOptions, *,
            progress: Progress | None = None, lowered: bytes | None = None,
-           timer: Timer | None = None, idle: Callable[[], None] | None = None) -> bytes:
+           timer: Timer | None = None) -> bytes:
     """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML (``lowered``, when
     the schedule was lowered already with these options) once the independent verifier
     accepts it (:class:`VerificationError` if not; :class:`SpecError` on a fabric whose
     switches reduce, which MSCCL cannot express). ``timer`` replays the XML while it is
-    verified (:meth:`Timer.replaying`) and hears how the verifier read it. ``idle`` is
-    called as the lowering starts a channel pass that leaves a core idle, else before
-    verifying: the file's replay, beside the verifier, is done first."""
+    verified (:meth:`Timer.replaying`) and hears how the verifier read it."""
     if options.fmt == "json":
         return schedule.to_json().encode()
     from te_ccl.lower.fred import check_msccl_can_express
@@ -684,10 +666,7 @@ def render(schedule: Schedule, options: CompileOptions, *,
     from te_ccl.verify.msccl.verify import verify_msccl
 
     xml = lowered or lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
-                                    max_bytes=options.max_bytes, progress=progress or _silent,
-                                    idle=idle)
-    if idle is not None:  # if the lowering kept both cores busy: the replay leaves one
-        idle()
+                                    max_bytes=options.max_bytes, progress=progress or _silent)
     if progress:
         progress("verifying the MSCCL XML")
     coll = schedule.collective

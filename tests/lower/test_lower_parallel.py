@@ -94,12 +94,9 @@ def test_a_lowering_in_a_child_process_gives_its_bytes_notes_and_progress(kit, m
     monkeypatch.setattr(lowering, "CHILD_FROM", 0)
     heard: list[str] = []
     notes: list[str] = []
-    idle: list[int] = []
-    data = lower_to_msccl(schedule, max_steps=8, progress=heard.append, notes=notes,
-                          idle=lambda: idle.append(os.getpid()))
+    data = lower_to_msccl(schedule, max_steps=8, progress=heard.append, notes=notes)
     assert data == here and notes == notes_here
     assert heard == ["in the parent: False", *heard_here]
-    assert idle == [parent]  # the caller's idle runs here, once
 
 
 def test_a_lowering_in_a_child_process_raises_what_it_would_raise_here(kit, monkeypatch):

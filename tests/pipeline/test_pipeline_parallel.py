@@ -56,58 +56,29 @@ def test_a_schedule_the_checker_refuses_is_never_written(tmp_path, monkeypatch, 
     assert list(tmp_path.iterdir()) == []
 
 
-def _forks(tmp_path, monkeypatch, halves_from: int) -> tuple[list[str], dict[str, bool]]:
-    """The compile's passes and forks in the order they start, and which forks run at
-    the lowest priority, with the channel pass in halves from ``halves_from`` edges."""
+def test_the_forked_checker_starts_before_the_lowering_at_the_lowest_priority(tmp_path,
+                                                                            monkeypatch):
+    """It then takes only what the lowering leaves of the cores, from its first pass on."""
     import te_ccl.lower.msccl as low
 
     events: list[str] = []
     low_priority: dict[str, bool] = {}
-    real_fork, real_channels = pipeline.in_background, low.assign_channels
-    real_instructions, real_lower = low.build_instructions, low.lower_to_msccl
+    real_fork, real_instructions = pipeline.in_background, low.build_instructions
 
     def fork(fn, *args, **kwargs):
         events.append(fn.__name__)
         low_priority[fn.__name__] = kwargs.get("low_priority", False)
         return real_fork(fn, *args, **kwargs)
 
-    def channels(*args, **kwargs):
-        events.append("channel pass")
-        return real_channels(*args, **kwargs)
-
     def instructions(*args, **kwargs):
         events.append("instructions")
         return real_instructions(*args, **kwargs)
 
-    def lower(*args, **kwargs):
-        xml = real_lower(*args, **kwargs)
-        events.append("lowered")
-        return xml
-
     monkeypatch.setattr(pipeline, "in_background", fork)
-    monkeypatch.setattr(low, "assign_channels", channels)
     monkeypatch.setattr(low, "build_instructions", instructions)
-    monkeypatch.setattr(low, "lower_to_msccl", lower)
-    monkeypatch.setattr(low, "HALVES_FROM", halves_from)
-    monkeypatch.setattr(low, "HALVES_GIVE_UP", 1.0)  # a ring's chains turn at its wrap
     monkeypatch.setattr(pipeline, "PARALLEL_FROM", 0)
     monkeypatch.setattr(pipeline, "workers", lambda: 2)
-    result, out = _compile(tmp_path, "idle.xml")
-    assert events.count("check_schedule") == 1 and out.exists()
+    _, out = _compile(tmp_path, "early.xml")
+    assert out.exists() and events.count("check_schedule") == 1
+    assert events.index("check_schedule") < events.index("instructions")
     assert low_priority.pop("check_schedule") and not any(low_priority.values())
-    return events, low_priority
-
-
-def test_the_forked_checker_starts_with_the_channel_pass_at_the_lowest_priority(tmp_path,
-                                                                                monkeypatch):
-    """It then takes only what the lowering leaves of the cores."""
-    events, _ = _forks(tmp_path, monkeypatch, 1 << 30)
-    assert events[:3] == ["instructions", "check_schedule", "channel pass"]
-
-
-def test_where_the_channel_pass_runs_in_halves_the_checker_starts_once_lowered(tmp_path,
-                                                                             monkeypatch):
-    """Both cores are busy with the halves: the checker waits for the replay's core."""
-    events, _ = _forks(tmp_path, monkeypatch, 0)
-    assert events.index("check_schedule") == events.index("lowered") + 1
-    assert events.index("channel pass") < events.index("lowered")

@@ -44,8 +44,7 @@ Time: every pass observes the deadline of the compile under way
 :data:`~te_ccl.background.WORTH_FORKING` edges, the instructions and fusions of pass 2
 and passes 4–6 (independent per GPU) are dealt over forked processes, one per core
 (:mod:`te_ccl.background`); the bytes are the same. Pass 3 runs in one process alone
-unless it runs in two halves at once (:func:`_halves`): ``idle`` hears when it starts, so
-a caller can use the other core then. From
+unless it runs in two halves at once (:func:`_halves`). From
 :data:`CHILD_FROM` transfers the whole lowering runs in a forked process, which leaves
 without freeing its millions of objects (seconds at 1024 GPUs).
 
@@ -121,16 +120,12 @@ def _quiet(message: str) -> None:
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                    max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
-                   notes: list[str] | None = None, progress: Progress = _quiet,
-                   idle: Callable[[], object] | None = None) -> bytes:
+                   notes: list[str] | None = None, progress: Progress = _quiet) -> bytes:
     """The MSCCL XML of ``schedule`` (deterministic: same schedule, same bytes).
 
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
     ``notes``, if given, receives the program's notes (where the file cannot keep the
-    schedule's timing); ``progress`` hears what the lowering is doing; ``idle``, if given,
-    is called as the channel pass starts where it runs in this process alone (not in
-    halves): a caller with other work starts it then, on the core the earlier passes
-    shared.
+    schedule's timing); ``progress`` hears what the lowering is doing.
     Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
     through GPUs outside the collective), and its subclass :class:`RuntimeLimitError`
     for what the runtime cannot hold (more than 32 channels, 64 steps per thread block,
@@ -149,30 +144,21 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
       <gpu id="0" i_chunks="0" o_chunks="2" s_chunks="0">
     <step s="0" type="r" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
     """
-    def hear(message: str | None) -> None:
-        if message is not None:
-            progress(message)
-        elif idle is not None:
-            idle()
-
     options = {"name": name, "min_bytes": min_bytes, "max_bytes": max_bytes, "proto": proto,
                "max_steps": max_steps}
     if len(schedule.transfers) < CHILD_FROM:
-        data, said = _xml(hear, schedule, options)
+        data, said = _xml(progress, schedule, options)
     else:  # its millions of objects are left to the child's exit, not freed one by one
-        data, said = told(_xml, hear, schedule, options)
+        data, said = told(_xml, progress, schedule, options)
     if notes is not None:
         notes.extend(said)
     return data
 
 
-def _xml(tell: Callable[[str | None], None], schedule: Schedule, options: dict
-         ) -> tuple[bytes, tuple[str, ...]]:
-    """The bytes and notes of :func:`lower_to_msccl`; ``tell`` hears the progress, and
-    None as the channel pass starts."""
+def _xml(tell: Progress, schedule: Schedule, options: dict) -> tuple[bytes, tuple[str, ...]]:
+    """The bytes and notes of :func:`lower_to_msccl`; ``tell`` hears the progress."""
     with paused_gc():
-        head, gpus = _lower(schedule, **options, stream=True, progress=tell,
-                            idle=partial(tell, None))
+        head, gpus = _lower(schedule, **options, stream=True, progress=tell)
         return b"".join([algo_open(head, provenance=_provenance(schedule)).encode(), *gpus,
                          algo_close().encode()]), head.notes
 
@@ -199,7 +185,7 @@ def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int
     with paused_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                             proto=proto, max_steps=max_steps, stream=False,
-                            progress=_quiet, idle=None)
+                            progress=_quiet)
         return replace(head, gpus=tuple(gpus))
 
 
@@ -218,8 +204,8 @@ class _Overflow(Exception):
 
 
 def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: int,
-           proto: str | None, max_steps: int, stream: bool, progress: Progress,
-           idle: Callable[[], object] | None) -> tuple[Program, list]:
+           proto: str | None, max_steps: int, stream: bool, progress: Progress
+           ) -> tuple[Program, list]:
     """The ``<algo>`` header (no GPUs) and every GPU: as XML bytes if ``stream`` (so that
     only one GPU's steps exist at a time), else as :class:`Gpu`."""
     coll = schedule.collective
@@ -253,8 +239,6 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         progress(f"lowering: channels for {len(edges)} edges ({len(candidates)} fusions to "
                  "try)")
         halves = _halves(edges, candidates) if len(edges) >= HALVES_FROM else None
-        if halves is None and idle is not None:  # the pass runs on one core
-            idle()
         try:  # sending thread blocks are waited for: a send waits for the link's last one
             chan, fusions, delaying = _assign(edges, candidates, halves, budget, True, depth,
                                               favour, timed, split, first)
