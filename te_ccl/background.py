@@ -27,11 +27,11 @@ import gc
 import os
 import pickle
 import signal
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
 __all__ = ["Background", "MAX_WORKERS", "WORTH_FORKING", "dealt", "in_background",
-           "left_to_exit", "told", "workers"]
+           "left_to_exit", "streamed", "told", "workers"]
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -175,6 +175,60 @@ def _child(fd: int, fn: Callable[..., Any], args: tuple[Any, ...], telling: bool
         code = 1
     finally:
         os._exit(code)
+
+
+def streamed(produce: Callable[[Callable[[Any], None]], P],
+             consume: Callable[[Iterator[Any]], T]) -> tuple[P, T]:
+    """``produce(put)`` here and ``consume(items)`` in a forked process at the same time,
+    ``items`` being what ``produce`` puts, in order, as it puts it (pickled down a pipe);
+    the values of both. Without ``os.fork``, or if the child leaves no result,
+    ``consume`` runs here once ``produce`` is done, on the items kept here.
+
+    >>> streamed(lambda put: [put(i) for i in range(3)] and "made", sum)
+    ('made', 3)
+    """
+    kept: list[Any] = []
+    if not hasattr(os, "fork"):
+        return produce(kept.append), consume(iter(kept))
+    parent = os.getpid()
+    read, write = os.pipe()
+
+    def consumed() -> T:
+        if os.getpid() == parent:  # the child left no result: from what was kept
+            return consume(iter(kept))
+        os.close(write)
+        with os.fdopen(read, "rb") as pipe:
+            def items() -> Iterator[Any]:
+                while (frame := _read_frame(pipe)) is not None and not frame[0]:
+                    yield frame[1]
+            return consume(items())
+
+    job = in_background(consumed)
+    os.close(read)
+    pipe: Any = os.fdopen(write, "wb")
+
+    def put(item: Any) -> None:
+        nonlocal pipe
+        kept.append(item)
+        if pipe is not None:
+            try:
+                _write_frame(pipe, (False, item))
+            except OSError:  # the child has left: its result (or its absence) tells
+                pipe = None
+
+    try:
+        made = produce(put)
+    except BaseException:
+        job.cancel()
+        raise
+    finally:
+        if pipe is not None:
+            try:
+                _write_frame(pipe, (True, None))
+                pipe.close()
+            except OSError:
+                pass
+    return made, job.result()
 
 
 def in_background(fn: Callable[..., T], *args: Any, low_priority: bool = False

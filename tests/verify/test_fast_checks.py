@@ -76,10 +76,9 @@ def _plain_order(algo: Algo, depth: int) -> list[int]:
 
 
 def _machine_order(algo: Algo, slots: int) -> list[int]:
-    layout = Layout(algo.coll, algo.ngpus, algo.nchunksperloop, bool(algo.inplace))
-    machine = _Machine(algo, layout, slots)
-    machine.run()
-    return list(machine.hb._block)
+    order: list[int] = []
+    _Machine(algo, slots).run(order.extend)
+    return order
 
 
 def _checkable(text: str) -> Algo | None:

@@ -39,10 +39,14 @@ interleaving that reaches the same accesses. Messages left in a FIFO at the end 
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from heapq import heappop, heappush
+from typing import TypeVar
 
+from te_ccl.background import streamed, workers
 from te_ccl.deadline import check
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.findings import Finding, finding
@@ -57,16 +61,20 @@ from te_ccl.verify.msccl.model import (
     STEP_TYPES,
     WRITES_DST,
     Algo,
+    Gpu,
     Threadblock,
 )
 from te_ccl.verify.msccl.values import GARBAGE, Packed, add
 
-__all__ = ["execute", "buffering", "Execution", "StepRef"]
+__all__ = ["execute", "judged", "buffering", "Execution", "StepRef", "FORK_FROM"]
+
+T = TypeVar("T")
+FORK_FROM = 200_000  # steps: from here the data runs in a forked process (:func:`judged`)
 
 _MAX_STUCK_REPORTED = 20
 
 StepRef = tuple[int, int, int]  # (gpu, tb id, step position)
-_Message = tuple[list[Packed], int, StepRef]  # values, sender's node, sender's step
+_Message = tuple[list[Packed], int]  # values, sender's node
 _CHECK_EVERY = 4096  # thread-block visits between two looks at the compile's deadline
 _VERIFYING = "verifying the MSCCL XML"
 _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
@@ -93,18 +101,19 @@ _KINDS = {kind: (kind in RECVS, kind in SENDS,
 
 
 class _Conn:
-    """One connection: the calls sent and not yet received, and the steps' data."""
+    """One connection: the calls sent and not yet received, the sending steps completed
+    and not yet received, and the blocks at its two ends."""
 
-    __slots__ = ("queued", "messages", "sender", "receiver")
+    __slots__ = ("queued", "sent", "sender", "receiver")
 
     def __init__(self) -> None:
-        self.queued = 0                          # calls holding slots
-        self.messages: deque[_Message] = deque()  # one per sending step, when it completes
-        self.sender = self.receiver = -1          # block indices at the two ends
+        self.queued = 0                   # calls holding slots
+        self.sent = 0                     # messages: one per sending step, when it completes
+        self.sender = self.receiver = -1  # block indices at the two ends
 
 
 class _Block:
-    __slots__ = ("index", "gpu", "tb", "program", "size", "ops", "pc", "call", "mem", "tbs",
+    __slots__ = ("index", "gpu", "tb", "program", "size", "ops", "pc", "call", "tbs",
                  "send", "recv")
 
     def __init__(self, index: int, gpu: int, tb: Threadblock) -> None:
@@ -113,18 +122,21 @@ class _Block:
         self.size = len(self.program)
         self.ops: list[_Op] = []                  # the program, planned (_Machine._plan)
         self.pc, self.call = 0, 0                 # transmission, calls of it done
-        self.mem: Memory | None = None
         self.tbs: dict[int, int] = {}             # the GPU's blocks: tb id -> index
         self.send: _Conn | None = None
         self.recv: _Conn | None = None
 
 
-# One transmission, planned: its flag waits as (block index, value), its calls (-1: it
-# can never run), receive and send connections, the flag it publishes (-1: none), its
-# step's position, and its data effect (see _Machine._compute; kind None without data):
-# the step type's flags, src and dst chunk indices, cnt.
-_Op = tuple[tuple[tuple[int, int], ...], int, "_Conn | None", "_Conn | None", int, int,
-            "tuple | None", "int | tuple", int, int]
+# One transmission, planned for the scheduler: its flag waits as (block index, value),
+# its calls (-1: it can never run), receive and send connections, and the flag it
+# publishes (-1: none).
+_Op = tuple[tuple[tuple[int, int], ...], int, "_Conn | None", "_Conn | None", int]
+
+# One transmission, planned for its data: its flag waits, the flag it publishes, its
+# step's position, the data effect (see _Data._compute): the step type's flags, src and
+# dst chunk indices, cnt; and the message queues it takes from and adds to.
+_DataOp = tuple[tuple[tuple[int, int], ...], int, int, tuple, "int | tuple", int, int,
+                "deque | None", "deque | None"]
 
 
 @dataclass
@@ -149,13 +161,56 @@ class Execution:
 def execute(algo: Algo, layout: Layout, *, slots: int | None = None) -> Execution:
     """Run the algorithm symbolically with connections of ``slots`` slots (default
     ``NCCL_STEPS``); see the module docstring for what is reported."""
-    return _Machine(algo, layout, MSCCL.nccl_steps if slots is None else slots).run()
+    return judged(algo, layout, _same, slots=slots, fork=False)
+
+
+def judged(algo: Algo, layout: Layout, then: Callable[[Execution], T], *,
+           slots: int | None = None, fork: bool | None = None) -> T:
+    """``then(execute(algo, layout, slots=slots))``. With ``fork`` (by default from
+    :data:`FORK_FROM` steps, where there is a second core) the data and the race check
+    run in a forked process beside the scheduler, on the order it fires the
+    transmissions in, and ``then`` runs there too: the memories stay there, and only
+    what ``then`` returns comes back."""
+    machine = _Machine(algo, MSCCL.nccl_steps if slots is None else slots)
+    if fork is None:
+        fork = workers() > 1 and sum(b.size for b in machine.blocks) >= FORK_FROM
+    if not fork:  # the data follows the scheduler batch by batch
+        here = _Data(machine, layout)
+        completed = machine.run(here.feed)
+        if completed:
+            machine.report_unreceived()
+        return then(here.finish(completed, machine.findings))
+
+    def schedule(put: Callable[[object], None]) -> None:
+        completed = machine.run(put)
+        if completed:
+            machine.report_unreceived()
+        put((completed, machine.findings))  # the last item
+
+    def data(items: Iterator) -> T:
+        run = _Data(machine, layout)
+        completed, found = False, []
+        for item in items:
+            if isinstance(item, array):
+                run.feed(item)
+            else:
+                completed, found = item
+        return then(run.finish(completed, found))
+
+    return streamed(schedule, data)[1]
 
 
 def buffering(algo: Algo, *, slots: int | None = None) -> list[Finding]:
     """Only the waits, calls and flags of :func:`execute`, without data: its deadlock
     and unreceived-data findings, at a fraction of the cost (for bulk checks)."""
-    return _Machine(algo, None, MSCCL.nccl_steps if slots is None else slots).run().findings
+    machine = _Machine(algo, MSCCL.nccl_steps if slots is None else slots)
+    if machine.run(None):
+        machine.report_unreceived()
+    return machine.findings
+
+
+def _same(run: Execution) -> Execution:
+    return run
 
 
 def _reporter(gpus: list[int], tb_ids: list[int], findings: list[Finding]) -> Report:
@@ -178,7 +233,9 @@ def _current(b: _Block) -> Transmission:
 
 
 class _Machine:
-    def __init__(self, algo: Algo, layout: Layout | None, slots: int) -> None:
+    """The scheduler: which transmissions fire, in which order, and where it deadlocks."""
+
+    def __init__(self, algo: Algo, slots: int) -> None:
         self.depth = slots // MSCCL.call_slots(algo.proto)  # calls a connection holds
         # chunks per call at the largest message the file accepts (1: no maxBytes)
         self.per_call = 1
@@ -186,7 +243,9 @@ class _Machine:
             self.per_call = MSCCL.max_allowed_count(algo.proto, algo.max_bytes,
                                                     algo.nchunksperloop)
         self.blocks: list[_Block] = []
-        local, width, per_gpu = [], [], []
+        self.local: list[int] = []      # each block's index among its GPU's blocks
+        self.width: list[int] = []      # the number of blocks of its GPU
+        self.gpus: list[tuple[Gpu, list[_Block]]] = []  # each <gpu> and its blocks
         for gpu in algo.gpus:
             check(_VERIFYING)
             tbs: dict[int, int] = {}
@@ -197,44 +256,11 @@ class _Machine:
                 tbs.setdefault(tb.id, b.index)
                 self.blocks.append(b)
                 mine.append(b)
-                local.append(i)
-                width.append(len(gpu.threadblocks))
-            per_gpu.append((gpu, mine))
+                self.local.append(i)
+                self.width.append(len(gpu.threadblocks))
+            self.gpus.append((gpu, mine))
         self._connect()
-        n = len(self.blocks)
-        self.flags = [-1] * n                  # each block's published flag
-        # why each block stopped (a _GOING .. _NEVER code); one spare entry at the end,
-        # which index -1 (a connection end without a block) reads, stays _GOING
-        self.wait = bytearray(n + 1)
-        # per block, the blocks stopped by its flag: (flag value they need, block)
-        self.sleepers: list[list[tuple[int, int]]] = [[] for _ in range(n)]
         self.findings: list[Finding] = []
-        self.memories: dict[int, Memory] = {}
-        self.hb = None if layout is None else HappensBefore(local, width, self._waits())
-        if layout is not None:
-            tb_ids = [b.tb.id for b in self.blocks]
-            report = _reporter([b.gpu for b in self.blocks], tb_ids, self.findings)
-            for gpu, mine in per_gpu:
-                mem = Memory(gpu, layout, [b.program for b in mine], self.hb, tb_ids, report)
-                self.memories.setdefault(gpu.id, mem)
-                for b in mine:
-                    b.mem = mem
-        for b in self.blocks:   # the plans replace the programs, which take more memory
-            b.ops = self._plan(b)
-            b.program = []
-
-    def _waits(self) -> list[dict[int, int]]:
-        """Per block: flag value -> number of waits on it."""
-        waits: list[dict[int, int]] = [{} for _ in self.blocks]
-        for b in self.blocks:
-            tbs = b.tbs
-            for t in b.program:
-                for depid, deps in t.deps:
-                    target = tbs.get(depid)
-                    if target is not None:
-                        counts = waits[target]
-                        counts[deps] = counts.get(deps, 0) + 1
-        return waits
 
     def _connect(self) -> None:
         self.conns: dict[tuple[int, int, int], _Conn] = {}
@@ -254,43 +280,30 @@ class _Machine:
         thread block does not have, can never run (calls -1, no waits)."""
         ops = []
         tbs, per_call, calls_of = b.tbs, self.per_call, {}
-        offsets = None if b.mem is None else b.mem.offsets
         for steps, deps, hasdep, flag, _ in b.program:  # unpacked: faster than by name
-            _, step_type, srcbuf, srcoff, dstbuf, dstoff, _, _, _, _, position, _ = steps[0]
-            receives, sends, kind = _KINDS[step_type]
+            receives, sends, _ = _KINDS[steps[0].type]
             recv = b.recv if receives else None
             send = b.send if sends else None
             never = (receives and recv is None) or (sends and send is None)
-            waits: tuple[tuple[int, int], ...] = ()
-            for depid, value in deps:
-                target = tbs.get(depid)
-                if target is None:
-                    never = True
-                    break
-                waits += ((target, value),)
-            if never:
-                ops.append(((), -1, None, None, -1, position, None, -1, -1, 0))
+            waits = _waits_of(tbs, deps)
+            if never or waits is None:
+                ops.append(((), -1, None, None, -1))
                 continue
-            cnt = steps[-1].cnt
             calls = 0
             if receives or sends:
+                cnt = steps[-1].cnt
                 calls = calls_of.get(cnt, -1)
                 if calls < 0:
                     calls = calls_of[cnt] = MSCCL.step_calls(cnt, per_call)
-            src: int | tuple[tuple[int, int], ...] = -1
-            dst = -1
-            if offsets is not None:
-                src = offsets[srcbuf] + srcoff if kind[0] else -1
-                dst = offsets[dstbuf] + dstoff if kind[3] else -1
-                if kind[4] is None:  # a fused reduction: (position, src) of each step
-                    src = tuple([(sub.position, offsets[srcbuf] + sub.srcoff) for sub in steps])
-            ops.append((waits, calls, recv, send, flag if hasdep else -1, position,
-                        kind if offsets is not None else None, src, dst, cnt))
+            ops.append((waits, calls, recv, send, flag if hasdep else -1))
         return ops
 
     # --- scheduling -----------------------------------------------------------------
-    def run(self) -> Execution:
-        """Sweep the blocks in index order, each as far as it can go, until none can move.
+    def run(self, fired: Callable[[array], None] | None) -> bool:
+        """Sweep the blocks in index order, each as far as it can go, until none can
+        move; whether every block finished. The index of the block of each transmission
+        that completes goes to ``fired``, in order, in batches (after every
+        :data:`_CHECK_EVERY` visits and at the end).
 
         The hot loop of the verifier, so written out in one piece. A block stops at the
         first condition it finds unmet and records it (``wait``); an event wakes a block
@@ -298,10 +311,21 @@ class _Machine:
         may meet the condition that block recorded. Waking it on any other event would
         only add visits that move nothing, so the blocks run in the same order as if
         every event woke every block concerned."""
-        blocks, depth, hb = self.blocks, self.depth, self.hb
-        flags, wait, sleepers = self.flags, self.wait, self.sleepers
-        compute = self._compute
-        sweep: list[int] = list(range(len(blocks)))  # heaps of block indices
+        blocks, depth = self.blocks, self.depth
+        for b in blocks:   # the plans replace the programs, which take more memory
+            b.ops = self._plan(b)
+            b.program = []
+        n = len(blocks)
+        flags = [-1] * n                  # each block's published flag
+        # why each block stopped (a _GOING .. _NEVER code); one spare entry at the end,
+        # which index -1 (a connection end without a block) reads, stays _GOING
+        wait = bytearray(n + 1)
+        # per block, the blocks stopped by its flag: (flag value they need, block)
+        sleepers: list[list[tuple[int, int]]] = [[] for _ in range(n)]
+        self.flags = flags
+        order = array("i")
+        fire = order.append
+        sweep: list[int] = list(range(n))  # heaps of block indices
         later: list[int] = []
         visits = 0
         while sweep:
@@ -309,11 +333,15 @@ class _Machine:
                 visits += 1
                 if visits % _CHECK_EVERY == 0:
                     check(_VERIFYING)
+                    if fired is not None:
+                        fired(order)
+                    order = array("i")
+                    fire = order.append
                 at = heappop(sweep)
                 b = blocks[at]
                 ops, pc, call = b.ops, b.pc, b.call
                 while pc < len(ops):
-                    waits, calls, recv, send, flag, pos, kind, src, dst, cnt = ops[pc]
+                    waits, calls, recv, send, flag = ops[pc]
                     if not call:
                         for target, value in waits:
                             if flags[target] < value:
@@ -350,20 +378,16 @@ class _Machine:
                         call += 1
                     if wait[at]:
                         break
-                    # the calls are done: move the step's data, publish its flag
-                    received, msg_node = None, -1
+                    # the calls are done: the step completes, takes its message and
+                    # publishes its flag
                     if recv is not None:
-                        if not recv.messages:  # only when the cnt sequences differ
+                        if not recv.sent:  # only when the cnt sequences differ
                             wait[at] = _MESSAGE
                             break
-                        received, msg_node, _ = recv.messages.popleft()
-                    if hb is not None:
-                        node = hb.fire(at, waits, msg_node, flag)
-                        out = compute(b, pos, kind, src, dst, cnt, received)
-                    else:
-                        out, node = _NO_DATA, -1
+                        recv.sent -= 1
+                    fire(at)
                     if send is not None:
-                        send.messages.append((out, node, (b.gpu, b.tb.id, pos)))
+                        send.sent += 1
                         other = send.receiver
                         if wait[other] == _MESSAGE:
                             wait[other] = _GOING
@@ -385,12 +409,24 @@ class _Machine:
                 if pc == len(ops):
                     b.ops = []  # finished: its plan is not needed again
             sweep, later = later, []
+        if fired is not None:
+            fired(order)
         stuck = [b for b in blocks if b.pc < b.size]
         if stuck:
             self._report_deadlock(stuck)
-        else:
-            self._report_unreceived()
-        return Execution(self.memories, self.findings, not stuck)
+        return not stuck
+
+    def report_unreceived(self) -> None:
+        """One finding per connection with messages never received, at the step that
+        sent the first of them."""
+        for (_src, dst, chan), conn in sorted(self.conns.items()):
+            if conn.sent:
+                b = self.blocks[conn.sender]
+                sends = [t for t in transmissions(b.tb)[:b.pc] if t.type in SENDS]
+                first = sends[len(sends) - conn.sent].first.position
+                self.findings.append(finding(
+                    "unreceived-data", f"{conn.sent} message(s) to gpu {dst} on "
+                    f"channel {chan} are never received", gpu=b.gpu, tb=b.tb.id, step=first))
 
     # --- deadlock -----------------------------------------------------------------------
     def _blockers(self, b: _Block) -> list[tuple[str, int]]:
@@ -410,7 +446,7 @@ class _Machine:
         calling = b.call < MSCCL.step_calls(t.cnt, self.per_call)
         waits = []
         if kind in RECVS and (b.recv is None or not (b.recv.queued if calling
-                                                     else b.recv.messages)):
+                                                     else b.recv.sent)):
             waits.append((f"waits for data from {where.format(tb.recv)} (connection empty)",
                           b.recv.sender if b.recv else -1))
         if kind in SENDS and (b.send is None or calling and b.send.queued >= self.depth):
@@ -457,21 +493,115 @@ class _Machine:
         self.findings.append(finding("deadlock", message, gpu=b.gpu,
                                      tb=b.tb.id, step=t.first.position, line=t.first.line))
 
-    def _report_unreceived(self) -> None:
-        for (_src, dst, chan), conn in sorted(self.conns.items()):
-            if conn.messages:
-                g, tb, pos = conn.messages[0][2]
-                self.findings.append(finding(
-                    "unreceived-data", f"{len(conn.messages)} message(s) to gpu {dst} on "
-                    f"channel {chan} are never received", gpu=g, tb=tb, step=pos))
 
-    # --- one transmission's data ------------------------------------------------------
-    def _compute(self, b: _Block, pos: int, kind: tuple, src: int | tuple, dst: int, cnt: int,
+
+def _waits_of(tbs: dict[int, int], deps: tuple[tuple[int, int], ...]
+              ) -> tuple[tuple[int, int], ...] | None:
+    """A transmission's flag waits as (block index, value); None if it waits on a thread
+    block the GPU does not have."""
+    waits: tuple[tuple[int, int], ...] = ()
+    for depid, value in deps:
+        target = tbs.get(depid)
+        if target is None:
+            return None
+        waits += ((target, value),)
+    return waits
+
+
+class _Data:
+    """The chunks' values and the race check, along the order in which the scheduler
+    (:class:`_Machine`) fires the transmissions: a step's data moves as one message, the
+    k-th receive on a connection taking the k-th send's."""
+
+    def __init__(self, machine: _Machine, layout: Layout) -> None:
+        blocks = machine.blocks
+        # the programs, unless the scheduler has planned them already (a child that
+        # left no result: this is computed again where the scheduler ran)
+        programs = [b.program if len(b.program) == b.size else transmissions(b.tb)
+                    for b in blocks]
+        self.findings: list[Finding] = []
+        self.memories: dict[int, Memory] = {}
+        self.hb = HappensBefore(machine.local, machine.width, self._waits(blocks, programs))
+        tb_ids = [b.tb.id for b in blocks]
+        report = _reporter([b.gpu for b in blocks], tb_ids, self.findings)
+        self.mems: list[Memory] = []    # each block's GPU's
+        for gpu, mine in machine.gpus:
+            check(_VERIFYING)
+            mem = Memory(gpu, layout, [programs[b.index] for b in mine], self.hb, tb_ids,
+                         report)
+            self.memories.setdefault(gpu.id, mem)
+            self.mems += [mem] * len(mine)
+        queues: dict[int, deque[_Message]] = {}
+        self.ops = [self._plan(b, programs[b.index], self.mems[b.index], queues)
+                    for b in blocks]
+        self.pc = [0] * len(blocks)
+        self.queues = queues
+
+    @staticmethod
+    def _waits(blocks: list[_Block], programs: list[list[Transmission]]
+               ) -> list[dict[int, int]]:
+        """Per block: flag value -> number of waits on it."""
+        waits: list[dict[int, int]] = [{} for _ in blocks]
+        for b, program in zip(blocks, programs, strict=True):
+            tbs = b.tbs
+            for t in program:
+                for depid, deps in t.deps:
+                    target = tbs.get(depid)
+                    if target is not None:
+                        counts = waits[target]
+                        counts[deps] = counts.get(deps, 0) + 1
+        return waits
+
+    @staticmethod
+    def _plan(b: _Block, program: list[Transmission], mem: Memory,
+              queues: dict[int, deque[_Message]]) -> list[_DataOp]:
+        """The data of each transmission that can fire, looked up once."""
+        offsets, ops = mem.offsets, []
+        recv = None if b.recv is None else queues.setdefault(id(b.recv), deque())
+        send = None if b.send is None else queues.setdefault(id(b.send), deque())
+        for steps, deps, hasdep, flag, _ in program:  # unpacked: faster than by name
+            _, step_type, srcbuf, srcoff, dstbuf, dstoff, _, _, _, _, position, _ = steps[0]
+            receives, sends, kind = _KINDS[step_type]
+            waits = _waits_of(b.tbs, deps)
+            if waits is None or (receives and recv is None) or (sends and send is None):
+                break  # it never fires, nor does anything after it in its block
+            src: int | tuple[tuple[int, int], ...] = \
+                offsets[srcbuf] + srcoff if kind[0] else -1
+            dst = offsets[dstbuf] + dstoff if kind[3] else -1
+            if kind[4] is None:  # a fused reduction: (position, src) of each step
+                src = tuple([(sub.position, offsets[srcbuf] + sub.srcoff) for sub in steps])
+            ops.append((waits, flag if hasdep else -1, position, kind, src, dst,
+                        steps[-1].cnt, recv if receives else None, send if sends else None))
+        return ops
+
+    def feed(self, order: array) -> None:
+        """Fire the transmissions of the blocks in ``order``, each its block's next."""
+        check(_VERIFYING)
+        ops, pcs, fire, compute = self.ops, self.pc, self.hb.fire, self._compute
+        for at in order:
+            pc = pcs[at]
+            pcs[at] = pc + 1
+            waits, flag, pos, kind, src, dst, cnt, recv, send = ops[at][pc]
+            if recv is not None:
+                received, msg_node = recv.popleft()
+            else:
+                received, msg_node = None, -1
+            node = fire(at, waits, msg_node, flag)
+            out = compute(at, pos, kind, src, dst, cnt, received)
+            if send is not None:
+                send.append((out, node))
+
+    def finish(self, completed: bool, findings: list[Finding]) -> Execution:
+        """The execution, with the scheduler's ``findings`` after the data's."""
+        return Execution(self.memories, self.findings + findings, completed)
+
+    def _compute(self, blk: int, pos: int, kind: tuple, src: int | tuple, dst: int, cnt: int,
                  received: list[Packed] | None) -> list[Packed]:
-        """Apply the data effect of ``b``'s transmission at step ``pos``; the values it
-        sends. ``kind`` holds the flags of :data:`_KINDS`, ``src`` and ``dst`` are chunk
-        indices; a fused reduction has ``src`` ``(position, src)`` per fused step."""
-        mem, blk = b.mem, b.index
+        """Apply the data effect of block ``blk``'s transmission at step ``pos``; the
+        values it sends. ``kind`` holds the flags of :data:`_KINDS`, ``src`` and ``dst``
+        are chunk indices; a fused reduction has ``src`` ``(position, src)`` per fused
+        step."""
+        mem = self.mems[blk]
         if kind[4] is None:  # a fused reduction
             for i in range(cnt):
                 acc = mem.read(blk, pos, dst + i)
@@ -493,4 +623,3 @@ class _Machine:
             if sends:
                 out.append(value)
         return out if sends else _NO_DATA
-

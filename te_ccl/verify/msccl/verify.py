@@ -11,13 +11,14 @@ out-of-place) and a comparison of the final buffers with the collective's defini
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from te_ccl.deadline import check
 from te_ccl.errors import SpecError
 from te_ccl.nogc import paused_gc
 from te_ccl.runtime_limits import MSCCL
-from te_ccl.verify.msccl.execute import Execution, execute
+from te_ccl.verify.msccl.execute import Execution, judged
 from te_ccl.verify.msccl.findings import RULES, Finding, finding
 from te_ccl.verify.msccl.layout import GARBAGE, ROOTED, SUPPORTED, Layout
 from te_ccl.verify.msccl.model import Algo
@@ -109,16 +110,10 @@ def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | No
         if problem:
             found.append(finding("chunk-layout", problem))
             break
-        run = execute(algo, layout, slots=slots)
+        ran, root, now = judged(algo, layout, partial(_judge, algo, layout, root), slots=slots)
+        inferred = inferred or now
         check(_DOING)
-        extra = _sizes(algo, layout) + run.findings
-        if algo.coll in ROOTED and root is None and run.completed:
-            root, inferred, why = _infer_root(layout, run)
-            if why:
-                extra.append(finding("root", why))
-        if run.completed and algo.coll in SUPPORTED and (root is not None
-                                                         or algo.coll not in ROOTED):
-            extra += _compare(algo, layout, run, root)
+        extra = _sizes(algo, layout) + ran
         mode = "in-place" if inplace else "out-of-place"
         for f in extra:
             key = (f.rule, f.gpu, f.tb, f.step)
@@ -130,6 +125,22 @@ def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | No
         notes.append(f"root {root} inferred from the data flow (pass --root to fix it)")
     return Report(source, algo, tuple(found), executed=bool(modes), root=root,
                   root_inferred=inferred, notes=tuple(notes))
+
+
+def _judge(algo: Algo, layout: Layout, root: int | None, run: Execution
+           ) -> tuple[list[Finding], int | None, bool]:
+    """What the execution ``run`` found, with the root inferred if none was given (the
+    root, and whether it was inferred), and the final buffers compared with the
+    collective's definition."""
+    found, inferred = list(run.findings), False
+    if algo.coll in ROOTED and root is None and run.completed:
+        root, inferred, why = _infer_root(layout, run)
+        if why:
+            found.append(finding("root", why))
+    if run.completed and algo.coll in SUPPORTED and (root is not None
+                                                     or algo.coll not in ROOTED):
+        found += _compare(algo, layout, run, root)
+    return found, root, inferred
 
 
 def _sizes(algo: Algo, layout: Layout) -> list[Finding]:
