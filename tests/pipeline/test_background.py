@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from te_ccl.background import in_background, told
+from te_ccl.background import in_background, streamed, told
 from te_ccl.errors import VerificationError
 
 PARENT = os.getpid()
@@ -103,3 +103,37 @@ def test_a_low_priority_child_runs_at_nice_19_and_the_caller_keeps_its_own():
     assert in_background(os.nice, 0, low_priority=True).result() == 19
     assert in_background(os.nice, 0).result() == before
     assert os.nice(0) == before
+
+
+def test_streamed_items_reach_a_forked_consumer_in_order():
+    parent = os.getpid()
+    made, (pid, items) = streamed(lambda put: [put(i) for i in range(5)] and "made",
+                                  lambda items: (os.getpid(), list(items)))
+    assert made == "made" and items == [0, 1, 2, 3, 4] and pid != parent
+
+
+def test_streamed_consumer_without_a_result_runs_here_on_the_items_kept():
+    parent = os.getpid()
+
+    def consume(items):
+        if os.getpid() != parent:
+            os._exit(0)  # dies without a result
+        return sum(items)
+
+    assert streamed(lambda put: [put(i) for i in range(5)], consume)[1] == 10
+
+
+def test_streamed_raises_what_either_side_raised():
+    def bad_consumer(items):
+        list(items)
+        raise ValueError("consumer")
+
+    with pytest.raises(ValueError, match="consumer"):
+        streamed(lambda put: [put(i) for i in range(3)], bad_consumer)
+
+    def bad_producer(put):
+        put(1)
+        raise KeyError("producer")
+
+    with pytest.raises(KeyError, match="producer"):
+        streamed(bad_producer, list)

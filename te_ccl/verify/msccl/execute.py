@@ -23,6 +23,13 @@ block records the one condition it stopped at (a flag below the value it needs, 
 to receive, a full connection, a message not yet complete), and only the event that can
 meet that condition wakes it. The order is the same, at a cost linear in the calls.
 
+The scheduler (:class:`_Machine`) fires the transmissions without their data; the data
+and the race check (:class:`_Data`) follow the order it fires them in, which the same
+confluence makes as good as any. From :data:`FORK_FROM` steps (:func:`judged`) they run in
+a forked process beside the scheduler, which streams the order to it in batches
+(:func:`te_ccl.background.streamed`): at 1024 GPUs they take twice what the scheduler
+does.
+
 Buffers hold symbolic values (:mod:`.values`, :mod:`~te_ccl.verify.msccl.layout`).
 A step's data moves as one message when its last call is sent. Reading a chunk that
 holds no input and that no step wrote is an **uninitialized read**.
