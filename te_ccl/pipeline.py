@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -397,25 +397,35 @@ class Timer:
         self._read = (data, algo)
 
     @contextmanager
-    def replaying(self, schedule: Schedule, data: bytes) -> Iterator[None]:
+    def replaying(self, schedule: Schedule, data: bytes
+                  ) -> Iterator[Callable[[Algo], None] | None]:
         """While the body verifies ``data``, the XML to be written for ``schedule``, replay
         it in a forked process (:mod:`te_ccl.background`) if :meth:`replay_written` will
         need it and it has :data:`PARALLEL_FROM` transfers or more; dropped if the body
-        fails."""
+        fails. The body gets the function that starts the replay with ``data`` as the
+        verifier read it (None where there is none to start): the replay reads no
+        second copy."""
         if len(schedule.transfers) < PARALLEL_FROM or workers() < 2 or not self.xml \
                 or self._timed_by_xml(schedule):
-            yield
+            yield None
             return
         if self._replay is not None:  # one not taken up by replay_written is not wanted
             self._replay[1].cancel()
             self._replay = None
-        job = in_background(xml_replay, schedule, data)
+        job: Background[float] | None = None
+
+        def start(algo: Algo) -> None:
+            nonlocal job
+            job = in_background(xml_replay, schedule, data, algo)
+
         try:
-            yield
+            yield start
         except BaseException:
-            job.cancel()
+            if job is not None:
+                job.cancel()
             raise
-        self._replay = (data, job)
+        if job is not None:
+            self._replay = (data, job)
 
     def _timed_by_xml(self, schedule: Schedule) -> bool:
         hit = self._seen.get(self._key(schedule))
@@ -671,8 +681,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
         progress("verifying the MSCCL XML")
     coll = schedule.collective
     root = coll.ranks.index(coll.root) if coll.root is not None else None
-    with timer.replaying(schedule, xml) if timer is not None else nullcontext():
-        report = verify_msccl(xml.decode(), root=root)
+    with timer.replaying(schedule, xml) if timer is not None else nullcontext() as read:
+        report = verify_msccl(xml.decode(), root=root, read=read)
         if not report.valid:
             errors = report.errors
             raise VerificationError(f"the lowered MSCCL XML failed verification "

@@ -10,6 +10,7 @@ out-of-place) and a comparison of the final buffers with the collective's defini
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -59,9 +60,12 @@ class Report:
 
 
 def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
-                 max_steps: int = MSCCL.max_steps, slots: int | None = None) -> Report:
+                 max_steps: int = MSCCL.max_steps, slots: int | None = None,
+                 read: Callable[[Algo], object] | None = None) -> Report:
     """Check an MSCCL XML file (or XML text) completely; ``slots`` overrides the slots
     of a connection (``NCCL_STEPS``), whose calls take ``MSCCL.call_slots(proto)`` each.
+    ``read``, if given, hears the algorithm as soon as it is read (before any check), for
+    a caller with more to do with it meanwhile.
 
     Raises
     ------
@@ -71,11 +75,11 @@ def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
         ``root`` is not a rank of the algorithm.
     """
     with paused_gc():
-        return _verify(path_or_text, root, max_steps, slots)
+        return _verify(path_or_text, root, max_steps, slots, read)
 
 
 def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
-            slots: int | None) -> Report:
+            slots: int | None, read: Callable[[Algo], object] | None) -> Report:
     source = source_name(path_or_text)
     try:
         algo, found = parse_msccl(path_or_text)
@@ -84,6 +88,8 @@ def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
     if root is not None and not 0 <= root < max(algo.ngpus, 1):
         raise SpecError(f"root {root} is not a rank of this {algo.ngpus}-GPU algorithm",
                         file=source, key="--root")
+    if read is not None:
+        read(algo)
     check(_DOING)
     found += runtime_checks(algo, max_steps=max_steps)
     found += static_checks(algo, max_steps=max_steps)
