@@ -416,7 +416,7 @@ class Timer:
 
         def start(algo: Algo) -> None:
             nonlocal job
-            job = in_background(xml_replay, schedule, data, algo)
+            job = in_background(xml_replay, schedule, data, algo, low_priority=True)
 
         try:
             yield start

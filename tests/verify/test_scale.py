@@ -94,6 +94,29 @@ def test_mutation_findings_do_not_depend_on_the_fast_paths(case) -> None:
     assert report.findings == exact.findings and report.notes == exact.notes
 
 
+@contextmanager
+def _clocks_checked():
+    """Every order the local clocks claim is checked against a search of the graph."""
+    real = HappensBefore.ordered
+
+    def ordered(self, b, other, node):
+        if other != b and self.clock[b][self.local[other]] >= node:
+            assert self.reaches(other, node, self.last[b]), (b, other, node)
+        return real(self, b, other, node)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(HappensBefore, "ordered", ordered)
+        yield
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(mutations())
+def test_the_local_clocks_claim_no_order_the_graph_lacks(case) -> None:
+    """Clocks shared copy-on-write with their publications must never see a later
+    change of their publisher."""
+    with _clocks_checked():
+        verify_msccl(case[2])
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutations())
 def test_mutation_of_a_transfer_is_rejected(case) -> None:
