@@ -81,4 +81,5 @@ def test_the_forked_checker_starts_before_the_lowering_at_the_lowest_priority(tm
     _, out = _compile(tmp_path, "early.xml")
     assert out.exists() and events.count("check_schedule") == 1
     assert events.index("check_schedule") < events.index("instructions")
-    assert low_priority.pop("check_schedule") and not any(low_priority.values())
+    # the written file's replay too gives way, to the verifier's two processes
+    assert low_priority == {"check_schedule": True, "xml_replay": True}
