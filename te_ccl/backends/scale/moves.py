@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from te_ccl.schedule import Transfer
+from te_ccl.schedule import Transfer, transfers_of
 
 __all__ = ["Moves"]
 
@@ -60,5 +60,5 @@ class Moves:
             cols = (names[self.dst], names[self.src], reverse_at - self.arrive + shift,
                     reverse_at - self.start + shift)
             op = "reduce"
-        return [Transfer(c, u, v, s, a, op) for c, u, v, s, a in
-                zip(self.chunk.tolist(), *(x.tolist() for x in cols), strict=True)]
+        return transfers_of(zip(self.chunk.tolist(), *(x.tolist() for x in cols),
+                                strict=True), op)
