@@ -85,3 +85,19 @@ def test_the_data_runs_in_another_process_and_only_its_judgement_comes_back():
                                     fork=True)
     assert pid != os.getpid() and completed
     assert execute.judged(algo, layout, lambda run: os.getpid(), fork=False) == os.getpid()
+
+
+def test_a_data_process_that_dies_is_done_again_here(monkeypatch):
+    """Killed (out of memory, say), it leaves no result: the data runs here on the order
+    kept, from the thread blocks' steps (the scheduler has replaced its own copy)."""
+    text, kwargs, rule = CASES["race"]
+    parent, real = os.getpid(), execute._Data.feed
+
+    def feed(self, order):
+        if os.getpid() != parent:
+            os._exit(1)
+        real(self, order)
+
+    here, _ = _both(text, monkeypatch, **kwargs)
+    monkeypatch.setattr(execute._Data, "feed", feed)
+    assert _outcome(verify_msccl(text, **kwargs)) == here and rule in {f.rule for f in here[0]}
