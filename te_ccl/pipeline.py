@@ -404,7 +404,8 @@ class Timer:
         need it and it has :data:`PARALLEL_FROM` transfers or more; dropped if the body
         fails. The body gets the function that starts the replay with ``data`` as the
         verifier read it (None where there is none to start): the replay reads no
-        second copy."""
+        second copy. It runs at the lowest priority: at scale the verifier itself keeps
+        both cores busy (its data run is forked), and the replay takes what it leaves."""
         if len(schedule.transfers) < PARALLEL_FROM or workers() < 2 or not self.xml \
                 or self._timed_by_xml(schedule):
             yield None
