@@ -184,15 +184,10 @@ def judged(algo: Algo, layout: Layout, then: Callable[[Execution], T], *,
     if not fork:  # the data follows the scheduler batch by batch
         here = _Data(machine, layout)
         completed = machine.run(here.feed)
-        if completed:
-            machine.report_unreceived()
         return then(here.finish(completed, machine.findings))
 
     def schedule(put: Callable[[object], None]) -> None:
-        completed = machine.run(put)
-        if completed:
-            machine.report_unreceived()
-        put((completed, machine.findings))  # the last item
+        put((machine.run(put), machine.findings))  # the last item
 
     def data(items: Iterator) -> T:
         run = _Data(machine, layout)
@@ -211,8 +206,7 @@ def buffering(algo: Algo, *, slots: int | None = None) -> list[Finding]:
     """Only the waits, calls and flags of :func:`execute`, without data: its deadlock
     and unreceived-data findings, at a fraction of the cost (for bulk checks)."""
     machine = _Machine(algo, MSCCL.nccl_steps if slots is None else slots)
-    if machine.run(None):
-        machine.report_unreceived()
+    machine.run(None)
     return machine.findings
 
 
@@ -308,7 +302,8 @@ class _Machine:
     # --- scheduling -----------------------------------------------------------------
     def run(self, fired: Callable[[array], None] | None) -> bool:
         """Sweep the blocks in index order, each as far as it can go, until none can
-        move; whether every block finished. The index of the block of each transmission
+        move; whether every block finished (the findings: the deadlock if not, else the
+        messages never received). The index of the block of each transmission
         that completes goes to ``fired``, in order, in batches (after every
         :data:`_CHECK_EVERY` visits and at the end).
 
@@ -421,9 +416,11 @@ class _Machine:
         stuck = [b for b in blocks if b.pc < b.size]
         if stuck:
             self._report_deadlock(stuck)
+        else:
+            self._report_unreceived()
         return not stuck
 
-    def report_unreceived(self) -> None:
+    def _report_unreceived(self) -> None:
         """One finding per connection with messages never received, at the step that
         sent the first of them."""
         for (_src, dst, chan), conn in sorted(self.conns.items()):
@@ -542,7 +539,6 @@ class _Data:
         self.ops = [self._plan(b, programs[b.index], self.mems[b.index], queues)
                     for b in blocks]
         self.pc = [0] * len(blocks)
-        self.queues = queues
 
     @staticmethod
     def _waits(blocks: list[_Block], programs: list[list[Transmission]]
