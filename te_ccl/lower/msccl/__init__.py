@@ -485,19 +485,24 @@ def _halves(edges: tuple[Edge, ...], candidates: list[Fusion]) -> tuple[_Half, _
     # the turns left to give up: on a torus the look ends at its first GPUs
     turns = int(HALVES_GIVE_UP * len(candidates))
     for f in candidates:
-        into, out = f.recv.recv, f.send.send
-        up = out.dst > out.src
-        if (into.dst > into.src) == up:
+        up = _rising(f.send.send)
+        if _rising(f.recv.recv) == up:
             inside[not up].append(f)
         elif turns:
             turns -= 1
         else:
             return None
-    higher = tuple(e for e in edges if e.dst > e.src)
-    if not higher or len(higher) == len(edges):
+    sides: tuple[list[Edge], list[Edge]] = ([], [])
+    for e in edges:
+        sides[not _rising(e)].append(e)
+    if not sides[0] or not sides[1]:
         return None
-    lower = tuple(e for e in edges if e.dst < e.src)
-    return (higher, inside[0]), (lower, inside[1])
+    return (tuple(sides[0]), inside[0]), (tuple(sides[1]), inside[1])
+
+
+def _rising(e: Edge) -> bool:
+    """Does the edge go to a higher GPU position (the halves of :func:`_halves`)?"""
+    return e.dst > e.src
 
 
 def _halves_apart(assign: Callable[..., tuple[EdgeChannels, list[Fusion]]],
