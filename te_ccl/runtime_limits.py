@@ -59,6 +59,12 @@ class RuntimeLimits:
     buffsize_ll: int = 8 * 512 * 8 * 16        # DEFAULT_LL_BUFFSIZE
     buffsize_ll128: int = 120 * 640 * 8 * 8    # DEFAULT_LL128_BUFFSIZE
 
+    @property
+    def waitable(self) -> int:
+        """Thread blocks of one GPU that a step can wait for: the ``depid`` values
+        0..``max_depid``."""
+        return self.max_depid + 1
+
     def call_slots(self, proto: str) -> int:
         """Slots one primitive call occupies (Simple: a chunk of two slices; LL/LL128: one).
         An unknown protocol is judged as Simple, the deepest."""

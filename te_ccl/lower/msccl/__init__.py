@@ -462,7 +462,7 @@ def _assign(edges: tuple[Edge, ...], candidates: list[Fusion],
                                    spread_channels(edges, budget, sends_waited))
     if timed and split:  # a thread block joined by fusions must not hold up its receives
         held = holding_pairings(edges, chan, [f for f in kept if f.recv.gpu not in favour],
-                                MSCCL.max_depid + 1, budget, first)
+                                MSCCL.waitable, budget, first)
         kept = [f for f in kept if (f.recv.gpu, chan[id(f.recv.recv)], f.recv.recv.src,
                                     f.send.send.dst) not in held]
     fusions: dict[int, list[Fusion]] = defaultdict(list)
@@ -511,7 +511,7 @@ def _halves_apart(assign: Callable[..., tuple[EdgeChannels, list[Fusion]]],
     the edges with half of the thread blocks a GPU may have waited for: the first half's
     here, the second's at the same time in a forked process, which returns them as
     positions."""
-    limits = {"waitable": (MSCCL.max_depid + 1) // 2, "spread": spread}
+    limits = {"waitable": MSCCL.waitable // 2, "spread": spread}
 
     def here(half: _Half) -> tuple[EdgeChannels, list[Fusion]]:
         return assign(*half, **limits)

@@ -147,7 +147,7 @@ class _State:
     depth: int          # sends a connection holds (the protocol's outstanding sends)
     favour: frozenset[int] = frozenset()  # GPUs whose fusions may hold up their receives
     timed: bool = True  # False: any GPU's fusions may (the file cannot keep the timing)
-    waitable: int = MSCCL.max_depid + 1  # thread blocks a GPU may have that others wait for
+    waitable: int = MSCCL.waitable  # thread blocks a GPU may have that others wait for
     received: dict[tuple[int, int], Edge] = field(default_factory=dict)  # (GPU, chunk) -> first
     ends: dict[int, _Ends] = field(default_factory=dict)  # by id(edge): orders, connections
     hold: dict[int, tuple[int, int]] = field(default_factory=dict)  # see _Conn.hold
@@ -173,7 +173,7 @@ class _Plan:
 def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
                     sends_waited: bool, depth: int, favour: frozenset[int] = frozenset(),
                     timed: bool = True, received: dict[tuple[int, int], Edge] | None = None,
-                    waitable: int = MSCCL.max_depid + 1, spread: int | None = None
+                    waitable: int = MSCCL.waitable, spread: int | None = None
                     ) -> tuple[EdgeChannels, list[Fusion]]:
     """Channel of every edge (:data:`EdgeChannels`) and the fusions kept; ``budget``
     bounds steps per tb.
@@ -358,7 +358,7 @@ def spread_channels(edges: tuple[Edge, ...], budget: int, sends_waited: bool) ->
     if sends_waited:
         send_peers = Counter(src for src, _ in load)
         waited = Counter({g: max(n, send_peers[g]) + 2 for g, n in recv_peers.items()})
-    waitable = (MSCCL.max_depid + 1) // max(waited.values(), default=1)
+    waitable = MSCCL.waitable // max(waited.values(), default=1)
     return max(1, min(MSCCL.max_channels, waitable, -(-busiest * SLACK // budget)))
 
 

@@ -213,16 +213,16 @@ def _done(ins: Instr) -> int:
 def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
                      link_order: bool) -> list[Threadblock]:
     """The final thread blocks of one GPU (ids = positions in ``plans``, but thread blocks
-    that others wait for come first when there are more than ``MSCCL.max_depid + 1``)."""
+    that others wait for come first when there are more than ``MSCCL.waitable``)."""
     deps, targets = _dependencies(plans, link_order)
-    if len(plans) > MSCCL.max_depid + 1:  # renumber: waited-for thread blocks first
+    if len(plans) > MSCCL.waitable:  # renumber: waited-for thread blocks first
         perm = sorted(range(len(plans)), key=lambda i: (not targets[i], i))
         new = {old: i for i, old in enumerate(perm)}
         plans = [plans[i] for i in perm]
         targets = [targets[i] for i in perm]
         deps = [[sorted((new[t], s) for t, s in waits) for waits in deps[old]]
                 for old in perm]
-    if any(targets[MSCCL.max_depid + 1:]):
+    if any(targets[MSCCL.waitable:]):
         raise RuntimeLimitError(f"rank position {gpu} needs a dependency on thread block "
                                 f"> {MSCCL.max_depid} (depid has 8 bits): too many thread blocks "
                                 "on one GPU")
