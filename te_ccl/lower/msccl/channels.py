@@ -453,20 +453,47 @@ def _extends(last: Edge, nxt: Edge, c: int, state: _State) -> bool:
     """Does a chain on channel ``c`` ending in ``last`` take ``nxt`` too, fused into it?
     :func:`_fits` of what that hop changes (``last`` now received at ``nxt``'s send
     order, ``nxt``'s receive, the fused step), without building its parts: the check of
-    most hops of the pass."""
+    most hops of the pass, so :func:`_free_channels`, :func:`_pairs_open` and
+    :func:`_steps_fit` of its one pairing are written out here."""
     snd, _, lane = state.ends[id(last)]
     out, rcv, next_lane = state.ends[id(nxt)]
     conn, depth = lane[c], state.depth
     if conn.snd and not _conn_fits(conn, snd, out, depth):
         return False
-    pairing = [(last.dst, last.src, nxt.dst)]
-    if not _free_channels(pairing, state) >> c & 1:
+    g, a, b = last.dst, last.src, nxt.dst  # the fused step's pairing
+    gpu = state.gpus[g]
+    if ((gpu.paired_recv.get(a, 0) | gpu.paired_send.get(b, 0))
+            & ~gpu.paired.get((a, b), 0)) >> c & 1:
         return False
     conn = next_lane[c]
     if conn.snd and not _conn_fits(conn, out, rcv, depth):
         return False
-    return _pairs_open(pairing, c, state) and \
-        _steps_fit([(nxt.dst, nxt.src, None), *pairing], pairing, c, state)
+    side, plan = gpu.sides[c], state.plan
+    paired = a in side.pair_recv
+    if not paired and not (g in plan.hot and (g + c) % RESERVE == 0):
+        b2, a2 = plan.send_of.get((g, a), b), plan.recv_of.get((g, b), a)
+        if (b2 != b and b2 not in side.pair_send) or (a2 != a and a2 not in side.pair_recv):
+            return False
+    # the thread blocks of ``nxt``'s receive on GPU ``b`` and of the fused step on ``g``
+    budget, far = state.budget, state.gpus[b]
+    there = far.sides[c]
+    steps = there.recvs.get(g, 0)
+    partner = there.pair_recv.get(g)
+    if partner is not None:
+        steps += there.sends.get(partner, 0) - there.fused.get((g, partner), 0)
+    if steps >= budget or \
+            side.sends.get(b, 0) + side.recvs.get(a, 0) - side.fused.get((a, b), 0) >= budget:
+        return False
+    new_there, new_send, new_recv = g not in there.recvs, b not in side.sends, a not in side.recvs
+    if not (new_there or new_send or new_recv):
+        return True  # no new thread block (a new pairing only merges two)
+    peers, waitable = MSCCL.max_peers, state.waitable
+    if (new_there and (len(there.recvs) >= peers or far.waited >= waitable)) \
+            or (new_send and len(side.sends) >= peers) \
+            or (new_recv and len(side.recvs) >= peers):
+        return False
+    grow = new_recv + (new_send - (not paired) if state.sends_waited else 0)
+    return grow <= 0 or gpu.waited + grow <= waitable
 
 
 def _conn_fits(conn: _Conn, snd: int, rcv: int, depth: int) -> bool:
