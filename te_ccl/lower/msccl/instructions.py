@@ -159,15 +159,17 @@ def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
             if k not in cur:
                 raise TecclError(f"rank {rank} sends chunk {k} in epoch {e.start} before it "
                                  "holds it")
-            out.append(Instr(g, Op.SEND, k, order, src=cur[k], send=e, reads=(cur[k],)))
+            held = cur[k]  # positional (src, dst, recv, send, reads): millions of them
+            out.append(Instr(g, Op.SEND, k, order, held, None, None, e, (held,)))
             continue
         target = outs.get(k)
         work = scratch_slot(k) if target is None or k in staged else target
         if e.op == "reduce" and k in cur:
-            out.append(Instr(g, Op.RECV_REDUCE_COPY, k, order, src=cur[k], dst=work, recv=e,
-                             reads=(cur[k],), writes=(work,)))
+            held = cur[k]
+            out.append(Instr(g, Op.RECV_REDUCE_COPY, k, order, held, work, e, None, (held,),
+                             (work,)))
         else:
-            out.append(Instr(g, Op.RECV, k, order, dst=work, recv=e, writes=(work,)))
+            out.append(Instr(g, Op.RECV, k, order, None, work, e, None, (), (work,)))
         cur[k] = work
     kept: list[tuple[int, Slot, Slot]] = []  # chunks the rank holds from the start
     last: list[Instr] = []  # copies into the output after every transfer, by chunk
@@ -316,5 +318,4 @@ def _fuse(f: Fusion) -> Instr:
         src, dst, reads, writes = r.src, r.src, r.reads, ()
     else:
         src, dst, reads, writes = r.src, r.dst, r.reads, r.writes
-    return Instr(r.gpu, f.op, r.chunk, s.order, src=src, dst=dst, recv=r.recv, send=s.send,
-                 reads=reads, writes=writes)
+    return Instr(r.gpu, f.op, r.chunk, s.order, src, dst, r.recv, s.send, reads, writes)
