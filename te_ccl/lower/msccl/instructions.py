@@ -241,12 +241,18 @@ def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
     touching: dict[Slot, list[Instr]] = defaultdict(list)
     received = []  # (receive, the slot it writes, its index among the slot's instructions)
     for ins in instrs:
-        receives = ins.op in _RECEIVES
-        for slot in dict.fromkeys(ins.reads + ins.writes):
+        reads, writes = ins.reads, ins.writes
+        if ins.op in _RECEIVES and len(writes) == 1:
+            slot = writes[0]
             seq = touching[slot]
-            if receives and ins.writes == (slot,):
-                received.append((ins, slot, len(seq)))
+            received.append((ins, slot, len(seq)))
             seq.append(ins)
+            for other in reads:
+                if other != slot:
+                    touching[other].append(ins)
+            continue
+        for slot in (reads if not writes else dict.fromkeys(reads + writes)):
+            touching[slot].append(ins)
     chunks = layout.chunks
     found = []
     for r, slot, i in received:
@@ -258,7 +264,7 @@ def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
             continue
         if r.src is not None and r.src != slot and _touched_between(touching[r.src], r, s):
             continue
-        delays = _waits_for_send(touching, r, s)
+        delays = _waits_for_send(touching, r, s, seq[i + 2] if i + 2 < len(seq) else None)
         if r.op is Op.RECV:
             found.append(Fusion(r, s, Op.RECV_COPY_SEND, delays))
             continue
@@ -272,14 +278,21 @@ _RECEIVES = (Op.RECV, Op.RECV_REDUCE_COPY)
 _SEND_ORDER = attrgetter("send.order")
 
 
-def _waits_for_send(touching: dict[Slot, list[Instr]], r: Instr, s: Instr) -> bool:
+def _waits_for_send(touching: dict[Slot, list[Instr]], r: Instr, s: Instr,
+                    after: Instr | None) -> bool:
     """Would fusing delay another step? A fused step is done (and flags the steps that
     wait for it) only once its send has left, where the receive alone would be done on
-    arrival: a step touching its slots before the send arrives would start late."""
-    for slot in dict.fromkeys(r.reads + r.writes):
+    arrival: a step touching its slots before the send arrives would start late.
+    ``after``: the step after ``s`` on the slot ``r`` writes (``s`` reads it next)."""
+    arrive = s.send.arrive
+    if after is not None and after.order[0] < arrive:
+        return True
+    for slot in r.reads:  # the slot written is the one ``after`` is on
+        if slot in r.writes:
+            continue
         seq = touching[slot]
         i = bisect_right(seq, s.order, key=_ORDER)
-        if i < len(seq) and seq[i].order[0] < s.send.arrive:
+        if i < len(seq) and seq[i].order[0] < arrive:
             return True
     return False
 
