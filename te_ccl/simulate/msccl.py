@@ -226,9 +226,11 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
 
     Events are ``(time, code)`` with ``code = step << 12 | hop << 2 | kind``: a send's
     first link ends (``_DONE``), its message reaches the node of hop ``hop`` (``_HOP``) or
-    its peer (``_ARRIVE``). Between events, ``todo`` holds the steps to take as far as
-    they go at ``now`` and, as ``~step``, the steps done at ``now`` (one loop, no call per
-    step: at 1024 GPUs there are millions).
+    its peer (``_ARRIVE``). They are taken in time order, and at one time in code order
+    (the earlier step first), whether they were queued before or at that time. Between
+    events, ``todo`` holds the steps to take as far as they go at ``now`` and, as
+    ``~step``, the steps done at ``now`` (one loop, no call per step: at 1024 GPUs there
+    are millions).
     """
     topo = flat.topo
     links = [topo.link(*k) for k in flat.link_keys]
@@ -251,8 +253,19 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
     tail: dict[int, float] = {}  # when a message's tail reaches the node of its next hop
     stage = [-1] * nsteps       # -1 not reached, 0 dependency, 1 message, 2 slot, 3 running
     waiters: dict[int, list[int]] = {}
-    heap: list[tuple[float, int]] = []
-    push, pop = heapq.heappush, heapq.heappop
+    # the events by time: a list of codes per time, and the times in a heap (at 1024 GPUs
+    # millions of events fall on far fewer times, so the heap orders times, not events)
+    queue: dict[float, list[int]] = {}
+    times: list[float] = []
+    heappush, heappop = heapq.heappush, heapq.heappop
+
+    def push(t: float, code: int) -> None:
+        codes = queue.get(t)
+        if codes is None:
+            queue[t] = [code]
+            heappush(times, t)
+        else:
+            codes.append(code)
 
     def hop(i: int, h: int, now: float) -> None:
         """Put message ``i`` on hop ``h > 0`` of its route at ``now`` (its head is there)."""
@@ -269,16 +282,17 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
         if record:
             used.append((k, i, start, end, end + a))
         if h + 1 == len(hops):
-            push(heap, (end + a, i << 12 | _ARRIVE))
+            push(end + a, i << 12 | _ARRIVE)
         else:
             tail[i] = end + a
-            push(heap, ((start if ct[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP))
+            push((start if ct[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP)
 
     ends = flat.tb_first[1:] + [nsteps]
     todo = [first for first, end in zip(flat.tb_first, ends, strict=True) if first < end]
     todo.reverse()
     now = last = 0.0
-    events = 0
+    queue[now] = current = []  # the codes at ``now``: those from ``pos`` on still to take
+    pos = taking = events = 0
     while True:
         while todo:
             i = todo.pop()
@@ -331,17 +345,27 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
             if record:
                 used.append((k, i, start, end, end + lat[k]))
             if len(hops) == 1:
-                push(heap, (end + lat[k], i << 12 | _ARRIVE))
+                push(end + lat[k], i << 12 | _ARRIVE)
             else:
                 tail[i] = end + lat[k]
-                push(heap, ((start if ct[k] else end) + lat[k], i << 12 | 1 << 2 | _HOP))
-            push(heap, (end, i << 12 | _DONE))
-        if not heap:
-            break
+                push((start if ct[k] else end) + lat[k], i << 12 | 1 << 2 | _HOP)
+            push(end, i << 12 | _DONE)
+        if pos == len(current):  # the events at ``now`` are taken: the next time's
+            if not times:
+                break
+            del queue[now]
+            now = heappop(times)
+            current = queue[now]
+            current.sort()  # in code order, as a heap of (time, code) would give them
+            pos, taking = 0, len(current)
+        elif len(current) != taking:  # an event at ``now`` itself was added
+            current[pos:] = sorted(current[pos:])
+            taking = len(current)
+        code = current[pos]
+        pos += 1
         events += 1
         if not events % CHECK_EVERY:
             check(_REPLAYING)
-        now, code = pop(heap)
         i, kind = code >> 12, code & 3
         if kind == _DONE:
             todo.append(~i)

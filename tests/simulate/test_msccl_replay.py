@@ -135,15 +135,37 @@ def test_the_gpu_count_must_match_the_topology_unless_ranks_are_given():
     assert set(sim.gpu_finish_s) == {"g2", "g3"}
 
 
+@pytest.mark.parametrize("alpha", [0.7 * US, 0.0])
 @pytest.mark.parametrize("buffer,hops", [(False, 1), (True, 2)])
-def test_ring_through_one_switch_is_cut_through_unless_it_buffers(buffer, hops):
+def test_ring_through_one_switch_is_cut_through_unless_it_buffers(buffer, hops, alpha):
     # n-1 sequential steps of GPU -> switch -> GPU; each costs 2α plus the chunk's time on
     # one link (cut-through: both links carry it at once) or on both (store and forward).
-    n, bw, alpha, size = 16, 150e9, 0.7 * US, 2**30
+    # Without α, a message's head enters the switch's link the moment it leaves the GPU:
+    # an event at the replay's current time.
+    n, bw, size = 16, 150e9, 2**30
     star = gen.star(n, bw, alpha, switch=gen.SwitchCaps(buffer=buffer))
     sim = simulate_msccl(ring_allgather(n), star, size)
     assert sim.finish_time_s == pytest.approx((n - 1) * (hops * size / n / bw + 2 * alpha),
                                               rel=1e-9)
+
+
+def test_a_message_entering_a_switch_at_once_takes_its_turn_by_step_order():
+    # g0 -> sw has no α, so g0's second send enters the switch's link to g2 the moment it
+    # starts (at T, after its first), an event the replay adds at its current time. g1's
+    # send reaches the switch at T too (α = T on g1 -> sw). Of two messages at one link at
+    # once, the earlier step of the file goes first: g0's, though its event came later.
+    size, bw = 3000, 1e9
+    t = size / 3 / bw  # one chunk on one link: T
+    nodes = [Node("g0"), Node("g1"), Node("g2"), Node("sw", NodeKind.SWITCH)]
+    links = [Link(g, "sw", bw, t if g == "g1" else 0.0) for g in ("g0", "g1", "g2")] + \
+        [Link("sw", g, bw, 0.0) for g in ("g0", "g1", "g2")]
+    xml = algo("Simple", 3, [tb(0, 2, -1, "s s"), tb(0, 2, -1, "s", off=2),
+                             tb(0, -1, 0, "r r") + tb(1, -1, 1, "r", off=2)])
+    sim = simulate_msccl(xml, Topology.build("t", nodes, links), size, intervals=True)
+    into_g2 = [(i.start_s / t, i.label) for i in sim.intervals if i.dst == "g2"]
+    assert into_g2 == [(0.0, "r0/tb0/s0"), (pytest.approx(1.0), "r0/tb0/s1"),
+                       (pytest.approx(2.0), "r1/tb0/s0")]
+    assert sim.finish_time_s == pytest.approx(3 * t)
 
 
 def test_dgx2_ring_allgather_is_within_a_percent_of_the_bound():
