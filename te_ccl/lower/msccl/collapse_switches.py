@@ -93,8 +93,11 @@ def _edges(schedule: Schedule, firsts: Sequence[Transfer], lasts: Sequence[Trans
     hop = column(name[t.dst] for t in firsts)  # where the first link ends
     start = column(t.start_epoch for t in firsts)
     left = column(t.arrive_epoch for t in firsts)  # off the first link once it arrives
-    arrive = column(t.arrive_epoch for t in lasts)
-    dst = column(name[t.dst] for t in lasts)
+    if lasts is firsts:  # one transfer per path (no switches): its columns again
+        arrive, dst = left, hop
+    else:
+        arrive = column(t.arrive_epoch for t in lasts)
+        dst = column(name[t.dst] for t in lasts)
     op = column(op_of[t.op] for t in lasts)
     if not presorted:  # the fields of a single transfer, in their order
         order = np.lexsort((op, arrive, start, dst, src, chunk))
