@@ -1,15 +1,34 @@
-"""The channel pass compares packed int orders and checks a connection's FIFO depth by
-index arithmetic; both must decide exactly as the order tuples and a check of the whole
-connection would."""
+"""The channel pass compares packed int orders, checks a connection's FIFO depth by
+index arithmetic and writes out the checks of a chain's next hop; each must decide
+exactly as the order tuples, a check of the whole connection and the general checks
+would."""
 
 from __future__ import annotations
 
+from collections import Counter
+from contextlib import suppress
+from functools import partial
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from te_ccl.lower.msccl.channels import _Conn, _conn_fits, _order_keys
+import te_ccl.lower.msccl as lowering
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.errors import RuntimeLimitError
+from te_ccl.lower.msccl import build_program, channels
+from te_ccl.lower.msccl.channels import (
+    _Conn,
+    _conn_fits,
+    _free_channels,
+    _order_keys,
+    _pairs_open,
+    _steps_fit,
+)
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.instructions import packed_order, recv_order, send_order
+from te_ccl.solve import SolveParams, solve
+from te_ccl.spec.topology import load_topology
 
 
 @st.composite
@@ -76,3 +95,45 @@ def test_connection_check_decides_as_the_whole_connection(case):
     recvs = conn.rcv[:]
     recvs.insert(sends.index(snd), rcv)
     assert _conn_fits(conn, snd, rcv, depth) == _fits_whole(sends, recvs, conn.hold, depth)
+
+
+def _extends_in_general(last: Edge, nxt: Edge, c: int, state) -> bool:
+    """The hop check of the channel pass built from the general checks, as :func:`_fits`
+    would make it of what the hop changes."""
+    snd, _, lane = state.ends[id(last)]
+    out, rcv, next_lane = state.ends[id(nxt)]
+    pairing = [(last.dst, last.src, nxt.dst)]
+    return (not lane[c].snd or _conn_fits(lane[c], snd, out, state.depth)) \
+        and bool(_free_channels(pairing, state) >> c & 1) \
+        and (not next_lane[c].snd or _conn_fits(next_lane[c], out, rcv, state.depth)) \
+        and _pairs_open(pairing, c, state) \
+        and _steps_fit([(nxt.dst, nxt.src, None), *pairing], pairing, c, state)
+
+
+@pytest.mark.parametrize("waitable", [None, 6])
+@pytest.mark.parametrize(("topo", "kind"), [("mesh4x4", "allreduce"), ("mesh4x4", "allgather"),
+                                            ("torus4x4", "allgather"), ("dgx1", "allreduce")])
+def test_the_written_out_hop_check_decides_as_the_general_checks(monkeypatch, topo, kind,
+                                                                 waitable):
+    """:func:`_extends` writes out the free-channel, open-pairing and step checks of its one
+    pairing; on every hop of these lowerings (reductions and copies, hot GPUs on a mesh,
+    none on a torus, and with few thread blocks a GPU may have waited for) it must decide
+    as they do."""
+    topology = load_topology(topo)
+    coll = Collective(CollectiveKind(kind), 1 << 30, tuple(range(topology.ngpus)))
+    schedule = solve(topology, coll, SolveParams(backend="scale", time_limit_s=20))
+    fast, seen = channels._extends, Counter()
+
+    def both(last, nxt, c, state):
+        decided = fast(last, nxt, c, state)
+        assert decided == _extends_in_general(last, nxt, c, state)
+        seen[decided] += 1
+        return decided
+
+    monkeypatch.setattr(channels, "_extends", both)
+    if waitable is not None:
+        monkeypatch.setattr(lowering, "assign_channels",
+                            partial(channels.assign_channels, waitable=waitable))
+    with suppress(RuntimeLimitError):  # so few may not fit: the hops checked still count
+        build_program(schedule)
+    assert seen[True] and seen[False]
