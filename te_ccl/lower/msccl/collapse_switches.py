@@ -80,7 +80,10 @@ def _edges(schedule: Schedule, firsts: Sequence[Transfer], lasts: Sequence[Trans
     if not n:
         return ()
     check(LOWERING)
-    names = sorted({t.src for t in firsts} | {t.dst for t in firsts} | {t.dst for t in lasts})
+    ends = {t.dst for t in firsts}
+    if lasts is not firsts:  # paths through switches: their last hops' ends too
+        ends |= {t.dst for t in lasts}
+    names = sorted({t.src for t in firsts} | ends)
     name = {x: i for i, x in enumerate(names)}  # a name's index compares as the name does
     ops = sorted({t.op for t in lasts})
     op_of = {x: i for i, x in enumerate(ops)}
