@@ -251,7 +251,8 @@ def fusion_candidates(instrs: list[Instr], layout: Layout) -> list[Fusion]:
                 if other != slot:
                     touching[other].append(ins)
             continue
-        for slot in (reads if not writes else dict.fromkeys(reads + writes)):
+        both = reads + writes
+        for slot in (both if len(both) == 1 else dict.fromkeys(both)):
             touching[slot].append(ins)
     chunks = layout.chunks
     found = []
