@@ -28,6 +28,7 @@ from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.errors import RuntimeLimitError, SpecError, TecclError, VerificationError
+from te_ccl.nogc import paused_gc
 from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.solve import Judge, solve
@@ -141,7 +142,9 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     if options.fmt == "xml":
         check_loadable(collective)
     timer = Timer(xml=not in_switch, options=options)
-    with until(params.time_limit_s):
+    # no cycle collection: its passes over millions of young objects (the transfers of a
+    # 1024-GPU schedule, built here) would take seconds, and the passes leave no cycles
+    with until(params.time_limit_s), paused_gc():
         search = replace(params, time_limit_s=params.time_limit_s * SEARCH_SHARE)
         schedule = solve_best(topology, collective, search, options.chunk_choices, progress,
                               timer.judge, in_switch)
