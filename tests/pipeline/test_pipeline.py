@@ -127,3 +127,25 @@ def test_cheap_bounds_settle_the_templates_without_replaying_them(monkeypatch):
 
         ring = build_baseline("ring", fc8, coll("allgather", 8, chunks=k))
         assert _busiest_link(ring) <= simulate_schedule(ring).finish_time_s * (1 + 1e-9)
+
+
+def test_a_compile_solves_lowers_and_verifies_without_the_cycle_collector(tmp_path, monkeypatch):
+    """Its passes build millions of objects and no cycles: the collector's passes over
+    them (seconds at 1024 GPUs) are left out, and it is back on afterwards."""
+    import gc
+
+    from te_ccl import pipeline
+
+    seen = []
+    real = pipeline.solve_best
+
+    def solve_seen(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "solve_best", solve_seen)
+    assert gc.isenabled()
+    result = pipeline.compile_collective(
+        load_topology("ring8"), coll("allgather", 8, 10**6), AUTO,
+        pipeline.CompileOptions(output=str(tmp_path / "ag.xml")))
+    assert seen == [False] and gc.isenabled() and result.output
