@@ -319,17 +319,22 @@ def apply_fusions(instrs: list[Instr], fusions: list[Fusion]) -> list[Instr]:
     the send's place, which has the send's ``order``: the result stays sorted."""
     if not fusions:
         return instrs
-    gone = {id(f.recv) for f in fusions}  # by identity: hashing an order hashes its edge
-    fused = {id(f.send): _fuse(f) for f in fusions}
+    gone = {id(f[0]) for f in fusions}  # by identity: hashing an order hashes its edge
+    fused = {id(f[1]): _fuse(f) for f in fusions}
     return [fused.get(id(i), i) for i in instrs if id(i) not in gone]
 
 
+_new = tuple.__new__  # an Instr without the named tuple's constructor (a million fusions)
+_COPY_SEND, _REDUCE_SEND = Op.RECV_COPY_SEND, Op.RECV_REDUCE_SEND
+
+
 def _fuse(f: Fusion) -> Instr:
-    r, s = f.recv, f.send
-    if f.op is Op.RECV_COPY_SEND:
-        src, dst, reads, writes = r.dst, r.dst, (), r.writes
-    elif f.op is Op.RECV_REDUCE_SEND:
-        src, dst, reads, writes = r.src, r.src, r.reads, ()
-    else:
-        src, dst, reads, writes = r.src, r.dst, r.reads, r.writes
-    return Instr(r.gpu, f.op, r.chunk, s.order, src, dst, r.recv, s.send, reads, writes)
+    """The receive's value, moved and sent as the send sends it (fields unpacked: faster
+    than by name)."""
+    r, s, op, _ = f
+    gpu, _, chunk, _, src, dst, recv, _, reads, writes, _ = r
+    if op is _COPY_SEND:  # received into its slot, sent from there
+        src, reads = dst, ()
+    elif op is _REDUCE_SEND:  # added into the local slot, sent from there
+        dst, writes = src, ()
+    return _new(Instr, (gpu, op, chunk, s[3], src, dst, recv, s[7], reads, writes, 1))
