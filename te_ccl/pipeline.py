@@ -143,7 +143,8 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
         check_loadable(collective)
     timer = Timer(xml=not in_switch, options=options)
     # no cycle collection: its passes over millions of young objects (the transfers of a
-    # 1024-GPU schedule, built here) would take seconds, and the passes leave no cycles
+    # 1024-GPU schedule, built here) would take seconds; the few cycles a compile leaves
+    # (a solver's, an exception's) are collected once it is done
     with until(params.time_limit_s), paused_gc():
         search = replace(params, time_limit_s=params.time_limit_s * SEARCH_SHARE)
         schedule = solve_best(topology, collective, search, options.chunk_choices, progress,
