@@ -319,8 +319,8 @@ def apply_fusions(instrs: list[Instr], fusions: list[Fusion]) -> list[Instr]:
     the send's place, which has the send's ``order``: the result stays sorted."""
     if not fusions:
         return instrs
-    gone = {id(f[0]) for f in fusions}  # by identity: hashing an order hashes its edge
-    fused = {id(f[1]): _fuse(f) for f in fusions}
+    gone = {id(f.recv) for f in fusions}  # by identity: hashing an order hashes its edge
+    fused = {id(f.send): _fuse(f) for f in fusions}
     return [fused.get(id(i), i) for i in instrs if id(i) not in gone]
 
 
@@ -329,12 +329,13 @@ _COPY_SEND, _REDUCE_SEND = Op.RECV_COPY_SEND, Op.RECV_REDUCE_SEND
 
 
 def _fuse(f: Fusion) -> Instr:
-    """The receive's value, moved and sent as the send sends it (fields unpacked: faster
-    than by name)."""
+    """The receive's value, moved and sent as the send sends it, one chunk (fields
+    unpacked: faster than by name)."""
     r, s, op, _ = f
     gpu, _, chunk, _, src, dst, recv, _, reads, writes, _ = r
+    _, _, _, order, _, _, _, send, _, _, _ = s
     if op is _COPY_SEND:  # received into its slot, sent from there
         src, reads = dst, ()
     elif op is _REDUCE_SEND:  # added into the local slot, sent from there
         dst, writes = src, ()
-    return _new(Instr, (gpu, op, chunk, s[3], src, dst, recv, s[7], reads, writes, 1))
+    return _new(Instr, (gpu, op, chunk, order, src, dst, recv, send, reads, writes, 1))
