@@ -259,20 +259,21 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
         return _solve_checked(topology, c, params, chunk_choices, progress, timer.judge)
 
     results = []
-    for item in compile_size_ranges(collective, low, high, compile_one):
-        mode = "-inplace" if collective.inplace else ""
-        name = (f"{topology.name}-{collective.kind.value}{mode}-{item.min_bytes}-"
-                f"{item.max_bytes}")
-        options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
-                                 min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
-        schedule, data = render_fitting(item.schedule, options, params, progress, timer)
-        write_atomic(options.output, data)
-        bound = lower_bound(topology, schedule.collective)
-        schedule = schedule.with_info(notes=schedule.info.notes
-                                      + _compile_notes(topology, schedule, timer))
-        results.append(CompileResult(schedule, bound.seconds, dict(bound.parts),
-                                     options.output, min_bytes=item.min_bytes,
-                                     max_bytes=item.max_bytes, timing=timer.timing(schedule)))
+    with paused_gc():  # as in compile_collective: millions of young objects, no cycles
+        for item in compile_size_ranges(collective, low, high, compile_one):
+            mode = "-inplace" if collective.inplace else ""
+            name = (f"{topology.name}-{collective.kind.value}{mode}-{item.min_bytes}-"
+                    f"{item.max_bytes}")
+            options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
+                                     min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
+            schedule, data = render_fitting(item.schedule, options, params, progress, timer)
+            write_atomic(options.output, data)
+            bound = lower_bound(topology, schedule.collective)
+            schedule = schedule.with_info(notes=schedule.info.notes
+                                          + _compile_notes(topology, schedule, timer))
+            results.append(CompileResult(schedule, bound.seconds, dict(bound.parts),
+                                         options.output, min_bytes=item.min_bytes,
+                                         max_bytes=item.max_bytes, timing=timer.timing(schedule)))
     return results
 
 

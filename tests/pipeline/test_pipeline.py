@@ -149,3 +149,22 @@ def test_a_compile_solves_lowers_and_verifies_without_the_cycle_collector(tmp_pa
         load_topology("ring8"), coll("allgather", 8, 10**6), AUTO,
         pipeline.CompileOptions(output=str(tmp_path / "ag.xml")))
     assert seen == [False] and gc.isenabled() and result.output
+
+
+def test_a_size_library_compiles_every_size_without_the_cycle_collector(tmp_path, monkeypatch):
+    """The size library's compiles are compiles too (see the test above)."""
+    import gc
+
+    from te_ccl import pipeline
+
+    seen = []
+    real = pipeline._solve_checked
+
+    def solve_seen(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "_solve_checked", solve_seen)
+    results = pipeline.compile_size_library(load_topology("ring8"), coll("allgather", 8),
+                                            AUTO, 1000, 1 << 20, str(tmp_path / "lib"))
+    assert len(seen) >= 2 and not any(seen) and gc.isenabled() and len(results) >= 2
