@@ -129,6 +129,23 @@ def test_cheap_bounds_settle_the_templates_without_replaying_them(monkeypatch):
         assert _busiest_link(ring) <= simulate_schedule(ring).finish_time_s * (1 + 1e-9)
 
 
+def _collector_states(monkeypatch, name: str) -> list[bool]:
+    """Whether the cycle collector is on at each call of ``te_ccl.pipeline.<name>``."""
+    import gc
+
+    from te_ccl import pipeline
+
+    seen: list[bool] = []
+    real = getattr(pipeline, name)
+
+    def recorded(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, name, recorded)
+    return seen
+
+
 def test_a_compile_solves_lowers_and_verifies_without_the_cycle_collector(tmp_path, monkeypatch):
     """Its passes build millions of objects and no cycles: the collector's passes over
     them (seconds at 1024 GPUs) are left out, and it is back on afterwards."""
@@ -136,14 +153,7 @@ def test_a_compile_solves_lowers_and_verifies_without_the_cycle_collector(tmp_pa
 
     from te_ccl import pipeline
 
-    seen = []
-    real = pipeline.solve_best
-
-    def solve_seen(*args, **kwargs):
-        seen.append(gc.isenabled())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "solve_best", solve_seen)
+    seen = _collector_states(monkeypatch, "solve_best")
     assert gc.isenabled()
     result = pipeline.compile_collective(
         load_topology("ring8"), coll("allgather", 8, 10**6), AUTO,
@@ -157,14 +167,7 @@ def test_a_size_library_compiles_every_size_without_the_cycle_collector(tmp_path
 
     from te_ccl import pipeline
 
-    seen = []
-    real = pipeline._solve_checked
-
-    def solve_seen(*args, **kwargs):
-        seen.append(gc.isenabled())
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(pipeline, "_solve_checked", solve_seen)
+    seen = _collector_states(monkeypatch, "_solve_checked")
     results = pipeline.compile_size_library(load_topology("ring8"), coll("allgather", 8),
                                             AUTO, 1000, 1 << 20, str(tmp_path / "lib"))
     assert len(seen) >= 2 and not any(seen) and gc.isenabled() and len(results) >= 2
