@@ -89,10 +89,12 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         raise SpecError(f"expected a positive integer or auto, got {chunks!r}", key="chunks")
     coll = _collective(topo, collective, spec, size=size, chunks=chunks, ranks=ranks,
                        root=root, inplace=inplace, proto=proto)
-    if output is not None:
-        from te_ccl.outputs import check_output_file
+    from te_ccl.outputs import check_output_dir, check_output_file
 
+    if output is not None:
         check_output_file(output, key="output")
+    if fred_tables is not None:
+        check_output_dir(fred_tables, key="fred_tables")
     if fmt is None:
         fmt = "json" if output is not None and Path(output).suffix == ".json" else "xml"
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,

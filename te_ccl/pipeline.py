@@ -29,7 +29,7 @@ from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.errors import RuntimeLimitError, SpecError, TecclError, VerificationError
 from te_ccl.nogc import paused_gc
-from te_ccl.outputs import write_atomic
+from te_ccl.outputs import make_output_dir, path_component, write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.solve import Judge, solve
 from te_ccl.topology.model import Topology
@@ -235,7 +235,9 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     """One algorithm per size range of ``[low, high]`` written to ``out_dir``, as MSCCL
     algorithm libraries ship them: each file's ``minBytes``/``maxBytes`` cover its range, so
     the runtime picks the one compiled for the message size at hand. Files are named
-    ``TOPOLOGY-KIND[-inplace]-MIN-MAX.FMT``, so both buffer modes fit one directory.
+    ``TOPOLOGY-KIND[-inplace]-MIN-MAX.FMT`` (one path component: :func:`path_component`),
+    so both buffer modes fit one directory; ``out_dir`` is created with the first file if
+    missing (its parent is not).
 
     Rooted collectives are refused: the runtime would pick these files by size for
     every root (and has no entry point for gather and scatter).
@@ -262,9 +264,10 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     with paused_gc():  # as in compile_collective: millions of young objects, no cycles
         for item in compile_size_ranges(collective, low, high, compile_one):
             mode = "-inplace" if collective.inplace else ""
-            name = (f"{topology.name}-{collective.kind.value}{mode}-{item.min_bytes}-"
-                    f"{item.max_bytes}")
-            options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
+            name = path_component(f"{topology.name}-{collective.kind.value}{mode}-"
+                                  f"{item.min_bytes}-{item.max_bytes}")
+            folder = make_output_dir(out_dir)
+            options = CompileOptions(output=str(folder / f"{name}.{fmt}"), fmt=fmt,
                                      min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
             schedule, data = render_fitting(item.schedule, options, params, progress, timer)
             write_atomic(options.output, data)

@@ -38,7 +38,7 @@ def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
     """Build baseline KIND (ring, ring-bidir, tree, direct, hierarchical) on TOPOLOGY."""
     from te_ccl.cli.simulate import sim_summary, sim_tables
     from te_ccl.errors import SpecError
-    from te_ccl.outputs import write_atomic
+    from te_ccl.outputs import check_output_file, path_component, write_atomic
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
 
@@ -55,9 +55,12 @@ def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
     topo = load_topology(topology)
     coll = load_collective(topo, spec, **flags)
     fmt = kw["fmt"] or ("json" if (kw["output"] or "").endswith(".json") else "xml")
-    output = kw["output"] or f"{topo.name}-{coll.kind.value}-{kind}.{fmt}"
+    output = kw["output"] or path_component(f"{topo.name}-{coll.kind.value}-{kind}.{fmt}")
     if output == "-" and kw["as_json"]:
         raise SpecError("-o - and --json both want stdout; pick one", key="--output")
+    check_output_file(output, key="--output")
+    if kw["timeline"]:
+        check_output_file(kw["timeline"], key="--timeline")
     sched, sim = (_fastest_chunking if auto else _built)(kind, topo, coll)
     if fmt == "json":
         data = sched.to_json().encode()

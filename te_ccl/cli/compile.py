@@ -18,7 +18,7 @@ from te_ccl.cli.common import (
 )
 from te_ccl.deadline import TimeLimitReached
 from te_ccl.errors import SpecError
-from te_ccl.outputs import check_output_file
+from te_ccl.outputs import check_output_dir, check_output_file, path_component
 from te_ccl.topology.model import Topology
 from te_ccl.units import format_bandwidth, format_size, format_time
 
@@ -81,6 +81,10 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
                         key="--output")
     if sizes is None:
         check_output_file(output, key="--output")
+    else:
+        check_output_dir(output, key="--output")
+    if kw["fred_tables"]:
+        check_output_dir(kw["fred_tables"], key="--fred-tables")
     solver = {"backend": kw["backend"], "time_limit_s": kw["time_limit"],
               "threads": kw["threads"], "seed": kw["seed"], "epoch": kw["epoch"],
               "max_horizon": kw["max_horizon"]}
@@ -121,7 +125,8 @@ def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,
 def _output(output: str | None, fmt: str | None, topo: Topology, kind: str,
             library: bool) -> tuple[str, str]:
     """The output path and format: the suffix decides, else xml, or json on a fabric whose
-    switches reduce (an explicit xml there is refused before solving)."""
+    switches reduce (an explicit xml there is refused before solving). The default path
+    is one file name in the working directory, whatever the topology's name."""
     from te_ccl.lower.fred import check_msccl_can_express, reducing_switches
 
     if fmt is None:
@@ -131,8 +136,8 @@ def _output(output: str | None, fmt: str | None, topo: Topology, kind: str,
     if fmt == "xml":
         check_msccl_can_express(topo)
     if library:
-        return (output or f"{topo.name}-{kind}-algorithms"), fmt
-    return (output or f"{topo.name}-{kind}.{fmt}"), fmt
+        return (output or path_component(f"{topo.name}-{kind}-algorithms")), fmt
+    return (output or path_component(f"{topo.name}-{kind}.{fmt}")), fmt
 
 
 def _maybe_time(t: float | None) -> str:

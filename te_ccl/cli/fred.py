@@ -42,6 +42,7 @@ from te_ccl.fred import (
     strategy_means,
     sweep_points,
 )
+from te_ccl.outputs import check_output_dir, check_output_file
 from te_ccl.units import UnitError, parse_size
 
 __all__ = ["fred"]
@@ -75,6 +76,8 @@ def _tree(sw: FredSwitch, node: Tree, depth: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
 def show_cmd(ports: int, m: int, name: str, depth: int, draw: str | None, as_json: bool) -> None:
     """The recursive structure of FRED_m(P)."""
+    if draw:
+        check_output_file(draw, key="--draw")
     sw = build_fred(ports, m, name)
     if draw:
         draw_switch(sw, draw)
@@ -139,6 +142,8 @@ def _split_json(split: PhaseSplit) -> list[dict[str, Any]]:
 def route_cmd(ports: int | None, m: int | None, flows: tuple[str, ...], phase_file: str | None,
               tables: str | None, as_json: bool) -> None:
     """Route the flows of one phase on FRED_m(P) by conflict-graph colouring."""
+    if tables:
+        check_output_dir(tables, key="--tables")
     file_ports, file_m, given = _load_phase_file(phase_file) if phase_file else (None, None, [])
     given += [_parse_flow(t, len(given) + i) for i, t in enumerate(flows)]
     if not given:
@@ -207,6 +212,8 @@ def phase_cmd(fabric_name: str, strategy: str, kind: str, size: str, npus: int,
     """Compile one 3D-parallel phase's concurrent collectives on a fabric."""
     from te_ccl.lower.fred import write_fred_tables
 
+    if tables:
+        check_output_dir(tables, key="--tables")
     fab, strat = fabric(fabric_name, npus), parse_strategy(strategy, npus)
     result = compile_phase(fab, strat, kind, _size(size))
     if result is None:
@@ -249,6 +256,10 @@ def collective_cmd(topology: str, kind: str, size: str, ranks: str, chunks: int,
     from te_ccl.outputs import write_atomic
     from te_ccl.spec.topology import load_topology
 
+    if output:
+        check_output_file(output, key="-o")
+    if tables:
+        check_output_dir(tables, key="--tables")
     topo = load_topology(topology)
     rank_list = tuple(range(topo.ngpus)) if ranks == "all" else _ranks(ranks)
     if kind in ("broadcast", "reduce") and root is None:
@@ -301,6 +312,8 @@ def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], n
                  plot: str | None, as_json: bool) -> None:
     """Iteration time, exposed communication and speedup of workloads: FRED variants vs the
     mesh, with every assumption printed and the paper's figures alongside."""
+    if plot:
+        check_output_file(plot, key="--plot")
     names = shipped_workloads() if workload == "all" else [workload]
     points = sweep_points(Assumptions(), [parse_sweep(x) for x in sweeps])
     runs = []

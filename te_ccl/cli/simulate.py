@@ -41,6 +41,10 @@ def simulate_cmd(first: str, second: str | None, size: str | None, timeline: Pat
     """Replay SCHEDULE (teccl JSON or MSCCL XML) on TOPOLOGY with link contention.
 
     TOPOLOGY may be left out for an XML file teccl wrote (it names its topology)."""
+    if timeline is not None:
+        from te_ccl.outputs import check_output_file
+
+        check_output_file(timeline, key="--timeline")
     topology, schedule = (first, Path(second)) if second is not None else (None, Path(first))
     try:
         with open(schedule, "rb") as f:

@@ -28,7 +28,7 @@ _RESULT_FIELDS = ("name", "key", "status", "reason", "topology", "collective", "
 @click.command("sweep")
 @click.argument("grid", type=click.Path(dir_okay=False))
 @click.option("-o", "--output", "out_dir", required=True, metavar="DIR",
-              help="Results directory (created; reused to resume).")
+              help="Results directory (created in an existing directory; reused to resume).")
 @click.option("--workers", type=int, default=None, metavar="N",
               help="Local worker processes (default: the CPUs this process may use).")
 @click.option("--ray-address", metavar="ADDR",
@@ -45,17 +45,18 @@ def sweep_cmd(ctx: click.Context, grid: str, out_dir: str, workers: int | None,
     with the same inputs and teccl version are skipped. Exit 0 if every point succeeded,
     1 if some failed.
     """
+    from te_ccl.outputs import check_output_dir
     from te_ccl.sweep.driver import plan_sweep
     from te_ccl.sweep.grid import load_grid
     from te_ccl.sweep.points import expand_grid
     from te_ccl.sweep.store import ResultStore
 
     start = time.monotonic()
+    check_output_dir(out_dir, key="--output")
     g = load_grid(grid)
     points = expand_grid(g)
     executor = _executor(workers, ray_address)
     store = ResultStore(out_dir)
-    store.prepare()
     plan = plan_sweep(points, store, retry_failed=retry_failed)
     if not is_quiet():
         err_console.print(f"sweep {g.name}: {len(points)} points, {len(plan.done)} already done, "
@@ -129,7 +130,10 @@ def _run_with_progress(plan: Any, store: Any, executor: Any) -> Any:
 def _summary(g: Any, out_dir: str, executor: str, outcome: Any, wall_s: float) -> dict[str, Any]:
     records = [outcome.records.get(p.key, {"name": p.name, "key": p.key, "status": "pending"})
                for p in outcome.points]
-    msccl = sorted({f"{out_dir}/msccl/{p.topology.name}" for p in outcome.points})
+    from te_ccl.sweep.store import ResultStore
+
+    store = ResultStore(out_dir)
+    msccl = sorted({str(store.msccl_dir(p.topology.name)) for p in outcome.points})
     return {
         "grid": g.file, "name": g.name, "output": out_dir, "executor": executor,
         "points": len(outcome.points), "skipped": outcome.skipped,

@@ -12,7 +12,7 @@ from rich.table import Table
 
 from te_ccl.cli.common import emit_json, out_console, progress_status
 from te_ccl.errors import SpecError
-from te_ccl.outputs import write_atomic
+from te_ccl.outputs import check_output_file, write_atomic
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology.metrics import link_groups, summarize
 from te_ccl.topology.model import Topology
@@ -154,6 +154,8 @@ def import_command(file: str, output: str, arch: str | None, nvswitch_links: int
     from te_ccl.spec.yamlio import parse_yaml
     from te_ccl.units import UnitError, parse_bandwidth
 
+    check_output_file(output, key="--output")
+
     def bandwidth(text: str | None, key: str) -> float | None:
         try:
             return parse_bandwidth(text) if text else None
@@ -201,6 +203,7 @@ def calibrate_command(topology: str, measurements: tuple[str, ...], collective: 
     from te_ccl.topology.nccl_tests import read_nccl_tests
     from te_ccl.units import format_bandwidth, format_time
 
+    check_output_file(output, key="--output")
     topo = load_topology(topology)
     if collective is not None and collective not in ALGORITHMS:
         raise SpecError(f"expected one of {', '.join(ALGORITHMS)}, got {collective!r}",

@@ -36,7 +36,7 @@ from te_ccl.fred.ops import CLASSES
 from te_ccl.fred.routing import check_ports
 from te_ccl.fred.switch import FredSwitch
 from te_ccl.fred.wafer import Wafer, wafer_from_topology
-from te_ccl.outputs import write_atomic
+from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -214,14 +214,13 @@ def _csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
 
 def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric,
                       out_dir: str | Path) -> dict[str, Any]:
-    """Write ``flows.csv``, ``uswitches.csv``, ``phases.csv`` and ``tables.json`` atomically.
+    """Write ``flows.csv``, ``uswitches.csv``, ``phases.csv`` and ``tables.json`` atomically
+    into ``out_dir`` (created if missing, its parent not: :func:`make_output_dir`).
 
     Returns a summary: paths written, phases, flows, config bytes per switch and fits.
     """
     tables = lower_to_fred_tables(phases, wafer)
-    out = Path(out_dir)
-    if out.exists() and not out.is_dir():
-        raise SpecError("expected a directory", file=str(out))
+    out = make_output_dir(out_dir)
     files = {"flows.csv": _csv(tables["flows"], FLOW_COLUMNS),
              "uswitches.csv": _csv(tables["uswitches"], USWITCH_COLUMNS),
              "phases.csv": _csv(tables["phases"], PHASE_COLUMNS),

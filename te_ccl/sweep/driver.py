@@ -62,11 +62,13 @@ def _cost(point: Point) -> int:
 
 def run_sweep(plan: SweepPlan, store: ResultStore, executor: Executor, *,
               on_record: OnRecord | None = None) -> SweepOutcome:
-    """Run ``plan.todo`` on ``executor``; every result is stored the moment it arrives.
+    """Run ``plan.todo`` on ``executor``; every result is stored the moment it arrives
+    (the results directory is created first if missing, :meth:`ResultStore.prepare`).
 
     On KeyboardInterrupt the index is still written (unfinished points as ``pending``)
     and the interrupt re-raised, after the executor has cancelled what was queued.
     """
+    store.prepare()
     outcome = SweepOutcome(plan.points, dict(plan.done), skipped=len(plan.done))
     try:
         for _point, result in executor.run(plan.todo):

@@ -23,6 +23,7 @@ from te_ccl import __version__
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective.model import Collective
 from te_ccl.errors import SpecError
+from te_ccl.outputs import path_component
 from te_ccl.spec.collective import load_collective
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.sweep.grid import CollectiveEntry, Grid, SizeRange
@@ -33,7 +34,8 @@ __all__ = ["Point", "expand_grid", "point_key"]
 
 @dataclass(frozen=True)
 class Point:
-    """One algorithm to compile; ``name`` is its deterministic file stem."""
+    """One algorithm to compile; ``name`` is its deterministic file stem (one safe path
+    component, whatever the topology's name)."""
 
     key: str
     name: str
@@ -81,11 +83,12 @@ def expand_grid(grid: Grid) -> list[Point]:
     """All points of ``grid`` in file order (topology, collective, size, chunks, inplace,
     proto, backend); raises SpecError naming the grid file and key of the first bad one."""
     topologies = [_topology(grid, i, ref) for i, ref in enumerate(grid.topologies)]
-    names = [t.name for t in topologies]
+    names = [path_component(t.name) for t in topologies]
     for i, name in enumerate(names):
         if name in names[:i]:
-            raise SpecError(f"another topology is also named {name!r}; algorithm directories "
-                            "are per topology name", file=grid.file, key=f"topologies[{i}]")
+            raise SpecError(f"another topology's name also makes the directory name "
+                            f"{name!r}; algorithm directories are per topology name",
+                            file=grid.file, key=f"topologies[{i}]")
     points: list[Point] = []
     seen: dict[str, str] = {}
     for topo in topologies:
@@ -121,7 +124,7 @@ def _point(grid: Grid, topo: Topology, coll: Collective, size: SizeRange, backen
         parts.append(f"n{coll.nranks}")
     parts += ["ip" if coll.inplace else "oop", size.label, f"c{coll.chunks_per_rank}",
               coll.proto, backend, key[:8]]
-    return Point(key, "-".join(parts), size, params, topo, coll)
+    return Point(key, path_component("-".join(parts)), size, params, topo, coll)
 
 
 def _topology(grid: Grid, index: int, ref: str) -> Topology:

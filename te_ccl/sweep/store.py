@@ -7,6 +7,10 @@ Layout::
     DIR/records/KEY.json          one record per finished point (ok, failed or timeout)
     DIR/msccl/TOPOLOGY/NAME.xml   MSCCL_ALGO_DIR for a cluster of that topology
 
+Names from the grid's inputs enter paths only as one safe component each
+(:func:`te_ccl.outputs.path_component`), and every directory is created as one new entry
+of an existing one, never through a symbolic link (:func:`te_ccl.outputs.make_output_dir`).
+
 A point's XML is written before its record, and both atomically, so a record on disk
 means the point is complete — that is what resume trusts, and why Ctrl-C loses
 nothing that finished. Several points may serve the same messages (chunkings,
@@ -24,12 +28,12 @@ import csv
 import hashlib
 import io
 import json
+import stat
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from te_ccl.errors import SpecError
-from te_ccl.outputs import write_atomic
+from te_ccl.outputs import make_output_dir, path_component, write_atomic
 from te_ccl.sweep.points import Point
 from te_ccl.sweep.run import PointResult
 
@@ -52,15 +56,22 @@ class ResultStore:
         self.root = Path(root)
 
     def prepare(self) -> None:
-        """Create the directory now, so an unusable ``-o`` fails before any point runs."""
-        try:
-            (self.root / "records").mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            raise SpecError(f"cannot create the results directory ({e.strerror})",
-                            file=str(self.root), key="--output") from None
+        """Create the directory (one new entry of an existing directory) and its
+        ``records/`` before any point runs, so an unusable one fails first."""
+        make_output_dir(self.root, key="--output")
+        make_output_dir(self.root / "records")
 
     def record_path(self, point: Point) -> Path:
         return self.root / "records" / f"{point.key}.json"
+
+    def msccl_dir(self, topology_name: str) -> Path:
+        """The ``MSCCL_ALGO_DIR`` of a topology (its name as one path component)."""
+        return self.root / "msccl" / path_component(topology_name)
+
+    @staticmethod
+    def xml_path(name: str) -> str:
+        """Where the XML of the point named ``name`` is, relative to the results directory."""
+        return f"points/{name}.xml"
 
     def load(self, point: Point) -> dict[str, Any] | None:
         """The stored record of ``point`` if it is complete (its XML intact), else None."""
@@ -71,9 +82,11 @@ class ResultStore:
         if not isinstance(record, dict) or record.get("key") != point.key:
             return None
         if record.get("status") == "ok":
+            if record.get("xml") != self.xml_path(point.name):
+                return None  # only the point's own file is trusted (and later copied)
             try:
                 data = (self.root / record["xml"]).read_bytes()
-            except (OSError, KeyError, TypeError):
+            except OSError:
                 return None
             if hashlib.sha256(data).hexdigest() != record.get("xml_sha256"):
                 return None
@@ -83,7 +96,8 @@ class ResultStore:
         """Write the point's XML (if any), then its record; returns the stored record."""
         record = dict(result.record)
         if result.xml is not None:
-            rel = f"points/{record['name']}.xml"
+            rel = self.xml_path(record["name"])
+            make_output_dir(self.root / "points")
             write_atomic(self.root / rel, result.xml)
             record["xml"] = rel
             record["xml_sha256"] = hashlib.sha256(result.xml).hexdigest()
@@ -119,16 +133,17 @@ class ResultStore:
 
     def _publish(self, points: list[Point], records: dict[str, dict[str, Any]],
                  winners: set[str]) -> None:
-        keep: dict[Path, set[str]] = {self.root / "msccl" / p.topology.name: set() for p in points}
+        keep: dict[Path, set[str]] = {self.msccl_dir(p.topology.name): set() for p in points}
         for p in points:
             if p.key in winners:
-                folder = self.root / "msccl" / p.topology.name
+                make_output_dir(self.root / "msccl")
+                folder = make_output_dir(self.msccl_dir(p.topology.name))
                 write_atomic(folder / f"{p.name}.xml",
-                             (self.root / records[p.key]["xml"]).read_bytes())
+                             (self.root / self.xml_path(p.name)).read_bytes())
                 keep[folder].add(f"{p.name}.xml")
         for folder, names in keep.items():
             for stale in folder.glob("*.xml") if folder.is_dir() else ():
-                if stale.name not in names:
+                if stale.name not in names and not stat.S_ISDIR(stale.lstat().st_mode):
                     stale.unlink()
 
 

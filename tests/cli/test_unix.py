@@ -84,6 +84,7 @@ def test_unwritable_plots_exit_2_in_one_line(teccl, tmp_path, args):
 def test_sigterm_during_the_final_write_leaves_no_temporary_file(tmp_path):
     """The child sends itself SIGTERM while the temporary file exists."""
     target = tmp_path / "out" / "x.xml"
+    target.parent.mkdir()
     script = (
         "import os, signal\n"
         "import te_ccl.outputs as o\n"

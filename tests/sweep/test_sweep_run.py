@@ -170,7 +170,7 @@ def test_unusable_output_directory_is_exit_2_before_any_point(two_ok, teccl, tmp
     blocker = tmp_path / "file"
     blocker.write_text("not a directory")
     code, _, err = teccl("sweep", two_ok, "-o", str(blocker / "out"))
-    assert code == 2 and "--output" in err and "results directory" in err
+    assert code == 2 and "--output" in err and f"{blocker} is not a directory" in err
 
 
 def test_larger_points_are_run_first(grid_file, tmp_path):
