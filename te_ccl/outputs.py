@@ -155,16 +155,6 @@ def _writable(directory: Path, target: Path, key: str | None) -> None:
     os.unlink(probe)
 
 
-def _name_fits(target: Path, key: str | None) -> None:
-    try:
-        limit = os.pathconf(target.parent, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        limit = 255
-    if len(os.fsencode(target.name)) > limit:
-        raise SpecError(f"the file name is longer than the {limit} bytes the directory "
-                        "allows", file=str(target), key=key)
-
-
 def check_output_file(path: str | os.PathLike, key: str | None = None) -> None:
     """Refuse, before any work, a file output that could not be written or would replace
     something other than a regular file (the module doc's rules; ``key`` names the flag)."""
@@ -176,7 +166,6 @@ def check_output_file(path: str | os.PathLike, key: str | None = None) -> None:
     target = Path(path)
     _check_entry(target, key)
     _directory(target.parent, target, key)
-    _name_fits(target, key)
     _writable(target.parent, target, key)
 
 
