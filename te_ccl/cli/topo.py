@@ -124,10 +124,12 @@ def show_command(topology: str, as_json: bool) -> None:
 @click.argument("file")
 @click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
               help="Topology YAML to write; '-' for stdout.")
-@click.option("--arch", metavar="GEN", help="GPU generation when the dump does not say: "
-              "an sm number (80, 90) or a gfx target (gfx90a, gfx942).")
+@click.option("--arch", metavar="GEN", help="GPU generation when the dump does not say (or "
+              "says wrongly): an sm number (80, 90) or a gfx target (gfx90a, gfx942).")
 @click.option("--nvswitch-links", type=int, metavar="N", help="For XML that lists no NVLinks "
               "(cloud NCCL_TOPO_FILEs): every GPU has N NVLinks to an NVSwitch (needs --arch).")
+@click.option("--gpus", type=int, metavar="N", help="For XML that lists no GPUs (cloud "
+              "NCCL_TOPO_FILEs): the machine has N GPUs, spread over its CPUs (needs --arch).")
 @click.option("--nic-bw", metavar="BW", help="Network rate of every NIC port (e.g. 200Gbps), "
               "for dumps that do not give it.")
 @click.option("--nodes", type=int, default=1, show_default=True,
@@ -138,13 +140,14 @@ def show_command(topology: str, as_json: bool) -> None:
               "400Gbps); fat-tree default: full bisection; rail default: no spine.")
 @click.option("--name", metavar="NAME", help="Topology name (default: the file's stem).")
 def import_command(file: str, output: str, arch: str | None, nvswitch_links: int | None,
-                   nic_bw: str | None, nodes: int, fabric: str, spine_bw: str | None,
-                   name: str | None) -> None:
+                   gpus: int | None, nic_bw: str | None, nodes: int, fabric: str,
+                   spine_bw: str | None, name: str | None) -> None:
     """Turn a topology dump into a topology YAML, with a sanity report on stderr.
 
     FILE is NCCL/RCCL topology XML (NCCL_TOPO_DUMP_FILE, a cloud NCCL_TOPO_FILE),
     `nvidia-smi topo -m` or `rocm-smi --showtopo` output. Every command that takes a
-    topology also accepts such a file directly.
+    topology also accepts such a file directly. Quirks of the dump that are skipped
+    rather than refused print one warning line each.
     """
     from dataclasses import replace
 
@@ -163,14 +166,18 @@ def import_command(file: str, output: str, arch: str | None, nvswitch_links: int
             raise SpecError(str(e), key=key) from None
 
     result = import_file(file, ImportOptions(
-        arch=arch, nvswitch_links=nvswitch_links, nic_Bps=bandwidth(nic_bw, "--nic-bw"),
+        arch=arch, nvswitch_links=nvswitch_links, gpus=gpus,
+        nic_Bps=bandwidth(nic_bw, "--nic-bw"),
         nodes=nodes, fabric=fabric, spine_Bps=bandwidth(spine_bw, "--spine-bw")))
     topo = replace(result.topology, name=name) if name else result.topology
     report = result.report.lines()
     text = topology_yaml(topo, [f"Imported by `teccl topo import` from {file} "
-                                f"({result.format}).", "Sanity report:"] + report)
+                                f"({result.format}).", "Sanity report:"]
+                         + result.report.lines(warnings=True))
     topology_from_data(parse_yaml(text, output), output)  # what we write must load back
     write_atomic(output, text)
+    for warning in result.report.warnings:
+        click.echo(f"warning: {warning}", err=True)
     click.echo(f"{topo.name}: {topo.ngpus} GPUs, {len(topo.switches)} switches, "
                f"{len(topo.links)} directed links", err=True)
     for line in report:

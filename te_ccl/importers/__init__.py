@@ -24,13 +24,15 @@ _SNIFF_BYTES = 4096
 
 @dataclass(frozen=True)
 class ImportOptions:
-    """``arch``: GPU generation where the dump does not name it (``90``, ``gfx942``);
-    ``nvswitch_links``: NVLinks per GPU to an NVSwitch, for XML that lists none;
+    """``arch``: GPU generation (``90``, ``gfx942``), where the dump does not name it or
+    names it wrongly; ``nvswitch_links``: NVLinks per GPU to an NVSwitch, and ``gpus``:
+    how many GPUs, for XML that lists none;
     ``nic_Bps``: the network rate of every NIC port (dumps often do not carry it);
     ``nodes``/``fabric``/``spine_Bps``: compose a cluster of that many copies."""
 
     arch: str | None = None
     nvswitch_links: int | None = None
+    gpus: int | None = None
     nic_Bps: float | None = None
     nodes: int = 1
     fabric: str = "rail"
@@ -46,12 +48,15 @@ class Imported:
 
 def sniff_format(path: Path) -> str | None:
     """``nccl-xml``, ``nvidia-smi``, ``rocm-smi`` or None, from the first bytes of ``path``."""
+    from te_ccl.importers.smi_matrix import strip_terminal_codes
+
     try:
         with open(path, "rb") as fh:
             head = fh.read(_SNIFF_BYTES)
     except OSError:
         return None
-    text = head.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+    text, _ = strip_terminal_codes(head.decode("utf-8", errors="replace"))
+    text = text.lstrip("\ufeff \t\r\n")
     if text.startswith("<"):
         return "nccl-xml"
     if "between two GPUs" in text:
@@ -72,10 +77,12 @@ def read_machine(path: Path, label: str, options: ImportOptions) -> tuple[Machin
         raise SpecError("not a topology dump; expected NCCL topology XML, `nvidia-smi topo "
                         "-m` or `rocm-smi --showtopo` output", file=label, line=1)
     if kind == "nccl-xml":
-        return nccl_xml.read_nccl_xml(path, label, options.arch, options.nvswitch_links), kind
-    if options.nvswitch_links is not None:
-        raise SpecError("--nvswitch-links applies to NCCL topology XML only",
-                        key="--nvswitch-links")
+        return nccl_xml.read_nccl_xml(path, label, options.arch, options.nvswitch_links,
+                                      options.gpus), kind
+    for key, value in (("--nvswitch-links", options.nvswitch_links), ("--gpus", options.gpus)):
+        if value is not None:
+            raise SpecError(f"applies to NCCL topology XML only; {label} is {kind} output",
+                            key=key)
     return smi_matrix.read_smi(path, label, kind, options.arch), kind
 
 

@@ -57,6 +57,9 @@ _NVLINK: dict[str, tuple[float, str]] = {
 
 # AMD gfx target (RCCL's ``gcn`` attribute; "910" is its numeric spelling of gfx90a).
 _XGMI: dict[str, tuple[float, str]] = {
+    "gfx906": (50 * _GB, "MI50/MI60 (gfx906): 2 Infinity Fabric links, 200 GB/s peer "
+                         "bidirectional = 50 GB/s per direction per link (AMD Radeon Instinct "
+                         "MI50/MI60 launch announcement)"),
     "gfx908": (46 * _GB, "MI100 (gfx908): 3 Infinity Fabric links, 276 GB/s peer "
                          "bidirectional = 46 GB/s per direction per link (AMD Instinct MI100 "
                          "data sheet)"),
@@ -66,7 +69,10 @@ _XGMI: dict[str, tuple[float, str]] = {
                          "bidirectional = 64 GB/s per direction per link (AMD Instinct MI300X "
                          "data sheet)"),
 }
-_GCN_ALIASES = {"908": "gfx908", "910": "gfx90a", "gfx940": "gfx942", "gfx941": "gfx942"}
+# RCCL writes some targets as bare numbers ("910" is gfx90a); gfx940 and gfx941 are the
+# early MI300 targets, of the same Infinity Fabric generation as gfx942.
+_GCN_ALIASES = {"906": "gfx906", "908": "gfx908", "910": "gfx90a", "940": "gfx942",
+                "941": "gfx942", "942": "gfx942", "gfx940": "gfx942", "gfx941": "gfx942"}
 
 NVLINK_LATENCY = Figure(0.7e-6, "alpha 0.7 us per NVLink/xGMI hop: the TE-CCL NDv2 model's "
                                 "value, not measured here (fit it with `teccl topo calibrate`)")
@@ -138,13 +144,16 @@ def pcie_Bps(link_speed: str, link_width: int) -> float | None:
 
 
 def pcie_default(arch: str | None) -> Figure:
-    """A PCIe x16 link of the generation a GPU of ``arch`` ships with, when the dump is silent."""
-    gen = {"60": 3, "70": 3, "75": 3, "80": 4, "86": 4, "90": 5, "100": 5,
-           "gfx908": 4, "gfx90a": 4, "gfx942": 5}.get(canonical_gcn(arch or ""), 4)
+    """A PCIe x16 link of the generation a GPU of ``arch`` ships with, when the dump is silent
+    (Gen4, and the report says it is a guess, for a generation not in the table)."""
+    known = {"60": 3, "70": 3, "75": 3, "80": 4, "86": 4, "89": 4, "90": 5, "100": 5,
+             "gfx906": 4, "gfx908": 4, "gfx90a": 4, "gfx942": 5}.get(canonical_gcn(arch or ""))
+    gen = known or 4
     rate = {3: 8.0, 4: 16.0, 5: 32.0}[gen]
+    why = ("the link the GPU generation ships with" if known else
+           "assumed, the GPU generation not being known")
     return Figure(_PCIE_LANE[rate] * 16, f"PCIe Gen{gen} x16 ({rate:g} GT/s, 128b/130b): "
-                                         f"the link the GPU generation ships with; the dump "
-                                         "gives no PCIe speed")
+                                         f"{why}; the dump gives no PCIe speed")
 
 
 def smp_link(vendor: str | None) -> Figure:

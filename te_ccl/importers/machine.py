@@ -5,8 +5,10 @@ the topology: inside one node they lead nowhere, so :meth:`Machine.topology` lea
 them out, and :func:`te_ccl.importers.cluster.compose` wires them into a fabric.
 
 The :class:`ImportReport` is the sanity report printed with every import: what was read,
-what was assumed (each number the dump did not carry, with its source) and what was
-ignored (unknown elements and attributes, with their line).
+what was assumed (each number the dump did not carry, with its source), what was
+ignored (unknown elements and attributes, with their line) and the warnings: quirks of
+real dumps (a link to the GPU itself, a device listed twice) that are skipped or read
+one way rather than refused.
 """
 
 from __future__ import annotations
@@ -23,21 +25,28 @@ __all__ = ["ImportReport", "Nic", "Machine", "switch_node"]
 
 @dataclass
 class ImportReport:
-    """Lines of the sanity report, grouped; duplicates are dropped, order is kept."""
+    """Lines of the sanity report, grouped; duplicates are dropped, order is kept.
+
+    ``warnings`` are full lines (``file:line: what``): the command prints each on its
+    own, and :meth:`lines` lists them only when asked (the YAML's header keeps them).
+    """
 
     read: list[str] = field(default_factory=list)
     assumed: list[str] = field(default_factory=list)
     ignored: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
 
     def add(self, group: str, line: str) -> None:
         lines = getattr(self, group)
         if line not in lines:
             lines.append(line)
 
-    def lines(self) -> list[str]:
+    def lines(self, *, warnings: bool = False) -> list[str]:
+        groups = [("read", self.read), ("assumed", self.assumed), ("ignored", self.ignored)]
+        if warnings and self.warnings:
+            groups.append(("warnings", self.warnings))
         out = []
-        for title, lines in (("read", self.read), ("assumed", self.assumed),
-                             ("ignored", self.ignored)):
+        for title, lines in groups:
             out.append(f"{title}:" + ("" if lines else " nothing"))
             out += [f"  - {line}" for line in lines]
         return out

@@ -16,6 +16,14 @@ What becomes of it:
   over PCIe and the CPUs): bridges and CPUs become switches, each link at the rate of
   its ``link_speed``/``link_width``, CPUs joined by their SMP interconnect.
 * NICs: kept for cluster composition, attached to the GPUs nearest them on PCIe.
+* Cloud files that leave the GPUs out (NCCL probes them at run time): ``gpus`` of them
+  are placed evenly on the file's CPUs, on a PCIe link of their generation.
+
+Quirks of real dumps are read with a warning rather than refused: an NVLink/xGMI whose
+target is the GPU itself (Azure's NC A100 v4 file) or a GPU absent from the file is
+skipped; a bridge listed several times with one busid (RCCL's ``topo_4p4h.xml``) is one
+bridge holding what every listing holds; a NIC speed of -1 or beyond any port is
+taken as unknown.
 
 The parser never resolves entities, never loads a DTD and never touches the network;
 a document with a ``DOCTYPE`` is refused.
@@ -51,6 +59,7 @@ _KNOWN_ATTRS: dict[str, frozenset[str]] = {
                       "coll"}),
 }
 _MAX_COUNT = 1024
+_MAX_NIC_Mbps = 3_200_000  # no NIC port is faster than 3.2 Tb/s
 
 
 @dataclass
@@ -91,9 +100,14 @@ class _Reader:
         self.file = file
         self.devices: list[_Device] = []
         self.machine: Machine | None = None
+        self.bridges: dict[str, tuple[_Device, list[int]]] = {}  # busid -> bridge, listings
 
     def error(self, el: etree._Element | None, message: str) -> SpecError:
         return SpecError(message, file=self.file, line=getattr(el, "sourceline", None))
+
+    def warn(self, line: int | None, message: str) -> None:
+        where = f"{self.file}:{line}" if line is not None else self.file
+        self.machine.report.add("warnings", f"{where}: {message}")
 
     def attr_int(self, el: etree._Element, key: str, default: int | None = None) -> int | None:
         raw = el.get(key)
@@ -117,6 +131,11 @@ class _Reader:
                 self.cpu(child)
             else:
                 self.ignore(child, "expected <cpu> under <system>")
+        for busid, (_, lines) in self.bridges.items():
+            if len(lines) > 1:
+                self.warn(lines[1], f"<pci busid={busid!r}> listed {len(lines)} times (lines "
+                                    f"{', '.join(map(str, lines))}): read as one bridge holding "
+                                    "the devices of every listing")
 
     def elements(self, el: etree._Element) -> Iterator[etree._Element]:
         """Child elements; comments and processing instructions are skipped."""
@@ -184,8 +203,14 @@ class _Reader:
                 if child.tag != "nic":
                     self.ignore(child, "not expected inside a NIC's <pci>")
             return
-        dev = _Device(f"pci{_norm_busid(busid)}", "bridge", el.sourceline, parent, link,
-                      busid=_norm_busid(busid))
+        key = _norm_busid(busid)
+        if key in self.bridges:  # one device: what this listing holds hangs off the first
+            first, lines = self.bridges[key]
+            lines.append(el.sourceline)
+            self.children(el, first)
+            return
+        dev = _Device(f"pci{key}", "bridge", el.sourceline, parent, link, busid=key)
+        self.bridges[key] = (dev, [el.sourceline])
         self.devices.append(dev)
         self.children(el, dev)
 
@@ -215,19 +240,23 @@ class _Reader:
                 continue
             self.check_attrs(net)
             speed = self.attr_int(net, "speed")
-            if speed is not None and speed <= 0:
-                raise self.error(net, f"<net> speed: expected a positive rate in Mb/s, "
-                                      f"got {net.get('speed')!r}")
+            if speed is not None and not 0 < speed <= _MAX_NIC_Mbps:
+                self.warn(net.sourceline, f"<net> speed {net.get('speed')!r} is no NIC port's "
+                                          "rate in Mb/s (some NICs write -1, some other "
+                                          "units): taken at its PCIe link rate; --nic-bw "
+                                          "gives the rate")
+                speed = None
             dev.nets.append((net.get("name") or f"net{len(dev.nets)}",
                              speed * 1e6 / 8 if speed else None))
 
 
 def parse_nccl_xml(data: bytes, file: str, name: str, arch: str | None = None,
-                   nvswitch_links: int | None = None) -> Machine:
+                   nvswitch_links: int | None = None, gpus: int | None = None) -> Machine:
     """Parse NCCL topology XML ``data`` read from ``file`` into a :class:`Machine`.
 
-    ``arch`` names the GPU generation where the file does not; ``nvswitch_links`` says
-    every GPU has that many NVLinks to an NVSwitch (for cloud files that list none).
+    ``arch`` names the GPU generation (over what the file says); ``nvswitch_links`` says
+    every GPU has that many NVLinks to an NVSwitch and ``gpus`` how many GPUs there are,
+    for cloud files that list no NVLinks or no GPUs.
     """
     parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
                              dtd_validation=False, huge_tree=False, remove_comments=True)
@@ -247,17 +276,17 @@ def parse_nccl_xml(data: bytes, file: str, name: str, arch: str | None = None,
                                          "(NCCL topology XML)")
     reader = _Reader(file)
     reader.walk(root, machine)
-    _build(reader, machine, arch, nvswitch_links)
+    _build(reader, machine, arch, nvswitch_links, gpus)
     return machine
 
 
 def read_nccl_xml(path: Path, label: str, arch: str | None = None,
-                  nvswitch_links: int | None = None) -> Machine:
+                  nvswitch_links: int | None = None, gpus: int | None = None) -> Machine:
     try:
         data = path.read_bytes()
     except OSError as e:
         raise SpecError(f"cannot read: {e.strerror}", file=label) from None
-    return parse_nccl_xml(data, label, path.stem, arch, nvswitch_links)
+    return parse_nccl_xml(data, label, path.stem, arch, nvswitch_links, gpus)
 
 
 def _ranked_gpus(reader: _Reader) -> list[_Device]:
@@ -276,15 +305,19 @@ def _ranked_gpus(reader: _Reader) -> list[_Device]:
     return gpus
 
 
-def _generation(reader: _Reader, d: _Device, tag: str) -> hw.Figure:
+def _generation(reader: _Reader, d: _Device, tag: str, arch: str | None) -> hw.Figure:
+    """Per-link rate of ``d``'s ``tag`` links: of ``arch`` if given, else of the file's."""
     attr, per_link = ("gcn", hw.xgmi_per_link) if tag == "xgmi" else ("sm", hw.nvlink_per_link)
     try:
-        return per_link(d.gpu.get(attr) or "")
+        return per_link(arch or d.gpu.get(attr) or "")
     except hw.UnknownGeneration as e:
-        raise reader.error(d.gpu, f"<gpu> {attr}: {e}") from None
+        if arch:
+            raise SpecError(str(e), key="--arch") from None
+        raise reader.error(d.gpu, f"<gpu> {attr}: {e} (or give --arch)") from None
 
 
-def _fabric_links(reader: _Reader, machine: Machine, gpus: list[_Device]) -> bool:
+def _fabric_links(reader: _Reader, machine: Machine, gpus: list[_Device],
+                  arch: str | None) -> bool:
     """Add NVLink/xGMI links; True if they alone join every GPU."""
     by_bus = {d.busid: d for d in gpus if d.busid}
     known = {x.busid for x in reader.devices if x.busid}
@@ -307,24 +340,29 @@ def _fabric_links(reader: _Reader, machine: Machine, gpus: list[_Device]) -> boo
                                          f"links, got {count}")
             target = _norm_busid(link.get("target") or "")
             tclass = (link.get("tclass") or "").lower()
-            per_link = _generation(reader, d, link.tag)
-            machine.report.add("assumed", f"{link.tag} per link: {per_link.source}")
-            used = True
             is_gpu = any(tclass.startswith(c) for c in hw.GPU_CLASSES)
             if target == d.busid:
-                raise reader.error(link, f"<{link.tag}> target: the GPU's own busid; expected "
-                                         "the busid of another GPU or of an NVSwitch")
-            if target in by_bus:
-                machine.links.append(Link(d.name, by_bus[target].name,
-                                          count * per_link.value, lat.value))
-            elif is_gpu or link.tag == "xgmi":
-                raise reader.error(link, f"<{link.tag}> target: {link.get('target')!r} is not "
-                                         "a GPU of this file; expected the busid of a GPU's <pci>")
-            elif tclass.startswith(hw.NVSWITCH_CLASS) or target not in known:
-                switch_bw[d.name] = switch_bw.get(d.name, 0.0) + count * per_link.value
-            else:
+                reader.warn(link.sourceline, f"<{link.tag}> target {link.get('target')!r} is "
+                                             "the GPU's own busid: link skipped")
+                continue
+            if target not in by_bus and (is_gpu or link.tag == "xgmi"):
+                reader.warn(link.sourceline, f"<{link.tag}> target {link.get('target')!r} is "
+                                             "no GPU of this file: link skipped")
+                continue
+            to_switch = target not in by_bus and (tclass.startswith(hw.NVSWITCH_CLASS)
+                                                  or target not in known)
+            if target not in by_bus and not to_switch:
                 machine.report.add("ignored", f"line {link.sourceline}: <nvlink> to "
                                               f"{link.get('target')!r} (a CPU, not a GPU)")
+                continue
+            per_link = _generation(reader, d, link.tag, arch)
+            machine.report.add("assumed", f"{link.tag} per link: {per_link.source}")
+            used = True
+            if to_switch:
+                switch_bw[d.name] = switch_bw.get(d.name, 0.0) + count * per_link.value
+            else:
+                machine.links.append(Link(d.name, by_bus[target].name,
+                                          count * per_link.value, lat.value))
     if switch_bw:
         machine.switches.append(switch_node("nvswitch", copy=True))
         for g, bw in switch_bw.items():
@@ -396,24 +434,60 @@ def _assumed_nvswitch(machine: Machine, gpus: list[_Device], arch: str | None,
     return True
 
 
+def _given_gpus(reader: _Reader, machine: Machine, count: int, arch: str | None
+                ) -> list[_Device]:
+    """``count`` GPUs for a file that lists none, spread evenly over its CPUs in order."""
+    listed = sum(d.kind == "gpu" for d in reader.devices)
+    if listed:
+        raise SpecError(f"expected a dump that lists no GPUs; this one lists {listed}",
+                        file=reader.file, key="--gpus")
+    if not 2 <= count <= _MAX_COUNT:
+        raise SpecError(f"expected 2..{_MAX_COUNT} GPUs, got {count}", key="--gpus")
+    if arch is None:
+        raise SpecError("expected the GPU generation with --gpus (e.g. --arch 86 for A10G, "
+                        "90 for H100)", key="--arch")
+    cpus = [d for d in reader.devices if d.kind == "cpu"]
+    if not cpus:
+        raise SpecError("expected a <cpu> to place the GPUs of --gpus on; the file lists none",
+                        file=reader.file, key="--gpus")
+    gpus = [_Device(f"g{i}", "gpu", cpus[0].line, cpus[i * len(cpus) // count])
+            for i in range(count)]
+    reader.devices += gpus
+    machine.report.add("assumed", f"given: {count} GPUs of generation {arch} (--gpus, "
+                                  f"--arch), which the file does not list, spread evenly over "
+                                  f"its {len(cpus)} CPUs")
+    return gpus
+
+
 def _build(reader: _Reader, machine: Machine, arch_given: str | None = None,
-           nvswitch_links: int | None = None) -> None:
-    gpus = _ranked_gpus(reader)
+           nvswitch_links: int | None = None, gpus_given: int | None = None) -> None:
+    if gpus_given is None:
+        gpus = _ranked_gpus(reader)
+    else:
+        gpus = _given_gpus(reader, machine, gpus_given, arch_given)
     if len(gpus) < 2:
+        hint = "" if gpus else ("; for a file that leaves its GPUs out (a cloud NCCL_TOPO_FILE)"
+                                " give --gpus N --arch GEN, and --nvswitch-links L if they "
+                                "hang on an NVSwitch")
         raise SpecError(f"expected at least 2 GPUs, found {len(gpus)} (a GPU is a <gpu> "
-                        "element or a <pci> of a display/accelerator class)", file=reader.file)
+                        f"element or a <pci> of a display/accelerator class){hint}",
+                        file=reader.file)
     machine.gpus = [d.name for d in gpus]
-    arch = arch_given or next((d.gpu.get("gcn") or d.gpu.get("sm") for d in gpus
-                               if d.gpu is not None), None)
+    listed = next((d.gpu.get("gcn") or d.gpu.get("sm") for d in gpus if d.gpu is not None),
+                  None)
+    arch = arch_given or listed
     described = sum(d.gpu is not None for d in gpus)
     machine.report.add("read", f"{len(gpus)} GPUs ({described} with a <gpu> element"
-                               + (f", generation {arch}" if arch else "") + ")")
-    if described < len(gpus) and nvswitch_links is None:
+                               + (f", generation {listed}" if listed else "") + ")")
+    if arch_given and listed and arch_given != listed:
+        machine.report.add("assumed", f"given: generation {arch_given} (--arch) instead of "
+                                      f"the file's {listed}")
+    if described < len(gpus) and nvswitch_links is None and gpus_given is None:
         machine.report.add("assumed", f"{len(gpus) - described} GPUs appear only as PCI "
                                       "devices (no <gpu> element): NCCL probes their NVLinks "
                                       "at run time, so the file carries none; they are "
                                       "joined over PCIe only")
-    joined = _fabric_links(reader, machine, gpus)
+    joined = _fabric_links(reader, machine, gpus, arch_given)
     if nvswitch_links is not None:
         joined = _assumed_nvswitch(machine, gpus, arch, nvswitch_links)
     machine.report.add("read", f"{sum(1 for k in machine.links)} directed NVLink/xGMI links")
@@ -438,7 +512,7 @@ def _build(reader: _Reader, machine: Machine, arch_given: str | None = None,
                 silent.append(net)
             machine.nics.append(Nic(net, speed or pcie, tuple(g.name for g in near), pcie))
     if silent:
-        machine.report.add("assumed", f"{len(silent)} NICs give no <net speed> ("
+        machine.report.add("assumed", f"{len(silent)} NICs give no usable <net speed> ("
                                       f"{', '.join(silent[:3])}{', …' if len(silent) > 3 else ''})"
                                       ": each is taken at its PCIe link rate")
     if machine.nics:

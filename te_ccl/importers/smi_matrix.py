@@ -10,6 +10,9 @@ Neither names the GPU generation, so ``arch`` must be given unless it can be tol
 from the links: 18, 12, 6 or 4 NVLinks per GPU are H100, A100, V100 and P100; eight
 GPUs all joined by xGMI are MI300X. When every pair shows the same ``NV#`` and that
 many links to each of the others would exceed a GPU's 18, the GPUs hang on an NVSwitch.
+
+Output saved from a terminal keeps its escape codes (``nvidia-smi`` underlines the
+header row); they are removed before parsing.
 """
 
 from __future__ import annotations
@@ -23,8 +26,12 @@ from te_ccl.importers import hardware as hw
 from te_ccl.importers.machine import Machine, Nic, switch_node
 from te_ccl.topology.model import Link
 
-__all__ = ["read_smi", "parse_nvidia_smi", "parse_rocm_smi"]
+__all__ = ["read_smi", "parse_nvidia_smi", "parse_rocm_smi", "strip_terminal_codes"]
 
+# Terminal escape sequences: CSI (ESC [ parameters final, the 8-bit form too), OSC
+# (ESC ] text BEL or ESC \, kept to one line) and two-byte escapes such as ESC ( B.
+_TERMINAL_CODE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]"
+                            r"|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|\x1b[()*+].|\x1b[@-_]")
 _NV_CODES = ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC")  # nearest first; SOC: old SYS
 _NV_RE = re.compile(r"^NV(\d+)$")
 _MAX_LINKS_PER_GPU = 18
@@ -38,6 +45,21 @@ class _Matrix:
     cells: dict[str, list[str]]
     lines: dict[str, int]
     extra: dict[str, list[str]]
+
+
+def strip_terminal_codes(text: str) -> tuple[str, int]:
+    """``text`` without terminal escape codes, and how many there were.
+
+    >>> strip_terminal_codes("\\t\\x1b[4mGPU0\\tGPU1\\x1b[0m")
+    ('\\tGPU0\\tGPU1', 2)
+    """
+    return _TERMINAL_CODE.subn("", text)
+
+
+def _report_codes(machine: Machine, codes: int) -> None:
+    if codes:
+        machine.report.add("ignored", f"{codes} terminal escape codes (colour, underline: "
+                                      "the output was saved from a terminal)")
 
 
 def _read_matrix(lines: list[str], start: int, file: str, *, stop_words: tuple[str, ...]
@@ -119,6 +141,7 @@ def _union(pairs: list[tuple[str, str]], items: list[str]) -> dict[str, str]:
 
 def parse_nvidia_smi(text: str, file: str, name: str, arch: str | None) -> Machine:
     """Parse ``nvidia-smi topo -m`` output."""
+    text, codes = strip_terminal_codes(text)
     lines = text.splitlines()
     start = next((i for i, ln in enumerate(lines) if ln.split()[:1] == ["GPU0"]
                   and len(ln.split()) > 1 and not ln.split()[1].startswith("X")), None)
@@ -133,6 +156,7 @@ def parse_nvidia_smi(text: str, file: str, name: str, arch: str | None) -> Machi
     nic_cols = [c for c in m.cols if c not in gpu_cols]
     machine = Machine(name, file, source=f"imported from {Path(file).name} "
                                          "(nvidia-smi topo -m)")
+    _report_codes(machine, codes)
     machine.gpus = [f"g{c[3:]}" for c in gpu_cols]
     gname = dict(zip(gpu_cols, machine.gpus, strict=True))
     code: dict[tuple[str, str], str] = {}
@@ -220,6 +244,7 @@ _NUMA_RE = re.compile(r"^GPU\[?(\d+)\]?\s*:\s*\(Topology\) Numa Node:\s*(-?\d+)"
 
 def parse_rocm_smi(text: str, file: str, name: str, arch: str | None) -> Machine:
     """Parse ``rocm-smi --showtopo`` output (its "Link Type between two GPUs" table)."""
+    text, codes = strip_terminal_codes(text)
     lines = text.splitlines()
     title = next((i for i, ln in enumerate(lines) if "Link Type between two GPUs" in ln), None)
     if title is None:
@@ -235,6 +260,7 @@ def parse_rocm_smi(text: str, file: str, name: str, arch: str | None) -> Machine
                         line=start + 1)
     machine = Machine(name, file, source=f"imported from {Path(file).name} "
                                          "(rocm-smi --showtopo)")
+    _report_codes(machine, codes)
     machine.gpus = [f"g{c[3:]}" if c[3:].isdigit() else c for c in m.cols]
     gname = dict(zip(m.cols, machine.gpus, strict=True))
     xgmi: list[tuple[str, str]] = []

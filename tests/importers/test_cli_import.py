@@ -73,6 +73,29 @@ def test_show_and_compile_accept_a_dump(teccl, tmp_path):
     assert code == 0 and xml.exists(), err
 
 
+def test_quirks_print_one_warning_line_each_and_stay_in_the_yaml(teccl, tmp_path):
+    out = tmp_path / "ncv4.yaml"
+    code, _, err = teccl("topo", "import", str(DATA / "azure-ncv4-topo.xml"), "-o", str(out))
+    warnings = [ln for ln in err.splitlines() if ln.startswith("warning: ")]
+    assert code == 0 and len(warnings) == 4
+    assert warnings[0] == (f"warning: {DATA / 'azure-ncv4-topo.xml'}:5: <nvlink> target "
+                           "'0001:00:00.0' is the GPU's own busid: link skipped")
+    text = out.read_text()
+    assert "# warnings:" in text and text.count("own busid: link skipped") == 4
+    assert load_topology(str(out)).ngpus == 4
+
+
+def test_cloud_file_without_gpus_imports_with_given_gpus(teccl, tmp_path):
+    path, out = str(DATA / "aws-p5.48xl-static-topo.xml"), tmp_path / "p5.yaml"
+    code, _, err = teccl("topo", "import", path, "-o", str(out))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "--gpus N" in err
+    assert not out.exists()
+    code, _, err = teccl("topo", "import", path, "--gpus", "8", "--arch", "90",
+                         "--nvswitch-links", "18", "-o", str(out))
+    assert code == 0, err
+    assert load_topology(str(out)).link("g0", "nvswitch").bandwidth_Bps == 450e9
+
+
 def test_subprocess_import_to_stdout():
     r = subprocess.run([sys.executable, "-m", "te_ccl", "topo", "import",
                         str(DATA / "azure-ndv4-topo.xml")], capture_output=True, text=True,

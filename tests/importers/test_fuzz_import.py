@@ -1,6 +1,9 @@
-"""Any well-formed topology dump either imports or is refused with one exit-2 error."""
+"""Any well-formed topology dump either imports, into a topology whose YAML the loader
+reads back link for link, or is refused with one exit-2 error."""
 
 from __future__ import annotations
+
+import re
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -10,6 +13,10 @@ from te_ccl.errors import SpecError
 from te_ccl.importers.cluster import compose
 from te_ccl.importers.nccl_xml import parse_nccl_xml
 from te_ccl.importers.smi_matrix import parse_nvidia_smi, parse_rocm_smi
+from te_ccl.importers.yaml_out import topology_yaml
+from te_ccl.spec.topology import topology_from_data
+from te_ccl.spec.yamlio import parse_yaml
+from te_ccl.topology.model import Topology
 
 BUSIDS = ["0000:01:00.0", "0000:02:00.0", "0000:03:00.0", "0000:04:00.0", "0001:00:00.0",
           "fffffff:ff:ff.0", "", "zz"]  # the first five name devices, the rest only targets
@@ -17,6 +24,16 @@ CLASSES = ["0x030200", "0x038000", "0x120000", "0x020700", "0x020000", "0x060400
            "0x068000", "0x0", ""]
 INTS = st.one_of(*[st.integers(0, 20).map(str)] * 6,
                  st.sampled_from(["", "-1", "0x10", "lots", "99999"]))
+
+
+def assert_loads_back(topo: Topology) -> None:
+    back = topology_from_data(parse_yaml(topology_yaml(topo, ["fuzz"]), "f.yaml"), "f.yaml")
+    assert back.gpus == topo.gpus and back.switches == topo.switches
+    assert {k.key: (k.bandwidth_Bps, k.latency_s) for k in back.links} == \
+        {k.key: (k.bandwidth_Bps, k.latency_s) for k in topo.links}
+
+
+TERMINAL_CODES = st.sampled_from(["", "", "\x1b[4m", "\x1b[0m", "\x1b[1;31m", "\x1b(B\x1b[m"])
 
 
 def _attrs(draw, table: dict) -> dict:
@@ -77,11 +94,59 @@ def test_any_wellformed_nccl_xml_imports_or_exits_2(data):
     try:
         machine = parse_nccl_xml(data, "fuzz.xml", "fuzz")
         topo = machine.topology()
-        assert topo.ngpus >= 2
-        if machine.nics:
-            assert compose(machine, 2, "rail").ngpus == 2 * topo.ngpus
+        cluster = compose(machine, 2, "rail") if machine.nics else None
     except SpecError as e:
         assert e.exit_code == 2 and str(e).startswith("fuzz.xml")
+        return
+    assert topo.ngpus >= 2
+    assert_loads_back(topo)
+    if cluster is not None:
+        assert cluster.ngpus == 2 * topo.ngpus
+        assert_loads_back(cluster)
+
+
+@st.composite
+def pcie_system(draw):
+    """A valid PCIe-only machine whose bridges take busids from a pool of three, so that
+    one busid is listed under several parents, under itself or beside itself."""
+    root = etree.Element("system", {"version": "2"})
+    gpus = iter(range(1, 200))
+
+    def bridge(depth: int) -> etree._Element:
+        el = etree.Element("pci", {"busid": draw(st.sampled_from(["0000:c3:00.0", "0000:c5:00.0",
+                                                                  "0000:e6:00.0"])),
+                                   "class": "0x060400", "link_speed": "16.0 GT/s PCIe",
+                                   "link_width": "16"})
+        for _ in range(draw(st.integers(1, 3))):
+            if depth < 2 and draw(st.booleans()):
+                el.append(bridge(depth + 1))
+            else:
+                n = next(gpus)
+                pci = etree.SubElement(el, "pci", {"busid": f"0001:{n:02x}:00.0",
+                                                   "class": "0x038000", "link_speed": "8 GT/s",
+                                                   "link_width": "16"})
+                etree.SubElement(pci, "gpu", {"dev": str(n), "gcn": "gfx908", "rank": str(n)})
+        return el
+
+    for i in range(draw(st.integers(1, 2))):
+        cpu = etree.SubElement(root, "cpu", {"numaid": str(i), "vendor": "AuthenticAMD"})
+        for _ in range(draw(st.integers(1, 3))):
+            cpu.append(bridge(0))
+    return etree.tostring(root, pretty_print=True)
+
+
+@settings(max_examples=40, deadline=None)
+@given(pcie_system())
+def test_repeated_bridge_busids_import_and_load_back(data):
+    try:
+        machine = parse_nccl_xml(data, "fuzz.xml", "fuzz")
+    except SpecError as e:
+        assert "expected at least 2 GPUs, found 1" in str(e)
+        return
+    topo = machine.topology()
+    assert_loads_back(topo)
+    bridges = {f"pci{b}" for b in re.findall(r'busid="(0000:[^"]+)"', data.decode())}
+    assert {s for s in topo.switches if s.startswith("pci")} == bridges  # one switch per busid
 
 
 CODES = st.sampled_from(["X", "NV1", "NV2", "NV12", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS",
@@ -92,16 +157,19 @@ CODES = st.sampled_from(["X", "NV1", "NV2", "NV12", "NV18", "PIX", "PXB", "PHB",
 @given(st.integers(1, 5), st.integers(0, 2), st.data())
 def test_any_smi_matrix_imports_or_exits_2(n, nics, data):
     cols = [f"GPU{i}" for i in range(n)] + [f"NIC{j}" for j in range(nics)]
-    rows = ["\t" + "\t".join(cols) + "\tCPU Affinity"]
+    rows = ["\t" + data.draw(TERMINAL_CODES) + "\t".join(cols) + "\tCPU Affinity"
+            + data.draw(TERMINAL_CODES)]
     for i in range(data.draw(st.integers(0, n + 1))):
         cells = [data.draw(CODES) for _ in range(data.draw(st.integers(0, len(cols) + 1)))]
         rows.append(f"GPU{i}\t" + "\t".join(cells))
     arch = data.draw(st.sampled_from([None, "80", "90", "gfx942", "7"]))
     try:
         topo = parse_nvidia_smi("\n".join(rows) + "\n", "fuzz.txt", "fuzz", arch).topology()
-        assert topo.ngpus == n
     except SpecError as e:
         assert e.exit_code == 2
+        return
+    assert topo.ngpus == n
+    assert_loads_back(topo)
 
 
 @settings(max_examples=60, deadline=None)
@@ -114,6 +182,8 @@ def test_any_rocm_matrix_imports_or_exits_2(n, data):
     arch = data.draw(st.sampled_from([None, "gfx90a", "gfx942", "80"]))
     try:
         topo = parse_rocm_smi("\n".join(rows) + "\n", "fuzz.txt", "fuzz", arch).topology()
-        assert topo.ngpus == n
     except SpecError as e:
         assert e.exit_code == 2
+        return
+    assert topo.ngpus == n
+    assert_loads_back(topo)

@@ -8,7 +8,7 @@ import pytest
 
 from te_ccl.errors import SpecError
 from te_ccl.importers import import_file, sniff_format
-from te_ccl.importers.smi_matrix import parse_nvidia_smi, parse_rocm_smi
+from te_ccl.importers.smi_matrix import parse_nvidia_smi, parse_rocm_smi, strip_terminal_codes
 from te_ccl.spec.topology import load_topology
 
 DATA = Path(__file__).parent / "data"
@@ -23,6 +23,33 @@ def test_dgx1_matrix_matches_the_shipped_dgx1_model():
     assert t.gpus == ref.gpus and not t.switches
     assert {k.key: k.bandwidth_Bps for k in t.links} == {k.key: k.bandwidth_Bps for k in ref.links}
     assert any("sm 70" in a for a in r.report.assumed)
+
+
+def test_matrix_saved_from_a_terminal_imports_as_the_plain_one():
+    tty, plain = DATA / "dgx1-v100-nvidia-smi-topo-tty.txt", DATA / "dgx1-v100-nvidia-smi-topo.txt"
+    assert "\x1b[4m" in tty.read_text() and sniff_format(tty) == "nvidia-smi"
+    r = import_file(tty)
+    assert {k.key: k.bandwidth_Bps for k in r.topology.links} == \
+        {k.key: k.bandwidth_Bps for k in import_file(plain).topology.links}
+    assert any("2 terminal escape codes" in i for i in r.report.ignored)
+
+
+@pytest.mark.parametrize("text, plain, count", [
+    ("\t\x1b[4mGPU0\tGPU1\x1b[0m", "\tGPU0\tGPU1", 2),
+    ("\x1b[1;32mNV12\x1b[m X", "NV12 X", 2),
+    ("\x1b]0;user@host: ~\x07GPU0\x1b]8;;\x1b\\ GPU1", "GPU0 GPU1", 2),
+    ("\x1b(B\x1b[mGPU0\x1b[?2004l\nGPU1", "GPU0\nGPU1", 3),
+    ("\x1b]0;never ended\nGPU0", "\nGPU0", 1),  # an open OSC ends with its line
+    ("GPU0\tGPU1", "GPU0\tGPU1", 0),
+])
+def test_terminal_codes_are_stripped(text, plain, count):
+    assert strip_terminal_codes(text) == (plain, count)
+
+
+def test_rocm_table_with_escape_codes():
+    text = "\x1b[1m" + _rocm(8, "XGMI").replace("GPU0   ", "\x1b[32mGPU0\x1b[0m   ") + "\x1b[0m"
+    m = parse_rocm_smi(text, "r.txt", "r", None)
+    assert len(m.topology().links) == 56 and any("escape codes" in i for i in m.report.ignored)
 
 
 def test_rocm_smi_pcie_pair():
