@@ -19,8 +19,9 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 
+from te_ccl.baselines.cycle import ring_neighbours
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
-from te_ccl.baselines.ring import _neighbours, owner_of, ring_order, walk
+from te_ccl.baselines.ring import owner_of, ring_order, walk
 from te_ccl.collective.model import Chunk, Collective
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
@@ -53,7 +54,7 @@ class _Boxes:
                                 "node names b<i>.<gpu>): the hierarchical baseline needs >= 2")
         self.box_of = {g: i for i, box in enumerate(self.boxes) for g in box}
         self.order = [ring_order(topology, box) for box in self.boxes]
-        reach = _neighbours(topology, gpus)
+        reach = ring_neighbours(topology, gpus)
         self.gateways = [[g for g in box if any(self.box_of[v] != i for v in reach[g])]
                          for i, box in enumerate(self.boxes)]
         if not all(self.gateways):

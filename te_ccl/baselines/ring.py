@@ -1,8 +1,10 @@
 """NCCL-style rings, uni- and bi-directional, for every collective kind.
 
-The ring order is a Hamiltonian cycle of the participating GPUs over direct links (or,
-failing that, over switch-only paths) found by a budgeted depth-first search with
-Warnsdorff's rule; without one, rank order joined by shortest paths. Copied chunks walk
+The ring order is a Hamiltonian cycle of the participating GPUs whose consecutive GPUs are
+linked directly or through switches only (:mod:`te_ccl.baselines.cycle`). Without one, a
+collective that reduces is refused with the reason (a partial relayed through a GPU would
+take that GPU's own partial twice); one that only copies follows rank order joined by
+shortest paths, relaying through GPUs, and says so in a note. Copied chunks walk
 the ring from their source until every destination has them; reduced chunks are summed
 along the ring into an owner (spread over the ranks) and, for AllReduce, walk on from it:
 the classic (N−1)-step ReduceScatter + AllGather ring. The bi-directional ring halves the
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from te_ccl.baselines.cycle import NoRing, ring_cycle
 from te_ccl.baselines.plan import ChunkPlan, assemble
 from te_ccl.collective.model import Chunk, Collective
 from te_ccl.schedule import Schedule
@@ -22,75 +25,13 @@ from te_ccl.topology.model import Topology
 __all__ = ["ring_order", "walk", "ring", "ring_bidir", "doubled"]
 
 
-def _neighbours(topology: Topology, gpus: list[str]) -> dict[str, list[str]]:
-    """GPUs each GPU reaches by a direct link (listed first) or through switches only."""
-    members, out = set(gpus), {}
-    for g in gpus:
-        direct = [k.dst for k in topology.out_links(g) if k.dst in members]
-        seen, frontier, via = {g}, [g], []
-        while frontier:
-            nxt = []
-            for x in frontier:
-                for k in topology.out_links(x):
-                    if k.dst in seen:
-                        continue
-                    seen.add(k.dst)
-                    if not topology.node(k.dst).is_gpu:
-                        nxt.append(k.dst)
-                    elif x != g and k.dst in members:
-                        via.append(k.dst)
-            frontier = nxt
-        out[g] = direct + [v for v in via if v not in direct]
-    return out
-
-
-def _hamiltonian(gpus: list[str], adj: dict[str, list[str]], budget: int) -> list[str] | None:
-    n = len(gpus)
-    if n <= 2:
+def ring_order(topology: Topology, gpus: list[str]) -> list[str]:
+    """A ring through ``gpus`` (:func:`~te_ccl.baselines.cycle.ring_cycle`), else ``gpus``
+    as given: an order for baselines that only want neighbours next to each other."""
+    try:
+        return ring_cycle(topology, gpus)
+    except NoRing:
         return list(gpus)
-    start, path, on = gpus[0], [gpus[0]], {gpus[0]}
-    pos = {g: i for i, g in enumerate(gpus)}
-
-    def options(x: str) -> list[str]:  # Warnsdorff: fewest onward choices first
-        cand = [v for v in adj[x] if v not in on]
-        return sorted(cand, key=lambda v: (sum(w not in on for w in adj[v]), pos[v]))
-
-    stack = [iter(options(start))]
-    while stack and budget > 0:
-        budget -= 1
-        v = next(stack[-1], None)
-        if v is None:
-            stack.pop()
-            on.discard(path.pop())
-            continue
-        path.append(v)
-        on.add(v)
-        if len(path) == n:
-            if start in adj[v]:
-                return path
-            on.discard(path.pop())
-            continue
-        stack.append(iter(options(v)))
-    return None
-
-
-def ring_order(topology: Topology, gpus: list[str], *, budget: int = 50_000) -> list[str]:
-    """A cycle through ``gpus``, else ``gpus`` as given.
-
-    Tried in turn: direct links of the highest bandwidth only (NCCL's rings over doubled
-    NVLinks), then of each lower bandwidth, then any link or switch-only path.
-    """
-    gpus = list(gpus)
-    adj = _neighbours(topology, gpus)
-    members = set(gpus)
-    speeds = sorted({k.bandwidth_Bps for g in gpus for k in topology.out_links(g)
-                     if k.dst in members}, reverse=True)
-    for speed in speeds:
-        fast = {g: [k.dst for k in topology.out_links(g)
-                    if k.dst in members and k.bandwidth_Bps >= speed] for g in gpus}
-        if cycle := _hamiltonian(gpus, fast, budget):
-            return cycle
-    return _hamiltonian(gpus, adj, budget) or gpus
 
 
 def walk(order: list[str], start: str, step: int, need: set[str]) -> list[str]:
@@ -138,7 +79,15 @@ def doubled(collective: Collective) -> Collective:
 
 
 def _ring(topology: Topology, collective: Collective, bidir: bool) -> Schedule:
-    order = ring_order(topology, [topology.gpu(r) for r in collective.ranks])
+    gpus = [topology.gpu(r) for r in collective.ranks]
+    try:
+        order, notes = ring_cycle(topology, gpus, both_ways=bidir), ()
+    except NoRing as e:
+        if collective.is_reduction:
+            raise type(e)(f"{e}; a reduction cannot relay through a GPU (teccl compile, "
+                          "or baseline hierarchical on boxes, needs no ring)") from None
+        order, notes = gpus, (f"{e}; rank order joined by shortest paths instead, relaying "
+                              "through GPUs",)
     plans = []
     for chunk in collective.chunks():
         step = -1 if bidir and chunk.id % 2 else 1
@@ -148,7 +97,8 @@ def _ring(topology: Topology, collective: Collective, bidir: bool) -> Schedule:
             step = 1 if (dst - src) % len(order) <= len(order) // 2 else -1
         owner = owner_of(topology, chunk) if chunk.reduce else None
         plans.append(ring_plan(topology, chunk, order, step, owner))
-    return assemble("ring-bidir" if bidir else "ring", topology, collective, plans)
+    schedule = assemble("ring-bidir" if bidir else "ring", topology, collective, plans)
+    return schedule.with_info(notes=schedule.info.notes + notes) if notes else schedule
 
 
 def ring(topology: Topology, collective: Collective) -> Schedule:
