@@ -177,8 +177,9 @@ def results_table(rows: list[Row]) -> Table:
 
 
 def write_outputs(result: BenchResult, out_dir: str | Path) -> dict[str, Path]:
-    """Write results.csv, results.md and plots/*.png under ``out_dir``."""
+    """Write results.csv, results.md and plots/*.png under ``out_dir`` (created)."""
     out = Path(out_dir)
+    (out / "plots").mkdir(parents=True, exist_ok=True)
     targets = evaluate_targets(result.rows, result.planned or None)
     write_atomic(out / "results.csv", results_csv(result.rows))
     write_atomic(out / "results.md", results_markdown(result, targets, anchors(result.rows)))

@@ -88,6 +88,7 @@ def ship_families(out_dir: Path, *, sizes: str = SIZES, machines: tuple[str, ...
     (rows of families not rebuilt in this run are kept) and returns this run's rows."""
     low, high = parse_size_range(sizes)
     params = SolveParams(time_limit_s=time_limit_s, threads=1, max_subchunks=max_subchunks)
+    out_dir.mkdir(parents=True, exist_ok=True)
     rows: list[dict] = []
     for machine in machines:
         for kind in kinds:

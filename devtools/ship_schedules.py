@@ -79,6 +79,7 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float,
     coll = Collective(CollectiveKind(kind), parse_size(SIZE), tuple(range(topology.ngpus)),
                       inplace=True)
     base = out_dir / topology.name
+    base.mkdir(parents=True, exist_ok=True)
     inplace_path, xml_path = base / f"{kind}.inplace.xml", base / f"{kind}.xml"
     params = SolveParams(time_limit_s=limit_s, threads=1, max_subchunks=max_subchunks)
     inplace = compile_collective(topology, coll, params, CompileOptions(output=str(inplace_path)))
@@ -197,6 +198,7 @@ def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0
     topos = shippable_topologies()
     if topologies:
         topos = [t for t in topos if t.name in topologies]
+    out_dir.mkdir(parents=True, exist_ok=True)
     jobs = [(t, k) for t in topos for k in kinds]
     start, entries = time.monotonic(), []
     for i, (topo, kind) in enumerate(jobs):
