@@ -31,6 +31,7 @@ from functools import lru_cache
 import networkx as nx
 
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import checked
 from te_ccl.topology.model import Topology
 
 __all__ = ["BASE_CHUNKS", "MAX_CHUNKS", "chunk_candidates", "chunking_bounds", "quantization"]
@@ -38,6 +39,7 @@ __all__ = ["BASE_CHUNKS", "MAX_CHUNKS", "chunk_candidates", "chunking_bounds", "
 BASE_CHUNKS = (1, 2, 4, 8)  # pipelining depth: always worth a try
 MAX_CHUNKS = 32  # beyond, the flow models grow too large for the budgets auto shares
 GOOD_ENOUGH = 1.01  # a quantization within 1 % of the fluid limit needs no finer chunking
+WEIGHING = "weighing the chunkings"  # what a deadline reached interrupted
 
 # one side of one GPU: (chunks at one chunk per rank, ((bandwidth, latency), ...))
 _Need = tuple[int, tuple[tuple[float, float], ...]]
@@ -47,7 +49,7 @@ def _counts(collective: Collective) -> tuple[Counter, Counter]:
     """(chunks each rank must receive, chunks each rank must send) at one chunk per rank."""
     recv: Counter = Counter()
     send: Counter = Counter()
-    for ch in collective.chunks():
+    for ch in checked(collective.chunks(), WEIGHING, every=256):
         sources, dests = set(ch.sources), set(ch.destinations)
         if ch.reduce:
             recv.update(r for r in dests if sources - {r})
@@ -92,9 +94,9 @@ def _hops(topology: Topology, collective: Collective) -> int:
     partial of a reduced chunk from its own source."""
     graph, chunks = topology.graph(), collective.chunks()
     hops = {r: nx.single_source_shortest_path_length(graph, topology.gpu(r))
-            for r in {r for ch in chunks for r in ch.sources}}
+            for r in checked({r for ch in chunks for r in ch.sources}, WEIGHING, every=16)}
     worst = 0
-    for ch in chunks:
+    for ch in checked(chunks, WEIGHING, every=256):
         for d in ch.destinations:
             far = [hops[s].get(topology.gpu(d), 0) for s in ch.sources if s != d]
             if far and (ch.reduce or d not in ch.sources):

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from te_ccl.deadline import left as deadline_left
 from te_ccl.errors import SpecError
 from te_ccl.schedule import Transfer
 
@@ -87,7 +88,9 @@ class SolveResult:
 
 
 class Clock:
-    """Seconds left of a time limit shared by several solver calls."""
+    """Seconds left of a time limit shared by several solver calls, never past the
+    compile's deadline (:mod:`te_ccl.deadline`): a solver that watches its clock stops in
+    time for the stages after it too."""
 
     def __init__(self, limit_s: float) -> None:
         self.start = time.monotonic()
@@ -99,4 +102,4 @@ class Clock:
 
     @property
     def left(self) -> float:
-        return max(0.0, self.limit_s - self.elapsed)
+        return max(0.0, min(self.limit_s - self.elapsed, deadline_left()))

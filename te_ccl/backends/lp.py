@@ -25,6 +25,7 @@ from te_ccl.backends.linear import solve_relaxation
 from te_ccl.backends.milp import solve_milp
 from te_ccl.backends.rounds import solve_rounds
 from te_ccl.errors import SolverError
+from te_ccl.model.deadline import checked
 from te_ccl.model.extract import prune
 from te_ccl.model.formulation import Formulation, formulate
 from te_ccl.model.horizon import horizon_lower_bound
@@ -171,7 +172,7 @@ def solve_lp(problem: Problem, params: SolveParams, clock: Clock,
     paths = {c: _widest_path(flows, form, values, c) for c in chunk_of}
     order = sorted(paths, key=lambda c: (sum(k[2] for k in paths[c][-1:]), c))
     links, transfers = _Links(flows), []
-    for c in order:
+    for c in checked(order, every=64):
         transfers += _retime(flows, paths[c], links, chunk_of[c])
     kept = prune(problem, transfers)
     finish = max((t.arrive_epoch for t in kept), default=0)

@@ -35,6 +35,7 @@ import numpy as np
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.cpsat import solve_formulation
 from te_ccl.errors import SolverError
+from te_ccl.model.deadline import checked
 from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.formulation import formulate
 from te_ccl.model.horizon import horizon_lower_bound
@@ -70,7 +71,7 @@ def _gains(problem: Problem, full: frozenset[str] = frozenset()) -> Gains:
     around = {w: distances(problem, {w: 0}, reverse=True, avoid=full - {w})
               for w in dests} if full else to
     out = {}
-    for origin in sorted({d.sources for d in problem.demands}):
+    for origin in checked(sorted({d.sources for d in problem.demands}), every=1):
         starts = dict.fromkeys(origin, 0)
         every = distances(problem, starts)
         avoiding = distances(problem, starts, avoid=full) if full else every
@@ -101,7 +102,7 @@ def _objective(problem: Problem, ten: TimeExpandedNetwork, window: int,
         value[d.chunk] = wants @ g[d.sources]  # per link
     reach = window + max(lt.delay for lt in problem.timings.values()) + 1
     obj = {}
-    for key in ten.x:
+    for key in checked(ten.x):
         c, link, t = key
         v = int(value[c][col[link]])
         if v > 0:

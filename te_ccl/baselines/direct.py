@@ -7,9 +7,10 @@ Each GPU→GPU send takes the direct link or the fastest path.
 
 from __future__ import annotations
 
-from te_ccl.baselines.plan import ChunkPlan, assemble
+from te_ccl.baselines.plan import TEMPLATE, ChunkPlan, assemble
 from te_ccl.baselines.ring import owner_of
 from te_ccl.collective.model import Collective
+from te_ccl.deadline import checked
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -19,7 +20,7 @@ __all__ = ["direct"]
 def direct(topology: Topology, collective: Collective) -> Schedule:
     """All-pairs schedule for any collective kind."""
     gpu, plans = topology.gpu, []
-    for chunk in collective.chunks():
+    for chunk in checked(collective.chunks(), TEMPLATE, every=256):
         owner = owner_of(topology, chunk) if chunk.reduce else gpu(chunk.sources[0])
         spread = {gpu(d): owner for d in chunk.destinations if gpu(d) != owner}
         gather = {gpu(s): owner for s in chunk.sources if gpu(s) != owner} if chunk.reduce else {}

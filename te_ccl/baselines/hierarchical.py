@@ -20,9 +20,10 @@ import re
 from collections import defaultdict
 
 from te_ccl.baselines.cycle import ring_neighbours
-from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
+from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import owner_of, ring_order, walk
 from te_ccl.collective.model import Chunk, Collective
+from te_ccl.deadline import checked
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -118,5 +119,5 @@ def _plan(boxes: _Boxes, chunk: Chunk) -> ChunkPlan:
 def hierarchical(topology: Topology, collective: Collective) -> Schedule:
     """Intra-box rings joined across boxes by gateway GPUs, for any collective kind."""
     boxes = _Boxes(topology, collective)
-    plans = [_plan(boxes, chunk) for chunk in collective.chunks()]
+    plans = [_plan(boxes, chunk) for chunk in checked(collective.chunks(), TEMPLATE, every=256)]
     return assemble("hierarchical", topology, collective, plans)

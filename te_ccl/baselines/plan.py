@@ -30,13 +30,15 @@ from dataclasses import dataclass, field
 import networkx as nx
 
 from te_ccl.collective.model import Collective
+from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
-__all__ = ["ChunkPlan", "BaselineError", "assemble", "route"]
+__all__ = ["ChunkPlan", "BaselineError", "assemble", "route", "TEMPLATE"]
 
 _EPS = 1e-9
+TEMPLATE = "building a template"  # what a deadline reached interrupted
 
 
 class BaselineError(TecclError):
@@ -104,7 +106,7 @@ class _Edge:
 
 def _edges(plans: list[ChunkPlan]) -> list[_Edge]:
     edges: list[_Edge] = []
-    for p in plans:
+    for p in checked(plans, TEMPLATE, every=256):
         height = _height(p.gather)
         into: dict[str, list[int]] = defaultdict(list)
         for child in sorted(p.gather, key=lambda n: height[n]):
@@ -255,7 +257,8 @@ def assemble(name: str, topology: Topology, collective: Collective,
     graph = topology.graph()  # relays through the ranks' GPUs and switches only
     graph.remove_nodes_from(set(topology.gpus) - {topology.gpu(r) for r in collective.ranks})
     held: dict[tuple[str, int], int] = {}  # (GPU, chunk) -> epoch a copy arrives there
-    for i in sorted(range(len(edges)), key=lambda i: (edges[i].stage, edges[i].chunk, i)):
+    for i in checked(sorted(range(len(edges)), key=lambda i: (edges[i].stage, edges[i].chunk, i)),
+                     TEMPLATE, every=256):
         e = edges[i]
         key = (e.src, e.dst, e.op == "copy")
         if key not in paths:

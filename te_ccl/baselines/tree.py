@@ -10,9 +10,10 @@ back down.
 
 from __future__ import annotations
 
-from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
+from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import doubled, ring_order
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import checked
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -48,7 +49,7 @@ def double_tree(topology: Topology, collective: Collective) -> Schedule:
     else:
         trees = [(order[0], binary_tree(order)), (order[-1], binary_tree(order[::-1]))]
     plans = []
-    for chunk in coll.chunks():
+    for chunk in checked(coll.chunks(), TEMPLATE, every=256):
         top, tree = trees[chunk.id % 2]
         if coll.kind is CollectiveKind.BROADCAST:
             plans.append(ChunkPlan(chunk.id, top, spread=tree))

@@ -28,9 +28,12 @@ sources, ``out_index`` in the output buffer of its destinations) in units of
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from enum import Enum
+
+from te_ccl.deadline import check, checked
 
 __all__ = ["CollectiveKind", "KINDS", "CustomDemand", "Chunk", "Collective"]
 
@@ -51,6 +54,7 @@ KINDS = tuple(k.value for k in CollectiveKind)
 ROOTED = {CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
           CollectiveKind.SCATTER}
 REDUCING = {CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE, CollectiveKind.REDUCE}
+EXPANDING = "expanding the collective into chunks"  # what a deadline reached interrupted
 _PER_RANK_PIECES = {CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
                     CollectiveKind.ALLREDUCE, CollectiveKind.ALLTOALL,
                     CollectiveKind.GATHER, CollectiveKind.SCATTER}
@@ -160,18 +164,43 @@ class Collective:
             return {c.id: self.ranks[c.id // self.chunks_per_rank] for c in self.chunks()}
         return {c.id: c.destinations[0] for c in self.chunks()}
 
+    def received(self) -> dict[int, int]:
+        """Rank → how many chunks list it as a destination (ranks of none left out), as
+        :meth:`chunks` would give, by arithmetic: a million chunks are not built to count.
+
+        >>> Collective(CollectiveKind.BROADCAST, 1024, (0, 1, 2), chunks_per_rank=4, root=1).received()
+        {0: 4, 2: 4}
+        """
+        k, n, ranks = self.chunks_per_rank, self.nranks, self.ranks
+        if self.kind is CollectiveKind.CUSTOM:
+            counts: Counter[int] = Counter()
+            for d in self.demands:
+                counts.update(dict.fromkeys((x for x in d.destinations if x != d.source), d.chunks))
+            return {r: c for r, c in counts.items() if c}
+        each = {CollectiveKind.ALLGATHER: (n - 1) * k, CollectiveKind.ALLTOALL: n * k,
+                CollectiveKind.REDUCESCATTER: k, CollectiveKind.ALLREDUCE: n * k,
+                CollectiveKind.BROADCAST: k, CollectiveKind.SCATTER: k}.get(self.kind)
+        if each is not None:  # every rank (but a root, which keeps its own) alike
+            skip = self.root if self.kind in ROOTED else None
+            return {r: each for r in ranks if r != skip and each}
+        most = k if self.kind is CollectiveKind.REDUCE else (n - 1) * k  # gather
+        return {self.root: most} if most else {}
+
     def chunks(self) -> tuple[Chunk, ...]:
         """The commodities, numbered 0.. in a fixed order (see the module docstring)."""
         return tuple(self.iter_chunks())
 
     def iter_chunks(self) -> Iterator[Chunk]:
-        """:meth:`chunks` one at a time (to count or stop early without building them all)."""
+        """:meth:`chunks` one at a time (to count or stop early without building them all).
+        A million of them take seconds, so the compile's deadline is checked as they come
+        (per rank, or every :data:`~te_ccl.deadline.EVERY` chunks)."""
         return _CHUNK_BUILDERS[self.kind](self)
 
 
 def _allgather(c: Collective):
     k = c.chunks_per_rank
     for p, r in enumerate(c.ranks):
+        check(EXPANDING)
         for j in range(k):
             yield Chunk(p * k + j, (r,), tuple(x for x in c.ranks if x != r), False, j, p * k + j)
 
@@ -180,6 +209,7 @@ def _alltoall(c: Collective):
     k, n = c.chunks_per_rank, c.nranks
     for ps, s in enumerate(c.ranks):
         for pd, d in enumerate(c.ranks):
+            check(EXPANDING)
             for j in range(k):
                 yield Chunk((ps * n + pd) * k + j, (s,), (d,), False, pd * k + j, ps * k + j)
 
@@ -187,28 +217,30 @@ def _alltoall(c: Collective):
 def _reducescatter(c: Collective):
     k = c.chunks_per_rank
     for p, r in enumerate(c.ranks):
+        check(EXPANDING)
         for j in range(k):
             yield Chunk(p * k + j, c.ranks, (r,), True, p * k + j, j)
 
 
 def _allreduce(c: Collective):
-    for i in range(c.nchunks):
+    for i in checked(range(c.nchunks), EXPANDING):
         yield Chunk(i, c.ranks, c.ranks, True, i, i)
 
 
 def _broadcast(c: Collective):
-    for i in range(c.nchunks):
+    for i in checked(range(c.nchunks), EXPANDING):
         yield Chunk(i, (c.root,), tuple(x for x in c.ranks if x != c.root), False, i, i)
 
 
 def _reduce(c: Collective):
-    for i in range(c.nchunks):
+    for i in checked(range(c.nchunks), EXPANDING):
         yield Chunk(i, c.ranks, (c.root,), True, i, i)
 
 
 def _gather(c: Collective):
     k = c.chunks_per_rank
     for p, r in enumerate(c.ranks):
+        check(EXPANDING)
         for j in range(k):
             dests = () if r == c.root else (c.root,)
             yield Chunk(p * k + j, (r,), dests, False, j, p * k + j)
@@ -217,6 +249,7 @@ def _gather(c: Collective):
 def _scatter(c: Collective):
     k = c.chunks_per_rank
     for p, r in enumerate(c.ranks):
+        check(EXPANDING)
         for j in range(k):
             dests = () if r == c.root else (r,)
             yield Chunk(p * k + j, (c.root,), dests, False, p * k + j, j)
@@ -225,6 +258,7 @@ def _scatter(c: Collective):
 def _custom(c: Collective):
     i = 0
     for d in c.demands:
+        check(EXPANDING)
         for j in range(d.chunks):
             yield Chunk(i, (d.source,), tuple(x for x in d.destinations if x != d.source),
                         False, j, i)

@@ -15,6 +15,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from te_ccl.errors import TecclError
+from te_ccl.model.deadline import checked
 from te_ccl.model.problem import Problem
 from te_ccl.schedule import Transfer
 
@@ -58,7 +59,7 @@ def prune(problem: Problem, transfers: Iterable[Transfer]) -> list[Transfer]:
     for t in transfers:
         by_chunk[t.chunk].append(t)
     kept: list[Transfer] = []
-    for d in problem.demands:
+    for d in checked(problem.demands, "keeping the useful transfers", every=256):
         ts = by_chunk.get(d.chunk, [])
         reduction = problem.reductions.get(d.chunk)
         if reduction is not None:  # the partial sums form a tree into the root: all useful

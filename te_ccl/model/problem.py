@@ -25,6 +25,7 @@ import networkx as nx
 
 from te_ccl.collective.model import Collective
 from te_ccl.errors import SpecError
+from te_ccl.model.deadline import checked
 from te_ccl.model.epochs import LinkTiming, epoch_duration, link_timing
 from te_ccl.topology.model import Topology
 
@@ -207,7 +208,7 @@ def allreduce_problem(topology: Topology, collective: Collective,
     members = members_of(topology, collective)
     owner = collective.reduction_owners()
     demands, reductions = [], {}
-    for c in collective.chunks():
+    for c in checked(collective.chunks(), every=64):
         sources = tuple(topology.gpu(r) for r in c.sources)
         root = reduction_root(topology, sources, members, topology.gpu(owner[c.id]))
         demands.append(Demand(c.id, (root,), tuple(topology.gpu(r) for r in c.destinations

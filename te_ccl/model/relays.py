@@ -21,6 +21,7 @@ from collections import defaultdict
 import networkx as nx
 
 from te_ccl.errors import SolverError
+from te_ccl.model.deadline import checked
 from te_ccl.model.problem import Demand, Problem
 from te_ccl.schedule import Schedule
 
@@ -44,7 +45,7 @@ def forced_relays(problem: Problem) -> dict[str, set[int]]:
             by_holders[frozenset(holding[d.chunk])].append(d)
     graph = nx.DiGraph(list(problem.timings))
     forced: dict[str, set[int]] = defaultdict(set)
-    for holders, demands in by_holders.items():
+    for holders, demands in checked(by_holders.items(), every=1):
         graph.add_edges_from((_ROOT, h) for h in holders)
         idom = nx.immediate_dominators(graph, _ROOT)
         graph.remove_node(_ROOT)

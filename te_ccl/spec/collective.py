@@ -25,6 +25,7 @@ the flag (``--size``) instead of a file.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from te_ccl.collective.model import ROOTED, Collective, CollectiveKind, CustomDemand
@@ -83,7 +84,7 @@ def parse_ranks(topology: Topology, value: Any) -> tuple[int, ...]:
     ranks = [r for item in items for r in _one_rank(topology, item)]
     if not ranks:
         raise ValueError("expected at least one rank")
-    dup = sorted({r for r in ranks if ranks.count(r) > 1})
+    dup = sorted(r for r, n in Counter(ranks).items() if n > 1)
     if dup:
         raise ValueError(f"rank {dup[0]} is listed twice")
     return tuple(ranks)
@@ -115,14 +116,14 @@ def _proto(value: Any) -> str:
 
 
 def _demands(f: Fields, topology: Topology, ranks: tuple[int, ...]) -> tuple[CustomDemand, ...]:
-    out = []
+    out, members = [], set(ranks)
     for path, item, line in f.items("demands"):
         d = Fields.of(item, f.file, path, line=line)
         d.check(required=("source", "destinations"), optional=("chunks",))
         source = d.get("source", _single_rank(topology))
         dests = d.get("destinations", lambda v: parse_ranks(topology, v))
         for r in (source, *dests):
-            if r not in ranks:
+            if r not in members:
                 raise d.error("destinations" if r != source else "source",
                               f"rank {r} is not one of the collective's ranks")
         if not [r for r in dests if r != source]:

@@ -21,11 +21,14 @@ from __future__ import annotations
 from collections import defaultdict
 
 from te_ccl.backends.scale.moves import Moves
+from te_ccl.deadline import checked
 from te_ccl.model.problem import Problem
 from te_ccl.schedule import Transfer
 from te_ccl.topology.model import Topology
 
 __all__ = ["rail_shape", "solve_rail_alltoall"]
+
+RAILS = "scheduling the rail AlltoAll"  # what a deadline reached interrupted
 
 
 def rail_shape(topo: Topology) -> tuple[int, int] | None:
@@ -88,7 +91,8 @@ def solve_rail_alltoall(problem: Problem) -> tuple[Moves, tuple[str, ...]] | Non
     g = lambda a, i: f"b{a}.g{i}"  # noqa: E731
     # NVSwitch rounds: relays first (q = i→j offset fastest), then the intra-box chunks.
     rounds = [(c, dbox) for dbox in range(1, B) for c in range(k)] + [(c, 0) for c in range(k)]
-    for e, ((sub, dbox), q) in enumerate((r, q) for r in rounds for q in range(1, G)):
+    for e, ((sub, dbox), q) in enumerate(checked(((r, q) for r in rounds for q in range(1, G)),
+                                                 RAILS, every=1)):
         for a in range(B):
             for i in range(G):
                 j, c_box = (i + q) % G, (a + dbox) % B
@@ -100,7 +104,7 @@ def solve_rail_alltoall(problem: Problem) -> tuple[Moves, tuple[str, ...]] | Non
                 - p * nic.occupancy for p, (q, sub, dbox) in enumerate(slots) if q
                 for a in range(B) for j in range(G)), default=0)
     shift = max(0, late)
-    for p, (q, sub, dbox) in enumerate(slots):
+    for p, (q, sub, dbox) in enumerate(checked(slots, RAILS, every=1)):
         t = p * nic.occupancy + (shift if q else 0)
         for a in range(B):
             for j in range(G):

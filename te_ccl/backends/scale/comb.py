@@ -32,10 +32,13 @@ from te_ccl.backends.scale import bitsets
 from te_ccl.backends.scale.greedy import greedy_transfers, net_of
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.trees import spanning_demands
+from te_ccl.deadline import checked
 from te_ccl.model.problem import Problem
 from te_ccl.topology.model import Topology
 
 __all__ = ["mesh_shape", "comb_edges", "solve_comb"]
+
+COMBING = "building comb trees"  # what a deadline reached interrupted
 
 Cell = tuple[int, int]
 
@@ -113,7 +116,7 @@ def solve_comb(problem: Problem, deadline: Callable[[], bool] = lambda: False
     bit = {c: b for b, c in enumerate(order)}
     routes: tuple[list[int], list[int]] = ([], [])
     by_height: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-    for s, cs in sources.items():
+    for s, cs in checked(sources.items(), COMBING, every=16):
         r, c = position[s]
         for j, chunk in enumerate(sorted(cs)):
             for a, b, height in comb_edges(shape, (r, c), (r + c + j) % 2 == 0):

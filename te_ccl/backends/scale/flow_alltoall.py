@@ -32,6 +32,7 @@ from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.msccl_budget import max_subchunks
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective
+from te_ccl.deadline import checked
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 from te_ccl.topology.model import Topology
@@ -39,6 +40,7 @@ from te_ccl.topology.model import Topology
 __all__ = ["unicast_pairs", "concurrent_flow", "flow_paths", "flow_subchunks",
            "solve_flow_alltoall"]
 
+ROUTING = "routing the AlltoAll flows"  # what a deadline reached interrupted
 STEP_SHARE = 0.75  # the route estimate misses thread blocks and dependency nops (fc8: ~20 %)
 
 Key = tuple[str, str]
@@ -155,7 +157,7 @@ def _round(pairs: dict[Key, list[int]], weights: dict[Key, dict[Path, float]],
     load: dict[Key, float] = defaultdict(float)
     plan: dict[Key, list[Path]] = {}
     rest: dict[Key, dict[Path, float]] = {}
-    for pair, chunks in pairs.items():
+    for pair, chunks in checked(pairs.items(), ROUTING, every=256):
         quota = {p: len(chunks) * w for p, w in weights[pair].items()}
         plan[pair] = [p for p, q in quota.items() for _ in range(math.floor(q + _TINY))]
         rest[pair] = {p: q - math.floor(q + _TINY) for p, q in quota.items()
@@ -229,7 +231,7 @@ def _weights(problem: Problem, demand: dict[Key, float], rate: dict[Key, float],
         return (*on_torus, "one source on the torus orbit, translated")
     best, flows = concurrent_flow(topology, demand, rate, clock.left)
     weights: dict[Key, dict[Path, float]] = {}
-    for s, flow in flows.items():
+    for s, flow in checked(flows.items(), ROUTING, every=1):
         sinks = {d: u for (x, d), u in demand.items() if x == s}
         weights.update({(s, d): w for d, w in
                         flow_paths(topology, s, flow, sinks).items()})
@@ -265,7 +267,7 @@ def flow_subchunks(topology: Topology, collective: Collective, max_transfers: in
     g = topology.graph()
     ranks = set(topology.gpu(r) for r in collective.ranks)
     hops, steps = 0, defaultdict(int)
-    for s in ranks:
+    for s in checked(ranks, ROUTING, every=16):
         for v, path in nx.single_source_shortest_path(g, s).items():
             if v in ranks and v != s:
                 hops += len(path) - 1

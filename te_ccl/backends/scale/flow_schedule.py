@@ -84,6 +84,8 @@ class _Slots:
         phase = self.phase[link]
         if phase is not None and (e - phase) % k:
             return False
+        if len(used) < 2 * k:  # a slow link: fewer starts than epochs to look at
+            return not any(abs(x - e) < k and n for x, n in used.items())
         return not any(used.get(x) for x in range(e - k + 1, e + k))
 
     def take(self, link: int, e: int, n: int = 1) -> None:

@@ -42,10 +42,13 @@ import numpy as np
 
 from te_ccl.backends.scale import bitsets
 from te_ccl.backends.scale.moves import Moves
+from te_ccl.deadline import check, checked
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 
 __all__ = ["Net", "net_of", "greedy_transfers"]
+
+GREEDY = "running the scale greedy"  # what a deadline reached interrupted
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,8 @@ def _initial(problem: Problem, net: Net, order: list[int]) -> tuple[np.ndarray, 
     index = {n: i for i, n in enumerate(net.names)}
     bit = {c: b for b, c in enumerate(order)}
     held = [(index[v], bit[c]) for c, v in problem.state.held if c in bit]
-    need = [(index[v], bit[d.chunk]) for d in problem.demands for v in d.destinations]
+    need = [(index[v], bit[d.chunk]) for d in checked(problem.demands, GREEDY)
+            for v in d.destinations]
 
     def matrix(pairs: list[tuple[int, int]]) -> np.ndarray:
         rows, cols = (np.array(x, dtype=np.int64) for x in zip(*pairs, strict=True)) \
@@ -184,7 +188,8 @@ def greedy_transfers(problem: Problem, order: list[int], *,
     trees; each chunk's must span its destinations).
 
     Raises SolverError when nothing can move any more (a destination is unreachable) or
-    ``deadline()`` turns true.
+    ``deadline()`` turns true, and :class:`~te_ccl.deadline.TimeLimitReached` once the
+    compile's deadline passes.
     """
     if problem.state.incoming or problem.state.busy:
         raise SolverError("the scale greedy starts from an empty network (no carried state)")
@@ -238,6 +243,7 @@ def greedy_transfers(problem: Problem, order: list[int], *,
                               "still lacks a chunk (is it reachable?)")
         if deadline():
             raise SolverError(f"time limit reached in the scale greedy at epoch {t}")
+        check(GREEDY)
         t += 1
     return _to_moves(net, order, picked, t)
 

@@ -47,6 +47,7 @@ from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.msccl_budget import max_subchunks
 from te_ccl.backends.scale.torus import chunks_by_source
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import check
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 from te_ccl.schedule import Transfer
@@ -55,6 +56,7 @@ from te_ccl.topology.model import Topology
 __all__ = ["Port", "BoxFabric", "box_fabric", "msccl_steps", "hierarchical_subchunks",
            "solve_hierarchical"]
 
+HIERARCHY = "scheduling the box hierarchy"  # what a deadline reached interrupted
 OVERHEAD = 0.01  # sub-chunk until pipeline fill and drain cost at most this share of the time
 
 
@@ -205,6 +207,8 @@ class _Calendar:
         lt, used = self.timings[key], self.used[key]
         if lt.occupancy == 1:
             return used.get(epoch, 0) < lt.capacity
+        if len(used) < 2 * lt.occupancy:  # a slow link: fewer starts than epochs to look at
+            return all(abs(e - epoch) >= lt.occupancy for e in used)
         return all(e not in used for e in range(epoch - lt.occupancy + 1, epoch + lt.occupancy))
 
     def take(self, key: tuple[str, str], epoch: int) -> int:
@@ -401,6 +405,7 @@ class _Run:
     def run(self) -> list[Transfer]:
         t = 0
         while True:
+            check(HIERARCHY)
             blocked = self._cross(t) | self._spread(t)
             if blocked:
                 t += 1

@@ -25,7 +25,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from te_ccl.deadline import check
+
 __all__ = ["Orbit", "list_schedule", "improve_cpsat"]
+
+ORBIT = "scheduling the torus orbit"  # what a deadline reached interrupted
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ def list_schedule(orb: Orbit) -> np.ndarray:
     start = np.full(len(orb.parent), -1, dtype=np.int64)
     left, t = len(orb.parent), 0
     while left:
+        check(ORBIT)
         for e in release.pop(t, ()):
             heapq.heappush(ready[int(orb.cls[e])], (-int(height[e]), e))
         for c, heap in ready.items():

@@ -13,8 +13,9 @@ import numpy as np
 
 from te_ccl.backends.base import Clock, SolveParams
 from te_ccl.backends.scale.moves import Moves
-from te_ccl.backends.scale.orbit import Orbit, improve_cpsat, list_schedule
+from te_ccl.backends.scale.orbit import ORBIT, Orbit, improve_cpsat, list_schedule
 from te_ccl.backends.scale.symmetry import TorusSymmetry, orbit_trees, torus_symmetry, translate
+from te_ccl.deadline import checked
 from te_ccl.model.problem import Problem
 
 __all__ = ["chunks_by_source", "solve_torus"]
@@ -39,7 +40,7 @@ def _orbit(sym: TorusSymmetry, per_source: int, problem: Problem
     trees = orbit_trees(sym)
     n = sym.dims[0]
     parents, tails, classes, which = [], [], [], []
-    for j in range(per_source):
+    for j in checked(range(per_source), ORBIT, every=1):
         base = len(parents)
         head_index: dict[tuple[int, ...], int] = {}
         for i, (tail, ci) in enumerate(trees[j % len(trees)]):

@@ -42,10 +42,13 @@ from te_ccl.backends.base import Clock
 from te_ccl.backends.scale import bitsets
 from te_ccl.backends.scale.greedy import greedy_transfers, net_of
 from te_ccl.backends.scale.moves import Moves
+from te_ccl.deadline import check, checked
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 
 __all__ = ["MAX_GPUS", "Packing", "pack_trees", "solve_trees", "spanning_demands"]
+
+PACKING = "packing broadcast trees"  # what a deadline reached interrupted
 
 MAX_GPUS = 16  # beyond, the greedy's own routes land within ~1.5% (mesh/torus 8×8)
 _KEEP = 1e-6  # of the best rate, given up for shallower trees
@@ -180,6 +183,7 @@ def pack_trees(problem: Problem) -> Packing:
         """Solve, price a tree per source with the link duals (plus the detours when
         ``shallow``) as weights, add those that pay; until none does."""
         for _ in range(_MAX_ROUNDS):
+            check(PACKING)
             if lp.Solve() != pywraplp.Solver.OPTIMAL or x.solution_value() <= 0:
                 raise SolverError("tree packing: the LP found no rate")
             duals = {e: max(0.0, row.dual_value()) for e, row in by_edge.items()}
@@ -243,7 +247,7 @@ def _split(problem: Problem, packing: Packing, sources: dict[str, list[int]]
         for c, (_, edges) in zip(counts[s], trees, strict=True):
             for e in edges:
                 load[e] += c * cost[e]
-    for _ in range(sum(len(cs) for cs in sources.values())):
+    for _ in checked(range(sum(len(cs) for cs in sources.values())), PACKING, every=64):
         top = max(load.values())
         busiest = {e for e, x in load.items() if x >= top - _EPS}
         move = next(((s, i, j, ej - ei) for s, trees in packing.trees.items()
@@ -306,7 +310,7 @@ def solve_trees(problem: Problem, clock: Clock) -> tuple[Moves, tuple[str, ...]]
     counts = _split(problem, packing, sources)
     on_tree: tuple[list[int], list[int]] = ([], [])
     by_height: dict[int, tuple[list[int], list[int]]] = defaultdict(lambda: ([], []))
-    for s, cs in sources.items():
+    for s, cs in checked(sources.items(), PACKING, every=1):
         trees = packing.trees[s]
         heights = [_heights(edges) for _, edges in trees]
         for c, t in zip(sorted(cs), _interleave(counts[s]), strict=True):
