@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test bench bench-xml lint schedules clean
+.PHONY: install demo test smoke bench bench-xml lint schedules clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,6 +21,10 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -n 2 -q
+
+# `pip install .` into a fresh venv, no extras, and every subcommand once (needs no .venv)
+smoke:
+	$(PYTHON) -m devtools.smoke
 
 bench: $(STAMP)
 	$(BIN)/python -m devtools.bench default --no-fail --readme docs/benchmarks.md
