@@ -180,7 +180,7 @@ def check_loadable(collective: Collective) -> None:
     per_step = MSCCL.max_count - 1
     if collective.commodities * (collective.nranks - 1) <= per_step * MSCCL.max_elements:
         return  # even one rank receiving every chunk fits
-    received = Counter(d for c in collective.iter_chunks() for d in c.destinations)
+    received = collective.received()
     rank, most = max(received.items(), key=lambda x: (x[1], -x[0]))
     if -(-most // per_step) > MSCCL.max_elements:
         raise RuntimeLimitError(
