@@ -47,7 +47,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from te_ccl.errors import SpecError
 
@@ -86,9 +86,8 @@ def _is_stdout(path: str | os.PathLike) -> bool:
 
 
 def _kind(mode: int) -> str:
-    """What a non-regular directory entry is, for a message."""
-    for test, kind in ((stat.S_ISLNK, "a symbolic link"), (stat.S_ISDIR, "a directory"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    """What a special file (not a regular file, directory or link) is, for a message."""
+    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return kind
@@ -106,7 +105,7 @@ def _lstat(path: Path, key: str | None) -> os.stat_result | None:
                         key=key) from None
 
 
-def _refuse_link(path: Path, key: str | None) -> None:
+def _refuse_link(path: Path, key: str | None) -> NoReturn:
     raise SpecError("is a symbolic link; name its target instead (teccl does not follow "
                     "links it writes to)", file=str(path), key=key)
 
