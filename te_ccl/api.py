@@ -3,13 +3,16 @@
 ``teccl compile`` is a thin layer over :func:`compile` (flags in, table or JSON out), so
 both take the same inputs, refuse the same bad ones (:class:`~te_ccl.errors.SpecError`
 and its exit-code siblings, never a print or an exit) and return the same
-:class:`~te_ccl.pipeline.CompileResult`.
+:class:`~te_ccl.pipeline.CompileResult`, whose ``as_dict()`` is the very object
+``teccl compile --json`` prints (each of its keys also an attribute).
 
 >>> import te_ccl
 >>> result = te_ccl.compile("ring8", "allgather", size="1MB", time_limit_s=20)
 >>> result.schedule.collective.nranks, result.output is None
 (8, True)
 >>> result.finish_time_s >= result.lower_bound_s > 0
+True
+>>> result.bound_ratio == result.as_dict()["bound_ratio"] >= 1
 True
 """
 

@@ -19,6 +19,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -115,6 +116,28 @@ class CompileResult:
         """What the compile reports: the replay of the lowered XML where there is one."""
         return (self.timing.finish_s if self.timing is not None
                 else self.schedule.finish_time_s)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every metric of ``teccl compile --json``, under its names (the command prints
+        this dict)."""
+        return dict(self._metrics)
+
+    def __getattr__(self, name: str) -> Any:
+        """The ``--json`` keys that are not fields, as attributes: ``result.bound_ratio``,
+        ``result.algbw_GBps``, ``result.max_buffer_bytes`` …"""
+        if name.startswith("_") or "schedule" not in self.__dict__:  # unpickling, copying
+            raise AttributeError(name)
+        try:
+            return self._metrics[name]
+        except KeyError:
+            raise AttributeError(f"'CompileResult' object has no attribute {name!r}") from None
+
+    @cached_property
+    def _metrics(self) -> dict[str, Any]:
+        """:func:`summary` and the buffer counts, once (those walk every transfer)."""
+        from te_ccl.report.metrics import buffer_summary
+
+        return summary(self, self.schedule.topology) | buffer_summary(self.schedule)
 
 
 def _in_switch(options: CompileOptions, topology: Topology) -> bool:

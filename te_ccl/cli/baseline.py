@@ -12,7 +12,13 @@ from typing import TYPE_CHECKING
 
 import click
 
-from te_ccl.cli.common import collective_flags, collective_options, emit_json, err_console
+from te_ccl.cli.common import (
+    collective_flags,
+    collective_options,
+    emit_json,
+    err_console,
+    table_console,
+)
 
 if TYPE_CHECKING:
     from te_ccl.collective.model import Collective
@@ -81,12 +87,14 @@ def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
         info["timeline"] = kw["timeline"]
     if kw["as_json"]:
         emit_json(info)
-    elif output != "-":
-        for table in sim_tables(info, sim):
-            err_console.print(table)
-        for note in sched.info.notes:
-            err_console.print(f"note: {note}")
-        err_console.print(f"wrote {output}")
+        return
+    console = table_console(output)
+    for table in sim_tables(info, sim):
+        console.print(table)
+    for note in sched.info.notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
+    if output != "-":
+        err_console.print(f"wrote {output}", markup=False, highlight=False)
 
 
 def _built(kind: str, topo: Topology, coll: Collective) -> tuple[Schedule, SimResult]:

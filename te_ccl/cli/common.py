@@ -1,7 +1,16 @@
 """Pieces shared by several subcommands: consoles, progress, JSON output, collective options.
 
-Consoles render at the terminal's width on a terminal and at full width otherwise (a
-table piped to a file or ``less`` keeps every cell whole; ``COLUMNS`` still rules).
+Streams: results (tables, reports, JSON) go to stdout through :data:`out_console` or
+:func:`emit_json`; progress, warnings, notes about what was written and errors go to
+stderr through :data:`err_console`. When a command writes its output file to stdout
+(``-o -``), its table goes to stderr instead (:func:`table_console`).
+
+Tables on a terminal take the terminal's width. Printed anywhere else with ``COLUMNS``
+unset (a pipe, a file), they come out plain: ``# title``, then the header and each row
+on a line of their own with the cells separated by tabs, then ``# caption`` — no box
+characters, nothing cut or wrapped, for ``grep``, ``awk`` and ``cut``. With ``COLUMNS``
+set they are drawn at that width. Other output off a terminal is never wrapped.
+
 Progress is a rich status line on a terminal, plain timestamped lines on stderr
 elsewhere (every :data:`PLAIN_EVERY_S` seconds, so CI logs show a long solve is alive),
 and nothing under ``teccl --quiet``.
@@ -20,19 +29,66 @@ from typing import Any
 
 import click
 from rich.console import Console
+from rich.table import Table
+from rich.text import Text
 
-__all__ = ["err_console", "out_console", "emit_json", "collective_options", "collective_flags",
-           "progress_status", "plain_progress", "set_quiet", "is_quiet", "PLAIN_EVERY_S"]
+__all__ = ["CliConsole", "err_console", "out_console", "table_console", "plain_table", "emit_json",
+           "collective_options", "collective_flags", "progress_status", "plain_progress",
+           "set_quiet", "is_quiet", "PLAIN_EVERY_S"]
 
 FULL_WIDTH = 1000
-"""Columns of a console that is not a terminal: wide enough for any table teccl prints
-(tables take their natural width, never more)."""
+"""Columns of a console that is not a terminal: no line teccl prints there wraps."""
 PLAIN_EVERY_S = 5.0
 """Seconds between plain progress lines when stderr is not a terminal."""
 
 
+def _cell(value: Any) -> str:
+    """A cell's text on one line (markup strings as they read, not as written)."""
+    text = (value.plain if isinstance(value, Text) else Text.from_markup(value).plain
+            if isinstance(value, str) else str(value))
+    return " ".join(text.split())
+
+
+def plain_table(table: Table) -> str:
+    """``table`` as plain lines: ``# title``, the header, one tab-separated row a line,
+    ``# caption``.
+
+    >>> t = Table("GPU", "done at", title="per-GPU completion")
+    >>> t.add_row("g0", "[bold]1.5us[/]")
+    >>> plain_table(t).splitlines()
+    ['# per-GPU completion', 'GPU\\tdone at', 'g0\\t1.5us']
+    """
+    lines = [f"# {_cell(table.title)}"] if table.title else []
+    if table.show_header:
+        lines.append("\t".join(_cell(c.header) for c in table.columns))
+    columns = [list(c.cells) for c in table.columns]
+    lines += ["\t".join(_cell(cells[i]) for cells in columns) for i in range(table.row_count)]
+    if table.caption:
+        lines.append(f"# {_cell(table.caption)}")
+    return "".join(line + "\n" for line in lines)
+
+
+class CliConsole(Console):
+    """A console that prints tables plain where a program reads them (the module doc)."""
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        if self.is_terminal or "COLUMNS" in os.environ:
+            super().print(*objects, **kwargs)
+            return
+        for o in objects:
+            if isinstance(o, Table):
+                self.file.write(plain_table(o))
+            else:
+                super().print(o, **kwargs)
+
+    def on_broken_pipe(self) -> None:
+        """Leave a closed stdout to the command line's entry point (rich would exit 1, the
+        code of a failed check)."""
+        raise BrokenPipeError
+
+
 def _console(stderr: bool) -> Console:
-    console = Console(stderr=stderr)
+    console = CliConsole(stderr=stderr)
     if not console.is_terminal and "COLUMNS" not in os.environ:
         console.width = FULL_WIDTH
     return console
@@ -86,6 +142,11 @@ def progress_status(first: str) -> Iterator[Callable[[str], None]]:
     finally:
         stop.set()
         thread.join()
+
+
+def table_console(output: str | None) -> Console:
+    """Where a command's tables go: stdout, unless its written file goes there (``-o -``)."""
+    return err_console if output == "-" else out_console
 
 
 def emit_json(obj: Any) -> None:

@@ -13,8 +13,8 @@ from te_ccl.cli.common import (
     collective_flags,
     collective_options,
     emit_json,
-    err_console,
     progress_status,
+    table_console,
 )
 from te_ccl.deadline import TimeLimitReached
 from te_ccl.errors import SpecError
@@ -52,8 +52,6 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     """Compile a collective on TOPOLOGY (a shipped name or a YAML file)."""
-    from te_ccl.pipeline import summary
-    from te_ccl.report.metrics import buffer_summary
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
 
@@ -94,14 +92,14 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
                                kw["fred_tables"], progress)
     except TimeLimitReached as e:  # say how to give the compile more time
         raise TimeLimitReached(f"{e} (--time-limit SECONDS allows more)") from None
-    infos = [summary(r, topo) | buffer_summary(r.schedule) for r in results]
+    infos = [r.as_dict() for r in results]
     if kw["as_json"]:
         emit_json(infos[0] if not sizes else {"topology": topo.name,
                                               "collective": coll.kind.value,
                                               "output": output, "algorithms": infos})
     else:
         for info in infos:
-            err_console.print(_table(info))
+            table_console(output).print(_table(info))
 
 
 def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,

@@ -1,13 +1,20 @@
 """Entry point of ``teccl``: the command group, lazy subcommand loading and error handling.
 
-This is the only place that turns library errors into exit codes (PRODUCT.md's contract):
-0 success, 1 a check failed, 2 bad input or usage, 3 the solver gave up, 70 a bug.
+This is the only place that turns library errors into exit codes (PRODUCT.md's contract:
+0 success, 1 a check failed, 2 bad input or usage, 3 the solver gave up, 70 a bug, 130
+interrupted, 141 stdout closed by its reader) and into what says so: one line on
+stderr and, under ``--json``, one ``{"error", "exit"}`` object on stdout.
 """
 
 from __future__ import annotations
 
 import importlib
+import json
+import os
 import sys
+import traceback
+from dataclasses import dataclass
+from typing import NoReturn
 
 import click
 
@@ -30,7 +37,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+class PipeClosed(Exception):
+    """The reader of stdout went away (``teccl topo list | head -1``): kept from click,
+    which would call it exit 1, a failed check."""
+
+
 class LazyGroup(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError as e:
+            raise PipeClosed from e
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(COMMANDS)
 
@@ -48,7 +66,8 @@ class LazyGroup(click.Group):
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="teccl")
-@click.option("--debug", is_flag=True, envvar="TECCL_DEBUG", help="Show tracebacks of internal errors.")
+@click.option("--debug", is_flag=True, envvar="TECCL_DEBUG",
+              help="Print the traceback of a failure (the exit code stays the same).")
 @click.option("--quiet", "-q", is_flag=True, envvar="TECCL_QUIET",
               help="No progress output on stderr (results, warnings and errors still print).")
 @click.pass_context
@@ -57,40 +76,70 @@ def cli(ctx: click.Context, debug: bool, quiet: bool) -> None:
     from te_ccl.cli.common import set_quiet
 
     set_quiet(quiet)
-    ctx.obj = {"debug": debug}
+    ctx.ensure_object(dict)["debug"] = debug
 
 
 def usage_line(e: click.UsageError) -> str:
     """A usage error as one line: the problem and where help is."""
     command = e.ctx.command_path if e.ctx is not None else "teccl"
-    return f"teccl: error: {e.format_message()} (see '{command} --help')"
+    return f"{e.format_message()} (see '{command} --help')"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How a run ended badly: ``teccl: {kind}{message}`` on stderr, ``{"error": message,
+    "exit": code}`` on stdout under ``--json``, and the exit code."""
+
+    message: str
+    code: int
+    kind: str = "error: "
+    traced: bool = True  # worth a traceback under --debug (not a usage error or Ctrl-C)
+
+    @classmethod
+    def of(cls, e: BaseException, debug: bool) -> Failure:
+        if isinstance(e, click.exceptions.Abort):
+            return cls("interrupted", 130, kind="", traced=False)
+        if isinstance(e, click.UsageError):
+            return cls(usage_line(e), e.exit_code, traced=False)
+        if isinstance(e, click.ClickException):
+            return cls(e.format_message(), e.exit_code)
+        if isinstance(e, TecclError):
+            return cls(str(e), e.exit_code)
+        hint = "" if debug else " (rerun with --debug)"
+        return cls(f"{type(e).__name__}: {e}{hint}", 70, kind="internal error: ")
+
+    def report(self, error: BaseException, *, debug: bool, as_json: bool) -> NoReturn:
+        if debug and self.traced:
+            traceback.print_exception(error, file=sys.stderr)
+        sys.stderr.write(f"teccl: {self.kind}{self.message}\n")
+        if as_json:
+            sys.stdout.write(json.dumps({"error": self.message, "exit": self.code}) + "\n")
+        sys.exit(self.code)
+
+
+def wants_json(args: list[str]) -> bool:
+    """``--json`` among the options (before a ``--`` that ends them)."""
+    return "--json" in (args[:args.index("--")] if "--" in args else args)
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Run the CLI; library errors become one line on stderr and their exit code."""
-    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    """Run the CLI. A failure is one line on stderr (with ``--debug``, the traceback
+    first), with ``--json`` also one object on stdout, and its exit code: the same with
+    or without ``--debug``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    state: dict[str, bool] = {}
     try:
-        rc = cli.main(args=argv, prog_name="teccl", standalone_mode=False)
-    except click.exceptions.Abort:
-        click.echo("teccl: interrupted", err=True)
-        sys.exit(130)
+        rc = cli.main(args=args, prog_name="teccl", standalone_mode=False, obj=state)
+        sys.stdout.flush()
+    except (PipeClosed, BrokenPipeError):  # quietly, as a shell pipeline's SIGPIPE would
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(141)
     except click.exceptions.NoArgsIsHelpError as e:  # a bare `teccl topo`: its help
         e.show()
         sys.exit(e.exit_code)
-    except click.UsageError as e:
-        click.echo(usage_line(e), err=True)
-        sys.exit(e.exit_code)
-    except click.ClickException as e:
-        click.echo(f"teccl: error: {e.format_message()}", err=True)
-        sys.exit(e.exit_code)
-    except TecclError as e:
-        click.echo(f"teccl: error: {e}", err=True)
-        sys.exit(e.exit_code)
     except click.exceptions.Exit as e:
         sys.exit(e.exit_code)
-    except Exception as e:  # noqa: BLE001 - last resort: one line, exit 70
-        if debug:
-            raise
-        click.echo(f"teccl: internal error: {type(e).__name__}: {e} (rerun with --debug)", err=True)
-        sys.exit(70)
+    except Exception as e:  # noqa: BLE001 - every failure ends here, as one line
+        debug = state.get("debug", False)
+        Failure.of(e, debug).report(e, debug=debug, as_json=wants_json(args))
     sys.exit(rc if isinstance(rc, int) else 0)

@@ -18,7 +18,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from te_ccl.cli.common import emit_json, err_console
+from te_ccl.cli.common import emit_json, err_console, out_console
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.simulate.result import SimResult
 from te_ccl.units import UnitError, format_bandwidth, format_size, format_time, parse_size
@@ -64,7 +64,7 @@ def simulate_cmd(first: str, second: str | None, size: str | None, timeline: Pat
         emit_json(info)
     else:
         for table in sim_tables(info, sim):
-            err_console.print(table)
+            out_console.print(table)
 
 
 def _simulate_json(topology: str | None, path: Path, size: str | None):

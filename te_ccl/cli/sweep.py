@@ -17,7 +17,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from te_ccl.cli.common import emit_json, err_console, is_quiet, plain_progress
+from te_ccl.cli.common import emit_json, err_console, is_quiet, out_console, plain_progress
 from te_ccl.errors import SpecError
 
 _RESULT_FIELDS = ("name", "key", "status", "reason", "topology", "collective", "size_bytes",
@@ -71,7 +71,7 @@ def sweep_cmd(ctx: click.Context, grid: str, out_dir: str, workers: int | None,
     if as_json:
         emit_json(info)
     else:
-        err_console.print(_table(info))
+        out_console.print(_table(info))
     if not outcome.all_ok:
         ctx.exit(1)
 

@@ -13,9 +13,9 @@ import json
 from pathlib import Path
 
 import click
-from rich.console import Console
 from rich.text import Text
 
+from te_ccl.cli.common import CliConsole
 from te_ccl.errors import SpecError
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.verify import Report, verify_msccl
@@ -116,7 +116,7 @@ def report_json(report: Report) -> dict:
 
 
 def _print(report: Report) -> None:
-    console = Console(highlight=False, soft_wrap=True)
+    console = CliConsole(highlight=False, soft_wrap=True)
     for f in report.findings:
         line = Text()
         line.append(f"{f.severity:7}", style="bold red" if f.severity == "error" else "yellow")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import tomllib
@@ -88,3 +89,17 @@ def test_plotting_without_matplotlib_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(SpecError, match=r"teccl\[plot\]"):
         pyplot()
+
+
+def test_the_result_has_every_metric_of_compile_json_under_its_name(teccl, tmp_path):
+    result = te_ccl.compile("ring8", "allgather", size="1MB", time_limit_s=20)
+    code, stdout, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB",
+                            "-o", str(tmp_path / "a.xml"), "--json", "--time-limit", "20")
+    printed, metrics = json.loads(stdout), result.as_dict()
+    assert code == 0 and set(metrics) == set(printed)
+    for key in ("bound_ratio", "algbw_GBps", "busbw_GBps", "max_buffer_bytes",
+                "peak_scratch_bytes", "buffer_bytes", "measured_by", "finish_time_s"):
+        assert getattr(result, key) == metrics[key]
+    assert result.bound_ratio == pytest.approx(result.finish_time_s / result.lower_bound_s)
+    with pytest.raises(AttributeError, match="no attribute 'bandwidth'"):
+        result.bandwidth  # noqa: B018 - the lookup is the test

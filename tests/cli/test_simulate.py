@@ -44,7 +44,7 @@ def test_simulate_json_schedule(teccl, tmp_path):
     code, _, _ = teccl("baseline", "direct", "fc8", "-c", "alltoall", "-s", "1MB", "-o", str(out))
     assert code == 0
     code, stdout, err = teccl("simulate", "fc8", str(out))
-    assert code == 0 and "finish time" in err and stdout == ""
+    assert code == 0 and "finish time" in stdout and err == ""
     code, _, err = teccl("simulate", str(out))
     assert code == 2 and "TOPOLOGY" in err and len(err.strip().splitlines()) == 1
 
@@ -108,7 +108,8 @@ def test_simulate_refuses_xml_the_verifier_rejects(ring_xml, teccl, tmp_path):
     bad = tmp_path / "bad.xml"
     bad.write_text("".join(lines))
     code, stdout, err = teccl("simulate", "ring8", str(bad), "--size", "8MB", "--json")
-    assert code == 1 and stdout == "" and "not simulated" in err
+    assert code == 1 and "not simulated" in err
+    assert json.loads(stdout) == {"error": err.strip().removeprefix("teccl: error: "), "exit": 1}
 
 
 def test_simulate_refuses_a_deadlock_at_the_real_slots(teccl, tmp_path):
@@ -128,7 +129,7 @@ def test_simulate_refuses_a_deadlock_at_the_real_slots(teccl, tmp_path):
                    'coll="allgather" inplace="1" outofplace="0" minBytes="0" maxBytes="0">\n'
                    f"{gpus}</algo>\n")
     code, stdout, err = teccl("simulate", str(_pair(tmp_path)), str(xml), "-s", "6KB", "--json")
-    assert code == 1 and stdout == "" and "deadlock" in err, err
+    assert code == 1 and "deadlock" in err and json.loads(stdout)["exit"] == 1, err
     code, stdout, _ = teccl("simulate", str(_pair(tmp_path)),
                             str(_rewrite(xml, 'proto="Simple"', 'proto="LL"')), "-s", "6KB",
                             "--json")

@@ -1,5 +1,5 @@
-"""teccl as a Unix tool: one-line errors, progress off a terminal, --quiet, full-width
-tables in pipes, outputs that are directories or unwritable, interrupted writes."""
+"""teccl as a Unix tool: one-line errors, progress off a terminal, --quiet, plain tables
+in pipes, outputs that are directories or unwritable, interrupted writes."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
-    full.pop("COLUMNS", None)
+    full = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    full.update(PYTHONPATH=str(ROOT), **(env or {}))
     return subprocess.run([sys.executable, "-m", "te_ccl", *args], capture_output=True,
                           text=True, env=full, timeout=120)
 
@@ -54,11 +54,24 @@ def test_quiet_silences_progress_but_not_results(teccl, monkeypatch, tmp_path):
     assert "teccl: [" not in err
 
 
-def test_tables_keep_full_width_in_a_pipe():
+BOX = set("─│┃━┏┓┗┛┡┩└┘┌┐├┤┼╇")
+
+
+def test_tables_in_a_pipe_are_plain_lines_of_tab_separated_cells():
     proc = _run("fred", "evaluate", "-w", "resnet152")
     assert proc.returncode == 0, proc.stderr
-    assert "…" not in proc.stdout and "fred-a" in proc.stdout
-    assert max(len(x) for x in proc.stdout.splitlines()) > 80
+    lines = proc.stdout.splitlines()
+    assert "…" not in proc.stdout and not BOX & set(proc.stdout)
+    header = next(x for x in lines if x.startswith("fabric\t"))
+    rows = [x for x in lines if x.startswith("fred-") and "\t" in x]
+    assert len(rows) == 4 and {x.count("\t") for x in rows} == {header.count("\t")} == {12}
+    assert lines[0].startswith("# ") and max(len(x) for x in lines) > 80  # nothing cut
+
+
+def test_tables_keep_within_columns_when_it_is_set():
+    proc = _run("topo", "list", env={"COLUMNS": "70"})
+    assert proc.returncode == 0, proc.stderr
+    assert BOX & set(proc.stdout) and max(len(x) for x in proc.stdout.splitlines()) <= 70
 
 
 def test_output_naming_a_directory_is_refused_before_solving(teccl, tmp_path):
@@ -110,9 +123,9 @@ def test_compile_reports_buffers_per_gpu_and_peak_scratch(teccl, tmp_path):
     assert code == 0 and len(info["buffer_bytes"]) == 8
     assert set(info["buffer_bytes"].values()) == {info["size_bytes"]}   # AllGather: the output
     assert info["max_buffer_bytes"] == info["size_bytes"] and info["peak_scratch_bytes"] == 0
-    code, _, err = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB",
-                         "-o", str(tmp_path / "b.xml"))
-    assert "buffer per GPU" in err and "scratch peak 0B" in err
+    code, table, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB",
+                           "-o", str(tmp_path / "b.xml"))
+    assert "buffer per GPU" in table and "scratch peak 0B" in table
 
 
 def test_a_rooted_collective_without_root_compiles_for_rank_0(teccl, tmp_path):
