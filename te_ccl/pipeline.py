@@ -110,6 +110,7 @@ class CompileResult:
     min_bytes: int = 0
     max_bytes: int = 0
     timing: Timing | None = None  # None: not timed (the prediction stands)
+    fabric: dict[str, Any] | None = None  # FRED switch limits (te_ccl.fred.limits)
 
     @property
     def finish_time_s(self) -> float:
@@ -179,12 +180,13 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
         if options.output is not None:
             write_atomic(options.output, data)
     bound = lower_bound(topology, schedule.collective)
+    fabric = None
     if options.fred_tables is not None:
-        extra = _write_fred_tables(schedule, topology, options.fred_tables)
+        extra, fabric = _write_fred_tables(schedule, topology, options.fred_tables)
     schedule = schedule.with_info(notes=schedule.info.notes
                                   + _compile_notes(topology, schedule, timer))
     return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra,
-                         options.min_bytes, options.max_bytes, timer.timing(schedule))
+                         options.min_bytes, options.max_bytes, timer.timing(schedule), fabric)
 
 
 def check_loadable(collective: Collective) -> None:
@@ -728,10 +730,12 @@ def _silent(message: str) -> None:
     """No progress output."""
 
 
-def _write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str) -> tuple[str, ...]:
+def _write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
+                       ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
     from te_ccl.lower.fred import fred_tables_for
 
-    return tuple(str(p) for p in fred_tables_for(schedule, topology, Path(out_dir)))
+    written = fred_tables_for(schedule, topology, Path(out_dir))
+    return tuple(str(p) for p in written.paths), written.fabric
 
 
 def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
@@ -776,4 +780,5 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
         "max_bytes": result.max_bytes,
         "output": result.output,
         "extra_outputs": list(result.extra_outputs),
+        "fabric": result.fabric,
     }

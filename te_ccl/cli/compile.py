@@ -100,6 +100,9 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     else:
         for info in infos:
             table_console(output).print(_table(info))
+    for info in infos:
+        if info["fabric"] and info["fabric"]["warning"]:
+            err_console.print(f"warning: {info['fabric']['warning']}", highlight=False)
 
 
 def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,
@@ -151,6 +154,14 @@ def _buffers(info: dict) -> str:
     return text + f" (scratch peak {format_size(info['peak_scratch_bytes'])})"
 
 
+def _fabric(f: dict) -> str:
+    """The FRED switch limits of a compile with --fred-tables, worst switch of each."""
+    return (f"SRAM {format_size(f['sram_bytes_max'])} of {format_size(f['sram_limit_bytes'])}"
+            f" ({f['sram_switch']}); schedule holds {format_size(f['buffer_bytes_max'])} of "
+            f"{format_size(f['buffer_limit_bytes'])} buffer ({f['buffer_switch']}); tables "
+            f"{f['phases']} phases, {format_time(f['tables_time_s'])}")
+
+
 def _table(info: dict) -> Table:
     t = Table(title=f"{info['collective']} on {info['topology']} ({info['ngpus']} GPUs)",
               show_header=False)
@@ -172,6 +183,8 @@ def _table(info: dict) -> Table:
         ("optimal (epoch model)", "yes" if info["optimal"] else "not proven"),
         ("output", str(info["output"])),
     ]
+    if info["fabric"]:
+        rows.append(("FRED switches", _fabric(info["fabric"])))
     rows += [("note", n) for n in info["notes"]]
     for k, v in rows:
         t.add_row(k, v)

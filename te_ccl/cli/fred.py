@@ -1,4 +1,5 @@
-"""``teccl fred show | route | phase | collective | evaluate``: the FRED switch, its routing, the wafer.
+"""``teccl fred show | route | phase | collective | check | evaluate``: the FRED switch, its
+routing, its tables, the wafer.
 
 Tables are the commands' data and go to stdout; ``--json`` prints one JSON object
 instead. Routing conflicts are not errors: they are resolved by more phases and
@@ -266,7 +267,7 @@ def collective_cmd(topology: str, kind: str, size: str, ranks: str, chunks: int,
         root = rank_list[0]
     schedule = in_switch_schedule(topo, Collective(CollectiveKind(kind), _size(size), rank_list,
                                                    chunks, root))
-    written = [str(p) for p in fred_tables_for(schedule, topo, tables)] if tables else []
+    written = fred_tables_for(schedule, topo, tables) if tables else None
     if output:
         write_atomic(output, schedule.to_json())
     fin = schedule.finish_time_s
@@ -274,14 +275,18 @@ def collective_cmd(topology: str, kind: str, size: str, ranks: str, chunks: int,
             "ngpus": len(rank_list), "epochs": schedule.finish_epoch,
             "epoch_s": schedule.epoch_s, "finish_time_s": fin,
             "algbw_GBps": _size(size) / fin / 1e9 if fin else None,
-            "transfers": len(schedule.transfers), "output": output, "tables": written}
+            "transfers": len(schedule.transfers), "output": output,
+            "tables": [str(p) for p in written.paths] if written else []}
+    fab = written.fabric if written else None
     if as_json:
-        emit_json(data)
+        emit_json({**data, "fabric": fab})
     elif output != "-":
         table = Table(title=f"in-switch {kind} on {topo.name}", show_header=False)
         for key, value in data.items():
             table.add_row(key, str(value))
         out_console.print(table)
+    if fab and fab["warning"]:
+        err_console.print(f"warning: {fab['warning']}", highlight=False)
 
 
 def _ranks(text: str) -> tuple[int, ...]:
@@ -293,6 +298,35 @@ def _ranks(text: str) -> tuple[int, ...]:
     except ValueError:
         raise SpecError(f"expected all, 0,1,2 or 0-7, got {text!r}", key="--ranks") from None
     return tuple(out)
+
+
+@fred.command("check")
+@click.argument("tables", metavar="TABLES_DIR")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.pass_context
+def check_cmd(ctx: click.Context, tables: str, as_json: bool) -> None:
+    """Replay switch tables (from compile --fred-tables, fred phase/route/collective
+    --tables) functionally and in time; exit 1 on any violation."""
+    from te_ccl.units import format_size, format_time
+    from te_ccl.verify.fred_tables import check_fred_dir
+
+    report = check_fred_dir(tables)
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        for v in report.violations:
+            out_console.print(f"{v.rule:10} {v.message}", highlight=False)
+        worst = max(report.sram_bytes, key=report.sram_bytes.__getitem__, default=None)
+        sram = (f"; SRAM {format_size(report.sram_bytes[worst])} of "
+                f"{format_size(report.sram_limit_bytes)} ({worst})" if worst else "")
+        verdict = ("clean" if report.clean else
+                   f"{sum(report.counts.values())} violation(s) ("
+                   + ", ".join(f"{r} {n}" for r, n in sorted(report.counts.items())) + ")")
+        out_console.print(f"{tables}: {verdict}: {report.phases} phases, {report.flows} flows, "
+                          f"{report.streams} streams, {format_time(report.time_s)}{sram}",
+                          highlight=False)
+    if not report.clean:
+        ctx.exit(1)
 
 
 @fred.command("evaluate")

@@ -17,7 +17,7 @@ from te_ccl.fred.evaluate import (
     strategy_means,
     sweep_points,
 )
-from te_ccl.fred.from_schedule import phases_from_schedule
+from te_ccl.fred.from_schedule import Timeline, chunk_streams, schedule_timeline
 from te_ccl.fred.in_switch import in_switch_candidate, in_switch_schedule
 from te_ccl.fred.mesh import Mesh
 from te_ccl.fred.plot import plot_evaluation
@@ -32,6 +32,6 @@ __all__ = [
     "Mesh", "PhaseSplit", "Wafer", "all_strategies", "build_fred", "check_strategy",
     "compile_fred", "compile_phase", "draw_switch", "evaluate", "fabric", "in_switch_candidate",
     "in_switch_schedule", "load_workload", "parse_strategy", "parse_sweep",
-    "phases_from_schedule", "plot_evaluation", "route_phases", "shipped_workloads",
-    "strategy_means", "sweep_points", "wafer_from_topology",
+    "Timeline", "chunk_streams", "plot_evaluation", "route_phases", "schedule_timeline",
+    "shipped_workloads", "strategy_means", "sweep_points", "wafer_from_topology",
 ]

@@ -6,7 +6,8 @@ NPU), and a stripe crossing L1 switches takes one uplink lane at each L1 it touc
 Stripes are packed first fit into **rounds** limited by the free uplink lanes; each
 round is a switch phase: the flows of every switch are routed on FRED_m(P)
 (:func:`te_ccl.fred.routing.route_phases`) and a conflict splits the round into more
-phases, each lasting ``stripe bytes / lane_Bps``. A stripe becomes, per switch:
+phases, each lasting the wafer's reconfiguration time plus ``stripe bytes / lane_Bps``.
+A stripe becomes, per switch:
 
 * one flow on its L1 when all its ranks sit on one L1;
 * otherwise an up flow (local sources → uplink lane, reduced in the L1), an L2 flow
@@ -18,8 +19,9 @@ NPU algorithms, timed by the fluid bound of their link loads (every link carries
 bytes at its bandwidth, chunks pipelined): All-Reduce / Reduce-Scatter / All-Gather as
 the better of a flat ring and a hierarchical ring (intra-L1, then one ring over the L1s
 whose traffic is spread over the L1's NPUs), Broadcast/Reduce as a pipelined chain,
-All-to-All and send/recv as direct unicasts. Their switch phases are the unicast
-flows of the flat ring / chain / unicast steps.
+All-to-All and send/recv as direct unicasts. Their switch phases are the unicast flows
+of the flat ring / chain / unicast steps, timed as the switches run them (the fluid bound
+is the collective's time, not the tables').
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ __all__ = ["FlowInfo", "FredPhase", "CommResult", "compile_fred", "endpoint_load
 
 @dataclass(frozen=True)
 class FlowInfo:
-    """A routed flow with what the flow table needs about it."""
+    """A routed flow with what the flow table needs about it; ``stream`` names the
+    chunk stream of a schedule it is a stripe of (:mod:`te_ccl.fred.from_schedule`)."""
 
     switch: str
     flow: Flow
@@ -49,6 +52,7 @@ class FlowInfo:
     steps: int
     bytes: float
     reduce_op: str
+    stream: str = ""
 
 
 @dataclass(frozen=True)
@@ -119,53 +123,46 @@ def compile_fred(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: float = 0.0
 def _build_phases(wafer: Wafer, ops: tuple[CollectiveOp, ...], steps: list[list[list[Stream]]],
                   start_s: float, fluid_time_s: float | None
                   ) -> tuple[list[FredPhase], float, list[str]]:
-    """Stripe, pack into rounds, route; the time is the rounds' unless ``fluid_time_s``."""
+    """Stripe, pack into rounds, route; the time is the phases' unless ``fluid_time_s``."""
     nsteps = max((len(s) for s in steps), default=0)
     rounds: list[tuple[int, list[_Item]]] = []
     for j in range(nsteps):
         items = [_Item(i, st, lane, {}) for i, op_steps in enumerate(steps) if j < len(op_steps)
                  for st in op_steps[j] for lane in range(wafer.npu_lanes)]
         rounds.extend((j, rnd) for rnd in _pack(wafer, items))
-    durations = [max(it.stream.bytes for it in rnd) / wafer.npu_lanes / wafer.lane_Bps
-                 for _, rnd in rounds]
-    if fluid_time_s is not None and sum(durations) > 0:
-        durations = [d * fluid_time_s / sum(durations) for d in durations]
     phases: list[FredPhase] = []
     notes: list[str] = []
     t = start_s
-    for (j, rnd), dur in zip(rounds, durations, strict=True):
+    for j, rnd in rounds:
         infos = [fi for it in rnd for fi in _flows_of(wafer, ops, it, j, nsteps)]
         cls = min((ops[it.op].cls for it in rnd), key=CLASSES.index)
-        routed, conflicts = routed_phases(wafer, infos, len(phases), t, dur, cls,
-                                          split_span=fluid_time_s is not None)
+        dur = (wafer.reconfig_s
+               + max(it.stream.bytes for it in rnd) / wafer.npu_lanes / wafer.lane_Bps)
+        routed, conflicts = routed_phases(wafer, infos, len(phases), t, dur, cls)
         phases.extend(routed)
         notes.extend(conflicts)
         t = routed[-1].end_s
-    return phases, t - start_s, notes
+    return phases, (t - start_s if fluid_time_s is None else fluid_time_s), notes
 
 
 def routed_phases(wafer: Wafer, infos: Sequence[FlowInfo], first: int, start_s: float,
-                  span_s: float, cls: str, *, split_span: bool = False
-                  ) -> tuple[list[FredPhase], list[str]]:
-    """Route one round's flows on every switch; a conflict adds phases.
-
-    Each added phase lasts ``span_s`` (the time stretches), or with ``split_span`` the
-    phases share ``span_s`` (the time is fixed by another model). Returns the phases
-    (indices from ``first``) and the conflict reports.
+                  span_s: float, cls: str) -> tuple[list[FredPhase], list[str]]:
+    """Route one round's flows on every switch; a conflict adds phases, each lasting
+    ``span_s`` (the time stretches). Returns the phases (indices from ``first``) and the
+    conflict reports.
     """
     by_switch: dict[str, list[Flow]] = defaultdict(list)
     for fi in infos:
         by_switch[fi.switch].append(fi.flow)
     splits = {sw: route_phases(wafer.switches[sw], fl) for sw, fl in by_switch.items()}
     count = max((len(s.phases) for s in splits.values()), default=1)
-    per = span_s / count if split_span else span_s
     phases = []
     for k in range(count):
         routed = {sw: s.phases[k] for sw, s in splits.items() if k < len(s.phases)}
         mine = {(sw, f.id) for sw, r in routed.items() for f in r.flows}
         phases.append(FredPhase(first + k, cls,
                                 tuple(fi for fi in infos if (fi.switch, fi.flow.id) in mine),
-                                routed, start_s + k * per, start_s + (k + 1) * per))
+                                routed, start_s + k * span_s, start_s + (k + 1) * span_s))
     return phases, [c for s in splits.values() for c in s.conflicts]
 
 

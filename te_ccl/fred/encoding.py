@@ -72,25 +72,35 @@ def _field(setting: ElementSetting, m: int) -> int:
     return value
 
 
+_LAYOUTS: dict[tuple[str, int, int], tuple[dict[str, int], tuple[int, ...], int]] = {}
+
+
+def _layout(sw: FredSwitch) -> tuple[dict[str, int], tuple[int, ...], int]:
+    """Index and field width of each element of ``sw`` and the dense form's bits, built
+    once per switch (a wafer's phases encode the same switches over and over)."""
+    key = (sw.path, sw.ports, sw.m)
+    if key not in _LAYOUTS:
+        elements = list(sw.elements())
+        widths = tuple(field_bits(e, sw.m) for e in elements)
+        _LAYOUTS[key] = ({e.path: i for i, e in enumerate(elements)}, widths, sum(widths))
+    return _LAYOUTS[key]
+
+
 def encode(routing: Routing) -> tuple[int, int]:
     """``(bits, value)`` of the shorter encoding of one routed phase (module docstring)."""
     sw: FredSwitch = routing.switch
-    elements = list(sw.elements())
-    index = {e.path: i for i, e in enumerate(elements)}
-    fields = {index[s.element.path]: (s, _field(s, sw.m)) for s in routing.elements}
-    dense_bits, dense = 0, 0
-    for i, e in enumerate(elements):
-        w = field_bits(e, sw.m)
-        dense = (dense << w) | (fields[i][1] if i in fields else 0)
-        dense_bits += w
-    ib = max(1, math.ceil(math.log2(len(elements))))
-    sparse_bits, sparse = 16, len(fields)
-    for i in sorted(fields):
-        w = field_bits(elements[i], sw.m)
-        sparse = (((sparse << ib) | i) << w) | fields[i][1]
-        sparse_bits += ib + w
+    index, widths, dense_bits = _layout(sw)
+    fields = {index[s.element.path]: _field(s, sw.m) for s in routing.elements}
+    ib = max(1, math.ceil(math.log2(len(widths))))
+    sparse_bits = 16 + sum(ib + widths[i] for i in fields)
     if sparse_bits < dense_bits:
+        sparse = len(fields)
+        for i in sorted(fields):
+            sparse = (((sparse << ib) | i) << widths[i]) | fields[i]
         return 1 + sparse_bits, (1 << sparse_bits) | sparse
+    dense = 0
+    for i, w in enumerate(widths):
+        dense = (dense << w) | fields.get(i, 0)
     return 1 + dense_bits, dense
 
 

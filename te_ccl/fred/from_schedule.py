@@ -1,77 +1,239 @@
-"""FRED switch phases of a solved Schedule: what each switch must do in each epoch.
+"""The switch timeline of a solved Schedule: chunk streams, striped over lanes, in phases.
 
-A Schedule (:mod:`te_ccl.schedule`) moves chunks through bufferless switches: what
-arrives at a switch in epoch ``e`` leaves in epoch ``e``. For every switch and epoch,
-the chunks crossing it become flows: the inputs are the neighbours sending the chunk in
-(several with ``op="reduce"`` or several senders = an in-switch reduction), the
-outputs the neighbours it is sent to (several = an in-switch multicast). A neighbour's
-k-th flow in a direction in that epoch takes lane ``k`` of the link (ports are lanes,
-:mod:`te_ccl.fred.wafer`); when a link has fewer lanes than flows, the epoch is split
-into sub-phases. Each (epoch, sub-phase) is then routed like any other phase.
+A Schedule (:mod:`te_ccl.schedule`) times transfers store-and-forward, epoch by epoch: a
+chunk reaches a switch in one transfer and leaves it in the next. A FRED switch buffers
+packets, not chunks (:mod:`te_ccl.fred.wafer`), so its tables stream data cut-through.
+This module keeps what the schedule does — which switch receives which chunk from whom,
+adds it and sends it to whom, in which order — and times it as the switches can:
+
+* a **stream** is one chunk's tree through the switches: the switch *visits* (a switch
+  receiving the chunk in an epoch and forwarding it in that epoch, the schedule's
+  bufferless rule) joined by their switch-to-switch transfers, from its source NPUs to its
+  destination NPUs. Data passes all its visits without stopping, so they hold their flows
+  at the same time;
+* ports are lanes: **stripe** k of a stream takes one lane of every directed link of its
+  tree and is one flow on each switch it visits (its input lanes added, the sum sent on
+  its output lanes);
+* **phases** follow one another. At the start of each, the streams whose predecessors are
+  done (the streams delivering their chunk to one of their source NPUs) take, in the
+  schedule's order, as many stripes as the free lanes of their links allow, at most the
+  lanes of the narrowest. Each switch's flows are routed on FRED_m(P); a routing conflict
+  gives back the last stripe of the latest stream involved. A phase lasts the wafer's
+  reconfiguration time plus the time its first stream needs to finish, and no stripe
+  carries more than a lane's rate times that.
+
+The tables' time is their own: it exceeds the schedule's where the schedule's timing
+relies on switches holding chunks.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from functools import cached_property
 
-from te_ccl.fred.collectives import FlowInfo, FredPhase, routed_phases
-from te_ccl.fred.routing import Flow
+from te_ccl.errors import VerificationError
+from te_ccl.fred.collectives import FlowInfo, FredPhase
+from te_ccl.fred.routing import Flow, Routing, RoutingConflict, route_once
 from te_ccl.fred.wafer import Wafer
-from te_ccl.schedule import Schedule
+from te_ccl.schedule import Schedule, Transfer
 
-__all__ = ["phases_from_schedule"]
+__all__ = ["Visit", "ChunkStream", "Timeline", "chunk_streams", "schedule_timeline"]
 
-
-def _port(wafer: Wafer, switch: str, neighbour: str, lane: int, topo_rank) -> int:
-    if switch == wafer.l2_name:
-        return wafer.l2_port(wafer.l1_names.index(neighbour), lane)
-    if neighbour == wafer.l2_name:
-        return wafer.uplink_port(lane)
-    return wafer.npu_port(topo_rank(neighbour), lane)
+Link = tuple[str, str]
 
 
-def _lanes(wafer: Wafer, switch: str, neighbour: str) -> int:
-    if switch == wafer.l2_name or neighbour == wafer.l2_name:
-        return wafer.uplink_lanes
-    return wafer.npu_lanes
+@dataclass(frozen=True)
+class Visit:
+    """A switch receiving ``ins`` of a chunk in ``epoch`` and forwarding it as ``outs``."""
+
+    switch: str
+    epoch: int
+    ins: tuple[Transfer, ...]
+    outs: tuple[Transfer, ...]
 
 
-def phases_from_schedule(schedule: Schedule, wafer: Wafer, cls: str = "MP") -> list[FredPhase]:
-    """Routed switch phases, one or more per epoch in which some switch forwards a chunk."""
-    topo = schedule.topology
-    ins: dict[tuple[int, str, int], list] = defaultdict(list)
-    outs: dict[tuple[int, str, int], list] = defaultdict(list)
+@dataclass(frozen=True)
+class ChunkStream:
+    """One chunk's tree of switch visits; ``after`` names the streams it waits for."""
+
+    id: str
+    chunk: int
+    bytes: int
+    visits: tuple[Visit, ...]
+    sources: tuple[str, ...]
+    destinations: tuple[str, ...]
+    after: tuple[str, ...]
+
+    @cached_property
+    def links(self) -> tuple[Link, ...]:
+        """Every directed link of the tree, once."""
+        return tuple(dict.fromkeys((t.src, t.dst) for v in self.visits
+                                   for t in (*v.ins, *v.outs)))
+
+
+@dataclass(frozen=True)
+class Timeline:
+    phases: tuple[FredPhase, ...]
+    streams: tuple[ChunkStream, ...]
+
+    @property
+    def time_s(self) -> float:
+        return self.phases[-1].end_s if self.phases else 0.0
+
+
+def _visits(schedule: Schedule, switches: set[str]) -> dict[tuple[str, int, int], Visit]:
+    """Visits by (switch, chunk, epoch). A chunk that is not reduced is forwarded once
+    even if two neighbours send it in the same epoch."""
+    ins: dict[tuple[str, int, int], list[Transfer]] = defaultdict(list)
+    outs: dict[tuple[str, int, int], list[Transfer]] = defaultdict(list)
     for t in schedule.transfers:
-        if t.dst in wafer.switches:
-            ins[(t.arrive_epoch, t.dst, t.chunk)].append(t)
-        if t.src in wafer.switches:
-            outs[(t.start_epoch, t.src, t.chunk)].append(t)
-    by_epoch: dict[int, list[tuple[int, FlowInfo]]] = defaultdict(list)
-    used: dict[tuple[int, str, str, str], int] = defaultdict(int)
-    coll = schedule.collective
+        if t.dst in switches:
+            ins[(t.dst, t.chunk, t.arrive_epoch)].append(t)
+        if t.src in switches:
+            outs[(t.src, t.chunk, t.start_epoch)].append(t)
+    out = {}
     for key in sorted(set(ins) & set(outs)):
-        epoch, switch, chunk = key
-        sub = 0
-        ports = {"in": [], "out": []}
-        for side, transfers in (("in", ins[key]), ("out", outs[key])):
-            for t in transfers:
-                nb = t.src if side == "in" else t.dst
-                k = used[(epoch, switch, nb, side)]
-                used[(epoch, switch, nb, side)] += 1
-                n = _lanes(wafer, switch, nb)
-                sub = max(sub, k // n)
-                ports[side].append(_port(wafer, switch, nb, k % n, topo.rank))
-        reduce = len(ports["in"]) > 1 or any(t.op == "reduce" for t in ins[key])
-        flow = Flow(f"c{chunk}.e{epoch}", tuple(ports["in"]), tuple(ports["out"]))
-        op = ("allreduce" if len(flow.outputs) > 1 else "reduce") if len(flow.inputs) > 1 \
-            else ("multicast" if len(flow.outputs) > 1 else "unicast")
-        by_epoch[epoch].append((sub, FlowInfo(switch, flow, coll.kind.value, op, cls, 0, 1,
-                                              schedule.chunk_bytes, "sum" if reduce else "none")))
+        arriving = sorted(ins[key], key=lambda t: (t.start_epoch, t.src))
+        if not any(t.op == "reduce" for t in arriving):
+            arriving = arriving[:1]
+        out[key] = Visit(key[0], key[2], tuple(arriving), tuple(outs[key]))
+    return out
+
+
+def chunk_streams(schedule: Schedule, wafer: Wafer) -> list[ChunkStream]:
+    """The streams of ``schedule``, in its order (first transfer, then chunk)."""
+    visits = _visits(schedule, set(wafer.switches))
+    parent = {k: k for k in visits}
+
+    def root(k: tuple[str, int, int]) -> tuple[str, int, int]:
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for (switch, chunk, _), v in visits.items():
+        for t in v.outs:
+            nxt = (t.dst, chunk, t.arrive_epoch)
+            if nxt in visits:
+                parent[root(nxt)] = root((switch, chunk, v.epoch))
+    trees: dict[tuple[str, int, int], list[tuple[str, int, int]]] = defaultdict(list)
+    for k in visits:
+        trees[root(k)].append(k)
+    switches = set(wafer.switches)
+    raw = []
+    for keys in trees.values():
+        vs = tuple(visits[k] for k in keys)
+        ins = [t for v in vs for t in v.ins if t.src not in switches]
+        outs = [t for v in vs for t in v.outs if t.dst not in switches]
+        first = min(t.start_epoch for v in vs for t in (*v.ins, *v.outs))
+        raw.append((first, keys[0][1], keys[0][0], vs, ins, outs))
+    raw.sort(key=lambda x: x[:3])
+    delivered: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
+    for i, (_, chunk, _, _, _, outs) in enumerate(raw):
+        for t in outs:
+            delivered[(t.dst, chunk)].append((t.arrive_epoch, i))
+    rank = {name: r for r, name in enumerate(wafer.npu_names)}
+    streams = []
+    for i, (_, chunk, _, vs, ins, outs) in enumerate(raw):
+        after = sorted({j for t in ins for e, j in delivered[(t.src, chunk)]
+                        if e <= t.start_epoch and j != i})
+        streams.append(ChunkStream(
+            f"s{i}", chunk, schedule.chunk_bytes, vs,
+            tuple(sorted({t.src for t in ins}, key=rank.__getitem__)),
+            tuple(sorted({t.dst for t in outs}, key=rank.__getitem__)),
+            tuple(f"s{j}" for j in after)))
+    return streams
+
+
+Stripe = dict[Link, int]  # lane of each link
+
+
+def _allocate(wafer: Wafer, ready: Sequence[ChunkStream]) -> dict[str, list[Stripe]]:
+    """Stripes of the ready streams in order, each taking the lowest free lanes."""
+    free: dict[Link, list[int]] = {}
+    out: dict[str, list[Stripe]] = {}
+    for s in ready:
+        links = s.links
+        for link in links:
+            if link not in free:
+                free[link] = list(range(wafer.lanes(*link)))
+        n = min(len(free[link]) for link in links)
+        if n:
+            out[s.id] = [{link: free[link].pop(0) for link in links} for _ in range(n)]
+    return out
+
+
+def _flows(wafer: Wafer, s: ChunkStream, k: int, lanes: Stripe, kind: str
+           ) -> list[FlowInfo]:
+    """The flows of stripe ``k`` of ``s``: one on each switch it visits (bytes set later)."""
+    out = []
+    for v in s.visits:
+        ins = tuple(wafer.port(v.switch, t.src, lanes[(t.src, v.switch)]) for t in v.ins)
+        outs = tuple(wafer.port(v.switch, t.dst, lanes[(v.switch, t.dst)]) for t in v.outs)
+        op = ("allreduce" if len(outs) > 1 else "reduce") if len(ins) > 1 \
+            else ("multicast" if len(outs) > 1 else "unicast")
+        out.append(FlowInfo(v.switch, Flow(f"{s.id}.e{v.epoch}.l{k}", ins, outs), kind, op,
+                            "MP", 0, 1, 0, "sum" if len(ins) > 1 else "none", s.id))
+    return out
+
+
+def _route(wafer: Wafer, stripes: dict[str, list[Stripe]],
+           flows: dict[str, list[list[FlowInfo]]], order: dict[str, int]
+           ) -> dict[str, Routing]:
+    """Route every switch; on a conflict drop the last stripe of the latest stream in it."""
+    while True:
+        by_switch: dict[str, list[Flow]] = defaultdict(list)
+        for sid in stripes:
+            for stripe_flows in flows[sid][:len(stripes[sid])]:
+                for fi in stripe_flows:
+                    by_switch[fi.switch].append(fi.flow)
+        try:
+            return {sw: route_once(wafer.switches[sw], fl) for sw, fl in by_switch.items()}
+        except RoutingConflict as conflict:
+            sid = max({f.split(".")[0] for f in conflict.flows}, key=order.__getitem__)
+            stripes[sid].pop()
+            if not stripes[sid]:
+                del stripes[sid]
+
+
+def schedule_timeline(schedule: Schedule, wafer: Wafer) -> Timeline:
+    """The streams of ``schedule`` and their routed phases (module docstring).
+
+    Raises
+    ------
+    VerificationError
+        If no stream can move while some remain (a dependency cycle: never expected of a
+        schedule whose transfers go forward in time).
+    """
+    streams = chunk_streams(schedule, wafer)
+    order = {s.id: i for i, s in enumerate(streams)}
+    remaining = {s.id: s.bytes for s in streams}
+    done: set[str] = set()
+    kind = schedule.collective.kind.value
     phases: list[FredPhase] = []
-    for epoch in sorted(by_epoch):
-        for sub in sorted({s for s, _ in by_epoch[epoch]}):
-            infos = [fi for s, fi in by_epoch[epoch] if s == sub]
-            routed, _ = routed_phases(wafer, infos, len(phases), epoch * schedule.epoch_s,
-                                      schedule.epoch_s, cls, split_span=True)
-            phases.extend(routed)
-    return phases
+    t = 0.0
+    while len(done) < len(streams):
+        ready = [s for s in streams if s.id not in done and all(a in done for a in s.after)]
+        stripes = _allocate(wafer, ready)
+        if not stripes:
+            raise VerificationError(f"{len(streams) - len(done)} stream(s) of the schedule "
+                                    "wait for each other")
+        flows = {s.id: [_flows(wafer, s, k, lanes, kind) for k, lanes in
+                        enumerate(stripes[s.id])] for s in ready if s.id in stripes}
+        routings = _route(wafer, stripes, flows, order)
+        per_lane = min(-(-remaining[sid] // len(st)) for sid, st in stripes.items())
+        infos: list[FlowInfo] = []
+        for sid, st in stripes.items():
+            carried = min(remaining[sid], per_lane * len(st))
+            remaining[sid] -= carried
+            if not remaining[sid]:
+                done.add(sid)
+            base, extra = divmod(carried, len(st))
+            for k in range(len(st)):
+                infos += [replace(fi, bytes=base + (k < extra)) for fi in flows[sid][k]]
+        end = t + wafer.reconfig_s + per_lane / wafer.lane_Bps
+        phases.append(FredPhase(len(phases), "MP", tuple(infos), routings, t, end))
+        t = end
+    return Timeline(tuple(phases), tuple(streams))

@@ -38,7 +38,7 @@ from te_ccl.errors import SpecError, VerificationError
 from te_ccl.fred.switch import FredSwitch, MicroSwitch
 
 __all__ = ["Flow", "ElementUse", "ElementSetting", "Routing", "RoutingConflict",
-           "PhaseSplit", "route", "route_phases", "check_ports"]
+           "PhaseSplit", "route", "route_once", "route_phases", "check_ports"]
 
 MAX_COLOURINGS = 512  # colourings tried per (sub)switch before declaring a conflict
 MAX_TOTAL = 20_000  # colourings tried in one route() call (bounds the nested search)
@@ -196,6 +196,37 @@ def route_phases(switch: FredSwitch, flows: Sequence[Flow]) -> PhaseSplit:
     and workload: it runs once per pattern (:func:`_split_pattern`) and each call
     relabels that result with its own flow ids.
     """
+    flows, split = _pattern_split(switch, flows)
+    ids = {str(i): f.id for i, f in enumerate(flows)}
+    phases = tuple(_relabel(switch, r, flows, ids) for r in split.phases)
+    if split.conflict is None:
+        return PhaseSplit(phases)
+    path, names, count = split.conflict
+    whole = RoutingConflict(path, [ids[n] for n in names], switch.m)
+    return PhaseSplit(phases, (f"{whole}; split into {count} phases",))
+
+
+def route_once(switch: FredSwitch, flows: Sequence[Flow]) -> Routing:
+    """Route ``flows`` in one phase, searching once per port pattern as
+    :func:`route_phases` does.
+
+    Raises
+    ------
+    SpecError
+        If a port is used twice or is out of range.
+    RoutingConflict
+        Naming the flows (by id) of the (sub)switch where no colouring works.
+    """
+    flows, split = _pattern_split(switch, flows)
+    ids = {str(i): f.id for i, f in enumerate(flows)}
+    if split.conflict is not None:
+        path, names, _ = split.conflict
+        raise RoutingConflict(path, [ids[n] for n in names], switch.m)
+    return _relabel(switch, split.phases[0], flows, ids)
+
+
+def _pattern_split(switch: FredSwitch, flows: Sequence[Flow]) -> tuple[tuple[Flow, ...], _Split]:
+    """The flows with sorted, de-duplicated ports (checked), and their pattern's split."""
     flows = tuple(Flow(f.id, tuple(sorted(set(f.inputs))), tuple(sorted(set(f.outputs))))
                   for f in flows)
     check_ports(switch.ports, flows)
@@ -206,13 +237,7 @@ def route_phases(switch: FredSwitch, flows: Sequence[Flow]) -> PhaseSplit:
         if len(_PATTERNS) >= MAX_PATTERNS:
             _PATTERNS.clear()
         split = _PATTERNS[key] = _split_pattern(switch, pattern)
-    ids = {str(i): f.id for i, f in enumerate(flows)}
-    phases = tuple(_relabel(switch, r, flows, ids) for r in split.phases)
-    if split.conflict is None:
-        return PhaseSplit(phases)
-    path, names, count = split.conflict
-    whole = RoutingConflict(path, [ids[n] for n in names], switch.m)
-    return PhaseSplit(phases, (f"{whole}; split into {count} phases",))
+    return flows, split
 
 
 MAX_PATTERNS = 4096  # routed port patterns kept (a whole evaluation uses a few hundred)
@@ -256,7 +281,9 @@ def _relabel(switch: FredSwitch, r: Routing, flows: tuple[Flow, ...], ids: dict[
              ) -> Routing:
     """``r`` (flows named by position) with the ids of ``flows``."""
     mine = tuple(flows[int(f.id)] for f in r.flows)
-    return Routing(switch, mine, {ids[k]: v for k, v in r.colours.items()}, r.plan, ids)
+    out = Routing(switch, mine, {ids[k]: v for k, v in r.colours.items()}, r.plan, ids)
+    out.__dict__["settings"] = r.settings  # the same plan: its settings, built once
+    return out
 
 
 def _route(sw: FredSwitch, flows: tuple[Flow, ...], ctx: _Context) -> bool:

@@ -21,6 +21,11 @@ the uplink lanes follow. On L2, ``port(L1 k, lane u) = k·U + u``.
 
 The I/O controllers (18 × 128 GB/s) are not switch ports here: weight streaming is
 evaluated analytically (:mod:`te_ccl.fred.evaluate`).
+
+A switch buffers packets, not chunks: 4 KB packets and 24 KB per data channel of a port
+(fred.md). A new phase's configuration takes over once the packets of the previous one
+have left: :attr:`Wafer.reconfig_s`, one packet on a lane (5.5 ns at 750 GB/s), is the
+cost of every phase change.
 """
 
 from __future__ import annotations
@@ -53,6 +58,9 @@ class Wafer:
     io_Bps: float = 128e9
     l1_names: tuple[str, ...] = ()
     l2_name: str = "L2"
+    npu_names: tuple[str, ...] = ()
+    packet_bytes: int = 4096
+    channel_buffer_bytes: int = 24 * 1024
 
     def __post_init__(self) -> None:
         for what, bw in (("NPU-L1", self.npu_Bps), ("L1-L2", self.uplink_Bps)):
@@ -66,6 +74,8 @@ class Wafer:
         if not self.l1_names:
             object.__setattr__(self, "l1_names",
                                tuple(f"L1.{k}" for k in range(self.npus // self.npus_per_l1)))
+        if not self.npu_names:
+            object.__setattr__(self, "npu_names", tuple(f"npu{r}" for r in range(self.npus)))
 
     @property
     def n_l1(self) -> int:
@@ -78,6 +88,45 @@ class Wafer:
     @property
     def uplink_lanes(self) -> int:
         return round(self.uplink_Bps / self.lane_Bps)
+
+    @property
+    def reconfig_s(self) -> float:
+        """Time a phase change costs: the last packet of the old configuration leaves a lane."""
+        return self.packet_bytes / self.lane_Bps
+
+    def lanes(self, a: str, b: str) -> int:
+        """Lanes of the link between nodes ``a`` and ``b`` (each direction has as many)."""
+        return self.uplink_lanes if self.l2_name in (a, b) else self.npu_lanes
+
+    def port(self, switch: str, neighbour: str, lane: int) -> int:
+        """Port of ``switch`` on lane ``lane`` of its link to ``neighbour``."""
+        if switch == self.l2_name:
+            return self.l2_port(self._index[neighbour], lane)
+        if neighbour == self.l2_name:
+            return self.uplink_port(lane)
+        return self.npu_port(self._index[neighbour], lane)
+
+    @cached_property
+    def _index(self) -> dict[str, int]:
+        """Rank of each NPU and index of each L1, by name."""
+        return {**{n: r for r, n in enumerate(self.npu_names)},
+                **{n: k for k, n in enumerate(self.l1_names)}}
+
+    def port_map(self) -> dict[str, list[tuple[str, int]]]:
+        """Per switch, the (neighbour, lane) of each of its ports, in port order."""
+        out: dict[str, list[tuple[str, int]]] = {}
+        for k, name in enumerate(self.l1_names):
+            ports: list[tuple[str, int]] = [("", 0)] * self.l1_ports
+            for j in range(self.npus_per_l1):
+                for lane in range(self.npu_lanes):
+                    rank = k * self.npus_per_l1 + j
+                    ports[self.npu_port(rank, lane)] = (self.npu_names[rank], lane)
+            for lane in range(self.uplink_lanes):
+                ports[self.uplink_port(lane)] = (self.l2_name, lane)
+            out[name] = ports
+        out[self.l2_name] = [(self.l1_names[k], u) for k in range(self.n_l1)
+                             for u in range(self.uplink_lanes)]
+        return out
 
     @property
     def l1_ports(self) -> int:
@@ -152,7 +201,8 @@ def wafer_variant(name: str, npus: int = 20) -> Wafer:
         raise SpecError(f"a FRED wafer has L1 switches of {base.npus_per_l1} NPUs and at "
                         f"least two of them; {npus} NPUs do not fit", key="npus")
     rows, cols = mesh_shape(npus)
-    return replace(base, npus=npus, l1_names=(), io_controllers=2 * (rows + cols))
+    return replace(base, npus=npus, l1_names=(), npu_names=(),
+                   io_controllers=2 * (rows + cols))
 
 
 def wafer_from_topology(topo: Topology, *, lane_Bps: float = 750e9, m: int | None = None) -> Wafer:
@@ -189,4 +239,5 @@ def wafer_from_topology(topo: Topology, *, lane_Bps: float = 750e9, m: int | Non
     in_switch = all(n.can_reduce and n.can_copy for n in sw)
     fred_m = m or next((n.fred_m for n in sw if n.fred_m), 3)
     return Wafer(topo.name, up_bw, in_switch, npus=topo.ngpus, npus_per_l1=sizes.pop(),
-                 npu_Bps=npu_bw, lane_Bps=lane_Bps, m=fred_m, l1_names=l1s, l2_name=l2s[0])
+                 npu_Bps=npu_bw, lane_Bps=lane_Bps, m=fred_m, l1_names=l1s, l2_name=l2s[0],
+                 npu_names=tuple(topo.gpus))

@@ -1,20 +1,30 @@
 """Lower FRED phases to the switch-configuration tables of fred.md (CSV and JSON).
 
-Three tables:
+Six tables, one CSV each, all of them also in ``tables.json`` with the fabric's
+parameters (lane rate, SRAM bytes, reconfiguration time, what each switch can do):
 
-* ``flows``: one row per flow per phase (switch, level, radix, m, phase = header
-  configuration index, priority class, collective, operation, step/steps, flow id,
-  input ports, output ports, reduce op, bytes);
+* ``flows``: one row per flow per phase (switch, level, radix, m, phase, priority class,
+  collective, operation, step/steps, flow id, input ports, output ports, reduce op,
+  bytes, stream). A flow is one stripe: each of its ports carries ``bytes`` in its
+  phase; ``stream`` names the chunk stream of a schedule it belongs to
+  (:mod:`te_ccl.fred.from_schedule`);
 * ``uswitches``: the configuration bits, one row per (µSwitch, flow) of each phase
   (element path, recursion level, stage, kind, input/output selection, mode, middle);
-* ``phases``: phase, default-unicast flag (only unicast flows: the default header index,
-  routed online, no SRAM), start/end time, the lower-priority phases it pre-empts.
+* ``phases``: phase, default-unicast flag (only unicast flows), start/end time (each
+  phase starts with the fabric's reconfiguration time), the lower-priority phases it
+  pre-empts;
+* ``ports``: each switch port's neighbour, the lane of that link it is (ports are lanes,
+  :mod:`te_ccl.fred.wafer`) and the lane's rate;
+* ``configs``: the configuration each switch selects in each phase, i.e. the header
+  index: a slot of its SRAM, shared by the phases with the same settings, or
+  ``default`` (only unicast flows: routed online, no SRAM), with its encoded bytes
+  (:mod:`te_ccl.fred.encoding`); a switch's SRAM use is the sum over its slots;
+* ``streams``: a schedule's chunk streams (chunk, bytes, source and destination NPUs,
+  the streams each waits for).
 
-Checks (:func:`check_phases`, fred.md "Checks"): each port is at most one flow's input
-and one flow's output per phase; colours < m; flows sharing a µSwitch have different
-colours; reduce only when both inputs are one flow, broadcast only when both outputs
-are; the encoded configurations of each switch fit in 1.5 KB (reported per switch in
-``config_bytes``; an overflow is reported, not raised, since it is a capacity finding).
+Before a file is written, the text about to be written is replayed by the independent
+checker :mod:`te_ccl.verify.fred_tables`; any violation but an SRAM overflow (a
+capacity finding, reported in ``fits``) is a bug and raises.
 """
 
 from __future__ import annotations
@@ -30,26 +40,33 @@ from typing import Any
 
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.fred.collectives import CommResult, FredPhase
-from te_ccl.fred.encoding import SRAM_BYTES, encoded_bits
-from te_ccl.fred.from_schedule import phases_from_schedule
+from te_ccl.fred.encoding import SRAM_BYTES, encode
+from te_ccl.fred.from_schedule import ChunkStream, schedule_timeline
+from te_ccl.fred.limits import fabric_report, switch_buffer_bytes
 from te_ccl.fred.ops import CLASSES
-from te_ccl.fred.routing import check_ports
 from te_ccl.fred.switch import FredSwitch
 from te_ccl.fred.wafer import Wafer, wafer_from_topology
 from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["reducing_switches", "check_msccl_can_express", "SwitchSet", "flow_rows", "uswitch_rows", "phase_rows", "check_phases", "config_sizes",
-           "lower_to_fred_tables", "write_fred_tables", "fred_tables_for"]
+__all__ = ["reducing_switches", "check_msccl_can_express", "SwitchSet", "WrittenTables",
+           "TABLES", "flow_rows", "uswitch_rows", "phase_rows", "port_rows", "config_rows",
+           "stream_rows", "config_sizes", "lower_to_fred_tables", "render_fred_tables",
+           "write_fred_tables", "fred_tables_for"]
 
-SCHEMA = "teccl-fred-tables/1"
+SCHEMA = "teccl-fred-tables/2"
 FLOW_COLUMNS = ("switch", "level", "radix", "m", "phase", "priority_class", "collective",
                 "operation", "step", "steps", "flow", "input_ports", "output_ports",
-                "reduce_op", "bytes")
+                "reduce_op", "bytes", "stream")
 USWITCH_COLUMNS = ("switch", "phase", "element", "recursion_level", "stage", "kind", "flow",
                    "input_sel", "output_sel", "mode", "middle")
 PHASE_COLUMNS = ("phase", "default_unicast", "start_s", "end_s", "priority_class", "preempts")
+PORT_COLUMNS = ("switch", "port", "neighbour", "lane", "lane_Bps")
+CONFIG_COLUMNS = ("switch", "phase", "config", "bytes")
+STREAM_COLUMNS = ("stream", "chunk", "bytes", "sources", "destinations", "after")
+TABLES = {"flows": FLOW_COLUMNS, "uswitches": USWITCH_COLUMNS, "phases": PHASE_COLUMNS,
+          "ports": PORT_COLUMNS, "configs": CONFIG_COLUMNS, "streams": STREAM_COLUMNS}
 
 
 def reducing_switches(topology: Topology) -> list[str]:
@@ -77,24 +94,41 @@ def check_msccl_can_express(topology: Topology) -> None:
 
 @dataclass(frozen=True)
 class SwitchSet:
-    """Stand-alone FRED switches (no wafer around them), e.g. for ``teccl fred route``."""
+    """Stand-alone FRED switches (no wafer around them), e.g. for ``teccl fred route``:
+    ports with no neighbour, lanes of the wafer's rate, phases with no time to change."""
 
     name: str
     switches: dict[str, FredSwitch]
+    lane_Bps: float = 750e9
+    reconfig_s: float = 0.0
+    in_switch: bool = True
 
     def level(self, switch: str) -> str:
         return "switch"
 
+    def port_map(self) -> dict[str, list[tuple[str, int]]]:
+        return {name: [("", p) for p in range(sw.ports)] for name, sw in self.switches.items()}
+
 
 Fabric = Wafer | SwitchSet
+
+
+@dataclass(frozen=True)
+class WrittenTables:
+    """The files written, their summary, and (for a schedule) the fabric-limits report of
+    :func:`te_ccl.fred.limits.fabric_report`."""
+
+    paths: tuple[Path, ...]
+    summary: dict[str, Any]
+    fabric: dict[str, Any] | None = None
 
 
 def _ports(ports: Sequence[int]) -> str:
     return " ".join(str(p) for p in ports)
 
 
-def _is_unicast(phase: FredPhase) -> bool:
-    return all(len(fi.flow.inputs) == 1 and len(fi.flow.outputs) == 1 for fi in phase.flows)
+def _unicast(flows: Sequence[Any]) -> bool:
+    return all(len(f.inputs) == 1 and len(f.outputs) == 1 for f in flows)
 
 
 def flow_rows(phases: Sequence[FredPhase], wafer: Fabric) -> list[dict[str, Any]]:
@@ -108,7 +142,7 @@ def flow_rows(phases: Sequence[FredPhase], wafer: Fabric) -> list[dict[str, Any]
                          "operation": fi.operation, "step": fi.step + 1, "steps": fi.steps,
                          "flow": fi.flow.id, "input_ports": _ports(fi.flow.inputs),
                          "output_ports": _ports(fi.flow.outputs), "reduce_op": fi.reduce_op,
-                         "bytes": round(fi.bytes)})
+                         "bytes": round(fi.bytes), "stream": fi.stream})
     return rows
 
 
@@ -135,73 +169,64 @@ def phase_rows(phases: Sequence[FredPhase]) -> list[dict[str, Any]]:
         rank = CLASSES.index(ph.cls)
         pre = [q.index for q in phases if CLASSES.index(q.cls) > rank
                and q.start_s < ph.end_s and ph.start_s < q.end_s]
-        rows.append({"phase": ph.index, "default_unicast": _is_unicast(ph),
+        rows.append({"phase": ph.index, "default_unicast": _unicast([fi.flow for fi in ph.flows]),
                      "start_s": ph.start_s, "end_s": ph.end_s, "priority_class": ph.cls,
                      "preempts": " ".join(map(str, pre))})
     return rows
 
 
-def config_sizes(phases: Sequence[FredPhase]) -> dict[str, int]:
-    """Bytes of SRAM each switch needs: its encoded non-default phase configurations."""
-    bits: dict[str, int] = defaultdict(int)
-    for ph in phases:
-        if _is_unicast(ph):
-            continue
-        for name, routing in ph.routings.items():
-            bits[name] += encoded_bits(routing)
-    return {name: -(-b // 8) for name, b in sorted(bits.items())}
+def port_rows(wafer: Fabric) -> list[dict[str, Any]]:
+    return [{"switch": name, "port": p, "neighbour": nb, "lane": lane, "lane_Bps": wafer.lane_Bps}
+            for name, ports in wafer.port_map().items() for p, (nb, lane) in enumerate(ports)]
 
 
-def check_phases(phases: Sequence[FredPhase]) -> list[str]:
-    """Every violated routing check, as one line each (empty when all hold)."""
-    problems: list[str] = []
+def config_rows(phases: Sequence[FredPhase]) -> list[dict[str, Any]]:
+    """The configuration each switch selects in each phase: phases with the same encoded
+    settings share an SRAM slot (numbered in order of first use)."""
+    slots: dict[str, dict[tuple[int, int], int]] = defaultdict(dict)
+    rows = []
     for ph in phases:
         for name, routing in ph.routings.items():
-            where = f"phase {ph.index} {name}"
-            try:
-                check_ports(routing.switch.ports, routing.flows)
-            except SpecError as e:
-                problems.append(f"{where}: {e.reason}")
-            for fid, colours in routing.colours.items():
-                if any(not 0 <= c < routing.switch.m for c in colours):
-                    problems.append(f"{where}: flow {fid} colour outside 0..{routing.switch.m - 1}")
-            for s in routing.elements:
-                problems.extend(f"{where} {s.element.path}: {p}" for p in _element_problems(s))
-    return problems
+            if _unicast(routing.flows):
+                rows.append({"switch": name, "phase": ph.index, "config": "default", "bytes": 0})
+                continue
+            bits, value = encode(routing)
+            slot = slots[name].setdefault((bits, value), len(slots[name]))
+            rows.append({"switch": name, "phase": ph.index, "config": slot,
+                         "bytes": -(-bits // 8)})
+    return rows
 
 
-def _element_problems(s) -> list[str]:
-    flows = [u.flow for u in s.uses]
-    out = []
-    colours = [u.colour for u in s.uses if u.colour is not None]
-    if len(set(colours)) < len(colours):
-        out.append(f"flows {', '.join(flows)} share the µSwitch with one colour")
-    merged_in = any("+" in u.input_sel for u in s.uses)
-    merged_out = any("+" in u.output_sel for u in s.uses)
-    if "reduce" in s.mode and not (len(s.uses) == 1 and merged_in):
-        out.append(f"mode {s.mode} but the inputs are not one flow")
-    if "broadcast" in s.mode and not (len(s.uses) == 1 and merged_out):
-        out.append(f"mode {s.mode} but the outputs are not one flow")
-    return out
+def config_sizes(configs: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Bytes of SRAM each switch needs: its distinct configurations."""
+    slots: dict[str, dict[Any, int]] = defaultdict(dict)
+    for row in configs:
+        slots[row["switch"]][row["config"]] = row["bytes"]
+    return {name: sum(b for slot, b in s.items() if slot != "default")
+            for name, s in sorted(slots.items())}
 
 
-def lower_to_fred_tables(phases: Sequence[FredPhase], wafer: Fabric) -> dict[str, Any]:
-    """The three tables, the checks and the SRAM use, as one JSON-ready dict.
+def stream_rows(streams: Sequence[ChunkStream]) -> list[dict[str, Any]]:
+    return [{"stream": s.id, "chunk": s.chunk, "bytes": s.bytes, "sources": " ".join(s.sources),
+             "destinations": " ".join(s.destinations), "after": " ".join(s.after)}
+            for s in streams]
 
-    Raises
-    ------
-    VerificationError
-        If a routing check fails (never expected from :mod:`te_ccl.fred.routing`).
-    """
-    problems = check_phases(phases)
-    if problems:
-        raise VerificationError(f"FRED tables fail {len(problems)} check(s): {problems[0]}")
-    sizes = config_sizes(phases)
+
+def lower_to_fred_tables(phases: Sequence[FredPhase], wafer: Fabric,
+                         streams: Sequence[ChunkStream] = ()) -> dict[str, Any]:
+    """The tables, the fabric's parameters and the SRAM use, as one JSON-ready dict."""
+    configs = config_rows(phases)
+    sizes = {name: 0 for name in wafer.switches} | config_sizes(configs)
     return {"schema": SCHEMA, "fabric": wafer.name, "sram_bytes": SRAM_BYTES,
+            "reconfig_s": wafer.reconfig_s,
+            "switches": {name: {"level": wafer.level(name), "radix": sw.ports, "m": sw.m,
+                                "reduce": wafer.in_switch, "copy": wafer.in_switch}
+                         for name, sw in wafer.switches.items()},
             "config_bytes": sizes,
             "fits": {name: n <= SRAM_BYTES for name, n in sizes.items()},
             "flows": flow_rows(phases, wafer), "uswitches": uswitch_rows(phases),
-            "phases": phase_rows(phases)}
+            "phases": phase_rows(phases), "ports": port_rows(wafer), "configs": configs,
+            "streams": stream_rows(streams)}
 
 
 def _csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
@@ -212,51 +237,74 @@ def _csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     return buf.getvalue()
 
 
-def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric,
-                      out_dir: str | Path) -> dict[str, Any]:
-    """Write ``flows.csv``, ``uswitches.csv``, ``phases.csv`` and ``tables.json`` atomically
-    into ``out_dir`` (created if missing, its parent not: :func:`make_output_dir`).
+def render_fred_tables(tables: dict[str, Any]) -> dict[str, str]:
+    """File name → text of every table file (``tables.json`` last)."""
+    files = {f"{name}.csv": _csv(tables[name], cols) for name, cols in TABLES.items()}
+    files["tables.json"] = json.dumps(tables)
+    return files
+
+
+def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric, out_dir: str | Path,
+                      streams: Sequence[ChunkStream] = ()) -> dict[str, Any]:
+    """Check, then write every table file atomically into ``out_dir`` (created if missing,
+    its parent not: :func:`make_output_dir`).
 
     Returns a summary: paths written, phases, flows, config bytes per switch and fits.
+
+    Raises
+    ------
+    VerificationError
+        If the independent checker finds a violation other than an SRAM overflow.
     """
-    tables = lower_to_fred_tables(phases, wafer)
+    from te_ccl.verify.fred_tables import check_fred_tables
+
+    tables = lower_to_fred_tables(phases, wafer, streams)
+    files = render_fred_tables(tables)
+    try:
+        report = check_fred_tables(files, source=str(out_dir))
+    except SpecError as e:
+        raise VerificationError(f"the FRED tables about to be written do not parse: {e}") from None
+    bugs = [v for v in report.violations if v.rule != "sram"]
+    if bugs:
+        raise VerificationError(f"FRED tables fail {len(bugs)} check(s): {bugs[0].message}")
     out = make_output_dir(out_dir)
-    files = {"flows.csv": _csv(tables["flows"], FLOW_COLUMNS),
-             "uswitches.csv": _csv(tables["uswitches"], USWITCH_COLUMNS),
-             "phases.csv": _csv(tables["phases"], PHASE_COLUMNS),
-             "tables.json": json.dumps(tables, indent=1)}
     for name, text in files.items():
         write_atomic(out / name, text)
     return {"output": [str(out / n) for n in files], "phases": len(tables["phases"]),
             "flows": len(tables["flows"]), "config_bytes": tables["config_bytes"],
-            "fits": all(tables["fits"].values()), "sram_bytes": SRAM_BYTES}
+            "fits": all(tables["fits"].values()), "sram_bytes": SRAM_BYTES,
+            "time_s": report.time_s}
 
 
 def fred_tables_for(schedule_or_phases: Schedule | CommResult | Sequence[FredPhase],
-                    topology: Topology, out_dir: str | Path) -> list[Path]:
+                    topology: Topology, out_dir: str | Path) -> WrittenTables:
     """Write the FRED switch tables of a compiled schedule (``teccl compile --fred-tables``).
 
     ``schedule_or_phases`` is a solved :class:`~te_ccl.schedule.Schedule` on a FRED
-    topology (each epoch's switch crossings become phases,
-    :func:`te_ccl.fred.from_schedule.phases_from_schedule`), a
+    topology (its chunk streams striped over lanes in phases,
+    :func:`te_ccl.fred.from_schedule.schedule_timeline`; the result carries the fabric
+    limits of :func:`te_ccl.fred.limits.fabric_report`), a
     :class:`~te_ccl.fred.collectives.CommResult` from
-    :func:`~te_ccl.fred.collectives.compile_fred`, or its phases. Writes ``flows.csv``,
-    ``uswitches.csv``, ``phases.csv`` and ``tables.json`` into ``out_dir`` (atomically,
-    each file) and returns their paths.
+    :func:`~te_ccl.fred.collectives.compile_fred`, or its phases.
 
     Raises
     ------
     SpecError
         If ``topology`` is not a two-level FRED wafer.
     VerificationError
-        If a routed phase fails a table check.
+        If the tables fail the independent checker (:func:`write_fred_tables`).
     """
     wafer = wafer_from_topology(topology)
-    if isinstance(schedule_or_phases, Schedule):
-        phases = phases_from_schedule(schedule_or_phases, wafer)
-    elif isinstance(schedule_or_phases, CommResult):
-        phases = list(schedule_or_phases.phases)
-    else:
-        phases = list(schedule_or_phases)
-    summary = write_fred_tables(phases, wafer, out_dir)
-    return [Path(p) for p in summary["output"]]
+    if not isinstance(schedule_or_phases, Schedule):
+        phases = list(schedule_or_phases.phases if isinstance(schedule_or_phases, CommResult)
+                      else schedule_or_phases)
+        summary = write_fred_tables(phases, wafer, out_dir)
+        return WrittenTables(tuple(Path(p) for p in summary["output"]), summary)
+    timeline = schedule_timeline(schedule_or_phases, wafer)
+    summary = write_fred_tables(timeline.phases, wafer, out_dir, timeline.streams)
+    limits = {name: wafer.channel_buffer_bytes * sw.ports for name, sw in wafer.switches.items()}
+    fabric = fabric_report(wafer.name, summary["config_bytes"],
+                           switch_buffer_bytes(schedule_or_phases, wafer.switches), limits,
+                           tables_time_s=timeline.time_s, phases=len(timeline.phases),
+                           streams=len(timeline.streams))
+    return WrittenTables(tuple(Path(p) for p in summary["output"]), summary, fabric)

@@ -82,7 +82,10 @@ def test_collective_writes_schedule_and_tables(teccl, tmp_path):
                          "--json")
     assert code == 0
     d = json.loads(out)
-    assert d["ngpus"] == 8 and len(d["tables"]) == 4
+    assert d["ngpus"] == 8 and len(d["tables"]) == 7
+    assert d["fabric"]["phases"] >= 1 and d["fabric"]["sram_fits"]
+    code, out, _ = teccl("fred", "check", str(tmp_path / "t"))
+    assert code == 0 and "clean" in out
     assert json.loads(out_json.read_text())["schema"] == "teccl-schedule/1"
     code, _, err = teccl("fred", "collective", "fred-a")
     assert code == 2 and "reduce" in err

@@ -1,4 +1,5 @@
-"""Switch tables: columns, checks, encoded size, atomic writes, schedule input."""
+"""Switch tables: columns, checks, encoded size, shared configurations, atomic writes,
+schedule input."""
 
 from __future__ import annotations
 
@@ -16,15 +17,15 @@ from te_ccl.fred.strategy import compile_phase, parse_strategy
 from te_ccl.fred.switch import build_fred
 from te_ccl.fred.wafer import VARIANTS
 from te_ccl.lower.fred import (
-    FLOW_COLUMNS,
-    PHASE_COLUMNS,
-    USWITCH_COLUMNS,
-    check_phases,
+    TABLES,
     fred_tables_for,
+    lower_to_fred_tables,
+    render_fred_tables,
     write_fred_tables,
 )
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.spec.topology import load_topology
+from te_ccl.verify.fred_tables import check_fred_dir, check_fred_tables
 
 
 @pytest.fixture(scope="module")
@@ -35,11 +36,11 @@ def dp_phase():
 def test_tables_have_the_spec_columns_and_pass_the_checks(dp_phase, tmp_path):
     summary = write_fred_tables(dp_phase.phases, VARIANTS["fred-d"], tmp_path / "t")
     assert summary["fits"] and summary["phases"] == 1
-    for name, cols in (("flows", FLOW_COLUMNS), ("uswitches", USWITCH_COLUMNS),
-                       ("phases", PHASE_COLUMNS)):
+    for name, cols in TABLES.items():
         with open(tmp_path / "t" / f"{name}.csv") as f:
-            rows = list(csv.DictReader(f))
-        assert tuple(rows[0]) == cols and rows
+            reader = csv.DictReader(f)
+            rows = list(reader)
+        assert tuple(reader.fieldnames) == cols and (rows or name == "streams")
     tables = json.loads((tmp_path / "t" / "tables.json").read_text())
     l2 = [r for r in tables["flows"] if r["switch"] == "L2"]
     assert len(l2) == 16 and all(r["reduce_op"] == "sum" for r in l2)
@@ -47,22 +48,38 @@ def test_tables_have_the_spec_columns_and_pass_the_checks(dp_phase, tmp_path):
     assert 0 < tables["config_bytes"]["L2"] <= SRAM_BYTES
     modes = {r["mode"] for r in tables["uswitches"]}
     assert {"reduce", "broadcast"} <= modes or "reduce-broadcast" in modes
+    assert check_fred_dir(tmp_path / "t").clean
 
 
-def test_checks_catch_a_shared_colour_and_a_false_reduce(dp_phase):
+def _tampered(dp_phase, change):
+    """The DP phase's tables with the L2 routing's µSwitch settings passed through
+    ``change``."""
     phase = dp_phase.phases[0]
     routing = phase.routings["L2"]
-    shared = next(s for s in routing.elements if len(s.uses) == 2)
-    same = tuple(dataclasses.replace(u, colour=shared.uses[0].colour) for u in shared.uses)
-    bad = [dataclasses.replace(s, uses=same) if s is shared else s for s in routing.elements]
-    bad += [dataclasses.replace(shared, mode="reduce")]
-    tampered = dataclasses.replace(phase, routings={
-        **phase.routings, "L2": routing.with_elements(bad)})
-    problems = check_phases([tampered])
-    assert any("one colour" in p for p in problems)
-    assert any("inputs are not one flow" in p for p in problems)
-    with pytest.raises(VerificationError):
-        write_fred_tables([tampered], VARIANTS["fred-d"], "/nonexistent/never")
+    bad = dataclasses.replace(phase, routings={
+        **phase.routings, "L2": routing.with_elements(change(list(routing.elements)))})
+    return [bad]
+
+
+def test_the_checker_catches_a_shared_colour_and_a_false_reduce(dp_phase):
+    def share_colour(elements):
+        shared = next(s for s in elements if len(s.uses) == 2)
+        same = tuple(dataclasses.replace(u, colour=shared.uses[0].colour,
+                                         output_sel=shared.uses[0].output_sel)
+                     for u in shared.uses)
+        return [dataclasses.replace(s, uses=same) if s is shared else s for s in elements]
+
+    def false_reduce(elements):
+        lone = next(s for s in elements if s.element.kind.value == "R" and len(s.uses) == 2)
+        return [dataclasses.replace(s, mode="reduce") if s is lone else s for s in elements]
+
+    for change, words in ((share_colour, "meet on one wire"), (false_reduce, "mode reduce")):
+        phases = _tampered(dp_phase, change)
+        texts = render_fred_tables(lower_to_fred_tables(phases, VARIANTS["fred-d"]))
+        report = check_fred_tables(texts)
+        assert any(words in v.message for v in report.violations), report.violations[:3]
+        with pytest.raises(VerificationError):
+            write_fred_tables(phases, VARIANTS["fred-d"], "/nonexistent/never")
 
 
 def test_encoding_is_bounded_by_the_dense_size():
@@ -74,12 +91,14 @@ def test_encoding_is_bounded_by_the_dense_size():
     assert empty_bits < bits  # sparse form for a nearly idle switch
 
 
-def test_unicast_phases_use_the_default_index(tmp_path):
+def test_unicast_phases_use_the_default_configuration(tmp_path):
     r = compile_phase(VARIANTS["fred-a"], parse_strategy("MP2-DP5-PP2"), "DP", 1e9)
     summary = write_fred_tables(r.phases, VARIANTS["fred-a"], tmp_path)
-    assert summary["config_bytes"] == {}
+    assert set(summary["config_bytes"].values()) == {0}
     with open(tmp_path / "phases.csv") as f:
         assert all(row["default_unicast"] == "True" for row in csv.DictReader(f))
+    with open(tmp_path / "configs.csv") as f:
+        assert {row["config"] for row in csv.DictReader(f)} == {"default"}
 
 
 def test_output_path_that_is_a_file_is_refused(dp_phase, tmp_path):
@@ -87,21 +106,46 @@ def test_output_path_that_is_a_file_is_refused(dp_phase, tmp_path):
     target.write_text("x")
     with pytest.raises(SpecError):
         write_fred_tables(dp_phase.phases, VARIANTS["fred-d"], target)
+    assert target.read_text() == "x"
 
 
-def test_fred_tables_for_a_schedule(tmp_path):
-    topo = load_topology("fred-d")
-    coll = Collective(CollectiveKind.ALLREDUCE, 2000, (0, 1))
+def _pair_allreduce(topo, chunks=(0, 1)) -> Schedule:
+    """npu0 and npu1 add each chunk in L1.0, which sends the sum back to both."""
     transfers = []
-    for c in (0, 1):
+    for c in chunks:
         transfers += [Transfer(c, "npu0", "L1.0", 0, 1, "reduce"),
                       Transfer(c, "npu1", "L1.0", 0, 1, "reduce"),
                       Transfer(c, "L1.0", "npu0", 1, 2), Transfer(c, "L1.0", "npu1", 1, 2)]
-    paths = fred_tables_for(Schedule(topo, coll, 1e-6, tuple(transfers)), topo, tmp_path)
-    assert sorted(p.name for p in paths) == ["flows.csv", "phases.csv", "tables.json",
-                                             "uswitches.csv"]
-    flows = json.loads((tmp_path / "tables.json").read_text())["flows"]
-    assert [(f["input_ports"], f["operation"]) for f in flows] == \
-        [("0 1", "allreduce"), ("4 5", "allreduce")]
+    return Schedule(topo, Collective(CollectiveKind.ALLREDUCE, 2000, (0, 1)), 1e-6,
+                    tuple(transfers))
+
+
+def test_fred_tables_for_a_schedule_stripe_each_chunk_over_the_lanes(tmp_path):
+    topo = load_topology("fred-d")
+    written = fred_tables_for(_pair_allreduce(topo), topo, tmp_path)
+    assert sorted(p.name for p in written.paths) == sorted(
+        [f"{n}.csv" for n in TABLES] + ["tables.json"])
+    tables = json.loads((tmp_path / "tables.json").read_text())
+    flows = tables["flows"]
+    # both chunks need both NPUs' four lanes: one after the other, 250 B per lane
+    assert [(f["phase"], f["input_ports"], f["output_ports"], f["bytes"]) for f in flows] == \
+        [(p, f"{k * 4} {k * 4 + 1}", f"{k * 4} {k * 4 + 1}", 250) for p in (0, 1)
+         for k in range(4)]
+    assert {f["operation"] for f in flows} == {"allreduce"}
+    assert [s["stream"] for s in tables["streams"]] == ["s0", "s1"]
+    assert written.fabric["phases"] == 2 and written.fabric["sram_fits"]
+    # the schedule holds both chunks in L1.0 in epoch 1; the switch buffers 24 KB a port
+    assert written.fabric["switches"]["L1.0"]["buffer_bytes"] == 2000
+    assert written.fabric["buffer_fits"] and written.fabric["warning"] is None
+    assert check_fred_dir(tmp_path).clean
     with pytest.raises(SpecError):
         fred_tables_for([], load_topology("wafer-mesh5x4"), tmp_path / "x")
+
+
+def test_phases_with_the_same_settings_share_a_configuration(tmp_path):
+    topo = load_topology("fred-d")
+    fred_tables_for(_pair_allreduce(topo, chunks=range(10)), topo, tmp_path)
+    tables = json.loads((tmp_path / "tables.json").read_text())
+    l1 = [c for c in tables["configs"] if c["switch"] == "L1.0"]
+    assert len(l1) == 10 and {c["config"] for c in l1} == {0}
+    assert tables["config_bytes"]["L1.0"] == l1[0]["bytes"]
