@@ -31,7 +31,8 @@ class ScaledBound:
 
 
 def node_cut_s(topology: Topology, collective: Collective) -> float:
-    """max over GPUs v of (N−1)·(M/N) / B_in(v) (B_out for ReduceScatter, both for AllReduce)."""
+    """max over GPUs v of (N−1)·(M/N) / B_in(v) (B_out for ReduceScatter, the larger of
+    the two for AllReduce: a GPU receives and sends at once)."""
     n, per = collective.nranks, collective.size_bytes / collective.nranks
     gpus = [topology.gpu(r) for r in collective.ranks]
 
@@ -40,7 +41,7 @@ def node_cut_s(topology: Topology, collective: Collective) -> float:
         return max((n - 1) * per / sum(k.bandwidth_Bps for k in links(g)) for g in gpus)
 
     if collective.kind is CollectiveKind.ALLREDUCE:
-        return cut(True) + cut(False)
+        return max(cut(True), cut(False))
     return cut(collective.kind is not CollectiveKind.REDUCESCATTER)
 
 

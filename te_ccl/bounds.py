@@ -1,34 +1,52 @@
 """Lower bounds on a collective's finish time, for the "ratio to bound" of every compile.
 
-Formulas (PRODUCT.md "Lower bounds"), with ``R`` the participating GPUs, ``N = |R|``,
-``M`` the collective's ``size_bytes`` and ``B⁺(S)`` the bandwidth leaving node set ``S``:
+Each bound is a theorem about every schedule the checker (:mod:`te_ccl.verify.schedule_check`)
+accepts and about its replay (:mod:`te_ccl.simulate`). The proofs use only these facts of
+that model (α semantics of :mod:`te_ccl.schedule`):
 
-* AllGather: ``(M/N) · max_{S ⊉ R, S∩R ≠ ∅} |S∩R| / B⁺(S)`` (the ForestColl cut bound),
-  computed exactly by Dinkelbach's method: for a ratio ``λ``, one min-cut per excluded GPU
-  ``t`` finds ``max |S∩R| − λ·B⁺(S)``; ``λ`` is raised to that set's ratio until no set
-  beats it (a handful of rounds; OR-Tools' max-flow, under a second at 1024 GPUs).
-  Beyond 2048 GPUs the best single-node set or complement is used: a valid bound, equal
-  to the exact one on meshes and tori.
-* ReduceScatter: the same on the reversed graph; AllReduce: RS + AG where only the
-  members combine partials. Where some other node can (a switch with ``reduce``, as on
-  FRED, or a GPU outside the collective) a reduced stream crosses a cut once, and RS + AG
-  is no bound (FRED-D: each NPU sends and receives M once, RS + AG counts it
-  ``2(N−1)/N`` times); the bound is then the largest of RS, AG and the separating cut:
-  every element's sum depends on both sides of any cut ``S`` with members on each, so
-  ``M`` bytes cross it each way: ``M / min_S min(B⁺(S), B⁻(S))``, the least max-flow
-  between two members (:func:`separating_cut_bandwidth`).
-* AlltoAll: the max-concurrent-flow LP (GLOP; commodities aggregated per source, which is
-  exact) when it has ≤ 200k variables, else the link-time bound (every pair's bytes keep
-  the links of their cheapest path busy, ``Σ bytes/b``, shared by all links: equal to the
-  LP on a torus) and the per-node ``(N−1)M/(N·min(B_in, B_out))``.
-* Broadcast from ``r``: ``M / min_v maxflow(r, v)``; Reduce: the same reversed.
-  Gather/Scatter: the root receives (sends) ``(N−1)M/N`` through its own links.
-* Latency: every bound is at least the α-weighted distance the data must travel
-  (α-diameter over ``R``, α-eccentricity of the root). The two are combined with ``max``,
-  not a sum: a sum is not a valid bound in general (the far pair may be served at t=0
-  while the cut is busy).
+(a) a link serves its transfers one after another, each busy ``bytes/b`` (or ⌊b·τ/C⌋
+    starts per epoch, the i-th arriving ≥ i·C/b after its epoch starts), so the transfers
+    a link delivers by time ``T`` carry at most ``b·T`` bytes;
+(b) a transfer arrives at least its link's α after it starts, and a node sends data only
+    once what it depends on has arrived (in the replay's cut-through: its head, still α);
+(c) a node's value of a chunk is built only from values that reached it by transfers: a
+    source's data reaches a destination only along a chain of transfers;
+(d) a switch that cannot reduce sends only values that arrived (unchanged); a switch that
+    also cannot copy sends each arriving unit at most once.
 
-α semantics: those of :mod:`te_ccl.schedule` (α delays arrival, links are busy ``bytes/b``).
+With ``R`` the members, ``N = |R|``, ``M`` the collective's ``size_bytes``, ``B⁺(S)``
+and ``B⁻(S)`` the bandwidth leaving and entering node set ``S``, the arguments (one
+entry of :attr:`Bound.parts` each; the bound is the largest) are:
+
+* ``cut_s``: bytes that must cross some node set's boundary, over its bandwidth (a, c).
+  AllGather ``(M/N)·max |S∩R|/B⁺(S)`` over ``S`` leaving out a member (the chunks of
+  the members in ``S`` must leave it); ReduceScatter the same with ``B⁻`` (the chunks
+  owned inside need data from outside); Gather, Scatter the same with only the root
+  left out; Broadcast ``M / min_v maxflow(root, v)``, Reduce reversed; AllReduce
+  ``M / min_S min(B⁺(S), B⁻(S))`` over ``S`` with members inside and out: every
+  element's sum needs data from both sides, so every element crosses each way — once
+  suffices, wherever partials can be added, so RS + AG (which counts it ``2(N−1)/N``
+  times) is not a bound.
+* ``gossip_s`` (AllReduce): every element needs ``2(N−1)`` arrivals at nodes that can add
+  (GPUs and reducing switches), the one-way gossip count: put the arrivals in time order
+  and let ``x`` be the first member to hold the whole sum; the chains that brought it
+  every other member's data join all ``N`` members, so ≥ ``N−1`` arrivals came before,
+  and each of the other ``N−1`` members still lacks the sum then, so needs one more
+  arrival after. Nodes that cannot add only pass on values some adder sent (d), so the
+  argument counts arrivals at adders only: ``2(N−1)·M`` bytes into them,
+  ``T ≥ 2(N−1)M / Σ B⁻(adders)``; where no other node can copy either, every such
+  arrival is a distinct send by an adder and ``B⁺`` bounds it too.
+* ``per_node_s``, ``concurrent_flow_s``, ``link_time_s`` (AlltoAll, custom): data with
+  one destination each: a node's own bytes in and out, the max-concurrent-flow LP (the
+  fluid optimum: copies are of no use), or its link-time relaxation (every pair's bytes
+  keep the links of a path busy at least ``Σ bytes/b`` of the links' ``|L|·T``).
+* ``alpha_s``: the α-weighted distance between a source and a destination that need each
+  other's data (b, c), the farthest such pair.
+
+The bandwidth arguments are taken with ``max`` against ``alpha_s``, never summed: a sum
+is no bound when the far pair can be served at t = 0 while the cut is busy. Every part
+but ``alpha_s`` is proportional to ``M`` and ``alpha_s`` does not depend on it, so a
+bound computed at one size rescales to any other. None depends on the chunking.
 
 >>> from te_ccl.collective import Collective, CollectiveKind
 >>> from te_ccl.topology import Link, Node, Topology
@@ -41,7 +59,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -49,10 +67,10 @@ import networkx as nx
 import numpy as np
 
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.topology.model import Topology
+from te_ccl.topology.model import Node, Topology
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
-           "reduces_outside_members", "separating_cut_bandwidth"]
+           "separating_cut_bandwidth", "gossip_time"]
 
 _LP_MAX_VARIABLES = 200_000
 EXACT_CUT_MAX_GPUS = 2048
@@ -60,20 +78,28 @@ EXACT_CUT_MAX_GPUS = 2048
 
 @dataclass(frozen=True)
 class Bound:
-    """``seconds``: the bound; ``parts``: each ingredient in seconds (and the cut size)."""
+    """``seconds``: the bound; ``parts``: each argument's value in seconds (the bound is
+    the largest; every part but ``alpha_s`` is proportional to the size)."""
 
     seconds: float
     parts: dict[str, float] = field(default_factory=dict)  # read-only: bounds are shared
+
+    @property
+    def argument(self) -> str:
+        """The part that sets the bound (``cut_s``, ``gossip_s``, ``alpha_s``, …); ties
+        go to the first computed, the bandwidth argument before the latency one."""
+        return max(self.parts, key=self.parts.__getitem__, default="")
 
 
 def _members(topology: Topology, collective: Collective) -> list[str]:
     return [topology.gpu(r) for r in collective.ranks]
 
 
-def _best_set(g: nx.DiGraph, members: list[str], lam: float) -> tuple[float, set[str]]:
-    """max over S (some member outside) of |S∩R| − λ·B⁺(S), and the S attaining it.
+def _best_set(g: nx.DiGraph, members: list[str], sinks: list[str], lam: float
+              ) -> tuple[float, set[str]]:
+    """max over S (some sink outside) of |S∩R| − λ·B⁺(S), and the S attaining it.
 
-    One min-cut per excluded member ``t``: a source feeds every member 1, links carry
+    One min-cut per sink ``t``: a source feeds every member 1, links carry
     ``λ·bandwidth``, ``t`` is the sink, and the source side of the cut is ``S``. OR-Tools'
     max-flow wants integers, so capacities are scaled to use most of 62 bits (the rounding
     moves a cut by less than 1e-12 of a member's unit); the ratio of the set found is
@@ -95,7 +121,7 @@ def _best_set(g: nx.DiGraph, members: list[str], lam: float) -> tuple[float, set
         np.array([round(c * scale) for _, _, c in links] + [round(scale)] * len(members),
                  dtype=np.int64))
     best, best_set, whole = 0, set(), round(scale) * len(members)
-    for t in members:
+    for t in sinks:
         if flow.solve(source, index[t]) != flow.OPTIMAL:
             raise ArithmeticError(f"max-flow to {t} failed")
         value = whole - flow.optimal_flow()
@@ -127,34 +153,47 @@ def _max_flows(g: nx.DiGraph, pairs: list[tuple[str, str]]) -> list[float]:
     return out
 
 
-def _node_cut_ratio(g: nx.DiGraph, members: list[str]) -> tuple[float, set[str]]:
-    """The best of the sets {v} and V∖{v} (v in R): a valid, cheap lower bound on the cut ratio."""
-    nodes = set(g.nodes)
+def _bandwidth(g: nx.DiGraph, node: str, incoming: bool) -> float:
+    edges = g.in_edges(node, data="bandwidth") if incoming else g.out_edges(node, data="bandwidth")
+    return sum(bw for _, _, bw in edges)
+
+
+def _node_cut_ratio(g: nx.DiGraph, members: list[str], sinks: list[str]
+                    ) -> tuple[float, set[str]]:
+    """The best of the sets {v} (v a member, some sink outside) and V∖{t} (t a sink): a
+    valid, cheap lower bound on the cut ratio."""
+    nodes, inside = set(g.nodes), set(members)
     best, arg = 0.0, set()
-    for v in members:
-        into = sum(bw for _, _, bw in g.in_edges(v, data="bandwidth"))
-        out = sum(bw for _, _, bw in g.out_edges(v, data="bandwidth"))
-        for ratio, s in (((len(members) - 1) / into, nodes - {v}), (1 / out, {v})):
-            if ratio > best:
-                best, arg = ratio, s
+    candidates = [({v}, 1) for v in members if set(sinks) - {v}]
+    candidates += [(nodes - {t}, len(inside - {t})) for t in sinks]
+    for s, count in candidates:
+        out = sum(bw for u, v, bw in g.edges(data="bandwidth") if u in s and v not in s) \
+            if len(s) > 1 else _bandwidth(g, next(iter(s)), incoming=False)
+        if count / out > best:
+            best, arg = count / out, s
     return best, arg
 
 
-def allgather_cut_ratio(topology: Topology, members: list[str]) -> tuple[float, set[str]]:
-    """max |S∩R| / B⁺(S) over S ⊉ R with S∩R ≠ ∅ (seconds per byte), and a maximising S.
+def allgather_cut_ratio(topology: Topology, members: list[str], sinks: list[str] | None = None
+                        ) -> tuple[float, set[str]]:
+    """max |S∩R| / B⁺(S) over node sets S that hold a member and leave out a sink
+    (default: any member), in seconds per byte, and a maximising S.
 
-    Exact up to ``EXACT_CUT_MAX_GPUS`` members (each Dinkelbach round is one min-cut per
-    member); beyond, the best single-node set or complement — still a valid lower bound,
-    and the exact one on meshes and tori, where a GPU's own in-links are the bottleneck.
+    Computed by Dinkelbach's method: for a ratio ``λ``, one min-cut per sink finds
+    ``max |S∩R| − λ·B⁺(S)``; ``λ`` is raised to that set's ratio until no set beats it (a
+    handful of rounds). Exact up to ``EXACT_CUT_MAX_GPUS`` members; beyond, the best
+    single-node set or complement — still a valid lower bound, and the exact one on meshes
+    and tori, where a GPU's own links are the bottleneck.
     """
     g = topology.graph()
+    sinks = list(members) if sinks is None else sinks
     if len(members) > EXACT_CUT_MAX_GPUS:
-        return _node_cut_ratio(g, members)
-    out_bw = {v: sum(bw for _, _, bw in g.out_edges(v, data="bandwidth")) for v in members}
-    start = max(members, key=lambda v: 1 / out_bw[v] if out_bw[v] else float("inf"))
-    lam, arg = 1 / out_bw[start], {start}
+        return _node_cut_ratio(g, members, sinks)
+    starts = [v for v in members if set(sinks) - {v}]
+    start = min(starts, key=lambda v: _bandwidth(g, v, incoming=False))
+    lam, arg = 1 / _bandwidth(g, start, incoming=False), {start}
     for _ in range(50):
-        value, s = _best_set(g, members, lam)
+        value, s = _best_set(g, members, sinks, lam)
         if value <= 1e-9 * len(members) or not s:
             break
         lam = len(s & set(members)) / sum(bw for u, v, bw in g.edges(data="bandwidth")
@@ -258,28 +297,18 @@ def alltoall_link_time(topology: Topology, members: list[str], per_pair_bytes: f
     return total * per_pair_bytes / len(topology.links)
 
 
-def _ag_part(topology: Topology, members: list[str], per_rank: float) -> float:
+def _cut_part(topology: Topology, members: list[str], per_rank: float,
+              sinks: list[str] | None = None) -> float:
+    """``per_rank · max |S∩R| / B⁺(S)``: the chunks of the members in ``S`` must leave it."""
     if len(members) < 2:
         return 0.0
-    return per_rank * allgather_cut_ratio(topology, members)[0]
+    return per_rank * allgather_cut_ratio(topology, members, sinks)[0]
 
 
 def _broadcast_part(topology: Topology, root: str, members: list[str], size: float) -> float:
+    """``M / min_v maxflow(root, v)``: every byte crosses every cut between them."""
     flows = _max_flows(topology.graph(), [(root, v) for v in members if v != root])
     return size / min(flows) if flows else 0.0
-
-
-def _node_part(topology: Topology, node: str, size: float, incoming: bool) -> float:
-    links = topology.in_links(node) if incoming else topology.out_links(node)
-    return size / sum(k.bandwidth_Bps for k in links)
-
-
-def reduces_outside_members(topology: Topology, members: list[str]) -> bool:
-    """Whether a node other than the members can combine partials: a reducing switch,
-    or a GPU that is not in the collective (GPUs add what they receive)."""
-    inside = set(members)
-    return any(n.can_reduce if not n.is_gpu else n.name not in inside
-               for n in topology.nodes)
 
 
 def separating_cut_bandwidth(topology: Topology, members: list[str]) -> float:
@@ -296,28 +325,120 @@ def separating_cut_bandwidth(topology: Topology, members: list[str]) -> float:
     """
     g, first = topology.graph(), members[0]
     if len(members) > EXACT_CUT_MAX_GPUS:
-        return min(min(sum(bw for _, _, bw in g.out_edges(v, data="bandwidth")),
-                       sum(bw for _, _, bw in g.in_edges(v, data="bandwidth")))
+        return min(min(_bandwidth(g, v, incoming=False), _bandwidth(g, v, incoming=True))
                    for v in members)
     return min(_max_flows(g, [p for v in members[1:] for p in ((first, v), (v, first))]))
 
 
-def _symmetric(topology: Topology) -> bool:
-    """Every link ``u → v`` has a twin ``v → u`` of the same bandwidth and latency."""
-    links = sorted((k.src, k.dst, k.bandwidth_Bps, k.latency_s) for k in topology.links)
-    return links == sorted((v, u, b, a) for u, v, b, a in links)
+def _adds(node: Node) -> bool:
+    """GPUs add what they receive; a switch only if it can reduce."""
+    return node.is_gpu or node.can_reduce
 
 
-def _allreduce_part(topology: Topology, members: list[str], size: float) -> dict[str, float]:
-    """RS + AG where only members reduce; else the largest of RS, AG and the separating cut."""
-    n = len(members)
-    ag = _ag_part(topology, members, size / n)
-    # the reversed graph of a fabric whose links all come in equal pairs is the same graph
-    rs = ag if _symmetric(topology) else _ag_part(topology.reversed(), members, size / n)
-    if n < 2 or not reduces_outside_members(topology, members):
-        return {"cut_s": rs + ag}
-    return {"cut_s": max(rs, ag),
-            "separating_cut_s": size / separating_cut_bandwidth(topology, members)}
+def _copies(node: Node) -> bool:
+    """Whether the checker lets ``node`` send one arriving value more than once: GPUs, a
+    switch that can copy, and a buffered switch that can reduce (it keeps what arrives,
+    as a GPU does)."""
+    return node.is_gpu or node.can_copy or (node.has_buffer and node.can_reduce)
+
+
+def _threshold_partitions(topology: Topology) -> list[list[set[str]]]:
+    """For each link bandwidth ``β`` (and above the largest), the nodes joined by links
+    faster than ``β`` (either way), in groups: a box, a rack, a wafer's switch with its
+    NPUs. The first is every node alone."""
+    speeds = sorted({k.bandwidth_Bps for k in topology.links}, reverse=True)
+    out = []
+    for beta in speeds:
+        g = nx.Graph()
+        g.add_nodes_from(n.name for n in topology.nodes)
+        g.add_edges_from(k.key for k in topology.links if k.bandwidth_Bps > beta)
+        out.append([set(c) for c in nx.connected_components(g)])
+    return out
+
+
+def gossip_time(topology: Topology, members: list[str], size: float) -> float:
+    """AllReduce: the gossip count over groups of nodes (module docstring, ``gossip_s``),
+    the best over the groupings of :func:`_threshold_partitions`.
+
+    On a ring or a fully connected fabric this is RS + AG's value; on a line it is less:
+
+    >>> from te_ccl.topology.generators import mesh, ring
+    >>> (gossip_time(ring(4, 1.0), ["g0", "g1", "g2", "g3"], 1.0),
+    ...  gossip_time(mesh([3], 1.0), ["g0", "g1", "g2"], 1.0))
+    (0.75, 1.0)
+    """
+    nodes, inside = topology.node_by_name, set(members)
+    best = 0.0
+    for groups in _threshold_partitions(topology):
+        parts = [p for p in groups if any(_adds(nodes[v]) for v in p)]
+        k = sum(1 for p in parts if p & inside)
+        if k < 2:
+            continue
+        part_of = {v: i for i, p in enumerate(parts) for v in p}
+        crossing = [x for x in topology.links if part_of.get(x.src) != part_of.get(x.dst)]
+        need = 2 * (k - 1) * size
+        best = max(best, need / sum(x.bandwidth_Bps for x in crossing if x.dst in part_of))
+        if not any(_copies(nodes[v]) for v in nodes if v not in part_of):
+            best = max(best, need / sum(x.bandwidth_Bps for x in crossing if x.src in part_of))
+    return best
+
+
+def _per_node_part(topology: Topology, into: Counter[str], out: Counter[str]) -> float:
+    """The bytes each node must receive or send, over its own links."""
+    g = topology.graph()
+    return max([b / _bandwidth(g, v, incoming=True) for v, b in into.items()]
+               + [b / _bandwidth(g, v, incoming=False) for v, b in out.items()], default=0.0)
+
+
+def _custom_parts(topology: Topology, collective: Collective) -> dict[str, float]:
+    """Each destination receives every chunk it wants, each source sends each of its
+    chunks once; the latency of the farthest (source, destination) pair."""
+    into: Counter[str] = Counter()
+    out: Counter[str] = Counter()
+    targets: dict[str, set[str]] = defaultdict(set)
+    for c in collective.iter_chunks():
+        src = topology.gpu(c.sources[0])
+        wanted = [topology.gpu(d) for d in c.destinations]
+        if wanted:
+            out[src] += collective.chunk_bytes
+        for d in wanted:
+            into[d] += collective.chunk_bytes
+            targets[src].add(d)
+    alpha = max((_alpha_distance(topology, [s], sorted(ts)) for s, ts in targets.items()),
+                default=0.0)
+    return {"per_node_s": _per_node_part(topology, into, out), "alpha_s": alpha}
+
+
+def _bandwidth_parts(topology: Topology, collective: Collective) -> dict[str, float]:
+    K = CollectiveKind
+    members, kind, n = _members(topology, collective), collective.kind, collective.nranks
+    size, rev = float(collective.size_bytes), topology.reversed()
+    root = topology.gpu(collective.root) if collective.root is not None else None
+    if n < 2:
+        return {}
+    if kind is K.ALLGATHER:
+        return {"cut_s": _cut_part(topology, members, size / n)}
+    if kind is K.REDUCESCATTER:
+        return {"cut_s": _cut_part(rev, members, size / n)}
+    if kind is K.ALLREDUCE:
+        return {"cut_s": size / separating_cut_bandwidth(topology, members),
+                "gossip_s": gossip_time(topology, members, size)}
+    if kind is K.GATHER:
+        return {"cut_s": _cut_part(topology, members, size / n, [root])}
+    if kind is K.SCATTER:
+        return {"cut_s": _cut_part(rev, members, size / n, [root])}
+    if kind in (K.BROADCAST, K.REDUCE):
+        return {"cut_s": _broadcast_part(topology if kind is K.BROADCAST else rev, root,
+                                         members, size)}
+    # AlltoAll: each member sends M/N to and receives M/N from every other member
+    each = Counter({v: size * (n - 1) / n for v in members})
+    parts = {"per_node_s": _per_node_part(topology, each, each)}
+    flow = alltoall_time(topology, members, size / n)
+    if flow is not None:
+        parts["concurrent_flow_s"] = flow
+    else:  # the LP is too large: its weaker, cheap relaxation
+        parts["link_time_s"] = alltoall_link_time(topology, members, size / n)
+    return parts
 
 
 @lru_cache(maxsize=16)
@@ -325,34 +446,14 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
     """The best of the bandwidth and latency bounds for ``collective`` on ``topology``
     (remembered: a compile asks for it while searching and again for its report)."""
     K = CollectiveKind
-    members, kind, n = _members(topology, collective), collective.kind, collective.nranks
-    size, rev = float(collective.size_bytes), topology.reversed()
-    root = topology.gpu(collective.root) if collective.root is not None else None
-    parts: dict[str, float] = {}
-    if kind is K.ALLGATHER:
-        parts["cut_s"] = _ag_part(topology, members, size / n)
-    elif kind is K.REDUCESCATTER:
-        parts["cut_s"] = _ag_part(rev, members, size / n)
-    elif kind is K.ALLREDUCE:
-        parts.update(_allreduce_part(topology, members, size))
-    elif kind is K.ALLTOALL:
-        node = max(_node_part(topology, v, size * (n - 1) / n, inc)
-                   for v in members for inc in (True, False)) if n > 1 else 0.0
-        parts["per_node_s"] = node
-        flow = alltoall_time(topology, members, size / n) if n > 1 else None
-        if flow is not None:
-            parts["concurrent_flow_s"] = flow
-        elif n > 1:  # the LP is too large: its weaker, cheap relaxation
-            parts["link_time_s"] = alltoall_link_time(topology, members, size / n)
-    elif kind in (K.BROADCAST, K.REDUCE):
-        parts["maxflow_s"] = _broadcast_part(topology if kind is K.BROADCAST else rev,
-                                             root, members, size)
-    elif kind in (K.GATHER, K.SCATTER) and n > 1:
-        parts["root_links_s"] = _node_part(topology, root, size * (n - 1) / n,
-                                           kind is K.GATHER)
-    sources = [root] if root is not None and kind is not K.REDUCE else members
-    targets = [root] if kind in (K.REDUCE, K.GATHER) else members
-    if kind is K.REDUCE or kind is K.GATHER:
-        sources = members
+    kind = collective.kind
+    if kind is K.CUSTOM:
+        parts = _custom_parts(topology, collective)
+        return Bound(max(parts.values()), parts)
+    parts = _bandwidth_parts(topology, collective)
+    members = _members(topology, collective)
+    root = [topology.gpu(collective.root)] if collective.root is not None else []
+    sources = root if kind in (K.BROADCAST, K.SCATTER) else members
+    targets = root if kind in (K.REDUCE, K.GATHER) else members
     parts["alpha_s"] = _alpha_distance(topology, sources, targets)
-    return Bound(max(parts.values(), default=0.0), parts)
+    return Bound(max(parts.values()), parts)

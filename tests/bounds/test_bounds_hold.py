@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from te_ccl.auto import TEMPLATE_MAX_GPUS
 from te_ccl.baselines import BaselineError, applicable, build_baseline
-from te_ccl.bounds import lower_bound, reduces_outside_members, separating_cut_bandwidth
+from te_ccl.bounds import lower_bound, separating_cut_bandwidth
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.fred.in_switch import in_switch_candidate
@@ -102,23 +102,26 @@ def star(n: int, reduce: bool) -> Topology:
 
 
 def test_a_reduced_stream_crosses_a_cut_once():
-    # a reducing star: each GPU sends and receives M once, so the bound is M/b, not
-    # the 2(N-1)/N·M/b of ReduceScatter + AllGather
+    # a reducing star: each GPU sends and receives M once, so the bound is M/b; a star
+    # that only copies adds nothing: every GPU's partials arrive from other GPUs, 2(N−1)·M
+    # bytes into the N GPUs, ReduceScatter + AllGather's 2(N−1)/N·M/b
     c = collective("allreduce", (0, 1, 2, 3), chunk_bytes=1 << 20)
     reducing = lower_bound(star(4, True), c)
     assert reducing.seconds == pytest.approx(c.size_bytes / 1e9)
-    assert lower_bound(star(4, False), c).seconds == pytest.approx(2 * 3 / 4 * c.size_bytes / 1e9)
+    plain = lower_bound(star(4, False), c)
+    assert plain.seconds == pytest.approx(2 * 3 / 4 * c.size_bytes / 1e9)
+    assert plain.argument == "gossip_s"
 
 
 def test_a_gpu_outside_the_collective_reduces_too():
-    # the star's hub as a GPU that takes no part: it adds the partials it relays
+    # the star's hub as a GPU that takes no part: it adds the partials it relays, so each
+    # member sends and receives M once
     topo = Topology.build("hub", [Node(f"g{i}") for i in range(5)],
                           [x for i in range(1, 5)
                            for x in (Link(f"g{i}", "g0", 1e9), Link("g0", f"g{i}", 1e9))])
-    members = list(topo.gpus[1:])
-    assert reduces_outside_members(topo, members)
-    assert not reduces_outside_members(topo, list(topo.gpus))
-    assert separating_cut_bandwidth(topo, members) == pytest.approx(1e9)
+    assert separating_cut_bandwidth(topo, list(topo.gpus[1:])) == pytest.approx(1e9)
+    c = collective("allreduce", (1, 2, 3, 4), chunk_bytes=1 << 20)
+    assert lower_bound(topo, c).seconds == pytest.approx(c.size_bytes / 1e9)
 
 
 def test_the_separating_cut_beyond_the_exact_limit_is_a_single_member(monkeypatch):
