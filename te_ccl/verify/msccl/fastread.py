@@ -27,6 +27,7 @@ import sys
 from collections.abc import Iterator
 
 from te_ccl.deadline import check
+from te_ccl.verify.msccl.findings import Findings
 from te_ccl.verify.msccl.model import Gpu, Step, Threadblock
 from te_ccl.verify.msccl.text import RawElement, parse_tag
 
@@ -70,7 +71,7 @@ def read_canonical(lines: Iterator[str]) -> tuple[RawElement, tuple[Gpu, ...]] |
     m = _ALGO.fullmatch(line)
     if m is None:
         return None
-    found: list = []
+    found = Findings()
     elem, closing, single = parse_tag(m.group(1), n, found)
     if elem is None or found or closing or single:
         return None

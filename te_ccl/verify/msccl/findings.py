@@ -5,6 +5,10 @@ Every :class:`Finding` names a rule from :data:`RULES`; the rule carries its mea
 needs no manual. ``blocks_execution`` marks rules after whose violation symbolic
 execution would only produce noise (the program's shape itself is broken).
 
+A broken file can break one rule at every tag, hundreds of thousands of times; the
+checks gather findings in :class:`Findings`, which keeps the first :data:`KEEP` of each
+rule and counts the rest, so memory and output stay bounded and the totals exact.
+
 >>> f = finding("leading-zero", "tb id '010' reads as 8", gpu=0, tb=8)
 >>> f.rule, f.severity, f.gpu, f.tb, f.step
 ('leading-zero', 'error', 0, 8, None)
@@ -12,11 +16,16 @@ execution would only produce noise (the program's shape itself is broken).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 
 from te_ccl.runtime_limits import MSCCL
 
-__all__ = ["Rule", "RULES", "Finding", "finding"]
+__all__ = ["Rule", "RULES", "Finding", "Findings", "finding", "clip", "KEEP"]
+
+KEEP = 5
+"""Findings kept per rule: the first few show what is wrong and where, the others
+only add to the rule's count."""
 
 
 @dataclass(frozen=True)
@@ -156,8 +165,70 @@ class Finding:
         return " ".join(parts) if parts else "file"
 
 
+def clip(text: str, limit: int = 40) -> str:
+    """``text`` as a message quotes it: a value from the file can be megabytes long.
+
+    >>> clip("Simple"), clip("x" * 50, 4)
+    ('Simple', 'xxxx… (50 characters)')
+    """
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
+
+
 def finding(rule: str, detail: str, *, gpu: int | None = None, tb: int | None = None,
             step: int | None = None, line: int | None = None) -> Finding:
     """Build a finding whose message is ``detail`` followed by the rule's meaning."""
     r = RULES[rule]
     return Finding(rule, f"{detail} — {r.meaning}", gpu, tb, step, line, r.severity)
+
+
+@dataclass
+class Findings:
+    """Findings in the order found, the first :data:`KEEP` of each rule, and how many
+    each rule had in all (``counts``).
+
+    >>> found = Findings()
+    >>> for gpu in range(7):
+    ...     found.append(finding("gpu-ids", "not a rank", gpu=gpu))
+    >>> len(found), found.counts
+    (5, {'gpu-ids': 7})
+    """
+
+    kept: list[Finding] = field(default_factory=list)
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def append(self, f: Finding) -> None:
+        n = self.counts.get(f.rule, 0) + 1
+        self.counts[f.rule] = n
+        if n <= KEEP:
+            self.kept.append(f)
+
+    def __iadd__(self, more: Iterable[Finding]) -> Findings:
+        """Add ``more`` after these; another :class:`Findings` adds its counts too."""
+        if not isinstance(more, Findings):
+            for f in more:
+                self.append(f)
+            return self
+        room = {rule: KEEP - min(self.counts.get(rule, 0), KEEP) for rule in more.counts}
+        for f in more.kept:
+            if room[f.rule] > 0:
+                room[f.rule] -= 1
+                self.kept.append(f)
+        for rule, n in more.counts.items():
+            self.counts[rule] = self.counts.get(rule, 0) + n
+        return self
+
+    def __add__(self, more: Iterable[Finding]) -> Findings:
+        out = Findings()
+        out += self
+        out += more
+        return out
+
+    def __iter__(self) -> Iterator[Finding]:
+        return iter(self.kept)
+
+    def __len__(self) -> int:
+        return len(self.kept)
+
+    def replaced(self, kept: Iterable[Finding]) -> Findings:
+        """The same counts with the kept findings rewritten (one for one, same rules)."""
+        return Findings(list(kept), dict(self.counts))

@@ -26,9 +26,9 @@ from pathlib import Path
 from te_ccl.nogc import paused_gc
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.fastread import read_canonical
-from te_ccl.verify.msccl.findings import Finding, finding
+from te_ccl.verify.msccl.findings import Findings, clip, finding
 from te_ccl.verify.msccl.model import BUFFERS, DEFAULTS, Algo, Gpu, Step, Threadblock
-from te_ccl.verify.msccl.stream import decoded, lines_of
+from te_ccl.verify.msccl.stream import decoded, lines_of, uncommented
 from te_ccl.verify.msccl.text import (
     MscclReadError,
     MscclSyntaxError,
@@ -39,11 +39,12 @@ from te_ccl.verify.msccl.text import (
 
 __all__ = ["read_msccl", "read_msccl_lenient", "parse_msccl", "parse_text", "load_text",
            "source_name", "upgrade_legacy", "LEGACY_RULES", "MAX_RANKS",
-           "MAX_CHUNKS", "MAX_SLOTS", "MAX_REACH", "MAX_GENERAL_TEXT", "MscclReadError",
-           "MscclSyntaxError", "MscclFormatError"]
+           "MAX_CHUNKS", "MAX_SLOTS", "MAX_REACH", "MAX_GENERAL_TEXT", "MAX_GENERAL_TAGS",
+           "MscclReadError", "MscclSyntaxError", "MscclFormatError"]
 
 _PLAIN_INT = re.compile(r"[+-]?(?:0[xX][0-9a-fA-F]+|[0-9]+)\Z")
 _OCTAL = re.compile(r"[+-]?0[0-9]")
+_DECIMAL = re.compile(r"-?(?:0|[1-9][0-9]{0,17})\Z")   # inside a C long
 _STR_ATTRS = {"type", "srcbuf", "dstbuf", "proto", "coll", "name"}
 _ALGO_REQUIRED = ("nchunksperloop", "nchannels", "ngpus", "proto", "coll")
 _ALGO_OPTIONAL = ("minBytes", "maxBytes", "inplace", "outofplace")
@@ -69,6 +70,11 @@ MAX_GENERAL_TEXT = 16 << 20
 (comment text does not count): it needs about 20 bytes of memory per character, and a
 15 MB file with one finding per line takes 330 MB. Canonical files are streamed
 without a limit."""
+MAX_GENERAL_TAGS = 1 << 17
+"""Tags (comments included) of a file outside the canonical layout that the general
+tokenizer takes: a tag that breaks many rules costs it up to ~40 µs, so this keeps the
+worst file to seconds. A real element takes 40 to 130 characters, so real files reach
+:data:`MAX_GENERAL_TEXT` first; only filler packs more tags into it."""
 LEGACY_RULES = frozenset({"missing-algo-attribute"})
 """What tells msccl-tools' older format (no ``outofplace``/``minBytes``/``maxBytes``)."""
 
@@ -89,21 +95,37 @@ def source_name(path_or_text: str | Path) -> str:
 def load_text(path_or_text: str | Path) -> tuple[str, str]:
     """``(text, source name)`` from a path or from XML text (anything containing ``<``).
 
-    A file is read in bounded memory (:mod:`.stream`): comments keep only their
-    newlines, and more than :data:`MAX_GENERAL_TEXT` other characters are refused."""
+    A file is read in bounded memory (:mod:`.stream`); comments keep only their newlines,
+    and more than :data:`MAX_GENERAL_TEXT` other characters or :data:`MAX_GENERAL_TAGS`
+    tags are refused as they arrive."""
     if _is_text(path_or_text):
-        return path_or_text, "<string>"
-    source = str(Path(path_or_text))
-    parts, total = [], 0
-    for piece in decoded(path_or_text):
-        total += len(piece)
-        if total > MAX_GENERAL_TEXT:
+        pieces, source = uncommented(iter([path_or_text])), "<string>"
+    else:
+        pieces, source = decoded(path_or_text), str(Path(path_or_text))
+    parts, chars, tags = [], 0, 0
+    for piece in pieces:
+        chars += len(piece)
+        tags += piece.count("<")
+        if chars > MAX_GENERAL_TEXT or tags > MAX_GENERAL_TAGS:
+            what = (f"{MAX_GENERAL_TEXT >> 20} MiB of XML" if chars > MAX_GENERAL_TEXT
+                    else f"{MAX_GENERAL_TAGS:,} tags")
             raise MscclReadError(
-                f"more than {MAX_GENERAL_TEXT >> 20} MiB of XML outside the canonical layout "
-                "(one tag per line with \\n line ends, as msccl-tools and teccl write it)",
-                file=source)
+                f"more than {what}{_size(path_or_text)} outside the canonical layout, more "
+                "than the general reader takes; files as msccl-tools and teccl write them "
+                "(one tag per line, every attribute in their order, plain decimal numbers) "
+                "have no size limit", file=source)
         parts.append(piece)
     return "".join(parts), source
+
+
+def _size(path_or_text: str | Path) -> str:
+    """`` (the file has N bytes)`` for a file, nothing for text."""
+    if _is_text(path_or_text):
+        return ""
+    try:
+        return f" (the file has {Path(path_or_text).stat().st_size:,} bytes)"
+    except OSError:
+        return ""
 
 
 def read_msccl(path_or_text: str | Path) -> Algo:
@@ -167,8 +189,9 @@ def upgrade_legacy(text: str) -> tuple[str, list[str]]:
     return text[:cut] + extra + text[cut:], missing
 
 
-def parse_msccl(path_or_text: str | Path) -> tuple[Algo, list[Finding]]:
-    """Lenient read: the algorithm plus every textual finding, in file order.
+def parse_msccl(path_or_text: str | Path) -> tuple[Algo, Findings]:
+    """Lenient read: the algorithm plus the textual findings, in file order (the first
+    :data:`~te_ccl.verify.msccl.findings.KEEP` of each rule, and every rule's count).
 
     Files in the canonical layout are read line by line (:mod:`.fastread`), without
     holding the text; any other file goes through the general tokenizer. A header that
@@ -183,29 +206,33 @@ def parse_msccl(path_or_text: str | Path) -> tuple[Algo, list[Finding]]:
     if fast is None:
         algo, found = parse_text(*load_text(path_or_text))
     else:
-        found = []
-        algo = Algo(**_header(fast[0], found), gpus=fast[1], source=source)
-    _check_limits(algo, {f.message.split(" — ")[0] for f in found
-                         if f.rule == "missing-attribute"})
+        found = Findings()
+        algo = Algo(**_header(fast[0], found, source), gpus=fast[1], source=source)
+    _check_reach(algo)
     return algo, found
 
 
-def _check_limits(algo: Algo, missing: set[str]) -> None:
-    """Refuse what no runtime loads, and what the verifier cannot model in bounded memory
-    (a missing attribute is a finding of its own)."""
-    for key, value, high, what in (
-            ("ngpus", algo.ngpus, MAX_RANKS,
+def _check_header(values: dict[str, int | None], source: str) -> None:
+    """Refuse a header no runtime loads, or one the verifier cannot model in bounded
+    memory (a missing attribute, None here, is a finding of its own)."""
+    for key, high, what in (
+            ("ngpus", MAX_RANKS,
              f"ranks (each needs a <gpu> among the reader's {MSCCL.max_elements} elements)"),
-            ("nchannels", algo.nchannels, MSCCL.max_channels, "channels (MAXCHANNELS)"),
-            ("nchunksperloop", algo.nchunksperloop, MAX_CHUNKS,
+            ("nchannels", MSCCL.max_channels, "channels (MAXCHANNELS)"),
+            ("nchunksperloop", MAX_CHUNKS,
              f"chunks ({MAX_RANKS} steps of at most {MSCCL.max_count - 1} chunks each through a rank)")):
-        if f"<algo> has no {key}" not in missing and not 1 <= value <= high:
+        value = values[key]
+        if value is not None and not 1 <= value <= high:
             raise MscclReadError(f"{key}=\"{value}\" but the runtime takes 1..{high} {what}",
-                                 file=algo.source)
-    if max(algo.ngpus, 0) * max(algo.nchunksperloop, 0) > MAX_SLOTS:
-        raise MscclReadError(f"ngpus × nchunksperloop = {algo.ngpus * algo.nchunksperloop:,} "
-                             f"chunks; the verifier models at most {MAX_SLOTS:,}",
-                             file=algo.source)
+                                 file=source)
+    ngpus, nchunks = values["ngpus"] or 0, values["nchunksperloop"] or 0
+    if ngpus * nchunks > MAX_SLOTS:
+        raise MscclReadError(f"ngpus × nchunksperloop = {ngpus * nchunks:,} "
+                             f"chunks; the verifier models at most {MAX_SLOTS:,}", file=source)
+
+
+def _check_reach(algo: Algo) -> None:
+    """Refuse steps that reach more chunks than the verifier can model in bounded memory."""
     declared = sum(max(g.chunks(b), 0) for g in algo.gpus for b in BUFFERS)
     if declared <= MAX_REACH:
         return   # what the steps can reach is smaller still
@@ -247,27 +274,27 @@ def _split(text: str) -> Iterator[str]:
         start = stop
 
 
-def parse_text(text: str, source: str = "<string>") -> tuple[Algo, list[Finding]]:
+def parse_text(text: str, source: str = "<string>") -> tuple[Algo, Findings]:
     """:func:`parse_msccl` of text already loaded; ``source`` names it in messages."""
     top, found = tokenize(text, source=source)
     algos = [e for e in top if e.name == "algo"]
     if not algos:
-        found.append(finding("first-element-algo", f"no <algo> element (first is <{top[0].name}>)"
-                             if top else "no element at all", line=1))
+        found.append(finding("first-element-algo", f"no <algo> element (first is "
+                             f"<{clip(top[0].name)}>)" if top else "no element at all", line=1))
         raise MscclSyntaxError(found)
     if top[0].name != "algo":
-        found.append(finding("first-element-algo", f"the first element is <{top[0].name}>",
-                             line=top[0].line))
+        found.append(finding("first-element-algo", f"the first element is "
+                             f"<{clip(top[0].name)}>", line=top[0].line))
     for extra in top:
         if extra is not algos[0]:
-            found.append(finding("ignored-element", f"<{extra.name}> outside the first <algo>",
-                                 line=extra.line))
-    header = _header(algos[0], found)
+            found.append(finding("ignored-element", f"<{clip(extra.name)}> outside the first "
+                                 "<algo>", line=extra.line))
+    header = _header(algos[0], found, source)
     gpus = tuple(_gpu(g, found) for g in _children(algos[0], "gpu", found))
     return Algo(**header, gpus=gpus, source=source), found
 
 
-def _int(elem: RawElement, key: str, found: list[Finding], ctx: dict[str, int | None],
+def _int(elem: RawElement, key: str, found: Findings, ctx: dict[str, int | None],
          *, bits: int = 32, required: bool = True) -> int | None:
     raw = elem.attrs.get(key)
     if raw is None:
@@ -275,18 +302,21 @@ def _int(elem: RawElement, key: str, found: list[Finding], ctx: dict[str, int | 
             found.append(finding("missing-attribute", f"<{elem.name}> has no {key}",
                                  line=elem.line, **ctx))
         return None
-    value = strtol(raw)
-    if _OCTAL.match(raw.strip()):
-        found.append(finding("leading-zero", f"{key}=\"{raw}\" reads as {value}",
-                             line=elem.line, **ctx))
-    elif not _PLAIN_INT.match(raw):
-        found.append(finding("not-an-integer", f"{key}=\"{raw}\" reads as {value}",
-                             line=elem.line, **ctx))
+    if _DECIMAL.match(raw):
+        value = int(raw)   # what strtol reads too, with nothing to report
+    else:
+        value = strtol(raw)
+        if _OCTAL.match(raw.strip()):
+            found.append(finding("leading-zero", f"{key}=\"{clip(raw)}\" reads as {value}",
+                                 line=elem.line, **ctx))
+        elif not _PLAIN_INT.match(raw):
+            found.append(finding("not-an-integer", f"{key}=\"{clip(raw)}\" reads as {value}",
+                                 line=elem.line, **ctx))
     half = 2 ** (bits - 1)
     return (value + half) % (2 * half) - half  # C assigns the long to an int: wrap around
 
 
-def _fields(elem: RawElement, kind: str, found: list[Finding],
+def _fields(elem: RawElement, kind: str, found: Findings,
             ctx: dict[str, int | None]) -> dict[str, int | str]:
     """Every attribute of a gpu/tb/step, defaulted (with a finding) when missing."""
     out: dict[str, int | str] = {}
@@ -303,16 +333,17 @@ def _fields(elem: RawElement, kind: str, found: list[Finding],
     return out
 
 
-def _children(elem: RawElement, name: str, found: list[Finding]) -> list[RawElement]:
+def _children(elem: RawElement, name: str, found: Findings) -> list[RawElement]:
     for c in elem.children:
         if c.name != name:
-            found.append(finding("ignored-element", f"<{c.name}> inside <{elem.name}>",
+            found.append(finding("ignored-element", f"<{clip(c.name)}> inside <{elem.name}>",
                                  line=c.line))
     return [c for c in elem.children if c.name == name]
 
 
-def _header(elem: RawElement, found: list[Finding]) -> dict[str, int | str | None]:
-    """The :class:`Algo` fields given by the ``<algo>`` element's attributes."""
+def _header(elem: RawElement, found: Findings, source: str) -> dict[str, int | str | None]:
+    """The :class:`Algo` fields given by the ``<algo>`` element's attributes; raises
+    :class:`MscclReadError` for values beyond the runtime's limits."""
     ctx: dict[str, int | None] = {}
     values: dict[str, int | None] = {}
     for key in _ALGO_REQUIRED:
@@ -328,6 +359,7 @@ def _header(elem: RawElement, found: list[Finding]) -> dict[str, int | str | Non
                                  line=elem.line))
         values[key] = _int(elem, key, found, ctx, bits=64 if key.endswith("Bytes") else 32,
                            required=False)
+    _check_header(values, source)
     return dict(
         name=elem.attrs.get("name", ""), proto=elem.attrs.get("proto", ""),
         nchannels=values["nchannels"] or 0, nchunksperloop=values["nchunksperloop"] or 0,
@@ -336,14 +368,14 @@ def _header(elem: RawElement, found: list[Finding]) -> dict[str, int | str | Non
         min_bytes=values["minBytes"], max_bytes=values["maxBytes"])
 
 
-def _gpu(elem: RawElement, found: list[Finding]) -> Gpu:
+def _gpu(elem: RawElement, found: Findings) -> Gpu:
     f = _fields(elem, "gpu", found, {})
     gid = int(f["id"])
     tbs = tuple(_tb(t, gid, found) for t in _children(elem, "tb", found))
     return Gpu(gid, int(f["i_chunks"]), int(f["o_chunks"]), int(f["s_chunks"]), tbs, elem.line)
 
 
-def _tb(elem: RawElement, gid: int, found: list[Finding]) -> Threadblock:
+def _tb(elem: RawElement, gid: int, found: Findings) -> Threadblock:
     f = _fields(elem, "tb", found, {"gpu": gid})
     tid = int(f["id"])
     steps = []

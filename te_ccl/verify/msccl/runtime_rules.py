@@ -13,7 +13,7 @@ from __future__ import annotations
 from functools import cache
 
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
-from te_ccl.verify.msccl.findings import Finding, finding
+from te_ccl.verify.msccl.findings import Finding, Findings, clip, finding
 from te_ccl.verify.msccl.kernel import orphan_waits
 from te_ccl.verify.msccl.model import BUFFERS, STEP_TYPES, Algo, Gpu, Step, Threadblock
 
@@ -26,13 +26,13 @@ _CHECKED = {"s": (True, False), "r": (False, True), "rcs": (False, True), "rrs":
             "rrc": (False, False), "rrcs": (True, True), "cpy": (True, True), "re": (True, True)}
 
 
-def runtime_checks(algo: Algo, *, max_steps: int = MSCCL.max_steps) -> list[Finding]:
+def runtime_checks(algo: Algo, *, max_steps: int = MSCCL.max_steps) -> Findings:
     """Every violation of the runtime parser's checks, GPU by GPU in file order."""
-    found: list[Finding] = []
+    found = Findings()
     if algo.proto and algo.proto not in PROTOCOLS:
-        found.append(finding("proto", f"proto=\"{algo.proto}\""))
+        found.append(finding("proto", f"proto=\"{clip(algo.proto)}\""))
     if algo.coll and algo.coll not in COLLECTIVES:
-        found.append(finding("coll", f"coll=\"{algo.coll}\""))
+        found.append(finding("coll", f"coll=\"{clip(algo.coll)}\""))
     for gpu in algo.gpus:
         found += _gpu(gpu, max_steps)
         nodes = 1 + len(algo.gpus) + sum(len(t.steps) + 1 for t in gpu.threadblocks)
@@ -42,8 +42,8 @@ def runtime_checks(algo: Algo, *, max_steps: int = MSCCL.max_steps) -> list[Find
     return found
 
 
-def _gpu(gpu: Gpu, max_steps: int) -> list[Finding]:
-    found: list[Finding] = []
+def _gpu(gpu: Gpu, max_steps: int) -> Findings:
+    found = Findings()
     if gpu.s_chunks < 0:
         found.append(finding("scratch-chunks", f"s_chunks={gpu.s_chunks}", gpu=gpu.id,
                              line=gpu.line))
@@ -83,12 +83,12 @@ def _tb_header(gpu: Gpu, tb: Threadblock, seen: set[int]) -> list[Finding]:
 
 
 def _tb_steps(gpu: Gpu, tb: Threadblock, max_steps: int, nsend: int,
-              nrecv: int) -> list[Finding]:
+              nrecv: int) -> Findings:
     """The step checks of one thread block. Most steps pass all of them, so each step
     is first tested against one condition that holds exactly when none of its checks
     would find anything; only the others go through the checks (:func:`_step`). Steps
     are unpacked: reading a named tuple's fields by name is several times slower."""
-    found: list[Finding] = []
+    found = Findings()
     orphans = orphan_waits(tb)
     chunks = {buf: gpu.chunks(buf) for buf in BUFFERS}
     usable = _usable(tb, nsend, nrecv)
@@ -127,11 +127,11 @@ def _step(gpu: Gpu, tb: Threadblock, step: Step, max_steps: int, nsend: int, nre
     if not 0 <= step.s < max_steps:
         found.append(finding("step-range", f"s={step.s} (limit {max_steps})", **where))
     if step.type not in STEP_TYPES:
-        found.append(finding("step-type", f"type=\"{step.type}\"", **where))
+        found.append(finding("step-type", f"type=\"{clip(step.type)}\"", **where))
         return found
     for attr, buf in (("srcbuf", step.srcbuf), ("dstbuf", step.dstbuf)):
         if buf not in BUFFERS:
-            found.append(finding("buffer", f"{attr}=\"{buf}\"", **where))
+            found.append(finding("buffer", f"{attr}=\"{clip(buf)}\"", **where))
     if step.type == "nop":
         return found
     found += _transfer(gpu, tb, step, nsend, nrecv, where)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 
 from te_ccl.runtime_limits import MSCCL
-from te_ccl.verify.msccl.findings import Finding, finding
+from te_ccl.verify.msccl.findings import Finding, Findings, finding
 from te_ccl.verify.msccl.model import (
     BUFFERS,
     READS_SRC,
@@ -30,7 +30,7 @@ __all__ = ["static_checks", "Connection", "connections"]
 Connection = tuple[int, int, int]  # (sending gpu, receiving gpu, channel)
 
 
-def static_checks(algo: Algo, *, max_steps: int = MSCCL.max_steps) -> list[Finding]:
+def static_checks(algo: Algo, *, max_steps: int = MSCCL.max_steps) -> Findings:
     """Violations of the rules the runtime leaves to the file's author."""
     found = _gpu_ids(algo)
     if not algo.inplace and not algo.outofplace:
@@ -43,8 +43,8 @@ def static_checks(algo: Algo, *, max_steps: int = MSCCL.max_steps) -> list[Findi
     return found
 
 
-def _gpu_ids(algo: Algo) -> list[Finding]:
-    found = []
+def _gpu_ids(algo: Algo) -> Findings:
+    found = Findings()
     counts = Counter(g.id for g in algo.gpus)
     for g in algo.gpus:
         if not 0 <= g.id < algo.ngpus:
@@ -59,11 +59,11 @@ def _gpu_ids(algo: Algo) -> list[Finding]:
     return found
 
 
-def _steps(algo: Algo, gpu: Gpu, max_steps: int) -> list[Finding]:
+def _steps(algo: Algo, gpu: Gpu, max_steps: int) -> Findings:
     """The per-step rules. Each step is first tested against one condition that holds
     exactly when none of them finds anything; only the others are checked (:func:`_step`).
     Steps are unpacked: reading a named tuple's fields by name is several times slower."""
-    found: list[Finding] = []
+    found = Findings()
     tbs = {t.id: t for t in gpu.threadblocks}
     steps_of = {t.id: t.steps for t in gpu.threadblocks}
     chunks = {buf: gpu.chunks(buf) for buf in BUFFERS}
@@ -137,8 +137,8 @@ def _bounds(gpu: Gpu, st: Step, where: dict) -> list[Finding]:
     return found
 
 
-def _peers(algo: Algo, gpu: Gpu) -> list[Finding]:
-    found = []
+def _peers(algo: Algo, gpu: Gpu) -> Findings:
+    found = Findings()
     owners: dict[tuple[str, int, int], int] = {}
     per_channel: Counter[tuple[str, int]] = Counter()
     for tb in gpu.threadblocks:
@@ -181,11 +181,11 @@ def connections(algo: Algo) -> tuple[dict[Connection, tuple[int, int]],
     return send, recv
 
 
-def _sequences(algo: Algo) -> list[Finding]:
+def _sequences(algo: Algo) -> Findings:
     """Equal cnt sequences on both ends of every connection (sender's sends, receiver's recvs)."""
     send, recv = connections(algo)
     tbs = {(g.id, t.id): t for g in algo.gpus for t in g.threadblocks}
-    found = []
+    found = Findings()
     for conn in sorted(set(send) | set(recv)):
         src, dst, chan = conn
         s_steps = [s for s in tbs[send[conn]].steps if s.type in SENDS] if conn in send else []

@@ -7,10 +7,11 @@ comments. This module builds a tree of :class:`RawElement` from the text and rep
 every deviation from that narrow dialect as a finding, so a file that a real XML parser
 accepts but the runtime does not is still caught. Structure it cannot recover from
 (an unterminated tag, mismatched closing tags) raises :class:`MscclSyntaxError`; text
-that is not XML at all raises :class:`MscclReadError` (a ``SpecError``, exit code 2).
+that is not XML at all, or nested deeper than :data:`MAX_DEPTH`, raises
+:class:`MscclReadError` (a ``SpecError``, exit code 2).
 
 >>> root, found = tokenize('<algo a="1">\\n  <gpu id="010"/>\\n</algo>\\n')
->>> root[0].name, root[0].children[0].attrs, found
+>>> root[0].name, root[0].children[0].attrs, list(found)
 ('algo', {'id': '010'}, [])
 >>> strtol("010"), strtol("0x1f"), strtol("08"), strtol("-3"), strtol("12ab")
 (8, 31, 0, -3, 12)
@@ -19,17 +20,22 @@ that is not XML at all raises :class:`MscclReadError` (a ``SpecError``, exit cod
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from te_ccl.errors import SpecError, VerificationError
-from te_ccl.verify.msccl.findings import Finding, finding
+from te_ccl.verify.msccl.findings import Finding, Findings, clip, finding
 
 __all__ = ["RawElement", "MscclReadError", "MscclSyntaxError", "tokenize", "strtol",
-           "MAX_ATTRS", "parse_tag"]
+           "MAX_ATTRS", "MAX_DEPTH", "parse_tag"]
 
 MAX_ATTRS = 16      # MSCCL_MAX_ATTR_COUNT
 MAX_NAME = 254      # names of MSCCL_MAX_STR_LEN-1 characters fail
 MAX_VALUE = 255     # values are copied unchecked into a 256-byte buffer
+MAX_DEPTH = 8
+"""Nesting the tokenizer follows: MSCCL XML is 4 deep (algo/gpu/tb/step), and anything
+deeper sits inside elements the runtime skips, so twice that is ample. Deeper input is
+refused at the first element past it, before the rest is read into a tree."""
 
 _TOKEN = re.compile(r"<!--.*?-->|<!--.*|<[^<>]*>?|[^<]+", re.S)
 _NAME = r"[^\s=\"'/<>]+"
@@ -38,6 +44,7 @@ _STRICT_CLOSE = re.compile(rf"</{_NAME}>\Z")
 _LENIENT_OPEN = re.compile(rf"<\s*({_NAME})((?:\s+{_NAME}\s*=\s*(?:\"[^\"]*\"|'[^']*'))*)\s*(/?)\s*>\Z")
 _LENIENT_CLOSE = re.compile(rf"</\s*({_NAME})\s*>\Z")
 _ATTR = re.compile(rf"({_NAME})\s*=\s*(\"[^\"]*\"|'[^']*')")
+_DIGITS = {8: re.compile("[0-7]*"), 10: re.compile("[0-9]*"), 16: re.compile("[0-9a-fA-F]*")}
 
 
 class MscclReadError(SpecError):
@@ -47,13 +54,13 @@ class MscclReadError(SpecError):
 class MscclSyntaxError(VerificationError):
     """The text is XML-like but its structure cannot be recovered; ``findings`` say why."""
 
-    def __init__(self, findings: list[Finding]) -> None:
-        self.findings = findings
-        super().__init__("; ".join(f"line {f.line}: {f.message}" for f in findings
+    def __init__(self, findings: Iterable[Finding]) -> None:
+        self.findings = findings if isinstance(findings, Findings) else Findings() + findings
+        super().__init__("; ".join(f"line {f.line}: {f.message}" for f in self.findings
                                    if f.severity == "error") or "unreadable MSCCL XML")
 
 
-@dataclass
+@dataclass(slots=True)
 class RawElement:
     """An element as the runtime sees it: name, first-16 attributes (first occurrence wins)."""
 
@@ -75,21 +82,21 @@ def strtol(text: str) -> int:
         base = 8
     else:
         base = 10
-    digits = "0123456789abcdef"[:base]
-    n = 0
-    while n < len(s) and s[n].lower() in digits:
-        n += 1
-    value = sign * int(s[:n], base) if n else 0
+    digits = _DIGITS[base].match(s).group().lstrip("0")
+    if len(digits) > 22:   # beyond a long in any of the bases: no need to convert it
+        return -(2**63) if sign < 0 else 2**63 - 1
+    value = sign * int(digits, base) if digits else 0
     return max(-(2**63), min(2**63 - 1, value))  # strtol saturates at LONG_MIN/LONG_MAX
 
 
-def tokenize(text: str, *, source: str = "<string>") -> tuple[list[RawElement], list[Finding]]:
-    """Top-level elements and the textual findings; raises on unrecoverable structure."""
+def tokenize(text: str, *, source: str = "<string>") -> tuple[list[RawElement], Findings]:
+    """Top-level elements and the textual findings; raises on unrecoverable structure
+    and on nesting deeper than :data:`MAX_DEPTH`."""
     stripped = text.lstrip(" \t\r\n")
     if not stripped.startswith("<"):
         what = "empty" if not stripped else f"starts with {stripped[:20]!r}"
         raise MscclReadError(f"not an XML file ({what})", file=source)
-    found: list[Finding] = []
+    found = Findings()
     top: list[RawElement] = []
     stack: list[RawElement] = []
     line, last_tag_line = 1, 0
@@ -113,24 +120,31 @@ def tokenize(text: str, *, source: str = "<string>") -> tuple[list[RawElement], 
             continue
         if closing:
             if not stack or stack[-1].name != elem.name:
-                opened = f"<{stack[-1].name}> of line {stack[-1].line}" if stack else "nothing"
-                _fatal(found, "unbalanced-tags", f"</{elem.name}> closes {opened}", start_line)
+                opened = f"<{clip(stack[-1].name)}> of line {stack[-1].line}" if stack \
+                    else "nothing"
+                _fatal(found, "unbalanced-tags", f"</{clip(elem.name)}> closes {opened}",
+                       start_line)
             stack.pop()
             continue
+        if len(stack) == MAX_DEPTH:
+            raise MscclReadError(f"<{clip(elem.name)}> is nested {MAX_DEPTH + 1} deep; MSCCL "
+                                 "XML nests 4 (algo/gpu/tb/step) and the verifier reads at "
+                                 f"most {MAX_DEPTH}", file=source, line=start_line)
         (stack[-1].children if stack else top).append(elem)
         if not single:
             stack.append(elem)
     if stack:
-        _fatal(found, "unbalanced-tags", f"<{stack[-1].name}> is never closed", stack[-1].line)
+        _fatal(found, "unbalanced-tags", f"<{clip(stack[-1].name)}> is never closed",
+               stack[-1].line)
     return top, found
 
 
-def _fatal(found: list[Finding], rule: str, detail: str, line: int) -> None:
+def _fatal(found: Findings, rule: str, detail: str, line: int) -> None:
     found.append(finding(rule, detail, line=line))
     raise MscclSyntaxError(found)
 
 
-def _check_between(tok: str, line: int, found: list[Finding]) -> None:
+def _check_between(tok: str, line: int, found: Findings) -> None:
     """Text between tags: the runtime skips only ' ', '\\n' and '\\r'."""
     for i, row in enumerate(tok.split("\n")):
         rest = row.replace(" ", "").replace("\r", "")
@@ -144,7 +158,7 @@ def _check_between(tok: str, line: int, found: list[Finding]) -> None:
                                  line=line + i))
 
 
-def parse_tag(tok: str, line: int, found: list[Finding]) -> tuple[RawElement | None, bool, bool]:
+def parse_tag(tok: str, line: int, found: Findings) -> tuple[RawElement | None, bool, bool]:
     """(element, is_closing, is_self_closing); None for declarations and other skipped tags."""
     if not tok.endswith(">"):
         _fatal(found, "malformed-tag", f"tag {tok[:40]!r} has no closing '>'", line)
@@ -178,11 +192,12 @@ def parse_tag(tok: str, line: int, found: list[Finding]) -> tuple[RawElement | N
     return RawElement(name, _attributes(m.group(2), line, found), line), False, m.group(3) == "/"
 
 
-def _attributes(text: str, line: int, found: list[Finding]) -> dict[str, str]:
+def _attributes(text: str, line: int, found: Findings) -> dict[str, str]:
     pairs = [(k, v[1:-1]) for k, v in _ATTR.findall(text)]
     if len(pairs) > MAX_ATTRS:
-        found.append(finding("too-many-attributes", f"{len(pairs)} attributes; "
-                             f"{', '.join(k for k, _ in pairs[MAX_ATTRS:])} ignored", line=line))
+        ignored = clip(", ".join(k for k, _ in pairs[MAX_ATTRS:]), 80)
+        found.append(finding("too-many-attributes", f"{len(pairs)} attributes; {ignored} "
+                             "ignored", line=line))
         pairs = pairs[:MAX_ATTRS]
     attrs: dict[str, str] = {}
     for key, value in pairs:
@@ -190,7 +205,7 @@ def _attributes(text: str, line: int, found: list[Finding]) -> dict[str, str]:
             found.append(finding("name-too-long", f"attribute {key[:30]} is "
                                  f"{max(len(key), len(value))} characters long", line=line))
         if key in attrs:
-            found.append(finding("duplicate-attribute", f"{key} given twice", line=line))
+            found.append(finding("duplicate-attribute", f"{clip(key)} given twice", line=line))
             continue
         attrs[key] = value
     return attrs

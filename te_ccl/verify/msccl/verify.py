@@ -10,6 +10,7 @@ out-of-place) and a comparison of the final buffers with the collective's defini
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -20,7 +21,7 @@ from te_ccl.errors import SpecError
 from te_ccl.nogc import paused_gc
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.execute import Execution, judged
-from te_ccl.verify.msccl.findings import RULES, Finding, finding
+from te_ccl.verify.msccl.findings import RULES, Finding, Findings, finding
 from te_ccl.verify.msccl.layout import GARBAGE, ROOTED, SUPPORTED, Layout
 from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.msccl.reader import MscclSyntaxError, parse_msccl, source_name
@@ -36,7 +37,10 @@ _DOING = "verifying the MSCCL XML"
 
 @dataclass(frozen=True)
 class Report:
-    """Outcome of :func:`verify_msccl`; ``valid`` when no finding is an error."""
+    """Outcome of :func:`verify_msccl`; ``valid`` when no finding is an error.
+
+    ``findings`` holds the first :data:`~te_ccl.verify.msccl.findings.KEEP` findings of
+    each rule, in the order found; ``counts`` how many each rule had in all."""
 
     source: str
     algo: Algo | None
@@ -45,6 +49,7 @@ class Report:
     root: int | None = None
     root_inferred: bool = False
     notes: tuple[str, ...] = field(default=())
+    counts: dict[str, int] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:
@@ -52,11 +57,25 @@ class Report:
 
     @property
     def errors(self) -> list[Finding]:
+        """The error findings kept (:attr:`error_count` counts them all)."""
         return [f for f in self.findings if f.severity == "error"]
+
+    @property
+    def error_count(self) -> int:
+        return sum(n for rule, n in self.counts.items() if RULES[rule].severity == "error")
+
+    @property
+    def warning_count(self) -> int:
+        return sum(self.counts.values()) - self.error_count
+
+    def omitted(self) -> dict[str, int]:
+        """Per rule, how many of its findings ``findings`` leaves out."""
+        shown = Counter(f.rule for f in self.findings)
+        return {rule: n - shown[rule] for rule, n in self.counts.items() if n > shown[rule]}
 
     def rules(self) -> set[str]:
         """Names of the rules with at least one finding (handy in tests)."""
-        return {f.rule for f in self.findings}
+        return set(self.counts)
 
 
 def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
@@ -84,7 +103,7 @@ def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
     try:
         algo, found = parse_msccl(path_or_text)
     except MscclSyntaxError as e:
-        return Report(source, None, tuple(e.findings))
+        return _report(source, None, e.findings)
     if root is not None and not 0 <= root < max(algo.ngpus, 1):
         raise SpecError(f"root {root} is not a rank of this {algo.ngpus}-GPU algorithm",
                         file=source, key="--root")
@@ -94,15 +113,19 @@ def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
     found += runtime_checks(algo, max_steps=max_steps)
     found += static_checks(algo, max_steps=max_steps)
     check(_DOING)
-    blocking = sorted({f.rule for f in found
-                       if f.severity == "error" and RULES[f.rule].blocks_execution})
+    blocking = sorted(rule for rule in found.counts
+                      if RULES[rule].severity == "error" and RULES[rule].blocks_execution)
     if blocking:
         note = f"not executed: fix {', '.join(blocking)} first"
-        return Report(source, algo, tuple(found), notes=(note,))
+        return _report(source, algo, found, notes=(note,))
     return _execute_modes(algo, found, source, root, slots)
 
 
-def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | None,
+def _report(source: str, algo: Algo | None, found: Findings, **more) -> Report:
+    return Report(source, algo, tuple(found), counts=dict(found.counts), **more)
+
+
+def _execute_modes(algo: Algo, found: Findings, source: str, root: int | None,
                    slots: int | None) -> Report:
     modes = [m for m, on in ((True, algo.inplace), (False, algo.outofplace)) if on]
     notes = [] if modes else ["not executed: the file is neither in-place nor out-of-place"]
@@ -126,11 +149,11 @@ def _execute_modes(algo: Algo, found: list[Finding], source: str, root: int | No
             if key not in seen:
                 seen.add(key)
                 found.append(_tag(f, mode) if len(modes) > 1 else f)
-    found = _with_lines(algo, found)
+    found = found.replaced(_with_lines(algo, found))
     if inferred:
         notes.append(f"root {root} inferred from the data flow (pass --root to fix it)")
-    return Report(source, algo, tuple(found), executed=bool(modes), root=root,
-                  root_inferred=inferred, notes=tuple(notes))
+    return _report(source, algo, found, executed=bool(modes), root=root,
+                   root_inferred=inferred, notes=tuple(notes))
 
 
 def _judge(algo: Algo, layout: Layout, root: int | None, run: Execution
@@ -159,7 +182,7 @@ def _sizes(algo: Algo, layout: Layout) -> list[Finding]:
             for gpu in algo.gpus for buf in ("i", "o") if gpu.chunks(buf) > cap[buf]]
 
 
-def _with_lines(algo: Algo, found: list[Finding]) -> list[Finding]:
+def _with_lines(algo: Algo, found: Findings) -> list[Finding]:
     """Give execution findings the line of the step (or thread block) they name."""
     tbs = {(g.id, t.id): t for g in algo.gpus for t in g.threadblocks}
     out = []
