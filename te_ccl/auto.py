@@ -37,13 +37,16 @@ XML), and the winner carries a note listing every trial.
 
 The runtime's limits enter the candidates up front: the scale backend cuts no more
 sub-chunks than the runtime loads (:mod:`te_ccl.backends.scale.msccl_budget`).
+
+:func:`quick` names the portfolio's cheap candidates, from which a compile makes its first
+file before the race; the race takes such schedules as ``known`` ones: entered as trials
+(judged once, by the same judge) and not solved again.
 """
 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache, partial
 
@@ -51,14 +54,15 @@ from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
 from te_ccl.chunking import chunk_candidates, chunking_bounds
 from te_ccl.collective.model import Collective
-from te_ccl.deadline import TimeLimitReached, left
+from te_ccl.deadline import Budget, TimeLimitReached, left
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.model.relays import relay_overflow
 from te_ccl.schedule import Schedule
 from te_ccl.strategy import run_strategy
 from te_ccl.topology.model import Topology
 
-__all__ = ["Judge", "PREDICTED", "Trial", "choose", "SCALE_MIN_GPUS", "TEMPLATE_MAX_GPUS"]
+__all__ = ["Judge", "PREDICTED", "Trial", "choose", "quick", "Known", "SCALE_MIN_GPUS",
+           "TEMPLATE_MAX_GPUS", "TIE"]
 
 SCALE_MIN_GPUS = 16  # beyond, one flow model is out of reach (mesh 8×8 AllGather: ~460k
 #                      transfer variables); up to it, it proves optimality in seconds
@@ -111,6 +115,7 @@ class Judge:
 
 
 PREDICTED = Judge("epoch model", *(lambda s: s.finish_time_s,) * 3)
+Known = tuple[tuple[str, Schedule], ...]  # schedules built already, each with its trial name
 
 
 @dataclass(frozen=True)
@@ -189,10 +194,12 @@ class _Race:
 
 
 def choose(topology: Topology, collective: Collective, params: SolveParams, judge: Judge,
-           chunk_choices: tuple[int, ...] = (), progress: Progress | None = None) -> Schedule:
+           chunk_choices: tuple[int, ...] = (), progress: Progress | None = None,
+           known: Known = ()) -> Schedule:
     """The fastest schedule by ``judge`` among the portfolio's candidates (see the module
     docstring) for each chunking of ``chunk_choices`` (none: the collective's own), with
-    a note of what was tried.
+    a note of what was tried. ``known``: candidates built already (:func:`quick`'s), raced
+    with the others of their chunking.
 
     Raises
     ------
@@ -200,20 +207,81 @@ def choose(topology: Topology, collective: Collective, params: SolveParams, judg
         no candidate produced a schedule (the last solver's reason).
     """
     if chunk_choices:
-        return _best_chunking(topology, collective, params, chunk_choices, progress, judge)
-    return _race(topology, collective, params, judge, progress)
+        return _best_chunking(topology, collective, params, chunk_choices, progress, judge,
+                              known)
+    return _race(topology, collective, params, judge, progress, known)
+
+
+def quick(topology: Topology, collective: Collective, params: SolveParams
+          ) -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
+    """The portfolio's cheap candidates, cheapest first, each a trial name and the
+    function that builds it (None: it does not apply): the scale method at one sub-chunk
+    per chunk (its fewest transfers: the plan's budget keeps even 1024 GPUs within the
+    runtime's limits at that), then the templates (and the in-switch schedule) where
+    building them is quick (:data:`TEMPLATE_MAX_DELIVERIES`). A candidate that breaks a
+    buffer limit raises :class:`SolverError`. Bad input raises :class:`SpecError` first."""
+    from te_ccl.backends.scale import scale_method
+    from te_ccl.baselines import applicable, build_baseline
+    from te_ccl.fred import in_switch_candidate
+    from te_ccl.strategy import check_input
+
+    check_input(topology, collective)
+    method = scale_method(topology, collective)
+    if method is not None:
+        scale = replace(params, backend="scale", max_subchunks=1)
+        yield f"scale/{method}", partial(_fitting_buffers, run_strategy, topology, collective,
+                                         scale)
+    if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
+        return
+    for name in applicable(topology, collective):
+        yield f"template {name}", partial(_fitting_buffers, build_baseline, name, topology,
+                                          collective)
+    yield "template in-switch", partial(_fitting_buffers, in_switch_candidate, topology,
+                                        collective)
+
+
+def _fitting_buffers(build: Callable[..., Schedule | None], *args) -> Schedule | None:
+    """``build(*args)``, refused if it relays more through a GPU than its buffer holds."""
+    schedule = build(*args)
+    over = relay_overflow(schedule) if schedule is not None else None
+    if over is not None:
+        raise SolverError(f"breaks a buffer limit: {over}")
+    return schedule
+
+
+def _deliveries(collective: Collective) -> int:
+    """(chunk, destination) pairs, counted up to one past :data:`TEMPLATE_MAX_DELIVERIES`."""
+    pairs = 0
+    for c in collective.iter_chunks():
+        pairs += len(c.destinations)
+        if pairs > TEMPLATE_MAX_DELIVERIES:
+            break
+    return pairs
+
+
+def _known_here(known: Known, collective: Collective) -> Known:
+    """The ``known`` schedules of this chunking (whatever their sub-chunks)."""
+    def own(s: Schedule) -> Collective:
+        k = s.info.subchunks
+        return replace(s.collective, chunks_per_rank=s.collective.chunks_per_rank // k)
+
+    return tuple((name, s) for name, s in known if own(s) == collective)
 
 
 def _race(topology: Topology, collective: Collective, params: SolveParams, judge: Judge,
-          progress: Progress | None) -> Schedule:
+          progress: Progress | None, known: Known = ()) -> Schedule:
     """The portfolio on one chunking (the given backend alone when it is not ``auto``, or
-    when a ``max_horizon`` bounds the flow model)."""
+    when a ``max_horizon`` bounds the flow model). A ``known`` scale schedule of the
+    sub-chunking the scale backend would cut stands for its run."""
     if params.backend != "auto" or params.max_horizon is not None:
         return run_strategy(topology, collective, params, progress)
     race = _Race(judge)
-    deadline = time.monotonic() + min(params.time_limit_s, left())
+    budget = Budget.of(params.time_limit_s)
+    known = _known_here(known, collective)
+    for name, schedule in known:
+        race.enter(name, schedule)
     method, flow_skip = _scale_and_flow(topology, collective)
-    if method is not None:
+    if method is not None and not _scale_known(topology, collective, params, known):
         first = TREES_SHARE if method == "trees" else SCALE_SHARE
         share = params.time_limit_s * (first if flow_skip is None else 1.0)
         _run(race, f"scale/{method}", topology, collective,
@@ -224,8 +292,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     if flow_skip is not None:
         race.skip("flow model", flow_skip)
     else:
-        share = ((deadline - race.reserve_s - time.monotonic())
-                 * (1 - TEMPLATE_SHARE if templates else 1))
+        share = (budget.left() - race.reserve_s) * (1 - TEMPLATE_SHARE if templates else 1)
         if race.best is not None and share < MIN_FLOW_S:
             race.skip("flow model", f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
         else:
@@ -235,8 +302,17 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     if close is not None:
         race.skip("templates", close)
     elif templates or race.best is None:
-        _templates(race, topology, collective, deadline)
+        _templates(race, topology, collective, budget)
     return race.winner()
+
+
+def _scale_known(topology: Topology, collective: Collective, params: SolveParams,
+                 known: Known) -> bool:
+    """Is a ``known`` schedule the one the scale backend would solve (its sub-chunking)?"""
+    from te_ccl.backends.scale import scale_plan
+
+    scaled = [s.collective for _, s in known if s.info.backend == "scale"]
+    return bool(scaled) and scale_plan(topology, collective, params.max_subchunks)[0] in scaled
 
 
 def _scale_and_flow(topology: Topology, collective: Collective) -> tuple[str | None, str | None]:
@@ -284,13 +360,13 @@ def _run(race: _Race, name: str, topology: Topology, collective: Collective,
 
 
 def _templates(race: _Race, topology: Topology, collective: Collective,
-               deadline: float) -> None:
+               budget: Budget) -> None:
     """Race the templates (the in-switch schedule where the fabric has one), timing only
     those that can beat the best so far (by ``at_least``); none beyond
     :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs, none past the compile's
-    deadline (less the time writing the best takes), and once there is a best, none after
-    the ``deadline`` (``time.monotonic()``; the flow model left them :data:`TEMPLATE_SHARE`
-    of the time) beyond :data:`SCALE_MIN_GPUS` GPUs: up to it a template is built and
+    deadline (less the time writing the best takes), and once there is a best, none once
+    the race's ``budget`` is spent (the flow model left them :data:`TEMPLATE_SHARE`
+    of it) beyond :data:`SCALE_MIN_GPUS` GPUs: up to it a template is built and
     timed in well under a second, and on a loaded machine judging the scale schedule
     alone can use up the share (mesh 4×4 AllGather 1 GB at a 10 s limit).
 
@@ -300,20 +376,20 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     from te_ccl.baselines import BaselineError, applicable, build_baseline
     from te_ccl.fred import in_switch_candidate
 
-    pairs = 0
-    for c in collective.iter_chunks():
-        pairs += len(c.destinations)
-        if pairs > TEMPLATE_MAX_DELIVERIES:
-            race.skip("templates", f"over {TEMPLATE_MAX_DELIVERIES} (chunk, destination) pairs")
-            return
+    if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
+        race.skip("templates", f"over {TEMPLATE_MAX_DELIVERIES} (chunk, destination) pairs")
+        return
     builds = [(name, partial(build_baseline, name, topology, collective))
               for name in applicable(topology, collective)]
     builds.append(("in-switch", partial(in_switch_candidate, topology, collective)))
     # a best that does not lower (judged inf) bounds nothing, whatever its prediction
     lowers = race.best is not None and race.best_s < math.inf
     at_most = race.judge.at_most(race.best[0]) if lowers else None
+    entered = {t.name for t in race.trials}  # a known template is not built again
     for name, build in builds:
-        late = topology.ngpus > SCALE_MIN_GPUS and time.monotonic() > deadline
+        if f"template {name}" in entered:
+            continue
+        late = topology.ngpus > SCALE_MIN_GPUS and budget.spent
         if left() <= race.reserve_s or (race.best is not None and late):
             race.skip(f"template {name}", "no time left")
             continue
@@ -354,7 +430,7 @@ def _trial_order(topology: Topology, collective: Collective,
 
 def _best_chunking(topology: Topology, collective: Collective, params: SolveParams,
                    choices: tuple[int, ...], progress: Progress | None,
-                   judge: Judge) -> Schedule:
+                   judge: Judge, known: Known = ()) -> Schedule:
     """Race the chunkings of :func:`_trial_order` (those that divide the size, and the
     collective's own); keep the fastest by ``judge`` (ties: the earlier tried).
 
@@ -366,14 +442,14 @@ def _best_chunking(topology: Topology, collective: Collective, params: SolvePara
     cannot win by enough to pay for its solve.
     """
     candidates = _trial_order(topology, collective, tuple(sorted(set(choices))))
-    deadline = time.monotonic() + min(params.time_limit_s, left())
+    budget = Budget.of(params.time_limit_s)
     best: tuple[Schedule, float] | None = None
     tried: list[str] = []
     spent = 0.0
     last_error: SolverError | None = None
     for i, (c, bound) in enumerate(candidates):
         k = c.chunks_per_rank
-        rest = deadline - time.monotonic() - (judge.write_s(best[0]) if best else 0.0)
+        rest = budget.left() - (judge.write_s(best[0]) if best else 0.0)
         if best is not None and (bound >= best[1] * (1 - SKIP_GAIN) or rest < MIN_SHARE_S):
             why = f"bound {bound:.4g} s" if rest >= MIN_SHARE_S else "no time left"
             tried.append(f"{k}: skipped ({why})")
@@ -382,7 +458,7 @@ def _best_chunking(topology: Topology, collective: Collective, params: SolvePara
             progress(f"trying {k} chunk(s) per rank")
         share = replace(params, time_limit_s=max(MIN_SHARE_S, rest / min(2, len(candidates) - i)))
         try:
-            s = _race(topology, c, share, judge, progress)
+            s = _race(topology, c, share, judge, progress, known)
         except SolverError as e:
             tried.append(f"{k}: {e}")
             last_error = e

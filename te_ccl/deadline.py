@@ -7,6 +7,9 @@ everything it runs (:func:`te_ccl.solve.solve` for the solve; a whole compile fo
 lowering and checks after it), the loops of each stage call :func:`check` (or iterate
 through :func:`checked`) naming what they do, and the solvers get only the time still
 left (:func:`left`). Outside :func:`until` the checks cost a context-variable read.
+A stage that shares its time out (the search among its candidates) takes a
+:class:`Budget`: a share that ends no later than the deadline; :func:`keeping` ends a
+body early, keeping time for what must follow it (writing the file kept).
 A module of its own (``te_ccl.model.deadline`` re-exports it for the model builders): the
 verifier and the replay look at the clock without importing anything of the solver.
 
@@ -23,15 +26,18 @@ te_ccl.deadline.TimeLimitReached: time limit of 0 s reached while lowering to MS
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import TypeVar
 
 from te_ccl.errors import SolverError
 
-__all__ = ["until", "check", "left", "checked", "TimeLimitReached"]
+__all__ = ["until", "check", "left", "checked", "keeping", "process_start", "Budget",
+           "TimeLimitReached"]
 
 T = TypeVar("T")
 _DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("deadline", default=None)
@@ -45,17 +51,65 @@ class TimeLimitReached(SolverError):
 
 
 @contextmanager
-def until(limit_s: float) -> Iterator[None]:
-    """Everything run inside must end within ``limit_s`` seconds from now (an outer,
-    earlier deadline still holds)."""
-    now = time.monotonic()
+def until(limit_s: float, since: float | None = None) -> Iterator[None]:
+    """Everything run inside must end within ``limit_s`` seconds from now, or from
+    ``since`` (a ``time.monotonic()``, such as :func:`process_start`'s); an outer, earlier
+    deadline still holds."""
+    end = (time.monotonic() if since is None else since) + limit_s
     outer = _DEADLINE.get()
-    end = now + limit_s if outer is None else min(outer[0], now + limit_s)
+    end = end if outer is None else min(outer[0], end)
     token = _DEADLINE.set((end, limit_s if outer is None else outer[1]))
     try:
         yield
     finally:
         _DEADLINE.reset(token)
+
+
+@contextmanager
+def keeping(seconds: float) -> Iterator[None]:
+    """Everything run inside ends ``seconds`` before the deadline (none: no limit), which
+    are kept for what follows the body; its messages still name the whole limit."""
+    with until(max(0.0, left() - seconds)):
+        yield
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A share of the time: ``seconds`` from its start, never past the deadline.
+
+    >>> with until(3600.0):
+    ...     share = Budget.of(10.0)
+    ...     0 < share.left() <= 10 and not share.spent
+    True
+    """
+
+    end: float  # time.monotonic() at which the share is spent
+
+    @classmethod
+    def of(cls, seconds: float) -> Budget:
+        return cls(time.monotonic() + min(seconds, left()))
+
+    def left(self) -> float:
+        """Seconds of the share left (0 once spent)."""
+        return max(0.0, self.end - time.monotonic())
+
+    @property
+    def spent(self) -> bool:
+        return time.monotonic() > self.end
+
+
+def process_start() -> float:
+    """When this process started, as a ``time.monotonic()`` (now where the system does not
+    say): a command's time limit counts the interpreter's start and imports too."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # field 22: starttime
+        with open("/proc/uptime") as f:
+            uptime = float(f.read().split()[0])
+        return now - min(60.0, max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK")))
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
 
 
 def left() -> float:

@@ -16,23 +16,24 @@ It runs the backend it is given: ``milp``, ``lp``, ``rounds`` or ``scale``
 
 from __future__ import annotations
 
-from te_ccl.auto import PREDICTED, Judge, choose
+from te_ccl.auto import PREDICTED, Judge, Known, choose
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.collective.model import Collective
 from te_ccl.schedule import Schedule
 from te_ccl.strategy import check_input, run_strategy
 from te_ccl.topology.model import Topology
 
-__all__ = ["solve", "SolveParams", "Judge", "PREDICTED"]
+__all__ = ["solve", "SolveParams", "Judge", "Known", "PREDICTED"]
 
 
 def solve(topology: Topology, collective: Collective, params: SolveParams | None = None,
           progress: Progress | None = None, judge: Judge = PREDICTED,
-          chunk_choices: tuple[int, ...] = ()) -> Schedule:
+          chunk_choices: tuple[int, ...] = (), known: Known = ()) -> Schedule:
     """Compile ``collective`` on ``topology`` into a schedule (see the module docstring).
 
     ``chunk_choices``: chunks-per-rank values also raced (``--chunks auto``), each
-    chunking solved by the backend given.
+    chunking solved by the backend given; ``known``: schedules of ``auto``'s candidates
+    built already (:func:`te_ccl.auto.choose`).
 
     Raises
     ------
@@ -44,7 +45,7 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
     params = params or SolveParams()
     check_input(topology, collective)
     if (params.backend == "auto" and params.max_horizon is None) or chunk_choices:
-        schedule = choose(topology, collective, params, judge, chunk_choices, progress)
+        schedule = choose(topology, collective, params, judge, chunk_choices, progress, known)
     else:
         schedule = run_strategy(topology, collective, params, progress)
     if not collective.uneven:

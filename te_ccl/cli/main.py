@@ -12,6 +12,7 @@ import importlib
 import json
 import os
 import sys
+import time
 import traceback
 from dataclasses import dataclass
 from typing import NoReturn
@@ -19,6 +20,7 @@ from typing import NoReturn
 import click
 
 from te_ccl import __version__
+from te_ccl.deadline import process_start
 from te_ccl.errors import TecclError
 
 # name -> ("module:attribute", short help): a command's module is imported only when it
@@ -127,7 +129,9 @@ def main(argv: list[str] | None = None) -> None:
     first), with ``--json`` also one object on stdout, and its exit code: the same with
     or without ``--debug``."""
     args = list(sys.argv[1:] if argv is None else argv)
-    state: dict[str, bool] = {}
+    # a time limit counts from the start of the process that is the command (argv None)
+    state: dict[str, float | bool] = {
+        "started": process_start() if argv is None else time.monotonic()}
     try:
         rc = cli.main(args=args, prog_name="teccl", standalone_mode=False, obj=state)
         sys.stdout.flush()

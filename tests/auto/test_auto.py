@@ -10,6 +10,7 @@ import te_ccl.auto as auto
 from te_ccl.auto import Judge
 from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError
 from te_ccl.solve import SolveParams, solve
 from te_ccl.spec.topology import load_topology
@@ -166,7 +167,7 @@ def test_small_templates_are_timed_past_the_share_of_the_race(n, timed):
     topo, c = ring(n, 50e9), every("allgather", n, n << 12)
     race = auto._Race(Judge("test", lambda s: s.finish_time_s))
     race.enter("first", build_baseline("ring", topo, c))
-    auto._templates(race, topo, c, deadline=0.0)
+    auto._templates(race, topo, c, Budget(0.0))  # the race's share is spent
     names = [t.name for t in race.trials if t.time_s is not None]
     assert any(x.startswith("template ") for x in names) is timed
     assert timed or any("no time left" in t.outcome for t in race.trials)

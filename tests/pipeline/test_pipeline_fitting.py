@@ -62,7 +62,9 @@ def test_the_factor_halves_down_to_one_then_the_limit_is_reported(tmp_path, monk
     with pytest.raises(RuntimeLimitError, match="even with 1 sub-chunk"):
         compile_collective(load_topology("dgx1"), a2a(8), PARAMS,
                            CompileOptions(output=str(out)))
-    halving, raced = calls[:-1], calls[-1]
+    first = next(i for i, k in enumerate(calls) if k > 1)  # the first file's candidates
+    assert first >= 1 and set(calls[:first]) == {1}
+    halving, raced = calls[first:-1], calls[-1]
     assert halving[0] > 1 and halving[-1] == 1 and raced == 1
     assert all(b <= a // 2 for a, b in zip(halving, halving[1:], strict=False))
     assert not out.exists()
@@ -114,7 +116,8 @@ def test_the_search_keeps_the_most_sub_chunks_that_fit(monkeypatch, tmp_path):
     result = compile_collective(load_topology("dgx1"), a2a(8, size=1 << 30), PARAMS,
                                 CompileOptions(output=str(tmp_path / "a.xml")))
     k = result.schedule.info.subchunks
-    assert tried[0] > limit >= k > 3 * limit // 4
+    first, tried = tried[0], tried[1:]  # the first file, of one sub-chunk per chunk
+    assert first == 1 and tried[0] > limit >= k > 3 * limit // 4
     assert len(tried) <= 6
 
 

@@ -1,0 +1,143 @@
+"""The best verified file of a compile so far, and how it got there.
+
+A compile under a time limit keeps every file it has verified (lowered, passed by the
+independent verifier, timed by its replay) only while none finishes earlier: from the
+first cheap candidate's file on, the compile always holds one it can write, and when
+the limit ends, in whatever stage, it writes that one (:func:`te_ccl.pipeline.compile_collective`).
+The history of the files kept is what ``teccl compile --json`` reports as ``incumbents``.
+
+>>> kept = Incumbent(bound_s=1.0)
+>>> kept.offer("schedule", b"<algo/>", 1.25, "first file: template ring")
+True
+>>> kept.offer("other", b"<algo/>", 1.5, "search: scale/greedy")  # slower: not kept
+False
+>>> kept.best.source, [(i.source, i.ratio) for i in kept.history]
+('first file: template ring', [('first file: template ring', 1.25)])
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from te_ccl.auto import TIE
+
+if TYPE_CHECKING:
+    from te_ccl.schedule import Schedule
+
+__all__ = ["Improvement", "Incumbent", "Verified", "describe"]
+
+
+@dataclass(frozen=True)
+class Improvement:
+    """A file kept: seconds from the compile's start to its verification, the candidate
+    it came from, and its finish time over the lower bound (None without a bound)."""
+
+    t_s: float
+    source: str
+    ratio: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"t_s": round(self.t_s, 3), "source": self.source, "ratio": self.ratio}
+
+
+@dataclass(frozen=True)
+class Verified:
+    """A file that can be written: the schedule, its bytes (verified), its finish time
+    by the best measure there is, and where it came from."""
+
+    schedule: Schedule
+    data: bytes
+    finish_s: float
+    source: str
+
+
+@dataclass
+class Incumbent:
+    """The file a compile would write now (``best``) and the history of the files kept.
+
+    ``progress`` hears every message of the compile with the file kept appended (its
+    ratio to the bound and source), so a terminal's status line and the plain progress
+    lines of a pipe show it as it improves. ``cut_short`` says why the compile stopped
+    before it had written the best schedule it found (None: it did not); ``notes`` what
+    the compile tried past the file kept.
+    """
+
+    bound_s: float
+    progress: Callable[[str], None] | None = None
+    started: float = field(default_factory=time.monotonic)
+    best: Verified | None = None
+    history: list[Improvement] = field(default_factory=list)
+    cut_short: str | None = None
+    notes: list[str] = field(default_factory=list)
+    attempt: Schedule | None = None  # the candidate being made a file while none is kept
+    attempt_s: float = 0.0  # when it was built
+
+    def trying(self, schedule: Schedule) -> None:
+        """``schedule`` is being lowered and verified (what a first file takes is
+        estimated from it, if the time runs out first)."""
+        self.attempt, self.attempt_s = schedule, self.elapsed()
+
+    def ratio(self, finish_s: float) -> float | None:
+        return finish_s / self.bound_s if self.bound_s > 0 else None
+
+    def offer(self, schedule: Schedule, data: bytes, finish_s: float, source: str) -> bool:
+        """Keep this verified file if it finishes earlier than the one kept (by more
+        than the race's :data:`~te_ccl.auto.TIE`)."""
+        if self.best is not None and finish_s >= self.best.finish_s * (1 - TIE):
+            return False
+        self.best = Verified(schedule, data, finish_s, source)
+        self.history.append(Improvement(self.elapsed(), source, self.ratio(finish_s)))
+        self.tell("verified a file")
+        return True
+
+    def holds(self, schedule: Schedule) -> bool:
+        """Is ``schedule`` (notes aside) the one kept?"""
+        return self.best is not None and schedule.transfers is self.best.schedule.transfers
+
+    def renamed(self, schedule: Schedule) -> None:
+        """The kept file's schedule is ``schedule`` (the same transfers, with the notes of
+        the search that kept it too)."""
+        assert self.best is not None and self.holds(schedule)
+        b = self.best
+        self.best = Verified(schedule, b.data, b.finish_s, b.source)
+
+    def cut(self, why: str) -> None:
+        """The time limit stopped the compile short of writing the best it found."""
+        self.cut_short = self.cut_short or why
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    @property
+    def first_file_s(self) -> float | None:
+        return self.history[0].t_s if self.history else None
+
+    def shown(self) -> str:
+        """The file kept, in a few words."""
+        if self.best is None:
+            return "no file yet"
+        r = self.ratio(self.best.finish_s)
+        at = f"{r:.4f}× the bound" if r is not None else f"{self.best.finish_s:.4g} s"
+        return f"file kept: {at}, {self.best.source}"
+
+    def tell(self, message: str) -> None:
+        """``message`` to ``progress``, with the file kept."""
+        if self.progress is not None:
+            self.progress(f"{message} [{self.shown()}]" if self.best is not None else message)
+
+
+def describe(schedule: Schedule) -> str:
+    """Where a schedule came from, in a few words: its method, chunks and sub-chunks."""
+    info, c = schedule.info, schedule.collective
+    if info.backend.startswith("baseline:"):
+        what = f"template {info.backend.removeprefix('baseline:')}"
+    elif info.backend == "scale":
+        what = info.status.split(":")[0]
+    else:
+        what = f"{info.backend} solve"
+    k = info.subchunks
+    chunks = f"{c.chunks_per_rank // k} chunk(s) per rank"
+    return f"{what}, {chunks}" + (f" × {k} sub-chunks" if k > 1 else "")

@@ -1,0 +1,168 @@
+"""The anytime compile: a verified file from the first cheap candidate on, replaced only
+by a better verified one, and the best written whatever stage the time limit ends in."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import te_ccl.lower.msccl as lowering
+import te_ccl.pipeline as pipeline
+import te_ccl.verify.msccl.verify as verifying
+from te_ccl.backends.base import SolveParams
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.deadline import TimeLimitReached
+from te_ccl.errors import RuntimeLimitError
+from te_ccl.pipeline import CompileOptions, CompileResult, compile_collective
+from te_ccl.topology.generators import mesh
+from te_ccl.verify.msccl.verify import verify_msccl
+
+MESH = mesh([4, 4], 50e9)
+AG = Collective(CollectiveKind.ALLGATHER, 64 << 20, tuple(range(16)))
+PARAMS = SolveParams(time_limit_s=60, threads=1)
+LATE = TimeLimitReached("time limit of 60 s reached while doing the stage")
+
+
+def compile_to(tmp_path: Path, params: SolveParams = PARAMS,
+               progress: Callable[[str], None] | None = None) -> tuple[CompileResult, Path]:
+    out = tmp_path / "ag.xml"
+    return compile_collective(MESH, AG, params, CompileOptions(output=str(out)), progress), out
+
+
+def after_first(real: Callable, error: Exception) -> Callable:
+    """``real`` for its first call (the first file's), then ``error`` on every other."""
+    calls: list[int] = []
+
+    def patched(*args, **kw):
+        calls.append(1)
+        if len(calls) > 1:
+            raise error
+        return real(*args, **kw)
+
+    return patched
+
+
+def raising(error: Exception) -> Callable:
+    def patched(*args, **kw):
+        raise error
+
+    return patched
+
+
+def sources(result: CompileResult) -> list[str]:
+    return [i.source.split(":")[0] for i in result.incumbents]
+
+
+def test_the_search_improves_on_the_first_file_and_reports_both(tmp_path):
+    result, out = compile_to(tmp_path)
+    assert verify_msccl(out.read_text()).valid
+    assert sources(result) == ["first file", "search"]
+    first, last = result.incumbents
+    assert 0 <= result.first_file_s == first.t_s <= last.t_s
+    assert first.ratio > last.ratio >= 1
+    assert last.ratio == pytest.approx(result.finish_time_s / result.lower_bound_s)
+    assert not result.cut_short
+
+
+@pytest.mark.parametrize("stage", ["search", "lowering", "verifying"])
+def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
+        tmp_path, monkeypatch, stage):
+    """The search's schedule is lowered and verified after the race (it judges by the
+    schedule replay here), so each stage's deadline comes after the first file's."""
+    monkeypatch.setattr(pipeline, "XML_REPLAY_LIMIT", 0)
+    if stage == "search":  # the first file is not searched for: the search's first call
+        monkeypatch.setattr(pipeline, "solve_best", raising(LATE))
+    elif stage == "lowering":
+        monkeypatch.setattr(lowering, "lower_to_msccl", after_first(lowering.lower_to_msccl, LATE))
+    else:
+        monkeypatch.setattr(verifying, "verify_msccl", after_first(verifying.verify_msccl, LATE))
+    result, out = compile_to(tmp_path)
+    assert verify_msccl(out.read_text()).valid
+    assert sources(result) == ["first file"] and result.cut_short
+    note = next(n for n in result.schedule.info.notes if n.startswith("anytime: cut short"))
+    assert "doing the stage" in note and "× the lower bound" in note
+
+
+def test_a_deadline_while_replaying_keeps_the_verified_file_it_times(tmp_path, monkeypatch):
+    """The search's file is verified when its replay runs out of time: it is the one
+    written, timed by its schedule, and the compile says it was cut short."""
+    monkeypatch.setattr(pipeline, "XML_REPLAY_LIMIT", 0)
+    monkeypatch.setattr(pipeline, "xml_replay", after_first(pipeline.xml_replay, LATE))
+    result, out = compile_to(tmp_path)
+    assert verify_msccl(out.read_text()).valid
+    assert sources(result) == ["first file", "search"] and result.cut_short
+    assert result.timing.measured_by == "schedule replay"
+
+
+def test_a_runtime_limit_in_the_searchs_file_falls_back_to_the_first_file(tmp_path,
+                                                                         monkeypatch):
+    """No schedule after the first lowers (every sub-chunking and the whole-chunk race
+    overflow the runtime): the first file is written, exit 0, with a note why."""
+    full = RuntimeLimitError("cannot keep at most 64 steps per thread block within 32 channels")
+    monkeypatch.setattr(lowering, "lower_to_msccl", after_first(lowering.lower_to_msccl, full))
+    result, out = compile_to(tmp_path)
+    assert verify_msccl(out.read_text()).valid
+    assert sources(result) == ["first file"] and not result.cut_short
+    assert any(n.startswith("anytime: the search found no other file") and "32 channels" in n
+               for n in result.schedule.info.notes)
+
+
+def test_a_search_too_slow_to_lower_in_time_is_not_started(tmp_path, monkeypatch):
+    """At a pace where the search's file cannot be lowered in the time left, the first
+    file is written, cut short, and no lowering of the search's file begins."""
+    monkeypatch.setattr(pipeline, "XML_REPLAY_LIMIT", 0)
+    monkeypatch.setattr(pipeline.Timer, "pace", property(lambda self: 3600.0))
+    lowered: list[int] = []
+    real = lowering.lower_to_msccl
+    monkeypatch.setattr(lowering, "lower_to_msccl",
+                        lambda s, **kw: lowered.append(len(s.transfers)) or real(s, **kw))
+    result, out = compile_to(tmp_path)
+    assert verify_msccl(out.read_text()).valid
+    assert len(lowered) == 1 and sources(result) == ["first file"] and result.cut_short
+    assert any("needs ~" in n and "to lower and verify" in n for n in result.schedule.info.notes)
+
+
+def test_progress_shows_the_file_kept(tmp_path):
+    said: list[str] = []
+    compile_to(tmp_path, progress=said.append)
+    kept = [m for m in said if "file kept:" in m]
+    assert kept and "× the bound, first file: " in kept[0]
+    assert any("search: " in m for m in kept)
+
+
+def test_a_chosen_backend_has_no_first_file(tmp_path):
+    result, out = compile_to(tmp_path, SolveParams(backend="scale", time_limit_s=60))
+    assert sources(result) == ["search"] and verify_msccl(out.read_text()).valid
+
+
+def test_without_an_output_nothing_is_kept():
+    result = compile_collective(MESH, AG, PARAMS)
+    assert (result.first_file_s, result.cut_short, result.incumbents) == (None, False, ())
+
+
+def test_the_json_summary_reports_the_anytime_record(teccl, tmp_path):
+    out = tmp_path / "ag.xml"
+    code, stdout, err = teccl("compile", "mesh4x4", "-c", "allgather", "-s", "1MiB",
+                              "-o", str(out), "--json")
+    assert code == 0, err
+    info = json.loads(stdout)
+    assert info["first_file_s"] == info["incumbents"][0]["t_s"] >= 0
+    assert info["cut_short"] is False
+    assert {tuple(sorted(i)) for i in info["incumbents"]} == {("ratio", "source", "t_s")}
+    assert info["incumbents"][-1]["ratio"] == pytest.approx(info["bound_ratio"])
+
+
+def test_a_limit_too_short_for_any_file_says_what_one_would_take(teccl, tmp_path):
+    """256 GPUs in a second: a verified file, or exit 3 with an estimate and no file."""
+    out = tmp_path / "ag.xml"
+    code, _, err = teccl("compile", "mesh16x16", "-c", "allgather", "-s", "64MiB",
+                         "--time-limit", "1", "-o", str(out))
+    if code == 0:
+        assert verify_msccl(out.read_text()).valid
+    else:
+        assert code == 3 and not out.exists() and len(err.strip().splitlines()) == 1
+        assert "time limit of 1 s reached while" in err
+        assert " s here" in err and ("needs about" in err or "takes about" in err)
