@@ -160,18 +160,14 @@ def _bandwidth(g: nx.DiGraph, node: str, incoming: bool) -> float:
 
 def _node_cut_ratio(g: nx.DiGraph, members: list[str], sinks: list[str]
                     ) -> tuple[float, set[str]]:
-    """The best of the sets {v} (v a member, some sink outside) and V∖{t} (t a sink): a
-    valid, cheap lower bound on the cut ratio."""
+    """The best of the sets {v} (v a member, some sink outside; B⁺ its out-links) and
+    V∖{t} (t a sink; B⁺ its in-links): a valid, cheap lower bound on the cut ratio."""
     nodes, inside = set(g.nodes), set(members)
-    best, arg = 0.0, set()
-    candidates = [({v}, 1) for v in members if set(sinks) - {v}]
-    candidates += [(nodes - {t}, len(inside - {t})) for t in sinks]
-    for s, count in candidates:
-        out = sum(bw for u, v, bw in g.edges(data="bandwidth") if u in s and v not in s) \
-            if len(s) > 1 else _bandwidth(g, next(iter(s)), incoming=False)
-        if count / out > best:
-            best, arg = count / out, s
-    return best, arg
+    candidates = [(1 / _bandwidth(g, v, incoming=False), {v})
+                  for v in members if set(sinks) - {v}]
+    candidates += [(len(inside - {t}) / _bandwidth(g, t, incoming=True), nodes - {t})
+                   for t in sinks]
+    return max(candidates, key=lambda c: c[0], default=(0.0, set()))
 
 
 def allgather_cut_ratio(topology: Topology, members: list[str], sinks: list[str] | None = None

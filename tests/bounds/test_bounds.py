@@ -183,7 +183,8 @@ def test_random_schedules_pass_the_checker_and_respect_the_bound(topo, kind, chu
 @given(small_topology(), st.data())
 def test_cut_ratio_and_max_flows_match_brute_force(topo, data):
     """The OR-Tools min-cuts and max-flows on integer-scaled capacities find the same
-    optimum as enumerating every node set (switch included)."""
+    optimum as enumerating every node set (switch included), with every member or only
+    a root left out; the single-node stand-in never exceeds it."""
     names = list(topo.gpus)
     members = sorted(data.draw(st.sets(st.sampled_from(names), min_size=2)))
     nodes = [n.name for n in topo.nodes]
@@ -195,6 +196,12 @@ def test_cut_ratio_and_max_flows_match_brute_force(topo, data):
     ratios = [len(s & set(members)) / out_bw(s) for s in sets
               if s & set(members) and not set(members) <= s and out_bw(s) > 0]
     assert allgather_cut_ratio(topo, members)[0] == pytest.approx(max(ratios), rel=1e-9)
+    assert bounds._node_cut_ratio(topo.graph(), members, members)[0] <= max(ratios) * (1 + 1e-9)
+    sink = members[-1]  # a Gather's root: only sets without it
+    rooted = [len(s & set(members)) / out_bw(s) for s in sets
+              if s & set(members) and sink not in s and out_bw(s) > 0]
+    assert allgather_cut_ratio(topo, members, [sink])[0] == pytest.approx(max(rooted), rel=1e-9)
+    assert bounds._node_cut_ratio(topo.graph(), members, [sink])[0] <= max(rooted) * (1 + 1e-9)
     root, other = members[0], members[1]
     cut = min(out_bw(s) for s in sets if root in s and other not in s)
     assert bounds._max_flows(topo.graph(), [(root, other)])[0] == pytest.approx(cut, rel=1e-9)
