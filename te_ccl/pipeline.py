@@ -1,0 +1,784 @@
+"""The whole compile in one readable function: spec → solve → check → lower → verify → write.
+
+``compile_collective`` is what ``teccl compile`` and ``teccl sweep`` run for each
+algorithm. Every output is checked before it is written: the schedule by the
+independent checker, the MSCCL XML by the verifier, which shares nothing with the solver.
+
+The artifact is the measure: candidates (chunkings, the flow schedule against the
+templates) are judged, and the result is reported, by replaying the MSCCL XML each
+lowers to (:class:`Timer`), the program the runtime runs. Switches only forward in it
+(an MSCCL send goes to one peer), so the solve gives switches no in-switch copy or
+reduction unless the output can drive them (``--format json`` with FRED tables).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from te_ccl.backends.base import Progress, SolveParams
+from te_ccl.background import WORTH_FORKING, Background, in_background, workers
+from te_ccl.bounds import lower_bound
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import TimeLimitReached, until
+from te_ccl.errors import RuntimeLimitError, SpecError, TecclError, VerificationError
+from te_ccl.nogc import paused_gc
+from te_ccl.outputs import make_output_dir, path_component, write_atomic
+from te_ccl.schedule import Schedule
+from te_ccl.solve import Judge, solve
+from te_ccl.topology.model import Topology
+from te_ccl.verify.schedule_check import check_schedule
+
+if TYPE_CHECKING:
+    from te_ccl.verify.msccl.model import Algo
+
+__all__ = ["CompileOptions", "CompileResult", "Timer", "Timing", "check_loadable", "compile_collective",
+           "compile_size_library", "forward_only", "render", "render_fitting", "rooted_notes",
+           "solve_best", "SIM_LIMIT", "XML_REPLAY_LIMIT", "summary"]
+
+FORMATS = ("xml", "json")
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """Where and how to write: ``output`` None writes nothing, ``"-"`` writes stdout.
+
+    ``chunk_choices``: chunks-per-rank values to try, plus the chunkings whose arithmetic
+    fits the topology (:func:`te_ccl.chunking.chunk_candidates`); the time limit is shared
+    among them and the fastest schedule by :class:`Timer` wins, ties going to fewer chunks.
+    Empty: the collective's own.
+    """
+
+    output: str | None = None
+    fmt: str = "xml"
+    min_bytes: int = 0
+    max_bytes: int = 0
+    name: str | None = None
+    fred_tables: str | None = None
+    chunk_choices: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What a schedule takes, by each measure (seconds).
+
+    ``xml_s``: the replay of its lowered MSCCL XML (:func:`te_ccl.simulate.msccl.simulate_msccl`),
+    None above :data:`XML_REPLAY_LIMIT` transfers or when it does not lower
+    (``unlowerable`` says why; ``refittable``: over a runtime limit with sub-chunks that
+    :func:`render_fitting` can solve again fewer); ``schedule_s``: the replay of the
+    schedule itself, None above :data:`SIM_LIMIT` transfers; ``predicted_s``: the epoch
+    model's.
+    """
+
+    predicted_s: float
+    schedule_s: float | None = None
+    xml_s: float | None = None
+    unlowerable: str | None = None
+    refittable: bool = False
+    unreplayed: str | None = None  # why the written XML was not replayed (the time limit)
+
+    @property
+    def finish_s(self) -> float:
+        """The best measure there is: the XML's replay, else the schedule's, else the
+        prediction."""
+        for t in (self.xml_s, self.schedule_s):
+            if t is not None:
+                return t
+        return self.predicted_s
+
+    @property
+    def measured_by(self) -> str:
+        if self.xml_s is not None:
+            return "xml replay"
+        return "schedule replay" if self.schedule_s is not None else "epoch model"
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    schedule: Schedule
+    lower_bound_s: float
+    bound_parts: dict[str, float]
+    output: str | None
+    extra_outputs: tuple[str, ...] = field(default=())
+    min_bytes: int = 0
+    max_bytes: int = 0
+    timing: Timing | None = None  # None: not timed (the prediction stands)
+    fabric: dict[str, Any] | None = None  # FRED switch limits (te_ccl.fred.limits)
+
+    @property
+    def finish_time_s(self) -> float:
+        """What the compile reports: the replay of the lowered XML where there is one."""
+        return (self.timing.finish_s if self.timing is not None
+                else self.schedule.finish_time_s)
+
+    def as_dict(self) -> dict[str, Any]:
+        """Every metric of ``teccl compile --json``, under its names (the command prints
+        this dict)."""
+        return dict(self._metrics)
+
+    def __getattr__(self, name: str) -> Any:
+        """The ``--json`` keys that are not fields, as attributes: ``result.bound_ratio``,
+        ``result.algbw_GBps``, ``result.max_buffer_bytes`` …"""
+        if name.startswith("_") or "schedule" not in self.__dict__:  # unpickling, copying
+            raise AttributeError(name)
+        try:
+            return self._metrics[name]
+        except KeyError:
+            raise AttributeError(f"'CompileResult' object has no attribute {name!r}") from None
+
+    @cached_property
+    def _metrics(self) -> dict[str, Any]:
+        """:func:`summary` and the buffer counts, once (those walk every transfer)."""
+        from te_ccl.report.metrics import buffer_summary
+
+        return summary(self, self.schedule.topology) | buffer_summary(self.schedule)
+
+
+def _in_switch(options: CompileOptions, topology: Topology) -> bool:
+    """Whether the output can drive in-switch copy and reduction: a schedule JSON with
+    FRED tables, or any schedule JSON of a fabric whose switches reduce (no MSCCL XML
+    exists for it: its JSON is the program). MSCCL XML cannot."""
+    from te_ccl.lower.fred import reducing_switches
+
+    return options.fmt == "json" and (options.fred_tables is not None
+                                      or bool(reducing_switches(topology)))
+
+
+def compile_collective(topology: Topology, collective: Collective, params: SolveParams,
+                       options: CompileOptions = CompileOptions(),
+                       progress: Progress | None = None) -> CompileResult:
+    """Solve, check, lower and write one algorithm; raises instead of writing a bad file.
+
+    ``params.time_limit_s`` bounds the whole compile (:mod:`te_ccl.deadline`): the search
+    for a schedule gets :data:`SEARCH_SHARE` of it, and lowering, verifying and writing
+    the kept schedule the rest (its XML is usually lowered already, to judge it). Past the
+    limit the compile stops with :class:`~te_ccl.deadline.TimeLimitReached` naming the
+    stage, and writes nothing.
+    """
+    in_switch = _in_switch(options, topology)
+    if options.fmt == "xml":
+        check_loadable(collective)
+    timer = Timer(xml=not in_switch, options=options)
+    # no cycle collection: its passes over millions of young objects (the transfers of a
+    # 1024-GPU schedule, built here) would take seconds; the few cycles a compile leaves
+    # (a solver's, an exception's) are collected once it is done
+    with until(params.time_limit_s), paused_gc():
+        search = replace(params, time_limit_s=params.time_limit_s * SEARCH_SHARE)
+        schedule = solve_best(topology, collective, search, options.chunk_choices, progress,
+                              timer.judge, in_switch)
+        extra: tuple[str, ...] = ()
+        with _checked_alongside(schedule):
+            if options.output is not None:
+                schedule, data = render_fitting(schedule, options, search, progress, timer)
+        if options.output is not None:
+            write_atomic(options.output, data)
+    bound = lower_bound(topology, schedule.collective)
+    fabric = None
+    if options.fred_tables is not None:
+        extra, fabric = _write_fred_tables(schedule, topology, options.fred_tables)
+    schedule = schedule.with_info(notes=schedule.info.notes
+                                  + _compile_notes(topology, schedule, timer))
+    return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra,
+                         options.min_bytes, options.max_bytes, timer.timing(schedule), fabric)
+
+
+def check_loadable(collective: Collective) -> None:
+    """Refuse, before solving, a collective no MSCCL algorithm of the runtime can hold:
+    each chunk a rank receives is part of one of its steps (at most ``MSCCL.max_count − 1``
+    chunks a step), and a rank holds at most ``MSCCL.max_elements`` steps and thread blocks.
+
+    >>> check_loadable(Collective(CollectiveKind.ALLGATHER, 8 << 20, tuple(range(8)),
+    ...                           chunks_per_rank=100_000))
+    Traceback (most recent call last):
+    ...
+    te_ccl.errors.RuntimeLimitError: no MSCCL algorithm of 100000 chunks per rank loads: rank 0 receives 700000 chunks, at least 9860 steps of at most 71 chunks, more than the 4096 elements the runtime reads per rank (use fewer chunks)
+    """
+    from te_ccl.runtime_limits import MSCCL
+
+    per_step = MSCCL.max_count - 1
+    if collective.commodities * (collective.nranks - 1) <= per_step * MSCCL.max_elements:
+        return  # even one rank receiving every chunk fits
+    received = collective.received()
+    rank, most = max(received.items(), key=lambda x: (x[1], -x[0]))
+    if -(-most // per_step) > MSCCL.max_elements:
+        raise RuntimeLimitError(
+            f"no MSCCL algorithm of {collective.chunks_per_rank} chunks per rank loads: rank "
+            f"{rank} receives {most} chunks, at least {-(-most // per_step)} steps of at most "
+            f"{per_step} chunks, more than the {MSCCL.max_elements} elements the runtime reads "
+            "per rank (use fewer chunks)")
+
+
+def rooted_notes(collective: Collective) -> tuple[str, ...]:
+    """What the MSCCL executor does with a rooted algorithm: it selects an algorithm by
+    collective, size and buffer mode, never by root, and gather/scatter have no NCCL
+    entry point in it."""
+    kind = collective.kind
+    if kind in (CollectiveKind.GATHER, CollectiveKind.SCATTER):
+        return (f"msccl: the executor has no NCCL entry point for {kind.value}: no "
+                "runtime call runs this file",)
+    if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+        return (f"msccl: the executor selects an algorithm by collective, size and buffer "
+                f"mode, not by root: in MSCCL_ALGO_DIR this root-{collective.root} "
+                f"{kind.value} would also run for every other root; install it only where "
+                f"every call uses root {collective.root}",)
+    return ()
+
+
+def _compile_notes(topology: Topology, schedule: Schedule, timer: Timer) -> tuple[str, ...]:
+    notes = rooted_notes(schedule.collective)
+    if schedule.topology is not topology:
+        notes += ("msccl: switches only forward (an MSCCL send goes to one peer), so the "
+                  "solve used no in-switch copy or reduction",)
+    timing = timer.timing(schedule)
+    if timing.unlowerable is not None:
+        notes += (f"timed by the {timing.measured_by}: the MSCCL lowering fails "
+                  f"({timing.unlowerable})",)
+    elif timing.unreplayed is not None:
+        notes += (f"timed by the {timing.measured_by}: the written XML's replay stopped "
+                  f"({timing.unreplayed})",)
+    elif timing.xml_s is None and timer.xml:
+        notes += (f"timed by the {timing.measured_by}: no file was written, and the XML "
+                  f"replay of {len(schedule.transfers)} transfers (over {XML_REPLAY_LIMIT}) "
+                  "is kept for the written file",)
+    elif not timer.xml:
+        notes += (f"timed by the {timing.measured_by}: with FRED tables switches may copy "
+                  "and reduce, which MSCCL XML cannot express",)
+    return notes
+
+
+def compile_size_library(topology: Topology, collective: Collective, params: SolveParams,
+                         low: int, high: int, out_dir: str, *, fmt: str = "xml",
+                         chunk_choices: tuple[int, ...] = (),
+                         progress: Progress | None = None) -> list[CompileResult]:
+    """One algorithm per size range of ``[low, high]`` written to ``out_dir``, as MSCCL
+    algorithm libraries ship them: each file's ``minBytes``/``maxBytes`` cover its range, so
+    the runtime picks the one compiled for the message size at hand. Files are named
+    ``TOPOLOGY-KIND[-inplace]-MIN-MAX.FMT`` (one path component: :func:`path_component`),
+    so both buffer modes fit one directory; ``out_dir`` is created with the first file if
+    missing (its parent is not).
+
+    Rooted collectives are refused: the runtime would pick these files by size for
+    every root (and has no entry point for gather and scatter).
+    """
+    from te_ccl.sizes import compile_size_ranges
+
+    if rooted_notes(collective):
+        raise SpecError(f"a size library of {collective.kind.value} would run for every "
+                        "root (the MSCCL executor selects by collective and size, not by "
+                        "root); compile one size without --sizes instead", key="--sizes")
+    if fmt == "xml":
+        check_loadable(collective)
+    unit = max(replace(collective, chunks_per_rank=k).nchunks
+               for k in chunk_choices or (collective.chunks_per_rank,))
+    timer = Timer()
+
+    def compile_one(c: Collective) -> Schedule:
+        c = replace(c, size_bytes=max(unit, c.size_bytes // unit * unit))
+        if progress:
+            progress(f"compiling for {c.size_bytes} bytes")
+        return _solve_checked(topology, c, params, chunk_choices, progress, timer.judge)
+
+    results = []
+    with paused_gc():  # as in compile_collective: millions of young objects, no cycles
+        for item in compile_size_ranges(collective, low, high, compile_one):
+            mode = "-inplace" if collective.inplace else ""
+            name = path_component(f"{topology.name}-{collective.kind.value}{mode}-"
+                                  f"{item.min_bytes}-{item.max_bytes}")
+            folder = make_output_dir(out_dir)
+            options = CompileOptions(output=str(folder / f"{name}.{fmt}"), fmt=fmt,
+                                     min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
+            schedule, data = render_fitting(item.schedule, options, params, progress, timer)
+            write_atomic(options.output, data)
+            bound = lower_bound(topology, schedule.collective)
+            schedule = schedule.with_info(notes=schedule.info.notes
+                                          + _compile_notes(topology, schedule, timer))
+            results.append(CompileResult(schedule, bound.seconds, dict(bound.parts),
+                                         options.output, min_bytes=item.min_bytes,
+                                         max_bytes=item.max_bytes, timing=timer.timing(schedule)))
+    return results
+
+
+SEARCH_SHARE = 0.8  # of a compile's time limit, for finding the schedule; writing it gets the rest
+LOWER_S_PER_TRANSFER = 3e-4  # lowering's pace until the compile has timed its own (58k: ~15 s)
+PACE_MIN_TRANSFERS = 1000  # smaller lowerings time their fixed costs, not their pace
+SIM_LIMIT = 100_000  # transfers: beyond, a schedule is timed by its prediction
+PARALLEL_FROM = WORTH_FORKING  # transfers: from here, the checker and the written file's
+#                                replay run in a forked process beside the lowering and the
+#                                verifier (if there is a second core)
+XML_REPLAY_LIMIT = 20_000  # transfers: beyond, lowering and replaying every candidate's XML
+#                            costs more than the compile's budget; the schedule replay judges
+
+
+def forward_only(topology: Topology) -> Topology:
+    """``topology`` with switches that neither copy nor reduce (itself if none does):
+    what an MSCCL program can use, since each of its sends goes to one peer."""
+    if not any(topology.node(s).can_copy or topology.node(s).can_reduce
+               for s in topology.switches):
+        return topology
+    nodes = tuple(n if n.is_gpu else replace(n, can_copy=False, can_reduce=False)
+                  for n in topology.nodes)
+    return replace(topology, nodes=nodes)
+
+
+def _schedule_replay(schedule: Schedule) -> float | None:
+    """The schedule's α-β replay with contention, None above :data:`SIM_LIMIT` transfers."""
+    if len(schedule.transfers) > SIM_LIMIT:
+        return None
+    from te_ccl.simulate.replay import replay_finish
+
+    return replay_finish(schedule)
+
+
+def xml_replay(schedule: Schedule, data: bytes, algo: Algo | None = None) -> float:
+    """The finish time of ``data``, the MSCCL XML lowered from ``schedule``, replayed on
+    the schedule's topology as the runtime runs it (``algo``: ``data`` as the verifier
+    read it, if it did)."""
+    from te_ccl.simulate.msccl import simulate_msccl
+    from te_ccl.verify.msccl.reader import read_msccl
+
+    c = schedule.collective
+    return simulate_msccl(algo or read_msccl(data.decode()), schedule.topology, c.size_bytes,
+                          ranks=c.ranks).finish_time_s
+
+
+def _prediction_bounds_replay(schedule: Schedule) -> float | None:
+    """The prediction when it bounds the schedule replay from above (te_ccl.simulate.replay:
+    no link starts two chunks in one epoch, or no link has latency), else None."""
+    starts = {(t.src, t.dst, t.start_epoch) for t in schedule.transfers}
+    if len(starts) == len(schedule.transfers) or not any(
+            x.latency_s for x in schedule.topology.links):
+        return schedule.finish_time_s
+    return None
+
+
+def _busiest_link(schedule: Schedule) -> float:
+    """A lower bound of the schedule replay: a link carries one chunk at a time, the last
+    arriving ``α`` after it leaves (te_ccl.simulate.engine)."""
+    load = Counter((t.src, t.dst) for t in schedule.transfers)
+    links = (schedule.topology.link(*key) for key in load)
+    return max((n * schedule.chunk_bytes / x.bandwidth_Bps + x.latency_s
+                for n, x in zip(load.values(), links, strict=True)), default=0.0)
+
+
+class Timer:
+    """Times each schedule once (``solve`` judges its candidates, the chunking loop the
+    winner again, the summary and the benchmark report it): by the replay of its
+    lowered XML when ``xml`` and it has at most :data:`XML_REPLAY_LIMIT` transfers, else
+    by the schedule replay. A schedule that does not lower is judged infinitely slow, so
+    ``auto`` keeps a candidate that does; one whose sub-chunks overflow a runtime limit
+    stands at its schedule replay, since :func:`render_fitting` solves it again with
+    fewer sub-chunks.
+
+    A time is remembered by the schedule's transfers tuple (``with_info`` keeps it),
+    collective (the buffer mode changes the XML) and sub-chunking.
+    """
+
+    def __init__(self, *, xml: bool = True, options: CompileOptions = CompileOptions()) -> None:
+        self.xml = xml
+        self.options = options  # the file's name and size range, so a judged XML can be written
+        self._seen: dict[tuple[int, Collective, int], tuple[tuple, Timing]] = {}
+        self._lowered: dict[tuple[int, Collective, int], tuple[tuple, bytes]] = {}
+        self._pace = LOWER_S_PER_TRANSFER  # the slowest lowering seen, per transfer
+        self._read: tuple[bytes, Algo] | None = None  # the last file the verifier read
+        self._replay: tuple[bytes, Background[float]] | None = None  # a file's, under way
+        what = (f"replay of the lowered XML, or of the schedule above {XML_REPLAY_LIMIT} "
+                "transfers" if xml else "schedule replay")
+        self.judge = Judge(what, self._time, self._at_most, self._at_least, self.write_s)
+
+    def write_s(self, schedule: Schedule) -> float:
+        """About how long writing ``schedule`` takes: verifying its XML costs about what
+        lowering it did, which is done already if it was judged by its XML; above
+        :data:`XML_REPLAY_LIMIT` transfers the written file is replayed too."""
+        if not self.xml:
+            return 0.0
+        n = len(schedule.transfers)
+        lowered = self._lowered.get(self._key(schedule))
+        passes = 1 if lowered is not None and lowered[0] is schedule.transfers else 2
+        return self._pace * n * (passes + (n > XML_REPLAY_LIMIT) / 2)
+
+    def _by_xml(self, schedule: Schedule) -> bool:
+        return self.xml and len(schedule.transfers) <= XML_REPLAY_LIMIT
+
+    @staticmethod
+    def _key(schedule: Schedule) -> tuple[int, Collective, int]:
+        return (id(schedule.transfers), schedule.collective, schedule.info.subchunks)
+
+    def timing(self, schedule: Schedule) -> Timing:
+        key = self._key(schedule)
+        hit = self._seen.get(key)
+        if hit is None or hit[0] is not schedule.transfers:
+            hit = self._seen[key] = (schedule.transfers, self._measure(schedule))
+        return hit[1]
+
+    def lowered(self, schedule: Schedule, options: CompileOptions) -> bytes | None:
+        """The XML lowered to judge ``schedule``, if it was and is the file ``options`` asks for."""
+        hit = self._lowered.get(self._key(schedule))
+        same = (options.name, options.min_bytes, options.max_bytes) == (
+            self.options.name, self.options.min_bytes, self.options.max_bytes)
+        return hit[1] if same and hit is not None and hit[0] is schedule.transfers else None
+
+    def verified(self, data: bytes, algo: Algo) -> None:
+        """``data`` passed the verifier, which read it as ``algo``: the replay of the
+        written file reads no second copy (a 1024-GPU file is hundreds of MB)."""
+        self._read = (data, algo)
+
+    @contextmanager
+    def replaying(self, schedule: Schedule, data: bytes
+                  ) -> Iterator[Callable[[Algo], None] | None]:
+        """While the body verifies ``data``, the XML to be written for ``schedule``, replay
+        it in a forked process (:mod:`te_ccl.background`) if :meth:`replay_written` will
+        need it and it has :data:`PARALLEL_FROM` transfers or more; dropped if the body
+        fails. The body gets the function that starts the replay with ``data`` as the
+        verifier read it (None where there is none to start): the replay reads no
+        second copy. It runs at the lowest priority: at scale the verifier itself keeps
+        both cores busy (its data run is forked), and the replay takes what it leaves."""
+        if len(schedule.transfers) < PARALLEL_FROM or workers() < 2 or not self.xml \
+                or self._timed_by_xml(schedule):
+            yield None
+            return
+        if self._replay is not None:  # one not taken up by replay_written is not wanted
+            self._replay[1].cancel()
+            self._replay = None
+        job: Background[float] | None = None
+
+        def start(algo: Algo) -> None:
+            nonlocal job
+            job = in_background(xml_replay, schedule, data, algo, low_priority=True)
+
+        try:
+            yield start
+        except BaseException:
+            if job is not None:
+                job.cancel()
+            raise
+        if job is not None:
+            self._replay = (data, job)
+
+    def _timed_by_xml(self, schedule: Schedule) -> bool:
+        hit = self._seen.get(self._key(schedule))
+        return hit is not None and hit[0] is schedule.transfers and hit[1].xml_s is not None
+
+    def replay_written(self, schedule: Schedule, data: bytes) -> None:
+        """Time ``schedule`` by ``data``, the XML written for it, where judging did not (over
+        :data:`XML_REPLAY_LIMIT` transfers, or not judged): the compile reports the file's
+        replay. Past the compile's deadline the file stays written and the schedule
+        replay stands."""
+        read, self._read = self._read, None  # a 1024-GPU file's model is not kept past here
+        started, self._replay = self._replay, None
+        hit = self._seen.get(self._key(schedule))
+        if hit is not None and hit[0] is schedule.transfers:
+            timing = hit[1]
+        else:
+            timing = Timing(schedule.finish_time_s, _schedule_replay(schedule))
+        if timing.xml_s is not None or not self.xml:
+            return
+        algo = read[1] if read is not None and read[0] is data else None
+        try:
+            if started is not None and started[0] is data:
+                timing = replace(timing, xml_s=started[1].result())
+            else:
+                timing = replace(timing, xml_s=xml_replay(schedule, data, algo))
+        except TimeLimitReached as e:
+            timing = replace(timing, unreplayed=str(e))
+        self._seen[self._key(schedule)] = (schedule.transfers, timing)
+
+    def file_timing(self, schedule: Schedule) -> Timing:
+        """:meth:`timing`, with the XML lowered and replayed at any number of transfers
+        (what a benchmark reports of the file it would write)."""
+        timing = self.timing(schedule)
+        if timing.xml_s is None and timing.unlowerable is None and self.xml:
+            timing, data = self._lower(schedule, timing)
+            self._seen[self._key(schedule)] = (schedule.transfers, timing)
+            if data is not None:
+                self.replay_written(schedule, data)
+        return self.timing(schedule)
+
+    def _measure(self, schedule: Schedule) -> Timing:
+        timing = Timing(schedule.finish_time_s, _schedule_replay(schedule))
+        if not self._by_xml(schedule):
+            return timing
+        timing, data = self._lower(schedule, timing)
+        if data is None:
+            return timing
+        self._lowered[self._key(schedule)] = (schedule.transfers, data)
+        return replace(timing, xml_s=xml_replay(schedule, data))
+
+    def _lower(self, schedule: Schedule, timing: Timing) -> tuple[Timing, bytes | None]:
+        """The XML of ``schedule``, or None with ``timing`` saying why it does not lower."""
+        from te_ccl.lower.msccl import lower_to_msccl
+
+        o, start = self.options, time.monotonic()
+        try:
+            data = lower_to_msccl(schedule, name=o.name, min_bytes=o.min_bytes,
+                                  max_bytes=o.max_bytes)
+            if len(schedule.transfers) >= PACE_MIN_TRANSFERS:
+                self._pace = max(self._pace, (time.monotonic() - start) / len(schedule.transfers))
+            return timing, data
+        except TimeLimitReached:
+            raise  # the compile's time is up: not a property of the schedule
+        except RuntimeLimitError as e:
+            return replace(timing, unlowerable=str(e),
+                           refittable=schedule.info.subchunks > 1), None
+        except TecclError as e:
+            return replace(timing, unlowerable=str(e)), None
+
+    def _time(self, schedule: Schedule) -> float:
+        timing = self.timing(schedule)
+        if timing.unlowerable is not None and not timing.refittable:
+            return math.inf
+        return timing.finish_s
+
+    def _at_most(self, schedule: Schedule) -> float | None:
+        return None if self._by_xml(schedule) else _prediction_bounds_replay(schedule)
+
+    def _at_least(self, schedule: Schedule) -> float | None:
+        return None if self._by_xml(schedule) else _busiest_link(schedule)
+
+
+def solve_best(topology: Topology, collective: Collective, params: SolveParams,
+               chunk_choices: tuple[int, ...] = (), progress: Progress | None = None,
+               judge: Judge | None = None, in_switch: bool = False) -> Schedule:
+    """What ``teccl compile`` keeps before checking it: ``solve`` judged by ``judge`` (a
+    :class:`Timer`'s, by default a fresh one: the replay of the lowered XML), over the
+    chunkings of :func:`te_ccl.chunking.chunk_candidates` when ``chunk_choices`` is given
+    (``--chunks auto``). Switches only forward unless ``in_switch``."""
+    if not in_switch:
+        topology = forward_only(topology)
+    return solve(topology, collective, params, progress, judge=judge or Timer().judge,
+                 chunk_choices=chunk_choices)
+
+
+def _solve_checked(topology: Topology, collective: Collective, params: SolveParams,
+                   chunk_choices: tuple[int, ...], progress: Progress | None,
+                   judge: Judge, in_switch: bool = False) -> Schedule:
+    schedule = solve_best(topology, collective, params, chunk_choices, progress, judge,
+                          in_switch)
+    _refuse(check_schedule(schedule))
+    return schedule
+
+
+def _refuse(violations: list) -> None:
+    """Raise :class:`VerificationError` for the schedule checker's ``violations``."""
+    if violations:
+        first = violations[0]
+        raise VerificationError(f"schedule check failed ({len(violations)} violation(s)); "
+                                f"first: [{first.rule}] {first.message}")
+
+
+@contextmanager
+def _checked_alongside(schedule: Schedule) -> Iterator[None]:
+    """Run the body (lowering and verifying the file) once the independent checker has
+    passed ``schedule``, or from :data:`PARALLEL_FROM` transfers while it checks in a
+    forked process (:mod:`te_ccl.background`) at the lowest priority: it takes what the
+    body leaves of the cores (the lowering's passes on one core, the wait for the slower
+    of two halves), so it runs beside the lowering rather than after it. A schedule the
+    checker refuses raises :class:`VerificationError` even where the body failed too:
+    that failure would only follow from it. Out of time, the check is dropped."""
+    if len(schedule.transfers) < PARALLEL_FROM or workers() < 2:
+        _refuse(check_schedule(schedule))
+        yield
+        return
+    job = in_background(check_schedule, schedule, low_priority=True)
+    try:
+        yield
+    except (TimeLimitReached, KeyboardInterrupt):
+        job.cancel()
+        raise
+    except BaseException:
+        _refuse(job.result())
+        raise
+    _refuse(job.result())
+
+
+def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
+                   progress: Progress | None = None, timer: Timer | None = None
+                   ) -> tuple[Schedule, bytes]:
+    """The schedule written and its bytes (:func:`render`): ``schedule`` itself, or where
+    the MSCCL runtime cannot hold it (:class:`RuntimeLimitError`) and the scale backend
+    cut its chunks into ``k > 1`` sub-chunks, the same chunking solved again with the
+    most sub-chunks that fit.
+
+    The search halves ``k`` until a schedule fits, then bisects between that and the
+    smallest failure until they are within a quarter of each other (more sub-chunks
+    pipeline better, so the largest that fits is kept), or until the compile's deadline
+    once one fits. Only the scale backend cuts sub-chunks, so it alone solves again.
+    Where not even 1 sub-chunk per chunk fits and the backend is ``auto``, the chunking
+    is raced again with whole chunks (:func:`_raced_whole`). A note records what was tried.
+    ``timer`` judges the schedules solved again and hands over the XML it lowered to judge
+    them (:meth:`Timer.lowered`); it then times the schedule by the XML returned
+    (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's.
+    """
+    timer = timer or Timer(options=options)
+    schedule, data = _fitting(schedule, options, params, progress, timer)
+    if options.fmt == "xml":  # the replay forked while verifying, or one now
+        timer.replay_written(schedule, data)
+    return schedule, data
+
+
+def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
+             progress: Progress | None, timer: Timer) -> tuple[Schedule, bytes]:
+    """:func:`render_fitting` but for the replay of the bytes."""
+    try:
+        return schedule, render(schedule, options, progress=progress,
+                                lowered=timer.lowered(schedule, options), timer=timer)
+    except RuntimeLimitError as e:
+        k = schedule.info.subchunks
+        if k <= 1:
+            raise
+        failed, why = k, str(e)
+    asked = replace(schedule.collective,
+                    chunks_per_rank=schedule.collective.chunks_per_rank // k)
+    fit: tuple[int, Schedule, bytes] | None = None  # (k asked for, schedule, bytes)
+    tried, spent = [f"{k}: {why}"], schedule.info.solver_time_s
+    while fit is None or failed - fit[0] > max(1, fit[0] // 4):
+        k = failed // 2 if fit is None else (fit[0] + failed) // 2
+        if progress:
+            progress(f"MSCCL cannot hold {failed} sub-chunks per chunk; trying {k}")
+        try:
+            again = _solve_checked(schedule.topology, asked,
+                                   replace(params, backend="scale", max_subchunks=k), (),
+                                   progress, timer.judge)
+            spent += again.info.solver_time_s
+            fit = (k, again, render(again, options, progress=progress,
+                                    lowered=timer.lowered(again, options), timer=timer))
+            tried.append(f"{again.info.subchunks}: fits")
+        except TimeLimitReached:
+            if fit is None:
+                raise
+            tried.append(f"{k}: stopped at the time limit")
+            break
+        except RuntimeLimitError as e:
+            tried.append(f"{again.info.subchunks}: {e}")
+            if k <= 1:
+                if params.backend != "auto":
+                    raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk)") from None
+                return _raced_whole(schedule.topology, asked, options, params, progress, timer,
+                                    tried, spent)
+            failed = k
+    _, again, data = fit
+    note = (f"msccl: solved again with {again.info.subchunks} sub-chunk(s) per chunk, the "
+            f"most the runtime holds (tried {'; '.join(tried)})")
+    raced = tuple(n for n in schedule.info.notes if n.startswith("auto:"))  # what it won
+    return again.with_info(notes=raced + again.info.notes + (note,), solver_time_s=spent), data
+
+
+def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
+                 params: SolveParams, progress: Progress | None, timer: Timer,
+                 tried: list[str], spent: float) -> tuple[Schedule, bytes]:
+    """``auto`` raced again on ``asked`` (and the other chunkings of ``--chunks auto``) with
+    whole chunks only, where the scale backend's schedule does not fit the runtime with
+    any sub-chunking (``tried``): another candidate may (each is judged by its file, and
+    one that does not lower loses)."""
+    if progress:
+        progress("MSCCL cannot hold the scale schedule with any sub-chunking; racing again "
+                 "with whole chunks")
+    again = _solve_checked(topology, asked, replace(params, max_subchunks=1),
+                           options.chunk_choices, progress, timer.judge)
+    try:
+        data = render(again, options, progress=progress,
+                      lowered=timer.lowered(again, options), timer=timer)
+    except RuntimeLimitError as e:
+        raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk, and raced again "
+                                "with whole chunks)") from None
+    note = ("msccl: the scale schedule does not fit the runtime even with 1 sub-chunk per "
+            f"chunk (tried {'; '.join(tried)}): raced again with whole chunks")
+    return again.with_info(notes=again.info.notes + (note,),
+                           solver_time_s=spent + again.info.solver_time_s), data
+
+
+def render(schedule: Schedule, options: CompileOptions, *,
+           progress: Progress | None = None, lowered: bytes | None = None,
+           timer: Timer | None = None) -> bytes:
+    """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML (``lowered``, when
+    the schedule was lowered already with these options) once the independent verifier
+    accepts it (:class:`VerificationError` if not; :class:`SpecError` on a fabric whose
+    switches reduce, which MSCCL cannot express). ``timer`` replays the XML while it is
+    verified (:meth:`Timer.replaying`) and hears how the verifier read it."""
+    if options.fmt == "json":
+        return schedule.to_json().encode()
+    from te_ccl.lower.fred import check_msccl_can_express
+    from te_ccl.lower.msccl import lower_to_msccl
+
+    check_msccl_can_express(schedule.topology)
+    from te_ccl.verify.msccl.verify import verify_msccl
+
+    xml = lowered or lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
+                                    max_bytes=options.max_bytes, progress=progress or _silent)
+    if progress:
+        progress("verifying the MSCCL XML")
+    coll = schedule.collective
+    root = coll.ranks.index(coll.root) if coll.root is not None else None
+    with timer.replaying(schedule, xml) if timer is not None else nullcontext() as read:
+        report = verify_msccl(xml.decode(), root=root, read=read)
+        if not report.valid:
+            errors = report.errors
+            raise VerificationError(f"the lowered MSCCL XML failed verification "
+                                    f"({len(errors)} error(s)); first: {errors[0]}")
+    if timer is not None:
+        timer.verified(xml, report.algo)
+    return xml
+
+
+def _silent(message: str) -> None:
+    """No progress output."""
+
+
+def _write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
+                       ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
+    from te_ccl.lower.fred import fred_tables_for
+
+    written = fred_tables_for(schedule, topology, Path(out_dir))
+    return tuple(str(p) for p in written.paths), written.fabric
+
+
+def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
+    """The ``--json`` object of ``teccl compile`` (keys fixed by PRODUCT.md's contract).
+
+    ``finish_time_s`` (and the bandwidths and ratio from it) is the replay of the lowered
+    MSCCL XML, what the runtime runs; ``measured_by`` says so, or names the fallback
+    (``schedule replay`` above :data:`XML_REPLAY_LIMIT` transfers or for an output that
+    is not lowered, ``epoch model`` above :data:`SIM_LIMIT`). ``predicted_s`` is the
+    epoch model's prediction and ``schedule_replay_s`` the replay of the schedule itself.
+    """
+    s, c = result.schedule, result.schedule.collective
+    timing = result.timing or Timing(s.finish_time_s)
+    finish, bound = timing.finish_s, result.lower_bound_s
+    algbw = c.size_bytes / finish / 1e9 if finish > 0 else None
+    return {
+        "topology": topology.name,
+        "collective": c.kind.value,
+        "ngpus": c.nranks,
+        "size_bytes": c.size_bytes,
+        "chunks_per_rank": c.chunks_per_rank,
+        "inplace": c.inplace,
+        "backend": s.info.backend,
+        "solver_time_s": round(s.info.solver_time_s, 4),
+        "epochs": s.finish_epoch,
+        "epoch_s": s.epoch_s,
+        "finish_time_s": finish,
+        "measured_by": timing.measured_by,
+        "algbw_GBps": algbw,
+        "busbw_GBps": algbw * c.busbw_factor if algbw is not None else None,
+        "lower_bound_s": bound,
+        "bound_ratio": finish / bound if bound > 0 else None,
+        "predicted_s": timing.predicted_s,
+        "schedule_replay_s": timing.schedule_s,
+        "optimal": s.info.optimal,
+        "status": s.info.status,
+        "variables": s.info.variables,
+        "constraints": s.info.constraints,
+        "notes": list(s.info.notes),
+        "transfers": len(s.transfers),
+        "min_bytes": result.min_bytes,
+        "max_bytes": result.max_bytes,
+        "output": result.output,
+        "extra_outputs": list(result.extra_outputs),
+        "fabric": result.fabric,
+    }
