@@ -123,7 +123,8 @@ def _simulate_xml(topology: str | None, path: Path, size: str | None, intervals:
     errors = [f for f in report.errors if f.rule not in LEGACY_RULES]
     if report.algo is None or errors:
         first = (errors or report.errors)[0]
-        more = f" (and {len(errors) - 1} more: teccl verify {file})" if len(errors) > 1 else ""
+        count = report.error_count - sum(report.counts.get(rule, 0) for rule in LEGACY_RULES)
+        more = f" (and {count - 1:,} more: teccl verify {file})" if count > 1 else ""
         raise VerificationError(f"{file}: not simulated, the verifier rejects it: "
                                 f"{first.where()}: {first.rule}: {first.message}{more}")
     if report.errors:

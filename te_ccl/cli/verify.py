@@ -1,10 +1,12 @@
 """``teccl verify FILE.xml``: check an MSCCL XML algorithm (any author) before deploying it.
 
 Exit codes: 0 valid, 1 invalid (at least one error finding), 2 unreadable input (missing
-file, not XML at all) or a bad option. The report is the command's data, so it goes to
-stdout like ruff's violations: one line per finding and a summary, or with ``--json``
-one JSON object ``{file, valid, collective, ngpus, ..., findings: [{rule, severity, gpu,
-tb, step, line, message}]}``.
+file, not XML at all, nested too deep, too large outside the canonical layout) or a bad
+option. The report is the command's data, so it goes to stdout like ruff's violations:
+the verdict first, then one line per finding (the first few of each rule, then one line
+with how many more), or with ``--json`` one JSON object ``{file, valid, collective,
+ngpus, ..., errors, warnings, counts: {rule: n}, truncated: {rule: n left out},
+findings: [{rule, severity, gpu, tb, step, line, message}]}``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from rich.text import Text
 from te_ccl.cli.common import CliConsole
 from te_ccl.errors import SpecError
 from te_ccl.runtime_limits import MSCCL
+from te_ccl.verify.msccl.findings import RULES, clip
+from te_ccl.verify.msccl.text import MAX_VALUE
 from te_ccl.verify.msccl.verify import Report, verify_msccl
 
 __all__ = ["verify_cmd"]
@@ -98,45 +102,65 @@ def _upgrade(file: Path, output: Path, **checks) -> Report:
 
 
 def report_json(report: Report) -> dict:
-    """The ``--json`` object (also used by ``teccl compile`` if it wants to embed it)."""
+    """The ``--json`` object (also used by ``teccl compile`` if it wants to embed it):
+    every rule's count in ``counts``, the first few findings of each rule in
+    ``findings``, and per rule how many ``findings`` leaves out in ``truncated``."""
     a = report.algo
     data: dict = {"file": report.source, "valid": report.valid,
-                  "collective": a.coll if a else None, "ngpus": a.ngpus if a else None}
+                  "collective": clip(a.coll, MAX_VALUE) if a else None,
+                  "ngpus": a.ngpus if a else None}
     if a is not None:
-        data.update(name=a.name, proto=a.proto, nchannels=a.nchannels,
-                    nchunksperloop=a.nchunksperloop, inplace=bool(a.inplace),
-                    outofplace=bool(a.outofplace), min_bytes=a.min_bytes,
-                    max_bytes=a.max_bytes, threadblocks=a.nthreadblocks, steps=a.nsteps,
-                    channels_used=len({t.chan for g in a.gpus for t in g.threadblocks}))
+        data.update(name=clip(a.name, MAX_VALUE), proto=clip(a.proto, MAX_VALUE),
+                    nchannels=a.nchannels, nchunksperloop=a.nchunksperloop,
+                    inplace=bool(a.inplace), outofplace=bool(a.outofplace),
+                    min_bytes=a.min_bytes, max_bytes=a.max_bytes,
+                    threadblocks=a.nthreadblocks, steps=a.nsteps, channels_used=_channels(report))
     data.update(executed=report.executed, root=report.root, root_inferred=report.root_inferred,
-                errors=len(report.errors),
-                warnings=len(report.findings) - len(report.errors), notes=list(report.notes),
+                errors=report.error_count, warnings=report.warning_count,
+                notes=list(report.notes), counts=report.counts, truncated=report.omitted(),
                 findings=[f.as_dict() for f in report.findings])
     return data
 
 
+def _channels(report: Report) -> int:
+    return len({t.chan for g in report.algo.gpus for t in g.threadblocks})
+
+
 def _print(report: Report) -> None:
+    """The verdict, the findings kept, one line per rule with more, then the notes."""
     console = CliConsole(highlight=False, soft_wrap=True)
+    console.print(_verdict(report))
     for f in report.findings:
         line = Text()
-        line.append(f"{f.severity:7}", style="bold red" if f.severity == "error" else "yellow")
+        line.append(f"{f.severity:7}", style=_STYLE[f.severity])
         line.append(f" {f.where():22}", style="cyan")
         line.append(f" line {f.line:<5}" if f.line else " " * 11, style="dim")
         line.append(f" {f.rule}: ", style="bold")
         line.append(f.message)
         console.print(line)
+    for rule, n in report.omitted().items():
+        severity = RULES[rule].severity
+        line = Text(f"{severity:7}", style=_STYLE[severity])
+        line.append(f" {'':22} {'':10} … and {n:,} more {rule}", style="dim")
+        console.print(line)
     for note in report.notes:
         console.print(Text(f"note: {note}", style="dim"))
+
+
+_STYLE = {"error": "bold red", "warning": "yellow"}
+
+
+def _verdict(report: Report) -> Text:
+    """``FILE: what it is — valid`` or ``… — invalid: N error(s)``."""
     a = report.algo
     what = "unreadable structure"
     if a is not None:
         mode = "/".join(m for m, on in (("in-place", a.inplace), ("out-of-place", a.outofplace))
                         if on) or "no mode"
-        chans = len({t.chan for g in a.gpus for t in g.threadblocks})
-        what = (f"{a.coll}, {a.ngpus} GPUs, {a.nthreadblocks} thread blocks, {a.nsteps} steps, "
-                f"{chans} channel(s), {a.proto}, {mode}")
+        what = (f"{clip(a.coll)}, {a.ngpus} GPUs, {a.nthreadblocks} thread blocks, "
+                f"{a.nsteps} steps, {_channels(report)} channel(s), {clip(a.proto)}, {mode}")
         if report.root is not None:
             what += f", root {report.root}" + (" (inferred)" if report.root_inferred else "")
     verdict = Text("valid", style="bold green") if report.valid else Text(
-        f"invalid: {len(report.errors)} error(s)", style="bold red")
-    console.print(Text(f"{report.source}: {what} — ").append(verdict))
+        f"invalid: {report.error_count:,} error(s)", style="bold red")
+    return Text(f"{report.source}: {what} — ").append(verdict)
