@@ -28,6 +28,7 @@ relies on switches holding chunks.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -83,64 +84,84 @@ class Timeline:
         return self.phases[-1].end_s if self.phases else 0.0
 
 
-def _visits(schedule: Schedule, switches: set[str]) -> dict[tuple[str, int, int], Visit]:
-    """Visits by (switch, chunk, epoch). A chunk that is not reduced is forwarded once
-    even if two neighbours send it in the same epoch."""
-    ins: dict[tuple[str, int, int], list[Transfer]] = defaultdict(list)
-    outs: dict[tuple[str, int, int], list[Transfer]] = defaultdict(list)
-    for t in schedule.transfers:
+def _visits(schedule: Schedule, wafer: Wafer) -> list[Visit]:
+    """The visits of ``schedule``'s transfers through the switches.
+
+    A reduced chunk's arrivals are added into one flow. Otherwise a switch that copies
+    forwards one arrival to all its destinations, and one that does not forwards each
+    arrival once (in order). An arrival a switch does not forward carries nothing the
+    tables need, nor does a transfer into such an arrival: both are left out.
+    """
+    transfers = schedule.transfers
+    switches = set(wafer.switches)
+    ins: dict[tuple[str, int, int], list[int]] = defaultdict(list)
+    outs: dict[tuple[str, int, int], list[int]] = defaultdict(list)
+    for i, t in enumerate(transfers):
         if t.dst in switches:
-            ins[(t.dst, t.chunk, t.arrive_epoch)].append(t)
+            ins[(t.dst, t.chunk, t.arrive_epoch)].append(i)
         if t.src in switches:
-            outs[(t.src, t.chunk, t.start_epoch)].append(t)
-    out = {}
+            outs[(t.src, t.chunk, t.start_epoch)].append(i)
+    groups: list[tuple[str, int, list[int], list[int]]] = []
     for key in sorted(set(ins) & set(outs)):
-        arriving = sorted(ins[key], key=lambda t: (t.start_epoch, t.src))
-        if not any(t.op == "reduce" for t in arriving):
-            arriving = arriving[:1]
-        out[key] = Visit(key[0], key[2], tuple(arriving), tuple(outs[key]))
-    return out
+        arriving = sorted(ins[key], key=lambda i: (transfers[i].start_epoch, transfers[i].src))
+        if any(transfers[i].op == "reduce" for i in arriving):
+            groups.append((key[0], key[2], arriving, outs[key]))
+        elif wafer.can_copy:
+            groups.append((key[0], key[2], arriving[:1], outs[key]))
+        else:
+            groups += [(key[0], key[2], [a], [o]) for a, o in zip(arriving, outs[key],
+                                                                  strict=False)]
+    while True:  # drop what feeds a dropped arrival, until nothing changes
+        kept = {i for _, _, a, _ in groups for i in a}
+        trimmed = [(sw, e, a, [i for i in o if transfers[i].dst not in switches or i in kept])
+                   for sw, e, a, o in groups]
+        trimmed = [g for g in trimmed if g[3]]
+        if trimmed == groups:
+            break
+        groups = trimmed
+    return [Visit(sw, e, tuple(transfers[i] for i in a), tuple(transfers[i] for i in o))
+            for sw, e, a, o in groups]
 
 
 def chunk_streams(schedule: Schedule, wafer: Wafer) -> list[ChunkStream]:
     """The streams of ``schedule``, in its order (first transfer, then chunk)."""
-    visits = _visits(schedule, set(wafer.switches))
-    parent = {k: k for k in visits}
+    visits = _visits(schedule, wafer)
+    entering = {t: k for k, v in enumerate(visits) for t in v.ins}
+    parent = list(range(len(visits)))
 
-    def root(k: tuple[str, int, int]) -> tuple[str, int, int]:
+    def root(k: int) -> int:
         while parent[k] != k:
             parent[k] = parent[parent[k]]
             k = parent[k]
         return k
 
-    for (switch, chunk, _), v in visits.items():
+    for k, v in enumerate(visits):
         for t in v.outs:
-            nxt = (t.dst, chunk, t.arrive_epoch)
-            if nxt in visits:
-                parent[root(nxt)] = root((switch, chunk, v.epoch))
-    trees: dict[tuple[str, int, int], list[tuple[str, int, int]]] = defaultdict(list)
-    for k in visits:
-        trees[root(k)].append(k)
+            if t in entering:
+                parent[root(entering[t])] = root(k)
+    trees: dict[int, list[Visit]] = defaultdict(list)
+    for k, v in enumerate(visits):
+        trees[root(k)].append(v)
     switches = set(wafer.switches)
     raw = []
-    for keys in trees.values():
-        vs = tuple(visits[k] for k in keys)
+    for vs in trees.values():
         ins = [t for v in vs for t in v.ins if t.src not in switches]
         outs = [t for v in vs for t in v.outs if t.dst not in switches]
         first = min(t.start_epoch for v in vs for t in (*v.ins, *v.outs))
-        raw.append((first, keys[0][1], keys[0][0], vs, ins, outs))
+        raw.append((first, vs[0].ins[0].chunk, vs[0].switch, tuple(vs), ins, outs))
     raw.sort(key=lambda x: x[:3])
     delivered: dict[tuple[str, int], list[tuple[int, int]]] = defaultdict(list)
     for i, (_, chunk, _, _, _, outs) in enumerate(raw):
         for t in outs:
             delivered[(t.dst, chunk)].append((t.arrive_epoch, i))
     rank = {name: r for r, name in enumerate(wafer.npu_names)}
+    size = math.ceil(schedule.chunk_bytes)
     streams = []
     for i, (_, chunk, _, vs, ins, outs) in enumerate(raw):
         after = sorted({j for t in ins for e, j in delivered[(t.src, chunk)]
                         if e <= t.start_epoch and j != i})
         streams.append(ChunkStream(
-            f"s{i}", chunk, schedule.chunk_bytes, vs,
+            f"s{i}", chunk, size, vs,
             tuple(sorted({t.src for t in ins}, key=rank.__getitem__)),
             tuple(sorted({t.dst for t in outs}, key=rank.__getitem__)),
             tuple(f"s{j}" for j in after)))

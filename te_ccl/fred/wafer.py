@@ -61,6 +61,8 @@ class Wafer:
     npu_names: tuple[str, ...] = ()
     packet_bytes: int = 4096
     channel_buffer_bytes: int = 24 * 1024
+    can_reduce: bool | None = None  # None: as in_switch
+    can_copy: bool | None = None  # None: as in_switch
 
     def __post_init__(self) -> None:
         for what, bw in (("NPU-L1", self.npu_Bps), ("L1-L2", self.uplink_Bps)):
@@ -74,6 +76,9 @@ class Wafer:
         if not self.l1_names:
             object.__setattr__(self, "l1_names",
                                tuple(f"L1.{k}" for k in range(self.npus // self.npus_per_l1)))
+        for cap in ("can_reduce", "can_copy"):
+            if getattr(self, cap) is None:
+                object.__setattr__(self, cap, self.in_switch)
         if not self.npu_names:
             object.__setattr__(self, "npu_names", tuple(f"npu{r}" for r in range(self.npus)))
 
@@ -240,4 +245,5 @@ def wafer_from_topology(topo: Topology, *, lane_Bps: float = 750e9, m: int | Non
     fred_m = m or next((n.fred_m for n in sw if n.fred_m), 3)
     return Wafer(topo.name, up_bw, in_switch, npus=topo.ngpus, npus_per_l1=sizes.pop(),
                  npu_Bps=npu_bw, lane_Bps=lane_Bps, m=fred_m, l1_names=l1s, l2_name=l2s[0],
-                 npu_names=tuple(topo.gpus))
+                 npu_names=tuple(topo.gpus), can_reduce=all(n.can_reduce for n in sw),
+                 can_copy=all(n.can_copy for n in sw))

@@ -101,7 +101,8 @@ class SwitchSet:
     switches: dict[str, FredSwitch]
     lane_Bps: float = 750e9
     reconfig_s: float = 0.0
-    in_switch: bool = True
+    can_reduce: bool = True
+    can_copy: bool = True
 
     def level(self, switch: str) -> str:
         return "switch"
@@ -220,7 +221,7 @@ def lower_to_fred_tables(phases: Sequence[FredPhase], wafer: Fabric,
     return {"schema": SCHEMA, "fabric": wafer.name, "sram_bytes": SRAM_BYTES,
             "reconfig_s": wafer.reconfig_s,
             "switches": {name: {"level": wafer.level(name), "radix": sw.ports, "m": sw.m,
-                                "reduce": wafer.in_switch, "copy": wafer.in_switch}
+                                "reduce": wafer.can_reduce, "copy": wafer.can_copy}
                          for name, sw in wafer.switches.items()},
             "config_bytes": sizes,
             "fits": {name: n <= SRAM_BYTES for name, n in sizes.items()},

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.fred.in_switch import in_switch_candidate
 from te_ccl.schedule import Schedule
@@ -23,9 +25,9 @@ def test_xml_on_a_reducing_fabric_is_refused_before_solving(teccl, tmp_path):
 def test_compile_reduces_in_the_switches_and_writes_their_tables(teccl, tmp_path):
     """Whichever candidate wins (the flow model's one-problem AllReduce or the in-switch
     template), it reduces in the switches: no schedule that only forwards reaches 3 TB/s."""
-    code, out, _ = teccl("compile", "fred-d", "-c", "allreduce", "-s", "20MB", "--time-limit",
-                         "5", "-o", str(tmp_path / "s.json"), "--fred-tables",
-                         str(tmp_path / "t"), "--json")
+    code, out, err = teccl("compile", "fred-d", "-c", "allreduce", "-s", "20MB", "--time-limit",
+                           "5", "-o", str(tmp_path / "s.json"), "--fred-tables",
+                           str(tmp_path / "t"), "--json")
     assert code == 0
     d = json.loads(out)
     assert d["measured_by"] == "schedule replay" and d["bound_ratio"] >= 1 - 1e-9
@@ -37,7 +39,58 @@ def test_compile_reduces_in_the_switches_and_writes_their_tables(teccl, tmp_path
     written = Schedule.from_json(text, topo)
     assert any(t.op == "reduce" and not topo.node(t.dst).is_gpu for t in written.transfers)
     tables = json.loads((tmp_path / "t" / "tables.json").read_text())
-    assert tables["fits"]
+    assert all(tables["fits"].values())
+    # the switch limits: the configurations fit the SRAM, the schedule's epochs hold a
+    # whole 1 MB chunk in a switch that buffers 24 KB a port (one warning line); the
+    # tables stream it, each NPU's 20 MB once at 3 TB/s plus 5.5 ns a phase change
+    fabric = d["fabric"]
+    assert fabric["sram_fits"] and 0 < fabric["sram_bytes_max"] <= fabric["sram_limit_bytes"]
+    assert not fabric["buffer_fits"] and not fabric["fits"]
+    assert fabric["buffer_bytes_max"] >= 1_000_000 > fabric["buffer_limit_bytes"]
+    assert [line for line in err.splitlines() if line.startswith("warning:")] == \
+        [f"warning: {fabric['warning']}"]
+    assert fabric["tables_time_s"] == pytest.approx(
+        20e6 / 3e12 + fabric["phases"] * 4096 / 750e9)
+    code, out, _ = teccl("fred", "check", str(tmp_path / "t"))
+    assert code == 0 and "clean" in out
+
+
+def _fred_d(tmp_path, npus: int):
+    """FRED-D with ``npus`` NPUs from the fat-tree generator: L1 switches of 4 NPUs at
+    3 TB/s, each with 12 TB/s to the one L2, every switch a reducing FRED_3."""
+    path = tmp_path / f"fred-d-{npus}.yaml"
+    path.write_text(f"""name: fred-d-{npus}
+generator:
+  kind: fat_tree
+  leaves: {npus // 4}
+  gpus_per_leaf: 4
+  spines: 1
+  bandwidth: 3TB/s
+  uplink_bandwidth: 12TB/s
+  switch: {{copy: true, reduce: true, fred: {{m: 3}}}}
+""")
+    return path
+
+
+@pytest.mark.parametrize("npus", [32, 64])
+def test_larger_fred_fabrics_compile_with_their_sram_reported(teccl, tmp_path, npus):
+    tables = tmp_path / "t"
+    code, out, _ = teccl("compile", str(_fred_d(tmp_path, npus)), "-c", "allreduce", "-s",
+                         "64MB", "--time-limit", "20", "-o", str(tmp_path / "s.json"),
+                         "--fred-tables", str(tables), "--json")
+    assert code == 0
+    fabric = json.loads(out)["fabric"]
+    assert len(fabric["switches"]) == npus // 4 + 1
+    # the L2 (FRED_3 of 16 lanes per L1) holds the largest configuration
+    assert fabric["sram_switch"] == "spine0"
+    assert 0 < fabric["sram_bytes_max"] == max(
+        s["sram_bytes"] for s in fabric["switches"].values())
+    assert fabric["sram_limit_bytes"] == 1536
+    assert fabric["sram_fits"] == (fabric["sram_bytes_max"] <= 1536)
+    code, out, _ = teccl("fred", "check", str(tables), "--json")
+    report = json.loads(out)
+    assert code == 0 and report["clean"]
+    assert report["sram_bytes"]["spine0"] == fabric["sram_bytes_max"]
 
 
 def test_the_in_switch_candidate_needs_switches_that_reduce():

@@ -149,3 +149,21 @@ def test_phases_with_the_same_settings_share_a_configuration(tmp_path):
     l1 = [c for c in tables["configs"] if c["switch"] == "L1.0"]
     assert len(l1) == 10 and {c["config"] for c in l1} == {0}
     assert tables["config_bytes"]["L1.0"] == l1[0]["bytes"]
+
+
+def test_a_switch_that_cannot_copy_forwards_each_arrival_once(tmp_path):
+    """Two NPUs hand FRED-A's L1.0 one chunk in the same epoch and it sends the chunk on
+    to two NPUs: two unicast streams (FRED-A's switches neither copy nor add), the one
+    from npu1 after the stream that brought npu1 the chunk."""
+    topo = load_topology("fred-a")
+    t = [Transfer(0, "npu0", "L1.0", 0, 1), Transfer(0, "L1.0", "npu1", 1, 2),
+         Transfer(0, "npu0", "L1.0", 2, 3), Transfer(0, "npu1", "L1.0", 2, 3),
+         Transfer(0, "L1.0", "npu2", 3, 4), Transfer(0, "L1.0", "npu3", 3, 4)]
+    coll = Collective(CollectiveKind.BROADCAST, 4000, (0, 1, 2, 3), root=0)
+    written = fred_tables_for(Schedule(topo, coll, 1e-6, tuple(t)), topo, tmp_path)
+    tables = json.loads((tmp_path / "tables.json").read_text())
+    assert [(s["sources"], s["destinations"], s["after"]) for s in tables["streams"]] == [
+        ("npu0", "npu1", ""), ("npu0", "npu2", ""), ("npu1", "npu3", "s0")]
+    assert {f["operation"] for f in tables["flows"]} == {"unicast"}
+    assert {c["config"] for c in tables["configs"]} == {"default"}
+    assert written.fabric["sram_bytes_max"] == 0 and check_fred_dir(tmp_path).clean
