@@ -4,6 +4,11 @@
 algorithm. Every output is checked before it is written: the schedule by the
 independent checker, the MSCCL XML by the verifier, which shares nothing with the solver.
 
+The compile is *anytime*: from the first file it verifies (a cheap candidate, lowered
+and verified before the search, :func:`te_ccl.auto.quick`) it holds a file it can write
+(:class:`~te_ccl.incumbent.Incumbent`), replaced only by a verified file that finishes
+earlier; when the time limit ends, in whatever stage, the file held is written.
+
 The artifact is the measure: candidates (chunkings, the flow schedule against the
 templates) are judged, and the result is reported, by replaying the MSCCL XML each
 lowers to (:class:`Timer`), the program the runtime runs. Switches only forward in it
@@ -27,12 +32,19 @@ from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.background import WORTH_FORKING, Background, in_background, workers
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import TimeLimitReached, until
-from te_ccl.errors import RuntimeLimitError, SpecError, TecclError, VerificationError
+from te_ccl.deadline import TimeLimitReached, keeping, left, until
+from te_ccl.errors import (
+    RuntimeLimitError,
+    SolverError,
+    SpecError,
+    TecclError,
+    VerificationError,
+)
+from te_ccl.incumbent import Improvement, Incumbent, Verified, describe
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import make_output_dir, path_component, write_atomic
 from te_ccl.schedule import Schedule
-from te_ccl.solve import Judge, solve
+from te_ccl.solve import Judge, Known, solve
 from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
 
@@ -111,6 +123,12 @@ class CompileResult:
     max_bytes: int = 0
     timing: Timing | None = None  # None: not timed (the prediction stands)
     fabric: dict[str, Any] | None = None  # FRED switch limits (te_ccl.fred.limits)
+    # the anytime compile's record (none where nothing was written): seconds from its
+    # start to the first verified file, whether the time limit stopped it short of
+    # writing the best schedule it found, and every file it kept on the way
+    first_file_s: float | None = None
+    cut_short: bool = False
+    incumbents: tuple[Improvement, ...] = ()
 
     @property
     def finish_time_s(self) -> float:
@@ -156,37 +174,202 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
                        progress: Progress | None = None) -> CompileResult:
     """Solve, check, lower and write one algorithm; raises instead of writing a bad file.
 
-    ``params.time_limit_s`` bounds the whole compile (:mod:`te_ccl.deadline`): the search
-    for a schedule gets :data:`SEARCH_SHARE` of it, and lowering, verifying and writing
-    the kept schedule the rest (its XML is usually lowered already, to judge it). Past the
-    limit the compile stops with :class:`~te_ccl.deadline.TimeLimitReached` naming the
-    stage, and writes nothing.
+    ``params.time_limit_s`` bounds the whole compile (:mod:`te_ccl.deadline`). With an
+    output, the file written is the best verified one when the search is done or the
+    limit ends (:func:`_anytime`); past the limit with no file verified yet the compile
+    stops with :class:`~te_ccl.deadline.TimeLimitReached` naming the stage and what a
+    first file would take, and writes nothing. Without one, the search gets
+    :data:`SEARCH_SHARE` of the limit.
     """
     in_switch = _in_switch(options, topology)
-    if options.fmt == "xml":
-        check_loadable(collective)
     timer = Timer(xml=not in_switch, options=options)
+    kept: Incumbent | None = None
+    extra: tuple[str, ...] = ()
     # no cycle collection: its passes over millions of young objects (the transfers of a
     # 1024-GPU schedule, built here) would take seconds; the few cycles a compile leaves
     # (a solver's, an exception's) are collected once it is done
     with until(params.time_limit_s), paused_gc():
-        search = replace(params, time_limit_s=params.time_limit_s * SEARCH_SHARE)
-        schedule = solve_best(topology, collective, search, options.chunk_choices, progress,
-                              timer.judge, in_switch)
-        extra: tuple[str, ...] = ()
-        with _checked_alongside(schedule):
-            if options.output is not None:
-                schedule, data = render_fitting(schedule, options, search, progress, timer)
-        if options.output is not None:
-            write_atomic(options.output, data)
-    bound = lower_bound(topology, schedule.collective)
+        if options.fmt == "xml":
+            check_loadable(collective)
+        bound = lower_bound(topology, collective)
+        if options.output is None:
+            schedule = solve_best(topology, collective, _search(params),
+                                  options.chunk_choices, progress, timer.judge, in_switch)
+        else:
+            kept = Incumbent(bound.seconds, progress)
+            best = _anytime(topology, collective, params, options, timer, kept, in_switch)
+            schedule = best.schedule
+            write_atomic(options.output, best.data)
     fabric = None
     if options.fred_tables is not None:
         extra, fabric = _write_fred_tables(schedule, topology, options.fred_tables)
-    schedule = schedule.with_info(notes=schedule.info.notes
-                                  + _compile_notes(topology, schedule, timer))
+    notes = _compile_notes(topology, schedule, timer) + (tuple(kept.notes) if kept else ())
+    schedule = schedule.with_info(notes=schedule.info.notes + notes)
     return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra,
-                         options.min_bytes, options.max_bytes, timer.timing(schedule), fabric)
+                         options.min_bytes, options.max_bytes, timer.timing(schedule), fabric,
+                         kept.first_file_s if kept else None,
+                         kept is not None and kept.cut_short is not None,
+                         tuple(kept.history) if kept else ())
+
+
+def _search(params: SolveParams) -> SolveParams:
+    """The search's share of what is left of the time: :data:`SEARCH_SHARE`; lowering,
+    verifying and writing the schedule it keeps take the rest."""
+    share = min(params.time_limit_s, left()) * SEARCH_SHARE
+    return replace(params, time_limit_s=max(share, MIN_SEARCH_S))
+
+
+def _anytime(topology: Topology, collective: Collective, params: SolveParams,
+             options: CompileOptions, timer: Timer, kept: Incumbent,
+             in_switch: bool) -> Verified:
+    """The file to write: with ``--backend auto`` (and no ``max_horizon``), first the
+    file of the cheapest candidate that lowers, fits the runtime and verifies
+    (:func:`_first_file`), then the search's (:func:`_improve`) where it finishes earlier
+    and can be lowered and verified in the time left. All of it ends
+    :data:`WRITE_RESERVE_S` before the deadline, kept for writing the file and its report.
+
+    A deadline reached in any stage, or a search that fails (no schedule, none that fits
+    the runtime), leaves the file kept, with a note; only with none kept yet is it an
+    error, and a deadline's message then says what a first file would take.
+    """
+    with keeping(WRITE_RESERVE_S):
+        try:
+            if params.backend == "auto" and params.max_horizon is None:
+                _first_file(topology, collective, params, options, timer, kept, in_switch)
+            _improve(topology, collective, params, options, timer, kept, in_switch)
+        except TimeLimitReached as e:
+            if kept.best is None:
+                raise TimeLimitReached(f"{e}{_first_file_needs(kept, timer, collective)}"
+                                       ) from None
+            kept.cut(str(e))
+        except (SolverError, RuntimeLimitError) as e:
+            if kept.best is None:
+                raise
+            kept.notes.append(f"anytime: the search found no other file ({e})")
+    assert kept.best is not None  # _improve writes or raises
+    best = kept.best
+    if kept.cut_short is not None:
+        ratio = kept.ratio(best.finish_s)
+        at = f"{ratio:.4f}× the lower bound" if ratio is not None else "its time"
+        kept.notes.append(f"anytime: cut short ({kept.cut_short}); wrote the best file "
+                          f"verified by then, at {at} ({best.source}, verified at "
+                          f"{kept.history[-1].t_s:.3g} s)")
+    return best
+
+
+def _first_file(topology: Topology, collective: Collective, params: SolveParams,
+                options: CompileOptions, timer: Timer, kept: Incumbent,
+                in_switch: bool) -> None:
+    """Keep the file of the first of the portfolio's cheap candidates that builds,
+    passes the checker, lowers within the runtime's limits and verifies
+    (:func:`te_ccl.auto.quick`); one that does not is noted and the next one tried."""
+    from te_ccl.auto import quick
+
+    if not in_switch:
+        topology = forward_only(topology)
+    search = _search(params)
+    for name, build in quick(topology, collective, search):
+        kept.tell(f"first file: trying the {name}")
+        try:
+            schedule = build()
+        except (TimeLimitReached, VerificationError):
+            raise
+        except TecclError as e:  # the candidate does not apply here after all
+            kept.notes.append(f"anytime: no first file from the {name} ({e})")
+            continue
+        if schedule is None:
+            continue
+        kept.trying(schedule)
+        try:
+            with _checked_alongside(schedule):
+                data = render(schedule, options, progress=kept.tell, timer=timer)
+        except (TimeLimitReached, VerificationError, SpecError):
+            raise
+        except TecclError as e:  # MSCCL cannot express or hold it: the next candidate
+            kept.notes.append(f"anytime: no first file from the {name} ({e})")
+            continue
+        if options.fmt == "xml":
+            timer.replay_written(schedule, data, schedule_replay=False)
+        _offer(kept, schedule, data, timer, "first file")
+        return
+
+
+def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage: str
+           ) -> bool:
+    """Offer ``kept`` the verified file ``data`` of ``schedule`` at its time by the best
+    measure there is (a replay the deadline stopped cuts the compile short)."""
+    timing = timer.timing(schedule)
+    if timing.unreplayed is not None:
+        kept.cut(timing.unreplayed)
+    return kept.offer(schedule, data, timing.finish_s, f"{stage}: {describe(schedule)}")
+
+
+def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> str:
+    """What the message of a compile out of time without a file adds: about how long
+    a first file takes here. Lowering and verifying it take the pace timed (else the
+    default pace) per transfer: of the candidate under way, after the time it took to
+    build it; else of one transfer per chunk and rank receiving it, the fewest any file
+    has."""
+    attempt = kept.attempt
+    if attempt is not None:
+        need = kept.attempt_s + timer.write_s(attempt)
+        return (f"; the first file ({describe(attempt)}, {len(attempt.transfers)} "
+                f"transfers) needs about {need:.2g} s here")
+    n = sum(collective.received().values())
+    return (f"; no schedule was built in time, and a file of its {n} chunk deliveries "
+            f"takes about {timer.write_n(n, lowered=False):.2g} s to lower and verify here")
+
+
+def _improve(topology: Topology, collective: Collective, params: SolveParams,
+             options: CompileOptions, timer: Timer, kept: Incumbent, in_switch: bool) -> None:
+    """Search (the file kept is one of the candidates: :func:`solve_best`'s ``known``),
+    and keep the search's schedule where it is not the file kept, finishes earlier by
+    the judge and is lowered and verified in the time left (else, a scale schedule
+    solved again with as many fewer sub-chunks as the time left lowers; else the file
+    kept stands, cut short)."""
+    search = _search(params)
+    known = ((kept.best.source, kept.best.schedule),) if kept.best is not None else ()
+    schedule = solve_best(topology, collective, search, options.chunk_choices, kept.tell,
+                          timer.judge, in_switch, known)
+    if kept.holds(schedule):
+        kept.renamed(schedule)
+        return
+    if kept.best is not None:
+        if timer.judge(schedule) >= kept.best.finish_s:
+            return
+        schedule = _affordable(schedule, kept, search, timer)
+        if schedule is None:
+            return
+    with _checked_alongside(schedule):
+        schedule, data = render_fitting(schedule, options, search, kept.tell, timer,
+                                        fallback=kept.best is not None)
+    if not _offer(kept, schedule, data, timer, "search"):
+        kept.notes.append(f"anytime: the search's file ({describe(schedule)}) did not "
+                          "finish earlier than the file kept")
+
+
+def _affordable(schedule: Schedule, kept: Incumbent, params: SolveParams,
+                timer: Timer) -> Schedule | None:
+    """``schedule`` if its file can be lowered and verified in the time left; else, for
+    a scale schedule, the same chunking solved again with as many fewer sub-chunks as
+    can be (transfers grow with them), if that still finishes earlier than the file
+    kept; else None, the compile cut short."""
+    need, k = _need(schedule, timer), schedule.info.subchunks
+    if need <= left():
+        return schedule
+    fewer = int(k * left() / need)
+    if schedule.info.backend == "scale" and 1 <= fewer < k:
+        kept.tell(f"lowering {len(schedule.transfers)} transfers would take ~{need:.2g} s; "
+                  f"solving again with {fewer} sub-chunk(s) per chunk")
+        again = _solved_again(schedule, fewer, params, kept.tell, timer)
+        if _need(again, timer) <= left() and timer.judge(again) < kept.best.finish_s:
+            kept.cut(f"lowering and verifying the search's best, {describe(schedule)}, "
+                     f"would take ~{need:.2g} s, more than was left: solved again with "
+                     f"{fewer} sub-chunk(s) per chunk")
+            return again
+    kept.cut(f"the search's best, {describe(schedule)}, needs ~{need:.2g} s to lower and "
+             f"verify, with {left():.2g} s left")
+    return None
 
 
 def check_loadable(collective: Collective) -> None:
@@ -306,7 +489,16 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
 
 
 SEARCH_SHARE = 0.8  # of a compile's time limit, for finding the schedule; writing it gets the rest
-LOWER_S_PER_TRANSFER = 3e-4  # lowering's pace until the compile has timed its own (58k: ~15 s)
+LOWER_S_PER_TRANSFER = 2e-4  # lowering's pace until the compile has timed its own (65k: ~13 s
+#                               with the cores shared; about half that on an idle machine)
+VERIFY_SHARE = 0.4  # verifying a file takes about this share of what lowering it did
+REPLAY_SHARE = 0.2  # and replaying it (beside the verifier, from PARALLEL_FROM transfers) this
+START_MARGIN = 1.5  # a file is lowered only where this times its estimate is left: a larger
+#                    file than the one timed lowers slower per transfer (forked, more passes
+#                    over memory), and one the deadline stops is time lost
+MIN_SEARCH_S = 1e-3  # a search's share past the deadline (it stops at its first check)
+WRITE_RESERVE_S = 0.3  # kept from the search and the files it improves on, for writing the
+#                        file kept and its report (the bytes are ready: only the write is left)
 PACE_MIN_TRANSFERS = 1000  # smaller lowerings time their fixed costs, not their pace
 SIM_LIMIT = 100_000  # transfers: beyond, a schedule is timed by its prediction
 PARALLEL_FROM = WORTH_FORKING  # transfers: from here, the checker and the written file's
@@ -385,7 +577,7 @@ class Timer:
         self.options = options  # the file's name and size range, so a judged XML can be written
         self._seen: dict[tuple[int, Collective, int], tuple[tuple, Timing]] = {}
         self._lowered: dict[tuple[int, Collective, int], tuple[tuple, bytes]] = {}
-        self._pace = LOWER_S_PER_TRANSFER  # the slowest lowering seen, per transfer
+        self._pace: float | None = None  # the slowest lowering timed, per transfer
         self._read: tuple[bytes, Algo] | None = None  # the last file the verifier read
         self._replay: tuple[bytes, Background[float]] | None = None  # a file's, under way
         what = (f"replay of the lowered XML, or of the schedule above {XML_REPLAY_LIMIT} "
@@ -393,15 +585,32 @@ class Timer:
         self.judge = Judge(what, self._time, self._at_most, self._at_least, self.write_s)
 
     def write_s(self, schedule: Schedule) -> float:
-        """About how long writing ``schedule`` takes: verifying its XML costs about what
-        lowering it did, which is done already if it was judged by its XML; above
-        :data:`XML_REPLAY_LIMIT` transfers the written file is replayed too."""
+        """About how long writing ``schedule`` takes: lowering it (done already if it
+        was judged by its XML), verifying it (:data:`VERIFY_SHARE` of the lowering) and,
+        above :data:`XML_REPLAY_LIMIT` transfers, replaying the written file
+        (:data:`REPLAY_SHARE`), at the pace timed (:attr:`pace`)."""
+        lowered = self._lowered.get(self._key(schedule))
+        return self.write_n(len(schedule.transfers),
+                            lowered is not None and lowered[0] is schedule.transfers)
+
+    def write_n(self, transfers: int, lowered: bool) -> float:
+        """:meth:`write_s` of a schedule of ``transfers`` (``lowered`` already or not)."""
         if not self.xml:
             return 0.0
-        n = len(schedule.transfers)
-        lowered = self._lowered.get(self._key(schedule))
-        passes = 1 if lowered is not None and lowered[0] is schedule.transfers else 2
-        return self._pace * n * (passes + (n > XML_REPLAY_LIMIT) / 2)
+        passes = (0 if lowered else 1) + VERIFY_SHARE + (
+            REPLAY_SHARE if transfers > XML_REPLAY_LIMIT else 0)
+        return self.pace * transfers * passes
+
+    @property
+    def pace(self) -> float:
+        """Seconds per transfer of the slowest lowering timed (of at least
+        :data:`PACE_MIN_TRANSFERS`), else :data:`LOWER_S_PER_TRANSFER`."""
+        return self._pace or LOWER_S_PER_TRANSFER
+
+    def paced(self, transfers: int, seconds: float) -> None:
+        """A lowering of ``transfers`` took ``seconds``."""
+        if transfers >= PACE_MIN_TRANSFERS:
+            self._pace = max(self._pace or 0.0, seconds / transfers)
 
     def _by_xml(self, schedule: Schedule) -> bool:
         return self.xml and len(schedule.transfers) <= XML_REPLAY_LIMIT
@@ -465,18 +674,21 @@ class Timer:
         hit = self._seen.get(self._key(schedule))
         return hit is not None and hit[0] is schedule.transfers and hit[1].xml_s is not None
 
-    def replay_written(self, schedule: Schedule, data: bytes) -> None:
+    def replay_written(self, schedule: Schedule, data: bytes, *,
+                       schedule_replay: bool = True) -> None:
         """Time ``schedule`` by ``data``, the XML written for it, where judging did not (over
         :data:`XML_REPLAY_LIMIT` transfers, or not judged): the compile reports the file's
         replay. Past the compile's deadline the file stays written and the schedule
-        replay stands."""
+        replay stands. A schedule not judged is replayed too unless not
+        ``schedule_replay`` (a first file's: that would take about as long again)."""
         read, self._read = self._read, None  # a 1024-GPU file's model is not kept past here
         started, self._replay = self._replay, None
         hit = self._seen.get(self._key(schedule))
         if hit is not None and hit[0] is schedule.transfers:
             timing = hit[1]
         else:
-            timing = Timing(schedule.finish_time_s, _schedule_replay(schedule))
+            timing = Timing(schedule.finish_time_s,
+                            _schedule_replay(schedule) if schedule_replay else None)
         if timing.xml_s is not None or not self.xml:
             return
         algo = read[1] if read is not None and read[0] is data else None
@@ -518,8 +730,7 @@ class Timer:
         try:
             data = lower_to_msccl(schedule, name=o.name, min_bytes=o.min_bytes,
                                   max_bytes=o.max_bytes)
-            if len(schedule.transfers) >= PACE_MIN_TRANSFERS:
-                self._pace = max(self._pace, (time.monotonic() - start) / len(schedule.transfers))
+            self.paced(len(schedule.transfers), time.monotonic() - start)
             return timing, data
         except TimeLimitReached:
             raise  # the compile's time is up: not a property of the schedule
@@ -544,15 +755,17 @@ class Timer:
 
 def solve_best(topology: Topology, collective: Collective, params: SolveParams,
                chunk_choices: tuple[int, ...] = (), progress: Progress | None = None,
-               judge: Judge | None = None, in_switch: bool = False) -> Schedule:
+               judge: Judge | None = None, in_switch: bool = False,
+               known: Known = ()) -> Schedule:
     """What ``teccl compile`` keeps before checking it: ``solve`` judged by ``judge`` (a
     :class:`Timer`'s, by default a fresh one: the replay of the lowered XML), over the
     chunkings of :func:`te_ccl.chunking.chunk_candidates` when ``chunk_choices`` is given
-    (``--chunks auto``). Switches only forward unless ``in_switch``."""
+    (``--chunks auto``), ``known`` candidates among them. Switches only forward unless
+    ``in_switch``."""
     if not in_switch:
         topology = forward_only(topology)
     return solve(topology, collective, params, progress, judge=judge or Timer().judge,
-                 chunk_choices=chunk_choices)
+                 chunk_choices=chunk_choices, known=known)
 
 
 def _solve_checked(topology: Topology, collective: Collective, params: SolveParams,
@@ -598,8 +811,8 @@ def _checked_alongside(schedule: Schedule) -> Iterator[None]:
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
-                   progress: Progress | None = None, timer: Timer | None = None
-                   ) -> tuple[Schedule, bytes]:
+                   progress: Progress | None = None, timer: Timer | None = None, *,
+                   fallback: bool = False) -> tuple[Schedule, bytes]:
     """The schedule written and its bytes (:func:`render`): ``schedule`` itself, or where
     the MSCCL runtime cannot hold it (:class:`RuntimeLimitError`) and the scale backend
     cut its chunks into ``k > 1`` sub-chunks, the same chunking solved again with the
@@ -613,17 +826,20 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     is raced again with whole chunks (:func:`_raced_whole`). A note records what was tried.
     ``timer`` judges the schedules solved again and hands over the XML it lowered to judge
     them (:meth:`Timer.lowered`); it then times the schedule by the XML returned
-    (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's.
+    (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's. With a
+    ``fallback`` (the compile holds a file already) no schedule solved again is lowered
+    that cannot be in the time left (:func:`_in_time`).
     """
     timer = timer or Timer(options=options)
-    schedule, data = _fitting(schedule, options, params, progress, timer)
+    schedule, data = _fitting(schedule, options, params, progress, timer, fallback)
     if options.fmt == "xml":  # the replay forked while verifying, or one now
         timer.replay_written(schedule, data)
     return schedule, data
 
 
 def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
-             progress: Progress | None, timer: Timer) -> tuple[Schedule, bytes]:
+             progress: Progress | None, timer: Timer, fallback: bool
+             ) -> tuple[Schedule, bytes]:
     """:func:`render_fitting` but for the replay of the bytes."""
     try:
         return schedule, render(schedule, options, progress=progress,
@@ -633,8 +849,7 @@ def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
         if k <= 1:
             raise
         failed, why = k, str(e)
-    asked = replace(schedule.collective,
-                    chunks_per_rank=schedule.collective.chunks_per_rank // k)
+    asked = _chunking(schedule)
     fit: tuple[int, Schedule, bytes] | None = None  # (k asked for, schedule, bytes)
     tried, spent = [f"{k}: {why}"], schedule.info.solver_time_s
     while fit is None or failed - fit[0] > max(1, fit[0] // 4):
@@ -642,10 +857,11 @@ def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
         if progress:
             progress(f"MSCCL cannot hold {failed} sub-chunks per chunk; trying {k}")
         try:
-            again = _solve_checked(schedule.topology, asked,
-                                   replace(params, backend="scale", max_subchunks=k), (),
-                                   progress, timer.judge)
+            again = _solved_again(schedule, k, params, progress, timer)
+            _refuse(check_schedule(again))
             spent += again.info.solver_time_s
+            if fallback:
+                _in_time(again, timer)
             fit = (k, again, render(again, options, progress=progress,
                                     lowered=timer.lowered(again, options), timer=timer))
             tried.append(f"{again.info.subchunks}: fits")
@@ -660,18 +876,17 @@ def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
                 if params.backend != "auto":
                     raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk)") from None
                 return _raced_whole(schedule.topology, asked, options, params, progress, timer,
-                                    tried, spent)
+                                    tried, spent, fallback)
             failed = k
     _, again, data = fit
     note = (f"msccl: solved again with {again.info.subchunks} sub-chunk(s) per chunk, the "
             f"most the runtime holds (tried {'; '.join(tried)})")
-    raced = tuple(n for n in schedule.info.notes if n.startswith("auto:"))  # what it won
-    return again.with_info(notes=raced + again.info.notes + (note,), solver_time_s=spent), data
+    return again.with_info(notes=again.info.notes + (note,), solver_time_s=spent), data
 
 
 def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
                  params: SolveParams, progress: Progress | None, timer: Timer,
-                 tried: list[str], spent: float) -> tuple[Schedule, bytes]:
+                 tried: list[str], spent: float, fallback: bool) -> tuple[Schedule, bytes]:
     """``auto`` raced again on ``asked`` (and the other chunkings of ``--chunks auto``) with
     whole chunks only, where the scale backend's schedule does not fit the runtime with
     any sub-chunking (``tried``): another candidate may (each is judged by its file, and
@@ -681,6 +896,8 @@ def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
                  "with whole chunks")
     again = _solve_checked(topology, asked, replace(params, max_subchunks=1),
                            options.chunk_choices, progress, timer.judge)
+    if fallback:
+        _in_time(again, timer)
     try:
         data = render(again, options, progress=progress,
                       lowered=timer.lowered(again, options), timer=timer)
@@ -691,6 +908,40 @@ def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
             f"chunk (tried {'; '.join(tried)}): raced again with whole chunks")
     return again.with_info(notes=again.info.notes + (note,),
                            solver_time_s=spent + again.info.solver_time_s), data
+
+
+def _chunking(schedule: Schedule) -> Collective:
+    """The collective ``schedule`` was asked for, before the scale backend cut its
+    chunks into sub-chunks."""
+    c, k = schedule.collective, schedule.info.subchunks
+    return replace(c, chunks_per_rank=c.chunks_per_rank // k)
+
+
+def _solved_again(schedule: Schedule, k: int, params: SolveParams,
+                  progress: Progress | None, timer: Timer) -> Schedule:
+    """The chunking of ``schedule`` solved again by the scale backend with at most ``k``
+    sub-chunks per chunk (not checked yet), with the notes of the search ``schedule``
+    won (what it was raced against)."""
+    again = solve_best(schedule.topology, _chunking(schedule),
+                       replace(params, backend="scale", max_subchunks=k), (), progress,
+                       timer.judge)
+    won = tuple(n for n in schedule.info.notes if n.startswith(("auto:", "chunks auto:")))
+    return again.with_info(notes=won + again.info.notes)
+
+
+def _need(schedule: Schedule, timer: Timer) -> float:
+    """The time left that starting to lower and verify ``schedule`` takes: its estimate
+    (:meth:`Timer.write_s`) with :data:`START_MARGIN`."""
+    return timer.write_s(schedule) * START_MARGIN
+
+
+def _in_time(schedule: Schedule, timer: Timer) -> None:
+    """Raise :class:`TimeLimitReached` where lowering and verifying ``schedule`` would
+    not end in the time left (:func:`_need`)."""
+    need = _need(schedule, timer)
+    if need > left():
+        raise TimeLimitReached(f"{left():.2g} s left, too few to lower and verify "
+                               f"{len(schedule.transfers)} transfers (~{need:.2g} s)")
 
 
 def render(schedule: Schedule, options: CompileOptions, *,
@@ -709,8 +960,12 @@ def render(schedule: Schedule, options: CompileOptions, *,
     check_msccl_can_express(schedule.topology)
     from te_ccl.verify.msccl.verify import verify_msccl
 
-    xml = lowered or lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
-                                    max_bytes=options.max_bytes, progress=progress or _silent)
+    xml, start = lowered, time.monotonic()
+    if xml is None:
+        xml = lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
+                             max_bytes=options.max_bytes, progress=progress or _silent)
+        if timer is not None:
+            timer.paced(len(schedule.transfers), time.monotonic() - start)
     if progress:
         progress("verifying the MSCCL XML")
     coll = schedule.collective
@@ -746,6 +1001,8 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
     (``schedule replay`` above :data:`XML_REPLAY_LIMIT` transfers or for an output that
     is not lowered, ``epoch model`` above :data:`SIM_LIMIT`). ``predicted_s`` is the
     epoch model's prediction and ``schedule_replay_s`` the replay of the schedule itself.
+    ``first_file_s``, ``cut_short`` and ``incumbents`` are the anytime compile's record
+    (:class:`CompileResult`; None, false and empty where no file was written).
     """
     s, c = result.schedule, result.schedule.collective
     timing = result.timing or Timing(s.finish_time_s)
@@ -781,4 +1038,8 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
         "output": result.output,
         "extra_outputs": list(result.extra_outputs),
         "fabric": result.fabric,
+        "first_file_s": (round(result.first_file_s, 3) if result.first_file_s is not None
+                         else None),
+        "cut_short": result.cut_short,
+        "incumbents": [i.to_json() for i in result.incumbents],
     }
