@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,10 +14,11 @@ from te_ccl.cli.common import (
     collective_flags,
     collective_options,
     emit_json,
+    err_console,
     progress_status,
     table_console,
 )
-from te_ccl.deadline import TimeLimitReached
+from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.errors import SpecError
 from te_ccl.outputs import check_output_dir, check_output_file, path_component
 from te_ccl.topology.model import Topology
@@ -87,7 +89,10 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
               "threads": kw["threads"], "seed": kw["seed"], "epoch": kw["epoch"],
               "max_horizon": kw["max_horizon"]}
     try:
-        with progress_status("solving…") as progress:
+        # one algorithm: its time limit counts from the start of the command
+        since = (click.get_current_context().obj or {}).get("started")
+        with (until(kw["time_limit"], since) if sizes is None else nullcontext(),
+              progress_status("solving…") as progress):
             results = _compile(topo, coll, sizes, chunks == "auto", output, fmt, solver,
                                kw["fred_tables"], progress)
     except TimeLimitReached as e:  # say how to give the compile more time

@@ -20,7 +20,6 @@ from typing import NoReturn
 import click
 
 from te_ccl import __version__
-from te_ccl.deadline import process_start
 from te_ccl.errors import TecclError
 
 # name -> ("module:attribute", short help): a command's module is imported only when it
@@ -127,11 +126,41 @@ def wants_json(args: list[str]) -> bool:
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI. A failure is one line on stderr (with ``--debug``, the traceback
     first), with ``--json`` also one object on stdout, and its exit code: the same with
-    or without ``--debug``."""
+    or without ``--debug``. Run as the program (``argv`` None), the process then ends
+    at once (:func:`_leave`)."""
     args = list(sys.argv[1:] if argv is None else argv)
-    # a time limit counts from the start of the process that is the command (argv None)
-    state: dict[str, float | bool] = {
-        "started": process_start() if argv is None else time.monotonic()}
+    state: dict[str, float | bool] = {"started": _started(argv)}
+    try:
+        _run(args, state)
+    except SystemExit as e:
+        if argv is not None:
+            raise
+        _leave(e.code)
+
+
+def _started(argv: list[str] | None) -> float:
+    """When a command's time limit starts: the start of the process that is the command
+    (``argv`` None), else now."""
+    if argv is not None:
+        return time.monotonic()
+    from te_ccl.deadline import process_start
+
+    return process_start()
+
+
+def _leave(code: object) -> NoReturn:
+    """End the process that is the command at once: a large compile's millions of
+    objects are left to the system (freeing them one by one takes seconds)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed already
+            pass
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+
+
+def _run(args: list[str], state: dict[str, float | bool]) -> NoReturn:
+    """:func:`main` but for how the process ends: by ``sys.exit`` with the exit code."""
     try:
         rc = cli.main(args=args, prog_name="teccl", standalone_mode=False, obj=state)
         sys.stdout.flush()

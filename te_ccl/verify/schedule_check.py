@@ -21,6 +21,9 @@ Rules (the ``rule`` field of each :class:`Violation`):
 ``buffer``      relayed chunks at a GPU fit in its buffer limit;
 ``demand``      every destination ends with the whole chunk (every source's data).
 
+Within a compile's deadline (:mod:`te_ccl.deadline`) it stops once that passes: a
+compile that holds a file already writes that one rather than wait for the check.
+
 >>> from te_ccl.collective import Collective, CollectiveKind
 >>> from te_ccl.schedule import Schedule, Transfer
 >>> from te_ccl.topology import Link, Node, Topology
@@ -36,12 +39,14 @@ import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
 
+from te_ccl.deadline import check, checked
 from te_ccl.nogc import paused_gc
 from te_ccl.schedule import Schedule, Transfer
 
 __all__ = ["Violation", "check_schedule"]
 
 _EPS = 1e-9
+CHECKING = "checking the schedule"  # the stage a compile's deadline names
 
 
 @dataclass(frozen=True)
@@ -73,7 +78,7 @@ def _check_static(s: Schedule, out: list[Violation]) -> list[Transfer]:
     chunks = {c.id: c for c in s.collective.chunks()}
     topo = s.topology
     valid = []
-    for t in s.transfers:
+    for t in checked(s.transfers, CHECKING):
         if not topo.has_link(t.src, t.dst):
             out.append(Violation("link", f"{t}: no link {t.src} -> {t.dst}"))
             continue
@@ -160,6 +165,7 @@ def _replay(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> Non
             switch_out[t.start_epoch][(t.src, t.chunk)] += 1
     epochs = sorted({t.start_epoch for t in transfers} | {t.arrive_epoch for t in transfers})
     for epoch in epochs:
+        check(CHECKING)
         transient = _arrive(s, arrivals.pop(epoch, []), held, queued, queueing, keeping, out)
         for t in sorted(sends.pop(epoch, []), key=lambda t: (t.chunk, t.src, t.dst)):
             value = _take(s, t, transient, held, queued, queueing)
