@@ -21,6 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import replace
+from functools import lru_cache
 from pathlib import Path
 
 from te_ccl.nogc import paused_gc
@@ -70,11 +71,12 @@ MAX_GENERAL_TEXT = 16 << 20
 (comment text does not count): it needs about 20 bytes of memory per character, and a
 15 MB file with one finding per line takes 330 MB. Canonical files are streamed
 without a limit."""
-MAX_GENERAL_TAGS = 1 << 17
+MAX_GENERAL_TAGS = MAX_GENERAL_TEXT // 100
 """Tags (comments included) of a file outside the canonical layout that the general
-tokenizer takes: a tag that breaks many rules costs it up to ~40 µs, so this keeps the
-worst file to seconds. A real element takes 40 to 130 characters, so real files reach
-:data:`MAX_GENERAL_TEXT` first; only filler packs more tags into it."""
+tokenizer takes: a tag that breaks many rules costs it up to ~25 µs, so this keeps the
+worst file to a few seconds. Real files average more than 100 characters a tag (a step
+takes 100 to 130), so they reach :data:`MAX_GENERAL_TEXT` first; only filler packs
+more tags into it."""
 LEGACY_RULES = frozenset({"missing-algo-attribute"})
 """What tells msccl-tools' older format (no ``outofplace``/``minBytes``/``maxBytes``)."""
 
@@ -302,18 +304,24 @@ def _int(elem: RawElement, key: str, found: Findings, ctx: dict[str, int | None]
             found.append(finding("missing-attribute", f"<{elem.name}> has no {key}",
                                  line=elem.line, **ctx))
         return None
-    if _DECIMAL.match(raw):
-        value = int(raw)   # what strtol reads too, with nothing to report
-    else:
-        value = strtol(raw)
-        if _OCTAL.match(raw.strip()):
-            found.append(finding("leading-zero", f"{key}=\"{clip(raw)}\" reads as {value}",
-                                 line=elem.line, **ctx))
-        elif not _PLAIN_INT.match(raw):
-            found.append(finding("not-an-integer", f"{key}=\"{clip(raw)}\" reads as {value}",
-                                 line=elem.line, **ctx))
+    value, rule = _number(raw)
+    if rule is not None:
+        found.append(finding(rule, f"{key}=\"{clip(raw)}\" reads as {value}",
+                             line=elem.line, **ctx))
     half = 2 ** (bits - 1)
     return (value + half) % (2 * half) - half  # C assigns the long to an int: wrap around
+
+
+@lru_cache(maxsize=1 << 12)
+def _number(raw: str) -> tuple[int, str | None]:
+    """What ``strtol`` reads from ``raw``, and the rule its text breaks (or None). Cached:
+    a file repeats a few texts (``0``, ``-1``, ``01`` …) at every step."""
+    if _DECIMAL.match(raw):
+        return int(raw), None
+    value = strtol(raw)
+    if _OCTAL.match(raw.strip()):
+        return value, "leading-zero"
+    return value, None if _PLAIN_INT.match(raw) else "not-an-integer"
 
 
 def _fields(elem: RawElement, kind: str, found: Findings,
