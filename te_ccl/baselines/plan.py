@@ -47,6 +47,13 @@ class BaselineError(TecclError):
     exit_code = 2
 
 
+class BaselineTooLarge(BaselineError):
+    """A baseline that would move more chunk hops than one is built with (exit code 3, like
+    a result that does not fit: the request was fine)."""
+
+    exit_code = 3
+
+
 @dataclass(frozen=True)
 class ChunkPlan:
     """How one chunk moves: ``gather`` child→parent edges summing into ``owner``, then

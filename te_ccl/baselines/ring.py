@@ -17,12 +17,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from te_ccl.baselines.cycle import NoRing, ring_cycle
-from te_ccl.baselines.plan import ChunkPlan, assemble
+from te_ccl.baselines.plan import BaselineTooLarge, ChunkPlan, assemble
 from te_ccl.collective.model import Chunk, Collective
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
 __all__ = ["ring_order", "walk", "ring", "ring_bidir", "doubled"]
+
+MAX_RING_HOPS = 4_000_000
+"""Chunk hops (each chunk's walk round the ring, twice for a reduction) a ring is built
+with: about 1.5 GB of transfers. A ring AllReduce on 1024 GPUs needs 2 million; a ring
+AlltoAll on N GPUs about N³/2, past it from 256 GPUs on (and past the MSCCL runtime's
+limits from 64 on)."""
 
 
 def ring_order(topology: Topology, gpus: list[str]) -> list[str]:
@@ -80,6 +86,11 @@ def doubled(collective: Collective) -> Collective:
 
 def _ring(topology: Topology, collective: Collective, bidir: bool) -> Schedule:
     gpus = [topology.gpu(r) for r in collective.ranks]
+    hops = collective.commodities * (len(gpus) - 1) * (2 if collective.is_reduction else 1)
+    if hops > MAX_RING_HOPS:
+        raise BaselineTooLarge(f"a ring {collective.kind.value} of {collective.commodities:,} "
+                               f"chunks on {len(gpus)} GPUs moves up to {hops:,} chunk hops, "
+                               f"more than the {MAX_RING_HOPS:,} a baseline is built with")
     try:
         order, notes = ring_cycle(topology, gpus, both_ways=bidir), ()
     except NoRing as e:

@@ -3,6 +3,7 @@ on topologies with and without a ring."""
 
 from __future__ import annotations
 
+import importlib
 import itertools
 
 import pytest
@@ -178,3 +179,22 @@ def test_ring_on_ndv2x2_copies_by_relays_and_refuses_reductions_with_the_reason(
     s = build_baseline("ring", topo, coll)
     assert check_schedule(s) == []
     assert any("relaying through GPUs" in note for note in s.info.notes)
+
+
+def test_a_ring_too_large_to_build_is_refused_before_building(monkeypatch):
+    from te_ccl.baselines.plan import BaselineTooLarge
+
+    topo = gen.torus([4, 4], 50e9)
+    ring_module = importlib.import_module("te_ccl.baselines.ring")  # not the function
+    monkeypatch.setattr(ring_module, "MAX_RING_HOPS", 16 * 16 * 15 - 1)
+    with pytest.raises(BaselineTooLarge, match="moves up to 3,840 chunk hops") as e:
+        build_baseline("ring", topo, _coll(K.ALLTOALL, 16))
+    assert e.value.exit_code == 3
+    assert check_schedule(build_baseline("ring", topo, _coll(K.ALLGATHER, 16))) == []
+
+
+def test_the_largest_shipped_rings_but_alltoall_fit_the_bound():
+    from te_ccl.baselines.ring import MAX_RING_HOPS
+
+    n = 1024  # an AllReduce: each chunk summed round the ring, then spread round it
+    assert n * (n - 1) * 2 <= MAX_RING_HOPS < 256 * 256 * 255
