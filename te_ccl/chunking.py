@@ -32,6 +32,7 @@ import networkx as nx
 
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import checked
+from te_ccl.model.footprint import most_chunks
 from te_ccl.topology.model import Topology
 
 __all__ = ["BASE_CHUNKS", "MAX_CHUNKS", "chunk_candidates", "chunking_bounds", "quantization"]
@@ -163,7 +164,9 @@ def chunk_candidates(topology: Topology, collective: Collective,
                      base: tuple[int, ...] = BASE_CHUNKS) -> tuple[int, ...]:
     """``base`` plus, when none of it quantizes within 1 % of the fluid limit, the
     smallest chunking up to :data:`MAX_CHUNKS` that divides the size and does (else the
-    one that comes closest). Custom collectives keep ``base``.
+    one that comes closest); none whose transfers would not fit the compile's memory
+    (:func:`~te_ccl.model.footprint.most_chunks`; at least one chunk per rank stays).
+    Custom collectives keep ``base``.
 
     dgx1 AllGather: every GPU receives 7 chunks over links of 1, 1, 2 and 2 units, so
     6 chunks per rank are exact (42 over 6 units); of 1 GB (10⁹ bytes, not divisible by
@@ -171,7 +174,9 @@ def chunk_candidates(topology: Topology, collective: Collective,
     """
     if collective.kind is CollectiveKind.CUSTOM:
         return tuple(sorted(set(base)))
-    ratio = _ratios(topology, collective, [k for k in range(1, MAX_CHUNKS + 1)
+    most = max(1, most_chunks(topology, collective))
+    base = tuple(k for k in base if k <= most) or (1,)
+    ratio = _ratios(topology, collective, [k for k in range(1, min(MAX_CHUNKS, most) + 1)
                                            if k in base or _divides(collective, k)])
     if any(ratio[k] <= GOOD_ENOUGH for k in base if k in ratio):
         return tuple(sorted(set(base)))

@@ -31,6 +31,7 @@ from te_ccl.errors import SpecError
 from te_ccl.model.deadline import until
 from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import reverse_in_time
+from te_ccl.model.footprint import check_fits
 from te_ccl.model.problem import (
     Demand,
     Problem,
@@ -58,6 +59,7 @@ def check_input(topology: Topology, collective: Collective) -> None:
     if collective.commodities > MAX_COMMODITIES:
         raise SpecError(f"{collective.commodities} chunks to route; at most {MAX_COMMODITIES} "
                         "fit one compile (use fewer chunks)", key="chunks")
+    check_fits(topology, collective)  # before building anything large
     _check_reach(topology, collective)
 
 

@@ -7,8 +7,9 @@ more, smaller chunks. Up to about :data:`PIPELINE_TARGET` chunks per link (the f
 drain, about one link delay, then cost < 1%); on a symmetric torus ``k`` is a multiple of
 the direction classes so that every class carries the same load; the smallest ``k``
 whose estimated finish (receive time + one hop, or the hop diameter × (chunk time + α)
-when α dominates) is within 0.2% of the best is taken. :data:`MAX_TRANSFERS` caps ``k``
-(memory: ~150 bytes per transfer), and so does the MSCCL reader's element limit per rank
+when α dominates) is within 0.2% of the best is taken. The compile's memory caps ``k``
+(:data:`~te_ccl.model.footprint.MAX_TRANSFERS` transfers, as estimated by
+:func:`~te_ccl.model.footprint.most_chunks`), and so does the MSCCL reader's element limit per rank
 (:mod:`te_ccl.backends.scale.msccl_budget`): beyond ~512 GPUs only one or two sub-chunks
 per chunk still load (a relayed chunk is a receive and a send, or one fused step).
 
@@ -40,6 +41,7 @@ from te_ccl.backends.scale.trees import MAX_GPUS as TREES_MAX_GPUS
 from te_ccl.background import WORTH_FORKING, in_background, workers
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
+from te_ccl.model.footprint import MAX_TRANSFERS, most_chunks
 from te_ccl.model.problem import (
     MAX_DELAY_EPOCHS,
     Demand,
@@ -50,10 +52,9 @@ from te_ccl.model.problem import (
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
-__all__ = ["PIPELINE_TARGET", "MAX_TRANSFERS", "scale_method", "scale_plan", "compile_scale"]
+__all__ = ["PIPELINE_TARGET", "scale_method", "scale_plan", "compile_scale"]
 
 PIPELINE_TARGET = 250
-MAX_TRANSFERS = 6_000_000
 # Forwards the MSCCL lowering is assumed to fuse with their receive (one step for two);
 # the rest of them need their own channels. An AllReduce fuses fewer: both phases' relays
 # compete for the pairings of the same thread blocks. Its file on the 8×8×8 torus has
@@ -149,10 +150,11 @@ def _steps_per_subchunk(topology: Topology, collective: Collective,
     return phases * collective.chunks_per_rank * (2 * (n - 1) - fused + degree)
 
 
-def _subchunks(topology: Topology, collective: Collective) -> int:
+def _subchunks(topology: Topology, collective: Collective, room: int) -> int:
     """The smallest ``k`` within 0.2% of the best estimate, up to about PIPELINE_TARGET
-    chunks per link and within what the MSCCL runtime can load (:func:`max_subchunks`);
-    on a torus a multiple of its direction classes where that fits, else any ``k``."""
+    chunks per link, at most ``room`` (the compile's memory) and within what the MSCCL
+    runtime can load (:func:`max_subchunks`); on a torus a multiple of its direction
+    classes where that fits, else any ``k``."""
     n, k0 = collective.nranks, collective.chunks_per_rank
     sym = torus_symmetry(topology)
     if sym is not None and n == topology.ngpus:
@@ -165,8 +167,7 @@ def _subchunks(topology: Topology, collective: Collective) -> int:
     loadable = max_subchunks(n, _steps_per_subchunk(topology, collective, sym))
     step = step if step <= loadable else 1
     ks = [k for k in range(step, min(top, loadable) + 1, step)
-          if n * (n - 1) * k0 * k <= MAX_TRANSFERS
-          and collective.size_bytes // (collective.nchunks * k) >= 1] or [1]
+          if k <= room and collective.size_bytes // (collective.nchunks * k) >= 1] or [1]
     receive, hops = _receive_time(topology, collective), _hops(topology)
     b = max(link.bandwidth_Bps for link in topology.links)
     alpha = max(link.latency_s for link in topology.links)
@@ -192,13 +193,13 @@ def scale_plan(topology: Topology, collective: Collective, cap: int | None = Non
         raise SpecError("the scale backend compiles the standard collectives only",
                         key="collective")
     method = scale_method(topology, collective)
+    room = most_chunks(topology, collective) // collective.chunks_per_rank
     if method == "hierarchical":
-        k = hierarchical_subchunks(topology, collective,
-                                   MAX_TRANSFERS // (4 * collective.nranks * collective.nchunks))
+        k = hierarchical_subchunks(topology, collective, room)
     elif method == "flow-alltoall":
         k = flow_subchunks(topology, collective, MAX_TRANSFERS)
     else:
-        k = _subchunks(topology, collective)
+        k = _subchunks(topology, collective, room)
     k = min(k, cap or k)
     sub = replace(collective, chunks_per_rank=collective.chunks_per_rank * k)
     fastest = max(link.bandwidth_Bps for link in topology.links)

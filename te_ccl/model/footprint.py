@@ -1,0 +1,144 @@
+"""What a compile would build, counted before it builds anything, and the most it may.
+
+Memory grows with a schedule's transfers: the scale backend's moves, the Schedule, the
+MSCCL lowering's steps and the verifier's replay each hold a record or more per transfer,
+about 3.5 KB in all at the lowering's peak (mesh 32×32 AllReduce at one chunk per rank:
+2,095,104 transfers, 7.35 GB). Every schedule has at least one transfer per delivery — a
+copy into each destination that lacks the chunk, a partial out of each source that is not
+where it is summed, and for AllReduce the sum back out — and a chunk that is never copied
+(AlltoAll, Gather, Scatter) crosses every link of its route. :func:`transfers_at_least`
+counts that by arithmetic and a few breadth-first searches, and :func:`check_fits` refuses
+(exit 2) a compile that would exceed :data:`MAX_TRANSFERS`, naming the largest chunking
+that fits, or a topology of more than :data:`MAX_GPUS` GPUs.
+
+>>> from te_ccl.topology.generators import mesh
+>>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)), chunks_per_rank=4)
+>>> transfers_at_least(mesh([4, 4], 50e9), ag), most_chunks(mesh([4, 4], 50e9), ag)
+(960, 8738)
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import networkx as nx
+
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.errors import SpecError
+from te_ccl.topology.model import Topology
+
+__all__ = ["MAX_GPUS", "MAX_TRANSFERS", "deliveries", "transfers_at_least", "most_chunks",
+           "check_fits"]
+
+MAX_TRANSFERS = 2**21  # transfers one compile holds within 8 GB (~3.5 KB each at its peak)
+MAX_GPUS = 4096  # an MSCCL algorithm lists every GPU; the runtime reads 4096 elements a rank
+HOP_SAMPLES = 8  # sources whose hop distances stand for all of an AlltoAll's
+_UNICAST = {CollectiveKind.ALLTOALL, CollectiveKind.GATHER, CollectiveKind.SCATTER}
+
+
+def deliveries(collective: Collective) -> int:
+    """(chunk, rank) pairs the schedule must serve, each with a transfer of its own (see
+    the module docstring), by arithmetic.
+
+    >>> deliveries(Collective(CollectiveKind.ALLREDUCE, 1 << 20, (0, 1, 2, 3)))
+    24
+    """
+    n, k = collective.nranks, collective.chunks_per_rank
+    if collective.kind is CollectiveKind.CUSTOM:
+        return sum(d.chunks * sum(1 for x in d.destinations if x != d.source)
+                   for d in collective.demands)
+    per_rank = {CollectiveKind.ALLGATHER: n, CollectiveKind.ALLTOALL: n,
+                CollectiveKind.REDUCESCATTER: n, CollectiveKind.ALLREDUCE: 2 * n}
+    return per_rank.get(collective.kind, 1) * k * (n - 1)
+
+
+def _mean_hops(topology: Topology, collective: Collective) -> float:
+    """Mean links from a chunk's source to its destination over the GPUs taking part and
+    the switches (the relays the runtime allows): from the root for Scatter, into it for
+    Gather, from :data:`HOP_SAMPLES` evenly spread ranks for AlltoAll."""
+    members = {topology.gpu(r) for r in collective.ranks}
+    graph = topology.graph()
+    graph.remove_nodes_from(set(topology.gpus) - members)
+    if collective.kind is CollectiveKind.GATHER:
+        graph, sources = graph.reverse(copy=False), [collective.root]
+    elif collective.kind is CollectiveKind.SCATTER:
+        sources = [collective.root]
+    else:
+        step = max(1, collective.nranks // HOP_SAMPLES)
+        sources = list(collective.ranks[::step][:HOP_SAMPLES])
+    hops = []
+    for r in sources:
+        far = nx.single_source_shortest_path_length(graph, topology.gpu(r))
+        hops += [h for v, h in far.items() if v in members and h]
+    return sum(hops) / len(hops) if hops else 1.0
+
+
+def _behind_switches(topology: Topology, collective: Collective, reduce: bool) -> float:
+    """The share of the ranks that reach every neighbour through a switch unable to copy
+    into them (``reduce``: to sum what they send): each delivery to (from) one is a
+    second transfer, into (out of) the switch."""
+    def alone(link_node: str) -> bool:
+        node = topology.node(link_node)
+        return not node.is_gpu and not (node.can_reduce if reduce else node.can_copy)
+
+    gpus = [topology.gpu(r) for r in collective.ranks]
+    ends = ([[k.dst for k in topology.out_links(g)] for g in gpus] if reduce
+            else [[k.src for k in topology.in_links(g)] for g in gpus])
+    return sum(bool(e) and all(alone(x) for x in e) for e in ends) / max(1, len(gpus))
+
+
+def transfers_at_least(topology: Topology, collective: Collective) -> int:
+    """The transfers any schedule of ``collective`` on ``topology`` has, about: one per
+    delivery, two where a switch that cannot copy (sum) stands between a rank and all its
+    neighbours, and the mean route length where chunks are never copied."""
+    pairs = deliveries(collective)
+    if not pairs:
+        return 0
+    if collective.kind in _UNICAST:
+        return round(pairs * _mean_hops(topology, collective))
+    if collective.kind is CollectiveKind.ALLREDUCE:
+        per = 1 + (_behind_switches(topology, collective, True)
+                   + _behind_switches(topology, collective, False)) / 2
+    else:
+        per = 1 + _behind_switches(topology, collective, collective.is_reduction)
+    return round(pairs * per)
+
+
+def most_chunks(topology: Topology, collective: Collective) -> int:
+    """The most chunks per rank whose transfers fit :data:`MAX_TRANSFERS` (0: not even
+    one; custom collectives, whose chunks the demands fix: theirs or 0)."""
+    if collective.kind is CollectiveKind.CUSTOM:
+        fits = transfers_at_least(topology, collective) <= MAX_TRANSFERS
+        return collective.chunks_per_rank if fits else 0
+    one = transfers_at_least(topology, replace(collective, chunks_per_rank=1))
+    return MAX_TRANSFERS // one if one else MAX_TRANSFERS
+
+
+def check_fits(topology: Topology, collective: Collective) -> None:
+    """Refuse (:class:`SpecError`, exit 2) a compile larger than one holds: a topology of
+    more than :data:`MAX_GPUS` GPUs, or more than :data:`MAX_TRANSFERS` transfers
+    (:func:`transfers_at_least`), saying how many chunks per rank would fit.
+
+    >>> from te_ccl.topology.generators import fully_connected
+    >>> check_fits(fully_connected(8, 50e9), Collective(CollectiveKind.ALLGATHER, 1 << 30,
+    ...            tuple(range(8)), chunks_per_rank=100_000))
+    Traceback (most recent call last):
+    ...
+    te_ccl.errors.SpecError: chunks: 100000 chunks per rank would build at least 5,600,000 transfers, more than the 2,097,152 one compile holds in memory (use at most 37449 chunks per rank)
+    """
+    if topology.ngpus > MAX_GPUS:
+        raise SpecError(f"{topology.name} has {topology.ngpus} GPUs, more than the "
+                        f"{MAX_GPUS} a compile takes (an MSCCL algorithm lists every GPU, and "
+                        f"the runtime reads at most {MAX_GPUS} elements per rank: a larger one "
+                        "cannot load)",
+                        key="topology")
+    estimate = transfers_at_least(topology, collective)
+    if estimate <= MAX_TRANSFERS:
+        return
+    most = most_chunks(topology, collective)
+    where = (f"{collective.chunks_per_rank} chunks per rank" if most else
+             f"{collective.kind.value} on {collective.nranks} ranks of {topology.name}")
+    fix = f"use at most {most} chunks per rank" if most else "use fewer ranks"
+    raise SpecError(f"{where} would build at least {estimate:,} transfers, more than the "
+                    f"{MAX_TRANSFERS:,} one compile holds in memory ({fix})",
+                    key="chunks" if most else "ranks")
