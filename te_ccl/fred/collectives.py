@@ -2,8 +2,9 @@
 
 In-switch variants (FRED-B/D) run every collective as streams (:mod:`te_ccl.fred.ops`):
 each stream is **striped** over the NPU lanes (stripe ``s`` uses lane ``s`` of every
-NPU), and a stripe crossing L1 switches takes one uplink lane at each L1 it touches.
-Stripes are packed first fit into **rounds** limited by the free uplink lanes; each
+NPU), and a stripe crossing L1 switches takes one uplink lane up at each L1 with sources
+and one down at each L1 with destinations (each direction of a link has its lanes).
+Stripes are packed first fit into **rounds** limited by the free NPU and uplink lanes; each
 round is a switch phase: the flows of every switch are routed on FRED_m(P)
 (:func:`te_ccl.fred.routing.route_phases`) and a conflict splits the round into more
 phases, each lasting the wafer's reconfiguration time plus ``stripe bytes / lane_Bps``.
@@ -16,12 +17,14 @@ A stripe becomes, per switch:
 
 Endpoint variants (FRED-A/C) cannot reduce or copy in a switch: collectives run as
 NPU algorithms, timed by the fluid bound of their link loads (every link carries its
-bytes at its bandwidth, chunks pipelined): All-Reduce / Reduce-Scatter / All-Gather as
+bytes at its bandwidth, chunks pipelined) plus the reconfiguration of each of their switch
+phases: All-Reduce / Reduce-Scatter / All-Gather as
 the better of a flat ring and a hierarchical ring (intra-L1, then one ring over the L1s
 whose traffic is spread over the L1's NPUs), Broadcast/Reduce as a pipelined chain,
 All-to-All and send/recv as direct unicasts. Their switch phases are the unicast flows
-of the flat ring / chain / unicast steps, timed as the switches run them (the fluid bound
-is the collective's time, not the tables').
+of the flat ring / chain / unicast steps, timed as the switches run them (the fluid time
+is the collective's, not the tables'). In-switch variants run these NPU algorithms where
+they are faster than the streams: their switches may also just forward.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ from te_ccl.fred.ops import CLASSES, CollectiveOp, Stream
 from te_ccl.fred.routing import Flow, Routing, route_phases
 from te_ccl.fred.wafer import Wafer
 
-__all__ = ["FlowInfo", "FredPhase", "CommResult", "compile_fred", "endpoint_loads",
-           "routed_phases"]
+__all__ = ["FlowInfo", "FredPhase", "CommResult", "compile_fred", "in_switch_collectives",
+           "endpoint_collectives", "endpoint_loads", "routed_phases"]
 
 
 @dataclass(frozen=True)
@@ -91,44 +94,63 @@ class _Item:
     op: int
     stream: Stream
     stripe: int
-    lanes: dict[int, int]
+    up: dict[int, int]  # L1 with sources → the uplink lane the stripe goes up on
+    down: dict[int, int]  # L1 with destinations → the uplink lane it comes down on
 
 
 def compile_fred(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: float = 0.0) -> CommResult:
-    """Phases, flows and time of ``ops`` running concurrently on ``wafer``."""
+    """Phases, flows and time of ``ops`` running concurrently on ``wafer``.
+
+    Where switches reduce and copy (FRED-B/D) the in-switch streams run, unless the NPU
+    algorithms of FRED-A/C are faster: a switch that reduces can also just forward, so
+    FRED-B is never slower than FRED-A, nor FRED-D than FRED-C.
+    """
+    endpoint = endpoint_collectives(wafer, ops, start_s)
+    if not wafer.in_switch:
+        return endpoint
+    streams = in_switch_collectives(wafer, ops, start_s)
+    return streams if streams.time_s <= endpoint.time_s else endpoint
+
+
+def in_switch_collectives(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: float = 0.0
+                          ) -> CommResult:
+    """``ops`` as streams reduced and multicast in the switches (module docstring)."""
     ops = tuple(ops)
-    if wafer.in_switch:
-        steps = [op.steps() for op in ops]
-        phases, time_s, notes = _build_phases(wafer, ops, steps, start_s, None)
-        injected: dict[int, float] = defaultdict(float)
-        for op_steps in steps:
-            for step in op_steps:
-                for s in step:
-                    for r in s.sources:
-                        injected[r] += s.bytes
-        return CommResult(wafer.name, ops, time_s, max(injected.values(), default=0.0),
-                          tuple(phases), tuple(notes))
+    steps = [op.steps() for op in ops]
+    phases, time_s, notes = _build_phases(wafer, ops, steps, start_s)
+    injected: dict[int, float] = defaultdict(float)
+    for op_steps in steps:
+        for step in op_steps:
+            for s in step:
+                for r in s.sources:
+                    injected[r] += s.bytes
+    return CommResult(wafer.name, ops, time_s, max(injected.values(), default=0.0),
+                      tuple(phases), tuple(notes))
+
+
+def endpoint_collectives(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: float = 0.0
+                         ) -> CommResult:
+    """``ops`` as NPU algorithms whose switches only forward (module docstring)."""
+    ops = tuple(ops)
     loads: dict[tuple[str, int], float] = defaultdict(float)
     for op in ops:
         for key, b in endpoint_loads(wafer, op).items():
             loads[key] += b
-    time_s = max((b / _bandwidth(wafer, key) for key, b in loads.items()), default=0.0)
-    injected_max = max((b for (kind, _), b in loads.items() if kind == "up"), default=0.0)
-    steps = [_endpoint_steps(op) for op in ops]
-    phases, _, notes = _build_phases(wafer, ops, steps, start_s, time_s)
-    return CommResult(wafer.name, ops, time_s, injected_max, tuple(phases), tuple(notes),
-                      dict(loads))
+    fluid_s = max((b / _bandwidth(wafer, key) for key, b in loads.items()), default=0.0)
+    phases, _, notes = _build_phases(wafer, ops, [_endpoint_steps(op) for op in ops], start_s)
+    return CommResult(wafer.name, ops, fluid_s + len(phases) * wafer.reconfig_s,
+                      max((b for (kind, _), b in loads.items() if kind == "up"), default=0.0),
+                      tuple(phases), tuple(notes), dict(loads))
 
 
 def _build_phases(wafer: Wafer, ops: tuple[CollectiveOp, ...], steps: list[list[list[Stream]]],
-                  start_s: float, fluid_time_s: float | None
-                  ) -> tuple[list[FredPhase], float, list[str]]:
-    """Stripe, pack into rounds, route; the time is the phases' unless ``fluid_time_s``."""
+                  start_s: float) -> tuple[list[FredPhase], float, list[str]]:
+    """Stripe, pack into rounds, route; returns the phases, their time and the conflicts."""
     nsteps = max((len(s) for s in steps), default=0)
     rounds: list[tuple[int, list[_Item]]] = []
     for j in range(nsteps):
-        items = [_Item(i, st, lane, {}) for i, op_steps in enumerate(steps) if j < len(op_steps)
-                 for st in op_steps[j] for lane in range(wafer.npu_lanes)]
+        items = [_Item(i, st, lane, {}, {}) for i, op_steps in enumerate(steps)
+                 if j < len(op_steps) for st in op_steps[j] for lane in range(wafer.npu_lanes)]
         rounds.extend((j, rnd) for rnd in _pack(wafer, items))
     phases: list[FredPhase] = []
     notes: list[str] = []
@@ -142,7 +164,7 @@ def _build_phases(wafer: Wafer, ops: tuple[CollectiveOp, ...], steps: list[list[
         phases.extend(routed)
         notes.extend(conflicts)
         t = routed[-1].end_s
-    return phases, (t - start_s if fluid_time_s is None else fluid_time_s), notes
+    return phases, t - start_s, notes
 
 
 def routed_phases(wafer: Wafer, infos: Sequence[FlowInfo], first: int, start_s: float,
@@ -167,18 +189,27 @@ def routed_phases(wafer: Wafer, infos: Sequence[FlowInfo], first: int, start_s: 
 
 
 def _pack(wafer: Wafer, items: list[_Item]) -> list[list[_Item]]:
-    """First fit of stripes into rounds, each L1 lending at most ``uplink_lanes`` lanes."""
-    rounds: list[tuple[list[_Item], dict[int, int]]] = []
+    """First fit of stripes into rounds. A stripe takes its lane of each source NPU's link
+    up and each destination NPU's link down (one stripe each a round); one crossing L1
+    switches also goes up on one uplink lane of each L1 with sources and down on one of
+    each L1 with destinations, each direction of an L1 lending ``uplink_lanes`` a round."""
+    rounds: list[tuple[list[_Item], dict[tuple, int]]] = []
     for it in items:
-        l1s = {wafer.l1_of(r) for r in (*it.stream.sources, *it.stream.destinations)}
-        need = sorted(l1s) if len(l1s) > 1 else []
-        fits = (r for r in rounds if all(r[1].get(k, 0) < wafer.uplink_lanes for k in need))
+        src = {wafer.l1_of(r) for r in it.stream.sources}
+        dst = {wafer.l1_of(r) for r in it.stream.destinations}
+        lanes = ([("up", k) for k in sorted(src)] + [("down", k) for k in sorted(dst)]
+                 if len(src | dst) > 1 else [])
+        npus = [("send", r, it.stripe) for r in it.stream.sources] + \
+               [("receive", r, it.stripe) for r in it.stream.destinations]
+        fits = (r for r in rounds if all(r[1].get(d, 0) < wafer.uplink_lanes for d in lanes)
+                and not any(d in r[1] for d in npus))
         members, used = next(fits, None) or ([], {})
         if not members:
             rounds.append((members, used))
-        for k in need:
-            it.lanes[k] = used.get(k, 0)
-            used[k] = it.lanes[k] + 1
+        for d in lanes:
+            (it.up if d[0] == "up" else it.down)[d[1]] = used.get(d, 0)
+            used[d] = used.get(d, 0) + 1
+        used.update(dict.fromkeys(npus, 1))
         members.append(it)
     return [members for members, _ in rounds]
 
@@ -195,18 +226,18 @@ def _flows_of(wafer: Wafer, ops: tuple[CollectiveOp, ...], it: _Item, step: int,
     for r in s.destinations:
         dst[wafer.l1_of(r)].append(wafer.npu_port(r, it.stripe))
     flows: list[tuple[str, Flow]] = []
-    if not it.lanes:
+    if not it.up:
         (k,) = set(src) | set(dst)
         flows.append((wafer.l1_names[k], Flow(fid, tuple(src[k]), tuple(dst[k]))))
     else:
-        for k, lane in sorted(it.lanes.items()):
-            up = wafer.uplink_port(lane)
-            if k in src:
-                flows.append((wafer.l1_names[k], Flow(f"{fid}.up", tuple(src[k]), (up,))))
-            if k in dst:
-                flows.append((wafer.l1_names[k], Flow(f"{fid}.down", (up,), tuple(dst[k]))))
-        flows.append((wafer.l2_name, Flow(fid, tuple(wafer.l2_port(k, it.lanes[k]) for k in src),
-                                          tuple(wafer.l2_port(k, it.lanes[k]) for k in dst))))
+        for k, lane in sorted(it.up.items()):
+            flows.append((wafer.l1_names[k], Flow(f"{fid}.up", tuple(src[k]),
+                                                  (wafer.uplink_port(lane),))))
+        for k, lane in sorted(it.down.items()):
+            flows.append((wafer.l1_names[k], Flow(f"{fid}.down", (wafer.uplink_port(lane),),
+                                                  tuple(dst[k]))))
+        flows.append((wafer.l2_name, Flow(fid, tuple(wafer.l2_port(k, u) for k, u in it.up.items()),
+                                          tuple(wafer.l2_port(k, d) for k, d in it.down.items()))))
     byt = s.bytes / wafer.npu_lanes
     reduce_op = "sum" if len(s.sources) > 1 else "none"
     return [FlowInfo(sw, f, op.name, s.operation, op.cls, step, nsteps, byt,
