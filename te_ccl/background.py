@@ -86,6 +86,16 @@ class Background(Generic[T]):
             return value
         raise value
 
+    def hurry(self) -> None:
+        """Run a ``low_priority`` child at the caller's priority from now on: the work it
+        gave way to is done, and on a machine busy with other processes a child at the
+        lowest priority barely runs. Where the system refuses, it stays as it is."""
+        if self._pid > 0:
+            try:
+                os.setpriority(os.PRIO_PROCESS, self._pid, os.getpriority(os.PRIO_PROCESS, 0))
+            except (OSError, AttributeError):  # no permission, or no priorities here
+                pass
+
     def cancel(self) -> None:
         """Stop the child (its result is no longer wanted)."""
         if self._pid > 0:

@@ -356,7 +356,7 @@ def _affordable(schedule: Schedule, kept: Incumbent, params: SolveParams,
     a scale schedule, the same chunking solved again with as many fewer sub-chunks as
     can be (transfers grow with them), if that still finishes earlier than the file
     kept; else None, the compile cut short."""
-    need, k = _need(schedule, timer), schedule.info.subchunks
+    need, k = timer.write_s(schedule), schedule.info.subchunks
     if need <= left():
         return schedule
     fewer = int(k * left() / need)
@@ -364,7 +364,7 @@ def _affordable(schedule: Schedule, kept: Incumbent, params: SolveParams,
         kept.tell(f"lowering {len(schedule.transfers)} transfers would take ~{need:.2g} s; "
                   f"solving again with {fewer} sub-chunk(s) per chunk")
         again = _solved_again(schedule, fewer, params, kept.tell, timer)
-        if _need(again, timer) <= left() and timer.judge(again) < kept.best.finish_s:
+        if timer.write_s(again) <= left() and timer.judge(again) < kept.best.finish_s:
             kept.cut(f"lowering and verifying the search's best, {describe(schedule)}, "
                      f"would take ~{need:.2g} s, more than was left: solved again with "
                      f"{fewer} sub-chunk(s) per chunk")
@@ -495,9 +495,6 @@ LOWER_S_PER_TRANSFER = 2e-4  # lowering's pace until the compile has timed its o
 #                               with the cores shared; about half that on an idle machine)
 VERIFY_SHARE = 0.4  # verifying a file takes about this share of what lowering it did
 REPLAY_SHARE = 0.2  # and replaying it (beside the verifier, from PARALLEL_FROM transfers) this
-START_MARGIN = 1.5  # a file is lowered only where this times its estimate is left: a larger
-#                    file than the one timed lowers slower per transfer (forked, more passes
-#                    over memory), and one the deadline stops is time lost
 MIN_SEARCH_S = 1e-3  # a search's share past the deadline (it stops at its first check)
 WRITE_RESERVE_S = 0.3  # kept from the search and the files it improves on, for writing the
 #                        file kept and its report (the bytes are ready: only the write is left)
@@ -696,6 +693,7 @@ class Timer:
         algo = read[1] if read is not None and read[0] is data else None
         try:
             if started is not None and started[0] is data:
+                started[1].hurry()
                 timing = replace(timing, xml_s=started[1].result())
             else:
                 timing = replace(timing, xml_s=xml_replay(schedule, data, algo))
@@ -793,9 +791,11 @@ def _checked_alongside(schedule: Schedule) -> Iterator[None]:
     passed ``schedule``, or from :data:`PARALLEL_FROM` transfers while it checks in a
     forked process (:mod:`te_ccl.background`) at the lowest priority: it takes what the
     body leaves of the cores (the lowering's passes on one core, the wait for the slower
-    of two halves), so it runs beside the lowering rather than after it. A schedule the
-    checker refuses raises :class:`VerificationError` even where the body failed too:
-    that failure would only follow from it. Out of time, the check is dropped."""
+    of two halves), so it runs beside the lowering rather than after it, and at the
+    compile's priority once the body is done (:meth:`~te_ccl.background.Background.hurry`:
+    other work on the machine would starve it). A schedule the checker refuses raises
+    :class:`VerificationError` even where the body failed too: that failure would only
+    follow from it. Out of time, the check is dropped."""
     if len(schedule.transfers) < PARALLEL_FROM or workers() < 2:
         _refuse(check_schedule(schedule))
         yield
@@ -809,6 +809,7 @@ def _checked_alongside(schedule: Schedule) -> Iterator[None]:
     except BaseException:
         _refuse(job.result())
         raise
+    job.hurry()
     _refuse(job.result())
 
 
@@ -931,16 +932,10 @@ def _solved_again(schedule: Schedule, k: int, params: SolveParams,
     return again.with_info(notes=won + again.info.notes)
 
 
-def _need(schedule: Schedule, timer: Timer) -> float:
-    """The time left that starting to lower and verify ``schedule`` takes: its estimate
-    (:meth:`Timer.write_s`) with :data:`START_MARGIN`."""
-    return timer.write_s(schedule) * START_MARGIN
-
-
 def _in_time(schedule: Schedule, timer: Timer) -> None:
     """Raise :class:`TimeLimitReached` where lowering and verifying ``schedule`` would
-    not end in the time left (:func:`_need`)."""
-    need = _need(schedule, timer)
+    not end in the time left, by the pace timed (:meth:`Timer.write_s`)."""
+    need = timer.write_s(schedule)
     if need > left():
         raise TimeLimitReached(f"{left():.2g} s left, too few to lower and verify "
                                f"{len(schedule.transfers)} transfers (~{need:.2g} s)")

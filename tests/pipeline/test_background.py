@@ -105,6 +105,36 @@ def test_a_low_priority_child_runs_at_nice_19_and_the_caller_keeps_its_own():
     assert os.nice(0) == before
 
 
+def _may_lower_its_niceness() -> bool:
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except PermissionError:
+        return False
+    return True
+
+
+def _niceness_when_told(started: str, go: str) -> int:
+    """Say it runs (at its priority already), wait for ``go``, return its niceness."""
+    open(started, "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.01)
+    return os.nice(0)
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork: nothing runs apart")
+def test_a_hurried_low_priority_child_runs_at_the_callers_priority(tmp_path):
+    started, go = tmp_path / "started", tmp_path / "go"
+    job = in_background(_niceness_when_told, str(started), str(go), low_priority=True)
+    while not started.exists():
+        time.sleep(0.01)
+    job.hurry()
+    go.touch()
+    niceness = job.result()
+    if not in_background(_may_lower_its_niceness, low_priority=True).result():
+        pytest.skip("this system lets no process lower its niceness")
+    assert niceness == os.nice(0)
+
+
 def test_streamed_items_reach_a_forked_consumer_in_order():
     parent = os.getpid()
     made, (pid, items) = streamed(lambda put: [put(i) for i in range(5)] and "made",
