@@ -326,9 +326,9 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
              options: CompileOptions, timer: Timer, kept: Incumbent, in_switch: bool) -> None:
     """Search (the file kept is one of the candidates: :func:`solve_best`'s ``known``),
     and keep the search's schedule where it is not the file kept, finishes earlier by
-    the judge and is lowered and verified in the time left (else, a scale schedule
-    solved again with as many fewer sub-chunks as the time left lowers; else the file
-    kept stands, cut short)."""
+    the judge and is lowered and verified in the time left (else, the chunking asked for
+    solved again by the scale backend with as many sub-chunks as the time left lowers,
+    :func:`_affordable`; else the file kept stands, cut short)."""
     search = _search(params)
     known = ((kept.best.source, kept.best.schedule),) if kept.best is not None else ()
     schedule = solve_best(topology, collective, search, options.chunk_choices, kept.tell,
@@ -339,7 +339,7 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
     if kept.best is not None:
         if timer.judge(schedule) >= kept.best.finish_s:
             return
-        schedule = _affordable(schedule, kept, search, timer)
+        schedule = _affordable(schedule, collective, kept, search, timer)
         if schedule is None:
             return
     with _checked_alongside(schedule):
@@ -350,25 +350,28 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
                           "finish earlier than the file kept")
 
 
-def _affordable(schedule: Schedule, kept: Incumbent, params: SolveParams,
-                timer: Timer) -> Schedule | None:
+def _affordable(schedule: Schedule, collective: Collective, kept: Incumbent,
+                params: SolveParams, timer: Timer) -> Schedule | None:
     """``schedule`` if its file can be lowered and verified in the time left; else, for
-    a scale schedule, the same chunking solved again with as many fewer sub-chunks as
-    can be (transfers grow with them), if that still finishes earlier than the file
-    kept; else None, the compile cut short."""
-    need, k = timer.write_s(schedule), schedule.info.subchunks
+    a scale schedule, ``collective`` (the chunking asked for) solved again by the scale
+    backend with at most as many pieces per rank (chunks times sub-chunks) as the time
+    left lowers (transfers grow with them), if that makes more than one piece of a chunk
+    and still finishes earlier than the file kept; else None, the compile cut short."""
+    need = timer.write_s(schedule)
     if need <= left():
         return schedule
-    fewer = int(k * left() / need)
-    if schedule.info.backend == "scale" and 1 <= fewer < k:
+    pieces = schedule.collective.chunks_per_rank * left() / need
+    fewer = int(pieces / collective.chunks_per_rank)
+    if schedule.info.backend == "scale" and fewer >= 2:
         kept.tell(f"lowering {len(schedule.transfers)} transfers would take ~{need:.2g} s; "
-                  f"solving again with {fewer} sub-chunk(s) per chunk")
-        again = _solved_again(schedule, fewer, params, kept.tell, timer)
+                  f"solving again with at most {fewer} sub-chunks per chunk")
+        asked = replace(params, backend="scale", max_subchunks=fewer)
+        again = solve_best(schedule.topology, collective, asked, (), kept.tell, timer.judge)
         if timer.write_s(again) <= left() and timer.judge(again) < kept.best.finish_s:
             kept.cut(f"lowering and verifying the search's best, {describe(schedule)}, "
                      f"would take ~{need:.2g} s, more than was left: solved again with "
-                     f"{fewer} sub-chunk(s) per chunk")
-            return again
+                     f"{again.info.subchunks} sub-chunks per chunk")
+            return again.with_info(notes=_won(schedule) + again.info.notes)
     kept.cut(f"the search's best, {describe(schedule)}, needs ~{need:.2g} s to lower and "
              f"verify, with {left():.2g} s left")
     return None
@@ -928,8 +931,12 @@ def _solved_again(schedule: Schedule, k: int, params: SolveParams,
     again = solve_best(schedule.topology, _chunking(schedule),
                        replace(params, backend="scale", max_subchunks=k), (), progress,
                        timer.judge)
-    won = tuple(n for n in schedule.info.notes if n.startswith(("auto:", "chunks auto:")))
-    return again.with_info(notes=won + again.info.notes)
+    return again.with_info(notes=_won(schedule) + again.info.notes)
+
+
+def _won(schedule: Schedule) -> tuple[str, ...]:
+    """The notes of the search ``schedule`` won (what it was raced against)."""
+    return tuple(n for n in schedule.info.notes if n.startswith(("auto:", "chunks auto:")))
 
 
 def _in_time(schedule: Schedule, timer: Timer) -> None:
