@@ -6,7 +6,9 @@ dependencies are kept; the times are recomputed by :mod:`te_ccl.simulate.engine`
 * a node sends chunk ``c`` once it holds it: it is a source of ``c`` (copy chunks), or a
   copy of ``c`` has arrived, or — for reduced chunks — every partial of ``c`` that the
   schedule delivers to it *before* the send (``arrive_epoch ≤ start_epoch``) has arrived
-  (its own partial, if it is a source, is there from the start);
+  (its own partial, if it is a source, is there from the start); a copy of a reduced
+  chunk replaces the partial held, so there it is the last such copy and the partials
+  after it;
 * a switch without buffer forwards what arrives in the epoch the schedule sends it on
   (``arrive_epoch = start_epoch``), so two passes of one chunk stay two transfers, and
   it forwards cut-through (the engine's ``through``: as the chunk comes in, as in the
@@ -45,13 +47,24 @@ __all__ = ["simulate_schedule", "replay_finish", "schedule_tasks", "chain_length
 _Incoming = dict[tuple[str, int], list[int]]
 
 
-def _holding(chunk: Chunk, rank: int | None, incoming: list[int], copy: list[bool]
-             ) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
+def _holding(chunk: Chunk, rank: int | None, incoming: list[int], copy: list[bool],
+             transfers: tuple[Transfer, ...]) -> tuple[tuple[int, ...], tuple[int, ...]] | None:
     """``(after_all, after_any)`` for a node to hold ``chunk`` given ``incoming`` (``copy[j]``:
-    transfer ``j`` is a copy, else a reduction); None: never."""
+    transfer ``j`` is a copy, else a reduction); None: never.
+
+    Every copy of a copied chunk is its source's data, so any one will do. A copy of a
+    reduced chunk replaces the partial held (it may be a partial itself), so the node
+    holds what the last copy brought — last in the checker's order: arrival epoch, then
+    sender — and the partials added after it."""
     copies = tuple(j for j in incoming if copy[j])
-    if copies:
+    if copies and not chunk.reduce:
         return (), copies
+    if copies:
+        def order(j: int) -> tuple[int, str, int]:
+            return transfers[j].arrive_epoch, transfers[j].src, j
+
+        last = max(copies, key=order)
+        return (last,) + tuple(j for j in incoming if order(j) > order(last)), ()
     partials = tuple(incoming)
     if rank is not None and rank in chunk.sources:
         return (partials if chunk.reduce else ()), ()
@@ -87,7 +100,7 @@ def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str]
         came = incoming.get((t.src, t.chunk), ())
         earlier = [j for j in came if j != i and (
             arrive[j] == start if through else arrive[j] <= start)]
-        deps = _holding(chunk, ranks.get(t.src), earlier, copy)
+        deps = _holding(chunk, ranks.get(t.src), earlier, copy, trs)
         if deps is None:
             raise VerificationError(f"{t}: {t.src} sends chunk {t.chunk} before it holds it")
         tasks.append(Task((t.src, t.dst), nbytes, deps[0], deps[1], f"c{t.chunk}",
@@ -106,7 +119,7 @@ def _gpu_finish(schedule: Schedule, times: list[TaskTimes]) -> dict[str, float]:
     for chunk in schedule.collective.chunks():
         for rank in chunk.destinations:
             gpu = topo.gpu(rank)
-            deps = _holding(chunk, rank, incoming.get((gpu, chunk.id), []), copy)
+            deps = _holding(chunk, rank, incoming.get((gpu, chunk.id), []), copy, trs)
             if deps is None or (chunk.reduce and not deps[1] and not deps[0]
                                 and set(chunk.sources) != {rank}):
                 raise VerificationError(f"rank {rank} ({gpu}) never receives chunk {chunk.id}")

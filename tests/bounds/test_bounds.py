@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from te_ccl import bounds
 from te_ccl.bounds import allgather_cut_ratio, alltoall_link_time, alltoall_time, lower_bound
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.deadline import TimeLimitReached
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.solve import SolveParams, solve
 from te_ccl.topology import Link, Node, NodeKind, Topology
@@ -171,6 +172,8 @@ def test_random_schedules_pass_the_checker_and_respect_the_bound(topo, kind, chu
         s = solve(topo, c, SolveParams(backend=backend, time_limit_s=10))
     except SpecError as e:  # the ranks cannot reach each other without the other GPUs
         assert "without relaying through a GPU outside the ranks" in str(e)
+        return
+    except TimeLimitReached:  # a loaded machine: no schedule to judge
         return
     except SolverError as e:  # more chunks can pass only one GPU than its buffer holds
         assert _relays_more_than_it_holds(topo, c, str(e))

@@ -19,7 +19,7 @@ from te_ccl.cli.simulate import sim_summary
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.simulate import simulate_schedule
-from te_ccl.topology import Topology
+from te_ccl.topology import Link, Node, Topology
 from te_ccl.topology.generators import mesh
 from te_ccl.verify.schedule_check import check_schedule
 from tests.bounds.strategies import collectives, fabrics
@@ -64,6 +64,29 @@ def test_teccl_simulate_reports_the_line_schedule_at_or_above_its_bound(tmp_path
     info = json.loads(out)
     assert info["lower_bound_s"] == pytest.approx(3e-3)
     assert info["bound_ratio"] == pytest.approx(3.125 / 3)
+
+
+def test_an_early_copy_of_a_partial_does_not_let_the_replay_run_ahead():
+    """y gets a copy of w's partial at once, then the real values; it sends on the sum
+    only after the last copy (a copy of a reduced chunk replaces what is held). Were any
+    copy enough, the sum would reach v after 10 ms — before u's data could (1 + 10 ms)."""
+    def both(a: str, b: str, latency: float) -> list[Link]:
+        return [Link(a, b, 1e12, latency), Link(b, a, 1e12, latency)]
+
+    topo = Topology.build("junk", [Node(n) for n in "uwyv"],
+                          both("u", "y", 1e-3) + both("w", "y", 0.0) + both("y", "v", 1e-2))
+    coll = Collective(K.ALLREDUCE, 4, (0, 1, 2, 3))
+    moves = [t for c in range(4) for t in (
+        Transfer(c, "y", "w", 0, 1, "reduce"), Transfer(c, "w", "y", 0, 1),  # the early copy
+        Transfer(c, "u", "y", 0, 11), Transfer(c, "y", "w", 11, 12, "reduce"),
+        Transfer(c, "v", "y", 0, 101), Transfer(c, "y", "w", 101, 102, "reduce"),
+        Transfer(c, "w", "y", 102, 103), Transfer(c, "y", "u", 103, 114),
+        Transfer(c, "y", "v", 103, 204))]
+    s = Schedule(topo, coll, 1e-4, tuple(moves))
+    assert check_schedule(s) == []
+    bound = lower_bound(topo, coll)
+    assert bound.argument == "alpha_s" and bound.seconds == pytest.approx(11e-3)
+    assert simulate_schedule(s).finish_time_s >= bound.seconds
 
 
 def _bfs_tree(topology: Topology, root: str, ends: set[str], inward: bool,
