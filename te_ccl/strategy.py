@@ -32,6 +32,7 @@ from te_ccl.model.deadline import until
 from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import reverse_in_time
 from te_ccl.model.footprint import check_fits
+from te_ccl.model.outliers import without_slow_links
 from te_ccl.model.problem import (
     Demand,
     Problem,
@@ -160,13 +161,19 @@ def _solve_reduction(topology: Topology, collective: Collective, params: SolvePa
 def run_strategy(topology: Topology, collective: Collective, params: SolveParams,
                  progress: Progress | None = None) -> Schedule:
     """The schedule of ``params.backend`` (``auto``: the flow model, its solver picked by
-    the model's size) for input :func:`check_input` accepted, within its time limit."""
+    the model's size) for input :func:`check_input` accepted, within its time limit, on
+    the links a fast schedule may use (:func:`without_slow_links`)."""
     with until(params.time_limit_s):
+        usable, left_out = without_slow_links(topology, collective)
         if params.backend == "scale":
             from te_ccl.backends.scale import compile_scale
 
-            return compile_scale(topology, collective, params, progress)
-        return _flow_model(topology, collective, params, progress)
+            schedule = compile_scale(usable, collective, params, progress)
+        else:
+            schedule = _flow_model(usable, collective, params, progress)
+    if left_out is None:
+        return schedule
+    return replace(schedule, topology=topology).with_info(notes=schedule.info.notes + (left_out,))
 
 
 def _flow_model(topology: Topology, collective: Collective, params: SolveParams,

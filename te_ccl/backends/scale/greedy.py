@@ -70,7 +70,9 @@ class Net:
 
 
 def net_of(problem: Problem) -> Net:
-    """Index form of ``problem``'s links; a link of capacity c appears in c rounds."""
+    """Index form of ``problem``'s links; a link of capacity c appears in c rounds, but
+    in no more rounds than there are chunks: a long epoch (set by a slow link) gives the
+    fast links millions of starts an epoch, of which no more than that can be used."""
     topo = problem.topology
     if topo.switches:
         raise SolverError("the greedy of the scale backend needs a GPU-only topology "
@@ -82,8 +84,9 @@ def net_of(problem: Problem) -> Net:
     src = np.array([index[u] for u, _ in keys], dtype=np.int64)
     dst = np.array([index[v] for _, v in keys], dtype=np.int64)
     slots: dict[int, list[int]] = defaultdict(list)
+    most = max(1, len(problem.demands))
     for i, lt in enumerate(lts):
-        slots[int(dst[i])].extend([i] * lt.capacity)
+        slots[int(dst[i])].extend([i] * min(lt.capacity, most))
     depth = max((len(s) for s in slots.values()), default=0)
     rounds = tuple(np.array([s[j] for s in slots.values() if len(s) > j], dtype=np.int64)
                    for j in range(depth))
