@@ -27,15 +27,17 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
   element's sum needs data from both sides, so every element crosses each way — once
   suffices, wherever partials can be added, so RS + AG (which counts it ``2(N−1)/N``
   times) is not a bound.
-* ``gossip_s`` (AllReduce): every element needs ``2(N−1)`` arrivals at nodes that can add
-  (GPUs and reducing switches), the one-way gossip count: put the arrivals in time order
-  and let ``x`` be the first member to hold the whole sum; the chains that brought it
-  every other member's data join all ``N`` members, so ≥ ``N−1`` arrivals came before,
-  and each of the other ``N−1`` members still lacks the sum then, so needs one more
-  arrival after. Nodes that cannot add only pass on values some adder sent (d), so the
-  argument counts arrivals at adders only: ``2(N−1)·M`` bytes into them,
-  ``T ≥ 2(N−1)M / Σ B⁻(adders)``; where no other node can copy either, every such
-  arrival is a distinct send by an adder and ``B⁺`` bounds it too.
+* ``gossip_s`` (AllReduce): split the nodes into groups holding every node that can add
+  (GPUs, reducing switches); say ``k`` groups hold members. Every element needs
+  ``2(k−1)`` transfers into groups from outside them, the one-way gossip count: treat a
+  group as one node; nodes outside groups cannot add, so they pass on values some group
+  sent (d). Order the transfers by arrival and let ``x`` be the first group to hold the
+  whole sum: the chains that brought it every other member group's data join all ``k``,
+  so ≥ ``k−1`` transfers came before, and each of the other ``k−1`` member groups still
+  lacks the sum then, so needs one more after. So ``T ≥ 2(k−1)M / Σ B⁻(group)``; where no
+  node outside the groups can copy, every such transfer is a distinct send out of a
+  group, and ``B⁺`` bounds it too. Groupings tried: the nodes joined by links faster
+  than each link bandwidth (the first: every node alone, ``2(N−1)M`` into the GPUs).
 * ``per_node_s``, ``concurrent_flow_s``, ``link_time_s`` (AlltoAll, custom): data with
   one destination each: a node's own bytes in and out, the max-concurrent-flow LP (the
   fluid optimum: copies are of no use), or its link-time relaxation (every pair's bytes
@@ -338,17 +340,36 @@ def _copies(node: Node) -> bool:
     return node.is_gpu or node.can_copy or (node.has_buffer and node.can_reduce)
 
 
+GOSSIP_GROUPINGS = 32  # link bandwidths tried as thresholds, at most (evenly spread)
+
+
 def _threshold_partitions(topology: Topology) -> list[list[set[str]]]:
-    """For each link bandwidth ``β`` (and above the largest), the nodes joined by links
-    faster than ``β`` (either way), in groups: a box, a rack, a wafer's switch with its
-    NPUs. The first is every node alone."""
+    """For link bandwidths ``β`` (every one, or :data:`GOSSIP_GROUPINGS` spread over them
+    where a measured fabric has more), the nodes joined by links faster than ``β`` (either
+    way), in groups: a box, a rack, a wafer's switch with its NPUs. The first is every
+    node alone."""
     speeds = sorted({k.bandwidth_Bps for k in topology.links}, reverse=True)
-    out = []
+    if len(speeds) > GOSSIP_GROUPINGS:
+        step = (len(speeds) - 1) / (GOSSIP_GROUPINGS - 1)
+        speeds = [speeds[round(i * step)] for i in range(GOSSIP_GROUPINGS)]
+    links = sorted(topology.links, key=lambda k: -k.bandwidth_Bps)
+    parent = {n.name: n.name for n in topology.nodes}
+
+    def root(v: str) -> str:
+        while parent[v] != v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+
+    out, i = [], 0
     for beta in speeds:
-        g = nx.Graph()
-        g.add_nodes_from(n.name for n in topology.nodes)
-        g.add_edges_from(k.key for k in topology.links if k.bandwidth_Bps > beta)
-        out.append([set(c) for c in nx.connected_components(g)])
+        while i < len(links) and links[i].bandwidth_Bps > beta:
+            parent[root(links[i].src)] = root(links[i].dst)
+            i += 1
+        groups: dict[str, set[str]] = defaultdict(set)
+        for v in parent:
+            groups[root(v)].add(v)
+        out.append(list(groups.values()))
     return out
 
 

@@ -219,3 +219,19 @@ def test_alpha_sweep_finds_the_mesh_diameter(monkeypatch):
     monkeypatch.setattr(bounds, "ALPHA_EXACT_WORK", 0)
     assert bounds._alpha_distance(t, members, members) == pytest.approx(exact)
     assert exact == pytest.approx(14e-6)
+
+
+def test_gossip_groupings_beyond_the_cap_are_spread_over_the_bandwidths(monkeypatch):
+    """A measured fabric with many link speeds tries a few of them as thresholds: a subset
+    of the groupings, so a bound no larger, still starting from every node alone."""
+    from te_ccl.topology.generators import mesh
+
+    speeds = iter(1e9 + 1e6 * i for i in range(100))
+    m = mesh([4, 4], 1e9)
+    t = Topology.build("measured", m.nodes, [Link(k.src, k.dst, next(speeds)) for k in m.links])
+    members = list(t.gpus)
+    full = bounds.gossip_time(t, members, 1e9)
+    monkeypatch.setattr(bounds, "GOSSIP_GROUPINGS", 4)
+    groupings = bounds._threshold_partitions(t)
+    assert len(groupings) == 4 and all(len(g) == 1 for g in groupings[0])
+    assert 0 < bounds.gossip_time(t, members, 1e9) <= full
