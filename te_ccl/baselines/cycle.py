@@ -6,8 +6,8 @@ GPUs are linked directly or through switches only (:func:`ring_neighbours`): on 
 switchless topology the ring is a GPU-to-GPU cycle, on a switched one it may cross
 switches between GPUs. Such a cycle is NP-hard to find in general, so :func:`hamiltonian`
 is a depth-first search with Warnsdorff's rule (fewest onward choices first) that cuts
-branches leaving a GPU without a way in or out, stopped after a number of steps. Before
-searching, :func:`why_no_cycle` looks for the proofs that none exists (a GPU with fewer
+branches leaving a GPU without a way in or out, stopped after a number of steps. When it
+finds none, :func:`why_no_cycle` looks for the proofs that none exists (a GPU with fewer
 than two neighbours, GPUs that cannot reach each other, a GPU every path between two
 others passes, two sides of unequal size with every link between them), so a refusal
 says why wherever a proof is cheap.
@@ -68,7 +68,8 @@ class _Search:
     """The state of :func:`hamiltonian`'s depth-first search: the path from the start and,
     for each GPU off it, how many ways in (predecessors off the path, or its end) and out
     (successors off the path, or its start) it still has. A GPU left with none, a start
-    left without a way back, or GPUs the end can no longer reach make a dead branch."""
+    left without a way back, or GPUs the end can no longer reach make a dead branch.
+    ``onward`` (successors off the path) is also Warnsdorff's count."""
 
     def __init__(self, gpus: list[str], adj: dict[str, list[str]]) -> None:
         self.n, self.adj, self.start = len(gpus), adj, gpus[0]
@@ -77,16 +78,16 @@ class _Search:
         for u in gpus:
             for v in adj[u]:
                 self.pred[v].append(u)
+        self.back = set(self.pred[self.start])  # the GPUs that can close the ring
         self.ways_in = {g: len(self.pred[g]) for g in gpus}
-        self.ways_out = {g: len(adj[g]) for g in gpus}
+        self.onward = {g: len(adj[g]) - (self.start in adj[g]) for g in gpus}
         self.path, self.on = [self.start], {self.start}
         self.work = 0  # steps and GPUs visited checking reach: what the budget bounds
 
     def options(self, x: str) -> Iterator[str]:
         """Next GPUs after ``x``, Warnsdorff's way: fewest onward choices first."""
         cand = [v for v in self.adj[x] if v not in self.on]
-        return iter(sorted(cand, key=lambda v: (sum(w not in self.on for w in self.adj[v]),
-                                                self.pos[v])))
+        return iter(sorted(cand, key=lambda v: (self.onward[v], self.pos[v])))
 
     def extend(self, v: str) -> bool:
         """Append ``v``; False if that leaves no cycle to complete (then :meth:`retract`)."""
@@ -96,23 +97,23 @@ class _Search:
         for w in self.adj[u]:
             self.ways_in[w] -= 1
         for w in self.pred[v]:
-            self.ways_out[w] -= 1
+            self.onward[w] -= 1
         if len(self.path) == self.n:
-            return self.start in self.adj[v]
+            return v in self.back
         return (all(self.ways_in[w] for w in self.adj[u] if w not in on)
-                and all(self.ways_out[w] for w in self.pred[v] if w not in on)
-                and any(w not in on for w in self.pred[self.start]) and self.reaches_all(v))
+                and all(self.onward[w] or w in self.back for w in self.pred[v] if w not in on)
+                and any(w not in on for w in self.back) and self.reaches_all(v))
 
     def reaches_all(self, v: str) -> bool:
         """The path can still go on from ``v`` to every GPU off it."""
-        seen, todo = {v}, [v]
-        while todo:
+        seen, todo, left = {v}, [v], self.n - len(self.path)
+        while todo and len(seen) <= left:
             for w in self.adj[todo.pop()]:
                 if w not in self.on and w not in seen:
                     seen.add(w)
                     todo.append(w)
         self.work += len(seen)
-        return len(seen) - 1 == self.n - len(self.path)
+        return len(seen) > left
 
     def retract(self) -> None:
         v = self.path.pop()
@@ -120,7 +121,7 @@ class _Search:
         for w in self.adj[self.path[-1]]:
             self.ways_in[w] += 1
         for w in self.pred[v]:
-            self.ways_out[w] += 1
+            self.onward[w] += 1
 
 
 def hamiltonian(gpus: list[str], adj: dict[str, list[str]],
@@ -193,31 +194,35 @@ def ring_cycle(topology: Topology, gpus: list[str], *, both_ways: bool = False,
     (with ``both_ways``, in both directions, for rings that send both ways round).
 
     Tried in turn: direct links of the highest bandwidth only (NCCL's rings over doubled
-    NVLinks), then of each lower bandwidth, then any link or switch-only path. Raises
-    :class:`NoRing` with the reason when none exists, :class:`RingSearchGaveUp` when the
-    search ran out of steps.
+    NVLinks), then of each lower bandwidth, then any link or switch-only path. Without a
+    ring, raises :class:`NoRing` with the proof that none exists (looked for only then:
+    on a thousand GPUs behind one switch it takes seconds), else
+    :class:`RingSearchGaveUp`.
     """
     gpus = list(gpus)
     if len(gpus) < 2:
         return gpus
     adj = ring_neighbours(topology, gpus)
+    reach = {x: set(adj[x]) for x in gpus}
     if both_ways:
-        adj = {x: [v for v in adj[x] if x in adj[v]] for x in gpus}
-    where = (f"no ring through the {len(gpus)} GPUs of {topology.name} (each linked to the "
-             f"next{' and back' if both_ways else ''} directly or through switches only)")
-    if reason := why_no_cycle(gpus, adj):
-        raise NoRing(f"{where}: {reason}")
+        adj = {x: [v for v in adj[x] if x in reach[v]] for x in gpus}
+        reach = {x: set(adj[x]) for x in gpus}
     members = set(gpus)
     speeds = sorted({k.bandwidth_Bps for x in gpus for k in topology.out_links(x)
                      if k.dst in members}, reverse=True)
     tiers = [{x: list(dict.fromkeys(k.dst for k in topology.out_links(x)
-                                    if k.dst in adj[x] and k.bandwidth_Bps >= speed))
+                                    if k.dst in reach[x] and k.bandwidth_Bps >= speed))
               for x in gpus} for speed in speeds]
     for tier in [*tiers, adj]:
         cycle, used = hamiltonian(gpus, tier, budget)
         if cycle is not None:
             return cycle
-    if used < budget:
-        raise NoRing(f"{where}: none exists (every order of them searched)")
+    where = (f"no ring through the {len(gpus)} GPUs of {topology.name} (each linked to the "
+             f"next{' and back' if both_ways else ''} directly or through switches only)")
+    reason = why_no_cycle(gpus, adj)
+    if reason is None and used < budget:
+        reason = "none exists (every order of them searched)"
+    if reason is not None:
+        raise NoRing(f"{where}: {reason}")
     raise RingSearchGaveUp(f"{where} found by a search bounded at {budget:,} steps (none "
                            "proven impossible either)")
