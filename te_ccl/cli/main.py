@@ -106,6 +106,9 @@ class Failure:
             return cls(e.format_message(), e.exit_code)
         if isinstance(e, TecclError):
             return cls(str(e), e.exit_code)
+        if isinstance(e, MemoryError):  # the input's size estimate missed: not a bug of its
+            return cls(f"out of memory in {_stage(e)} (use fewer chunks, fewer ranks or a "
+                       "smaller topology)", 3)
         hint = "" if debug else " (rerun with --debug)"
         return cls(f"{type(e).__name__}: {e}{hint}", 70, kind="internal error: ")
 
@@ -116,6 +119,18 @@ class Failure:
         if as_json:
             sys.stdout.write(json.dumps({"error": self.message, "exit": self.code}) + "\n")
         sys.exit(self.code)
+
+
+def _stage(e: BaseException) -> str:
+    """The innermost teccl module ``e`` passed through: where the memory ran out."""
+    module = "teccl"
+    tb = e.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_globals.get("__name__", "")
+        if name.startswith("te_ccl."):
+            module = name
+        tb = tb.tb_next
+    return module
 
 
 def wants_json(args: list[str]) -> bool:
