@@ -228,13 +228,15 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
     file of the cheapest candidate that lowers, fits the runtime and verifies
     (:func:`_first_file`), then the search's (:func:`_improve`) where it finishes earlier
     and can be lowered and verified in the time left. All of it ends
-    :data:`WRITE_RESERVE_S` before the deadline, kept for writing the file and its report.
+    :data:`WRITE_RESERVE_S` (and :data:`RESERVE_S_PER_DELIVERY` per chunk delivered) before
+    the deadline, kept for writing the file and its report.
 
     A deadline reached in any stage, or a search that fails (no schedule, none that fits
     the runtime), leaves the file kept, with a note; only with none kept yet is it an
     error, and a deadline's message then says what a first file would take.
     """
-    with keeping(WRITE_RESERVE_S):
+    deliveries = sum(collective.received().values())
+    with keeping(WRITE_RESERVE_S + RESERVE_S_PER_DELIVERY * deliveries):
         try:
             if params.backend == "auto" and params.max_horizon is None:
                 _first_file(topology, collective, params, options, timer, kept, in_switch)
@@ -318,8 +320,9 @@ def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> 
         return (f"; the first file ({describe(attempt)}, {len(attempt.transfers)} "
                 f"transfers) needs about {need:.2g} s here")
     n = sum(collective.received().values())
-    return (f"; no schedule was built in time, and a file of its {n} chunk deliveries "
-            f"takes about {timer.write_n(n, lowered=False):.2g} s to lower and verify here")
+    return (f"; no schedule was built in time, and a first file (at least {n} transfers, "
+            f"one per chunk delivered) takes about {timer.write_n(n, lowered=False):.2g} s "
+            "to lower and verify here")
 
 
 def _improve(topology: Topology, collective: Collective, params: SolveParams,
@@ -494,13 +497,16 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
 
 
 SEARCH_SHARE = 0.8  # of a compile's time limit, for finding the schedule; writing it gets the rest
-LOWER_S_PER_TRANSFER = 2e-4  # lowering's pace until the compile has timed its own (65k: ~13 s
-#                               with the cores shared; about half that on an idle machine)
+LOWER_S_PER_TRANSFER = 1.5e-4  # lowering's pace until the compile has timed its own: 65k
+#                                 transfers take 5-15 s (meshes faster than tori, a busy
+#                                 machine slower than an idle one)
 VERIFY_SHARE = 0.4  # verifying a file takes about this share of what lowering it did
 REPLAY_SHARE = 0.2  # and replaying it (beside the verifier, from PARALLEL_FROM transfers) this
 MIN_SEARCH_S = 1e-3  # a search's share past the deadline (it stops at its first check)
 WRITE_RESERVE_S = 0.3  # kept from the search and the files it improves on, for writing the
 #                        file kept and its report (the bytes are ready: only the write is left)
+RESERVE_S_PER_DELIVERY = 1.5e-6  # and per chunk delivered: the passes of a large lowering
+#                                  look at the clock seconds apart (1024 GPUs: ~1.6 s more)
 PACE_MIN_TRANSFERS = 1000  # smaller lowerings time their fixed costs, not their pace
 SIM_LIMIT = 100_000  # transfers: beyond, a schedule is timed by its prediction
 PARALLEL_FROM = WORTH_FORKING  # transfers: from here, the checker and the written file's
