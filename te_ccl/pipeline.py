@@ -329,9 +329,10 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
              options: CompileOptions, timer: Timer, kept: Incumbent, in_switch: bool) -> None:
     """Search (the file kept is one of the candidates: :func:`solve_best`'s ``known``),
     and keep the search's schedule where it is not the file kept, finishes earlier by
-    the judge and is lowered and verified in the time left (else, the chunking asked for
-    solved again by the scale backend with as many sub-chunks as the time left lowers,
-    :func:`_affordable`; else the file kept stands, cut short)."""
+    the judge and is lowered and verified in the time left. A scale schedule that cannot
+    be in the time left, or (of another chunking) does not fit the runtime, gives way to
+    the chunking asked for solved again by the scale backend (:func:`_rescaled`); else
+    the file kept stands."""
     search = _search(params)
     known = ((kept.best.source, kept.best.schedule),) if kept.best is not None else ()
     schedule = solve_best(topology, collective, search, options.chunk_choices, kept.tell,
@@ -342,42 +343,52 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
     if kept.best is not None:
         if timer.judge(schedule) >= kept.best.finish_s:
             return
-        schedule = _affordable(schedule, collective, kept, search, timer)
-        if schedule is None:
-            return
-    with _checked_alongside(schedule):
-        schedule, data = render_fitting(schedule, options, search, kept.tell, timer,
-                                        fallback=kept.best is not None)
+        need = timer.write_s(schedule)
+        if need > left():
+            why = f"needs ~{need:.2g} s to lower and verify, with {left():.2g} s left"
+            kept.cut(f"the search's best, {describe(schedule)}, {why}")
+            schedule = _rescaled(schedule, collective, kept, search, timer, why)
+            if schedule is None:
+                return
+    try:
+        with _checked_alongside(schedule):
+            schedule, data = render_fitting(schedule, options, search, kept.tell, timer,
+                                            fallback=kept.best is not None)
+    except RuntimeLimitError as e:
+        if kept.best is None or _chunking(schedule) == collective:
+            raise  # solved again with fewer sub-chunks already
+        again = _rescaled(schedule, collective, kept, search, timer,
+                          f"does not fit the runtime ({e})")
+        if again is None:
+            raise
+        with _checked_alongside(again):
+            schedule, data = render_fitting(again, options, search, kept.tell, timer,
+                                            fallback=True)
     if not _offer(kept, schedule, data, timer, "search"):
         kept.notes.append(f"anytime: the search's file ({describe(schedule)}) did not "
                           "finish earlier than the file kept")
 
 
-def _affordable(schedule: Schedule, collective: Collective, kept: Incumbent,
-                params: SolveParams, timer: Timer) -> Schedule | None:
-    """``schedule`` if its file can be lowered and verified in the time left; else, for
-    a scale schedule, ``collective`` (the chunking asked for) solved again by the scale
-    backend with at most as many pieces per rank (chunks times sub-chunks) as the time
-    left lowers (transfers grow with them), if that makes more than one piece of a chunk
-    and still finishes earlier than the file kept; else None, the compile cut short."""
-    need = timer.write_s(schedule)
-    if need <= left():
-        return schedule
-    pieces = schedule.collective.chunks_per_rank * left() / need
-    fewer = int(pieces / collective.chunks_per_rank)
-    if schedule.info.backend == "scale" and fewer >= 2:
-        kept.tell(f"lowering {len(schedule.transfers)} transfers would take ~{need:.2g} s; "
-                  f"solving again with at most {fewer} sub-chunks per chunk")
-        asked = replace(params, backend="scale", max_subchunks=fewer)
-        again = solve_best(schedule.topology, collective, asked, (), kept.tell, timer.judge)
-        if timer.write_s(again) <= left() and timer.judge(again) < kept.best.finish_s:
-            kept.cut(f"lowering and verifying the search's best, {describe(schedule)}, "
-                     f"would take ~{need:.2g} s, more than was left: solved again with "
-                     f"{again.info.subchunks} sub-chunks per chunk")
-            return again.with_info(notes=_won(schedule) + again.info.notes)
-    kept.cut(f"the search's best, {describe(schedule)}, needs ~{need:.2g} s to lower and "
-             f"verify, with {left():.2g} s left")
-    return None
+def _rescaled(schedule: Schedule, collective: Collective, kept: Incumbent,
+              params: SolveParams, timer: Timer, why: str) -> Schedule | None:
+    """Where the search's best, a scale ``schedule``, cannot be written (``why``):
+    ``collective`` (the chunking asked for) solved again by the scale backend with at
+    most as many pieces per rank (chunks times sub-chunks) as the time left lowers at
+    ``schedule``'s pace (transfers grow with pieces), if that makes more than one piece
+    of a chunk and finishes earlier than the file kept, with a note; else None."""
+    fewer = int(schedule.collective.chunks_per_rank * left() / timer.write_s(schedule)
+                / collective.chunks_per_rank)
+    if schedule.info.backend != "scale" or fewer < 2:
+        return None
+    kept.tell(f"the search's best {why}; solving again with at most {fewer} sub-chunks "
+              "per chunk")
+    asked = replace(params, backend="scale", max_subchunks=fewer)
+    again = solve_best(schedule.topology, collective, asked, (), kept.tell, timer.judge)
+    if timer.write_s(again) > left() or timer.judge(again) >= kept.best.finish_s:
+        return None
+    return again.with_info(notes=_won(schedule) + again.info.notes + (
+        f"anytime: the search's best, {describe(schedule)}, {why}: solved again with "
+        f"{again.info.subchunks} sub-chunks per chunk",))
 
 
 def check_loadable(collective: Collective) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -109,6 +110,37 @@ def test_a_runtime_limit_in_the_searchs_file_falls_back_to_the_first_file(tmp_pa
     assert sources(result) == ["first file"] and not result.cut_short
     assert any(n.startswith("anytime: the search found no other file") and "32 channels" in n
                for n in result.schedule.info.notes)
+
+
+def test_a_search_schedule_of_another_chunking_that_does_not_fit_gives_way(tmp_path,
+                                                                          monkeypatch):
+    """The search keeps 2 chunks per rank, whose files the runtime cannot hold at any
+    sub-chunking (nor any file of more than one chunk per rank, such as the doubled
+    rings' of the race with whole chunks): the chunking asked for is solved again by the
+    scale backend and its file, faster than the first one, is written."""
+    real_solve, real_lower = pipeline.solve_best, lowering.lower_to_msccl
+
+    def search(topology, collective, params, chunk_choices=(), progress=None, judge=None,
+               in_switch=False, known=()):
+        if known:  # the search proper (solving again passes none)
+            collective = replace(collective, chunks_per_rank=2)
+        return real_solve(topology, collective, params, chunk_choices, progress, judge,
+                          in_switch)
+
+    def lower(schedule, **kw):
+        if schedule.collective.chunks_per_rank // schedule.info.subchunks != 1:
+            raise RuntimeLimitError("cannot keep at most 64 steps per thread block")
+        return real_lower(schedule, **kw)
+
+    monkeypatch.setattr(pipeline, "solve_best", search)
+    monkeypatch.setattr(lowering, "lower_to_msccl", lower)
+    result, out = compile_to(tmp_path)
+    assert verify_msccl(out.read_text()).valid
+    assert sources(result) == ["first file", "search"]
+    s = result.schedule
+    assert s.collective.chunks_per_rank == s.info.subchunks > 1  # 1 chunk per rank, cut
+    assert any("does not fit the runtime" in n and "solved again with" in n
+               for n in s.info.notes)
 
 
 def test_a_search_too_slow_to_lower_in_time_is_not_started(tmp_path, monkeypatch):
