@@ -136,9 +136,13 @@ def check_fits(topology: Topology, collective: Collective) -> None:
     if estimate <= MAX_TRANSFERS:
         return
     most = most_chunks(topology, collective)
-    where = (f"{collective.chunks_per_rank} chunks per rank" if most else
-             f"{collective.kind.value} on {collective.nranks} ranks of {topology.name}")
-    fix = f"use at most {most} chunks per rank" if most else "use fewer ranks"
+    if collective.kind is CollectiveKind.CUSTOM:
+        key, where, fix = "demands", f"{collective.commodities} chunks", "use fewer chunks"
+    elif most:
+        key, where = "chunks", f"{collective.chunks_per_rank} chunks per rank"
+        fix = f"use at most {most} chunks per rank"
+    else:
+        key, fix = "ranks", "use fewer ranks"
+        where = f"{collective.kind.value} on {collective.nranks} ranks of {topology.name}"
     raise SpecError(f"{where} would build at least {estimate:,} transfers, more than the "
-                    f"{MAX_TRANSFERS:,} one compile holds in memory ({fix})",
-                    key="chunks" if most else "ranks")
+                    f"{MAX_TRANSFERS:,} one compile holds in memory ({fix})", key=key)
