@@ -343,7 +343,7 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
     if kept.best is not None:
         if timer.judge(schedule) >= kept.best.finish_s:
             return
-        need = timer.write_s(schedule)
+        need = timer.write_s(schedule) if options.fmt == "xml" else 0.0
         if need > left():
             why = f"needs ~{need:.2g} s to lower and verify, with {left():.2g} s left"
             kept.cut(f"the search's best, {describe(schedule)}, {why}")
