@@ -15,6 +15,7 @@ Rules (the ``rule`` field of each :class:`Violation`):
                 flow's output per phase;
 ``capability``  a flow adds inputs only where the switch reduces, and copies to several
                 outputs only where it copies;
+``flow``        a flow's operation and reduce op are those its ports make it;
 ``route``       the µSwitch settings, replayed element by element, deliver to each output
                 port of a flow exactly the sum of that flow's input ports: nothing lost,
                 mixed with another flow, added twice or sent where no flow sends; every
@@ -221,6 +222,8 @@ class _Flow:
     stream: str
     radix: int
     m: int
+    operation: str
+    reduce_op: str
 
 
 @dataclass(frozen=True)
@@ -233,6 +236,7 @@ class _Use:
     middle: str
     stage: str
     kind: str
+    level: int
 
 
 @dataclass(frozen=True)
@@ -301,8 +305,13 @@ def _number(data: dict[str, Any], key: str) -> float:
 
 def _parse(texts: Mapping[str, str], out: list[Violation]) -> _Tables:
     data = _json(texts)
+    declared = []
+    for key in ("config_bytes", "fits"):
+        if not isinstance(data.get(key), dict):
+            raise SpecError("expected a mapping of switch names", file="tables.json", key=key)
+        declared.append(data[key])
     t = _Tables(_switches(data), int(_number(data, "sram_bytes")), _number(data, "reconfig_s"),
-                data.get("config_bytes") or {}, data.get("fits") or {})
+                *declared)
     rows = {name: _rows(texts, name) for name in FILES}
     for name, parsed in rows.items():
         table = name.removesuffix(".csv")
@@ -319,15 +328,16 @@ def _parse(texts: Mapping[str, str], out: list[Violation]) -> _Tables:
             out.append(Violation("phase", f"phase {index} is listed twice"))
         t.phases[index] = (r.number("start_s"), r.number("end_s"), r.flag("default_unicast"))
     for r in rows["flows.csv"]:
-        t.flows.append(_Flow(r.text("switch"), r.integer("phase"), r.text("flow"), r.ints("input_ports"),
-                             r.ints("output_ports"), r.integer("bytes"), r.text("stream"),
-                             r.integer("radix"), r.integer("m")))
+        t.flows.append(_Flow(r.text("switch"), r.integer("phase"), r.text("flow"),
+                             r.ints("input_ports"), r.ints("output_ports"), r.integer("bytes"),
+                             r.text("stream"), r.integer("radix"), r.integer("m"),
+                             r.text("operation"), r.text("reduce_op")))
     for r in rows["uswitches.csv"]:
         sw, path = r.text("switch"), r.text("element")
         t.uses[(sw, r.integer("phase"))].append(_Use(
             path.removeprefix(f"{sw}/") if path.startswith(f"{sw}/") else f"?{path}",
             r.text("flow"), r.text("input_sel"), r.text("output_sel"), r.text("mode"),
-            r.text("middle"), r.text("stage"), r.text("kind")))
+            r.text("middle"), r.text("stage"), r.text("kind"), r.integer("recursion_level")))
     for r in rows["configs.csv"]:
         key = (r.text("switch"), r.integer("phase"))
         if key in t.configs:
@@ -434,9 +444,11 @@ def _settings(sw: str, phase: int, uses: list[_Use], m: int, elements: dict[str,
             continue
         parsed = []
         for u in group:
-            if (u.stage, u.kind) != _KINDS[kind]:
+            if (u.stage, u.kind, u.level) != (*_KINDS[kind], path.count("/")):
                 out.append(Violation("route", f"{where}: a {_KINDS[kind][1]} element in stage "
-                                              f"{_KINDS[kind][0]}, listed as {u.kind}/{u.stage}"))
+                                              f"{_KINDS[kind][0]} at recursion level "
+                                              f"{path.count('/')}, listed as {u.kind}/{u.stage} "
+                                              f"at {u.level}"))
             try:
                 src: tuple[int, ...] | int
                 dst: tuple[int, ...] | int
@@ -603,6 +615,15 @@ def _check_flows(t: _Tables, out: list[Violation]) -> dict[tuple[str, int], list
         if bad or not f.inputs or not f.outputs:
             out.append(Violation("port", f"{where}: ports {bad or 'missing'} (radix {sw.radix})"))
             continue
+        if f.bytes < 0:
+            out.append(Violation("rate", f"{where}: carries {f.bytes} B"))
+        many_in, many_out = len(set(f.inputs)) > 1, len(set(f.outputs)) > 1
+        operation = {(True, True): "allreduce", (True, False): "reduce",
+                     (False, True): "multicast", (False, False): "unicast"}[(many_in, many_out)]
+        if (f.operation, f.reduce_op == "sum") != (operation, many_in) or \
+                f.reduce_op not in ("sum", "none"):
+            out.append(Violation("flow", f"{where}: listed as {f.operation} with reduce op "
+                                         f"{f.reduce_op}, its ports make it {operation}"))
         if len(f.inputs) > 1 and not sw.reduce:
             out.append(Violation("capability", f"{where}: adds {len(f.inputs)} inputs on a "
                                                "switch that does not reduce"))

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.errors import SpecError
 from te_ccl.fred.from_schedule import schedule_timeline
 from te_ccl.fred.in_switch import in_switch_schedule
 from te_ccl.fred.wafer import wafer_from_topology
@@ -106,6 +107,14 @@ def _stream_order(t: dict) -> None:
     t["streams"][0]["after"] = "s1"
 
 
+def _operation(t: dict) -> None:
+    _row(t, "flows", switch="L2")["operation"] = "unicast"
+
+
+def _recursion_level(t: dict) -> None:
+    t["uswitches"][0]["recursion_level"] += 1
+
+
 @pytest.mark.parametrize("change,rules", [
     (lambda t: _flow_bytes(t, 10**9), {"rate"}),  # a byte count over the lane
     (lambda t: _flow_bytes(t, -1000), {"stream"}),  # a byte count short of the stream
@@ -119,6 +128,8 @@ def _stream_order(t: dict) -> None:
     (_config_size, {"sram"}),
     (_sram, {"sram"}),
     (_stream_order, {"order"}),
+    (_operation, {"flow"}),
+    (_recursion_level, {"route"}),
 ])
 def test_a_broken_row_is_caught(allreduce, change, rules):
     found = _rules(_mutated(allreduce, change))
@@ -174,3 +185,25 @@ def test_check_command_exit_codes(teccl, tmp_path):
     assert code == 2 and "phases.csv" in err
     code, _, err = teccl("fred", "check", str(tmp_path / "missing"))
     assert code == 2
+
+
+_CELLS = st.sampled_from(["", "x", "-1", "0", "7", "1e400", "nan", "mid9", "0+1", "1+1",
+                          "True", "s999", "L2", "npu0", "default", "0 0", "L2/mid7/in0"])
+
+
+@settings(max_examples=30, deadline=None)
+@given(name=st.sampled_from(["flows.csv", "uswitches.csv", "phases.csv", "ports.csv",
+                             "configs.csv", "streams.csv"]),
+       row=st.integers(1, 40), column=st.integers(0, 15), cell=_CELLS)
+def test_any_edited_cell_is_a_finding_or_an_input_error(allreduce, name, row, column, cell):
+    """Whatever a cell is edited to, the checker reports violations or refuses the file
+    (exit 2); it never fails on its own (exit 70)."""
+    texts = render_fred_tables(allreduce)
+    lines = texts[name].splitlines()
+    cells = lines[row % (len(lines) - 1) + 1].split(",")
+    cells[column % len(cells)] = cell
+    lines[row % (len(lines) - 1) + 1] = ",".join(cells)
+    try:
+        check_fred_tables({**texts, name: "\n".join(lines) + "\n"})
+    except SpecError as e:
+        assert name in str(e)
