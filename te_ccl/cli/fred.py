@@ -179,15 +179,10 @@ def _route_tables(sw: FredSwitch, split: PhaseSplit, out_dir: str) -> dict[str, 
 
     phases = []
     for k, r in enumerate(split.phases):
-        infos = tuple(FlowInfo(sw.path, f, "custom", _operation(f), "MP", 0, 1, 0.0,
+        infos = tuple(FlowInfo(sw.path, f, "custom", "MP", 0, 1, 0.0,
                                "sum" if len(f.inputs) > 1 else "none") for f in r.flows)
         phases.append(FredPhase(k, "MP", infos, {sw.path: r}, float(k), float(k + 1)))
     return write_fred_tables(phases, SwitchSet("switch", {sw.path: sw}), out_dir)
-
-
-def _operation(f: Flow) -> str:
-    return {(True, True): "allreduce", (True, False): "reduce", (False, True): "multicast",
-            (False, False): "unicast"}[(len(f.inputs) > 1, len(f.outputs) > 1)]
 
 
 def _size(text: str) -> int:

@@ -49,7 +49,6 @@ class FlowInfo:
     switch: str
     flow: Flow
     collective: str
-    operation: str
     cls: str
     step: int
     steps: int
@@ -240,7 +239,7 @@ def _flows_of(wafer: Wafer, ops: tuple[CollectiveOp, ...], it: _Item, step: int,
                                           tuple(wafer.l2_port(k, d) for k, d in it.down.items()))))
     byt = s.bytes / wafer.npu_lanes
     reduce_op = "sum" if len(s.sources) > 1 else "none"
-    return [FlowInfo(sw, f, op.name, s.operation, op.cls, step, nsteps, byt,
+    return [FlowInfo(sw, f, op.name, op.cls, step, nsteps, byt,
                      reduce_op if len(f.inputs) > 1 else "none") for sw, f in flows]
 
 

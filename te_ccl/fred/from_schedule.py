@@ -193,10 +193,8 @@ def _flows(wafer: Wafer, s: ChunkStream, k: int, lanes: Stripe, kind: str
     for v in s.visits:
         ins = tuple(wafer.port(v.switch, t.src, lanes[(t.src, v.switch)]) for t in v.ins)
         outs = tuple(wafer.port(v.switch, t.dst, lanes[(v.switch, t.dst)]) for t in v.outs)
-        op = ("allreduce" if len(outs) > 1 else "reduce") if len(ins) > 1 \
-            else ("multicast" if len(outs) > 1 else "unicast")
-        out.append(FlowInfo(v.switch, Flow(f"{s.id}.e{v.epoch}.l{k}", ins, outs), kind, op,
-                            "MP", 0, 1, 0, "sum" if len(ins) > 1 else "none", s.id))
+        out.append(FlowInfo(v.switch, Flow(f"{s.id}.e{v.epoch}.l{k}", ins, outs), kind, "MP",
+                            0, 1, 0, "sum" if len(ins) > 1 else "none", s.id))
     return out
 
 

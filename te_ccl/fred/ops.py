@@ -24,11 +24,17 @@ from dataclasses import dataclass
 
 from te_ccl.errors import SpecError
 
-__all__ = ["KINDS", "CLASSES", "Stream", "CollectiveOp"]
+__all__ = ["KINDS", "CLASSES", "operation", "Stream", "CollectiveOp"]
 
 KINDS = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "alltoall",
          "sendrecv")
 CLASSES = ("MP", "PP", "DP", "IO")  # priority order (fred.md: MP > PP > DP)
+
+
+def operation(inputs: int, outputs: int) -> str:
+    """What a switch does with data from ``inputs`` sources for ``outputs`` destinations."""
+    return {(True, True): "allreduce", (True, False): "reduce", (False, True): "multicast",
+            (False, False): "unicast"}[(inputs > 1, outputs > 1)]
 
 
 @dataclass(frozen=True)
@@ -41,9 +47,7 @@ class Stream:
 
     @property
     def operation(self) -> str:
-        many_in, many_out = len(self.sources) > 1, len(self.destinations) > 1
-        return {(True, True): "allreduce", (True, False): "reduce",
-                (False, True): "multicast", (False, False): "unicast"}[(many_in, many_out)]
+        return operation(len(self.sources), len(self.destinations))
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 
 from te_ccl.errors import SpecError, VerificationError
+from te_ccl.fred.ops import operation
 from te_ccl.fred.switch import FredSwitch, MicroSwitch
 
 __all__ = ["Flow", "ElementUse", "ElementSetting", "Routing", "RoutingConflict",
@@ -51,6 +52,11 @@ class Flow:
     id: str
     inputs: tuple[int, ...]
     outputs: tuple[int, ...]
+
+    @property
+    def operation(self) -> str:
+        """What the switch does for it: allreduce, reduce, multicast or unicast."""
+        return operation(len(set(self.inputs)), len(set(self.outputs)))
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,7 @@ def flow_rows(phases: Sequence[FredPhase], wafer: Fabric) -> list[dict[str, Any]
             rows.append({"switch": fi.switch, "level": wafer.level(fi.switch),
                          "radix": sw.ports, "m": sw.m, "phase": ph.index,
                          "priority_class": fi.cls, "collective": fi.collective,
-                         "operation": fi.operation, "step": fi.step + 1, "steps": fi.steps,
+                         "operation": fi.flow.operation, "step": fi.step + 1, "steps": fi.steps,
                          "flow": fi.flow.id, "input_ports": _ports(fi.flow.inputs),
                          "output_ports": _ports(fi.flow.outputs), "reduce_op": fi.reduce_op,
                          "bytes": round(fi.bytes), "stream": fi.stream})

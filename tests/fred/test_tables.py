@@ -167,3 +167,19 @@ def test_a_switch_that_cannot_copy_forwards_each_arrival_once(tmp_path):
     assert {f["operation"] for f in tables["flows"]} == {"unicast"}
     assert {c["config"] for c in tables["configs"]} == {"default"}
     assert written.fabric["sram_bytes_max"] == 0 and check_fred_dir(tmp_path).clean
+
+
+def test_an_sram_overflow_is_reported_not_refused(tmp_path, monkeypatch):
+    """Configurations larger than the SRAM are a finding about the fabric: the tables are
+    written with ``fits: false``, the compile's report warns, and `fred check` fails."""
+    topo = load_topology("fred-d")
+    monkeypatch.setattr("te_ccl.lower.fred.SRAM_BYTES", 8)
+    monkeypatch.setattr("te_ccl.fred.limits.SRAM_BYTES", 8)
+    written = fred_tables_for(_pair_allreduce(topo), topo, tmp_path)
+    assert not written.summary["fits"]
+    fabric = written.fabric
+    assert not fabric["sram_fits"] and not fabric["fits"] and fabric["sram_switch"] == "L1.0"
+    assert fabric["warning"] == (f"fred-d: L1.0 needs {fabric['sram_bytes_max']}B of "
+                                 "configuration SRAM (has 8B)")
+    report = check_fred_dir(tmp_path)
+    assert set(report.counts) == {"sram"}
