@@ -68,10 +68,13 @@ class ChunkStream:
     after: tuple[str, ...]
 
     @cached_property
-    def links(self) -> tuple[Link, ...]:
-        """Every directed link of the tree, once."""
-        return tuple(dict.fromkeys((t.src, t.dst) for v in self.visits
-                                   for t in (*v.ins, *v.outs)))
+    def links(self) -> dict[Link, tuple[Transfer, ...]]:
+        """The transfers of the tree on each directed link (a stripe takes one lane of the
+        link for each)."""
+        out: dict[Link, tuple[Transfer, ...]] = {}
+        for t in dict.fromkeys(t for v in self.visits for t in (*v.ins, *v.outs)):
+            out[(t.src, t.dst)] = (*out.get((t.src, t.dst), ()), t)
+        return out
 
 
 @dataclass(frozen=True)
@@ -168,7 +171,7 @@ def chunk_streams(schedule: Schedule, wafer: Wafer) -> list[ChunkStream]:
     return streams
 
 
-Stripe = dict[Link, int]  # lane of each link
+Stripe = dict[Transfer, int]  # the lane each transfer of the tree takes
 
 
 def _allocate(wafer: Wafer, ready: Sequence[ChunkStream]) -> dict[str, list[Stripe]]:
@@ -176,13 +179,13 @@ def _allocate(wafer: Wafer, ready: Sequence[ChunkStream]) -> dict[str, list[Stri
     free: dict[Link, list[int]] = {}
     out: dict[str, list[Stripe]] = {}
     for s in ready:
-        links = s.links
-        for link in links:
+        for link in s.links:
             if link not in free:
                 free[link] = list(range(wafer.lanes(*link)))
-        n = min(len(free[link]) for link in links)
+        n = min(len(free[link]) // len(ts) for link, ts in s.links.items())
         if n:
-            out[s.id] = [{link: free[link].pop(0) for link in links} for _ in range(n)]
+            out[s.id] = [{t: free[link].pop(0) for link, ts in s.links.items() for t in ts}
+                         for _ in range(n)]
     return out
 
 
@@ -191,8 +194,8 @@ def _flows(wafer: Wafer, s: ChunkStream, k: int, lanes: Stripe, kind: str
     """The flows of stripe ``k`` of ``s``: one on each switch it visits (bytes set later)."""
     out = []
     for v in s.visits:
-        ins = tuple(wafer.port(v.switch, t.src, lanes[(t.src, v.switch)]) for t in v.ins)
-        outs = tuple(wafer.port(v.switch, t.dst, lanes[(v.switch, t.dst)]) for t in v.outs)
+        ins = tuple(wafer.port(v.switch, t.src, lanes[t]) for t in v.ins)
+        outs = tuple(wafer.port(v.switch, t.dst, lanes[t]) for t in v.outs)
         out.append(FlowInfo(v.switch, Flow(f"{s.id}.e{v.epoch}.l{k}", ins, outs), kind, "MP",
                             0, 1, 0, "sum" if len(ins) > 1 else "none", s.id))
     return out
@@ -212,6 +215,9 @@ def _route(wafer: Wafer, stripes: dict[str, list[Stripe]],
             return {sw: route_once(wafer.switches[sw], fl) for sw, fl in by_switch.items()}
         except RoutingConflict as conflict:
             sid = max({f.split(".")[0] for f in conflict.flows}, key=order.__getitem__)
+            if len(stripes) == 1 and len(stripes[sid]) == 1:
+                raise VerificationError(f"one lane of stream {sid} alone does not route: "
+                                        f"{conflict}") from None
             stripes[sid].pop()
             if not stripes[sid]:
                 del stripes[sid]
@@ -224,7 +230,8 @@ def schedule_timeline(schedule: Schedule, wafer: Wafer) -> Timeline:
     ------
     VerificationError
         If no stream can move while some remain (a dependency cycle: never expected of a
-        schedule whose transfers go forward in time).
+        schedule whose transfers go forward in time), or one lane of a stream alone does
+        not route (a chunk crossing one switch more than m times at once).
     """
     streams = chunk_streams(schedule, wafer)
     order = {s.id: i for i, s in enumerate(streams)}

@@ -183,3 +183,19 @@ def test_an_sram_overflow_is_reported_not_refused(tmp_path, monkeypatch):
                                  "configuration SRAM (has 8B)")
     report = check_fred_dir(tmp_path)
     assert set(report.counts) == {"sram"}
+
+
+def test_a_chunk_crossing_a_link_twice_takes_a_lane_for_each_crossing(tmp_path):
+    """L2 sends the chunk down to L1.1 twice (it bounces back up in between): each of
+    the stream's stripes takes two lanes of that link."""
+    topo = load_topology("fred-d")
+    hops = [("npu0", "L1.0"), ("L1.0", "L2"), ("L2", "L1.1"), ("L1.1", "L2"), ("L2", "L1.1"),
+            ("L1.1", "npu4")]
+    t = tuple(Transfer(0, a, b, e, e + 1) for e, (a, b) in enumerate(hops))
+    coll = Collective(CollectiveKind.BROADCAST, 4000, (0, 4), root=0)
+    fred_tables_for(Schedule(topo, coll, 1e-6, t), topo, tmp_path)
+    tables = json.loads((tmp_path / "tables.json").read_text())
+    down = [f for f in tables["flows"] if f["switch"] == "L2"]
+    # npu0's 4 lanes give 4 stripes, each down from L2 to L1.1 on two lanes
+    assert len(down) == 8 and len({f["output_ports"] for f in down}) == 8
+    assert check_fred_dir(tmp_path).clean
