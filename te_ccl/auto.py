@@ -218,8 +218,10 @@ def quick(topology: Topology, collective: Collective, params: SolveParams
     function that builds it (None: it does not apply): the scale method at one sub-chunk
     per chunk (its fewest transfers: the plan's budget keeps even 1024 GPUs within the
     runtime's limits at that), then the templates (and the in-switch schedule) where
-    building them is quick (:data:`TEMPLATE_MAX_DELIVERIES`). A candidate that breaks a
-    buffer limit raises :class:`SolverError`. Bad input raises :class:`SpecError` first."""
+    building them is quick (:data:`TEMPLATE_MAX_DELIVERIES`) and, as in the race, up to
+    :data:`TEMPLATE_MAX_GPUS` GPUs unless no scale method applies (a ring AlltoAll of 72
+    GPUs takes a minute to build). A candidate that breaks a buffer limit raises
+    :class:`SolverError`. Bad input raises :class:`SpecError` first."""
     from te_ccl.backends.scale import scale_method
     from te_ccl.baselines import applicable, build_baseline
     from te_ccl.fred import in_switch_candidate
@@ -231,7 +233,8 @@ def quick(topology: Topology, collective: Collective, params: SolveParams
         scale = replace(params, backend="scale", max_subchunks=1)
         yield f"scale/{method}", partial(_within_buffers, run_strategy, topology, collective,
                                          scale)
-    if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
+    if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES or (
+            method is not None and topology.ngpus > TEMPLATE_MAX_GPUS):
         return
     for name in applicable(topology, collective):
         yield f"template {name}", partial(_within_buffers, build_baseline, name, topology,
@@ -392,6 +395,9 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
             candidate = build()
         except BaselineError:
             continue
+        except TimeLimitReached as e:  # building is part of the search: keep the best so far
+            race.fail(f"template {name}", e)
+            return
         if candidate is None:
             continue
         limit = min((x for x in (at_most, race.best_s) if x is not None), default=None)

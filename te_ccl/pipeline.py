@@ -373,11 +373,11 @@ def _rescaled(schedule: Schedule, collective: Collective, kept: Incumbent,
               params: SolveParams, timer: Timer, why: str) -> Schedule | None:
     """Where the search's best, a scale ``schedule``, cannot be written (``why``):
     ``collective`` (the chunking asked for) solved again by the scale backend with at
-    most as many pieces per rank (chunks times sub-chunks) as the time left lowers at
-    ``schedule``'s pace (transfers grow with pieces), if that makes more than one piece
-    of a chunk and finishes earlier than the file kept, with a note; else None."""
-    fewer = int(schedule.collective.chunks_per_rank * left() / timer.write_s(schedule)
-                / collective.chunks_per_rank)
+    most as many pieces per rank (chunks times sub-chunks) as the time left once solved
+    again lowers at ``schedule``'s pace (transfers grow with pieces), if that makes more
+    than one piece of a chunk and finishes earlier than the file kept, with a note; else
+    None."""
+    fewer = int(_lowerable(schedule, timer) / collective.chunks_per_rank)
     if schedule.info.backend != "scale" or fewer < 2:
         return None
     kept.tell(f"the search's best {why}; solving again with at most {fewer} sub-chunks "
@@ -872,15 +872,23 @@ def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
         if k <= 1:
             raise
         failed, why = k, str(e)
-    asked = _chunking(schedule)
+    asked, last = _chunking(schedule), schedule
     fit: tuple[int, Schedule, bytes] | None = None  # (k asked for, schedule, bytes)
     tried, spent = [f"{k}: {why}"], schedule.info.solver_time_s
     while fit is None or failed - fit[0] > max(1, fit[0] // 4):
         k = failed // 2 if fit is None else (fit[0] + failed) // 2
+        if fallback:  # no more sub-chunks than the time left lowers
+            k = min(k, int(_lowerable(last, timer) / asked.chunks_per_rank))
+            if fit is not None and k <= fit[0]:
+                tried.append(f"{k}: no time left")
+                break
+            if k < 1:
+                raise TimeLimitReached(f"{left():.2g} s left, too few to solve, lower and "
+                                       "verify one sub-chunk per chunk")
         if progress:
             progress(f"MSCCL cannot hold {failed} sub-chunks per chunk; trying {k}")
         try:
-            again = _solved_again(schedule, k, params, progress, timer)
+            again = last = _solved_again(schedule, k, params, progress, timer)
             _refuse(check_schedule(again))
             spent += again.info.solver_time_s
             if fallback:
@@ -954,6 +962,14 @@ def _solved_again(schedule: Schedule, k: int, params: SolveParams,
 def _won(schedule: Schedule) -> tuple[str, ...]:
     """The notes of the search ``schedule`` won (what it was raced against)."""
     return tuple(n for n in schedule.info.notes if n.startswith(("auto:", "chunks auto:")))
+
+
+def _lowerable(schedule: Schedule, timer: Timer) -> float:
+    """Pieces per rank (chunks times sub-chunks) of ``schedule``'s kind that can be solved
+    again (about as long as it took), lowered and verified in the time left, at its pace:
+    transfers grow with the pieces."""
+    after = left() - schedule.info.solver_time_s
+    return schedule.collective.chunks_per_rank * after / max(timer.write_s(schedule), 1e-9)
 
 
 def _in_time(schedule: Schedule, timer: Timer) -> None:
