@@ -11,7 +11,7 @@ from te_ccl.auto import Judge
 from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.deadline import Budget
-from te_ccl.errors import SolverError
+from te_ccl.errors import SolverError, SpecError
 from te_ccl.solve import SolveParams, solve
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology.generators import ring
@@ -171,6 +171,35 @@ def test_small_templates_are_timed_past_the_share_of_the_race(n, timed):
     names = [t.name for t in race.trials if t.time_s is not None]
     assert any(x.startswith("template ") for x in names) is timed
     assert timed or any("no time left" in t.outcome for t in race.trials)
+
+
+def test_a_deadline_while_building_a_template_keeps_the_best_so_far(monkeypatch):
+    import te_ccl.baselines as baselines
+
+    def late(*args):
+        raise auto.TimeLimitReached("time limit of 1 s reached while building a template")
+
+    topo, c = ring(4, 50e9), every("allgather", 4, 4 << 12)
+    race = auto._Race(Judge("test", lambda s: s.finish_time_s))
+    first = build_baseline("ring", topo, c)
+    race.enter("first", first)
+    monkeypatch.setattr(baselines, "build_baseline", late)
+    auto._templates(race, topo, c, Budget.of(60.0))
+    assert race.winner().transfers is first.transfers
+    assert any("while building a template" in t.outcome for t in race.trials)
+
+
+def test_the_cheap_candidates_start_with_the_scale_method_at_one_sub_chunk():
+    mesh = load_topology("mesh4x4")
+    names = [name for name, _ in auto.quick(mesh, every("allgather", 16, 1 << 20), AUTO)]
+    assert names[0] == "scale/trees" and "template ring" in names
+    name, build = next(auto.quick(mesh, every("allgather", 16, 1 << 20), AUTO))
+    assert build().info.subchunks == 1
+    big = load_topology("gb200-nvl72")  # beyond 64 GPUs, no template after the scale method
+    assert [n for n, _ in auto.quick(big, every("alltoall", 72, 1 << 20), AUTO)] == [
+        "scale/flow-alltoall"]
+    with pytest.raises(SpecError, match="rank 16"):
+        next(auto.quick(mesh, every("allgather", 17, 1 << 20), AUTO))
 
 
 def test_a_tie_goes_to_the_schedule_with_fewer_transfers():
