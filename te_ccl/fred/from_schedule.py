@@ -11,9 +11,9 @@ adds it and sends it to whom, in which order — and times it as the switches ca
   bufferless rule) joined by their switch-to-switch transfers, from its source NPUs to its
   destination NPUs. Data passes all its visits without stopping, so they hold their flows
   at the same time;
-* ports are lanes: **stripe** k of a stream takes one lane of every directed link of its
-  tree and is one flow on each switch it visits (its input lanes added, the sum sent on
-  its output lanes);
+* ports are lanes: **stripe** k of a stream takes a lane of a directed link for each of
+  its tree's transfers on it, and is one flow on each switch it visits (its input lanes
+  added, the sum sent on its output lanes);
 * **phases** follow one another. At the start of each, the streams whose predecessors are
   done (the streams delivering their chunk to one of their source NPUs) take, in the
   schedule's order, as many stripes as the free lanes of their links allow, at most the
@@ -22,8 +22,9 @@ adds it and sends it to whom, in which order — and times it as the switches ca
   reconfiguration time plus the time its first stream needs to finish, and no stripe
   carries more than a lane's rate times that.
 
-The tables' time is their own: it exceeds the schedule's where the schedule's timing
-relies on switches holding chunks.
+The tables' time is their own: shorter than the schedule's where the schedule stores a
+chunk hop by hop, longer where streams that overlap in the schedule's epochs (a switch
+holding one chunk while it receives the next) compete for lanes.
 """
 
 from __future__ import annotations
