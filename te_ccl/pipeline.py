@@ -508,9 +508,9 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
 
 
 SEARCH_SHARE = 0.8  # of a compile's time limit, for finding the schedule; writing it gets the rest
-LOWER_S_PER_TRANSFER = 1.5e-4  # lowering's pace until the compile has timed its own: 65k
-#                                 transfers take 5-15 s (meshes faster than tori, a busy
-#                                 machine slower than an idle one)
+LOWER_S_PER_TRANSFER = 1e-4  # lowering's pace until the compile has timed its own: 65k
+#                               transfers take 5-15 s (meshes faster than tori, a busy
+#                               machine slower than an idle one)
 VERIFY_SHARE = 0.4  # verifying a file takes about this share of what lowering it did
 REPLAY_SHARE = 0.2  # and replaying it (beside the verifier, from PARALLEL_FROM transfers) this
 MIN_SEARCH_S = 1e-3  # a search's share past the deadline (it stops at its first check)
