@@ -3,10 +3,14 @@
 :func:`te_ccl.bounds.lower_bound` is exact but can take seconds on large fabrics (the
 AlltoAll LP). The benchmark computes it once per (topology, kind, ranks, root) in a worker
 process with a time limit and rescales it to every size: every bandwidth part of the
-bound is proportional to the buffer size, the α part does not depend on it. If the worker
-runs out of time, the bound falls back to the single-node cut — the ``S = all but v`` cut
-of the same formula, a valid but possibly weaker bound — for AllGather, ReduceScatter and
-AllReduce (kind ``node-cut``), else to none.
+bound is proportional to the buffer size, the α part does not depend on it, so the part
+that sets the bound (:attr:`ScaledBound.argument`) is chosen after rescaling — ``alpha_s``
+at 1 KB, a bandwidth part at 1 GB. The cache is held in memory for one run (nothing is
+stored between runs) and keyed by the topology itself, its nodes and links, so two
+fabrics of one name never share a bound. If the worker runs out of time, the bound falls
+back to the cut of a single GPU (:func:`node_cut_s`: one set of the same formula, so a
+valid but possibly weaker ``cut_s``) for AllGather, ReduceScatter and AllReduce (kind
+``node-cut``), else to none.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 import multiprocessing
 from dataclasses import dataclass, field, replace
 
-from te_ccl.bounds import lower_bound
+from te_ccl.bounds import Bound, lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.topology.model import Topology
 
@@ -25,24 +29,33 @@ _REF = 10**9  # bytes at which a bound is computed before rescaling
 
 @dataclass(frozen=True)
 class ScaledBound:
+    """A bound's parts (seconds per argument) and how they were found: ``exact`` (by
+    :func:`lower_bound`), ``node-cut`` or ``none (timed out)``."""
+
     seconds: float | None
     parts: dict[str, float] = field(default_factory=dict)
     kind: str = "exact"
 
+    @property
+    def argument(self) -> str:
+        """The part that sets the bound, by :attr:`te_ccl.bounds.Bound.argument`'s rule."""
+        return Bound(self.seconds or 0.0, self.parts).argument
+
 
 def node_cut_s(topology: Topology, collective: Collective) -> float:
-    """max over GPUs v of (N−1)·(M/N) / B_in(v) (B_out for ReduceScatter, the larger of
-    the two for AllReduce: a GPU receives and sends at once)."""
-    n, per = collective.nranks, collective.size_bytes / collective.nranks
+    """The largest cut of one GPU ``v``: AllGather (N−1)·(M/N) / B_in(v) (the others' chunks
+    enter ``v``), ReduceScatter the same over B_out(v), AllReduce M / min(B_in(v),
+    B_out(v)) (every element of the sum enters ``v`` and leaves it, as in ``cut_s``)."""
+    n, m = collective.nranks, collective.size_bytes
     gpus = [topology.gpu(r) for r in collective.ranks]
 
-    def cut(incoming: bool) -> float:
+    def cut(incoming: bool, size: float) -> float:
         links = topology.in_links if incoming else topology.out_links
-        return max((n - 1) * per / sum(k.bandwidth_Bps for k in links(g)) for g in gpus)
+        return max(size / sum(k.bandwidth_Bps for k in links(g)) for g in gpus)
 
     if collective.kind is CollectiveKind.ALLREDUCE:
-        return max(cut(True), cut(False))
-    return cut(collective.kind is not CollectiveKind.REDUCESCATTER)
+        return max(cut(True, m), cut(False, m))
+    return cut(collective.kind is not CollectiveKind.REDUCESCATTER, (n - 1) * m / n)
 
 
 class Bounds:
@@ -50,7 +63,8 @@ class Bounds:
 
     def __init__(self, time_limit_s: float = 30.0) -> None:
         self.limit = time_limit_s
-        self.cache: dict[tuple, ScaledBound] = {}
+        self.cache: dict[tuple[Topology, CollectiveKind, tuple[int, ...], int | None],
+                         ScaledBound] = {}
 
     def _compute(self, topology: Topology, ref: Collective) -> ScaledBound:
         ctx = multiprocessing.get_context("fork")
@@ -67,7 +81,7 @@ class Bounds:
         return ScaledBound(None, {}, "none (timed out)")
 
     def get(self, topology: Topology, collective: Collective) -> ScaledBound:
-        key = (topology.name, collective.kind, collective.ranks, collective.root)
+        key = (topology, collective.kind, collective.ranks, collective.root)
         if key not in self.cache:
             self.cache[key] = self._compute(topology, replace(collective, size_bytes=_REF,
                                                               chunks_per_rank=1))

@@ -17,8 +17,23 @@ from devtools.targets import TACOS_RATIOS, Anchor, Target, anchors, evaluate_tar
 from te_ccl.outputs import pyplot, save_figure, write_atomic
 from te_ccl.units import format_size, format_time
 
-__all__ = ["write_outputs", "results_csv", "results_markdown", "draw_plots", "targets_table",
-           "results_table"]
+__all__ = ["BOUND_ARGUMENTS", "write_outputs", "results_csv", "results_markdown", "draw_plots",
+           "targets_table", "results_table"]
+
+# The parts of te_ccl.bounds.Bound, in one line each for the legend (proofs: docs/model.md)
+BOUND_ARGUMENTS: dict[str, str] = {
+    "cut_s": "the bytes that must cross the boundary of a set of nodes, over its bandwidth "
+             "(Broadcast, Reduce: the root's least max-flow; AllReduce: the least cut "
+             "between two members, each way; `node-cut`: one GPU's links)",
+    "gossip_s": "AllReduce: 2(k−1) transfers of every element into the k groups of nodes "
+                "that can add, over the bandwidth into (or out of) the groups",
+    "per_node_s": "AlltoAll, custom: the bytes each node sends and receives, over its own links",
+    "concurrent_flow_s": "AlltoAll: the max-concurrent-flow LP, the fluid optimum",
+    "link_time_s": "AlltoAll where that LP is too large: every pair's bytes keep the links of "
+                   "its cheapest path busy, shared by all links",
+    "alpha_s": "latency: the α-weighted distance of the farthest source and destination "
+               "that exchange data",
+}
 
 
 def _size(n: int) -> str:
@@ -30,6 +45,21 @@ def _size(n: int) -> str:
 
 def _num(x: float | None, fmt: str = "{:.3f}") -> str:
     return "—" if x is None else fmt.format(x)
+
+
+def _bound(r: Row) -> str:
+    """The bound's time and the argument that sets it, and how it was found if not exactly."""
+    if r.bound_s is None:
+        return r.bound_kind or "—"
+    how = f" ({r.bound_kind})" if r.bound_kind not in ("", "exact") else ""
+    return f"{format_time(r.bound_s)} `{r.bound_by}`{how}"
+
+
+def _bound_legend() -> list[str]:
+    return (["#### Bound arguments", "",
+             "The bound is the largest of these lower bounds; the `bound` columns name the "
+             "one that sets it (`bound_by` in results.csv; proofs in docs/model.md).", ""]
+            + [f"* `{name}`: {meaning}" for name, meaning in BOUND_ARGUMENTS.items()])
 
 
 def results_csv(rows: list[Row]) -> str:
@@ -60,11 +90,11 @@ def _per_topology(rows: list[Row]) -> list[str]:
         body = []
         for key in sorted({(r.collective, r.size_bytes) for r in rs}):
             cell = {r.system: r for r in rs if (r.collective, r.size_bytes) == key}
-            body.append([key[0], _size(key[1])] + [
+            body.append([key[0], _size(key[1]), _bound(next(iter(cell.values())))] + [
                 (f"{cell[s].algbw_GBps:.3g} ({cell[s].ratio:.2f})" if cell[s].ok else "fail")
                 if s in cell else "" for s in systems])
-        out += _md_table(["collective", "size"] + [s.replace("baseline:", "") for s in systems],
-                         body)
+        out += _md_table(["collective", "size", "bound"]
+                         + [s.replace("baseline:", "") for s in systems], body)
         out += ["", f"![algbw vs size on {topo}](plots/{topo}.png)", ""]
     return out
 
@@ -78,7 +108,7 @@ def _scale(rows: list[Row]) -> list[str]:
         body.append([r.topology, r.collective, str(r.ngpus), _num(r.solver_time_s, "{:.1f}"),
                      _num(r.ratio) if r.ok else r.status.replace("|", "/"),
                      _num(r.predicted_s / r.bound_s if r.ok and r.bound_s else None),
-                     r.bound_kind, _num(tacos)])
+                     _bound(r), _num(tacos)])
     return _md_table(["instance", "collective", "GPUs", "solver s", "ratio",
                       "ratio (epochs)", "bound", "TACOS ratio"], body)
 
@@ -95,8 +125,9 @@ def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: li
         f"{SIM_LIMIT:,} transfers the epoch-model prediction; `measured_by` and "
         "`xml_ratio` = XML / schedule replay in results.csv); schedules up to 200k "
         "epochs and 100k transfers passed the independent schedule checker (`checked` in "
-        "results.csv); ratio = time / lower bound (`bound`: exact, or the single-node cut "
-        "where the exact one takes over 30 s); algbw = size / time (GB/s, nccl-tests).",
+        "results.csv); ratio = time / lower bound (`bound`: its time and the argument that "
+        "sets it, see the legend; `node-cut`: one GPU's cut where the exact bound takes "
+        "over 30 s); algbw = size / time (GB/s, nccl-tests).",
         "", f"#### Targets: {met} met, {len(targets) - met} short", "",
     ]
     lines += _md_table(["target", "measured", "goal", "status"],
@@ -113,6 +144,7 @@ def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: li
 
     lines += _md_table(["system"] + [_size(s) for s in sizes],
                        [[s] + [show(cell.get((s, z))) for z in sizes] for s in systems])
+    lines += [""] + _bound_legend()
     lines += ["", "#### Scale (1 GiB)", ""] + _scale(result.rows)
     lines += ["", "#### Results per topology: algbw GB/s (ratio to bound)", ""]
     lines += _per_topology(result.rows)
@@ -166,13 +198,13 @@ def targets_table(targets: list[Target]) -> Table:
 
 def results_table(rows: list[Row]) -> Table:
     t = Table("topology", "collective", "size", "system", "solver", "time", "algbw GB/s",
-              "ratio", "XML/sched", title="results")
+              "ratio", "bound by", "XML/sched", title="results")
     for r in rows:
         t.add_row(r.topology, r.collective, _size(r.size_bytes),
                   r.system.replace("baseline:", ""),
                   format_time(r.solver_time_s) if r.solver_time_s is not None else "",
                   format_time(r.time_s) if r.ok else r.status[:40],
-                  _num(r.algbw_GBps, "{:.3g}"), _num(r.ratio), _num(r.xml_ratio))
+                  _num(r.algbw_GBps, "{:.3g}"), _num(r.ratio), r.bound_by, _num(r.xml_ratio))
     return t
 
 

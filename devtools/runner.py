@@ -12,7 +12,8 @@ schedule's own replay (``schedule_s``) and the epoch-model prediction are kept a
 ``--chunks auto`` for the cases that ask); its solver time is the wall-clock time of that
 whole choice, and ``picked_chunks`` the chunks per rank of the schedule kept. Schedules
 longer than :data:`CHECK_EPOCHS` epochs or over :data:`SIM_LIMIT` transfers are not
-checked (``checked`` says which rows were).
+checked (``checked`` says which rows were). ``bound_s`` is the case's lower bound and
+``bound_by`` the argument of :mod:`te_ccl.bounds` that sets it (``cut_s``, ``alpha_s``, …).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ class Row:
     algbw_GBps: float | None = None
     busbw_GBps: float | None = None
     bound_s: float | None = None
+    bound_by: str = ""
     cut_s: float | None = None
     alpha_s: float | None = None
     ratio: float | None = None
@@ -135,8 +137,9 @@ def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None,
     if coll.chunk_bytes <= 0:
         return [replace(base, status="size too small for the chunking")]
     bound = (bounds or Bounds()).get(topo, coll)
-    base = replace(base, bound_s=bound.seconds, cut_s=bound.parts.get("cut_s"),
-                   alpha_s=bound.parts.get("alpha_s"), bound_kind=bound.kind)
+    base = replace(base, bound_s=bound.seconds, bound_by=bound.argument,
+                   cut_s=bound.parts.get("cut_s"), alpha_s=bound.parts.get("alpha_s"),
+                   bound_kind=bound.kind)
     rows = [_run_teccl(base, topo, coll, case, threads)]
     if case.baselines:
         for name in applicable(topo, coll):

@@ -40,3 +40,33 @@ def test_timeout_falls_back_to_the_node_cut(monkeypatch):
     assert got.seconds <= lower_bound(t, c).seconds * (1 + 1e-9)  # weaker, still valid
     b = Bounds(time_limit_s=0.2).get(t, Collective(K.BROADCAST, 10**9, tuple(range(16)), root=0))
     assert b.seconds is None
+
+
+def test_the_argument_is_chosen_at_each_size_as_lower_bound_chooses_it():
+    """α sets a small AllGather's bound and the cut a large one's, from one cached entry."""
+    t = gen.torus([4, 4], 50e9, 1e-6)
+    cache = Bounds()
+    got = {}
+    for size in (10**3, 10**9):
+        c = Collective(K.ALLGATHER, size, tuple(range(16)))
+        got[size] = cache.get(t, c).argument
+        assert got[size] == lower_bound(t, c).argument
+    assert got == {10**3: "alpha_s", 10**9: "cut_s"} and len(cache.cache) == 1
+    ring = gen.ring(4, 1e9)
+    c = Collective(K.ALLREDUCE, 10**9, tuple(range(4)))
+    assert cache.get(ring, c).argument == "gossip_s"  # 0.75 s over the cut's 0.5 s
+
+
+def test_two_fabrics_of_one_name_do_not_share_a_bound():
+    slow, fast = gen.ring(4, 1e9), gen.ring(4, 4e9)
+    assert slow.name == fast.name
+    cache = Bounds()
+    c = Collective(K.ALLGATHER, 10**9, tuple(range(4)))
+    assert cache.get(slow, c).seconds == pytest.approx(4 * cache.get(fast, c).seconds)
+
+
+def test_the_node_cut_of_an_allreduce_is_a_cut_of_the_same_formula():
+    """On a ring one GPU's links are the least separating cut: the stand-in is exact there."""
+    t = gen.ring(4, 1e9)
+    c = Collective(K.ALLREDUCE, 10**9, tuple(range(4)))
+    assert node_cut_s(t, c) == pytest.approx(lower_bound(t, c).parts["cut_s"])

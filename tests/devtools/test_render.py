@@ -3,18 +3,22 @@
 import pytest
 
 from devtools.readme import END, START, fill_readme
-from devtools.render import results_csv, write_outputs
+from devtools.render import BOUND_ARGUMENTS, results_csv, results_markdown, write_outputs
 from devtools.runner import BenchResult, Row
 from devtools.suites import GB, KB, SUITES
 from devtools.targets import anchors, evaluate_targets
+from te_ccl.bounds import lower_bound
+from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import SpecError
+from te_ccl.topology import generators as gen
 
 
 def row(system, time_s, size=GB, topo="ring8", kind="allgather", **kw):
     base = dict(topology=topo, ngpus=8, collective=kind, size_bytes=size, chunks=1,
                 group="suite", system=system, time_s=time_s, schedule_s=time_s,
                 predicted_s=time_s * 1.1, algbw_GBps=size / time_s / 1e9, bound_s=1.0,
-                cut_s=1.0, alpha_s=time_s / 1.1, ratio=time_s, solver_time_s=1.0, optimal=True)
+                bound_by="cut_s", bound_kind="exact", cut_s=1.0, alpha_s=time_s / 1.1,
+                ratio=time_s, solver_time_s=1.0, optimal=True)
     base.update(kw)
     return Row(**base)
 
@@ -114,3 +118,40 @@ def test_dgx1_and_the_4x4_grids_must_come_within_two_percent_of_the_cut_bound():
     assert not dgx1.met and dgx1.goal == "<= 1.02"
     assert t["mesh4x4 allgather 1 GB vs cut bound"].met
     assert t["ring8 allgather 1 GB vs cut bound"].met  # others: 1.03
+
+
+def test_each_row_shows_its_bound_and_the_argument_that_sets_it():
+    rows = [row("teccl", 1.0), row("baseline:ring", 2.0),
+            row("teccl", 1e-5, size=KB, bound_s=1e-5, bound_by="alpha_s"),
+            row("baseline:ring", 2e-5, size=KB, bound_s=1e-5, bound_by="alpha_s"),
+            row("teccl", 0.5, topo="mesh32x32", ngpus=1024, size=2**30, group="scale",
+                bound_s=0.5, bound_by="cut_s", bound_kind="node-cut"),
+            row("teccl", 1.0, kind="alltoall", bound_s=None, bound_by="",
+                bound_kind="none (timed out)", status="failed: time limit")]
+    res = BenchResult("t", rows, 1.0)
+    md = results_markdown(res, evaluate_targets(rows), anchors(rows))
+    assert "| collective | size | bound | teccl | ring |" in md
+    assert "| allgather | 1GB | 1s `cut_s` | 1 (1.00) | 0.5 (2.00) |" in md
+    assert "| allgather | 1KB | 10us `alpha_s` |" in md
+    assert "| alltoall | 1GB | none (timed out) | fail |" in md
+    assert "| mesh32x32 | allgather | 1024 | 1.0 | 0.500 | 1.100 | 500ms `cut_s` (node-cut) |" in md
+    legend = md[md.index("#### Bound arguments"):md.index("#### Scale")]
+    assert all(f"* `{name}`: " in legend for name in BOUND_ARGUMENTS)
+    header, first = results_csv(rows).splitlines()[:2]
+    assert "bound_s,bound_by," in header and ",1.0,cut_s," in first
+
+
+def test_the_legend_names_every_argument_a_bound_can_have(monkeypatch):
+    """Every part :func:`lower_bound` returns, and no other, is in the legend."""
+    import te_ccl.bounds as bounds
+
+    t = gen.ring(4, 1e9, 1e-6)
+    seen = set()
+    for kind in CollectiveKind:
+        if kind is not CollectiveKind.CUSTOM:
+            root = 0 if kind.value in ("broadcast", "reduce", "gather", "scatter") else None
+            seen |= set(lower_bound(t, Collective(kind, 10**6, tuple(range(4)), root=root)).parts)
+    monkeypatch.setattr(bounds, "_LP_MAX_VARIABLES", 0)  # AlltoAll beyond its LP
+    seen |= set(lower_bound.__wrapped__(t, Collective(CollectiveKind.ALLTOALL, 10**6,
+                                                      tuple(range(4)))).parts)
+    assert seen == set(BOUND_ARGUMENTS)

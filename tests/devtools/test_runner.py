@@ -6,7 +6,10 @@ import pytest
 
 import devtools.runner as bench
 from devtools.suites import MB, SUITES, Case
+from te_ccl.bounds import lower_bound
 from te_ccl.chunking import BASE_CHUNKS
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.spec.topology import load_topology
 
 
 @pytest.mark.parametrize("auto, choices", [(True, BASE_CHUNKS), (False, ())])
@@ -25,6 +28,9 @@ def test_teccl_row_goes_through_the_pipeline(monkeypatch, auto, choices):
     assert row.ok and row.checked and row.chunks == 1 and row.picked_chunks >= 1
     assert row.measured_by == "xml replay" and row.xml_s == row.time_s
     assert row.ratio >= 1 - 1e-9 and row.xml_ratio == row.xml_s / row.schedule_s
+    exact = lower_bound(load_topology("ring8"), Collective(CollectiveKind.ALLGATHER, MB,
+                                                           tuple(range(8))))
+    assert row.bound_s == pytest.approx(exact.seconds) and row.bound_by == exact.argument
 
 
 def test_teccl_row_reports_the_time_its_choice_was_judged_by(monkeypatch):
