@@ -1012,7 +1012,7 @@ def render(schedule: Schedule, options: CompileOptions, *,
         if not report.valid:
             errors = report.errors
             raise VerificationError(f"the lowered MSCCL XML failed verification "
-                                    f"({len(errors)} error(s)); first: {errors[0]}")
+                                    f"({report.error_count:,} error(s)); first: {errors[0]}")
     if timer is not None:
         timer.verified(xml, report.algo)
     return xml

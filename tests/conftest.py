@@ -17,9 +17,11 @@ if os.environ.get("CI"):
 
 
 @pytest.fixture
-def in_process(capsys):
+def in_process(capsys, monkeypatch):
     """A runner of a command's ``main(argv)`` in-process, through its error mapping:
-    ``run(*args) -> (exit code, stdout, stderr)``."""
+    ``run(*args) -> (exit code, stdout, stderr)``; output as in a pipe, whatever
+    ``COLUMNS`` the test runner's process has."""
+    monkeypatch.delenv("COLUMNS", raising=False)
 
     def runner(entry):
         def run(*args: str) -> tuple[int, str, str]:

@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import click
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 from rich.text import Text
 
@@ -81,21 +81,27 @@ class CliConsole(Console):
             else:
                 super().print(o, **kwargs)
 
+    @property
+    def size(self) -> ConsoleDimensions:
+        """Off a terminal with ``COLUMNS`` unset, wide enough that no line wraps: decided at
+        each print, not once when the module was imported."""
+        size = Console.size.fget(self)
+        if not self.is_terminal and "COLUMNS" not in os.environ:
+            return ConsoleDimensions(FULL_WIDTH, size.height)
+        return size
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
     def on_broken_pipe(self) -> None:
         """Leave a closed stdout to the command line's entry point (rich would exit 1, the
         code of a failed check)."""
         raise BrokenPipeError
 
 
-def _console(stderr: bool) -> Console:
-    console = CliConsole(stderr=stderr)
-    if not console.is_terminal and "COLUMNS" not in os.environ:
-        console.width = FULL_WIDTH
-    return console
-
-
-err_console = _console(stderr=True)
-out_console = _console(stderr=False)
+err_console = CliConsole(stderr=True)
+out_console = CliConsole(stderr=False)
 _quiet = threading.Event()
 
 
