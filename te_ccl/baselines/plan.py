@@ -67,18 +67,25 @@ class ChunkPlan:
 
 def route(topology: Topology, src: str, dst: str, *, via_gpus: bool,
           graph: nx.DiGraph | None = None) -> list[str]:
-    """Node path ``src … dst``: the direct link, else the fastest path (1/b + α per hop)."""
+    """Node path ``src … dst``: the direct link, else the fastest path (1/b + α per hop),
+    through switches only unless ``via_gpus``; raises :class:`BaselineError` saying why
+    there is none."""
     if topology.has_link(src, dst):
         return [src, dst]
-    g = graph if graph is not None else topology.graph()
-    if not via_gpus:
-        g = g.subgraph([x for x in g if not g.nodes[x]["node"].is_gpu or x in (src, dst)])
+    full = graph if graph is not None else topology.graph()
+    g = full if via_gpus else full.subgraph(
+        [x for x in full if not full.nodes[x]["node"].is_gpu or x in (src, dst)])
     try:
         return nx.shortest_path(g, src, dst,
                                 weight=lambda u, v, d: 1.0 / d["bandwidth"] + d["latency"])
     except (nx.NetworkXNoPath, nx.NodeNotFound):
-        how = "" if via_gpus else " through switches only (needed to reduce)"
-        raise BaselineError(f"no path from {src} to {dst}{how} in {topology.name}") from None
+        pass
+    if via_gpus or not nx.has_path(full, src, dst):
+        raise BaselineError(f"no path from {src} to {dst} in {topology.name} through the "
+                            "ranks' GPUs and switches")
+    raise BaselineError(f"{src} reaches {dst} in {topology.name} only through other GPUs, and a "
+                        "reduced partial relayed through a GPU would take that GPU's own partial "
+                        "twice (teccl compile sums at the GPUs on the way)")
 
 
 def _height(tree: dict[str, str]) -> dict[str, int]:

@@ -39,7 +39,7 @@ def test_every_applicable_baseline_passes_the_checker(tname, kind):
         try:
             s = build_baseline(name, topo, c)
         except BaselineError as e:  # reductions needing a GPU relay are refused, not wrong
-            assert "through switches only" in str(e)
+            assert "only through other GPUs" in str(e) or "no ring through" in str(e)
             continue
         built += 1
         assert check_schedule(s) == [], (name, check_schedule(s)[:3])
