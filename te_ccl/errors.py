@@ -13,6 +13,12 @@ class TecclError(Exception):
     exit_code = 70  # EX_SOFTWARE: a bug, not the user's fault
 
 
+class InputWarning(UserWarning):
+    """A quirk of an input that was worked around (a dump's self-link skipped): issued
+    with :func:`warnings.warn`, the message a full ``file:line: what`` line; the CLI
+    prints each as one ``warning:`` line on stderr."""
+
+
 class VerificationError(TecclError):
     """A produced or given artefact failed a check (exit code 1)."""
 

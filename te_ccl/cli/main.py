@@ -14,13 +14,16 @@ import os
 import sys
 import time
 import traceback
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NoReturn
 
 import click
 
 from te_ccl import __version__
-from te_ccl.errors import TecclError
+from te_ccl.errors import InputWarning, TecclError
 
 # name -> ("module:attribute", short help): a command's module is imported only when it
 # runs (or its own --help is asked for), so `teccl --help` loads no solver, graph or
@@ -174,10 +177,33 @@ def _leave(code: object) -> NoReturn:
     os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
+@contextmanager
+def _input_warnings() -> Iterator[None]:
+    """Print each :class:`~te_ccl.errors.InputWarning` the library issues as one
+    ``warning:`` line on stderr, once a run however often its input is read; other
+    warnings go where Python sends them."""
+    shown: set[str] = set()
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", InputWarning)  # each run, not only a process's first
+        other = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *args: object,
+                 **kwargs: object) -> None:
+            if not issubclass(category, InputWarning):
+                other(message, category, *args, **kwargs)
+            elif str(message) not in shown:
+                shown.add(str(message))
+                click.echo(f"warning: {message}", err=True)
+
+        warnings.showwarning = show
+        yield
+
+
 def _run(args: list[str], state: dict[str, float | bool]) -> NoReturn:
     """:func:`main` but for how the process ends: by ``sys.exit`` with the exit code."""
     try:
-        rc = cli.main(args=args, prog_name="teccl", standalone_mode=False, obj=state)
+        with _input_warnings():
+            rc = cli.main(args=args, prog_name="teccl", standalone_mode=False, obj=state)
         sys.stdout.flush()
     except (PipeClosed, BrokenPipeError):  # quietly, as a shell pipeline's SIGPIPE would
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

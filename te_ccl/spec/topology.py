@@ -24,6 +24,7 @@ GPU must reach every other GPU over directed links.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
@@ -31,7 +32,7 @@ from typing import Any
 
 import networkx as nx
 
-from te_ccl.errors import SpecError
+from te_ccl.errors import InputWarning, SpecError
 from te_ccl.spec.fields import (
     Fields,
     as_list,
@@ -97,7 +98,10 @@ def _load(name_or_path: str, base: Path | None, stack: tuple[Path, ...]) -> Topo
         from te_ccl.importers import IMPORT_SUFFIXES, import_file, sniff_format
 
         if path.suffix in IMPORT_SUFFIXES or sniff_format(path):
-            return import_file(path).topology  # a topology dump, imported on the fly
+            imported = import_file(path)  # a topology dump, imported on the fly
+            for line in imported.report.warnings:  # its quirks, as `topo import` gives them
+                warnings.warn(InputWarning(line), stacklevel=3)
+            return imported.topology
     label = f"topologies/{path.name}" if shipped else str(path)
     if path.resolve() in stack or len(stack) >= _MAX_NESTING:
         raise SpecError("topology files include each other in a cycle", file=label)

@@ -85,6 +85,30 @@ def test_quirks_print_one_warning_line_each_and_stay_in_the_yaml(teccl, tmp_path
     assert load_topology(str(out)).ngpus == 4
 
 
+@pytest.mark.parametrize("command", [("topo", "show"), ("compile",)], ids=" ".join)
+def test_a_dump_given_directly_prints_its_quirks_once_as_topo_import_does(teccl, tmp_path,
+                                                                          command):
+    dump = str(DATA / "azure-ncv4-topo.xml")
+    _, _, imported = teccl("topo", "import", dump, "-o", str(tmp_path / "ncv4.yaml"))
+    expected = [ln for ln in imported.splitlines() if ln.startswith("warning: ")]
+    rest = ("-c", "allgather", "-s", "1MB", "-o", str(tmp_path / "ag.xml")) \
+        if command == ("compile",) else ()
+    code, _, err = teccl(*command, dump, *rest)
+    assert code == 0, err
+    assert [ln for ln in err.splitlines() if ln.startswith("warning: ")] == expected
+    assert len(expected) == 4 and all(f"{dump}:" in ln for ln in expected)
+
+
+def test_a_dump_loaded_by_the_library_issues_its_quirks_as_warnings():
+    from te_ccl.errors import InputWarning
+
+    dump = str(DATA / "azure-ncv4-topo.xml")
+    with pytest.warns(InputWarning) as seen:
+        load_topology(dump)
+    assert [str(w.message).split(": ", 1)[0] for w in seen] == [f"{dump}:{n}"
+                                                                for n in (5, 15, 22, 29)]
+
+
 def test_cloud_file_without_gpus_imports_with_given_gpus(teccl, tmp_path):
     path, out = str(DATA / "aws-p5.48xl-static-topo.xml"), tmp_path / "p5.yaml"
     code, _, err = teccl("topo", "import", path, "-o", str(out))
