@@ -354,21 +354,24 @@ def _refused(teccl, command: tuple[str, str], here: Path, message: str,
 @pytest.mark.parametrize("command", FILE_COMMANDS)
 def test_every_file_output_refuses_what_is_not_a_regular_file(teccl, here, no_work,
                                                               command, hazard):
-    make, message = FILE_HAZARDS[hazard]
-    path = make(here)
-    before = _snapshot(path)
-    _refused(teccl, FILE_COMMANDS[command], here, message, out=path)
-    assert _snapshot(path) == before
+    _refused_untouched(teccl, FILE_COMMANDS[command], here, FILE_HAZARDS[hazard], "out")
 
 
 @pytest.mark.parametrize("hazard", DIR_HAZARDS)
 @pytest.mark.parametrize("command", DIR_COMMANDS)
 def test_every_directory_output_refuses_what_is_not_a_directory(teccl, here, no_work,
                                                                 command, hazard):
-    make, message = DIR_HAZARDS[hazard]
+    _refused_untouched(teccl, DIR_COMMANDS[command], here, DIR_HAZARDS[hazard], "dir")
+
+
+def _refused_untouched(teccl, command: tuple[str, str], here: Path, hazard: tuple,
+                       slot: str) -> None:
+    """``command`` with the ``hazard`` made at its ``slot`` is refused, and what was
+    there is left as it was."""
+    make, message = hazard
     path = make(here)
     before = _snapshot(path)
-    _refused(teccl, DIR_COMMANDS[command], here, message, dir=path)
+    _refused(teccl, command, here, message, **{slot: path})
     assert _snapshot(path) == before
 
 
