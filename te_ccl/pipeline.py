@@ -1041,6 +1041,8 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
     ``first_file_s``, ``cut_short`` and ``incumbents`` are the anytime compile's record
     (:class:`CompileResult`; None, false and empty where no file was written).
     """
+    from te_ccl.report.metrics import bandwidths, busbw_factor
+
     s, c = result.schedule, result.schedule.collective
     timing = result.timing or Timing(s.finish_time_s)
     finish, bound = timing.finish_s, result.lower_bound_s
@@ -1059,7 +1061,7 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
         "finish_time_s": finish,
         "measured_by": timing.measured_by,
         "algbw_GBps": algbw,
-        "busbw_GBps": algbw * c.busbw_factor if algbw is not None else None,
+        "busbw_GBps": bandwidths(c.size_bytes, finish, busbw_factor(s))[1],
         "lower_bound_s": bound,
         "bound_ratio": finish / bound if bound > 0 else None,
         "predicted_s": timing.predicted_s,

@@ -167,6 +167,13 @@ def _fabric(f: dict) -> str:
             f"{f['phases']} phases, {format_time(f['tables_time_s'])}")
 
 
+def _busbw(info: dict) -> str:
+    """busbw, or why there is none: switches that reduce or multicast relay no GPU bytes."""
+    if info["busbw_GBps"] is None and info["algbw_GBps"] is not None:
+        return "n/a (in-switch)"
+    return format_bandwidth((info["busbw_GBps"] or 0) * 1e9)
+
+
 def _table(info: dict) -> Table:
     t = Table(title=f"{info['collective']} on {info['topology']} ({info['ngpus']} GPUs)",
               show_header=False)
@@ -180,7 +187,7 @@ def _table(info: dict) -> Table:
         ("predicted (epoch model)", format_time(info["predicted_s"])),
         ("schedule replay", _maybe_time(info["schedule_replay_s"])),
         ("algbw / busbw", f"{format_bandwidth((info['algbw_GBps'] or 0) * 1e9)} / "
-                          f"{format_bandwidth((info['busbw_GBps'] or 0) * 1e9)}"),
+                          + _busbw(info)),
         ("lower bound", format_time(info["lower_bound_s"])),
         ("ratio to bound", f"{ratio:.3f}" if ratio else "n/a"),
         ("size range", f"{info['min_bytes']}..{info['max_bytes'] or '∞'} bytes"),

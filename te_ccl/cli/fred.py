@@ -35,6 +35,7 @@ from te_ccl.fred import (
     fabric,
     in_switch_schedule,
     load_workload,
+    mean_comparison,
     parse_strategy,
     parse_sweep,
     plot_evaluation,
@@ -352,6 +353,8 @@ def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], n
                       if strategy == "all" else [strategy])
         runs += [(label, evaluate(w, st, assumptions=a, npus=npus)) for st in strategies
                  for label, a in points]
+    single_means = (_single_means(w, runs[0][1])
+                    if len(runs) == 1 and strategy != "all" else [])
     if plot:
         if len(runs) != 1:
             raise SpecError("--plot draws one evaluation: give one workload and strategy "
@@ -360,23 +363,26 @@ def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], n
     means = _means(runs) if strategy == "all" else []
     if as_json:
         if len(runs) == 1:
-            emit_json({**runs[0][1].to_dict(), "plot": plot})
+            emit_json({**runs[0][1].to_dict(), "paper_strategy_mean": single_means,
+                       "plot": plot})
         else:
             emit_json({"evaluations": [{"sweep": label, **ev.to_dict()} for label, ev in runs],
                        "strategy_means": means})
         return
     if len(runs) == 1:
         _breakdown_table(runs[0][1])
+        for line in _mean_lines(single_means):
+            out_console.print(line, highlight=False)
     else:
         _summary_table(runs, Assumptions())
     for m in means:
         cuts = ", ".join(f"{f} {v['exposed_comm_reduction']:.2f}x"
                          for f, v in m["fabrics"].items() if not f.startswith("wafer-mesh"))
-        paper = (m["paper"] or {}).get("exposed_comm_reduction", {})
         where = " ".join(x for x in (m["workload"], m["sweep"]) if x)
         out_console.print(f"{where}: mean over {m['strategies']} strategies, exposed "
-                          f"communication ÷ the mesh's: {cuts}"
-                          + "".join(f"; paper {f} {v:g}x" for f, v in paper.items()))
+                          f"communication ÷ the mesh's: {cuts}", highlight=False)
+        for line in _mean_lines(m["comparison"]):
+            out_console.print(f"{where}: {line}", highlight=False)
     if plot:
         err_console.print(f"plot written to {plot}")
 
@@ -387,7 +393,18 @@ def _means(runs: list[tuple[str, Any]]) -> list[dict[str, Any]]:
     for label, ev in runs:
         groups.setdefault((ev.workload, label), []).append(ev)
     return [{"workload": w, "sweep": label, "strategies": len(evs), "paper": evs[0].paper,
-             "fabrics": strategy_means(evs)} for (w, label), evs in groups.items()]
+             "fabrics": strategy_means(evs), "comparison": mean_comparison(evs)}
+            for (w, label), evs in groups.items()]
+
+
+def _single_means(w: Any, ev: Any) -> list[dict[str, Any]]:
+    """:func:`mean_comparison` over every strategy workload ``w`` admits, under ``ev``'s
+    assumptions: what the paper's strategy-averaged figures compare with (none when it
+    publishes none, as off the paper's wafer size)."""
+    if not any(not c["comparable"] for c in ev.comparison()):
+        return []
+    return mean_comparison([evaluate(w, s.name, assumptions=ev.assumptions, npus=ev.npus)
+                            for s in _admitted(w, all_strategies(ev.npus))])
 
 
 def _admitted(w: Any, strategies: list[Any]) -> list[Any]:
@@ -410,7 +427,16 @@ def _footer(assumptions: Any) -> str:
 
 def _paper_lines(ev: Any) -> list[str]:
     return [f"{c['fabric']} {c['metric']}: predicted {c['predicted']:.2f}, paper "
-            f"{c['paper']:.2f} ({c['ratio']:.2f}x the paper)" for c in ev.comparison()]
+            f"{c['paper']:.2f} ({c['ratio']:.2f}x the paper)" if c["comparable"] else
+            f"{c['fabric']} {c['metric']}: {c['predicted']:.2f} under {ev.strategy} alone, "
+            f"not comparable with the paper's {c['paper']:.2f} (a mean over strategies)"
+            for c in ev.comparison()]
+
+
+def _mean_lines(comparison: list[dict[str, Any]]) -> list[str]:
+    return [f"{c['fabric']} {c['metric']}: mean over {len(c['strategies'])} strategies "
+            f"({', '.join(c['strategies'])}) {c['predicted']:.2f}, paper {c['paper']:.2f} "
+            f"({c['ratio']:.2f}x the paper)" for c in comparison]
 
 
 def _breakdown_table(ev: Any) -> None:
@@ -447,5 +473,6 @@ def _summary_table(runs: list[tuple[str, Any]], defaults: Any) -> None:
                  for f in fabrics]
         table.add_row(ev.workload, ev.strategy, label or "-", *cells,
                       " ".join(f"{_SHORT[c['metric']]}{c['fabric'][-1].upper()} {c['paper']:g}"
+                               + ("" if c["comparable"] else " (strategy mean)")
                                for c in ev.comparison()))
     out_console.print(table)

@@ -13,6 +13,7 @@ from te_ccl.fred.evaluate import (
     Evaluation,
     evaluate,
     fabric,
+    mean_comparison,
     parse_sweep,
     strategy_means,
     sweep_points,
@@ -31,7 +32,7 @@ __all__ = [
     "Assumptions", "CommResult", "Evaluation", "Flow", "FlowInfo", "FredPhase", "FredSwitch",
     "Mesh", "PhaseSplit", "Wafer", "all_strategies", "build_fred", "check_strategy",
     "compile_fred", "compile_phase", "draw_switch", "evaluate", "fabric", "in_switch_candidate",
-    "in_switch_schedule", "load_workload", "parse_strategy", "parse_sweep",
+    "in_switch_schedule", "load_workload", "mean_comparison", "parse_strategy", "parse_sweep",
     "Timeline", "chunk_streams", "plot_evaluation", "route_phases", "schedule_timeline",
     "shipped_workloads", "strategy_means", "sweep_points", "wafer_from_topology",
 ]

@@ -108,6 +108,11 @@ class FabricResult:
         return self.iteration_s - self.compute_s
 
 
+STRATEGY_MEAN_METRICS = frozenset({"exposed_comm_reduction"})
+"""Published figures that are means over parallelization strategies: one strategy's
+prediction is not comparable with them, the mean over strategies is (:func:`mean_comparison`)."""
+
+
 @dataclass(frozen=True)
 class Evaluation:
     workload: str
@@ -122,17 +127,19 @@ class Evaluation:
         return next(r for r in self.results if r.fabric == fabric_name)
 
     def comparison(self) -> list[dict[str, Any]]:
-        """Each published figure of the workload next to the prediction, and their ratio
-        (the paper's wafer has 20 NPUs: none on other sizes)."""
+        """Each published figure of the workload next to this strategy's prediction, and
+        their ratio where ``comparable`` (not for :data:`STRATEGY_MEAN_METRICS`; the
+        paper's wafer has 20 NPUs: none on other sizes)."""
         out: list[dict[str, Any]] = []
         if self.npus != 20:
             return out
         for metric, by_fabric in (self.paper or {}).items():
+            comparable = metric not in STRATEGY_MEAN_METRICS
             for name, published in by_fabric.items():
-                r = self.result(name)
-                predicted = getattr(r, metric)
+                predicted = getattr(self.result(name), metric)
                 out.append({"metric": metric, "fabric": name, "paper": published,
-                            "predicted": predicted, "ratio": predicted / published})
+                            "predicted": predicted, "comparable": comparable,
+                            "ratio": predicted / published if comparable else None})
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -273,3 +280,19 @@ def strategy_means(evaluations: Sequence[Evaluation]) -> dict[str, dict[str, flo
                          "exposed_comm_reduction": sum(x.exposed_comm_reduction
                                                        for x in rows) / len(rows)}
     return out
+
+
+def mean_comparison(evaluations: Sequence[Evaluation]) -> list[dict[str, Any]]:
+    """The workload's published :data:`STRATEGY_MEAN_METRICS` next to the mean of the
+    prediction over ``evaluations`` (one workload under several strategies, named in
+    ``strategies``), and their ratio; none off the paper's 20-NPU wafer."""
+    first = evaluations[0]
+    if first.npus != 20:
+        return []
+    means = strategy_means(evaluations)
+    strategies = [ev.strategy for ev in evaluations]
+    return [{"metric": metric, "fabric": name, "paper": published,
+             "predicted": means[name][metric], "ratio": means[name][metric] / published,
+             "strategies": strategies}
+            for metric, by_fabric in (first.paper or {}).items()
+            if metric in STRATEGY_MEAN_METRICS for name, published in by_fabric.items()]

@@ -2,7 +2,9 @@
 
 ``algbw = size_bytes / time`` and ``busbw = algbw × Collective.busbw_factor``, with
 ``size_bytes`` as in the collective's docstring (nccl-tests' "size" of each collective),
-so the numbers compare with what users measure. ``time`` is the simulated finish time
+so the numbers compare with what users measure. The busbw factor counts the bytes GPUs
+relay; where switches reduce or multicast (:func:`in_switch`) it describes no link, so
+busbw is None there. ``time`` is the simulated finish time
 when a simulation is given (the same replay for teccl and the baselines), else the
 schedule's own epoch finish time.
 
@@ -31,7 +33,7 @@ from te_ccl.schedule import Schedule
 from te_ccl.simulate.result import SimResult
 
 __all__ = ["Metrics", "schedule_metrics", "buffer_bytes", "scratch_bytes", "buffer_summary",
-           "bandwidths"]
+           "bandwidths", "in_switch", "busbw_factor"]
 
 
 @dataclass(frozen=True)
@@ -64,12 +66,34 @@ class Metrics:
         return d
 
 
-def bandwidths(size_bytes: int, time_s: float, busbw_factor: float) -> tuple[float | None, float | None]:
-    """``(algbw, busbw)`` in GB/s (10⁹ bytes/s, as nccl-tests); None for a zero time."""
+def bandwidths(size_bytes: int, time_s: float, busbw_factor: float | None
+               ) -> tuple[float | None, float | None]:
+    """``(algbw, busbw)`` in GB/s (10⁹ bytes/s, as nccl-tests); None for a zero time, and
+    busbw None without a factor."""
     if time_s <= 0:
         return None, None
     algbw = size_bytes / time_s / 1e9
-    return algbw, algbw * busbw_factor
+    return algbw, algbw * busbw_factor if busbw_factor is not None else None
+
+
+def in_switch(schedule: Schedule) -> bool:
+    """Whether a switch reduces a chunk or sends it out on more links than it came in on."""
+    is_gpu = {n.name: n.is_gpu for n in schedule.topology.nodes}
+    ins: dict[tuple[int, str], int] = defaultdict(int)
+    outs: dict[tuple[int, str], int] = defaultdict(int)
+    for t in schedule.transfers:
+        if not is_gpu[t.dst]:
+            if t.op == "reduce":
+                return True
+            ins[t.chunk, t.dst] += 1
+        if not is_gpu[t.src]:
+            outs[t.chunk, t.src] += 1
+    return any(n > ins[k] for k, n in outs.items())
+
+
+def busbw_factor(schedule: Schedule) -> float | None:
+    """nccl-tests' busbw factor of the collective, None for an :func:`in_switch` schedule."""
+    return None if in_switch(schedule) else schedule.collective.busbw_factor
 
 
 def _slots(schedule: Schedule) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
@@ -123,7 +147,7 @@ def schedule_metrics(schedule: Schedule, *, sim: SimResult | None = None,
     c = schedule.collective
     predicted = schedule.finish_time_s
     time_s = sim.finish_time_s if sim is not None else predicted
-    algbw, busbw = bandwidths(c.size_bytes, time_s, c.busbw_factor)
+    algbw, busbw = bandwidths(c.size_bytes, time_s, busbw_factor(schedule))
     ratio = time_s / bound_s if bound_s and time_s > 0 else None
     return Metrics(schedule.topology.name, c.kind.value, c.nranks, c.size_bytes,
                    schedule.info.backend, schedule.info.solver_time_s, predicted,

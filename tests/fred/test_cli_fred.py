@@ -68,7 +68,7 @@ def test_evaluate_all_with_a_sweep_prints_its_assumptions(teccl):
     assert {r["assumptions"]["efficiency"] for r in runs} == {0.25, 0.5}
     code, out, _ = teccl("fred", "evaluate", "-w", "transformer17b")
     assert code == 0 and "assumptions: peak_flops" in " ".join(out.split())
-    assert "fred-d exposed_comm_reduction: predicted" in out
+    assert "fred-d exposed_comm_reduction: mean over 12 strategies" in out
     code, _, err = teccl("fred", "evaluate", "-w", "gpt3", "--sweep", "speed=1")
     assert code == 2 and "--sweep" in err
     code, _, err = teccl("fred", "evaluate", "-w", "all", "--plot", "x.png")
