@@ -47,7 +47,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from te_ccl.errors import SpecError
 
@@ -86,8 +86,9 @@ def _is_stdout(path: str | os.PathLike) -> bool:
 
 
 def _kind(mode: int) -> str:
-    """What a special file (not a regular file, directory or link) is, for a message."""
-    for test, kind in ((stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+    """What an entry that is not a directory or link is, for a message."""
+    for test, kind in ((stat.S_ISREG, "a regular file"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
                        (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket")):
         if test(mode):
             return kind
@@ -105,22 +106,27 @@ def _lstat(path: Path, key: str | None) -> os.stat_result | None:
                         key=key) from None
 
 
-def _refuse_link(path: Path, key: str | None) -> NoReturn:
-    raise SpecError("is a symbolic link; name its target instead (teccl does not follow "
-                    "links it writes to)", file=str(path), key=key)
-
-
-def _check_entry(path: Path, key: str | None) -> None:
-    """Refuse anything but a regular file or nothing at ``path`` (left untouched)."""
+def _check_entry(path: Path, key: str | None, *,
+                 directory: bool = False) -> os.stat_result | None:
+    """Refuse what is at ``path`` (left untouched) unless it is nothing or, as wanted, a
+    regular file or a directory; a symbolic link is refused, never followed. Returns the
+    entry's stat, None if there is none."""
     st = _lstat(path, key)
-    if st is None or stat.S_ISREG(st.st_mode):
-        return
-    if stat.S_ISLNK(st.st_mode):
-        _refuse_link(path, key)
-    if stat.S_ISDIR(st.st_mode):
+    if st is None:
+        return None
+    mode = st.st_mode
+    if stat.S_ISLNK(mode):
+        raise SpecError("is a symbolic link; name its target instead (teccl does not follow "
+                        "links it writes to)", file=str(path), key=key)
+    if directory:
+        if not stat.S_ISDIR(mode):
+            raise SpecError(f"is {_kind(mode)}; expected a directory", file=str(path), key=key)
+    elif stat.S_ISDIR(mode):
         raise SpecError("is a directory; expected a file name", file=str(path), key=key)
-    raise SpecError(f"is {_kind(st.st_mode)}; expected a regular file or a new name (left "
-                    "untouched)", file=str(path), key=key)
+    elif not stat.S_ISREG(mode):
+        raise SpecError(f"is {_kind(mode)}; expected a regular file or a new name (left "
+                        "untouched)", file=str(path), key=key)
+    return st
 
 
 def _directory(directory: Path, target: Path, key: str | None) -> None:
@@ -174,21 +180,11 @@ def check_output_dir(path: str | os.PathLike, key: str | None = None) -> None:
     if _is_stdout(path):
         raise SpecError("is stdout; expected a directory", file="-", key=key)
     target = Path(path)
-    st = _lstat(target, key)
-    if st is None:
-        _directory(target.parent, target, key)
-        _writable(target.parent, target, key)
+    if _check_entry(target, key, directory=True) is not None:
+        _writable(target, target, key)
         return
-    _dir_entry(target, st, key)
-    _writable(target, target, key)
-
-
-def _dir_entry(target: Path, st: os.stat_result, key: str | None) -> None:
-    if stat.S_ISLNK(st.st_mode):
-        _refuse_link(target, key)
-    if not stat.S_ISDIR(st.st_mode):
-        what = "a regular file" if stat.S_ISREG(st.st_mode) else _kind(st.st_mode)
-        raise SpecError(f"is {what}; expected a directory", file=str(target), key=key)
+    _directory(target.parent, target, key)
+    _writable(target.parent, target, key)
 
 
 def make_output_dir(path: str | os.PathLike, key: str | None = None) -> Path:
@@ -203,10 +199,8 @@ def make_output_dir(path: str | os.PathLike, key: str | None = None) -> Path:
         check_output_dir(target, key)  # names the cause where it can (a missing parent)
         raise SpecError(f"cannot create the directory ({e.strerror or e})", file=str(target),
                         key=key) from None
-    st = _lstat(target, key)
-    if st is None:  # removed since
+    if _check_entry(target, key, directory=True) is None:  # removed since
         raise SpecError("vanished while being created", file=str(target), key=key)
-    _dir_entry(target, st, key)
     return target
 
 
