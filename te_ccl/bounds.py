@@ -164,12 +164,20 @@ def _node_cut_ratio(g: nx.DiGraph, members: list[str], sinks: list[str]
                     ) -> tuple[float, set[str]]:
     """The best of the sets {v} (v a member, some sink outside; B⁺ its out-links) and
     V∖{t} (t a sink; B⁺ its in-links): a valid, cheap lower bound on the cut ratio."""
-    nodes, inside = set(g.nodes), set(members)
-    candidates = [(1 / _bandwidth(g, v, incoming=False), {v})
-                  for v in members if set(sinks) - {v}]
-    candidates += [(len(inside - {t}) / _bandwidth(g, t, incoming=True), nodes - {t})
-                   for t in sinks]
-    return max(candidates, key=lambda c: c[0], default=(0.0, set()))
+    inside = set(members)
+    alone = [(1 / _bandwidth(g, v, incoming=False), v) for v in _leaving_a_sink(members, sinks)]
+    but = [((len(inside) - (t in inside)) / _bandwidth(g, t, incoming=True), t) for t in sinks]
+    best_alone = max(alone, key=lambda c: c[0], default=(0.0, None))
+    best_but = max(but, key=lambda c: c[0], default=(0.0, None))
+    if best_but[1] is not None and best_but[0] > best_alone[0]:  # build only the set kept
+        return best_but[0], set(g.nodes) - {best_but[1]}
+    return best_alone[0], ({best_alone[1]} if best_alone[1] is not None else set())
+
+
+def _leaving_a_sink(members: list[str], sinks: list[str]) -> list[str]:
+    """The members ``v`` with some sink other than ``v`` (``{v}`` leaves a sink out)."""
+    distinct = set(sinks)
+    return [v for v in members if len(distinct) > (v in distinct)]
 
 
 def allgather_cut_ratio(topology: Topology, members: list[str], sinks: list[str] | None = None
@@ -187,7 +195,7 @@ def allgather_cut_ratio(topology: Topology, members: list[str], sinks: list[str]
     sinks = list(members) if sinks is None else sinks
     if len(members) > EXACT_CUT_MAX_GPUS:
         return _node_cut_ratio(g, members, sinks)
-    starts = [v for v in members if set(sinks) - {v}]
+    starts = _leaving_a_sink(members, sinks)
     start = min(starts, key=lambda v: _bandwidth(g, v, incoming=False))
     lam, arg = 1 / _bandwidth(g, start, incoming=False), {start}
     for _ in range(50):
