@@ -61,8 +61,8 @@ from te_ccl.schedule import Schedule
 from te_ccl.strategy import run_strategy
 from te_ccl.topology.model import Topology
 
-__all__ = ["Judge", "PREDICTED", "Trial", "choose", "quick", "Known", "SCALE_MIN_GPUS",
-           "TEMPLATE_MAX_GPUS", "TIE"]
+__all__ = ["Judge", "PREDICTED", "Trial", "asked_chunking", "choose", "quick", "Known",
+           "SCALE_MIN_GPUS", "TEMPLATE_MAX_GPUS", "TIE"]
 
 SCALE_MIN_GPUS = 16  # beyond, one flow model is out of reach (mesh 8×8 AllGather: ~460k
 #                      transfer variables); up to it, it proves optimality in seconds
@@ -257,13 +257,16 @@ def _deliveries(collective: Collective) -> int:
     return sum(collective.received().values())
 
 
+def asked_chunking(schedule: Schedule) -> Collective:
+    """The collective ``schedule`` was asked for, before the scale backend cut its
+    chunks into sub-chunks."""
+    c, k = schedule.collective, schedule.info.subchunks
+    return replace(c, chunks_per_rank=c.chunks_per_rank // k)
+
+
 def _known_here(known: Known, collective: Collective) -> Known:
     """The ``known`` schedules of this chunking (whatever their sub-chunks)."""
-    def own(s: Schedule) -> Collective:
-        k = s.info.subchunks
-        return replace(s.collective, chunks_per_rank=s.collective.chunks_per_rank // k)
-
-    return tuple((name, s) for name, s in known if own(s) == collective)
+    return tuple((name, s) for name, s in known if asked_chunking(s) == collective)
 
 
 def _race(topology: Topology, collective: Collective, params: SolveParams, judge: Judge,

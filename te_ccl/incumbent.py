@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from te_ccl.auto import TIE
+from te_ccl.auto import TIE, asked_chunking
 
 if TYPE_CHECKING:
     from te_ccl.schedule import Schedule
@@ -131,7 +131,7 @@ class Incumbent:
 
 def describe(schedule: Schedule) -> str:
     """Where a schedule came from, in a few words: its method, chunks and sub-chunks."""
-    info, c = schedule.info, schedule.collective
+    info = schedule.info
     if info.backend.startswith("baseline:"):
         what = f"template {info.backend.removeprefix('baseline:')}"
     elif info.backend == "scale":
@@ -139,5 +139,5 @@ def describe(schedule: Schedule) -> str:
     else:
         what = f"{info.backend} solve"
     k = info.subchunks
-    chunks = f"{c.chunks_per_rank // k} chunk(s) per rank"
+    chunks = f"{asked_chunking(schedule).chunks_per_rank} chunk(s) per rank"
     return f"{what}, {chunks}" + (f" × {k} sub-chunks" if k > 1 else "")

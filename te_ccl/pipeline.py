@@ -28,6 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from te_ccl.auto import asked_chunking
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.background import WORTH_FORKING, Background, in_background, workers
 from te_ccl.bounds import lower_bound
@@ -355,7 +356,7 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
             schedule, data = render_fitting(schedule, options, search, kept.tell, timer,
                                             fallback=kept.best is not None)
     except RuntimeLimitError as e:
-        if kept.best is None or _chunking(schedule) == collective:
+        if kept.best is None or asked_chunking(schedule) == collective:
             raise  # solved again with fewer sub-chunks already
         again = _rescaled(schedule, collective, kept, search, timer,
                           f"does not fit the runtime ({e})")
@@ -872,7 +873,7 @@ def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
         if k <= 1:
             raise
         failed, why = k, str(e)
-    asked, last = _chunking(schedule), schedule
+    asked, last = asked_chunking(schedule), schedule
     fit: tuple[int, Schedule, bytes] | None = None  # (k asked for, schedule, bytes)
     tried, spent = [f"{k}: {why}"], schedule.info.solver_time_s
     while fit is None or failed - fit[0] > max(1, fit[0] // 4):
@@ -941,19 +942,12 @@ def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
                            solver_time_s=spent + again.info.solver_time_s), data
 
 
-def _chunking(schedule: Schedule) -> Collective:
-    """The collective ``schedule`` was asked for, before the scale backend cut its
-    chunks into sub-chunks."""
-    c, k = schedule.collective, schedule.info.subchunks
-    return replace(c, chunks_per_rank=c.chunks_per_rank // k)
-
-
 def _solved_again(schedule: Schedule, k: int, params: SolveParams,
                   progress: Progress | None, timer: Timer) -> Schedule:
     """The chunking of ``schedule`` solved again by the scale backend with at most ``k``
     sub-chunks per chunk (not checked yet), with the notes of the search ``schedule``
     won (what it was raced against)."""
-    again = solve_best(schedule.topology, _chunking(schedule),
+    again = solve_best(schedule.topology, asked_chunking(schedule),
                        replace(params, backend="scale", max_subchunks=k), (), progress,
                        timer.judge)
     return again.with_info(notes=_won(schedule) + again.info.notes)
