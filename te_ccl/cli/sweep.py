@@ -67,7 +67,7 @@ def sweep_cmd(ctx: click.Context, grid: str, out_dir: str, workers: int | None,
         err_console.print(f"interrupted: finished points are kept in {out_dir}; "
                           "rerun the same command to resume")
         raise
-    info = _summary(g, out_dir, executor.description, outcome, time.monotonic() - start)
+    info = _summary(g, out_dir, store, executor.description, outcome, time.monotonic() - start)
     if as_json:
         emit_json(info)
     else:
@@ -127,12 +127,10 @@ def _run_with_progress(plan: Any, store: Any, executor: Any) -> Any:
         return run_sweep(plan, store, executor, on_record=on_record)
 
 
-def _summary(g: Any, out_dir: str, executor: str, outcome: Any, wall_s: float) -> dict[str, Any]:
+def _summary(g: Any, out_dir: str, store: Any, executor: str, outcome: Any,
+             wall_s: float) -> dict[str, Any]:
     records = [outcome.records.get(p.key, {"name": p.name, "key": p.key, "status": "pending"})
                for p in outcome.points]
-    from te_ccl.sweep.store import ResultStore
-
-    store = ResultStore(out_dir)
     msccl = sorted({str(store.msccl_dir(p.topology.name)) for p in outcome.points})
     return {
         "grid": g.file, "name": g.name, "output": out_dir, "executor": executor,
