@@ -417,18 +417,21 @@ def _per_node_part(topology: Topology, into: Counter[str], out: Counter[str]) ->
 
 def _custom_parts(topology: Topology, collective: Collective) -> dict[str, float]:
     """Each destination receives every chunk it wants, each source sends each of its
-    chunks once; the latency of the farthest (source, destination) pair."""
+    chunks once; the latency of the farthest (source, destination) pair. Counted per
+    demand (its chunks are alike), not chunk by chunk."""
     into: Counter[str] = Counter()
     out: Counter[str] = Counter()
     targets: dict[str, set[str]] = defaultdict(set)
-    for c in collective.iter_chunks():
-        src = topology.gpu(c.sources[0])
-        wanted = [topology.gpu(d) for d in c.destinations]
-        if wanted:
-            out[src] += collective.chunk_bytes
+    for demand in collective.demands:
+        src = topology.gpu(demand.source)
+        wanted = [topology.gpu(d) for d in demand.destinations if d != demand.source]
+        if not wanted or not demand.chunks:
+            continue
+        nbytes = demand.chunks * collective.chunk_bytes
+        out[src] += nbytes
+        targets[src].update(wanted)
         for d in wanted:
-            into[d] += collective.chunk_bytes
-            targets[src].add(d)
+            into[d] += nbytes
     alpha = max((_alpha_distance(topology, [s], sorted(ts)) for s, ts in targets.items()),
                 default=0.0)
     return {"per_node_s": _per_node_part(topology, into, out), "alpha_s": alpha}
