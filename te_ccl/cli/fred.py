@@ -401,7 +401,7 @@ def _single_means(w: Any, ev: Any) -> list[dict[str, Any]]:
     """:func:`mean_comparison` over every strategy workload ``w`` admits, under ``ev``'s
     assumptions: what the paper's strategy-averaged figures compare with (none when it
     publishes none, as off the paper's wafer size)."""
-    if not any(not c["comparable"] for c in ev.comparison()):
+    if all(c["comparable"] for c in ev.comparison()):
         return []
     return mean_comparison([evaluate(w, s.name, assumptions=ev.assumptions, npus=ev.npus)
                             for s in _admitted(w, all_strategies(ev.npus))])
