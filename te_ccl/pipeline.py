@@ -1040,7 +1040,7 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
     s, c = result.schedule, result.schedule.collective
     timing = result.timing or Timing(s.finish_time_s)
     finish, bound = timing.finish_s, result.lower_bound_s
-    algbw = c.size_bytes / finish / 1e9 if finish > 0 else None
+    algbw, busbw = bandwidths(c.size_bytes, finish, busbw_factor(s))
     return {
         "topology": topology.name,
         "collective": c.kind.value,
@@ -1055,7 +1055,7 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
         "finish_time_s": finish,
         "measured_by": timing.measured_by,
         "algbw_GBps": algbw,
-        "busbw_GBps": bandwidths(c.size_bytes, finish, busbw_factor(s))[1],
+        "busbw_GBps": busbw,
         "lower_bound_s": bound,
         "bound_ratio": finish / bound if bound > 0 else None,
         "predicted_s": timing.predicted_s,
