@@ -16,6 +16,7 @@ install: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/teccl topo show dgx1
+	mkdir -p out
 	$(BIN)/teccl compile dgx1 --collective allgather --size 64MB --chunks auto -o out/dgx1-allgather.xml
 	@echo "demo output written to out/dgx1-allgather.xml"
 
