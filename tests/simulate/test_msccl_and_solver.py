@@ -1,6 +1,5 @@
 """XML replay agrees with the schedule replay; a solved schedule agrees with its prediction."""
 
-from pathlib import Path
 
 import pytest
 
@@ -8,17 +7,14 @@ from te_ccl.backends.base import SolveParams
 from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
+from te_ccl.compiler import solve
 from te_ccl.errors import VerificationError
 from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.simulate import chain_length, simulate_schedule
 from te_ccl.simulate.msccl import simulate_msccl
-from te_ccl.solve import solve
 from te_ccl.topology import generators as gen
 from te_ccl.verify.msccl.reader import read_msccl
-
-# the shared MSCCL reference files beside the repository (as tests/verify/xmltools.py finds them)
-REFERENCE = (Path(__file__).resolve().parents[2].parent / "shared" / "msccl-reference" / "generated"
-             / "azure_allgather_ring_8_1_1.xml")
+from tests.verify.xmltools import REFERENCE, needs_reference
 
 
 def test_xml_of_a_ring_replays_to_the_nccl_formula():
@@ -31,9 +27,9 @@ def test_xml_of_a_ring_replays_to_the_nccl_formula():
     assert simulate_schedule(sched).finish_time_s == pytest.approx(expect, rel=1e-9)
 
 
-@pytest.mark.skipif(not REFERENCE.exists(), reason="reference files not present")
+@needs_reference
 def test_reference_ring_file_and_contention_through_a_switch():
-    algo = read_msccl(REFERENCE)
+    algo = read_msccl(REFERENCE / "generated" / "azure_allgather_ring_8_1_1.xml")
     size = 8 * 2**20
     fc = simulate_msccl(algo, gen.fully_connected(8, 50e9, 1e-6), size)
     assert fc.finish_time_s == pytest.approx(7 * (1e-6 + size / 8 / 50e9), rel=1e-9)

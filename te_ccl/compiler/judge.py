@@ -1,0 +1,315 @@
+"""The judge of a candidate: the only place that knows how a schedule is timed.
+
+Candidates (chunkings, the flow schedule against the templates) are judged, and the
+result is reported, by replaying the MSCCL XML each lowers to, the program the runtime
+runs (:func:`xml_replay`). Above :data:`XML_REPLAY_LIMIT` transfers lowering every
+candidate would cost more than the compile's budget, so the schedule's own replay
+judges, bracketed by :func:`_prediction_bounds_replay` and :func:`_busiest_link`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from te_ccl.background import WORTH_FORKING, Background, in_background, workers
+from te_ccl.collective.model import Collective
+from te_ccl.compile.options import CompileOptions
+from te_ccl.compile.solve import Judge
+from te_ccl.deadline import TimeLimitReached
+from te_ccl.errors import RuntimeLimitError, TecclError
+from te_ccl.schedule import Schedule
+
+if TYPE_CHECKING:
+    from te_ccl.verify.msccl.model import Algo
+
+__all__ = ["Timer", "Timing", "xml_replay", "SIM_LIMIT", "XML_REPLAY_LIMIT", "PARALLEL_FROM"]
+
+LOWER_S_PER_TRANSFER = 1e-4  # lowering's pace until the compile has timed its own: 65k
+#                               transfers take 5-15 s (meshes faster than tori, a busy
+#                               machine slower than an idle one)
+VERIFY_SHARE = 0.4  # verifying a file takes about this share of what lowering it did
+REPLAY_SHARE = 0.2  # and replaying it (beside the verifier, from PARALLEL_FROM transfers) this
+PACE_MIN_TRANSFERS = 1000  # smaller lowerings time their fixed costs, not their pace
+SIM_LIMIT = 100_000  # transfers: beyond, a schedule is timed by its prediction
+PARALLEL_FROM = WORTH_FORKING  # transfers: from here, the checker and the written file's
+#                                replay run in a forked process beside the lowering and the
+#                                verifier (if there is a second core)
+XML_REPLAY_LIMIT = 20_000  # transfers: beyond, lowering and replaying every candidate's XML
+#                            costs more than the compile's budget; the schedule replay judges
+
+
+@dataclass(frozen=True)
+class Timing:
+    """What a schedule takes, by each measure (seconds).
+
+    ``xml_s``: the replay of its lowered MSCCL XML (:func:`te_ccl.simulate.msccl.simulate_msccl`),
+    None above :data:`XML_REPLAY_LIMIT` transfers or when it does not lower
+    (``unlowerable`` says why; ``refittable``: over a runtime limit with sub-chunks that
+    :func:`render_fitting` can solve again fewer); ``schedule_s``: the replay of the
+    schedule itself, None above :data:`SIM_LIMIT` transfers; ``predicted_s``: the epoch
+    model's.
+    """
+
+    predicted_s: float
+    schedule_s: float | None = None
+    xml_s: float | None = None
+    unlowerable: str | None = None
+    refittable: bool = False
+    unreplayed: str | None = None  # why the written XML was not replayed (the time limit)
+
+    @property
+    def finish_s(self) -> float:
+        """The best measure there is: the XML's replay, else the schedule's, else the
+        prediction."""
+        for t in (self.xml_s, self.schedule_s):
+            if t is not None:
+                return t
+        return self.predicted_s
+
+    @property
+    def measured_by(self) -> str:
+        if self.xml_s is not None:
+            return "xml replay"
+        return "schedule replay" if self.schedule_s is not None else "epoch model"
+
+
+def _schedule_replay(schedule: Schedule) -> float | None:
+    """The schedule's α-β replay with contention, None above :data:`SIM_LIMIT` transfers."""
+    if len(schedule.transfers) > SIM_LIMIT:
+        return None
+    from te_ccl.simulate.replay import replay_finish
+
+    return replay_finish(schedule)
+
+
+def xml_replay(schedule: Schedule, data: bytes, algo: Algo | None = None) -> float:
+    """The finish time of ``data``, the MSCCL XML lowered from ``schedule``, replayed on
+    the schedule's topology as the runtime runs it (``algo``: ``data`` as the verifier
+    read it, if it did)."""
+    from te_ccl.simulate.msccl import simulate_msccl
+    from te_ccl.verify.msccl.reader import read_msccl
+
+    c = schedule.collective
+    return simulate_msccl(algo or read_msccl(data.decode()), schedule.topology, c.size_bytes,
+                          ranks=c.ranks).finish_time_s
+
+
+def _prediction_bounds_replay(schedule: Schedule) -> float | None:
+    """The prediction when it bounds the schedule replay from above (te_ccl.simulate.replay:
+    no link starts two chunks in one epoch, or no link has latency), else None."""
+    starts = {(t.src, t.dst, t.start_epoch) for t in schedule.transfers}
+    if len(starts) == len(schedule.transfers) or not any(
+            x.latency_s for x in schedule.topology.links):
+        return schedule.finish_time_s
+    return None
+
+
+def _busiest_link(schedule: Schedule) -> float:
+    """A lower bound of the schedule replay: a link carries one chunk at a time, the last
+    arriving ``α`` after it leaves (te_ccl.simulate.engine)."""
+    load = Counter((t.src, t.dst) for t in schedule.transfers)
+    links = (schedule.topology.link(*key) for key in load)
+    return max((n * schedule.chunk_bytes / x.bandwidth_Bps + x.latency_s
+                for n, x in zip(load.values(), links, strict=True)), default=0.0)
+
+
+class Timer:
+    """Times each schedule once (``solve`` judges its candidates, the chunking loop the
+    winner again, the summary and the benchmark report it): by the replay of its
+    lowered XML when ``xml`` and it has at most :data:`XML_REPLAY_LIMIT` transfers, else
+    by the schedule replay. A schedule that does not lower is judged infinitely slow, so
+    ``auto`` keeps a candidate that does; one whose sub-chunks overflow a runtime limit
+    stands at its schedule replay, since :func:`render_fitting` solves it again with
+    fewer sub-chunks.
+
+    A time is remembered by the schedule's transfers tuple (``with_info`` keeps it),
+    collective (the buffer mode changes the XML) and sub-chunking.
+    """
+
+    def __init__(self, *, xml: bool = True, options: CompileOptions | None = None) -> None:
+        self.xml = xml
+        options = options or CompileOptions()
+        self.options = options  # the file's name and size range, so a judged XML can be written
+        self._seen: dict[tuple[int, Collective, int], tuple[tuple, Timing]] = {}
+        self._lowered: dict[tuple[int, Collective, int], tuple[tuple, bytes]] = {}
+        self._pace: float | None = None  # the slowest lowering timed, per transfer
+        self._read: tuple[bytes, Algo] | None = None  # the last file the verifier read
+        self._replay: tuple[bytes, Background[float]] | None = None  # a file's, under way
+        what = (f"replay of the lowered XML, or of the schedule above {XML_REPLAY_LIMIT} "
+                "transfers" if xml else "schedule replay")
+        self.judge = Judge(what, self._time, self._at_most, self._at_least, self.write_s)
+
+    def write_s(self, schedule: Schedule) -> float:
+        """About how long writing ``schedule`` takes: lowering it (done already if it
+        was judged by its XML), verifying it (:data:`VERIFY_SHARE` of the lowering) and,
+        above :data:`XML_REPLAY_LIMIT` transfers, replaying the written file
+        (:data:`REPLAY_SHARE`), at the pace timed (:attr:`pace`)."""
+        lowered = self._lowered.get(self._key(schedule))
+        return self.write_n(len(schedule.transfers),
+                            lowered is not None and lowered[0] is schedule.transfers)
+
+    def write_n(self, transfers: int, lowered: bool) -> float:
+        """:meth:`write_s` of a schedule of ``transfers`` (``lowered`` already or not)."""
+        if not self.xml:
+            return 0.0
+        passes = (0 if lowered else 1) + VERIFY_SHARE + (
+            REPLAY_SHARE if transfers > XML_REPLAY_LIMIT else 0)
+        return self.pace * transfers * passes
+
+    @property
+    def pace(self) -> float:
+        """Seconds per transfer of the slowest lowering timed (of at least
+        :data:`PACE_MIN_TRANSFERS`), else :data:`LOWER_S_PER_TRANSFER`."""
+        return self._pace or LOWER_S_PER_TRANSFER
+
+    def paced(self, transfers: int, seconds: float) -> None:
+        """A lowering of ``transfers`` took ``seconds``."""
+        if transfers >= PACE_MIN_TRANSFERS:
+            self._pace = max(self._pace or 0.0, seconds / transfers)
+
+    def _by_xml(self, schedule: Schedule) -> bool:
+        return self.xml and len(schedule.transfers) <= XML_REPLAY_LIMIT
+
+    @staticmethod
+    def _key(schedule: Schedule) -> tuple[int, Collective, int]:
+        return (id(schedule.transfers), schedule.collective, schedule.info.subchunks)
+
+    def timing(self, schedule: Schedule) -> Timing:
+        key = self._key(schedule)
+        hit = self._seen.get(key)
+        if hit is None or hit[0] is not schedule.transfers:
+            hit = self._seen[key] = (schedule.transfers, self._measure(schedule))
+        return hit[1]
+
+    def lowered(self, schedule: Schedule, options: CompileOptions) -> bytes | None:
+        """The XML lowered to judge ``schedule``, if it was and is the file ``options`` asks for."""
+        hit = self._lowered.get(self._key(schedule))
+        same = (options.name, options.min_bytes, options.max_bytes) == (
+            self.options.name, self.options.min_bytes, self.options.max_bytes)
+        return hit[1] if same and hit is not None and hit[0] is schedule.transfers else None
+
+    def verified(self, data: bytes, algo: Algo) -> None:
+        """``data`` passed the verifier, which read it as ``algo``: the replay of the
+        written file reads no second copy (a 1024-GPU file is hundreds of MB)."""
+        self._read = (data, algo)
+
+    @contextmanager
+    def replaying(self, schedule: Schedule, data: bytes
+                  ) -> Iterator[Callable[[Algo], None] | None]:
+        """While the body verifies ``data``, the XML to be written for ``schedule``, replay
+        it in a forked process (:mod:`te_ccl.background`) if :meth:`replay_written` will
+        need it and it has :data:`PARALLEL_FROM` transfers or more; dropped if the body
+        fails. The body gets the function that starts the replay with ``data`` as the
+        verifier read it (None where there is none to start): the replay reads no
+        second copy. It runs at the lowest priority: at scale the verifier itself keeps
+        both cores busy (its data run is forked), and the replay takes what it leaves."""
+        if len(schedule.transfers) < PARALLEL_FROM or workers() < 2 or not self.xml \
+                or self._timed_by_xml(schedule):
+            yield None
+            return
+        if self._replay is not None:  # one not taken up by replay_written is not wanted
+            self._replay[1].cancel()
+            self._replay = None
+        job: Background[float] | None = None
+
+        def start(algo: Algo) -> None:
+            nonlocal job
+            job = in_background(xml_replay, schedule, data, algo, low_priority=True)
+
+        try:
+            yield start
+        except BaseException:
+            if job is not None:
+                job.cancel()
+            raise
+        if job is not None:
+            self._replay = (data, job)
+
+    def _timed_by_xml(self, schedule: Schedule) -> bool:
+        hit = self._seen.get(self._key(schedule))
+        return hit is not None and hit[0] is schedule.transfers and hit[1].xml_s is not None
+
+    def replay_written(self, schedule: Schedule, data: bytes, *,
+                       schedule_replay: bool = True) -> None:
+        """Time ``schedule`` by ``data``, the XML written for it, where judging did not (over
+        :data:`XML_REPLAY_LIMIT` transfers, or not judged): the compile reports the file's
+        replay. Past the compile's deadline the file stays written and the schedule
+        replay stands. A schedule not judged is replayed too unless not
+        ``schedule_replay`` (a first file's: that would take about as long again)."""
+        read, self._read = self._read, None  # a 1024-GPU file's model is not kept past here
+        started, self._replay = self._replay, None
+        hit = self._seen.get(self._key(schedule))
+        if hit is not None and hit[0] is schedule.transfers:
+            timing = hit[1]
+        else:
+            timing = Timing(schedule.finish_time_s,
+                            _schedule_replay(schedule) if schedule_replay else None)
+        if timing.xml_s is not None or not self.xml:
+            return
+        algo = read[1] if read is not None and read[0] is data else None
+        try:
+            if started is not None and started[0] is data:
+                started[1].hurry()
+                timing = replace(timing, xml_s=started[1].result())
+            else:
+                timing = replace(timing, xml_s=xml_replay(schedule, data, algo))
+        except TimeLimitReached as e:
+            timing = replace(timing, unreplayed=str(e))
+        self._seen[self._key(schedule)] = (schedule.transfers, timing)
+
+    def file_timing(self, schedule: Schedule) -> Timing:
+        """:meth:`timing`, with the XML lowered and replayed at any number of transfers
+        (what a benchmark reports of the file it would write)."""
+        timing = self.timing(schedule)
+        if timing.xml_s is None and timing.unlowerable is None and self.xml:
+            timing, data = self._lower(schedule, timing)
+            self._seen[self._key(schedule)] = (schedule.transfers, timing)
+            if data is not None:
+                self.replay_written(schedule, data)
+        return self.timing(schedule)
+
+    def _measure(self, schedule: Schedule) -> Timing:
+        timing = Timing(schedule.finish_time_s, _schedule_replay(schedule))
+        if not self._by_xml(schedule):
+            return timing
+        timing, data = self._lower(schedule, timing)
+        if data is None:
+            return timing
+        self._lowered[self._key(schedule)] = (schedule.transfers, data)
+        return replace(timing, xml_s=xml_replay(schedule, data))
+
+    def _lower(self, schedule: Schedule, timing: Timing) -> tuple[Timing, bytes | None]:
+        """The XML of ``schedule``, or None with ``timing`` saying why it does not lower."""
+        from te_ccl.lower.msccl import lower_to_msccl
+
+        o, start = self.options, time.monotonic()
+        try:
+            data = lower_to_msccl(schedule, name=o.name, min_bytes=o.min_bytes,
+                                  max_bytes=o.max_bytes)
+            self.paced(len(schedule.transfers), time.monotonic() - start)
+            return timing, data
+        except TimeLimitReached:
+            raise  # the compile's time is up: not a property of the schedule
+        except RuntimeLimitError as e:
+            return replace(timing, unlowerable=str(e),
+                           refittable=schedule.info.subchunks > 1), None
+        except TecclError as e:
+            return replace(timing, unlowerable=str(e)), None
+
+    def _time(self, schedule: Schedule) -> float:
+        timing = self.timing(schedule)
+        if timing.unlowerable is not None and not timing.refittable:
+            return math.inf
+        return timing.finish_s
+
+    def _at_most(self, schedule: Schedule) -> float | None:
+        return None if self._by_xml(schedule) else _prediction_bounds_replay(schedule)
+
+    def _at_least(self, schedule: Schedule) -> float | None:
+        return None if self._by_xml(schedule) else _busiest_link(schedule)
