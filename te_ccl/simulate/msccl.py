@@ -221,8 +221,10 @@ def _cut_through(topology: Topology, key: tuple[str, str]) -> bool:
     return not node.is_gpu and not node.has_buffer
 
 
-def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
-    """Run the event loop; see the module docstring.
+def _replay(flat: _Flat, chunk_bytes: float, record: bool | None
+            ) -> tuple[SimResult, list[float]]:
+    """Run the event loop (see the module docstring); the result and when each step was
+    done (a co-simulation splits the steps by communicator).
 
     Events are ``(time, code)`` with ``code = step << 12 | hop << 2 | kind``: a send's
     first link ends (``_DONE``), its message reaches the node of hop ``hop`` (``_HOP``) or
@@ -376,7 +378,7 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None) -> SimResult:
                 todo.append(r)
         else:
             hop(i, code >> 2 & 1023, now)
-    return _result(flat, done, used, links, busy, uses, stage, last)
+    return _result(flat, done, used, links, busy, uses, stage, last), done
 
 
 def _result(flat: _Flat, done: list[float], used: list[tuple[int, int, float, float, float]],
@@ -443,23 +445,31 @@ def simulate_msccl(path_or_algo: str | Path | Algo, topology: Topology, size_byt
     """
     with paused_gc():
         algo = path_or_algo if isinstance(path_or_algo, Algo) else read_msccl(path_or_algo)
-        if ranks is None:
-            if algo.ngpus != topology.ngpus:
-                raise SpecError(f"the algorithm has {algo.ngpus} GPUs, topology "
-                                f"{topology.name} {topology.ngpus}", file=algo.source,
-                                key="ngpus")
-            ranks = range(topology.ngpus)
-        elif len(ranks) != algo.ngpus or not all(0 <= r < topology.ngpus for r in ranks):
-            raise SpecError(f"the algorithm has {algo.ngpus} GPUs; expected as many ranks of "
-                            f"topology {topology.name}", file=algo.source, key="ranks")
-        proto = proto or algo.proto
-        if proto not in PROTOCOLS:
-            raise SpecError(f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}",
-                            file=algo.source, key="proto")
-        if algo.nchunksperloop <= 0:
-            raise SpecError("nchunksperloop must be positive", file=algo.source,
-                            key="nchunksperloop")
-        flat = _Flat(algo, topology, ranks, proto)
-        per_rank_count = algo.coll in ("gather", "scatter")
-        count_bytes = size_bytes / algo.ngpus if per_rank_count else size_bytes
-        return _replay(flat, count_bytes / algo.nchunksperloop, intervals)
+        flat, chunk_bytes = _prepared(algo, topology, size_bytes, proto, ranks)
+        return _replay(flat, chunk_bytes, intervals)[0]
+
+
+def _prepared(algo: Algo, topology: Topology, size_bytes: int, proto: str | None,
+              ranks: Sequence[int] | None) -> tuple[_Flat, float]:
+    """The checked algorithm as flat lists, and the bytes of one of its chunks (see
+    :func:`simulate_msccl` for what is refused)."""
+    if ranks is None:
+        if algo.ngpus != topology.ngpus:
+            raise SpecError(f"the algorithm has {algo.ngpus} GPUs, topology "
+                            f"{topology.name} {topology.ngpus}", file=algo.source,
+                            key="ngpus")
+        ranks = range(topology.ngpus)
+    elif len(ranks) != algo.ngpus or not all(0 <= r < topology.ngpus for r in ranks):
+        raise SpecError(f"the algorithm has {algo.ngpus} GPUs; expected as many ranks of "
+                        f"topology {topology.name}", file=algo.source, key="ranks")
+    proto = proto or algo.proto
+    if proto not in PROTOCOLS:
+        raise SpecError(f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}",
+                        file=algo.source, key="proto")
+    if algo.nchunksperloop <= 0:
+        raise SpecError("nchunksperloop must be positive", file=algo.source,
+                        key="nchunksperloop")
+    flat = _Flat(algo, topology, ranks, proto)
+    per_rank_count = algo.coll in ("gather", "scatter")
+    count_bytes = size_bytes / algo.ngpus if per_rank_count else size_bytes
+    return flat, count_bytes / algo.nchunksperloop
