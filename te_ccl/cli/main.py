@@ -1,6 +1,6 @@
 """Entry point of ``teccl``: the command group, lazy subcommand loading and error handling.
 
-This is the only place that turns library errors into exit codes (PRODUCT.md's contract:
+This is the only place that turns library errors into exit codes (README.md's contract:
 0 success, 1 a check failed, 2 bad input or usage, 3 the solver gave up, 70 a bug, 130
 interrupted, 141 stdout closed by its reader) and into what says so: one line on
 stderr and, under ``--json``, one ``{"error", "exit"}`` object on stdout.

@@ -2,7 +2,7 @@
 
 The file is read by the verifier's reader (:func:`te_ccl.verify.msccl.reader.read_msccl`);
 rank ``r`` of the file is GPU ``topology.gpus[ranks[r]]`` (``ranks`` defaults to every
-GPU of the topology, in order). The model (docs/simulate.md):
+GPU of the topology, in order). The model (docs/verify.md, "The replay"):
 
 * each thread block runs its steps in order: a step starts once the previous step of its
   thread block is done and its dependency (``depid``/``deps``) is done;

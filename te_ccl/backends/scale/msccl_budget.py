@@ -2,7 +2,7 @@
 
 The runtime's reader keeps at most ``MSCCL.max_elements`` elements for a rank
 (:mod:`te_ccl.runtime_limits`, which the lowering also keeps to): the
-``<algo>``, every ``<gpu>`` and that rank's thread blocks and steps (msccl-xml.md; ``teccl verify``
+``<algo>``, every ``<gpu>`` and that rank's thread blocks and steps (the runtime's parser; ``teccl verify``
 checks the same limit independently, rule ``xml-node-limit``). Each chunk a GPU receives
 or sends is at least one step, so the sub-chunk factor of the scale backend is capped to
 keep a lowered algorithm loadable: at 1024 GPUs one rank has ~3,000 elements left for

@@ -2,7 +2,7 @@
 
 Enum values are the XML tokens (as msccl-tools prints them); they are string enums, so
 formatting a member prints its value.
-Offsets and counts are in chunks (msccl-xml.md).
+Offsets and counts are in chunks, as the runtime reads them (docs/verify.md).
 """
 
 from __future__ import annotations

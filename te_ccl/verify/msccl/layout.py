@@ -2,7 +2,7 @@
 
 Chunk ``k`` of every buffer covers elements ``[k·S, (k+1)·S)`` with
 ``S = count·mult / nchunksperloop`` (mult = ngpus for allgather, reducescatter and
-alltoall, else 1; msccl-xml.md). So with ``n = nchunksperloop``, ``N = ngpus`` and ``c``
+alltoall, else 1: the runtime's rule). So with ``n = nchunksperloop``, ``N = ngpus`` and ``c``
 chunks per rank:
 
 ============== ====== ======================================== ===========================

@@ -1,4 +1,4 @@
-"""Typed, immutable view of an MSCCL XML algorithm (msccl-xml.md), as the runtime reads it.
+"""Typed, immutable view of an MSCCL XML algorithm, as the runtime reads it (docs/verify.md).
 
 Numbers hold the value the runtime's ``strtol(..., 0)`` yields (``010`` is 8). A missing
 attribute of a ``gpu``/``tb``/``step`` gets the default listed in :data:`DEFAULTS` (and a
@@ -14,7 +14,7 @@ from typing import NamedTuple
 __all__ = ["Step", "Threadblock", "Gpu", "Algo", "STEP_TYPES", "BUFFERS", "SENDS", "RECVS",
            "READS_SRC", "WRITES_DST", "DEFAULTS"]
 
-# type -> (sends, receives); msccl-xml.md "Step types"
+# type -> (sends, receives), as the runtime's primitives run them
 STEP_TYPES: dict[str, tuple[bool, bool]] = {
     "s": (True, False), "r": (False, True), "rcs": (True, True), "rrs": (True, True),
     "rrc": (False, True), "rrcs": (True, True), "cpy": (False, False), "re": (False, False),

@@ -1,4 +1,4 @@
-"""Rules the runtime does not check (msccl-xml.md, end), whose violation hangs or corrupts.
+"""Rules the runtime does not check (docs/verify.md, stage 3), whose violation hangs or corrupts.
 
 ``s`` equal to the position, dependency targets that exist and publish a flag,
 ``depid <= MSCCL.max_depid``, ``chan < nchannels``, peers that are ranks, one thread block per
