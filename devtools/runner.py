@@ -2,13 +2,13 @@
 
 Every schedule — teccl's and each baseline's — is checked by the independent schedule
 checker, lowered to MSCCL XML and the XML replayed by the simulator
-(:class:`te_ccl.pipeline.Timer`); its time is that replay's finish (``xml_s``), so algbw,
+(:class:`te_ccl.compiler.pipeline.Timer`); its time is that replay's finish (``xml_s``), so algbw,
 busbw and the ratio to the lower bound are the artifact's and compare like with like. The
 schedule's own replay (``schedule_s``) and the epoch-model prediction are kept alongside;
 ``xml_ratio`` = XML / schedule replay is what the lowering loses. Above
 :data:`XML_REPLAY_LIMIT` transfers the time is the schedule replay, above
 :data:`SIM_LIMIT` the prediction (``measured_by`` says which). teccl's schedule is the one
-``teccl compile`` keeps (:func:`te_ccl.pipeline.solve_best`, over the chunkings of
+``teccl compile`` keeps (:func:`te_ccl.compiler.pipeline.solve_best`, over the chunkings of
 ``--chunks auto`` for the cases that ask); its solver time is the wall-clock time of that
 whole choice, and ``picked_chunks`` the chunks per rank of the schedule kept. Schedules
 longer than :data:`CHECK_EPOCHS` epochs or over :data:`SIM_LIMIT` transfers are not
@@ -26,10 +26,9 @@ from devtools.bounds_cache import Bounds
 from devtools.suites import Case, Suite
 from te_ccl.backends.base import SolveParams
 from te_ccl.baselines import BaselineError, applicable, build_baseline
-from te_ccl.chunking import BASE_CHUNKS
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.errors import TecclError
-from te_ccl.pipeline import (
+from te_ccl.compiler import (
+    BASE_CHUNKS,
     SIM_LIMIT,
     XML_REPLAY_LIMIT,
     CompileOptions,
@@ -38,6 +37,7 @@ from te_ccl.pipeline import (
     render_fitting,
     solve_best,
 )
+from te_ccl.errors import TecclError
 from te_ccl.report.metrics import bandwidths
 from te_ccl.schedule import Schedule
 from te_ccl.spec.topology import load_topology

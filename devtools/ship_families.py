@@ -3,7 +3,7 @@ multi-node machines.
 
 ``python -m devtools.ship_families DIR`` compiles, for each machine of :data:`MACHINES`
 and each collective of :data:`KINDS`, one algorithm per message-size range of
-``--sizes`` (:func:`te_ccl.pipeline.compile_size_library`: cut at powers of 4, merged
+``--sizes`` (:func:`te_ccl.compiler.pipeline.compile_size_library`: cut at powers of 4, merged
 where neighbouring ranges compile to the same schedule), in both buffer modes, into
 ``DIR/MACHINE/MACHINE-KIND[-inplace]-MIN-MAX.xml``. Every file is verified before it is
 written, with at most :data:`MAX_SUBCHUNKS` sub-chunks per chunk; ``DIR/index.csv`` lists each with its range and the replay of its XML at the
@@ -26,9 +26,9 @@ import click
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.compiler import parse_size_range
 from te_ccl.errors import TecclError
 from te_ccl.outputs import write_atomic
-from te_ccl.sizes import parse_size_range
 from te_ccl.spec.topology import load_topology
 from te_ccl.units import parse_size
 
@@ -49,7 +49,7 @@ def ship_family(machine: str, kind: str, inplace: bool, out_dir: Path, low: int,
     """One family's index rows (one per size range, or one skipped row naming why). A
     family with a file over ``max_file_bytes`` is compiled again with whole chunks (one
     sub-chunk each) before it is skipped."""
-    from te_ccl.pipeline import compile_size_library, summary
+    from te_ccl.compiler import compile_size_library, summary
 
     topo = load_topology(machine)
     base = {"topology": machine, "collective": kind, "inplace": inplace}

@@ -71,10 +71,10 @@ def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float,
     pipeline best and the runtime holds).
 
     In place first: its receives may wait for sends, so the runtime holds fewer of its
-    sub-chunks (:func:`~te_ccl.pipeline.render_fitting`). The same schedule is then
+    sub-chunks (:func:`~te_ccl.compiler.pipeline.render_fitting`). The same schedule is then
     lowered out of place, or, where that does not fit either, compiled on its own.
     """
-    from te_ccl.pipeline import CompileOptions, Timer, compile_collective, render_fitting, summary
+    from te_ccl.compiler import CompileOptions, Timer, compile_collective, render_fitting, summary
 
     coll = Collective(CollectiveKind(kind), parse_size(SIZE), tuple(range(topology.ngpus)),
                       inplace=True)

@@ -73,10 +73,15 @@ CASES = {
 
 def schedule_of(name: str, time_limit: float, load: Path | None):
     from te_ccl.baselines import build_baseline
-    from te_ccl.chunking import BASE_CHUNKS
-    from te_ccl.pipeline import CompileOptions, forward_only, render_fitting, solve_best
+    from te_ccl.compiler import (
+        BASE_CHUNKS,
+        CompileOptions,
+        SolveParams,
+        forward_only,
+        render_fitting,
+        solve_best,
+    )
     from te_ccl.schedule import Schedule
-    from te_ccl.solve import SolveParams
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
 

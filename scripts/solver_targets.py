@@ -10,7 +10,7 @@ import time
 
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective, CollectiveKind
-from te_ccl.solve import SolveParams, solve
+from te_ccl.compiler import SolveParams, solve
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.schedule_check import check_schedule
 

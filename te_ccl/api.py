@@ -3,7 +3,7 @@
 ``teccl compile`` is a thin layer over :func:`compile` (flags in, table or JSON out), so
 both take the same inputs, refuse the same bad ones (:class:`~te_ccl.errors.SpecError`
 and its exit-code siblings, never a print or an exit) and return the same
-:class:`~te_ccl.pipeline.CompileResult`, whose ``as_dict()`` is the very object
+:class:`~te_ccl.compiler.pipeline.CompileResult`, whose ``as_dict()`` is the very object
 ``teccl compile --json`` prints (each of its keys also an attribute).
 
 >>> import te_ccl
@@ -25,8 +25,8 @@ from typing import Literal
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective.model import Collective
+from te_ccl.compiler import CompileOptions, CompileResult, compile_collective
 from te_ccl.errors import SpecError
-from te_ccl.pipeline import CompileOptions, CompileResult, compile_collective
 from te_ccl.topology.model import Topology
 
 __all__ = ["compile", "solve_params", "CompileResult"]
@@ -85,7 +85,7 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     topo = _topology(topology)
     chunk_choices: tuple[int, ...] = ()
     if chunks == "auto":
-        from te_ccl.chunking import BASE_CHUNKS
+        from te_ccl.compiler import BASE_CHUNKS
 
         chunk_choices, chunks = BASE_CHUNKS, 1
     elif chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):

@@ -3,7 +3,7 @@
 Building a time-expanded model is pure Python and can take longer than solving it, and
 at 1024 GPUs so can lowering a schedule to MSCCL XML, verifying and replaying the file:
 a time limit must count them all. Whoever owns the limit enters :func:`until` around
-everything it runs (:func:`te_ccl.solve.solve` for the solve; a whole compile for the
+everything it runs (:func:`te_ccl.compiler.solve.solve` for the solve; a whole compile for the
 lowering and checks after it), the loops of each stage call :func:`check` (or iterate
 through :func:`checked`) naming what they do, and the solvers get only the time still
 left (:func:`left`). Outside :func:`until` the checks cost a context-variable read.

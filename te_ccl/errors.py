@@ -62,7 +62,7 @@ class RuntimeLimitError(TecclError):
     (exit code 3, like the solver giving up: the input was fine, the result does not fit).
 
     The compile answers it by solving again with fewer sub-chunks where it can
-    (:func:`te_ccl.pipeline.compile_collective`).
+    (:func:`te_ccl.compiler.pipeline.compile_collective`).
     """
 
     exit_code = 3

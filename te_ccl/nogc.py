@@ -4,7 +4,7 @@ The lowering, the checkers and the replays build millions of small tuples, lists
 dicts but no garbage cycles (reference counting frees them). Each automatic collection
 rescans every live object, so with the cycle collector on, these passes ran up to 4×
 slower and grew superlinearly with the size of the schedule. A whole compile
-(:mod:`te_ccl.pipeline`) runs paused too: its schedule's millions of transfers are
+(:mod:`te_ccl.compiler.pipeline`) runs paused too: its schedule's millions of transfers are
 built outside those passes, and live through all of them.
 
 >>> import gc

@@ -82,7 +82,7 @@ def test_no_import_cycle():
 
 def test_the_graph_sees_in_function_imports():
     graph = import_graph()
-    assert graph.has_edge("te_ccl.pipeline", "te_ccl.solve")
+    assert graph.has_edge("te_ccl.compiler.pipeline", "te_ccl.compiler.solve")
     assert graph.number_of_edges() > graph.number_of_nodes()
 
 

@@ -1,7 +1,7 @@
 """What every backend takes and returns, and the clock that shares one time limit.
 
 Backends solve a :class:`~te_ccl.model.problem.Problem` (demands in epochs) and return a
-:class:`SolveResult` whose transfers are in epochs from 0; :mod:`te_ccl.solve` wraps them
+:class:`SolveResult` whose transfers are in epochs from 0; :mod:`te_ccl.compiler.solve` wraps them
 into a :class:`~te_ccl.schedule.Schedule`.
 """
 

@@ -114,9 +114,9 @@ def _built(kind: str, topo: Topology, coll: Collective) -> tuple[Schedule, SimRe
 def _fastest_chunking(kind: str, topo: Topology, coll: Collective
                       ) -> tuple[Schedule, SimResult]:
     """``--chunks auto``: the baseline at each chunking of
-    :func:`te_ccl.chunking.chunk_candidates`, the earliest simulated finish kept (ties:
+    :func:`te_ccl.compiler.chunking.chunk_candidates`, the earliest simulated finish kept (ties:
     fewer chunks), with a note of what was tried."""
-    from te_ccl.chunking import chunk_candidates
+    from te_ccl.compiler import chunk_candidates
 
     best, tried = None, []
     for k in chunk_candidates(topo, coll):

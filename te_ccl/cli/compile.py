@@ -27,7 +27,7 @@ from te_ccl.units import format_bandwidth, format_size, format_time
 if TYPE_CHECKING:
     from te_ccl.backends.base import Progress
     from te_ccl.collective import Collective
-    from te_ccl.pipeline import CompileResult
+    from te_ccl.compiler import CompileResult
 
 
 @click.command("compile")
@@ -69,7 +69,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
                             key="--chunks") from None
     sizes = None
     if kw["sizes"]:
-        from te_ccl.sizes import parse_size_range
+        from te_ccl.compiler import parse_size_range
 
         sizes = parse_size_range(kw["sizes"])
         flags.setdefault("size", sizes[1])
@@ -116,10 +116,10 @@ def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,
     """The compile results: one per size range with ``sizes``, else the one algorithm."""
     import te_ccl
     from te_ccl.api import solve_params
-    from te_ccl.pipeline import compile_size_library
+    from te_ccl.compiler import compile_size_library
 
     if sizes:
-        from te_ccl.chunking import BASE_CHUNKS
+        from te_ccl.compiler import BASE_CHUNKS
 
         return compile_size_library(topo, coll, solve_params(**solver), *sizes, output,
                                     fmt=fmt, chunk_choices=BASE_CHUNKS if auto_chunks else (),

@@ -1,22 +1,22 @@
-"""The compile: from a checked topology and collective to a verified file.
+"""The compiler: from a checked topology and collective to a verified file.
 
-Its stages, one module each: :mod:`~te_ccl.compile.options` (what to write),
-:mod:`~te_ccl.compile.strategy` (one strategy on checked input),
-:mod:`~te_ccl.compile.chunking` (the chunkings worth trying),
-:mod:`~te_ccl.compile.portfolio` (what ``auto`` races, prunes and keeps),
-:mod:`~te_ccl.compile.solve` (the one place that picks the portfolio or a single backend),
-:mod:`~te_ccl.compile.judge` (the only module that knows how a candidate is timed),
-:mod:`~te_ccl.compile.incumbent` (the verified file held while the search goes on),
-:mod:`~te_ccl.compile.pipeline` (solve → check → lower → verify → write) and
-:mod:`~te_ccl.compile.sizes` (one algorithm per message-size range).
+Its stages, one module each: :mod:`~te_ccl.compiler.options` (what to write),
+:mod:`~te_ccl.compiler.strategy` (one strategy on checked input),
+:mod:`~te_ccl.compiler.chunking` (the chunkings worth trying),
+:mod:`~te_ccl.compiler.portfolio` (what ``auto`` races, prunes and keeps),
+:mod:`~te_ccl.compiler.solve` (the one place that picks the portfolio or a single backend),
+:mod:`~te_ccl.compiler.judge` (the only module that knows how a candidate is timed),
+:mod:`~te_ccl.compiler.incumbent` (the verified file held while the search goes on),
+:mod:`~te_ccl.compiler.pipeline` (solve → check → lower → verify → write) and
+:mod:`~te_ccl.compiler.sizes` (one algorithm per message-size range).
 The API, the CLI, the sweep and the benchmarks use only what this module exports.
 """
 
 from te_ccl.backends.base import SolveParams
-from te_ccl.compile.chunking import BASE_CHUNKS, chunk_candidates
-from te_ccl.compile.judge import SIM_LIMIT, XML_REPLAY_LIMIT, Timer, Timing, xml_replay
-from te_ccl.compile.options import FORMATS, CompileOptions
-from te_ccl.compile.pipeline import (
+from te_ccl.compiler.chunking import BASE_CHUNKS, chunk_candidates
+from te_ccl.compiler.judge import SIM_LIMIT, XML_REPLAY_LIMIT, Timer, Timing, xml_replay
+from te_ccl.compiler.options import FORMATS, CompileOptions
+from te_ccl.compiler.pipeline import (
     CompileResult,
     compile_collective,
     compile_size_library,
@@ -25,8 +25,8 @@ from te_ccl.compile.pipeline import (
     solve_best,
     summary,
 )
-from te_ccl.compile.sizes import parse_size_range
-from te_ccl.compile.solve import solve
+from te_ccl.compiler.sizes import parse_size_range
+from te_ccl.compiler.solve import solve
 
 __all__ = ["BASE_CHUNKS", "FORMATS", "SIM_LIMIT", "XML_REPLAY_LIMIT", "CompileOptions", "CompileResult", "SolveParams", "Timer",
            "Timing", "chunk_candidates", "compile_collective", "compile_size_library",

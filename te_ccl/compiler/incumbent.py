@@ -3,7 +3,7 @@
 A compile under a time limit keeps every file it has verified (lowered, passed by the
 independent verifier, timed by its replay) only while none finishes earlier: from the
 first cheap candidate's file on, the compile always holds one it can write, and when
-the limit ends, in whatever stage, it writes that one (:func:`te_ccl.compile.pipeline.compile_collective`).
+the limit ends, in whatever stage, it writes that one (:func:`te_ccl.compiler.pipeline.compile_collective`).
 The history of the files kept is what ``teccl compile --json`` reports as ``incumbents``.
 
 >>> kept = Incumbent(bound_s=1.0)
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from te_ccl.compile.portfolio import TIE, asked_chunking
+from te_ccl.compiler.portfolio import TIE, asked_chunking
 
 if TYPE_CHECKING:
     from te_ccl.schedule import Schedule
@@ -85,7 +85,7 @@ class Incumbent:
 
     def offer(self, schedule: Schedule, data: bytes, finish_s: float, source: str) -> bool:
         """Keep this verified file if it finishes earlier than the one kept (by more
-        than the race's :data:`~te_ccl.compile.portfolio.TIE`)."""
+        than the race's :data:`~te_ccl.compiler.portfolio.TIE`)."""
         if self.best is not None and finish_s >= self.best.finish_s * (1 - TIE):
             return False
         self.best = Verified(schedule, data, finish_s, source)

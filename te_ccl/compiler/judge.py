@@ -19,8 +19,8 @@ from typing import TYPE_CHECKING
 
 from te_ccl.background import WORTH_FORKING, Background, in_background, workers
 from te_ccl.collective.model import Collective
-from te_ccl.compile.options import CompileOptions
-from te_ccl.compile.solve import Judge
+from te_ccl.compiler.options import CompileOptions
+from te_ccl.compiler.solve import Judge
 from te_ccl.deadline import TimeLimitReached
 from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.schedule import Schedule

@@ -19,7 +19,7 @@ class CompileOptions:
     """Where and how to write: ``output`` None writes nothing, ``"-"`` writes stdout.
 
     ``chunk_choices``: chunks-per-rank values to try, plus the chunkings whose arithmetic
-    fits the topology (:func:`te_ccl.compile.chunking.chunk_candidates`); the time limit is shared
+    fits the topology (:func:`te_ccl.compiler.chunking.chunk_candidates`); the time limit is shared
     among them and the fastest schedule by :class:`Timer` wins, ties going to fewer chunks.
     Empty: the collective's own.
     """

@@ -5,8 +5,8 @@ algorithm. Every output is checked before it is written: the schedule by the
 independent checker, the MSCCL XML by the verifier, which shares nothing with the solver.
 
 The compile is *anytime*: from the first file it verifies (a cheap candidate, lowered
-and verified before the search, :func:`te_ccl.compile.portfolio.quick`) it holds a file it can write
-(:class:`~te_ccl.compile.incumbent.Incumbent`), replaced only by a verified file that finishes
+and verified before the search, :func:`te_ccl.compiler.portfolio.quick`) it holds a file it can write
+(:class:`~te_ccl.compiler.incumbent.Incumbent`), replaced only by a verified file that finishes
 earlier; when the time limit ends, in whatever stage, the file held is written.
 
 The artifact is the measure: candidates (chunkings, the flow schedule against the
@@ -30,11 +30,11 @@ from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.background import in_background, workers
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.compile.incumbent import Improvement, Incumbent, Verified, describe
-from te_ccl.compile.judge import PARALLEL_FROM, XML_REPLAY_LIMIT, Timer, Timing
-from te_ccl.compile.options import CompileOptions
-from te_ccl.compile.portfolio import asked_chunking
-from te_ccl.compile.solve import Judge, Known, solve
+from te_ccl.compiler.incumbent import Improvement, Incumbent, Verified, describe
+from te_ccl.compiler.judge import PARALLEL_FROM, XML_REPLAY_LIMIT, Timer, Timing
+from te_ccl.compiler.options import CompileOptions
+from te_ccl.compiler.portfolio import asked_chunking
+from te_ccl.compiler.solve import Judge, Known, solve
 from te_ccl.deadline import TimeLimitReached, keeping, left, until
 from te_ccl.errors import (
     RuntimeLimitError,
@@ -207,8 +207,8 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
                 in_switch: bool) -> None:
     """Keep the file of the first of the portfolio's cheap candidates that builds,
     passes the checker, lowers within the runtime's limits and verifies
-    (:func:`te_ccl.compile.portfolio.quick`); one that does not is noted and the next one tried."""
-    from te_ccl.compile.portfolio import quick
+    (:func:`te_ccl.compiler.portfolio.quick`); one that does not is noted and the next one tried."""
+    from te_ccl.compiler.portfolio import quick
 
     if not in_switch:
         topology = forward_only(topology)
@@ -410,7 +410,7 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     Rooted collectives are refused: the runtime would pick these files by size for
     every root (and has no entry point for gather and scatter).
     """
-    from te_ccl.compile.sizes import compile_size_ranges
+    from te_ccl.compiler.sizes import compile_size_ranges
 
     if rooted_notes(collective):
         raise SpecError(f"a size library of {collective.kind.value} would run for every "
@@ -473,7 +473,7 @@ def solve_best(topology: Topology, collective: Collective, params: SolveParams,
                known: Known = ()) -> Schedule:
     """What ``teccl compile`` keeps before checking it: ``solve`` judged by ``judge`` (a
     :class:`Timer`'s, by default a fresh one: the replay of the lowered XML), over the
-    chunkings of :func:`te_ccl.compile.chunking.chunk_candidates` when ``chunk_choices`` is given
+    chunkings of :func:`te_ccl.compiler.chunking.chunk_candidates` when ``chunk_choices`` is given
     (``--chunks auto``), ``known`` candidates among them. Switches only forward unless
     ``in_switch``."""
     if not in_switch:

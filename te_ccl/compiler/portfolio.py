@@ -1,7 +1,7 @@
 """What ``--backend auto`` tries, in one place: the portfolio.
 
 For each chunking (the collective's own; with ``--chunks auto`` also those of
-:func:`te_ccl.compile.chunking.chunk_candidates`, most promising first), the candidates are:
+:func:`te_ccl.compiler.chunking.chunk_candidates`, most promising first), the candidates are:
 
 1. the **scale** backend, where one of its methods fits
    (:func:`te_ccl.backends.scale.scale_method`). It runs alone where one flow model is
@@ -9,7 +9,7 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
    (AlltoAll: 1.1–1.7× on meshes and tori even at 16 GPUs), else first, in
    :data:`SCALE_SHARE` of the time (:data:`TREES_SHARE` for packed trees): its sub-chunks
    pipeline, which whole chunks cannot;
-2. the **flow model** (:func:`te_ccl.compile.strategy.run_strategy`, its solver picked by the
+2. the **flow model** (:func:`te_ccl.compiler.strategy.run_strategy`, its solver picked by the
    model's size), in the time left but :data:`TEMPLATE_SHARE` of it; it proves
    optimality where sub-chunks do not pay;
 3. the **templates** (ring, tree, direct, hierarchical, and on FRED wafers whose
@@ -53,8 +53,8 @@ from functools import cache, partial
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective
-from te_ccl.compile.chunking import chunk_candidates, chunking_bounds
-from te_ccl.compile.strategy import run_strategy
+from te_ccl.compiler.chunking import chunk_candidates, chunking_bounds
+from te_ccl.compiler.strategy import run_strategy
 from te_ccl.deadline import Budget, TimeLimitReached, left
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.model.relays import relay_overflow
@@ -224,7 +224,7 @@ def quick(topology: Topology, collective: Collective, params: SolveParams
     :class:`SolverError`. Bad input raises :class:`SpecError` first."""
     from te_ccl.backends.scale import scale_method
     from te_ccl.baselines import applicable, build_baseline
-    from te_ccl.compile.strategy import check_input
+    from te_ccl.compiler.strategy import check_input
     from te_ccl.fred import in_switch_candidate
 
     check_input(topology, collective)

@@ -1,7 +1,7 @@
 """The façade: ``solve(topology, collective, params) -> Schedule``.
 
 It runs the backend it is given: ``milp``, ``lp``, ``rounds`` or ``scale``
-(:func:`te_ccl.compile.strategy.run_strategy`), or ``auto``, the portfolio of :mod:`te_ccl.compile.portfolio`
+(:func:`te_ccl.compiler.strategy.run_strategy`), or ``auto``, the portfolio of :mod:`te_ccl.compiler.portfolio`
 (scale backend, flow model and templates raced, judged by ``judge``). With a
 ``max_horizon`` ``auto`` runs the flow model alone, the one strategy the horizon bounds.
 
@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.collective.model import Collective
-from te_ccl.compile.portfolio import PREDICTED, Judge, Known, choose
-from te_ccl.compile.strategy import check_input, run_strategy
+from te_ccl.compiler.portfolio import PREDICTED, Judge, Known, choose
+from te_ccl.compiler.strategy import check_input, run_strategy
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -33,7 +33,7 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
 
     ``chunk_choices``: chunks-per-rank values also raced (``--chunks auto``), each
     chunking solved by the backend given; ``known``: schedules of ``auto``'s candidates
-    built already (:func:`te_ccl.compile.portfolio.choose`).
+    built already (:func:`te_ccl.compiler.portfolio.choose`).
 
     Raises
     ------

@@ -15,7 +15,7 @@ solved directly. Reductions reuse them backwards (TE-CCL / PRODUCT.md "Reduction
   (:func:`te_ccl.model.problem.allreduce_problem`): partials summed in forward time into
   the switch, the sum multicast from there, the two overlapping across chunks.
 
-Which strategy ``--backend auto`` runs, and against what, is :mod:`te_ccl.compile.portfolio`'s call.
+Which strategy ``--backend auto`` runs, and against what, is :mod:`te_ccl.compiler.portfolio`'s call.
 """
 
 from __future__ import annotations

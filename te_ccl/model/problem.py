@@ -146,7 +146,7 @@ def demands_of(topology: Topology, collective: Collective) -> tuple[Demand, ...]
     for c in collective.chunks():
         if c.reduce:
             raise SpecError(f"chunk {c.id} of {collective.kind.value} is a reduction; "
-                            "solve it through te_ccl.solve", key="collective")
+                            "solve it through te_ccl.compiler.solve", key="collective")
         if c.destinations:
             out.append(Demand(c.id, tuple(topology.gpu(r) for r in c.sources),
                               tuple(topology.gpu(r) for r in c.destinations)))

@@ -91,7 +91,7 @@ def _base(point: Point, status: str, reason: str) -> dict[str, Any]:
 
 
 def _compile(point: Point) -> tuple[dict[str, Any], bytes]:
-    from te_ccl.pipeline import CompileOptions, compile_collective, summary
+    from te_ccl.compiler import CompileOptions, compile_collective, summary
 
     min_bytes, max_bytes = point.size.xml_bounds
     with tempfile.TemporaryDirectory(prefix="teccl-sweep-") as tmp:

@@ -14,8 +14,8 @@ from hypothesis import HealthCheck, given, settings
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective.model import CollectiveKind
+from te_ccl.compiler import CompileOptions, compile_collective
 from te_ccl.errors import TecclError
-from te_ccl.pipeline import CompileOptions, compile_collective
 from te_ccl.schedule import Schedule
 from te_ccl.verify.msccl.verify import verify_msccl
 from te_ccl.verify.schedule_check import check_schedule

@@ -9,12 +9,11 @@ import pytest
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import CompileOptions, compile_collective, solve
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.model.deadline import until
 from te_ccl.model.formulation import formulate
 from te_ccl.model.problem import build_problem
-from te_ccl.pipeline import CompileOptions, compile_collective
-from te_ccl.solve import solve
 from te_ccl.spec.topology import topology_from_data
 from te_ccl.verify.msccl.verify import verify_msccl
 from te_ccl.verify.schedule_check import check_schedule

@@ -6,13 +6,13 @@ import math
 
 import pytest
 
-import te_ccl.auto as auto
-from te_ccl.auto import Judge
+import te_ccl.compiler.portfolio as auto
 from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import SolveParams, solve
+from te_ccl.compiler.portfolio import Judge
 from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError, SpecError
-from te_ccl.solve import SolveParams, solve
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology.generators import ring
 from te_ccl.verify.schedule_check import check_schedule

@@ -9,9 +9,9 @@ from te_ccl.backends.cpsat import solve_formulation
 from te_ccl.backends.linear import solve_relaxation
 from te_ccl.backends.select import choose_backend
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import solve
 from te_ccl.errors import SpecError
 from te_ccl.model import build_problem, formulate
-from te_ccl.solve import solve
 from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.verify.schedule_check import check_schedule
 
@@ -73,7 +73,7 @@ def test_same_seed_same_schedule(backend):
 
 
 def test_the_flow_model_says_which_solver_its_size_picked():
-    from te_ccl.strategy import run_strategy
+    from te_ccl.compiler.strategy import run_strategy
 
     c = Collective(CollectiveKind.ALLGATHER, 4000, (0, 1, 2, 3))
     s = run_strategy(ring(4), c, SolveParams(time_limit_s=10))

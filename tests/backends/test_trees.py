@@ -13,9 +13,9 @@ from te_ccl.backends.scale import compile_scale, scale_plan
 from te_ccl.backends.scale.trees import _arborescence, pack_trees, solve_trees
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.compiler import Timer
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import build_problem
-from te_ccl.pipeline import Timer
 from te_ccl.schedule import Schedule
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology.generators import mesh, ring

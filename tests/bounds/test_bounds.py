@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from te_ccl import bounds
 from te_ccl.bounds import allgather_cut_ratio, alltoall_link_time, alltoall_time, lower_bound
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import SolveParams, solve
 from te_ccl.deadline import TimeLimitReached
 from te_ccl.errors import SolverError, SpecError
-from te_ccl.solve import SolveParams, solve
 from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.verify.schedule_check import check_schedule
 

@@ -9,15 +9,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from te_ccl.auto import TEMPLATE_MAX_GPUS
 from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.bounds import lower_bound, separating_cut_bandwidth
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import SolveParams, solve
+from te_ccl.compiler.portfolio import TEMPLATE_MAX_GPUS
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.fred.in_switch import in_switch_candidate
 from te_ccl.schedule import Schedule
 from te_ccl.simulate import simulate_schedule
-from te_ccl.solve import SolveParams, solve
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology import Link, Node, NodeKind, Topology
 

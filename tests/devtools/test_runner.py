@@ -7,8 +7,8 @@ import pytest
 import devtools.runner as bench
 from devtools.suites import MB, SUITES, Case
 from te_ccl.bounds import lower_bound
-from te_ccl.chunking import BASE_CHUNKS
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import BASE_CHUNKS
 from te_ccl.spec.topology import load_topology
 
 
@@ -35,16 +35,16 @@ def test_teccl_row_goes_through_the_pipeline(monkeypatch, auto, choices):
 
 def test_teccl_row_reports_the_time_its_choice_was_judged_by(monkeypatch):
     """The bench does not lower and replay the kept schedule again: the timer remembers it."""
-    import te_ccl.pipeline as pipeline
+    import te_ccl.compiler.judge as judge
 
     replays = []
-    real = pipeline.xml_replay
+    real = judge.xml_replay
 
     def counting(schedule, data):
         replays.append(schedule.transfers)
         return real(schedule, data)
 
-    monkeypatch.setattr(pipeline, "xml_replay", counting)
+    monkeypatch.setattr(judge, "xml_replay", counting)
     case = Case("ring8", "allgather", MB, limit_s=5, baselines=False)
     (row,) = bench.run_case(case, threads=1)
     assert row.ok and row.xml_s == row.time_s and replays

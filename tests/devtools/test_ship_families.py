@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from devtools.ship_families import FIELDS, MACHINES, ship_families, ship_family
-from te_ccl.solve import SolveParams
+from te_ccl.compiler import SolveParams
 from te_ccl.verify.msccl import verify_msccl
 
 SHIPPED = Path(__file__).resolve().parents[2] / "schedules" / "families"

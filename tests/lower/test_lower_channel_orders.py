@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import te_ccl.lower.msccl as lowering
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import SolveParams, solve
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl import build_program, channels
 from te_ccl.lower.msccl.channels import (
@@ -27,7 +28,6 @@ from te_ccl.lower.msccl.channels import (
 )
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.instructions import packed_order, recv_order, send_order
-from te_ccl.solve import SolveParams, solve
 from te_ccl.spec.topology import load_topology
 
 

@@ -16,11 +16,10 @@ from lxml import etree
 
 from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import CompileOptions, SolveParams, render_fitting, solve
 from te_ccl.errors import SolverError
 from te_ccl.lower.msccl import lower_to_msccl
-from te_ccl.pipeline import CompileOptions, render_fitting
 from te_ccl.schedule import Schedule
-from te_ccl.solve import SolveParams, solve
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.msccl import verify_msccl
 

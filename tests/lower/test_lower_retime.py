@@ -10,13 +10,13 @@ from lxml import etree
 
 from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import Timer, forward_only
 from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
 from te_ccl.lower.msccl.instructions import Fusion, Instr
 from te_ccl.lower.msccl.ir import Op
 from te_ccl.lower.msccl.retime import replay_timed
 from te_ccl.lower.msccl.threadblocks import holding_pairings
-from te_ccl.pipeline import Timer, forward_only
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.simulate import simulate_schedule
 from te_ccl.simulate.msccl import simulate_msccl

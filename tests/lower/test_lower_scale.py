@@ -14,8 +14,8 @@ import pytest
 from lxml import etree
 
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import SolveParams, solve
 from te_ccl.lower.msccl import lower_to_msccl
-from te_ccl.solve import SolveParams, solve
 from te_ccl.spec.topology import load_topology
 
 

@@ -94,7 +94,7 @@ def test_ranks_over_the_element_limit_fuse_anyway_and_say_so(kit, monkeypatch):
 @pytest.mark.parametrize("inplace", [False, True])
 def test_ring8_alltoall_runs_at_two_slots_under_simple(inplace):
     """teccl's own ring8 AlltoAll 1 MB deadlocked when connections hold two sends."""
-    from te_ccl.solve import SolveParams, solve
+    from te_ccl.compiler import SolveParams, solve
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
 
@@ -132,8 +132,7 @@ def test_two_boxes_on_one_network_switch_keep_the_schedules_timing(kit, kind):
     shared by many peers, which must carry their sends in the schedule's order (sends
     ready at once, each waiting only for the previous one to its own peer, went out
     first come first served: the XML replayed 1.78× the schedule's AllGather)."""
-    from te_ccl.pipeline import forward_only
-    from te_ccl.solve import SolveParams, solve
+    from te_ccl.compiler import SolveParams, forward_only, solve
     from te_ccl.topology.generators import Join, boxes, star
 
     box = star(4, 300e9, 0.7e-6)

@@ -81,7 +81,7 @@ def test_reverse_in_time_keeps_delays():
 @pytest.mark.parametrize("backend", ["milp", "lp", "rounds"])
 def test_buffer_limits_hold_for_every_backend(kind, root, backend):
     # g1 may relay two chunks of others; every backend keeps to it
-    from te_ccl.solve import solve
+    from te_ccl.compiler import solve
 
     coll = Collective(CollectiveKind(kind), 8000, (0, 1, 2, 3), chunks_per_rank=2, root=root)
     s = solve(_diamond(2000), coll, SolveParams(backend=backend, time_limit_s=10))

@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import SolveParams, solve
 from te_ccl.errors import SolverError
 from te_ccl.model import build_problem, formulate
 from te_ccl.model.relays import forced_relays, relay_overflow
 from te_ccl.schedule import Schedule, Transfer
-from te_ccl.solve import SolveParams, solve
 from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.verify.schedule_check import check_schedule
 

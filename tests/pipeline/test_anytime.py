@@ -11,14 +11,15 @@ from pathlib import Path
 
 import pytest
 
+import te_ccl.compiler.judge as judge
+import te_ccl.compiler.pipeline as pipeline
 import te_ccl.lower.msccl as lowering
-import te_ccl.pipeline as pipeline
 import te_ccl.verify.msccl.verify as verifying
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import CompileOptions, CompileResult, compile_collective
 from te_ccl.deadline import TimeLimitReached
 from te_ccl.errors import RuntimeLimitError
-from te_ccl.pipeline import CompileOptions, CompileResult, compile_collective
 from te_ccl.topology.generators import mesh
 from te_ccl.verify.msccl.verify import verify_msccl
 
@@ -74,7 +75,8 @@ def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
         tmp_path, monkeypatch, stage):
     """The search's schedule is lowered and verified after the race (it judges by the
     schedule replay here), so each stage's deadline comes after the first file's."""
-    monkeypatch.setattr(pipeline, "XML_REPLAY_LIMIT", 0)
+    for module in (pipeline, judge):
+        monkeypatch.setattr(module, "XML_REPLAY_LIMIT", 0)
     if stage == "search":  # the first file is not searched for: the search's first call
         monkeypatch.setattr(pipeline, "solve_best", raising(LATE))
     elif stage == "lowering":
@@ -91,8 +93,9 @@ def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
 def test_a_deadline_while_replaying_keeps_the_verified_file_it_times(tmp_path, monkeypatch):
     """The search's file is verified when its replay runs out of time: it is the one
     written, timed by its schedule, and the compile says it was cut short."""
-    monkeypatch.setattr(pipeline, "XML_REPLAY_LIMIT", 0)
-    monkeypatch.setattr(pipeline, "xml_replay", after_first(pipeline.xml_replay, LATE))
+    for module in (pipeline, judge):
+        monkeypatch.setattr(module, "XML_REPLAY_LIMIT", 0)
+    monkeypatch.setattr(judge, "xml_replay", after_first(judge.xml_replay, LATE))
     result, out = compile_to(tmp_path)
     assert verify_msccl(out.read_text()).valid
     assert sources(result) == ["first file", "search"] and result.cut_short
@@ -146,8 +149,9 @@ def test_a_search_schedule_of_another_chunking_that_does_not_fit_gives_way(tmp_p
 def test_a_search_too_slow_to_lower_in_time_is_not_started(tmp_path, monkeypatch):
     """At a pace where the search's file cannot be lowered in the time left, the first
     file is written, cut short, and no lowering of the search's file begins."""
-    monkeypatch.setattr(pipeline, "XML_REPLAY_LIMIT", 0)
-    monkeypatch.setattr(pipeline.Timer, "pace", property(lambda self: 3600.0))
+    for module in (pipeline, judge):
+        monkeypatch.setattr(module, "XML_REPLAY_LIMIT", 0)
+    monkeypatch.setattr(judge.Timer, "pace", property(lambda self: 3600.0))
     lowered: list[int] = []
     real = lowering.lower_to_msccl
     monkeypatch.setattr(lowering, "lower_to_msccl",

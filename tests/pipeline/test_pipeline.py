@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from te_ccl.chunking import BASE_CHUNKS, chunk_candidates, chunking_bounds, quantization
 from te_ccl.collective import Collective, CollectiveKind
-from te_ccl.pipeline import Timer, solve_best
+from te_ccl.compiler import Timer, solve_best
+from te_ccl.compiler.chunking import BASE_CHUNKS, chunk_candidates, chunking_bounds, quantization
+from te_ccl.compiler.solve import PREDICTED, SolveParams, solve
 from te_ccl.simulate import simulate_schedule
-from te_ccl.solve import PREDICTED, SolveParams, solve
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.schedule_check import check_schedule
 
@@ -106,9 +106,9 @@ def test_cheap_bounds_settle_the_templates_without_replaying_them(monkeypatch):
     two chunks in one epoch) and every template's busiest link from below is no earlier,
     so no template is replayed to choose (even when a schedule at the lower bound does
     not already settle them all)."""
-    import te_ccl.auto as auto
     import te_ccl.backends.scale as scale
-    from te_ccl.pipeline import _busiest_link, _prediction_bounds_replay
+    import te_ccl.compiler.portfolio as auto
+    from te_ccl.compiler.judge import _busiest_link, _prediction_bounds_replay
 
     monkeypatch.setattr(auto, "BOUND_GAP", -1.0)
     monkeypatch.setattr(scale, "scale_method", lambda *a: None)  # the flow model's schedule
@@ -130,10 +130,10 @@ def test_cheap_bounds_settle_the_templates_without_replaying_them(monkeypatch):
 
 
 def _collector_states(monkeypatch, name: str) -> list[bool]:
-    """Whether the cycle collector is on at each call of ``te_ccl.pipeline.<name>``."""
+    """Whether the cycle collector is on at each call of ``te_ccl.compiler.pipeline.<name>``."""
     import gc
 
-    from te_ccl import pipeline
+    from te_ccl.compiler import pipeline
 
     seen: list[bool] = []
     real = getattr(pipeline, name)
@@ -151,7 +151,7 @@ def test_a_compile_solves_lowers_and_verifies_without_the_cycle_collector(tmp_pa
     them (seconds at 1024 GPUs) are left out, and it is back on afterwards."""
     import gc
 
-    from te_ccl import pipeline
+    from te_ccl.compiler import pipeline
 
     seen = _collector_states(monkeypatch, "solve_best")
     assert gc.isenabled()
@@ -165,7 +165,7 @@ def test_a_size_library_compiles_every_size_without_the_cycle_collector(tmp_path
     """The size library's compiles are compiles too (see the test above)."""
     import gc
 
-    from te_ccl import pipeline
+    from te_ccl.compiler import pipeline
 
     seen = _collector_states(monkeypatch, "_solve_checked")
     results = pipeline.compile_size_library(load_topology("ring8"), coll("allgather", 8),

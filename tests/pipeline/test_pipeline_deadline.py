@@ -10,15 +10,16 @@ from pathlib import Path
 
 import pytest
 
-import te_ccl.auto as auto
+import te_ccl.compiler.judge as judge
+import te_ccl.compiler.pipeline as pipeline
+import te_ccl.compiler.portfolio as auto
 import te_ccl.lower.msccl as lowering
-import te_ccl.pipeline as pipeline
 import te_ccl.verify.msccl.reader as reader
 import te_ccl.verify.msccl.verify as verifying
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import CompileOptions, compile_collective
 from te_ccl.deadline import TimeLimitReached, check, left
-from te_ccl.pipeline import CompileOptions, compile_collective
 from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.topology.generators import ring
 from te_ccl.verify.msccl.reader import read_msccl
@@ -64,7 +65,7 @@ def test_the_search_gets_its_share_of_the_time_limit(monkeypatch):
 
 def test_a_schedule_judged_without_its_xml_reports_the_written_files_replay(
         tmp_path: Path, monkeypatch):
-    monkeypatch.setattr(pipeline, "XML_REPLAY_LIMIT", 0)  # judged by the schedule replay
+    monkeypatch.setattr(judge, "XML_REPLAY_LIMIT", 0)  # judged by the schedule replay
     reads: list[str] = []
     real = reader.read_msccl
     monkeypatch.setattr(reader, "read_msccl", lambda text: reads.append(text) or real(text))

@@ -7,13 +7,12 @@ from pathlib import Path
 
 import pytest
 
-import te_ccl.pipeline as pipeline
+import te_ccl.compiler.pipeline as pipeline
 from te_ccl.backends.scale import compile_scale, scale_plan
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import CompileOptions, SolveParams, compile_collective, compile_size_library
 from te_ccl.errors import RuntimeLimitError, SpecError
-from te_ccl.pipeline import CompileOptions, compile_collective, compile_size_library
 from te_ccl.schedule import Schedule
-from te_ccl.solve import SolveParams
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.msccl.verify import verify_msccl
 from te_ccl.verify.schedule_check import check_schedule

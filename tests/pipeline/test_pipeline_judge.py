@@ -9,11 +9,9 @@ import pytest
 
 import te_ccl.lower.msccl as lowering
 from te_ccl.backends.base import SolveParams
-from te_ccl.chunking import BASE_CHUNKS
 from te_ccl.collective import Collective, CollectiveKind
-from te_ccl.errors import SpecError
-from te_ccl.lower.msccl.channels import ChannelsExhausted
-from te_ccl.pipeline import (
+from te_ccl.compiler import (
+    BASE_CHUNKS,
     CompileOptions,
     Timer,
     compile_collective,
@@ -22,6 +20,8 @@ from te_ccl.pipeline import (
     solve_best,
     summary,
 )
+from te_ccl.errors import SpecError
+from te_ccl.lower.msccl.channels import ChannelsExhausted
 from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology import Link, Node, Topology

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-import te_ccl.pipeline as pipeline
+import te_ccl.compiler.judge as judge
+import te_ccl.compiler.pipeline as pipeline
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import CompileOptions, compile_collective
 from te_ccl.errors import VerificationError
-from te_ccl.pipeline import CompileOptions, compile_collective
 from te_ccl.topology.generators import ring
 from te_ccl.verify.schedule_check import Violation
 
@@ -27,18 +28,20 @@ def _compile(tmp_path: Path, name: str):
 
 
 def test_forked_checker_and_replay_give_what_running_them_in_turn_gives(tmp_path, monkeypatch):
-    monkeypatch.setattr(pipeline, "XML_REPLAY_LIMIT", 0)  # the written file is replayed
+    monkeypatch.setattr(judge, "XML_REPLAY_LIMIT", 0)  # the written file is replayed
     in_turn, first = _compile(tmp_path, "in_turn.xml")
     parent, replays = os.getpid(), []
-    real = pipeline.xml_replay
+    real = judge.xml_replay
 
     def counting(schedule, data, algo=None):
         replays.append(os.getpid())
         return real(schedule, data, algo)
 
-    monkeypatch.setattr(pipeline, "xml_replay", counting)
-    monkeypatch.setattr(pipeline, "PARALLEL_FROM", 0)
-    monkeypatch.setattr(pipeline, "workers", lambda: 2)
+    monkeypatch.setattr(judge, "xml_replay", counting)
+    for module in (pipeline, judge):
+        monkeypatch.setattr(module, "PARALLEL_FROM", 0)
+    for module in (pipeline, judge):
+        monkeypatch.setattr(module, "workers", lambda: 2)
     forked, second = _compile(tmp_path, "forked.xml")
     assert second.read_bytes() == first.read_bytes()
     assert forked.timing == in_turn.timing and forked.timing.measured_by == "xml replay"
@@ -47,8 +50,10 @@ def test_forked_checker_and_replay_give_what_running_them_in_turn_gives(tmp_path
 
 @pytest.mark.parametrize("parallel_from", [0, 10**9])
 def test_a_schedule_the_checker_refuses_is_never_written(tmp_path, monkeypatch, parallel_from):
-    monkeypatch.setattr(pipeline, "PARALLEL_FROM", parallel_from)
-    monkeypatch.setattr(pipeline, "workers", lambda: 2)
+    for module in (pipeline, judge):
+        monkeypatch.setattr(module, "PARALLEL_FROM", parallel_from)
+    for module in (pipeline, judge):
+        monkeypatch.setattr(module, "workers", lambda: 2)
     monkeypatch.setattr(pipeline, "check_schedule",
                         lambda s: [Violation("capacity", "link a->b carries 2 chunks")])
     with pytest.raises(VerificationError, match=r"\[capacity\] link a->b carries 2 chunks"):
@@ -74,10 +79,13 @@ def test_the_forked_checker_starts_before_the_lowering_at_the_lowest_priority(tm
         events.append("instructions")
         return real_instructions(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, "in_background", fork)
+    for module in (pipeline, judge):
+        monkeypatch.setattr(module, "in_background", fork)
     monkeypatch.setattr(low, "build_instructions", instructions)
-    monkeypatch.setattr(pipeline, "PARALLEL_FROM", 0)
-    monkeypatch.setattr(pipeline, "workers", lambda: 2)
+    for module in (pipeline, judge):
+        monkeypatch.setattr(module, "PARALLEL_FROM", 0)
+    for module in (pipeline, judge):
+        monkeypatch.setattr(module, "workers", lambda: 2)
     _, out = _compile(tmp_path, "early.xml")
     assert out.exists() and events.count("check_schedule") == 1
     assert events.index("check_schedule") < events.index("instructions")

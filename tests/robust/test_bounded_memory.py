@@ -22,9 +22,9 @@ from hypothesis import strategies as st
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale.greedy import net_of
 from te_ccl.backends.scale.plan import scale_plan
-from te_ccl.chunking import chunk_candidates
 from te_ccl.cli.main import Failure
 from te_ccl.collective.model import Collective, CollectiveKind, CustomDemand
+from te_ccl.compiler import chunk_candidates, solve
 from te_ccl.errors import SpecError
 from te_ccl.model.footprint import (
     MAX_GPUS,
@@ -36,7 +36,6 @@ from te_ccl.model.footprint import (
 )
 from te_ccl.model.outliers import serial_finish, without_slow_links
 from te_ccl.model.problem import build_problem
-from te_ccl.solve import solve
 from te_ccl.spec.topology import load_topology, shipped_topologies, topology_from_data
 from te_ccl.topology.generators import fully_connected, mesh
 
@@ -79,8 +78,8 @@ def test_counts_without_the_chunks_are_the_chunks_counts(kind, n, k, stride):
 
 
 def test_the_loadability_check_builds_no_chunk(monkeypatch):
+    from te_ccl.compiler.pipeline import check_loadable
     from te_ccl.errors import RuntimeLimitError
-    from te_ccl.pipeline import check_loadable
 
     def refuse(self):
         raise AssertionError("chunks expanded")

@@ -15,8 +15,8 @@ from te_ccl.backends.scale.comb import solve_comb
 from te_ccl.backends.scale.entry import solve_moves
 from te_ccl.backends.scale.plan import scale_plan
 from te_ccl.baselines import build_baseline
-from te_ccl.chunking import chunk_candidates
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.compiler import chunk_candidates
 from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.errors import SolverError
 from te_ccl.model.formulation import formulate

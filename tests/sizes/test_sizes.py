@@ -6,9 +6,9 @@ import pytest
 from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
+from te_ccl.compiler.sizes import compile_size_ranges, parse_size_range, size_ranges
 from te_ccl.errors import SpecError
 from te_ccl.schedule import Schedule
-from te_ccl.sizes import compile_size_ranges, parse_size_range, size_ranges
 from te_ccl.topology import generators as gen
 
 

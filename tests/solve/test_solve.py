@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import SolveParams, solve
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.schedule import Transfer
-from te_ccl.solve import SolveParams, solve
 from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.verify.schedule_check import check_schedule
 

@@ -16,7 +16,7 @@ per chunk still load (a relayed chunk is a receive and a send, or one fused step
 **Epoch.** τ = sub-chunk time on the fastest link (α not included): links are busy every
 epoch and α adds ``ceil(α/τ)`` epochs of delay per hop instead of idling every epoch.
 
-**Reductions** as in :mod:`te_ccl.solve`: ReduceScatter is the fan-out from each chunk's
+**Reductions** as in :mod:`te_ccl.compiler.solve`: ReduceScatter is the fan-out from each chunk's
 owner on the reversed topology, played backwards; AllReduce is that followed by the
 AllGather of the sums.
 """

@@ -33,7 +33,7 @@ every fusion on every rank, the ranks keeping their link order where they still 
 An edge that fits no channel under the step budget while the timing is kept (each
 relayed plain send counting its ``nop``) also gets that last run. A schedule cut into
 sub-chunks (``SolveInfo.subchunks``) never gets it: it raises, to be solved again with
-fewer (:func:`~te_ccl.pipeline.render_fitting`). What still
+fewer (:func:`~te_ccl.compiler.pipeline.render_fitting`). What still
 does not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
 would refuse.
 
