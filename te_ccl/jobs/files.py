@@ -1,0 +1,96 @@
+"""Each job's MSCCL file: read, verified and replayed — alone, or together with the
+other jobs' files on the shared links (:func:`~te_ccl.simulate.cosim.cosimulate`).
+
+Times here are always those of the files, replayed as the runtime runs them; the
+epoch model's predictions play no part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from te_ccl.errors import SpecError, VerificationError
+from te_ccl.jobs.spec import Job, JobSet
+from te_ccl.simulate.cosim import CoSimResult, Member, cosimulate
+from te_ccl.verify.msccl.model import Algo
+from te_ccl.verify.msccl.reader import LEGACY_RULES
+from te_ccl.verify.msccl.verify import verify_msccl
+
+__all__ = ["job_file", "checked_algo", "replay_together", "replay_alone", "simulate_jobs"]
+
+
+def job_file(job: Job, directory: str | Path) -> Path:
+    """The file of ``job``: its ``xml:`` if the jobs file gives one, else DIR/NAME.xml."""
+    return Path(job.xml) if job.xml is not None else Path(directory) / f"{job.name}.xml"
+
+
+def checked_algo(job: Job, source: str | Path | bytes) -> Algo:
+    """The algorithm of ``source`` (a path, or the bytes of a file) once the verifier
+    accepts it for ``job``: an error is :class:`VerificationError` (exit 1), a file of
+    another GPU count or collective :class:`SpecError` (exit 2)."""
+    where = str(source) if not isinstance(source, bytes) else f"{job.name}.xml"
+    text = source.decode() if isinstance(source, bytes) else source
+    if not isinstance(source, bytes) and not Path(source).is_file():
+        raise SpecError(f"no such file (job {job.name!r})", file=where)
+    coll = job.collective
+    root = coll.ranks.index(coll.root) if coll.root is not None else None
+    report = verify_msccl(text, root=root)
+    errors = [f for f in report.errors if f.rule not in LEGACY_RULES]
+    if report.algo is None or errors:
+        first = (errors or report.errors)[0]
+        raise VerificationError(f"{where}: the verifier rejects job {job.name!r}'s file: "
+                                f"{first.where()}: {first.rule}: {first.message}")
+    algo = report.algo
+    if algo.ngpus != coll.nranks:
+        raise SpecError(f"the file has {algo.ngpus} GPUs, job {job.name!r} {coll.nranks} "
+                        "ranks", file=where, key="ngpus")
+    if algo.coll != coll.kind.value:
+        raise SpecError(f"the file is a {algo.coll}, job {job.name!r} a {coll.kind.value}",
+                        file=where, key="coll")
+    return algo
+
+
+def _member(job: Job, algo: Algo) -> Member:
+    return Member(job.name, algo, job.ranks, job.collective.size_bytes)
+
+
+def replay_together(jobs: JobSet, algos: Mapping[str, Algo]) -> CoSimResult:
+    """Every job's file at once on the shared links."""
+    return cosimulate(jobs.topology, [_member(j, algos[j.name]) for j in jobs.jobs])
+
+
+def replay_alone(jobs: JobSet, algos: Mapping[str, Algo]) -> dict[str, float]:
+    """Each job's file with the network to itself."""
+    return {j.name: cosimulate(jobs.topology, [_member(j, algos[j.name])]).finish_s[j.name]
+            for j in jobs.jobs}
+
+
+def simulate_jobs(jobs: JobSet, directory: str | Path | None,
+                  objective: str = "weighted") -> dict[str, Any]:
+    """``teccl simulate --jobs``: every job's file (any verified MSCCL XML of the job's
+    size of communicator) replayed together and alone; the ``--json`` object."""
+    from te_ccl.jobs.joint import objective_of
+
+    files = {}
+    for j in jobs.jobs:
+        if j.xml is None and directory is None:
+            raise SpecError(f"job {j.name!r} names no xml: file; pass the directory of "
+                            "the jobs' files", file=jobs.file, key="xml")
+        files[j.name] = job_file(j, directory or ".")
+    algos = {j.name: checked_algo(j, files[j.name]) for j in jobs.jobs}
+    together = replay_together(jobs, algos)
+    alone = replay_alone(jobs, algos)
+    rows = [{"name": j.name, "collective": j.collective.kind.value, "ranks": len(j.ranks),
+             "size_bytes": j.collective.size_bytes, "weight": j.weight,
+             "deadline_s": j.deadline_s,
+             "deadline_met": None if j.deadline_s is None
+             else together.finish_s[j.name] <= j.deadline_s,
+             "together_s": together.finish_s[j.name], "alone_s": alone[j.name],
+             "xml": str(files[j.name])} for j in jobs.jobs]
+    return {"topology": jobs.topology.name, "objective": objective,
+            "shared_links": len(together.shared_links),
+            "together": objective_of(objective, [(r["weight"], r["together_s"]) for r in rows]),
+            "alone": objective_of(objective, [(r["weight"], r["alone_s"]) for r in rows]),
+            "jobs": rows}

@@ -1,0 +1,238 @@
+"""The joint compile: every job's algorithm planned for the links it shares with the others.
+
+Each job is compiled by the ordinary compile (flow model, or the scale backend where
+``auto`` picks it) on a *view* of the topology in which every link it shares is only
+as fast as the job's share of it; its algorithm then leaves the rest of the link to the
+jobs it shares it with, and routes around links others need more. The shares come from
+the jobs compiled alone and replayed together (which links carry whose bytes):
+
+``alone``     every job sees the whole network (the baseline: compiled alone);
+``shares``    on each shared link, a job's share is its bytes there (× its weight
+              under ``--objective weighted``) over all jobs' — so the jobs' epoch
+              schedules fit the link together;
+``priority``  the job that gains the objective most from going first (Smith's rule:
+              weight / time alone; under ``max`` the longest job) keeps 3/4 of each
+              link it shares, the others split the rest as ``shares`` does.
+
+Every candidate is lowered, verified and replayed together, file by file, as the
+runtime runs them (:mod:`te_ccl.jobs.files`); the kept one misses the fewest deadlines
+and then has the best objective — makespan (``max``: the last job's finish) or the
+weighted sum of finish times (``weighted``). Where the jobs share no link the views
+are the whole network and the joint compile is the compile alone.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from te_ccl.errors import SpecError
+from te_ccl.jobs.files import checked_algo, replay_alone, replay_together
+from te_ccl.jobs.spec import Job, JobSet
+from te_ccl.outputs import make_output_dir, write_atomic
+from te_ccl.schedule import Schedule
+from te_ccl.topology.model import Link, Topology
+from te_ccl.verify.msccl.model import Algo
+from te_ccl.verify.schedule_check import check_schedule
+from te_ccl.verify.shared_capacity import check_shared_capacity
+
+__all__ = ["OBJECTIVES", "JobOutcome", "JointResult", "compile_jobs", "objective_of"]
+
+OBJECTIVES = ("max", "weighted")
+PRIORITY_SHARE = 0.75  # what the first job keeps of each link it shares under ``priority``
+
+Views = dict[str, dict[tuple[str, str], float]]  # job → link → fraction of its bandwidth
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """One job's finish times: its joint file among the others' joint files, its file
+    compiled alone with the network to itself, and compiled alone among the others'."""
+
+    job: Job
+    joint_s: float
+    alone_s: float
+    together_s: float
+    output: str | None = None
+
+    @property
+    def deadline_met(self) -> bool | None:
+        return None if self.job.deadline_s is None else self.joint_s <= self.job.deadline_s
+
+
+@dataclass(frozen=True)
+class JointResult:
+    topology: str
+    objective: str
+    method: str
+    outcomes: tuple[JobOutcome, ...]
+    shared_links: int                   # links two jobs' alone files both use
+    candidates: dict[str, float]        # method → its objective, replayed together
+    checks: dict[str, int] = field(default_factory=dict)  # violations per check
+
+    def value(self, which: str) -> float:
+        """The objective over ``joint_s``, ``alone_s`` or ``together_s``."""
+        return objective_of(self.objective, [(o.job.weight, getattr(o, which))
+                                             for o in self.outcomes])
+
+    @property
+    def ratio(self) -> float:
+        """Joint over compiled alone and run together (< 1: the joint compile gains)."""
+        return self.value("joint_s") / self.value("together_s")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "topology": self.topology, "objective": self.objective, "method": self.method,
+            "shared_links": self.shared_links,
+            "joint": self.value("joint_s"), "alone": self.value("alone_s"),
+            "together": self.value("together_s"), "ratio": self.ratio,
+            "candidates": self.candidates, "checks": self.checks,
+            "jobs": [{"name": o.job.name, "collective": o.job.collective.kind.value,
+                      "ranks": len(o.job.ranks), "size_bytes": o.job.collective.size_bytes,
+                      "weight": o.job.weight, "deadline_s": o.job.deadline_s,
+                      "deadline_met": o.deadline_met, "joint_s": o.joint_s,
+                      "alone_s": o.alone_s, "together_s": o.together_s,
+                      "output": o.output} for o in self.outcomes],
+        }
+
+
+def objective_of(objective: str, weighted_times: list[tuple[float, float]]) -> float:
+    """``max``: the latest finish; ``weighted``: the weighted sum of finish times."""
+    if objective == "max":
+        return max(t for _, t in weighted_times)
+    return sum(w * t for w, t in weighted_times)
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    method: str
+    xml: dict[str, bytes]
+    schedules: dict[str, Schedule]
+    algos: dict[str, Algo]
+    finish: dict[str, float]
+
+
+def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "weighted",
+                 backend: str = "auto", time_limit_s: float = 60.0, threads: int = 1,
+                 seed: int = 0, progress: Callable[[str], None] | None = None) -> JointResult:
+    """Compile every job jointly (module docstring) and, with ``output`` (a directory),
+    write ``NAME.xml`` per job, its ranks those of the job's communicator."""
+    if objective not in OBJECTIVES:
+        raise SpecError(f"expected one of {', '.join(OBJECTIVES)}, got {objective!r}",
+                        key="--objective")
+    if output is not None:
+        make_output_dir(output, key="--output")
+    say = progress or (lambda _: None)
+    # a third of the limit per candidate, split over the jobs
+    each = max(time_limit_s / (3 * len(jobs.jobs)), 1.0)
+    solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed}
+    with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
+        def run(method: str, views: Views) -> _Candidate:
+            say(f"compiling every job ({method})")
+            return _candidate(jobs, method, views, solve, Path(tmp))
+
+        alone = run("alone", {j.name: {} for j in jobs.jobs})
+        together = replay_together(jobs, alone.algos)
+        shared = together.shared_links
+        kept = [replace(alone, finish=together.finish_s)]
+        if shared:
+            for method, views in _views(jobs, together.link_bytes, shared, objective,
+                                        alone.finish).items():
+                cand = run(method, views)
+                kept.append(replace(cand, finish=replay_together(jobs, cand.algos).finish_s))
+    best = min(kept, key=lambda c: (_missed(jobs, c.finish),
+                                    _value(jobs, objective, c.finish)))
+    written = _write(jobs, best, output)
+    outcomes = tuple(JobOutcome(j, best.finish[j.name], alone.finish[j.name],
+                                together.finish_s[j.name], written.get(j.name))
+                     for j in jobs.jobs)
+    return JointResult(jobs.topology.name, objective, best.method, outcomes, len(shared),
+                       {c.method: _value(jobs, objective, c.finish) for c in kept},
+                       _checks(jobs, best))
+
+
+def _value(jobs: JobSet, objective: str, finish: Mapping[str, float]) -> float:
+    return objective_of(objective, [(j.weight, finish[j.name]) for j in jobs.jobs])
+
+
+def _missed(jobs: JobSet, finish: Mapping[str, float]) -> int:
+    return sum(1 for j in jobs.jobs if j.deadline_s is not None and finish[j.name] > j.deadline_s)
+
+
+def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path) -> _Candidate:
+    """Every job compiled on its view; files verified (by the compile, and again here
+    for the job's communicator) and replayed alone."""
+    import te_ccl
+
+    xml, schedules, algos = {}, {}, {}
+    for job in jobs.jobs:
+        path = tmp / f"{method}-{job.name}.xml"
+        result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
+                                output=path, fmt="xml", **solve)
+        xml[job.name] = path.read_bytes()
+        schedules[job.name] = replace(result.schedule, topology=jobs.topology)
+        algos[job.name] = checked_algo(job, xml[job.name])
+    return _Candidate(method, xml, schedules, algos, replay_alone(jobs, algos))
+
+
+def _view(topology: Topology, share: Mapping[tuple[str, str], float]) -> Topology:
+    """``topology`` with each link in ``share`` that fraction as fast."""
+    if not share:
+        return topology
+    links = tuple(Link(k.src, k.dst, k.bandwidth_Bps * share.get(k.key, 1.0), k.latency_s)
+                  for k in topology.links)
+    return Topology(topology.name, topology.nodes, links, topology.source,
+                    topology.description, topology.meta)
+
+
+def _views(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float]],
+           shared: list[tuple[str, str]], objective: str,
+           alone: Mapping[str, float]) -> dict[str, Views]:
+    """The ``shares`` and ``priority`` views (module docstring)."""
+    weight = {j.name: (j.weight if objective == "weighted" else 1.0) for j in jobs.jobs}
+
+    def split(names: list[str], key: tuple[str, str], total: float) -> dict[str, float]:
+        demand = {n: link_bytes[n].get(key, 0.0) * weight[n] for n in names}
+        whole = sum(demand.values())
+        return {n: total * d / whole for n, d in demand.items() if d > 0}
+
+    names = [j.name for j in jobs.jobs]
+    shares: Views = {n: {} for n in names}
+    for key in shared:
+        for n, s in split(names, key, 1.0).items():
+            shares[n][key] = s
+    out = {"shares": shares}
+    for first in names:
+        priority: Views = {n: {} for n in names}
+        for key in shared:
+            users = [n for n in names if link_bytes[n].get(key, 0.0) > 0]
+            rest = [n for n in users if n != first]
+            if first in users:
+                priority[first][key] = PRIORITY_SHARE
+            for n, s in split(rest, key, 1.0 - PRIORITY_SHARE if first in users else 1.0).items():
+                priority[n][key] = s
+        out[f"priority:{first}"] = priority
+    return out
+
+
+def _checks(jobs: JobSet, best: _Candidate) -> dict[str, int]:
+    """Violations of the kept schedules: each job's own (the schedule checker on the
+    whole topology) and across jobs (shared capacity). ``alone`` schedules were made for
+    the whole network each, so where links are shared they may exceed them together;
+    that is what the other candidates plan for."""
+    own = sum(len(check_schedule(best.schedules[j.name])) for j in jobs.jobs)
+    return {"schedule": own, "shared_capacity": len(check_shared_capacity(best.schedules))}
+
+
+def _write(jobs: JobSet, best: _Candidate, output: str | Path | None) -> dict[str, str]:
+    if output is None:
+        return {}
+    written = {}
+    for job in jobs.jobs:
+        path = Path(output) / f"{job.name}.xml"
+        write_atomic(path, best.xml[job.name])
+        written[job.name] = str(path)
+    return written
