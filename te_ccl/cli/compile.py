@@ -52,11 +52,19 @@ if TYPE_CHECKING:
               "1KB..1GB) with matching minBytes/maxBytes; -o is then a directory.")
 @click.option("--fred-tables", metavar="DIR", help="Also write FRED switch tables to DIR.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
+@click.option("--jobs", metavar="FILE", help="Compile the jobs of FILE jointly on the shared "
+              "links, one file per job in the directory -o (docs/shared-clusters.md).")
+@click.option("--objective", type=click.Choice(["max", "weighted"]), default="weighted",
+              show_default=True, help="With --jobs: the makespan or the weighted sum of "
+              "the jobs' finish times.")
 def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     """Compile a collective on TOPOLOGY (a shipped name or a YAML file)."""
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
 
+    if kw["jobs"]:
+        _compile_jobs(load_topology(topology), spec, kw)
+        return
     flags = collective_flags(kw)
     chunks = flags.get("chunks")
     if chunks == "auto":
@@ -126,6 +134,32 @@ def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,
                                     progress=progress)
     return [te_ccl.compile(topo, coll, chunks="auto" if auto_chunks else None, output=output,
                            fmt=fmt, fred_tables=fred_tables, progress=progress, **solver)]
+
+
+def _compile_jobs(topo: Topology, spec: str | None, kw: dict) -> None:
+    """``--jobs``: the joint compile of :mod:`te_ccl.jobs`, one XML per job in -o."""
+    from te_ccl.jobs import compile_jobs, load_jobs
+    from te_ccl.jobs.summary import jobs_table
+
+    given = [k for k in ("collective", "size", "chunks", "ranks", "root", "sizes",
+                         "fred_tables", "max_horizon") if kw.get(k) is not None]
+    if spec is not None or given or kw["fmt"] not in (None, "xml"):
+        what = "a spec file" if spec is not None else f"--{(given or ['format'])[0]}"
+        raise SpecError(f"the jobs file says what to compile; {what} does not go with it",
+                        key="--jobs")
+    if kw["output"] == "-":
+        raise SpecError("with --jobs, -o is a directory", key="--output")
+    jobs = load_jobs(topo, kw["jobs"])
+    output = kw["output"] or path_component(f"{topo.name}-jobs")
+    check_output_dir(output, key="--output")
+    with progress_status("compiling the jobs…") as progress:
+        result = compile_jobs(jobs, output, objective=kw["objective"], backend=kw["backend"],
+                              time_limit_s=kw["time_limit"], threads=kw["threads"],
+                              seed=kw["seed"], progress=progress)
+    if kw["as_json"]:
+        emit_json(result.as_dict())
+    else:
+        table_console(output).print(jobs_table(result.as_dict()))
 
 
 def _output(output: str | None, fmt: str | None, topo: Topology, kind: str,
