@@ -36,11 +36,19 @@ __all__ = ["simulate_cmd", "sim_summary", "sim_tables"]
 @click.option("--timeline", type=click.Path(dir_okay=False, path_type=Path), metavar="FILE",
               help="Draw a per-link Gantt chart to FILE (.png, .svg or .pdf).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object on stdout.")
+@click.option("--jobs", metavar="FILE", help="Replay every job of FILE at once on TOPOLOGY's "
+              "shared links: SCHEDULE is then the directory of the jobs' NAME.xml files.")
+@click.option("--objective", type=click.Choice(["max", "weighted"]), default="weighted",
+              show_default=True, help="With --jobs: the makespan or the weighted sum of "
+              "the jobs' finish times.")
 def simulate_cmd(first: str, second: str | None, size: str | None, timeline: Path | None,
-                 as_json: bool) -> None:
+                 as_json: bool, jobs: str | None, objective: str) -> None:
     """Replay SCHEDULE (teccl JSON or MSCCL XML) on TOPOLOGY with link contention.
 
     TOPOLOGY may be left out for an XML file teccl wrote (it names its topology)."""
+    if jobs is not None:
+        _simulate_jobs(first, second, jobs, objective, as_json, size or timeline)
+        return
     if timeline is not None:
         from te_ccl.outputs import check_output_file
 
@@ -65,6 +73,24 @@ def simulate_cmd(first: str, second: str | None, size: str | None, timeline: Pat
     else:
         for table in sim_tables(info, sim):
             out_console.print(table)
+
+
+def _simulate_jobs(topology: str, directory: str | None, jobs_file: str, objective: str,
+                   as_json: bool, other: object) -> None:
+    """``--jobs``: the jobs' files replayed together and alone (:mod:`te_ccl.jobs`)."""
+    from te_ccl.jobs import load_jobs
+    from te_ccl.jobs.files import simulate_jobs
+    from te_ccl.jobs.summary import jobs_table
+    from te_ccl.spec.topology import load_topology
+
+    if other:
+        raise SpecError("the jobs file gives each job's size; --size and --timeline do not "
+                        "go with it", key="--jobs")
+    info = simulate_jobs(load_jobs(load_topology(topology), jobs_file), directory, objective)
+    if as_json:
+        emit_json(info)
+    else:
+        out_console.print(jobs_table(info))
 
 
 def _simulate_json(topology: str | None, path: Path, size: str | None):

@@ -22,10 +22,12 @@ _COLUMNS = {"joint_s": "joint", "alone_s": "alone", "together_s": "compiled alon
 def jobs_table(info: dict[str, Any]) -> Table:
     """The table of a ``--json`` object of ``compile --jobs`` or ``simulate --jobs``."""
     times = [k for k in _COLUMNS if k in info["jobs"][0]]
+    labels = dict(_COLUMNS) if "joint_s" in times else {"together_s": "together",
+                                                         "alone_s": "alone"}
     title = f"{len(info['jobs'])} jobs on {info['topology']}"
     if info.get("method"):
         title += f" (kept: {info['method']})"
-    t = Table("job", "collective", "ranks", "size", "weight", *(_COLUMNS[k] for k in times),
+    t = Table("job", "collective", "ranks", "size", "weight", *(labels[k] for k in times),
               "deadline", title=title)
     for j in info["jobs"]:
         deadline = "" if j["deadline_s"] is None else (
