@@ -34,6 +34,7 @@ from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
+from te_ccl.topology.routes import fastest_path
 
 __all__ = ["ChunkPlan", "BaselineError", "assemble", "route", "TEMPLATE"]
 
@@ -67,19 +68,12 @@ class ChunkPlan:
 
 def route(topology: Topology, src: str, dst: str, *, via_gpus: bool,
           graph: nx.DiGraph | None = None) -> list[str]:
-    """Node path ``src … dst``: the direct link, else the fastest path (1/b + α per hop),
-    through switches only unless ``via_gpus``; raises :class:`BaselineError` saying why
-    there is none."""
-    if topology.has_link(src, dst):
-        return [src, dst]
+    """Node path ``src … dst`` (:func:`~te_ccl.topology.routes.fastest_path`); raises
+    :class:`BaselineError` saying why there is none."""
+    path = fastest_path(topology, src, dst, via_gpus=via_gpus, graph=graph)
+    if path is not None:
+        return path
     full = graph if graph is not None else topology.graph()
-    g = full if via_gpus else full.subgraph(
-        [x for x in full if not full.nodes[x]["node"].is_gpu or x in (src, dst)])
-    try:
-        return nx.shortest_path(g, src, dst,
-                                weight=lambda u, v, d: 1.0 / d["bandwidth"] + d["latency"])
-    except (nx.NetworkXNoPath, nx.NodeNotFound):
-        pass
     if via_gpus or not nx.has_path(full, src, dst):
         raise BaselineError(f"no path from {src} to {dst} in {topology.name} through the "
                             "ranks' GPUs and switches")

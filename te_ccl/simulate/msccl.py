@@ -37,13 +37,13 @@ from bisect import bisect_right
 from collections.abc import Sequence
 from pathlib import Path
 
-from te_ccl.baselines.plan import route
 from te_ccl.deadline import check
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.nogc import paused_gc
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
 from te_ccl.simulate.result import Interval, LinkUse, SimResult
 from te_ccl.topology.model import Topology
+from te_ccl.topology.routes import fastest_path
 from te_ccl.verify.msccl.model import RECVS, SENDS, Algo, Step
 from te_ccl.verify.msccl.reader import read_msccl
 
@@ -185,7 +185,10 @@ class _Flat:
         u, v = topo.gpu(self.ranks[src]), topo.gpu(self.ranks[dst])
         if not topo.has_link(u, v) and self._graph is None:
             self._graph = topo.graph()
-        path = route(topo, u, v, via_gpus=True, graph=self._graph)
+        path = fastest_path(topo, u, v, graph=self._graph)
+        if path is None:
+            raise VerificationError(f"rank {src} ({u}) cannot reach rank {dst} ({v}) in "
+                                    f"{topo.name}: no path through its links")
         index = self._link_index
         hops = []
         for key in zip(path, path[1:], strict=False):
