@@ -1,4 +1,5 @@
-"""``teccl topo list|show|import|calibrate``: shipped topologies, real machines, measurements.
+"""``teccl topo list|show|import|calibrate|edit``: shipped topologies, real machines,
+measurements, and a network changed by a failure.
 
 The tables and the written YAML are the command's data, so they go to stdout (or
 ``-o``); the import's sanity report goes to stderr. ``--json`` prints one JSON
@@ -242,3 +243,52 @@ def calibrate_command(topology: str, measurements: tuple[str, ...], collective: 
     write_atomic(output, text)
     for line in notes[1:]:
         click.echo(line, err=True)
+
+
+@topo.command("edit")
+@click.argument("topology")
+@click.option("--without-link", "without_links", multiple=True, metavar="A:B",
+              help="Remove the links between nodes A and B (both directions; A>B: only "
+                   "from A to B). Repeatable.")
+@click.option("--scale-link", "scale_links", multiple=True, metavar="A:B=FACTOR",
+              help="Multiply the bandwidth of the links between A and B (A>B: one "
+                   "direction) by FACTOR > 0. Repeatable.")
+@click.option("--without-gpu", "without_gpus", multiple=True, metavar="GPU",
+              help="Remove a GPU and its links (the ranks after it move down). Repeatable.")
+@click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
+              help="Topology YAML to write; '-' for stdout.")
+@click.option("--name", metavar="NAME", help="Topology name (default: OUT's stem, or "
+              "TOPOLOGY's name with -edited).")
+def edit_command(topology: str, without_links: tuple[str, ...], scale_links: tuple[str, ...],
+                 without_gpus: tuple[str, ...], output: str, name: str | None) -> None:
+    """Derive a topology from TOPOLOGY with links removed or slowed and GPUs removed.
+
+    What the network looks like after a failure, for `teccl compile --from`. Every GPU
+    left must still reach every other one.
+    """
+    from pathlib import Path
+
+    from te_ccl.importers.yaml_out import topology_yaml
+    from te_ccl.spec.topology import topology_from_data
+    from te_ccl.spec.yamlio import parse_yaml
+    from te_ccl.topology.edit import TopologyEdit, edit_topology, parse_scale
+
+    check_output_file(output, key="--output")
+    base = load_topology(topology)
+    if not (without_links or scale_links or without_gpus):
+        raise SpecError("nothing to change; expected --without-link, --scale-link or "
+                        "--without-gpu")
+    name = name or (Path(output).stem if output != "-" else f"{base.name}-edited")
+    edit = TopologyEdit(without_links, tuple(parse_scale(s) for s in scale_links),
+                        without_gpus, name)
+    topo = edit_topology(base, edit)
+    changes = ([f"without link {s}" for s in without_links]
+               + [f"link {s} at {f}× its bandwidth" for s, f in edit.scale_links]
+               + [f"without GPU {g}" for g in without_gpus])
+    text = topology_yaml(topo, [f"Derived by `teccl topo edit` from {base.name}: "
+                                + "; ".join(changes) + "."])
+    topology_from_data(parse_yaml(text, output), output)  # what we write must load back
+    write_atomic(output, text)
+    click.echo(f"{topo.name}: {topo.ngpus} GPUs, {len(topo.switches)} switches, "
+               f"{len(topo.links)} directed links (was {base.ngpus}, {len(base.switches)}, "
+               f"{len(base.links)})", err=True)

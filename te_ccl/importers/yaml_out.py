@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from te_ccl.topology.model import Topology
+from te_ccl.topology.model import Node, Topology
 from te_ccl.units import parse_bandwidth, parse_time
 
 __all__ = ["topology_yaml"]
@@ -44,19 +44,27 @@ def _q(name: str) -> str:
     return json.dumps(name)  # a JSON string is a valid YAML flow scalar
 
 
+def _gpu(node: Node) -> str:
+    """A GPU entry: its name, with its relay buffer where it has a limit."""
+    if node.buffer_bytes is None:
+        return _q(node.name)
+    return f"{{name: {_q(node.name)}, buffer: {node.buffer_bytes}B}}"
+
+
 def topology_yaml(topo: Topology, comments: list[str]) -> str:
     """YAML text of ``topo``, with ``comments`` (the sanity report) as a header."""
     out = [f"# {c}" if c else "#" for c in comments]
     out += [f"name: {_q(topo.name)}",
             f"source: {_q(topo.source or 'imported')}",
             f"description: {_q(topo.description or topo.name)}",
-            "gpus: [" + ", ".join(_q(g) for g in topo.gpus) + "]"]
+            "gpus: [" + ", ".join(_gpu(topo.node(g)) for g in topo.gpus) + "]"]
     switches = [topo.node(s) for s in topo.switches]
     if switches:
         out.append("switches:")
         out += [f"  - {{name: {_q(s.name)}, copy: {str(s.can_copy).lower()}, "
-                f"reduce: {str(s.can_reduce).lower()}, buffer: {str(s.has_buffer).lower()}}}"
-                for s in switches]
+                f"reduce: {str(s.can_reduce).lower()}, buffer: {str(s.has_buffer).lower()}"
+                + (f", fred: {{ports: {s.fred_ports}, m: {s.fred_m}}}" if s.fred_m else "")
+                + "}" for s in switches]
     out.append("links:")
     done: set[tuple[str, str]] = set()
     for k in topo.links:
