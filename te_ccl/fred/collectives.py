@@ -7,7 +7,8 @@ and one down at each L1 with destinations (each direction of a link has its lane
 Stripes are packed first fit into **rounds** limited by the free NPU and uplink lanes; each
 round is a switch phase: the flows of every switch are routed on FRED_m(P)
 (:func:`te_ccl.fred.routing.route_phases`) and a conflict splits the round into more
-phases, each lasting the wafer's reconfiguration time plus ``stripe bytes / lane_Bps``.
+phases, each lasting the wafer's reconfiguration time plus ``stripe bytes / lane_Bps``
+plus the latency of the longest path among its streams (:meth:`Wafer.path_latency_s`).
 A stripe becomes, per switch:
 
 * one flow on its L1 when all its ranks sit on one L1;
@@ -18,7 +19,8 @@ A stripe becomes, per switch:
 Endpoint variants (FRED-A/C) cannot reduce or copy in a switch: collectives run as
 NPU algorithms, timed by the fluid bound of their link loads (every link carries its
 bytes at its bandwidth, chunks pipelined) plus the reconfiguration of each of their switch
-phases: All-Reduce / Reduce-Scatter / All-Gather as
+phases plus a path latency per dependent step (a ring's steps, a chain's hops):
+All-Reduce / Reduce-Scatter / All-Gather as
 the better of a flat ring and a hierarchical ring (intra-L1, then one ring over the L1s
 whose traffic is spread over the L1's NPUs), Broadcast/Reduce as a pipelined chain,
 All-to-All and send/recv as direct unicasts. Their switch phases are the unicast flows
@@ -72,7 +74,8 @@ class FredPhase:
 
 @dataclass(frozen=True)
 class CommResult:
-    """Concurrent collectives on one fabric: time, bytes one NPU injects, phases."""
+    """Concurrent collectives on one fabric: time, bytes one NPU injects, phases;
+    ``fixed_s`` is the part of ``time_s`` the bytes do not scale (latency, reconfiguration)."""
 
     fabric: str
     ops: tuple[CollectiveOp, ...]
@@ -81,6 +84,7 @@ class CommResult:
     phases: tuple[FredPhase, ...] = ()
     notes: tuple[str, ...] = ()
     link_loads: dict = field(default_factory=dict, compare=False)
+    fixed_s: float = 0.0
 
     @property
     def effective_Bps(self) -> float:
@@ -116,7 +120,7 @@ def in_switch_collectives(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: fl
     """``ops`` as streams reduced and multicast in the switches (module docstring)."""
     ops = tuple(ops)
     steps = [op.steps() for op in ops]
-    phases, time_s, notes = _build_phases(wafer, ops, steps, start_s)
+    phases, time_s, notes, fixed_s = _build_phases(wafer, ops, steps, start_s)
     injected: dict[int, float] = defaultdict(float)
     for op_steps in steps:
         for step in op_steps:
@@ -124,7 +128,7 @@ def in_switch_collectives(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: fl
                 for r in s.sources:
                     injected[r] += s.bytes
     return CommResult(wafer.name, ops, time_s, max(injected.values(), default=0.0),
-                      tuple(phases), tuple(notes))
+                      tuple(phases), tuple(notes), fixed_s=fixed_s)
 
 
 def endpoint_collectives(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: float = 0.0
@@ -132,19 +136,25 @@ def endpoint_collectives(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: flo
     """``ops`` as NPU algorithms whose switches only forward (module docstring)."""
     ops = tuple(ops)
     loads: dict[tuple[str, int], float] = defaultdict(float)
+    latency_s = 0.0
     for op in ops:
-        for key, b in endpoint_loads(wafer, op).items():
+        op_loads, op_latency = endpoint_loads(wafer, op)
+        latency_s = max(latency_s, op_latency)
+        for key, b in op_loads.items():
             loads[key] += b
     fluid_s = max((b / _bandwidth(wafer, key) for key, b in loads.items()), default=0.0)
-    phases, _, notes = _build_phases(wafer, ops, [_endpoint_steps(op) for op in ops], start_s)
-    return CommResult(wafer.name, ops, fluid_s + len(phases) * wafer.reconfig_s,
+    phases, _, notes, _ = _build_phases(wafer, ops, [_endpoint_steps(op) for op in ops],
+                                        start_s)
+    fixed_s = len(phases) * wafer.reconfig_s + latency_s
+    return CommResult(wafer.name, ops, fluid_s + fixed_s,
                       max((b for (kind, _), b in loads.items() if kind == "up"), default=0.0),
-                      tuple(phases), tuple(notes), dict(loads))
+                      tuple(phases), tuple(notes), dict(loads), fixed_s)
 
 
 def _build_phases(wafer: Wafer, ops: tuple[CollectiveOp, ...], steps: list[list[list[Stream]]],
-                  start_s: float) -> tuple[list[FredPhase], float, list[str]]:
-    """Stripe, pack into rounds, route; returns the phases, their time and the conflicts."""
+                  start_s: float) -> tuple[list[FredPhase], float, list[str], float]:
+    """Stripe, pack into rounds, route; returns the phases, their time, the conflicts and
+    the part of the time spent reconfiguring and in latency."""
     nsteps = max((len(s) for s in steps), default=0)
     rounds: list[tuple[int, list[_Item]]] = []
     for j in range(nsteps):
@@ -153,17 +163,20 @@ def _build_phases(wafer: Wafer, ops: tuple[CollectiveOp, ...], steps: list[list[
         rounds.extend((j, rnd) for rnd in _pack(wafer, items))
     phases: list[FredPhase] = []
     notes: list[str] = []
-    t = start_s
+    t, fixed_s = start_s, 0.0
     for j, rnd in rounds:
         infos = [fi for it in rnd for fi in _flows_of(wafer, ops, it, j, nsteps)]
         cls = min((ops[it.op].cls for it in rnd), key=CLASSES.index)
-        dur = (wafer.reconfig_s
-               + max(it.stream.bytes for it in rnd) / wafer.npu_lanes / wafer.lane_Bps)
+        fixed = wafer.reconfig_s + max(wafer.path_latency_s(it.stream.sources,
+                                                            it.stream.destinations)
+                                       for it in rnd)
+        dur = fixed + max(it.stream.bytes for it in rnd) / wafer.npu_lanes / wafer.lane_Bps
         routed, conflicts = routed_phases(wafer, infos, len(phases), t, dur, cls)
         phases.extend(routed)
         notes.extend(conflicts)
         t = routed[-1].end_s
-    return phases, t - start_s, notes
+        fixed_s += len(routed) * fixed
+    return phases, t - start_s, notes, fixed_s
 
 
 def routed_phases(wafer: Wafer, infos: Sequence[FlowInfo], first: int, start_s: float,
@@ -261,8 +274,9 @@ def _ring_edges(ranks: Sequence[int], wrap: bool = True) -> list[tuple[int, int]
     return edges + [(ranks[-1], ranks[0])] if wrap else edges
 
 
-def _hierarchical(wafer: Wafer, op: CollectiveOp, factor: float) -> dict:
-    """Intra-L1 ring, then one ring over the L1s spread over each L1's members."""
+def _hierarchical(wafer: Wafer, op: CollectiveOp, factor: float) -> tuple[dict, float]:
+    """Intra-L1 ring, then one ring over the L1s spread over each L1's members: link loads
+    and latency."""
     loads: dict = defaultdict(float)
     groups: dict[int, list[int]] = defaultdict(list)
     for r in op.ranks:
@@ -276,25 +290,37 @@ def _hierarchical(wafer: Wafer, op: CollectiveOp, factor: float) -> dict:
                 loads[(kind, r)] += factor * (n - 1) / n * d + inter
         loads[("l1up", k)] += factor * (nk - 1) / nk * d
         loads[("l1down", k)] += factor * (nk - 1) / nk * d
-    return loads
+    local = max(len(m) for m in groups.values())
+    firsts = [m[0] for m in groups.values()]
+    latency = (op.ring_steps(local) * wafer.path_latency_s(firsts[:1], firsts[:1])
+               + op.ring_steps(nk) * wafer.path_latency_s(firsts[:1], firsts[-1:]))
+    return loads, latency
 
 
-def endpoint_loads(wafer: Wafer, op: CollectiveOp) -> dict[tuple[str, int], float]:
-    """Bytes per link of ``op`` run by the NPUs (no in-switch help), best algorithm."""
+def endpoint_loads(wafer: Wafer, op: CollectiveOp) -> tuple[dict[tuple[str, int], float], float]:
+    """Bytes per link of ``op`` run by the NPUs (no in-switch help) and the latency of its
+    dependent steps, for the algorithm that finishes first."""
     factor = {"allreduce": 2.0, "reducescatter": 1.0, "allgather": 1.0}.get(op.kind)
     candidates = []
     if factor is not None:
         ring: dict = defaultdict(float)
-        for a, b in _ring_edges(op.ranks):
+        edges = _ring_edges(op.ranks)
+        for a, b in edges:
             _unicast(wafer, ring, a, b, factor * (op.n - 1) / op.n * op.size_bytes)
-        candidates = [ring, _hierarchical(wafer, op, factor)]
+        hop = max(wafer.path_latency_s((a,), (b,)) for a, b in edges)
+        candidates = [(ring, op.ring_steps(op.n) * hop), _hierarchical(wafer, op, factor)]
     else:
         loads: dict = defaultdict(float)
+        latency = 0.0
         for step in _endpoint_steps(op):
+            hops = [wafer.path_latency_s(s.sources, s.destinations) for s in step]
             for s in step:
                 _unicast(wafer, loads, s.sources[0], s.destinations[0], s.bytes)
-        candidates = [loads]
-    return min(candidates, key=lambda ld: max(b / _bandwidth(wafer, k) for k, b in ld.items()))
+            # a pipelined chain fills hop after hop; unicasts of a step run side by side
+            latency += sum(hops) if op.kind in ("broadcast", "reduce") else max(hops)
+        candidates = [(loads, latency)]
+    return min(candidates, key=lambda c: c[1] + max(b / _bandwidth(wafer, k)
+                                                    for k, b in c[0].items()))
 
 
 def _endpoint_steps(op: CollectiveOp) -> list[list[Stream]]:

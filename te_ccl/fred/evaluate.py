@@ -13,12 +13,16 @@ replica, ``F = peak · efficiency`` and ``p`` bytes per element:
 
 * stage compute per microbatch ``t_c = (1 + backward) · Σ count·fwd_flops·n / (a·c) / F``
   (each NPU holds 1/(a·c) of every layer's work);
+* a phase's time is its fixed part (latency of its dependent steps, switch
+  reconfigurations: :attr:`CommResult.fixed_s`, with the wire and µSwitch latencies of
+  the assumptions) once per collective, plus its bytes × its seconds per byte;
 * MP per microbatch and stage ``Σ count·mp_allreduces·mp_allreduce_elements·p·n / c`` bytes
-  × seconds per byte of the MP phase (on the critical path);
+  in ``Σ count·mp_allreduces / c`` All-Reduces (on the critical path);
 * PP per microbatch ``2 · max(pp_elements)·p·n`` bytes (activations forward, gradients
-  backward) × seconds per byte of the PP phase;
+  backward) in 2 sends;
 * pipeline ``(m + c − 1) · (t_c + t_mp + t_pp)`` (GPipe bubble);
-* DP: gradients ``params·p / (a·c)`` per NPU, All-Reduced once per iteration,
+* DP: gradients ``params·p / (a·c)`` per NPU, All-Reduced once per iteration (one
+  collective),
   ``(1 − dp_overlap)`` of it exposed;
 * weight streaming: ``3·params·p`` bytes cross the I/O controllers per iteration (weights
   in for forward and backward, gradients out) at their aggregate line rate on FRED and at
@@ -41,6 +45,7 @@ from te_ccl.fred.mesh import Mesh, wafer_mesh
 from te_ccl.fred.strategy import Strategy, compile_phase, parse_strategy
 from te_ccl.fred.wafer import VARIANTS, Wafer, wafer_variant
 from te_ccl.fred.workload import Workload, check_strategy
+from te_ccl.topology.generators import USWITCH_LATENCY_S, WIRE_LATENCY_S
 
 __all__ = ["FABRICS", "REF_BYTES", "Assumptions", "FabricResult", "Evaluation", "fabric",
            "phase_rate", "evaluate", "parse_sweep", "sweep_points", "strategy_means"]
@@ -57,6 +62,9 @@ _WHY = {
     "dp_overlap": "share of the DP All-Reduce hidden behind compute",
     "global_batch": "samples per iteration (default: the workload's published batch)",
     "precision_bytes": "bytes per parameter, gradient and activation (default: workload)",
+    "wire_latency_s": "one on-wafer wire between neighbours (assumed: the paper gives none)",
+    "uswitch_latency_s": "one µSwitch stage; a FRED_m(P) has 2·ceil(log2 P)-1, a mesh "
+                         "router is timed as FRED_3(5) (assumed)",
 }
 
 
@@ -74,6 +82,8 @@ class Assumptions:
     dp_overlap: float = 0.0  # share of the DP All-Reduce hidden behind compute
     global_batch: float | None = None
     precision_bytes: int | None = None
+    wire_latency_s: float = WIRE_LATENCY_S
+    uswitch_latency_s: float = USWITCH_LATENCY_S
 
     @property
     def flops(self) -> float:
@@ -151,25 +161,35 @@ class Evaluation:
                 "paper": self.comparison()}
 
 
-def fabric(name: str, npus: int = 20) -> Wafer | Mesh:
+def fabric(name: str, npus: int = 20, wire_latency_s: float = WIRE_LATENCY_S,
+           uswitch_latency_s: float = USWITCH_LATENCY_S) -> Wafer | Mesh:
     """A FRED variant (``fred-a`` .. ``fred-d``) or the mesh baseline (``wafer-mesh…``)
-    for a wafer of ``npus`` NPUs (:func:`te_ccl.fred.wafer.wafer_variant`, :func:`wafer_mesh`)."""
+    for a wafer of ``npus`` NPUs (:func:`te_ccl.fred.wafer.wafer_variant`, :func:`wafer_mesh`)
+    with these latencies."""
     if name.startswith("wafer-mesh"):
-        return wafer_mesh(npus)
-    if name not in VARIANTS:
+        base: Wafer | Mesh = wafer_mesh(npus)
+    elif name in VARIANTS:
+        base = wafer_variant(name, npus)
+    else:
         raise SpecError(f"unknown fabric {name!r}; expected one of {', '.join(FABRICS)}",
                         key="fabric")
-    return wafer_variant(name, npus)
+    if (base.wire_latency_s, base.uswitch_latency_s) == (wire_latency_s, uswitch_latency_s):
+        return base
+    return replace(base, wire_latency_s=wire_latency_s, uswitch_latency_s=uswitch_latency_s)
 
 
 @lru_cache(maxsize=512)
-def phase_rate(fabric_name: str, strategy: Strategy, kind: str) -> tuple[float, float]:
-    """(seconds per byte, effective per-NPU bytes/s) of phase ``kind`` on the wafer of
-    ``strategy.npus`` NPUs; (0, 0) if absent."""
-    result = compile_phase(fabric(fabric_name, strategy.npus), strategy, kind, REF_BYTES)
+def phase_rate(fabric_name: str, strategy: Strategy, kind: str,
+               latencies: tuple[float, float] = (WIRE_LATENCY_S, USWITCH_LATENCY_S)
+               ) -> tuple[float, float, float]:
+    """(fixed seconds per collective, seconds per byte, effective per-NPU bytes/s) of phase
+    ``kind`` on the wafer of ``strategy.npus`` NPUs with (wire, µSwitch) ``latencies``;
+    zeros if absent."""
+    result = compile_phase(fabric(fabric_name, strategy.npus, *latencies), strategy, kind,
+                           REF_BYTES)
     if result is None:
-        return 0.0, 0.0
-    return result.time_s / REF_BYTES, result.effective_Bps
+        return 0.0, 0.0, 0.0
+    return result.fixed_s, (result.time_s - result.fixed_s) / REF_BYTES, result.effective_Bps
 
 
 def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions) -> tuple[float, ...]:
@@ -181,11 +201,16 @@ def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions) -> tuple[flo
     t_c = work * n / (s.mp * s.pp) / a.flops
     mp_bytes = sum(b.count * b.mp_allreduces * b.mp_allreduce_elements
                    for b in w.blocks) * p * n / s.pp
-    t_mp = mp_bytes * phase_rate(name, s, "MP")[0]
-    t_pp = 2 * max(b.pp_elements for b in w.blocks) * p * n * phase_rate(name, s, "PP")[0]
+    lat = (a.wire_latency_s, a.uswitch_latency_s)
+    mp_fixed, mp_rate, _ = phase_rate(name, s, "MP", lat)
+    mp_ops = sum(b.count * b.mp_allreduces for b in w.blocks) / s.pp
+    t_mp = mp_ops * mp_fixed + mp_bytes * mp_rate
+    pp_fixed, pp_rate, _ = phase_rate(name, s, "PP", lat)
+    t_pp = 2 * pp_fixed + 2 * max(b.pp_elements for b in w.blocks) * p * n * pp_rate
     steps = m + s.pp - 1
     grads = w.params * p / (s.mp * s.pp)
-    dp = (1 - a.dp_overlap) * grads * phase_rate(name, s, "DP")[0]
+    dp_fixed, dp_rate, _ = phase_rate(name, s, "DP", lat)
+    dp = (1 - a.dp_overlap) * (dp_fixed + grads * dp_rate)
     io = 0.0
     if w.weight_streaming:
         f = fabric(name, s.npus)
@@ -216,7 +241,8 @@ def evaluate(workload: Workload, strategy: str | None = None,
     rows = {}
     for name in names:
         compute, mp, pp, dp, io = _breakdown(workload, s, name, assumptions)
-        bw = {k: phase_rate(name, s, k)[1] / 1e9 for k in ("MP", "PP", "DP")}
+        lat = (assumptions.wire_latency_s, assumptions.uswitch_latency_s)
+        bw = {k: phase_rate(name, s, k, lat)[2] / 1e9 for k in ("MP", "PP", "DP")}
         rows[name] = (compute, mp, pp, dp, io, compute + mp + pp + dp + io, bw)
     mesh = rows[mesh_name]
     mesh_exposed = mesh[5] - mesh[0]

@@ -16,6 +16,10 @@ loads (chunks pipelined; each link direction carries its bytes at ``link_Bps``):
 A ring on a line uses every link in both directions once (the wrap hop runs back
 along the line), so one ring per row or column runs at the full link rate.
 
+Latency: each hop is one wire and one router (:func:`te_ccl.topology.generators.wafer_mesh`);
+a ring costs a hop latency times its longest edge's hops per dependent step, a chain the
+hops of all its edges (pipeline fill), unicasts their longest path.
+
 I/O: with 4N channels of P bytes/s entering an N×N mesh at its edges, links need
 ``(2N−1)·P`` (fred.md); I/O runs at ``min(1, link_Bps / ((2N−1)·P))`` of line rate.
 """
@@ -28,7 +32,13 @@ from dataclasses import dataclass
 
 from te_ccl.fred.collectives import CommResult
 from te_ccl.fred.ops import CollectiveOp
-from te_ccl.fred.wafer import mesh_shape
+from te_ccl.topology.generators import (
+    FRED_LANE_BPS,
+    USWITCH_LATENCY_S,
+    WIRE_LATENCY_S,
+    fred_stages,
+    wafer_shape,
+)
 
 __all__ = ["Mesh", "WAFER_MESH", "wafer_mesh", "compile_mesh", "mesh_loads"]
 
@@ -40,9 +50,16 @@ class Mesh:
     name: str = "wafer-mesh5x4"
     rows: int = 5
     cols: int = 4
-    link_Bps: float = 750e9
+    link_Bps: float = FRED_LANE_BPS
     io_controllers: int = 18
     io_Bps: float = 128e9
+    wire_latency_s: float = WIRE_LATENCY_S
+    uswitch_latency_s: float = USWITCH_LATENCY_S
+
+    @property
+    def hop_latency_s(self) -> float:
+        """A wire and a router: a 5-port crossbar timed as FRED_3(5)'s µSwitch stages."""
+        return self.wire_latency_s + fred_stages(5) * self.uswitch_latency_s
 
     def coord(self, rank: int) -> tuple[int, int]:
         return divmod(rank, self.cols)
@@ -73,20 +90,26 @@ WAFER_MESH = Mesh()
 
 
 def wafer_mesh(npus: int = 20) -> Mesh:
-    """The mesh baseline for a wafer of ``npus`` NPUs (:func:`te_ccl.fred.wafer.mesh_shape`:
-    most nearly square, I/O controllers on its perimeter), e.g. ``wafer-mesh8x5`` for 40."""
-    rows, cols = mesh_shape(npus)
+    """The mesh baseline for a wafer of ``npus`` NPUs
+    (:func:`te_ccl.topology.generators.wafer_shape`: most nearly square, I/O controllers on
+    its perimeter), e.g. ``wafer-mesh8x5`` for 40."""
+    rows, cols = wafer_shape(npus)
     return Mesh(f"wafer-mesh{rows}x{cols}", rows, cols, io_controllers=2 * (rows + cols))
 
 
 def _add_ring(mesh: Mesh, loads: dict, order: Sequence[int], per_edge: float,
-              wrap: bool = True) -> None:
+              wrap: bool = True) -> int:
+    """Add the ring's (or chain's) loads; returns its longest edge in hops."""
     pairs = list(zip(order, order[1:], strict=False))
     if wrap and len(order) > 1:
         pairs.append((order[-1], order[0]))
+    longest = 0
     for a, b in pairs:
-        for link in mesh.xy_path(a, b):
+        path = mesh.xy_path(a, b)
+        longest = max(longest, len(path))
+        for link in path:
             loads[link] += per_edge
+    return longest
 
 
 def _rectangle(mesh: Mesh, ranks: Sequence[int]) -> tuple[list[int], list[int]] | None:
@@ -136,34 +159,49 @@ def _snake(mesh: Mesh, ranks: Sequence[int]) -> list[int]:
     return sorted(ranks, key=key)
 
 
-def mesh_loads(mesh: Mesh, op: CollectiveOp) -> dict:
-    """Bytes per directed mesh link of ``op`` (module docstring)."""
+def mesh_loads(mesh: Mesh, op: CollectiveOp) -> tuple[dict, float]:
+    """Bytes per directed mesh link of ``op`` and the latency of its steps (module docstring)."""
     loads: dict = defaultdict(float)
     factor = {"allreduce": 2.0, "reducescatter": 1.0, "allgather": 1.0}.get(op.kind)
-    d = op.size_bytes
+    d, hop = op.size_bytes, mesh.hop_latency_s
     if factor is not None:
         rect = _rectangle(mesh, op.ranks)
         if rect is not None:
             rows, cols = rect
+            # a ring on a line of k runs k-1 steps whose longest edge (the wrap) is k-1 hops
+            latency = sum(op.ring_steps(k) * (k - 1) * hop for k in (len(rows), len(cols)))
             return _balanced(_two_d(mesh, rows, cols, d, factor, True),
-                             _two_d(mesh, rows, cols, d, factor, False), mesh.link_Bps)
-        _add_ring(mesh, loads, _snake(mesh, op.ranks), factor * (op.n - 1) / op.n * d)
-    elif op.kind in ("broadcast", "reduce"):
-        _add_ring(mesh, loads, _snake(mesh, op.ranks), d, wrap=False)
-    else:
-        for step in op.steps():
-            for s in step:
-                for link in mesh.xy_path(s.sources[0], s.destinations[0]):
-                    loads[link] += s.bytes
-    return loads
+                             _two_d(mesh, rows, cols, d, factor, False), mesh.link_Bps), latency
+        longest = _add_ring(mesh, loads, _snake(mesh, op.ranks), factor * (op.n - 1) / op.n * d)
+        return loads, op.ring_steps(op.n) * longest * hop
+    if op.kind in ("broadcast", "reduce"):
+        order = _snake(mesh, op.ranks)
+        _add_ring(mesh, loads, order, d, wrap=False)
+        hops = sum(len(mesh.xy_path(a, b)) for a, b in zip(order, order[1:], strict=False))
+        return loads, hops * hop
+    latency = 0.0
+    for step in op.steps():
+        longest = 0
+        for s in step:
+            path = mesh.xy_path(s.sources[0], s.destinations[0])
+            longest = max(longest, len(path))
+            for link in path:
+                loads[link] += s.bytes
+        latency += longest * hop
+    return loads, latency
 
 
 def compile_mesh(mesh: Mesh, ops: Sequence[CollectiveOp]) -> CommResult:
-    """Time of ``ops`` running concurrently on the mesh (fluid bound of all link loads)."""
+    """Time of ``ops`` running concurrently on the mesh: the fluid bound of all link loads
+    plus the latency of the slowest op's steps."""
     loads: dict = defaultdict(float)
+    latency_s = 0.0
     for op in ops:
-        for link, b in mesh_loads(mesh, op).items():
+        op_loads, op_latency = mesh_loads(mesh, op)
+        latency_s = max(latency_s, op_latency)
+        for link, b in op_loads.items():
             loads[link] += b
-    time_s = max(loads.values(), default=0.0) / mesh.link_Bps
+    time_s = max(loads.values(), default=0.0) / mesh.link_Bps + latency_s
     injected = max((op.endpoint_injected_bytes() for op in ops), default=0.0)
-    return CommResult(mesh.name, tuple(ops), time_s, injected, link_loads=dict(loads))
+    return CommResult(mesh.name, tuple(ops), time_s, injected, link_loads=dict(loads),
+                      fixed_s=latency_s)

@@ -103,6 +103,11 @@ class CollectiveOp:
                     for k in range(1, n)]
         return [[Stream((a,), (b,), d) for a, b in self.pairs]]
 
+    def ring_steps(self, members: int) -> int:
+        """Dependent steps of a ring over ``members`` (All-Reduce twice round, Reduce-Scatter
+        and All-Gather once): each costs a hop's latency."""
+        return (2 if self.kind == "allreduce" else 1) * (members - 1)
+
     def endpoint_injected_bytes(self) -> float:
         """Bytes one member sends with an endpoint (ring / direct) algorithm."""
         n, d = self.n, self.size_bytes

@@ -26,6 +26,11 @@ A switch buffers packets, not chunks: 4 KB packets and 24 KB per data channel of
 (fred.md). A new phase's configuration takes over once the packets of the previous one
 have left: :attr:`Wafer.reconfig_s`, one packet on a lane (5.5 ns at 750 GB/s), is the
 cost of every phase change.
+
+**Latency** (the paper gives none; assumed, see :mod:`te_ccl.topology.generators`): a
+wire between neighbours costs ``wire_latency_s`` and crossing a FRED_m(P) costs its
+``2·ceil(log2 P) − 1`` µSwitch stages of ``uswitch_latency_s`` each, so the path of a
+stream through L1, L2 and L1 is 4 wires and the stages of the three switches.
 """
 
 from __future__ import annotations
@@ -35,9 +40,17 @@ from functools import cached_property, lru_cache
 
 from te_ccl.errors import SpecError
 from te_ccl.fred.switch import FredSwitch, build_fred
+from te_ccl.topology.generators import (
+    FRED_LANE_BPS,
+    FRED_VARIANTS,
+    USWITCH_LATENCY_S,
+    WIRE_LATENCY_S,
+    fred_stages,
+    wafer_shape,
+)
 from te_ccl.topology.model import Topology
 
-__all__ = ["Wafer", "VARIANTS", "wafer_variant", "wafer_from_topology", "mesh_shape"]
+__all__ = ["Wafer", "VARIANTS", "wafer_variant", "wafer_from_topology"]
 
 TB = 1e12
 
@@ -52,7 +65,7 @@ class Wafer:
     npus: int = 20
     npus_per_l1: int = 4
     npu_Bps: float = 3 * TB
-    lane_Bps: float = 750e9
+    lane_Bps: float = FRED_LANE_BPS
     m: int = 3
     io_controllers: int = 18
     io_Bps: float = 128e9
@@ -63,6 +76,8 @@ class Wafer:
     channel_buffer_bytes: int = 24 * 1024
     can_reduce: bool | None = None  # None: as in_switch
     can_copy: bool | None = None  # None: as in_switch
+    wire_latency_s: float = WIRE_LATENCY_S
+    uswitch_latency_s: float = USWITCH_LATENCY_S
 
     def __post_init__(self) -> None:
         for what, bw in (("NPU-L1", self.npu_Bps), ("L1-L2", self.uplink_Bps)):
@@ -98,6 +113,21 @@ class Wafer:
     def reconfig_s(self) -> float:
         """Time a phase change costs: the last packet of the old configuration leaves a lane."""
         return self.packet_bytes / self.lane_Bps
+
+    def crossing_s(self, switch: str) -> float:
+        """Latency of crossing ``switch``: its µSwitch stages."""
+        ports = self.l2_ports if switch == self.l2_name else self.l1_ports
+        return fred_stages(ports) * self.uswitch_latency_s
+
+    def path_latency_s(self, sources: tuple[int, ...] | list[int],
+                       destinations: tuple[int, ...] | list[int]) -> float:
+        """Latency from the source NPUs to the destination NPUs: through their L1 (2 wires)
+        when all share one, else up through the L2 and down (4 wires)."""
+        l1s = {self.l1_of(r) for r in (*sources, *destinations)}
+        one = self.crossing_s(self.l1_names[0])
+        if len(l1s) == 1:
+            return 2 * self.wire_latency_s + one
+        return 4 * self.wire_latency_s + 2 * one + self.crossing_s(self.l2_name)
 
     def lanes(self, a: str, b: str) -> int:
         """Lanes of the link between nodes ``a`` and ``b`` (each direction has as many)."""
@@ -165,24 +195,8 @@ class Wafer:
         return "L2" if switch == self.l2_name else "L1"
 
 
-VARIANTS: dict[str, Wafer] = {
-    "fred-a": Wafer("fred-a", 1.5 * TB, False),
-    "fred-b": Wafer("fred-b", 1.5 * TB, True),
-    "fred-c": Wafer("fred-c", 12 * TB, False),
-    "fred-d": Wafer("fred-d", 12 * TB, True),
-}
-
-
-def mesh_shape(npus: int) -> tuple[int, int]:
-    """Rows × columns of a wafer of ``npus`` NPUs: the most nearly square grid, rows ≥
-    columns (5 × 4 for 20, as in fred.md). Its perimeter, ``2·(rows + columns)``, is the
-    number of off-wafer I/O controllers (18 for 20 NPUs) on the mesh and on FRED alike.
-
-    >>> mesh_shape(20), mesh_shape(40), mesh_shape(80)
-    ((5, 4), (8, 5), (10, 8))
-    """
-    cols = max(c for c in range(1, int(npus ** 0.5) + 1) if npus % c == 0)
-    return npus // cols, cols
+VARIANTS: dict[str, Wafer] = {name: Wafer(name, uplink, in_switch)
+                               for name, (uplink, in_switch) in FRED_VARIANTS.items()}
 
 
 @lru_cache(maxsize=64)  # one Wafer per variant and size: its switches are built once
@@ -205,7 +219,7 @@ def wafer_variant(name: str, npus: int = 20) -> Wafer:
     if npus < 2 * base.npus_per_l1 or npus % base.npus_per_l1:
         raise SpecError(f"a FRED wafer has L1 switches of {base.npus_per_l1} NPUs and at "
                         f"least two of them; {npus} NPUs do not fit", key="npus")
-    rows, cols = mesh_shape(npus)
+    rows, cols = wafer_shape(npus)  # I/O controllers on the perimeter, as on the mesh
     return replace(base, npus=npus, l1_names=(), npu_names=(),
                    io_controllers=2 * (rows + cols))
 
@@ -243,7 +257,13 @@ def wafer_from_topology(topo: Topology, *, lane_Bps: float = 750e9, m: int | Non
     sw = [topo.node(s) for s in topo.switches]
     in_switch = all(n.can_reduce and n.can_copy for n in sw)
     fred_m = m or next((n.fred_m for n in sw if n.fred_m), 3)
-    return Wafer(topo.name, up_bw, in_switch, npus=topo.ngpus, npus_per_l1=sizes.pop(),
-                 npu_Bps=npu_bw, lane_Bps=lane_Bps, m=fred_m, l1_names=l1s, l2_name=l2s[0],
-                 npu_names=tuple(topo.gpus), can_reduce=all(n.can_reduce for n in sw),
-                 can_copy=all(n.can_copy for n in sw))
+    wafer = Wafer(topo.name, up_bw, in_switch, npus=topo.ngpus, npus_per_l1=sizes.pop(),
+                  npu_Bps=npu_bw, lane_Bps=lane_Bps, m=fred_m, l1_names=l1s, l2_name=l2s[0],
+                  npu_names=tuple(topo.gpus), can_reduce=all(n.can_reduce for n in sw),
+                  can_copy=all(n.can_copy for n in sw))
+    # latencies as the generator sets them: a wire into a switch, a wire and the
+    # switch's stages out of it
+    wire = topo.link(g0, l1_of_gpu[g0]).latency_s
+    out = topo.link(l1_of_gpu[g0], g0).latency_s - wire
+    return replace(wafer, wire_latency_s=wire,
+                   uswitch_latency_s=max(0.0, out) / fred_stages(wafer.l1_ports))

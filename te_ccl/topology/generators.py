@@ -1,4 +1,5 @@
-"""Parametric topologies: ring, fully connected, mesh, torus, star, fat tree, boxes, rails.
+"""Parametric topologies: ring, fully connected, mesh, torus, star, fat tree, boxes, rails,
+and the FRED wafer (its variants and its 2D-mesh baseline) at any NPU count.
 
 Every generator returns a :class:`Topology` whose links are directed; a physical
 bidirectional link becomes two directed links of the same bandwidth (bandwidth is per
@@ -22,6 +23,8 @@ from te_ccl.topology.model import Link, Node, NodeKind, Topology
 __all__ = [
     "SwitchCaps", "Join", "ring", "fully_connected", "mesh", "torus", "star", "fat_tree",
     "boxes", "rail_optimized", "fill_fred_ports", "MAX_GPUS", "MAX_LINKS",
+    "FRED_VARIANTS", "FRED_LANE_BPS", "WIRE_LATENCY_S", "USWITCH_LATENCY_S", "fred_stages",
+    "wafer_shape", "fred", "wafer_mesh",
 ]
 
 
@@ -285,3 +288,109 @@ def rail_optimized(nboxes: int, gpus_per_box: int, nvlink_bandwidth_Bps: float,
     box = star(gpus_per_box, nvlink_bandwidth_Bps, latency_s, name="box")
     join = Join("rails", tuple(box.gpus), nic_bandwidth_Bps, nic_latency_s)
     return boxes(box, nboxes, join, name=name or f"rail{nboxes}x{gpus_per_box}")
+
+
+# The FRED wafer (fred.md) ------------------------------------------------------------------
+# variant -> (L1–L2 bandwidth of each L1 per direction, switches reduce and multicast)
+FRED_VARIANTS: dict[str, tuple[float, bool]] = {
+    "fred-a": (1.5e12, False), "fred-b": (1.5e12, True),
+    "fred-c": (12e12, False), "fred-d": (12e12, True),
+}
+FRED_LANE_BPS = 750e9  # a switch port / mesh link: 3 TB/s of an NPU over 4 ports
+# Latencies the paper does not give (assumed, stated with every result that uses them):
+WIRE_LATENCY_S = 5e-9  # one on-wafer wire between neighbours, switch or NPU
+USWITCH_LATENCY_S = 0.5e-9  # one 2x2 µSwitch stage (a cycle at 2 GHz)
+
+
+def fred_stages(ports: int) -> int:
+    """µSwitch stages a packet crosses in FRED_m(``ports``): an input and an output stage
+    per recursion level around the one RD µSwitch of FRED_m(2), whose radix is
+    ``ceil(P/2)`` a level down, so ``2·ceil(log2 P) − 1``.
+
+    >>> fred_stages(2), fred_stages(5), fred_stages(18), fred_stages(80)
+    (1, 5, 9, 13)
+    """
+    _need(ports >= 2, "a FRED switch has at least 2 ports")
+    return 2 * math.ceil(math.log2(ports) - 1e-12) - 1
+
+
+def wafer_shape(npus: int) -> tuple[int, int]:
+    """Rows × columns of a wafer of ``npus`` NPUs: the most nearly square grid, rows ≥
+    columns (5 × 4 for 20, as in fred.md).
+
+    >>> wafer_shape(20), wafer_shape(40), wafer_shape(64)
+    ((5, 4), (8, 5), (8, 8))
+    """
+    cols = max(c for c in range(1, math.isqrt(npus) + 1) if npus % c == 0)
+    return npus // cols, cols
+
+
+def fred(variant: str, npus: int = 20, *, npus_per_l1: int = 4,
+         npu_bandwidth_Bps: float = 3e12, m: int = 3,
+         wire_latency_s: float = WIRE_LATENCY_S, uswitch_latency_s: float = USWITCH_LATENCY_S,
+         name: str | None = None) -> Topology:
+    """A FRED wafer of ``npus`` NPUs (``npu0``…): L1 switches ``L1.k`` of ``npus_per_l1``
+    consecutive NPUs, each linked to the one ``L2`` with the variant's bandwidth
+    (:data:`FRED_VARIANTS`). Switches are FRED_m(P) whose ports are
+    :data:`FRED_LANE_BPS` lanes, and have no buffer. A link's latency is one wire plus, on
+    a link leaving a switch, the µSwitch stages of that switch (:func:`fred_stages`).
+
+    >>> f = fred("fred-b", 64); (f.ngpus, len(f.switches), f.node("L2").fred_ports)
+    (64, 17, 32)
+    >>> f.link("npu0", "L1.0").latency_s, round(f.link("L1.0", "L2").latency_s * 1e9, 2)
+    (5e-09, 9.5)
+    """
+    _need(variant in FRED_VARIANTS,
+          f"unknown FRED variant {variant!r}; expected one of {', '.join(FRED_VARIANTS)}")
+    _need(npus_per_l1 >= 1 and npus >= 2 * npus_per_l1 and npus % npus_per_l1 == 0,
+          f"a FRED wafer has L1 switches of {npus_per_l1} NPUs and at least two of them; "
+          f"{npus} NPUs do not fit")
+    _check_size(npus, 2 * npus + 2 * npus // npus_per_l1)
+    uplink_Bps, in_switch = FRED_VARIANTS[variant]
+    for bw in (npu_bandwidth_Bps, uplink_Bps):
+        _check_link(bw, wire_latency_s)
+        lanes = bw / FRED_LANE_BPS
+        _need(lanes >= 1 and abs(lanes - round(lanes)) < 1e-9,
+              f"bandwidth {bw:.4g} B/s is not a whole number of {FRED_LANE_BPS:.4g} B/s lanes")
+    _check_link(1.0, uswitch_latency_s)
+    n_l1, npu_lanes = npus // npus_per_l1, round(npu_bandwidth_Bps / FRED_LANE_BPS)
+    up_lanes = round(uplink_Bps / FRED_LANE_BPS)
+    l1_ports, l2_ports = npus_per_l1 * npu_lanes + up_lanes, n_l1 * up_lanes
+    caps = SwitchCaps(copy=in_switch, reduce=in_switch, buffer=False, fred_m=m)
+    switches = [replace(caps.node(f"L1.{k}"), fred_ports=l1_ports) for k in range(n_l1)]
+    switches.append(replace(caps.node("L2"), fred_ports=l2_ports))
+    leave = {"L2": wire_latency_s + fred_stages(l2_ports) * uswitch_latency_s}
+    leave.update((f"L1.{k}", wire_latency_s + fred_stages(l1_ports) * uswitch_latency_s)
+                 for k in range(n_l1))
+    links = []
+    for k in range(n_l1):
+        for r in range(k * npus_per_l1, (k + 1) * npus_per_l1):
+            links += [Link(f"npu{r}", f"L1.{k}", npu_bandwidth_Bps, wire_latency_s),
+                      Link(f"L1.{k}", f"npu{r}", npu_bandwidth_Bps, leave[f"L1.{k}"])]
+        links += [Link(f"L1.{k}", "L2", uplink_Bps, leave[f"L1.{k}"]),
+                  Link("L2", f"L1.{k}", uplink_Bps, leave["L2"])]
+    label = "yes" if in_switch else "no"
+    return _topology(name or (variant if npus == 20 else f"{variant}-{npus}"),
+                     _gpus(npus, "npu") + switches, links,
+                     f"{variant.upper()} wafer, {npus} NPUs, L1-L2 {uplink_Bps / 1e12:g}TB/s, "
+                     f"in-switch collectives {label}",
+                     {"generator": "fred", "variant": variant, "npus": npus})
+
+
+def wafer_mesh(npus: int = 20, *, link_bandwidth_Bps: float = FRED_LANE_BPS,
+               wire_latency_s: float = WIRE_LATENCY_S,
+               uswitch_latency_s: float = USWITCH_LATENCY_S,
+               name: str | None = None) -> Topology:
+    """FRED's baseline for ``npus`` NPUs: the most nearly square 2D mesh
+    (:func:`wafer_shape`) of :data:`FRED_LANE_BPS` links. Each hop is one wire and one
+    router, a 5-port crossbar (4 neighbours and the NPU) timed as the µSwitch stages of
+    FRED_3(5), so that both fabrics pay the same per element.
+
+    >>> t = wafer_mesh(64); t.name, t.ngpus, round(t.link("g0", "g1").latency_s * 1e9, 2)
+    ('wafer-mesh8x8', 64, 7.5)
+    """
+    _need(npus >= 2, "a wafer mesh needs at least 2 NPUs")
+    dims = list(wafer_shape(npus))
+    latency = wire_latency_s + fred_stages(5) * uswitch_latency_s
+    shape = "x".join(map(str, dims))
+    return _grid(dims, link_bandwidth_Bps, latency, False, name or f"wafer-mesh{shape}")

@@ -19,20 +19,33 @@ WAFER = tuple(range(20))
 
 
 def _bw(result) -> float:
-    """Effective bandwidth per NPU in GB/s, leaving out the reconfiguration time of the
-    switch phases (5.5 ns each), which the published figures do not count."""
-    w = VARIANTS.get(result.fabric)
-    changes = len(result.phases) * w.reconfig_s if w is not None else 0.0
-    return result.injected_bytes / (result.time_s - changes) / 1e9
+    """Effective bandwidth per NPU in GB/s, leaving out the time that does not scale with
+    the bytes (the switch phases' reconfiguration, 5.5 ns each, and the latency), which the
+    published figures do not count."""
+    return result.injected_bytes / (result.time_s - result.fixed_s) / 1e9
 
 
-def test_every_in_switch_phase_costs_one_reconfiguration():
+def test_every_in_switch_phase_costs_one_reconfiguration_and_its_path_latency():
     w = VARIANTS["fred-d"]
     r = compile_fred(w, [CollectiveOp("allreduce", WAFER, D)])
     assert w.reconfig_s == pytest.approx(4096 / 750e9)
-    assert r.time_s == pytest.approx(D / 3e12 + len(r.phases) * w.reconfig_s, rel=1e-12)
+    # NPU → L1 → L2 → L1 → NPU: 4 wires of 5 ns, FRED_3(32) twice (9 stages) and
+    # FRED_3(80) (13 stages) at 0.5 ns a stage
+    path = w.path_latency_s(WAFER, WAFER)
+    assert path == pytest.approx(4 * 5e-9 + (9 + 13 + 9) * 0.5e-9)
+    assert r.fixed_s == pytest.approx(len(r.phases) * (w.reconfig_s + path))
+    assert r.time_s == pytest.approx(D / 3e12 + r.fixed_s, rel=1e-12)
     assert [ph.end_s - ph.start_s for ph in r.phases] == pytest.approx(
-        [D / 3e12 + w.reconfig_s] * len(r.phases))
+        [D / 3e12 + w.reconfig_s + path] * len(r.phases))
+
+
+def test_latency_makes_small_collectives_more_than_proportionally_slow():
+    """1 MB takes longer than 1 GB / 1000 on every fabric: each collective pays its path
+    latency (and the switches their reconfiguration) whatever its size."""
+    for fab in (WAFER_MESH, *VARIANTS.values()):
+        big, small = (compile_phase(fab, parse_strategy("MP20"), "MP", size)
+                      for size in (D, D / 1000))
+        assert small.time_s > big.time_s / 1000 and small.fixed_s == big.fixed_s > 0
 
 
 @pytest.mark.parametrize("variant,expected,tol", [
@@ -110,11 +123,17 @@ def test_reduce_scatter_in_switch_time_and_the_faster_ring():
     op = CollectiveOp("reducescatter", WAFER, D)
     # 20 serial reduces of D/20, each striped over the 4 NPU lanes of 750 GB/s
     streams = in_switch_collectives(w, [op])
-    assert streams.time_s == pytest.approx(D / 3e12 + 20 * w.reconfig_s)
+    assert streams.time_s == pytest.approx(D / 3e12 + streams.fixed_s)
+    assert streams.fixed_s == pytest.approx(20 * (w.reconfig_s + w.path_latency_s(WAFER, WAFER)))
     # a ring sends 19/20 of D from each NPU: FRED-D's switches forward it, as FRED-C's do
     best = compile_fred(w, [op])
     assert best.time_s == compile_fred(VARIANTS["fred-c"], [op]).time_s
-    assert best.time_s == pytest.approx(19 / 20 * D / 3e12 + len(best.phases) * w.reconfig_s)
+    assert best.time_s == pytest.approx(19 / 20 * D / 3e12 + best.fixed_s)
+    # as fast by the bytes, the hierarchical ring pays fewer latencies than the flat ring's
+    # 19 steps through the L2: 3 steps within each L1, then 4 between them
+    assert best.fixed_s == pytest.approx(len(best.phases) * w.reconfig_s
+                                         + 3 * w.path_latency_s((0,), (1,))
+                                         + 4 * w.path_latency_s((0,), (4,)))
 
 
 def test_pipeline_traffic_counts_uplink_lanes_per_direction():
@@ -124,7 +143,8 @@ def test_pipeline_traffic_counts_uplink_lanes_per_direction():
     s = parse_strategy("MP1-DP1-PP20")
     streams = in_switch_collectives(w, s.phase_ops("PP", D))
     assert len(streams.phases) == 2
-    assert streams.time_s == pytest.approx(D / 1.5e12 + 2 * w.reconfig_s)
+    assert streams.time_s == pytest.approx(D / 1.5e12 + streams.fixed_s)
+    assert streams.fixed_s == pytest.approx(2 * (w.reconfig_s + w.path_latency_s((0,), (4,))))
     assert compile_phase(w, s, "PP", D).time_s <= compile_phase(VARIANTS["fred-a"], s, "PP",
                                                                 D).time_s
 

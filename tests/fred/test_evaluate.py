@@ -10,7 +10,8 @@ import pytest
 from te_ccl.errors import SpecError
 from te_ccl.fred.evaluate import Assumptions, evaluate, parse_sweep, sweep_points
 from te_ccl.fred.mesh import WAFER_MESH, wafer_mesh
-from te_ccl.fred.wafer import VARIANTS, mesh_shape, wafer_variant
+from te_ccl.fred.wafer import VARIANTS, wafer_variant
+from te_ccl.topology.generators import wafer_shape
 from te_ccl.fred.workload import Workload, load_workload, shipped_workloads
 
 PUBLISHED_PARAMS = {"resnet152": 60.2e6, "transformer17b": 17.2e9, "gpt3": 175e9,
@@ -131,7 +132,7 @@ def test_any_wafer_size(npus):
 
 
 def test_wafer_sizes_are_validated():
-    assert mesh_shape(20) == (5, 4) and wafer_mesh(20) == WAFER_MESH
+    assert wafer_shape(20) == (5, 4) and wafer_mesh(20) == WAFER_MESH
     assert wafer_variant("fred-b", 20) is VARIANTS["fred-b"]
     for bad in (42, 4):
         with pytest.raises(SpecError, match="npus"):
