@@ -121,6 +121,38 @@ def show_command(topology: str, as_json: bool) -> None:
         _print_show(data)
 
 
+_WAFERS = ("fred-a", "fred-b", "fred-c", "fred-d", "wafer-mesh")
+
+
+@topo.command("gen")
+@click.argument("kind", type=click.Choice(_WAFERS))
+@click.option("--npus", type=int, default=20, show_default=True,
+              help="NPUs on the wafer (FRED: L1 switches of 4, at least two).")
+@click.option("-o", "--output", default="-", show_default=True, metavar="OUT",
+              help="Topology YAML to write; '-' for stdout.")
+def gen_command(kind: str, npus: int, output: str) -> None:
+    """A FRED wafer (fred-a .. fred-d) or its 2D-mesh baseline of --npus NPUs, as a
+    topology YAML whose `generator:` key builds it (with the assumed wire and µSwitch
+    latencies); every command that takes a topology accepts the file."""
+    from te_ccl.topology import generators as gen
+
+    check_output_file(output, key="--output")
+    try:
+        topology = gen.wafer_mesh(npus) if kind == "wafer-mesh" else gen.fred(kind, npus)
+    except ValueError as e:
+        raise SpecError(str(e), key="--npus") from None
+    spec = (f"{{kind: wafer_mesh, npus: {npus}}}" if kind == "wafer-mesh" else
+            f"{{kind: fred, variant: {kind}, npus: {npus}}}")
+    write_atomic(output, f"name: {topology.name}\n"
+                         f"source: >-\n  FRED (Rashidi et al., ISCA 2025) wafer of fred.md at "
+                         f"{npus} NPUs, by `teccl topo gen {kind} --npus {npus}`; wire and "
+                         f"µSwitch latencies assumed (the paper gives none).\n"
+                         f"description: {topology.description}\n"
+                         f"generator: {spec}\n")
+    click.echo(f"{topology.name}: {topology.ngpus} GPUs, {len(topology.switches)} switches, "
+               f"{len(topology.links)} directed links", err=True)
+
+
 @topo.command("import")
 @click.argument("file")
 @click.option("-o", "--output", default="-", show_default=True, metavar="OUT",

@@ -370,7 +370,7 @@ def fred(variant: str, npus: int = 20, *, npus_per_l1: int = 4,
         links += [Link(f"L1.{k}", "L2", uplink_Bps, leave[f"L1.{k}"]),
                   Link("L2", f"L1.{k}", uplink_Bps, leave["L2"])]
     label = "yes" if in_switch else "no"
-    return _topology(name or (variant if npus == 20 else f"{variant}-{npus}"),
+    return _topology(name or f"{variant}-{npus}",
                      _gpus(npus, "npu") + switches, links,
                      f"{variant.upper()} wafer, {npus} NPUs, L1-L2 {uplink_Bps / 1e12:g}TB/s, "
                      f"in-switch collectives {label}",
