@@ -14,6 +14,7 @@ from pathlib import Path
 import networkx as nx
 
 import te_ccl
+from devtools.layers import layer
 
 PACKAGE = Path(te_ccl.__file__).parent
 
@@ -106,31 +107,6 @@ def test_the_package_never_imports_devtools():
     assert not found
 
 
-# The pipeline's layers, lowest first: a module imports only its own layer and those below.
-# Verification and simulation read outputs back and sit just above the IR: they never
-# import the model, the solvers, the templates or the lowering.
-LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "units", "deadline", "nogc", "background", "outputs", "runtime_limits"),
-    ("topology", "collective", "schedule", "importers", "spec"),
-    ("verify", "simulate", "report"),
-    ("bounds",),
-    ("model",),
-    ("backends", "baselines"),
-    ("fred",),
-    ("lower",),
-    ("compiler",),
-    ("jobs", "sweep", "api", ""),
-)
-
-
-def _layer(module: str) -> int:
-    package = module.split(".")[1] if "." in module else ""
-    for i, names in enumerate(LAYERS):
-        if package in names:
-            return i
-    raise AssertionError(f"{module}: its package is in no layer of LAYERS")
-
-
 def test_no_module_imports_a_higher_layer():
-    upward = sorted(f"{a} -> {b}" for a, b in import_graph().edges() if _layer(a) < _layer(b))
+    upward = sorted(f"{a} -> {b}" for a, b in import_graph().edges() if layer(a) < layer(b))
     assert not upward, "imports that climb the pipeline:\n" + "\n".join(upward)
