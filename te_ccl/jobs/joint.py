@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from te_ccl.errors import SpecError
+from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.files import checked_algo, replay_alone, replay_together
 from te_ccl.jobs.spec import Job, JobSet
 from te_ccl.outputs import make_output_dir, write_atomic
@@ -42,6 +42,7 @@ from te_ccl.verify.shared_capacity import check_shared_capacity
 __all__ = ["OBJECTIVES", "JobOutcome", "JointResult", "compile_jobs", "objective_of"]
 
 OBJECTIVES = ("max", "weighted")
+SHARE_STEPS = 8  # shares are multiples of 1/8 of a link
 PRIORITY_SHARE = 0.75  # what the first job keeps of each link it shares under ``priority``
 
 Views = dict[str, dict[tuple[str, str], float]]  # job → link → fraction of its bandwidth
@@ -72,6 +73,7 @@ class JointResult:
     shared_links: int                   # links two jobs' alone files both use
     candidates: dict[str, float]        # method → its objective, replayed together
     checks: dict[str, int] = field(default_factory=dict)  # violations per check
+    notes: tuple[str, ...] = ()
 
     def value(self, which: str) -> float:
         """The objective over ``joint_s``, ``alone_s`` or ``together_s``."""
@@ -89,7 +91,7 @@ class JointResult:
             "shared_links": self.shared_links,
             "joint": self.value("joint_s"), "alone": self.value("alone_s"),
             "together": self.value("together_s"), "ratio": self.ratio,
-            "candidates": self.candidates, "checks": self.checks,
+            "candidates": self.candidates, "checks": self.checks, "notes": list(self.notes),
             "jobs": [{"name": o.job.name, "collective": o.job.collective.kind.value,
                       "ranks": len(o.job.ranks), "size_bytes": o.job.collective.size_bytes,
                       "weight": o.job.weight, "deadline_s": o.job.deadline_s,
@@ -130,28 +132,32 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     each = max(time_limit_s / (3 * len(jobs.jobs)), 1.0)
     solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed}
     with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
-        def run(method: str, views: Views) -> _Candidate:
-            say(f"compiling every job ({method})")
-            return _candidate(jobs, method, views, solve, Path(tmp))
+        def run(method: str, views: Views, base: _Candidate | None = None) -> _Candidate:
+            say(f"compiling the jobs ({method})")
+            return _candidate(jobs, method, views, solve, Path(tmp), base)
 
+        notes: list[str] = []
         alone = run("alone", {j.name: {} for j in jobs.jobs})
-        together = replay_together(jobs, alone.algos)
-        shared = together.shared_links
-        kept = [replace(alone, finish=together.finish_s)]
-        if shared:
-            for method, views in _views(jobs, together.link_bytes, shared, objective,
-                                        alone.finish).items():
-                cand = run(method, views)
-                kept.append(replace(cand, finish=replay_together(jobs, cand.algos).finish_s))
+        alone_s = replay_alone(jobs, alone.algos)
+        shared = replay_together(jobs, alone.algos)
+        alone = replace(alone, finish=shared.finish_s)
+        kept = [alone]
+        for method, views in _views(jobs, shared.link_bytes, shared.shared_links, objective,
+                                    alone_s).items():
+            try:
+                kept.append(run(method, views, alone))
+            except (SolverError, VerificationError, RuntimeLimitError) as e:
+                notes.append(f"{method}: not compiled ({e})")
     best = min(kept, key=lambda c: (_missed(jobs, c.finish),
                                     _value(jobs, objective, c.finish)))
     written = _write(jobs, best, output)
-    outcomes = tuple(JobOutcome(j, best.finish[j.name], alone.finish[j.name],
-                                together.finish_s[j.name], written.get(j.name))
+    outcomes = tuple(JobOutcome(j, best.finish[j.name], alone_s[j.name],
+                                alone.finish[j.name], written.get(j.name))
                      for j in jobs.jobs)
-    return JointResult(jobs.topology.name, objective, best.method, outcomes, len(shared),
+    return JointResult(jobs.topology.name, objective, best.method, outcomes,
+                       len(shared.shared_links),
                        {c.method: _value(jobs, objective, c.finish) for c in kept},
-                       _checks(jobs, best))
+                       _checks(jobs, best), tuple(notes))
 
 
 def _value(jobs: JobSet, objective: str, finish: Mapping[str, float]) -> float:
@@ -162,20 +168,26 @@ def _missed(jobs: JobSet, finish: Mapping[str, float]) -> int:
     return sum(1 for j in jobs.jobs if j.deadline_s is not None and finish[j.name] > j.deadline_s)
 
 
-def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path) -> _Candidate:
-    """Every job compiled on its view; files verified (by the compile, and again here
-    for the job's communicator) and replayed alone."""
+def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
+               base: _Candidate | None) -> _Candidate:
+    """Every job compiled on its view (a job whose view is the whole network takes its
+    file from ``base``); files verified (by the compile, and again here for the job's
+    communicator) and replayed together."""
     import te_ccl
 
     xml, schedules, algos = {}, {}, {}
     for job in jobs.jobs:
+        if base is not None and not views[job.name]:
+            xml[job.name], algos[job.name] = base.xml[job.name], base.algos[job.name]
+            schedules[job.name] = base.schedules[job.name]
+            continue
         path = tmp / f"{method}-{job.name}.xml"
         result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
                                 output=path, fmt="xml", **solve)
         xml[job.name] = path.read_bytes()
         schedules[job.name] = replace(result.schedule, topology=jobs.topology)
         algos[job.name] = checked_algo(job, xml[job.name])
-    return _Candidate(method, xml, schedules, algos, replay_alone(jobs, algos))
+    return _Candidate(method, xml, schedules, algos, replay_together(jobs, algos).finish_s)
 
 
 def _view(topology: Topology, share: Mapping[tuple[str, str], float]) -> Topology:
@@ -197,25 +209,33 @@ def _views(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float
     def split(names: list[str], key: tuple[str, str], total: float) -> dict[str, float]:
         demand = {n: link_bytes[n].get(key, 0.0) * weight[n] for n in names}
         whole = sum(demand.values())
-        return {n: total * d / whole for n, d in demand.items() if d > 0}
+        return {n: _quantized(total * d / whole) for n, d in demand.items() if d > 0}
 
     names = [j.name for j in jobs.jobs]
+    if not shared:
+        return {}
+    if objective == "max":
+        first = max(names, key=lambda n: alone[n])
+    else:
+        first = max(names, key=lambda n: weight[n] / alone[n])
     shares: Views = {n: {} for n in names}
+    priority: Views = {n: {} for n in names}
     for key in shared:
         for n, s in split(names, key, 1.0).items():
             shares[n][key] = s
-    out = {"shares": shares}
-    for first in names:
-        priority: Views = {n: {} for n in names}
-        for key in shared:
-            users = [n for n in names if link_bytes[n].get(key, 0.0) > 0]
-            rest = [n for n in users if n != first]
-            if first in users:
-                priority[first][key] = PRIORITY_SHARE
-            for n, s in split(rest, key, 1.0 - PRIORITY_SHARE if first in users else 1.0).items():
-                priority[n][key] = s
-        out[f"priority:{first}"] = priority
-    return out
+        users = [n for n in names if link_bytes[n].get(key, 0.0) > 0]
+        rest = [n for n in users if n != first]
+        if first in users:
+            priority[first][key] = PRIORITY_SHARE
+        for n, s in split(rest, key, 1.0 - PRIORITY_SHARE if first in users else 1.0).items():
+            priority[n][key] = s
+    return {"shares": shares, "priority": priority}
+
+
+def _quantized(share: float) -> float:
+    """``share`` down to a multiple of 1/:data:`SHARE_STEPS`, at least one step: views of
+    a few distinct speeds keep the solvers' epochs coarse."""
+    return max(1, int(share * SHARE_STEPS)) / SHARE_STEPS
 
 
 def _checks(jobs: JobSet, best: _Candidate) -> dict[str, int]:
