@@ -1,0 +1,32 @@
+"""Lower a :class:`~te_ccl.schedule.Schedule` to an MSCCL++ execution plan (JSON).
+
+Passes, one per module: :mod:`trace` (which GPU sends make each value a GPU receives,
+sums formed in the switch fabric included), :mod:`program` (steps per GPU on slots
+written once), :mod:`threadblocks` (lanes, thread blocks, semaphores, ``nop``),
+:mod:`to_json` (the executor's format). See docs/runtimes.md for the format version.
+"""
+
+from __future__ import annotations
+
+from te_ccl.lower.mscclpp.program import SUPPORTED, build_program, plan_layout
+from te_ccl.lower.mscclpp.threadblocks import assign_blocks
+from te_ccl.lower.mscclpp.to_json import plan_bytes, plan_dict
+from te_ccl.lower.mscclpp.trace import trace_deliveries
+from te_ccl.schedule import Schedule
+
+__all__ = ["SUPPORTED", "lower_to_mscclpp"]
+
+
+def lower_to_mscclpp(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
+                     max_bytes: int = 0) -> bytes:
+    """The plan's bytes (deterministic). Raises :class:`~te_ccl.errors.TecclError` for a
+    collective MSCCL++ plans do not cover or a relay outside the ranks, and
+    :class:`~te_ccl.errors.RuntimeLimitError` where a thread block would exceed the
+    executor's limits."""
+    coll = schedule.collective
+    plan_layout(coll)
+    program = build_program(coll, trace_deliveries(schedule))
+    plans = assign_blocks(program)
+    title = name or f"{schedule.topology.name}-{coll.kind.value}"
+    return plan_bytes(plan_dict(program, plans, name=title, min_bytes=min_bytes,
+                                max_bytes=max_bytes))

@@ -1,0 +1,270 @@
+"""Pass 3: steps into thread blocks, with the syncs the executor needs between them.
+
+* **Lanes.** The batches between two GPUs go, in key order, to *lanes*: a lane is one
+  memory channel on each side (the k-th channel a rank declares to a peer pairs with the
+  peer's k-th channel to it) and one thread block on each side. A new lane opens when a
+  thread block would pass ``budget`` operations (the executor holds 64 per block).
+* **Waits in signal order.** On a lane, the n-th wait is released by the n-th signal, so
+  a receiver that needs a later batch first waits for the earlier ones: each wait moves
+  to the earliest key a later batch of its lane is needed at.
+* **Other blocks.** ``glres`` and its contributions of the reducer run in a switch block;
+  copies whose inputs are the rank's own data in a local block; every other local step
+  joins the block of the step that made its input.
+* **Semaphores.** A step that reads what another block of its GPU made acquires a
+  semaphore the other block releases after making it; one semaphore per ordered pair of
+  blocks, counted, so a step acquires every release up to the one it needs.
+* **nop.** The executor's ``nop`` is ``__syncthreads``: one goes between a data op and a
+  following signal or release, between a wait or acquire and a following data op, and
+  between two data ops where the second touches a slot the first wrote.
+* **Handshake.** Every lane block starts with a relaxed signal and wait: a rank starts
+  writing into a peer's buffers only once the peer has entered the same run.
+
+Every blocking op waits for something done at a smaller key (pass 2), so running all
+blocks in key order never blocks: the plan is free of deadlock by construction.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from te_ccl.errors import RuntimeLimitError
+from te_ccl.lower.mscclpp.program import Batch, Program, Slot, Step
+
+__all__ = ["MAX_OPS", "MAX_CHANNELS", "Block", "GpuPlan", "assign_blocks"]
+
+MAX_OPS = 64  # operations per thread block (the executor's MAX_OPERATION)
+MAX_CHANNELS = 16  # channels and remote buffers per thread block (MAX_CHANNEL)
+MAX_SEMAPHORE_IDS = 16  # semaphores one op acquires or releases (MAX_DEVICE_SEMAPHORES)
+DATA = {"put", "copy", "re", "glres"}
+
+
+@dataclass(eq=False)
+class Block:
+    gpu: int
+    peer: int = -1  # lane blocks: the channel's peer
+    lane: int = -1
+    steps: list[Step] = field(default_factory=list)
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    channel: int = -1  # the memory channel's index among the GPU's
+    switch: list[tuple[int, ...]] = field(default_factory=list)  # NVLS groups used
+    remote: list[tuple[int, str]] = field(default_factory=list)  # (rank, buffer) used
+
+
+@dataclass
+class GpuPlan:
+    """One rank's blocks and what they declare."""
+
+    gpu: int
+    blocks: list[Block]
+    channels: list[int]  # memory channels: the peer of each, in index order
+    groups: list[tuple[int, ...]]  # NVLS groups this rank is in, in the plan's order
+    remote: list[tuple[int, str]]  # remote buffers (rank, type), in id order
+    semaphores: int
+
+
+def assign_blocks(program: Program, budget: int = 48) -> list[GpuPlan]:
+    """The blocks of every rank, retried with smaller lanes until every block fits."""
+    while True:
+        plans = _assign(program, budget)
+        worst = max((len(b.ops) for p in plans for b in p.blocks), default=0)
+        if worst <= MAX_OPS:
+            return plans
+        if budget <= 8:
+            raise RuntimeLimitError(f"a thread block needs {worst} operations; the MSCCL++ "
+                                    f"executor holds {MAX_OPS} (too many steps on one rank "
+                                    "outside its channels; try fewer chunks)")
+        budget = budget * 3 // 4
+
+
+def _assign(program: Program, budget: int) -> list[GpuPlan]:
+    lane_of = _lanes(program.batches, budget)
+    blocks: dict[int, dict[Any, Block]] = defaultdict(dict)
+    for b in program.batches:
+        lane = lane_of[id(b)]
+        for gpu, peer in ((b.gpu, b.peer), (b.peer, b.gpu)):
+            blocks[gpu].setdefault((peer, lane), Block(gpu, peer, lane))
+    _order_waits(program.batches, lane_of)
+    where: dict[int, Block] = {}
+    for gpu in range(program.nranks):
+        for s in sorted(program.steps.get(gpu, []), key=_key):
+            where[id(s)] = _home(s, where, blocks[gpu], lane_of)
+            where[id(s)].steps.append(s)
+    groups = sorted({ev.group for ev in program.events})
+    return [_gpu_plan(gpu, blocks[gpu], where, groups) for gpu in range(program.nranks)]
+
+
+def _key(s: Step) -> tuple:
+    return (s.key, s.seq)
+
+
+def _lanes(batches: list[Batch], budget: int) -> dict[int, int]:
+    """Batch → lane: per pair of ranks, in key order, a new lane where a side's block
+    would pass ``budget`` ops (a put and its nop per item, a signal, a wait and a nop, a
+    reduction and two semaphore ops per item received)."""
+    pairs: dict[tuple[int, int], list[Batch]] = defaultdict(list)
+    for b in batches:
+        pairs[(min(b.gpu, b.peer), max(b.gpu, b.peer))].append(b)
+    lane_of: dict[int, int] = {}
+    for pair_batches in pairs.values():
+        lane, used = 0, defaultdict(int)
+        for b in sorted(pair_batches, key=lambda b: b.key):
+            send, recv = 2 * len(b.items) + 2, 2 + 3 * len(b.items)
+            if used[b.gpu] + send > budget or used[b.peer] + recv > budget:
+                lane, used = lane + 1, defaultdict(int)
+            used[b.gpu] += send
+            used[b.peer] += recv
+            lane_of[id(b)] = lane
+    return lane_of
+
+
+def _order_waits(batches: list[Batch], lane_of: dict[int, int]) -> None:
+    """Waits of one lane and direction in signal order (see the module docstring)."""
+    runs: dict[tuple[int, int, int], list[Batch]] = defaultdict(list)
+    for b in batches:
+        runs[(b.gpu, b.peer, lane_of[id(b)])].append(b)
+    for run in runs.values():
+        run.sort(key=lambda b: _key(b.signal))
+        earliest = None
+        for b in reversed(run):
+            if earliest is None or _key(b.wait) < earliest:
+                earliest = _key(b.wait)
+            b.wait.key, b.wait.seq = earliest
+
+
+def _home(s: Step, where: dict[int, Block], mine: dict[Any, Block],
+          lane_of: dict[int, int]) -> Block:
+    """The block step ``s`` runs in."""
+    if s.batch is not None:
+        b = s.batch
+        peer = b.peer if s.gpu == b.gpu else b.gpu
+        return mine[(peer, lane_of[id(b)])]
+    if s.event is not None:  # glres, and the reducer's own contribution
+        return mine.setdefault("switch", Block(s.gpu))
+    if s.anchor is not None:
+        return where[id(s.anchor)]
+    return mine.setdefault("local", Block(s.gpu))
+
+
+def _gpu_plan(gpu: int, mine: dict[Any, Block], where: dict[int, Block],
+              groups: list[tuple[int, ...]]) -> GpuPlan:
+    lanes = sorted((k for k in mine if isinstance(k, tuple)))
+    blocks = [mine[k] for k in lanes] + [mine[k] for k in ("switch", "local") if k in mine]
+    for i, k in enumerate(lanes):
+        mine[k].channel = i
+    remote: list[tuple[int, str]] = []
+    semaphores = _emit(blocks, where, remote)
+    member = [g for g in groups if gpu in g]
+    for b in blocks:
+        if len(b.remote) > MAX_CHANNELS or len(b.switch) > MAX_CHANNELS:
+            raise RuntimeLimitError(f"rank {gpu}: a thread block uses more than "
+                                    f"{MAX_CHANNELS} remote buffers or NVLS groups")
+    return GpuPlan(gpu, blocks, [mine[k].peer for k in lanes], member, remote, semaphores)
+
+
+def _emit(blocks: list[Block], where: dict[int, Block], remote: list[tuple[int, str]]) -> int:
+    """Every block's ops; returns how many semaphores the rank declares."""
+    index = {id(b): i for i, b in enumerate(blocks)}
+    sems: dict[tuple[int, int], int] = {}
+    released: dict[tuple[int, int], list[int]] = defaultdict(list)  # producer steps, in order
+    needs: dict[int, set[int]] = defaultdict(set)  # producer step → consumer blocks
+    for b in blocks:
+        for s in b.steps:
+            for p in s.after:
+                a = where[id(p)]
+                if a is not b:
+                    needs[id(p)].add(index[id(b)])
+    for b in blocks:  # release order: the producer block's step order
+        for s in b.steps:
+            for c in sorted(needs.get(id(s), ())):
+                pair = (index[id(b)], c)
+                sems.setdefault(pair, len(sems))
+                released[pair].append(id(s))
+    acquired: dict[tuple[int, int], int] = defaultdict(int)
+    for b in blocks:
+        me = index[id(b)]
+        ops = _Ops(b)
+        if b.peer >= 0:
+            ops.add({"name": "rlxsignal", "channel_ids": [0], "channel_type": "memory"})
+            ops.add({"name": "rlxwait", "channel_ids": [0], "channel_type": "memory"})
+        for s in b.steps:
+            ids: list[int] = []
+            for p in s.after:
+                a = index[id(where[id(p)])]
+                if a == me:
+                    continue
+                pair = (a, me)
+                need = released[pair].index(id(p)) + 1
+                if need > acquired[pair]:
+                    ids += [sems[pair]] * (need - acquired[pair])
+                    acquired[pair] = need
+            for i in range(0, len(ids), MAX_SEMAPHORE_IDS):
+                ops.add({"name": "sem_acquire", "semaphore_ids": ids[i:i + MAX_SEMAPHORE_IDS]})
+            ops.step(s, remote)
+            out = [sems[(me, c)] for c in sorted(needs.get(id(s), ()))]
+            for i in range(0, len(out), MAX_SEMAPHORE_IDS):
+                ops.add({"name": "sem_release", "semaphore_ids": out[i:i + MAX_SEMAPHORE_IDS]})
+    return len(sems)
+
+
+class _Ops:
+    """One block's op list, with the ``nop`` steps the module docstring asks for."""
+
+    def __init__(self, block: Block) -> None:
+        self.block = block
+        self.last: dict[str, Any] | None = None
+        self.written: set[Slot] = set()
+
+    def add(self, op: dict[str, Any], reads: tuple[Slot, ...] = (),
+            writes: tuple[Slot, ...] = ()) -> None:
+        last = self.last["name"] if self.last else "nop"
+        name = op["name"]
+        touches = set(reads) | set(writes)
+        if ((last in DATA and name in ("signal", "sem_release"))
+                or (last in ("wait", "sem_acquire", "rlxwait") and name in DATA)
+                or (last in DATA and name in DATA and touches & self.written)):
+            self.block.ops.append({"name": "nop"})
+            self.written = set()
+        self.block.ops.append(op)
+        self.last = op
+        self.written |= set(writes)
+
+    def step(self, s: Step, remote: list[tuple[int, str]]) -> None:
+        b = self.block
+        if s.name in ("signal", "wait"):
+            self.add({"name": s.name, "channel_ids": [0], "channel_type": "memory"})
+        elif s.name == "put":
+            buf = _remote_id(b, remote, s.peer, s.dst[0].buf)
+            self.add({"name": "put", "src_buff": [_local(s.src[0])],
+                      "dst_buff": [{"buffer_id": buf, "index": s.dst[0].index, "size": 1}],
+                      "channel_ids": [0], "channel_type": "memory"}, reads=s.src)
+        elif s.name == "glres":
+            group = s.event.group
+            if group not in b.switch:
+                b.switch.append(group)
+            ch = b.switch.index(group)
+            self.add({"name": "glres",
+                      "src_buff": [{"switch_channel_id": ch, "index": s.src[0].index, "size": 1}],
+                      "dst_buff": [{"switch_channel_id": ch, "index": s.dst[0].index, "size": 1}],
+                      "channel_type": "switch", "reduce_op": "sum"}, reads=s.src, writes=s.dst)
+        else:  # re, copy
+            op = {"name": s.name, "src_buff": [_local(x) for x in s.src],
+                  "dst_buff": [_local(x) for x in s.dst]}
+            if s.name == "re":
+                op["reduce_op"] = "sum"
+            self.add(op, reads=s.src, writes=s.dst)
+
+
+def _local(slot: Slot) -> dict[str, Any]:
+    return {"type": slot.buf, "index": slot.index, "size": 1}
+
+
+def _remote_id(block: Block, remote: list[tuple[int, str]], rank: int, buf: str) -> int:
+    """The block's index of rank ``rank``'s buffer ``buf`` (declared on the GPU once)."""
+    key = (rank, buf)
+    if key not in remote:
+        remote.append(key)
+    if key not in block.remote:
+        block.remote.append(key)
+    return block.remote.index(key)

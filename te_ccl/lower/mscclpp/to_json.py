@@ -1,0 +1,78 @@
+"""Pass 4: the plan's JSON, as the MSCCL++ executor's parser reads it.
+
+The format is the one of MSCCL++'s ``ExecutionPlan`` (``src/core/executor/
+execution_plan.cc``) and its Python DSL, at the version docs/runtimes.md pins: per GPU
+the chunk counts of ``i``/``o``/``s``, its channels (``memory`` with the peers they
+connect to; ``switch`` with the NVLS group), the remote buffers it writes, its
+semaphores, and per thread block the channels and remote buffers it uses (by index into
+the GPU's lists) and its ops (channels and buffers by index into the block's lists).
+Every op moves ``size: 1`` chunk: the executor cuts the message into the chunk counts.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from te_ccl.lower.mscclpp.program import Program
+from te_ccl.lower.mscclpp.threadblocks import GpuPlan
+
+__all__ = ["plan_dict", "plan_bytes", "MAX_MESSAGE"]
+
+MAX_MESSAGE = 2**64 - 1  # the executor's default: no upper size limit
+
+
+def plan_dict(program: Program, plans: list[GpuPlan], *, name: str, min_bytes: int = 0,
+              max_bytes: int = 0) -> dict[str, Any]:
+    """The plan as a JSON object (``max_bytes=0``: no upper limit)."""
+    coll = program.collective
+    return {
+        "name": name,
+        "collective": coll.kind.value,
+        "protocol": "Simple",
+        "inplace": coll.inplace,
+        "reuse_resources": False,
+        "gpus": [_gpu(program, p) for p in plans],
+        "num_threads_per_block": 1024,
+        "use_double_scratch_buffer": False,
+        "buffer_alignment": 16,
+        "min_message_size": min_bytes,
+        "max_message_size": max_bytes or MAX_MESSAGE,
+    }
+
+
+def plan_bytes(plan: dict[str, Any]) -> bytes:
+    return (json.dumps(plan, indent=1) + "\n").encode()
+
+
+def _gpu(program: Program, p: GpuPlan) -> dict[str, Any]:
+    channels: list[dict[str, Any]] = []
+    if p.channels:
+        channels.append({"channel_type": "memory", "connected_to": p.channels})
+    for group in p.groups:
+        channels.append({"channel_type": "switch", "buffer_type": "s",
+                         "rank_groups": [{"size": len(group), "ranks": list(group)}]})
+    blocks = []
+    for i, b in enumerate(p.blocks):
+        tb_channels: list[dict[str, Any]] = []
+        if b.channel >= 0:
+            tb_channels.append({"channel_type": "memory", "channel_ids": [b.channel]})
+        if b.switch:
+            tb_channels.append({"channel_type": "switch",
+                                "channel_ids": [p.groups.index(g) for g in b.switch]})
+        refs = ([{"access_channel_type": "memory",
+                  "remote_buffer_ids": [p.remote.index(r) for r in b.remote]}]
+                if b.remote else [])
+        blocks.append({"id": i, "ops": b.ops, "channels": tb_channels,
+                       "remote_buffer_refs": refs})
+    return {
+        "id": p.gpu,
+        "input_chunks": program.input_chunks,
+        "output_chunks": program.output_chunks,
+        "scratch_chunks": program.scratch[p.gpu],
+        "threadblocks": blocks,
+        "channels": channels,
+        "remote_buffers": [{"rank": r, "type": t, "access_channel_types": ["memory"]}
+                           for r, t in p.remote],
+        "semaphores": [{"init_value": 0} for _ in range(p.semaphores)],
+    }

@@ -1,0 +1,144 @@
+"""``teccl verify`` for MSCCL++ execution plans: structure, pairing, execution, result.
+
+What a valid report proves, for the plan as written: its structure is what the
+executor's parser reads (keys, types, every index within its list, every chunk range
+within its buffer, the executor's per-block limits); channels are declared in pairs and
+NVLS groups by all their members; every rank's blocks run to the end in every order
+(no deadlock), every signal is waited for and every semaphore returns to its initial
+value; no read or write races another; and the final buffers hold what the collective
+asks: every rank's pieces for AllGather, the sum of every rank's piece, each once, for
+AllReduce and ReduceScatter, the piece meant for it for AllToAll.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from te_ccl.verify.mscclpp.execute import Loc, Value, execute
+from te_ccl.verify.mscclpp.model import Plan, read_plan
+
+__all__ = ["PlanReport", "verify_plan", "looks_like_plan"]
+
+MAX_SHOWN = 20
+
+
+@dataclass
+class PlanReport:
+    name: str = ""
+    collective: str = ""
+    ranks: int = 0
+    blocks: int = 0
+    ops: int = 0
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"format": "mscclpp", "valid": self.valid, "name": self.name,
+                "collective": self.collective, "ranks": self.ranks, "threadblocks": self.blocks,
+                "ops": self.ops, "errors": self.errors[:MAX_SHOWN],
+                "error_count": len(self.errors), "notes": self.notes}
+
+
+def looks_like_plan(text: str) -> bool:
+    """A JSON object (an XML file starts with ``<``)."""
+    return text.lstrip()[:1] == "{"
+
+
+def verify_plan(text: str) -> PlanReport:
+    """Every error of the plan in ``text`` (valid when there is none)."""
+    report = PlanReport()
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        report.errors.append(f"not JSON ({e.msg} at line {e.lineno})")
+        return report
+    plan = read_plan(data, report.errors)
+    if plan is None:
+        return report
+    report.name, report.collective, report.ranks = plan.name, plan.collective, len(plan.gpus)
+    report.blocks = sum(len(g.blocks) for g in plan.gpus)
+    if report.errors:  # indices out of range: running would report the same thing again
+        return report
+    expect = _Expectation(plan)
+    outcome = execute(plan, expect.alias, expect.initial())
+    report.ops = outcome.ops_run
+    report.errors.extend(outcome.errors)
+    if not any(e.startswith("deadlock") for e in outcome.errors):
+        report.errors.extend(expect.check(outcome.memory, report.notes))
+    return report
+
+
+class _Expectation:
+    """What each collective starts from and must end with, in units (chunks cut into
+    the thread-block groups' slices); in place, input and output share memory."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan = plan
+        self.n = len(plan.gpus)
+        self.L = plan.tbg_parts
+        g = plan.gpus[0] if plan.gpus else None
+        self.ic = g.chunks["i"] * self.L if g else 0
+        self.oc = g.chunks["o"] * self.L if g else 0
+
+    def alias(self, loc: Loc) -> Loc:
+        rank, buf, u = loc
+        if not self.plan.inplace:
+            return loc
+        kind = self.plan.collective
+        if kind == "allgather" and buf == "i":
+            return (rank, "o", rank * self.ic + u)
+        if kind == "reducescatter" and buf == "o":
+            return (rank, "i", rank * self.oc + u)
+        if kind in ("allreduce", "alltoall") and buf == "o":
+            return (rank, "i", u)
+        return loc
+
+    def initial(self) -> dict[Loc, Value]:
+        return {self.alias((r, "i", u)): ((r, u),) for r in range(self.n) for u in range(self.ic)}
+
+    def wanted(self) -> dict[Loc, Value] | None:
+        n, kind = self.n, self.plan.collective
+        everyone = range(n)
+        if kind == "allgather":
+            return {(r, "o", q * self.ic + u): ((q, u),)
+                    for r in everyone for q in everyone for u in range(self.ic)}
+        if kind == "allreduce":
+            return {(r, "o", u): tuple((q, u) for q in everyone)
+                    for r in everyone for u in range(self.oc)}
+        if kind == "reducescatter":
+            return {(r, "o", u): tuple((q, r * self.oc + u) for q in everyone)
+                    for r in everyone for u in range(self.oc)}
+        if kind == "alltoall":
+            c = self.ic // n if n else 0
+            return {(r, "o", q * c + u): ((q, r * c + u),)
+                    for r in everyone for q in everyone for u in range(c)}
+        return None
+
+    def check(self, memory: dict[Loc, Value], notes: list[str]) -> list[str]:
+        wanted = self.wanted()
+        if wanted is None:
+            notes.append(f"no expected result for collective {self.plan.collective!r}: "
+                         "structure, synchronization and races checked only")
+            return []
+        errors = []
+        for loc, want in wanted.items():
+            real = self.alias(loc)
+            have = memory.get(real)
+            if have != want:
+                errors.append(f"rank {loc[0]} ends with {_show(have)} in o[unit {loc[2]}], "
+                              f"expected {_show(want)}")
+        return errors
+
+
+def _show(v: Value | None) -> str:
+    if v is None:
+        return "nothing"
+    if len(v) == 1:
+        return f"rank {v[0][0]}'s input unit {v[0][1]}"
+    return "the sum of " + ", ".join(f"r{r}:u{u}" for r, u in v)
