@@ -29,16 +29,16 @@ smoke:
 
 bench: $(STAMP)
 	$(BIN)/python -m devtools.bench default --no-fail --readme docs/benchmarks.md
-	$(BIN)/python -m te_ccl.sweep.bench --json > bench/sweep_speedup.json
+	$(BIN)/python -m devtools.sweep_bench --json > bench/sweep_speedup.json
 	@cat bench/sweep_speedup.json
 
 # the 256-1024-GPU instances lowered to MSCCL XML and verified
 bench-xml: $(STAMP)
-	$(BIN)/python scripts/scale_xml.py --json > bench/scale_xml.json
-	$(BIN)/python scripts/scale_xml.py --table bench/scale_xml.json
+	$(BIN)/python -m devtools.scale_xml --json > bench/scale_xml.json
+	$(BIN)/python -m devtools.scale_xml --table bench/scale_xml.json
 
 lint: $(STAMP)
-	$(BIN)/ruff check te_ccl tests scripts devtools
+	$(BIN)/ruff check te_ccl tests devtools
 
 schedules: $(STAMP)
 	$(BIN)/python -m devtools.ship_schedules schedules --max-file-size 256KiB

@@ -8,8 +8,8 @@ The docs describe the CLI as it is only if their commands run, so the test suite
   with ``$``, the rest is their output. A block without a label must not hold a command:
   label it ``sh`` to have it run, or ``text`` for a synopsis or an output.
 * Commands: ``teccl ...`` runs in-process through the CLI's entry point
-  (:func:`te_ccl.cli.main.main`, with its exit-code mapping); ``python -m devtools.X`` and
-  ``python scripts/X.py`` run in a subprocess; ``make TARGET`` is checked to be a target of
+  (:func:`te_ccl.cli.main.main`, with its exit-code mapping); ``python -m devtools.X`` runs
+  in a subprocess; ``make TARGET`` is checked to be a target of
   the Makefile and never run (``make test`` would run this check again). A teccl command
   piped into ``jq .KEY`` must print JSON holding KEY. ``python`` blocks run too
   (in-process, in the document's directory).
@@ -20,8 +20,8 @@ The docs describe the CLI as it is only if their commands run, so the test suite
   to NAME first.
 
 Each document runs in its own temporary directory, block after block, so a command reads
-what an earlier one of the same document wrote; ``examples/``, ``schedules/``,
-``scripts/`` and ``topologies/`` are linked in, as in a checkout.
+what an earlier one of the same document wrote; ``examples/``, ``schedules/`` and
+``topologies/`` are linked in, as in a checkout.
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from unittest import mock
 import click
 
 REPO = Path(__file__).resolve().parent.parent
-LINKED = ("examples", "schedules", "scripts", "topologies")
+LINKED = ("examples", "schedules", "topologies")
 """Repository folders a document may name as in a checkout (read-only inputs)."""
 
 SHELL_LANGS = {"sh", "console"}
@@ -265,11 +265,10 @@ class Workspace:
                     return True, False, detail
             return True, True, ""
         if argv[0] in ("python", "python3") and len(stages) == 1 and (
-                argv[1:2] == ["-m"] and argv[2].startswith("devtools.")
-                or argv[1].startswith("scripts/")):
+                argv[1:2] == ["-m"] and argv[2:3] and argv[2].startswith("devtools.")):
             return self._python_command(argv[1:], block)
         raise DocError(f"{command!r}: not a command the doc check knows (teccl, make, "
-                       "python -m devtools.X, python scripts/X.py)")
+                       "python -m devtools.X)")
 
     def _make(self, targets: list[str]) -> tuple[bool, str]:
         makefile = (REPO / "Makefile").read_text(encoding="utf-8")
@@ -319,7 +318,7 @@ class Workspace:
         return True, ok, "" if ok else f"exit {proc.returncode}: {_last(proc.stderr)}"
 
 
-# Run a module or script until its click or argparse options are parsed, then exit 0.
+# Run a module until its click or argparse options are parsed, then exit 0.
 _PARSE_ONLY = """
 import argparse, runpy, sys
 import click
@@ -334,13 +333,9 @@ def stop(self, ctx):
         return invoke(self, ctx)
     sys.exit(0)
 click.Command.invoke = stop
-args = sys.argv[1:]
-if args[0] == "-m":
-    sys.argv = [args[1], *args[2:]]
-    runpy.run_module(args[1], run_name="__main__", alter_sys=True)
-else:
-    sys.argv = args
-    runpy.run_path(args[0], run_name="__main__")
+module, *args = sys.argv[2:]  # after "-m"
+sys.argv = [module, *args]
+runpy.run_module(module, run_name="__main__", alter_sys=True)
 sys.exit("ran to the end without parsing options")
 """
 

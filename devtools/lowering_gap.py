@@ -9,7 +9,7 @@ scale schedule's), replays the schedule
 buffering (``MSCCL.outstanding_sends``). Columns: schedule replay, XML replay, their
 ratio, the lowering's notes, and the verifier's verdict::
 
-    python scripts/lowering_gap.py [--only NAME …] [--time-limit S] [--save DIR | --load DIR]
+    python -m devtools.lowering_gap [--only NAME …] [--time-limit S] [--save DIR | --load DIR]
 
 A case whose backend is ``baseline:NAME`` builds that template (as ``make bench`` does,
 on the topology's forward-only switches) instead of solving: those rows are exact.

@@ -6,7 +6,7 @@ bound and the peak RSS of the process. Each file runs in its own process so that
 memory is per file::
 
     teccl compile mesh32x32 -c allgather -s 1GiB -o /tmp/ag.xml
-    python scripts/replay_scale.py /tmp/ag.xml [--topology mesh32x32] [--size 1GiB] [--proto LL]
+    python -m devtools.replay_scale /tmp/ag.xml [--topology mesh32x32] [--size 1GiB] [--proto LL]
 
 Topology and size default to the ones the file names (its teccl comment).
 """
@@ -66,7 +66,7 @@ def main() -> None:
     for f in args.files:
         extra = [x for k, v in (("--topology", args.topology), ("--size", args.size),
                                 ("--proto", args.proto)) if v for x in (k, v)]
-        proc = subprocess.run([sys.executable, __file__, "--one", f, *extra],
+        proc = subprocess.run([sys.executable, "-m", "devtools.replay_scale", "--one", f, *extra],
                               capture_output=True, text=True)
         print(proc.stdout.strip() or proc.stderr.strip().splitlines()[-1])
 

@@ -1,7 +1,7 @@
 """Measure the scale-backend targets on the 64-1024-GPU instances: solver time, finish / bound, checker.
 
 Each instance runs in its own process (isolated peak memory, a hard timeout), one at a
-time: ``python scripts/scale_targets.py [--only NAME…] [--check-max N] [--json FILE]``.
+time: ``python -m devtools.scale_targets [--only NAME…] [--check-max N] [--json FILE]``.
 
 The bound: :func:`te_ccl.bounds.lower_bound` (exact cut by min-cuts, max-concurrent-flow
 LP) up to 64 GPUs and for AlltoAll; above that, where the min-cut rounds take minutes,
@@ -100,7 +100,7 @@ def main() -> None:
     for topo, kind, t_target, r_target in INSTANCES:
         if args.only and topo not in args.only and f"{topo}:{kind}" not in args.only:
             continue
-        cmd = [sys.executable, __file__, "--one", topo, kind, "--check-max", str(args.check_max)]
+        cmd = [sys.executable, "-m", "devtools.scale_targets", "--one", topo, kind, "--check-max", str(args.check_max)]
         try:
             done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
             row = json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0 \

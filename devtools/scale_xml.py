@@ -13,10 +13,10 @@ once and the timed run is not slowed by the sampling), the file's size (``xml_mb
 the replay of the written file over the collective's lower bound (``xml_ratio``, with
 ``measured_by``) and the instance's goal::
 
-    python scripts/scale_xml.py [--only NAME …] [--json] [--keep DIR]
-    python scripts/scale_xml.py --only NAME … --update bench/scale_xml.json  # rerun rows
-    python scripts/scale_xml.py --list
-    python scripts/scale_xml.py --table bench/scale_xml.json   # markdown of a saved run
+    python -m devtools.scale_xml [--only NAME …] [--json] [--keep DIR]
+    python -m devtools.scale_xml --only NAME … --update bench/scale_xml.json  # rerun rows
+    python -m devtools.scale_xml --list
+    python -m devtools.scale_xml --table bench/scale_xml.json   # markdown of a saved run
 
 NAME is ``topology`` (every collective on it) or ``topology:kind``. Goals: the XML's
 replay within 1.01× the bound at 256 GPUs and 1.02× at 512 and 1024, and at 1024 GPUs

@@ -1,6 +1,6 @@
 """Measure the solver targets: small topologies proven optimal, NDv2 near the cut bound (not a test: prints one line per case).
 
-usage: python scripts/solver_targets.py [small|ndv2x2|ndv2x4|all] [--threads N]
+usage: python -m devtools.solver_targets [small|ndv2x2|ndv2x4|all] [--threads N]
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """How well the local executor scales: one sweep with 1 worker, then with 2.
 
-``make bench`` calls :func:`sweep_speedup` (issue target: ≥ 1.8× with 2 workers on a
+``make bench`` calls :func:`sweep_speedup` (target: ≥ 1.8× with 2 workers on a
 40-point sweep). Wall times include starting the worker processes, as a user sees them.
-Run by hand: ``python -m te_ccl.sweep.bench [--quick] [--points N] [--json]``.
+Run by hand: ``python -m devtools.sweep_bench [--quick] [--points N] [--json]``.
 """
 
 from __future__ import annotations

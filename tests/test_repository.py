@@ -30,3 +30,17 @@ def test_no_tracked_file_refers_to_a_tracker_issue():
             if TRACKER_REFERENCE.search(line):
                 hits.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:100]}")
     assert not hits, "\n".join(hits)
+
+
+def test_the_package_never_imports_devtools():
+    """devtools/ is not installed: te_ccl importing it would break every installed copy."""
+    import ast
+
+    hits = []
+    for path in sorted((REPO / "te_ccl").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            hits += [f"{path.relative_to(REPO)}:{node.lineno}" for n in names
+                     if n.split(".")[0] == "devtools"]
+    assert not hits, hits

@@ -1,4 +1,4 @@
-"""`scripts/scale_xml.py` reads a saved run before compiling anything: a bad file is one
+"""`python -m devtools.scale_xml` reads a saved run before compiling anything: a bad file is one
 line and exit 2, not a traceback after an hour of compiles."""
 
 import subprocess
@@ -11,7 +11,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "scripts/scale_xml.py", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "devtools.scale_xml", *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -68,13 +68,3 @@ def test_key_changes_with_the_teccl_version(grid_file, monkeypatch):
     p = expand_grid(load_grid(grid_file(GRID)))[0]
     monkeypatch.setattr(points_mod, "__version__", "99.0")
     assert point_key(p.topology, p.collective, p.params, p.size) != p.key
-
-
-def test_bench_points_are_distinct_and_bounded():
-    from te_ccl.sweep.bench import QUICK_POINTS, bench_points
-
-    pts = bench_points(40)
-    assert len(pts) == 40 and len({p.key for p in pts}) == 40
-    assert len(bench_points(QUICK_POINTS)) == QUICK_POINTS
-    with pytest.raises(ValueError):
-        bench_points(10_000)
