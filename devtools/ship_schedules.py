@@ -1,8 +1,8 @@
 """``make schedules``: compile and ship algorithms for the shipped GPU topologies.
 
 ``python -m devtools.ship_schedules DIR`` compiles {allgather, reducescatter,
-allreduce, alltoall} on every shipped topology with at most 64 GPUs and no reducing
-(FRED) switch, and writes for each ``DIR/TOPOLOGY/KIND.xml`` (out-of-place),
+allreduce, alltoall} on every shipped GPU topology with at most :data:`MAX_GPUS` GPUs
+(``--max-gpus``), and writes for each ``DIR/TOPOLOGY/KIND.xml`` (out-of-place),
 ``KIND.inplace.xml`` and ``KIND.json`` (the ``teccl compile --json`` summary). Every XML is
 verified before it is written, and its times are the replay of the out-of-place XML. Only
 unrooted collectives ship: the MSCCL executor selects an algorithm by collective and size,
@@ -43,7 +43,8 @@ __all__ = ["KINDS", "MAX_GPUS", "shippable_topologies", "ship_one", "ship_all", 
            "remeasure_all"]
 
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
-MAX_GPUS = 64
+MAX_GPUS = 16  # make schedules' machines: their files stay small enough to track; larger
+#               ones run to megabytes a file and are compiled on demand (--max-gpus)
 SIZE = "64MiB"
 MEMORY_LIMIT_BYTES = 4 << 30  # resident set of one combination's child
 BUDGET_SUBCHUNKS = (2, 1)  # sub-chunk caps tried under a size budget: each sub-chunk more
@@ -51,17 +52,15 @@ BUDGET_SUBCHUNKS = (2, 1)  # sub-chunk caps tried under a size budget: each sub-
 POLL_S = 0.5
 WAFER_PREFIXES = ("fred-", "wafer-")
 README_BUDGET = "256KiB"  # make schedules' --max-file-size, as the README states it
-README_BUDGET_BYTES = parse_size(README_BUDGET)
 
 
 def shippable_topologies(max_gpus: int = MAX_GPUS) -> list[Topology]:
-    """Shipped GPU topologies MSCCL can run: ≤ ``max_gpus`` GPUs, no in-switch reduction,
-    not one of the wafer-scale NPU fabrics of fred.md (``fred-*``, ``wafer-*``)."""
+    """Shipped GPU topologies of ≤ ``max_gpus`` GPUs, but not the wafer-scale NPU fabrics of
+    docs/fred.md (``fred-*``, ``wafer-*``). Switches that reduce (NVLink SHARP) are no
+    obstacle: for MSCCL XML the compile uses every switch to forward only."""
     names = [n for n in shipped_topologies() if not n.startswith(WAFER_PREFIXES)]
     topos = [load_topology(name) for name in names]
-    keep = [t for t in topos if t.ngpus <= max_gpus
-            and not any(t.node(s).can_reduce for s in t.switches)]
-    return sorted(keep, key=lambda t: (t.ngpus, t.name))
+    return sorted((t for t in topos if t.ngpus <= max_gpus), key=lambda t: (t.ngpus, t.name))
 
 
 def ship_one(topology: Topology, kind: str, out_dir: Path, limit_s: float,
@@ -190,12 +189,13 @@ def _withdrawn(entry: dict, out_dir: Path, reason: str) -> dict:
 def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0,
              max_limit_s: float = 60.0, topologies: list[str] | None = None,
              kinds: tuple[str, ...] = KINDS, max_file_bytes: int | None = None,
-             log=lambda msg: None) -> list[dict]:
+             max_gpus: int = MAX_GPUS, log=lambda msg: None) -> list[dict]:
     """Ship every combination within ``budget_s`` seconds; returns the index entries.
 
     With ``max_file_bytes``, a combination whose files exceed it is recorded as skipped
     (see :func:`within_budget`)."""
-    topos = shippable_topologies()
+    shippable = shippable_topologies(max_gpus)
+    topos = shippable
     if topologies:
         topos = [t for t in topos if t.name in topologies]
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -219,9 +219,9 @@ def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0
         entries.append(entry)
         log(f"[{i + 1}/{len(jobs)}] {topo.name} {kind}: {entry['status']} "
             f"{entry.get('reason', '')}".rstrip())
-    merged = _merge_index(out_dir / "index.json", entries, [t.name for t in shippable_topologies()])
+    merged = _merge_index(out_dir / "index.json", entries, [t.name for t in shippable])
     write_atomic(out_dir / "index.json", json.dumps(merged, indent=1) + "\n")
-    write_atomic(out_dir / "README.md", _readme(merged, out_dir))
+    write_atomic(out_dir / "README.md", _readme(merged))
     return entries
 
 
@@ -292,7 +292,7 @@ def remeasure_all(out_dir: Path, *, topologies: list[str] | None = None,
         else:
             log(f"{new['topology']} {new['collective']}: {new['reason']}")
     write_atomic(index_path, json.dumps(index, indent=1) + "\n")
-    write_atomic(out_dir / "README.md", _readme(index, out_dir))
+    write_atomic(out_dir / "README.md", _readme(index))
     return done
 
 
@@ -307,10 +307,7 @@ def _merge_index(path: Path, entries: list[dict], order: list[str]) -> list[dict
                                                   KINDS.index(e["collective"])))
 
 
-def _readme(entries: list[dict], out_dir: Path) -> str:
-    large = sorted({e["topology"] for e in entries if e["status"] == "ok" and any(
-        (out_dir / f).is_file() and (out_dir / f).stat().st_size > README_BUDGET_BYTES
-        for f in e["files"])})
+def _readme(entries: list[dict]) -> str:
     lines = ["# Shipped MSCCL algorithms", "",
              f"Made by `make schedules` (`python -m devtools.ship_schedules`): {SIZE} "
              "buffers, out-of-place `KIND.xml` and in-place `KIND.inplace.xml`; "
@@ -325,17 +322,13 @@ def _readme(entries: list[dict], out_dir: Path) -> str:
              "--remeasure` verifies every listed file again and replays it, without solving, "
              "and rewrites this index; a file the verifier rejects is removed and listed as "
              "skipped.", "",
-             "`make schedules` compiles every combination again under a size budget of "
-             f"{README_BUDGET} per file; a combination whose lowering is larger is listed as "
-             "skipped with its size (AlltoAll at 64 MiB lowers to megabytes of XML), and its "
-             "older files are removed."]
-    if large:
-        names = ", ".join(large)
-        flags = " ".join(f"--topology {t}" for t in large)
-        lines[-1] += (f" The files of {names} are over this budget (shipped with a larger "
-                      "one or none), so `make schedules` would replace them with smaller ones "
-                      "or list them as skipped; `python -m devtools.ship_schedules schedules "
-                      f"{flags}` (without `--max-file-size`) compiles them again with no budget.")
+             f"`make schedules` compiles every combination on the machines of up to {MAX_GPUS} "
+             f"GPUs again under a size budget of {README_BUDGET} per file (every file here is "
+             "one it writes; it is run by hand, not by the tests, since it solves for minutes); "
+             "a combination whose lowering is larger is listed as skipped with its size, and "
+             "its older files are removed. Larger machines are compiled on demand, into a "
+             "directory of your own: `python -m devtools.ship_schedules DIR --max-gpus 64`, or "
+             "`teccl sweep` for a library of size ranges."]
     lines += ["",
               "To let the MSCCL runtime load one machine's algorithms, give it a directory "
               "of only their XML files: `mkdir -p algos && cp schedules/TOPOLOGY/*.xml algos/ "
@@ -346,7 +339,7 @@ def _readme(entries: list[dict], out_dir: Path) -> str:
               "size range, both buffer modes) are in `families/`, listed in "
               "`families/index.csv` (`python -m devtools.ship_families`, the second half of "
               "`make schedules`). For one machine: `mkdir -p algos && cp "
-              "schedules/families/hgx-h100x2/*.xml algos/ && export "
+              "schedules/families/aws-p5x2/*.xml algos/ && export "
               "MSCCL_ALGO_DIR=$PWD/algos`; the runtime then picks by collective, buffer mode "
               "and `minBytes ≤ size ≤ maxBytes`.",
               "",
@@ -382,10 +375,12 @@ def _log(message: str) -> None:
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(KINDS), help="Only these.")
 @click.option("--max-file-size", metavar="SIZE", help="Skip combinations with a file larger "
               "than this (e.g. 256KiB), so the directory stays small enough to commit.")
+@click.option("--max-gpus", type=click.IntRange(2), default=MAX_GPUS, show_default=True,
+              help="Only topologies of at most this many GPUs.")
 @click.option("--remeasure", is_flag=True, help="Compile nothing: verify the files OUT_DIR's "
               "index lists and replay their XML again; a file the verifier rejects is removed.")
 def main(out_dir: str, budget: float, topologies: tuple[str, ...], kinds: tuple[str, ...],
-         max_file_size: str | None, remeasure: bool) -> None:
+         max_file_size: str | None, max_gpus: int, remeasure: bool) -> None:
     """Compile and write the shipped algorithms into OUT_DIR."""
     if remeasure:
         if max_file_size is not None:
@@ -400,7 +395,7 @@ def main(out_dir: str, budget: float, topologies: tuple[str, ...], kinds: tuple[
     entries = ship_all(Path(out_dir), budget_s=budget, topologies=list(topologies) or None,
                        kinds=kinds or KINDS,
                        max_file_bytes=parse_size(max_file_size) if max_file_size else None,
-                       log=_log)
+                       max_gpus=max_gpus, log=_log)
     ok = sum(e["status"] == "ok" for e in entries)
     click.echo(f"{ok}/{len(entries)} shipped into {out_dir}", err=True)
 

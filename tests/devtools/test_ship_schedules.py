@@ -141,3 +141,46 @@ def test_a_job_that_outgrows_its_memory_is_killed_and_recorded(tmp_path, monkeyp
     entry = ship_schedules._isolated(fc8, "allgather", tmp_path, 1.0, hard_s=3,
                                      memory_bytes=limit)
     assert entry["reason"].startswith("no result within 3 s")
+
+
+def _tracked() -> set[str]:
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "schedules"], cwd=SHIPPED.parent,
+                             capture_output=True, check=True).stdout.decode()
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    return {name.removeprefix("schedules/") for name in out.split("\0") if name}
+
+
+def test_every_tracked_file_is_one_make_schedules_writes():
+    """What `make schedules` writes, with its parameters, is exactly what is tracked: the
+    index and README of each half and the files of their ok entries, none over the
+    Makefile's size budget; the directory stays small enough to keep in the repository.
+    (The full reproduction solves for minutes and is run by hand: schedules/README.md.)"""
+    import csv
+
+    from devtools.ship_families import MACHINES
+    from devtools.ship_schedules import README_BUDGET, _readme
+    from te_ccl.units import parse_size
+
+    makefile = (SHIPPED.parent / "Makefile").read_text()
+    recipe = makefile.split("\nschedules:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.count(f"--max-file-size {README_BUDGET}") == 2, recipe
+    index = _index()
+    with (SHIPPED / "families" / "index.csv").open(newline="") as f:
+        families = list(csv.DictReader(f))
+    assert {r["topology"] for r in families} == set(MACHINES)
+    made = {"README.md", "index.json", "families/index.csv"}
+    made |= {name for e in index if e["status"] == "ok" for name in e["files"]}
+    made |= {f"families/{r['file']}" for r in families if r["status"] == "ok"}
+    tracked = _tracked()
+    assert tracked == made, (sorted(tracked - made)[:5], sorted(made - tracked)[:5])
+    sizes = {name: (SHIPPED / name).stat().st_size for name in tracked}
+    over = [n for n, size in sizes.items() if size > parse_size(README_BUDGET) and n not in
+            ("index.json", "families/index.csv")]
+    assert not over, over
+    assert sum(sizes.values()) <= 20 << 20
+    assert (SHIPPED / "README.md").read_text() == _readme(index), \
+        "schedules/README.md is stale: run `make schedules`"
