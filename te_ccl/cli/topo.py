@@ -53,7 +53,8 @@ def _show_data(t: Topology) -> dict:
     with progress_status(f"measuring {t.name} ({t.ngpus} GPUs)…") as progress:
         s = summarize(t, progress=progress)
     switches = [{"name": n.name, "copy": n.can_copy, "reduce": n.can_reduce,
-                 "buffer": n.has_buffer, "fred_ports": n.fred_ports, "fred_m": n.fred_m}
+                 "buffer": n.has_buffer, "fred_ports": n.fred_ports, "fred_m": n.fred_m,
+                 "nvls": n.nvls}
                 for n in t.nodes if not n.is_gpu]
     return {
         "topology": t.name, **{k: v for k, v in _overview(t).items() if k != "name"},

@@ -64,7 +64,7 @@ def topology_yaml(topo: Topology, comments: list[str]) -> str:
         out += [f"  - {{name: {_q(s.name)}, copy: {str(s.can_copy).lower()}, "
                 f"reduce: {str(s.can_reduce).lower()}, buffer: {str(s.has_buffer).lower()}"
                 + (f", fred: {{ports: {s.fred_ports}, m: {s.fred_m}}}" if s.fred_m else "")
-                + "}" for s in switches]
+                + (", nvls: true" if s.nvls else "") + "}" for s in switches]
     out.append("links:")
     done: set[tuple[str, str]] = set()
     for k in topo.links:

@@ -70,8 +70,10 @@ TABLES = {"flows": FLOW_COLUMNS, "uswitches": USWITCH_COLUMNS, "phases": PHASE_C
 
 
 def reducing_switches(topology: Topology) -> list[str]:
-    """The switches of ``topology`` that add the chunks they forward (FRED-B, FRED-D)."""
-    return [s for s in topology.switches if topology.node(s).can_reduce]
+    """The FRED switches of ``topology`` that add the chunks they forward (FRED-B, FRED-D);
+    not NVLink SHARP switches, which MSCCL XML uses to forward."""
+    return [s for s in topology.switches
+            if topology.node(s).can_reduce and not topology.node(s).nvls]
 
 
 def check_msccl_can_express(topology: Topology) -> None:

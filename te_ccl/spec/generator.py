@@ -52,12 +52,23 @@ _NO_COPY = gen.SwitchCaps(copy=False)
 
 def switch_caps(f: Fields, extra_keys: tuple[str, ...] = (),
                 default: gen.SwitchCaps = _PLAIN) -> gen.SwitchCaps:
-    """Switch capabilities ``copy``, ``reduce``, ``buffer``, ``fred: {ports, m}`` of mapping ``f``."""
-    f.check(optional=extra_keys + ("copy", "reduce", "buffer", "fred"))
+    """Switch capabilities ``copy``, ``reduce``, ``buffer``, ``fred: {ports, m}``, ``nvls`` of
+    mapping ``f``. ``nvls: true`` (NVLink SHARP) copies and reduces: it refuses ``copy`` or
+    ``reduce`` false, and a FRED switch."""
+    f.check(optional=extra_keys + ("copy", "reduce", "buffer", "fred", "nvls"))
     fred = _fred(f.sub("fred")) if f.has("fred") else {}
-    return gen.SwitchCaps(copy=f.get("copy", as_bool, default.copy),
-                          reduce=f.get("reduce", as_bool, default.reduce),
-                          buffer=f.get("buffer", as_bool, default.buffer), **fred)
+    nvls = f.get("nvls", as_bool, False)
+    if nvls:
+        for key in ("copy", "reduce"):
+            if not f.get(key, as_bool, True):
+                raise f.error(key, "an nvls (NVLink SHARP) switch copies and reduces; "
+                                   f"drop {key}: false or nvls: true")
+        if fred:
+            raise f.error("nvls", "a switch is either NVLink SHARP (nvls) or FRED (fred), "
+                                  "not both")
+    return gen.SwitchCaps(copy=f.get("copy", as_bool, default.copy) or nvls,
+                          reduce=f.get("reduce", as_bool, default.reduce) or nvls,
+                          buffer=f.get("buffer", as_bool, default.buffer), nvls=nvls, **fred)
 
 
 def _dims(value: Any) -> list[int]:

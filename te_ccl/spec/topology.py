@@ -9,6 +9,7 @@ The format (documented with an example in the README)::
     generator: {kind: torus, dims: [4, 4], bandwidth: 50GB/s}          # optional
     gpus: [g0, g1, {name: g2, buffer: 256MB}]
     switches: [{name: sw, copy: true, reduce: false, buffer: false, fred: {ports: 5, m: 3}}]
+    # or {name: nvs, nvls: true}: an NVLink SHARP switch (copies and reduces, GPUs only)
     links:
       - {between: [g0, g1], bandwidth: 50GB/s, count: 2}   # both directions, 2 parallel links
       - {from: g1, to: g2, latency: 1.3us}                  # one direction, default bandwidth
@@ -196,6 +197,30 @@ def _check_connected(topo: Topology, f: Fields) -> None:
                                    "links; every GPU must reach every other GPU")
 
 
+def _check_nvls(topo: Topology, f: Fields) -> None:
+    """NVLink SHARP's limits: a multicast group spans one NVLink domain (NVSwitch ports,
+    never a NIC), so an ``nvls`` switch links only to GPUs; a communicator has one group
+    per domain, so NVLS switches that share a GPU (the chips of one NVSwitch fabric)
+    serve the same GPUs."""
+    groups: dict[str, frozenset[str]] = {}
+    for s in topo.switches:
+        if not topo.node(s).nvls:
+            continue
+        peers = {k.dst for k in topo.out_links(s)} | {k.src for k in topo.in_links(s)}
+        other = sorted(p for p in peers if not topo.node(p).is_gpu)
+        if other:
+            raise f.error("switches", f"nvls switch {s!r} links to switch {other[0]!r}: "
+                                      "NVLink SHARP reduces within one NVLink domain, so an "
+                                      "nvls switch links only to GPUs")
+        groups[s] = frozenset(peers)
+    for s, gpus in groups.items():
+        for t, theirs in groups.items():
+            if s < t and gpus & theirs and gpus != theirs:
+                raise f.error("switches", f"nvls switches {s!r} and {t!r} share GPU "
+                                          f"{min(gpus & theirs)!r} but not all their GPUs: "
+                                          "one NVLink domain is one multicast group")
+
+
 def topology_from_data(data: Any, file: str, *, default_name: str = "topology",
                        require_source: bool = False,
                        load_box: BoxLoader | None = None) -> Topology:
@@ -228,6 +253,7 @@ def topology_from_data(data: Any, file: str, *, default_name: str = "topology",
                           description=f.get("description", as_str, base.description if base else ""),
                           meta=dict(base.meta) if base else {})
     _check_connected(topo, f)
+    _check_nvls(topo, f)
     return topo
 
 

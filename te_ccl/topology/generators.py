@@ -30,7 +30,8 @@ __all__ = [
 
 @dataclass(frozen=True)
 class SwitchCaps:
-    """What a generated switch can do (see :class:`Node`); ``fred_m`` marks a FRED_m(P) switch.
+    """What a generated switch can do (see :class:`Node`); ``fred_m`` marks a FRED_m(P) switch,
+    ``nvls`` an NVLink SHARP switch (it copies and reduces).
 
     ``fred_ports`` None means "as many ports as the switch has neighbours".
     """
@@ -40,10 +41,12 @@ class SwitchCaps:
     buffer: bool = False
     fred_m: int | None = None
     fred_ports: int | None = None
+    nvls: bool = False
 
     def node(self, name: str) -> Node:
-        return Node(name, NodeKind.SWITCH, can_copy=self.copy, can_reduce=self.reduce,
-                    has_buffer=self.buffer, fred_ports=self.fred_ports, fred_m=self.fred_m)
+        return Node(name, NodeKind.SWITCH, can_copy=self.copy or self.nvls,
+                    can_reduce=self.reduce or self.nvls, has_buffer=self.buffer,
+                    fred_ports=self.fred_ports, fred_m=self.fred_m, nvls=self.nvls)
 
 
 def _both(a: str, b: str, bandwidth_Bps: float, latency_s: float) -> list[Link]:

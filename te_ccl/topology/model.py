@@ -39,6 +39,11 @@ class Node:
     ``can_reduce``: a switch may add chunks arriving on several links (FRED).
     ``has_buffer``: a switch may keep a chunk across epochs (store and forward).
     ``fred_ports``/``fred_m``: set when the switch is a FRED_m(P) (see te_ccl.fred).
+    ``nvls``: the copy and reduction are NVLink SHARP's (multimem loads and stores on an
+    NVSwitch): only an output that issues multimem operations drives them (see
+    :func:`te_ccl.compiler.drives_in_switch`); every other output uses the switch to
+    forward. An NVLS switch copies and reduces, links only to GPUs (one NVLink domain)
+    and reduces at the GPUs' link bandwidth.
     """
 
     name: str
@@ -49,6 +54,7 @@ class Node:
     has_buffer: bool = False
     fred_ports: int | None = None
     fred_m: int | None = None
+    nvls: bool = False
 
     @property
     def is_gpu(self) -> bool:
