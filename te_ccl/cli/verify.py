@@ -1,4 +1,5 @@
-"""``teccl verify FILE.xml``: check an MSCCL XML algorithm (any author) before deploying it.
+"""``teccl verify FILE``: check an MSCCL XML algorithm or an MSCCL++ execution plan (JSON,
+told apart by its first character) of any author before deploying it.
 
 Exit codes: 0 valid, 1 invalid (at least one error finding), 2 unreadable input (missing
 file, not XML at all, nested too deep, too large outside the canonical layout) or a bad
@@ -51,6 +52,14 @@ def verify_cmd(ctx: click.Context, file: Path, as_json: bool, root: int | None,
     proto (deadlock, races, uninitialized reads, final buffers)."""
     if upgrade != (output is not None):
         raise click.UsageError("--upgrade and -o/--output go together")
+    from te_ccl.verify.mscclpp import is_plan_file
+
+    if is_plan_file(file):
+        if upgrade or root is not None:
+            raise click.UsageError("--upgrade and --root apply to MSCCL XML, not to an "
+                                   "MSCCL++ plan")
+        _verify_plan(ctx, file, as_json)
+        return
     if upgrade:
         report = _upgrade(file, output, root=root, max_steps=max_steps, slots=slots)
     else:
@@ -60,6 +69,31 @@ def verify_cmd(ctx: click.Context, file: Path, as_json: bool, root: int | None,
         click.echo(json.dumps(report_json(report)))
     else:
         _print(report)
+    if not report.valid:
+        ctx.exit(1)
+
+
+def _verify_plan(ctx: click.Context, file: Path, as_json: bool) -> None:
+    """An MSCCL++ plan: the verdict, then one line per error (docs/runtimes.md)."""
+    from te_ccl.verify.mscclpp import verify_plan_file
+
+    report = verify_plan_file(file)
+    if as_json:
+        click.echo(json.dumps({"file": str(file), **report.as_dict()}))
+    else:
+        console = CliConsole(highlight=False, soft_wrap=True)
+        verdict = Text("valid", style="bold green") if report.valid else Text(
+            f"invalid: {len(report.errors):,} error(s)", style="bold red")
+        console.print(Text(f"{file}: MSCCL++ plan {clip(report.name)!r}, "
+                           f"{clip(report.collective)}, {report.ranks} ranks, {report.blocks} "
+                           f"thread blocks, {report.ops} ops run — ").append(verdict))
+        for e in report.errors[:report.MAX_SHOWN]:
+            console.print(Text("error   ", style="bold red").append(e))
+        if len(report.errors) > report.MAX_SHOWN:
+            console.print(Text(f"… and {len(report.errors) - report.MAX_SHOWN:,} more errors",
+                               style="dim"))
+        for note in report.notes:
+            console.print(Text(f"note: {note}", style="dim"))
     if not report.valid:
         ctx.exit(1)
 

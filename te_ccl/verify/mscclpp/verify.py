@@ -13,19 +13,24 @@ AllReduce and ReduceScatter, the piece meant for it for AllToAll.
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from te_ccl.errors import SpecError
 from te_ccl.verify.mscclpp.execute import Loc, Value, execute
 from te_ccl.verify.mscclpp.model import Plan, read_plan
 
-__all__ = ["PlanReport", "verify_plan", "looks_like_plan"]
+__all__ = ["PlanReport", "verify_plan", "verify_plan_file", "is_plan_file"]
 
 MAX_SHOWN = 20
+MAX_PLAN_BYTES = 256 << 20  # larger is not a plan anyone loads: refused unread
 
 
 @dataclass
 class PlanReport:
+    MAX_SHOWN = MAX_SHOWN  # errors a report shows; the count says how many there are
+
     name: str = ""
     collective: str = ""
     ranks: int = 0
@@ -45,19 +50,48 @@ class PlanReport:
                 "error_count": len(self.errors), "notes": self.notes}
 
 
-def looks_like_plan(text: str) -> bool:
-    """A JSON object (an XML file starts with ``<``)."""
-    return text.lstrip()[:1] == "{"
+def is_plan_file(path: str | os.PathLike) -> bool:
+    """Whether ``path`` starts like a JSON object (an XML file starts with ``<``);
+    False for what cannot be read, which the XML reader then reports."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(4096)
+    except OSError:
+        return False
+    return head.lstrip()[:1] == b"{"
+
+
+def verify_plan_file(path: str | os.PathLike) -> PlanReport:
+    """:func:`verify_plan` of a file; :class:`SpecError` if it cannot be read."""
+    try:
+        if os.path.getsize(path) > MAX_PLAN_BYTES:
+            raise SpecError(f"larger than {MAX_PLAN_BYTES >> 20} MB; not an execution plan",
+                            file=str(path))
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except OSError as e:
+        raise SpecError(f"cannot read the file ({e.strerror})", file=str(path)) from None
+    except UnicodeDecodeError:
+        raise SpecError("not UTF-8 text", file=str(path)) from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"not JSON ({e.msg} at line {e.lineno})", file=str(path)) from None
+    return check_plan(data)
 
 
 def verify_plan(text: str) -> PlanReport:
     """Every error of the plan in ``text`` (valid when there is none)."""
-    report = PlanReport()
     try:
         data = json.loads(text)
     except json.JSONDecodeError as e:
-        report.errors.append(f"not JSON ({e.msg} at line {e.lineno})")
-        return report
+        return PlanReport(errors=[f"not JSON ({e.msg} at line {e.lineno})"])
+    return check_plan(data)
+
+
+def check_plan(data: Any) -> PlanReport:
+    """:func:`verify_plan` of the plan's parsed JSON."""
+    report = PlanReport()
     plan = read_plan(data, report.errors)
     if plan is None:
         return report
