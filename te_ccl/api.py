@@ -21,13 +21,16 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, CompileResult, compile_collective
 from te_ccl.errors import SpecError
 from te_ccl.topology.model import Topology
+
+if TYPE_CHECKING:
+    from te_ccl.compiler.warm import Previous
 
 __all__ = ["compile", "solve_params", "CompileResult"]
 
@@ -67,6 +70,7 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         output: str | os.PathLike | None = None,
         fmt: Literal["xml", "json"] | None = None,
         fred_tables: str | os.PathLike | None = None,
+        previous: str | os.PathLike | None = None,
         progress: Callable[[str], None] | None = None) -> CompileResult:
     """Solve, check, lower and (with ``output``) write one algorithm.
 
@@ -76,7 +80,10 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     arguments override (``size`` as ``"64MB"`` or bytes; ``chunks`` per rank or
     ``"auto"``; ``ranks`` as ``"0-7"``; rooted kinds default to the first rank).
     ``output``: a file to write (``.xml`` MSCCL or ``.json`` schedule; ``"-"`` stdout);
-    None writes nothing. ``progress`` receives short status messages.
+    None writes nothing. ``previous``: the MSCCL XML an earlier compile wrote for this
+    collective on a network that has changed since (a link gone or slower); its routes,
+    rerouted where a link is gone, make the first file (with ``output`` and ``backend``
+    auto). ``progress`` receives short status messages.
 
     Raises :class:`~te_ccl.errors.SpecError` for bad input,
     :class:`~te_ccl.errors.SolverError` or :class:`~te_ccl.errors.RuntimeLimitError`
@@ -104,8 +111,23 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
                           seed=seed, epoch=epoch, max_horizon=max_horizon)
     options = CompileOptions(output=None if output is None else str(output), fmt=fmt,
                              fred_tables=None if fred_tables is None else str(fred_tables),
-                             chunk_choices=chunk_choices)
+                             chunk_choices=chunk_choices,
+                             previous=_previous(previous, coll, output, backend))
     return compile_collective(topo, coll, params, options, progress)
+
+
+def _previous(previous: str | os.PathLike | None, coll: Collective,
+              output: str | os.PathLike | None, backend: str) -> Previous | None:
+    """The previous file, read and checked against ``coll`` (a compile that writes a file
+    with the ``auto`` backend starts from it)."""
+    if previous is None:
+        return None
+    if output is None or backend != "auto":
+        raise SpecError("a previous file seeds a compile that writes a file with the auto "
+                        "backend; expected an output and backend auto", key="previous")
+    from te_ccl.compiler.warm import read_previous
+
+    return read_previous(str(previous), coll)
 
 
 def _topology(topology: str | os.PathLike | Topology) -> Topology:

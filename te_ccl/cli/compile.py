@@ -51,6 +51,8 @@ if TYPE_CHECKING:
 @click.option("--sizes", metavar="LOW..HIGH", help="One algorithm per size range (e.g. "
               "1KB..1GB) with matching minBytes/maxBytes; -o is then a directory.")
 @click.option("--fred-tables", metavar="DIR", help="Also write FRED switch tables to DIR.")
+@click.option("--from", "previous", metavar="XML", help="Start from the MSCCL XML an "
+              "earlier compile wrote for this collective before the network changed.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 @click.option("--jobs", metavar="FILE", help="Compile the jobs of FILE jointly on the shared "
               "links, one file per job in the directory -o (docs/shared-clusters.md).")
@@ -93,6 +95,8 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
         check_output_dir(output, key="--output")
     if kw["fred_tables"]:
         check_output_dir(kw["fred_tables"], key="--fred-tables")
+    if kw["previous"] and sizes:
+        raise SpecError("--from seeds one algorithm; expected no --sizes", key="--from")
     solver = {"backend": kw["backend"], "time_limit_s": kw["time_limit"],
               "threads": kw["threads"], "seed": kw["seed"], "epoch": kw["epoch"],
               "max_horizon": kw["max_horizon"]}
@@ -102,7 +106,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
         with (until(kw["time_limit"], since) if sizes is None else nullcontext(),
               progress_status("solving…") as progress):
             results = _compile(topo, coll, sizes, chunks == "auto", output, fmt, solver,
-                               kw["fred_tables"], progress)
+                               kw["fred_tables"], progress, kw["previous"])
     except TimeLimitReached as e:  # say how to give the compile more time
         raise TimeLimitReached(f"{e} (--time-limit SECONDS allows more)") from None
     infos = [r.as_dict() for r in results]
@@ -120,7 +124,8 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
 
 def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,
              auto_chunks: bool, output: str, fmt: str, solver: dict,
-             fred_tables: str | None, progress: Progress) -> list[CompileResult]:
+             fred_tables: str | None, progress: Progress,
+             previous: str | None = None) -> list[CompileResult]:
     """The compile results: one per size range with ``sizes``, else the one algorithm."""
     import te_ccl
     from te_ccl.api import solve_params
@@ -133,7 +138,8 @@ def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,
                                     fmt=fmt, chunk_choices=BASE_CHUNKS if auto_chunks else (),
                                     progress=progress)
     return [te_ccl.compile(topo, coll, chunks="auto" if auto_chunks else None, output=output,
-                           fmt=fmt, fred_tables=fred_tables, progress=progress, **solver)]
+                           fmt=fmt, fred_tables=fred_tables, previous=previous,
+                           progress=progress, **solver)]
 
 
 def _compile_jobs(topo: Topology, spec: str | None, kw: dict) -> None:

@@ -8,6 +8,10 @@ serves, and the chunkings worth trying.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from te_ccl.compiler.warm import Previous
 
 __all__ = ["CompileOptions", "FORMATS"]
 
@@ -21,7 +25,8 @@ class CompileOptions:
     ``chunk_choices``: chunks-per-rank values to try, plus the chunkings whose arithmetic
     fits the topology (:func:`te_ccl.compiler.chunking.chunk_candidates`); the time limit is shared
     among them and the fastest schedule by :class:`Timer` wins, ties going to fewer chunks.
-    Empty: the collective's own.
+    Empty: the collective's own. ``previous``: the file of an earlier compile whose
+    routes make the first file (:mod:`te_ccl.compiler.warm`).
     """
 
     output: str | None = None
@@ -31,3 +36,4 @@ class CompileOptions:
     name: str | None = None
     fred_tables: str | None = None
     chunk_choices: tuple[int, ...] = ()
+    previous: Previous | None = None

@@ -13,7 +13,7 @@ The artifact is the measure: candidates (chunkings, the flow schedule against th
 templates) are judged, and the result is reported, by replaying the MSCCL XML each
 lowers to (:class:`Timer`), the program the runtime runs. Switches only forward in it
 (an MSCCL send goes to one peer), so the solve gives switches no in-switch copy or
-reduction unless the output can drive them (``--format json`` with FRED tables).
+reduction unless the output can drive them (:func:`drives_in_switch`).
 """
 
 from __future__ import annotations
@@ -47,11 +47,11 @@ from te_ccl.model.footprint import check_fits
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import make_output_dir, path_component, write_atomic
 from te_ccl.schedule import Schedule
-from te_ccl.topology.model import Topology
+from te_ccl.topology.model import Node, Topology
 from te_ccl.verify.schedule_check import check_schedule
 
 __all__ = ["CompileResult", "check_loadable", "compile_collective", "compile_size_library",
-           "forward_only", "render", "render_fitting", "rooted_notes", "solve_best", "summary"]
+           "drives_in_switch", "forward_only", "render", "render_fitting", "rooted_notes", "solve_best", "summary"]
 
 @dataclass(frozen=True)
 class CompileResult:
@@ -100,14 +100,22 @@ class CompileResult:
         return summary(self, self.schedule.topology) | buffer_summary(self.schedule)
 
 
-def _in_switch(options: CompileOptions, topology: Topology) -> bool:
-    """Whether the output can drive in-switch copy and reduction: a schedule JSON with
-    FRED tables, or any schedule JSON of a fabric whose switches reduce (no MSCCL XML
-    exists for it: its JSON is the program). MSCCL XML cannot."""
-    from te_ccl.lower.fred import reducing_switches
+def drives_in_switch(fmt: str, node: Node) -> bool:
+    """Whether an output of format ``fmt`` can make switch ``node`` copy and reduce: the
+    schedule JSON can (it is the program of a FRED fabric, and the schedule an MSCCL++
+    plan is written from), an MSCCL++ plan on NVLink SHARP switches (multimem loads and
+    stores), MSCCL XML never (each of its sends goes to one peer)."""
+    return fmt == "json" or (fmt == "mscclpp" and node.nvls)
 
-    return options.fmt == "json" and (options.fred_tables is not None
-                                      or bool(reducing_switches(topology)))
+
+def _in_switch(options: CompileOptions, topology: Topology) -> bool:
+    """Whether the compile gives switches in-switch copy and reduction: a schedule JSON
+    with FRED tables, or an output that drives a switch that reduces
+    (:func:`drives_in_switch`)."""
+    if options.fmt == "json" and options.fred_tables is not None:
+        return True
+    return any(n.can_reduce and drives_in_switch(options.fmt, n)
+               for n in topology.nodes if not n.is_gpu)
 
 
 def compile_collective(topology: Topology, collective: Collective, params: SolveParams,
@@ -124,6 +132,8 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     """
     options = options or CompileOptions()
     in_switch = _in_switch(options, topology)
+    if in_switch:  # what the output cannot drive only forwards (an MSCCL++ plan: FRED's)
+        topology = forward_only(topology, options.fmt)
     timer = Timer(xml=not in_switch, options=options)
     kept: Incumbent | None = None
     extra: tuple[str, ...] = ()
@@ -134,7 +144,8 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
         check_fits(topology, collective)  # before the bound and any candidate is built
         if options.fmt == "xml":
             check_loadable(collective)
-        bound = lower_bound(topology, collective)
+        # the bound of the machine as the output can use it (no NVLS for MSCCL XML)
+        bound = lower_bound(topology if in_switch else forward_only(topology), collective)
         if options.output is None:
             schedule = solve_best(topology, collective, _search(params),
                                   options.chunk_choices, progress, timer.judge, in_switch)
@@ -207,13 +218,14 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
                 in_switch: bool) -> None:
     """Keep the file of the first of the portfolio's cheap candidates that builds,
     passes the checker, lowers within the runtime's limits and verifies
-    (:func:`te_ccl.compiler.portfolio.quick`); one that does not is noted and the next one tried."""
-    from te_ccl.compiler.portfolio import quick
+    (:func:`te_ccl.compiler.warm.first_candidates`: with ``options.previous``, its routes
+    first); one that does not is noted and the next one tried."""
+    from te_ccl.compiler.warm import first_candidates
 
     if not in_switch:
         topology = forward_only(topology)
     search = _search(params)
-    for name, build in quick(topology, collective, search):
+    for name, build in first_candidates(options.previous, topology, collective, search):
         kept.tell(f"first file: trying the {name}")
         try:
             schedule = build()
@@ -391,8 +403,8 @@ def _compile_notes(topology: Topology, schedule: Schedule, timer: Timer) -> tupl
                   f"replay of {len(schedule.transfers)} transfers (over {XML_REPLAY_LIMIT}) "
                   "is kept for the written file",)
     elif not timer.xml:
-        notes += (f"timed by the {timing.measured_by}: with FRED tables switches may copy "
-                  "and reduce, which MSCCL XML cannot express",)
+        notes += (f"timed by the {timing.measured_by}: switches may copy and reduce here "
+                  "(FRED, NVLink SHARP), which MSCCL XML cannot express",)
     return notes
 
 
@@ -439,7 +451,7 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
                                      min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
             schedule, data = render_fitting(item.schedule, options, params, progress, timer)
             write_atomic(options.output, data)
-            bound = lower_bound(topology, schedule.collective)
+            bound = lower_bound(forward_only(topology), schedule.collective)
             schedule = schedule.with_info(notes=schedule.info.notes
                                           + _compile_notes(topology, schedule, timer))
             results.append(CompileResult(schedule, bound.seconds, dict(bound.parts),
@@ -456,14 +468,15 @@ RESERVE_S_PER_DELIVERY = 1.5e-6  # and per chunk delivered: the passes of a larg
 #                                  look at the clock seconds apart (1024 GPUs: ~1.6 s more)
 
 
-def forward_only(topology: Topology) -> Topology:
-    """``topology`` with switches that neither copy nor reduce (itself if none does):
-    what an MSCCL program can use, since each of its sends goes to one peer."""
-    if not any(topology.node(s).can_copy or topology.node(s).can_reduce
-               for s in topology.switches):
+def forward_only(topology: Topology, fmt: str = "xml") -> Topology:
+    """``topology`` whose switches that ``fmt`` cannot drive (:func:`drives_in_switch`)
+    neither copy nor reduce (itself if none changes): by default what an MSCCL program
+    can use, since each of its sends goes to one peer."""
+    if not any((n.can_copy or n.can_reduce) and not drives_in_switch(fmt, n)
+               for n in topology.nodes if not n.is_gpu):
         return topology
-    nodes = tuple(n if n.is_gpu else replace(n, can_copy=False, can_reduce=False)
-                  for n in topology.nodes)
+    nodes = tuple(n if n.is_gpu or drives_in_switch(fmt, n)
+                  else replace(n, can_copy=False, can_reduce=False) for n in topology.nodes)
     return replace(topology, nodes=nodes)
 
 

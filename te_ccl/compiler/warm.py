@@ -1,0 +1,161 @@
+"""Compile again from a previous schedule when the network changed (``--from FILE``).
+
+A link went down or got slower: the previous MSCCL file, read by the verifier's reader,
+still says how each chunk travelled: for AllGather and Broadcast, which GPU sent which
+chunk to which GPU (a tree per chunk). Those trees are routed again on the new topology
+(the direct link where it is still there, else the fastest path, as a template's are)
+and timed epoch by epoch (:func:`te_ccl.baselines.plan.assemble`): that schedule is the
+compile's first file, found in a fraction of a full search. The search then runs only
+the candidate the previous compile settled on: the scale backend at the previous file's
+pieces per rank (chunks times sub-chunks), when one of its methods fits, not the whole
+portfolio and every chunking. Where the chunks' trees cannot be read (reductions,
+relays through scratch buffers) only that chunking is reused.
+
+The previous file must be for the same collective on the same ranks (``ngpus``,
+``coll``, buffer mode); a file for another one is bad input. A GPU gone changes the
+ranks, so its file cannot seed the compile: compile from scratch then.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
+from functools import partial
+from pathlib import Path
+
+from te_ccl.backends.base import SolveParams
+from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.errors import SpecError, TecclError
+from te_ccl.schedule import Schedule
+from te_ccl.topology.model import Topology
+from te_ccl.verify.msccl.layout import Layout
+from te_ccl.verify.msccl.model import Algo
+from te_ccl.verify.msccl.values import expand
+
+__all__ = ["Previous", "first_candidates", "read_previous", "warm_schedule", "WARM"]
+
+WARM = "previous file"  # the source name of the schedule built from it
+_TREES = (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST)  # kinds whose trees are read
+
+
+Tree = tuple[int, int, tuple[tuple[int, int], ...]]  # chunk, owner, (receiver, sender)…
+
+
+@dataclass(frozen=True)
+class Previous:
+    """A previous file checked against the collective: its pieces per rank and, where
+    they can be read, each chunk's tree in the file's ranks (None: ``why`` says why not)."""
+
+    path: str
+    pieces: int
+    trees: tuple[Tree, ...] | None
+    why: str = ""
+
+    def subchunks(self, collective: Collective) -> int:
+        """Pieces per chunk asked for (1 where the pieces are not a multiple of them)."""
+        k, c = self.pieces, collective.chunks_per_rank
+        return k // c if k % c == 0 else 1
+
+
+def read_previous(path: str, collective: Collective) -> Previous:
+    """Read ``path`` and check it is a file for ``collective`` (same number of ranks,
+    collective and buffer mode); :class:`SpecError` naming the file and what differs."""
+    from te_ccl.verify.msccl.reader import read_msccl
+
+    try:
+        algo = read_msccl(path)
+    except TecclError as e:
+        raise SpecError(f"expected a previous MSCCL XML file teccl can read ({e})",
+                        file=path, key="--from") from None
+    for what, theirs, ours in (("ngpus", algo.ngpus, collective.nranks),
+                               ("coll", algo.coll, collective.kind.value),
+                               ("inplace", algo.inplace, int(collective.inplace))):
+        if theirs != ours:
+            hint = (" (a GPU gone changes the ranks: compile without --from)"
+                    if what == "ngpus" else "")
+            raise SpecError(f"the file has {what}={theirs}, the collective compiled "
+                            f"{what}={ours}: it is for another collective or topology{hint}",
+                            file=path, key="--from")
+    layout = Layout(algo.coll, algo.ngpus, algo.nchunksperloop, bool(algo.inplace))
+    problem = layout.problem()
+    if problem is not None:
+        raise SpecError(f"expected an algorithm of {collective.kind.value} ({problem})",
+                        file=path, key="--from")
+    trees, why = _trees(algo, layout, collective)
+    return Previous(path, layout.c, trees, why)
+
+
+def _trees(algo: Algo, layout: Layout, collective: Collective
+           ) -> tuple[tuple[Tree, ...] | None, str]:
+    """Each chunk's tree (which rank first sent it to each rank), or None and why the
+    file's sends do not say it: a send must carry chunks of the result, whose slot says
+    which chunk it is (AllGather and Broadcast without scratch relays)."""
+    kind = collective.kind
+    if kind not in _TREES:
+        return None, f"the trees of {kind.value} chunks are not read from a file"
+    root = collective.ranks.index(collective.root) if collective.root is not None else None
+    parent: dict[int, dict[int, int]] = {}  # chunk -> receiving rank -> sending rank
+    for gpu in algo.gpus:
+        known = layout.initial_packed(gpu.id) | layout.expected_packed(gpu.id, root)
+        for tb in gpu.threadblocks:
+            for st in tb.steps:
+                if not st.sends or tb.send < 0:
+                    continue
+                buf, off = (st.dstbuf, st.dstoff) if st.receives else (st.srcbuf, st.srcoff)
+                for i in range(off, off + st.cnt):
+                    value = known.get(layout.slot(gpu.id, buf, i))
+                    parts = expand(value) if value is not None else ()
+                    if len(parts) != 1:
+                        return None, (f"rank {gpu.id} sends from {buf}[{i}], which holds "
+                                      "no single chunk of the result")
+                    origin, index = parts[0]
+                    chunk = index if kind is CollectiveKind.BROADCAST else \
+                        origin * layout.c + index
+                    parent.setdefault(chunk, {}).setdefault(tb.send, gpu.id)
+    positions = {r: i for i, r in enumerate(collective.ranks)}
+    pieces = replace(collective, chunks_per_rank=layout.c)
+    owner = {c.id: positions[c.sources[0]] for c in pieces.chunks()}
+    if set(parent) - set(owner):
+        return None, "it sends chunks the collective does not have"
+    return tuple((c, owner[c], tuple(sorted((r, s) for r, s in tree.items() if r != owner[c])))
+                 for c, tree in sorted(parent.items())), ""
+
+
+def warm_schedule(previous: Previous, topology: Topology, collective: Collective
+                  ) -> Schedule | None:
+    """The previous file's trees routed and timed on ``topology`` (switches forward only),
+    as ``collective`` at the file's pieces per rank; None where the trees are not known or
+    do not deliver every chunk here."""
+    if previous.trees is None:
+        return None
+    k = previous.subchunks(collective)
+    pieces = replace(collective, chunks_per_rank=collective.chunks_per_rank * k)
+    if pieces.chunks_per_rank != previous.pieces:
+        return None
+    name = [topology.gpu(r) for r in collective.ranks]
+    plans = [ChunkPlan(c, name[owner], spread={name[r]: name[s] for r, s in tree})
+             for c, owner, tree in previous.trees]
+    try:
+        schedule = assemble("previous", topology, pieces, plans)
+    except BaselineError:
+        return None
+    got = {(t.chunk, t.dst) for t in schedule.transfers}
+    if any((c.id, topology.gpu(d)) not in got for c in pieces.chunks()
+           for d in c.destinations):
+        return None
+    return schedule.with_info(subchunks=k, status=f"{WARM} {Path(previous.path).name}, "
+                              "routed again")
+
+
+def first_candidates(previous: Previous | None, topology: Topology, collective: Collective,
+                     params: SolveParams
+                     ) -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
+    """The candidates of a compile's first file: the previous file's routes first (with
+    ``--from``), then the portfolio's cheap ones (:func:`te_ccl.compiler.portfolio.quick`)
+    for when they do not apply or do not fit the runtime."""
+    from te_ccl.compiler.portfolio import quick
+
+    if previous is not None:
+        yield f"{WARM}'s routes", partial(warm_schedule, previous, topology, collective)
+    yield from quick(topology, collective, params)
