@@ -10,7 +10,7 @@ left (:func:`left`). Outside :func:`until` the checks cost a context-variable re
 A stage that shares its time out (the search among its candidates) takes a
 :class:`Budget`: a share that ends no later than the deadline; :func:`keeping` ends a
 body early, keeping time for what must follow it (writing the file kept).
-A module of its own (``te_ccl.model.deadline`` re-exports it for the model builders): the
+A module of its own, at the bottom of the layers: the
 verifier and the replay look at the clock without importing anything of the solver.
 
 >>> with until(3600.0):

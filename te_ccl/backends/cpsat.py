@@ -11,14 +11,13 @@ unless a time limit cuts a search short.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
 from te_ccl.backends.base import SolveParams
+from te_ccl.deadline import Budget, checked
 from te_ccl.errors import SolverError
-from te_ccl.model.deadline import checked, left
 from te_ccl.model.formulation import Formulation
 
 __all__ = ["solve_formulation", "Solved"]
@@ -59,10 +58,10 @@ def _build(form: Formulation, with_objective: bool, hint: dict | None):
 def solve_formulation(form: Formulation, params: SolveParams, time_s: float, *,
                       with_objective: bool = False, hint: dict | None = None) -> Solved:
     """Run CP-SAT on one formulation for at most ``time_s`` seconds, building included."""
-    end = time.monotonic() + time_s
+    share = Budget.of(time_s)  # building the model counts too
     model, var = _build(form, with_objective, hint)
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(0.01, min(end - time.monotonic(), left()))
+    solver.parameters.max_time_in_seconds = max(0.01, share.left())
     solver.parameters.num_workers = params.threads
     solver.parameters.random_seed = params.seed
     if params.threads > 1 and params.deterministic:

@@ -6,11 +6,9 @@ the MILP strategy for HiGHS's deliver-early polish.
 
 from __future__ import annotations
 
-import time
-
 from ortools.linear_solver import pywraplp
 
-from te_ccl.model.deadline import checked, left
+from te_ccl.deadline import Budget, checked
 from te_ccl.model.formulation import Formulation
 
 __all__ = ["solve_relaxation"]
@@ -25,7 +23,7 @@ def solve_relaxation(form: Formulation, time_s: float, *, with_objective: bool,
     lp.SuppressOutput()
     if solver == "HIGHS":  # keeps HiGHS's banner off stdout (where --json goes)
         lp.SetSolverSpecificParametersAsString("output_flag=false")
-    end = time.monotonic() + time_s
+    share = Budget.of(time_s)  # building the model counts too
     var = {k: lp.IntVar(0, ub, "") if integer else lp.NumVar(0, ub, "")
            for k, ub in form.variables.items()}
     for terms, lo, hi in checked(form.rows):
@@ -38,7 +36,7 @@ def solve_relaxation(form: Formulation, time_s: float, *, with_objective: bool,
         for k, c in form.objective.items():
             objective.SetCoefficient(var[k], c)
     objective.SetMinimization()
-    lp.SetTimeLimit(int(max(0.01, min(end - time.monotonic(), left())) * 1000))
+    lp.SetTimeLimit(int(max(0.01, share.left()) * 1000))
     code = lp.Solve()
     if code == pywraplp.Solver.INFEASIBLE:
         return "infeasible", None, None

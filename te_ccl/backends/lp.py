@@ -24,8 +24,8 @@ from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.linear import solve_relaxation
 from te_ccl.backends.milp import solve_milp
 from te_ccl.backends.rounds import solve_rounds
+from te_ccl.deadline import checked
 from te_ccl.errors import SolverError
-from te_ccl.model.deadline import checked
 from te_ccl.model.extract import prune
 from te_ccl.model.formulation import Formulation, formulate
 from te_ccl.model.horizon import horizon_lower_bound

@@ -34,8 +34,8 @@ import numpy as np
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.cpsat import solve_formulation
+from te_ccl.deadline import checked
 from te_ccl.errors import SolverError
-from te_ccl.model.deadline import checked
 from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.formulation import formulate
 from te_ccl.model.horizon import horizon_lower_bound

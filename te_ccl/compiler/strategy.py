@@ -27,8 +27,8 @@ import networkx as nx
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
 from te_ccl.backends.select import check_size, run_backend
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import until
 from te_ccl.errors import SpecError
-from te_ccl.model.deadline import until
 from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import reverse_in_time
 from te_ccl.model.footprint import check_fits

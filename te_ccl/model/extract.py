@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
-from te_ccl.model.deadline import checked
 from te_ccl.model.problem import Problem
 from te_ccl.schedule import Transfer
 

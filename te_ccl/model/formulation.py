@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from te_ccl.deadline import checked
 from te_ccl.model import constraints as cons
-from te_ccl.model.deadline import checked
 from te_ccl.model.problem import Problem
 from te_ccl.model.ten import TimeExpandedNetwork
 

@@ -20,8 +20,8 @@ from collections import Counter
 
 import networkx as nx
 
+from te_ccl.deadline import check
 from te_ccl.errors import SolverError
-from te_ccl.model.deadline import check
 from te_ccl.model.problem import Problem
 from te_ccl.model.ten import INF, TimeExpandedNetwork, distances
 from te_ccl.topology.model import Link, Topology

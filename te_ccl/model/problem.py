@@ -24,8 +24,8 @@ from dataclasses import dataclass, field, replace
 import networkx as nx
 
 from te_ccl.collective.model import Collective
+from te_ccl.deadline import checked
 from te_ccl.errors import SpecError
-from te_ccl.model.deadline import checked
 from te_ccl.model.epochs import LinkTiming, epoch_duration, link_timing
 from te_ccl.topology.model import Topology
 

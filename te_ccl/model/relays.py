@@ -20,8 +20,8 @@ from collections import defaultdict
 
 import networkx as nx
 
+from te_ccl.deadline import checked
 from te_ccl.errors import SolverError
-from te_ccl.model.deadline import checked
 from te_ccl.model.problem import Demand, Problem
 from te_ccl.schedule import Schedule
 

@@ -31,8 +31,8 @@ import heapq
 from collections import defaultdict
 from functools import cached_property
 
+from te_ccl.deadline import checked
 from te_ccl.errors import SolverError
-from te_ccl.model.deadline import checked
 from te_ccl.model.problem import Demand, Problem
 
 __all__ = ["TimeExpandedNetwork", "XKey", "YKey", "distances"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from te_ccl.model.deadline import checked
+from te_ccl.deadline import checked
 from te_ccl.model.problem import Problem
 from te_ccl.model.ten import distances
 

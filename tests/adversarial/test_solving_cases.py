@@ -10,8 +10,8 @@ import pytest
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.compiler import CompileOptions, compile_collective, solve
+from te_ccl.deadline import until
 from te_ccl.errors import SolverError, SpecError
-from te_ccl.model.deadline import until
 from te_ccl.model.formulation import formulate
 from te_ccl.model.problem import build_problem
 from te_ccl.spec.topology import topology_from_data
