@@ -20,6 +20,7 @@ from te_ccl.compiler.pipeline import (
     CompileResult,
     compile_collective,
     compile_size_library,
+    drives_in_switch,
     forward_only,
     render_fitting,
     solve_best,
@@ -30,5 +31,5 @@ from te_ccl.compiler.solve import solve
 
 __all__ = ["BASE_CHUNKS", "FORMATS", "SIM_LIMIT", "XML_REPLAY_LIMIT", "CompileOptions", "CompileResult", "SolveParams", "Timer",
            "Timing", "chunk_candidates", "compile_collective", "compile_size_library",
-           "forward_only", "parse_size_range", "render_fitting", "solve", "solve_best",
+           "drives_in_switch", "forward_only", "parse_size_range", "render_fitting", "solve", "solve_best",
            "summary", "xml_replay"]
