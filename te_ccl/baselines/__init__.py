@@ -1,4 +1,5 @@
-"""Baselines in the Schedule IR (NCCL ring, double binary tree, direct, hierarchical).
+"""Baselines in the Schedule IR (NCCL ring, double binary tree, direct, hierarchical, and
+packed pipelined trees and flow paths).
 
 They go through the same lowering, simulator and report as teccl's own schedules.
 :data:`BASELINES` maps a name to ``build(topology, collective) -> Schedule``;
@@ -11,6 +12,7 @@ from collections.abc import Callable
 
 from te_ccl.baselines.direct import direct
 from te_ccl.baselines.hierarchical import find_boxes, hierarchical
+from te_ccl.baselines.packed import PACKED_KINDS, packed
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import ring, ring_bidir
 from te_ccl.baselines.tree import TREE_KINDS, double_tree
@@ -26,6 +28,7 @@ BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "tree": double_tree,
     "direct": direct,
     "hierarchical": hierarchical,
+    "packed": packed,
 }
 
 
@@ -37,6 +40,8 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
     gpus = [topology.gpu(r) for r in collective.ranks]
     if len(find_boxes(topology, gpus)) > 1:
         names.append("hierarchical")
+    if collective.kind in PACKED_KINDS and collective.nranks > 2:
+        names.append("packed")
     return names
 
 

@@ -1,0 +1,322 @@
+"""Packed pipelined trees and flow paths: rooted collectives and AllReduce at the link rate.
+
+NCCL broadcasts along a pipelined chain: the root streams small pieces and every GPU
+forwards each piece while the next comes in, so the collective runs at the rate of the
+slowest link of the chain, not of the root's fan-out. Where one chain or tree cannot use
+every link (a root with several links, boxes joined by rails), several trees share the
+data. This template picks them by a linear program and cuts the collective into many
+pieces so that the pipelines' fill and drain costs little.
+
+The GPUs are joined by an *overlay*: GPU ``u`` reaches GPU ``v`` where its send (the
+direct link or the fastest path) passes switches only (an MSCCL send goes to one peer: a
+switch does not copy, and a reduced partial must not pass another GPU). Routes share physical links,
+so the LP counts every route of a tree on the links it crosses:
+
+* **Broadcast / Reduce / AllReduce**: maximise the total rate ``Σ w_T`` of trees ``T``
+  with no link over its bandwidth, by column generation (GLOP for the master; the pricing
+  is a minimum arborescence out of the root for Broadcast, into it for Reduce, and a
+  minimum spanning tree whose edges carry the partial up and the sum back down for
+  AllReduce, each edge weighed by the link duals along its routes). An AllReduce tree is
+  rooted at its centre, where its pieces are summed: reduce along the tree, broadcast
+  back (on three GPUs in a line, the middle one sums and sends back, where ReduceScatter
+  + AllGather moves a third more over the middle links).
+* **Gather / Scatter**: one commodity flows from every GPU into the root (out of it for
+  Scatter); the LP minimises the time with every link within its bandwidth, and the flow
+  is cut into paths, each GPU's pieces split over its paths by their flow.
+
+Pieces are given to trees or paths by their weights (largest remainder) and timed by
+:func:`~te_ccl.baselines.plan.assemble`, which pipelines them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter, defaultdict
+from dataclasses import replace
+
+import networkx as nx
+from ortools.linear_solver import pywraplp
+
+from te_ccl.backends.scale.msccl_budget import room
+from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble, route
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import checked
+from te_ccl.schedule import Schedule
+from te_ccl.topology.model import Topology
+
+__all__ = ["PACKED_KINDS", "packed", "overlay"]
+
+PACKED_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.ALLREDUCE,
+                CollectiveKind.GATHER, CollectiveKind.SCATTER)
+PIECES = 512  # pieces the collective is cut into at most (fewer where the runtime's
+#               element limit per rank would not hold their steps)
+_ROUNDS = 60  # column generation rounds
+_HOP = 1e-3  # times a link's time per byte, added to its price: ties go to shorter trees
+_SLACK = 1e-3  # of the highest rate, given up for trees that take less link time
+_EPS = 1e-7
+
+Link = tuple[str, str]
+Routes = dict[Link, list[str]]
+Tree = dict[str, str]  # node -> parent
+
+
+def overlay(topology: Topology, gpus: list[str]) -> Routes:
+    """For every ordered pair of ``gpus`` whose send takes no other GPU on the way: its
+    route, the direct link or the fastest path (:func:`~te_ccl.baselines.plan.route`, the
+    one the lowered file's replay takes too)."""
+    graph = topology.graph()
+    graph.remove_nodes_from(set(topology.gpus) - set(gpus))
+    routes: Routes = {}
+    for u in gpus:
+        for v in gpus:
+            if u != v:
+                path = route(topology, u, v, via_gpus=True, graph=graph)
+                if all(not topology.node(x).is_gpu for x in path[1:-1]):
+                    routes[(u, v)] = path
+    return routes
+
+
+def _hops(path: list[str]) -> list[Link]:
+    return list(zip(path, path[1:], strict=False))
+
+
+class _Net:
+    """The overlay and the physical links' bandwidths (scaled to the largest), with link
+    use per tree."""
+
+    def __init__(self, topology: Topology, gpus: list[str]) -> None:
+        self.gpus, self.routes = gpus, overlay(topology, gpus)
+        self.scale = max(k.bandwidth_Bps for k in topology.links)
+        self.bw = {(k.src, k.dst): k.bandwidth_Bps / self.scale for k in topology.links}
+
+    def use(self, pairs: list[Link]) -> Counter[Link]:
+        """Physical link → how many of the routes of ``pairs`` cross it."""
+        return Counter(h for p in pairs for h in _hops(self.routes[p]))
+
+    def cost(self, pair: Link, prices: dict[Link, float]) -> float:
+        return sum(prices[h] for h in _hops(self.routes[pair]))
+
+    def time(self, col: Counter[Link]) -> float:
+        """Link time a unit of a tree's rate takes, summed over its links."""
+        return sum(n / self.bw[h] for h, n in col.items())
+
+
+def _pairs(kind: CollectiveKind, tree: Tree) -> list[Link]:
+    """The routes a tree's pieces take: parent → child to copy, child → parent to reduce,
+    both for AllReduce."""
+    down = [(p, c) for c, p in tree.items()]
+    up = [(c, p) for c, p in tree.items()]
+    if kind is CollectiveKind.BROADCAST:
+        return down
+    return up if kind is CollectiveKind.REDUCE else up + down
+
+
+def _price(net: _Net, kind: CollectiveKind, root: str | None, prices: dict[Link, float]
+           ) -> tuple[str, Tree]:
+    """The cheapest tree when crossing a link costs its ``prices``, and its root."""
+    if kind is CollectiveKind.ALLREDUCE:
+        ug = nx.Graph()
+        ug.add_nodes_from(net.gpus)
+        for (u, v) in net.routes:
+            if u < v and (v, u) in net.routes:
+                ug.add_edge(u, v, weight=net.cost((u, v), prices) + net.cost((v, u), prices))
+        if not nx.is_connected(ug):
+            raise BaselineError("no spanning tree of GPUs that reach each other directly or "
+                                "through switches only both ways")
+        mst = nx.minimum_spanning_tree(ug)
+        top = nx.center(mst)[0]
+        return top, {c: p for p, c in nx.bfs_edges(mst, top)}
+    assert root is not None
+    g = nx.DiGraph()
+    g.add_nodes_from(net.gpus)
+    for (u, v) in net.routes:
+        pair = (u, v) if kind is CollectiveKind.BROADCAST else (v, u)
+        if v != root and pair in net.routes:
+            g.add_edge(u, v, weight=net.cost(pair, prices))
+    try:
+        arb = nx.minimum_spanning_arborescence(g)
+    except nx.NetworkXException:
+        raise BaselineError(f"not every GPU is reached from {root} by GPUs that reach each "
+                            "other directly or through switches only") from None
+    return root, {v: u for u, v in arb.edges}
+
+
+def _master(net: _Net, cols: list[Counter[Link]], rate: float | None
+            ) -> tuple[list[float], dict[Link, float], float]:
+    """The master LP over the trees ``cols`` (every link's ``Σ w·use ≤ bandwidth``): with
+    ``rate`` None, max ``Σ w``; else min ``Σ w·time`` (:meth:`_Net.time`) at ``Σ w ≥ rate``.
+    Returns the weights, each link's price (its dual, ≥ 0) and the rate row's dual."""
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    w = [lp.NumVar(0, lp.infinity(), "") for _ in cols]
+    rows = {link: lp.Add(sum(c[link] * x for c, x in zip(cols, w, strict=True) if link in c)
+                         <= net.bw[link])
+            for link in {h for c in cols for h in c}}
+    if rate is None:
+        lp.Maximize(sum(w))
+    else:
+        floor = lp.Add(sum(w) >= rate)
+        lp.Minimize(sum(net.time(c) * x for c, x in zip(cols, w, strict=True)))
+    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+        raise BaselineError("the tree packing LP has no optimum")
+    prices = {k: abs(r.dual_value()) for k, r in rows.items()}
+    return [x.solution_value() for x in w], prices, (abs(floor.dual_value()) if rate else 1.0)
+
+
+def pack(net: _Net, kind: CollectiveKind, root: str | None) -> list[tuple[float, str, Tree]]:
+    """Trees (rate in bytes per second, root, tree): the highest total rate by column
+    generation, then, within :data:`_SLACK` of it, the trees that take the least link
+    time (fewer and faster hops: shallower pipelines)."""
+    hop = {k: 1 / b for k, b in net.bw.items()}
+    trees = [_price(net, kind, root, hop)]
+    cols = [net.use(_pairs(kind, trees[0][1]))]
+    rate = None
+    for phase in (0, 1):
+        for _ in checked(range(_ROUNDS), TEMPLATE):
+            _, prices, pi = _master(net, cols, rate)
+            if phase:  # the link time is part of a tree's cost
+                prices = {k: prices.get(k, 0.0) + hop[k] for k in hop}
+            else:
+                prices = {k: prices.get(k, 0.0) + _HOP * hop[k] for k in hop}
+            top, tree = _price(net, kind, root, prices)
+            col = net.use(_pairs(kind, tree))
+            if sum(prices[h] * n for h, n in col.items()) >= pi * (1 - 1e-6) or tree in (
+                    t for _, t in trees):
+                break
+            trees.append((top, tree))
+            cols.append(col)
+        if phase == 0:
+            rate = sum(_master(net, cols, None)[0]) * (1 - _SLACK)
+    weights = _master(net, cols, rate)[0]
+    return [(w * net.scale, top, tree) for w, (top, tree) in zip(weights, trees, strict=True)
+            if w > _EPS]
+
+
+def flow_paths(net: _Net, root: str, into: bool) -> dict[str, list[tuple[float, list[str]]]]:
+    """Per GPU, its paths to ``root`` (``into``) or from it, each with its share of the
+    GPU's data, from the fastest single-commodity flow (every GPU one unit)."""
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    scale = max(net.bw.values())
+    arcs = [p for p in net.routes if (p[1] if not into else p[0]) != root]
+    f = {a: lp.NumVar(0, lp.infinity(), "") for a in arcs}
+    t = lp.NumVar(0, lp.infinity(), "t")
+    on: dict[Link, list[Link]] = defaultdict(list)
+    for a in arcs:
+        for h in _hops(net.routes[a]):
+            on[h].append(a)
+    for h, users in on.items():
+        lp.Add(sum(f[a] for a in users) <= t * net.bw[h] / scale)
+    out: dict[str, list[Link]] = defaultdict(list)
+    inn: dict[str, list[Link]] = defaultdict(list)
+    for a in arcs:
+        out[a[0]].append(a)
+        inn[a[1]].append(a)
+    for v in net.gpus:
+        if v != root:
+            net_out = sum(f[a] for a in out[v]) - sum(f[a] for a in inn[v])
+            lp.Add(net_out == (1 if into else -1))
+    lp.Minimize(t)
+    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+        raise BaselineError(f"not every GPU reaches {root} through GPUs and switches")
+    left = {a: x.solution_value() for a, x in f.items() if x.solution_value() > _EPS}
+    paths: dict[str, list[tuple[float, list[str]]]] = {}
+    for v in net.gpus:
+        if v != root:
+            paths[v] = _decompose(left, v, root, into)
+    return paths
+
+
+def _decompose(left: dict[Link, float], v: str, root: str, into: bool
+               ) -> list[tuple[float, list[str]]]:
+    """Peel one unit of ``v``'s flow off ``left`` as simple paths (shortest first)."""
+    found, need = [], 1.0
+    while need > 1e-6:
+        g = nx.DiGraph((a if into else a[::-1]) for a, x in left.items() if x > _EPS)
+        try:
+            path = nx.shortest_path(g, v, root)
+        except (nx.NetworkXNoPath, nx.NodeNotFound):
+            break
+        arcs = [(a if into else a[::-1]) for a in _hops(path)]
+        amount = min(need, *(left[a] for a in arcs))
+        for a in arcs:
+            left[a] -= amount
+        found.append((amount, path if into else path[::-1]))
+        need -= amount
+    return found
+
+
+def _deal(n: int, weights: list[float]) -> list[int]:
+    """For each of ``n`` pieces in turn, the index of the weight it goes to: about
+    ``n·w/Σw`` each (largest remainder), spread evenly over the sequence so that every
+    tree's or path's pieces come at a steady pace.
+
+    >>> _deal(5, [2.0, 1.0, 1.0])
+    [0, 1, 0, 2, 0]
+    """
+    total = sum(weights)
+    exact = [n * w / total for w in weights]
+    counts = [math.floor(x) for x in exact]
+    for i in sorted(range(len(exact)), key=lambda i: counts[i] - exact[i])[:n - sum(counts)]:
+        counts[i] += 1
+    given, order = [0] * len(counts), []
+    for i in range(n):
+        j = max((j for j in range(len(counts)) if given[j] < counts[j]),
+                key=lambda j: (counts[j] * (i + 1) / n - given[j], -j))
+        given[j] += 1
+        order.append(j)
+    return order
+
+
+def _pieces(collective: Collective, steps_per_piece: float) -> Collective:
+    """The collective cut into up to :data:`PIECES` pieces (whole multiples of its chunks),
+    as many as the runtime's element limit per rank holds at ``steps_per_piece`` steps
+    of a rank per piece."""
+    most = min(PIECES, int(room(collective.nranks) / max(1.0, steps_per_piece)))
+    factor = max(1, most // collective.nchunks)
+    return replace(collective, chunks_per_rank=collective.chunks_per_rank * factor)
+
+
+def _chain(path: list[str]) -> dict[str, str]:
+    return {path[i + 1]: path[i] for i in range(len(path) - 1)}
+
+
+def packed(topology: Topology, collective: Collective) -> Schedule:
+    """Pipelined packed trees (Broadcast, Reduce, AllReduce) or flow paths (Gather,
+    Scatter) cut into many pieces (see the module docstring)."""
+    kind = collective.kind
+    if kind not in PACKED_KINDS or collective.nranks < 2:
+        raise BaselineError(f"packed trees are for {', '.join(k.value for k in PACKED_KINDS)} "
+                            f"on two or more ranks, not {kind.value}")
+    gpus = [topology.gpu(r) for r in collective.ranks]
+    net = _Net(topology, gpus)
+    root = topology.gpu(collective.root) if collective.root is not None else None
+    plans = []
+    if kind in (CollectiveKind.GATHER, CollectiveKind.SCATTER):
+        assert root is not None
+        into = kind is CollectiveKind.GATHER
+        paths = flow_paths(net, root, into)
+        coll = _pieces(collective, 2)  # a relay receives and sends each piece
+        mine: dict[str, list[int]] = defaultdict(list)
+        for chunk in checked(coll.chunks(), TEMPLATE, every=256):
+            if chunk.destinations:
+                mine[topology.gpu(chunk.sources[0] if into else chunk.destinations[0])].append(chunk.id)
+        for v, ids in mine.items():
+            for cid, j in zip(ids, _deal(len(ids), [w for w, _ in paths[v]]), strict=True):
+                plans.append(ChunkPlan(cid, paths[v][j][1][0], spread=_chain(paths[v][j][1])))
+        return assemble("packed", topology, coll, plans, chunk_major=True)
+    trees = pack(net, kind, root)
+    total = sum(w for w, _, _ in trees)
+    steps = Counter()  # per rank, steps per piece on average: a receive and a send per child
+    for w, _, tree in trees:
+        for v in net.gpus:
+            steps[v] += w / total * (1 + sum(1 for p in tree.values() if p == v))
+    coll = _pieces(collective, (2 if kind is CollectiveKind.ALLREDUCE else 1) * max(steps.values()))
+    chunks = coll.chunks()
+    for chunk, j in zip(chunks, _deal(len(chunks), [w for w, _, _ in trees]), strict=True):
+        _, top, tree = trees[j]
+        if kind is CollectiveKind.BROADCAST:
+            plans.append(ChunkPlan(chunk.id, top, spread=tree))
+        elif kind is CollectiveKind.REDUCE:
+            plans.append(ChunkPlan(chunk.id, top, gather=tree))
+        else:
+            plans.append(ChunkPlan(chunk.id, top, gather=tree, spread=tree))
+    return assemble("packed", topology, coll, plans, chunk_major=True)
