@@ -1,4 +1,5 @@
-"""``teccl simulate [TOPOLOGY] SCHEDULE``: replay a schedule (JSON) or MSCCL XML with α-β costs.
+"""``teccl simulate [TOPOLOGY] SCHEDULE``: replay a schedule (JSON), an MSCCL++ execution
+plan (JSON with ``gpus``) or MSCCL XML with α-β costs.
 
 The replay shares no arithmetic with the solver (``te_ccl.simulate``). It reports the
 finish time, algbw/busbw, the ratio to the lower bound, per-GPU completion and per-link
@@ -104,6 +105,8 @@ def _simulate_json(topology: str | None, path: Path, size: str | None):
     except (OSError, UnicodeDecodeError) as e:
         why = getattr(e, "strerror", None) or "not UTF-8 text"
         raise SpecError(f"cannot read the file ({why})", file=file) from None
+    if '"gpus"' in text and '"schema"' not in text:
+        return _simulate_plan(topology, file, text, size)
     if size is not None:
         raise SpecError("--size applies to MSCCL XML; a schedule carries its size", key="--size")
     if topology is None:
@@ -114,6 +117,38 @@ def _simulate_json(topology: str | None, path: Path, size: str | None):
     sim = simulate_schedule(sched)
     return topo, sim_summary(topo, sched.collective, sim, predicted_s=sched.finish_time_s,
                              backend=sched.info.backend), sim
+
+
+def _simulate_plan(topology: str | None, file: str, text: str, size: str | None):
+    """An MSCCL++ execution plan: checked, then replayed (:mod:`te_ccl.simulate.plan`)."""
+    import json
+
+    from te_ccl.collective.model import Collective, CollectiveKind
+    from te_ccl.lower.mscclpp import SUPPORTED
+    from te_ccl.simulate.plan import simulate_plan
+    from te_ccl.spec.topology import load_topology
+
+    if topology is None or size is None:
+        raise SpecError("an MSCCL++ plan names neither its topology nor its size: "
+                        "teccl simulate TOPOLOGY FILE --size SIZE", file=file)
+    try:
+        nbytes = parse_size(size)
+    except UnitError as e:
+        raise SpecError(str(e), key="--size") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SpecError(f"not JSON ({e.msg} at line {e.lineno})", file=file) from None
+    topo = load_topology(topology)
+    try:
+        sim = simulate_plan(data, topo, nbytes)
+    except VerificationError as e:
+        raise VerificationError(f"{file}: {e}") from None
+    kind, n = data.get("collective"), len(data.get("gpus", []))
+    coll = (Collective(CollectiveKind(kind), nbytes, tuple(range(n)))
+            if kind in {k.value for k in SUPPORTED} else None)
+    return topo, sim_summary(topo, coll, sim, backend=f"mscclpp:{data.get('name')}",
+                             size_bytes=nbytes, kind=kind), sim
 
 
 def _simulate_xml(topology: str | None, path: Path, size: str | None, intervals: bool):
