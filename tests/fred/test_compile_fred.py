@@ -55,42 +55,47 @@ def test_compile_reduces_in_the_switches_and_writes_their_tables(teccl, tmp_path
     assert code == 0 and "clean" in out
 
 
-def _fred_d(tmp_path, npus: int):
-    """FRED-D with ``npus`` NPUs from the fat-tree generator: L1 switches of 4 NPUs at
-    3 TB/s, each with 12 TB/s to the one L2, every switch a reducing FRED_3."""
-    path = tmp_path / f"fred-d-{npus}.yaml"
-    path.write_text(f"""name: fred-d-{npus}
-generator:
-  kind: fat_tree
-  leaves: {npus // 4}
-  gpus_per_leaf: 4
-  spines: 1
-  bandwidth: 3TB/s
-  uplink_bandwidth: 12TB/s
-  switch: {{copy: true, reduce: true, fred: {{m: 3}}}}
-""")
-    return path
-
-
-@pytest.mark.parametrize("npus", [32, 64])
-def test_larger_fred_fabrics_compile_with_their_sram_reported(teccl, tmp_path, npus):
-    tables = tmp_path / "t"
-    code, out, _ = teccl("compile", str(_fred_d(tmp_path, npus)), "-c", "allreduce", "-s",
-                         "64MB", "--time-limit", "20", "-o", str(tmp_path / "s.json"),
-                         "--fred-tables", str(tables), "--json")
-    assert code == 0
-    fabric = json.loads(out)["fabric"]
-    assert len(fabric["switches"]) == npus // 4 + 1
-    # the L2 (FRED_3 of 16 lanes per L1) holds the largest configuration
-    assert fabric["sram_switch"] == "spine0"
+def _sram_reported(teccl, fabric: dict, tables) -> None:
+    """The worst switch's SRAM is the largest, against 1.5 KB, and `teccl fred check`
+    replays the tables clean and finds the same."""
+    assert fabric["sram_limit_bytes"] == 1536
     assert 0 < fabric["sram_bytes_max"] == max(
         s["sram_bytes"] for s in fabric["switches"].values())
-    assert fabric["sram_limit_bytes"] == 1536
     assert fabric["sram_fits"] == (fabric["sram_bytes_max"] <= 1536)
     code, out, _ = teccl("fred", "check", str(tables), "--json")
     report = json.loads(out)
     assert code == 0 and report["clean"]
-    assert report["sram_bytes"]["spine0"] == fabric["sram_bytes_max"]
+    assert report["sram_bytes"][fabric["sram_switch"]] == fabric["sram_bytes_max"]
+
+
+def test_a_generated_32_npu_wafer_compiles_with_its_sram_reported(teccl, tmp_path):
+    path, tables = tmp_path / "fred-d-32.yaml", tmp_path / "t"
+    assert teccl("topo", "gen", "fred-d", "--npus", "32", "-o", str(path))[0] == 0
+    code, out, _ = teccl("compile", str(path), "-c", "allreduce", "-s", "1MB",
+                         "--backend", "rounds", "--time-limit", "20",
+                         "-o", str(tmp_path / "s.json"), "--fred-tables", str(tables), "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["ngpus"] == 32 and d["bound_ratio"] >= 1 - 1e-9
+    assert len(d["fabric"]["switches"]) == 32 // 4 + 1
+    _sram_reported(teccl, d["fabric"], tables)
+
+
+def test_a_generated_64_npu_wafer_runs_in_switch_with_its_sram_reported(teccl, tmp_path):
+    """FRED-B of 64 NPUs: its L2, FRED_3(32), holds the largest configuration."""
+    path, tables = tmp_path / "fred-b-64.yaml", tmp_path / "t"
+    assert teccl("topo", "gen", "fred-b", "--npus", "64", "-o", str(path))[0] == 0
+    code, out, _ = teccl("fred", "collective", str(path), "-c", "allreduce", "--size", "1MB",
+                         "--tables", str(tables), "--json")
+    assert code == 0
+    fabric = json.loads(out)["fabric"]
+    assert len(fabric["switches"]) == 64 // 4 + 1 and fabric["sram_switch"] == "L2"
+    _sram_reported(teccl, fabric, tables)
+
+
+def test_topo_gen_refuses_a_wafer_that_does_not_fill_its_l1_switches(teccl):
+    code, _, err = teccl("topo", "gen", "fred-a", "--npus", "30")
+    assert code == 2 and err.count("\n") == 1 and "--npus" in err
 
 
 def test_the_in_switch_candidate_needs_switches_that_reduce():

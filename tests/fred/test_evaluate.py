@@ -11,8 +11,8 @@ from te_ccl.errors import SpecError
 from te_ccl.fred.evaluate import Assumptions, evaluate, parse_sweep, sweep_points
 from te_ccl.fred.mesh import WAFER_MESH, wafer_mesh
 from te_ccl.fred.wafer import VARIANTS, wafer_variant
-from te_ccl.topology.generators import wafer_shape
 from te_ccl.fred.workload import Workload, load_workload, shipped_workloads
+from te_ccl.topology.generators import wafer_shape
 
 PUBLISHED_PARAMS = {"resnet152": 60.2e6, "transformer17b": 17.2e9, "gpt3": 175e9,
                     "transformer1t": 1008e9}
