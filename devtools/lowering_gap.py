@@ -14,7 +14,7 @@ ratio, the lowering's notes, and the verifier's verdict::
 A case whose backend is ``baseline:NAME`` builds that template (as ``make bench`` does,
 on the topology's forward-only switches) instead of solving: those rows are exact.
 
-Gather and Scatter: the file's ``count`` is one rank's piece (mult 1, msccl-xml.md; the
+Gather and Scatter: the file's ``count`` is one rank's piece (mult 1, as the runtime reads it; the
 verifier's layout), while ``simulate_msccl`` divides the collective's size (N pieces) by
 ``nchunksperloop``; their rows also show the replay at ``count`` = one piece.
 

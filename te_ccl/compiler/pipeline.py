@@ -731,7 +731,7 @@ def _write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
 
 
 def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
-    """The ``--json`` object of ``teccl compile`` (keys fixed by PRODUCT.md's contract).
+    """The ``--json`` object of ``teccl compile`` (keys fixed by README.md's contract).
 
     ``finish_time_s`` (and the bandwidths and ratio from it) is the replay of the lowered
     MSCCL XML, what the runtime runs; ``measured_by`` says so, or names the fallback

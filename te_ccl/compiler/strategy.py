@@ -2,7 +2,7 @@
 the model's size suits) or the ``scale`` backend, on checked input.
 
 Non-reducing collectives (AllGather, Broadcast, AlltoAll, Gather, Scatter, custom) are
-solved directly. Reductions reuse them backwards (TE-CCL / PRODUCT.md "Reductions"):
+solved directly. Reductions reuse them backwards (TE-CCL; docs/model.md "Reductions"):
 
 * ReduceScatter = AllGather on the reversed topology, played backwards in time: where
   the AllGather copied a chunk, the ReduceScatter adds partials (``op="reduce"``); the
