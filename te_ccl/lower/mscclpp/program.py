@@ -215,12 +215,16 @@ class _Builder:
             b.wait = self.step(peer, (1 << 40,), "wait", peer=gpu, batch=b)
         return b
 
-    def deliver_to(self, b: Batch, item: Step | None, recv_key: tuple[int, ...]) -> Step:
-        """Add ``item`` to batch ``b``; the receiver's wait moves up to ``recv_key``."""
+    def deliver_to(self, b: Batch, item: Step | None, recv_key: tuple[int, ...],
+                   made: Step | None = None) -> Step:
+        """Add ``item`` to batch ``b`` (or, with no item, the step that ``made`` what the
+        receiver reads in place: its signal follows it); the receiver's wait moves up to
+        ``recv_key``."""
         if item is not None:
             item.batch = b
             b.items.append(item)
-            b.signal.after.append(item)
+        if item is not None or made is not None:
+            b.signal.after.append(item or made)
         if recv_key < b.wait.key:
             b.wait.key = recv_key
         return b.wait
@@ -270,7 +274,7 @@ class _Builder:
             if d.dst == ev.reducer:
                 return y, ev.glres
             b = self.batch(ev.reducer, d.dst, ev.glres.key[0], P_SWITCH)
-            return y, self.deliver_to(b, None, (d.arrive, P_RECEIVE, -1, ev.reducer))
+            return y, self.deliver_to(b, None, (d.arrive, P_RECEIVE, -1, ev.reducer), ev.glres)
         into = self.fresh(d.dst)
         put = self.step(ev.reducer, (ev.glres.key[0], P_SWITCH, d.chunk, d.dst), "put",
                         src=(y,), dst=(into,), peer=d.dst, after=[ev.glres])
