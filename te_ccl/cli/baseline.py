@@ -1,6 +1,6 @@
 """``teccl baseline KIND TOPOLOGY``: a baseline algorithm as MSCCL XML (or JSON), simulated.
 
-KIND is ``ring``, ``ring-bidir``, ``tree``, ``direct`` or ``hierarchical``. The baseline is
+KIND is ``ring``, ``ring-bidir``, ``tree``, ``direct``, ``hierarchical`` or ``packed``. The baseline is
 built in the Schedule IR, checked by the independent schedule checker, lowered by the
 same MSCCL lowering as teccl's own schedules and replayed by the simulator.
 """
@@ -41,7 +41,7 @@ __all__ = ["baseline_cmd"]
 @click.option("--timeline", metavar="FILE", help="Draw the simulated per-link Gantt chart.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
-    """Build baseline KIND (ring, ring-bidir, tree, direct, hierarchical) on TOPOLOGY."""
+    """Build baseline KIND (ring, ring-bidir, tree, direct, hierarchical, packed) on TOPOLOGY."""
     from te_ccl.cli.simulate import sim_summary, sim_tables
     from te_ccl.errors import SpecError
     from te_ccl.outputs import check_output_file, path_component, write_atomic

@@ -107,7 +107,7 @@ def test_unknown_baseline_is_a_usage_error():
     with pytest.raises(BaselineError, match="unknown baseline") as e:
         build_baseline("butterfly", TOPOLOGIES["fc4"], coll(K.ALLGATHER, 4))
     assert e.value.exit_code == 2
-    assert set(BASELINES) == {"ring", "ring-bidir", "tree", "direct", "hierarchical"}
+    assert set(BASELINES) == {"ring", "ring-bidir", "tree", "direct", "hierarchical", "packed"}
 
 
 @pytest.mark.parametrize("kind", [K.BROADCAST, K.ALLGATHER], ids=lambda k: k.value)
