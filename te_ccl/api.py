@@ -68,7 +68,7 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         epoch: str | float = "fastest",
         max_horizon: int | None = None,
         output: str | os.PathLike | None = None,
-        fmt: Literal["xml", "json"] | None = None,
+        fmt: Literal["xml", "json", "mscclpp"] | None = None,
         fred_tables: str | os.PathLike | None = None,
         previous: str | os.PathLike | None = None,
         progress: Callable[[str], None] | None = None) -> CompileResult:
@@ -79,11 +79,11 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     :class:`Collective`; ``spec`` a collective YAML file, whose keys the keyword
     arguments override (``size`` as ``"64MB"`` or bytes; ``chunks`` per rank or
     ``"auto"``; ``ranks`` as ``"0-7"``; rooted kinds default to the first rank).
-    ``output``: a file to write (``.xml`` MSCCL or ``.json`` schedule; ``"-"`` stdout);
-    None writes nothing. ``previous``: the MSCCL XML an earlier compile wrote for this
-    collective on a network that has changed since (a link gone or slower); its routes,
-    rerouted where a link is gone, make the first file (with ``output`` and ``backend``
-    auto). ``progress`` receives short status messages.
+    ``output``: a file to write (``.xml`` MSCCL or ``.json`` schedule; ``"-"`` stdout;
+    ``fmt="mscclpp"``: an MSCCL++ execution plan); None writes nothing. ``previous``: the
+    MSCCL XML an earlier compile wrote for this collective on a network that has changed
+    since (a link gone or slower); its routes, rerouted where a link is gone, make the
+    first file (with ``output`` and ``backend`` auto). ``progress`` receives short status messages.
 
     Raises :class:`~te_ccl.errors.SpecError` for bad input,
     :class:`~te_ccl.errors.SolverError` or :class:`~te_ccl.errors.RuntimeLimitError`
@@ -107,13 +107,57 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         check_output_dir(fred_tables, key="fred_tables")
     if fmt is None:
         fmt = "json" if output is not None and Path(output).suffix == ".json" else "xml"
+    if fmt == "mscclpp":
+        _check_plan_kind(coll, previous)
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,
                           seed=seed, epoch=epoch, max_horizon=max_horizon)
     options = CompileOptions(output=None if output is None else str(output), fmt=fmt,
                              fred_tables=None if fred_tables is None else str(fred_tables),
                              chunk_choices=chunk_choices,
                              previous=_previous(previous, coll, output, backend))
+    if fmt == "mscclpp":
+        return _compile_plan(topo, coll, params, options, progress)
     return compile_collective(topo, coll, params, options, progress)
+
+
+def _check_plan_kind(coll: Collective, previous: object) -> None:
+    """Refuse, before solving, what an MSCCL++ plan cannot be written for."""
+    from te_ccl.lower.mscclpp import SUPPORTED
+
+    if coll.kind not in SUPPORTED:
+        names = ", ".join(k.value for k in SUPPORTED)
+        raise SpecError(f"MSCCL++ execution plans cover {names}; not {coll.kind.value}",
+                        key="fmt")
+    if previous is not None:
+        raise SpecError("a previous MSCCL XML seeds XML compiles, not MSCCL++ plans",
+                        key="previous")
+
+
+def _compile_plan(topo: Topology, coll: Collective, params: SolveParams,
+                  options: CompileOptions, progress: Callable[[str], None] | None
+                  ) -> CompileResult:
+    """``fmt="mscclpp"``: the schedule solved for what a plan can drive (NVLS switches
+    reduce and copy), lowered to an MSCCL++ execution plan, accepted by the independent
+    plan checker, then written."""
+    from dataclasses import replace
+
+    from te_ccl.errors import VerificationError
+    from te_ccl.lower.mscclpp import lower_to_mscclpp
+    from te_ccl.outputs import write_atomic
+    from te_ccl.verify.mscclpp import verify_plan
+
+    result = compile_collective(topo, coll, params, replace(options, output=None), progress)
+    if options.output is None:
+        return result
+    if progress:
+        progress("lowering to an MSCCL++ plan")
+    data = lower_to_mscclpp(result.schedule)
+    report = verify_plan(data.decode())
+    if not report.valid:
+        raise VerificationError(f"the lowered MSCCL++ plan failed its check "
+                                f"({len(report.errors):,} error(s)); first: {report.errors[0]}")
+    write_atomic(options.output, data)
+    return replace(result, output=options.output)
 
 
 def _previous(previous: str | os.PathLike | None, coll: Collective,
