@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from contextlib import nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +17,7 @@ from te_ccl.cli.common import (
     collective_options,
     emit_json,
     err_console,
+    plain_progress,
     progress_status,
     table_console,
 )
@@ -104,9 +107,10 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
         # one algorithm: its time limit counts from the start of the command
         since = (click.get_current_context().obj or {}).get("started")
         with (until(kw["time_limit"], since) if sizes is None else nullcontext(),
-              progress_status("solving…") as progress):
+              progress_status("solving…") as status):
             results = _compile(topo, coll, sizes, chunks == "auto", output, fmt, solver,
-                               kw["fred_tables"], progress, kw["previous"])
+                               kw["fred_tables"], _showing_files(status, since),
+                               kw["previous"])
     except TimeLimitReached as e:  # say how to give the compile more time
         raise TimeLimitReached(f"{e} (--time-limit SECONDS allows more)") from None
     infos = [r.as_dict() for r in results]
@@ -120,6 +124,25 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     for info in infos:
         if info["fabric"] and info["fabric"]["warning"]:
             err_console.print(f"warning: {info['fabric']['warning']}", highlight=False)
+
+
+def _showing_files(progress: Progress, since: float | None) -> Progress:
+    """``progress``, and in a pipe each better file the compile keeps (its ratio to the
+    bound and where it came from) also as a line of its own at once: the periodic lines
+    show only the latest message."""
+    if not plain_progress():
+        return progress  # a terminal's status line shows every message as it comes
+    from te_ccl.compiler import Kept
+
+    start = time.monotonic() if since is None else since
+
+    def show(message: str) -> None:
+        progress(message)
+        if isinstance(message, Kept):
+            sys.stderr.write(f"teccl: [{time.monotonic() - start:.1f}s] {message}\n")
+            sys.stderr.flush()
+
+    return show
 
 
 def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,

@@ -14,6 +14,7 @@ The API, the CLI, the sweep and the benchmarks use only what this module exports
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.compiler.chunking import BASE_CHUNKS, chunk_candidates
+from te_ccl.compiler.incumbent import Kept
 from te_ccl.compiler.judge import SIM_LIMIT, XML_REPLAY_LIMIT, Timer, Timing, xml_replay
 from te_ccl.compiler.options import FORMATS, CompileOptions
 from te_ccl.compiler.pipeline import (
@@ -29,7 +30,7 @@ from te_ccl.compiler.pipeline import (
 from te_ccl.compiler.sizes import parse_size_range
 from te_ccl.compiler.solve import solve
 
-__all__ = ["BASE_CHUNKS", "FORMATS", "SIM_LIMIT", "XML_REPLAY_LIMIT", "CompileOptions", "CompileResult", "SolveParams", "Timer",
+__all__ = ["BASE_CHUNKS", "FORMATS", "SIM_LIMIT", "XML_REPLAY_LIMIT", "CompileOptions", "CompileResult", "Kept", "SolveParams", "Timer",
            "Timing", "chunk_candidates", "compile_collective", "compile_size_library",
            "drives_in_switch", "forward_only", "parse_size_range", "render_fitting", "solve", "solve_best",
            "summary", "xml_replay"]

@@ -27,7 +27,14 @@ from te_ccl.compiler.portfolio import TIE, asked_chunking
 if TYPE_CHECKING:
     from te_ccl.schedule import Schedule
 
-__all__ = ["Improvement", "Incumbent", "Verified", "describe"]
+__all__ = ["Improvement", "Incumbent", "Kept", "Verified", "describe"]
+
+
+class Kept(str):
+    """A progress message that says a better file is kept (``file kept: RATIO× the
+    bound, SOURCE``): a terminal's status line shows it like any message, and a pipe
+    gets it as a line of its own at once (``teccl compile``), not only at the next
+    periodic line."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +97,8 @@ class Incumbent:
             return False
         self.best = Verified(schedule, data, finish_s, source)
         self.history.append(Improvement(self.elapsed(), source, self.ratio(finish_s)))
-        self.tell("verified a file")
+        if self.progress is not None:
+            self.progress(Kept(self.shown()))
         return True
 
     def holds(self, schedule: Schedule) -> bool:

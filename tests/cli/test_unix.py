@@ -3,6 +3,7 @@ in pipes, outputs that are directories or unwritable, interrupted writes."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -134,3 +135,13 @@ def test_a_rooted_collective_without_root_compiles_for_rank_0(teccl, tmp_path):
     assert code == 0
     code, stdout, _ = teccl("verify", str(out), "--root", "0")
     assert code == 0
+
+
+def test_a_pipe_gets_each_better_file_kept_as_a_line_and_stdout_only_results(teccl, tmp_path):
+    code, out, err = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB",
+                           "-o", str(tmp_path / "a.xml"), "--json")
+    assert code == 0 and out.lstrip().startswith("{") and "file kept" not in out
+    kept = [x for x in err.splitlines() if x.startswith("teccl: [") and "file kept: " in x]
+    assert kept and all("× the bound, " in x and ("first file: " in x or "search: " in x)
+                        for x in kept)
+    assert len(kept) == len(json.loads(out)["incumbents"])

@@ -17,7 +17,7 @@ import te_ccl.lower.msccl as lowering
 import te_ccl.verify.msccl.verify as verifying
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective import Collective, CollectiveKind
-from te_ccl.compiler import CompileOptions, CompileResult, compile_collective
+from te_ccl.compiler import CompileOptions, CompileResult, Kept, compile_collective
 from te_ccl.deadline import TimeLimitReached
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.topology.generators import mesh
@@ -164,10 +164,13 @@ def test_a_search_too_slow_to_lower_in_time_is_not_started(tmp_path, monkeypatch
 
 def test_progress_shows_the_file_kept(tmp_path):
     said: list[str] = []
-    compile_to(tmp_path, progress=said.append)
+    result, _ = compile_to(tmp_path, progress=said.append)
     kept = [m for m in said if "file kept:" in m]
     assert kept and "× the bound, first file: " in kept[0]
     assert any("search: " in m for m in kept)
+    # each file kept is told once as it is kept (a pipe prints those at once)
+    assert [m for m in said if isinstance(m, Kept)] == [
+        f"file kept: {i.ratio:.4f}× the bound, {i.source}" for i in result.incumbents]
 
 
 def test_a_chosen_backend_has_no_first_file(tmp_path):
@@ -203,3 +206,4 @@ def test_a_limit_too_short_for_any_file_says_what_one_would_take(teccl, tmp_path
         assert code == 3 and not out.exists() and len(err.strip().splitlines()) == 1
         assert "time limit of 1 s reached while" in err
         assert re.search(r"(needs|takes) about [0-9.e+]+ s .*here", err)
+
