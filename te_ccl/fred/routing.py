@@ -1,4 +1,4 @@
-"""Route the flows of one phase through a FRED_m(P) by conflict-graph colouring (fred.md).
+"""Route the flows of one phase through a FRED_m(P) by conflict-graph colouring (the FRED paper).
 
 A :class:`Flow` reduces what arrives on its input ports and delivers the result to its
 output ports. Routing is recursive, outer stage first:
@@ -343,22 +343,31 @@ def _conflicts(flows: tuple[Flow, ...], in_el: dict[str, set[int]],
 
 
 def _colourings(adj: list[set[int]], m: int) -> Iterator[list[int]]:
-    """Every proper m-colouring up to a permutation of colours, largest degree first."""
+    """Every proper m-colouring up to a permutation of colours, largest degree first
+    (backtracking with an explicit stack: a phase may hold thousands of flows)."""
     order = sorted(range(len(adj)), key=lambda v: -len(adj[v]))
+    n = len(order)
     colour = [-1] * len(adj)
-
-    def extend(k: int, used: int) -> Iterator[list[int]]:
-        if k == len(order):
+    used = [0] * (n + 1)  # colours used by the first k vertices of ``order``
+    try_next = [0] * (n + 1)  # the next colour to try at position k
+    k = 0
+    while k >= 0:
+        if k == n:
             yield list(colour)
-            return
+            k -= 1
+            continue
         v = order[k]
-        for c in range(min(m, used + 1)):
-            if all(colour[u] != c for u in adj[v]):
-                colour[v] = c
-                yield from extend(k + 1, max(used, c + 1))
-                colour[v] = -1
-
-    yield from extend(0, 0)
+        colour[v] = -1
+        c, limit = try_next[k], min(m, used[k] + 1)
+        while c < limit and any(colour[u] == c for u in adj[v]):
+            c += 1
+        if c < limit:
+            colour[v], try_next[k] = c, c + 1
+            used[k + 1], try_next[k + 1] = max(used[k], c + 1), 0
+            k += 1
+        else:
+            try_next[k] = 0
+            k -= 1
 
 
 def _sel(sides: Sequence[int]) -> str:

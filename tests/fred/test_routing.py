@@ -8,7 +8,9 @@ import pytest
 
 from te_ccl.errors import SpecError
 from te_ccl.fred.routing import Flow, RoutingConflict, route, route_phases
+from te_ccl.fred.strategy import compile_phase, parse_strategy
 from te_ccl.fred.switch import build_fred
+from te_ccl.fred.wafer import wafer_variant
 
 # A triangle in the conflict graph: A and B share in1, B and C share in2, C and A in0.
 ODD_CYCLE = [Flow("A", (1, 2), (0,)), Flow("B", (3, 4), (2,)), Flow("C", (5, 0), (4,))]
@@ -87,3 +89,11 @@ def test_phases_of_one_port_pattern_are_the_same_under_any_flow_ids():
                                      for u in e.uses]) for e in b.elements]
     assert all(i in again.conflicts[0] for i in ("a!", "b!", "c!"))
     assert "A" not in again.conflicts[0].split(":")[1]
+
+
+def test_a_phase_of_thousands_of_flows_routes():
+    """The L2 of a 256-NPU FRED-D, FRED_3(1024), routes a DP phase whose flows outnumber
+    Python's recursion limit: the colouring backtracks with its own stack."""
+    w = wafer_variant("fred-d", 256)
+    r = compile_phase(w, parse_strategy("MP4-DP64", 256), "DP", 1e9)
+    assert r is not None and not r.notes and r.phases
