@@ -145,7 +145,7 @@ def gen_command(kind: str, npus: int, output: str) -> None:
     spec = (f"{{kind: wafer_mesh, npus: {npus}}}" if kind == "wafer-mesh" else
             f"{{kind: fred, variant: {kind}, npus: {npus}}}")
     write_atomic(output, f"name: {topology.name}\n"
-                         f"source: >-\n  FRED (Rashidi et al., ISCA 2025) wafer of fred.md at "
+                         f"source: >-\n  FRED (Rashidi et al., ISCA 2025) wafer at "
                          f"{npus} NPUs, by `teccl topo gen {kind} --npus {npus}`; wire and "
                          f"µSwitch latencies assumed (the paper gives none).\n"
                          f"description: {topology.description}\n"

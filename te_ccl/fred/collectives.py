@@ -39,7 +39,8 @@ from te_ccl.fred.ops import CLASSES, CollectiveOp, Stream
 from te_ccl.fred.routing import Flow, Routing, route_phases
 from te_ccl.fred.wafer import Wafer
 
-__all__ = ["FlowInfo", "FredPhase", "CommResult", "compile_fred", "in_switch_collectives",
+__all__ = ["FlowInfo", "FredPhase", "CommResult", "compile_fred", "fred_candidates",
+           "in_switch_collectives",
            "endpoint_collectives", "endpoint_loads", "routed_phases"]
 
 
@@ -88,7 +89,7 @@ class CommResult:
 
     @property
     def effective_Bps(self) -> float:
-        """Bytes one NPU injects per second (fred.md's "effective bandwidth per NPU")."""
+        """Bytes one NPU injects per second (the FRED paper's "effective bandwidth per NPU")."""
         return self.injected_bytes / self.time_s if self.time_s > 0 else 0.0
 
 
@@ -108,11 +109,17 @@ def compile_fred(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: float = 0.0
     algorithms of FRED-A/C are faster: a switch that reduces can also just forward, so
     FRED-B is never slower than FRED-A, nor FRED-D than FRED-C.
     """
+    return min(fred_candidates(wafer, ops, start_s), key=lambda r: r.time_s)
+
+
+def fred_candidates(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: float = 0.0
+                    ) -> list[CommResult]:
+    """The ways ``ops`` can run on ``wafer``: the in-switch streams first where switches
+    reduce and copy, then the NPU algorithms (their switches only forward). Which is faster
+    depends on the size: the streams pay a reconfiguration and a path latency per phase."""
     endpoint = endpoint_collectives(wafer, ops, start_s)
-    if not wafer.in_switch:
-        return endpoint
-    streams = in_switch_collectives(wafer, ops, start_s)
-    return streams if streams.time_s <= endpoint.time_s else endpoint
+    return [in_switch_collectives(wafer, ops, start_s), endpoint] if wafer.in_switch \
+        else [endpoint]
 
 
 def in_switch_collectives(wafer: Wafer, ops: Sequence[CollectiveOp], start_s: float = 0.0

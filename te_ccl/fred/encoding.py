@@ -34,7 +34,7 @@ from te_ccl.fred.switch import ElementKind, FredSwitch, MicroSwitch
 
 __all__ = ["SRAM_BYTES", "field_bits", "encoded_bits", "config_bytes", "encode"]
 
-SRAM_BYTES = 1536  # 1.5 KB of configuration SRAM per switch (fred.md)
+SRAM_BYTES = 1536  # 1.5 KB of configuration SRAM per switch (the FRED paper)
 
 
 def _cb(m: int) -> int:

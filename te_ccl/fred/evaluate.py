@@ -42,20 +42,20 @@ from typing import Any
 
 from te_ccl.errors import SpecError
 from te_ccl.fred.mesh import Mesh, wafer_mesh
-from te_ccl.fred.strategy import Strategy, compile_phase, parse_strategy
+from te_ccl.fred.strategy import Strategy, compile_phase, parse_strategy, phase_candidates
 from te_ccl.fred.wafer import VARIANTS, Wafer, wafer_variant
 from te_ccl.fred.workload import Workload, check_strategy
 from te_ccl.topology.generators import USWITCH_LATENCY_S, WIRE_LATENCY_S
 
 __all__ = ["FABRICS", "REF_BYTES", "Assumptions", "FabricResult", "Evaluation", "fabric",
-           "phase_rate", "evaluate", "parse_sweep", "sweep_points", "strategy_means"]
+           "phase_models", "phase_time", "phase_rate", "evaluate", "parse_sweep", "sweep_points", "strategy_means"]
 
 FABRICS = ("wafer-mesh5x4", "fred-a", "fred-b", "fred-c", "fred-d")
 REF_BYTES = 1e9
 
 
 _WHY = {
-    "peak_flops": "NPU peak FLOP/s: an H100-class NPU's dense FP16 tensor rate (fred.md)",
+    "peak_flops": "NPU peak FLOP/s: an H100-class NPU's dense FP16 tensor rate (the FRED paper)",
     "efficiency": "share of peak sustained on every workload (one value for all)",
     "backward": "backward pass FLOPs per forward FLOP",
     "microbatches": "microbatches per iteration when PP > 1 (GPipe; the paper's 8)",
@@ -179,17 +179,33 @@ def fabric(name: str, npus: int = 20, wire_latency_s: float = WIRE_LATENCY_S,
 
 
 @lru_cache(maxsize=512)
+def phase_models(fabric_name: str, strategy: Strategy, kind: str,
+                 latencies: tuple[float, float] = (WIRE_LATENCY_S, USWITCH_LATENCY_S)
+                 ) -> tuple[tuple[float, float], ...]:
+    """(fixed seconds per collective, seconds per byte) of every way phase ``kind`` can run
+    (:func:`phase_candidates`) on the wafer of ``strategy.npus`` NPUs with (wire,
+    µSwitch) ``latencies``; empty if the phase is absent."""
+    fab = fabric(fabric_name, strategy.npus, *latencies)
+    return tuple((r.fixed_s, (r.time_s - r.fixed_s) / REF_BYTES)
+                 for r in phase_candidates(fab, strategy, kind, REF_BYTES))
+
+
+def phase_time(fabric_name: str, strategy: Strategy, kind: str, latencies: tuple[float, float],
+               collectives: float, n_bytes: float) -> float:
+    """Seconds of ``collectives`` runs of phase ``kind`` moving ``n_bytes`` in all, the
+    fastest way at that size (a reducing switch may also just forward)."""
+    return min((collectives * fixed + n_bytes * rate
+                for fixed, rate in phase_models(fabric_name, strategy, kind, latencies)),
+               default=0.0)
+
+
+@lru_cache(maxsize=512)
 def phase_rate(fabric_name: str, strategy: Strategy, kind: str,
-               latencies: tuple[float, float] = (WIRE_LATENCY_S, USWITCH_LATENCY_S)
-               ) -> tuple[float, float, float]:
-    """(fixed seconds per collective, seconds per byte, effective per-NPU bytes/s) of phase
-    ``kind`` on the wafer of ``strategy.npus`` NPUs with (wire, µSwitch) ``latencies``;
-    zeros if absent."""
+               latencies: tuple[float, float] = (WIRE_LATENCY_S, USWITCH_LATENCY_S)) -> float:
+    """Effective per-NPU bytes/s of phase ``kind`` at ``REF_BYTES`` (0 if absent)."""
     result = compile_phase(fabric(fabric_name, strategy.npus, *latencies), strategy, kind,
                            REF_BYTES)
-    if result is None:
-        return 0.0, 0.0, 0.0
-    return result.fixed_s, (result.time_s - result.fixed_s) / REF_BYTES, result.effective_Bps
+    return 0.0 if result is None else result.effective_Bps
 
 
 def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions) -> tuple[float, ...]:
@@ -202,15 +218,12 @@ def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions) -> tuple[flo
     mp_bytes = sum(b.count * b.mp_allreduces * b.mp_allreduce_elements
                    for b in w.blocks) * p * n / s.pp
     lat = (a.wire_latency_s, a.uswitch_latency_s)
-    mp_fixed, mp_rate, _ = phase_rate(name, s, "MP", lat)
     mp_ops = sum(b.count * b.mp_allreduces for b in w.blocks) / s.pp
-    t_mp = mp_ops * mp_fixed + mp_bytes * mp_rate
-    pp_fixed, pp_rate, _ = phase_rate(name, s, "PP", lat)
-    t_pp = 2 * pp_fixed + 2 * max(b.pp_elements for b in w.blocks) * p * n * pp_rate
+    t_mp = phase_time(name, s, "MP", lat, mp_ops, mp_bytes)
+    t_pp = phase_time(name, s, "PP", lat, 2, 2 * max(b.pp_elements for b in w.blocks) * p * n)
     steps = m + s.pp - 1
     grads = w.params * p / (s.mp * s.pp)
-    dp_fixed, dp_rate, _ = phase_rate(name, s, "DP", lat)
-    dp = (1 - a.dp_overlap) * (dp_fixed + grads * dp_rate)
+    dp = (1 - a.dp_overlap) * phase_time(name, s, "DP", lat, 1, grads)
     io = 0.0
     if w.weight_streaming:
         f = fabric(name, s.npus)
@@ -242,7 +255,7 @@ def evaluate(workload: Workload, strategy: str | None = None,
     for name in names:
         compute, mp, pp, dp, io = _breakdown(workload, s, name, assumptions)
         lat = (assumptions.wire_latency_s, assumptions.uswitch_latency_s)
-        bw = {k: phase_rate(name, s, k, lat)[2] / 1e9 for k in ("MP", "PP", "DP")}
+        bw = {k: phase_rate(name, s, k, lat) / 1e9 for k in ("MP", "PP", "DP")}
         rows[name] = (compute, mp, pp, dp, io, compute + mp + pp + dp + io, bw)
     mesh = rows[mesh_name]
     mesh_exposed = mesh[5] - mesh[0]

@@ -11,7 +11,7 @@ arrival at the top of the tree so the partials meet.
 The epoch is ``chunk_bytes / (slowest link bandwidth)``: every link carries at least
 one chunk per epoch. Chunks start in order, each as early as the link capacities
 (``floor(b·τ / chunk_bytes)`` starts per link per epoch) allow — the serial phases of
-fred.md, pipelined. This needs switches that reduce and copy (FRED-B, FRED-D).
+the FRED paper, pipelined. This needs switches that reduce and copy (FRED-B, FRED-D).
 """
 
 from __future__ import annotations

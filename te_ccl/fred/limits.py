@@ -1,6 +1,6 @@
 """What a compile's FRED tables and schedule ask of the switches, against what they have.
 
-* **Configuration SRAM** (fred.md: 1.5 KB per switch): the bytes of the distinct
+* **Configuration SRAM** (the FRED paper: 1.5 KB per switch): the bytes of the distinct
   encoded configurations (:mod:`te_ccl.fred.encoding`) a switch's phases select; phases
   with the same µSwitch settings share one.
 * **Buffer**: TE-CCL's buffer metric, for the switches too: the most bytes of chunks a

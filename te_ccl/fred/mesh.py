@@ -1,4 +1,4 @@
-"""The baseline: the same 20 NPUs on a 5×4 2D mesh with X-Y routing (fred.md).
+"""The baseline: the same 20 NPUs on a 5×4 2D mesh with X-Y routing (the FRED paper).
 
 Rank ``r`` sits at row ``r // 4``, column ``r % 4`` (row ``k`` = the NPUs of FRED's
 L1 ``k``). Each direction of each mesh link carries ``link_Bps`` (750 GB/s = 3 TB/s
@@ -21,7 +21,7 @@ a ring costs a hop latency times its longest edge's hops per dependent step, a c
 hops of all its edges (pipeline fill), unicasts their longest path.
 
 I/O: with 4N channels of P bytes/s entering an N×N mesh at its edges, links need
-``(2N−1)·P`` (fred.md); I/O runs at ``min(1, link_Bps / ((2N−1)·P))`` of line rate.
+``(2N−1)·P`` (the FRED paper); I/O runs at ``min(1, link_Bps / ((2N−1)·P))`` of line rate.
 """
 
 from __future__ import annotations

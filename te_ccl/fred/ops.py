@@ -4,7 +4,7 @@ A :class:`CollectiveOp` is one collective on one group of ranks (an MP All-Reduc
 All-Reduce, the PP sends of a stage boundary...). Several ops run in the same
 strategy phase. In a FRED switch every collective becomes *streams* — (sources,
 destinations, bytes): the switch reduces what the sources send and delivers the sum
-to every destination (fred.md, "Flow") — in serial **steps**:
+to every destination (the FRED paper, "Flow") — in serial **steps**:
 
 * All-Reduce: one stream (sources = destinations = group);
 * Reduce: one stream to the root; Broadcast: one stream from the root;
@@ -28,7 +28,7 @@ __all__ = ["KINDS", "CLASSES", "operation", "Stream", "CollectiveOp"]
 
 KINDS = ("allreduce", "reducescatter", "allgather", "broadcast", "reduce", "alltoall",
          "sendrecv")
-CLASSES = ("MP", "PP", "DP", "IO")  # priority order (fred.md: MP > PP > DP)
+CLASSES = ("MP", "PP", "DP", "IO")  # priority order (the FRED paper: MP > PP > DP)
 
 
 def operation(inputs: int, outputs: int) -> str:

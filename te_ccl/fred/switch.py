@@ -1,4 +1,4 @@
-"""FRED_m(P): a P-port switch built recursively from 2-port µSwitches (fred.md, "The switch").
+"""FRED_m(P): a P-port switch built recursively from 2-port µSwitches (the FRED paper, "The switch").
 
 * Even P = 2r: r input µSwitches → m middle switches FRED_m(r) → r output µSwitches.
 * Odd P = 2r+1: the same for 2r ports; port 2r enters through a DEMUX and leaves

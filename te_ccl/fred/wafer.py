@@ -1,7 +1,7 @@
-"""The 20-NPU FRED wafer of fred.md as a port-level model: variants, switch ports, lanes.
+"""The 20-NPU FRED wafer of the FRED paper as a port-level model: variants, switch ports, lanes.
 
 Two-level "almost" fat tree: L1 switch ``k`` serves NPUs ``4k .. 4k+3``; every L1 has
-one (aggregate) connection to the single L2. Variants (fred.md table):
+one (aggregate) connection to the single L2. Variants (the FRED paper's table):
 
 ======== ======== ============ ==========================
 variant  NPU–L1   L1–L2 per L1 in-switch reduce/multicast
@@ -23,7 +23,7 @@ The I/O controllers (18 × 128 GB/s) are not switch ports here: weight streaming
 evaluated analytically (:mod:`te_ccl.fred.evaluate`).
 
 A switch buffers packets, not chunks: 4 KB packets and 24 KB per data channel of a port
-(fred.md). A new phase's configuration takes over once the packets of the previous one
+(the FRED paper). A new phase's configuration takes over once the packets of the previous one
 have left: :attr:`Wafer.reconfig_s`, one packet on a lane (5.5 ns at 750 GB/s), is the
 cost of every phase change.
 
@@ -201,7 +201,7 @@ VARIANTS: dict[str, Wafer] = {name: Wafer(name, uplink, in_switch)
 
 @lru_cache(maxsize=64)  # one Wafer per variant and size: its switches are built once
 def wafer_variant(name: str, npus: int = 20) -> Wafer:
-    """One of ``fred-a .. fred-d`` (fred.md's table) for a wafer of ``npus`` NPUs: L1
+    """One of ``fred-a .. fred-d`` (the FRED paper's table) for a wafer of ``npus`` NPUs: L1
     switches of 4 NPUs, each with the variant's uplink to the one L2.
 
     Raises

@@ -6,7 +6,7 @@ evaluation needs follows from those by a stated rule, with no free parameter::
 
     name: GPT-3
     source: Brown et al. 2020, table 2.1 ...
-    strategy: MP2-DP5-PP2         # the default parallelization (fred.md)
+    strategy: MP2-DP5-PP2         # the default parallelization (the FRED paper)
     weight_streaming: true        # weights streamed from the off-wafer I/O controllers
     global_batch: 1562.5          # samples (sequences) per iteration: 3.2M tokens / 2048
     transformer: {layers: 96, hidden: 12288, heads: 96, seq_len: 2048, vocab: 50257,

@@ -1,4 +1,4 @@
-"""Lower FRED phases to the switch-configuration tables of fred.md (CSV and JSON).
+"""Lower FRED phases to the switch-configuration tables of the FRED paper (CSV and JSON).
 
 Six tables, one CSV each, all of them also in ``tables.json`` with the fabric's
 parameters (lane rate, SRAM bytes, reconfiguration time, what each switch can do):

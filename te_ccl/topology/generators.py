@@ -293,7 +293,7 @@ def rail_optimized(nboxes: int, gpus_per_box: int, nvlink_bandwidth_Bps: float,
     return boxes(box, nboxes, join, name=name or f"rail{nboxes}x{gpus_per_box}")
 
 
-# The FRED wafer (fred.md) ------------------------------------------------------------------
+# The FRED wafer (the FRED paper) ------------------------------------------------
 # variant -> (L1–L2 bandwidth of each L1 per direction, switches reduce and multicast)
 FRED_VARIANTS: dict[str, tuple[float, bool]] = {
     "fred-a": (1.5e12, False), "fred-b": (1.5e12, True),
@@ -319,7 +319,7 @@ def fred_stages(ports: int) -> int:
 
 def wafer_shape(npus: int) -> tuple[int, int]:
     """Rows × columns of a wafer of ``npus`` NPUs: the most nearly square grid, rows ≥
-    columns (5 × 4 for 20, as in fred.md).
+    columns (5 × 4 for 20, as in the FRED paper).
 
     >>> wafer_shape(20), wafer_shape(40), wafer_shape(64)
     ((5, 4), (8, 5), (8, 8))

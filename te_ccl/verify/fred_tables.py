@@ -3,7 +3,7 @@
 It reads only the table files (``flows.csv``, ``uswitches.csv``, ``phases.csv``,
 ``ports.csv``, ``configs.csv``, ``streams.csv`` and ``tables.json``) and shares no code
 with the table builder: the wiring of FRED_m(P), the size of the configuration encoding
-and what a flow, a stripe and a stream mean are derived here again from fred.md.
+and what a flow, a stripe and a stream mean are derived here again from the FRED paper.
 
 Rules (the ``rule`` field of each :class:`Violation`):
 
@@ -352,7 +352,7 @@ def _parse(texts: Mapping[str, str], out: list[Violation]) -> _Tables:
     return t
 
 
-# FRED_m(P), again from fred.md -------------------------------------------------------------
+# FRED_m(P), again from the FRED paper -------------------------------------------------------------
 _KINDS = {"in": ("input", "R"), "out": ("output", "D"), "base": ("base", "RD"),
           "demux": ("demux", "DEMUX"), "mux": ("mux", "MUX")}
 
