@@ -29,21 +29,32 @@ Buffering, as the executor's kernel (``msccl_kernel.cu``, ``prims_simple.h``,
 (12, 0)
 >>> MSCCL.max_allowed_count("Simple", 8 << 20, 8), MSCCL.max_allowed_count("Simple", 16 << 20, 8)
 (2, 1)
+
+RCCL (ROCm/rccl, ``src/misc/msccl/msccl_parser.cc``, ``src/include/msccl/msccl_struct.h``,
+``src/include/device.h``) embeds the same parser and kernel with other limits: 64 thread
+blocks per GPU (``MSCCL_MAX_NUM_THREAD_BLOCKS``), 128 channels (``MAXCHANNELS``), and
+smaller LL and LL128 buffers (256 threads per block; LL128 lines of 64 bytes, 7 of
+their 8 words data). Steps, counts, peers per channel, reduce fusion, XML elements,
+attributes, protocols, collectives and the slots of a connection are the same.
+
+>>> RCCL.max_allowed_count("LL128", 1 << 20, 8), MSCCL.max_allowed_count("LL128", 1 << 20, 8)
+(1, 4)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["RuntimeLimits", "MSCCL", "PROTOCOLS"]
+__all__ = ["RuntimeLimits", "MSCCL", "RCCL", "RUNTIMES", "PROTOCOLS"]
 
 PROTOCOLS = ("Simple", "LL128", "LL")
 
 
 @dataclass(frozen=True)
 class RuntimeLimits:
-    """Limits of the MSCCL executor's XML reader and kernel."""
+    """Limits of an MSCCL executor's XML reader and kernel (by default msccl-executor-nccl's)."""
 
+    name: str = "msccl"
     max_channels: int = 32           # MAXCHANNELS
     max_peers: int = 32              # MSCCL_MAX_NUM_THREAD_BLOCKS_PER_CHANNEL (per direction)
     max_threadblocks: int = 1024     # MSCCL_MAX_NUM_THREAD_BLOCKS (per GPU)
@@ -58,6 +69,7 @@ class RuntimeLimits:
     buffsize_simple: int = 1 << 22   # DEFAULT_BUFFSIZE (NCCL_BUFFSIZE): one Simple connection
     buffsize_ll: int = 8 * 512 * 8 * 16        # DEFAULT_LL_BUFFSIZE
     buffsize_ll128: int = 120 * 640 * 8 * 8    # DEFAULT_LL128_BUFFSIZE
+    ll128_line_elems: int = 16       # NCCL_LL128_LINEELEMS: 8-byte words of an LL128 line
 
     @property
     def waitable(self) -> int:
@@ -76,7 +88,8 @@ class RuntimeLimits:
         if proto == "LL":
             effective = self.buffsize_ll // self.nccl_steps // 2
         elif proto == "LL128":
-            effective = self.buffsize_ll128 // self.nccl_steps // 16 * 15  # LINEELEMS, DATAELEMS
+            line = self.ll128_line_elems  # one word of each line is the flag
+            effective = self.buffsize_ll128 // self.nccl_steps // line * (line - 1)
         else:
             effective = self.buffsize_simple // self.nccl_steps * self.chunk_steps
         chunk = -(-max(1, nbytes) // max(1, nchunksperloop))
@@ -100,3 +113,7 @@ class RuntimeLimits:
 
 
 MSCCL = RuntimeLimits()
+RCCL = RuntimeLimits(name="rccl", max_channels=128, max_threadblocks=64,
+                     buffsize_ll=8 * 256 * 8 * 16, buffsize_ll128=28 * 256 * 8 * 8,
+                     ll128_line_elems=8)
+RUNTIMES = {r.name: r for r in (MSCCL, RCCL)}  # teccl verify --runtime

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from te_ccl.cli.common import CliConsole
 from te_ccl.errors import SpecError
-from te_ccl.runtime_limits import MSCCL
+from te_ccl.runtime_limits import MSCCL, RUNTIMES
 from te_ccl.verify.msccl.findings import RULES, clip
 from te_ccl.verify.msccl.text import MAX_VALUE
 from te_ccl.verify.msccl.verify import Report, verify_msccl
@@ -39,6 +39,10 @@ __all__ = ["verify_cmd"]
               show_default=True,
               help="Slots of a connection (NCCL_STEPS); a call takes "
                    f"{MSCCL.call_slots('Simple')} under Simple, 1 under LL/LL128.")
+@click.option("--runtime", type=click.Choice(list(RUNTIMES)), default=MSCCL.name,
+              show_default=True, help="Whose MSCCL XML parser limits apply: the MSCCL "
+              "executor's, or RCCL's (64 thread blocks per GPU, 128 channels, its LL/LL128 "
+              "buffers).")
 @click.option("--upgrade", is_flag=True, help="Add the <algo> attributes msccl-tools' older "
               "format lacks (outofplace, minBytes, maxBytes), check the result, and write it "
               "to -o if valid.")
@@ -46,7 +50,8 @@ __all__ = ["verify_cmd"]
               help="Where --upgrade writes the executor-format file.")
 @click.pass_context
 def verify_cmd(ctx: click.Context, file: Path, as_json: bool, root: int | None,
-               max_steps: int, slots: int, upgrade: bool, output: Path | None) -> None:
+               max_steps: int, slots: int, runtime: str, upgrade: bool,
+               output: Path | None) -> None:
     """Check an MSCCL XML algorithm: runtime parser rules, unchecked rules, and a
     symbolic run of every rank with the runtime's connection buffering for the file's
     proto (deadlock, races, uninitialized reads, final buffers)."""
@@ -55,16 +60,18 @@ def verify_cmd(ctx: click.Context, file: Path, as_json: bool, root: int | None,
     from te_ccl.verify.mscclpp import is_plan_file
 
     if is_plan_file(file):
-        if upgrade or root is not None:
-            raise click.UsageError("--upgrade and --root apply to MSCCL XML, not to an "
-                                   "MSCCL++ plan")
+        if upgrade or root is not None or runtime != MSCCL.name:
+            raise click.UsageError("--upgrade, --root and --runtime apply to MSCCL XML, "
+                                   "not to an MSCCL++ plan")
         _verify_plan(ctx, file, as_json)
         return
+    limits = RUNTIMES[runtime]
     if upgrade:
-        report = _upgrade(file, output, root=root, max_steps=max_steps, slots=slots)
+        report = _upgrade(file, output, root=root, max_steps=max_steps, slots=slots,
+                          limits=limits)
     else:
         report = _hint_upgrade(verify_msccl(file, root=root, max_steps=max_steps,
-                                            slots=slots))
+                                            slots=slots, limits=limits))
     if as_json:
         click.echo(json.dumps(report_json(report)))
     else:
@@ -140,7 +147,7 @@ def report_json(report: Report) -> dict:
     every rule's count in ``counts``, the first few findings of each rule in
     ``findings``, and per rule how many ``findings`` leaves out in ``truncated``."""
     a = report.algo
-    data: dict = {"file": report.source, "valid": report.valid,
+    data: dict = {"file": report.source, "valid": report.valid, "runtime": report.runtime,
                   "collective": clip(a.coll, MAX_VALUE) if a else None,
                   "ngpus": a.ngpus if a else None}
     if a is not None:
@@ -197,4 +204,5 @@ def _verdict(report: Report) -> Text:
             what += f", root {report.root}" + (" (inferred)" if report.root_inferred else "")
     verdict = Text("valid", style="bold green") if report.valid else Text(
         f"invalid: {report.error_count:,} error(s)", style="bold red")
-    return Text(f"{report.source}: {what} — ").append(verdict)
+    return Text(f"{report.source}: {what} — ").append(verdict).append(
+        f" ({report.runtime} limits)", style="dim")

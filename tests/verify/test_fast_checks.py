@@ -123,9 +123,9 @@ def test_all_clear_steps_are_those_without_findings(case) -> None:
         tbs = {t.id: t for t in gpu.threadblocks}
         for tb in gpu.threadblocks:
             for nsend, nrecv in ((0, 0), (MSCCL.max_peers, MSCCL.max_peers)):
-                fast = runtime_rules._tb_steps(gpu, tb, MSCCL.max_steps, nsend, nrecv)
+                fast = runtime_rules._tb_steps(gpu, tb, MSCCL.max_steps, nsend, nrecv, MSCCL)
                 slow = [f for s in tb.steps for f in runtime_rules._step(
-                    gpu, tb, s, MSCCL.max_steps, nsend, nrecv, orphan_waits(tb))]
+                    gpu, tb, s, MSCCL.max_steps, nsend, nrecv, orphan_waits(tb), MSCCL)]
                 assert fast == Findings() + slow
         fast = static_rules._steps(algo, gpu, MSCCL.max_steps)
         slow = [f for tb in gpu.threadblocks for s in tb.steps

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from te_ccl.runtime_limits import MSCCL
+from te_ccl.runtime_limits import MSCCL, RCCL
 
 __all__ = ["Rule", "RULES", "Finding", "Findings", "finding", "clip", "KEEP"]
 
@@ -78,11 +78,13 @@ _RULES = [
     Rule("proto", "proto must be Simple, LL128 or LL"),
     Rule("coll", "coll must name a collective the runtime implements", True),
     Rule("scratch-chunks", "s_chunks must be >= 0 (it sizes the scratch buffer)", True),
-    Rule("tb-id-range", f"thread block ids are 0..{MSCCL.max_threadblocks - 1} "
-         "(MSCCL_MAX_NUM_THREAD_BLOCKS)", True),
+    Rule("tb-id-range", "thread block ids are below MSCCL_MAX_NUM_THREAD_BLOCKS "
+         f"({MSCCL.max_threadblocks} in the MSCCL executor, {RCCL.max_threadblocks} in RCCL)",
+         True),
     Rule("tb-id-duplicate", "each thread block id appears once per GPU", True),
     Rule("peer", "send/recv peers are a rank or -1, never the GPU itself", True),
-    Rule("channel-range", f"chan is 0..{MSCCL.max_channels - 1} (MAXCHANNELS)", True),
+    Rule("channel-range", f"chan is below MAXCHANNELS ({MSCCL.max_channels} in the MSCCL "
+         f"executor, {RCCL.max_channels} in RCCL)", True),
     Rule("step-range", f"s must be in 0..max_steps-1 (MSCCL_MAX_NUM_STEPS, "
          f"{MSCCL.max_steps} by default)"),
     Rule("step-type", "type must be s, r, rcs, rrs, rrc, rrcs, cpy, re or nop", True),

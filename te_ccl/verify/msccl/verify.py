@@ -12,14 +12,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
 from te_ccl.deadline import check
 from te_ccl.errors import SpecError
 from te_ccl.nogc import paused_gc
-from te_ccl.runtime_limits import MSCCL
+from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.verify.msccl.execute import Execution, judged
 from te_ccl.verify.msccl.findings import RULES, Finding, Findings, finding
 from te_ccl.verify.msccl.layout import GARBAGE, ROOTED, SUPPORTED, Layout
@@ -50,6 +50,7 @@ class Report:
     root_inferred: bool = False
     notes: tuple[str, ...] = field(default=())
     counts: dict[str, int] = field(default_factory=dict)
+    runtime: str = MSCCL.name  # whose parser limits were applied (msccl, rccl)
 
     @property
     def valid(self) -> bool:
@@ -80,9 +81,12 @@ class Report:
 
 def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
                  max_steps: int = MSCCL.max_steps, slots: int | None = None,
-                 read: Callable[[Algo], object] | None = None) -> Report:
-    """Check an MSCCL XML file (or XML text) completely; ``slots`` overrides the slots
-    of a connection (``NCCL_STEPS``), whose calls take ``MSCCL.call_slots(proto)`` each.
+                 read: Callable[[Algo], object] | None = None,
+                 limits: RuntimeLimits = MSCCL) -> Report:
+    """Check an MSCCL XML file (or XML text) completely, against the parser limits of
+    the runtime ``limits`` describe (the MSCCL executor's, or RCCL's); ``slots``
+    overrides the slots of a connection (``NCCL_STEPS``), whose calls take
+    ``limits.call_slots(proto)`` each.
     ``read``, if given, hears the algorithm as soon as it is read (before any check), for
     a caller with more to do with it meanwhile.
 
@@ -94,11 +98,13 @@ def verify_msccl(path_or_text: str | Path, *, root: int | None = None,
         ``root`` is not a rank of the algorithm.
     """
     with paused_gc():
-        return _verify(path_or_text, root, max_steps, slots, read)
+        report = _verify(path_or_text, root, max_steps, slots, read, limits)
+    return replace(report, runtime=limits.name)
 
 
 def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
-            slots: int | None, read: Callable[[Algo], object] | None) -> Report:
+            slots: int | None, read: Callable[[Algo], object] | None,
+            limits: RuntimeLimits) -> Report:
     source = source_name(path_or_text)
     try:
         algo, found = parse_msccl(path_or_text)
@@ -110,7 +116,7 @@ def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
     if read is not None:
         read(algo)
     check(_DOING)
-    found += runtime_checks(algo, max_steps=max_steps)
+    found += runtime_checks(algo, max_steps=max_steps, limits=limits)
     found += static_checks(algo, max_steps=max_steps)
     check(_DOING)
     blocking = sorted(rule for rule in found.counts
@@ -118,7 +124,8 @@ def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
     if blocking:
         note = f"not executed: fix {', '.join(blocking)} first"
         return _report(source, algo, found, notes=(note,))
-    return _execute_modes(algo, found, source, root, slots)
+    return _execute_modes(algo, found, source, root,
+                          limits.nccl_steps if slots is None else slots)
 
 
 def _report(source: str, algo: Algo | None, found: Findings, **more) -> Report:
