@@ -49,8 +49,9 @@ if TYPE_CHECKING:
 @click.option("--max-horizon", type=int, metavar="EPOCHS", help="Largest finish epoch to try.")
 @click.option("-o", "--output", metavar="OUT", help="Output file; '-' for stdout "
               "(default TOPOLOGY-COLLECTIVE.xml).")
-@click.option("--format", "fmt", type=click.Choice(["xml", "json"]), default=None,
-              help="Output format (default from the file suffix, else xml).")
+@click.option("--format", "fmt", type=click.Choice(["xml", "json", "mscclpp"]), default=None,
+              help="Output format (default from the file suffix, else xml); mscclpp: an "
+              "MSCCL++ execution plan (docs/runtimes.md).")
 @click.option("--sizes", metavar="LOW..HIGH", help="One algorithm per size range (e.g. "
               "1KB..1GB) with matching minBytes/maxBytes; -o is then a directory.")
 @click.option("--fred-tables", metavar="DIR", help="Also write FRED switch tables to DIR.")
@@ -204,9 +205,14 @@ def _output(output: str | None, fmt: str | None, topo: Topology, kind: str,
                else "xml")
     if fmt == "xml":
         check_msccl_can_express(topo)
+    if fmt == "mscclpp" and library:
+        raise SpecError("--sizes writes MSCCL XML or schedule JSON; compile one size for an "
+                        "MSCCL++ plan (its min/max message size cover every size)",
+                        key="--format")
     if library:
         return (output or path_component(f"{topo.name}-{kind}-algorithms")), fmt
-    return (output or path_component(f"{topo.name}-{kind}.{fmt}")), fmt
+    suffix = "mscclpp.json" if fmt == "mscclpp" else fmt
+    return (output or path_component(f"{topo.name}-{kind}.{suffix}")), fmt
 
 
 def _maybe_time(t: float | None) -> str:
