@@ -3,8 +3,10 @@
 Each job is compiled by the ordinary compile (flow model, or the scale backend where
 ``auto`` picks it) on a *view* of the topology in which every link it shares is only
 as fast as the job's share of it; its algorithm then leaves the rest of the link to the
-jobs it shares it with, and routes around links others need more. The shares come from
-the jobs compiled alone and replayed together (which links carry whose bytes):
+jobs it shares it with, and routes around links others need more. Only links between
+two GPUs are shared out: a switch port is its GPU's (or its box's) only way in or out
+in the topologies teccl ships, so no route avoids it. The shares come from the jobs
+compiled alone and replayed together (which links carry whose bytes):
 
 ``alone``     every job sees the whole network (the baseline: compiled alone);
 ``shares``    on each shared link, a job's share is its bytes there (× its weight
@@ -43,7 +45,8 @@ __all__ = ["OBJECTIVES", "JobOutcome", "JointResult", "compile_jobs", "objective
 
 OBJECTIVES = ("max", "weighted")
 SHARE_STEPS = 8  # shares are multiples of 1/8 of a link
-PRIORITY_SHARE = 0.75  # what the first job keeps of each link it shares under ``priority``
+PRIORITY_SHARE = 0.75
+MIN_COMPILE_S = 3.0  # the least time one job's compile is given  # what the first job keeps of each link it shares under ``priority``
 
 Views = dict[str, dict[tuple[str, str], float]]  # job → link → fraction of its bandwidth
 
@@ -129,7 +132,7 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
         make_output_dir(output, key="--output")
     say = progress or (lambda _: None)
     # a third of the limit per candidate, split over the jobs
-    each = max(time_limit_s / (3 * len(jobs.jobs)), 1.0)
+    each = max(time_limit_s / (3 * len(jobs.jobs)), MIN_COMPILE_S)
     solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed}
     with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
         def run(method: str, views: Views, base: _Candidate | None = None) -> _Candidate:
@@ -182,8 +185,15 @@ def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
             schedules[job.name] = base.schedules[job.name]
             continue
         path = tmp / f"{method}-{job.name}.xml"
-        result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
-                                output=path, fmt="xml", **solve)
+        view = _view(jobs.topology, views[job.name])
+        try:
+            result = te_ccl.compile(view, job.collective, output=path, fmt="xml", **solve)
+        except VerificationError:
+            if not views[job.name]:
+                raise
+            # epochs of the slowest link: no link of the view is busy longer than one
+            result = te_ccl.compile(view, job.collective, output=path, fmt="xml",
+                                    epoch="slowest", **solve)
         xml[job.name] = path.read_bytes()
         schedules[job.name] = replace(result.schedule, topology=jobs.topology)
         algos[job.name] = checked_algo(job, xml[job.name])
@@ -212,6 +222,8 @@ def _views(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float
         return {n: _quantized(total * d / whole) for n, d in demand.items() if d > 0}
 
     names = [j.name for j in jobs.jobs]
+    gpus = set(jobs.topology.gpus)
+    shared = [k for k in shared if k[0] in gpus and k[1] in gpus]
     if not shared:
         return {}
     if objective == "max":

@@ -1,0 +1,152 @@
+"""``python -m devtools.jobs_bench``: several jobs on one network, compiled jointly.
+
+Two and four jobs on ndv2x4, dgx2x2 and the 256-GPU torus16x16, once on GPUs whose
+links they share (overlapping communicators) and once apart. Each row is
+``teccl compile TOPOLOGY --jobs`` (:func:`te_ccl.jobs.compile_jobs`, objective
+``weighted``): the joint files replayed together against the jobs compiled alone and
+replayed together. Targets: where links are shared, joint ≤ :data:`SHARED_GOAL` × that;
+where none is, equal. Prints a markdown table (or ``--json``) on stdout; exits 1 when a
+target is short, unless ``--no-fail``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import click
+
+from te_ccl.jobs import compile_jobs
+from te_ccl.jobs.spec import jobs_from
+from te_ccl.spec.topology import load_topology
+
+__all__ = ["SCENARIOS", "SHARED_GOAL", "run_scenario", "main"]
+
+SHARED_GOAL = 0.85
+LIMIT_S = 12.0  # each row's --time-limit
+SIZE = "64MB"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    topology: str
+    name: str
+    jobs: tuple[dict[str, Any], ...]
+
+
+def _job(name: str, ranks: list[str], kind: str, weight: float = 1) -> dict[str, Any]:
+    return {"name": name, "ranks": ranks, "collective": kind, "size": SIZE, "weight": weight}
+
+
+def _box(prefix: str, gpus: range) -> list[str]:
+    return [f"{prefix}.g{i}" for i in gpus]
+
+
+def _block(rows: range, cols: range, width: int = 16) -> list[str]:
+    """torus16x16 GPUs (row-major ranks) of a block, as ranks."""
+    return [str(r * width + c) for r in rows for c in cols]
+
+
+def _scenarios() -> tuple[Scenario, ...]:
+    nd = [_box(f"b{b}", range(8)) for b in range(4)]
+    dg = [_box(f"b{b}", range(16)) for b in range(2)]
+    return (
+        Scenario("ndv2x4", "2 jobs, shared", (
+            _job("all", sum(nd, []), "allgather"),
+            _job("pair", nd[0] + nd[1], "allreduce", 2))),
+        Scenario("ndv2x4", "2 jobs, apart", (
+            _job("left", nd[0] + nd[1], "allgather"),
+            _job("right", nd[2] + nd[3], "allreduce", 2))),
+        Scenario("ndv2x4", "4 jobs, shared", (
+            _job("all", sum(nd, []), "allgather"),
+            _job("box0", nd[0], "allreduce", 2),
+            _job("box1", nd[1], "allgather"),
+            _job("pair", nd[2] + nd[3], "allgather", 2))),
+        Scenario("ndv2x4", "4 jobs, apart", tuple(
+            _job(f"box{b}", nd[b], "allgather" if b % 2 else "allreduce", 1 + b % 2)
+            for b in range(4))),
+        Scenario("dgx2x2", "2 jobs, shared", (
+            _job("all", dg[0] + dg[1], "allgather"),
+            _job("half", dg[0][:8] + dg[1][:8], "allgather", 2))),
+        Scenario("dgx2x2", "2 jobs, apart", (
+            _job("box0", dg[0], "allgather"),
+            _job("box1", dg[1], "allreduce", 2))),
+        Scenario("dgx2x2", "4 jobs, shared", (
+            _job("all", dg[0] + dg[1], "allgather"),
+            _job("half", dg[0][:8] + dg[1][:8], "allgather", 2),
+            _job("box0", dg[0], "allreduce"),
+            _job("box1", dg[1], "allgather", 2))),
+        Scenario("dgx2x2", "4 jobs, apart", tuple(
+            _job(f"q{i}", dg[i // 2][(i % 2) * 8:(i % 2) * 8 + 8],
+                 "allgather" if i % 2 else "allreduce", 1 + i % 2) for i in range(4))),
+        Scenario("torus16x16", "2 jobs, shared", (
+            _job("wide", _block(range(4), range(8)), "allgather"),
+            _job("corner", _block(range(4), range(4)), "allreduce", 2))),
+        Scenario("torus16x16", "2 jobs, apart", (
+            _job("west", _block(range(4), range(4)), "allgather"),
+            _job("east", _block(range(4), range(8, 12)), "allreduce", 2))),
+        Scenario("torus16x16", "4 jobs, shared", (
+            _job("wide", _block(range(4), range(8)), "allgather"),
+            _job("corner", _block(range(4), range(4)), "allreduce", 2),
+            _job("tall", _block(range(8), range(4)), "allgather"),
+            _job("middle", _block(range(2, 6), range(2, 6)), "allgather", 2))),
+        Scenario("torus16x16", "4 jobs, apart", tuple(
+            _job(f"block{i}", _block(range(4 * (i // 2), 4 * (i // 2) + 4),
+                                     range(4 * (i % 2), 4 * (i % 2) + 4)),
+                 "allgather" if i % 2 else "allreduce", 1 + i % 2) for i in range(4))),
+    )
+
+
+SCENARIOS = _scenarios()
+
+
+def run_scenario(s: Scenario, limit_s: float = LIMIT_S) -> dict[str, Any]:
+    """One row: the joint compile's objective against the jobs compiled alone."""
+    topo = load_topology(s.topology)
+    jobs = jobs_from(topo, {"jobs": [dict(j) for j in s.jobs]}, None)
+    started = time.monotonic()
+    result = compile_jobs(jobs, None, objective="weighted", time_limit_s=limit_s)
+    info = result.as_dict()
+    shared = info["shared_links"] > 0
+    met = info["ratio"] <= SHARED_GOAL if shared else abs(info["ratio"] - 1) < 1e-9
+    return {"topology": s.topology, "scenario": s.name, "jobs": len(s.jobs),
+            "shared_links": info["shared_links"], "method": info["method"],
+            "joint_s": info["joint"], "together_s": info["together"],
+            "alone_s": info["alone"], "ratio": info["ratio"],
+            "goal": f"<= {SHARED_GOAL}" if shared else "= 1",
+            "met": met, "checks": info["checks"], "candidates": info["candidates"],
+            "notes": info["notes"], "elapsed_s": round(time.monotonic() - started, 2)}
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = ["| topology | jobs | shared links | kept | joint (weighted) | compiled alone, "
+             "run together | ratio | goal | met |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['topology']} | {r['scenario']} | {r['shared_links']} | {r['method']} "
+                     f"| {r['joint_s'] * 1e3:.3f} ms | {r['together_s'] * 1e3:.3f} ms "
+                     f"| {r['ratio']:.3f} | {r['goal']} | {'yes' if r['met'] else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+@click.command("jobs_bench")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@click.option("--no-fail", is_flag=True, help="Exit 0 even if a target is short.")
+@click.option("--only", metavar="TOPOLOGY", help="Run the rows of one topology.")
+def jobs_bench_cmd(as_json: bool, no_fail: bool, only: str | None) -> None:
+    """Run the jobs rows and judge their targets."""
+    import json
+
+    rows = [run_scenario(s) for s in SCENARIOS if only in (None, s.topology)]
+    click.echo(json.dumps(rows, indent=2) if as_json else markdown(rows), nl=not as_json)
+    if not no_fail and not all(r["met"] for r in rows):
+        sys.exit(1)
+
+
+def main() -> None:
+    jobs_bench_cmd(prog_name="python -m devtools.jobs_bench")
+
+
+if __name__ == "__main__":
+    main()
