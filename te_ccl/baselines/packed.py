@@ -51,7 +51,10 @@ PACKED_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.
 PIECES = 512  # pieces the collective is cut into at most (fewer where the runtime's
 #               element limit per rank would not hold their steps)
 _ROUNDS = 60  # column generation rounds
-_HOP = 1e-3  # times a link's time per byte, added to its price: ties go to shorter trees
+_SEED_ROUNDS = 40  # multiplicative-weight rounds for the first trees
+_GROWTH = 0.5  # how much a fully loaded link's price grows in one of them
+_SEED_GAIN = 0.02  # the seeded trees must reach this much more rate to be kept
+_HOP = 1e-6  # times a link's time per byte, added to its price: ties go to shorter trees
 _SLACK = 1e-3  # of the highest rate, given up for trees that take less link time
 _EPS = 1e-7
 
@@ -162,25 +165,61 @@ def _master(net: _Net, cols: list[Counter[Link]], rate: float | None
     return [x.solution_value() for x in w], prices, (abs(floor.dual_value()) if rate else 1.0)
 
 
+def _seed(net: _Net, kind: CollectiveKind, root: str | None, hop: dict[Link, float]
+          ) -> tuple[list[tuple[str, Tree]], list[Counter[Link]]]:
+    """Distinct trees to start the column generation from, by multiplicative weights: each
+    round takes the cheapest tree and raises the price of the links it loads. Spanning
+    trees of a mesh overlap on most links, so the LP's duals alone add trees for a long
+    time before the rate moves (it is degenerate)."""
+    prices = dict(hop)
+    trees: list[tuple[str, Tree]] = []
+    cols: list[Counter[Link]] = []
+    for _ in checked(range(_SEED_ROUNDS), TEMPLATE):
+        top, tree = _price(net, kind, root, prices)
+        col = net.use(_pairs(kind, tree))
+        if tree not in (t for _, t in trees):
+            trees.append((top, tree))
+            cols.append(col)
+        step = min(net.bw[h] / n for h, n in col.items())
+        for h, n in col.items():
+            prices[h] *= 1 + _GROWTH * n * step / net.bw[h]
+    return trees, cols
+
+
 def pack(net: _Net, kind: CollectiveKind, root: str | None) -> list[tuple[float, str, Tree]]:
-    """Trees (rate in bytes per second, root, tree): the highest total rate by column
-    generation, then, within :data:`_SLACK` of it, the trees that take the least link
-    time (fewer and faster hops: shallower pipelines)."""
+    """Trees (rate in bytes per second, root, tree): :func:`_generate` from the tree of
+    the fewest and fastest hops alone, and from :func:`_seed`'s trees where that reaches a
+    rate :data:`_SEED_GAIN` higher (fewer trees pipeline better: each gets more pieces).
+    """
     hop = {k: 1 / b for k, b in net.bw.items()}
-    trees = [_price(net, kind, root, hop)]
-    cols = [net.use(_pairs(kind, trees[0][1]))]
+    first = _price(net, kind, root, hop)
+    alone = _generate(net, kind, root, [first], [net.use(_pairs(kind, first[1]))])
+    seeded = _generate(net, kind, root, *_seed(net, kind, root, hop))
+    rate = sum(w for w, _, _ in alone)
+    return seeded if sum(w for w, _, _ in seeded) > rate * (1 + _SEED_GAIN) else alone
+
+
+def _generate(net: _Net, kind: CollectiveKind, root: str | None,
+              trees: list[tuple[str, Tree]], cols: list[Counter[Link]]
+              ) -> list[tuple[float, str, Tree]]:
+    """Column generation from ``trees`` (``cols`` their link use): the highest total
+    rate, then, within :data:`_SLACK` of it, the trees that take the least link time
+    (fewer and faster hops: shallower pipelines)."""
+    hop = {k: 1 / b for k, b in net.bw.items()}
+    trees, cols = list(trees), list(cols)
     rate = None
     for phase in (0, 1):
         for _ in checked(range(_ROUNDS), TEMPLATE):
             _, prices, pi = _master(net, cols, rate)
-            if phase:  # the link time is part of a tree's cost
-                prices = {k: prices.get(k, 0.0) + hop[k] for k in hop}
-            else:
-                prices = {k: prices.get(k, 0.0) + _HOP * hop[k] for k in hop}
+            # the link time is part of a tree's cost in the second phase, a tie-break in the first
+            prices = {k: prices.get(k, 0.0) + (1 if phase else _HOP) * hop[k] for k in hop}
             top, tree = _price(net, kind, root, prices)
             col = net.use(_pairs(kind, tree))
-            if sum(prices[h] * n for h, n in col.items()) >= pi * (1 - 1e-6) or tree in (
-                    t for _, t in trees):
+            if not phase:
+                col_cost = sum((prices[h] - _HOP * hop[h]) * n for h, n in col.items())
+            else:
+                col_cost = sum(prices[h] * n for h, n in col.items())
+            if col_cost >= pi * (1 - 1e-6) or tree in (t for _, t in trees):
                 break
             trees.append((top, tree))
             cols.append(col)
