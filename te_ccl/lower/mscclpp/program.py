@@ -76,6 +76,7 @@ class Batch:
     items: list[Step] = field(default_factory=list)
     signal: Step | None = None
     wait: Step | None = None
+    need: tuple[int, ...] = (1 << 40,)  # the earliest key the receiver needs it at
 
 
 @dataclass(eq=False)
@@ -225,8 +226,7 @@ class _Builder:
             b.items.append(item)
         if item is not None or made is not None:
             b.signal.after.append(item or made)
-        if recv_key < b.wait.key:
-            b.wait.key = recv_key
+        b.need = min(b.need, recv_key)
         return b.wait
 
     # the passes ---------------------------------------------------------------------------

@@ -3,7 +3,10 @@
 * **Lanes.** The batches between two GPUs go, in key order, to *lanes*: a lane is one
   memory channel on each side (the k-th channel a rank declares to a peer pairs with the
   peer's k-th channel to it) and one thread block on each side. A new lane opens when a
-  thread block would pass ``budget`` operations (the executor holds 64 per block).
+  thread block would pass a budget of operations; the largest budget whose blocks all
+  fit the executor's 64 operations wins (fewest blocks: they must all be resident).
+* **Merged puts.** Consecutive puts of one block to one peer buffer whose source and
+  destination chunks both continue the previous put's become one put of more chunks.
 * **Waits in signal order.** On a lane, the n-th wait is released by the n-th signal, so
   a receiver that needs a later batch first waits for the earlier ones: each wait moves
   to the earliest key a later batch of its lane is needed at.
@@ -64,18 +67,20 @@ class GpuPlan:
     semaphores: int
 
 
-def assign_blocks(program: Program, budget: int = 48) -> list[GpuPlan]:
-    """The blocks of every rank, retried with smaller lanes until every block fits."""
-    while True:
+BUDGETS = (512, 256, 160, 112, 80, 56, 40, 28, 20, 14, 10)  # ops a lane may plan for
+
+
+def assign_blocks(program: Program) -> list[GpuPlan]:
+    """The blocks of every rank, with the largest lane budget whose blocks all fit."""
+    worst = 0
+    for budget in BUDGETS:
         plans = _assign(program, budget)
         worst = max((len(b.ops) for p in plans for b in p.blocks), default=0)
         if worst <= MAX_OPS:
             return plans
-        if budget <= 8:
-            raise RuntimeLimitError(f"a thread block needs {worst} operations; the MSCCL++ "
-                                    f"executor holds {MAX_OPS} (too many steps on one rank "
-                                    "outside its channels; try fewer chunks)")
-        budget = budget * 3 // 4
+    raise RuntimeLimitError(f"a thread block needs {worst} operations; the MSCCL++ "
+                            f"executor holds {MAX_OPS} (too many steps on one rank "
+                            "outside its channels; try fewer chunks)")
 
 
 def _assign(program: Program, budget: int) -> list[GpuPlan]:
@@ -110,13 +115,29 @@ def _lanes(batches: list[Batch], budget: int) -> dict[int, int]:
     for pair_batches in pairs.values():
         lane, used = 0, defaultdict(int)
         for b in sorted(pair_batches, key=lambda b: b.key):
-            send, recv = 2 * len(b.items) + 2, 2 + 3 * len(b.items)
+            send, recv = _runs(b.items) + 2, 2 + 3 * len(b.items)
             if used[b.gpu] + send > budget or used[b.peer] + recv > budget:
                 lane, used = lane + 1, defaultdict(int)
             used[b.gpu] += send
             used[b.peer] += recv
             lane_of[id(b)] = lane
     return lane_of
+
+
+def _runs(items: list[Step]) -> int:
+    """How many puts ``items`` become once contiguous ones merge."""
+    runs, last = 0, None
+    for s in sorted(items, key=_key):
+        if not (last and s.name == last.name == "put" and _continues(last, s)):
+            runs += 1
+        last = s
+    return runs
+
+
+def _continues(a: Step, b: Step) -> bool:
+    """Put ``b`` writes the chunk after ``a``'s from the chunk after ``a``'s."""
+    return (a.src[0].buf == b.src[0].buf and a.dst[0].buf == b.dst[0].buf
+            and a.src[0].index + 1 == b.src[0].index and a.dst[0].index + 1 == b.dst[0].index)
 
 
 def _order_waits(batches: list[Batch], lane_of: dict[int, int]) -> None:
@@ -128,8 +149,8 @@ def _order_waits(batches: list[Batch], lane_of: dict[int, int]) -> None:
         run.sort(key=lambda b: _key(b.signal))
         earliest = None
         for b in reversed(run):
-            if earliest is None or _key(b.wait) < earliest:
-                earliest = _key(b.wait)
+            if earliest is None or (b.need, b.signal.seq) < earliest:
+                earliest = (b.need, b.signal.seq)
             b.wait.key, b.wait.seq = earliest
 
 
@@ -214,6 +235,7 @@ class _Ops:
     def __init__(self, block: Block) -> None:
         self.block = block
         self.last: dict[str, Any] | None = None
+        self.last_put: Step | None = None  # the put step ``last`` ends with, if a put
         self.written: set[Slot] = set()
 
     def add(self, op: dict[str, Any], reads: tuple[Slot, ...] = (),
@@ -236,6 +258,15 @@ class _Ops:
             self.add({"name": s.name, "channel_ids": [0], "channel_type": "memory"})
         elif s.name == "put":
             buf = _remote_id(b, remote, s.peer, s.dst[0].buf)
+            last = self.last
+            if (last is not None and last["name"] == "put" and self.last_put is not None
+                    and last["dst_buff"][0]["buffer_id"] == buf
+                    and _continues(self.last_put, s)):
+                last["src_buff"][0]["size"] += 1
+                last["dst_buff"][0]["size"] += 1
+                self.last_put = s
+                return
+            self.last_put = s
             self.add({"name": "put", "src_buff": [_local(s.src[0])],
                       "dst_buff": [{"buffer_id": buf, "index": s.dst[0].index, "size": 1}],
                       "channel_ids": [0], "channel_type": "memory"}, reads=s.src)

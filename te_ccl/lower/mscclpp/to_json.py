@@ -14,12 +14,33 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.mscclpp.program import Program
 from te_ccl.lower.mscclpp.threadblocks import GpuPlan
 
-__all__ = ["plan_dict", "plan_bytes", "MAX_MESSAGE"]
+__all__ = ["plan_dict", "plan_bytes", "threads_per_block", "MAX_MESSAGE"]
 
 MAX_MESSAGE = 2**64 - 1  # the executor's default: no upper size limit
+# A plan's blocks wait on each other, so all of a rank's blocks must be resident at once:
+# at most RESIDENT_THREADS threads a GPU (128 blocks of 1024, what a 132-SM H100 holds
+# at one block an SM), in blocks of at least MIN_THREADS.
+RESIDENT_THREADS = 128 * 1024
+MIN_THREADS = 256
+
+
+def threads_per_block(blocks: int) -> int:
+    """The most threads a block may have for ``blocks`` blocks a rank to be resident
+    (:class:`RuntimeLimitError` beyond ``RESIDENT_THREADS / MIN_THREADS`` blocks).
+
+    >>> threads_per_block(8), threads_per_block(200), threads_per_block(512)
+    (1024, 512, 256)
+    """
+    for threads in (1024, 512, MIN_THREADS):
+        if blocks * threads <= RESIDENT_THREADS:
+            return threads
+    raise RuntimeLimitError(f"{blocks} thread blocks on one rank; at most "
+                            f"{RESIDENT_THREADS // MIN_THREADS} of {MIN_THREADS} threads can "
+                            "all be resident (too many transfers a rank; try fewer chunks)")
 
 
 def plan_dict(program: Program, plans: list[GpuPlan], *, name: str, min_bytes: int = 0,
@@ -33,7 +54,7 @@ def plan_dict(program: Program, plans: list[GpuPlan], *, name: str, min_bytes: i
         "inplace": coll.inplace,
         "reuse_resources": False,
         "gpus": [_gpu(program, p) for p in plans],
-        "num_threads_per_block": 1024,
+        "num_threads_per_block": threads_per_block(max(len(p.blocks) for p in plans)),
         "use_double_scratch_buffer": False,
         "buffer_alignment": 16,
         "min_message_size": min_bytes,
