@@ -185,15 +185,8 @@ def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
             schedules[job.name] = base.schedules[job.name]
             continue
         path = tmp / f"{method}-{job.name}.xml"
-        view = _view(jobs.topology, views[job.name])
-        try:
-            result = te_ccl.compile(view, job.collective, output=path, fmt="xml", **solve)
-        except VerificationError:
-            if not views[job.name]:
-                raise
-            # epochs of the slowest link: no link of the view is busy longer than one
-            result = te_ccl.compile(view, job.collective, output=path, fmt="xml",
-                                    epoch="slowest", **solve)
+        result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
+                                output=path, fmt="xml", **solve)
         xml[job.name] = path.read_bytes()
         schedules[job.name] = replace(result.schedule, topology=jobs.topology)
         algos[job.name] = checked_algo(job, xml[job.name])

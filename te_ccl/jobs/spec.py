@@ -38,7 +38,6 @@ from typing import Any
 import networkx as nx
 
 from te_ccl.collective.model import ROOTED, Collective, CollectiveKind
-from te_ccl.errors import SpecError
 from te_ccl.outputs import path_component
 from te_ccl.spec.collective import parse_ranks
 from te_ccl.spec.fields import Fields, as_str, parse_size, parse_time, positive_int

@@ -1,0 +1,125 @@
+"""compile --jobs and simulate --jobs end to end on small jobs, and the independent checks."""
+
+import json
+
+import pytest
+
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.jobs import load_jobs
+from te_ccl.schedule import Schedule, Transfer
+from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.spec.topology import load_topology
+from te_ccl.topology import Link, Node, Topology
+from te_ccl.verify.msccl.verify import verify_msccl
+from te_ccl.verify.shared_capacity import check_shared_capacity
+
+APART = """jobs:
+  - {name: left, ranks: [g3, g0, g1], collective: allgather, size: 1MB}
+  - {name: right, ranks: [g5, g4], collective: allreduce, size: 2MB, weight: 2}
+"""
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """Two jobs on the two quads of dgx1 (no link in common), compiled jointly."""
+    from te_ccl.cli.main import main
+
+    tmp = tmp_path_factory.mktemp("jobs")
+    (tmp / "jobs.yaml").write_text(APART)
+    out = tmp / "out"
+    with pytest.raises(SystemExit) as e:
+        main(["compile", "dgx1", "--jobs", str(tmp / "jobs.yaml"), "-o", str(out), "--json",
+              "--time-limit", "20"])
+    assert e.value.code == 0
+    return tmp, out
+
+
+def test_jobs_apart_compile_as_alone_one_verified_file_each(compiled, capsys):
+    tmp, out = compiled
+    assert sorted(p.name for p in out.iterdir()) == ["left.xml", "right.xml"]
+    jobs = load_jobs(load_topology("dgx1"), tmp / "jobs.yaml")
+    for job in jobs.jobs:
+        report = verify_msccl(out / f"{job.name}.xml")
+        assert report.valid and report.algo.ngpus == len(job.ranks)
+
+
+def test_simulate_jobs_replays_the_files_on_the_jobs_ranks(compiled, teccl):
+    tmp, out = compiled
+    code, stdout, _ = teccl("simulate", "dgx1", "--jobs", str(tmp / "jobs.yaml"), str(out),
+                            "--json", "--objective", "max")
+    assert code == 0
+    info = json.loads(stdout)
+    topo = load_topology("dgx1")
+    rows = {r["name"]: r for r in info["jobs"]}
+    # rank i of left.xml runs on the i-th GPU the job lists (g3, g0, g1)
+    alone = simulate_msccl(out / "left.xml", topo, 10**6, ranks=(3, 0, 1)).finish_time_s
+    assert rows["left"]["alone_s"] == pytest.approx(alone, rel=1e-12)
+    assert info["shared_links"] == 0
+    for r in rows.values():  # apart, together is alone
+        assert r["together_s"] == pytest.approx(r["alone_s"], rel=1e-12)
+    assert info["together"] == max(r["together_s"] for r in rows.values())
+
+
+def test_jobs_sharing_links_slow_each_other_and_keep_the_best_candidate(tmp_path, teccl):
+    (tmp_path / "jobs.yaml").write_text("""jobs:
+  - {name: pair, ranks: [g0, g1], collective: allgather, size: 1MB}
+  - {name: quad, ranks: [g0, g1, g2, g3], collective: allgather, size: 1MB}
+""")
+    code, stdout, err = teccl("compile", "dgx1", "--jobs", str(tmp_path / "jobs.yaml"),
+                              "-o", str(tmp_path / "out"), "--json", "--time-limit", "20")
+    assert code == 0, err
+    info = json.loads(stdout)
+    assert info["shared_links"] > 0 and info["checks"]["schedule"] == 0
+    assert info["joint"] == min(info["candidates"].values()) <= info["together"]
+    # contention on the pair's links
+    assert any(j["together_s"] > j["alone_s"] for j in info["jobs"])
+    code, stdout, _ = teccl("simulate", "dgx1", "--jobs", str(tmp_path / "jobs.yaml"),
+                            str(tmp_path / "out"), "--json")
+    assert code == 0
+    again = {r["name"]: r["together_s"] for r in json.loads(stdout)["jobs"]}
+    assert again == {j["name"]: pytest.approx(j["joint_s"], rel=1e-12) for j in info["jobs"]}
+
+
+def test_simulate_jobs_takes_any_xml_and_refuses_a_misfit(tmp_path, teccl):
+    ring = tmp_path / "ring.xml"
+    code, _, _ = teccl("baseline", "ring", "dgx1", "-c", "allgather", "-s", "1MB",
+                       "--ranks", "0-3", "-o", str(ring))
+    assert code == 0
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(f"""jobs:
+  - {{name: a, ranks: [g0, g1, g2, g3], collective: allgather, size: 1MB, xml: {ring.name}}}
+  - {{name: b, ranks: [g0, g1, g2, g3], collective: allgather, size: 1MB, xml: {ring.name}}}
+""")
+    code, stdout, _ = teccl("simulate", "dgx1", "--jobs", str(jobs), "--json")
+    assert code == 0
+    rows = json.loads(stdout)["jobs"]
+    assert rows[0]["together_s"] > rows[0]["alone_s"]  # the same ring twice on one ring
+    jobs.write_text(f"""jobs:
+  - {{name: a, ranks: [g0, g1, g2], collective: allgather, size: 1MB, xml: {ring.name}}}
+""")
+    code, _, err = teccl("simulate", "dgx1", "--jobs", str(jobs), "--json")
+    assert code == 2 and "the file has 4 GPUs, job 'a' 3 ranks" in err
+    code, _, err = teccl("simulate", "dgx1", "--jobs", str(jobs), str(tmp_path / "none"))
+    assert code == 2
+
+
+def _pair() -> tuple[Topology, Collective]:
+    topo = Topology.build("pair", [Node("a"), Node("b")],
+                          [Link("a", "b", 1e9), Link("b", "a", 1e9)])
+    return topo, Collective(CollectiveKind.BROADCAST, 1000, (0, 1), root=0)
+
+
+def test_shared_capacity_sums_jobs_of_different_epochs():
+    topo, coll = _pair()
+    # one chunk of 1000 bytes per 1 us epoch: the whole link
+    full = Schedule(topo, coll, 1e-6, (Transfer(0, "a", "b", 0, 1),))
+    # the same chunk over 2 us epochs: half of the link, or all of it in either half
+    half = Schedule(topo, coll, 2e-6, (Transfer(0, "a", "b", 0, 1),))
+    assert check_shared_capacity({"x": half, "y": half}) == []
+    assert check_shared_capacity({"x": half, "y": full}) == []  # x in the second us
+    # due within 1 us in 0.5 us epochs: with x, 2000 bytes in 1 us
+    quick = Schedule(topo, coll, 0.5e-6, (Transfer(0, "a", "b", 0, 2),))
+    over = check_shared_capacity({"x": full, "y": quick})
+    assert [v.rule for v in over] == ["shared-capacity"] and "x, y" in over[0].message
+    later = Schedule(topo, coll, 1e-6, (Transfer(0, "a", "b", 1, 2),))
+    assert check_shared_capacity({"x": full, "y": later}) == []  # one after the other
