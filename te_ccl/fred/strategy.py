@@ -21,12 +21,13 @@ import re
 from dataclasses import dataclass
 
 from te_ccl.errors import SpecError
-from te_ccl.fred.collectives import CommResult, compile_fred
+from te_ccl.fred.collectives import CommResult, fred_candidates
 from te_ccl.fred.mesh import Mesh, compile_mesh
 from te_ccl.fred.ops import CollectiveOp
 from te_ccl.fred.wafer import Wafer
 
-__all__ = ["Strategy", "parse_strategy", "all_strategies", "PHASES", "compile_phase"]
+__all__ = ["Strategy", "parse_strategy", "all_strategies", "PHASES", "compile_phase",
+           "phase_candidates"]
 
 PHASES = ("MP", "PP", "DP")
 _TOKEN = re.compile(r"(MP|DP|PP)(\d+)$", re.IGNORECASE)
@@ -98,9 +99,17 @@ def all_strategies(npus: int = 20) -> list[Strategy]:
 def compile_phase(fabric: Wafer | Mesh, strategy: Strategy, kind: str,
                   size_bytes: float) -> CommResult | None:
     """Compile the concurrent collectives of one phase on a FRED wafer or the mesh."""
+    return min(phase_candidates(fabric, strategy, kind, size_bytes), key=lambda r: r.time_s,
+               default=None)
+
+
+def phase_candidates(fabric: Wafer | Mesh, strategy: Strategy, kind: str,
+                     size_bytes: float) -> list[CommResult]:
+    """Every way the phase's collectives can run (:func:`fred_candidates`; one on the
+    mesh); none when the phase is absent."""
     ops = strategy.phase_ops(kind, size_bytes)
     if not ops:
-        return None
+        return []
     if isinstance(fabric, Mesh):
-        return compile_mesh(fabric, ops)
-    return compile_fred(fabric, ops)
+        return [compile_mesh(fabric, ops)]
+    return fred_candidates(fabric, ops)

@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from te_ccl.errors import SpecError
 from te_ccl.fred.evaluate import Assumptions, evaluate, parse_sweep, sweep_points
 from te_ccl.fred.mesh import WAFER_MESH, wafer_mesh
+from te_ccl.fred.strategy import all_strategies
 from te_ccl.fred.wafer import VARIANTS, wafer_variant
-from te_ccl.fred.workload import Workload, load_workload, shipped_workloads
+from te_ccl.fred.workload import Workload, check_strategy, load_workload, shipped_workloads
 from te_ccl.topology.generators import wafer_shape
 
 PUBLISHED_PARAMS = {"resnet152": 60.2e6, "transformer17b": 17.2e9, "gpt3": 175e9,
@@ -137,3 +140,36 @@ def test_wafer_sizes_are_validated():
     for bad in (42, 4):
         with pytest.raises(SpecError, match="npus"):
             wafer_variant("fred-d", bad)
+
+
+@st.composite
+def _evaluation_points(draw) -> tuple[str, str, int, Assumptions]:
+    """A workload, a wafer size, a strategy it admits and assumptions, all drawn."""
+    npus = draw(st.sampled_from([8, 16, 20, 32]))
+    key = draw(st.sampled_from(shipped_workloads()))
+    w = load_workload(key)
+    admitted = []
+    for s in all_strategies(npus):
+        try:
+            check_strategy(w, s.mp, s.pp)
+        except SpecError:
+            continue
+        admitted.append(s.name)
+    a = Assumptions(global_batch=draw(st.sampled_from([None, float(npus), 4.0 * npus])),
+                    wire_latency_s=draw(st.sampled_from([0.0, 5e-9, 1e-6])),
+                    uswitch_latency_s=draw(st.sampled_from([0.0, 0.5e-9, 1e-7])))
+    return key, draw(st.sampled_from(admitted)), npus, a
+
+
+@settings(max_examples=10, deadline=None)
+@given(point=_evaluation_points())
+def test_reducing_switches_never_lose_in_the_evaluation(point):
+    """FRED-B contains FRED-A's hardware, FRED-D FRED-C's: whatever the workload, strategy,
+    wafer size, batch and latencies, every phase and the iteration are at least as fast
+    (each phase runs the faster way at its size, not at the size it was compiled at)."""
+    name, strategy, npus, a = point
+    ev = evaluate(load_workload(name), strategy, assumptions=a, npus=npus)
+    for with_, without in (("fred-b", "fred-a"), ("fred-d", "fred-c")):
+        b, f = ev.result(with_), ev.result(without)
+        for part in ("mp_s", "pp_s", "dp_s", "iteration_s"):
+            assert getattr(b, part) <= getattr(f, part) * (1 + 1e-12)
