@@ -72,12 +72,17 @@ BUDGETS = (512, 256, 160, 112, 80, 56, 40, 28, 20, 14, 10)  # ops a lane may pla
 
 def assign_blocks(program: Program) -> list[GpuPlan]:
     """The blocks of every rank, with the largest lane budget whose blocks all fit."""
-    worst = 0
-    for budget in BUDGETS:
-        plans = _assign(program, budget)
-        worst = max((len(b.ops) for p in plans for b in p.blocks), default=0)
-        if worst <= MAX_OPS:
-            return plans
+    lo, hi, best, worst = 0, len(BUDGETS) - 1, None, 0  # fitting grows as budgets shrink
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        plans = _assign(program, BUDGETS[mid])
+        most = max((len(b.ops) for p in plans for b in p.blocks), default=0)
+        if most <= MAX_OPS:
+            best, hi = plans, mid - 1
+        else:
+            worst, lo = most, mid + 1
+    if best is not None:
+        return best
     raise RuntimeLimitError(f"a thread block needs {worst} operations; the MSCCL++ "
                             f"executor holds {MAX_OPS} (too many steps on one rank "
                             "outside its channels; try fewer chunks)")
@@ -202,6 +207,7 @@ def _emit(blocks: list[Block], where: dict[int, Block], remote: list[tuple[int, 
                 pair = (index[id(b)], c)
                 sems.setdefault(pair, len(sems))
                 released[pair].append(id(s))
+    order = {pair: {s: i for i, s in enumerate(steps, 1)} for pair, steps in released.items()}
     acquired: dict[tuple[int, int], int] = defaultdict(int)
     for b in blocks:
         me = index[id(b)]
@@ -216,7 +222,7 @@ def _emit(blocks: list[Block], where: dict[int, Block], remote: list[tuple[int, 
                 if a == me:
                     continue
                 pair = (a, me)
-                need = released[pair].index(id(p)) + 1
+                need = order[pair][id(p)]
                 if need > acquired[pair]:
                     ids += [sems[pair]] * (need - acquired[pair])
                     acquired[pair] = need
@@ -242,15 +248,15 @@ class _Ops:
             writes: tuple[Slot, ...] = ()) -> None:
         last = self.last["name"] if self.last else "nop"
         name = op["name"]
-        touches = set(reads) | set(writes)
         if ((last in DATA and name in ("signal", "sem_release"))
                 or (last in ("wait", "sem_acquire", "rlxwait") and name in DATA)
-                or (last in DATA and name in DATA and touches & self.written)):
+                or (last in DATA and name in DATA
+                    and any(x in self.written for x in (*reads, *writes)))):
             self.block.ops.append({"name": "nop"})
             self.written = set()
         self.block.ops.append(op)
         self.last = op
-        self.written |= set(writes)
+        self.written.update(writes)
 
     def step(self, s: Step, remote: list[tuple[int, str]]) -> None:
         b = self.block

@@ -63,7 +63,10 @@ def plan_dict(program: Program, plans: list[GpuPlan], *, name: str, min_bytes: i
 
 
 def plan_bytes(plan: dict[str, Any]) -> bytes:
-    return (json.dumps(plan, indent=1) + "\n").encode()
+    """One GPU a line: a plan of thousands of ops stays quick to write and to diff."""
+    head = json.dumps({k: v for k, v in plan.items() if k != "gpus"}, separators=(",", ":"))
+    gpus = ",\n".join(json.dumps(g, separators=(",", ":")) for g in plan["gpus"])
+    return (head[:-1] + ',"gpus":[\n' + gpus + "\n]}\n").encode()
 
 
 def _gpu(program: Program, p: GpuPlan) -> dict[str, Any]:

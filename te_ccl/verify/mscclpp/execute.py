@@ -25,6 +25,8 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from te_ccl.verify.mscclpp.model import Op, Plan, Ref
 
 __all__ = ["Outcome", "execute"]
@@ -62,19 +64,19 @@ class _Machine:
         for i, t in enumerate(self.threads):
             t.index = i
         n = len(self.threads)
-        self.clock = [[0] * n for _ in range(n)]
-        self.inbox: dict[tuple, list[list[int]]] = defaultdict(list)  # channel → signal clocks
+        self.clock = [np.zeros(n, dtype=np.int64) for _ in range(n)]
+        self.inbox: dict[tuple, list[np.ndarray]] = defaultdict(list)  # channel → signal clocks
         self.taken: dict[tuple, int] = defaultdict(int)
-        self.sems: dict[tuple[int, int], list[list[int]]] = defaultdict(list)
+        self.sems: dict[tuple[int, int], list[np.ndarray]] = defaultdict(list)
         self.sem_taken: dict[tuple[int, int], int] = defaultdict(int)
         for g in plan.gpus:
             for s, init in enumerate(g.semaphores):
-                self.sems[(g.id, s)] = [[0] * n for _ in range(init)]
-        self.barriers: dict[tuple[int, int], list[list[int]]] = defaultdict(list)
+                self.sems[(g.id, s)] = [np.zeros(n, dtype=np.int64) for _ in range(init)]
+        self.barriers: dict[tuple[int, int], list[np.ndarray]] = defaultdict(list)
         self.passed: dict[tuple[int, int, int], int] = defaultdict(int)
-        self.written: dict[Loc, tuple[int, int, str]] = {}  # thread, its clock, who
-        self.reads: dict[Loc, list[tuple[int, int, str]]] = defaultdict(list)
-        self.packets: dict[Loc, list[int]] = {}
+        self.written: dict[Loc, tuple[int, int, Op]] = {}  # thread, its clock, the op
+        self.reads: dict[Loc, list[tuple[int, int, Op]]] = defaultdict(list)
+        self.packets: dict[Loc, np.ndarray] = {}
         self.raced: set[Loc] = set()
 
     # slots -------------------------------------------------------------------------------
@@ -93,9 +95,9 @@ class _Machine:
             w = self.written.get(loc)
             if w is not None and me[w[0]] < w[1] and loc not in self.raced:
                 self.raced.add(loc)
-                self.errors.append(f"race: {op.where()} reads {_loc(loc)}, written by {w[2]} "
+                self.errors.append(f"race: {op.where()} reads {_loc(loc)}, written by {w[2].where()} "
                                    "with nothing ordering the two")
-            self.reads[loc].append((t.index, me[t.index], op.where()))
+            self.reads[loc].append((t.index, int(me[t.index]), op))
             out.append(self.memory.get(loc))
         return out
 
@@ -106,20 +108,17 @@ class _Machine:
             for who in before + self.reads.get(loc, []):
                 if who[0] != t.index and me[who[0]] < who[1] and loc not in self.raced:
                     self.raced.add(loc)
-                    self.errors.append(f"race: {op.where()} writes {_loc(loc)}, which {who[2]} "
+                    self.errors.append(f"race: {op.where()} writes {_loc(loc)}, which {who[2].where()} "
                                        "accesses with nothing ordering the two")
-            self.written[loc] = (t.index, me[t.index], op.where())
+            self.written[loc] = (t.index, int(me[t.index]), op)
             self.reads.pop(loc, None)
             if v is None:
                 self.memory.pop(loc, None)
             else:
                 self.memory[loc] = v
 
-    def join(self, t: _Thread, other: list[int]) -> None:
-        me = self.clock[t.index]
-        for i, c in enumerate(other):
-            if c > me[i]:
-                me[i] = c
+    def join(self, t: _Thread, other: np.ndarray) -> None:
+        np.maximum(self.clock[t.index], other, out=self.clock[t.index])
 
     # blocking ----------------------------------------------------------------------------
     def blocked(self, t: _Thread, op: Op) -> str | None:
@@ -176,14 +175,14 @@ class _Machine:
         me = self.clock[t.index]
         if name in SIGNALS:
             for peer, k in op.pairs:
-                self.inbox[(t.gpu, peer, op.channel_type, k)].append(list(me))
+                self.inbox[(t.gpu, peer, op.channel_type, k)].append(me.copy())
         elif name == "sem_release":
             for s in op.semaphores:
-                self.sems[(t.gpu, s)].append(list(me))
+                self.sems[(t.gpu, s)].append(me.copy())
 
     def arrive_barrier(self, t: _Thread, op: Op) -> None:
         if op.barrier is not None:
-            self.barriers[(t.gpu, op.barrier[0])].append(list(self.clock[t.index]))
+            self.barriers[(t.gpu, op.barrier[0])].append(self.clock[t.index].copy())
 
     # data --------------------------------------------------------------------------------
     def data(self, t: _Thread, op: Op) -> None:
@@ -246,7 +245,7 @@ class _Machine:
         self.write(t, op, locs, values)
         if packet:
             for loc in locs:
-                self.packets[loc] = list(self.clock[t.index])
+                self.packets[loc] = self.clock[t.index].copy()
 
     # the run -----------------------------------------------------------------------------
     def run(self) -> int:
