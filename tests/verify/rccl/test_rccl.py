@@ -55,10 +55,12 @@ def test_runtime_is_for_msccl_xml_only() -> None:
     assert result.exit_code == 2 and "msccl" in result.output and "rccl" in result.output
 
 
-@pytest.mark.parametrize("kind", ["allreduce", "allgather"])
-def test_mi300x_algorithms_pass_rccl_rules(tmp_path: Path, kind: str) -> None:
-    out = tmp_path / f"mi300x-{kind}.xml"
-    compiled = CliRunner().invoke(cli, ["compile", "mi300x", "-c", kind, "-s", "64KB",
+@pytest.mark.parametrize("topo, kind, size", [("mi300x", "allreduce", "64KB"),
+                                              ("mi300x", "allgather", "64KB")])
+def test_amd_algorithms_pass_rccl_rules(tmp_path: Path, topo: str, kind: str,
+                                        size: str) -> None:
+    out = tmp_path / f"{topo}-{kind}.xml"
+    compiled = CliRunner().invoke(cli, ["compile", topo, "-c", kind, "-s", size,
                                         "-o", str(out), "--time-limit", "20"])
     assert compiled.exit_code == 0, compiled.output
     checked = CliRunner().invoke(cli, ["verify", str(out), "--runtime", "rccl"])
