@@ -4,12 +4,16 @@
   encoded configurations (:mod:`te_ccl.fred.encoding`) a switch's phases select; phases
   with the same µSwitch settings share one.
 * **Buffer**: TE-CCL's buffer metric, for the switches too: the most bytes of chunks a
-  switch holds at once in the schedule's timing (a chunk is held from the epoch it
-  arrives until the epoch it last leaves). A FRED switch buffers
-  :attr:`~te_ccl.fred.wafer.Wafer.channel_buffer_bytes` per data channel of each port
-  (one channel per port for one collective); a schedule that holds more is not what the
-  switches run: its tables stream the same data cut-through
-  (:mod:`te_ccl.fred.from_schedule`), in their own time.
+  switch holds from one epoch into a later one (a chunk arriving in epoch ``a`` and last
+  leaving in epoch ``l`` is held across the ``l − a`` epoch boundaries in between). A
+  switch without buffer forwards every chunk in the epoch it arrives (the flow model's
+  rules (3) and (5), :mod:`te_ccl.model.constraints`), so it holds none: within an epoch
+  the chunk passes through, and the per-epoch link capacities balance what enters and
+  leaves it. What the switches run is the tables' cut-through timeline
+  (:mod:`te_ccl.fred.from_schedule`): a stream takes one lane on every link of its tree,
+  so it enters and leaves at one lane's rate and a switch holds a 4 KB packet per lane,
+  within the :attr:`~te_ccl.fred.wafer.Wafer.channel_buffer_bytes` (24 KB) of each data
+  channel of each port.
 """
 
 from __future__ import annotations
@@ -26,7 +30,9 @@ __all__ = ["switch_buffer_bytes", "fabric_report"]
 
 
 def switch_buffer_bytes(schedule: Schedule, switches: Mapping[str, Any]) -> dict[str, int]:
-    """Per switch, the most bytes of chunks it holds at once in ``schedule``'s epochs.
+    """Per switch, the most bytes of chunks it holds across an epoch boundary in
+    ``schedule`` (module docstring): chunk 0 passes ``sw`` in the epoch it arrives, chunk 1
+    waits there one epoch.
 
     >>> from te_ccl.collective import Collective, CollectiveKind
     >>> from te_ccl.schedule import Transfer
@@ -34,9 +40,9 @@ def switch_buffer_bytes(schedule: Schedule, switches: Mapping[str, Any]) -> dict
     >>> topo = star(2, 1e9)
     >>> coll = Collective(CollectiveKind.ALLGATHER, 2000, (0, 1))
     >>> s = Schedule(topo, coll, 1e-6, (Transfer(0, "g0", "sw", 0, 1), Transfer(0, "sw", "g1", 1, 2),
-    ...     Transfer(1, "g1", "sw", 0, 1), Transfer(1, "sw", "g0", 1, 2)))
+    ...     Transfer(1, "g1", "sw", 0, 1), Transfer(1, "sw", "g0", 2, 3)))
     >>> switch_buffer_bytes(s, {"sw": None})
-    {'sw': 2000}
+    {'sw': 1000}
     """
     arrivals: dict[tuple[str, int], set[int]] = defaultdict(set)
     departures: dict[tuple[str, int], list[int]] = defaultdict(list)
@@ -52,8 +58,8 @@ def switch_buffer_bytes(schedule: Schedule, switches: Mapping[str, Any]) -> dict
             until = arrive[i + 1] if i + 1 < len(arrive) else None
             last = max((d for d in departures[(sw, chunk)]
                         if d >= a and (until is None or d < until)), default=a)
-            change[sw][a] += 1
-            change[sw][last + 1] -= 1
+            change[sw][a] += 1  # held at the ends of epochs a .. last-1
+            change[sw][last] -= 1
     out = {}
     for sw in switches:
         held = peak = 0
