@@ -113,6 +113,19 @@ def _scale(rows: list[Row]) -> list[str]:
                       "ratio (epochs)", "bound", "TACOS ratio"], body)
 
 
+def _defaults(rows: list[Row]) -> list[str]:
+    """The defaults matrix, a row per compile: wall time, first file, final ratio."""
+    body = [[r.topology, r.collective, _size(r.size_bytes), _num(r.solver_time_s, "{:.1f}"),
+             _num(r.first_file_s, "{:.2f}"), _num(r.ratio),
+             "cut short" if r.cut_short else r.status.replace("|", "/")]
+            for r in rows if r.group == "defaults"]
+    if not body:
+        return []
+    return (["", "#### Defaults: `teccl compile TOPOLOGY -c KIND -s SIZE -o FILE`", ""]
+            + _md_table(["topology", "collective", "size", "wall s", "first file s",
+                         "ratio", "status"], body))
+
+
 def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: list[Anchor]) -> str:
     met = sum(t.met for t in targets)
     lines = [
@@ -148,6 +161,7 @@ def results_markdown(result: BenchResult, targets: list[Target], anchor_rows: li
     lines += ["", "#### Scale (1 GiB)", ""] + _scale(result.rows)
     lines += ["", "#### Results per topology: algbw GB/s (ratio to bound)", ""]
     lines += _per_topology(result.rows)
+    lines += _defaults(result.rows)
     return "\n".join(lines) + "\n"
 
 

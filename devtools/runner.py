@@ -32,6 +32,7 @@ from te_ccl.compiler import (
     SIM_LIMIT,
     XML_REPLAY_LIMIT,
     CompileOptions,
+    Kept,
     Timer,
     forward_only,
     render_fitting,
@@ -81,6 +82,9 @@ class Row:
     bound_kind: str = ""
     checked: bool = False
     picked_chunks: int | None = None
+    first_file_s: float | None = None  # defaults rows: the compile's first verified file
+    exit_code: int = 0  # defaults rows: what ``teccl compile`` would exit with
+    cut_short: bool = False  # defaults rows: the limit ended the search (a file was written)
 
     @property
     def ok(self) -> bool:
@@ -131,9 +135,11 @@ def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None,
              bounds: Bounds | None = None) -> list[Row]:
     """teccl and (if the case asks) every applicable baseline on one case."""
     topo = load_topology(case.topology)
-    coll = _collective(case, topo.ngpus)
     base = Row(topo.name, topo.ngpus, case.kind, case.size_bytes, case.chunks, case.group,
                "teccl", limit_s=case.limit_s)
+    if case.group == "defaults":  # the compile's own bound and choices, as a user runs it
+        return [_run_compile(base, topo, case, case.first_file_only)]
+    coll = _collective(case, topo.ngpus)
     if coll.chunk_bytes <= 0:
         return [replace(base, status="size too small for the chunking")]
     bound = (bounds or Bounds()).get(topo, coll)
@@ -176,6 +182,53 @@ def _run_teccl(base: Row, topo, coll: Collective, case: Case, threads: int) -> R
         return _timed(done, sched, timer)
     except TecclError as e:  # the simulator refused the schedule
         return replace(done, status=f"invalid: {e}"[:160])
+
+
+class _FirstFile(Exception):  # noqa: N818 - not an error: the row's compile is done
+    """A compile run to its first file only has it: its time and ratio."""
+
+    def __init__(self, kept: Kept) -> None:
+        self.kept = kept
+
+
+def _stop_at_first(message: str) -> None:
+    if isinstance(message, Kept):
+        raise _FirstFile(message)
+
+
+def _run_compile(base: Row, topo, case: Case, first_only: bool = False) -> Row:
+    """``teccl compile`` with its defaults (the time limit the case's) into a scratch
+    file: the row of the file written (its replay, first-file time) or of the exit.
+    ``first_only`` stops the compile at its first verified file (its ratio is the
+    row's): whether the limit gives a file at all, in a fraction of the time."""
+    import tempfile
+
+    import te_ccl
+    from te_ccl.lower.fred import reducing_switches
+
+    fmt = "json" if reducing_switches(topo) else "xml"  # as teccl compile picks
+    start = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="teccl-defaults-") as tmp:
+        try:
+            res = te_ccl.compile(topo, case.kind, size=case.size_bytes, root=case.root,
+                                 time_limit_s=case.limit_s, output=f"{tmp}/out.{fmt}", fmt=fmt,
+                                 progress=_stop_at_first if first_only else None)
+        except _FirstFile as e:
+            first = e.kept.improvement
+            return replace(base, status="first file", solver_time_s=time.monotonic() - start,
+                           ratio=first.ratio, first_file_s=first.t_s)
+        except TecclError as e:
+            return replace(base, status=f"exit {e.exit_code}: {e}"[:240],
+                           exit_code=e.exit_code, solver_time_s=time.monotonic() - start)
+        except Exception as e:  # noqa: BLE001 - a crash is a row (exit 70), not the end
+            return replace(base, status=f"error: {type(e).__name__}: {e}"[:240],
+                           exit_code=70, solver_time_s=time.monotonic() - start)
+    t, c = res.finish_time_s, res.schedule.collective
+    return replace(base, bound_s=res.lower_bound_s, solver_time_s=time.monotonic() - start, backend=res.backend,
+                   time_s=t, ratio=res.bound_ratio, measured_by=res.measured_by,
+                   algbw_GBps=res.algbw_GBps, busbw_GBps=res.busbw_GBps,
+                   picked_chunks=c.chunks_per_rank, first_file_s=res.first_file_s,
+                   optimal=res.optimal, cut_short=res.cut_short)
 
 
 def run_suite(suite: Suite, *, threads: int = 2, progress: Progress | None = None,

@@ -37,6 +37,7 @@ class Case:
     backend: str = "auto"
     epoch: str = "fastest"
     auto_chunks: bool = False
+    first_file_only: bool = False  # defaults rows: stop the compile at its first file
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,32 @@ def _scale_cases() -> list[Case]:
     return cases
 
 
+DEFAULTS_SIZES = (1 * KB, 1 * MB, 64 * MB, 1 * GB)
+DEFAULTS_LIMIT_S = 60.0  # teccl compile's --time-limit default
+
+
+def _defaults_cases(first_file_only: bool) -> list[Case]:
+    """Every shipped topology × every collective × :data:`DEFAULTS_SIZES`, compiled as
+    ``teccl compile TOPOLOGY -c KIND -s SIZE -o FILE`` with nothing else given (group
+    ``defaults``): the default time limit must give every row a verified file.
+
+    Run to the end (suite ``defaults``), a row takes up to the whole limit, since the
+    search goes on while it improves: the matrix takes hours, one row after another
+    (two cores cannot run rows side by side without slowing each, and a shorter limit
+    would not be the default's behaviour). So ``make bench`` runs ``defaults-first``:
+    the same rows at the same limit, each stopped at its first verified file, which
+    decides whether the row exits 3 (a file kept is always written) and gives its
+    time-to-first-file and the first file's ratio; ``defaults`` gives the final ratios.
+    """
+    from te_ccl.collective.model import CollectiveKind
+    from te_ccl.spec.topology import shipped_topologies
+
+    kinds = [k.value for k in CollectiveKind if k is not CollectiveKind.CUSTOM]
+    return [Case(t, kind, size, limit_s=DEFAULTS_LIMIT_S, baselines=False, group="defaults",
+                 first_file_only=first_file_only)
+            for t in shipped_topologies() for kind in kinds for size in DEFAULTS_SIZES]
+
+
 SUITES: dict[str, Suite] = {
     "default": Suite("default",
                      tuple(_target_cases() + _scale_cases()
@@ -97,6 +124,9 @@ SUITES: dict[str, Suite] = {
                     Case("fc8", "allreduce", 1 * MB, limit_s=5),
                     Case("mesh4x4", "broadcast", 64 * KB, limit_s=5, root=0)),
                    budget_s=120),
+    "defaults": Suite("defaults", tuple(_defaults_cases(False)), budget_s=float("inf")),
+    "defaults-first": Suite("defaults-first", tuple(_defaults_cases(True)),
+                            budget_s=float("inf")),
 }
 
 

@@ -165,7 +165,7 @@ def _near_bounds(rows: list[Row], planned: Planned) -> list[Target]:
 def _scale(rows: list[Row], planned: Planned) -> list[Target]:
     """The 64-1024-GPU instances at 1 GiB: ratio to the bound within a solver budget. A
     row too large to lower here is judged on its solver time; its file's ratio is
-    judged by ``make bench-xml`` (scripts/scale_xml.py), which compiles it end to end."""
+    judged by ``make bench-xml`` (python -m devtools.scale_xml), which compiles it end to end."""
     out = []
     for topo, (budget, goal) in SCALE_GOALS.items():
         kinds = ("alltoall",) if topo == "rail8x8" else ("allgather", "reducescatter", "allreduce")
@@ -197,12 +197,35 @@ def _xml_loss(rows: list[Row]) -> list[Target]:
                    f"<= {XML_LOSS_GOAL}", over == 0)]
 
 
+def _defaults(rows: list[Row]) -> list[Target]:
+    """The defaults matrix (group ``defaults``): every row writes a file, none exits 3;
+    the slowest first file and the worst final ratio beside the count."""
+    mine = [r for r in rows if r.group == "defaults"]
+    if not mine:
+        return []
+    done = [r for r in mine if r.status in ("ok", "first file")]
+    three = [r for r in mine if r.exit_code == 3]
+    other = [r for r in mine if r not in done and r.exit_code != 3]
+    seen = f"{len(three)} of {len(mine)} rows exit 3, {len(other)} other failure(s)"
+    if done:
+        slow = max(done, key=lambda r: r.first_file_s or 0.0)
+        seen += (f"; slowest first file {slow.first_file_s or 0:.2f} s ({slow.topology} "
+                 f"{slow.collective} {slow.size_bytes} B)")
+    if three or other:
+        r = (three + other)[0]
+        seen += f"; first: {r.topology} {r.collective} {r.size_bytes} B: {r.status}"
+    return [Target("defaults: every topology x collective x size writes a file", seen,
+                   "0 exits 3, 0 failures", not three and not other)]
+
+
 def evaluate_targets(rows: list[Row], planned: Planned = None) -> list[Target]:
     """Every target, met or short; with ``planned`` only those whose case the suite
     contains (a planned case without a row — skipped — is short)."""
+    if rows and all(r.group == "defaults" for r in rows):  # the defaults matrix alone
+        return _defaults(rows)
     return (_proven_optimal(rows, planned) + _ndv2_near_cut(rows, planned)
             + _beats_baselines(rows) + _near_bounds(rows, planned) + _scale(rows, planned)
-            + _xml_loss(rows))
+            + _xml_loss(rows) + _defaults(rows))
 
 
 def anchors(rows: list[Row]) -> list[Anchor]:

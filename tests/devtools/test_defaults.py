@@ -1,0 +1,30 @@
+"""The defaults matrix of the benchmark: rows compiled as `teccl compile` runs them, and
+its target (no row exits 3)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from devtools.runner import run_case
+from devtools.suites import KB, Case, suite
+from devtools.targets import evaluate_targets
+
+
+def test_the_matrix_is_every_shipped_topology_collective_and_size():
+    from te_ccl.spec.topology import shipped_topologies
+
+    cases = suite("defaults-first").cases
+    assert len(cases) == len(shipped_topologies()) * 8 * 4
+    assert all(c.limit_s == 60 and c.first_file_only for c in cases)
+
+
+def test_a_row_stopped_at_its_first_file_and_the_target_counts_exits_3():
+    row, = run_case(Case("ring8", "broadcast", KB, limit_s=60, baselines=False,
+                         group="defaults", first_file_only=True))
+    assert row.status == "first file" and row.exit_code == 0
+    assert row.first_file_s > 0 and row.ratio >= 1
+    target, = evaluate_targets([row])
+    assert target.met and "0 of 1 rows exit 3" in target.measured
+    late = replace(row, status="exit 3: time limit of 60 s reached", exit_code=3)
+    target, = evaluate_targets([row, late])
+    assert not target.met and "1 of 2 rows exit 3" in target.measured
