@@ -338,9 +338,13 @@ def packed(topology: Topology, collective: Collective) -> Schedule:
         for chunk in checked(coll.chunks(), TEMPLATE, every=256):
             if chunk.destinations:
                 mine[topology.gpu(chunk.sources[0] if into else chunk.destinations[0])].append(chunk.id)
+        turns = []  # (turn, GPU, plan): every GPU's pieces in turn, so that all paths start at once
         for v, ids in mine.items():
-            for cid, j in zip(ids, _deal(len(ids), [w for w, _ in paths[v]]), strict=True):
-                plans.append(ChunkPlan(cid, paths[v][j][1][0], spread=_chain(paths[v][j][1])))
+            for k, (cid, j) in enumerate(zip(ids, _deal(len(ids), [w for w, _ in paths[v]]),
+                                             strict=True)):
+                path = paths[v][j][1]
+                turns.append((k, v, ChunkPlan(cid, path[0], spread=_chain(path))))
+        plans = [p for _, _, p in sorted(turns, key=lambda x: x[:2])]
         return assemble("packed", topology, coll, plans, chunk_major=True)
     trees = pack(net, kind, root)
     total = sum(w for w, _, _ in trees)

@@ -254,8 +254,8 @@ def _from_nearest_copy(path: list[str], ready: int, chunk: int,
 def assemble(name: str, topology: Topology, collective: Collective,
              plans: list[ChunkPlan], *, chunk_major: bool = False) -> Schedule:
     """Route and time the plans' edges; the Schedule's ``info.backend`` is ``baseline:NAME``.
-    ``chunk_major``: place the edges in the order (chunk, stage), each chunk's whole tree
-    before the next chunk's (first come, first served), not (stage, chunk)."""
+    ``chunk_major``: place each plan's whole tree before the next plan's, in the order of
+    ``plans`` (first come, first served), not by (stage, chunk)."""
     b_max = max(link.bandwidth_Bps for link in topology.links)
     alphas = [link.latency_s for link in topology.links if link.latency_s > 0]
     tau = max(collective.chunk_bytes / b_max, min(alphas, default=0.0) / 2)
@@ -267,9 +267,11 @@ def assemble(name: str, topology: Topology, collective: Collective,
     graph = topology.graph()  # relays through the ranks' GPUs and switches only
     graph.remove_nodes_from(set(topology.gpus) - {topology.gpu(r) for r in collective.ranks})
     held: dict[tuple[str, int], int] = {}  # (GPU, chunk) -> epoch a copy arrives there
+    turn = {p.chunk: k for k, p in enumerate(plans)}
+
     def order(i: int) -> tuple[int, int, int]:
         e = edges[i]
-        return (e.chunk, e.stage, i) if chunk_major else (e.stage, e.chunk, i)
+        return (turn[e.chunk], e.stage, i) if chunk_major else (e.stage, e.chunk, i)
 
     for i in checked(sorted(range(len(edges)), key=order), TEMPLATE, every=256):
         e = edges[i]

@@ -1,0 +1,41 @@
+"""The packed template: pipelined trees and flow paths near the valid lower bound, never below it."""
+
+import pytest
+
+from te_ccl.baselines import build_baseline
+from te_ccl.bounds import lower_bound
+from te_ccl.collective import Collective
+from te_ccl.collective import CollectiveKind as K
+from te_ccl.lower.msccl import lower_to_msccl
+from te_ccl.simulate import simulate_schedule
+from te_ccl.topology import generators as gen
+from te_ccl.verify.schedule_check import check_schedule
+
+RAILS = gen.rail_optimized(2, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)  # 8 GPUs, 4 rails
+
+
+def _ratio(topology, coll) -> float:
+    s = build_baseline("packed", topology, coll)
+    assert check_schedule(s) == []
+    lower_to_msccl(s)  # lowers within the runtime's limits
+    return simulate_schedule(s).finish_time_s / lower_bound(topology, coll).seconds
+
+
+def test_the_line_of_three_sums_in_the_middle_and_beats_reducescatter_plus_allgather():
+    coll = Collective(K.ALLREDUCE, 3_000_000, (0, 1, 2))
+    ratio = _ratio(gen.mesh([3], 1e9), coll)
+    # the bound is 3 ms (every byte over g1's links once each way); RS + AG takes 4 ms
+    assert 1 <= ratio < 1.01
+
+
+@pytest.mark.parametrize("kind", [K.BROADCAST, K.GATHER, K.SCATTER],
+                         ids=lambda k: k.value)
+def test_rooted_collectives_on_rails_pipeline_near_the_bound(kind):
+    """The root's box reaches the other box over every rail at once, not over its own."""
+    coll = Collective(kind, 64_000_000, tuple(range(8)), root=0)
+    assert 1 <= _ratio(RAILS, coll) <= 1.10
+
+
+def test_mesh_allreduce_packs_trees_near_the_bound():
+    coll = Collective(K.ALLREDUCE, 10**9, tuple(range(9)))
+    assert 1 <= _ratio(gen.mesh([3, 3], 50e9, 1e-6), coll) <= 1.10
