@@ -45,8 +45,8 @@ __all__ = ["OBJECTIVES", "JobOutcome", "JointResult", "compile_jobs", "objective
 
 OBJECTIVES = ("max", "weighted")
 SHARE_STEPS = 8  # shares are multiples of 1/8 of a link
-PRIORITY_SHARE = 0.75
-MIN_COMPILE_S = 3.0  # the least time one job's compile is given  # what the first job keeps of each link it shares under ``priority``
+PRIORITY_SHARE = 0.75  # what the first job keeps of each link it shares under ``priority``
+MIN_COMPILE_S = 2.0  # the least time one job's compile is given
 
 Views = dict[str, dict[tuple[str, str], float]]  # job → link → fraction of its bandwidth
 
