@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from te_ccl.errors import SpecError, VerificationError
-from te_ccl.jobs.spec import Job, JobSet
+from te_ccl.jobs.spec import Job, JobSet, objective_of
 from te_ccl.simulate.cosim import CoSimResult, Member, cosimulate
 from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.msccl.reader import LEGACY_RULES
@@ -71,8 +71,6 @@ def simulate_jobs(jobs: JobSet, directory: str | Path | None,
                   objective: str = "weighted") -> dict[str, Any]:
     """``teccl simulate --jobs``: every job's file (any verified MSCCL XML of the job's
     size of communicator) replayed together and alone; the ``--json`` object."""
-    from te_ccl.jobs.joint import objective_of
-
     files = {}
     for j in jobs.jobs:
         if j.xml is None and directory is None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.files import checked_algo, replay_alone, replay_together
-from te_ccl.jobs.spec import Job, JobSet
+from te_ccl.jobs.spec import OBJECTIVES, Job, JobSet, objective_of
 from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Link, Topology
@@ -41,9 +41,8 @@ from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.schedule_check import check_schedule
 from te_ccl.verify.shared_capacity import check_shared_capacity
 
-__all__ = ["OBJECTIVES", "JobOutcome", "JointResult", "compile_jobs", "objective_of"]
+__all__ = ["JobOutcome", "JointResult", "compile_jobs"]
 
-OBJECTIVES = ("max", "weighted")
 SHARE_STEPS = 8  # shares are multiples of 1/8 of a link
 PRIORITY_SHARE = 0.75  # what the first job keeps of each link it shares under ``priority``
 MIN_COMPILE_S = 2.0  # the least time one job's compile is given
@@ -102,13 +101,6 @@ class JointResult:
                       "alone_s": o.alone_s, "together_s": o.together_s,
                       "output": o.output} for o in self.outcomes],
         }
-
-
-def objective_of(objective: str, weighted_times: list[tuple[float, float]]) -> float:
-    """``max``: the latest finish; ``weighted``: the weighted sum of finish times."""
-    if objective == "max":
-        return max(t for _, t in weighted_times)
-    return sum(w * t for w, t in weighted_times)
 
 
 @dataclass(frozen=True)

@@ -44,8 +44,9 @@ from te_ccl.spec.fields import Fields, as_str, parse_size, parse_time, positive_
 from te_ccl.spec.yamlio import read_yaml
 from te_ccl.topology.model import Topology
 
-__all__ = ["Job", "JobSet", "load_jobs", "jobs_from"]
+__all__ = ["OBJECTIVES", "Job", "JobSet", "load_jobs", "jobs_from", "objective_of"]
 
+OBJECTIVES = ("max", "weighted")
 _KEYS = ("name", "ranks", "collective", "size", "chunks", "root", "weight", "deadline", "xml")
 
 
@@ -194,3 +195,11 @@ def _check_connected(topology: Topology, ranks: tuple[int, ...], f: Fields) -> N
             raise f.error("ranks", f"{first} and {g} are not connected through the job's own "
                                    "GPUs and switches (the runtime runs a job on its GPUs "
                                    "only)")
+
+
+def objective_of(objective: str, weighted_times: list[tuple[float, float]]) -> float:
+    """``max``: the latest finish (makespan); ``weighted``: the weighted sum of finish
+    times, for ``(weight, finish)`` per job."""
+    if objective == "max":
+        return max(t for _, t in weighted_times)
+    return sum(w * t for w, t in weighted_times)
