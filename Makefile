@@ -31,6 +31,8 @@ bench: $(STAMP)
 	$(BIN)/python -m devtools.bench default --no-fail --readme docs/benchmarks.md
 	$(BIN)/python -m devtools.sweep_bench --json > bench/sweep_speedup.json
 	@cat bench/sweep_speedup.json
+	$(BIN)/python -m devtools.jobs_bench --no-fail --json > bench/jobs.json
+	$(BIN)/python -m devtools.jobs_bench --table bench/jobs.json
 
 # the 256-1024-GPU instances lowered to MSCCL XML and verified
 bench-xml: $(STAMP)

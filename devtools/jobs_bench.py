@@ -5,8 +5,8 @@ links they share (overlapping communicators) and once apart. Each row is
 ``teccl compile TOPOLOGY --jobs`` (:func:`te_ccl.jobs.compile_jobs`, objective
 ``weighted``): the joint files replayed together against the jobs compiled alone and
 replayed together. Targets: where links are shared, joint ≤ :data:`SHARED_GOAL` × that;
-where none is, equal. Prints a markdown table (or ``--json``) on stdout; exits 1 when a
-target is short, unless ``--no-fail``.
+where none is, equal. Prints a markdown table (or ``--json``; ``--table FILE`` renders a
+stored ``--json``) on stdout; exits 1 when a target is short, unless ``--no-fail``.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from __future__ import annotations
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import click
@@ -134,10 +135,16 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.option("--no-fail", is_flag=True, help="Exit 0 even if a target is short.")
 @click.option("--only", metavar="TOPOLOGY", help="Run the rows of one topology.")
-def jobs_bench_cmd(as_json: bool, no_fail: bool, only: str | None) -> None:
+@click.option("--table", metavar="FILE", type=click.Path(exists=True, dir_okay=False),
+              help="Print the markdown table of FILE (a --json output) instead of running.")
+def jobs_bench_cmd(as_json: bool, no_fail: bool, only: str | None, table: str | None) -> None:
     """Run the jobs rows and judge their targets."""
     import json
 
+    if table is not None:
+        rows = json.loads(Path(table).read_text())
+        click.echo(markdown(rows), nl=False)
+        return
     rows = [run_scenario(s) for s in SCENARIOS if only in (None, s.topology)]
     click.echo(json.dumps(rows, indent=2) if as_json else markdown(rows), nl=not as_json)
     if not no_fail and not all(r["met"] for r in rows):
