@@ -35,6 +35,7 @@ from te_ccl.compiler.judge import PARALLEL_FROM, XML_REPLAY_LIMIT, Timer, Timing
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.portfolio import asked_chunking
 from te_ccl.compiler.solve import Judge, Known, solve
+from te_ccl.compiler.warm import repair
 from te_ccl.deadline import TimeLimitReached, keeping, left, until
 from te_ccl.errors import (
     RuntimeLimitError,
@@ -183,6 +184,8 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
     :data:`WRITE_RESERVE_S` (and :data:`RESERVE_S_PER_DELIVERY` per chunk delivered) before
     the deadline, kept for writing the file and its report.
 
+    With a previous file the search is narrowed to its repair (:func:`te_ccl.compiler.warm.repair`).
+
     A deadline reached in any stage, or a search that fails (no schedule, none that fits
     the runtime), leaves the file kept, with a note; only with none kept yet is it an
     error, and a deadline's message then says what a first file would take.
@@ -192,7 +195,9 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
         try:
             if params.backend == "auto" and params.max_horizon is None:
                 _first_file(topology, collective, params, options, timer, kept, in_switch)
-            _improve(topology, collective, params, options, timer, kept, in_switch)
+            search = repair(options.previous, topology, collective, params, kept)
+            if search is not None:
+                _improve(topology, collective, search, options, timer, kept, in_switch)
         except TimeLimitReached as e:
             if kept.best is None:
                 raise TimeLimitReached(f"{e}{_first_file_needs(kept, timer, collective)}"
@@ -202,7 +207,7 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
             if kept.best is None:
                 raise
             kept.notes.append(f"anytime: the search found no other file ({e})")
-    assert kept.best is not None  # _improve writes or raises
+    assert kept.best is not None  # _improve writes or raises; no repair: a file is kept
     best = kept.best
     if kept.cut_short is not None:
         ratio = kept.ratio(best.finish_s)

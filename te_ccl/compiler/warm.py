@@ -5,11 +5,12 @@ still says how each chunk travelled: for AllGather and Broadcast, which GPU sent
 chunk to which GPU (a tree per chunk). Those trees are routed again on the new topology
 (the direct link where it is still there, else the fastest path, as a template's are)
 and timed epoch by epoch (:func:`te_ccl.baselines.plan.assemble`), at the previous
-file's pieces per rank (chunks times sub-chunks): where that schedule lands within
-:data:`WARM_GAP` of the lower bound it is the compile's first file, before the
-portfolio's cheap candidates; the search then starts from it. Where the trees cannot be
-read (reductions, relays through scratch buffers) or land farther, the compile goes on
-as without a previous file.
+file's pieces per rank (chunks times sub-chunks): that schedule is the compile's first
+file, and where its file replays within :data:`WARM_GAP` of the lower bound it stands:
+the previous compile raced the flow model and the templates already. Where a method of the
+scale backend fits, that backend repairs instead, at the previous file's sub-chunks (no
+race of the portfolio). Where neither applies (reductions, relays through scratch
+buffers, routes that land farther) the compile goes on as without a previous file.
 
 The previous file must be for the same collective on the same ranks (``ngpus``,
 ``coll``, buffer mode); a file for another one is bad input. A GPU gone changes the
@@ -25,8 +26,8 @@ from pathlib import Path
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
-from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.compiler.incumbent import Incumbent
 from te_ccl.errors import SpecError, TecclError
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
@@ -34,12 +35,12 @@ from te_ccl.verify.msccl.layout import Layout
 from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.msccl.values import expand
 
-__all__ = ["Previous", "first_candidates", "read_previous", "warm_schedule", "WARM"]
+__all__ = ["Previous", "first_candidates", "read_previous", "repair", "warm_schedule", "WARM"]
 
 WARM = "previous file"  # the source name of the schedule built from it
-WARM_GAP = 0.1  # its routes make the first file only within this of the lower bound (epoch
-#                 model): re-timed trees of a torus land at 1.5×, where the scale
-#                 backend's first file is within 1 %
+ROUTES = "previous-routes"  # the name of the template its routes make
+WARM_GAP = 0.1  # its routes stand when the file they make replays within this of the
+#                 lower bound; else the portfolio searches on from them
 _TREES = (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST)  # kinds whose trees are read
 
 
@@ -141,15 +142,13 @@ def warm_schedule(previous: Previous, topology: Topology, collective: Collective
     plans = [ChunkPlan(c, name[owner], spread={name[r]: name[s] for r, s in tree})
              for c, owner, tree in previous.trees]
     try:
-        schedule = assemble("previous", topology, pieces, plans)
+        schedule = assemble(ROUTES, topology, pieces, plans)
     except BaselineError:
         return None
     got = {(t.chunk, t.dst) for t in schedule.transfers}
     if any((c.id, topology.gpu(d)) not in got for c in pieces.chunks()
            for d in c.destinations):
         return None
-    if schedule.finish_time_s > lower_bound(topology, collective).seconds * (1 + WARM_GAP):
-        return None  # lowering it would cost more than the portfolio's cheap candidates
     return schedule.with_info(subchunks=k, status=f"{WARM} {Path(previous.path).name}, "
                               "routed again")
 
@@ -158,10 +157,45 @@ def first_candidates(previous: Previous | None, topology: Topology, collective: 
                      params: SolveParams
                      ) -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
     """The candidates of a compile's first file: the previous file's routes first (with
-    ``--from``), then the portfolio's cheap ones (:func:`te_ccl.compiler.portfolio.quick`)
-    for when they do not apply or do not fit the runtime."""
+    ``--from``, where no scale method fits: else the scale backend repairs), then the
+    portfolio's cheap ones (:func:`te_ccl.compiler.portfolio.quick`) for when they do not
+    apply or do not fit the runtime."""
     from te_ccl.compiler.portfolio import quick
 
-    if previous is not None:
+    if previous is not None and not _scales(topology, collective):
         yield f"{WARM}'s routes", partial(warm_schedule, previous, topology, collective)
     yield from quick(topology, collective, params)
+
+
+def repair(previous: Previous | None, topology: Topology, collective: Collective,
+           params: SolveParams, kept: Incumbent) -> SolveParams | None:
+    """What the search after the first file runs: without a previous file, ``params``
+    (the whole portfolio); with one, only the repair. Where a scale method fits, the
+    scale backend at the previous file's sub-chunks (its seconds-long methods land near
+    the bound at any size); else, if the first file is the previous routes and replays
+    within :data:`WARM_GAP` of the lower bound, no search: they stand (the flow model
+    and the templates were raced when the previous file was compiled); else the
+    portfolio, from the file kept, as without a previous file."""
+    if previous is None or params.backend != "auto":
+        return params
+    best = kept.best
+    if _scales(topology, collective):
+        k = previous.subchunks(collective)
+        if best is not None and best.schedule.info.backend == "scale" and \
+                best.schedule.info.subchunks >= k:
+            return None  # the first file is that schedule already
+        return replace(params, backend="scale", max_subchunks=k)
+    if best is not None and best.schedule.info.backend == f"baseline:{ROUTES}" and \
+            best.finish_s <= kept.bound_s * (1 + WARM_GAP):
+        kept.notes.append(f"--from: the {WARM}'s routes stand (no scale method fits "
+                          f"{topology.name}; compile without --from for the whole search)")
+        return None
+    return params
+
+
+def _scales(topology: Topology, collective: Collective) -> bool:
+    """Does a method of the scale backend fit (on the switches MSCCL can drive)?"""
+    from te_ccl.backends.scale import scale_method
+    from te_ccl.compiler.pipeline import forward_only
+
+    return scale_method(forward_only(topology), collective) is not None

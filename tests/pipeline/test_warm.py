@@ -14,6 +14,7 @@ from te_ccl.compiler.warm import read_previous, warm_schedule
 from te_ccl.errors import SpecError
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology.edit import TopologyEdit, edit_topology
+from te_ccl.topology.generators import ring
 from te_ccl.verify.schedule_check import check_schedule
 
 SIZE = 1 << 20
@@ -51,14 +52,14 @@ def test_routes_over_a_removed_link_are_rerouted(previous):
     assert s.info.subchunks * c.chunks_per_rank == p.pieces
 
 
-def test_reductions_seed_nothing_and_say_why(previous, tmp_path):
-    topo = load_topology("ring8")
+def test_reductions_seed_nothing_and_say_why(tmp_path):
+    topo = ring(4, 25e9, 0.7e-6)
+    coll = Collective(CollectiveKind.ALLREDUCE, SIZE, tuple(range(4)))
     path = tmp_path / "ar.xml"
-    te_ccl.compile(topo, "allreduce", size=SIZE, output=str(path), time_limit_s=20)
-    p = read_previous(str(path), Collective(CollectiveKind.ALLREDUCE, SIZE, tuple(range(8))))
+    te_ccl.compile(topo, coll, output=str(path), time_limit_s=20)
+    p = read_previous(str(path), coll)
     assert p.trees is None and "allreduce" in p.why
-    assert warm_schedule(p, topo, Collective(CollectiveKind.ALLREDUCE, SIZE,
-                                             tuple(range(8)))) is None
+    assert warm_schedule(p, topo, coll) is None
 
 
 @pytest.mark.parametrize("coll, words", [
@@ -87,6 +88,39 @@ def test_cli_compiles_from_the_previous_file(teccl, previous, tmp_path):
                          "--from", previous, "-o", str(out), "--time-limit", "20")
     assert code == 0, err
     assert teccl("verify", str(out))[0] == 0
+
+
+STAR = """name: star4
+source: a test network
+description: four GPUs on a switch that only forwards, and a ring of direct links
+defaults: {bandwidth: 25GB/s, latency: 0.7us}
+gpus: [g0, g1, g2, g3]
+switches: [{name: sw, copy: false, reduce: false, buffer: false}]
+links:
+  - {between: [g0, sw], bandwidth: 10GB/s}
+  - {between: [g1, sw], bandwidth: 10GB/s}
+  - {between: [g2, sw], bandwidth: 10GB/s}
+  - {between: [g3, sw], bandwidth: 10GB/s}
+  - {between: [g0, g1]}
+  - {between: [g1, g2]}
+  - {between: [g2, g3]}
+  - {between: [g3, g0]}
+"""
+
+
+def test_where_no_scale_method_fits_the_previous_routes_are_the_file(teccl, tmp_path):
+    star = tmp_path / "star.yaml"
+    star.write_text(STAR)
+    before = tmp_path / "before.xml"
+    te_ccl.compile(str(star), "allgather", size="1GB", output=str(before), time_limit_s=20)
+    changed = tmp_path / "star-down.yaml"
+    assert teccl("topo", "edit", str(star), "--without-link", "g0:sw",
+                 "-o", str(changed))[0] == 0
+    res = te_ccl.compile(str(changed), "allgather", size="1GB", output=str(tmp_path / "a.xml"),
+                         previous=str(before), time_limit_s=20)
+    assert res.incumbents[0].source.startswith("first file: template previous-routes")
+    if res.bound_ratio <= 1.1:  # within the gap: they stand, no search
+        assert len(res.incumbents) == 1 and any("routes stand" in n for n in res.notes)
 
 
 @pytest.mark.parametrize("args, words", [

@@ -1,0 +1,125 @@
+"""``python -m devtools.recompile``: compiling again after a link failure, from the previous file.
+
+For each case: compile an AllGather on the topology (the previous file), remove one link
+(``teccl topo edit --without-link``), then compile on the changed topology twice, from
+scratch and with ``--from`` the previous file. The targets: the compile from the
+previous file takes at most :data:`TIME_GOAL` of the time from scratch, and its file
+finishes within :data:`QUALITY_GOAL` of the one from scratch (both by the written XML's
+replay, ``finish_time_s`` of ``teccl compile --json``). Times are wall-clock seconds of
+the in-process compile on whatever else the machine runs, so they vary from run to run.
+
+Writes ``OUT/recompile.json`` and ``OUT/recompile.md`` (default ``bench/``) and prints
+the table on stderr; exits 1 when a target is missed, unless ``--no-fail``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+import te_ccl
+from te_ccl.cli.common import err_console
+from te_ccl.outputs import make_output_dir, write_atomic
+from te_ccl.spec.topology import load_topology
+from te_ccl.topology.edit import TopologyEdit, edit_topology
+
+__all__ = ["CASES", "Recompile", "recompile", "main"]
+
+TIME_GOAL = 0.25  # of the compile from scratch
+QUALITY_GOAL = 1.02  # finish time over the one from scratch
+LIMIT_S = 60.0  # each compile's time limit (teccl compile's default)
+SIZE = "1GB"
+CASES = (("dgx1", "g0:g1"), ("ndv2x4", "b0.g0:b0.g1"), ("torus16x16", "g0:g1"))
+
+
+@dataclass(frozen=True)
+class Recompile:
+    """One case's numbers: seconds and finish times of both compiles, their ratios."""
+
+    topology: str
+    without_link: str
+    scratch_s: float
+    scratch_finish_s: float
+    scratch_ratio: float | None
+    warm_s: float
+    warm_finish_s: float
+    warm_ratio: float | None
+    warm_first_source: str
+
+    @property
+    def time_share(self) -> float:
+        return self.warm_s / self.scratch_s
+
+    @property
+    def quality(self) -> float:
+        return self.warm_finish_s / self.scratch_finish_s
+
+    @property
+    def met(self) -> bool:
+        return self.time_share <= TIME_GOAL and self.quality <= QUALITY_GOAL
+
+
+def recompile(topology: str, link: str, tmp: Path) -> Recompile:
+    """The case's three compiles (the previous file's is not timed)."""
+    base = load_topology(topology)
+    previous = str(tmp / f"{topology}.xml")
+    te_ccl.compile(base, "allgather", size=SIZE, output=previous, time_limit_s=LIMIT_S)
+    changed = edit_topology(base, TopologyEdit(without_links=(link,),
+                                               name=f"{topology}-without-link"))
+    runs = []
+    for name, extra in (("scratch", {}), ("warm", {"previous": previous})):
+        start = time.monotonic()
+        res = te_ccl.compile(changed, "allgather", size=SIZE, output=str(tmp / f"{name}.xml"),
+                             time_limit_s=LIMIT_S, **extra)
+        runs.append((time.monotonic() - start, res))
+    (s_time, s), (w_time, w) = runs
+    return Recompile(topology, link, s_time, s.finish_time_s, s.bound_ratio, w_time,
+                     w.finish_time_s, w.bound_ratio,
+                     w.incumbents[0].source if w.incumbents else "")
+
+
+def _markdown(rows: list[Recompile]) -> str:
+    lines = ["| topology | link removed | from scratch | from previous | time share | "
+             "finish vs scratch | ratio to bound (scratch / previous) | first file | met |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r.topology} | {r.without_link} | {r.scratch_s:.2f} s | "
+                     f"{r.warm_s:.2f} s | {r.time_share:.0%} | {r.quality:.4f} | "
+                     f"{r.scratch_ratio:.4f} / {r.warm_ratio:.4f} | {r.warm_first_source} | "
+                     f"{'yes' if r.met else 'no'} |")
+    return "\n".join(lines) + "\n"
+
+
+@click.command("recompile", context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--out", "out_dir", default="bench", show_default=True, metavar="DIR",
+              help="Where recompile.json and recompile.md go.")
+@click.option("--only", metavar="TOPOLOGY", multiple=True, help="Run only these cases.")
+@click.option("--no-fail", is_flag=True, help="Exit 0 even if a target is missed.")
+def main(out_dir: str, only: tuple[str, ...], no_fail: bool) -> None:
+    """Compile again after one link failure, from scratch and from the previous file."""
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="teccl-recompile-") as tmp:
+        for topology, link in CASES:
+            if only and topology not in only:
+                continue
+            err_console.print(f"recompile: {topology} without {link}", highlight=False)
+            rows.append(recompile(topology, link, Path(tmp)))
+    folder = make_output_dir(out_dir)
+    write_atomic(str(folder / "recompile.json"), json.dumps(
+        [asdict(r) | {"time_share": r.time_share, "quality": r.quality, "met": r.met}
+         for r in rows], indent=2) + "\n")
+    table = _markdown(rows)
+    write_atomic(str(folder / "recompile.md"), table)
+    err_console.print(table, highlight=False)
+    if not no_fail and not all(r.met for r in rows):
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
