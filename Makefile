@@ -33,6 +33,7 @@ bench: $(STAMP)
 	@cat bench/sweep_speedup.json
 	$(BIN)/python -m devtools.jobs_bench --no-fail --json > bench/jobs.json
 	$(BIN)/python -m devtools.jobs_bench --table bench/jobs.json
+	$(BIN)/python -m devtools.recompile --no-fail
 
 # the 256-1024-GPU instances lowered to MSCCL XML and verified
 bench-xml: $(STAMP)
