@@ -292,3 +292,21 @@ def test_an_allreduce_whose_all_gather_is_solved_in_a_forked_process_is_the_same
     assert len(forked) == 1
     assert beside.transfers == in_turn.transfers and beside.info.notes == in_turn.info.notes
     _assert_good(beside, coll)
+
+
+def test_the_greedy_jumps_over_epochs_in_which_nothing_can_move():
+    """Nothing moved: the next epoch is the first arrival or link freed, and the skipped
+    epochs' random draws are made (the schedule is the one epoch after epoch gives)."""
+    import numpy as np
+
+    from te_ccl.backends.scale.greedy import _next_epoch
+
+    free_at = np.array([0, 9, 30])
+    assert _next_epoch(5, 1, {40: []}, free_at, None) == 6  # something moved
+    assert _next_epoch(5, 0, {40: []}, free_at, None) == 9  # a link is free again
+    assert _next_epoch(9, 0, {40: []}, free_at, None) == 30
+    mine, ref = np.random.default_rng(1), np.random.default_rng(1)
+    assert _next_epoch(30, 0, {40: []}, free_at, (mine, 8, [3, 2])) == 40
+    for _ in range(31, 40):
+        ref.integers(0, 8, size=3), ref.integers(0, 8, size=2)
+    assert mine.integers(0, 1 << 30) == ref.integers(0, 1 << 30)

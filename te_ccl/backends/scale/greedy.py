@@ -214,9 +214,10 @@ def greedy_transfers(problem: Problem, order: list[int], *,
             bitsets.set_bits(via, over, cols)
         if not (need & ~held).any():
             break
-        moved = 0
+        moved, drawn = 0, []
         for links in net.rounds:
             links = links[free_at[links] <= t]
+            drawn.append(len(links))
             s, d = net.src[links], net.dst[links]
             cand = held[s] & ~held[d] & ~incoming[d]
             if routes is not None:
@@ -247,8 +248,28 @@ def greedy_transfers(problem: Problem, order: list[int], *,
         if deadline():
             raise SolverError(f"time limit reached in the scale greedy at epoch {t}")
         check(GREEDY)
-        t += 1
+        t = _next_epoch(t, moved, arrivals, free_at, None if planned else (rng, nbits, drawn))
     return _to_moves(net, order, picked, t)
+
+
+def _next_epoch(t: int, moved: int, arrivals: dict[int, list], free_at: np.ndarray,
+                draws: tuple[np.random.Generator, int, list[int]] | None) -> int:
+    """The next epoch in which anything can move: ``t + 1``, or, where nothing moved in
+    ``t``, the first epoch in which a chunk arrives or a busy link is free again (until
+    then every link has the same candidates, none). Where chunks are small and links
+    have latency that skips most epochs (a hop takes hundreds at 1 KB). ``draws``: the
+    random start's generator, chunk count and draws per round of ``t``; the draws of the
+    skipped epochs are made, so the schedule is the one each epoch in turn gives."""
+    if moved:
+        return t + 1
+    busy = free_at[free_at > t]
+    until = min([*arrivals, *([int(busy.min())] if busy.size else [])], default=t + 1)
+    if draws is not None:
+        rng, nbits, drawn = draws
+        for _ in range(t + 1, until):
+            for n in drawn:
+                rng.integers(0, nbits, size=n)
+    return max(until, t + 1)
 
 
 def _first_tier(cand: np.ndarray, links: np.ndarray, tiers: tuple[np.ndarray, ...]) -> None:
