@@ -14,7 +14,9 @@ op (the engine's tasks; docs/runtimes.md):
   packets (a packet read waits for the packets written to its slot) join likewise;
 * ``glres`` pulls every member's bytes into the NVLS switch linked to the whole group,
   which sends the sum to the reducer, who stores it back through the switch to every
-  member; ``gstore`` is the store half;
+  member, all cut-through (the block loads, adds and stores vector by vector), in
+  :data:`PIECES` pieces so that concurrent multimem ops share the links;
+  ``gstore`` is the store half;
 * local copies and reductions, ``nop`` and the handshakes take no time.
 
 A chunk is the message divided by the plan's chunk count (``output_chunks`` for
@@ -42,6 +44,7 @@ REMOTE_READS = {"get", "rre", "rres"}
 PACKET_WRITES = {"ppkt", "rppkt", "cpkt", "respkt", "recspkt", "recpkt", "gstorepkt"}
 SIGNALS = {"signal", "rlxsignal", "pws", "pwsf"}
 WAITS = {"wait", "rlxwait"}
+PIECES = 8  # a multimem op is replayed as this many pieces in a row
 
 
 @dataclass
@@ -51,6 +54,7 @@ class _Spec:
     after: list[int] = field(default_factory=list)
     label: str = ""
     through: bool = False
+    sent: list[int] = field(default_factory=list)  # tasks that must have left their link
 
 
 class _Builder:
@@ -67,8 +71,8 @@ class _Builder:
         self.done: dict[str, list[int]] = defaultdict(list)
 
     def task(self, link: tuple[str, str] | None, nbytes: float, after: list[int],
-             label: str = "", through: bool = False) -> int:
-        self.specs.append(_Spec(link, nbytes, list(after), label, through))
+             label: str = "", through: bool = False, sent: list[int] | None = None) -> int:
+        self.specs.append(_Spec(link, nbytes, list(after), label, through, list(sent or ())))
         return len(self.specs) - 1
 
     def route(self, src: int, dst: int, nbytes: float, after: list[int], label: str) -> int:
@@ -134,17 +138,26 @@ class _Builder:
         return end
 
     def multimem(self, op: Op, prev: list[int], label: str) -> int:
+        """``glres``/``gstore`` in :data:`PIECES` pieces one after the other, so that the
+        multimem ops of several blocks share the links as the hardware interleaves them
+        (the engine serves a link's messages whole, first come first served)."""
         group = op.dst[0].group
         sw, me = self.switch_of(group), self.names[op.gpu]
-        nbytes = self.size(op.dst[0])
-        pulled = prev
-        if op.name == "glres":
-            ins = [self.task((self.names[m], sw), nbytes, prev, label) for m in group]
-            pulled = [self.task((sw, me), nbytes, ins, label, through=True)]
-        up = self.task((me, sw), nbytes, pulled, label)
-        outs = [self.task((sw, self.names[m]), nbytes, [up], label, through=True)
-                for m in group if m != op.gpu]
-        return self.task(None, 0.0, outs or [up], label)
+        nbytes = self.size(op.dst[0]) / PIECES
+        ends: list[int] = []
+        before: list[int] = []  # the previous piece's first tasks: this one follows them out
+        for _ in range(PIECES):
+            pulled = prev
+            if op.name == "glres":
+                ins = [self.task((self.names[m], sw), nbytes, prev, label, sent=before[i:i + 1])
+                       for i, m in enumerate(group)]
+                pulled, before = [self.task((sw, me), nbytes, ins, label, through=True)], ins
+            up = self.task((me, sw), nbytes, pulled, label, through=op.name == "glres",
+                           sent=[] if op.name == "glres" else before)
+            before = before if op.name == "glres" else [up]
+            ends += [self.task((sw, self.names[m]), nbytes, [up], label, through=True)
+                     for m in group if m != op.gpu] or [up]
+        return self.task(None, 0.0, ends, label)
 
     def resolve(self) -> None:
         """The joins that wait for signals, releases, barriers and packets."""
@@ -207,8 +220,8 @@ def simulate_plan(data: Any, topology: Topology, size_bytes: int) -> SimResult:
                     prev = [b.op(inner, prev)]
             gpu_end[b.names[g.id]].extend(prev)
     b.resolve()
-    tasks = [Task(s.link, s.nbytes, tuple(s.after), label=s.label, through=s.through)
-             for s in b.specs]
+    tasks = [Task(s.link, s.nbytes, tuple(s.after), label=s.label, through=s.through,
+                  after_sent=tuple(s.sent)) for s in b.specs]
     times = run(topology, tasks)
     finish = {gpu: max((times[i].arrive_s for i in ends), default=0.0)
               for gpu, ends in gpu_end.items()}

@@ -81,14 +81,16 @@ class Batch:
 
 @dataclass(eq=False)
 class NvlsEvent:
-    """A sum formed in the switch fabric: ``group`` copy to ``s[x]``, ``reducer`` runs
-    ``glres`` into every member's ``s[y]``."""
+    """A sum formed in the switch fabric: ``group`` have their values at slot ``x``
+    (copied to a scratch index all share unless they already are at one slot), and
+    ``reducer`` runs ``glres`` into every member's slot ``y`` (their final slot when every
+    member keeps the sum, else a scratch index)."""
 
     chunk: int
     group: tuple[int, ...]
     reducer: int
-    x: int
-    y: int
+    x: Slot
+    y: Slot
     glres: Step | None = None
     ready: dict[int, Step] = field(default_factory=dict)  # receiver → step the sum is ready
 
@@ -269,7 +271,7 @@ class _Builder:
         """A sum made in the switch fabric reaches ``d.dst``: the slot it lands in and the
         step after which it is there."""
         ev = self.event(d)
-        y = Slot("s", ev.y)
+        y = ev.y
         if d.dst in ev.group:
             if d.dst == ev.reducer:
                 return y, ev.glres
@@ -292,21 +294,48 @@ class _Builder:
                              "switch: an NVLS group has each rank once")
         group = tuple(sorted(gpus))
         i = len(self.events)
-        ev = self.events[k] = NvlsEvent(d.chunk, group, group[0], 2 * i, 2 * i + 1)
+        values = {s.gpu: self.version_at(s.gpu, d.chunk, s.epoch) for s in d.sources}
+        shared = {v.slot for v in values.values()}
+        inplace = self.coll.inplace
+        x = shared.pop() if len(shared) == 1 and not inplace else Slot("s", 2 * i)
+        y = self.final_for_all(d, group) or Slot("s", 2 * i + 1)
+        # reducers in turn: a reducer's links carry its sums into and out of the switch
+        ev = self.events[k] = NvlsEvent(d.chunk, group, group[i % len(group)], x, y)
         t = d.arrive
         ev.glres = self.step(ev.reducer, (t, P_SWITCH, d.chunk, -1), "glres",
-                             src=(Slot("s", ev.x),), dst=(Slot("s", ev.y),), event=ev)
-        for s in d.sources:
-            v = self.version_at(s.gpu, d.chunk, s.epoch)
-            copy = self.step(s.gpu, (s.epoch, P_SEND, d.chunk, ev.reducer), "copy",
-                             src=(v.slot,), dst=(Slot("s", ev.x),), event=ev)
-            self.read(copy, v)
-            if s.gpu == ev.reducer:
-                ev.glres.after.append(copy)
+                             src=(x,), dst=(y,), event=ev)
+        for s in d.sources:  # a value is offered as soon as the contributor has it
+            v = values[s.gpu]
+            made = v.producer
+            if v.slot != x:
+                made = self.step(s.gpu, (v.epoch, P_SEND, d.chunk, ev.reducer), "copy",
+                                 src=(v.slot,), dst=(x,), event=ev)
+                self.read(made, v)
             else:
-                b = self.batch(s.gpu, ev.reducer, s.epoch, P_SEND)
-                ev.glres.after.append(self.deliver_to(b, copy, (t, P_CONTRIB, -1, s.gpu)))
+                v.readers.append(ev.glres)
+            if s.gpu == ev.reducer:
+                if made is not None:
+                    ev.glres.after.append(made)
+            else:
+                b = self.batch(s.gpu, ev.reducer, v.epoch, P_SEND)
+                item = made if made is not None and made.name == "copy" else None
+                ev.glres.after.append(self.deliver_to(b, item, (t, P_CONTRIB, -1, s.gpu),
+                                                      made))
         return ev
+
+    def final_for_all(self, d: Delivery, group: tuple[int, ...]) -> Slot | None:
+        """The final slot, where the sum can be stored straight into every member: each
+        member receives it as its last value of the chunk and must keep it there, and
+        nothing else lives there (out of place)."""
+        chunk = self.chunks[d.chunk]
+        final = self.layout.final(chunk)
+        same = [x for x in self.deliveries if x.chunk == d.chunk and x.sources == d.sources]
+        ok = (not self.coll.inplace and sorted(x.dst for x in same) == list(group)
+              and all(x.op == "copy" or not self.versions.get((x.dst, x.chunk))
+                      for x in same)
+              and all(m in self.layout.holders(chunk) for m in group)
+              and all(self.left[(m, d.chunk)] == (0 if m == d.dst else 1) for m in group))
+        return final if ok else None
 
     def finish(self) -> None:
         """Every holder's last value in its final slot (:func:`_materialize`)."""

@@ -1,10 +1,11 @@
 """Pass 3: steps into thread blocks, with the syncs the executor needs between them.
 
-* **Lanes.** The batches between two GPUs go, in key order, to *lanes*: a lane is one
+* **Lanes.** The batches between two GPUs go, in signal order, to *lanes*: a lane is one
   memory channel on each side (the k-th channel a rank declares to a peer pairs with the
-  peer's k-th channel to it) and one thread block on each side. A new lane opens when a
-  thread block would pass a budget of operations; the largest budget whose blocks all
-  fit the executor's 64 operations wins (fewest blocks: they must all be resident).
+  peer's k-th channel to it) and one thread block on each side. A batch joins the first
+  lane where it is needed no earlier than the lane's previous batch that way and no
+  block passes a budget of operations; the largest budget whose blocks all fit the
+  executor's 64 operations wins (fewest blocks: they must all be resident).
 * **Merged puts.** Consecutive puts of one block to one peer buffer whose source and
   destination chunks both continue the previous put's become one put of more chunks.
 * **Waits in signal order.** On a lane, the n-th wait is released by the n-th signal, so
@@ -51,7 +52,7 @@ class Block:
     steps: list[Step] = field(default_factory=list)
     ops: list[dict[str, Any]] = field(default_factory=list)
     channel: int = -1  # the memory channel's index among the GPU's
-    switch: list[tuple[int, ...]] = field(default_factory=list)  # NVLS groups used
+    switch: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (group, buffer)
     remote: list[tuple[int, str]] = field(default_factory=list)  # (rank, buffer) used
 
 
@@ -62,7 +63,7 @@ class GpuPlan:
     gpu: int
     blocks: list[Block]
     channels: list[int]  # memory channels: the peer of each, in index order
-    groups: list[tuple[int, ...]]  # NVLS groups this rank is in, in the plan's order
+    groups: list[tuple[tuple[int, ...], str]]  # NVLS (group, buffer) of this rank, in order
     remote: list[tuple[int, str]]  # remote buffers (rank, type), in id order
     semaphores: int
 
@@ -101,7 +102,7 @@ def _assign(program: Program, budget: int) -> list[GpuPlan]:
         for s in sorted(program.steps.get(gpu, []), key=_key):
             where[id(s)] = _home(s, where, blocks[gpu], lane_of)
             where[id(s)].steps.append(s)
-    groups = sorted({ev.group for ev in program.events})
+    groups = sorted({(ev.group, slot.buf) for ev in program.events for slot in (ev.x, ev.y)})
     return [_gpu_plan(gpu, blocks[gpu], where, groups) for gpu in range(program.nranks)]
 
 
@@ -110,21 +111,30 @@ def _key(s: Step) -> tuple:
 
 
 def _lanes(batches: list[Batch], budget: int) -> dict[int, int]:
-    """Batch → lane: per pair of ranks, in key order, a new lane where a side's block
-    would pass ``budget`` ops (a put and its nop per item, a signal, a wait and a nop, a
-    reduction and two semaphore ops per item received)."""
+    """Batch → lane: per pair of ranks, in signal order, the first lane where neither
+    side's block would pass ``budget`` ops (a put per run of contiguous items, a signal;
+    a wait, and a reduction, a nop and a semaphore op per item received) and the batch is
+    needed no earlier than the lane's last batch in its direction (else its wait would
+    have to wait for a batch needed later: a false dependency); else a new lane."""
     pairs: dict[tuple[int, int], list[Batch]] = defaultdict(list)
     for b in batches:
         pairs[(min(b.gpu, b.peer), max(b.gpu, b.peer))].append(b)
     lane_of: dict[int, int] = {}
     for pair_batches in pairs.values():
-        lane, used = 0, defaultdict(int)
-        for b in sorted(pair_batches, key=lambda b: b.key):
+        used: list[dict[int, int]] = []
+        last: list[dict[int, tuple[int, ...]]] = []  # per lane: sender → last need
+        for b in sorted(pair_batches, key=lambda b: _key(b.signal)):
             send, recv = _runs(b.items) + 2, 2 + 3 * len(b.items)
-            if used[b.gpu] + send > budget or used[b.peer] + recv > budget:
-                lane, used = lane + 1, defaultdict(int)
-            used[b.gpu] += send
-            used[b.peer] += recv
+            lane = next((i for i in range(len(used))
+                         if used[i].get(b.gpu, 0) + send <= budget
+                         and used[i].get(b.peer, 0) + recv <= budget
+                         and last[i].get(b.gpu, b.need) <= b.need), len(used))
+            if lane == len(used):
+                used.append({})
+                last.append({})
+            used[lane][b.gpu] = used[lane].get(b.gpu, 0) + send
+            used[lane][b.peer] = used[lane].get(b.peer, 0) + recv
+            last[lane][b.gpu] = b.need
             lane_of[id(b)] = lane
     return lane_of
 
@@ -174,14 +184,14 @@ def _home(s: Step, where: dict[int, Block], mine: dict[Any, Block],
 
 
 def _gpu_plan(gpu: int, mine: dict[Any, Block], where: dict[int, Block],
-              groups: list[tuple[int, ...]]) -> GpuPlan:
+              groups: list[tuple[tuple[int, ...], str]]) -> GpuPlan:
     lanes = sorted((k for k in mine if isinstance(k, tuple)))
     blocks = [mine[k] for k in lanes] + [mine[k] for k in ("switch", "local") if k in mine]
     for i, k in enumerate(lanes):
         mine[k].channel = i
     remote: list[tuple[int, str]] = []
     semaphores = _emit(blocks, where, remote)
-    member = [g for g in groups if gpu in g]
+    member = [g for g in groups if gpu in g[0]]
     for b in blocks:
         if len(b.remote) > MAX_CHANNELS or len(b.switch) > MAX_CHANNELS:
             raise RuntimeLimitError(f"rank {gpu}: a thread block uses more than "
@@ -277,13 +287,8 @@ class _Ops:
                       "dst_buff": [{"buffer_id": buf, "index": s.dst[0].index, "size": 1}],
                       "channel_ids": [0], "channel_type": "memory"}, reads=s.src)
         elif s.name == "glres":
-            group = s.event.group
-            if group not in b.switch:
-                b.switch.append(group)
-            ch = b.switch.index(group)
-            self.add({"name": "glres",
-                      "src_buff": [{"switch_channel_id": ch, "index": s.src[0].index, "size": 1}],
-                      "dst_buff": [{"switch_channel_id": ch, "index": s.dst[0].index, "size": 1}],
+            src, dst = (_switch(b, s.event.group, x) for x in (s.src[0], s.dst[0]))
+            self.add({"name": "glres", "src_buff": [src], "dst_buff": [dst],
                       "channel_type": "switch", "reduce_op": "sum"}, reads=s.src, writes=s.dst)
         else:  # re, copy
             op = {"name": s.name, "src_buff": [_local(x) for x in s.src],
@@ -291,6 +296,15 @@ class _Ops:
             if s.name == "re":
                 op["reduce_op"] = "sum"
             self.add(op, reads=s.src, writes=s.dst)
+
+
+def _switch(block: Block, group: tuple[int, ...], slot: Slot) -> dict[str, Any]:
+    """A buffer reference through the block's switch channel of ``group`` on ``slot``'s
+    buffer (declared on the block once)."""
+    key = (group, slot.buf)
+    if key not in block.switch:
+        block.switch.append(key)
+    return {"switch_channel_id": block.switch.index(key), "index": slot.index, "size": 1}
 
 
 def _local(slot: Slot) -> dict[str, Any]:

@@ -73,8 +73,8 @@ def _gpu(program: Program, p: GpuPlan) -> dict[str, Any]:
     channels: list[dict[str, Any]] = []
     if p.channels:
         channels.append({"channel_type": "memory", "connected_to": p.channels})
-    for group in p.groups:
-        channels.append({"channel_type": "switch", "buffer_type": "s",
+    for group, buf in p.groups:
+        channels.append({"channel_type": "switch", "buffer_type": buf,
                          "rank_groups": [{"size": len(group), "ranks": list(group)}]})
     blocks = []
     for i, b in enumerate(p.blocks):
