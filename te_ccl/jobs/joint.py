@@ -12,9 +12,10 @@ compiled alone and replayed together (which links carry whose bytes):
 ``shares``    on each shared link, a job's share is its bytes there (× its weight
               under ``--objective weighted``) over all jobs' — so the jobs' epoch
               schedules fit the link together;
-``priority``  the job that gains the objective most from going first (Smith's rule:
-              weight / time alone; under ``max`` the longest job) keeps 3/4 of each
-              link it shares, the others split the rest as ``shares`` does.
+``priority``  one job keeps 3/4 of each link it shares, the others split the rest as
+              ``shares`` does: under ``weighted`` the job that gains the objective
+              most from going first (Smith's rule: weight / time alone), under
+              ``max`` the job that finishes last when compiled alone.
 
 Every candidate is lowered, verified and replayed together, file by file, as the
 runtime runs them (:mod:`te_ccl.jobs.files`); the kept one misses the fewest deadlines
@@ -138,7 +139,7 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
         alone = replace(alone, finish=shared.finish_s)
         kept = [alone]
         for method, views in _views(jobs, shared.link_bytes, shared.shared_links, objective,
-                                    alone_s).items():
+                                    alone_s, shared.finish_s).items():
             try:
                 kept.append(run(method, views, alone))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
@@ -197,7 +198,7 @@ def _view(topology: Topology, share: Mapping[tuple[str, str], float]) -> Topolog
 
 def _views(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float]],
            shared: list[tuple[str, str]], objective: str,
-           alone: Mapping[str, float]) -> dict[str, Views]:
+           alone: Mapping[str, float], together: Mapping[str, float]) -> dict[str, Views]:
     """The ``shares`` and ``priority`` views (module docstring)."""
     weight = {j.name: (j.weight if objective == "weighted" else 1.0) for j in jobs.jobs}
 
@@ -212,7 +213,7 @@ def _views(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float
     if not shared:
         return {}
     if objective == "max":
-        first = max(names, key=lambda n: alone[n])
+        first = max(names, key=lambda n: together[n])
     else:
         first = max(names, key=lambda n: weight[n] / alone[n])
     shares: Views = {n: {} for n in names}

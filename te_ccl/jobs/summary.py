@@ -40,8 +40,11 @@ def jobs_table(info: dict[str, Any]) -> Table:
     t.add_section()
     t.add_row(name, "", "", "", "", *values, "")
     if info.get("ratio") is not None:
+        checks = info["checks"]
         t.caption = (f"joint / compiled alone, run together: {info['ratio']:.3f}; "
-                     f"{info['shared_links']} link(s) shared")
+                     f"{info['shared_links']} link(s) shared; schedule checker: "
+                     f"{checks['schedule']} violation(s), shared capacity: "
+                     f"{checks['shared_capacity']} link(s) over")
     elif "shared_links" in info:
         t.caption = f"{info['shared_links']} link(s) carry two jobs' bytes or more"
     return t
