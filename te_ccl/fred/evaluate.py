@@ -30,7 +30,12 @@ replica, ``F = peak · efficiency`` and ``p`` bytes per element:
   reduction of one layer runs while the next layer streams, so only ``max(0, DP − I/O)``
   of the DP phase is exposed;
 * iteration = pipeline + exposed DP + I/O; speedup = mesh iteration / fabric iteration;
-  exposed communication = iteration − compute (the bubble counts as compute).
+  exposed communication = iteration − compute (the bubble counts as compute);
+* the mesh's model runs hierarchical and logical rings, which a better mesh schedule may
+  beat: ``speedup_vs_mesh_bound`` and ``exposed_comm_reduction_vs_mesh_bound`` divide
+  instead the iteration (its exposed communication) the mesh would take if every phase
+  met its lower bound (:func:`mesh_bound_time`), so a fabric's advantage over any mesh
+  schedule is at least that.
 """
 
 from __future__ import annotations
@@ -45,10 +50,12 @@ from te_ccl.fred.mesh import Mesh, wafer_mesh
 from te_ccl.fred.strategy import Strategy, compile_phase, parse_strategy, phase_candidates
 from te_ccl.fred.wafer import VARIANTS, Wafer, wafer_variant
 from te_ccl.fred.workload import Workload, check_strategy
+from te_ccl.topology import generators as gen
 from te_ccl.topology.generators import USWITCH_LATENCY_S, WIRE_LATENCY_S
 
 __all__ = ["FABRICS", "REF_BYTES", "Assumptions", "FabricResult", "Evaluation", "fabric",
-           "phase_models", "phase_time", "phase_rate", "evaluate", "parse_sweep", "sweep_points", "strategy_means"]
+           "phase_models", "phase_time", "phase_rate", "mesh_bound_models",
+           "mesh_bound_time", "evaluate", "parse_sweep", "sweep_points", "strategy_means"]
 
 FABRICS = ("wafer-mesh5x4", "fred-a", "fred-b", "fred-c", "fred-d")
 REF_BYTES = 1e9
@@ -112,6 +119,8 @@ class FabricResult:
     speedup: float
     phase_GBps: dict[str, float]
     exposed_comm_reduction: float  # the mesh's exposed communication / this fabric's
+    speedup_vs_mesh_bound: float  # the mesh's iteration at its phases' bounds / this one
+    exposed_comm_reduction_vs_mesh_bound: float  # the same for the exposed communication
 
     @property
     def exposed_comm_s(self) -> float:
@@ -208,7 +217,44 @@ def phase_rate(fabric_name: str, strategy: Strategy, kind: str,
     return 0.0 if result is None else result.effective_Bps
 
 
-def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions) -> tuple[float, ...]:
+@lru_cache(maxsize=512)
+def mesh_bound_models(strategy: Strategy, kind: str, latencies: tuple[float, float]
+                      ) -> tuple[tuple[float, float], ...]:
+    """(latency seconds, seconds per byte) of the lower bound
+    (:func:`te_ccl.bounds.lower_bound`) of each collective of phase ``kind`` alone on the
+    wafer mesh of ``strategy.npus`` NPUs (a PP send is a Broadcast from one NPU to one)."""
+    from te_ccl.bounds import lower_bound
+    from te_ccl.collective.model import Collective, CollectiveKind
+
+    topo = gen.wafer_mesh(strategy.npus, wire_latency_s=latencies[0],
+                          uswitch_latency_s=latencies[1])
+    size = int(REF_BYTES)
+    out = []
+    for op in strategy.phase_ops(kind, REF_BYTES):
+        colls = ([Collective(CollectiveKind.ALLREDUCE, size, op.ranks)] if op.kind == "allreduce"
+                 else [Collective(CollectiveKind.BROADCAST, size, pair, root=pair[0])
+                       for pair in op.pairs])
+        for c in colls:
+            parts = lower_bound(topo, c).parts
+            out.append((parts.get("alpha_s", 0.0),
+                        max(v for k, v in parts.items() if k != "alpha_s") / REF_BYTES))
+    return tuple(out)
+
+
+def mesh_bound_time(strategy: Strategy, kind: str, latencies: tuple[float, float],
+                    collectives: float, n_bytes: float) -> float:
+    """A lower bound on ``collectives`` runs of phase ``kind`` moving ``n_bytes`` in all on
+    the wafer mesh: each run takes at least its slowest collective's bound alone."""
+    if not collectives:
+        return 0.0
+    return max((collectives * max(alpha, n_bytes / collectives * rate)
+                for alpha, rate in mesh_bound_models(strategy, kind, latencies)), default=0.0)
+
+
+def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions, *,
+               bound: bool = False) -> tuple[float, ...]:
+    """Compute, MP, PP, DP and I/O seconds of an iteration on fabric ``name``; ``bound``:
+    on the mesh with every phase at its lower bound."""
     p = a.precision_bytes or w.precision_bytes
     batch = a.global_batch or w.global_batch
     m = a.microbatches if s.pp > 1 else 1
@@ -218,12 +264,17 @@ def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions) -> tuple[flo
     mp_bytes = sum(b.count * b.mp_allreduces * b.mp_allreduce_elements
                    for b in w.blocks) * p * n / s.pp
     lat = (a.wire_latency_s, a.uswitch_latency_s)
+
+    def time(kind: str, collectives: float, n_bytes: float) -> float:
+        return (mesh_bound_time(s, kind, lat, collectives, n_bytes) if bound else
+                phase_time(name, s, kind, lat, collectives, n_bytes))
+
     mp_ops = sum(b.count * b.mp_allreduces for b in w.blocks) / s.pp
-    t_mp = phase_time(name, s, "MP", lat, mp_ops, mp_bytes)
-    t_pp = phase_time(name, s, "PP", lat, 2, 2 * max(b.pp_elements for b in w.blocks) * p * n)
+    t_mp = time("MP", mp_ops, mp_bytes)
+    t_pp = time("PP", 2, 2 * max(b.pp_elements for b in w.blocks) * p * n)
     steps = m + s.pp - 1
     grads = w.params * p / (s.mp * s.pp)
-    dp = (1 - a.dp_overlap) * phase_time(name, s, "DP", lat, 1, grads)
+    dp = (1 - a.dp_overlap) * time("DP", 1, grads)
     io = 0.0
     if w.weight_streaming:
         f = fabric(name, s.npus)
@@ -259,8 +310,13 @@ def evaluate(workload: Workload, strategy: str | None = None,
         rows[name] = (compute, mp, pp, dp, io, compute + mp + pp + dp + io, bw)
     mesh = rows[mesh_name]
     mesh_exposed = mesh[5] - mesh[0]
-    results = tuple(FabricResult(name, *r[:6], mesh[5] / r[5], r[6],
-                                 mesh_exposed / (r[5] - r[0]) if r[5] > r[0] else float("inf"))
+    mesh_bound = sum(_breakdown(workload, s, mesh_name, assumptions, bound=True))
+
+    def cut(exposed: float, r: tuple) -> float:
+        return exposed / (r[5] - r[0]) if r[5] > r[0] else float("inf")
+
+    results = tuple(FabricResult(name, *r[:6], mesh[5] / r[5], r[6], cut(mesh_exposed, r),
+                                 mesh_bound / r[5], cut(mesh_bound - mesh[0], r))
                     for name, r in rows.items())
     return Evaluation(workload.name, s.name, results, assumptions,
                       assumptions.global_batch or workload.global_batch, workload.paper, npus)
@@ -309,15 +365,16 @@ def sweep_points(base: Assumptions, sweeps: Sequence[tuple[str, list[float]]]
 
 
 def strategy_means(evaluations: Sequence[Evaluation]) -> dict[str, dict[str, float]]:
-    """Per fabric, the arithmetic mean of the speedup and of the exposed-communication cut
-    over ``evaluations`` (one workload under several strategies): the paper reports its
-    exposed-communication cuts averaged over parallelization strategies."""
+    """Per fabric, the arithmetic mean of the speedup and of the exposed-communication cut,
+    each against the mesh's model and against its bound, over ``evaluations`` (one
+    workload under several strategies): the paper reports its exposed-communication cuts
+    averaged over parallelization strategies."""
     out: dict[str, dict[str, float]] = {}
     for r in evaluations[0].results:
         rows = [ev.result(r.fabric) for ev in evaluations]
-        out[r.fabric] = {"speedup": sum(x.speedup for x in rows) / len(rows),
-                         "exposed_comm_reduction": sum(x.exposed_comm_reduction
-                                                       for x in rows) / len(rows)}
+        out[r.fabric] = {k: sum(getattr(x, k) for x in rows) / len(rows)
+                         for k in ("speedup", "exposed_comm_reduction", "speedup_vs_mesh_bound",
+                                   "exposed_comm_reduction_vs_mesh_bound")}
     return out
 
 
