@@ -22,6 +22,8 @@ from te_ccl.topology.model import Topology
 
 __all__ = ["BASELINES", "BaselineError", "ChunkPlan", "applicable", "assemble", "build_baseline"]
 
+PACKED_FIRST_GPUS = 16
+
 BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "ring": ring,
     "ring-bidir": ring_bidir,
@@ -41,7 +43,13 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
     if len(find_boxes(topology, gpus)) > 1:
         names.append("hierarchical")
     if collective.kind in PACKED_KINDS and collective.nranks > 2:
-        names.append("packed")
+        # first for a rooted collective behind switches (a compile's first file is the
+        # first template that applies): one ring or tree crosses the fabric at the rate
+        # of one of its links, several packed trees at the rate of all of them; up to
+        # PACKED_FIRST_GPUS, where it is built in about a second
+        first = (collective.root is not None and bool(topology.switches)
+                 and collective.nranks <= PACKED_FIRST_GPUS)
+        names.insert(0 if first else len(names), "packed")
     return names
 
 

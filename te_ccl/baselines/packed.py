@@ -44,7 +44,7 @@ from te_ccl.deadline import checked
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["PACKED_KINDS", "packed", "overlay"]
+__all__ = ["PACKED_KINDS", "min_arborescence", "packed", "overlay"]
 
 PACKED_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.ALLREDUCE,
                 CollectiveKind.GATHER, CollectiveKind.SCATTER)
@@ -130,18 +130,61 @@ def _price(net: _Net, kind: CollectiveKind, root: str | None, prices: dict[Link,
         top = nx.center(mst)[0]
         return top, {c: p for p, c in nx.bfs_edges(mst, top)}
     assert root is not None
-    g = nx.DiGraph()
-    g.add_nodes_from(net.gpus)
+    arcs = {}
     for (u, v) in net.routes:
         pair = (u, v) if kind is CollectiveKind.BROADCAST else (v, u)
         if v != root and pair in net.routes:
-            g.add_edge(u, v, weight=net.cost(pair, prices))
-    try:
-        arb = nx.minimum_spanning_arborescence(g)
-    except nx.NetworkXException:
+            arcs[(u, v)] = net.cost(pair, prices)
+    return root, min_arborescence(net.gpus, root, arcs)
+
+
+def min_arborescence(nodes: list, root, cost: dict[tuple, float]) -> dict:
+    """The cheapest spanning arborescence out of ``root`` over the arcs of ``cost``
+    (node → parent), by Chu–Liu/Edmonds: every node takes its cheapest arc in; a cycle
+    of such arcs is contracted (arcs into it cost what they save over the cycle's own)
+    and the contracted problem solved; raises :class:`BaselineError` when a node has no
+    arc in. (networkx's takes seconds per call on a 32-GPU overlay.)
+
+    >>> tree = min_arborescence(["r", "a", "b"], "r", {("r", "a"): 5, ("a", "b"): 1,
+    ...                                                ("b", "a"): 1, ("r", "b"): 3})
+    >>> sorted(tree.items())
+    [('a', 'b'), ('b', 'r')]
+    """
+    best: dict = {}
+    for (u, v), c in cost.items():
+        if v != root and u != v and (v not in best or c < cost[(best[v], v)]):
+            best[v] = u
+    if len(best) < len(nodes) - 1:
         raise BaselineError(f"not every GPU is reached from {root} by GPUs that reach each "
-                            "other directly or through switches only") from None
-    return root, {v: u for u, v in arb.edges}
+                            "other directly or through switches only")
+    seen: dict = {}
+    for s in nodes:
+        walk, x = [], s
+        while x != root and x not in seen:
+            seen[x] = s
+            walk.append(x)
+            x = best[x]
+        if x != root and seen[x] == s:
+            cycle = set(walk[walk.index(x):])
+            break
+    else:
+        return dict(best)
+    knot = ("cycle", tuple(sorted(map(str, cycle))))
+    inner: dict[tuple, float] = {}
+    origin: dict[tuple, tuple] = {}
+    for (u, v), c in cost.items():
+        key = (knot if u in cycle else u, knot if v in cycle else v)
+        if key[0] == key[1]:
+            continue
+        c -= cost[(best[v], v)] if v in cycle else 0.0
+        if key not in inner or c < inner[key]:
+            inner[key], origin[key] = c, (u, v)
+    parent = {}
+    for v, p in min_arborescence([n for n in nodes if n not in cycle] + [knot], root,
+                                 inner).items():
+        u0, v0 = origin[(p, v)]
+        parent[v0] = u0
+    return {**{v: best[v] for v in cycle if v not in parent}, **parent}
 
 
 def _master(net: _Net, cols: list[Counter[Link]], rate: float | None
@@ -151,18 +194,25 @@ def _master(net: _Net, cols: list[Counter[Link]], rate: float | None
     Returns the weights, each link's price (its dual, ≥ 0) and the rate row's dual."""
     lp = pywraplp.Solver.CreateSolver("GLOP")
     w = [lp.NumVar(0, lp.infinity(), "") for _ in cols]
-    rows = {link: lp.Add(sum(c[link] * x for c, x in zip(cols, w, strict=True) if link in c)
-                         <= net.bw[link])
-            for link in {h for c in cols for h in c}}
-    if rate is None:
-        lp.Maximize(sum(w))
+    rows = {link: lp.Constraint(-lp.infinity(), net.bw[link]) for c in cols for link in c}
+    goal = lp.Objective()
+    floor = lp.Constraint(rate, lp.infinity()) if rate is not None else None
+    for c, x in zip(cols, w, strict=True):
+        for link, n in c.items():
+            rows[link].SetCoefficient(x, n)
+        if floor is None:
+            goal.SetCoefficient(x, 1.0)
+        else:
+            floor.SetCoefficient(x, 1.0)
+            goal.SetCoefficient(x, net.time(c))
+    if floor is None:
+        goal.SetMaximization()
     else:
-        floor = lp.Add(sum(w) >= rate)
-        lp.Minimize(sum(net.time(c) * x for c, x in zip(cols, w, strict=True)))
+        goal.SetMinimization()
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
         raise BaselineError("the tree packing LP has no optimum")
     prices = {k: abs(r.dual_value()) for k, r in rows.items()}
-    return [x.solution_value() for x in w], prices, (abs(floor.dual_value()) if rate else 1.0)
+    return [x.solution_value() for x in w], prices, (abs(floor.dual_value()) if floor else 1.0)
 
 
 def _seed(net: _Net, kind: CollectiveKind, root: str | None, hop: dict[Link, float]
