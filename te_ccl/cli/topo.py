@@ -94,12 +94,12 @@ def _print_show(d: dict) -> None:
     console.print(summary)
     if d["switches"]:
         sw = Table(title="switches")
-        for col in ("name", "copy", "reduce", "buffer", "FRED"):
+        for col in ("name", "copy", "reduce", "buffer", "NVLS", "FRED"):
             sw.add_column(col)
         for s in d["switches"]:
             fred = f"FRED_{s['fred_m']}({s['fred_ports']})" if s["fred_m"] else "-"
-            sw.add_row(s["name"], *(("yes" if s[k] else "no") for k in ("copy", "reduce", "buffer")),
-                       fred)
+            sw.add_row(s["name"], *(("yes" if s[k] else "no")
+                                    for k in ("copy", "reduce", "buffer", "nvls")), fred)
         console.print(sw)
     groups = Table(title="directed links by bandwidth")
     for col in ("kind", "bandwidth", "latency", "count"):
