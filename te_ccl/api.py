@@ -114,7 +114,7 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     options = CompileOptions(output=None if output is None else str(output), fmt=fmt,
                              fred_tables=None if fred_tables is None else str(fred_tables),
                              chunk_choices=chunk_choices,
-                             previous=_previous(previous, coll, output, backend))
+                             previous=_previous(previous, topo, coll, output, backend))
     if fmt == "mscclpp":
         return _compile_plan(topo, coll, params, options, progress)
     return compile_collective(topo, coll, params, options, progress)
@@ -136,22 +136,28 @@ def _check_plan_kind(coll: Collective, previous: object) -> None:
 def _compile_plan(topo: Topology, coll: Collective, params: SolveParams,
                   options: CompileOptions, progress: Callable[[str], None] | None
                   ) -> CompileResult:
-    """``fmt="mscclpp"``: the schedule solved for what a plan can drive (NVLS switches
-    reduce and copy), lowered to an MSCCL++ execution plan, accepted by the independent
-    plan checker, then written."""
+    """``fmt="mscclpp"``: the anytime compile of the schedule on the machine as a plan
+    can use it (NVLS switches reduce and copy, other switches forward), staged as schedule
+    JSON in a temporary directory, then lowered to an MSCCL++ execution plan, accepted by
+    the independent plan checker, and written."""
+    import tempfile
     from dataclasses import replace
 
+    from te_ccl.compiler import forward_only
     from te_ccl.errors import VerificationError
     from te_ccl.lower.mscclpp import lower_to_mscclpp
     from te_ccl.outputs import write_atomic
     from te_ccl.verify.mscclpp import verify_plan
 
-    result = compile_collective(topo, coll, params, replace(options, output=None), progress)
+    with tempfile.TemporaryDirectory() as tmp:
+        staged = None if options.output is None else str(Path(tmp) / "schedule.json")
+        result = compile_collective(forward_only(topo, "mscclpp"), coll, params,
+                                    replace(options, output=staged, fmt="json"), progress)
     if options.output is None:
         return result
     if progress:
         progress("lowering to an MSCCL++ plan")
-    data = lower_to_mscclpp(result.schedule)
+    data = lower_to_mscclpp(result.schedule, name=f"{topo.name}-{coll.kind.value}")
     report = verify_plan(data.decode())
     if not report.valid:
         raise VerificationError(f"the lowered MSCCL++ plan failed its check "
@@ -160,7 +166,7 @@ def _compile_plan(topo: Topology, coll: Collective, params: SolveParams,
     return replace(result, output=options.output)
 
 
-def _previous(previous: str | os.PathLike | None, coll: Collective,
+def _previous(previous: str | os.PathLike | None, topo: Topology, coll: Collective,
               output: str | os.PathLike | None, backend: str) -> Previous | None:
     """The previous file, read and checked against ``coll`` (a compile that writes a file
     with the ``auto`` backend starts from it)."""
@@ -171,7 +177,7 @@ def _previous(previous: str | os.PathLike | None, coll: Collective,
                         "backend; expected an output and backend auto", key="previous")
     from te_ccl.compiler.warm import read_previous
 
-    return read_previous(str(previous), coll)
+    return read_previous(str(previous), coll, topo)
 
 
 def _topology(topology: str | os.PathLike | Topology) -> Topology:

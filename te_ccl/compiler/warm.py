@@ -12,9 +12,12 @@ scale backend fits, that backend repairs instead, at the previous file's sub-chu
 race of the portfolio). Where neither applies (reductions, relays through scratch
 buffers, routes that land farther) the compile goes on as without a previous file.
 
-The previous file must be for the same collective on the same ranks (``ngpus``,
-``coll``, buffer mode); a file for another one is bad input. A GPU gone changes the
-ranks, so its file cannot seed the compile: compile from scratch then.
+The previous file must be for the same collective (``coll``, buffer mode) on the same
+number of ranks; a file for another one is bad input. With GPUs gone (``teccl topo edit
+--without-gpu``) the ranks change: a file of every GPU of a topology that still loads
+by the name its provenance comment gives (a shipped one, or a file of that name) is
+matched by GPU name; the chunks of a GPU gone are dropped, and what it relayed is sent
+by the GPU that sent it there.
 """
 
 from __future__ import annotations
@@ -63,9 +66,11 @@ class Previous:
         return k // c if k % c == 0 else 1
 
 
-def read_previous(path: str, collective: Collective) -> Previous:
-    """Read ``path`` and check it is a file for ``collective`` (same number of ranks,
-    collective and buffer mode); :class:`SpecError` naming the file and what differs."""
+def read_previous(path: str, collective: Collective, topology: Topology) -> Previous:
+    """Read ``path`` and check it is a file for ``collective`` on ``topology`` (same
+    collective and buffer mode; the same number of ranks, or, with GPUs gone, a file
+    of every GPU of the topology its provenance names, which has every GPU ranked now);
+    :class:`SpecError` naming the file and what differs."""
     from te_ccl.verify.msccl.reader import read_msccl
 
     try:
@@ -73,34 +78,61 @@ def read_previous(path: str, collective: Collective) -> Previous:
     except TecclError as e:
         raise SpecError(f"expected a previous MSCCL XML file teccl can read ({e})",
                         file=path, key="--from") from None
-    for what, theirs, ours in (("ngpus", algo.ngpus, collective.nranks),
-                               ("coll", algo.coll, collective.kind.value),
+    for what, theirs, ours in (("coll", algo.coll, collective.kind.value),
                                ("inplace", algo.inplace, int(collective.inplace))):
         if theirs != ours:
-            hint = (" (a GPU gone changes the ranks: compile without --from)"
-                    if what == "ngpus" else "")
             raise SpecError(f"the file has {what}={theirs}, the collective compiled "
-                            f"{what}={ours}: it is for another collective or topology{hint}",
+                            f"{what}={ours}: it is for another collective",
                             file=path, key="--from")
     layout = Layout(algo.coll, algo.ngpus, algo.nchunksperloop, bool(algo.inplace))
     problem = layout.problem()
     if problem is not None:
         raise SpecError(f"expected an algorithm of {collective.kind.value} ({problem})",
                         file=path, key="--from")
-    trees, why = _trees(algo, layout, collective)
+    here = _positions(path, algo, collective, topology)
+    trees, why = _trees(algo, layout, collective, here)
     return Previous(path, layout.c, trees, why)
 
 
-def _trees(algo: Algo, layout: Layout, collective: Collective
+def _positions(path: str, algo: Algo, collective: Collective, topology: Topology
+               ) -> list[int | None]:
+    """Where each rank of the file is in ``collective`` now (None: its GPU is gone)."""
+    if algo.ngpus == collective.nranks:
+        return list(range(algo.ngpus))
+    from te_ccl.simulate.msccl import read_provenance
+    from te_ccl.spec.topology import load_topology
+
+    differs = (f"the file has ngpus={algo.ngpus}, the collective compiled "
+               f"ngpus={collective.nranks}")
+    origin = read_provenance(path)
+    if algo.ngpus < collective.nranks or origin is None:
+        raise SpecError(f"{differs}: it is for another collective or topology",
+                        file=path, key="--from")
+    try:
+        before = load_topology(origin[0])
+    except SpecError:
+        before = None
+    now = {topology.gpu(r): i for i, r in enumerate(collective.ranks)}
+    if before is None or before.ngpus != algo.ngpus or set(now) - set(before.gpus):
+        raise SpecError(f"{differs}, and its topology {origin[0]!r} does not load here as "
+                        f"{algo.ngpus} GPUs that include every GPU ranked now (GPUs gone are "
+                        "matched by name)", file=path, key="--from")
+    return [now.get(g) for g in before.gpus]
+
+
+def _trees(algo: Algo, layout: Layout, collective: Collective, here: list[int | None]
            ) -> tuple[tuple[Tree, ...] | None, str]:
-    """Each chunk's tree (which rank first sent it to each rank), or None and why the
-    file's sends do not say it: a send must carry chunks of the result, whose slot says
-    which chunk it is (AllGather and Broadcast without scratch relays)."""
+    """Each chunk's tree (which rank first sent it to each rank) in ``collective``'s
+    positions (``here``: of each rank of the file), or None and why the file's sends do
+    not say it: a send must carry chunks of the result, whose slot says which chunk it
+    is (AllGather and Broadcast without scratch relays). A GPU gone takes its chunks
+    with it, and what it relayed goes from the GPU that sent it there."""
     kind = collective.kind
     if kind not in _TREES:
         return None, f"the trees of {kind.value} chunks are not read from a file"
-    root = collective.ranks.index(collective.root) if collective.root is not None else None
-    parent: dict[int, dict[int, int]] = {}  # chunk -> receiving rank -> sending rank
+    root = here.index(collective.ranks.index(collective.root)) \
+        if collective.root is not None else None
+    parent: dict[int, dict[int, int]] = {}  # file chunk -> receiving rank -> sending rank
     for gpu in algo.gpus:
         known = layout.initial_packed(gpu.id) | layout.expected_packed(gpu.id, root)
         for tb in gpu.threadblocks:
@@ -118,13 +150,23 @@ def _trees(algo: Algo, layout: Layout, collective: Collective
                     chunk = index if kind is CollectiveKind.BROADCAST else \
                         origin * layout.c + index
                     parent.setdefault(chunk, {}).setdefault(tb.send, gpu.id)
-    positions = {r: i for i, r in enumerate(collective.ranks)}
-    pieces = replace(collective, chunks_per_rank=layout.c)
-    owner = {c.id: positions[c.sources[0]] for c in pieces.chunks()}
-    if set(parent) - set(owner):
-        return None, "it sends chunks the collective does not have"
-    return tuple((c, owner[c], tuple(sorted((r, s) for r, s in tree.items() if r != owner[c])))
-                 for c, tree in sorted(parent.items())), ""
+    trees = []
+    for chunk, tree in sorted(parent.items()):
+        owner = root if kind is CollectiveKind.BROADCAST else chunk // layout.c
+        if owner is None or here[owner] is None:
+            continue  # a chunk of a GPU gone
+        edges = []
+        for receiver, sender in tree.items():
+            seen = set()
+            while here[sender] is None and sender in tree and sender not in seen:
+                seen.add(sender)
+                sender = tree[sender]  # around the GPU gone
+            if receiver != owner and here[receiver] is not None and here[sender] is not None:
+                edges.append((here[receiver], here[sender]))
+        new = chunk if kind is CollectiveKind.BROADCAST else \
+            here[owner] * layout.c + chunk % layout.c
+        trees.append((new, here[owner], tuple(sorted(edges))))
+    return tuple(sorted(trees)), ""
 
 
 def warm_schedule(previous: Previous, topology: Topology, collective: Collective

@@ -33,8 +33,9 @@ def _allgather(topology, **kw) -> Collective:
 
 
 def test_the_file_gives_one_tree_per_chunk_reaching_every_other_rank(previous):
-    c = _allgather(load_topology("ring8"))
-    p = read_previous(previous, c)
+    topo = load_topology("ring8")
+    c = _allgather(topo)
+    p = read_previous(previous, c, topo)
     assert p.trees is not None and len(p.trees) == c.nranks * p.pieces
     for _, owner, tree in p.trees:
         assert sorted(r for r, _ in tree) == [r for r in range(c.nranks) if r != owner]
@@ -43,7 +44,7 @@ def test_the_file_gives_one_tree_per_chunk_reaching_every_other_rank(previous):
 def test_routes_over_a_removed_link_are_rerouted(previous):
     topo = edit_topology(load_topology("ring8"), TopologyEdit(without_links=("g0>g1",)))
     c = _allgather(topo)
-    p = read_previous(previous, c)
+    p = read_previous(previous, c, topo)
     s = warm_schedule(replace(p), forward_only(topo), c)
     if s is None:  # the re-timed trees landed too far from the bound to be a first file
         pytest.skip("routes not within the first file's gap on this topology")
@@ -57,19 +58,40 @@ def test_reductions_seed_nothing_and_say_why(tmp_path):
     coll = Collective(CollectiveKind.ALLREDUCE, SIZE, tuple(range(4)))
     path = tmp_path / "ar.xml"
     te_ccl.compile(topo, coll, output=str(path), time_limit_s=20)
-    p = read_previous(str(path), coll)
+    p = read_previous(str(path), coll, topo)
     assert p.trees is None and "allreduce" in p.why
     assert warm_schedule(p, topo, coll) is None
 
 
+def test_with_a_gpu_gone_the_routes_go_around_it(previous):
+    topo = edit_topology(load_topology("ring8"), TopologyEdit(without_gpus=("g3",)))
+    c = _allgather(topo)
+    p = read_previous(previous, c, topo)
+    assert p.trees is not None and len(p.trees) == 7 * p.pieces
+    for _, owner, tree in p.trees:
+        assert sorted(r for r, _ in tree) == [r for r in range(7) if r != owner]
+    s = warm_schedule(p, topo, c)
+    assert s is not None and check_schedule(s) == []
+
+
+def test_a_file_of_fewer_ranks_or_without_provenance_is_refused(previous, tmp_path):
+    torus = load_topology("torus4x4")
+    with pytest.raises(SpecError, match="ngpus=8, the collective compiled ngpus=16"):
+        read_previous(previous, _allgather(torus), torus)
+    bare = tmp_path / "bare.xml"
+    bare.write_text("".join(line for line in open(previous) if "teccl:" not in line))
+    seven = edit_topology(load_topology("ring8"), TopologyEdit(without_gpus=("g3",)))
+    with pytest.raises(SpecError, match="another collective or topology"):
+        read_previous(str(bare), _allgather(seven), seven)
+
+
 @pytest.mark.parametrize("coll, words", [
-    (Collective(CollectiveKind.ALLGATHER, SIZE, tuple(range(7))), "ngpus=8"),
     (Collective(CollectiveKind.ALLTOALL, SIZE, tuple(range(8))), "coll=allgather"),
     (Collective(CollectiveKind.ALLGATHER, SIZE, tuple(range(8)), inplace=True), "inplace=0"),
 ])
 def test_a_file_for_another_collective_is_refused(previous, coll, words):
     with pytest.raises(SpecError) as e:
-        read_previous(previous, coll)
+        read_previous(previous, coll, load_topology("ring8"))
     assert words in str(e.value) and previous in str(e.value) and e.value.key == "--from"
 
 
@@ -77,7 +99,7 @@ def test_not_xml_is_refused(tmp_path):
     bad = tmp_path / "x.xml"
     bad.write_text("not xml")
     with pytest.raises(SpecError, match="--from"):
-        read_previous(str(bad), _allgather(load_topology("ring8")))
+        read_previous(str(bad), _allgather(load_topology("ring8")), load_topology("ring8"))
 
 
 def test_cli_compiles_from_the_previous_file(teccl, previous, tmp_path):
