@@ -1,7 +1,7 @@
-"""``python -m devtools.recompile``: compiling again after a link failure, from the previous file.
+"""``python -m devtools.recompile``: compiling again after a failure, from the previous file.
 
 For each case: compile an AllGather on the topology (the previous file), remove one link
-(``teccl topo edit --without-link``), then compile on the changed topology twice, from
+or GPU (``teccl topo edit``), then compile on the changed topology twice, from
 scratch and with ``--from`` the previous file. The targets: the compile from the
 previous file takes at most :data:`TIME_GOAL` of the time from scratch, and its file
 finishes within :data:`QUALITY_GOAL` of the one from scratch (both by the written XML's
@@ -18,7 +18,7 @@ import json
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import click
@@ -35,7 +35,10 @@ TIME_GOAL = 0.25  # of the compile from scratch
 QUALITY_GOAL = 1.02  # finish time over the one from scratch
 LIMIT_S = 60.0  # each compile's time limit (teccl compile's default)
 SIZE = "1GB"
-CASES = (("dgx1", "g0:g1"), ("ndv2x4", "b0.g0:b0.g1"), ("torus16x16", "g0:g1"))
+CASES = (("dgx1", TopologyEdit(without_links=("g0:g1",))),
+         ("ndv2x4", TopologyEdit(without_links=("b0.g0:b0.g1",))),
+         ("torus16x16", TopologyEdit(without_links=("g0:g1",))),
+         ("ndv2x4", TopologyEdit(without_gpus=("b0.g1",))))
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class Recompile:
     """One case's numbers: seconds and finish times of both compiles, their ratios."""
 
     topology: str
-    without_link: str
+    change: str
     scratch_s: float
     scratch_finish_s: float
     scratch_ratio: float | None
@@ -65,13 +68,17 @@ class Recompile:
         return self.time_share <= TIME_GOAL and self.quality <= QUALITY_GOAL
 
 
-def recompile(topology: str, link: str, tmp: Path) -> Recompile:
+def _change(edit: TopologyEdit) -> str:
+    return ", ".join([f"without link {k}" for k in edit.without_links]
+                     + [f"without GPU {g}" for g in edit.without_gpus])
+
+
+def recompile(topology: str, edit: TopologyEdit, tmp: Path) -> Recompile:
     """The case's three compiles (the previous file's is not timed)."""
     base = load_topology(topology)
     previous = str(tmp / f"{topology}.xml")
     te_ccl.compile(base, "allgather", size=SIZE, output=previous, time_limit_s=LIMIT_S)
-    changed = edit_topology(base, TopologyEdit(without_links=(link,),
-                                               name=f"{topology}-without-link"))
+    changed = edit_topology(base, replace(edit, name=f"{topology}-changed"))
     runs = []
     for name, extra in (("scratch", {}), ("warm", {"previous": previous})):
         start = time.monotonic()
@@ -79,17 +86,17 @@ def recompile(topology: str, link: str, tmp: Path) -> Recompile:
                              time_limit_s=LIMIT_S, **extra)
         runs.append((time.monotonic() - start, res))
     (s_time, s), (w_time, w) = runs
-    return Recompile(topology, link, s_time, s.finish_time_s, s.bound_ratio, w_time,
+    return Recompile(topology, _change(edit), s_time, s.finish_time_s, s.bound_ratio, w_time,
                      w.finish_time_s, w.bound_ratio,
                      w.incumbents[0].source if w.incumbents else "")
 
 
 def _markdown(rows: list[Recompile]) -> str:
-    lines = ["| topology | link removed | from scratch | from previous | time share | "
+    lines = ["| topology | change | from scratch | from previous | time share | "
              "finish vs scratch | ratio to bound (scratch / previous) | first file | met |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        lines.append(f"| {r.topology} | {r.without_link} | {r.scratch_s:.2f} s | "
+        lines.append(f"| {r.topology} | {r.change} | {r.scratch_s:.2f} s | "
                      f"{r.warm_s:.2f} s | {r.time_share:.0%} | {r.quality:.4f} | "
                      f"{r.scratch_ratio:.4f} / {r.warm_ratio:.4f} | {r.warm_first_source} | "
                      f"{'yes' if r.met else 'no'} |")
@@ -105,11 +112,11 @@ def main(out_dir: str, only: tuple[str, ...], no_fail: bool) -> None:
     """Compile again after one link failure, from scratch and from the previous file."""
     rows = []
     with tempfile.TemporaryDirectory(prefix="teccl-recompile-") as tmp:
-        for topology, link in CASES:
+        for topology, edit in CASES:
             if only and topology not in only:
                 continue
-            err_console.print(f"recompile: {topology} without {link}", highlight=False)
-            rows.append(recompile(topology, link, Path(tmp)))
+            err_console.print(f"recompile: {topology} {_change(edit)}", highlight=False)
+            rows.append(recompile(topology, edit, Path(tmp)))
     folder = make_output_dir(out_dir)
     write_atomic(str(folder / "recompile.json"), json.dumps(
         [asdict(r) | {"time_share": r.time_share, "quality": r.quality, "met": r.met}

@@ -1,0 +1,22 @@
+"""python -m devtools.recompile: the goals judged per row and the table written."""
+
+from __future__ import annotations
+
+from devtools.recompile import CASES, Recompile, _markdown
+
+
+def _row(warm_s: float, warm_finish_s: float) -> Recompile:
+    return Recompile("dgx1", "without link g0:g1", 4.0, 1.0, 1.01, warm_s, warm_finish_s,
+                     1.02, "first file: template previous-routes")
+
+
+def test_a_row_meets_both_goals_or_none():
+    assert _row(1.0, 1.02).met  # a quarter of the time, 2 % slower at most
+    assert not _row(1.1, 1.0).met
+    assert not _row(0.5, 1.03).met
+
+
+def test_the_table_has_a_line_per_row_and_every_case_names_a_change():
+    text = _markdown([_row(1.0, 1.0), _row(2.0, 1.0)])
+    assert text.count("\n") == 4 and "| 25% |" in text and "| 50% |" in text
+    assert all(edit.without_links or edit.without_gpus for _, edit in CASES)
