@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Case", "Suite", "SUITES", "suite"]
+__all__ = ["BOUND_GOALS", "Case", "Suite", "SUITES", "suite"]
 
 KB, MB, GB, GiB = 10**3, 10**6, 10**9, 2**30
 
@@ -85,6 +85,24 @@ def _scale_cases() -> list[Case]:
     return cases
 
 
+# (topology, collective, size) -> ratio goal to the valid lower bound: rooted collectives
+# on switch fabrics (pipelined packed trees, flow paths into the root) and AllReduce
+# reduced along trees where ReduceScatter + AllGather stays far from the bound
+BOUND_GOALS: dict[tuple[str, str, int], float] = {
+    ("hgx-h100x2", "broadcast", 256 * MB): 1.10, ("aws-p4dx2", "broadcast", 256 * MB): 1.10,
+    ("ndv2x2", "gather", 256 * MB): 1.10, ("hgx-h100x2", "scatter", 256 * MB): 1.10,
+    ("mesh4x4", "allreduce", GB): 1.10, ("wafer-mesh5x4", "allreduce", GB): 1.10,
+}
+
+
+def _bound_cases() -> list[Case]:
+    """:data:`BOUND_GOALS`' rows (group ``bound``), one chunk per GPU: the templates
+    that reach these bounds cut their own pieces."""
+    return [Case(t, kind, size, limit_s=10, baselines=False, group="bound",
+                 root=0 if kind in ("broadcast", "gather", "scatter") else None)
+            for t, kind, size in BOUND_GOALS]
+
+
 DEFAULTS_SIZES = (1 * KB, 1 * MB, 64 * MB, 1 * GB)
 DEFAULTS_LIMIT_S = 60.0  # teccl compile's --time-limit default
 
@@ -116,8 +134,9 @@ SUITES: dict[str, Suite] = {
                      tuple(_target_cases() + _scale_cases()
                            + _suite_cases(("ndv2x2",) + SMALL, 10)
                            + [Case("rail8x8", "allgather", s, limit_s=10, auto_chunks=True)
-                              for s in (KB, MB, GB)]),
+                              for s in (KB, MB, GB)] + _bound_cases()),
                      budget_s=17 * 60),
+    "bound": Suite("bound", tuple(_bound_cases()), budget_s=5 * 60),
     "quick": Suite("quick",
                    (Case("ring8", "allgather", 1 * KB, limit_s=5),
                     Case("ring8", "allgather", 1 * MB, limit_s=5),

@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from devtools.runner import Row
-from devtools.suites import GB, KB, SMALL, GiB
+from devtools.suites import BOUND_GOALS, GB, KB, SMALL, GiB
 
 __all__ = ["Target", "Anchor", "evaluate_targets", "anchors", "TACOS_RATIOS", "SCALE_GOALS",
            "XML_LOSS_GOAL", "NEAR_CUT_GOALS", "NEAR_CUT_GOAL"]
@@ -183,6 +183,21 @@ def _scale(rows: list[Row], planned: Planned) -> list[Target]:
     return out
 
 
+def _bound_goals(rows: list[Row], planned: Planned) -> list[Target]:
+    """The ``bound`` rows: the file's ratio to the valid lower bound within its goal
+    (:data:`~devtools.suites.BOUND_GOALS`), and never below 1 (a checked schedule below
+    its bound would mean a wrong bound)."""
+    out = []
+    for (topo, kind, size), goal in BOUND_GOALS.items():
+        if not _wanted(planned, topo, kind, size):
+            continue
+        r = _teccl(rows, topo, kind, size, group="bound")
+        ok = bool(r and r.ok and r.ratio is not None and 1 - _EPS <= r.ratio <= goal + _EPS)
+        out.append(Target(f"{topo} {kind} {size // 10**6} MB vs its bound ({r.bound_by if r else '?'})",
+                          _fmt_ratio(r, r.ratio if r else None), f"1 <= x <= {goal}", ok))
+    return out
+
+
 def _xml_loss(rows: list[Row]) -> list[Target]:
     """The lowering keeps the schedule's timing: XML replay / schedule replay on every
     row that has both (teccl's and the baselines')."""
@@ -225,7 +240,7 @@ def evaluate_targets(rows: list[Row], planned: Planned = None) -> list[Target]:
         return _defaults(rows)
     return (_proven_optimal(rows, planned) + _ndv2_near_cut(rows, planned)
             + _beats_baselines(rows) + _near_bounds(rows, planned) + _scale(rows, planned)
-            + _xml_loss(rows) + _defaults(rows))
+            + _bound_goals(rows, planned) + _xml_loss(rows) + _defaults(rows))
 
 
 def anchors(rows: list[Row]) -> list[Anchor]:
