@@ -131,6 +131,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     first file would take, and writes nothing. Without one, the search gets
     :data:`SEARCH_SHARE` of the limit.
     """
+    started = time.monotonic()  # the first file's time counts the checks and the bound
     options = options or CompileOptions()
     in_switch = _in_switch(options, topology)
     if in_switch:  # what the output cannot drive only forwards (an MSCCL++ plan: FRED's)
@@ -151,7 +152,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
             schedule = solve_best(topology, collective, _search(params),
                                   options.chunk_choices, progress, timer.judge, in_switch)
         else:
-            kept = Incumbent(bound.seconds, progress)
+            kept = Incumbent(bound.seconds, progress, started)
             best = _anytime(topology, collective, params, options, timer, kept, in_switch)
             schedule = best.schedule
             write_atomic(options.output, best.data)
