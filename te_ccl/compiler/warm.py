@@ -165,8 +165,28 @@ def _trees(algo: Algo, layout: Layout, collective: Collective, here: list[int | 
                 edges.append((here[receiver], here[sender]))
         new = chunk if kind is CollectiveKind.BROADCAST else \
             here[owner] * layout.c + chunk % layout.c
+        if not _rooted(here[owner], edges):
+            return None, (f"chunk {new}'s sends do not all start from its owner, rank "
+                          f"{here[owner]} (a file of another root?)")
         trees.append((new, here[owner], tuple(sorted(edges))))
     return tuple(sorted(trees)), ""
+
+
+def _rooted(owner: int, edges: list[tuple[int, int]]) -> bool:
+    """Does every sender of ``edges`` (receiver, sender) get the chunk from ``owner``?
+
+    >>> _rooted(0, [(1, 0), (2, 1)]), _rooted(0, [(1, 0), (3, 2)])
+    (True, False)
+    """
+    parent = dict(edges)
+    for node in parent:
+        seen = set()
+        while node != owner:
+            if node in seen or node not in parent:
+                return False
+            seen.add(node)
+            node = parent[node]
+    return True
 
 
 def warm_schedule(previous: Previous, topology: Topology, collective: Collective
