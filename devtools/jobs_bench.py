@@ -142,7 +142,11 @@ def jobs_bench_cmd(as_json: bool, no_fail: bool, only: str | None, table: str | 
     import json
 
     if table is not None:
-        rows = json.loads(Path(table).read_text())
+        try:
+            rows = json.loads(Path(table).read_text())
+        except ValueError as e:
+            raise click.BadParameter(f"{table}: not the JSON of --json ({e})",
+                                     param_hint="--table") from None
         click.echo(markdown(rows), nl=False)
         return
     rows = [run_scenario(s) for s in SCENARIOS if only in (None, s.topology)]
