@@ -220,7 +220,7 @@ def phase_cmd(fabric_name: str, strategy: str, kind: str, size: str, npus: int,
     written = write_fred_tables(result.phases, fab, tables) if tables else None
     data = {"fabric": fab.name, "strategy": strat.name, "phase": kind,
             "collectives": len(result.ops), "time_s": result.time_s,
-            "injected_bytes": result.injected_bytes,
+            "fixed_s": result.fixed_s, "injected_bytes": result.injected_bytes,
             "effective_GBps": result.effective_Bps / 1e9, "switch_phases": len(result.phases),
             "conflicts": list(result.notes), "tables": written}
     if as_json:
