@@ -69,6 +69,9 @@ class JobOutcome:
 
 @dataclass(frozen=True)
 class JointResult:
+    """What ``teccl compile --jobs`` reports: the kept candidate, each job's outcome, every
+    candidate's objective and the independent checks' counts (``as_dict``: ``--json``)."""
+
     topology: str
     objective: str
     method: str
@@ -106,6 +109,9 @@ class JointResult:
 
 @dataclass(frozen=True)
 class _Candidate:
+    """One way of compiling every job: its files, schedules (on the whole topology),
+    the files as read, and each job's finish with the files replayed together."""
+
     method: str
     xml: dict[str, bytes]
     schedules: dict[str, Schedule]
@@ -116,13 +122,17 @@ class _Candidate:
 def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "weighted",
                  backend: str = "auto", time_limit_s: float = 60.0, threads: int = 1,
                  seed: int = 0, progress: Callable[[str], None] | None = None) -> JointResult:
-    """Compile every job jointly (module docstring) and, with ``output`` (a directory),
-    write ``NAME.xml`` per job, its ranks those of the job's communicator."""
+    """Compile every job jointly (module docstring) and, with ``output`` (a directory,
+    created if missing), write ``NAME.xml`` per job, its ranks those of the job's
+    communicator. ``time_limit_s`` is split evenly over the three candidates and the
+    jobs, at least :data:`MIN_COMPILE_S` per compile.
+
+    Raises what a compile raises for a job compiled alone (a candidate the compile
+    refuses is skipped and noted instead).
+    """
     if objective not in OBJECTIVES:
         raise SpecError(f"expected one of {', '.join(OBJECTIVES)}, got {objective!r}",
                         key="--objective")
-    if output is not None:
-        make_output_dir(output, key="--output")
     say = progress or (lambda _: None)
     # a third of the limit per candidate, split over the jobs
     each = max(time_limit_s / (3 * len(jobs.jobs)), MIN_COMPILE_S)
@@ -248,6 +258,7 @@ def _checks(jobs: JobSet, best: _Candidate) -> dict[str, int]:
 def _write(jobs: JobSet, best: _Candidate, output: str | Path | None) -> dict[str, str]:
     if output is None:
         return {}
+    make_output_dir(output, key="--output")
     written = {}
     for job in jobs.jobs:
         path = Path(output) / f"{job.name}.xml"
