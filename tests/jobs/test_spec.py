@@ -74,3 +74,12 @@ def test_the_cli_refuses_a_bad_jobs_file_with_exit_2(teccl, tmp_path):
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     code, _, err = teccl("compile", "dgx1", "--jobs", str(path), "-s", "1MB")
     assert code == 2 and "--size does not go with it" in err
+
+
+def test_the_documented_example_loads():
+    from pathlib import Path
+
+    jobs = load_jobs(load_topology("dgx1"), Path(__file__).with_name("dgx1-jobs.yaml"))
+    assert [j.name for j in jobs.jobs] == ["bcast", "reduce", "rs"]
+    assert jobs.jobs[0].collective.root == 1 and jobs.jobs[1].weight == 2
+    assert len(jobs.overlapping()) == 3
