@@ -34,6 +34,8 @@ bench: $(STAMP)
 	$(BIN)/python -m devtools.jobs_bench --no-fail --json > bench/jobs.json
 	$(BIN)/python -m devtools.jobs_bench --table bench/jobs.json
 	$(BIN)/python -m devtools.recompile --no-fail
+	$(BIN)/python -m devtools.nvls_bench --no-fail --json > bench/nvls.json
+	@cat bench/nvls.json
 
 # the 256-1024-GPU instances lowered to MSCCL XML and verified
 bench-xml: $(STAMP)
