@@ -34,7 +34,7 @@ from te_ccl.simulate.engine import Task, run
 from te_ccl.simulate.result import SimResult, summarise
 from te_ccl.topology.model import Topology
 from te_ccl.topology.routes import fastest_path
-from te_ccl.verify.mscclpp.model import Op, Plan, Ref, read_plan
+from te_ccl.verify.mscclpp.model import SIGNALS, WAITS, Op, Plan, Ref, read_plan
 from te_ccl.verify.mscclpp.verify import check_plan
 
 __all__ = ["simulate_plan"]
@@ -42,8 +42,6 @@ __all__ = ["simulate_plan"]
 REMOTE_WRITES = {"put", "pws", "pwsf", "ppkt", "rppkt", "res", "rres", "respkt", "recspkt"}
 REMOTE_READS = {"get", "rre", "rres"}
 PACKET_WRITES = {"ppkt", "rppkt", "cpkt", "respkt", "recspkt", "recpkt", "gstorepkt"}
-SIGNALS = {"signal", "rlxsignal", "pws", "pwsf"}
-WAITS = {"wait", "rlxwait"}
 PIECES = 8  # a multimem op is replayed as this many pieces in a row
 
 
@@ -85,7 +83,7 @@ class _Builder:
 
     def hops(self, path: list[str], nbytes: float, after: list[int], label: str) -> int:
         last = -1
-        for a, b in zip(path, path[1:]):
+        for a, b in zip(path, path[1:], strict=False):
             node = self.topo.node(a)
             through = not node.is_gpu and not node.has_buffer
             last = self.task((a, b), nbytes, after if last < 0 else [last], label, through)
@@ -124,7 +122,7 @@ class _Builder:
                 arrive = self.route(g, peer, 0.0, prev, label)
                 self.signals[(g, peer, op.channel_type, k)].append(arrive)
         end = self.task(None, 0.0, prev, label)
-        if name in WAITS or name in ("sem_acquire", "barrier") or _packet_reads(op):
+        if name in WAITS or name in ("sem_acquire", "barrier") or op.packet_reads():
             self.pending.append((end, op, 0))
         if name == "sem_release":
             for s in op.semaphores:
@@ -182,16 +180,8 @@ class _Builder:
                 gen = taken[key]
                 deps.extend(self.arrivals[(op.gpu, op.barrier[0])][gen * n:(gen + 1) * n])
                 taken[key] += 1
-            for ref in _packet_reads(op):
+            for ref in op.packet_reads():
                 deps.extend(self.packets[(op.gpu, ref.buf, ref.index)])
-
-
-def _packet_reads(op: Op) -> list[Ref]:
-    if op.name in ("upkt", "rppkt"):
-        return op.src[:1]
-    if op.name in ("repkt", "respkt", "recpkt", "recspkt"):
-        return op.src[1:]
-    return []
 
 
 def simulate_plan(data: Any, topology: Topology, size_bytes: int) -> SimResult:

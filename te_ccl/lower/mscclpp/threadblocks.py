@@ -185,7 +185,7 @@ def _home(s: Step, where: dict[int, Block], mine: dict[Any, Block],
 
 def _gpu_plan(gpu: int, mine: dict[Any, Block], where: dict[int, Block],
               groups: list[tuple[tuple[int, ...], str]]) -> GpuPlan:
-    lanes = sorted((k for k in mine if isinstance(k, tuple)))
+    lanes = sorted(k for k in mine if isinstance(k, tuple))
     blocks = [mine[k] for k in lanes] + [mine[k] for k in ("switch", "local") if k in mine]
     for i, k in enumerate(lanes):
         mine[k].channel = i

@@ -27,14 +27,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from te_ccl.verify.mscclpp.model import Op, Plan, Ref
+from te_ccl.verify.mscclpp.model import SIGNALS, WAITS, Op, Plan, Ref
 
 __all__ = ["Outcome", "execute"]
 
 Value = tuple[tuple[int, int], ...]
 Loc = tuple[int, str, int]  # rank, buffer, unit
-SIGNALS = {"signal", "rlxsignal", "pws", "pwsf"}
-WAITS = {"wait", "rlxwait"}
 
 
 @dataclass
@@ -103,7 +101,7 @@ class _Machine:
 
     def write(self, t: _Thread, op: Op, locs: list[Loc], values: list[Value | None]) -> None:
         me = self.clock[t.index]
-        for loc, v in zip(locs, values):
+        for loc, v in zip(locs, values, strict=True):
             before = [self.written[loc]] if loc in self.written else []
             for who in before + self.reads.get(loc, []):
                 if who[0] != t.index and me[who[0]] < who[1] and loc not in self.raced:
@@ -142,7 +140,7 @@ class _Machine:
             if len(self.barriers[(t.gpu, bid)]) < (gen + 1) * n:
                 return f"waits at barrier {bid} for {n} blocks"
         if self.plan.protocol == "LL":
-            for ref in _packet_reads(op):
+            for ref in op.packet_reads():
                 for loc in self.units(ref):
                     if loc not in self.packets:
                         return f"reads packets of {_loc(loc)}, which nothing writes"
@@ -168,7 +166,7 @@ class _Machine:
                 self.join(t, c)
             self.passed[(t.gpu, bid, t.index)] += 1
         if self.plan.protocol == "LL":
-            for ref in _packet_reads(op):
+            for ref in op.packet_reads():
                 for loc in self.units(ref):
                     self.join(t, self.packets[loc])
         self.data(t, op)
@@ -230,7 +228,7 @@ class _Machine:
             self.errors.append(f"{op.where()}: its buffers differ in size")
             return None
         out: list[Value | None] = []
-        for row in zip(*columns):
+        for row in zip(*columns, strict=True):
             if any(v is None for v in row):
                 out.append(None)
             else:
@@ -300,15 +298,6 @@ def _flat(ops: list[Op]) -> list[Op]:
 
 def _on(ref: Ref, rank: int) -> Ref:
     return Ref(rank, ref.buf, ref.index, ref.size, ref.part, ref.parts)
-
-
-def _packet_reads(op: Op) -> list[Ref]:
-    """The refs an LL op reads as packets (they wait for the packet's flag)."""
-    if op.name in ("upkt", "rppkt"):
-        return op.src[:1]
-    if op.name in ("repkt", "respkt", "recpkt", "recspkt"):
-        return op.src[1:]
-    return []
 
 
 def _loc(loc: Loc) -> str:

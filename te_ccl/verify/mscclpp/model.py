@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Ref", "Op", "Block", "Gpu", "Plan", "read_plan", "LIMITS", "OP_NAMES"]
+__all__ = ["Ref", "Op", "Block", "Gpu", "Plan", "read_plan", "LIMITS", "OP_NAMES", "SIGNALS",
+           "WAITS"]
 
 # the executor's limits (execution_common.hpp)
 LIMITS = {"ops": 64, "channels": 16, "channels_per_op": 8, "semaphores_per_op": 16,
@@ -24,6 +25,8 @@ OP_NAMES = frozenset({
     "res", "rre", "rres", "ppkt", "rppkt", "respkt", "cpkt", "upkt", "repkt", "recpkt",
     "recspkt", "glres", "gstore", "gstorepkt", "rlxsignal", "rlxwait", "pipeline",
     "sem_acquire", "sem_release"})
+SIGNALS = frozenset({"signal", "rlxsignal", "pws", "pwsf"})  # ops that signal their channels
+WAITS = frozenset({"wait", "rlxwait"})
 BUFFERS = ("i", "o", "s")
 CHANNEL_TYPES = ("memory", "port", "switch", "none")
 
@@ -61,6 +64,14 @@ class Op:
 
     def where(self) -> str:
         return f"rank {self.gpu} block {self.block} op {self.pos} ({self.name})"
+
+    def packet_reads(self) -> list[Ref]:
+        """The refs an LL op reads as packets (it waits for each packet's flag)."""
+        if self.name in ("upkt", "rppkt"):
+            return self.src[:1]
+        if self.name in ("repkt", "respkt", "recpkt", "recspkt"):
+            return self.src[1:]
+        return []
 
 
 @dataclass
@@ -229,7 +240,7 @@ def _blocks(r: _Reader, g: dict, plan: Plan, i: int, parts: list[int]) -> None:
                 r.errors.append(f"{where}: more than {LIMITS['channels']} {ctype} channels or "
                                 "remote buffers (the executor holds 16 per block)")
         ops = []
-        for k, op in enumerate(r.need(tb, "ops", list, where) or []):
+        for op in r.need(tb, "ops", list, where) or []:
             ops.append(_op(r, op, plan, gpu, j, len(ops), chans, refs, parts))
         count = sum(1 + len(o.inner) for o in ops)
         if count > LIMITS["ops"]:
@@ -283,15 +294,18 @@ def _op(r: _Reader, raw: Any, plan: Plan, gpu: Gpu, block: int, pos: int,
     if name == "barrier":
         op.barrier = (raw.get("barrier_id", 0), raw.get("num_threadblocks", 0))
     if name == "pipeline":
-        for k, inner in enumerate(raw.get("ops", []) or []):
+        for inner in raw.get("ops", []) or []:
             op.inner.append(_op(r, inner, plan, gpu, block, pos, chans, refs, parts))
     if op.channel_type in ("memory", "port") and op.pairs:
-        for ref, pair in zip([x for x in op.dst + op.src if x.remote], op.pairs):
+        for ref, pair in zip([x for x in op.dst + op.src if x.remote], op.pairs, strict=False):
             if ref.rank != pair[0]:
                 r.errors.append(f"{where}: channel to rank {pair[0]} used for a buffer of "
                                 f"rank {ref.rank}")
     if name in ("signal", "wait", "rlxsignal", "rlxwait", "flush") and not op.pairs:
         r.errors.append(f"{where}: names no channel")
+    if name == "get" and any(a.index != b.index for a, b in zip(op.src, op.dst, strict=False)):
+        r.errors.append(f"{where}: the executor's get reads the peer at the destination's "
+                        "offset and writes at the source's (handleGet): give both one index")
     return op
 
 
