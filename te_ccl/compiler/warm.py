@@ -256,8 +256,7 @@ def repair(previous: Previous | None, topology: Topology, collective: Collective
 
 
 def _scales(topology: Topology, collective: Collective) -> bool:
-    """Does a method of the scale backend fit (on the switches MSCCL can drive)?"""
+    """Does a method of the scale backend fit?"""
     from te_ccl.backends.scale import scale_method
-    from te_ccl.compiler.pipeline import forward_only
 
-    return scale_method(forward_only(topology), collective) is not None
+    return scale_method(topology, collective) is not None
