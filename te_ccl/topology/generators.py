@@ -377,7 +377,8 @@ def fred(variant: str, npus: int = 20, *, npus_per_l1: int = 4,
                      _gpus(npus, "npu") + switches, links,
                      f"{variant.upper()} wafer, {npus} NPUs, L1-L2 {uplink_Bps / 1e12:g}TB/s, "
                      f"in-switch collectives {label}",
-                     {"generator": "fred", "variant": variant, "npus": npus})
+                     {"generator": "fred", "variant": variant, "npus": npus,
+                      "box_gpus": npus_per_l1})  # an L1 group is a box to the templates
 
 
 def wafer_mesh(npus: int = 20, *, link_bandwidth_Bps: float = FRED_LANE_BPS,
