@@ -6,7 +6,8 @@ scratch and with ``--from`` the previous file. The targets: the compile from the
 previous file takes at most :data:`TIME_GOAL` of the time from scratch, and its file
 finishes within :data:`QUALITY_GOAL` of the one from scratch (both by the written XML's
 replay, ``finish_time_s`` of ``teccl compile --json``). Times are wall-clock seconds of
-the in-process compile on whatever else the machine runs, so they vary from run to run.
+the in-process compile on whatever else the machine runs, so they vary from run to run;
+the processor seconds (the compile's and its workers') are shown beside them.
 
 Writes ``OUT/recompile.json`` and ``OUT/recompile.md`` (default ``bench/``) and prints
 the table on stderr; exits 1 when a target is missed, unless ``--no-fail``.
@@ -15,6 +16,7 @@ the table on stderr; exits 1 when a target is missed, unless ``--no-fail``.
 from __future__ import annotations
 
 import json
+import resource
 import sys
 import tempfile
 import time
@@ -54,6 +56,8 @@ class Recompile:
     warm_finish_s: float
     warm_ratio: float | None
     warm_first_source: str
+    scratch_cpu_s: float = 0.0  # processor seconds, the compile's own and its workers'
+    warm_cpu_s: float = 0.0
 
     @property
     def time_share(self) -> float:
@@ -81,23 +85,32 @@ def recompile(topology: str, edit: TopologyEdit, tmp: Path) -> Recompile:
     changed = edit_topology(base, replace(edit, name=f"{topology}-changed"))
     runs = []
     for name, extra in (("scratch", {}), ("warm", {"previous": previous})):
-        start = time.monotonic()
+        start, cpu = time.monotonic(), _cpu_s()
         res = te_ccl.compile(changed, "allgather", size=SIZE, output=str(tmp / f"{name}.xml"),
                              time_limit_s=LIMIT_S, **extra)
-        runs.append((time.monotonic() - start, res))
-    (s_time, s), (w_time, w) = runs
+        runs.append((time.monotonic() - start, _cpu_s() - cpu, res))
+    (s_time, s_cpu, s), (w_time, w_cpu, w) = runs
     return Recompile(topology, _change(edit), s_time, s.finish_time_s, s.bound_ratio, w_time,
                      w.finish_time_s, w.bound_ratio,
-                     w.incumbents[0].source if w.incumbents else "")
+                     w.incumbents[0].source if w.incumbents else "", s_cpu, w_cpu)
+
+
+def _cpu_s() -> float:
+    """Processor seconds of this process and of its children waited for (the lowering's
+    and the checker's forked workers): steadier than wall time on a busy machine."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), \
+        resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _markdown(rows: list[Recompile]) -> str:
-    lines = ["| topology | change | from scratch | from previous | time share | "
+    lines = ["| topology | change | from scratch | from previous | time share | CPU share | "
              "finish vs scratch | ratio to bound (scratch / previous) | first file | met |",
-             "|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        cpu = f"{r.warm_cpu_s / r.scratch_cpu_s:.0%}" if r.scratch_cpu_s > 0 else "-"
         lines.append(f"| {r.topology} | {r.change} | {r.scratch_s:.2f} s | "
-                     f"{r.warm_s:.2f} s | {r.time_share:.0%} | {r.quality:.4f} | "
+                     f"{r.warm_s:.2f} s | {r.time_share:.0%} | {cpu} | {r.quality:.4f} | "
                      f"{r.scratch_ratio:.4f} / {r.warm_ratio:.4f} | {r.warm_first_source} | "
                      f"{'yes' if r.met else 'no'} |")
     return "\n".join(lines) + "\n"
