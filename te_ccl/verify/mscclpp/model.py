@@ -354,15 +354,23 @@ def _ref(r: _Reader, b: Any, plan: Plan, gpu: Gpu, op: Op, chans: dict[str, list
 
 
 def _check_pairing(plan: Plan, errors: list[str]) -> None:
-    """Channels come in pairs: as many of each type from a to b as from b to a."""
+    """Channels pair k-th to k-th per type, which the executor's connection tags (counted
+    per peer over memory channels, then port channels) keep only while both sides declare
+    as many memory channels to each other, or neither declares port channels. A channel
+    declared on one side only is allowed (the executor connects it); a signal on it that
+    nobody waits for, or a wait nobody signals, is found by running the plan. Every
+    member of an NVLS group declares the group."""
+    pairs = {tuple(sorted((g.id, p))) for g in plan.gpus
+             for chans in g.channels.values() for p, _ in chans}
+    for a, b in sorted(pairs):
+        ca, cb = plan.gpus[a].channels, plan.gpus[b].channels
+        mem = (sum(1 for p, _ in ca["memory"] if p == b), sum(1 for p, _ in cb["memory"] if p == a))
+        ports = any(p == b for p, _ in ca["port"]) or any(p == a for p, _ in cb["port"])
+        if mem[0] != mem[1] and ports:
+            errors.append(f"ranks {a} and {b} declare {mem[0]} and {mem[1]} memory channels "
+                          "to each other and port channels too: the executor's connection "
+                          "tags would pair a memory channel with a port channel")
     for g in plan.gpus:
-        for ctype, chans in g.channels.items():
-            for peer in sorted({p for p, _ in chans}):
-                mine = sum(1 for p, _ in chans if p == peer)
-                back = sum(1 for p, _ in plan.gpus[peer].channels[ctype] if p == g.id)
-                if mine != back and g.id < peer or mine > back:
-                    errors.append(f"rank {g.id} declares {mine} {ctype} channel(s) to rank "
-                                  f"{peer}, which declares {back} back")
         for buf, ranks in g.groups:
             for m in ranks:
                 if m < len(plan.gpus) and (buf, ranks) not in plan.gpus[m].groups:
