@@ -36,6 +36,9 @@ bench: $(STAMP)
 	$(BIN)/python -m devtools.recompile --no-fail
 	$(BIN)/python -m devtools.nvls_bench --no-fail --json > bench/nvls.json
 	@cat bench/nvls.json
+	# every shipped topology x collective x size at the default time limit, each row
+	# stopped at its first file (suite docstring in devtools/suites.py)
+	$(BIN)/python -m devtools.bench defaults-first --no-fail --out bench/defaults
 
 # the 256-1024-GPU instances lowered to MSCCL XML and verified
 bench-xml: $(STAMP)
