@@ -55,7 +55,9 @@ _SEED_ROUNDS = 40  # multiplicative-weight rounds for the first trees
 _GROWTH = 0.5  # how much a fully loaded link's price grows in one of them
 _SEED_GAIN = 0.02  # the seeded trees must reach this much more rate to be kept
 _HOP = 1e-6  # times a link's time per byte, added to its price: ties go to shorter trees
-_SLACK = 1e-3  # of the highest rate, given up for trees that take less link time
+_SLACK = 1e-3  # of the highest rate, given up for trees that leave more slack
+_TIME = 1e-3  # weight of the link time against the slack in the second LP
+_BUSY = 0.9  # share of the time beyond which the second LP counts a link as too busy
 _EPS = 1e-7
 
 Link = tuple[str, str]
@@ -190,28 +192,40 @@ def min_arborescence(nodes: list, root, cost: dict[tuple, float]) -> dict:
 def _master(net: _Net, cols: list[Counter[Link]], rate: float | None
             ) -> tuple[list[float], dict[Link, float], float]:
     """The master LP over the trees ``cols`` (every link's ``Σ w·use ≤ bandwidth``): with
-    ``rate`` None, max ``Σ w``; else min ``Σ w·time`` (:meth:`_Net.time`) at ``Σ w ≥ rate``.
-    Returns the weights, each link's price (its dual, ≥ 0) and the rate row's dual."""
+    ``rate`` None, max ``Σ w``; else, at ``Σ w ≥ rate``, min the links' time busy beyond
+    a share :data:`_BUSY` of it (``Σ u``, ``use ≤ (_BUSY + u)·bandwidth``) +
+    :data:`_TIME` × ``Σ w·time`` (:meth:`_Net.time`): the links the rate does not need
+    full keep slack for the pipelines' fill. Returns the weights, each link's price (its
+    duals, ≥ 0) and the rate row's dual."""
     lp = pywraplp.Solver.CreateSolver("GLOP")
     w = [lp.NumVar(0, lp.infinity(), "") for _ in cols]
-    rows = {link: lp.Constraint(-lp.infinity(), net.bw[link]) for c in cols for link in c}
+    used = sorted({link for c in cols for link in c})
+    rows = {link: [lp.Constraint(-lp.infinity(), net.bw[link])] for link in used}
     goal = lp.Objective()
     floor = lp.Constraint(rate, lp.infinity()) if rate is not None else None
+    if floor is not None:
+        for link in used:
+            over = lp.NumVar(0, lp.infinity(), "")
+            goal.SetCoefficient(over, 1.0)
+            row = lp.Constraint(-lp.infinity(), _BUSY * net.bw[link])
+            row.SetCoefficient(over, -net.bw[link])
+            rows[link].append(row)
     for c, x in zip(cols, w, strict=True):
         for link, n in c.items():
-            rows[link].SetCoefficient(x, n)
+            for row in rows[link]:
+                row.SetCoefficient(x, n)
         if floor is None:
             goal.SetCoefficient(x, 1.0)
         else:
             floor.SetCoefficient(x, 1.0)
-            goal.SetCoefficient(x, net.time(c))
+            goal.SetCoefficient(x, _TIME * net.time(c))
     if floor is None:
         goal.SetMaximization()
     else:
         goal.SetMinimization()
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
         raise BaselineError("the tree packing LP has no optimum")
-    prices = {k: abs(r.dual_value()) for k, r in rows.items()}
+    prices = {k: sum(abs(r.dual_value()) for r in rs) for k, rs in rows.items()}
     return [x.solution_value() for x in w], prices, (abs(floor.dual_value()) if floor else 1.0)
 
 
@@ -253,8 +267,9 @@ def _generate(net: _Net, kind: CollectiveKind, root: str | None,
               trees: list[tuple[str, Tree]], cols: list[Counter[Link]]
               ) -> list[tuple[float, str, Tree]]:
     """Column generation from ``trees`` (``cols`` their link use): the highest total
-    rate, then, within :data:`_SLACK` of it, the trees that take the least link time
-    (fewer and faster hops: shallower pipelines)."""
+    rate, then, within :data:`_SLACK` of it, the trees that leave the most slack on the
+    links outside the bottleneck, ties to the least link time (fewer and faster hops:
+    shallower pipelines)."""
     hop = {k: 1 / b for k, b in net.bw.items()}
     trees, cols = list(trees), list(cols)
     rate = None
@@ -262,7 +277,7 @@ def _generate(net: _Net, kind: CollectiveKind, root: str | None,
         for _ in checked(range(_ROUNDS), TEMPLATE):
             _, prices, pi = _master(net, cols, rate)
             # the link time is part of a tree's cost in the second phase, a tie-break in the first
-            prices = {k: prices.get(k, 0.0) + (1 if phase else _HOP) * hop[k] for k in hop}
+            prices = {k: prices.get(k, 0.0) + (_TIME if phase else _HOP) * hop[k] for k in hop}
             top, tree = _price(net, kind, root, prices)
             col = net.use(_pairs(kind, tree))
             if not phase:
@@ -355,6 +370,24 @@ def _deal(n: int, weights: list[float]) -> list[int]:
     return order
 
 
+def _balance(net: _Net, n: int, weights: list[float], cols: list[Counter[Link]]) -> list[int]:
+    """For each of ``n`` pieces in turn, the tree it goes down: the one that leaves the
+    busiest of its links least busy (ties: the tree furthest behind its LP weight). Whole
+    pieces cannot follow the weights exactly, and one piece too many on a slow link the
+    whole collective waits for (a rail at 50 GB/s) costs more than on a fast one."""
+    total, load, given, order = sum(weights), Counter(), [0] * len(weights), []
+    for i in range(n):
+        def after(j: int, i: int = i) -> tuple[float, float]:
+            busiest = max((load[h] + k) / net.bw[h] for h, k in cols[j].items())
+            return busiest, given[j] - weights[j] / total * (i + 1)
+
+        j = min(range(len(weights)), key=after)
+        load.update(cols[j])
+        given[j] += 1
+        order.append(j)
+    return order
+
+
 def _pieces(collective: Collective, steps_per_piece: float) -> Collective:
     """The collective cut into up to :data:`PIECES` pieces (whole multiples of its chunks),
     as many as the runtime's element limit per rank holds at ``steps_per_piece`` steps
@@ -404,7 +437,9 @@ def packed(topology: Topology, collective: Collective) -> Schedule:
             steps[v] += w / total * (1 + sum(1 for p in tree.values() if p == v))
     coll = _pieces(collective, (2 if kind is CollectiveKind.ALLREDUCE else 1) * max(steps.values()))
     chunks = coll.chunks()
-    for chunk, j in zip(chunks, _deal(len(chunks), [w for w, _, _ in trees]), strict=True):
+    cols = [net.use(_pairs(kind, tree)) for _, _, tree in trees]
+    for chunk, j in zip(chunks, _balance(net, len(chunks), [w for w, _, _ in trees], cols),
+                        strict=True):
         _, top, tree = trees[j]
         if kind is CollectiveKind.BROADCAST:
             plans.append(ChunkPlan(chunk.id, top, spread=tree))
