@@ -138,9 +138,11 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     each = max(time_limit_s / (3 * len(jobs.jobs)), MIN_COMPILE_S)
     solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed}
     with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
-        def run(method: str, views: Views, base: _Candidate | None = None) -> _Candidate:
+        compiled: dict[tuple, _Compiled] = {}  # (job, its view) → its compile
+
+        def run(method: str, views: Views) -> _Candidate:
             say(f"compiling the jobs ({method})")
-            return _candidate(jobs, method, views, solve, Path(tmp), base)
+            return _candidate(jobs, method, views, solve, Path(tmp), compiled)
 
         notes: list[str] = []
         alone = run("alone", {j.name: {} for j in jobs.jobs})
@@ -151,7 +153,7 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
         for method, views in _views(jobs, shared.link_bytes, shared.shared_links, objective,
                                     alone_s, shared.finish_s).items():
             try:
-                kept.append(run(method, views, alone))
+                kept.append(run(method, views))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"{method}: not compiled ({e})")
     best = min(kept, key=lambda c: (_missed(jobs, c.finish),
@@ -174,26 +176,36 @@ def _missed(jobs: JobSet, finish: Mapping[str, float]) -> int:
     return sum(1 for j in jobs.jobs if j.deadline_s is not None and finish[j.name] > j.deadline_s)
 
 
+@dataclass(frozen=True)
+class _Compiled:
+    xml: bytes
+    schedule: Schedule
+    algo: Algo
+
+
 def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
-               base: _Candidate | None) -> _Candidate:
-    """Every job compiled on its view (a job whose view is the whole network takes its
-    file from ``base``); files verified (by the compile, and again here for the job's
-    communicator) and replayed together."""
+               compiled: dict[tuple, _Compiled]) -> _Candidate:
+    """Every job compiled on its view, once per view (``compiled`` holds those done);
+    files verified (by the compile, and again here for the job's communicator) and
+    replayed together."""
     import te_ccl
 
-    xml, schedules, algos = {}, {}, {}
     for job in jobs.jobs:
-        if base is not None and not views[job.name]:
-            xml[job.name], algos[job.name] = base.xml[job.name], base.algos[job.name]
-            schedules[job.name] = base.schedules[job.name]
+        key = (job.name, tuple(sorted(views[job.name].items())))
+        if key in compiled:
             continue
         path = tmp / f"{method}-{job.name}.xml"
         result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
                                 output=path, fmt="xml", **solve)
-        xml[job.name] = path.read_bytes()
-        schedules[job.name] = replace(result.schedule, topology=jobs.topology)
-        algos[job.name] = checked_algo(job, xml[job.name])
-    return _Candidate(method, xml, schedules, algos, replay_together(jobs, algos).finish_s)
+        data = path.read_bytes()
+        compiled[key] = _Compiled(data, replace(result.schedule, topology=jobs.topology),
+                                  checked_algo(job, data))
+    mine = {j.name: compiled[(j.name, tuple(sorted(views[j.name].items())))]
+            for j in jobs.jobs}
+    algos = {n: c.algo for n, c in mine.items()}
+    return _Candidate(method, {n: c.xml for n, c in mine.items()},
+                      {n: c.schedule for n, c in mine.items()}, algos,
+                      replay_together(jobs, algos).finish_s)
 
 
 def _view(topology: Topology, share: Mapping[tuple[str, str], float]) -> Topology:
