@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from te_ccl.fred.versus import versus_mesh
+from te_ccl.cli.fred import versus_mesh
 
 
 def test_a_speedup_is_shown_against_the_mesh_schedule_and_its_bound():
