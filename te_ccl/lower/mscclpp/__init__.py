@@ -3,11 +3,14 @@
 Passes, one per module: :mod:`trace` (which GPU sends make each value a GPU receives,
 sums formed in the switch fabric included), :mod:`program` (steps per GPU on slots
 written once), :mod:`threadblocks` (lanes, thread blocks, semaphores, ``nop``),
-:mod:`to_json` (the executor's format). See docs/runtimes.md for the format version.
+:mod:`to_json` (the executor's format). Ranks in one box (``find_boxes``: the topology's
+``box_gpus``, or GPU names ``b<i>.<gpu>``) talk over memory channels (CUDA IPC), ranks
+in different boxes over port channels (the host proxy: IB or Ethernet). See docs/runtimes.md for the format version.
 """
 
 from __future__ import annotations
 
+from te_ccl.baselines.hierarchical import find_boxes
 from te_ccl.lower.mscclpp.program import SUPPORTED, build_program, plan_layout
 from te_ccl.lower.mscclpp.threadblocks import assign_blocks
 from te_ccl.lower.mscclpp.to_json import plan_bytes, plan_dict
@@ -26,7 +29,9 @@ def lower_to_mscclpp(schedule: Schedule, *, name: str | None = None, min_bytes: 
     coll = schedule.collective
     plan_layout(coll)
     program = build_program(coll, trace_deliveries(schedule))
-    plans = assign_blocks(program)
+    gpus = [schedule.topology.gpu(r) for r in coll.ranks]
+    box = {g: i for i, members in enumerate(find_boxes(schedule.topology, gpus)) for g in members}
+    plans = assign_blocks(program, [box[g] for g in gpus])
     title = name or f"{schedule.topology.name}-{coll.kind.value}"
     return plan_bytes(plan_dict(program, plans, name=title, min_bytes=min_bytes,
                                 max_bytes=max_bytes))

@@ -1,7 +1,8 @@
 """Pass 3: steps into thread blocks, with the syncs the executor needs between them.
 
 * **Lanes.** The batches between two GPUs go, in signal order, to *lanes*: a lane is one
-  memory channel on each side (the k-th channel a rank declares to a peer pairs with the
+  channel on each side (a memory channel within a box, a port channel, served by the
+  host proxy, between boxes) (the k-th channel a rank declares to a peer pairs with the
   peer's k-th channel to it) and one thread block on each side. A batch joins the first
   lane where it is needed no earlier than the lane's previous batch that way and no
   block passes a budget of operations; the largest budget whose blocks all fit the
@@ -49,11 +50,12 @@ class Block:
     gpu: int
     peer: int = -1  # lane blocks: the channel's peer
     lane: int = -1
+    ctype: str = "memory"  # the lane's channel: "port" between boxes (through the proxy)
     steps: list[Step] = field(default_factory=list)
     ops: list[dict[str, Any]] = field(default_factory=list)
-    channel: int = -1  # the memory channel's index among the GPU's
+    channel: int = -1  # the channel's index among the GPU's channels of its type
     switch: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (group, buffer)
-    remote: list[tuple[int, str]] = field(default_factory=list)  # (rank, buffer) used
+    remote: list[tuple[int, str, str]] = field(default_factory=list)  # (rank, buffer, type)
 
 
 @dataclass
@@ -62,21 +64,22 @@ class GpuPlan:
 
     gpu: int
     blocks: list[Block]
-    channels: list[int]  # memory channels: the peer of each, in index order
+    channels: dict[str, list[int]]  # per channel type, the peer of each, in index order
     groups: list[tuple[tuple[int, ...], str]]  # NVLS (group, buffer) of this rank, in order
-    remote: list[tuple[int, str]]  # remote buffers (rank, type), in id order
+    remote: list[tuple[int, str, str]]  # remote buffers (rank, buffer, channel type), by id
     semaphores: int
 
 
 BUDGETS = (512, 256, 160, 112, 80, 56, 40, 28, 20, 14, 10)  # ops a lane may plan for
 
 
-def assign_blocks(program: Program) -> list[GpuPlan]:
-    """The blocks of every rank, with the largest lane budget whose blocks all fit."""
+def assign_blocks(program: Program, box: list[int]) -> list[GpuPlan]:
+    """The blocks of every rank, with the largest lane budget whose blocks all fit;
+    ``box[r]``: rank ``r``'s box (CUDA IPC reaches within one, port channels between)."""
     lo, hi, best, worst = 0, len(BUDGETS) - 1, None, 0  # fitting grows as budgets shrink
     while lo <= hi:
         mid = (lo + hi) // 2
-        plans = _assign(program, BUDGETS[mid])
+        plans = _assign(program, BUDGETS[mid], box)
         most = max((len(b.ops) for p in plans for b in p.blocks), default=0)
         if most <= MAX_OPS:
             best, hi = plans, mid - 1
@@ -89,13 +92,14 @@ def assign_blocks(program: Program) -> list[GpuPlan]:
                             "outside its channels; try fewer chunks)")
 
 
-def _assign(program: Program, budget: int) -> list[GpuPlan]:
+def _assign(program: Program, budget: int, box: list[int]) -> list[GpuPlan]:
     lane_of = _lanes(program.batches, budget)
     blocks: dict[int, dict[Any, Block]] = defaultdict(dict)
     for b in program.batches:
         lane = lane_of[id(b)]
+        ctype = "memory" if box[b.gpu] == box[b.peer] else "port"
         for gpu, peer in ((b.gpu, b.peer), (b.peer, b.gpu)):
-            blocks[gpu].setdefault((peer, lane), Block(gpu, peer, lane))
+            blocks[gpu].setdefault((peer, lane), Block(gpu, peer, lane, ctype))
     _order_waits(program.batches, lane_of)
     where: dict[int, Block] = {}
     for gpu in range(program.nranks):
@@ -187,19 +191,23 @@ def _gpu_plan(gpu: int, mine: dict[Any, Block], where: dict[int, Block],
               groups: list[tuple[tuple[int, ...], str]]) -> GpuPlan:
     lanes = sorted(k for k in mine if isinstance(k, tuple))
     blocks = [mine[k] for k in lanes] + [mine[k] for k in ("switch", "local") if k in mine]
-    for i, k in enumerate(lanes):
-        mine[k].channel = i
-    remote: list[tuple[int, str]] = []
+    channels: dict[str, list[int]] = {"memory": [], "port": []}
+    for k in lanes:
+        b = mine[k]
+        b.channel = len(channels[b.ctype])
+        channels[b.ctype].append(b.peer)
+    remote: list[tuple[int, str, str]] = []
     semaphores = _emit(blocks, where, remote)
     member = [g for g in groups if gpu in g[0]]
     for b in blocks:
         if len(b.remote) > MAX_CHANNELS or len(b.switch) > MAX_CHANNELS:
             raise RuntimeLimitError(f"rank {gpu}: a thread block uses more than "
                                     f"{MAX_CHANNELS} remote buffers or NVLS groups")
-    return GpuPlan(gpu, blocks, [mine[k].peer for k in lanes], member, remote, semaphores)
+    return GpuPlan(gpu, blocks, channels, member, remote, semaphores)
 
 
-def _emit(blocks: list[Block], where: dict[int, Block], remote: list[tuple[int, str]]) -> int:
+def _emit(blocks: list[Block], where: dict[int, Block], remote: list[tuple[int, str, str]]
+          ) -> int:
     """Every block's ops; returns how many semaphores the rank declares."""
     index = {id(b): i for i, b in enumerate(blocks)}
     sems: dict[tuple[int, int], int] = {}
@@ -223,8 +231,8 @@ def _emit(blocks: list[Block], where: dict[int, Block], remote: list[tuple[int, 
         me = index[id(b)]
         ops = _Ops(b)
         if b.peer >= 0:
-            ops.add({"name": "rlxsignal", "channel_ids": [0], "channel_type": "memory"})
-            ops.add({"name": "rlxwait", "channel_ids": [0], "channel_type": "memory"})
+            ops.add({"name": "rlxsignal", "channel_ids": [0], "channel_type": b.ctype})
+            ops.add({"name": "rlxwait", "channel_ids": [0], "channel_type": b.ctype})
         for s in b.steps:
             ids: list[int] = []
             for p in s.after:
@@ -268,10 +276,10 @@ class _Ops:
         self.last = op
         self.written.update(writes)
 
-    def step(self, s: Step, remote: list[tuple[int, str]]) -> None:
+    def step(self, s: Step, remote: list[tuple[int, str, str]]) -> None:
         b = self.block
         if s.name in ("signal", "wait"):
-            self.add({"name": s.name, "channel_ids": [0], "channel_type": "memory"})
+            self.add({"name": s.name, "channel_ids": [0], "channel_type": b.ctype})
         elif s.name == "put":
             buf = _remote_id(b, remote, s.peer, s.dst[0].buf)
             last = self.last
@@ -285,7 +293,7 @@ class _Ops:
             self.last_put = s
             self.add({"name": "put", "src_buff": [_local(s.src[0])],
                       "dst_buff": [{"buffer_id": buf, "index": s.dst[0].index, "size": 1}],
-                      "channel_ids": [0], "channel_type": "memory"}, reads=s.src)
+                      "channel_ids": [0], "channel_type": b.ctype}, reads=s.src)
         elif s.name == "glres":
             src, dst = (_switch(b, s.event.group, x) for x in (s.src[0], s.dst[0]))
             self.add({"name": "glres", "src_buff": [src], "dst_buff": [dst],
@@ -311,9 +319,10 @@ def _local(slot: Slot) -> dict[str, Any]:
     return {"type": slot.buf, "index": slot.index, "size": 1}
 
 
-def _remote_id(block: Block, remote: list[tuple[int, str]], rank: int, buf: str) -> int:
-    """The block's index of rank ``rank``'s buffer ``buf`` (declared on the GPU once)."""
-    key = (rank, buf)
+def _remote_id(block: Block, remote: list[tuple[int, str, str]], rank: int, buf: str) -> int:
+    """The block's index of rank ``rank``'s buffer ``buf`` among its remote buffers of its
+    channel type (declared on the GPU once)."""
+    key = (rank, buf, block.ctype)
     if key not in remote:
         remote.append(key)
     if key not in block.remote:

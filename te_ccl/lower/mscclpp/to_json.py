@@ -2,8 +2,8 @@
 
 The format is the one of MSCCL++'s ``ExecutionPlan`` (``src/core/executor/
 execution_plan.cc``) and its Python DSL, at the version docs/runtimes.md pins: per GPU
-the chunk counts of ``i``/``o``/``s``, its channels (``memory`` with the peers they
-connect to; ``switch`` with the NVLS group), the remote buffers it writes, its
+the chunk counts of ``i``/``o``/``s``, its channels (``memory`` and ``port`` with the
+peers they connect to; ``switch`` with the NVLS group), the remote buffers it writes, its
 semaphores, and per thread block the channels and remote buffers it uses (by index into
 the GPU's lists) and its ops (channels and buffers by index into the block's lists).
 Every op moves ``size: 1`` chunk: the executor cuts the message into the chunk counts.
@@ -70,9 +70,8 @@ def plan_bytes(plan: dict[str, Any]) -> bytes:
 
 
 def _gpu(program: Program, p: GpuPlan) -> dict[str, Any]:
-    channels: list[dict[str, Any]] = []
-    if p.channels:
-        channels.append({"channel_type": "memory", "connected_to": p.channels})
+    channels: list[dict[str, Any]] = [{"channel_type": t, "connected_to": peers}
+                                      for t, peers in p.channels.items() if peers]
     for group, buf in p.groups:
         channels.append({"channel_type": "switch", "buffer_type": buf,
                          "rank_groups": [{"size": len(group), "ranks": list(group)}]})
@@ -80,11 +79,11 @@ def _gpu(program: Program, p: GpuPlan) -> dict[str, Any]:
     for i, b in enumerate(p.blocks):
         tb_channels: list[dict[str, Any]] = []
         if b.channel >= 0:
-            tb_channels.append({"channel_type": "memory", "channel_ids": [b.channel]})
+            tb_channels.append({"channel_type": b.ctype, "channel_ids": [b.channel]})
         if b.switch:
             tb_channels.append({"channel_type": "switch",
                                 "channel_ids": [p.groups.index(g) for g in b.switch]})
-        refs = ([{"access_channel_type": "memory",
+        refs = ([{"access_channel_type": b.ctype,
                   "remote_buffer_ids": [p.remote.index(r) for r in b.remote]}]
                 if b.remote else [])
         blocks.append({"id": i, "ops": b.ops, "channels": tb_channels,
@@ -96,7 +95,7 @@ def _gpu(program: Program, p: GpuPlan) -> dict[str, Any]:
         "scratch_chunks": program.scratch[p.gpu],
         "threadblocks": blocks,
         "channels": channels,
-        "remote_buffers": [{"rank": r, "type": t, "access_channel_types": ["memory"]}
-                           for r, t in p.remote],
+        "remote_buffers": [{"rank": r, "type": t, "access_channel_types": [c]}
+                           for r, t, c in p.remote],
         "semaphores": [{"init_value": 0} for _ in range(p.semaphores)],
     }

@@ -107,3 +107,11 @@ def test_switch_sum_for_a_rank_outside_the_group_is_put_and_added():
     names = op_names(plan_of(s))
     assert {"glres", "put", "re"} <= names
     assert op_names(plan_of(replace(s, collective=replace(coll, inplace=True)))) >= {"glres"}
+
+
+def test_ranks_in_different_boxes_use_port_channels():
+    """Two boxes of 8: CUDA IPC within a box (memory channels), the proxy between them."""
+    plan = plan_of(baseline("ndv2x2", "allreduce", "hierarchical"))
+    types = {c["channel_type"]: c["connected_to"] for c in plan["gpus"][0]["channels"]}
+    assert set(types) == {"memory", "port"}
+    assert all(p < 8 for p in types["memory"]) and all(p >= 8 for p in types["port"])
