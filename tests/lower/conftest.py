@@ -106,17 +106,17 @@ class ChannelPass(NamedTuple):
 @pytest.fixture
 def channel_passes(monkeypatch: pytest.MonkeyPatch) -> list[ChannelPass]:
     """Every run of the lowering's channel pass from here on, in order."""
-    import te_ccl.lower.msccl as low
+    import te_ccl.lower.msccl.parallel as parallel
 
     runs: list[ChannelPass] = []
-    real = low.assign_channels
+    real = parallel.assign_channels
 
     def recorded(edges, fusions, budget, sends_waited, depth, favour=frozenset(),
                  timed=True, **rest):
         runs.append(ChannelPass(budget, sends_waited, depth, favour, timed))
         return real(edges, fusions, budget, sends_waited, depth, favour, timed, **rest)
 
-    monkeypatch.setattr(low, "assign_channels", recorded)
+    monkeypatch.setattr(parallel, "assign_channels", recorded)
     return runs
 
 

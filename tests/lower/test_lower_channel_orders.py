@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import te_ccl.lower.msccl as lowering
+import te_ccl.lower.msccl.parallel as parallel
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.compiler import SolveParams, solve
 from te_ccl.errors import RuntimeLimitError
@@ -132,7 +132,7 @@ def test_the_written_out_hop_check_decides_as_the_general_checks(monkeypatch, to
 
     monkeypatch.setattr(channels, "_extends", both)
     if waitable is not None:
-        monkeypatch.setattr(lowering, "assign_channels",
+        monkeypatch.setattr(parallel, "assign_channels",
                             partial(channels.assign_channels, waitable=waitable))
     with suppress(RuntimeLimitError):  # so few may not fit: the hops checked still count
         build_program(schedule)

@@ -7,14 +7,15 @@ import os
 
 import pytest
 
-import te_ccl.lower.msccl as lowering
+import te_ccl.lower.msccl.parallel as parallel
+import te_ccl.lower.msccl.passes as passes
 from te_ccl.errors import SpecError
 from te_ccl.lower.msccl import lower_to_msccl
 
 
 def _forking(monkeypatch, n: int) -> None:
-    monkeypatch.setattr(lowering, "WORTH_FORKING", 0)
-    monkeypatch.setattr(lowering, "workers", lambda: n)
+    monkeypatch.setattr(passes, "WORTH_FORKING", 0)
+    monkeypatch.setattr(passes, "workers", lambda: n)
 
 
 @pytest.mark.parametrize("n", [2, 3])
@@ -27,15 +28,15 @@ def test_forked_parts_give_the_bytes_of_one_pass(kit, monkeypatch, n, inplace):
 
 
 def test_a_forked_part_over_the_step_budget_reruns_the_channels_as_in_turn(kit, monkeypatch):
-    real = lowering._gpu
+    real = parallel.lower_gpu
 
     def tight(g, *args):
         budget = args[4]
         if g == 5 and budget > 40:  # GPU 5 falls in a forked part
-            raise lowering._Overflow(budget - 40)
+            raise parallel.NopOverflow(budget - 40)
         return real(g, *args)
 
-    monkeypatch.setattr(lowering, "_gpu", tight)
+    monkeypatch.setattr(parallel, "lower_gpu", tight)
     schedule = kit.ring_allgather(8)
     in_turn = lower_to_msccl(schedule)
     _forking(monkeypatch, 2)
@@ -44,17 +45,17 @@ def test_a_forked_part_over_the_step_budget_reruns_the_channels_as_in_turn(kit, 
 
 @pytest.mark.parametrize("forks", [1, 2])
 def test_the_budget_is_cut_once_by_the_worst_excess_of_any_gpu(kit, monkeypatch, forks):
-    real, budgets = lowering._gpu, []
+    real, budgets = parallel.lower_gpu, []
 
     def over(g, *args):
         budget = args[4]
         budgets.append(budget)
         excess = {1: budget - 50, 6: budget - 40}.get(g, 0)  # GPU 6 is the worst
         if excess > 0:
-            raise lowering._Overflow(excess)
+            raise parallel.NopOverflow(excess)
         return real(g, *args)
 
-    monkeypatch.setattr(lowering, "_gpu", over)
+    monkeypatch.setattr(parallel, "lower_gpu", over)
     if forks > 1:
         _forking(monkeypatch, forks)
     lower_to_msccl(kit.ring_allgather(8))
@@ -70,8 +71,8 @@ def test_forked_fusion_search_gives_the_fusions_of_one_pass(kit, n):
     schedule = kit.ring_allreduce(8)
     layout = buffer_layout(schedule.collective)
     edges = collapse_switches(schedule)
-    (base, in_turn), (forked_base, forked) = (lowering._instructions(edges, layout, 1),
-                                              lowering._instructions(edges, layout, n))
+    (base, in_turn), (forked_base, forked) = (parallel.instructions_and_fusions(edges, layout, 1),
+                                              parallel.instructions_and_fusions(edges, layout, n))
     assert in_turn and {f.op for f in in_turn} > {Op.RECV_COPY_SEND}
     assert forked_base == base and forked == in_turn
     # the instructions themselves, as the channel pass and apply_fusions know them
@@ -84,14 +85,14 @@ def test_a_lowering_in_a_child_process_gives_its_bytes_notes_and_progress(kit, m
     heard_here: list[str] = []
     notes_here: list[str] = []
     here = lower_to_msccl(schedule, max_steps=8, progress=heard_here.append, notes=notes_here)
-    real, parent = lowering._lower, os.getpid()
+    real, parent = passes._lower, os.getpid()
 
     def says_where(*args, progress, **kwargs):
         progress(f"in the parent: {os.getpid() == parent}")
         return real(*args, progress=progress, **kwargs)
 
-    monkeypatch.setattr(lowering, "_lower", says_where)
-    monkeypatch.setattr(lowering, "CHILD_FROM", 0)
+    monkeypatch.setattr(passes, "_lower", says_where)
+    monkeypatch.setattr(passes, "CHILD_FROM", 0)
     heard: list[str] = []
     notes: list[str] = []
     data = lower_to_msccl(schedule, max_steps=8, progress=heard.append, notes=notes)
@@ -103,7 +104,7 @@ def test_a_lowering_in_a_child_process_raises_what_it_would_raise_here(kit, monk
     schedule = kit.ring_allgather(8)
     with pytest.raises(SpecError) as here:
         lower_to_msccl(schedule, proto="Fast")
-    monkeypatch.setattr(lowering, "CHILD_FROM", 0)
+    monkeypatch.setattr(passes, "CHILD_FROM", 0)
     with pytest.raises(SpecError) as there:
         lower_to_msccl(schedule, proto="Fast")
     assert str(there.value) == str(here.value) and there.value.key == "proto"
@@ -112,7 +113,7 @@ def test_a_lowering_in_a_child_process_raises_what_it_would_raise_here(kit, monk
 @pytest.mark.parametrize("forks", [1, 2, 3, 4])
 def test_parts_cover_the_gpus_in_order_and_the_first_is_the_largest(forks):
     for n in range(40):
-        parts = lowering._parts(list(range(n)), forks)
+        parts = parallel.deal(list(range(n)), forks)
         assert len(parts) == forks
         assert [g for part in parts for g in part] == list(range(n))
         assert len(parts[0]) >= max(len(part) for part in parts)
@@ -140,10 +141,12 @@ def test_the_halves_split_connections_and_give_up_only_fusions_that_turn_back(mo
     fusions = [f for g in sorted(instrs) for f in fusion_candidates(instrs[g], layout)]
     turning = [f for f in fusions
                if (f.recv.recv.dst > f.recv.recv.src) != (f.send.send.dst > f.send.send.src)]
-    assert len(turning) > lowering.HALVES_GIVE_UP * len(fusions)
-    assert lowering._halves(edges, fusions) is None
-    monkeypatch.setattr(lowering, "HALVES_GIVE_UP", 1.0)
-    halves = lowering._halves(edges, fusions)
+    assert parallel.split_halves(edges, fusions) is None  # below HALVES_FROM edges
+    monkeypatch.setattr(parallel, "HALVES_FROM", 0)
+    assert len(turning) > parallel.HALVES_GIVE_UP * len(fusions)
+    assert parallel.split_halves(edges, fusions) is None
+    monkeypatch.setattr(parallel, "HALVES_GIVE_UP", 1.0)
+    halves = parallel.split_halves(edges, fusions)
     assert halves is not None
     (higher, up), (lower, down) = halves
     assert sorted(higher + lower) == sorted(edges)
@@ -153,7 +156,7 @@ def test_the_halves_split_connections_and_give_up_only_fusions_that_turn_back(mo
     assert all(f.recv.recv.dst < f.recv.recv.src and f.send.send.dst < f.send.send.src
                for f in down)
     assert len(up) + len(down) + len(turning) == len(fusions)
-    assert lowering._halves(higher, up) is None  # one direction only: nothing to split
+    assert parallel.split_halves(higher, up) is None  # one direction only: nothing to split
 
 
 def test_channels_found_in_halves_give_a_verified_file_that_keeps_the_timing(kit, monkeypatch):
@@ -165,15 +168,15 @@ def test_channels_found_in_halves_give_a_verified_file_that_keeps_the_timing(kit
 
     schedule = _mesh_allreduce()
     calls: list[int] = []
-    real = lowering.assign_channels
+    real = parallel.assign_channels
 
     def assign(edges, *args, **kwargs):
         calls.append(kwargs.get("waitable", MSCCL.max_depid + 1))
         return real(edges, *args, **kwargs)
 
-    monkeypatch.setattr(lowering, "assign_channels", assign)
-    monkeypatch.setattr(lowering, "HALVES_FROM", 0)
-    monkeypatch.setattr(lowering, "HALVES_GIVE_UP", 1.0)  # at 16 GPUs a quarter turn
+    monkeypatch.setattr(parallel, "assign_channels", assign)
+    monkeypatch.setattr(parallel, "HALVES_FROM", 0)
+    monkeypatch.setattr(parallel, "HALVES_GIVE_UP", 1.0)  # at 16 GPUs a quarter turn
     xml = lower_to_msccl(schedule)
     assert calls == [(MSCCL.max_depid + 1) // 2]  # the other half's call is in its process
     kit.assert_verifies(xml)

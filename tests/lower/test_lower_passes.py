@@ -233,17 +233,19 @@ def test_channel_plan_keeps_the_preferred_pairing_open():
 
 def test_ranks_over_the_reader_limit_rerun_the_channel_pass_in_their_favour(kit, monkeypatch,
                                                                             channel_passes):
-    import te_ccl.lower.msccl as low
+    import te_ccl.lower.msccl.parallel as parallel
+    import te_ccl.lower.msccl.passes as passes
     from te_ccl.errors import RuntimeLimitError
 
     schedule = kit.ring_allreduce(4)
-    low.lower_to_msccl(schedule)
+    passes.lower_to_msccl(schedule)
     assert [(p.favour, p.timed) for p in channel_passes] == [(frozenset(), True)]
-    monkeypatch.setattr(low, "MSCCL", replace(low.MSCCL, max_elements=6))  # <algo>, 4 <gpu>s
+    for module in (passes, parallel):
+        monkeypatch.setattr(module, "MSCCL", replace(module.MSCCL, max_elements=6))  # <algo>, 4 <gpu>s
     # and one more each
     channel_passes.clear()
     with pytest.raises(RuntimeLimitError, match="more than 6 XML elements"):
-        low.lower_to_msccl(schedule)  # no file the reader would refuse
+        passes.lower_to_msccl(schedule)  # no file the reader would refuse
     # every rank is over: favouring them all would favour none, so every fusion and no
     # link order at once
     assert [(p.favour, p.timed) for p in channel_passes] == [(frozenset(), True),

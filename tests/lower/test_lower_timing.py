@@ -78,15 +78,17 @@ def _elements(gpu, nranks: int) -> int:
 
 
 def test_ranks_over_the_element_limit_fuse_anyway_and_say_so(kit, monkeypatch):
-    import te_ccl.lower.msccl as low
+    import te_ccl.lower.msccl.parallel as parallel
+    import te_ccl.lower.msccl.passes as passes
 
     schedule = _forward_twice(kit)
     program = build_program(schedule)
     assert program.notes == ()
-    monkeypatch.setattr(low, "MSCCL", replace(low.MSCCL,
+    for module in (passes, parallel):
+        monkeypatch.setattr(module, "MSCCL", replace(module.MSCCL,
                                               max_elements=_elements(program.gpus[1], 4) - 1))
     notes: list[str] = []
-    xml = low.lower_to_msccl(schedule, notes=notes)
+    xml = passes.lower_to_msccl(schedule, notes=notes)
     assert "rcs" in {st.get("type") for st in etree.fromstring(xml).iter("step")}
     assert len(notes) == 1 and "1 such fusion(s)" in notes[0]
 
@@ -195,16 +197,18 @@ def test_a_rank_still_over_the_element_limit_when_favoured_gets_every_fusion(kit
                                                                              channel_passes):
     """GPU 1 alone is over: the channel pass is rerun in its favour, then with every
     fusion on every GPU; a rank over even then gets no file."""
-    import te_ccl.lower.msccl as low
+    import te_ccl.lower.msccl.parallel as parallel
+    import te_ccl.lower.msccl.passes as passes
     from te_ccl.errors import RuntimeLimitError
 
     schedule = _forward_twice(kit)
     sizes = {g.id: _elements(g, 4) for g in build_program(schedule).gpus}
     assert sizes[1] - 3 >= max(n for g, n in sizes.items() if g != 1)
     channel_passes.clear()
-    monkeypatch.setattr(low, "MSCCL", replace(low.MSCCL, max_elements=sizes[1] - 3))
+    for module in (passes, parallel):
+        monkeypatch.setattr(module, "MSCCL", replace(module.MSCCL, max_elements=sizes[1] - 3))
     with pytest.raises(RuntimeLimitError, match="rank position 1, even with every fusion"):
-        low.lower_to_msccl(schedule)
+        passes.lower_to_msccl(schedule)
     assert [(p.favour, p.timed) for p in channel_passes] == [
         (frozenset(), True), (frozenset({1}), True), (frozenset(), False)]
 
@@ -216,7 +220,8 @@ def test_a_rank_over_the_element_limit_by_its_link_order_nops_gives_up_only_thos
     compile solves it again with fewer, keeping the links' order). As the only schedule
     there is, that rank alone sends in the order its values come, the channel pass runs
     once and the file says which ranks gave up the order."""
-    import te_ccl.lower.msccl as low
+    import te_ccl.lower.msccl.parallel as parallel
+    import te_ccl.lower.msccl.passes as passes
     from te_ccl.api import compile as compile_
     from te_ccl.errors import RuntimeLimitError
 
@@ -229,12 +234,13 @@ def test_a_rank_over_the_element_limit_by_its_link_order_nops_gives_up_only_thos
     nops = {g.id: sum(st.op.name == "NOP" for tb in g.threadblocks for st in tb.steps)
             for g in gpus}
     assert all(nops[g] for g, n in sizes.items() if n == top)
-    monkeypatch.setattr(low, "MSCCL", replace(low.MSCCL, max_elements=top - 1))
+    for module in (passes, parallel):
+        monkeypatch.setattr(module, "MSCCL", replace(module.MSCCL, max_elements=top - 1))
     with pytest.raises(RuntimeLimitError, match="fewer sub-chunks per chunk would fit"):
-        low.lower_to_msccl(cut)
+        passes.lower_to_msccl(cut)
     channel_passes.clear()
     notes: list[str] = []
-    xml = low.lower_to_msccl(schedule, notes=notes)
+    xml = passes.lower_to_msccl(schedule, notes=notes)
     over = sum(n == top for n in sizes.values())
     assert len(channel_passes) == 1
     assert notes == [f"on {over} of 16 ranks links serve sends in the order they come, not "

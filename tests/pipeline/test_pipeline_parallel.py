@@ -64,11 +64,11 @@ def test_a_schedule_the_checker_refuses_is_never_written(tmp_path, monkeypatch, 
 def test_the_forked_checker_starts_before_the_lowering_at_the_lowest_priority(tmp_path,
                                                                             monkeypatch):
     """It then takes only what the lowering leaves of the cores, from its first pass on."""
-    import te_ccl.lower.msccl as low
+    import te_ccl.lower.msccl.parallel as parallel
 
     events: list[str] = []
     low_priority: dict[str, bool] = {}
-    real_fork, real_instructions = pipeline.in_background, low.build_instructions
+    real_fork, real_instructions = pipeline.in_background, parallel.build_instructions
 
     def fork(fn, *args, **kwargs):
         events.append(fn.__name__)
@@ -81,7 +81,7 @@ def test_the_forked_checker_starts_before_the_lowering_at_the_lowest_priority(tm
 
     for module in (pipeline, judge):
         monkeypatch.setattr(module, "in_background", fork)
-    monkeypatch.setattr(low, "build_instructions", instructions)
+    monkeypatch.setattr(parallel, "build_instructions", instructions)
     for module in (pipeline, judge):
         monkeypatch.setattr(module, "PARALLEL_FROM", 0)
     for module in (pipeline, judge):
