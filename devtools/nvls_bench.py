@@ -14,7 +14,6 @@ short, unless ``--no-fail``.
 from __future__ import annotations
 
 import json
-import sys
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -101,7 +100,10 @@ def _table(rows: list[Row]) -> str:
 @click.pass_context
 def nvls_cmd(ctx: click.Context, limit_s: float, as_json: bool, no_fail: bool) -> None:
     """AllReduce 1 GB with and without NVLink SHARP on dgx-h100 and gb200-nvl72."""
-    rows = [run_machine(t, limit_s) for t in MACHINES]
+    try:
+        rows = [run_machine(t, limit_s) for t in MACHINES]
+    except TecclError as e:  # one line, as teccl prints it
+        raise click.ClickException(str(e)) from None
     if as_json:
         click.echo(json.dumps([asdict(r) | {"met": r.met} for r in rows], indent=2))
     else:
@@ -110,20 +112,8 @@ def nvls_cmd(ctx: click.Context, limit_s: float, as_json: bool, no_fail: bool) -
         ctx.exit(1)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the command; a library error becomes one line on stderr and its exit code."""
-    try:
-        rc = nvls_cmd.main(args=argv, prog_name="python -m devtools.nvls_bench",
-                           standalone_mode=False)
-    except click.ClickException as e:
-        e.show()
-        sys.exit(e.exit_code)
-    except click.exceptions.Exit as e:
-        sys.exit(e.exit_code)
-    except TecclError as e:
-        click.echo(f"python -m devtools.nvls_bench: error: {e}", err=True)
-        sys.exit(e.exit_code)
-    sys.exit(rc if isinstance(rc, int) else 0)
+def main() -> None:
+    nvls_cmd(prog_name="python -m devtools.nvls_bench")
 
 
 if __name__ == "__main__":
