@@ -172,7 +172,7 @@ def _compile_jobs(topo: Topology, spec: str | None, kw: dict) -> None:
     from te_ccl.jobs.summary import jobs_table
 
     given = [k for k in ("collective", "size", "chunks", "ranks", "root", "sizes",
-                         "fred_tables", "max_horizon") if kw.get(k) is not None]
+                         "fred_tables") if kw.get(k) is not None]
     if spec is not None or given or kw["fmt"] not in (None, "xml"):
         what = "a spec file" if spec is not None else f"--{(given or ['format'])[0]}"
         raise SpecError(f"the jobs file says what to compile; {what} does not go with it",
@@ -185,7 +185,8 @@ def _compile_jobs(topo: Topology, spec: str | None, kw: dict) -> None:
     with progress_status("compiling the jobs…") as progress:
         result = compile_jobs(jobs, output, objective=kw["objective"], backend=kw["backend"],
                               time_limit_s=kw["time_limit"], threads=kw["threads"],
-                              seed=kw["seed"], progress=progress)
+                              seed=kw["seed"], epoch=kw["epoch"],
+                              max_horizon=kw["max_horizon"], progress=progress)
     if kw["as_json"]:
         emit_json(result.as_dict())
     else:

@@ -121,7 +121,8 @@ class _Candidate:
 
 def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "weighted",
                  backend: str = "auto", time_limit_s: float = 60.0, threads: int = 1,
-                 seed: int = 0, progress: Callable[[str], None] | None = None) -> JointResult:
+                 seed: int = 0, epoch: str | float = "fastest", max_horizon: int | None = None,
+                 progress: Callable[[str], None] | None = None) -> JointResult:
     """Compile every job jointly (module docstring) and, with ``output`` (a directory,
     created if missing), write ``NAME.xml`` per job, its ranks those of the job's
     communicator. ``time_limit_s`` is split evenly over the three candidates and the
@@ -136,7 +137,8 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     say = progress or (lambda _: None)
     # a third of the limit per candidate, split over the jobs
     each = max(time_limit_s / (3 * len(jobs.jobs)), MIN_COMPILE_S)
-    solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed}
+    solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed,
+             "epoch": epoch, "max_horizon": max_horizon}
     with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
         compiled: dict[tuple, _Compiled] = {}  # (job, its view) → its compile
 
