@@ -89,6 +89,7 @@ def simulate_jobs(jobs: JobSet, directory: str | Path | None,
              "xml": str(files[j.name])} for j in jobs.jobs]
     return {"topology": jobs.topology.name, "objective": objective,
             "shared_links": len(together.shared_links),
+            "shared": [f"{a}→{b}" for a, b in together.shared_links],
             "together": objective_of(objective, [(r["weight"], r["together_s"]) for r in rows]),
             "alone": objective_of(objective, [(r["weight"], r["alone_s"]) for r in rows]),
             "jobs": rows}
