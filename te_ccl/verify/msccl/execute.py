@@ -55,7 +55,7 @@ from typing import TypeVar
 
 from te_ccl.background import streamed, workers
 from te_ccl.deadline import check
-from te_ccl.runtime_limits import MSCCL
+from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.verify.msccl.findings import Finding, finding
 from te_ccl.verify.msccl.hb import HappensBefore
 from te_ccl.verify.msccl.kernel import Transmission, transmissions
@@ -172,13 +172,15 @@ def execute(algo: Algo, layout: Layout, *, slots: int | None = None) -> Executio
 
 
 def judged(algo: Algo, layout: Layout, then: Callable[[Execution], T], *,
-           slots: int | None = None, fork: bool | None = None) -> T:
+           slots: int | None = None, fork: bool | None = None,
+           limits: RuntimeLimits = MSCCL) -> T:
     """``then(execute(algo, layout, slots=slots))``. With ``fork`` (by default from
     :data:`FORK_FROM` steps, where there is a second core) the data and the race check
     run in a forked process beside the scheduler, on the order it fires the
     transmissions in, and ``then`` runs there too: the memories stay there, and only
-    what ``then`` returns comes back."""
-    machine = _Machine(algo, MSCCL.nccl_steps if slots is None else slots)
+    what ``then`` returns comes back. ``limits``: the runtime whose buffers decide the
+    chunks per call (the MSCCL executor's, or RCCL's smaller LL and LL128 buffers)."""
+    machine = _Machine(algo, limits.nccl_steps if slots is None else slots, limits)
     if fork is None:
         fork = workers() > 1 and sum(b.size for b in machine.blocks) >= FORK_FROM
     if not fork:  # the data follows the scheduler batch by batch
@@ -236,13 +238,13 @@ def _current(b: _Block) -> Transmission:
 class _Machine:
     """The scheduler: which transmissions fire, in which order, and where it deadlocks."""
 
-    def __init__(self, algo: Algo, slots: int) -> None:
-        self.depth = slots // MSCCL.call_slots(algo.proto)  # calls a connection holds
+    def __init__(self, algo: Algo, slots: int, limits: RuntimeLimits = MSCCL) -> None:
+        self.depth = slots // limits.call_slots(algo.proto)  # calls a connection holds
         # chunks per call at the largest message the file accepts (1: no maxBytes)
         self.per_call = 1
         if (algo.max_bytes or 0) > 0:
-            self.per_call = MSCCL.max_allowed_count(algo.proto, algo.max_bytes,
-                                                    algo.nchunksperloop)
+            self.per_call = limits.max_allowed_count(algo.proto, algo.max_bytes,
+                                                     algo.nchunksperloop)
         self.blocks: list[_Block] = []
         self.local: list[int] = []      # each block's index among its GPU's blocks
         self.width: list[int] = []      # the number of blocks of its GPU

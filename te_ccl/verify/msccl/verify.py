@@ -124,8 +124,7 @@ def _verify(path_or_text: str | Path, root: int | None, max_steps: int,
     if blocking:
         note = f"not executed: fix {', '.join(blocking)} first"
         return _report(source, algo, found, notes=(note,))
-    return _execute_modes(algo, found, source, root,
-                          limits.nccl_steps if slots is None else slots)
+    return _execute_modes(algo, found, source, root, slots, limits)
 
 
 def _report(source: str, algo: Algo | None, found: Findings, **more) -> Report:
@@ -133,7 +132,7 @@ def _report(source: str, algo: Algo | None, found: Findings, **more) -> Report:
 
 
 def _execute_modes(algo: Algo, found: Findings, source: str, root: int | None,
-                   slots: int | None) -> Report:
+                   slots: int | None, limits: RuntimeLimits) -> Report:
     modes = [m for m, on in ((True, algo.inplace), (False, algo.outofplace)) if on]
     notes = [] if modes else ["not executed: the file is neither in-place nor out-of-place"]
     if algo.coll not in SUPPORTED:
@@ -146,7 +145,8 @@ def _execute_modes(algo: Algo, found: Findings, source: str, root: int | None,
         if problem:
             found.append(finding("chunk-layout", problem))
             break
-        ran, root, now = judged(algo, layout, partial(_judge, algo, layout, root), slots=slots)
+        ran, root, now = judged(algo, layout, partial(_judge, algo, layout, root),
+                                slots=slots, limits=limits)
         inferred = inferred or now
         check(_DOING)
         extra = _sizes(algo, layout) + ran

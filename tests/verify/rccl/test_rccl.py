@@ -65,3 +65,16 @@ def test_amd_algorithms_pass_rccl_rules(tmp_path: Path, topo: str, kind: str,
     assert compiled.exit_code == 0, compiled.output
     checked = CliRunner().invoke(cli, ["verify", str(out), "--runtime", "rccl"])
     assert checked.exit_code == 0, checked.output
+
+
+def test_the_execution_packs_chunks_per_call_by_the_runtimes_buffers() -> None:
+    """An LL128 file of up to 1 MiB in 8 chunks: the MSCCL executor's 128-byte LL128
+    lines let a call carry 4 chunks, RCCL's smaller buffer 1; both still verify."""
+    from te_ccl.verify.msccl.execute import _Machine
+    from te_ccl.verify.msccl.reader import parse_msccl
+
+    text = "\n".join(ring_allgather(4, 2, 2)).replace('proto="Simple"', 'proto="LL128"', 1)
+    text = text.replace('maxBytes="0"', f'maxBytes="{1 << 20}"', 1)
+    algo, _ = parse_msccl(text)
+    assert (_Machine(algo, 8, MSCCL).per_call, _Machine(algo, 8, RCCL).per_call) == (4, 1)
+    assert verify_msccl(text).valid and verify_msccl(text, limits=RCCL).valid
