@@ -36,11 +36,15 @@ def checked_algo(job: Job, source: str | Path | bytes) -> Algo:
         raise SpecError(f"no such file (job {job.name!r})", file=where)
     coll = job.collective
     root = coll.ranks.index(coll.root) if coll.root is not None else None
-    report = verify_msccl(text, root=root)
+    try:
+        report = verify_msccl(text, root=root)
+    except SpecError:  # the root's position is beyond the file's GPUs
+        raise SpecError(f"the file has fewer GPUs than the {coll.nranks} ranks of job "
+                        f"{job.name!r}", file=where, key="ngpus") from None
     errors = [f for f in report.errors if f.rule not in LEGACY_RULES]
     if report.algo is None or errors:
         first = (errors or report.errors)[0]
-        raise VerificationError(f"{where}: the verifier rejects job {job.name!r}'s file: "
+        raise VerificationError(f"{where}: the verifier rejects the file of job {job.name!r}: "
                                 f"{first.where()}: {first.rule}: {first.message}")
     algo = report.algo
     if algo.ngpus != coll.nranks:
