@@ -123,3 +123,14 @@ def test_shared_capacity_sums_jobs_of_different_epochs():
     assert [v.rule for v in over] == ["shared-capacity"] and "x, y" in over[0].message
     later = Schedule(topo, coll, 1e-6, (Transfer(0, "a", "b", 1, 2),))
     assert check_shared_capacity({"x": full, "y": later}) == []  # one after the other
+
+
+def test_simulate_jobs_refuses_a_file_the_verifier_rejects(tmp_path, teccl):
+    from pathlib import Path
+
+    legacy = Path(__file__).parents[2] / "examples" / "legacy-ring4-allgather.xml"
+    jobs = tmp_path / "jobs.yaml"
+    jobs.write_text(f"jobs:\n  - {{name: a, ranks: [g0, g1, g2, g3], collective: allgather, "
+                    f"size: 1MB, xml: {legacy}}}\n")
+    code, _, err = teccl("simulate", "dgx1", "--jobs", str(jobs))
+    assert code == 1 and "the verifier rejects the file of job 'a'" in err
