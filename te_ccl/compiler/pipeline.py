@@ -397,6 +397,11 @@ def _compile_notes(topology: Topology, schedule: Schedule, timer: Timer) -> tupl
     if schedule.topology is not topology:
         notes += ("msccl: switches only forward (an MSCCL send goes to one peer), so the "
                   "solve used no in-switch copy or reduction",)
+        nvls = [s for s in topology.switches if topology.node(s).nvls]
+        if nvls:
+            notes += (f"nvls: switch {nvls[0]}{' and others' if len(nvls) > 1 else ''} "
+                      "reduces and multicasts (NVLink SHARP); an MSCCL++ plan "
+                      "(--format mscclpp) drives it",)
     timing = timer.timing(schedule)
     if timing.unlowerable is not None:
         notes += (f"timed by the {timing.measured_by}: the MSCCL lowering fails "
