@@ -53,7 +53,8 @@ Tree = tuple[int, int, tuple[tuple[int, int], ...]]  # chunk, owner, (receiver, 
 @dataclass(frozen=True)
 class Previous:
     """A previous file checked against the collective: its pieces per rank and, where
-    they can be read, each chunk's tree in the file's ranks (None: ``why`` says why not)."""
+    they can be read, each chunk's tree in the collective's rank positions (None: ``why``
+    says why not)."""
 
     path: str
     pieces: int
