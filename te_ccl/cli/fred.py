@@ -221,18 +221,59 @@ def phase_cmd(fabric_name: str, strategy: str, kind: str, size: str, npus: int,
     if tables and isinstance(fab, Mesh):
         raise SpecError("the mesh has no FRED switches", key="--tables")
     written = write_fred_tables(result.phases, fab, tables) if tables else None
+    sram = _sram(result.phases)
     data = {"fabric": fab.name, "strategy": strat.name, "phase": kind,
             "collectives": len(result.ops), "time_s": result.time_s,
             "fixed_s": result.fixed_s, "injected_bytes": result.injected_bytes,
             "effective_GBps": result.effective_Bps / 1e9, "switch_phases": len(result.phases),
-            "conflicts": list(result.notes), "tables": written}
+            "conflicts": list(result.notes), **sram, "tables": written}
     if as_json:
         emit_json(data)
-        return
-    table = Table(title=f"{strat.name} {kind} phase on {fab.name}", show_header=False)
-    for key, value in data.items():
-        table.add_row(key, str(value))
-    out_console.print(table)
+    else:
+        table = Table(title=f"{strat.name} {kind} phase on {fab.name}", show_header=False)
+        for key, value in data.items():
+            table.add_row(key, str(value))
+        out_console.print(table)
+    if not sram["sram_fits"]:
+        err_console.print(f"warning: {fab.name}: {_sram_text(sram)} for this phase",
+                          highlight=False)
+
+
+def _sram_text(sram: dict[str, Any]) -> str:
+    from te_ccl.units import format_size
+
+    return (f"{sram['sram_switch'] or 'no switch'} needs {format_size(sram['sram_bytes_max'])}"
+            f" of configuration SRAM (has {format_size(sram['sram_limit_bytes'])})")
+
+
+def _iteration_sram(ev: Any) -> dict[str, dict[str, Any]]:
+    """Per FRED fabric, the configuration SRAM one iteration's phases (MP, PP, DP) need on
+    the worst switch: the switches keep every phase's configuration."""
+    strategy = parse_strategy(ev.strategy, ev.npus)
+    lat = (ev.assumptions.wire_latency_s, ev.assumptions.uswitch_latency_s)
+    out = {}
+    for r in ev.results:
+        fab = fabric(r.fabric, ev.npus, *lat)
+        if isinstance(fab, Mesh):
+            continue
+        phases = [ph for kind in ("MP", "PP", "DP")
+                  for ph in getattr(compile_phase(fab, strategy, kind, 1e9), "phases", ())]
+        out[r.fabric] = _sram(phases)
+    return out
+
+
+def _sram(phases: Sequence[FredPhase]) -> dict[str, Any]:
+    """The configuration SRAM the phases need on their worst switch, against its 1.5 KB
+    (:mod:`te_ccl.lower.fred`: phases with equal settings share a slot)."""
+    from te_ccl.fred.encoding import SRAM_BYTES
+    from te_ccl.lower.fred import config_rows, config_sizes
+
+    sizes = config_sizes(config_rows(phases))
+    worst = max(sorted(sizes), key=sizes.__getitem__, default="")
+    use = sizes.get(worst, 0)
+    worst = worst if use else ""
+    return {"sram_bytes_max": use, "sram_limit_bytes": SRAM_BYTES, "sram_switch": worst,
+            "sram_fits": use <= SRAM_BYTES}
 
 
 @fred.command("collective")
@@ -439,7 +480,7 @@ def evaluate_cmd(workload: str, strategy: str | None, sweeps: tuple[str, ...], n
     if as_json:
         if len(runs) == 1:
             emit_json({**runs[0][1].to_dict(), "paper_strategy_mean": single_means,
-                       "plot": plot})
+                       "sram": _iteration_sram(runs[0][1]), "plot": plot})
         else:
             emit_json({"evaluations": [{"sweep": label, **ev.to_dict()} for label, ev in runs],
                        "strategy_means": means})
@@ -516,6 +557,9 @@ def _mean_lines(comparison: list[dict[str, Any]]) -> list[str]:
 
 
 def _breakdown_table(ev: Any) -> None:
+    from te_ccl.fred.encoding import SRAM_BYTES
+    from te_ccl.units import format_size
+
     table = Table(title=f"{ev.workload}, {ev.strategy} on {ev.npus} NPUs, global batch "
                         f"{ev.global_batch:g}: iteration time (ms)",
                   caption=_footer(ev.assumptions))
@@ -535,6 +579,14 @@ def _breakdown_table(ev: Any) -> None:
                           f"{r.fabric} {r.speedup_vs_mesh_bound:.2f}x "
                           f"({r.exposed_comm_reduction_vs_mesh_bound:.2f}x)"
                           for r in ev.results), highlight=False)
+    sram = _iteration_sram(ev)
+    out_console.print("configuration SRAM of an iteration's phases, worst switch: " + ", ".join(
+        f"{name} {format_size(x['sram_bytes_max'])} ({x['sram_switch'] or '-'})"
+        for name, x in sram.items()) + f" of {format_size(SRAM_BYTES)}", highlight=False)
+    for name, x in sram.items():
+        if not x["sram_fits"]:
+            err_console.print(f"warning: {name}: {_sram_text(x)} for {ev.strategy}",
+                              highlight=False)
     for line in _paper_lines(ev):
         out_console.print(line)
 

@@ -105,3 +105,16 @@ def test_evaluate_every_strategy_reports_the_mean_exposed_communication_cut(tecc
             for e in d["evaluations"]]
     assert mean["strategies"] == 6
     assert mean["fabrics"]["fred-d"]["exposed_comm_reduction"] == pytest.approx(sum(cuts) / 6)
+
+
+def test_a_phase_whose_configuration_overflows_the_sram_is_reported(teccl):
+    """FRED-D of 64 NPUs: the DP phase of MP2-DP16-PP2 routes 32 All-Reduces of 16 NPUs
+    through the L2 at once, 3.35 KB of settings against its 1.5 KB."""
+    args = ("fred", "phase", "--fabric", "fred-d", "--npus", "64", "-s", "MP2-DP16-PP2")
+    code, out, err = teccl(*args, "--phase", "DP", "--json")
+    d = json.loads(out)
+    assert code == 0 and d["sram_switch"] == "L2" and not d["sram_fits"]
+    assert d["sram_bytes_max"] > d["sram_limit_bytes"] == 1536
+    assert err.startswith("warning: fred-d: L2 needs") and err.count("\n") == 1
+    code, out, err = teccl(*args, "--phase", "MP", "--json")
+    assert code == 0 and json.loads(out)["sram_fits"] and not err
