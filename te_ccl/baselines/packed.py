@@ -371,17 +371,19 @@ def _deal(n: int, weights: list[float]) -> list[int]:
 
 
 def _balance(net: _Net, n: int, weights: list[float], cols: list[Counter[Link]]) -> list[int]:
-    """For each of ``n`` pieces in turn, the tree it goes down: the one that leaves the
-    busiest of its links least busy (ties: the tree furthest behind its LP weight). Whole
-    pieces cannot follow the weights exactly, and one piece too many on a slow link the
-    whole collective waits for (a rail at 50 GB/s) costs more than on a fast one."""
+    """For each of ``n`` pieces in turn, the tree it goes down: of those behind their LP
+    weight, the one that leaves the busiest of its links least busy (ties: the tree
+    furthest behind). Whole pieces cannot follow the weights exactly, and one piece too
+    many on a slow link the whole collective waits for (a rail at 50 GB/s) costs more
+    than on a fast one."""
     total, load, given, order = sum(weights), Counter(), [0] * len(weights), []
     for i in range(n):
         def after(j: int, i: int = i) -> tuple[float, float]:
             busiest = max((load[h] + k) / net.bw[h] for h, k in cols[j].items())
             return busiest, given[j] - weights[j] / total * (i + 1)
 
-        j = min(range(len(weights)), key=after)
+        behind = [j for j in range(len(weights)) if given[j] < weights[j] / total * (i + 1)]
+        j = min(behind or range(len(weights)), key=after)
         load.update(cols[j])
         given[j] += 1
         order.append(j)
