@@ -1,8 +1,10 @@
 """The packed template: pipelined trees and flow paths near the valid lower bound, never below it."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from te_ccl.baselines import build_baseline
+from te_ccl.baselines import BaselineError, build_baseline
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
@@ -10,6 +12,7 @@ from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.simulate import simulate_schedule
 from te_ccl.topology import generators as gen
 from te_ccl.verify.schedule_check import check_schedule
+from tests.bounds.strategies import collectives, fabrics
 
 RAILS = gen.rail_optimized(2, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)  # 8 GPUs, 4 rails
 
@@ -39,3 +42,16 @@ def test_rooted_collectives_on_rails_pipeline_near_the_bound(kind):
 def test_mesh_allreduce_packs_trees_near_the_bound():
     coll = Collective(K.ALLREDUCE, 10**9, tuple(range(9)))
     assert 1 <= _ratio(gen.mesh([3, 3], 50e9, 1e-6), coll) <= 1.10
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fabrics(max_gpus=4), st.data())
+def test_no_packed_schedule_beats_the_bound_on_random_fabrics(topo, data):
+    coll = data.draw(collectives(topo, ["allreduce", "broadcast", "reduce", "gather",
+                                        "scatter"]))
+    try:
+        s = build_baseline("packed", topo, coll)
+    except BaselineError:  # no switch-only route between some pair (a reduction)
+        return
+    assert check_schedule(s) == []
+    assert simulate_schedule(s).finish_time_s >= lower_bound(topo, coll).seconds * (1 - 1e-9)
