@@ -19,8 +19,9 @@ adds it and sends it to whom, in which order — and times it as the switches ca
   schedule's order, as many stripes as the free lanes of their links allow, at most the
   lanes of the narrowest. Each switch's flows are routed on FRED_m(P); a routing conflict
   gives back the last stripe of the latest stream involved. A phase lasts the wafer's
-  reconfiguration time plus the time its first stream needs to finish, and no stripe
-  carries more than a lane's rate times that.
+  reconfiguration time plus the time its first stream needs to finish plus the path
+  latency of its longest stream (:meth:`Wafer.path_latency_s`), and no stripe carries
+  more than a lane's rate times the part after the reconfiguration.
 
 The tables' time is their own: shorter than the schedule's where the schedule stores a
 chunk hop by hop, longer where streams that overlap in the schedule's epochs (a switch
@@ -260,7 +261,10 @@ def schedule_timeline(schedule: Schedule, wafer: Wafer) -> Timeline:
             base, extra = divmod(carried, len(st))
             for k in range(len(st)):
                 infos += [replace(fi, bytes=base + (k < extra)) for fi in flows[sid][k]]
-        end = t + wafer.reconfig_s + per_lane / wafer.lane_Bps
+        latency = max(wafer.path_latency_s([wafer.rank_of(n) for n in s.sources],
+                                           [wafer.rank_of(n) for n in s.destinations])
+                      for s in ready if s.id in stripes)
+        end = t + wafer.reconfig_s + latency + per_lane / wafer.lane_Bps
         phases.append(FredPhase(len(phases), "MP", tuple(infos), routings, t, end))
         t = end
     return Timeline(tuple(phases), tuple(streams))

@@ -141,6 +141,10 @@ class Wafer:
             return self.uplink_port(lane)
         return self.npu_port(self._index[neighbour], lane)
 
+    def rank_of(self, npu: str) -> int:
+        """Rank of the NPU named ``npu``."""
+        return self._index[npu]
+
     @cached_property
     def _index(self) -> dict[str, int]:
         """Rank of each NPU and index of each L1, by name."""
