@@ -1,7 +1,7 @@
 """``python -m devtools.recompile``: compiling again after a failure, from the previous file.
 
 For each case: compile an AllGather on the topology (the previous file), remove one link
-or GPU (``teccl topo edit``), then compile on the changed topology twice, from
+or GPU or slow a link (``teccl topo edit``), then compile on the changed topology twice, from
 scratch and with ``--from`` the previous file. The targets: the compile from the
 previous file takes at most :data:`TIME_GOAL` of the time from scratch, and its file
 finishes within :data:`QUALITY_GOAL` of the one from scratch (both by the written XML's
@@ -40,7 +40,8 @@ SIZE = "1GB"
 CASES = (("dgx1", TopologyEdit(without_links=("g0:g1",))),
          ("ndv2x4", TopologyEdit(without_links=("b0.g0:b0.g1",))),
          ("torus16x16", TopologyEdit(without_links=("g0:g1",))),
-         ("ndv2x4", TopologyEdit(without_gpus=("b0.g1",))))
+         ("ndv2x4", TopologyEdit(without_gpus=("b0.g1",))),
+         ("ndv2x4", TopologyEdit(scale_links=(("b1.g0:sw", 0.5),))))
 
 
 @dataclass(frozen=True)
@@ -74,7 +75,8 @@ class Recompile:
 
 def _change(edit: TopologyEdit) -> str:
     return ", ".join([f"without link {k}" for k in edit.without_links]
-                     + [f"without GPU {g}" for g in edit.without_gpus])
+                     + [f"without GPU {g}" for g in edit.without_gpus]
+                     + [f"link {k} at {f}× its bandwidth" for k, f in edit.scale_links])
 
 
 def recompile(topology: str, edit: TopologyEdit, tmp: Path) -> Recompile:
