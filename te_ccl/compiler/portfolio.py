@@ -12,8 +12,9 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
 2. the **flow model** (:func:`te_ccl.compiler.strategy.run_strategy`, its solver picked by the
    model's size), in the time left but :data:`TEMPLATE_SHARE` of it; it proves
    optimality where sub-chunks do not pay;
-3. the **templates** (ring, tree, direct, hierarchical, and on FRED wafers whose
-   switches reduce and copy the in-switch schedule), up to :data:`TEMPLATE_MAX_GPUS`
+3. the **templates** (ring, tree, direct, hierarchical, packed, and on FRED wafers whose
+   switches reduce and copy the in-switch schedule; those of :data:`EARLY_TEMPLATES`
+   before the flow model), up to :data:`TEMPLATE_MAX_GPUS`
    GPUs, and at any size when nothing else produced a schedule: ``auto`` never fails
    where a template succeeds. Once there is a schedule, none starts after the time limit.
 
@@ -80,6 +81,9 @@ MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
 SKIP_GAIN = 0.02  # a chunking must be able to beat the best so far by this to be solved
 TIE = 1e-9  # relative: a later candidate must beat the best by more, or tie it with fewer
 #             transfers, to replace it
+EARLY_TEMPLATES = ("packed",)  # raced before the flow model: built in a second or two, its
+# pipelined trees land near the bound where the flow model's whole chunks and the scale
+# backend's ReduceScatter + AllGather do not (mesh4x4 AllReduce 1 GB: 1.07× against 1.5×)
 
 
 def _unknown(schedule: Schedule) -> float | None:
@@ -288,8 +292,11 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         _run(race, f"scale/{method}", topology, collective,
              replace(params, backend="scale", time_limit_s=share), progress)
     bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
-    flow_skip = flow_skip or _close_to_bound(race, bound)
     templates = topology.ngpus <= TEMPLATE_MAX_GPUS
+    if templates and _deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
+            _close_to_bound(race, bound) is None:
+        _templates(race, topology, collective, budget, only=EARLY_TEMPLATES)
+    flow_skip = flow_skip or _close_to_bound(race, bound)
     if flow_skip is not None:
         race.skip("flow model", flow_skip)
     else:
@@ -361,7 +368,7 @@ def _run(race: _Race, name: str, topology: Topology, collective: Collective,
 
 
 def _templates(race: _Race, topology: Topology, collective: Collective,
-               budget: Budget) -> None:
+               budget: Budget, only: tuple[str, ...] | None = None) -> None:
     """Race the templates (the in-switch schedule where the fabric has one), timing only
     those that can beat the best so far (by ``at_least``); none beyond
     :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs, none past the compile's
@@ -372,7 +379,8 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     alone can use up the share (mesh 4×4 AllGather 1 GB at a 10 s limit).
 
     The templates are built in the Schedule IR with the same α semantics, so their times
-    compare directly with the solvers'.
+    compare directly with the solvers'. ``only``: those templates alone (the in-switch
+    schedule not), as :data:`EARLY_TEMPLATES` are raced before the flow model.
     """
     from te_ccl.baselines import BaselineError, applicable, build_baseline
     from te_ccl.fred import in_switch_candidate
@@ -381,8 +389,9 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
         race.skip("templates", f"over {TEMPLATE_MAX_DELIVERIES} (chunk, destination) pairs")
         return
     builds = [(name, partial(build_baseline, name, topology, collective))
-              for name in applicable(topology, collective)]
-    builds.append(("in-switch", partial(in_switch_candidate, topology, collective)))
+              for name in applicable(topology, collective) if only is None or name in only]
+    if only is None:
+        builds.append(("in-switch", partial(in_switch_candidate, topology, collective)))
     # a best that does not lower (judged inf) bounds nothing, whatever its prediction
     lowers = race.best is not None and race.best_s < math.inf
     at_most = race.judge.at_most(race.best[0]) if lowers else None
