@@ -15,7 +15,7 @@ buffers, routes that land farther) the compile goes on as without a previous fil
 The previous file must be for the same collective (``coll``, buffer mode) on the same
 number of ranks; a file for another one is bad input. With GPUs gone (``teccl topo edit
 --without-gpu``) the ranks change: a file of every GPU of a topology that still loads
-by the name its provenance comment gives (a shipped one, or a file of that name) is
+by the name its provenance comment gives (a shipped one, or ``NAME.yaml``) is
 matched by GPU name; the chunks of a GPU gone are dropped, and what it relayed is sent
 by the GPU that sent it there.
 """
@@ -109,10 +109,13 @@ def _positions(path: str, algo: Algo, collective: Collective, topology: Topology
     if algo.ngpus < collective.nranks or origin is None:
         raise SpecError(f"{differs}: it is for another collective or topology",
                         file=path, key="--from")
-    try:
-        before = load_topology(origin[0])
-    except SpecError:
-        before = None
+    before = None
+    for name in (origin[0], f"{origin[0]}.yaml"):  # shipped, or a file in the working dir
+        try:
+            before = load_topology(name)
+            break
+        except SpecError:
+            continue
     now = {topology.gpu(r): i for i, r in enumerate(collective.ranks)}
     if before is None or before.ngpus != algo.ngpus or set(now) - set(before.gpus):
         raise SpecError(f"{differs}, and its topology {origin[0]!r} does not load here as "
