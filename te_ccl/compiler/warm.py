@@ -97,31 +97,47 @@ def read_previous(path: str, collective: Collective, topology: Topology) -> Prev
 
 def _positions(path: str, algo: Algo, collective: Collective, topology: Topology
                ) -> list[int | None]:
-    """Where each rank of the file is in ``collective`` now (None: its GPU is gone)."""
+    """Where each rank of the file is in ``collective`` now (None: its GPU is gone).
+
+    Where the topology the file's provenance names loads, the network compiled now must
+    be derived from it (an edit removes and slows links, adds none): a link it does not
+    have means the file is for another network."""
+    from te_ccl.simulate.msccl import read_provenance
+
+    origin = read_provenance(path)
+    before = _load(origin[0]) if origin is not None else None
+    if before is not None:
+        extra = next((k for k in topology.links if not before.has_link(*k.key)), None)
+        if extra is not None:
+            raise SpecError(f"the file was compiled for {before.name}, which has no link "
+                            f"{extra.src}>{extra.dst}: it is for another network",
+                            file=path, key="--from")
     if algo.ngpus == collective.nranks:
         return list(range(algo.ngpus))
-    from te_ccl.simulate.msccl import read_provenance
-    from te_ccl.spec.topology import load_topology
-
     differs = (f"the file has ngpus={algo.ngpus}, the collective compiled "
                f"ngpus={collective.nranks}")
-    origin = read_provenance(path)
     if algo.ngpus < collective.nranks or origin is None:
         raise SpecError(f"{differs}: it is for another collective or topology",
                         file=path, key="--from")
-    before = None
-    for name in (origin[0], f"{origin[0]}.yaml"):  # shipped, or a file in the working dir
-        try:
-            before = load_topology(name)
-            break
-        except SpecError:
-            continue
     now = {topology.gpu(r): i for i, r in enumerate(collective.ranks)}
     if before is None or before.ngpus != algo.ngpus or set(now) - set(before.gpus):
         raise SpecError(f"{differs}, and its topology {origin[0]!r} does not load here as "
                         f"{algo.ngpus} GPUs that include every GPU ranked now (GPUs gone are "
                         "matched by name)", file=path, key="--from")
     return [now.get(g) for g in before.gpus]
+
+
+def _load(name: str) -> Topology | None:
+    """The topology a file's provenance names: shipped, or ``NAME.yaml`` in the working
+    directory; None if neither loads."""
+    from te_ccl.spec.topology import load_topology
+
+    for candidate in (name, f"{name}.yaml"):
+        try:
+            return load_topology(candidate)
+        except SpecError:
+            continue
+    return None
 
 
 def _trees(algo: Algo, layout: Layout, collective: Collective, here: list[int | None]

@@ -15,6 +15,7 @@ from te_ccl.errors import SpecError
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology.edit import TopologyEdit, edit_topology
 from te_ccl.topology.generators import ring
+from te_ccl.topology.model import Node, Topology
 from te_ccl.verify.schedule_check import check_schedule
 
 SIZE = 1 << 20
@@ -76,8 +77,12 @@ def test_with_a_gpu_gone_the_routes_go_around_it(previous):
 
 def test_a_file_of_fewer_ranks_or_without_provenance_is_refused(previous, tmp_path):
     torus = load_topology("torus4x4")
-    with pytest.raises(SpecError, match="ngpus=8, the collective compiled ngpus=16"):
+    with pytest.raises(SpecError, match="compiled for ring8, which has no link"):
         read_previous(previous, _allgather(torus), torus)
+    bigger = Topology.build("ring8", tuple(Node(f"g{i}") for i in range(9)),
+                            load_topology("ring8").links)  # ring8's links and a ninth GPU
+    with pytest.raises(SpecError, match="ngpus=8, the collective compiled ngpus=9"):
+        read_previous(previous, _allgather(bigger), bigger)
     bare = tmp_path / "bare.xml"
     bare.write_text("".join(line for line in open(previous) if "teccl:" not in line))
     seven = edit_topology(load_topology("ring8"), TopologyEdit(without_gpus=("g3",)))
@@ -145,12 +150,14 @@ def test_where_no_scale_method_fits_the_previous_routes_are_the_file(teccl, tmp_
         assert len(res.incumbents) == 1 and any("routes stand" in n for n in res.notes)
 
 
-@pytest.mark.parametrize("args, words", [
-    (["-c", "allreduce"], "coll=allgather"),
-    (["-c", "allgather", "--sizes", "1KB..1MB"], "--sizes"),
+@pytest.mark.parametrize("topology, args, words", [
+    ("ring8", ["-c", "allreduce"], "coll=allgather"),
+    ("ring8", ["-c", "allgather", "--sizes", "1KB..1MB"], "--sizes"),
+    ("dgx1", ["-c", "allgather"], "compiled for ring8, which has no link"),
 ])
-def test_cli_bad_previous_is_one_line_and_exit_2(teccl, previous, tmp_path, args, words):
-    code, out, err = teccl("compile", "ring8", *args, "--size", "1MiB", "--from", previous,
+def test_cli_bad_previous_is_one_line_and_exit_2(teccl, previous, tmp_path, topology, args,
+                                                 words):
+    code, out, err = teccl("compile", topology, *args, "--size", "1MiB", "--from", previous,
                            "-o", str(tmp_path / "x"))
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
 
