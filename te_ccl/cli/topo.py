@@ -24,7 +24,7 @@ __all__ = ["topo"]
 
 @click.group()
 def topo() -> None:
-    """List, show, import (NCCL XML, nvidia-smi, rocm-smi) or calibrate topologies."""
+    """List, show, import (NCCL XML, nvidia-smi, rocm-smi), calibrate or edit topologies."""
 
 
 def _overview(t: Topology) -> dict:
