@@ -137,8 +137,11 @@ def run_case(case: Case, *, threads: int = 2, progress: Progress | None = None,
     topo = load_topology(case.topology)
     base = Row(topo.name, topo.ngpus, case.kind, case.size_bytes, case.chunks, case.group,
                "teccl", limit_s=case.limit_s)
-    if case.group == "defaults":  # the compile's own bound and choices, as a user runs it
-        return [_run_compile(base, topo, case, case.first_file_only)]
+    if case.group == "defaults":  # the compile's own bound and choices, as a user runs it:
+        # in a process of its own (forked), so no row inherits what an earlier one left
+        from te_ccl.background import in_background
+
+        return [in_background(_run_compile, base, topo, case, case.first_file_only).result()]
     coll = _collective(case, topo.ngpus)
     if coll.chunk_bytes <= 0:
         return [replace(base, status="size too small for the chunking")]
