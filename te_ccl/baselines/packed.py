@@ -12,10 +12,10 @@ direct link or the fastest path) passes switches only (an MSCCL send goes to one
 switch does not copy, and a reduced partial must not pass another GPU). Routes share physical links,
 so the LP counts every route of a tree on the links it crosses:
 
-* **Broadcast / Reduce / AllReduce**: maximise the total rate ``Σ w_T`` of trees ``T``
+* **Broadcast / AllReduce** (Reduce is the Broadcast of the reversed fabric played
+  backwards, as the flow model solves it): maximise the total rate ``Σ w_T`` of trees ``T``
   with no link over its bandwidth, by column generation (GLOP for the master; the pricing
-  is a minimum arborescence out of the root for Broadcast, into it for Reduce, and a
-  minimum spanning tree whose edges carry the partial up and the sum back down for
+  is a minimum arborescence out of the root for Broadcast and a minimum spanning tree whose edges carry the partial up and the sum back down for
   AllReduce, each edge weighed by the link duals along its routes). An AllReduce tree is
   rooted at its centre, where its pieces are summed: reduce along the tree, broadcast
   back (on three GPUs in a line, the middle one sums and sends back, where ReduceScatter
@@ -41,6 +41,7 @@ from te_ccl.backends.scale.msccl_budget import room
 from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble, route
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import checked
+from te_ccl.model.extract import reverse_in_time
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -48,7 +49,7 @@ __all__ = ["PACKED_KINDS", "min_arborescence", "packed", "overlay"]
 
 PACKED_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.ALLREDUCE,
                 CollectiveKind.GATHER, CollectiveKind.SCATTER)
-PIECES = 512  # pieces the collective is cut into at most (fewer where the runtime's
+PIECES = 384  # pieces the collective is cut into at most (fewer where the runtime's
 #               element limit per rank would not hold their steps)
 _ROUNDS = 60  # column generation rounds
 _SEED_ROUNDS = 40  # multiplicative-weight rounds for the first trees
@@ -107,13 +108,10 @@ class _Net:
 
 
 def _pairs(kind: CollectiveKind, tree: Tree) -> list[Link]:
-    """The routes a tree's pieces take: parent → child to copy, child → parent to reduce,
-    both for AllReduce."""
+    """The routes a tree's pieces take: parent → child to copy (Broadcast), and for
+    AllReduce child → parent to reduce too."""
     down = [(p, c) for c, p in tree.items()]
-    up = [(c, p) for c, p in tree.items()]
-    if kind is CollectiveKind.BROADCAST:
-        return down
-    return up if kind is CollectiveKind.REDUCE else up + down
+    return down if kind is CollectiveKind.BROADCAST else [(c, p) for c, p in tree.items()] + down
 
 
 def _price(net: _Net, kind: CollectiveKind, root: str | None, prices: dict[Link, float]
@@ -134,9 +132,8 @@ def _price(net: _Net, kind: CollectiveKind, root: str | None, prices: dict[Link,
     assert root is not None
     arcs = {}
     for (u, v) in net.routes:
-        pair = (u, v) if kind is CollectiveKind.BROADCAST else (v, u)
-        if v != root and pair in net.routes:
-            arcs[(u, v)] = net.cost(pair, prices)
+        if v != root:
+            arcs[(u, v)] = net.cost((u, v), prices)
     return root, min_arborescence(net.gpus, root, arcs)
 
 
@@ -410,6 +407,10 @@ def packed(topology: Topology, collective: Collective) -> Schedule:
     if kind not in PACKED_KINDS or collective.nranks < 2:
         raise BaselineError(f"packed trees are for {', '.join(k.value for k in PACKED_KINDS)} "
                             f"on two or more ranks, not {kind.value}")
+    if kind is CollectiveKind.REDUCE:  # the Broadcast of the reversed fabric, played backwards
+        fan = packed(topology.reversed(), replace(collective, kind=CollectiveKind.BROADCAST))
+        return Schedule(topology, replace(fan.collective, kind=kind), fan.epoch_s,
+                        tuple(reverse_in_time(fan.transfers, fan.finish_epoch)), fan.info)
     gpus = [topology.gpu(r) for r in collective.ranks]
     net = _Net(topology, gpus)
     root = topology.gpu(collective.root) if collective.root is not None else None
@@ -445,8 +446,6 @@ def packed(topology: Topology, collective: Collective) -> Schedule:
         _, top, tree = trees[j]
         if kind is CollectiveKind.BROADCAST:
             plans.append(ChunkPlan(chunk.id, top, spread=tree))
-        elif kind is CollectiveKind.REDUCE:
-            plans.append(ChunkPlan(chunk.id, top, gather=tree))
         else:
             plans.append(ChunkPlan(chunk.id, top, gather=tree, spread=tree))
     return assemble("packed", topology, coll, plans, chunk_major=True)
