@@ -30,7 +30,7 @@ from te_ccl.errors import SpecError
 from te_ccl.topology.model import Topology
 
 if TYPE_CHECKING:
-    from te_ccl.compiler.warm import Previous
+    from te_ccl.compiler import Previous
 
 __all__ = ["compile", "solve_params", "CompileResult"]
 
@@ -175,7 +175,7 @@ def _previous(previous: str | os.PathLike | None, topo: Topology, coll: Collecti
     if output is None or backend != "auto":
         raise SpecError("a previous file seeds a compile that writes a file with the auto "
                         "backend; expected an output and backend auto", key="previous")
-    from te_ccl.compiler.warm import read_previous
+    from te_ccl.compiler import read_previous
 
     return read_previous(str(previous), coll, topo)
 

@@ -7,8 +7,9 @@ Its stages, one module each: :mod:`~te_ccl.compiler.options` (what to write),
 :mod:`~te_ccl.compiler.solve` (the one place that picks the portfolio or a single backend),
 :mod:`~te_ccl.compiler.judge` (the only module that knows how a candidate is timed),
 :mod:`~te_ccl.compiler.incumbent` (the verified file held while the search goes on),
-:mod:`~te_ccl.compiler.pipeline` (solve → check → lower → verify → write) and
-:mod:`~te_ccl.compiler.sizes` (one algorithm per message-size range).
+:mod:`~te_ccl.compiler.pipeline` (solve → check → lower → verify → write),
+:mod:`~te_ccl.compiler.warm` (compiling again from a previous file when the network
+changed) and :mod:`~te_ccl.compiler.sizes` (one algorithm per message-size range).
 The API, the CLI, the sweep and the benchmarks use only what this module exports.
 """
 
@@ -29,8 +30,9 @@ from te_ccl.compiler.pipeline import (
 )
 from te_ccl.compiler.sizes import parse_size_range
 from te_ccl.compiler.solve import solve
+from te_ccl.compiler.warm import Previous, read_previous
 
-__all__ = ["BASE_CHUNKS", "FORMATS", "SIM_LIMIT", "XML_REPLAY_LIMIT", "CompileOptions", "CompileResult", "Kept", "SolveParams", "Timer",
+__all__ = ["BASE_CHUNKS", "FORMATS", "SIM_LIMIT", "XML_REPLAY_LIMIT", "CompileOptions", "CompileResult", "Kept", "Previous", "SolveParams", "Timer",
            "Timing", "chunk_candidates", "compile_collective", "compile_size_library",
-           "drives_in_switch", "forward_only", "parse_size_range", "render_fitting", "solve", "solve_best",
+           "drives_in_switch", "forward_only", "parse_size_range", "read_previous", "render_fitting", "solve", "solve_best",
            "summary", "xml_replay"]
