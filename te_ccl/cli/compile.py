@@ -100,7 +100,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     if kw["fred_tables"]:
         check_output_dir(kw["fred_tables"], key="--fred-tables")
     if kw["previous"] and (sizes or kw["backend"] != "auto"):
-        raise SpecError("--from seeds one algorithm of the auto backend; expected no "
+        raise SpecError("a previous file seeds one algorithm of the auto backend; expected no "
                         "--sizes and --backend auto", key="--from")
     solver = {"backend": kw["backend"], "time_limit_s": kw["time_limit"],
               "threads": kw["threads"], "seed": kw["seed"], "epoch": kw["epoch"],
