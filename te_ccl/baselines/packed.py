@@ -51,6 +51,8 @@ PACKED_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.
                 CollectiveKind.GATHER, CollectiveKind.SCATTER)
 PIECES = 384  # pieces the collective is cut into at most (fewer where the runtime's
 #               element limit per rank would not hold their steps)
+FLOW_PIECES = 256  # the same for Gather and Scatter: all pieces cross the root's links,
+#                   and 384 into one root broke the lowering's channel rules (hgx-h100x2)
 _ROUNDS = 60  # column generation rounds
 _SEED_ROUNDS = 40  # multiplicative-weight rounds for the first trees
 _GROWTH = 0.5  # how much a fully loaded link's price grows in one of them
@@ -387,11 +389,11 @@ def _balance(net: _Net, n: int, weights: list[float], cols: list[Counter[Link]])
     return order
 
 
-def _pieces(collective: Collective, steps_per_piece: float) -> Collective:
-    """The collective cut into up to :data:`PIECES` pieces (whole multiples of its chunks),
-    as many as the runtime's element limit per rank holds at ``steps_per_piece`` steps
-    of a rank per piece."""
-    most = min(PIECES, int(room(collective.nranks) / max(1.0, steps_per_piece)))
+def _pieces(collective: Collective, steps_per_piece: float, cap: int = PIECES) -> Collective:
+    """The collective cut into up to ``cap`` pieces (whole multiples of its chunks), as
+    many as the runtime's element limit per rank holds at ``steps_per_piece`` steps of a
+    rank per piece."""
+    most = min(cap, int(room(collective.nranks) / max(1.0, steps_per_piece)))
     factor = max(1, most // collective.nchunks)
     return replace(collective, chunks_per_rank=collective.chunks_per_rank * factor)
 
@@ -419,7 +421,7 @@ def packed(topology: Topology, collective: Collective) -> Schedule:
         assert root is not None
         into = kind is CollectiveKind.GATHER
         paths = flow_paths(net, root, into)
-        coll = _pieces(collective, 2)  # a relay receives and sends each piece
+        coll = _pieces(collective, 2, FLOW_PIECES)  # a relay receives and sends each piece
         mine: dict[str, list[int]] = defaultdict(list)
         for chunk in checked(coll.chunks(), TEMPLATE, every=256):
             if chunk.destinations:
