@@ -28,7 +28,7 @@ def test_compile_reduces_in_the_switches_and_writes_their_tables(teccl, tmp_path
     """Whichever candidate wins (the flow model's one-problem AllReduce or the in-switch
     template), it reduces in the switches: no schedule that only forwards reaches 3 TB/s."""
     code, out, err = teccl("compile", "fred-d", "-c", "allreduce", "-s", "20MB", "--time-limit",
-                           "5", "-o", str(tmp_path / "s.json"), "--fred-tables",
+                           "30", "-o", str(tmp_path / "s.json"), "--fred-tables",
                            str(tmp_path / "t"), "--json")
     assert code == 0
     d = json.loads(out)
