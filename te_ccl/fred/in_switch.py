@@ -8,8 +8,9 @@ destinations, and each L1 multicasts to its destination GPUs. Switches have no b
 so every hop leaves in the epoch it arrives: the GPU sends are timed backwards from the
 arrival at the top of the tree so the partials meet.
 
-The epoch is ``chunk_bytes / (slowest link bandwidth)``: every link carries at least
-one chunk per epoch. Chunks start in order, each as early as the link capacities
+The epoch is the longest time a link takes to deliver a chunk (``chunk_bytes / b + α``,
+the slowest link's): every link carries at least one chunk per epoch, and a latency far
+below a chunk's time does not cost an epoch a hop. Chunks start in order, each as early as the link capacities
 (``floor(b·τ / chunk_bytes)`` starts per link per epoch) allow — the serial phases of
 the FRED paper, pipelined. This needs switches that reduce and copy (FRED-B, FRED-D).
 """
@@ -76,8 +77,7 @@ def in_switch_schedule(topology: Topology, collective: Collective) -> Schedule:
                         file=topology.name, key="ranks")
     l1_of = {g: wafer.l1_names[wafer.l1_of(topology.rank(g))] for g in topology.gpus}
     size = collective.chunk_bytes
-    slowest = min(link.bandwidth_Bps for link in topology.links)
-    tau = size / slowest
+    tau = max(link.transfer_time_s(size) for link in topology.links)
     hops = {link.key: math.ceil((size / link.bandwidth_Bps + link.latency_s) / tau - 1e-9)
             for link in topology.links}
     cap = {link.key: math.floor(link.bandwidth_Bps * tau / size + 1e-9)
