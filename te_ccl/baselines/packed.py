@@ -30,6 +30,7 @@ Pieces are given to trees or paths by their weights (largest remainder) and time
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter, defaultdict
 from dataclasses import replace
@@ -408,50 +409,84 @@ def _chain(path: list[str]) -> dict[str, str]:
 
 def packed(topology: Topology, collective: Collective) -> Schedule:
     """Pipelined packed trees (Broadcast, Reduce, AllReduce) or flow paths (Gather,
-    Scatter) cut into many pieces (see the module docstring)."""
+    Scatter) cut into many pieces (see the module docstring).
+
+    The pieces do not depend on the chunking asked for (up to rounding), and ``auto``
+    races the templates on every chunking it tries: the same pieces give the same
+    Schedule object (:func:`_trees_schedule`, :func:`_paths_schedule` keep the last
+    few), whose timing the judge has already."""
     kind = collective.kind
     if kind not in PACKED_KINDS or collective.nranks < 2:
         raise BaselineError(f"packed trees are for {', '.join(k.value for k in PACKED_KINDS)} "
                             f"on two or more ranks, not {kind.value}")
     if kind is CollectiveKind.REDUCE:  # the Broadcast of the reversed fabric, played backwards
-        fan = packed(topology.reversed(), replace(collective, kind=CollectiveKind.BROADCAST))
-        return Schedule(topology, replace(fan.collective, kind=kind), fan.epoch_s,
-                        tuple(reverse_in_time(fan.transfers, fan.finish_epoch)), fan.info)
-    gpus = [topology.gpu(r) for r in collective.ranks]
-    net = _Net(topology, gpus)
-    root = topology.gpu(collective.root) if collective.root is not None else None
-    plans = []
+        return _backwards(topology, packed(topology.reversed(),
+                                           replace(collective, kind=CollectiveKind.BROADCAST)))
     if kind in (CollectiveKind.GATHER, CollectiveKind.SCATTER):
-        assert root is not None
-        into = kind is CollectiveKind.GATHER
-        paths = flow_paths(net, root, into)
-        coll = _pieces(collective, 2, FLOW_PIECES)  # a relay receives and sends each piece
-        mine: dict[str, list[int]] = defaultdict(list)
-        for chunk in checked(coll.chunks(), TEMPLATE, every=256):
-            if chunk.destinations:
-                mine[topology.gpu(chunk.sources[0] if into else chunk.destinations[0])].append(chunk.id)
-        turns = []  # (turn, GPU, plan): every GPU's pieces in turn, so that all paths start at once
-        for v, ids in mine.items():
-            for k, (cid, j) in enumerate(zip(ids, _deal(len(ids), [w for w, _ in paths[v]]),
-                                             strict=True)):
-                path = paths[v][j][1]
-                turns.append((k, v, ChunkPlan(cid, path[0], spread=_chain(path))))
-        plans = [p for _, _, p in sorted(turns, key=lambda x: x[:2])]
-        return assemble("packed", topology, coll, plans, chunk_major=True)
-    trees = pack(net, kind, root)
+        # a relay receives and sends each piece
+        return _paths_schedule(topology, _pieces(collective, 2, FLOW_PIECES))
+    net, trees = _packing(topology, kind, collective.ranks, collective.root)
     total = sum(w for w, _, _ in trees)
     steps = Counter()  # per rank, steps per piece on average: a receive and a send per child
     for w, _, tree in trees:
         for v in net.gpus:
             steps[v] += w / total * (1 + sum(1 for p in tree.values() if p == v))
-    coll = _pieces(collective, (2 if kind is CollectiveKind.ALLREDUCE else 1) * max(steps.values()))
+    return _trees_schedule(topology, _pieces(collective, (
+        2 if kind is CollectiveKind.ALLREDUCE else 1) * max(steps.values())))
+
+
+@functools.lru_cache(maxsize=4)
+def _backwards(topology: Topology, fan: Schedule) -> Schedule:
+    """The Reduce that is Broadcast ``fan`` (on the reversed ``topology``) played backwards."""
+    return Schedule(topology, replace(fan.collective, kind=CollectiveKind.REDUCE), fan.epoch_s,
+                    tuple(reverse_in_time(fan.transfers, fan.finish_epoch)), fan.info)
+
+
+@functools.lru_cache(maxsize=4)
+def _net(topology: Topology, ranks: tuple[int, ...]) -> _Net:
+    return _Net(topology, [topology.gpu(r) for r in ranks])
+
+
+@functools.lru_cache(maxsize=4)
+def _packing(topology: Topology, kind: CollectiveKind, ranks: tuple[int, ...],
+             root: int | None) -> tuple[_Net, list[tuple[float, str, Tree]]]:
+    """The overlay and :func:`pack`'s trees (neither size nor chunking plays a part)."""
+    net = _net(topology, ranks)
+    return net, pack(net, kind, topology.gpu(root) if root is not None else None)
+
+
+@functools.lru_cache(maxsize=4)
+def _trees_schedule(topology: Topology, coll: Collective) -> Schedule:
+    """Broadcast or AllReduce pieces ``coll`` down the packed trees."""
+    net, trees = _packing(topology, coll.kind, coll.ranks, coll.root)
     chunks = coll.chunks()
-    cols = [net.use(_pairs(kind, tree)) for _, _, tree in trees]
+    cols = [net.use(_pairs(coll.kind, tree)) for _, _, tree in trees]
+    plans = []
     for chunk, j in zip(chunks, _balance(net, len(chunks), [w for w, _, _ in trees], cols),
                         strict=True):
         _, top, tree = trees[j]
-        if kind is CollectiveKind.BROADCAST:
+        if coll.kind is CollectiveKind.BROADCAST:
             plans.append(ChunkPlan(chunk.id, top, spread=tree))
         else:
             plans.append(ChunkPlan(chunk.id, top, gather=tree, spread=tree))
+    return assemble("packed", topology, coll, plans, chunk_major=True)
+
+
+@functools.lru_cache(maxsize=4)
+def _paths_schedule(topology: Topology, coll: Collective) -> Schedule:
+    """Gather or Scatter pieces ``coll`` along the flow paths into (out of) the root."""
+    assert coll.root is not None
+    root, into = topology.gpu(coll.root), coll.kind is CollectiveKind.GATHER
+    paths = flow_paths(_net(topology, coll.ranks), root, into)
+    mine: dict[str, list[int]] = defaultdict(list)
+    for chunk in checked(coll.chunks(), TEMPLATE, every=256):
+        if chunk.destinations:
+            mine[topology.gpu(chunk.sources[0] if into else chunk.destinations[0])].append(chunk.id)
+    turns = []  # (turn, GPU, plan): every GPU's pieces in turn, so that all paths start at once
+    for v, ids in mine.items():
+        for k, (cid, j) in enumerate(zip(ids, _deal(len(ids), [w for w, _ in paths[v]]),
+                                         strict=True)):
+            path = paths[v][j][1]
+            turns.append((k, v, ChunkPlan(cid, path[0], spread=_chain(path))))
+    plans = [p for _, _, p in sorted(turns, key=lambda x: x[:2])]
     return assemble("packed", topology, coll, plans, chunk_major=True)
