@@ -34,8 +34,9 @@ replica, ``F = peak · efficiency`` and ``p`` bytes per element:
 * the mesh's model runs hierarchical and logical rings, which a better mesh schedule may
   beat: ``speedup_vs_mesh_bound`` and ``exposed_comm_reduction_vs_mesh_bound`` divide
   instead the iteration (its exposed communication) the mesh would take if every phase
-  met its lower bound (:func:`mesh_bound_time`), so a fabric's advantage over any mesh
-  schedule is at least that.
+  met its lower bound (:func:`mesh_bound_time`: each collective alone, and all of them
+  across the mesh's straight cuts), so a fabric's advantage over any mesh schedule is at
+  least that.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ from te_ccl.topology.generators import USWITCH_LATENCY_S, WIRE_LATENCY_S
 
 __all__ = ["FABRICS", "REF_BYTES", "Assumptions", "FabricResult", "Evaluation", "fabric",
            "phase_models", "phase_time", "phase_rate", "mesh_bound_models",
-           "mesh_bound_time", "evaluate", "parse_sweep", "sweep_points", "strategy_means"]
+           "mesh_cut_rate", "mesh_bound_time", "evaluate", "parse_sweep", "sweep_points", "strategy_means"]
 
 FABRICS = ("wafer-mesh5x4", "fred-a", "fred-b", "fred-c", "fred-d")
 REF_BYTES = 1e9
@@ -241,14 +242,42 @@ def mesh_bound_models(strategy: Strategy, kind: str, latencies: tuple[float, flo
     return tuple(out)
 
 
+@lru_cache(maxsize=512)
+def mesh_cut_rate(strategy: Strategy, kind: str) -> float:
+    """Seconds per byte that phase ``kind``'s collectives, run together, need across the
+    wafer mesh's straight cuts (between two rows or two columns): an All-Reduce with
+    members on both sides moves its size across each way, a send its size one way, and
+    a cut carries one link per row (column) each way."""
+    mesh = wafer_mesh(strategy.npus)
+    cuts = [(axis, k) for axis, size in ((0, mesh.rows), (1, mesh.cols)) for k in range(size - 1)]
+    worst = 0.0
+    for axis, k in cuts:
+        links = mesh.cols if axis == 0 else mesh.rows
+        lower = [mesh.coord(r)[axis] <= k for r in range(strategy.npus)]
+        across = {True: 0.0, False: 0.0}  # bytes leaving the lower side, entering it
+        for op in strategy.phase_ops(kind, REF_BYTES):
+            if op.kind == "allreduce":
+                if len({lower[r] for r in op.ranks}) == 2:
+                    across[True] += REF_BYTES
+                    across[False] += REF_BYTES
+            else:
+                for a, b in op.pairs:
+                    if lower[a] != lower[b]:
+                        across[lower[a]] += REF_BYTES
+        worst = max(worst, max(across.values()) / (links * mesh.link_Bps))
+    return worst / REF_BYTES
+
+
 def mesh_bound_time(strategy: Strategy, kind: str, latencies: tuple[float, float],
                     collectives: float, n_bytes: float) -> float:
     """A lower bound on ``collectives`` runs of phase ``kind`` moving ``n_bytes`` in all on
-    the wafer mesh: each run takes at least its slowest collective's bound alone."""
+    the wafer mesh: each run takes at least its slowest collective's bound alone, and the
+    runs together what the straight cuts need (:func:`mesh_cut_rate`)."""
     if not collectives:
         return 0.0
-    return max((collectives * max(alpha, n_bytes / collectives * rate)
-                for alpha, rate in mesh_bound_models(strategy, kind, latencies)), default=0.0)
+    alone = max((collectives * max(alpha, n_bytes / collectives * rate)
+                 for alpha, rate in mesh_bound_models(strategy, kind, latencies)), default=0.0)
+    return max(alone, n_bytes * mesh_cut_rate(strategy, kind))
 
 
 def _breakdown(w: Workload, s: Strategy, name: str, a: Assumptions, *,
