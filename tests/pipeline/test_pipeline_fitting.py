@@ -152,3 +152,15 @@ def test_a_sub_chunked_schedule_is_solved_again_rather_than_lose_its_timing(tmp_
     timing = result.timing
     assert timing is not None and timing.xml_s is not None and timing.schedule_s is not None
     assert timing.xml_s <= 1.01 * timing.schedule_s
+
+
+def test_an_alltoall_over_one_switch_of_72_gpus_lowers_untimed_with_a_block_per_peer():
+    """71 peers each way: counting sending thread blocks as waited for (128 ids a GPU)
+    fits none; untimed, the lowering counts only receiving ones, and the file verifies."""
+    from te_ccl.baselines import build_baseline
+    from te_ccl.compiler import forward_only
+    from te_ccl.lower.msccl import lower_to_msccl
+
+    topo = forward_only(load_topology("gb200-nvl72"))
+    xml = lower_to_msccl(build_baseline("direct", topo, a2a(72, MiB)))
+    assert verify_msccl(xml.decode()).valid

@@ -204,6 +204,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     budget = full
     favour: frozenset[int] = frozenset()
     timed, why = True, ""  # why the timing is given up (for the notes)
+    waited = True  # sending thread blocks are waited for: a send waits for the link's last one
     # a schedule cut into sub-chunks is solved again with fewer where it does not fit
     # (pipeline.render_fitting), which keeps its timing: it never gives the timing up
     refit = schedule.info.subchunks > 1
@@ -214,12 +215,18 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         progress(f"lowering: channels for {len(edges)} edges ({len(candidates)} fusions to "
                  "try)")
         halves = split_halves(edges, candidates)
-        try:  # sending thread blocks are waited for: a send waits for the link's last one
-            chan, fusions, delaying = assign_edges(edges, candidates, halves, budget, True, depth,
-                                              favour, timed, split, first)
+        try:
+            chan, fusions, delaying = assign_edges(edges, candidates, halves, budget, waited,
+                                                   depth, favour, timed, split, first)
         except ChannelsExhausted as e:
             steps_limit = (f"at most {max_steps} steps per thread block within "
                            f"{MSCCL.max_channels} channels")
+            if not timed and waited and not refit:
+                # last: count only the receiving thread blocks as waited for, so a GPU
+                # can have one for each of its 71 peers each way (an AlltoAll over one
+                # switch); where the dependencies need more, add_dependencies refuses it
+                waited = False
+                continue
             if not timed or refit:
                 raise ChannelsExhausted(f"{e}: cannot keep {steps_limit}") from None
             # fewest steps; the link-order nops are not counted, so the cuts made for
