@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install demo test smoke bench bench-xml lint schedules clean
+.PHONY: install demo test test-slow smoke bench bench-xml lint schedules clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,7 +21,11 @@ demo: $(STAMP)
 	@echo "demo output written to out/dgx1-allgather.xml"
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -n 2 -q
+	$(BIN)/python -m pytest -n 2 -q -rs
+
+# the end-to-end tests marked slow, left out of `make test` (CI runs both)
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest -n 2 -q -rs -m slow
 
 # `pip install .` into a fresh venv, no extras, and every subcommand once (needs no .venv)
 smoke:

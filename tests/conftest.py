@@ -11,9 +11,10 @@ from hypothesis import settings
 
 from te_ccl.cli.main import main
 
-settings.register_profile("ci", derandomize=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+# no per-example deadline: how long an example takes depends on the machine and its load
+settings.register_profile("default", deadline=None)
+settings.register_profile("ci", settings.get_profile("default"), derandomize=True)
+settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
 @pytest.fixture
