@@ -69,12 +69,14 @@ import networkx as nx
 import numpy as np
 
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import left
 from te_ccl.topology.model import Node, Topology
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
            "separating_cut_bandwidth", "gossip_time"]
 
 _LP_MAX_VARIABLES = 200_000
+LP_SHARE = 0.1  # of the time left to a compile, the most its AlltoAll LP may take
 EXACT_CUT_MAX_GPUS = 2048
 
 
@@ -277,8 +279,11 @@ def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float)
     for k in topology.links:
         lp.Add(sum(f[(s, k.key)] for s in members) <= k.bandwidth_Bps / scale * T)
     lp.Minimize(T)
+    budget = left() * LP_SHARE  # under a deadline: the compile's first file comes first
+    if budget < math.inf:
+        lp.SetTimeLimit(max(1, int(budget * 1000)))
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
-        return None
+        return None  # infeasible, or out of its share of the time: the cheap relaxation
     return T.solution_value() * per_pair_bytes / scale
 
 
