@@ -118,6 +118,7 @@ def test_uneven_sizes_are_timed_for_the_size_asked():
     assert c.uneven and c.chunk_bytes == 62.5
 
 
+@pytest.mark.slow
 def test_size_libraries_over_tiny_and_wide_ranges(teccl, tmp_path):
     for span in ("1B..64B", "1B..1TB"):
         out = tmp_path / span.replace(".", "_")

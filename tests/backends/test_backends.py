@@ -53,6 +53,7 @@ def test_matrix_passes_the_checker(backend, topo, kind, root):
     assert s.info.backend == backend or (backend == "lp" and c.is_reduction)
 
 
+@pytest.mark.slow
 def test_lp_relaxation_is_below_the_milp():
     p = build_problem(ring(4), Collective(CollectiveKind.ALLGATHER, 8000, (0, 1, 2, 3), 2))
     for h in range(1, 6):

@@ -130,6 +130,7 @@ def fabrics(draw) -> Topology:
     return boxes(box, nboxes, Join(join, tuple(sorted(nics)), nic, alpha))
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(topo=fabrics(), kind=st.sampled_from(KINDS),
        size=st.sampled_from([1000, 1 << 16, 1 << 22]))

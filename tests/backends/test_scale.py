@@ -232,6 +232,7 @@ def test_greedy_relays_forward_what_they_receive():
     assert leaves < 57
 
 
+@pytest.mark.slow
 def test_greedy_relays_go_straight_on_through_a_mesh():
     # a link prefers what arrived from the opposite neighbour, so that a relay's fused
     # steps pair the same receive and send peers on every MSCCL channel: 91% of the

@@ -54,7 +54,7 @@ def build(name: str, topo: Topology, c: Collective) -> Schedule | None:
 
 @pytest.mark.parametrize("kind", ["allgather", "reducescatter", "allreduce", "broadcast",
                                   "reduce"])
-@pytest.mark.parametrize("name", ["fred-b", "fred-d"])
+@pytest.mark.parametrize("name", ["fred-b", pytest.param("fred-d", marks=pytest.mark.slow)])
 def test_no_candidate_beats_the_bound_on_a_reducing_fabric(name, kind):
     topo = load_topology(name)
     c = collective(kind, tuple(range(topo.ngpus)))
@@ -66,6 +66,7 @@ def test_no_candidate_beats_the_bound_on_a_reducing_fabric(name, kind):
             assert_not_below_bound(s)
 
 
+@pytest.mark.slow
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(COVERED), st.sampled_from(KINDS), st.data())
 def test_no_template_beats_the_bound_on_a_shipped_topology(name, kind, data):

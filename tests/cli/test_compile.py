@@ -133,6 +133,7 @@ def test_subprocess_exit_codes(tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
 
 
+@pytest.mark.slow
 def test_size_library_has_contiguous_ranges_and_verified_files(teccl, tmp_path):
     out = tmp_path / "lib"
     code, stdout, _ = teccl("compile", "ring8", "-c", "allgather", "--sizes", "1KB..1MB",

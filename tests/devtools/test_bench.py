@@ -19,6 +19,7 @@ def bench(in_process):
     return in_process(main)
 
 
+@pytest.mark.slow
 def test_bench_quick_writes_outputs_and_judges_targets(bench, tmp_path):
     readme = tmp_path / "README.md"
     readme.write_text(f"intro\n{START}\n{END}\n")

@@ -10,6 +10,7 @@ import pytest
 from devtools.doccheck import REPO, DocError, check, documents, parse
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("doc", documents(), ids=lambda p: p.name)
 def test_every_command_of_the_document_runs(doc):
     failed = [f"{o.doc}:{o.line}: {o.command}: {o.detail}" for o in check(doc) if not o.ok]

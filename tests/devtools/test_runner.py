@@ -51,6 +51,7 @@ def test_teccl_row_reports_the_time_its_choice_was_judged_by(monkeypatch):
     assert len(replays) == len({id(t) for t in replays})  # each schedule replayed once
 
 
+@pytest.mark.slow
 def test_auto_row_records_the_chunking_it_picked():
     case = Case("ring8", "broadcast", 8 * MB, limit_s=5, root=0, auto_chunks=True)
     rows = bench.run_case(case, threads=1)

@@ -46,6 +46,7 @@ def test_a_family_in_both_modes_shares_one_directory(tmp_path):
                 (int(r["min_bytes"]), int(r["max_bytes"]))
 
 
+@pytest.mark.slow
 def test_a_family_over_the_size_budget_is_skipped_and_leaves_no_file(tmp_path):
     rows = ship_family("fc8", "allgather", False, tmp_path, 64 * KiB, MiB, FAST,
                        max_file_bytes=16)

@@ -89,6 +89,7 @@ def test_ship_all_writes_verified_files_and_an_index(tmp_path):
     assert "fc8 | 8 | allgather | ok" in (tmp_path / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_ship_one_fits_both_buffer_modes_into_the_runtime(tmp_path):
     """dgx1 AlltoAll at 64 MiB: the scale plan's sub-chunks overflow the channels in
     place and out of place; the compile falls back to fewer, both files load."""

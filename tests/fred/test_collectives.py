@@ -173,6 +173,7 @@ def _patterns(draw) -> list[CollectiveOp]:
     return ops or [CollectiveOp("allreduce", WAFER, D)]
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(ops=_patterns())
 def test_reducing_switches_never_lose_to_forwarding_ones(ops):

@@ -68,6 +68,7 @@ def _sram_reported(teccl, fabric: dict, tables) -> None:
     assert report["sram_bytes"][fabric["sram_switch"]] == fabric["sram_bytes_max"]
 
 
+@pytest.mark.slow
 def test_a_generated_32_npu_wafer_compiles_with_its_sram_reported(teccl, tmp_path):
     path, tables = tmp_path / "fred-d-32.yaml", tmp_path / "t"
     assert teccl("topo", "gen", "fred-d", "--npus", "32", "-o", str(path))[0] == 0
@@ -81,6 +82,7 @@ def test_a_generated_32_npu_wafer_compiles_with_its_sram_reported(teccl, tmp_pat
     _sram_reported(teccl, d["fabric"], tables)
 
 
+@pytest.mark.slow
 def test_a_generated_64_npu_wafer_runs_in_switch_with_its_sram_reported(teccl, tmp_path):
     """FRED-B of 64 NPUs: its L2, FRED_3(32), holds the largest configuration."""
     path, tables = tmp_path / "fred-b-64.yaml", tmp_path / "t"

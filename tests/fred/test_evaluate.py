@@ -167,6 +167,7 @@ def _evaluation_points(draw) -> tuple[str, str, int, Assumptions]:
     return key, draw(st.sampled_from(admitted)), npus, a
 
 
+@pytest.mark.slow
 @settings(max_examples=10, deadline=None)
 @given(point=_evaluation_points())
 def test_reducing_switches_never_lose_in_the_evaluation(point):

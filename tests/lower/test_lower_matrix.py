@@ -2,8 +2,8 @@
 independent verifier accepts, in both modes; and every single-step mutation is caught.
 
 Solves are cached per (topology, kind) and reused for both modes (the schedule does not
-depend on the mode, only the buffer layout does). The 16-GPU topologies and alltoall
-(whose MILP takes its whole time limit) are marked slow.
+depend on the mode, only the buffer layout does). The topologies of more than 8 GPUs and
+alltoall (whose MILP takes its whole time limit) are marked slow.
 """
 
 from __future__ import annotations
@@ -77,7 +77,8 @@ def test_solver_schedule_lowers_to_verified_xml(topo, kind, inplace):
     _verified(schedule, inplace)
 
 
-@pytest.mark.parametrize("topo", SMALL + LARGE)
+@pytest.mark.parametrize("topo", [*SMALL, *(pytest.param(t, marks=pytest.mark.slow)
+                                              for t in LARGE)])
 def test_every_baseline_lowers_to_verified_xml(topo):
     topology = load_topology(topo)
     lowered = 0

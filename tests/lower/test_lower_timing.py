@@ -148,6 +148,7 @@ def test_two_boxes_on_one_network_switch_keep_the_schedules_timing(kit, kind):
     assert lowered <= 1.01 * sched
 
 
+@pytest.mark.slow
 def test_an_edge_that_fits_no_channel_on_time_gets_a_file_that_says_so():
     """On a 4x4 mesh AllReduce at 16 steps per thread block, some edge fits no channel
     while every relayed send keeps its link-order wait (its nop). Cut into sub-chunks,

@@ -102,6 +102,7 @@ def test_a_deadline_while_replaying_keeps_the_verified_file_it_times(tmp_path, m
     assert result.timing.measured_by == "schedule replay"
 
 
+@pytest.mark.slow
 def test_a_runtime_limit_in_the_searchs_file_falls_back_to_the_first_file(tmp_path,
                                                                          monkeypatch):
     """No schedule after the first lowers (every sub-chunking and the whole-chunk race
@@ -183,6 +184,7 @@ def test_without_an_output_nothing_is_kept():
     assert (result.first_file_s, result.cut_short, result.incumbents) == (None, False, ())
 
 
+@pytest.mark.slow
 def test_the_json_summary_reports_the_anytime_record(teccl, tmp_path):
     out = tmp_path / "ag.xml"
     code, stdout, err = teccl("compile", "mesh4x4", "-c", "allgather", "-s", "1MiB",

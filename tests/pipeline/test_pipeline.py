@@ -93,6 +93,7 @@ def test_auto_chunks_keeps_the_given_chunking_when_none_divides():
     assert s.collective.chunks_per_rank == s.info.subchunks and s.collective.size_bytes == 1001
 
 
+@pytest.mark.slow
 def test_auto_chunks_is_never_slower_than_the_given_chunking():
     ring8 = load_topology("ring8")
     c = replace(coll("broadcast", 8, root=0), size_bytes=8 << 20)

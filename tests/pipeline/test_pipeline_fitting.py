@@ -136,6 +136,7 @@ def test_max_subchunks_below_one_is_bad_input():
         SolveParams(max_subchunks=0)
 
 
+@pytest.mark.slow
 def test_a_sub_chunked_schedule_is_solved_again_rather_than_lose_its_timing(tmp_path):
     """ndv2x2 AllReduce 1 GB: at the scale plan's sub-chunking two ranks need more elements
     than the reader holds unless their links give up the schedule's order (that file

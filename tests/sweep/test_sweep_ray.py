@@ -50,6 +50,7 @@ def comparable(out) -> list[dict[str, str]]:
                 for row in csv.DictReader(f)]
 
 
+@pytest.mark.slow
 def test_ray_sweep_equals_local_sweep(ray_session, grid_file, tmp_path):
     grid = str(grid_file(GRID))
     on_ray = run(grid, tmp_path / "ray", "--ray-address", "auto")

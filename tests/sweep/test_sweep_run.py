@@ -58,6 +58,7 @@ def test_sweep_writes_an_msccl_directory_index_and_records(two_ok, tmp_path):
     assert published.read_bytes() == (out / winner["xml"]).read_bytes()
 
 
+@pytest.mark.slow
 def test_resume_skips_done_points_and_reruns_missing_or_damaged_ones(two_ok, tmp_path):
     grid, out = two_ok, tmp_path / "out"
     assert sweep(grid, "-o", str(out), "--workers", "1")[0] == 0
@@ -181,6 +182,7 @@ def test_larger_points_are_run_first(grid_file, tmp_path):
     assert [p.topology.name for p in plan.todo] == ["dgx2", "ring8"]
 
 
+@pytest.mark.slow
 def test_a_worker_crash_fails_only_the_point_that_caused_it(two_ok, monkeypatch):
     import dataclasses
     from pathlib import Path
