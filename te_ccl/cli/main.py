@@ -30,7 +30,7 @@ from te_ccl.errors import InputWarning, TecclError
 # numeric library (tests/cli/test_startup.py counts what it imports).
 COMMANDS: dict[str, tuple[str, str]] = {
     "baseline": ("te_ccl.cli.baseline:baseline_cmd",
-                 "Build a baseline (ring, ring-bidir, tree, direct, hierarchical, packed)."),
+                 "Build a baseline (ring, ring-bidir, tree, direct, packed, …)."),
     "compile": ("te_ccl.cli.compile:compile_cmd", "Compile a collective on TOPOLOGY."),
     "fred": ("te_ccl.cli.fred:fred", "FRED wafer-scale fabric: switch, routing, evaluation."),
     "simulate": ("te_ccl.cli.simulate:simulate_cmd",
