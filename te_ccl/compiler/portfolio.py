@@ -222,9 +222,11 @@ def quick(topology: Topology, collective: Collective, params: SolveParams
     function that builds it (None: it does not apply): the scale method at one sub-chunk
     per chunk (its fewest transfers: the plan's budget keeps even 1024 GPUs within the
     runtime's limits at that), then the templates (and the in-switch schedule) where
-    building them is quick (:data:`TEMPLATE_MAX_DELIVERIES`) and, as in the race, up to
-    :data:`TEMPLATE_MAX_GPUS` GPUs unless no scale method applies (a ring AlltoAll of 72
-    GPUs takes a minute to build). A candidate that breaks a buffer limit raises
+    building them is quick (:data:`TEMPLATE_MAX_DELIVERIES`). A template is built only
+    where every candidate before it gave no file, so beyond :data:`TEMPLATE_MAX_GPUS`
+    GPUs, where the race does not build them (a ring AlltoAll of 72 GPUs takes a minute),
+    they cost nothing while the scale method's file fits the runtime, and are the file
+    where it does not. A candidate that breaks a buffer limit raises
     :class:`SolverError`. Bad input raises :class:`SpecError` first."""
     from te_ccl.backends.scale import scale_method
     from te_ccl.baselines import applicable, build_baseline
@@ -237,8 +239,7 @@ def quick(topology: Topology, collective: Collective, params: SolveParams
         scale = replace(params, backend="scale", max_subchunks=1)
         yield f"scale/{method}", partial(_within_buffers, run_strategy, topology, collective,
                                          scale)
-    if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES or (
-            method is not None and topology.ngpus > TEMPLATE_MAX_GPUS):
+    if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
         return
     for name in applicable(topology, collective):
         yield f"template {name}", partial(_within_buffers, build_baseline, name, topology,
