@@ -55,8 +55,7 @@ PIECES = 384  # pieces the collective is cut into at most (fewer where the runti
 FLOW_PIECES = 256  # the same for Gather and Scatter: all pieces cross the root's links,
 #                   and 384 into one root broke the lowering's channel rules (hgx-h100x2)
 MIN_PIECE_BYTES = 8192  # below, a piece's time is a small part of a hop's α: cutting it
-#                         finer only adds steps (dgx2 Broadcast 1 MB: 1.80x at 128 pieces
-#                         or 512)
+#                         finer only adds steps
 _ROUNDS = 60  # column generation rounds
 _SEED_ROUNDS = 40  # multiplicative-weight rounds for the first trees
 _GROWTH = 0.5  # how much a fully loaded link's price grows in one of them
@@ -393,12 +392,19 @@ def _balance(net: _Net, n: int, weights: list[float], cols: list[Counter[Link]])
     return order
 
 
-def _pieces(collective: Collective, steps_per_piece: float, cap: int = PIECES) -> Collective:
+def _pieces(topology: Topology, collective: Collective, steps_per_piece: float,
+            cap: int = PIECES) -> Collective:
     """The collective cut into up to ``cap`` pieces (whole multiples of its chunks), as
     many as the runtime's element limit per rank holds at ``steps_per_piece`` steps of a
-    rank per piece, none under :data:`MIN_PIECE_BYTES`."""
+    rank per piece, none under :data:`MIN_PIECE_BYTES`; for AllReduce none under what a
+    link carries in its α either: pieces that short are all in flight at once, a
+    connection holds only a few sends, and a rank that sends to and receives from every
+    peer of its trees then needs more thread blocks than a GPU has (dgx2 AllReduce 1 MB
+    in 8 KiB pieces)."""
+    floor = max([MIN_PIECE_BYTES] + [k.latency_s * k.bandwidth_Bps for k in topology.links
+                                     if collective.kind is CollectiveKind.ALLREDUCE])
     most = min(cap, int(room(collective.nranks) / max(1.0, steps_per_piece)),
-               collective.size_bytes // MIN_PIECE_BYTES)
+               int(collective.size_bytes // floor))
     factor = max(1, most // collective.nchunks)
     return replace(collective, chunks_per_rank=collective.chunks_per_rank * factor)
 
@@ -424,14 +430,14 @@ def packed(topology: Topology, collective: Collective) -> Schedule:
                                            replace(collective, kind=CollectiveKind.BROADCAST)))
     if kind in (CollectiveKind.GATHER, CollectiveKind.SCATTER):
         # a relay receives and sends each piece
-        return _paths_schedule(topology, _pieces(collective, 2, FLOW_PIECES))
+        return _paths_schedule(topology, _pieces(topology, collective, 2, FLOW_PIECES))
     net, trees = _packing(topology, kind, collective.ranks, collective.root)
     total = sum(w for w, _, _ in trees)
     steps = Counter()  # per rank, steps per piece on average: a receive and a send per child
     for w, _, tree in trees:
         for v in net.gpus:
             steps[v] += w / total * (1 + sum(1 for p in tree.values() if p == v))
-    return _trees_schedule(topology, _pieces(collective, (
+    return _trees_schedule(topology, _pieces(topology, collective, (
         2 if kind is CollectiveKind.ALLREDUCE else 1) * max(steps.values())))
 
 
