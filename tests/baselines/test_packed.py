@@ -55,3 +55,13 @@ def test_no_packed_schedule_beats_the_bound_on_random_fabrics(topo, data):
         return
     assert check_schedule(s) == []
     assert simulate_schedule(s).finish_time_s >= lower_bound(topo, coll).seconds * (1 - 1e-9)
+
+
+def test_auto_races_packed_before_the_flow_model():
+    """The flow model would use the whole limit; packed is judged before it starts."""
+    from te_ccl.compiler import SolveParams, solve
+
+    coll = Collective(K.BROADCAST, 64_000_000, tuple(range(8)), root=0)
+    s = solve(RAILS, coll, SolveParams(time_limit_s=2, threads=1))
+    assert s.info.backend == "baseline:packed"
+    assert "flow model" in s.info.notes[0]
