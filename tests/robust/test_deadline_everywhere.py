@@ -47,7 +47,7 @@ def test_expanding_the_chunks_stops_at_the_deadline(kind):
 def test_a_solver_clock_never_runs_past_the_deadline():
     with until(0.5):
         assert Clock(60.0).left <= 0.5
-    assert Clock(60.0).left > 59
+    assert Clock(60.0).left > 0.5  # the deadline ended with its block (however slow the machine)
 
 
 def test_weighing_chunkings_stops_at_the_deadline(expanding_freely):
