@@ -105,6 +105,34 @@ class _Reader:
     def __init__(self, errors: list[str]) -> None:
         self.errors = errors
 
+    def items(self, obj: Any, key: str, where: str) -> list[Any]:
+        """``obj[key]`` as a list of objects (absent: empty); what is not is an error."""
+        value = obj.get(key, []) if isinstance(obj, dict) else []
+        if value is None:
+            return []
+        if not isinstance(value, list):
+            self.errors.append(f"{where}: {key!r} is not a list")
+            return []
+        return value
+
+    def objects(self, obj: Any, key: str, where: str) -> list[dict]:
+        out = []
+        for i, x in enumerate(self.items(obj, key, where)):
+            if isinstance(x, dict):
+                out.append(x)
+            else:
+                self.errors.append(f"{where}: {key}[{i}] is not an object")
+        return out
+
+    def ints(self, obj: Any, key: str, where: str) -> list[int]:
+        out = []
+        for x in self.items(obj, key, where):
+            if isinstance(x, int) and not isinstance(x, bool):
+                out.append(x)
+            else:
+                self.errors.append(f"{where}: {key} holds {x!r}, not an integer")
+        return out
+
     def need(self, obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
         if not isinstance(obj, dict) or key not in obj:
             self.errors.append(f"{where}: missing key {key!r}")
@@ -169,36 +197,38 @@ def _gpu_shell(r: _Reader, g: dict, i: int, n: int) -> Gpu | None:
         chunks[buf] = v
     channels: dict[str, list[tuple[int, int]]] = {"memory": [], "port": []}
     groups: list[tuple[str, tuple[int, ...]]] = []
-    for c in r.need(g, "channels", list, where) or []:
+    for c in r.objects(g, "channels", where):
         ctype = r.need(c, "channel_type", str, f"{where} channels")
         if ctype in ("memory", "port"):
             seen = channels[ctype]
-            for peer in r.need(c, "connected_to", list, f"{where} channels") or []:
+            for peer in r.items(c, "connected_to", f"{where} channels"):
                 if not isinstance(peer, int) or not 0 <= peer < n or peer == i:
                     r.errors.append(f"{where}: {ctype} channel to {peer!r}, not another rank")
                     continue
                 seen.append((peer, sum(1 for p, _ in seen if p == peer)))
         elif ctype == "switch":
             buf = r.need(c, "buffer_type", str, f"{where} switch channel")
-            for grp in r.need(c, "rank_groups", list, f"{where} switch channel") or []:
-                ranks = tuple(r.need(grp, "ranks", list, f"{where} rank group") or ())
-                if i not in ranks or any(not isinstance(x, int) or not 0 <= x < n for x in ranks):
+            for grp in r.objects(c, "rank_groups", f"{where} switch channel"):
+                ranks = tuple(r.items(grp, "ranks", f"{where} rank group"))
+                if i not in ranks or any(not isinstance(x, int) or isinstance(x, bool)
+                                         or not 0 <= x < n for x in ranks):
                     r.errors.append(f"{where}: NVLS group {list(ranks)} must list valid ranks "
                                     "including this one")
+                    continue
                 if buf not in BUFFERS:
                     r.errors.append(f"{where}: switch channel buffer_type {buf!r}")
                 groups.append((buf, ranks))
         elif ctype is not None:
             r.errors.append(f"{where}: unknown channel_type {ctype!r}")
     sems = []
-    for s in g.get("semaphores", []) or []:
+    for s in r.objects(g, "semaphores", where):
         v = r.need(s, "init_value", int, f"{where} semaphores")
         sems.append(v or 0)
     gpu = Gpu(i, chunks, [], sems, channels, groups)
-    for j, b in enumerate(g.get("remote_buffers", []) or []):
+    for j, b in enumerate(r.objects(g, "remote_buffers", where)):
         rank = r.need(b, "rank", int, f"{where} remote_buffers[{j}]")
         buf = r.need(b, "type", str, f"{where} remote_buffers[{j}]")
-        access = r.need(b, "access_channel_types", list, f"{where} remote_buffers[{j}]") or []
+        access = r.items(b, "access_channel_types", f"{where} remote_buffers[{j}]")
         if rank is None or not 0 <= rank < n or buf not in BUFFERS:
             r.errors.append(f"{where}: remote_buffers[{j}] names rank {rank!r} buffer {buf!r}")
             rank, buf = 0, "s"
@@ -208,15 +238,15 @@ def _gpu_shell(r: _Reader, g: dict, i: int, n: int) -> Gpu | None:
 
 def _blocks(r: _Reader, g: dict, plan: Plan, i: int, parts: list[int]) -> None:
     gpu = plan.gpus[i]
-    for j, tb in enumerate(r.need(g, "threadblocks", list, f"rank {i}") or []):
+    for j, tb in enumerate(r.objects(g, "threadblocks", f"rank {i}")):
         where = f"rank {i} block {j}"
         tid = r.need(tb, "id", int, where)
         if tid is not None and tid != j:
             r.errors.append(f"{where}: id {tid} (blocks are listed in id order)")
         chans: dict[str, list[int]] = {"memory": [], "port": [], "switch": []}
-        for c in tb.get("channels", []) or []:
+        for c in r.objects(tb, "channels", where):
             ctype = r.need(c, "channel_type", str, where)
-            ids = r.need(c, "channel_ids", list, where) or []
+            ids = r.items(c, "channel_ids", where)
             limit = len(gpu.groups) if ctype == "switch" else len(gpu.channels.get(ctype, []))
             for x in ids:
                 if ctype not in chans or not isinstance(x, int) or not 0 <= x < limit:
@@ -225,9 +255,9 @@ def _blocks(r: _Reader, g: dict, plan: Plan, i: int, parts: list[int]) -> None:
                 else:
                     chans[ctype].append(x)
         refs: dict[str, list[int]] = {"memory": [], "port": []}
-        for ref in tb.get("remote_buffer_refs", []) or []:
+        for ref in r.objects(tb, "remote_buffer_refs", where):
             ctype = r.need(ref, "access_channel_type", str, where)
-            for x in r.need(ref, "remote_buffer_ids", list, where) or []:
+            for x in r.items(ref, "remote_buffer_ids", where):
                 ok = ctype in refs and isinstance(x, int) and 0 <= x < len(gpu.remote)
                 if ok and ctype not in gpu.remote[x][2]:
                     r.errors.append(f"{where}: remote buffer {x} is not accessible by {ctype}")
@@ -240,7 +270,7 @@ def _blocks(r: _Reader, g: dict, plan: Plan, i: int, parts: list[int]) -> None:
                 r.errors.append(f"{where}: more than {LIMITS['channels']} {ctype} channels or "
                                 "remote buffers (the executor holds 16 per block)")
         ops = []
-        for op in r.need(tb, "ops", list, where) or []:
+        for op in r.objects(tb, "ops", where):
             ops.append(_op(r, op, plan, gpu, j, len(ops), chans, refs, parts))
         count = sum(1 + len(o.inner) for o in ops)
         if count > LIMITS["ops"]:
@@ -258,7 +288,7 @@ def _op(r: _Reader, raw: Any, plan: Plan, gpu: Gpu, block: int, pos: int,
         op.name = "nop"
         return op
     op.channel_type = raw.get("channel_type", "none")
-    if op.channel_type not in CHANNEL_TYPES:
+    if not isinstance(op.channel_type, str) or op.channel_type not in CHANNEL_TYPES:
         r.errors.append(f"{where}: unknown channel_type {op.channel_type!r}")
         op.channel_type = "none"
     tbg = raw.get("tbg_info")
@@ -267,7 +297,7 @@ def _op(r: _Reader, raw: Any, plan: Plan, gpu: Gpu, block: int, pos: int,
         r.errors.append(f"{where}: tbg_info {tbg!r}")
         part, nparts = 0, 1
     parts.append(nparts)
-    ids = raw.get("channel_ids", [])
+    ids = r.items(raw, "channel_ids", where)
     if len(ids) > LIMITS["channels_per_op"]:
         r.errors.append(f"{where}: {len(ids)} channels, at most {LIMITS['channels_per_op']}")
     for x in ids:
@@ -279,11 +309,11 @@ def _op(r: _Reader, raw: Any, plan: Plan, gpu: Gpu, block: int, pos: int,
         if op.channel_type in ("memory", "port"):
             op.pairs.append(gpu.channels[op.channel_type][mine[x]])
     for key, out in (("src_buff", op.src), ("dst_buff", op.dst)):
-        for b in raw.get(key, []) or []:
+        for b in r.objects(raw, key, where):
             ref = _ref(r, b, plan, gpu, op, chans, refs, part, nparts, key)
             if ref is not None:
                 out.append(ref)
-    sems = raw.get("semaphore_ids", [])
+    sems = r.items(raw, "semaphore_ids", where)
     for x in sems:
         if not isinstance(x, int) or not 0 <= x < len(gpu.semaphores):
             r.errors.append(f"{where}: semaphore {x!r} out of range ({len(gpu.semaphores)} declared)")
@@ -292,9 +322,13 @@ def _op(r: _Reader, raw: Any, plan: Plan, gpu: Gpu, block: int, pos: int,
     if len(sems) > LIMITS["semaphores_per_op"]:
         r.errors.append(f"{where}: {len(sems)} semaphores, at most {LIMITS['semaphores_per_op']}")
     if name == "barrier":
-        op.barrier = (raw.get("barrier_id", 0), raw.get("num_threadblocks", 0))
+        bid, n = raw.get("barrier_id", 0), raw.get("num_threadblocks", 0)
+        if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (bid, n)):
+            r.errors.append(f"{where}: barrier_id {bid!r} num_threadblocks {n!r}")
+        else:
+            op.barrier = (bid, n)
     if name == "pipeline":
-        for inner in raw.get("ops", []) or []:
+        for inner in r.objects(raw, "ops", where):
             op.inner.append(_op(r, inner, plan, gpu, block, pos, chans, refs, parts))
     if op.channel_type in ("memory", "port") and op.pairs:
         for ref, pair in zip([x for x in op.dst + op.src if x.remote], op.pairs, strict=False):
