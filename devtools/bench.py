@@ -43,7 +43,7 @@ PROG = "python -m devtools.bench"
 def bench_cmd(ctx: click.Context, suite_name: str, out_dir: str, threads: int,
               budget: float | None, readme: str | None, no_fail: bool, verbose: bool,
               as_json: bool) -> None:
-    """Run benchmark SUITE (default, quick) and judge the targets."""
+    """Run benchmark SUITE (default, quick, defaults, defaults-first) and judge the targets."""
     chosen = suite(suite_name)
     live = err_console.is_terminal and not as_json
     with err_console.status(f"bench {chosen.name}…") as status:

@@ -3,7 +3,9 @@
 ``default`` is what ``make bench`` runs (budgeted to finish in under 20 minutes on 2
 cores: every solve has its own time limit and the suite stops starting new cases when its
 budget is spent, so the headline rows — the solver targets, the scale table, NDv2 ×2
-for the anchors — come first); ``quick`` is a seconds-long subset for tests. Sizes are decimal
+for the anchors — come first); ``quick`` is a seconds-long subset for tests;
+``defaults`` and ``defaults-first`` are the defaults matrix (:func:`_defaults_cases`,
+the second also in ``make bench``). Sizes are decimal
 (``1KB`` = 1000 bytes) like the targets, except the scale rows, which follow the
 published TACOS comparison at 1 GiB.
 """
