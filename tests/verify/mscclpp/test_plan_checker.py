@@ -154,3 +154,23 @@ def test_waits_before_signals_on_both_sides_deadlock():
         ops[s], ops[w] = ops[w], ops[s]
     errors = rejected(plan)
     assert errors[0].startswith("deadlock: rank 0 block 0 op 2 (wait) waits for signal 1")
+
+
+def _paths(obj, path=()):
+    yield path
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj) if isinstance(obj, list) else ()
+    for k, v in items:
+        yield from _paths(v, (*path, k))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from(["reduce.json", "reduce_nvls.json", "transfer_pack_tbg.json"]),
+       st.data(), st.sampled_from([None, "x", -1, 10**9, 1.5, [], {}, [1, "a"], True]))
+def test_values_of_the_wrong_type_are_errors_not_crashes(name, data, value):
+    plan = load(name)
+    path = data.draw(st.sampled_from(list(_paths(plan))[1:]))
+    parent = plan
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = value
+    check_plan(plan)  # reports or accepts; never raises
