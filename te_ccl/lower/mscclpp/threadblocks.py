@@ -19,8 +19,8 @@
   semaphore the other block releases after making it; one semaphore per ordered pair of
   blocks, counted, so a step acquires every release up to the one it needs.
 * **nop.** The executor's ``nop`` is ``__syncthreads``: one goes between a data op and a
-  following signal or release, between a wait or acquire and a following data op, and
-  between two data ops where the second touches a slot the first wrote.
+  later signal or release, between a wait or acquire and a later data op, and between
+  two data ops where the second touches a slot the first wrote.
 * **Handshake.** Every lane block starts with a relaxed signal and wait: a rank starts
   writing into a peer's buffers only once the peer has entered the same run.
 
@@ -261,20 +261,24 @@ class _Ops:
         self.last: dict[str, Any] | None = None
         self.last_put: Step | None = None  # the put step ``last`` ends with, if a put
         self.written: set[Slot] = set()
+        self.data = self.waited = False  # a data op, a wait or acquire since the last nop
 
     def add(self, op: dict[str, Any], reads: tuple[Slot, ...] = (),
             writes: tuple[Slot, ...] = ()) -> None:
         last = self.last["name"] if self.last else "nop"
         name = op["name"]
-        if ((last in DATA and name in ("signal", "sem_release"))
-                or (last in ("wait", "sem_acquire", "rlxwait") and name in DATA)
+        if ((self.data and name in ("signal", "sem_release"))
+                or (self.waited and name in DATA)
                 or (last in DATA and name in DATA
                     and any(x in self.written for x in (*reads, *writes)))):
             self.block.ops.append({"name": "nop"})
             self.written = set()
+            self.data = self.waited = False
         self.block.ops.append(op)
         self.last = op
         self.written.update(writes)
+        self.data = self.data or name in DATA
+        self.waited = self.waited or name in ("wait", "sem_acquire", "rlxwait")
 
     def step(self, s: Step, remote: list[tuple[int, str, str]]) -> None:
         b = self.block

@@ -27,6 +27,10 @@ OP_NAMES = frozenset({
     "sem_acquire", "sem_release"})
 SIGNALS = frozenset({"signal", "rlxsignal", "pws", "pwsf"})  # ops that signal their channels
 WAITS = frozenset({"wait", "rlxwait"})
+# ops every thread of a block works on (a signal, wait or semaphore op runs on one thread)
+DATA_OPS = frozenset({"put", "pws", "pwsf", "get", "copy", "re", "res", "rre", "rres", "glres",
+                      "gstore", "ppkt", "rppkt", "respkt", "cpkt", "upkt", "repkt", "recpkt",
+                      "recspkt", "gstorepkt"})
 BUFFERS = ("i", "o", "s")
 CHANNEL_TYPES = ("memory", "port", "switch", "none")
 
@@ -275,7 +279,30 @@ def _blocks(r: _Reader, g: dict, plan: Plan, i: int, parts: list[int]) -> None:
         count = sum(1 + len(o.inner) for o in ops)
         if count > LIMITS["ops"]:
             r.errors.append(f"{where}: {count} operations, the executor holds {LIMITS['ops']}")
+        _check_nops(ops, r.errors)
         gpu.blocks.append(Block(j, ops))
+
+
+def _check_nops(ops: list[Op], errors: list[str]) -> None:
+    """A signal or release goes out from one thread, a wait or acquire is seen by one: a
+    ``nop`` (``__syncthreads``) must separate them from the data ops the whole block runs,
+    or the signal can pass writes still under way and the data op can start before the
+    wait returned."""
+    data = waited = None
+    for op in (x for o in ops for x in (o.inner if o.name == "pipeline" else [o])):
+        if op.name in ("nop", "barrier"):
+            data = waited = None
+            continue
+        if data and (op.name in SIGNALS or op.name == "sem_release"):
+            errors.append(f"{op.where()}: signals after {data.where()} with no nop between "
+                          "(the block's other threads may still be writing)")
+        if waited and op.name in DATA_OPS:
+            errors.append(f"{op.where()}: follows {waited.where()} with no nop between "
+                          "(only one thread waited)")
+        if op.name in DATA_OPS:
+            data = op
+        if op.name in WAITS or op.name == "sem_acquire":
+            waited = op
 
 
 def _op(r: _Reader, raw: Any, plan: Plan, gpu: Gpu, block: int, pos: int,

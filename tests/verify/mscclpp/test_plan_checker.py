@@ -174,3 +174,18 @@ def test_values_of_the_wrong_type_are_errors_not_crashes(name, data, value):
         parent = parent[key]
     parent[path[-1]] = value
     check_plan(plan)  # reports or accepts; never raises
+
+
+@pytest.mark.parametrize("which", ["ring8-allreduce", "reduce.json"])
+def test_a_missing_nop_before_a_signal_is_rejected(which):
+    plan = copy.deepcopy(PLANS[which])
+    for g in plan["gpus"]:
+        for tb in g["threadblocks"]:
+            ops = tb["ops"]
+            for k in range(1, len(ops) - 1):
+                if ops[k]["name"] == "nop" and ops[k + 1]["name"] == "signal" \
+                        and ops[k - 1]["name"] in ("put", "copy", "res", "rres"):
+                    del ops[k]
+                    assert any("with no nop between" in e for e in rejected(plan))
+                    return
+    raise AssertionError("no nop before a signal")
