@@ -30,13 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["Improvement", "Incumbent", "Kept", "Verified", "describe"]
 
 
-class Kept(str):
-    """A progress message that says a better file is kept (``file kept: RATIO× the
-    bound, SOURCE``): a terminal's status line shows it like any message, and a pipe
-    gets it as a line of its own at once (``teccl compile``), not only at the next
-    periodic line."""
-
-
 @dataclass(frozen=True)
 class Improvement:
     """A file kept: seconds from the compile's start to its verification, the candidate
@@ -48,6 +41,20 @@ class Improvement:
 
     def to_json(self) -> dict[str, Any]:
         return {"t_s": round(self.t_s, 3), "source": self.source, "ratio": self.ratio}
+
+
+class Kept(str):
+    """A progress message that says a better file is kept (``file kept: RATIO× the
+    bound, SOURCE``; the :class:`Improvement` as ``improvement``): a terminal's status
+    line shows it like any message, and a pipe gets it as a line of its own at once
+    (``teccl compile``), not only at the next periodic line."""
+
+    improvement: Improvement
+
+    def __new__(cls, text: str, improvement: Improvement) -> Kept:
+        told = super().__new__(cls, text)
+        told.improvement = improvement
+        return told
 
 
 @dataclass(frozen=True)
@@ -98,7 +105,7 @@ class Incumbent:
         self.best = Verified(schedule, data, finish_s, source)
         self.history.append(Improvement(self.elapsed(), source, self.ratio(finish_s)))
         if self.progress is not None:
-            self.progress(Kept(self.shown()))
+            self.progress(Kept(self.shown(), self.history[-1]))
         return True
 
     def holds(self, schedule: Schedule) -> bool:
