@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Literal
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective.model import Collective
-from te_ccl.compiler import CompileOptions, CompileResult, compile_collective
+from te_ccl.compiler import CompileOptions, CompileResult, compile_collective, output_format
 from te_ccl.errors import SpecError
 from te_ccl.topology.model import Topology
 
@@ -105,8 +105,9 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         check_output_file(output, key="output")
     if fred_tables is not None:
         check_output_dir(fred_tables, key="fred_tables")
-    if fmt is None:
-        fmt = "json" if output is not None and Path(output).suffix == ".json" else "xml"
+    from te_ccl.lower.fred import reducing_switches
+
+    fmt = output_format(None if output is None else str(output), fmt, reducing_switches(topo))
     if fmt == "mscclpp":
         _check_plan_kind(coll, previous)
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,

@@ -5,7 +5,6 @@ from __future__ import annotations
 import sys
 import time
 from contextlib import nullcontext
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
@@ -199,12 +198,10 @@ def _output(output: str | None, fmt: str | None, topo: Topology, kind: str,
     """The output path and format: the suffix decides, else xml, or json on a fabric whose
     switches reduce (an explicit xml there is refused before solving). The default path
     is one file name in the working directory, whatever the topology's name."""
+    from te_ccl.compiler import output_format
     from te_ccl.lower.fred import check_msccl_can_express, reducing_switches
 
-    if fmt is None:
-        suffix = Path(output).suffix if output else ""
-        fmt = ("json" if suffix == ".json" or (suffix != ".xml" and reducing_switches(topo))
-               else "xml")
+    fmt = output_format(output, fmt, reducing_switches(topo))
     if fmt == "xml":
         check_msccl_can_express(topo)
     if fmt == "mscclpp" and library:

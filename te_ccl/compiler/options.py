@@ -3,19 +3,39 @@ serves, and the chunkings worth trying.
 
 >>> CompileOptions(output="ring.xml", chunk_choices=(1, 2)).fmt
 'xml'
+>>> output_format("dgx1-allreduce.mscclpp.json", None, [])
+'mscclpp'
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from te_ccl.compiler.warm import Previous
 
-__all__ = ["CompileOptions", "FORMATS"]
+__all__ = ["CompileOptions", "FORMATS", "output_format"]
 
-FORMATS = ("xml", "json")
+FORMATS = ("xml", "json", "mscclpp")
+
+
+def output_format(output: str | None, asked: str | None,
+                  reducing_switches: Collection[str]) -> str:
+    """The format a compile writes, decided once for the CLI and the API: the one
+    ``asked``, else the output's name (``.mscclpp.json``: an MSCCL++ plan; ``.json``: the
+    schedule JSON; ``.xml``: MSCCL XML), else MSCCL XML — or the schedule JSON on a fabric
+    whose switches reduce (FRED's: ``reducing_switches``), which no MSCCL XML can drive."""
+    if asked is not None:
+        return asked
+    name = Path(output).name if output else ""
+    if name.endswith(".mscclpp.json"):
+        return "mscclpp"
+    if name.endswith(".json"):
+        return "json"
+    return "json" if reducing_switches and not name.endswith(".xml") else "xml"
 
 
 @dataclass(frozen=True)

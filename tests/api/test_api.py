@@ -103,3 +103,16 @@ def test_the_result_has_every_metric_of_compile_json_under_its_name(teccl, tmp_p
     assert result.bound_ratio == pytest.approx(result.finish_time_s / result.lower_bound_s)
     with pytest.raises(AttributeError, match="no attribute 'bandwidth'"):
         result.bandwidth  # noqa: B018 - the lookup is the test
+
+
+def test_the_format_is_decided_once_for_the_cli_and_the_api():
+    """The name decides where no format is asked: a plan, a schedule JSON, MSCCL XML; on a
+    fabric whose switches reduce, the schedule JSON unless the name says .xml."""
+    from te_ccl.compiler import output_format
+
+    assert output_format("a.mscclpp.json", None, []) == "mscclpp"
+    assert output_format("a.json", None, []) == "json"
+    assert output_format("a.xml", None, ["l2"]) == "xml"
+    assert output_format(None, None, ["l2"]) == "json"
+    assert output_format(None, None, []) == "xml"
+    assert output_format("a.json", "xml", []) == "xml"
