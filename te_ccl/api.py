@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from te_ccl.backends.base import SolveParams
@@ -137,34 +136,12 @@ def _check_plan_kind(coll: Collective, previous: object) -> None:
 def _compile_plan(topo: Topology, coll: Collective, params: SolveParams,
                   options: CompileOptions, progress: Callable[[str], None] | None
                   ) -> CompileResult:
-    """``fmt="mscclpp"``: the anytime compile of the schedule on the machine as a plan
-    can use it (NVLS switches reduce and copy, other switches forward), staged as schedule
-    JSON in a temporary directory, then lowered to an MSCCL++ execution plan, accepted by
-    the independent plan checker, and written."""
-    import tempfile
-    from dataclasses import replace
-
+    """``fmt="mscclpp"``: the anytime compile on the machine as a plan can use it (NVLS
+    switches reduce and copy, other switches forward); every candidate is judged, and
+    the file written, as the MSCCL++ plan the independent plan checker accepts."""
     from te_ccl.compiler import forward_only
-    from te_ccl.errors import VerificationError
-    from te_ccl.lower.mscclpp import lower_to_mscclpp
-    from te_ccl.outputs import write_atomic
-    from te_ccl.verify.mscclpp import verify_plan
 
-    with tempfile.TemporaryDirectory() as tmp:
-        staged = None if options.output is None else str(Path(tmp) / "schedule.json")
-        result = compile_collective(forward_only(topo, "mscclpp"), coll, params,
-                                    replace(options, output=staged, fmt="json"), progress)
-    if options.output is None:
-        return result
-    if progress:
-        progress("lowering to an MSCCL++ plan")
-    data = lower_to_mscclpp(result.schedule, name=f"{topo.name}-{coll.kind.value}")
-    report = verify_plan(data.decode())
-    if not report.valid:
-        raise VerificationError(f"the lowered MSCCL++ plan failed its check "
-                                f"({len(report.errors):,} error(s)); first: {report.errors[0]}")
-    write_atomic(options.output, data)
-    return replace(result, output=options.output)
+    return compile_collective(forward_only(topo, "mscclpp"), coll, params, options, progress)
 
 
 def _previous(previous: str | os.PathLike | None, topo: Topology, coll: Collective,

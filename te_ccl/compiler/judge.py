@@ -1,10 +1,13 @@
 """The judge of a candidate: the only place that knows how a schedule is timed.
 
 Candidates (chunkings, the flow schedule against the templates) are judged, and the
-result is reported, by replaying the MSCCL XML each lowers to, the program the runtime
-runs (:func:`xml_replay`). Above :data:`XML_REPLAY_LIMIT` transfers lowering every
-candidate would cost more than the compile's budget, so the schedule's own replay
-judges, bracketed by :func:`_prediction_bounds_replay` and :func:`_busiest_link`.
+result is reported, by replaying the file each lowers to, the program the runtime runs:
+the MSCCL XML (:func:`xml_replay`), or for ``--format mscclpp`` the MSCCL++ plan
+(:func:`plan_replay`: an NVLS sum goes to the reading GPU and back up to be multicast,
+which the schedule's own replay does not model). Above :data:`XML_REPLAY_LIMIT`
+transfers lowering every candidate would cost more than the compile's budget, so the
+schedule's own replay judges, bracketed by :func:`_prediction_bounds_replay` and
+:func:`_busiest_link`.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from te_ccl.schedule import Schedule
 if TYPE_CHECKING:
     from te_ccl.verify.msccl.model import Algo
 
-__all__ = ["Timer", "Timing", "xml_replay", "SIM_LIMIT", "XML_REPLAY_LIMIT", "PARALLEL_FROM"]
+__all__ = ["Timer", "Timing", "xml_replay", "plan_replay", "SIM_LIMIT", "XML_REPLAY_LIMIT", "PARALLEL_FROM"]
 
 LOWER_S_PER_TRANSFER = 1e-4  # lowering's pace until the compile has timed its own: 65k
 #                               transfers take 5-15 s (meshes faster than tori, a busy
@@ -51,9 +54,9 @@ class Timing:
     ``xml_s``: the replay of its lowered MSCCL XML (:func:`te_ccl.simulate.msccl.simulate_msccl`),
     None above :data:`XML_REPLAY_LIMIT` transfers or when it does not lower
     (``unlowerable`` says why; ``refittable``: over a runtime limit with sub-chunks that
-    :func:`render_fitting` can solve again fewer); ``schedule_s``: the replay of the
-    schedule itself, None above :data:`SIM_LIMIT` transfers; ``predicted_s``: the epoch
-    model's.
+    :func:`render_fitting` can solve again fewer); ``plan_s`` likewise of its MSCCL++
+    plan (:func:`plan_replay`); ``schedule_s``: the replay of the schedule itself, None
+    above :data:`SIM_LIMIT` transfers; ``predicted_s``: the epoch model's.
     """
 
     predicted_s: float
@@ -61,19 +64,27 @@ class Timing:
     xml_s: float | None = None
     unlowerable: str | None = None
     refittable: bool = False
-    unreplayed: str | None = None  # why the written XML was not replayed (the time limit)
+    unreplayed: str | None = None  # why the written file was not replayed (the time limit)
+    plan_s: float | None = None
+
+    @property
+    def file_s(self) -> float | None:
+        """The replay of the file lowered: the plan's, else the XML's."""
+        return self.plan_s if self.plan_s is not None else self.xml_s
 
     @property
     def finish_s(self) -> float:
-        """The best measure there is: the XML's replay, else the schedule's, else the
+        """The best measure there is: the file's replay, else the schedule's, else the
         prediction."""
-        for t in (self.xml_s, self.schedule_s):
+        for t in (self.file_s, self.schedule_s):
             if t is not None:
                 return t
         return self.predicted_s
 
     @property
     def measured_by(self) -> str:
+        if self.plan_s is not None:
+            return "plan replay"
         if self.xml_s is not None:
             return "xml replay"
         return "schedule replay" if self.schedule_s is not None else "epoch model"
@@ -100,6 +111,18 @@ def xml_replay(schedule: Schedule, data: bytes, algo: Algo | None = None) -> flo
                           ranks=c.ranks).finish_time_s
 
 
+def plan_replay(schedule: Schedule, data: bytes, *, checked: bool = False) -> float:
+    """The finish time of ``data``, the MSCCL++ plan lowered from ``schedule``, replayed on
+    the schedule's topology as the executor runs it (:mod:`te_ccl.simulate.plan`, which
+    has the plan checker accept it first unless it did already: ``checked``)."""
+    import json
+
+    from te_ccl.simulate.plan import simulate_plan
+
+    return simulate_plan(json.loads(data), schedule.topology, schedule.collective.size_bytes,
+                         checked=checked).finish_time_s
+
+
 def _prediction_bounds_replay(schedule: Schedule) -> float | None:
     """The prediction when it bounds the schedule replay from above (te_ccl.simulate.replay:
     no link starts two chunks in one epoch, or no link has latency), else None."""
@@ -119,11 +142,26 @@ def _busiest_link(schedule: Schedule) -> float:
                 for n, x in zip(load.values(), links, strict=True)), default=0.0)
 
 
+def lower_file(schedule: Schedule, options: CompileOptions) -> bytes:
+    """``schedule`` lowered to the file ``options`` asks for: an MSCCL++ plan for
+    ``mscclpp``, else MSCCL XML (not verified yet)."""
+    o = options
+    if o.fmt == "mscclpp":
+        from te_ccl.lower.mscclpp import lower_to_mscclpp
+
+        name = o.name or f"{schedule.topology.name}-{schedule.collective.kind.value}"
+        return lower_to_mscclpp(schedule, name=name, min_bytes=o.min_bytes,
+                                max_bytes=o.max_bytes)
+    from te_ccl.lower.msccl import lower_to_msccl
+
+    return lower_to_msccl(schedule, name=o.name, min_bytes=o.min_bytes, max_bytes=o.max_bytes)
+
+
 class Timer:
     """Times each schedule once (``solve`` judges its candidates, the chunking loop the
     winner again, the summary and the benchmark report it): by the replay of its
-    lowered XML when ``xml`` and it has at most :data:`XML_REPLAY_LIMIT` transfers, else
-    by the schedule replay. A schedule that does not lower is judged infinitely slow, so
+    lowered XML when ``xml`` (of its MSCCL++ plan when ``options.fmt`` is ``mscclpp``)
+    and it has at most :data:`XML_REPLAY_LIMIT` transfers, else by the schedule replay. A schedule that does not lower is judged infinitely slow, so
     ``auto`` keeps a candidate that does; one whose sub-chunks overflow a runtime limit
     stands at its schedule replay, since :func:`render_fitting` solves it again with
     fewer sub-chunks.
@@ -133,16 +171,18 @@ class Timer:
     """
 
     def __init__(self, *, xml: bool = True, options: CompileOptions | None = None) -> None:
-        self.xml = xml
         options = options or CompileOptions()
         self.options = options  # the file's name and size range, so a judged XML can be written
+        self.plan = options.fmt == "mscclpp"  # the file judged is an MSCCL++ plan
+        self.xml = xml and not self.plan
         self._seen: dict[tuple[int, Collective, int], tuple[tuple, Timing]] = {}
         self._lowered: dict[tuple[int, Collective, int], tuple[tuple, bytes]] = {}
         self._pace: float | None = None  # the slowest lowering timed, per transfer
         self._read: tuple[bytes, Algo] | None = None  # the last file the verifier read
         self._replay: tuple[bytes, Background[float]] | None = None  # a file's, under way
-        what = (f"replay of the lowered XML, or of the schedule above {XML_REPLAY_LIMIT} "
-                "transfers" if xml else "schedule replay")
+        lowered = "MSCCL++ plan" if self.plan else "XML" if self.xml else None
+        what = (f"replay of the lowered {lowered}, or of the schedule above "
+                f"{XML_REPLAY_LIMIT} transfers" if lowered else "schedule replay")
         self.judge = Judge(what, self._time, self._at_most, self._at_least, self.write_s)
 
     def write_s(self, schedule: Schedule) -> float:
@@ -156,7 +196,7 @@ class Timer:
 
     def write_n(self, transfers: int, lowered: bool) -> float:
         """:meth:`write_s` of a schedule of ``transfers`` (``lowered`` already or not)."""
-        if not self.xml:
+        if not self.files:
             return 0.0
         passes = (0 if lowered else 1) + VERIFY_SHARE + (
             REPLAY_SHARE if transfers > XML_REPLAY_LIMIT else 0)
@@ -173,8 +213,13 @@ class Timer:
         if transfers >= PACE_MIN_TRANSFERS:
             self._pace = max(self._pace or 0.0, seconds / transfers)
 
+    @property
+    def files(self) -> bool:
+        """Whether schedules are judged by a file they lower to (XML or plan)."""
+        return self.xml or self.plan
+
     def _by_xml(self, schedule: Schedule) -> bool:
-        return self.xml and len(schedule.transfers) <= XML_REPLAY_LIMIT
+        return self.files and len(schedule.transfers) <= XML_REPLAY_LIMIT
 
     @staticmethod
     def _key(schedule: Schedule) -> tuple[int, Collective, int]:
@@ -233,7 +278,7 @@ class Timer:
 
     def _timed_by_xml(self, schedule: Schedule) -> bool:
         hit = self._seen.get(self._key(schedule))
-        return hit is not None and hit[0] is schedule.transfers and hit[1].xml_s is not None
+        return hit is not None and hit[0] is schedule.transfers and hit[1].file_s is not None
 
     def replay_written(self, schedule: Schedule, data: bytes, *,
                        schedule_replay: bool = True) -> None:
@@ -250,11 +295,13 @@ class Timer:
         else:
             timing = Timing(schedule.finish_time_s,
                             _schedule_replay(schedule) if schedule_replay else None)
-        if timing.xml_s is not None or not self.xml:
+        if timing.file_s is not None or not self.files:
             return
         algo = read[1] if read is not None and read[0] is data else None
         try:
-            if started is not None and started[0] is data:
+            if self.plan:
+                timing = replace(timing, plan_s=plan_replay(schedule, data, checked=True))
+            elif started is not None and started[0] is data:
                 started[1].hurry()
                 timing = replace(timing, xml_s=started[1].result())
             else:
@@ -267,7 +314,7 @@ class Timer:
         """:meth:`timing`, with the XML lowered and replayed at any number of transfers
         (what a benchmark reports of the file it would write)."""
         timing = self.timing(schedule)
-        if timing.xml_s is None and timing.unlowerable is None and self.xml:
+        if timing.file_s is None and timing.unlowerable is None and self.files:
             timing, data = self._lower(schedule, timing)
             self._seen[self._key(schedule)] = (schedule.transfers, timing)
             if data is not None:
@@ -282,16 +329,16 @@ class Timer:
         if data is None:
             return timing
         self._lowered[self._key(schedule)] = (schedule.transfers, data)
+        if self.plan:
+            return replace(timing, plan_s=plan_replay(schedule, data))
         return replace(timing, xml_s=xml_replay(schedule, data))
 
     def _lower(self, schedule: Schedule, timing: Timing) -> tuple[Timing, bytes | None]:
-        """The XML of ``schedule``, or None with ``timing`` saying why it does not lower."""
-        from te_ccl.lower.msccl import lower_to_msccl
-
-        o, start = self.options, time.monotonic()
+        """The file of ``schedule`` (:func:`lower_file`), or None with ``timing`` saying
+        why it does not lower."""
+        start = time.monotonic()
         try:
-            data = lower_to_msccl(schedule, name=o.name, min_bytes=o.min_bytes,
-                                  max_bytes=o.max_bytes)
+            data = lower_file(schedule, self.options)
             self.paced(len(schedule.transfers), time.monotonic() - start)
             return timing, data
         except TimeLimitReached:

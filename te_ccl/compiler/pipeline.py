@@ -31,7 +31,7 @@ from te_ccl.background import in_background, workers
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler.incumbent import Improvement, Incumbent, Verified, describe
-from te_ccl.compiler.judge import PARALLEL_FROM, XML_REPLAY_LIMIT, Timer, Timing
+from te_ccl.compiler.judge import PARALLEL_FROM, XML_REPLAY_LIMIT, Timer, Timing, lower_file
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.portfolio import asked_chunking
 from te_ccl.compiler.solve import Judge, Known, solve
@@ -251,7 +251,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
         except TecclError as e:  # MSCCL cannot express or hold it: the next candidate
             kept.notes.append(f"anytime: no first file from the {name} ({e})")
             continue
-        if options.fmt == "xml":
+        if options.fmt in ("xml", "mscclpp"):
             timer.replay_written(schedule, data, schedule_replay=False)
         _offer(kept, schedule, data, timer, "first file")
         return
@@ -302,7 +302,7 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
     if kept.best is not None:
         if timer.judge(schedule) >= kept.best.finish_s:
             return
-        need = timer.write_s(schedule) if options.fmt == "xml" else 0.0
+        need = timer.write_s(schedule) if options.fmt in ("xml", "mscclpp") else 0.0
         if need > left():
             why = f"needs ~{need:.2g} s to lower and verify, with {left():.2g} s left"
             kept.cut(f"the search's best, {describe(schedule)}, {why}")
@@ -409,11 +409,11 @@ def _compile_notes(topology: Topology, schedule: Schedule, timer: Timer) -> tupl
     elif timing.unreplayed is not None:
         notes += (f"timed by the {timing.measured_by}: the written XML's replay stopped "
                   f"({timing.unreplayed})",)
-    elif timing.xml_s is None and timer.xml:
+    elif timing.file_s is None and timer.files:
         notes += (f"timed by the {timing.measured_by}: no file was written, and the XML "
                   f"replay of {len(schedule.transfers)} transfers (over {XML_REPLAY_LIMIT}) "
                   "is kept for the written file",)
-    elif not timer.xml:
+    elif not timer.files:
         notes += (f"timed by the {timing.measured_by}: switches may copy and reduce here "
                   "(FRED, NVLink SHARP), which MSCCL XML cannot express",)
     return notes
@@ -573,7 +573,7 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     """
     timer = timer or Timer(options=options)
     schedule, data = _fitting(schedule, options, params, progress, timer, fallback)
-    if options.fmt == "xml":  # the replay forked while verifying, or one now
+    if options.fmt in ("xml", "mscclpp"):  # the replay forked while verifying, or one now
         timer.replay_written(schedule, data)
     return schedule, data
 
@@ -702,6 +702,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
     verified (:meth:`Timer.replaying`) and hears how the verifier read it."""
     if options.fmt == "json":
         return schedule.to_json().encode()
+    if options.fmt == "mscclpp":
+        return _render_plan(schedule, options, progress, lowered, timer)
     from te_ccl.lower.fred import check_msccl_can_express
     from te_ccl.lower.msccl import lower_to_msccl
 
@@ -729,6 +731,30 @@ def render(schedule: Schedule, options: CompileOptions, *,
     return xml
 
 
+def _render_plan(schedule: Schedule, options: CompileOptions, progress: Progress | None,
+                 lowered: bytes | None, timer: Timer | None) -> bytes:
+    """The MSCCL++ plan of ``schedule`` once the independent plan checker accepts it
+    (:class:`VerificationError` if not); a plan ``lowered`` to judge it was checked by
+    its replay already."""
+    from te_ccl.verify.mscclpp import verify_plan
+
+    if lowered is not None:
+        return lowered
+    if progress:
+        progress("lowering to an MSCCL++ plan")
+    start = time.monotonic()
+    data = lower_file(schedule, options)
+    if timer is not None:
+        timer.paced(len(schedule.transfers), time.monotonic() - start)
+    if progress:
+        progress("checking the MSCCL++ plan")
+    report = verify_plan(data.decode())
+    if not report.valid:
+        raise VerificationError(f"the lowered MSCCL++ plan failed its check "
+                                f"({len(report.errors):,} error(s)); first: {report.errors[0]}")
+    return data
+
+
 def _silent(message: str) -> None:
     """No progress output."""
 
@@ -745,7 +771,8 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
     """The ``--json`` object of ``teccl compile`` (keys fixed by README.md's contract).
 
     ``finish_time_s`` (and the bandwidths and ratio from it) is the replay of the lowered
-    MSCCL XML, what the runtime runs; ``measured_by`` says so, or names the fallback
+    MSCCL XML or MSCCL++ plan, what the runtime runs; ``measured_by`` says so (``xml
+    replay``, ``plan replay``), or names the fallback
     (``schedule replay`` above :data:`XML_REPLAY_LIMIT` transfers or for an output that
     is not lowered, ``epoch model`` above :data:`SIM_LIMIT`). ``predicted_s`` is the
     epoch model's prediction and ``schedule_replay_s`` the replay of the schedule itself.

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from itertools import count
 
 from te_ccl.collective.model import Chunk, Collective, CollectiveKind
+from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
 from te_ccl.lower.mscclpp.trace import Delivery, Source
 
@@ -363,7 +364,7 @@ class _Builder:
 def build_program(collective: Collective, deliveries: list[Delivery]) -> Program:
     """The steps of every GPU for ``deliveries`` (from :func:`trace_deliveries`)."""
     b = _Builder(collective, deliveries)
-    for d in deliveries:
+    for d in checked(deliveries, "lowering to an MSCCL++ plan", every=1024):
         b.deliver(d)
     b.finish()
     return Program(collective, b.n, b.layout.input_chunks, b.layout.output_chunks,

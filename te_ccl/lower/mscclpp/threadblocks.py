@@ -34,6 +34,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.mscclpp.program import Batch, Program, Slot, Step
 
@@ -103,6 +104,7 @@ def _assign(program: Program, budget: int, box: list[int]) -> list[GpuPlan]:
     _order_waits(program.batches, lane_of)
     where: dict[int, Block] = {}
     for gpu in range(program.nranks):
+        check("lowering to an MSCCL++ plan")
         for s in sorted(program.steps.get(gpu, []), key=_key):
             where[id(s)] = _home(s, where, blocks[gpu], lane_of)
             where[id(s)].steps.append(s)

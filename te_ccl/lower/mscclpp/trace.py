@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 
+from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
 from te_ccl.schedule import Schedule, Transfer
 
@@ -62,7 +63,7 @@ def trace_deliveries(schedule: Schedule) -> list[Delivery]:
     out: list[Delivery] = []
     epochs = sorted({t.start_epoch for t in schedule.transfers}
                     | {t.arrive_epoch for t in schedule.transfers})
-    for epoch in epochs:
+    for epoch in checked(epochs, "lowering to an MSCCL++ plan", every=256):
         transient: dict[tuple[str, int], Value] = {}
         for t, value in sorted(arrivals.pop(epoch, []), key=lambda x: _order(x[0])):
             node = topo.node(t.dst)

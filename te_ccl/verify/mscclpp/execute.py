@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from te_ccl.deadline import check
 from te_ccl.verify.mscclpp.model import SIGNALS, WAITS, Op, Plan, Ref
 
 __all__ = ["Outcome", "execute"]
@@ -252,6 +253,7 @@ class _Machine:
         while progress:
             progress = False
             for t in self.threads:
+                check("checking the MSCCL++ plan")
                 while t.pc < len(t.ops):
                     op = t.ops[t.pc]
                     if op.name == "barrier" and not t.arrived:
