@@ -3,13 +3,10 @@ hazards of the instruction list (reachability over the printed steps, no vector 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import te_ccl.lower.msccl.dependencies as dependencies
 from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.lower.msccl.buffers import ResolvedSlots
 from te_ccl.lower.msccl.collapse_switches import Edge
@@ -94,15 +91,11 @@ def test_every_hazard_is_ordered_by_the_printed_dependencies(moves, link_order, 
     assert sorted(i for p in plans for i in p.at) == list(range(len(instrs)))
     for p in plans:
         assert list(p.at) == sorted(p.at) and p.instrs == tuple(instrs[i] for i in p.at)
-    mp = pytest.MonkeyPatch()
-    mp.setattr(dependencies, "MSCCL", replace(dependencies.MSCCL, max_depid=max_depid))
     try:
-        tbs = add_dependencies(0, plans, slots, link_order)
+        tbs = add_dependencies(0, plans, slots, link_order, waitable=max_depid + 1)
     except RuntimeLimitError:  # more thread blocks waited for than depid can name
         assert len(plans) > max_depid + 1
         return
-    finally:
-        mp.undo()
     assert [tb.id for tb in tbs] == list(range(len(plans)))
     by_peers = {(p.send, p.recv, p.chan): p for p in plans}  # unique: one local block
     where: dict[int, tuple[int, int]] = {}  # instruction position -> (thread block, step)

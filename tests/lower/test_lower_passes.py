@@ -12,6 +12,7 @@ from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.lower.msccl.buffers import buffer_layout
 from te_ccl.lower.msccl.collapse_switches import collapse_switches
 from te_ccl.lower.msccl.ir import Buf, Slot
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.verify.msccl.layout import Layout as VerifierLayout
 
 KINDS = ["allgather", "alltoall", "reducescatter", "allreduce", "broadcast", "reduce", "gather",
@@ -231,21 +232,18 @@ def test_channel_plan_keeps_the_preferred_pairing_open():
     assert _pairs_open([_pairing(turn)], c, state)      # the turn blocks nothing preferred there
 
 
-def test_ranks_over_the_reader_limit_rerun_the_channel_pass_in_their_favour(kit, monkeypatch,
+def test_ranks_over_the_reader_limit_rerun_the_channel_pass_in_their_favour(kit,
                                                                             channel_passes):
-    import te_ccl.lower.msccl.parallel as parallel
     import te_ccl.lower.msccl.passes as passes
     from te_ccl.errors import RuntimeLimitError
 
     schedule = kit.ring_allreduce(4)
     passes.lower_to_msccl(schedule)
     assert [(p.favour, p.timed) for p in channel_passes] == [(frozenset(), True)]
-    for module in (passes, parallel):
-        monkeypatch.setattr(module, "MSCCL", replace(module.MSCCL, max_elements=6))  # <algo>, 4 <gpu>s
-    # and one more each
+    runtime = replace(MSCCL, max_elements=6)  # <algo>, 4 <gpu>s and one more each
     channel_passes.clear()
     with pytest.raises(RuntimeLimitError, match="more than 6 XML elements"):
-        passes.lower_to_msccl(schedule)  # no file the reader would refuse
+        passes.lower_to_msccl(schedule, runtime=runtime)  # no file the reader would refuse
     # every rank is over: favouring them all would favour none, so every fusion and no
     # link order at once
     assert [(p.favour, p.timed) for p in channel_passes] == [(frozenset(), True),

@@ -17,6 +17,7 @@ from te_ccl.lower.msccl import build_program, lower_to_msccl
 from te_ccl.lower.msccl.buffers import buffer_layout
 from te_ccl.lower.msccl.collapse_switches import collapse_switches
 from te_ccl.lower.msccl.instructions import build_instructions, fusion_candidates
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.simulate.replay import simulate_schedule
@@ -77,18 +78,15 @@ def _elements(gpu, nranks: int) -> int:
     return 1 + nranks + sum(1 + len(tb.steps) for tb in gpu.threadblocks)
 
 
-def test_ranks_over_the_element_limit_fuse_anyway_and_say_so(kit, monkeypatch):
-    import te_ccl.lower.msccl.parallel as parallel
+def test_ranks_over_the_element_limit_fuse_anyway_and_say_so(kit):
     import te_ccl.lower.msccl.passes as passes
 
     schedule = _forward_twice(kit)
     program = build_program(schedule)
     assert program.notes == ()
-    for module in (passes, parallel):
-        monkeypatch.setattr(module, "MSCCL", replace(module.MSCCL,
-                                              max_elements=_elements(program.gpus[1], 4) - 1))
+    runtime = replace(MSCCL, max_elements=_elements(program.gpus[1], 4) - 1)
     notes: list[str] = []
-    xml = passes.lower_to_msccl(schedule, notes=notes)
+    xml = passes.lower_to_msccl(schedule, notes=notes, runtime=runtime)
     assert "rcs" in {st.get("type") for st in etree.fromstring(xml).iter("step")}
     assert len(notes) == 1 and "1 such fusion(s)" in notes[0]
 
@@ -194,11 +192,10 @@ def test_the_channel_pass_counts_the_nops_of_reductions_and_runs_once(channel_pa
     assert lowered <= 1.01 * sched
 
 
-def test_a_rank_still_over_the_element_limit_when_favoured_gets_every_fusion(kit, monkeypatch,
+def test_a_rank_still_over_the_element_limit_when_favoured_gets_every_fusion(kit,
                                                                              channel_passes):
     """GPU 1 alone is over: the channel pass is rerun in its favour, then with every
     fusion on every GPU; a rank over even then gets no file."""
-    import te_ccl.lower.msccl.parallel as parallel
     import te_ccl.lower.msccl.passes as passes
     from te_ccl.errors import RuntimeLimitError
 
@@ -206,22 +203,19 @@ def test_a_rank_still_over_the_element_limit_when_favoured_gets_every_fusion(kit
     sizes = {g.id: _elements(g, 4) for g in build_program(schedule).gpus}
     assert sizes[1] - 3 >= max(n for g, n in sizes.items() if g != 1)
     channel_passes.clear()
-    for module in (passes, parallel):
-        monkeypatch.setattr(module, "MSCCL", replace(module.MSCCL, max_elements=sizes[1] - 3))
     with pytest.raises(RuntimeLimitError, match="rank position 1, even with every fusion"):
-        passes.lower_to_msccl(schedule)
+        passes.lower_to_msccl(schedule, runtime=replace(MSCCL, max_elements=sizes[1] - 3))
     assert [(p.favour, p.timed) for p in channel_passes] == [
         (frozenset(), True), (frozenset({1}), True), (frozenset(), False)]
 
 
 def test_a_rank_over_the_element_limit_by_its_link_order_nops_gives_up_only_those(
-        channel_passes, monkeypatch):
+        channel_passes):
     """A 4x4 mesh ReduceScatter whose largest rank is one element over the reader's limit,
     with nops for its links' order. Cut into sub-chunks, the schedule is refused (the
     compile solves it again with fewer, keeping the links' order). As the only schedule
     there is, that rank alone sends in the order its values come, the channel pass runs
     once and the file says which ranks gave up the order."""
-    import te_ccl.lower.msccl.parallel as parallel
     import te_ccl.lower.msccl.passes as passes
     from te_ccl.api import compile as compile_
     from te_ccl.errors import RuntimeLimitError
@@ -235,13 +229,12 @@ def test_a_rank_over_the_element_limit_by_its_link_order_nops_gives_up_only_thos
     nops = {g.id: sum(st.op.name == "NOP" for tb in g.threadblocks for st in tb.steps)
             for g in gpus}
     assert all(nops[g] for g, n in sizes.items() if n == top)
-    for module in (passes, parallel):
-        monkeypatch.setattr(module, "MSCCL", replace(module.MSCCL, max_elements=top - 1))
+    runtime = replace(MSCCL, max_elements=top - 1)
     with pytest.raises(RuntimeLimitError, match="fewer sub-chunks per chunk would fit"):
-        passes.lower_to_msccl(cut)
+        passes.lower_to_msccl(cut, runtime=runtime)
     channel_passes.clear()
     notes: list[str] = []
-    xml = passes.lower_to_msccl(schedule, notes=notes)
+    xml = passes.lower_to_msccl(schedule, notes=notes, runtime=runtime)
     over = sum(n == top for n in sizes.values())
     assert len(channel_passes) == 1
     assert notes == [f"on {over} of 16 ranks links serve sends in the order they come, not "

@@ -17,10 +17,12 @@ persistent system, no interleaving of the runtime deadlocks either:
   Simple, 8 under LL and LL128; a receive fused into a much later send keeps its slot
   occupied);
 * **thread-block budget** — the thread block of each side stays within ``budget``
-  steps, and a GPU uses at most 32 send and 32 receive peers per channel;
-* **waited thread blocks** — a GPU has at most ``max_depid + 1`` thread blocks that
-  others may wait for (a ``depid`` has 8 bits): its receiving ones, and where
-  ``sends_waited`` its sending ones too (a reduction into a slot, or an in-place
+  steps, and a GPU uses at most 32 send and 32 receive peers per channel, on the
+  runtime's ``channels`` (32 in the MSCCL executor, 128 in RCCL);
+* **waited thread blocks** — a GPU has at most ``waitable`` thread blocks that
+  others may wait for (``max_depid + 1``: a ``depid`` has 8 bits; fewer where the
+  runtime allows fewer thread blocks, RCCL's 64): its receiving ones, and where
+  ``sends_waited`` its sending ones too (then every thread block is counted) (a reduction into a slot, or an in-place
   receive over a value still to be sent, waits for the sends that read it; and a send
   waits for the previous send to the same peer on another channel, :mod:`dependencies`).
 
@@ -53,7 +55,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, partial
 
 from te_ccl.deadline import checked
 from te_ccl.errors import RuntimeLimitError
@@ -129,8 +131,8 @@ class _Gpu:
 
     __slots__ = ("sides", "waited", "paired_recv", "paired_send", "paired")
 
-    def __init__(self) -> None:
-        self.sides = [_Side() for _ in range(MSCCL.max_channels)]
+    def __init__(self, channels: int) -> None:
+        self.sides = [_Side() for _ in range(channels)]
         self.waited = 0
         self.paired_recv: dict[int, int] = {}          # recv peer -> channels
         self.paired_send: dict[int, int] = {}          # send peer -> channels
@@ -151,8 +153,12 @@ class _State:
     received: dict[tuple[int, int], Edge] = field(default_factory=dict)  # (GPU, chunk) -> first
     ends: dict[int, _Ends] = field(default_factory=dict)  # by id(edge): orders, connections
     hold: dict[int, tuple[int, int]] = field(default_factory=dict)  # see _Conn.hold
-    gpus: dict[int, _Gpu] = field(default_factory=lambda: defaultdict(_Gpu))
     plan: _Plan = field(default_factory=lambda: _Plan({}, {}, {}, set()))
+    channels: int = MSCCL.max_channels  # the runtime's
+    gpus: dict[int, _Gpu] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.gpus = defaultdict(partial(_Gpu, self.channels))
 
     @cached_property
     def firsts(self) -> set[int]:
@@ -173,8 +179,8 @@ class _Plan:
 def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
                     sends_waited: bool, depth: int, favour: frozenset[int] = frozenset(),
                     timed: bool = True, received: dict[tuple[int, int], Edge] | None = None,
-                    waitable: int = MSCCL.waitable, spread: int | None = None
-                    ) -> tuple[EdgeChannels, list[Fusion]]:
+                    waitable: int = MSCCL.waitable, spread: int | None = None,
+                    channels: int = MSCCL.max_channels) -> tuple[EdgeChannels, list[Fusion]]:
     """Channel of every edge (:data:`EdgeChannels`) and the fusions kept; ``budget``
     bounds steps per tb.
     ``sends_waited``: other thread blocks may wait for sending ones (reductions, in-place
@@ -184,16 +190,17 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
     ``received``: :func:`~te_ccl.lower.msccl.instructions.first_receipts` of the edges, if
     the caller has it. ``waitable``: the thread blocks per GPU that others may wait for
     (all the runtime can name, unless other edges take some); ``spread``: the channels
-    chains are dealt over (default :func:`spread_channels` of the edges)."""
+    chains are dealt over (default :func:`spread_channels` of the edges); ``channels``:
+    the runtime's."""
     by_in = {id(f.recv.recv): f for f in fusions}
     by_out = {id(f.send.send) for f in fusions}
     plan = _plan(edges, fusions, favour)
     if spread is None:
-        spread = spread_channels(edges, budget, sends_waited)
-    ends, hold = _order_keys(edges, by_out)
+        spread = spread_channels(edges, budget, sends_waited, channels, waitable)
+    ends, hold = _order_keys(edges, by_out, channels)
     state = _State(budget, spread, sends_waited, depth, favour, timed, waitable,
                    first_receipts(edges) if received is None else received, ends, hold,
-                   plan=plan)
+                   plan=plan, channels=channels)
     chan: EdgeChannels = {}
     kept: list[Fusion] = []
     started: dict[tuple[int, int], int] = defaultdict(int)
@@ -300,8 +307,8 @@ def _cut_before(chain: list[Edge], links: list[Fusion], link: Fusion, c: int, fi
     return True, _first_fit(two, [link], state, first, required=False, skip=c)
 
 
-def _order_keys(edges: tuple[Edge, ...], fused_out: set[int]
-                ) -> tuple[dict[int, _Ends], dict[int, tuple[int, int]]]:
+def _order_keys(edges: tuple[Edge, ...], fused_out: set[int],
+                channels: int = MSCCL.max_channels) -> tuple[dict[int, _Ends], dict[int, tuple[int, int]]]:
     """Every edge's send and receive order (:func:`send_order`, :func:`recv_order`) as an
     int that compares as the order tuple does (:func:`packed_order`: hundreds of thousands
     of bisects and comparisons then run on ints), the connections of its (src, dst)
@@ -310,14 +317,14 @@ def _order_keys(edges: tuple[Edge, ...], fused_out: set[int]
     at which it frees its slot, and the smallest order of a time not before
     ``out.arrive``. The orders are keyed by the edge's identity (hashing an edge reads
     its eleven fields, scattered in memory at millions of edges); ``fused_out`` holds the
-    identities of the fusions' outgoing edges."""
+    identities of the fusions' outgoing edges; ``channels``: the runtime's."""
     n = len(edges)
     lanes: dict[tuple[int, int], _Lane] = {}
     ends, hold = {}, {}
     for i, e in enumerate(sorted(edges)):
         lane = lanes.get((e.src, e.dst))
         if lane is None:
-            lane = lanes[(e.src, e.dst)] = [_EMPTY] * MSCCL.max_channels
+            lane = lanes[(e.src, e.dst)] = [_EMPTY] * channels
         snd, rcv = packed_ends(e, i, n)
         key = id(e)
         ends[key] = (snd, rcv, lane)
@@ -339,12 +346,14 @@ def _orders(chain: list[Edge], links: list[Fusion], state: _State
     return out
 
 
-def spread_channels(edges: tuple[Edge, ...], budget: int, sends_waited: bool) -> int:
+def spread_channels(edges: tuple[Edge, ...], budget: int, sends_waited: bool,
+                    channels: int = MSCCL.max_channels, waitable: int = MSCCL.waitable) -> int:
     """How many channels chains are dealt over: enough that the busiest connection fills
     its thread blocks to about 1/SLACK, so a chain finds room on its channel all along
     its path (first fit from channel 0 would fill low channels first and cut chains);
-    but few enough that the thread blocks a GPU waits for keep ids a ``depid`` can name
-    (< 128): one per receive peer and channel (a send waits for the receive of its
+    but few enough (and at most the runtime's ``channels``) that the thread blocks a GPU
+    waits for stay within ``waitable`` (ids a ``depid`` can name, < 128, or fewer where
+    the runtime allows fewer thread blocks): one per receive peer and channel (a send waits for the receive of its
     value); where sends are waited for, its sending ones too (a reduction into a slot,
     or an in-place receive, waits for earlier reads), but fused steps pair most of them
     with a receiving one, so about ``max(receive peers, send peers) + 2`` per channel
@@ -358,8 +367,8 @@ def spread_channels(edges: tuple[Edge, ...], budget: int, sends_waited: bool) ->
     if sends_waited:
         send_peers = Counter(src for src, _ in load)
         waited = Counter({g: max(n, send_peers[g]) + 2 for g, n in recv_peers.items()})
-    waitable = MSCCL.waitable // max(waited.values(), default=1)
-    return max(1, min(MSCCL.max_channels, waitable, -(-busiest * SLACK // budget)))
+    per_channel = waitable // max(waited.values(), default=1)
+    return max(1, min(channels, per_channel, -(-busiest * SLACK // budget)))
 
 
 def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int,
@@ -371,7 +380,7 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
     fallback, parts = None, _parts(chain, links, state)
     order = [*range(first, state.spread), *range(first)]
     if len(chain) == 1:  # only single edges go beyond the spread channels
-        order += range(state.spread, MSCCL.max_channels)
+        order += range(state.spread, state.channels)
         return _first_fit_edge(chain[0], parts, state, order, required, skip)
     free = _free_channels(parts[1], state)
     for c in order:
@@ -382,7 +391,7 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
     if fallback is None and required:
         e = chain[0]
         raise ChannelsExhausted(f"chunk {e.chunk} from rank position {e.src} to {e.dst} fits "
-                                f"on none of the {MSCCL.max_channels} channels")
+                                f"on none of the {state.channels} channels")
     return fallback
 
 
@@ -415,7 +424,7 @@ def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
         fallback = c if fallback is None else fallback
     if fallback is None and required:
         raise ChannelsExhausted(f"chunk {e.chunk} from rank position {e.src} to {e.dst} fits "
-                                f"on none of the {MSCCL.max_channels} channels")
+                                f"on none of the {state.channels} channels")
     return fallback
 
 

@@ -211,20 +211,21 @@ def _done(ins: Instr) -> int:
 
 
 def add_dependencies(gpu: int, plans: list[TbPlan], slots: ResolvedSlots,
-                     link_order: bool) -> list[Threadblock]:
+                     link_order: bool, waitable: int = MSCCL.waitable) -> list[Threadblock]:
     """The final thread blocks of one GPU (ids = positions in ``plans``, but thread blocks
-    that others wait for come first when there are more than ``MSCCL.waitable``)."""
+    that others wait for come first when there are more than the ``waitable`` ones a
+    ``depid`` can name)."""
     deps, targets = _dependencies(plans, link_order)
-    if len(plans) > MSCCL.waitable:  # renumber: waited-for thread blocks first
+    if len(plans) > waitable:  # renumber: waited-for thread blocks first
         perm = sorted(range(len(plans)), key=lambda i: (not targets[i], i))
         new = {old: i for i, old in enumerate(perm)}
         plans = [plans[i] for i in perm]
         targets = [targets[i] for i in perm]
         deps = [[sorted((new[t], s) for t, s in waits) for waits in deps[old]]
                 for old in perm]
-    if any(targets[MSCCL.waitable:]):
+    if any(targets[waitable:]):
         raise RuntimeLimitError(f"rank position {gpu} needs a dependency on thread block "
-                                f"> {MSCCL.max_depid} (depid has 8 bits): too many thread blocks "
+                                f"> {waitable - 1} (depid has 8 bits): too many thread blocks "
                                 "on one GPU")
     out = []
     nop, printed = Op.NOP, slots.printed

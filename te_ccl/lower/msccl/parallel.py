@@ -31,7 +31,7 @@ from te_ccl.lower.msccl.instructions import (
 from te_ccl.lower.msccl.ir import LOWERING, Gpu, Op
 from te_ccl.lower.msccl.threadblocks import build_threadblocks, holding_pairings
 from te_ccl.lower.msccl.to_xml import gpu_xml
-from te_ccl.runtime_limits import MSCCL
+from te_ccl.runtime_limits import RuntimeLimits
 
 __all__ = ["NopOverflow", "Progress", "quiet", "assign_edges", "deal", "gpus_in_part", "in_parts",
            "instructions_and_fusions", "lower_gpu", "peer_sets", "split_halves"]
@@ -122,9 +122,10 @@ def peer_sets(edges: tuple[Edge, ...]) -> dict[int, set[int]]:
 def gpus_in_part(part: list[int], progress: Progress, *, base: dict[int, list[Instr]],
           fusions: dict[int, list[Fusion]], peers: dict[int, set[int]] | None,
           chan: EdgeChannels, layout: Layout, budget: int, max_steps: int, timed: bool,
-          stream: bool, nranks: int) -> tuple[list[tuple[int, object]], set[int], set[int], int]:
+          stream: bool, nranks: int, runtime: RuntimeLimits
+          ) -> tuple[list[tuple[int, object]], set[int], set[int], int]:
     """``(GPU, its XML bytes if stream else its Gpu)`` of the GPUs in ``part``, those over
-    the runtime's element limit, those that keep no link order (their sends then leave
+    ``runtime``'s element limit, those that keep no link order (their sends then leave
     in the order their values come: no ``nop`` waits for the link's previous send), and
     the most steps a thread block has over ``max_steps`` (once one has, the others are
     only measured: the budget is cut by the worst excess). A rank keeps its links' order
@@ -144,7 +145,8 @@ def gpus_in_part(part: list[int], progress: Progress, *, base: dict[int, list[In
             progress(f"lowering: thread blocks of GPU {g} of {nranks}")
         check(LOWERING)
         try:
-            gpu = lower_gpu(g, instrs[g], chan, slots, layout, budget, max_steps, True)
+            gpu = lower_gpu(g, instrs[g], chan, slots, layout, budget, max_steps, True,
+                            runtime)
         except NopOverflow as e:
             if timed:  # the channel pass counted the nops: it is rerun with a smaller budget
                 excess = max(excess, e.excess)
@@ -152,14 +154,15 @@ def gpus_in_part(part: list[int], progress: Progress, *, base: dict[int, list[In
             gpu = None  # it did not: this rank gives up the link order instead
         if excess:
             continue
-        if gpu is None or _elements(gpu, nranks) > MSCCL.max_elements:
+        if gpu is None or _elements(gpu, nranks) > runtime.max_elements:
             try:
-                gpu = lower_gpu(g, instrs[g], chan, slots, layout, budget, max_steps, False)
+                gpu = lower_gpu(g, instrs[g], chan, slots, layout, budget, max_steps, False,
+                                runtime)
             except NopOverflow as e:
                 excess = max(excess, e.excess)
                 continue
             loose.add(g)
-        if _elements(gpu, nranks) > MSCCL.max_elements:
+        if _elements(gpu, nranks) > runtime.max_elements:
             over.add(g)
         out.append((g, gpu_xml(gpu).encode() if stream else gpu))
     left_to_exit(instrs, slots)
@@ -193,23 +196,24 @@ def in_parts(gpus_of: Callable[[list[int], Progress], tuple[list, set[int], set[
 
 def assign_edges(edges: tuple[Edge, ...], candidates: list[Fusion],
             halves: tuple[_Half, _Half] | None, budget: int, sends_waited: bool, depth: int,
-            favour: frozenset[int], timed: bool, split: bool, first: dict[tuple[int, int], Edge]
-            ) -> tuple[EdgeChannels, dict[int, list[Fusion]], int]:
+            favour: frozenset[int], timed: bool, split: bool, first: dict[tuple[int, int], Edge],
+            channels: int, waitable: int) -> tuple[EdgeChannels, dict[int, list[Fusion]], int]:
     """Channels with at most ``budget`` data steps per thread block (fusions on the
     ``favour`` GPUs first), found in ``halves`` (:func:`split_halves`) at once if given, the
     fusions kept per GPU, and how many of them delay another step. With ``split`` (edges
     timed by the schedule's replay), pairings whose thread block would hold up its own
-    receives are given up. ``first``: :func:`first_receipts` of the edges."""
+    receives are given up. ``first``: :func:`first_receipts` of the edges; ``channels``:
+    the runtime's; ``waitable``: the thread blocks per GPU that others may wait for."""
     assign = partial(assign_channels, budget=budget, sends_waited=sends_waited, depth=depth,
-                     favour=favour, timed=timed, received=first)
+                     favour=favour, timed=timed, received=first, channels=channels)
     if halves is None:
-        chan, kept = assign(edges, candidates)
+        chan, kept = assign(edges, candidates, waitable=waitable)
     else:
-        chan, kept = _halves_apart(assign, halves,
-                                   spread_channels(edges, budget, sends_waited))
+        spread = spread_channels(edges, budget, sends_waited, channels, waitable)
+        chan, kept = _halves_apart(assign, halves, spread, waitable)
     if timed and split:  # a thread block joined by fusions must not hold up its receives
         held = holding_pairings(edges, chan, [f for f in kept if f.recv.gpu not in favour],
-                                MSCCL.waitable, budget, first)
+                                waitable, budget, first)
         kept = [f for f in kept if (f.recv.gpu, chan[id(f.recv.recv)], f.recv.recv.src,
                                     f.send.send.dst) not in held]
     fusions: dict[int, list[Fusion]] = defaultdict(list)
@@ -256,12 +260,13 @@ def _rising(e: Edge) -> bool:
 
 
 def _halves_apart(assign: Callable[..., tuple[EdgeChannels, list[Fusion]]],
-                  halves: tuple[_Half, _Half], spread: int) -> tuple[EdgeChannels, list[Fusion]]:
+                  halves: tuple[_Half, _Half], spread: int, waitable: int
+                  ) -> tuple[EdgeChannels, list[Fusion]]:
     """The channels and kept fusions of both halves, each dealt over the ``spread`` of all
-    the edges with half of the thread blocks a GPU may have waited for: the first half's
+    the edges with half of the ``waitable`` thread blocks a GPU may have: the first half's
     here, the second's at the same time in a forked process, which returns them as
     positions."""
-    limits = {"waitable": MSCCL.waitable // 2, "spread": spread}
+    limits = {"waitable": waitable // 2, "spread": spread}
 
     def here(half: _Half) -> tuple[EdgeChannels, list[Fusion]]:
         return assign(*half, **limits)
@@ -280,13 +285,15 @@ def _halves_apart(assign: Callable[..., tuple[EdgeChannels, list[Fusion]]],
 
 
 def lower_gpu(g: int, instrs: list[Instr], chan: EdgeChannels, slots: ResolvedSlots,
-         layout: Layout, budget: int, max_steps: int, link_order: bool) -> Gpu:
-    """One GPU's thread blocks with their dependencies; :class:`NopOverflow` if too long."""
+         layout: Layout, budget: int, max_steps: int, link_order: bool,
+         runtime: RuntimeLimits) -> Gpu:
+    """One GPU's thread blocks with their dependencies, within ``runtime``'s thread
+    blocks; :class:`NopOverflow` if too long."""
     plans = build_threadblocks(instrs, chan, budget)
-    if len(plans) > MSCCL.max_threadblocks:
+    if len(plans) > runtime.max_threadblocks:
         raise RuntimeLimitError(f"rank position {g} needs {len(plans)} thread blocks "
-                                f"(the runtime allows {MSCCL.max_threadblocks})")
-    tbs = add_dependencies(g, plans, slots, link_order)
+                                f"({runtime.name} allows {runtime.max_threadblocks})")
+    tbs = add_dependencies(g, plans, slots, link_order, runtime.waitable)
     longest = max((len(tb.steps) for tb in tbs), default=0)
     if longest > max_steps:
         raise NopOverflow(longest - max_steps)

@@ -24,7 +24,8 @@ value and for the link's previous send, and one per fused step whose receive wri
 slot another receive wrote, which waits for that write and the link). Only if those
 still push a thread block over the limit is it rerun, with a budget smaller by the worst
 excess of any thread block (at least that headroom again). If a rank needs more elements
-than the runtime's reader holds (``MSCCL.max_elements``), those ranks give up their
+than the runtime's reader holds (``max_elements`` of its
+:class:`~te_ccl.runtime_limits.RuntimeLimits`), those ranks give up their
 link order (no ``nop`` waits for a link's previous send); if ranks are still over, the
 channel pass is rerun favouring the fusions of those ranks, even those that delay
 steps; if ranks are still over (or more than a quarter of them were), once more with
@@ -90,7 +91,7 @@ from te_ccl.lower.msccl.retime import replay_timed
 from te_ccl.lower.msccl.to_xml import algo_close, algo_open
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import write_atomic
-from te_ccl.runtime_limits import MSCCL, PROTOCOLS
+from te_ccl.runtime_limits import MSCCL, PROTOCOLS, RuntimeLimits
 from te_ccl.schedule import Schedule
 
 __all__ = ["StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
@@ -102,16 +103,19 @@ CHILD_FROM = WORTH_FORKING  # transfers: from here the lowering runs in a forked
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                    max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
-                   notes: list[str] | None = None, progress: Progress = quiet) -> bytes:
+                   notes: list[str] | None = None, progress: Progress = quiet,
+                   runtime: RuntimeLimits = MSCCL) -> bytes:
     """The MSCCL XML of ``schedule`` (deterministic: same schedule, same bytes).
 
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
     ``notes``, if given, receives the program's notes (where the file cannot keep the
-    schedule's timing); ``progress`` hears what the lowering is doing.
-    Raises :class:`TecclError` for what MSCCL cannot express (in-switch reduction, relays
-    through GPUs outside the collective), and its subclass :class:`RuntimeLimitError`
-    for what the runtime cannot hold (more than 32 channels, 64 steps per thread block,
-    1024 thread blocks, 128 waited thread blocks or 4096 elements per rank);
+    schedule's timing); ``progress`` hears what the lowering is doing; ``runtime``: whose
+    executor loads the file (the MSCCL executor's limits, or RCCL's), which every pass
+    keeps to. Raises :class:`TecclError` for what MSCCL cannot express (in-switch
+    reduction, relays through GPUs outside the collective), and its subclass
+    :class:`RuntimeLimitError` for what the runtime cannot hold (the MSCCL executor's:
+    more than 32 channels, 64 steps per thread block, 1024 thread blocks, 128 waited
+    thread blocks or 4096 elements per rank; RCCL's: 64 thread blocks per rank);
     :class:`~te_ccl.deadline.TimeLimitReached` once the compile's deadline passes.
 
     >>> from te_ccl.collective import Collective, CollectiveKind
@@ -127,7 +131,7 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     <step s="0" type="r" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
     """
     options = {"name": name, "min_bytes": min_bytes, "max_bytes": max_bytes, "proto": proto,
-               "max_steps": max_steps}
+               "max_steps": max_steps, "runtime": runtime}
     if len(schedule.transfers) < CHILD_FROM:
         data, said = _xml(progress, schedule, options)
     else:  # its millions of objects are left to the child's exit, not freed one by one
@@ -162,12 +166,13 @@ def write_msccl(schedule: Schedule, path: str | os.PathLike, **options) -> bytes
 
 
 def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
-                  max_bytes: int = 0, proto: str | None = None, max_steps: int = 64) -> Program:
+                  max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
+                  runtime: RuntimeLimits = MSCCL) -> Program:
     """The :class:`Program` IR of ``schedule`` (see :func:`lower_to_msccl`)."""
     with paused_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                             proto=proto, max_steps=max_steps, stream=False,
-                            progress=quiet)
+                            progress=quiet, runtime=runtime)
         return replace(head, gpus=tuple(gpus))
 
 
@@ -179,10 +184,15 @@ class StepsExhausted(RuntimeLimitError):
 
 
 def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: int,
-           proto: str | None, max_steps: int, stream: bool, progress: Progress
-           ) -> tuple[Program, list]:
+           proto: str | None, max_steps: int, stream: bool, progress: Progress,
+           runtime: RuntimeLimits) -> tuple[Program, list]:
     """The ``<algo>`` header (no GPUs) and every GPU: as XML bytes if ``stream`` (so that
-    only one GPU's steps exist at a time), else as :class:`Gpu`."""
+    only one GPU's steps exist at a time), else as :class:`Gpu`, within ``runtime``'s
+    limits.
+
+    Where the runtime allows fewer thread blocks per GPU than ``depid`` can name (RCCL:
+    64), every thread block is counted as waited for, so the channel pass keeps a GPU's
+    thread blocks (one left for its local copies) within the runtime's by construction."""
     coll = schedule.collective
     proto = proto or coll.proto
     if proto not in PROTOCOLS:
@@ -199,7 +209,10 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                                 workers() if len(edges) >= WORTH_FORKING else 1)
     first = first_receipts(edges)  # the same for every rerun of the channel pass
     headroom = max(1, int(max_steps * NOP_HEADROOM))
-    depth = MSCCL.outstanding_sends(proto)
+    depth = runtime.outstanding_sends(proto)
+    # every thread block counted (sending ones too) where they are fewer than depid names
+    capped = runtime.max_threadblocks <= runtime.waitable
+    waitable = min(runtime.waitable, runtime.max_threadblocks - 1)
     full = max_steps - headroom if max_steps > 2 * headroom else max_steps
     budget = full
     favour: frozenset[int] = frozenset()
@@ -217,11 +230,14 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         halves = split_halves(edges, candidates)
         try:
             chan, fusions, delaying = assign_edges(edges, candidates, halves, budget, waited,
-                                                   depth, favour, timed, split, first)
+                                                   depth, favour, timed, split, first,
+                                                   runtime.max_channels, waitable)
         except ChannelsExhausted as e:
             steps_limit = (f"at most {max_steps} steps per thread block within "
-                           f"{MSCCL.max_channels} channels")
-            if not timed and waited and not refit:
+                           f"{runtime.max_channels} channels"
+                           + (f" and {runtime.max_threadblocks} thread blocks per GPU"
+                              if capped else ""))
+            if not timed and waited and not refit and not capped:
                 # last: count only the receiving thread blocks as waited for, so a GPU
                 # can have one for each of its 71 peers each way (an AlltoAll over one
                 # switch); where the dependencies need more, add_dependencies refuses it
@@ -239,7 +255,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         parts = deal(sorted(base), forks)
         gpus_of = partial(gpus_in_part, base=base, fusions=fusions, peers=peers, chan=chan,
                           layout=layout, budget=budget, max_steps=max_steps, timed=timed,
-                          stream=stream, nranks=coll.nranks)
+                          stream=stream, nranks=coll.nranks, runtime=runtime)
         try:
             gpus, over, loose = in_parts(gpus_of, parts, progress)
         except NopOverflow as e:  # the channel pass counts data steps, not the nops
@@ -248,7 +264,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         if refit and (over or loose):  # favouring ranks or giving up link order loses time
             some = over or loose
             raise RuntimeLimitError(
-                f"{len(some)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
+                f"{len(some)} rank(s) need more than {runtime.max_elements} XML elements (the "
                 f"runtime's reader limit), e.g. rank position {min(some)}, unless the file "
                 "gives up the schedule's timing; fewer sub-chunks per chunk would fit")
         if not over:
@@ -256,17 +272,17 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             nchannels = 1 + max(chan.values(), default=0)
             return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
                            coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes,
-                           (), _notes(favour, timed, delaying, why, len(loose), coll.nranks)
-                           ), gpus
+                           (), _notes(favour, timed, delaying, why, len(loose), coll.nranks,
+                                      runtime.max_elements)), gpus
         del gpus
         # favouring is for a few ranks: favouring a quarter of them would favour none
         last = bool(favour) or len(over) > max(1, coll.nranks // 4)
         if not timed:
             raise RuntimeLimitError(
-                f"{len(over)} rank(s) need more than {MSCCL.max_elements} XML elements (the "
+                f"{len(over)} rank(s) need more than {runtime.max_elements} XML elements (the "
                 f"runtime's reader limit), e.g. rank position {min(over)}, even with every "
                 "fusion made")
-        why = f"to fit the runtime's reader limit of {MSCCL.max_elements} elements"
+        why = f"to fit the runtime's reader limit of {runtime.max_elements} elements"
         if last:  # every fusion on every rank
             timed, favour = False, frozenset()
         else:  # rerun favouring the ranks over the limit
@@ -276,9 +292,10 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
 
 
 def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str, loose: int,
-           nranks: int) -> tuple[str, ...]:
+           nranks: int, elements: int) -> tuple[str, ...]:
     """Why the file may run slower than the schedule (``limit``: what it gave way to;
-    ``loose``: the ranks whose links serve sends in the order they come)."""
+    ``loose``: the ranks whose links serve sends in the order they come; ``elements``:
+    the runtime reader's limit per rank)."""
     unordered = (f"on {loose} of {nranks} ranks links serve sends in the order they come, "
                  "not the schedule's")
     if not timed:
@@ -292,7 +309,7 @@ def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str, loose
                      "fusion(s) made")
     if loose:
         notes.append(f"{unordered} (the file may run slower than the schedule) to fit the "
-                     f"runtime's reader limit of {MSCCL.max_elements} elements")
+                     f"runtime's reader limit of {elements} elements")
     return tuple(notes)
 
 
