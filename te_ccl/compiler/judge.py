@@ -144,7 +144,7 @@ def _busiest_link(schedule: Schedule) -> float:
 
 def lower_file(schedule: Schedule, options: CompileOptions) -> bytes:
     """``schedule`` lowered to the file ``options`` asks for: an MSCCL++ plan for
-    ``mscclpp``, else MSCCL XML (not verified yet)."""
+    ``mscclpp``, else MSCCL XML within ``options.runtime``'s limits (not verified yet)."""
     o = options
     if o.fmt == "mscclpp":
         from te_ccl.lower.mscclpp import lower_to_mscclpp
@@ -154,7 +154,8 @@ def lower_file(schedule: Schedule, options: CompileOptions) -> bytes:
                                 max_bytes=o.max_bytes)
     from te_ccl.lower.msccl import lower_to_msccl
 
-    return lower_to_msccl(schedule, name=o.name, min_bytes=o.min_bytes, max_bytes=o.max_bytes)
+    return lower_to_msccl(schedule, name=o.name, min_bytes=o.min_bytes, max_bytes=o.max_bytes,
+                          runtime=o.runtime)
 
 
 class Timer:
@@ -235,8 +236,9 @@ class Timer:
     def lowered(self, schedule: Schedule, options: CompileOptions) -> bytes | None:
         """The XML lowered to judge ``schedule``, if it was and is the file ``options`` asks for."""
         hit = self._lowered.get(self._key(schedule))
-        same = (options.name, options.min_bytes, options.max_bytes) == (
-            self.options.name, self.options.min_bytes, self.options.max_bytes)
+        same = (options.name, options.min_bytes, options.max_bytes, options.runtime) == (
+            self.options.name, self.options.min_bytes, self.options.max_bytes,
+            self.options.runtime)
         return hit[1] if same and hit is not None and hit[0] is schedule.transfers else None
 
     def verified(self, data: bytes, algo: Algo) -> None:

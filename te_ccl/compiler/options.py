@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from te_ccl.runtime_limits import MSCCL, RuntimeLimits
+
 if TYPE_CHECKING:
     from te_ccl.compiler.warm import Previous
 
@@ -46,7 +48,9 @@ class CompileOptions:
     fits the topology (:func:`te_ccl.compiler.chunking.chunk_candidates`); the time limit is shared
     among them and the fastest schedule by :class:`Timer` wins, ties going to fewer chunks.
     Empty: the collective's own. ``previous``: the file of an earlier compile whose
-    routes make the first file (:mod:`te_ccl.compiler.warm`).
+    routes make the first file (:mod:`te_ccl.compiler.warm`). ``runtime``: whose executor
+    loads the XML (the MSCCL executor's limits, or RCCL's): the lowering keeps to them and
+    the verifier checks them.
     """
 
     output: str | None = None
@@ -57,3 +61,4 @@ class CompileOptions:
     fred_tables: str | None = None
     chunk_choices: tuple[int, ...] = ()
     previous: Previous | None = None
+    runtime: RuntimeLimits = MSCCL

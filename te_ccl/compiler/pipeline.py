@@ -713,7 +713,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
     xml, start = lowered, time.monotonic()
     if xml is None:
         xml = lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
-                             max_bytes=options.max_bytes, progress=progress or _silent)
+                             max_bytes=options.max_bytes, progress=progress or _silent,
+                             runtime=options.runtime)
         if timer is not None:
             timer.paced(len(schedule.transfers), time.monotonic() - start)
     if progress:
@@ -721,7 +722,7 @@ def render(schedule: Schedule, options: CompileOptions, *,
     coll = schedule.collective
     root = coll.ranks.index(coll.root) if coll.root is not None else None
     with timer.replaying(schedule, xml) if timer is not None else nullcontext() as read:
-        report = verify_msccl(xml.decode(), root=root, read=read)
+        report = verify_msccl(xml.decode(), root=root, read=read, limits=options.runtime)
         if not report.valid:
             errors = report.errors
             raise VerificationError(f"the lowered MSCCL XML failed verification "
