@@ -31,6 +31,7 @@ switches, since the runtime runs each job's algorithm on that job's GPUs only.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,7 @@ __all__ = ["OBJECTIVES", "Job", "JobSet", "load_jobs", "jobs_from", "objective_o
 
 OBJECTIVES = ("max", "weighted")
 _KEYS = ("name", "ranks", "collective", "size", "chunks", "root", "weight", "deadline", "xml")
+MAX_NAME = 128  # a job's files are NAME.xml and alone-NAME.xml: within a file name's 255 bytes
 
 
 @dataclass(frozen=True)
@@ -117,9 +119,10 @@ def jobs_from(topology: Topology, data: Any, file: str | None) -> JobSet:
 
 def _name(value: Any) -> str:
     name = as_str(value)
-    if path_component(name) != name or name.endswith(".xml"):
-        raise ValueError(f"expected a name usable as a file name (letters, digits, . _ + -), "
-                         f"got {name!r}")
+    if path_component(name) != name or name.endswith(".xml") or len(name) > MAX_NAME:
+        shown = name if len(name) <= 40 else name[:40] + "…"
+        raise ValueError(f"expected a name usable as a file name (letters, digits, . _ + -; "
+                         f"at most {MAX_NAME}), got {shown!r}")
     return name
 
 
@@ -143,8 +146,9 @@ def _gpu_ranks(topology: Topology):
 
 
 def _weight(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
-        raise ValueError(f"expected a positive number, got {value!r}")
+    if (isinstance(value, bool) or not isinstance(value, int | float) or not value > 0
+            or not math.isfinite(value)):
+        raise ValueError(f"expected a positive number (finite), got {value!r}")
     return float(value)
 
 
