@@ -394,6 +394,7 @@ def wafer_mesh(npus: int = 20, *, link_bandwidth_Bps: float = FRED_LANE_BPS,
     ('wafer-mesh8x8', 64, 7.5)
     """
     _need(npus >= 2, "a wafer mesh needs at least 2 NPUs")
+    _check_size(npus, 0)  # before factoring npus
     dims = list(wafer_shape(npus))
     latency = wire_latency_s + fred_stages(5) * uswitch_latency_s
     shape = "x".join(map(str, dims))
