@@ -24,6 +24,7 @@ __all__ = [
     "UnitError",
     "parse_size",
     "parse_bandwidth",
+    "MIN_BANDWIDTH_BPS",
     "parse_time",
     "format_size",
     "format_bandwidth",
@@ -79,6 +80,9 @@ def parse_size(text: str | int) -> int:
     return int(value)
 
 
+MIN_BANDWIDTH_BPS = 1.0  # slower is no link: its transfer times overflow the time model
+
+
 def parse_bandwidth(text: str | int | float) -> float:
     """Bytes per second in ``text`` (``"50GB/s"``, ``"100Gbps"``); must be positive."""
     if isinstance(text, bool) or isinstance(text, int | float):
@@ -89,8 +93,8 @@ def parse_bandwidth(text: str | int | float) -> float:
     value = float(m["num"]) * _prefix(m["prefix"])
     if m["unit"] in ("b/s", "bps"):
         value /= 8
-    if value <= 0 or not math.isfinite(value):
-        raise UnitError(f"expected a positive bandwidth, got {text!r}")
+    if not MIN_BANDWIDTH_BPS <= value < math.inf:
+        raise UnitError(f"expected a positive bandwidth (finite, at least 1B/s), got {text!r}")
     return value
 
 

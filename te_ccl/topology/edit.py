@@ -19,12 +19,14 @@ link is no longer a torus, and methods that rely on the symmetry must not assume
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import networkx as nx
 
 from te_ccl.errors import SpecError
 from te_ccl.topology.model import Link, Topology
+from te_ccl.units import MIN_BANDWIDTH_BPS
 
 __all__ = ["TopologyEdit", "edit_topology", "parse_scale"]
 
@@ -87,6 +89,10 @@ def edit_topology(topo: Topology, edit: TopologyEdit) -> Topology:
     for text, f in edit.scale_links:
         for k in _keys(topo, text, "--scale-link"):
             factor[k] = factor.get(k, 1.0) * f
+    for (a, b), f in factor.items():
+        if not MIN_BANDWIDTH_BPS <= topo.link(a, b).bandwidth_Bps * f < math.inf:
+            raise SpecError(f"the link {a}>{b} at {f:g}x its bandwidth is not a rate a "
+                            "topology holds (finite, at least 1B/s)", key="--scale-link")
     gone = set(edit.without_gpus)
     links = [Link(k.src, k.dst, k.bandwidth_Bps * factor.get(k.key, 1.0), k.latency_s)
              for k in topo.links
