@@ -432,6 +432,8 @@ def packed(topology: Topology, collective: Collective) -> Schedule:
         # a relay receives and sends each piece
         return _paths_schedule(topology, _pieces(topology, collective, 2, FLOW_PIECES))
     net, trees = _packing(topology, kind, collective.ranks, collective.root)
+    if not trees:  # the LP's tolerances lose every tree where link rates are far apart
+        raise BaselineError(f"packed trees: the LP found no tree on {topology.name}")
     total = sum(w for w, _, _ in trees)
     steps = Counter()  # per rank, steps per piece on average: a receive and a send per child
     for w, _, tree in trees:
