@@ -42,6 +42,23 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
   one destination each: a node's own bytes in and out, the max-concurrent-flow LP (the
   fluid optimum: copies are of no use), or its link-time relaxation (every pair's bytes
   keep the links of a path busy at least ``Σ bytes/b`` of the links' ``|L|·T``).
+* ``nvls_s`` (AllReduce of every GPU, where the only switches that reduce are NVLink
+  SHARP's): the GPUs' own links, with the switch as the hardware runs it. A multimem
+  load-reduce by GPU ``g`` reads every member of ``g``'s group through its GPU→switch
+  link and delivers the sum to ``g`` alone; a multimem store by ``g`` leaves ``g`` once
+  and arrives at every member. Count, per element, the units leaving GPUs (``out``) and
+  entering them (``in``). Every GPU needs the others' data, so ``in ≥ N``, and its own
+  must reach them, so ``out ≥ N``. (A) If some load-reduce reads the element and
+  ``out = N``, each GPU sends it once, ``g``'s one send is that read, whose result stays
+  at ``g``: ``g``'s data reaches no other GPU. So ``out ≥ N+1``. (B) Without one, only
+  GPUs add, and the gossip count above (every GPU a group) gives ``in ≥ 2(N−1)``. With a
+  share ``f`` of the elements in (A), ``T ≥ max(M(N+f)/P, M(fN + (1−f)·2(N−1))/Q)``, ``P``
+  and ``Q`` the GPUs' bandwidth out and in, least over ``f`` ∈ [0, 1]: with ``N`` GPUs at
+  ``B`` each way ``M(N²−2)/(N(N−1)B)`` (f = (N−2)/(N−1)); 8 GPUs: 1.107·M/B, where a
+  load-reduce and store of every element takes ``M(1+1/N)/B`` = 1.125·M/B. The schedule
+  model keeps an NVLS sum in the switch (as FRED's), so a schedule's own replay may
+  finish before ``nvls_s``; its MSCCL++ plan's replay (:mod:`te_ccl.simulate.plan`) may
+  not.
 * ``alpha_s``: the α-weighted distance between a source and a destination that need each
   other's data (b, c), the farthest such pair.
 
@@ -73,7 +90,7 @@ from te_ccl.deadline import left
 from te_ccl.topology.model import Node, Topology
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
-           "separating_cut_bandwidth", "gossip_time"]
+           "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time"]
 
 _LP_MAX_VARIABLES = 200_000
 LP_SHARE = 0.1  # of the time left to a compile, the most its AlltoAll LP may take
@@ -413,6 +430,34 @@ def gossip_time(topology: Topology, members: list[str], size: float) -> float:
     return best
 
 
+def nvls_allreduce_time(topology: Topology, members: list[str], size: float) -> float | None:
+    """AllReduce of every GPU on NVLink SHARP as the hardware runs it (module docstring,
+    ``nvls_s``); None where it does not apply (no NVLS switch reduces, another switch
+    reduces, or a GPU is not a member).
+
+    >>> from te_ccl.spec.topology import load_topology
+    >>> t = load_topology("dgx-h100")
+    >>> round(nvls_allreduce_time(t, list(t.gpus), 1.0) * 450e9, 4)  # (N²−2)/(N(N−1)), N = 8
+    1.1071
+    """
+    switches = [topology.node(s) for s in topology.switches]
+    if (not any(s.nvls and s.can_reduce for s in switches)
+            or any(s.can_reduce and not s.nvls for s in switches)
+            or set(members) != set(topology.gpus) or len(members) < 2):
+        return None
+    n, g = len(members), topology.graph()
+    out = sum(_bandwidth(g, v, incoming=False) for v in members)
+    into = sum(_bandwidth(g, v, incoming=True) for v in members)
+    a0, a1 = n * size / out, (n + 1) * size / out  # out-links, no element / every one in (A)
+    b0, b1 = 2 * (n - 1) * size / into, n * size / into  # in-links likewise
+    if a0 >= b0:
+        return a0
+    if a1 <= b1:
+        return b1
+    f = (b0 - a0) / ((a1 - a0) + (b0 - b1))  # where the rising and falling lines cross
+    return a0 + f * (a1 - a0)
+
+
 def _per_node_part(topology: Topology, into: Counter[str], out: Counter[str]) -> float:
     """The bytes each node must receive or send, over its own links."""
     g = topology.graph()
@@ -454,8 +499,10 @@ def _bandwidth_parts(topology: Topology, collective: Collective) -> dict[str, fl
     if kind is K.REDUCESCATTER:
         return {"cut_s": _cut_part(rev, members, size / n)}
     if kind is K.ALLREDUCE:
-        return {"cut_s": size / separating_cut_bandwidth(topology, members),
-                "gossip_s": gossip_time(topology, members, size)}
+        parts = {"cut_s": size / separating_cut_bandwidth(topology, members),
+                 "gossip_s": gossip_time(topology, members, size)}
+        nvls = nvls_allreduce_time(topology, members, size)
+        return parts if nvls is None else parts | {"nvls_s": nvls}
     if kind is K.GATHER:
         return {"cut_s": _cut_part(topology, members, size / n, [root])}
     if kind is K.SCATTER:
