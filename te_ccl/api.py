@@ -70,6 +70,7 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         fmt: Literal["xml", "json", "mscclpp"] | None = None,
         fred_tables: str | os.PathLike | None = None,
         previous: str | os.PathLike | None = None,
+        runtime: Literal["msccl", "rccl"] = "msccl",
         progress: Callable[[str], None] | None = None) -> CompileResult:
     """Solve, check, lower and (with ``output``) write one algorithm.
 
@@ -82,12 +83,20 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     ``fmt="mscclpp"``: an MSCCL++ execution plan); None writes nothing. ``previous``: the
     MSCCL XML an earlier compile wrote for this collective on a network that has changed
     since (a link gone or slower); its routes, rerouted where a link is gone, make the
-    first file (with ``output`` and ``backend`` auto). ``progress`` receives short status messages.
+    first file (with ``output`` and ``backend`` auto). ``runtime``: whose executor loads the
+    XML, ``"msccl"`` (the MSCCL executor) or ``"rccl"`` (RCCL's, 64 thread blocks per GPU):
+    the file is lowered within its limits and verified against them. ``progress``
+    receives short status messages.
 
     Raises :class:`~te_ccl.errors.SpecError` for bad input,
     :class:`~te_ccl.errors.SolverError` or :class:`~te_ccl.errors.RuntimeLimitError`
-    when no schedule is found or fits the MSCCL runtime.
+    when no schedule is found or fits the runtime.
     """
+    from te_ccl.runtime_limits import RUNTIMES
+
+    if runtime not in RUNTIMES:
+        raise SpecError(f"expected one of {', '.join(RUNTIMES)}, got {runtime!r}",
+                        key="runtime")
     topo = _topology(topology)
     chunk_choices: tuple[int, ...] = ()
     if chunks == "auto":
@@ -108,19 +117,20 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
 
     fmt = output_format(None if output is None else str(output), fmt, reducing_switches(topo))
     if fmt == "mscclpp":
-        _check_plan_kind(coll, previous)
+        _check_plan_kind(coll, previous, runtime)
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,
                           seed=seed, epoch=epoch, max_horizon=max_horizon)
     options = CompileOptions(output=None if output is None else str(output), fmt=fmt,
                              fred_tables=None if fred_tables is None else str(fred_tables),
                              chunk_choices=chunk_choices,
-                             previous=_previous(previous, topo, coll, output, backend))
+                             previous=_previous(previous, topo, coll, output, backend),
+                             runtime=RUNTIMES[runtime])
     if fmt == "mscclpp":
         return _compile_plan(topo, coll, params, options, progress)
     return compile_collective(topo, coll, params, options, progress)
 
 
-def _check_plan_kind(coll: Collective, previous: object) -> None:
+def _check_plan_kind(coll: Collective, previous: object, runtime: str) -> None:
     """Refuse, before solving, what an MSCCL++ plan cannot be written for."""
     from te_ccl.lower.mscclpp import SUPPORTED
 
@@ -131,6 +141,9 @@ def _check_plan_kind(coll: Collective, previous: object) -> None:
     if previous is not None:
         raise SpecError("a previous MSCCL XML seeds XML compiles, not MSCCL++ plans",
                         key="previous")
+    if runtime != "msccl":
+        raise SpecError(f"runtime {runtime} loads MSCCL XML, not MSCCL++ plans",
+                        key="runtime")
 
 
 def _compile_plan(topo: Topology, coll: Collective, params: SolveParams,

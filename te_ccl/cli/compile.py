@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 @click.option("--format", "fmt", type=click.Choice(["xml", "json", "mscclpp"]), default=None,
               help="Output format (default from the file suffix, else xml); mscclpp: an "
               "MSCCL++ execution plan (docs/runtimes.md).")
+@click.option("--runtime", type=click.Choice(["msccl", "rccl"]), default="msccl",
+              show_default=True, help="Whose executor loads the XML: its limits are kept "
+              "and verified (rccl: 64 thread blocks per GPU; docs/runtimes.md).")
 @click.option("--sizes", metavar="LOW..HIGH", help="One algorithm per size range (e.g. "
               "1KB..1GB) with matching minBytes/maxBytes; -o is then a directory.")
 @click.option("--fred-tables", metavar="DIR", help="Also write FRED switch tables to DIR.")
@@ -98,6 +101,9 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
         check_output_dir(output, key="--output")
     if kw["fred_tables"]:
         check_output_dir(kw["fred_tables"], key="--fred-tables")
+    if kw["runtime"] != "msccl" and fmt != "xml":
+        raise SpecError(f"--runtime {kw['runtime']} applies to MSCCL XML, not to --format "
+                        f"{fmt}", key="--runtime")
     if kw["previous"] and (sizes or kw["backend"] != "auto"):
         raise SpecError("a previous file seeds one algorithm of the auto backend; expected no "
                         "--sizes and --backend auto", key="--from")
@@ -111,7 +117,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
               progress_status("solving…") as status):
             results = _compile(topo, coll, sizes, chunks == "auto", output, fmt, solver,
                                kw["fred_tables"], _showing_files(status, since),
-                               kw["previous"])
+                               kw["previous"], kw["runtime"])
     except TimeLimitReached as e:  # say how to give the compile more time
         raise TimeLimitReached(f"{e} (--time-limit SECONDS allows more)") from None
     infos = [r.as_dict() for r in results]
@@ -149,21 +155,23 @@ def _showing_files(progress: Progress, since: float | None) -> Progress:
 def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,
              auto_chunks: bool, output: str, fmt: str, solver: dict,
              fred_tables: str | None, progress: Progress,
-             previous: str | None = None) -> list[CompileResult]:
-    """The compile results: one per size range with ``sizes``, else the one algorithm."""
+             previous: str | None = None, runtime: str = "msccl") -> list[CompileResult]:
+    """The compile results: one per size range with ``sizes``, else the one algorithm,
+    within ``runtime``'s limits."""
     import te_ccl
     from te_ccl.api import solve_params
     from te_ccl.compiler import compile_size_library
+    from te_ccl.runtime_limits import RUNTIMES
 
     if sizes:
         from te_ccl.compiler import BASE_CHUNKS
 
         return compile_size_library(topo, coll, solve_params(**solver), *sizes, output,
                                     fmt=fmt, chunk_choices=BASE_CHUNKS if auto_chunks else (),
-                                    progress=progress)
+                                    progress=progress, runtime=RUNTIMES[runtime])
     return [te_ccl.compile(topo, coll, chunks="auto" if auto_chunks else None, output=output,
                            fmt=fmt, fred_tables=fred_tables, previous=previous,
-                           progress=progress, **solver)]
+                           runtime=runtime, progress=progress, **solver)]
 
 
 def _compile_jobs(topo: Topology, spec: str | None, kw: dict) -> None:
@@ -179,6 +187,9 @@ def _compile_jobs(topo: Topology, spec: str | None, kw: dict) -> None:
                         key="--jobs")
     if kw["output"] == "-":
         raise SpecError("with --jobs, -o is a directory", key="--output")
+    if kw["runtime"] != "msccl":
+        raise SpecError("--jobs writes files for the MSCCL executor; --runtime "
+                        f"{kw['runtime']} does not go with it", key="--runtime")
     jobs = load_jobs(topo, kw["jobs"])
     output = kw["output"] or path_component(f"{topo.name}-jobs")
     check_output_dir(output, key="--output")

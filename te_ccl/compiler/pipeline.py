@@ -47,6 +47,7 @@ from te_ccl.errors import (
 from te_ccl.model.footprint import check_fits
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import make_output_dir, path_component, write_atomic
+from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Node, Topology
 from te_ccl.verify.schedule_check import check_schedule
@@ -361,8 +362,6 @@ def check_loadable(collective: Collective) -> None:
     ...
     te_ccl.errors.RuntimeLimitError: no MSCCL algorithm of 100000 chunks per rank loads: rank 0 receives 700000 chunks, at least 9860 steps of at most 71 chunks, more than the 4096 elements the runtime reads per rank (use fewer chunks)
     """
-    from te_ccl.runtime_limits import MSCCL
-
     per_step = MSCCL.max_count - 1
     if collective.commodities * (collective.nranks - 1) <= per_step * MSCCL.max_elements:
         return  # even one rank receiving every chunk fits
@@ -422,13 +421,14 @@ def _compile_notes(topology: Topology, schedule: Schedule, timer: Timer) -> tupl
 def compile_size_library(topology: Topology, collective: Collective, params: SolveParams,
                          low: int, high: int, out_dir: str, *, fmt: str = "xml",
                          chunk_choices: tuple[int, ...] = (),
-                         progress: Progress | None = None) -> list[CompileResult]:
+                         progress: Progress | None = None,
+                         runtime: RuntimeLimits = MSCCL) -> list[CompileResult]:
     """One algorithm per size range of ``[low, high]`` written to ``out_dir``, as MSCCL
     algorithm libraries ship them: each file's ``minBytes``/``maxBytes`` cover its range, so
     the runtime picks the one compiled for the message size at hand. Files are named
     ``TOPOLOGY-KIND[-inplace]-MIN-MAX.FMT`` (one path component: :func:`path_component`),
     so both buffer modes fit one directory; ``out_dir`` is created with the first file if
-    missing (its parent is not).
+    missing (its parent is not). Each XML is lowered and verified within ``runtime``'s limits.
 
     Rooted collectives are refused: the runtime would pick these files by size for
     every root (and has no entry point for gather and scatter).
@@ -443,7 +443,7 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
         check_loadable(collective)
     unit = max(replace(collective, chunks_per_rank=k).nchunks
                for k in chunk_choices or (collective.chunks_per_rank,))
-    timer = Timer()
+    timer = Timer(options=CompileOptions(runtime=runtime))
 
     def compile_one(c: Collective) -> Schedule:
         c = replace(c, size_bytes=max(unit, c.size_bytes // unit * unit))
@@ -459,7 +459,8 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
                                   f"{item.min_bytes}-{item.max_bytes}")
             folder = make_output_dir(out_dir)
             options = CompileOptions(output=str(folder / f"{name}.{fmt}"), fmt=fmt,
-                                     min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name)
+                                     min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name,
+                                     runtime=runtime)
             schedule, data = render_fitting(item.schedule, options, params, progress, timer)
             write_atomic(options.output, data)
             bound = lower_bound(forward_only(topology), schedule.collective)
