@@ -49,12 +49,12 @@ from te_ccl.backends.scale.torus import chunks_by_source
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import check
 from te_ccl.errors import SolverError
-from te_ccl.model.problem import Problem
+from te_ccl.model.problem import Problem, make_problem
 from te_ccl.schedule import Transfer
 from te_ccl.topology.model import Topology
 
 __all__ = ["Port", "BoxFabric", "box_fabric", "msccl_steps", "hierarchical_subchunks",
-           "solve_hierarchical"]
+           "solve_hierarchical", "rail_slots", "solve_in_switch_allreduce"]
 
 HIERARCHY = "scheduling the box hierarchy"  # what a deadline reached interrupted
 OVERHEAD = 0.01  # sub-chunk until pipeline fill and drain cost at most this share of the time
@@ -434,3 +434,116 @@ def solve_hierarchical(problem: Problem) -> tuple[Moves, tuple[str, ...]] | None
              f"spreads by the box switch ({'multicast' if copy else 'unicast'}), "
              f"list-scheduled per epoch",)
     return Moves.of(tuple(n.name for n in problem.topology.nodes), transfers), notes
+
+
+def rail_slots(fabric: BoxFabric) -> bool:
+    """Whether every pair of boxes is joined slot to slot (port ``j``: GPU ``j`` to GPU ``j``)."""
+    size = len(fabric.boxes[0])
+    return all(len(gpus) == size for gpus in fabric.boxes) and all(
+        len(ports) == size and all(p.exit == fabric.boxes[a][j] and p.entry == fabric.boxes[c][j]
+                                   for j, p in enumerate(ports))
+        for (a, c), ports in fabric.ports.items())
+
+
+class _InSwitch:
+    """The AllReduce of :func:`solve_in_switch_allreduce`, placed chunk by chunk on calendars."""
+
+    def __init__(self, problem: Problem, fabric: BoxFabric) -> None:
+        self.problem, self.fabric, self.cal = problem, fabric, _Calendar(problem)
+        self.out: list[Transfer] = []
+
+    def _delay(self, key: tuple[str, str]) -> int:
+        return self.problem.timings[key].delay
+
+    def _put(self, x: int, key: tuple[str, str], t: int, op: str = "copy") -> int:
+        arrive = self.cal.take(key, t)
+        self.out.append(Transfer(x, key[0], key[1], t, arrive, op))
+        return arrive
+
+    def reduce(self, x: int, b: int, reader: str) -> int:
+        """The GPUs of box ``b`` but ``reader`` send their partials of ``x`` up so that all
+        meet in the switch in one epoch; ``reader`` reads the sum (adding its own). Returns
+        when it holds it."""
+        sw = self.fabric.switches[b]
+        ups = {g: self._delay((g, sw)) for g in self.fabric.boxes[b] if g != reader}
+        at = max(ups.values())
+        while not (self.cal.fits((sw, reader), at)
+                   and all(self.cal.fits((g, sw), at - d) for g, d in ups.items())):
+            at += 1
+        for g, d in ups.items():
+            self._put(x, (g, sw), at - d, "reduce")
+        return self._put(x, (sw, reader), at, "reduce")
+
+    def multicast(self, x: int, b: int, root: str, ready: int) -> None:
+        """``root`` stores ``x`` into the switch of box ``b``, which copies it to the others."""
+        sw = self.fabric.switches[b]
+        mates = [g for g in self.fabric.boxes[b] if g != root]
+        t, d = ready, self._delay((root, sw))
+        while not (self.cal.fits((root, sw), t)
+                   and all(self.cal.fits((sw, g), t + d) for g in mates)):
+            t += 1
+        there = self._put(x, (root, sw), t)
+        for g in mates:
+            self._put(x, (sw, g), there)
+
+    def cross(self, x: int, port: Port, ready: int, op: str) -> int:
+        """``x`` over ``port`` from ``ready`` (a switch on the way forwards it on arrival);
+        ``op`` is what the entry GPU does with it."""
+        t = ready
+        while not (self.cal.fits(port.first, t) and (
+                port.via is None or self.cal.fits((port.via, port.entry),
+                                                  t + self._delay(port.first)))):
+            t += 1
+        if port.via is None:
+            return self._put(x, port.first, t, op)
+        return self._put(x, (port.via, port.entry), self._put(x, port.first, t), op)
+
+    def chunk(self, x: int, home: int, slot: int) -> None:
+        """Chunk ``x`` summed in box ``home`` through the GPUs of ``slot`` (see the docstring)."""
+        boxes, ports = self.fabric.boxes, self.fabric.ports
+        entry = boxes[home][slot]
+        summed = self.reduce(x, home, entry)
+        for a, gpus in enumerate(boxes):
+            if a != home:
+                got = self.reduce(x, a, gpus[slot])
+                summed = max(summed, self.cross(x, ports[(a, home)][slot], got, "reduce"))
+        self.multicast(x, home, entry, summed)
+        for a, gpus in enumerate(boxes):
+            if a != home:
+                self.multicast(x, a, gpus[slot], self.cross(x, ports[(home, a)][slot], summed,
+                                                            "copy"))
+
+
+def solve_in_switch_allreduce(topology: Topology, collective: Collective, epoch_s: float
+                              ) -> tuple[list[Transfer], tuple[str, ...]] | None:
+    """An AllReduce over every GPU of boxes whose switches reduce and multicast (NVLink
+    SHARP, FRED), joined slot to slot (rails); None where that does not hold.
+
+    Chunk ``x`` is summed in box ``h`` (boxes in turn) through slot ``j`` (slots in turn):
+    in every other box the GPUs send their partials of ``x`` to the box switch together,
+    which hands the sum to GPU ``j``, which sends it to GPU ``j`` of box ``h`` over their
+    port; there the box's partials (GPU ``j``'s with what came in) meet in the switch,
+    which multicasts the total to the whole box, and GPU ``j`` sends it across to GPU
+    ``j`` of every other box, which stores it into its switch for a multicast to its
+    mates. Each GPU sends every chunk once into its switch (and the chunks of its slot
+    once more), and the ports carry each chunk twice per box. Chunks are placed one after another, each
+    transfer at the first epoch its link's calendar allows, so the in-box sums of later
+    chunks run while earlier ones cross: the phases pipeline over the sub-chunks.
+    """
+    fabric = box_fabric(topology)
+    if (fabric is None or collective.kind is not CollectiveKind.ALLREDUCE
+            or collective.nranks != topology.ngpus or not rail_slots(fabric)):
+        return None
+    if not all(topology.node(sw).can_reduce and topology.node(sw).can_copy
+               for sw in fabric.switches):
+        return None
+    problem = make_problem(topology, collective.chunk_bytes, (), epoch_s=epoch_s)
+    run = _InSwitch(problem, fabric)
+    nbox, size = len(fabric.boxes), len(fabric.boxes[0])
+    for i in range(collective.nchunks):
+        check(HIERARCHY)
+        run.chunk(i, i % nbox, i // nbox % size)
+    notes = (f"hierarchical in-switch: {nbox} boxes × {size} GPUs; each chunk summed in "
+             f"the box switches, across the ports to one box, its total multicast back by "
+             f"every box switch, chunk after chunk on per-link calendars",)
+    return run.out, notes

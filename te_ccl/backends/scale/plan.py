@@ -34,7 +34,11 @@ from te_ccl.backends.scale.alltoall import rail_shape
 from te_ccl.backends.scale.comb import mesh_shape
 from te_ccl.backends.scale.entry import Routes, solve_moves
 from te_ccl.backends.scale.flow_alltoall import flow_subchunks
-from te_ccl.backends.scale.hierarchical import box_fabric, hierarchical_subchunks
+from te_ccl.backends.scale.hierarchical import (
+    box_fabric,
+    hierarchical_subchunks,
+    solve_in_switch_allreduce,
+)
 from te_ccl.backends.scale.msccl_budget import max_subchunks, room
 from te_ccl.backends.scale.symmetry import TorusSymmetry, torus_symmetry, tree_leaves
 from te_ccl.backends.scale.trees import MAX_GPUS as TREES_MAX_GPUS
@@ -240,6 +244,13 @@ def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams,
         moves, method, notes = solve_moves(build_problem(topology, sub, tau), params, clock,
                                            progress)
         return moves.transfers(), f"scale/{method}", notes
+    in_switch = solve_in_switch_allreduce(topology, sub, tau)
+    if in_switch is not None:
+        transfers, notes = in_switch
+        if progress:
+            progress(f"scale: hierarchical in-switch, {len(transfers)} transfers "
+                     f"({clock.elapsed:.1f} s)")
+        return transfers, "scale/hierarchical", notes
     owner = sub.reduction_owners()
     # no packed trees for reductions: their two phases' files need more steps per
     # connection than the runtime holds at the sub-chunking the greedy's fit in
