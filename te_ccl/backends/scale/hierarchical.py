@@ -32,6 +32,9 @@ and delay from the problem's timings), so every placed transfer respects the lin
 Every GPU receives each chunk once, so the reversed fan-out behind ReduceScatter /
 AllReduce is a tree (then the box switch copies only if it can reduce).
 
+An AllReduce on boxes whose switches add and multicast (NVLink SHARP, FRED), joined slot
+to slot, is summed in the switches instead (:func:`solve_in_switch_allreduce`).
+
 Sub-chunks (:func:`hierarchical_subchunks`): the fewest that bring fill and drain under
 OVERHEAD of the time — 1 at 1 KB (α-bound: fewest hops), a few dozen at 1 GB — and few
 enough that the lowered MSCCL algorithm stays within the runtime reader's element limit.
