@@ -52,7 +52,7 @@ from typing import Any
 from te_ccl.errors import SpecError
 
 __all__ = ["write_atomic", "check_output_file", "check_output_dir", "make_output_dir",
-           "path_component", "save_figure", "pyplot"]
+           "check_input_file", "path_component", "save_figure", "pyplot"]
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")
 _TEMP_NAME_BYTES = 64  # of the target's name in a temporary file's (stays within NAME_MAX)
@@ -93,6 +93,22 @@ def _kind(mode: int) -> str:
         if test(mode):
             return kind
     return "not a regular file"
+
+
+def check_input_file(path: str | os.PathLike, *, limit: int | None = None) -> None:
+    """Refuse, before opening it, an input that is not a regular file (a device is read
+    without end, a FIFO blocks) or has more than ``limit`` bytes. What cannot be looked
+    at, and a directory, are left to the reader's own message."""
+    try:
+        st_ = os.stat(path)
+    except (OSError, ValueError):
+        return
+    if not stat.S_ISREG(st_.st_mode) and not stat.S_ISDIR(st_.st_mode):
+        raise SpecError(f"is {_kind(st_.st_mode)}; expected a regular file",
+                        file=os.fspath(path))
+    if limit is not None and st_.st_size > limit:
+        raise SpecError(f"has {st_.st_size:,} bytes, more than the {limit:,} this input "
+                        "may have", file=os.fspath(path))
 
 
 def _lstat(path: Path, key: str | None) -> os.stat_result | None:

@@ -21,6 +21,7 @@ from rich.table import Table
 
 from te_ccl.cli.common import emit_json, err_console, out_console
 from te_ccl.errors import SpecError, VerificationError
+from te_ccl.outputs import check_input_file
 from te_ccl.simulate.result import SimResult
 from te_ccl.units import UnitError, format_bandwidth, format_size, format_time, parse_size
 
@@ -55,6 +56,7 @@ def simulate_cmd(first: str, second: str | None, size: str | None, timeline: Pat
 
         check_output_file(timeline, key="--timeline")
     topology, schedule = (first, Path(second)) if second is not None else (None, Path(first))
+    check_input_file(schedule)
     try:
         with open(schedule, "rb") as f:
             head = f.read(4096)

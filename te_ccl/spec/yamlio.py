@@ -18,8 +18,11 @@ from typing import Any
 import yaml
 
 from te_ccl.errors import SpecError
+from te_ccl.outputs import check_input_file
 
-__all__ = ["LineDict", "LineList", "parse_yaml", "read_yaml"]
+__all__ = ["LineDict", "LineList", "parse_yaml", "read_yaml", "MAX_YAML_BYTES"]
+
+MAX_YAML_BYTES = 128 << 20  # a million links' lines; larger is parsed into tens of GB
 
 
 class LineDict(dict):
@@ -107,6 +110,7 @@ def parse_yaml(text: str, file: str) -> Any:
 def read_yaml(path: str | Path) -> Any:
     """Read and parse the YAML file at ``path`` (errors name the path as given)."""
     file = str(path)
+    check_input_file(path, limit=MAX_YAML_BYTES)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:

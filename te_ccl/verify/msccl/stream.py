@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+from te_ccl.outputs import check_input_file
 from te_ccl.verify.msccl.text import MscclReadError
 
 __all__ = ["decoded", "uncommented", "lines_of", "BLOCK"]
@@ -28,6 +29,7 @@ BLOCK = 1 << 20
 def decoded(path: str | Path) -> Iterator[str]:
     """The file's text in pieces of about :data:`BLOCK` characters, comments emptied."""
     source = str(Path(path))
+    check_input_file(path)
     try:
         with open(path, "rb") as f:
             yield from uncommented(_blocks(f, source))

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from te_ccl.errors import SpecError
+from te_ccl.outputs import check_input_file
 from te_ccl.verify.mscclpp.execute import Loc, Value, execute
 from te_ccl.verify.mscclpp.model import Plan, read_plan
 
@@ -53,6 +54,8 @@ class PlanReport:
 def is_plan_file(path: str | os.PathLike) -> bool:
     """Whether ``path`` starts like a JSON object (an XML file starts with ``<``);
     False for what cannot be read, which the XML reader then reports."""
+    if not os.path.isfile(path):  # a FIFO's open would block
+        return False
     try:
         with open(path, "rb") as f:
             head = f.read(4096)
@@ -63,10 +66,8 @@ def is_plan_file(path: str | os.PathLike) -> bool:
 
 def verify_plan_file(path: str | os.PathLike) -> PlanReport:
     """:func:`verify_plan` of a file; :class:`SpecError` if it cannot be read."""
+    check_input_file(path, limit=MAX_PLAN_BYTES)
     try:
-        if os.path.getsize(path) > MAX_PLAN_BYTES:
-            raise SpecError(f"larger than {MAX_PLAN_BYTES >> 20} MB; not an execution plan",
-                            file=str(path))
         with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
