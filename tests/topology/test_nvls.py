@@ -106,3 +106,25 @@ def test_allreduce_with_nvls_is_judged_by_its_plan_and_beats_any_forwarding_one(
     assert result.timing.measured_by == "plan replay"
     assert result.finish_time_s >= lower_bound(topo, coll).seconds
     assert lower_bound(forward_only(topo), coll).seconds >= 1.3 * result.finish_time_s
+
+
+def test_writing_a_plan_stops_at_the_compile_deadline() -> None:
+    """Lowering a schedule to an MSCCL++ plan and checking the plan count in the
+    compile's time limit (te_ccl.deadline): past it, both stop with exit 3's error."""
+    import time
+
+    from te_ccl.baselines import BASELINES
+    from te_ccl.deadline import TimeLimitReached, until
+    from te_ccl.lower.mscclpp import lower_to_mscclpp
+    from te_ccl.verify.mscclpp import verify_plan
+
+    topo = load_topology("dgx-h100")
+    schedule = BASELINES["ring"](topo, Collective(CollectiveKind.ALLREDUCE, 1 << 20,
+                                                  tuple(range(8))))
+    data = lower_to_mscclpp(schedule)
+    with until(0.0):
+        time.sleep(0.001)
+        with pytest.raises(TimeLimitReached, match="lowering to an MSCCL\\+\\+ plan"):
+            lower_to_mscclpp(schedule)
+        with pytest.raises(TimeLimitReached, match="checking the MSCCL\\+\\+ plan"):
+            verify_plan(data.decode())
