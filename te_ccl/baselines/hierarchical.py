@@ -1,7 +1,8 @@
 """Hierarchical: inside each box, then across boxes (NCCL's tree/ring-of-rings idea).
 
 Boxes come from the topology's ``meta`` (``box_gpus``: consecutive ranks per box, as the
-``boxes`` generator records) or, failing that, from node names ``b<i>.<name>``. Each box
+``boxes`` generator records), from node names ``b<i>.<name>``, or, failing both, from the
+one switch each GPU hangs off (the L1 switches of a FRED wafer). Each box
 has *gateways*, GPUs that reach another box without relaying through a GPU (the GPU with
 the InfiniBand link on NDv2, every GPU on a rail network); a chunk crosses boxes between
 the gateways with the local index of its source/owner (modulo their number), so
@@ -20,6 +21,7 @@ import re
 from collections import defaultdict
 
 from te_ccl.baselines.cycle import ring_neighbours
+from te_ccl.baselines.packed import _pieces as pieces
 from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import owner_of, ring_order, walk
 from te_ccl.collective.model import Chunk, Collective
@@ -30,6 +32,7 @@ from te_ccl.topology.model import Topology
 __all__ = ["find_boxes", "hierarchical"]
 
 _BOX_NAME = re.compile(r"^b(\d+)\.")
+_STEPS = {False: 2.0, True: 4.0}  # a rank's steps per chunk: receive and send, twice to reduce
 
 
 def find_boxes(topology: Topology, gpus: list[str]) -> list[list[str]]:
@@ -42,7 +45,20 @@ def find_boxes(topology: Topology, gpus: list[str]) -> list[list[str]]:
         else:
             m = _BOX_NAME.match(g)
             groups[int(m.group(1)) if m else 0].append(g)
+    if len(groups) == 1 and not per:
+        return _leaf_groups(topology, gpus)
     return [groups[k] for k in sorted(groups)]
+
+
+def _leaf_groups(topology: Topology, gpus: list[str]) -> list[list[str]]:
+    """``gpus`` grouped by the one switch each links to, if each links to one switch only."""
+    leaves: dict[str, list[str]] = defaultdict(list)
+    for g in gpus:
+        ends = {link.dst for link in topology.out_links(g)}
+        if len(ends) != 1 or topology.node(next(iter(ends))).is_gpu:
+            return [list(gpus)]
+        leaves[next(iter(ends))].append(g)
+    return list(leaves.values())
 
 
 class _Boxes:
@@ -116,8 +132,27 @@ def _plan(boxes: _Boxes, chunk: Chunk) -> ChunkPlan:
     return ChunkPlan(chunk.id, owner, gather, boxes.spread(owner, dests - {owner}))
 
 
+def _rounds(boxes: _Boxes, plans: list[ChunkPlan]) -> list[ChunkPlan]:
+    """``plans`` in pipeline order: round by round (a round holds one chunk of every owner),
+    within a round by the owner's place in its box and then by box, so that consecutive
+    chunks cross different uplinks."""
+    seen: dict[str, int] = defaultdict(int)
+    keyed = []
+    for p in plans:
+        box = boxes.box_of[p.owner]
+        keyed.append(((seen[p.owner], boxes.boxes[box].index(p.owner), box), p))
+        seen[p.owner] += 1
+    return [p for _, p in sorted(keyed, key=lambda kp: kp[0])]
+
+
 def hierarchical(topology: Topology, collective: Collective) -> Schedule:
-    """Intra-box rings joined across boxes by gateway GPUs, for any collective kind."""
+    """Intra-box rings joined across boxes by gateway GPUs, for any collective kind,
+    pipelined: the collective is cut into pieces (as many as the runtime holds, like the
+    packed template's) and each piece's whole tree is placed before the next's, so a
+    piece's crossing between boxes runs while the next piece is summed inside its box
+    and the one before is spread; slow links start pieces on their epoch grid."""
     boxes = _Boxes(topology, collective)
+    collective = pieces(topology, collective, _STEPS[collective.is_reduction])
     plans = [_plan(boxes, chunk) for chunk in checked(collective.chunks(), TEMPLATE, every=256)]
-    return assemble("hierarchical", topology, collective, plans)
+    return assemble("hierarchical", topology, collective, _rounds(boxes, plans),
+                    chunk_major=True, aligned=True)

@@ -13,7 +13,12 @@ and gives every hop epochs with the rules of the ``te_ccl.schedule`` docstring:
 * a hop started in epoch ``e`` arrives at ``e + ceil((chunk/b + α)/τ)``; a link starts in one
   epoch only as many chunks as still arrive by then (they leave it one after another);
 * a link starts at most ``cap`` chunks in any ``k`` consecutive epochs;
-* a switch without buffer forwards in the epoch the chunk arrives.
+* a switch without buffer forwards in the epoch the chunk arrives;
+* ``aligned`` (optional): a link that needs ``k > 1`` epochs per chunk starts chunks only
+  in epochs that are multiples of ``k`` (after a bufferless switch: the first such link of
+  a path; the later ones follow it at fixed offsets), so that paths through bufferless
+  switches, which must find every hop free at its own offset, fill the slow links' slots
+  instead of leaving one-epoch holes between them (FRED's L1–L2 uplinks).
 
 Edges are placed greedily, earliest feasible epoch first, in the order (stage, chunk):
 ``stage`` is the edge's step in its tree, which makes rings and trees pipeline as NCCL does.
@@ -139,8 +144,10 @@ class _Links:
     on 64 GPUs places 258k hops on links busy for thousands of epochs.
     """
 
-    def __init__(self, topology: Topology, chunk_bytes: int, tau: float) -> None:
+    def __init__(self, topology: Topology, chunk_bytes: int, tau: float,
+                 aligned: bool = False) -> None:
         self.topo, self.tau, self.c = topology, tau, chunk_bytes
+        self.aligned = aligned
         self.passing: set[tuple[str, int, int]] = set()  # (switch, chunk, epoch)
         self.occ: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
         self.full: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -172,10 +179,14 @@ class _Links:
         return self.blocked(u, v, e) is None
 
     def next_fit(self, u: str, v: str, e: int) -> int:
-        """The earliest start ``≥ e`` whose ``k`` epochs are all below capacity."""
+        """The earliest start ``≥ e`` (a multiple of ``k`` if aligned) whose ``k`` epochs are
+        all below capacity."""
         k, full = self.rule(u, v)[0], self.full[(u, v)]
         while True:
             e = self._free_from((u, v), e)
+            if self.aligned and e % k:
+                e += k - e % k
+                continue
             i = bisect_left(full, e)
             if i == len(full) or full[i] >= e + k:
                 return e
@@ -204,16 +215,17 @@ class _Links:
         """Hops from epoch ``e`` (the sender may wait; bufferless switches may not), or
         ``([], skip)`` with how far to move ``e`` when a bufferless hop is blocked. A switch
         passes one piece of a chunk per epoch (two partials would merge in it)."""
-        hops, t = [], e
+        hops, t, free = [], e, not self.aligned  # free: no grid to meet (any more)
         for u, v in zip(path, path[1:], strict=False):
-            node = self.topo.node(u)
+            node, k = self.topo.node(u), self.rule(u, v)[0]
             if hops and not node.is_gpu and not node.has_buffer:
                 if (u, chunk, t) in self.passing:
                     return [], 1
-                if not self.fits(u, v, t):
-                    return [], self.next_fit(u, v, t) - t
+                if not self.fits(u, v, t) or (not free and t % k):
+                    return [], max(1, self.next_fit(u, v, t) - t)
             else:
                 t = self.next_fit(u, v, t)
+            free = free or k > 1  # later slow hops follow the first at fixed offsets
             arrive = t + self.rule(u, v)[2]
             hops.append((u, v, t, arrive))
             t = arrive
@@ -252,14 +264,16 @@ def _from_nearest_copy(path: list[str], ready: int, chunk: int,
 
 
 def assemble(name: str, topology: Topology, collective: Collective,
-             plans: list[ChunkPlan], *, chunk_major: bool = False) -> Schedule:
+             plans: list[ChunkPlan], *, chunk_major: bool = False,
+             aligned: bool = False) -> Schedule:
     """Route and time the plans' edges; the Schedule's ``info.backend`` is ``baseline:NAME``.
     ``chunk_major``: place each plan's whole tree before the next plan's, in the order of
-    ``plans`` (first come, first served), not by (stage, chunk)."""
+    ``plans`` (first come, first served), not by (stage, chunk). ``aligned``: slow links
+    start chunks on their ``k``-epoch grid (module docstring)."""
     b_max = max(link.bandwidth_Bps for link in topology.links)
     alphas = [link.latency_s for link in topology.links if link.latency_s > 0]
     tau = max(collective.chunk_bytes / b_max, min(alphas, default=0.0) / 2)
-    links = _Links(topology, collective.chunk_bytes, tau)
+    links = _Links(topology, collective.chunk_bytes, tau, aligned)
     edges = _edges(plans)
     arrive: dict[int, int] = {}
     moves: list[tuple[int, str, str, int, int, str]] = []  # Transfer fields, sorted as tuples
