@@ -36,6 +36,8 @@ blocks per GPU (``MSCCL_MAX_NUM_THREAD_BLOCKS``), 128 channels (``MAXCHANNELS``)
 smaller LL and LL128 buffers (256 threads per block; LL128 lines of 64 bytes, 7 of
 their 8 words data). Steps, counts, peers per channel, reduce fusion, XML elements,
 attributes, protocols, collectives and the slots of a connection are the same.
+``teccl compile --runtime rccl`` lowers within RCCL's limits, ``teccl verify --runtime
+rccl`` checks them.
 
 >>> RCCL.max_allowed_count("LL128", 1 << 20, 8), MSCCL.max_allowed_count("LL128", 1 << 20, 8)
 (1, 4)
