@@ -123,12 +123,11 @@ def _simulate_json(topology: str | None, path: Path, size: str | None):
 
 def _simulate_plan(topology: str | None, file: str, text: str, size: str | None):
     """An MSCCL++ execution plan: checked, then replayed (:mod:`te_ccl.simulate.plan`)."""
-    import json
-
     from te_ccl.collective.model import Collective, CollectiveKind
     from te_ccl.lower.mscclpp import SUPPORTED
     from te_ccl.simulate.plan import simulate_plan
     from te_ccl.spec.topology import load_topology
+    from te_ccl.verify.mscclpp import plan_json
 
     if topology is None or size is None:
         raise SpecError("an MSCCL++ plan names neither its topology nor its size: "
@@ -137,10 +136,7 @@ def _simulate_plan(topology: str | None, file: str, text: str, size: str | None)
         nbytes = parse_size(size)
     except UnitError as e:
         raise SpecError(str(e), key="--size") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise SpecError(f"not JSON ({e.msg} at line {e.lineno})", file=file) from None
+    data = plan_json(text, file)
     topo = load_topology(topology)
     try:
         sim = simulate_plan(data, topo, nbytes)

@@ -172,6 +172,9 @@ def read_plan(data: Any, errors: list[str]) -> Plan | None:
             errors.append(f"gpus[{i}]: id {gid} (the executor reads gpus[rank] and wants id == rank)")
         raw.append(g if isinstance(g, dict) else {})
     n = len(raw)
+    if not n:
+        errors.append("plan: 'gpus' is empty; expected one entry per rank")
+        return None
     shells = [_gpu_shell(r, g, i, n) for i, g in enumerate(raw)]
     if any(s is None for s in shells):
         return None
@@ -196,6 +199,8 @@ def _gpu_shell(r: _Reader, g: dict, i: int, n: int) -> Gpu | None:
     chunks = {}
     for key, buf in (("input_chunks", "i"), ("output_chunks", "o"), ("scratch_chunks", "s")):
         v = r.need(g, key, int, where)
+        if v is not None and v < 0:
+            r.errors.append(f"{where}: {key} {v} is negative")
         if v is None or v < 0:
             return None
         chunks[buf] = v
@@ -273,6 +278,12 @@ def _blocks(r: _Reader, g: dict, plan: Plan, i: int, parts: list[int]) -> None:
             if len(ids) > LIMITS["channels"] or len(refs.get(ctype, ())) > LIMITS["channels"]:
                 r.errors.append(f"{where}: more than {LIMITS['channels']} {ctype} channels or "
                                 "remote buffers (the executor holds 16 per block)")
+        listed = tb.get("ops") if isinstance(tb, dict) else None
+        if isinstance(listed, list) and len(listed) > LIMITS["ops"]:  # not read one by one
+            r.errors.append(f"{where}: {len(listed)} operations, the executor holds "
+                            f"{LIMITS['ops']}")
+            gpu.blocks.append(Block(j, []))
+            continue
         ops = []
         for op in r.objects(tb, "ops", where):
             ops.append(_op(r, op, plan, gpu, j, len(ops), chans, refs, parts))

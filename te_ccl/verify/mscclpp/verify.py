@@ -22,10 +22,11 @@ from te_ccl.outputs import check_input_file
 from te_ccl.verify.mscclpp.execute import Loc, Value, execute
 from te_ccl.verify.mscclpp.model import Plan, read_plan
 
-__all__ = ["PlanReport", "verify_plan", "verify_plan_file", "is_plan_file"]
+__all__ = ["PlanReport", "verify_plan", "verify_plan_file", "is_plan_file", "plan_json"]
 
 MAX_SHOWN = 20
 MAX_PLAN_BYTES = 256 << 20  # larger is not a plan anyone loads: refused unread
+MAX_UNITS = 1 << 22  # buffer units the symbolic run follows (a few hundred bytes each)
 
 
 @dataclass
@@ -74,11 +75,17 @@ def verify_plan_file(path: str | os.PathLike) -> PlanReport:
         raise SpecError(f"cannot read the file ({e.strerror})", file=str(path)) from None
     except UnicodeDecodeError:
         raise SpecError("not UTF-8 text", file=str(path)) from None
+    return check_plan(plan_json(text, str(path)))
+
+
+def plan_json(text: str, file: str) -> Any:
+    """The parsed JSON of a plan file's ``text``; :class:`SpecError` naming ``file``."""
     try:
-        data = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
-        raise SpecError(f"not JSON ({e.msg} at line {e.lineno})", file=str(path)) from None
-    return check_plan(data)
+        raise SpecError(f"not JSON ({e.msg} at line {e.lineno})", file=file) from None
+    except RecursionError:
+        raise SpecError("JSON nested too deeply", file=file) from None
 
 
 def verify_plan(text: str) -> PlanReport:
@@ -87,6 +94,8 @@ def verify_plan(text: str) -> PlanReport:
         data = json.loads(text)
     except json.JSONDecodeError as e:
         return PlanReport(errors=[f"not JSON ({e.msg} at line {e.lineno})"])
+    except RecursionError:
+        return PlanReport(errors=["JSON nested too deeply"])
     return check_plan(data)
 
 
@@ -101,6 +110,11 @@ def check_plan(data: Any) -> PlanReport:
     if report.errors:  # indices out of range: running would report the same thing again
         return report
     expect = _Expectation(plan)
+    if expect.units > MAX_UNITS:
+        report.errors.append(f"{expect.units:,} buffer units to follow (ranks times input and "
+                             f"output chunks and their slices), more than the {MAX_UNITS:,} "
+                             "the checker runs")
+        return report
     outcome = execute(plan, expect.alias, expect.initial())
     report.ops = outcome.ops_run
     report.errors.extend(outcome.errors)
@@ -120,6 +134,7 @@ class _Expectation:
         g = plan.gpus[0] if plan.gpus else None
         self.ic = g.chunks["i"] * self.L if g else 0
         self.oc = g.chunks["o"] * self.L if g else 0
+        self.units = self.n * (self.ic + self.oc)  # what initial() and wanted() list
 
     def alias(self, loc: Loc) -> Loc:
         rank, buf, u = loc
