@@ -664,10 +664,11 @@ def _solved_again(schedule: Schedule, k: int, params: SolveParams,
                   progress: Progress | None, timer: Timer) -> Schedule:
     """The chunking of ``schedule`` solved again by the scale backend with at most ``k``
     sub-chunks per chunk (not checked yet), with the notes of the search ``schedule``
-    won (what it was raced against)."""
+    won (what it was raced against). ``schedule.topology`` is already the machine as the
+    output drives it (its switches forward only for MSCCL XML), so it is solved as it is."""
     again = solve_best(schedule.topology, asked_chunking(schedule),
                        replace(params, backend="scale", max_subchunks=k), (), progress,
-                       timer.judge)
+                       timer.judge, in_switch=True)
     return again.with_info(notes=_won(schedule) + again.info.notes)
 
 
