@@ -97,8 +97,6 @@ from te_ccl.schedule import Schedule
 __all__ = ["StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
 NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops
-READ_CHANNELS = MSCCL.max_channels  # the most a header may have that teccl verify reads,
-#                                     for either runtime (RCCL's MAXCHANNELS is larger)
 CHILD_FROM = WORTH_FORKING  # transfers: from here the lowering runs in a forked process
 #                            (:func:`~te_ccl.background.told`), which never frees its objects
 
@@ -215,7 +213,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     # every thread block counted (sending ones too) where they are fewer than depid names
     capped = runtime.max_threadblocks <= runtime.waitable
     waitable = min(runtime.waitable, runtime.max_threadblocks - 1)
-    channels = min(runtime.max_channels, READ_CHANNELS)
+    channels = runtime.max_channels
     full = max_steps - headroom if max_steps > 2 * headroom else max_steps
     budget = full
     favour: frozenset[int] = frozenset()

@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from te_ccl.nogc import paused_gc
-from te_ccl.runtime_limits import MSCCL
+from te_ccl.runtime_limits import MSCCL, RUNTIMES
 from te_ccl.verify.msccl.fastread import read_canonical
 from te_ccl.verify.msccl.findings import Findings, clip, finding
 from te_ccl.verify.msccl.model import BUFFERS, DEFAULTS, Algo, Gpu, Step, Threadblock
@@ -220,7 +220,8 @@ def _check_header(values: dict[str, int | None], source: str) -> None:
     for key, high, what in (
             ("ngpus", MAX_RANKS,
              f"ranks (each needs a <gpu> among the reader's {MSCCL.max_elements} elements)"),
-            ("nchannels", MSCCL.max_channels, "channels (MAXCHANNELS)"),
+            ("nchannels", max(r.max_channels for r in RUNTIMES.values()),
+             "channels (MAXCHANNELS of any runtime)"),
             ("nchunksperloop", MAX_CHUNKS,
              f"chunks ({MAX_RANKS} steps of at most {MSCCL.max_count - 1} chunks each through a rank)")):
         value = values[key]

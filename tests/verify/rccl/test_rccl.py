@@ -78,3 +78,13 @@ def test_the_execution_packs_chunks_per_call_by_the_runtimes_buffers() -> None:
     algo, _ = parse_msccl(text)
     assert (_Machine(algo, 8, MSCCL).per_call, _Machine(algo, 8, RCCL).per_call) == (4, 1)
     assert verify_msccl(text).valid and verify_msccl(text, limits=RCCL).valid
+
+
+def test_a_40th_channel_is_refused_by_the_msccl_executor_only() -> None:
+    """The reader takes any runtime's channel count; each rule set applies its own."""
+    text = "\n".join(ring_allgather(4, 8, 32))
+    text = re.sub(r'nchannels="\d+"', 'nchannels="40"', text, count=1)
+    text = re.sub(r'chan="0"', 'chan="39"', text)
+    assert verify_msccl(text, limits=RCCL).valid
+    report = verify_msccl(text)
+    assert not report.valid and "channel-range" in report.rules()
