@@ -1,0 +1,407 @@
+"""Every input of the jobs, warm-start, topology-edit, wafer-generator and MSCCL++-plan
+commands has its fate: bad input is one line on stderr and exit 2 (a plan the checker
+rejects: exit 1), never exit 70 or a traceback, and no output is left behind; inputs too
+large to handle are refused before anything large is built, and an input that is a
+device or FIFO before it is opened (one would be read without end, the other blocks).
+
+Commands run in-process through ``main``; a hang is turned into a failure by an alarm.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from te_ccl.cli.main import main
+from te_ccl.errors import SpecError
+from te_ccl.jobs.spec import jobs_from
+from te_ccl.spec.topology import load_topology
+from te_ccl.verify.mscclpp import verify_plan
+
+GOOD_JOB = {"name": "a", "ranks": ["g0", "g1"], "collective": "allgather", "size": "1MB"}
+JOB = "jobs: [{name: a, ranks: [g0, g1], collective: allgather, size: 1MB%s}]\n"
+
+
+@contextlib.contextmanager
+def _within(seconds: int) -> Iterator[None]:
+    """Fail instead of hanging (a FIFO opened for reading blocks until a writer comes)."""
+    def stop(*_: object) -> None:
+        raise TimeoutError(f"still running after {seconds} s")
+
+    old = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def teccl(*args: str, seconds: int = 30) -> tuple[int, str]:
+    """Exit code and stderr of ``teccl ARGS`` (usable inside hypothesis examples)."""
+    out, err = io.StringIO(), io.StringIO()
+    with _within(seconds), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            main(list(args))
+        except SystemExit as e:
+            return e.code, err.getvalue()
+    raise AssertionError("main returned without an exit code")
+
+
+def assert_refused(code: int, err: str, *needles: str, exit_code: int = 2) -> None:
+    """Exit ``exit_code`` with one error line that contains every needle."""
+    assert code == exit_code, err
+    assert "Traceback" not in err and "internal error" not in err, err
+    lines = [x for x in err.splitlines() if x.startswith("teccl: ")]
+    assert len(lines) == 1 and lines[0].startswith("teccl: error: "), err
+    for needle in needles:
+        assert needle in lines[0], err
+
+
+@pytest.fixture
+def here(tmp_path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+# ---- jobs files ----
+
+BAD_JOBS = {
+    "empty": ("", "empty"),
+    "binary": (b"\x00\xff\xfe\x80garbage", "not UTF-8"),
+    "truncated": ("jobs:\n  - {name: a, ranks: [g0, g1], collective: allga", "YAML syntax"),
+    "a list": ("- 1\n- 2\n", "expected a mapping"),
+    "a number": ("42\n", "expected a mapping"),
+    "no jobs": ("jobs: []\n", "at least one job"),
+    "jobs not a list": ("jobs: {a: 1}\n", "expected a list"),
+    "job not a mapping": ("jobs: [[1, 2]]\n", "jobs[0]"),
+    "unknown key": (JOB % ", bogus: 1", "jobs[0].bogus"),
+    "unknown top key": (JOB + "extra: 1\n", "extra"),
+    "duplicate name": ("jobs: [{name: a, ranks: [g0, g1], collective: allgather, size: 1MB},"
+                       " {name: a, ranks: [g2, g3], collective: allgather, size: 1MB}]\n",
+                       "named twice"),
+    "unknown GPU": ("jobs: [{name: a, ranks: [g0, g99], collective: allgather, size: 1MB}]\n",
+                    "jobs[0].ranks"),
+    "huge rank": ("jobs: [{name: a, ranks: [0, 99999999999999999999], collective: allgather, "
+                  "size: 1MB}]\n", "not in the topology"),
+    "a million ranks": ("jobs: [{name: a, ranks: '0-999999', collective: allgather, "
+                        "size: 1MB}]\n", "not in the topology"),
+    "negative rank": ("jobs: [{name: a, ranks: [0, -1], collective: allgather, size: 1MB}]\n",
+                      "jobs[0].ranks"),
+    "NaN rank": ("jobs: [{name: a, ranks: [0, .nan], collective: allgather, size: 1MB}]\n",
+                 "jobs[0].ranks"),
+    "one rank": ("jobs: [{name: a, ranks: [g0], collective: allgather, size: 1MB}]\n",
+                 "at least 2"),
+    "rank twice": ("jobs: [{name: a, ranks: [g0, g0], collective: allgather, size: 1MB}]\n",
+                   "twice"),
+    "zero size": ("jobs: [{name: a, ranks: [g0, g1], collective: allgather, size: 0}]\n",
+                  "jobs[0].size"),
+    "huge size": ("jobs: [{name: a, ranks: [g0, g1], collective: allgather, size: 1e30}]\n",
+                  "jobs[0].size"),
+    "NaN size": ("jobs: [{name: a, ranks: [g0, g1], collective: allgather, size: .nan}]\n",
+                 "jobs[0].size"),
+    "huge chunks": (JOB % ", chunks: 1000000000", "chunks"),
+    "zero weight": (JOB % ", weight: 0", "jobs[0].weight"),
+    "infinite weight": (JOB % ", weight: .inf", "jobs[0].weight"),
+    "NaN deadline": (JOB % ", deadline: .nan", "jobs[0].deadline"),
+    "custom": (JOB.replace("allgather", "custom") % "", "jobs[0].collective"),
+    "root of allgather": (JOB % ", root: g0", "has no root"),
+    "name with a slash": (JOB.replace("name: a", "name: ../x") % "", "jobs[0].name"),
+    "name too long": (JOB.replace("name: a", "name: " + "a" * 300) % "", "at most 128"),
+    "nested too deeply": ("jobs: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deeply"),
+    "python tag": ("jobs: !!python/object:os.system [ls]\n", "constructor"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_JOBS)
+def test_a_bad_jobs_file_is_one_line_and_exit_2_before_anything_is_written(here, name):
+    body, needle = BAD_JOBS[name]
+    (here / "jobs.yaml").write_bytes(body if isinstance(body, bytes) else body.encode())
+    code, err = teccl("compile", "dgx1", "--jobs", "jobs.yaml", "-o", "out")
+    assert_refused(code, err, needle)
+    assert not (here / "out").exists()
+    code, err = teccl("simulate", "dgx1", "--jobs", "jobs.yaml", "out")
+    assert_refused(code, err)
+
+
+_GARBAGE = st.one_of(
+    st.none(), st.booleans(), st.integers(min_value=-(10**30), max_value=10**30),
+    st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=12),
+    st.lists(st.integers(-3, 10), max_size=4), st.dictionaries(st.text(max_size=3),
+                                                               st.integers(), max_size=2))
+
+
+@settings(max_examples=150, deadline=None)
+@given(key=st.sampled_from(sorted(GOOD_JOB) + ["chunks", "root", "weight", "deadline", "xml"]),
+       value=_GARBAGE)
+def test_any_value_of_any_job_key_loads_or_is_one_located_line(key, value):
+    topo = load_topology("dgx1")
+    job = dict(GOOD_JOB, **{key: value})
+    try:
+        jobs_from(topo, {"jobs": [job]}, "j.yaml")
+    except SpecError as e:
+        assert "\n" not in str(e) and "j.yaml" in str(e)
+
+
+# ---- teccl topo edit / topo gen ----
+
+BAD_EDITS = {
+    "unknown node": (["--without-link", "g0:g99"], "unknown node"),
+    "not a link": (["--without-link", "g0"], "NODE:NODE"),
+    "no second end": (["--without-link", "g0>"], "NODE:NODE"),
+    "no such link": (["--without-link", "g0:g0"], "no link"),
+    "empty factor": (["--scale-link", "g0:g1="], "--scale-link"),
+    "no link before the factor": (["--scale-link", "=2"], "--scale-link"),
+    "factor 0": (["--scale-link", "g0:g1=0"], "factor > 0"),
+    "factor -1": (["--scale-link", "g0:g1=-1"], "factor > 0"),
+    "factor nan": (["--scale-link", "g0:g1=nan"], "factor > 0"),
+    "factor inf": (["--scale-link", "g0:g1=inf"], "factor > 0"),
+    "rate overflows": (["--scale-link", "g0:g1=1e308"], "finite"),
+    "rate below 1 B/s": (["--scale-link", "g0:g1=1e-320"], "at least 1B/s"),
+    "unknown GPU": (["--without-gpu", "g99"], "--without-gpu"),
+    "disconnects": (["--without-link", "g0:g1", "--without-link", "g0:g7"], "disconnects"),
+    "nothing": ([], "nothing to change"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_EDITS)
+def test_a_bad_topology_edit_is_one_line_and_writes_nothing(here, name):
+    flags, needle = BAD_EDITS[name]
+    code, err = teccl("topo", "edit", "ring8", *flags, "-o", "new.yaml")
+    assert_refused(code, err, needle)
+    assert list(here.iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["fred-a", "fred-d", "wafer-mesh"])
+@pytest.mark.parametrize("npus", ["0", "-4", "1", "10000000", "99999999999999999999"])
+def test_topo_gen_refuses_npus_no_wafer_has_before_building_it(here, kind, npus):
+    code, err = teccl("topo", "gen", kind, "--npus", npus, "-o", "w.yaml", seconds=10)
+    assert_refused(code, err, "--npus")
+    assert list(here.iterdir()) == []
+
+
+def test_fred_versus_refuses_npus_no_wafer_has(here):
+    for npus in ("0", "3", "10000000"):
+        assert_refused(*teccl("fred", "versus", "--npus", npus, seconds=10), "--npus")
+
+
+# ---- topologies whose numbers the time model cannot hold ----
+
+def _two_links(bandwidth: str) -> str:
+    return ("name: t\ngpus: [g0, g1, g2]\nlinks:\n"
+            f"  - {{between: [g0, g1], bandwidth: {bandwidth}}}\n"
+            "  - {between: [g1, g2], bandwidth: 25GB/s}\n")
+
+
+@pytest.mark.parametrize("bandwidth", ["1e-3B/s", "1e-300GB/s", "1e300GB/s", "0GB/s"])
+def test_a_link_slower_than_1_byte_per_second_or_infinite_is_refused(here, bandwidth):
+    (here / "t.yaml").write_text(_two_links(bandwidth))
+    code, err = teccl("compile", "t.yaml", "-c", "allgather", "-s", "1MB", "-o", "x.xml")
+    assert_refused(code, err, "links[0].bandwidth")
+    assert not (here / "x.xml").exists()
+
+
+def test_a_collective_longer_than_the_schedule_times_hold_is_refused_before_solving(here):
+    code, err = teccl("compile", "ring8", "-c", "broadcast", "-s", "100PB", "-o", "x.xml")
+    assert_refused(code, err, "size:", "slowest link")
+    assert not (here / "x.xml").exists()
+
+
+# ---- compile --from ----
+
+@pytest.fixture(scope="module")
+def previous(tmp_path_factory) -> Path:
+    """An AllGather file teccl wrote for ring8."""
+    path = tmp_path_factory.mktemp("from") / "ag.xml"
+    code, err = teccl("-q", "compile", "ring8", "-c", "allgather", "-s", "1KB", "-o", str(path),
+                      "--time-limit", "20", seconds=120)
+    assert code == 0, err
+    return path
+
+
+def _from(previous: Path, here: Path) -> dict[str, tuple[str | bytes, list[str], str]]:
+    xml = previous.read_text()
+    return {  # file body, compile arguments, what the error names
+        "empty": ("", [], "not an XML file"),
+        "JSON": ("{}", [], "not an XML file"),
+        "binary": (b"\x00\xff" * 64, [], "binary"),
+        "truncated": (xml[: len(xml) // 2], [], "--from"),
+        "huge ngpus": (xml.replace('ngpus="8"', 'ngpus="99999999999"', 1), [], "ngpus"),
+        "another collective": (xml, ["-c", "broadcast"], "another collective"),
+        "another topology": (xml, ["--topology", "dgx1"], "another network"),
+        "provenance a device": (xml.replace("topology=ring8", "topology=/dev/zero", 1),
+                                [], ""),
+    }
+
+
+@pytest.mark.parametrize("name", ["empty", "JSON", "binary", "truncated", "huge ngpus",
+                                  "another collective", "another topology"])
+def test_a_previous_file_that_does_not_fit_is_one_line_and_writes_nothing(
+        here, previous, name):
+    body, extra, needle = _from(previous, here)[name]
+    (here / "prev.xml").write_bytes(body if isinstance(body, bytes) else body.encode())
+    topology = extra[1] if extra[:1] == ["--topology"] else "ring8"
+    kind = extra[1] if extra[:1] == ["-c"] else "allgather"
+    code, err = teccl("compile", topology, "-c", kind, "-s", "1KB", "--from", "prev.xml",
+                      "-o", "new.xml", "--time-limit", "10")
+    assert_refused(code, err, "prev.xml", "--from", needle)
+    assert not (here / "new.xml").exists()
+
+
+def test_a_previous_file_naming_a_device_as_its_topology_is_not_read_from_it(here, previous):
+    body, _, _ = _from(previous, here)["provenance a device"]
+    (here / "prev.xml").write_text(body)
+    code, err = teccl("-q", "compile", "ring8", "-c", "allgather", "-s", "1KB", "--from",
+                      "prev.xml", "-o", "new.xml", "--time-limit", "10", seconds=60)
+    assert code == 0, err
+    assert_refused(*teccl("simulate", "prev.xml"), "/dev/zero", "character device")
+
+
+# ---- inputs that are devices or FIFOs ----
+
+def _fifo(d: Path) -> str:
+    os.mkfifo(d / "fifo")
+    return str(d / "fifo")
+
+
+@pytest.mark.parametrize("make", [_fifo, lambda d: "/dev/zero"], ids=["FIFO", "device"])
+def test_an_input_that_is_a_fifo_or_device_is_refused_before_it_is_opened(here, make):
+    path = make(here)
+    kind = "FIFO" if "fifo" in path else "character device"
+    for args in (["compile", path, "-c", "allgather", "-s", "1MB"],
+                 ["compile", "dgx1", "--jobs", path, "-o", "out"],
+                 ["compile", "ring8", "-c", "allgather", "-s", "1MB", "--from", path],
+                 ["topo", "edit", path, "--without-gpu", "g0"],
+                 ["verify", path], ["simulate", "ring8", path]):
+        assert_refused(*teccl(*args, seconds=10), path, kind)
+    assert sorted(p.name for p in here.iterdir()) in ([], ["fifo"])
+
+
+# ---- MSCCL++ plans ----
+
+def _plan(**top) -> dict:
+    """The smallest plan the checker reads: two ranks, no blocks."""
+    gpu = {"input_chunks": 1, "output_chunks": 1, "scratch_chunks": 0, "threadblocks": [],
+           "channels": [], "remote_buffers": [], "semaphores": []}
+    plan = {"name": "p", "collective": "allreduce", "protocol": "Simple", "inplace": False,
+            "gpus": [dict(gpu, id=0), dict(gpu, id=1)]}
+    plan.update(top)
+    return plan
+
+
+def _gpu0(**kw) -> dict:
+    plan = _plan()
+    plan["gpus"][0].update(kw)
+    return plan
+
+
+BAD_PLANS = {
+    "no GPUs": _plan(gpus=[]),
+    "gpus a string": _plan(gpus="x"),
+    "gpus numbers": _plan(gpus=[1, 2]),
+    "collective a number": _plan(collective=5),
+    "negative chunks": _gpu0(input_chunks=-1),
+    "10^12 chunks": _gpu0(input_chunks=10**12),
+    "10^6 ops declared": _gpu0(threadblocks=[{"id": 0, "channels": [],
+                                              "remote_buffer_refs": [],
+                                              "ops": [{"name": "nop"}] * 10**6}]),
+    "blocks a string": _gpu0(threadblocks="x"),
+    "nested garbage": _gpu0(channels=[[[[{"a": [None]}]]]]),
+}
+
+
+@pytest.mark.parametrize("name", BAD_PLANS)
+def test_a_broken_plan_is_rejected_by_verify_and_not_simulated(here, name):
+    text = json.dumps(BAD_PLANS[name])
+    (here / "p.json").write_text(text)
+    assert not verify_plan(text).valid
+    code, err = teccl("verify", "p.json")
+    assert code == 1 and "Traceback" not in err and "internal error" not in err, err
+    assert_refused(*teccl("simulate", "ring8", "p.json", "--size", "1MB"), "p.json",
+                   exit_code=1)
+
+
+@pytest.mark.parametrize("text", ["[]", "5", "null", '"x"', "{", '{"gpus": ' * 50000,
+                                  "\ufeff{}"], ids=["list", "number", "null", "string",
+                                                    "truncated", "nested", "BOM"])
+def test_a_plan_file_that_is_not_a_plan_object_is_one_line(here, text):
+    (here / "p.json").write_text(text)
+    assert_refused(*teccl("verify", "p.json"), "p.json")
+    assert_refused(*teccl("simulate", "ring8", "p.json", "--size", "1MB"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(key=st.sampled_from(["name", "collective", "protocol", "inplace", "gpus"]),
+       value=_GARBAGE)
+def test_any_value_of_a_plan_key_is_an_error_or_a_verdict(key, value):
+    report = verify_plan(json.dumps(_plan(**{key: value}), default=str))
+    assert isinstance(report.valid, bool)
+    assert all("\n" not in e for e in report.errors)
+
+
+# ---- outputs of the new writers ----
+
+def _hazards(d: Path) -> dict[str, str]:
+    os.mkfifo(d / "fifo")
+    (d / "adir").mkdir()
+    (d / "precious").write_text("keep me")
+    (d / "link").symlink_to("precious")
+    (d / "dirlink").symlink_to("adir")
+    return {"fifo": "FIFO", "adir": "is a directory", "link": "symbolic link",
+            "dirlink": "symbolic link", "missing/x": "does not exist",
+            "precious/x": "not a directory"}
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Solving or compiling jobs ends the command in exit 70: outputs are checked first."""
+    import te_ccl.compiler.pipeline
+    import te_ccl.jobs
+
+    def tripwire(*args, **kwargs):
+        raise RuntimeError("the work started before the output path was checked")
+
+    monkeypatch.setattr(te_ccl.compiler.pipeline, "solve_best", tripwire)
+    monkeypatch.setattr(te_ccl.jobs, "compile_jobs", tripwire)
+
+
+def test_every_new_writer_refuses_a_hazardous_output_before_work(here, no_work):
+    hazards = _hazards(here)
+    writers = [["topo", "gen", "fred-a", "--npus", "8", "-o"],
+               ["topo", "edit", "ring8", "--without-link", "g0:g1", "-o"],
+               ["compile", "ring8", "-c", "allreduce", "-s", "1MB", "--format", "mscclpp",
+                "-o"]]
+    for out, message in hazards.items():
+        for writer in writers:
+            assert_refused(*teccl(*writer, out), out, message)
+        if message != "is a directory":
+            jobs = here / "jobs.yaml"
+            jobs.write_text(JOB % "")
+            assert_refused(*teccl("compile", "dgx1", "--jobs", str(jobs), "-o", out), out)
+            jobs.unlink()
+    assert (here / "precious").read_text() == "keep me"
+    assert list((here / "adir").iterdir()) == []
+    assert sorted(p.name for p in here.iterdir()) == sorted(
+        ["fifo", "adir", "precious", "link", "dirlink"])
+
+
+def test_finite_factors_are_checked_as_rates_not_only_as_numbers():
+    """A factor may be tiny or huge as long as the rate it makes is one a topology holds."""
+    from te_ccl.topology.edit import TopologyEdit, edit_topology
+
+    ring = load_topology("ring8")
+    slow = edit_topology(ring, TopologyEdit(scale_links=(("g0:g1", 1e-9),)))
+    assert math.isclose(slow.link("g0", "g1").bandwidth_Bps,
+                        ring.link("g0", "g1").bandwidth_Bps * 1e-9)
+    with pytest.raises(SpecError, match="at least 1B/s"):
+        edit_topology(ring, TopologyEdit(scale_links=(("g0:g1", 1e-12),)))
