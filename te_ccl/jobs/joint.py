@@ -126,7 +126,8 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     """Compile every job jointly (module docstring) and, with ``output`` (a directory,
     created if missing), write ``NAME.xml`` per job, its ranks those of the job's
     communicator. ``time_limit_s`` is split evenly over the three candidates and the
-    jobs, at least :data:`MIN_COMPILE_S` per compile.
+    jobs, at least :data:`MIN_COMPILE_S` per compile; a limit below that for each job
+    once is refused before compiling (thousands of jobs would run for hours).
 
     Raises what a compile raises for a job compiled alone (a candidate the compile
     refuses is skipped and noted instead).
@@ -134,6 +135,11 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     if objective not in OBJECTIVES:
         raise SpecError(f"expected one of {', '.join(OBJECTIVES)}, got {objective!r}",
                         key="--objective")
+    least = len(jobs.jobs) * MIN_COMPILE_S  # the alone candidate's compiles
+    if least > time_limit_s:
+        raise SpecError(f"{len(jobs.jobs)} jobs need at least {least:g} s ({MIN_COMPILE_S:g} s "
+                        f"for each job's compile), more than {time_limit_s:g} s",
+                        key="--time-limit")
     say = progress or (lambda _: None)
     # a third of the limit per candidate, split over the jobs
     each = max(time_limit_s / (3 * len(jobs.jobs)), MIN_COMPILE_S)

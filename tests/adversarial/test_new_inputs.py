@@ -366,13 +366,13 @@ def _hazards(d: Path) -> dict[str, str]:
 def no_work(monkeypatch):
     """Solving or compiling jobs ends the command in exit 70: outputs are checked first."""
     import te_ccl.compiler.pipeline
-    import te_ccl.jobs
+    import te_ccl.jobs.joint
 
     def tripwire(*args, **kwargs):
         raise RuntimeError("the work started before the output path was checked")
 
     monkeypatch.setattr(te_ccl.compiler.pipeline, "solve_best", tripwire)
-    monkeypatch.setattr(te_ccl.jobs, "compile_jobs", tripwire)
+    monkeypatch.setattr(te_ccl.jobs.joint, "_candidate", tripwire)
 
 
 def test_every_new_writer_refuses_a_hazardous_output_before_work(here, no_work):
@@ -405,3 +405,12 @@ def test_finite_factors_are_checked_as_rates_not_only_as_numbers():
                         ring.link("g0", "g1").bandwidth_Bps * 1e-9)
     with pytest.raises(SpecError, match="at least 1B/s"):
         edit_topology(ring, TopologyEdit(scale_links=(("g0:g1", 1e-12),)))
+
+
+def test_more_jobs_than_the_time_limit_can_compile_are_refused_before_compiling(here, no_work):
+    (here / "jobs.yaml").write_text("jobs:\n" + "".join(
+        f"  - {{name: j{i}, ranks: [g0, g1], collective: allgather, size: 1MB}}\n"
+        for i in range(40)))
+    code, err = teccl("compile", "dgx1", "--jobs", "jobs.yaml", "-o", "out", "--time-limit", "5")
+    assert_refused(code, err, "--time-limit", "40 jobs")
+    assert not (here / "out").exists()
