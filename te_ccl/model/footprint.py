@@ -27,11 +27,12 @@ from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
 from te_ccl.topology.model import Topology
 
-__all__ = ["MAX_GPUS", "MAX_SPAN_S", "MAX_TRANSFERS", "deliveries", "transfers_at_least",
-           "most_chunks", "check_fits"]
+__all__ = ["MAX_GPUS", "MAX_RATE_RATIO", "MAX_SPAN_S", "MAX_TRANSFERS", "deliveries",
+           "transfers_at_least", "most_chunks", "check_fits"]
 
 MAX_TRANSFERS = 2**21  # transfers one compile holds within 8 GB (~3.5 KB each at its peak)
 MAX_GPUS = 4096  # an MSCCL algorithm lists every GPU; the runtime reads 4096 elements a rank
+MAX_RATE_RATIO = 1e6  # a slowest link's transfer spans this many of the fastest's epochs
 MAX_SPAN_S = 1e6  # a schedule's times are picoseconds in 64 bits (9.2e6 s), with room
 HOP_SAMPLES = 8  # sources whose hop distances stand for all of an AlltoAll's
 _UNICAST = {CollectiveKind.ALLTOALL, CollectiveKind.GATHER, CollectiveKind.SCATTER}
@@ -116,9 +117,10 @@ def most_chunks(topology: Topology, collective: Collective) -> int:
 
 
 def check_fits(topology: Topology, collective: Collective) -> None:
-    """Refuse (:class:`SpecError`, exit 2) a compile larger than one holds: the whole
-    buffer of every rank taking over :data:`MAX_SPAN_S` on the slowest link, a topology of
-    more than :data:`MAX_GPUS` GPUs, or more than :data:`MAX_TRANSFERS` transfers
+    """Refuse (:class:`SpecError`, exit 2) a compile larger than one holds: links more than
+    :data:`MAX_RATE_RATIO` apart in rate (templates place transfers epoch by epoch), the
+    whole buffer of every rank taking over :data:`MAX_SPAN_S` on the slowest link, a
+    topology of more than :data:`MAX_GPUS` GPUs, or more than :data:`MAX_TRANSFERS` transfers
     (:func:`transfers_at_least`), saying how many chunks per rank would fit.
 
     >>> from te_ccl.topology.generators import fully_connected
@@ -129,6 +131,11 @@ def check_fits(topology: Topology, collective: Collective) -> None:
     te_ccl.errors.SpecError: chunks: 100000 chunks per rank would build at least 5,600,000 transfers, more than the 2,097,152 one compile holds in memory (use at most 37449 chunks per rank)
     """
     slowest = min((k.bandwidth_Bps for k in topology.links), default=0.0)
+    fastest = max((k.bandwidth_Bps for k in topology.links), default=0.0)
+    if slowest and fastest > MAX_RATE_RATIO * slowest:
+        raise SpecError(f"{topology.name}'s fastest link ({fastest:g} B/s) is more than "
+                        f"{MAX_RATE_RATIO:g} times its slowest ({slowest:g} B/s): epochs of "
+                        "the fastest link cannot time the slowest", key="topology")
     if slowest and collective.size_bytes * collective.nranks / slowest > MAX_SPAN_S:
         raise SpecError(f"{collective.size_bytes:,} bytes on {collective.nranks} ranks over "
                         f"{topology.name}'s slowest link ({slowest:g} B/s) may take longer "

@@ -414,3 +414,12 @@ def test_more_jobs_than_the_time_limit_can_compile_are_refused_before_compiling(
     code, err = teccl("compile", "dgx1", "--jobs", "jobs.yaml", "-o", "out", "--time-limit", "5")
     assert_refused(code, err, "--time-limit", "40 jobs")
     assert not (here / "out").exists()
+
+
+def test_links_a_million_times_apart_in_rate_are_refused_before_solving(here):
+    """Templates place a transfer epoch by epoch of the fastest link: 1 B/s beside
+    25 GB/s would be 2.5e10 epochs each (the compile ran on, past its time limit)."""
+    (here / "t.yaml").write_text(_two_links("1B/s"))
+    code, err = teccl("compile", "t.yaml", "-c", "allreduce", "-s", "1KB", "-o", "x.xml")
+    assert_refused(code, err, "topology:", "times its slowest")
+    assert not (here / "x.xml").exists()
