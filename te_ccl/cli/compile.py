@@ -179,10 +179,13 @@ def _compile_jobs(topo: Topology, spec: str | None, kw: dict) -> None:
     from te_ccl.jobs import compile_jobs, load_jobs
     from te_ccl.jobs.summary import jobs_table
 
-    given = [k for k in ("collective", "size", "chunks", "ranks", "root", "sizes",
-                         "fred_tables") if kw.get(k) is not None]
+    flags = {"collective": "--collective", "size": "--size", "chunks": "--chunks",
+             "ranks": "--ranks", "root": "--root", "inplace": "--inplace", "proto": "--proto",
+             "sizes": "--sizes", "fred_tables": "--fred-tables", "previous": "--from"}
+    given = [flag for key, flag in flags.items() if kw.get(key) is not None]
+    given += ["--runtime"] if kw["runtime"] != "msccl" else []
     if spec is not None or given or kw["fmt"] not in (None, "xml"):
-        what = "a spec file" if spec is not None else f"--{(given or ['format'])[0]}"
+        what = "a spec file" if spec is not None else (given or ["--format"])[0]
         raise SpecError(f"the jobs file says what to compile; {what} does not go with it",
                         key="--jobs")
     if kw["output"] == "-":

@@ -423,3 +423,13 @@ def test_links_a_million_times_apart_in_rate_are_refused_before_solving(here):
     code, err = teccl("compile", "t.yaml", "-c", "allreduce", "-s", "1KB", "-o", "x.xml")
     assert_refused(code, err, "topology:", "times its slowest")
     assert not (here / "x.xml").exists()
+
+
+@pytest.mark.parametrize("flags", [["--from", "prev.xml"], ["--inplace"], ["--proto", "LL"],
+                                   ["--runtime", "rccl"], ["--fred-tables", "t"]],
+                         ids=lambda f: f[0])
+def test_compile_jobs_refuses_the_flags_it_would_ignore(here, no_work, flags):
+    (here / "jobs.yaml").write_text(JOB % "")
+    code, err = teccl("compile", "dgx1", "--jobs", "jobs.yaml", *flags, "-o", "out")
+    assert_refused(code, err, "--jobs", f"{flags[0]} does not go with it")
+    assert not (here / "out").exists()
