@@ -13,7 +13,7 @@ from rich.table import Table
 
 from te_ccl.cli.common import emit_json, out_console, progress_status
 from te_ccl.errors import SpecError
-from te_ccl.outputs import check_output_file, write_atomic
+from te_ccl.outputs import check_output_file, path_component, write_atomic
 from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.topology.metrics import link_groups, summarize
 from te_ccl.topology.model import Topology
@@ -311,7 +311,10 @@ def edit_command(topology: str, without_links: tuple[str, ...], scale_links: tup
     if not (without_links or scale_links or without_gpus):
         raise SpecError("nothing to change; expected --without-link, --scale-link or "
                         "--without-gpu")
-    name = name or (Path(output).stem if output != "-" else f"{base.name}-edited")
+    if name is not None and path_component(name) != name:  # files teccl writes name it
+        raise SpecError(f"expected letters, digits and . _ + - (not starting with . or -), "
+                        f"got {name!r}", key="--name")
+    name = name or path_component(Path(output).stem if output != "-" else f"{base.name}-edited")
     edit = TopologyEdit(without_links, tuple(parse_scale(s) for s in scale_links),
                         without_gpus, name)
     topo = edit_topology(base, edit)

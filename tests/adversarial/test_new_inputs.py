@@ -171,6 +171,9 @@ BAD_EDITS = {
     "unknown GPU": (["--without-gpu", "g99"], "--without-gpu"),
     "disconnects": (["--without-link", "g0:g1", "--without-link", "g0:g7"], "disconnects"),
     "nothing": ([], "nothing to change"),
+    "name with a space": (["--without-link", "g0:g1", "--name", "a b"], "--name"),
+    "name ending a comment": (["--without-link", "g0:g1", "--name", "x-->y"], "--name"),
+    "name with a newline": (["--without-link", "g0:g1", "--name", "a\nb"], "--name"),
 }
 
 
