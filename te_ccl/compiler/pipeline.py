@@ -35,6 +35,7 @@ from te_ccl.compiler.judge import PARALLEL_FROM, XML_REPLAY_LIMIT, Timer, Timing
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.portfolio import asked_chunking
 from te_ccl.compiler.solve import Judge, Known, solve
+from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import repair
 from te_ccl.deadline import TimeLimitReached, keeping, left, until
 from te_ccl.errors import (
@@ -44,7 +45,6 @@ from te_ccl.errors import (
     TecclError,
     VerificationError,
 )
-from te_ccl.model.footprint import check_fits
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import make_output_dir, path_component, write_atomic
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
@@ -144,7 +144,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     # 1024-GPU schedule, built here) would take seconds; the few cycles a compile leaves
     # (a solver's, an exception's) are collected once it is done
     with until(params.time_limit_s), paused_gc():
-        check_fits(topology, collective)  # before the bound and any candidate is built
+        check_input(topology, collective)  # before the bound and any candidate is built
         if options.fmt == "xml":
             check_loadable(collective)
         # the bound of the machine as the output can use it (no NVLS for MSCCL XML)

@@ -49,7 +49,16 @@ __all__ = ["check_input", "run_strategy", "MAX_COMMODITIES"]
 MAX_COMMODITIES = 2**21  # chunks one compile routes (a 1024-GPU AlltoAll has 2**20)
 
 
+_ACCEPTED: list[tuple[Topology, Collective]] = []  # the last input accepted
+
+
 def check_input(topology: Topology, collective: Collective) -> None:
+    """Refuse input no strategy can compile (:class:`SpecError`), before anything large is
+    built. The compile asks once at its start; the portfolio and ``solve``, which may
+    also be called alone, ask again, and the pair accepted last (the same topology
+    object, an equal collective) passes at once."""
+    if _ACCEPTED and _ACCEPTED[0][0] is topology and _ACCEPTED[0][1] == collective:
+        return
     for r in collective.ranks:
         if not 0 <= r < topology.ngpus:
             raise SpecError(f"rank {r} is not in topology {topology.name!r} "
@@ -57,11 +66,12 @@ def check_input(topology: Topology, collective: Collective) -> None:
     if collective.chunk_bytes <= 0:
         raise SpecError(f"size {collective.size_bytes} bytes is too small for "
                         f"{collective.nchunks} chunks", key="size")
+    check_fits(topology, collective)  # before building anything large
     if collective.commodities > MAX_COMMODITIES:
         raise SpecError(f"{collective.commodities} chunks to route; at most {MAX_COMMODITIES} "
                         "fit one compile (use fewer chunks)", key="chunks")
-    check_fits(topology, collective)  # before building anything large
     _check_reach(topology, collective)
+    _ACCEPTED[:] = [(topology, collective)]
 
 
 def _check_reach(topology: Topology, collective: Collective) -> None:
