@@ -26,7 +26,7 @@ from te_ccl.baselines.cycle import ring_neighbours
 from te_ccl.baselines.packed import _pieces as pieces
 from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import owner_of, ring_order, walk
-from te_ccl.collective.model import Chunk, Collective
+from te_ccl.collective.model import Chunk, Collective, CollectiveKind
 from te_ccl.deadline import checked
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
@@ -156,7 +156,11 @@ def hierarchical(topology: Topology, collective: Collective) -> Schedule:
 
     The pieces do not depend on the chunking asked for unless it asks for more, so the
     chunkings ``auto`` races get the same Schedule object (:func:`_pipelined` keeps the
-    last few), which the judge has timed already."""
+    last few), which the judge has timed already. An AlltoAll is not cut further: its
+    chunks, one per pair of ranks, already pipeline (cut, they overflow the runtime's
+    channels)."""
+    if collective.kind is CollectiveKind.ALLTOALL:
+        return _pipelined(topology, collective)
     cut = pieces(topology, replace(collective, chunks_per_rank=1),
                  _STEPS[collective.is_reduction])
     return _pipelined(topology, max(cut, collective, key=lambda c: c.chunks_per_rank))
