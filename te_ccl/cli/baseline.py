@@ -48,16 +48,7 @@ def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
 
-    flags = collective_flags(kw)
-    auto = flags.get("chunks") == "auto"
-    if auto:
-        flags["chunks"] = 1
-    elif "chunks" in flags:
-        try:
-            flags["chunks"] = int(flags["chunks"])
-        except ValueError:
-            raise SpecError(f"expected a positive integer or auto, got {flags['chunks']!r}",
-                            key="--chunks") from None
+    flags, auto = collective_flags(kw)
     topo = load_topology(topology)
     coll = load_collective(topo, spec, **flags)
     fmt = kw["fmt"] or ("json" if (kw["output"] or "").endswith(".json") else "xml")

@@ -182,7 +182,22 @@ def collective_options(f: Callable) -> Callable:
     return f
 
 
-def collective_flags(kw: dict[str, Any]) -> dict[str, Any]:
-    """The collective flags the user gave, as ``load_collective`` overrides (pops them from kw)."""
+def collective_flags(kw: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The collective flags the user gave, as ``load_collective`` overrides (pops them from
+    kw), and whether ``--chunks auto`` was given: its candidates start from one chunk per
+    rank, so the overrides say 1."""
     names = ("collective", "size", "chunks", "ranks", "root", "inplace", "proto")
-    return {k: v for k in names if (v := kw.pop(k, None)) is not None}
+    flags = {k: v for k in names if (v := kw.pop(k, None)) is not None}
+    chunks = flags.get("chunks")
+    if chunks == "auto":
+        flags["chunks"] = 1
+        return flags, True
+    if chunks is not None:
+        try:
+            flags["chunks"] = int(chunks)
+        except ValueError:
+            from te_ccl.errors import SpecError
+
+            raise SpecError(f"expected a positive integer or auto, got {chunks!r}",
+                            key="--chunks") from None
+    return flags, False

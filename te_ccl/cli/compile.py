@@ -73,16 +73,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     if kw["jobs"]:
         _compile_jobs(load_topology(topology), spec, kw)
         return
-    flags = collective_flags(kw)
-    chunks = flags.get("chunks")
-    if chunks == "auto":
-        flags["chunks"] = 1   # the candidates start from one chunk per rank
-    elif chunks is not None:
-        try:
-            flags["chunks"] = int(chunks)
-        except ValueError:
-            raise SpecError(f"expected a positive integer or auto, got {chunks!r}",
-                            key="--chunks") from None
+    flags, auto_chunks = collective_flags(kw)
     sizes = None
     if kw["sizes"]:
         from te_ccl.compiler import parse_size_range
@@ -115,7 +106,7 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
         since = (click.get_current_context().obj or {}).get("started")
         with (until(kw["time_limit"], since) if sizes is None else nullcontext(),
               progress_status("solving…") as status):
-            results = _compile(topo, coll, sizes, chunks == "auto", output, fmt, solver,
+            results = _compile(topo, coll, sizes, auto_chunks, output, fmt, solver,
                                kw["fred_tables"], _showing_files(status, since),
                                kw["previous"], kw["runtime"])
     except TimeLimitReached as e:  # say how to give the compile more time
