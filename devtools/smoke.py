@@ -43,6 +43,11 @@ assert not present, f"extras installed in a no-extras venv: {{present}}"
 print(len(names))
 """
 
+JOBS = """jobs:
+  - {name: a, ranks: [g0, g1, g2, g3], collective: allgather, size: 1MB}
+  - {name: b, ranks: [g0, g1, g4, g5], collective: allreduce, size: 1MB, weight: 2}
+"""
+
 GRID = """name: smoke
 topologies: [dgx1]
 collectives: [allgather]
@@ -78,6 +83,7 @@ def one_line_naming(*words: str) -> Callable[[str, str], bool]:
 
 def steps(python: str, teccl: str, work: Path) -> list[Step]:
     (work / "grid.yaml").write_text(GRID)
+    (work / "jobs.yaml").write_text(JOBS)
     (work / "garbage.txt").write_text("GPU0 GPU1\nGPU0 X\n")
     return [
         Step("every module imports without extras", [python, "-c", IMPORT_ALL],
@@ -111,6 +117,34 @@ def steps(python: str, teccl: str, work: Path) -> list[Step]:
              check=lambda out, err: (work / "ring.xml").is_file()),
         Step("verify the baseline", [teccl, "verify", "ring.xml"]),
         Step("fred evaluate", [teccl, "fred", "evaluate", "-w", "resnet152", "--json"]),
+        Step("topo gen", [teccl, "topo", "gen", "fred-b", "--npus", "8", "-o", "fred8.yaml"],
+             check=lambda out, err: (work / "fred8.yaml").is_file()),
+        Step("fred versus", [teccl, "fred", "versus", "-c", "allreduce", "-s", "1MB",
+                             "--npus", "8", "--time-limit", "5", "--json"]),
+        Step("topo edit", [teccl, "topo", "edit", "dgx1.yaml", "--without-link", "g0:g1",
+                           "-o", "cut.yaml"],
+             check=lambda out, err: (work / "cut.yaml").is_file()),
+        Step("compile --from", [teccl, "compile", "cut.yaml", "-c", "allgather", "-s", "1MB",
+                                "--time-limit", "10", "--from", "ag.xml", "-o", "again.xml"],
+             check=lambda out, err: (work / "again.xml").is_file()),
+        Step("compile --format mscclpp", [teccl, "compile", "dgx1.yaml", "-c", "allgather",
+                                          "-s", "1MB", "--time-limit", "10", "--format",
+                                          "mscclpp", "-o", "ag.mscclpp.json"],
+             check=lambda out, err: (work / "ag.mscclpp.json").is_file()),
+        Step("verify a plan", [teccl, "verify", "ag.mscclpp.json", "--json"],
+             check=json_has("valid")),
+        Step("simulate a plan", [teccl, "simulate", "dgx1.yaml", "ag.mscclpp.json",
+                                 "--size", "1MB", "--json"]),
+        Step("compile --runtime rccl", [teccl, "compile", "mi300x", "-c", "allreduce", "-s",
+                                        "1MB", "--time-limit", "10", "--runtime", "rccl",
+                                        "-o", "rccl.xml"],
+             check=lambda out, err: (work / "rccl.xml").is_file()),
+        Step("verify --runtime rccl", [teccl, "verify", "rccl.xml", "--runtime", "rccl"]),
+        Step("compile --jobs", [teccl, "compile", "dgx1.yaml", "--jobs", "jobs.yaml",
+                                "--time-limit", "10", "-o", "jobs"],
+             check=lambda out, err: (work / "jobs" / "a.xml").is_file()),
+        Step("simulate --jobs", [teccl, "simulate", "dgx1.yaml", "--jobs", "jobs.yaml",
+                                 "jobs", "--json"]),
         Step("sweep", [teccl, "sweep", "grid.yaml", "-o", "lib", "--workers", "1"],
              check=lambda out, err: (work / "lib" / "index.csv").is_file()),
         Step("bad dump: exit 2, one line", [teccl, "topo", "import", "garbage.txt"], code=2,
