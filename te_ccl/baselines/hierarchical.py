@@ -23,7 +23,7 @@ from collections import defaultdict
 from dataclasses import replace
 
 from te_ccl.baselines.cycle import ring_neighbours
-from te_ccl.baselines.packed import _pieces as pieces
+from te_ccl.baselines.packed import pieces
 from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import owner_of, ring_order, walk
 from te_ccl.collective.model import Chunk, Collective, CollectiveKind

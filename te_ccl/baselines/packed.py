@@ -392,7 +392,7 @@ def _balance(net: _Net, n: int, weights: list[float], cols: list[Counter[Link]])
     return order
 
 
-def _pieces(topology: Topology, collective: Collective, steps_per_piece: float,
+def pieces(topology: Topology, collective: Collective, steps_per_piece: float,
             cap: int = PIECES) -> Collective:
     """The collective cut into up to ``cap`` pieces (whole multiples of its chunks), as
     many as the runtime's element limit per rank holds at ``steps_per_piece`` steps of a
@@ -430,7 +430,7 @@ def packed(topology: Topology, collective: Collective) -> Schedule:
                                            replace(collective, kind=CollectiveKind.BROADCAST)))
     if kind in (CollectiveKind.GATHER, CollectiveKind.SCATTER):
         # a relay receives and sends each piece
-        return _paths_schedule(topology, _pieces(topology, collective, 2, FLOW_PIECES))
+        return _paths_schedule(topology, pieces(topology, collective, 2, FLOW_PIECES))
     net, trees = _packing(topology, kind, collective.ranks, collective.root)
     if not trees:  # the LP's tolerances lose every tree where link rates are far apart
         raise BaselineError(f"packed trees: the LP found no tree on {topology.name}")
@@ -439,7 +439,7 @@ def packed(topology: Topology, collective: Collective) -> Schedule:
     for w, _, tree in trees:
         for v in net.gpus:
             steps[v] += w / total * (1 + sum(1 for p in tree.values() if p == v))
-    return _trees_schedule(topology, _pieces(topology, collective, (
+    return _trees_schedule(topology, pieces(topology, collective, (
         2 if kind is CollectiveKind.ALLREDUCE else 1) * max(steps.values())))
 
 

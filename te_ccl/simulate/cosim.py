@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from te_ccl.nogc import paused_gc
-from te_ccl.simulate.msccl import _Flat, _prepared, _replay
+from te_ccl.simulate.msccl import Flat, prepared, replay
 from te_ccl.simulate.result import LinkUse
 from te_ccl.topology.model import Topology
 from te_ccl.verify.msccl.model import Algo
@@ -53,13 +53,13 @@ class CoSimResult:
         return sorted(k for k, n in count.items() if n > 1)
 
 
-class _Joined(_Flat):
+class _Joined(Flat):
     """Several members' flat lists as one: steps, thread blocks and ranks renumbered
     after each other, link indices shared, and every send's ``cnt`` turned into bytes
     (the loop multiplies it by seconds per byte), so members of different chunk sizes
     share one loop."""
 
-    def __init__(self, topology: Topology, flats: Sequence[tuple[_Flat, float]]) -> None:
+    def __init__(self, topology: Topology, flats: Sequence[tuple[Flat, float]]) -> None:
         self.topo, self.ranks = topology, []
         self.tb_first, self.tb_where, self.tb_conn = [], [], []
         self.nxt, self.dep, self.rmsg, self.rstep, self.slot, self.path = ([] for _ in range(6))
@@ -98,9 +98,9 @@ def cosimulate(topology: Topology, members: Sequence[Member]) -> CoSimResult:
     :class:`~te_ccl.errors.VerificationError` for a file that cannot run).
     """
     with paused_gc():
-        flats = [_prepared(m.algo, topology, m.size_bytes, m.proto, m.ranks) for m in members]
+        flats = [prepared(m.algo, topology, m.size_bytes, m.proto, m.ranks) for m in members]
         joined = _Joined(topology, flats)
-        sim, done = _replay(joined, 1.0, False)
+        sim, done = replay(joined, 1.0, False)
     finish: dict[str, float] = {}
     link_bytes: dict[str, dict[tuple[str, str], float]] = {}
     for m, (lo, hi) in zip(members, joined.spans, strict=True):

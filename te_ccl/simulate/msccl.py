@@ -47,7 +47,7 @@ from te_ccl.topology.routes import fastest_path
 from te_ccl.verify.msccl.model import RECVS, SENDS, Algo, Step
 from te_ccl.verify.msccl.reader import read_msccl
 
-__all__ = ["simulate_msccl", "read_provenance", "INTERVALS_UP_TO"]
+__all__ = ["simulate_msccl", "read_provenance", "INTERVALS_UP_TO", "Flat", "prepared", "replay"]
 
 INTERVALS_UP_TO = 100_000  # link uses kept for a timeline by default (a chart of more is a blur)
 CHECK_EVERY = 1 << 16  # events between two looks at the compile's deadline
@@ -80,7 +80,7 @@ def read_provenance(path_or_text: str | Path) -> tuple[str, int] | None:
     return None
 
 
-class _Flat:
+class Flat:
     """The algorithm as flat lists indexed by a global step id (file order)."""
 
     def __init__(self, algo: Algo, topology: Topology, ranks: Sequence[int], proto: str) -> None:
@@ -224,7 +224,7 @@ def _cut_through(topology: Topology, key: tuple[str, str]) -> bool:
     return not node.is_gpu and not node.has_buffer
 
 
-def _replay(flat: _Flat, chunk_bytes: float, record: bool | None
+def replay(flat: Flat, chunk_bytes: float, record: bool | None
             ) -> tuple[SimResult, list[float]]:
     """Run the event loop (see the module docstring); the result and when each step was
     done (a co-simulation splits the steps by communicator).
@@ -384,7 +384,7 @@ def _replay(flat: _Flat, chunk_bytes: float, record: bool | None
     return _result(flat, done, used, links, busy, uses, stage, last), done
 
 
-def _result(flat: _Flat, done: list[float], used: list[tuple[int, int, float, float, float]],
+def _result(flat: Flat, done: list[float], used: list[tuple[int, int, float, float, float]],
             links: list, busy: list[float], uses: list[int], stage: list[int],
             last: float) -> SimResult:
     """The :class:`SimResult` of a finished loop, or the deadlock as a VerificationError."""
@@ -405,7 +405,7 @@ def _result(flat: _Flat, done: list[float], used: list[tuple[int, int, float, fl
     return SimResult(finish, last, gpu_finish, uses_out, intervals)
 
 
-def _deadlock(flat: _Flat, done: list[float], stage: list[int]) -> None:
+def _deadlock(flat: Flat, done: list[float], stage: list[int]) -> None:
     """Raise the deadlock, naming a step that waits and what for: one that waits for a
     slot if any (the cause when the connections' buffering closes the cycle)."""
     stuck = [i for i, t in enumerate(done) if t < 0]
@@ -448,12 +448,12 @@ def simulate_msccl(path_or_algo: str | Path | Algo, topology: Topology, size_byt
     """
     with paused_gc():
         algo = path_or_algo if isinstance(path_or_algo, Algo) else read_msccl(path_or_algo)
-        flat, chunk_bytes = _prepared(algo, topology, size_bytes, proto, ranks)
-        return _replay(flat, chunk_bytes, intervals)[0]
+        flat, chunk_bytes = prepared(algo, topology, size_bytes, proto, ranks)
+        return replay(flat, chunk_bytes, intervals)[0]
 
 
-def _prepared(algo: Algo, topology: Topology, size_bytes: int, proto: str | None,
-              ranks: Sequence[int] | None) -> tuple[_Flat, float]:
+def prepared(algo: Algo, topology: Topology, size_bytes: int, proto: str | None,
+              ranks: Sequence[int] | None) -> tuple[Flat, float]:
     """The checked algorithm as flat lists, and the bytes of one of its chunks (see
     :func:`simulate_msccl` for what is refused)."""
     if ranks is None:
@@ -472,7 +472,7 @@ def _prepared(algo: Algo, topology: Topology, size_bytes: int, proto: str | None
     if algo.nchunksperloop <= 0:
         raise SpecError("nchunksperloop must be positive", file=algo.source,
                         key="nchunksperloop")
-    flat = _Flat(algo, topology, ranks, proto)
+    flat = Flat(algo, topology, ranks, proto)
     per_rank_count = algo.coll in ("gather", "scatter")
     count_bytes = size_bytes / algo.ngpus if per_rank_count else size_bytes
     return flat, count_bytes / algo.nchunksperloop
