@@ -66,6 +66,7 @@ def test_the_search_gets_its_share_of_the_time_limit(monkeypatch):
 def test_a_schedule_judged_without_its_xml_reports_the_written_files_replay(
         tmp_path: Path, monkeypatch):
     monkeypatch.setattr(judge, "XML_REPLAY_LIMIT", 0)  # judged by the schedule replay
+    monkeypatch.setattr(judge, "FINALIST_SHARE", 0)  # no finalist's file either
     reads: list[str] = []
     real = reader.read_msccl
     monkeypatch.setattr(reader, "read_msccl", lambda text: reads.append(text) or real(text))

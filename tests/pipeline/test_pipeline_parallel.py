@@ -29,6 +29,7 @@ def _compile(tmp_path: Path, name: str):
 
 def test_forked_checker_and_replay_give_what_running_them_in_turn_gives(tmp_path, monkeypatch):
     monkeypatch.setattr(judge, "XML_REPLAY_LIMIT", 0)  # the written file is replayed
+    monkeypatch.setattr(judge, "FINALIST_SHARE", 0)  # not a finalist's, judged before
     in_turn, first = _compile(tmp_path, "in_turn.xml")
     parent, replays = os.getpid(), []
     real = judge.xml_replay
