@@ -22,7 +22,7 @@ from te_ccl.errors import SpecError
 
 _RESULT_FIELDS = ("name", "key", "status", "reason", "topology", "collective", "size_bytes",
                   "min_bytes", "max_bytes", "chunks", "inplace", "proto", "backend",
-                  "finish_time_s", "measured_by", "bound_ratio", "xml")
+                  "finish_time_s", "measured_by", "bound_ratio", "format", "xml")
 
 
 @click.command("sweep")
@@ -34,14 +34,18 @@ _RESULT_FIELDS = ("name", "key", "status", "reason", "topology", "collective", "
 @click.option("--ray-address", metavar="ADDR",
               help="Run on a Ray cluster: auto, HOST:PORT or ray://HOST:PORT.")
 @click.option("--retry-failed", is_flag=True, help="Run failed and timed-out points again.")
+@click.option("--format", "fmt", type=click.Choice(["xml", "mscclpp"]), default="xml",
+              show_default=True, help="What each point writes: MSCCL XML, or an MSCCL++ "
+              "execution plan (docs/runtimes.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 @click.pass_context
 def sweep_cmd(ctx: click.Context, grid: str, out_dir: str, workers: int | None,
-              ray_address: str | None, retry_failed: bool, as_json: bool) -> None:
+              ray_address: str | None, retry_failed: bool, fmt: str, as_json: bool) -> None:
     """Compile every point of GRID (topologies × collectives × sizes × options) into DIR.
 
     DIR gets one MSCCL XML per point, index.csv with every metric, and msccl/TOPOLOGY/
-    (an MSCCL_ALGO_DIR with the fastest algorithm per size range). Points already done
+    (an MSCCL_ALGO_DIR with the fastest algorithm per size range); with --format mscclpp
+    one MSCCL++ plan per point and mscclpp/TOPOLOGY/ likewise. Points already done
     with the same inputs and teccl version are skipped. Exit 0 if every point succeeded,
     1 if some failed.
     """
@@ -54,7 +58,7 @@ def sweep_cmd(ctx: click.Context, grid: str, out_dir: str, workers: int | None,
     start = time.monotonic()
     check_output_dir(out_dir, key="--output")
     g = load_grid(grid)
-    points = expand_grid(g)
+    points = expand_grid(g, fmt)
     executor = _executor(workers, ray_address)
     store = ResultStore(out_dir)
     plan = plan_sweep(points, store, retry_failed=retry_failed)
@@ -131,7 +135,7 @@ def _summary(g: Any, out_dir: str, store: Any, executor: str, outcome: Any,
              wall_s: float) -> dict[str, Any]:
     records = [outcome.records.get(p.key, {"name": p.name, "key": p.key, "status": "pending"})
                for p in outcome.points]
-    msccl = sorted({str(store.msccl_dir(p.topology.name)) for p in outcome.points})
+    msccl = sorted({str(store.msccl_dir(p.topology.name, p.fmt)) for p in outcome.points})
     return {
         "grid": g.file, "name": g.name, "output": out_dir, "executor": executor,
         "points": len(outcome.points), "skipped": outcome.skipped,
@@ -152,5 +156,5 @@ def _table(info: dict[str, Any]) -> Table:
     for r in info["results"]:
         if r["status"] != "ok":
             t.add_row(r["name"], f"[red]{r['status']}[/]", r.get("reason") or "")
-    t.caption = f"index: {info['index']}; MSCCL_ALGO_DIR: {', '.join(info['msccl_dirs'])}"
+    t.caption = f"index: {info['index']}; algorithms: {', '.join(info['msccl_dirs'])}"
     return t

@@ -6,7 +6,8 @@ A point carries the loaded :class:`Topology` and :class:`Collective` (not file n
 so a Ray worker on another node needs neither the grid nor the topology files.
 
 The key hashes what determines the output — the topology's nodes and links, the
-collective, the solver parameters, the XML size range and the teccl version — so a
+collective, the solver parameters, the size range, the output format and the teccl
+version — so a
 resumed sweep skips exactly the points whose result cannot have changed.
 """
 
@@ -29,13 +30,16 @@ from te_ccl.spec.topology import load_topology, shipped_topologies
 from te_ccl.sweep.grid import CollectiveEntry, Grid, SizeRange
 from te_ccl.topology.model import Topology
 
-__all__ = ["Point", "expand_grid", "point_key"]
+__all__ = ["FORMATS", "Point", "expand_grid", "point_key"]
+
+# what a point writes: MSCCL XML, or an MSCCL++ execution plan (its file suffix)
+FORMATS = {"xml": "xml", "mscclpp": "json"}
 
 
 @dataclass(frozen=True)
 class Point:
     """One algorithm to compile; ``name`` is its deterministic file stem (one safe path
-    component, whatever the topology's name)."""
+    component, whatever the topology's name); ``fmt``: a key of :data:`FORMATS`."""
 
     key: str
     name: str
@@ -43,6 +47,11 @@ class Point:
     params: SolveParams
     topology: Topology = field(repr=False)
     collective: Collective = field(repr=False)
+    fmt: str = "xml"
+
+    @property
+    def file_name(self) -> str:
+        return f"{self.name}.{FORMATS[self.fmt]}"
 
     @property
     def group(self) -> tuple:
@@ -61,11 +70,12 @@ class Point:
             "size_bytes": c.size_bytes, "min_bytes": min_bytes, "max_bytes": max_bytes,
             "chunks": c.chunks_per_rank, "inplace": c.inplace, "proto": c.proto,
             "backend": self.params.backend, "time_limit_s": self.params.time_limit_s,
+            "format": self.fmt,
         }
 
 
 def point_key(topology: Topology, collective: Collective, params: SolveParams,
-              size: SizeRange) -> str:
+              size: SizeRange, fmt: str = "xml") -> str:
     """SHA-256 (hex) of everything that determines a point's output, teccl version included."""
     content = {
         "teccl": __version__,
@@ -74,14 +84,17 @@ def point_key(topology: Topology, collective: Collective, params: SolveParams,
         "collective": dataclasses.asdict(collective),
         "params": dataclasses.asdict(params),
         "xml_bounds": size.xml_bounds,
+        "format": fmt,
     }
     text = json.dumps(content, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def expand_grid(grid: Grid) -> list[Point]:
+def expand_grid(grid: Grid, fmt: str = "xml") -> list[Point]:
     """All points of ``grid`` in file order (topology, collective, size, chunks, inplace,
-    proto, backend); raises SpecError naming the grid file and key of the first bad one."""
+    proto, backend), each writing ``fmt``; raises SpecError naming the grid file and key
+    of the first bad one."""
+    _check_format(grid, fmt)
     topologies = [_topology(grid, i, ref) for i, ref in enumerate(grid.topologies)]
     names = [path_component(t.name) for t in topologies]
     for i, name in enumerate(names):
@@ -99,9 +112,23 @@ def expand_grid(grid: Grid) -> list[Point]:
                     for inplace in grid.inplace:
                         for proto in grid.protos:
                             coll = _collective(grid, topo, entry, size, chunks, inplace, proto)
-                            points += [_point(grid, topo, coll, size, b) for b in grid.backends]
+                            points += [_point(grid, topo, coll, size, b, fmt)
+                                       for b in grid.backends]
             _refuse_duplicates(grid, points[first:], entry, seen)
     return points
+
+
+def _check_format(grid: Grid, fmt: str) -> None:
+    """Every collective of the grid can be written as ``fmt`` (plans cover fewer kinds)."""
+    from te_ccl.lower.mscclpp import SUPPORTED
+
+    if fmt not in FORMATS:
+        raise SpecError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", key="--format")
+    for entry in grid.collectives:
+        if fmt == "mscclpp" and entry.kind not in {k.value for k in SUPPORTED}:
+            names = ", ".join(k.value for k in SUPPORTED)
+            raise SpecError(f"{entry.kind} has no MSCCL++ execution plan (plans cover {names})",
+                            file=grid.file, key=entry.key)
 
 
 def _refuse_duplicates(grid: Grid, points: list[Point], entry: CollectiveEntry,
@@ -113,10 +140,11 @@ def _refuse_duplicates(grid: Grid, points: list[Point], entry: CollectiveEntry,
                             key=entry.key)
 
 
-def _point(grid: Grid, topo: Topology, coll: Collective, size: SizeRange, backend: str) -> Point:
+def _point(grid: Grid, topo: Topology, coll: Collective, size: SizeRange, backend: str,
+           fmt: str) -> Point:
     params = SolveParams(backend=backend, time_limit_s=grid.time_limit_s, threads=1,
                          seed=grid.seed, epoch=grid.epoch, max_horizon=grid.max_horizon)
-    key = point_key(topo, coll, params, size)
+    key = point_key(topo, coll, params, size, fmt)
     parts = [topo.name, coll.kind.value]
     if coll.root is not None:
         parts.append(f"root{coll.root}")
@@ -124,7 +152,7 @@ def _point(grid: Grid, topo: Topology, coll: Collective, size: SizeRange, backen
         parts.append(f"n{coll.nranks}")
     parts += ["ip" if coll.inplace else "oop", size.label, f"c{coll.chunks_per_rank}",
               coll.proto, backend, key[:8]]
-    return Point(key, path_component("-".join(parts)), size, params, topo, coll)
+    return Point(key, path_component("-".join(parts)), size, params, topo, coll, fmt)
 
 
 def _topology(grid: Grid, index: int, ref: str) -> Topology:

@@ -1,7 +1,7 @@
 """One point of a sweep: compile, verify, simulate — and never raise.
 
 :func:`run_point` is what every executor runs, in a worker process or a Ray task. It
-returns the XML as bytes instead of writing it, so a worker on another node needs no
+returns the file (MSCCL XML or MSCCL++ plan) as bytes instead of writing it, so a worker on another node needs no
 shared file system: the parent's :mod:`te_ccl.sweep.store` writes everything.
 
 A point that fails (bad horizon, solver gave up, XML refused by the verifier, even a
@@ -43,10 +43,10 @@ class PointTimeout(BaseException):
 
 @dataclass(frozen=True)
 class PointResult:
-    """The point's record (JSON-able, one row of ``index.csv``) and its XML if it succeeded."""
+    """The point's record (JSON-able, one row of ``index.csv``) and its file if it succeeded."""
 
     record: dict[str, Any]
-    xml: bytes | None = None
+    data: bytes | None = None
 
 
 def hard_limit_s(point: Point) -> float:
@@ -55,11 +55,11 @@ def hard_limit_s(point: Point) -> float:
 
 
 def run_point(point: Point) -> PointResult:
-    """Compile, verify (the pipeline verifies the XML before returning it) and simulate."""
+    """Compile, verify (the pipeline verifies the file before returning it) and simulate."""
     start = time.monotonic(), time.process_time()
     try:
         with _watchdog(hard_limit_s(point)):
-            record, xml = _compile(point)
+            record, data = _compile(point)
     except PointTimeout:
         return failure_record(point, "timeout", f"stopped after the point's hard limit of "
                                                 f"{hard_limit_s(point):.0f}s", start)
@@ -67,7 +67,7 @@ def run_point(point: Point) -> PointResult:
         return failure_record(point, "failed", f"{type(e).__name__}: {e}", start)
     except Exception as e:  # noqa: BLE001 - a bug in one point must not stop the sweep
         return failure_record(point, "failed", f"internal error: {type(e).__name__}: {e}", start)
-    return PointResult({**record, **_elapsed(start)}, xml)
+    return PointResult({**record, **_elapsed(start)}, data)
 
 
 def _elapsed(start: tuple[float, float] | None) -> dict[str, float | None]:
@@ -95,18 +95,18 @@ def _compile(point: Point) -> tuple[dict[str, Any], bytes]:
 
     min_bytes, max_bytes = point.size.xml_bounds
     with tempfile.TemporaryDirectory(prefix="teccl-sweep-") as tmp:
-        out = Path(tmp) / f"{point.name}.xml"
-        options = CompileOptions(output=str(out), fmt="xml", min_bytes=min_bytes,
+        out = Path(tmp) / point.file_name
+        options = CompileOptions(output=str(out), fmt=point.fmt, min_bytes=min_bytes,
                                  max_bytes=max_bytes, name=point.name)
         result = compile_collective(point.topology, point.collective, point.params, options)
-        xml = out.read_bytes()
+        data = out.read_bytes()
     info = summary(result, point.topology)
     record = _base(point, "ok", "")
     record.update({k: info[k] for k in _SUMMARY_FIELDS})
     record["backend_used"] = info["backend"]
     record["solver_status"] = info["status"]
     record["notes"] = "; ".join(info["notes"])
-    return record, xml
+    return record, data
 
 
 @contextmanager

@@ -7,6 +7,11 @@ Layout::
     DIR/records/KEY.json          one record per finished point (ok, failed or timeout)
     DIR/msccl/TOPOLOGY/NAME.xml   MSCCL_ALGO_DIR for a cluster of that topology
 
+With ``--format mscclpp`` a point's algorithm is an MSCCL++ execution plan,
+``points/NAME.json``, and the winners go to ``DIR/mscclpp/TOPOLOGY/NAME.json`` (each
+plan's ``min_message_size``/``max_message_size`` is its size range). The ``xml`` column
+names the point's file in either format.
+
 Names from the grid's inputs enter paths only as one safe component each
 (:func:`te_ccl.outputs.path_component`), and every directory is created as one new entry
 of an existing one, never through a symbolic link (:func:`te_ccl.outputs.make_output_dir`).
@@ -34,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from te_ccl.outputs import make_output_dir, path_component, write_atomic
-from te_ccl.sweep.points import Point
+from te_ccl.sweep.points import FORMATS, Point
 from te_ccl.sweep.run import PointResult
 
 __all__ = ["COLUMNS", "ResultStore"]
@@ -45,7 +50,7 @@ COLUMNS = (
     "backend_used", "time_limit_s", "epochs", "epoch_s", "finish_time_s", "measured_by",
     "predicted_s", "schedule_replay_s", "lower_bound_s", "bound_ratio", "algbw_GBps", "busbw_GBps", "optimal",
     "solver_status", "solver_time_s", "wall_time_s", "cpu_time_s", "variables", "constraints",
-    "transfers", "xml", "xml_sha256", "selected", "notes", "teccl_version", "host",
+    "transfers", "format", "xml", "xml_sha256", "selected", "notes", "teccl_version", "host",
 )
 
 
@@ -64,14 +69,16 @@ class ResultStore:
     def record_path(self, point: Point) -> Path:
         return self.root / "records" / f"{point.key}.json"
 
-    def msccl_dir(self, topology_name: str) -> Path:
-        """The ``MSCCL_ALGO_DIR`` of a topology (its name as one path component)."""
-        return self.root / "msccl" / path_component(topology_name)
+    def msccl_dir(self, topology_name: str, fmt: str = "xml") -> Path:
+        """The library of a topology (its name as one path component): the
+        ``MSCCL_ALGO_DIR`` of its XML, or the directory of its MSCCL++ plans."""
+        return self.root / ("mscclpp" if fmt == "mscclpp" else "msccl") / path_component(
+            topology_name)
 
     @staticmethod
-    def xml_path(name: str) -> str:
-        """Where the XML of the point named ``name`` is, relative to the results directory."""
-        return f"points/{name}.xml"
+    def file_path(point: Point) -> str:
+        """Where the point's file is, relative to the results directory."""
+        return f"points/{point.file_name}"
 
     def load(self, point: Point) -> dict[str, Any] | None:
         """The stored record of ``point`` if it is complete (its XML intact), else None."""
@@ -82,7 +89,7 @@ class ResultStore:
         if not isinstance(record, dict) or record.get("key") != point.key:
             return None
         if record.get("status") == "ok":
-            if record.get("xml") != self.xml_path(point.name):
+            if record.get("xml") != self.file_path(point):
                 return None  # only the point's own file is trusted (and later copied)
             try:
                 data = (self.root / record["xml"]).read_bytes()
@@ -93,14 +100,15 @@ class ResultStore:
         return record
 
     def save(self, result: PointResult) -> dict[str, Any]:
-        """Write the point's XML (if any), then its record; returns the stored record."""
+        """Write the point's file (if any), then its record; returns the stored record."""
         record = dict(result.record)
-        if result.xml is not None:
-            rel = self.xml_path(record["name"])
+        if result.data is not None:
+            suffix = FORMATS[record.get("format", "xml")]
+            rel = f"points/{record['name']}.{suffix}"
             make_output_dir(self.root / "points")
-            write_atomic(self.root / rel, result.xml)
+            write_atomic(self.root / rel, result.data)
             record["xml"] = rel
-            record["xml_sha256"] = hashlib.sha256(result.xml).hexdigest()
+            record["xml_sha256"] = hashlib.sha256(result.data).hexdigest()
         write_atomic(self.root / "records" / f"{record['key']}.json",
                      json.dumps(record, indent=2, sort_keys=True) + "\n")
         return record
@@ -133,16 +141,19 @@ class ResultStore:
 
     def _publish(self, points: list[Point], records: dict[str, dict[str, Any]],
                  winners: set[str]) -> None:
-        keep: dict[Path, set[str]] = {self.msccl_dir(p.topology.name): set() for p in points}
+        keep: dict[Path, set[str]] = {self.msccl_dir(p.topology.name, p.fmt): set()
+                                      for p in points}
         for p in points:
             if p.key in winners:
-                make_output_dir(self.root / "msccl")
-                folder = make_output_dir(self.msccl_dir(p.topology.name))
-                write_atomic(folder / f"{p.name}.xml",
-                             (self.root / self.xml_path(p.name)).read_bytes())
-                keep[folder].add(f"{p.name}.xml")
+                folder = self.msccl_dir(p.topology.name, p.fmt)
+                make_output_dir(folder.parent)
+                make_output_dir(folder)
+                write_atomic(folder / p.file_name,
+                             (self.root / self.file_path(p)).read_bytes())
+                keep[folder].add(p.file_name)
+        suffix = {self.msccl_dir(p.topology.name, p.fmt): FORMATS[p.fmt] for p in points}
         for folder, names in keep.items():
-            for stale in folder.glob("*.xml") if folder.is_dir() else ():
+            for stale in folder.glob(f"*.{suffix[folder]}") if folder.is_dir() else ():
                 if stale.name not in names and not stat.S_ISDIR(stale.lstat().st_mode):
                     stale.unlink()
 

@@ -113,7 +113,7 @@ def test_point_over_its_hard_limit_is_a_timeout(two_ok, monkeypatch):
 
     monkeypatch.setattr(run_mod, "_compile", overrun)
     result = run_point(point)
-    assert result.record["status"] == "timeout" and result.xml is None
+    assert result.record["status"] == "timeout" and result.data is None
     assert not finished and result.record["wall_time_s"] is not None  # stopped, not waited for
 
 
@@ -227,3 +227,37 @@ def test_plain_progress_lines_off_a_terminal(one_ok_one_failed, teccl, tmp_path)
 
     set_quiet(False)
     assert code == 1 and err == ""
+
+
+def test_sweep_writes_mscclpp_plans_that_verify(two_ok, tmp_path):
+    """--format mscclpp: one plan a point with its size range, the winner in mscclpp/."""
+    from te_ccl.verify.mscclpp.verify import check_plan
+
+    out = tmp_path / "plans"
+    code, info = sweep(two_ok, "-o", str(out), "--workers", "1", "--format", "mscclpp")
+    assert code == 0 and info["ok"] == 2
+    rows = read_index(out)
+    for r in rows:
+        assert r["format"] == "mscclpp" and r["xml"].endswith(".json")
+        assert r["measured_by"] == "plan replay"
+        plan = json.loads((out / r["xml"]).read_text())
+        assert (plan["name"], plan["min_message_size"], plan["max_message_size"]) == \
+            (r["name"], 0, 63999)
+        assert check_plan(plan).valid
+    (published,) = (out / "mscclpp" / "ring8").glob("*.json")
+    (winner,) = [r for r in rows if r["selected"] == "True"]
+    assert published.read_bytes() == (out / winner["xml"]).read_bytes()
+    assert not (out / "msccl").exists()
+    # the format is part of a point's key: the XML sweep of the same grid shares nothing
+    xml_keys = {p.key for p in expand_grid(load_grid(two_ok))}
+    assert xml_keys.isdisjoint(r["key"] for r in rows)
+
+
+def test_sweep_refuses_a_collective_plans_do_not_cover(grid_file, teccl, tmp_path):
+    grid = grid_file("topologies: [ring8]\ncollectives: [{collective: broadcast, root: 0}]\n"
+                     "sizes: [1MB]\n")
+    code, out, err = teccl("sweep", str(grid), "-o", str(tmp_path / "o"), "--format", "mscclpp")
+    assert code == 2 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "collectives[0]" in line and "MSCCL++" in line
+    assert not (tmp_path / "o").exists()
