@@ -39,9 +39,9 @@ def replay_one(path: str, topology: str | None, size: str | None, proto: str | N
         t0 = clock()
         algo = read_msccl(path)
         t1 = clock()
-        flat = msccl._Flat(algo, topo, range(topo.ngpus), proto or algo.proto)
+        flat = msccl.Flat(algo, topo, range(topo.ngpus), proto or algo.proto)
         t2 = clock()
-        sim = msccl._replay(flat, nbytes / algo.nchunksperloop, False)
+        sim = msccl.replay(flat, nbytes / algo.nchunksperloop, False)[0]
         t3 = clock()
     bound = lower_bound(topo, Collective(CollectiveKind(algo.coll), nbytes,
                                          tuple(range(topo.ngpus)))).seconds

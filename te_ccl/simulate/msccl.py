@@ -25,13 +25,13 @@ GPU of the topology, in order). The model (docs/verify.md, "The replay"):
 * the step is done when its message has left the first link; local copies, reductions
   and ``nop`` take no time.
 
-The replay is an event loop over flat per-step lists (no object per step or message):
-at 1024 GPUs a file has millions of steps.
+The link model and the event queue are the engine's (:mod:`te_ccl.simulate.engine`, as
+for schedules and plans); the steps are flat per-step lists (no object per step or
+message): at 1024 GPUs a file has millions of steps.
 """
 
 from __future__ import annotations
 
-import heapq
 import re
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -41,6 +41,7 @@ from te_ccl.deadline import check
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.nogc import paused_gc
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS
+from te_ccl.simulate.engine import Events, Links
 from te_ccl.simulate.result import Interval, LinkUse, SimResult
 from te_ccl.topology.model import Topology
 from te_ccl.topology.routes import fastest_path
@@ -218,35 +219,21 @@ class Flat:
                     slot[s] = into[k - depth]
 
 
-def _cut_through(topology: Topology, key: tuple[str, str]) -> bool:
-    """Does the far end of link ``key`` forward as the message arrives?"""
-    node = topology.node(key[1])
-    return not node.is_gpu and not node.has_buffer
-
-
 def replay(flat: Flat, chunk_bytes: float, record: bool | None
             ) -> tuple[SimResult, list[float]]:
-    """Run the event loop (see the module docstring); the result and when each step was
-    done (a co-simulation splits the steps by communicator).
+    """Run the steps on the engine's links and events (see the module docstring); the
+    result and when each step was done (a co-simulation splits the steps by communicator).
 
-    Events are ``(time, code)`` with ``code = step << 12 | hop << 2 | kind``: a send's
-    first link ends (``_DONE``), its message reaches the node of hop ``hop`` (``_HOP``) or
-    its peer (``_ARRIVE``). They are taken in time order, and at one time in code order
-    (the earlier step first), whether they were queued before or at that time. Between
-    events, ``todo`` holds the steps to take as far as they go at ``now`` and, as
-    ``~step``, the steps done at ``now`` (one loop, no call per step: at 1024 GPUs there
-    are millions).
+    Event codes are ``step << 12 | hop << 2 | kind``: a send's first link ends (``_DONE``),
+    its message reaches the node of hop ``hop`` (``_HOP``) or its peer (``_ARRIVE``); at
+    one time the earlier step goes first. Between events, ``todo`` holds the steps to take
+    as far as they go at ``now`` and, as ``~step``, the steps done at ``now`` (one loop, no
+    call per step that sends nothing: at 1024 GPUs there are millions).
     """
-    topo = flat.topo
-    links = [topo.link(*k) for k in flat.link_keys]
-    per_chunk = [chunk_bytes / k.bandwidth_Bps for k in links]
-    lat = [k.latency_s for k in links]
-    ct = [_cut_through(topo, k) for k in flat.link_keys]
     if any(len(p) >= 1 << 10 for p in flat.paths):
         raise SpecError("a route of 1024 hops or more", key="topology")
-    free = [0.0] * len(links)
-    busy = [0.0] * len(links)
-    uses = [0] * len(links)
+    links = Links(flat.topo, flat.link_keys, chunk_bytes)
+    put, lat, cut = links.put, links.latency, links.cut
     nxt, dep, rmsg, rstep, slot, path, cnt, paths = (
         flat.nxt, flat.dep, flat.rmsg, flat.rstep, flat.slot, flat.path, flat.cnt, flat.paths)
     nsteps = flat.nsteps
@@ -258,31 +245,15 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None
     tail: dict[int, float] = {}  # when a message's tail reaches the node of its next hop
     stage = [-1] * nsteps       # -1 not reached, 0 dependency, 1 message, 2 slot, 3 running
     waiters: dict[int, list[int]] = {}
-    # the events by time: a list of codes per time, and the times in a heap (at 1024 GPUs
-    # millions of events fall on far fewer times, so the heap orders times, not events)
-    queue: dict[float, list[int]] = {}
-    times: list[float] = []
-    heappush, heappop = heapq.heappush, heapq.heappop
+    events = Events()
+    push, pop = events.push, events.pop
 
-    def push(t: float, code: int) -> None:
-        codes = queue.get(t)
-        if codes is None:
-            queue[t] = [code]
-            heappush(times, t)
-        else:
-            codes.append(code)
-
-    def hop(i: int, h: int, now: float) -> None:
-        """Put message ``i`` on hop ``h > 0`` of its route at ``now`` (its head is there)."""
+    def hop(i: int, h: int, now: float, behind: float) -> None:
+        """Put message ``i`` on hop ``h`` of its route at ``now`` (its head is there; its
+        tail at ``behind``)."""
         hops = paths[path[i]]
         k = hops[h]
-        start = free[k] if free[k] > now else now
-        end = start + cnt[i] * per_chunk[k]
-        if tail[i] > end:  # the tail is not in yet
-            end = tail[i]
-        free[k] = end
-        busy[k] += end - start
-        uses[k] += 1
+        start, end = put(k, now, cnt[i], behind)
         a = lat[k]
         if record:
             used.append((k, i, start, end, end + a))
@@ -290,14 +261,15 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None
             push(end + a, i << 12 | _ARRIVE)
         else:
             tail[i] = end + a
-            push((start if ct[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP)
+            push((start if cut[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP)
+        if not h:
+            push(end, i << 12 | _DONE)
 
     ends = flat.tb_first[1:] + [nsteps]
     todo = [first for first, end in zip(flat.tb_first, ends, strict=True) if first < end]
     todo.reverse()
     now = last = 0.0
-    queue[now] = current = []  # the codes at ``now``: those from ``pos`` on still to take
-    pos = taking = events = 0
+    count = 0
     while True:
         while todo:
             i = todo.pop()
@@ -330,8 +302,7 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None
                     waiters.setdefault(w, []).append(i)
                     continue
             stage[i] = 3
-            p = path[i]
-            if p < 0:  # done at once (inlined: most steps of a file)
+            if path[i] < 0:  # done at once (inlined: most steps of a file)
                 done[i] = now
                 j = nxt[i]
                 if j >= 0:
@@ -340,36 +311,13 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None
                 if ws:
                     todo.extend(ws)
                 continue
-            hops = paths[p]  # the first hop, inlined: hop(i, 0, now)
-            k = hops[0]
-            start = free[k] if free[k] > now else now
-            end = start + cnt[i] * per_chunk[k]
-            free[k] = end
-            busy[k] += end - start
-            uses[k] += 1
-            if record:
-                used.append((k, i, start, end, end + lat[k]))
-            if len(hops) == 1:
-                push(end + lat[k], i << 12 | _ARRIVE)
-            else:
-                tail[i] = end + lat[k]
-                push((start if ct[k] else end) + lat[k], i << 12 | 1 << 2 | _HOP)
-            push(end, i << 12 | _DONE)
-        if pos == len(current):  # the events at ``now`` are taken: the next time's
-            if not times:
-                break
-            del queue[now]
-            now = heappop(times)
-            current = queue[now]
-            current.sort()  # in code order, as a heap of (time, code) would give them
-            pos, taking = 0, len(current)
-        elif len(current) != taking:  # an event at ``now`` itself was added
-            current[pos:] = sorted(current[pos:])
-            taking = len(current)
-        code = current[pos]
-        pos += 1
-        events += 1
-        if not events % CHECK_EVERY:
+            hop(i, 0, now, 0.0)
+        code = pop()
+        if code < 0:
+            break
+        now = events.now
+        count += 1
+        if not count % CHECK_EVERY:
             check(_REPLAYING)
         i, kind = code >> 12, code & 3
         if kind == _DONE:
@@ -380,13 +328,12 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None
             if stage[r] == 1:
                 todo.append(r)
         else:
-            hop(i, code >> 2 & 1023, now)
-    return _result(flat, done, used, links, busy, uses, stage, last), done
+            hop(i, code >> 2 & 1023, now, tail[i])
+    return _result(flat, done, used, links, stage, last), done
 
 
 def _result(flat: Flat, done: list[float], used: list[tuple[int, int, float, float, float]],
-            links: list, busy: list[float], uses: list[int], stage: list[int],
-            last: float) -> SimResult:
+            links: Links, stage: list[int], last: float) -> SimResult:
     """The :class:`SimResult` of a finished loop, or the deadlock as a VerificationError."""
     if -1.0 in done:
         _deadlock(flat, done, stage)
@@ -398,9 +345,10 @@ def _result(flat: Flat, done: list[float], used: list[tuple[int, int, float, flo
             name = topo.gpu(flat.ranks[rank])
             gpu_finish[name] = max(gpu_finish[name], done[end - 1])
     finish = max(max(gpu_finish.values(), default=0.0), last)
-    uses_out = tuple(LinkUse(k.src, k.dst, uses[j], busy[j], busy[j] / finish if finish else 0.0)
-                     for j, k in sorted(enumerate(links), key=lambda e: e[1].key) if uses[j])
-    intervals = tuple(Interval(links[k].src, links[k].dst, flat.label(i), s, e, a)
+    busy, uses, keys = links.busy, links.uses, links.keys
+    uses_out = tuple(LinkUse(*key, uses[j], busy[j], busy[j] / finish if finish else 0.0)
+                     for j, key in sorted(enumerate(keys), key=lambda e: e[1]) if uses[j])
+    intervals = tuple(Interval(*keys[k], flat.label(i), s, e, a)
                       for k, i, s, e, a in used)
     return SimResult(finish, last, gpu_finish, uses_out, intervals)
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from te_ccl.errors import SpecError, VerificationError
-from te_ccl.simulate.engine import Task, run
+from te_ccl.simulate.engine import Task, cuts_through, run
 from te_ccl.simulate.result import SimResult, summarise
 from te_ccl.topology.model import Topology
 from te_ccl.topology.routes import fastest_path
@@ -84,8 +84,7 @@ class _Builder:
     def hops(self, path: list[str], nbytes: float, after: list[int], label: str) -> int:
         last = -1
         for a, b in zip(path, path[1:], strict=False):
-            node = self.topo.node(a)
-            through = not node.is_gpu and not node.has_buffer
+            through = cuts_through(self.topo.node(a))
             last = self.task((a, b), nbytes, after if last < 0 else [last], label, through)
         return last
 

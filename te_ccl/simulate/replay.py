@@ -39,7 +39,7 @@ from te_ccl.collective.model import Chunk
 from te_ccl.errors import VerificationError
 from te_ccl.nogc import paused_gc
 from te_ccl.schedule import Schedule, Transfer
-from te_ccl.simulate.engine import Task, TaskTimes, run
+from te_ccl.simulate.engine import Task, TaskTimes, cuts_through, run
 from te_ccl.simulate.result import SimResult, finish_of, summarise
 
 __all__ = ["simulate_schedule", "replay_finish", "schedule_tasks", "chain_length", "replay_times"]
@@ -91,7 +91,7 @@ def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str]
     tasks = []
     nbytes = schedule.chunk_bytes
     ranks = {g: topo.rank(g) for g in topo.gpus}  # per node, not per transfer
-    bufferless = {n.name for n in topo.nodes if not n.is_gpu and not n.has_buffer}
+    bufferless = {n.name for n in topo.nodes if cuts_through(n)}
     for i, t in enumerate(trs):
         chunk = chunks.get(t.chunk)
         if chunk is None:
