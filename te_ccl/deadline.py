@@ -36,11 +36,12 @@ from typing import TypeVar
 
 from te_ccl.errors import SolverError
 
-__all__ = ["until", "check", "left", "checked", "keeping", "process_start", "Budget",
-           "TimeLimitReached"]
+__all__ = ["until", "check", "left", "checked", "keeping", "hurried", "in_a_hurry",
+           "process_start", "Budget", "TimeLimitReached"]
 
 T = TypeVar("T")
 _DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("deadline", default=None)
+_HURRIED: ContextVar[bool] = ContextVar("hurried", default=False)
 EVERY = 4096  # items between two clock reads in :func:`checked`
 MODEL = "building the model"
 
@@ -71,6 +72,23 @@ def keeping(seconds: float) -> Iterator[None]:
     are kept for what follows the body; its messages still name the whole limit."""
     with until(max(0.0, left() - seconds)):
         yield
+
+
+@contextmanager
+def hurried() -> Iterator[None]:
+    """Everything run inside is wanted soon rather than good (a compile's first file): a
+    stage skips what only improves its result (:func:`in_a_hurry`), since the search
+    that follows runs it anyway."""
+    token = _HURRIED.set(True)
+    try:
+        yield
+    finally:
+        _HURRIED.reset(token)
+
+
+def in_a_hurry() -> bool:
+    """Whether the work under way is inside :func:`hurried`."""
+    return _HURRIED.get()
 
 
 @dataclass(frozen=True)

@@ -37,7 +37,7 @@ from te_ccl.compiler.portfolio import asked_chunking
 from te_ccl.compiler.solve import Judge, Known, solve
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import repair
-from te_ccl.deadline import TimeLimitReached, keeping, left, until
+from te_ccl.deadline import TimeLimitReached, hurried, keeping, left, until
 from te_ccl.errors import (
     RuntimeLimitError,
     SolverError,
@@ -235,7 +235,8 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
     for name, build in first_candidates(options.previous, topology, collective, search):
         kept.tell(f"first file: trying the {name}")
         try:
-            schedule = build()
+            with hurried():  # soon rather than good: the search improves on it
+                schedule = build()
         except (TimeLimitReached, VerificationError):
             raise
         except TecclError as e:  # the candidate does not apply here after all

@@ -211,3 +211,25 @@ def test_a_limit_too_short_for_any_file_says_what_one_would_take(teccl, tmp_path
         assert "time limit of 1 s reached while" in err
         assert re.search(r"(needs|takes) about [0-9.e+]+ s .*here", err)
 
+
+
+def test_the_first_file_skips_the_torus_cp_sat_the_search_runs(tmp_path, monkeypatch):
+    """The first candidate is built in a hurry (the torus orbit's list schedule alone:
+    its CP-SAT took 20 s at 512 GPUs before any file existed); the search improves it."""
+    import te_ccl.backends.scale.torus as torus
+    from te_ccl.deadline import in_a_hurry
+    from te_ccl.topology.generators import torus as torus_topology
+
+    hurries: list[bool] = []
+    real = torus.improve_cpsat
+
+    def spy(*args, **kwargs):
+        hurries.append(in_a_hurry())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(torus, "improve_cpsat", spy)
+    topo = torus_topology([4, 4], 50e9)
+    out = tmp_path / "ag.xml"
+    compile_collective(topo, replace(AG, size_bytes=1 << 20), replace(PARAMS, time_limit_s=20),
+                       CompileOptions(output=str(out)))
+    assert out.exists() and True not in hurries
