@@ -27,7 +27,6 @@ Edges are placed greedily, earliest feasible epoch first, in the order (stage, c
 from __future__ import annotations
 
 import functools
-import math
 from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -37,13 +36,13 @@ import networkx as nx
 from te_ccl.collective.model import Collective
 from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
+from te_ccl.model.epochs import link_timing
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 from te_ccl.topology.routes import fastest_path
 
 __all__ = ["ChunkPlan", "BaselineError", "assemble", "route", "TEMPLATE"]
 
-_EPS = 1e-9
 TEMPLATE = "building a template"  # what a deadline reached interrupted
 
 
@@ -155,15 +154,10 @@ class _Links:
 
     @functools.cache  # noqa: B019 - one small cache per schedule being built
     def rule(self, u: str, v: str) -> tuple[int, int, int]:
-        """``(k, cap, delay)``: at most ``cap`` starts in any ``k`` epochs; arrival after ``delay``."""
-        link = self.topo.link(u, v)
-        btau = link.bandwidth_Bps * self.tau
-        k = max(1, math.ceil(self.c / btau - _EPS))
-        delay = max(1, math.ceil((self.c / link.bandwidth_Bps + link.latency_s) / self.tau - _EPS))
-        # chunks leave the link one after another: only those arriving within `delay` share an epoch
-        in_time = (delay * self.tau - link.latency_s) * link.bandwidth_Bps / self.c
-        cap = max(1, math.floor(min(btau / self.c, in_time) + _EPS)) if btau >= self.c * (1 - _EPS) else 1
-        return k, cap, delay
+        """``(k, cap, delay)``: at most ``cap`` starts in any ``k`` epochs; arrival after
+        ``delay`` (the model's epoch link rules, :func:`~te_ccl.model.epochs.link_timing`)."""
+        timing = link_timing(self.topo.link(u, v), self.c, self.tau)
+        return timing.occupancy, timing.capacity, timing.delay
 
     def blocked(self, u: str, v: str, e: int) -> int | None:
         """The last full epoch in ``[e, e+k)`` (None: a chunk may start at ``e``).

@@ -10,19 +10,20 @@ arrival at the top of the tree so the partials meet.
 
 The epoch is the longest time a link takes to deliver a chunk (``chunk_bytes / b + α``,
 the slowest link's): every link carries at least one chunk per epoch, and a latency far
-below a chunk's time does not cost an epoch a hop. Chunks start in order, each as early as the link capacities
-(``floor(b·τ / chunk_bytes)`` starts per link per epoch) allow — the serial phases of
-the FRED paper, pipelined. This needs switches that reduce and copy (FRED-B, FRED-D).
+below a chunk's time does not cost an epoch a hop. Chunks start in order, each as early as
+the link capacities allow (the model's epoch link rules,
+:func:`~te_ccl.model.epochs.link_timing`: only as many starts per epoch as still arrive
+within the hop's epochs) — the serial phases of the FRED paper, pipelined. This needs switches that reduce and copy (FRED-B, FRED-D).
 """
 
 from __future__ import annotations
 
-import math
 from collections import defaultdict
 
 from te_ccl.collective.model import Chunk, Collective
 from te_ccl.errors import SpecError
 from te_ccl.fred.wafer import wafer_from_topology
+from te_ccl.model.epochs import epoch_duration, link_timing
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
@@ -76,12 +77,11 @@ def in_switch_schedule(topology: Topology, collective: Collective) -> Schedule:
         raise SpecError(f"ranks must be distinct and in 0..{topology.ngpus - 1}",
                         file=topology.name, key="ranks")
     l1_of = {g: wafer.l1_names[wafer.l1_of(topology.rank(g))] for g in topology.gpus}
-    size = collective.chunk_bytes
-    tau = max(link.transfer_time_s(size) for link in topology.links)
-    hops = {link.key: math.ceil((size / link.bandwidth_Bps + link.latency_s) / tau - 1e-9)
-            for link in topology.links}
-    cap = {link.key: math.floor(link.bandwidth_Bps * tau / size + 1e-9)
-           for link in topology.links}
+    tau = epoch_duration(topology, collective.chunk_bytes, "slowest")
+    timing = {link.key: link_timing(link, collective.chunk_bytes, tau)
+              for link in topology.links}
+    hops = {key: t.delay for key, t in timing.items()}
+    cap = {key: t.capacity for key, t in timing.items()}  # τ ≥ every chunk time: occupancy 1
     used: dict[tuple[str, str, int], int] = defaultdict(int)
     transfers: list[Transfer] = []
     base = 0

@@ -67,3 +67,31 @@ def test_the_fastest_policys_spread_cap_never_binds_on_a_shipped_topology():
         for chunk in (1, 10**3, 10**6, 10**9):
             times = [k.transfer_time_s(chunk) for k in links]
             assert max(times) / min(times) < MAX_SPREAD, (name, chunk)
+
+
+@pytest.mark.parametrize("template", ["in-switch", "ring", "hierarchical"])
+@pytest.mark.parametrize("size", [8 * 512, 8 << 20])
+def test_templates_place_chunks_by_the_models_link_rules(template, size):
+    # Small chunks on FRED's NPU links: many fit an epoch but, behind the wire's α, only
+    # one arrives within it, so one may start per epoch (the in-switch schedule started
+    # eight). Every template's hop takes the model's delay, and no link starts more than
+    # its capacity in any ``occupancy`` consecutive epochs.
+    from collections import Counter
+
+    from te_ccl.baselines import build_baseline
+    from te_ccl.fred.in_switch import in_switch_schedule
+    from te_ccl.topology import generators as gen
+
+    topo = gen.fred("fred-b", 8)
+    coll = Collective(CollectiveKind.ALLREDUCE, size, tuple(range(8)))
+    s = (in_switch_schedule(topo, coll) if template == "in-switch"
+         else build_baseline(template, topo, coll))
+    starts = Counter((t.src, t.dst, t.start_epoch) for t in s.transfers)
+    for (src, dst, e) in starts:
+        lt = link_timing(topo.link(src, dst), s.chunk_bytes, s.epoch_s)
+        assert sum(starts[(src, dst, e + i)] for i in range(lt.occupancy)) <= lt.capacity
+    for t in s.transfers:
+        lt = link_timing(topo.link(t.src, t.dst), s.chunk_bytes, s.epoch_s)
+        assert t.arrive_epoch - t.start_epoch == lt.delay
+    if template == "in-switch" and size < 1 << 20:
+        assert max(starts.values()) == 1
