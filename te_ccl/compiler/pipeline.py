@@ -33,7 +33,7 @@ from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler.incumbent import Improvement, Incumbent, Verified, describe
 from te_ccl.compiler.judge import PARALLEL_FROM, XML_REPLAY_LIMIT, Timer, Timing, lower_file
 from te_ccl.compiler.options import CompileOptions
-from te_ccl.compiler.portfolio import asked_chunking
+from te_ccl.compiler.portfolio import TEMPLATE_MAX_GPUS, asked_chunking
 from te_ccl.compiler.solve import Judge, Known, solve
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import repair
@@ -146,7 +146,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     with until(params.time_limit_s), paused_gc():
         check_input(topology, collective)  # before the bound and any candidate is built
         if options.fmt == "xml":
-            check_loadable(collective)
+            check_loadable(collective, topology)
         # the bound of the machine as the output can use it (no NVLS for MSCCL XML)
         bound = lower_bound(topology if in_switch else forward_only(topology), collective)
         if options.output is None:
@@ -226,12 +226,17 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
     """Keep the file of the first of the portfolio's cheap candidates that builds,
     passes the checker, lowers within the runtime's limits and verifies
     (:func:`te_ccl.compiler.warm.first_candidates`: with ``options.previous``, its routes
-    first); one that does not is noted and the next one tried."""
+    first); one that does not is noted and the next one tried. Where every candidate
+    overflows the runtime at one chunk per rank beyond :data:`TEMPLATE_MAX_GPUS` GPUs,
+    the search has nothing coarser to try (its scale method cuts more sub-chunks, and it
+    builds no template there): :class:`RuntimeLimitError` with their reasons, at once."""
     from te_ccl.compiler.warm import first_candidates
 
     if not in_switch:
         topology = forward_only(topology)
     search = _search(params)
+    overflows: list[str] = []
+    failed = 0  # candidates that applied and gave no file
     for name, build in first_candidates(options.previous, topology, collective, search):
         kept.tell(f"first file: trying the {name}")
         try:
@@ -241,6 +246,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
             raise
         except TecclError as e:  # the candidate does not apply here after all
             kept.notes.append(f"anytime: no first file from the {name} ({e})")
+            failed += 1
             continue
         if schedule is None:
             continue
@@ -252,11 +258,19 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
             raise
         except TecclError as e:  # MSCCL cannot express or hold it: the next candidate
             kept.notes.append(f"anytime: no first file from the {name} ({e})")
+            failed += 1
+            if isinstance(e, RuntimeLimitError):
+                overflows.append(f"the {name}: {e}")
             continue
         if options.fmt in ("xml", "mscclpp"):
             timer.replay_written(schedule, data, schedule_replay=False)
         _offer(kept, schedule, data, timer, "first file")
         return
+    if overflows and len(overflows) == failed and \
+            collective.chunks_per_rank == 1 and topology.ngpus > TEMPLATE_MAX_GPUS:
+        raise RuntimeLimitError(f"no file fits the runtime ({'; '.join(overflows)}), and at "
+                                f"{topology.ngpus} GPUs and one chunk per rank teccl has no "
+                                "coarser candidate")
 
 
 def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage: str
@@ -352,10 +366,12 @@ def _rescaled(schedule: Schedule, collective: Collective, kept: Incumbent,
         f"{again.info.subchunks} sub-chunks per chunk",))
 
 
-def check_loadable(collective: Collective) -> None:
+def check_loadable(collective: Collective, topology: Topology | None = None) -> None:
     """Refuse, before solving, a collective no MSCCL algorithm of the runtime can hold:
     each chunk a rank receives is part of one of its steps (at most ``MSCCL.max_count − 1``
     chunks a step), and a rank holds at most ``MSCCL.max_elements`` steps and thread blocks.
+    With the ``topology``, also an AlltoAll that no file teccl writes can hold
+    (:func:`_check_relays`).
 
     >>> check_loadable(Collective(CollectiveKind.ALLGATHER, 8 << 20, tuple(range(8)),
     ...                           chunks_per_rank=100_000))
@@ -364,6 +380,8 @@ def check_loadable(collective: Collective) -> None:
     te_ccl.errors.RuntimeLimitError: no MSCCL algorithm of 100000 chunks per rank loads: rank 0 receives 700000 chunks, at least 9860 steps of at most 71 chunks, more than the 4096 elements the runtime reads per rank (use fewer chunks)
     """
     per_step = MSCCL.max_count - 1
+    if topology is not None:
+        _check_relays(collective, topology)
     if collective.commodities * (collective.nranks - 1) <= per_step * MSCCL.max_elements:
         return  # even one rank receiving every chunk fits
     received = collective.received()
@@ -374,6 +392,70 @@ def check_loadable(collective: Collective) -> None:
             f"{rank} receives {most} chunks, at least {-(-most // per_step)} steps of at most "
             f"{per_step} chunks, more than the {MSCCL.max_elements} elements the runtime reads "
             "per rank (use fewer chunks)")
+
+
+def _check_relays(collective: Collective, topology: Topology) -> None:
+    """Refuse an AlltoAll on a GPU-only topology whose chunks must cross more links than
+    the files teccl writes can hold: the lowering gives every chunk a rank receives a
+    step of its own (only local copies are merged), so some rank has at least the
+    average of the links the chunks cross on their shortest paths (:func:`hop_sum`) as
+    steps, beside its thread blocks, within the runtime reader's ``max_elements`` less
+    the ``<algo>`` and the ``<gpu>``s. An MSCCL file that moves several relayed chunks
+    per step is not ruled out; teccl does not write one."""
+    if collective.kind is not CollectiveKind.ALLTOALL or topology.switches:
+        return
+    n, k = collective.nranks, collective.chunks_per_rank
+    room = MSCCL.max_elements - n - 2  # the <algo>, the <gpu>s, one thread block
+    if k * (n - 1) ** 2 <= room:
+        return  # no pair is more than n - 1 links apart: fits without measuring
+    hops = k * hop_sum(topology, collective.ranks, enough=(room + 1) * n // k)
+    if -(-hops // n) > room:
+        raise RuntimeLimitError(
+            f"no MSCCL file teccl writes holds this AlltoAll of {n} ranks: its chunks cross "
+            f"at least {hops:,} links (shortest paths), so some rank receives at least "
+            f"{-(-hops // n):,} chunks, each a step of its own in the files teccl writes, more "
+            f"than the {room:,} steps the runtime's reader holds per rank ({MSCCL.max_elements} "
+            f"elements less the <algo>, the {n} <gpu>s and a thread block); a topology with "
+            "fewer hops between GPUs (or fewer ranks) fits")
+
+
+def hop_sum(topology: Topology, ranks: tuple[int, ...], enough: int | None = None) -> int:
+    """The sum over ordered pairs of ``ranks`` (GPU indices) of the fewest links from one
+    to the other, on a GPU-only topology: one breadth-first search from every rank at
+    once, a level per pass over the links (a second at 1024 GPUs), or the partial sum once
+    it exceeds ``enough``. Unreachable pairs count 0 (the input checks refuse them first).
+
+    >>> from te_ccl.topology.generators import mesh
+    >>> hop_sum(mesh([2, 2], 1e9), (0, 1, 2, 3))  # 8 neighbour pairs, 4 diagonal ones
+    16
+    """
+    import numpy as np
+
+    from te_ccl.deadline import check
+
+    index = {g: i for i, g in enumerate(topology.gpus)}
+    src = np.array([index[link.src] for link in topology.links], dtype=np.int64)
+    dst = np.array([index[link.dst] for link in topology.links], dtype=np.int64)
+    order = np.argsort(dst, kind="stable")
+    src, dst = src[order], dst[order]
+    starts = np.flatnonzero(np.r_[True, dst[1:] != dst[:-1]]) if len(dst) else dst
+    rows = np.array(ranks, dtype=np.int64)
+    reached = np.zeros((len(rows), len(index)), dtype=bool)
+    reached[np.arange(len(rows)), rows] = True
+    frontier, counted = reached.copy(), np.zeros(len(index), dtype=bool)
+    counted[rows] = True
+    total, hops = 0, 0
+    while len(starts) and frontier.any():
+        check("measuring the AlltoAll's hops")
+        hops += 1
+        hit = np.zeros_like(frontier)
+        hit[:, dst[starts]] = np.logical_or.reduceat(frontier[:, src], starts, axis=1)
+        frontier = hit & ~reached
+        reached |= frontier
+        total += hops * int(frontier[:, counted].sum())
+        if enough is not None and total > enough:
+            break
+    return total
 
 
 def rooted_notes(collective: Collective) -> tuple[str, ...]:

@@ -31,3 +31,18 @@ def test_a_runtime_too_small_for_the_schedule_is_refused() -> None:
     tight = replace(RCCL, max_threadblocks=16)
     with pytest.raises(RuntimeLimitError, match="16 thread blocks per GPU"):
         lower_to_msccl(schedule, runtime=tight)
+
+
+def test_a_rank_with_more_chunks_than_steps_is_refused_before_the_channel_pass(
+        monkeypatch) -> None:
+    """Each chunk a rank receives is a step of its own: 2 ranks exchanging 10,500 chunks
+    each cannot load, and the lowering says so before assigning a channel."""
+    import te_ccl.lower.msccl.passes as passes
+
+    def never(*args, **kwargs):
+        raise AssertionError("the channel pass ran")
+
+    monkeypatch.setattr(passes, "assign_edges", never)
+    schedule = direct(full(2), coll("alltoall", 2, chunks=10_500))
+    with pytest.raises(RuntimeLimitError, match="receives 10,500 and sends 10,500 chunks"):
+        lower_to_msccl(schedule)

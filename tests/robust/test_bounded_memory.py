@@ -221,3 +221,16 @@ def test_running_out_of_memory_is_exit_3_not_an_internal_error():
     except MemoryError as e:
         failure = Failure.of(e, debug=False)
     assert failure.code == 3 and failure.message.startswith("out of memory in ")
+
+
+def test_an_alltoall_whose_hops_overflow_every_rank_is_refused_before_solving():
+    """torus32x32: the AlltoAll's chunks cross 16 links on average, 16 steps per chunk a
+    rank receives; the reader holds ~3 per chunk. Refused by arithmetic, exit 3, no file."""
+    from te_ccl.compiler.pipeline import check_loadable
+    from te_ccl.errors import RuntimeLimitError
+    from te_ccl.topology.generators import torus
+
+    c = Collective(CollectiveKind.ALLTOALL, 1 << 20, tuple(range(1024)))
+    with pytest.raises(RuntimeLimitError, match="steps the runtime's reader holds per rank"):
+        check_loadable(c, torus([32, 32], 50e9))
+    check_loadable(replace(c, ranks=tuple(range(256))), torus([16, 16], 50e9))  # 8 hops: fits

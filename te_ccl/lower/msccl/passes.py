@@ -67,6 +67,8 @@ import re
 from dataclasses import replace
 from functools import partial
 
+import numpy as np
+
 from te_ccl.background import WORTH_FORKING, left_to_exit, told, workers
 from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError, SpecError
@@ -204,6 +206,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     epoch_timed = collapse_switches(schedule)
     edges = replay_timed(epoch_timed, schedule)
     check(LOWERING)
+    if len(edges) >= WORTH_FORKING:  # below, the channel pass finds out in a second
+        _check_steps(edges, coll.nranks, runtime)
     progress(f"lowering: instructions of {coll.nranks} GPUs")
     base, found = instructions_and_fusions(edges, layout,
                                 workers() if len(edges) >= WORTH_FORKING else 1)
@@ -290,6 +294,26 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             favour = frozenset(over)
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
+
+
+def _check_steps(edges: list, nranks: int, runtime: RuntimeLimits) -> None:
+    """Raise :class:`RuntimeLimitError` at once where a rank has more edges in or out than
+    the runtime's reader holds steps (each edge is a step of its receiver and of its
+    sender, a fused step one of each), before the channel pass spends minutes finding out.
+    """
+    ins = np.bincount(np.fromiter((e.dst for e in edges), np.int64, len(edges)),
+                      minlength=nranks)
+    outs = np.bincount(np.fromiter((e.src for e in edges), np.int64, len(edges)),
+                       minlength=nranks)
+    most = np.maximum(ins, outs)
+    room = runtime.max_elements - nranks - 2  # the <algo>, the <gpu>s, one thread block
+    rank = int(np.argmax(most))
+    if most[rank] > room:
+        raise RuntimeLimitError(
+            f"rank position {rank} receives {ins[rank]:,} and sends {outs[rank]:,} chunks, "
+            f"each a step of its own in the file (a fused step one of each): more than the "
+            f"{room:,} steps the runtime's reader holds per rank ({runtime.max_elements} "
+            f"elements less the <algo>, the {nranks} <gpu>s and a thread block)")
 
 
 def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str, loose: int,
