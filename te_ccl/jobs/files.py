@@ -18,7 +18,8 @@ from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.msccl.reader import LEGACY_RULES
 from te_ccl.verify.msccl.verify import verify_msccl
 
-__all__ = ["job_file", "checked_algo", "replay_together", "replay_alone", "simulate_jobs"]
+__all__ = ["job_file", "checked_algo", "replay_together", "replay_alone", "finish_alone",
+           "simulate_jobs"]
 
 
 def job_file(job: Job, directory: str | Path) -> Path:
@@ -67,8 +68,12 @@ def replay_together(jobs: JobSet, algos: Mapping[str, Algo]) -> CoSimResult:
 
 def replay_alone(jobs: JobSet, algos: Mapping[str, Algo]) -> dict[str, float]:
     """Each job's file with the network to itself."""
-    return {j.name: cosimulate(jobs.topology, [_member(j, algos[j.name])]).finish_s[j.name]
-            for j in jobs.jobs}
+    return {j.name: finish_alone(jobs, j, algos[j.name]) for j in jobs.jobs}
+
+
+def finish_alone(jobs: JobSet, job: Job, algo: Algo) -> float:
+    """The finish of ``job``'s file ``algo`` with the network to itself."""
+    return cosimulate(jobs.topology, [_member(job, algo)]).finish_s[job.name]
 
 
 def simulate_jobs(jobs: JobSet, directory: str | Path | None,

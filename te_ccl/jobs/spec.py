@@ -45,7 +45,8 @@ from te_ccl.spec.fields import Fields, as_str, parse_size, parse_time, positive_
 from te_ccl.spec.yamlio import read_yaml
 from te_ccl.topology.model import Topology
 
-__all__ = ["OBJECTIVES", "Job", "JobSet", "load_jobs", "jobs_from", "objective_of"]
+__all__ = ["OBJECTIVES", "Job", "JobSet", "load_jobs", "jobs_from", "objective_of",
+           "unreachable"]
 
 OBJECTIVES = ("max", "weighted")
 _KEYS = ("name", "ranks", "collective", "size", "chunks", "root", "weight", "deadline", "xml")
@@ -187,6 +188,16 @@ def _job(f: Fields, topology: Topology, file: str | None) -> Job:
 
 def _check_connected(topology: Topology, ranks: tuple[int, ...], f: Fields) -> None:
     """The job's GPUs reach one another through its own GPUs and the switches."""
+    apart = unreachable(topology, ranks)
+    if apart is not None:
+        raise f.error("ranks", f"{apart[0]} and {apart[1]} are not connected through the "
+                               "job's own GPUs and switches (the runtime runs a job on its "
+                               "GPUs only)")
+
+
+def unreachable(topology: Topology, ranks: tuple[int, ...]) -> tuple[str, str] | None:
+    """Two GPUs of ``ranks`` that do not reach each other (both ways) through the GPUs of
+    ``ranks`` and the switches of ``topology``; None if every one does."""
     members = {topology.gpu(r) for r in ranks}
     graph = topology.graph()
     graph.remove_nodes_from(set(topology.gpus) - members)
@@ -196,9 +207,8 @@ def _check_connected(topology: Topology, ranks: tuple[int, ...], f: Fields) -> N
     for r in ranks:
         g = topology.gpu(r)
         if g not in reach or g not in back:
-            raise f.error("ranks", f"{first} and {g} are not connected through the job's own "
-                                   "GPUs and switches (the runtime runs a job on its GPUs "
-                                   "only)")
+            return first, g
+    return None
 
 
 def objective_of(objective: str, weighted_times: list[tuple[float, float]]) -> float:

@@ -134,3 +134,24 @@ def test_simulate_jobs_refuses_a_file_the_verifier_rejects(tmp_path, teccl):
                     f"size: 1MB, xml: {legacy}}}\n")
     code, _, err = teccl("simulate", "dgx1", "--jobs", str(jobs))
     assert code == 1 and "the verifier rejects the file of job 'a'" in err
+
+
+def test_exclusive_views_leave_a_shared_link_to_the_job_that_needs_it():
+    from te_ccl.jobs.joint import _views
+    from te_ccl.jobs.spec import jobs_from
+
+    # pair (g0, g1) reaches only over g0-g1; ring (g0..g3) also around g2 and g3
+    topo = Topology.build("ring4", [Node(f"g{i}") for i in range(4)],
+                          [Link(f"g{i}", f"g{(i + d) % 4}", 1e9) for i in range(4)
+                           for d in (1, 3)])
+    jobs = jobs_from(topo, {"jobs": [
+        {"name": "ring", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
+         "size": "1MB", "weight": 4},
+        {"name": "pair", "ranks": ["g0", "g1"], "collective": "allgather", "size": "1MB"}]},
+        None)
+    shared = [("g0", "g1"), ("g1", "g0")]
+    used = {n: {k: 1e6 for k in shared} for n in ("ring", "pair")}
+    # the ring goes first by Smith's rule, yet the pair keeps the links it cannot do without
+    views = _views(jobs, used, shared, "weighted", {"ring": 1.0, "pair": 1.0},
+                   {"ring": 2.0, "pair": 2.0})["exclusive"]
+    assert views == {"ring": {k: 0.0 for k in shared}, "pair": {}}
