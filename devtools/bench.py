@@ -16,7 +16,7 @@ import click
 from devtools.readme import fill_readme
 from devtools.render import results_table, targets_table, write_outputs
 from devtools.runner import run_suite
-from devtools.suites import suite
+from devtools.suites import only, suite
 from devtools.targets import evaluate_targets
 from te_ccl.cli.common import emit_json, err_console
 from te_ccl.errors import TecclError
@@ -36,15 +36,19 @@ PROG = "python -m devtools.bench"
               help="Stop starting new cases after this long (default: the suite's).")
 @click.option("--readme", type=click.Path(dir_okay=False), metavar="FILE",
               help="Also refresh FILE's section between <!-- bench:start/end --> markers.")
+@click.option("--topology", "topologies", multiple=True, metavar="NAME",
+              help="Run only the suite's rows on these topologies (repeatable).")
 @click.option("--no-fail", is_flag=True, help="Exit 0 even if a target is short.")
 @click.option("-v", "--verbose", is_flag=True, help="Print every result row too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the targets as JSON on stdout.")
 @click.pass_context
 def bench_cmd(ctx: click.Context, suite_name: str, out_dir: str, threads: int,
-              budget: float | None, readme: str | None, no_fail: bool, verbose: bool,
-              as_json: bool) -> None:
+              budget: float | None, readme: str | None, topologies: tuple[str, ...],
+              no_fail: bool, verbose: bool, as_json: bool) -> None:
     """Run benchmark SUITE (default, quick, defaults, defaults-first) and judge the targets."""
     chosen = suite(suite_name)
+    if topologies:
+        chosen = only(chosen, topologies)
     live = err_console.is_terminal and not as_json
     with err_console.status(f"bench {chosen.name}…") as status:
         def progress(msg: str) -> None:  # a status line on a terminal, a log line per case in CI

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BOUND_GOALS", "Case", "Suite", "SUITES", "suite"]
+__all__ = ["BOUND_GOALS", "Case", "Suite", "SUITES", "only", "suite"]
 
 KB, MB, GB, GiB = 10**3, 10**6, 10**9, 2**30
 
@@ -159,3 +159,15 @@ def suite(name: str) -> Suite:
         raise SpecError(f"unknown suite {name!r}; expected one of {', '.join(SUITES)}",
                         key="SUITE")
     return SUITES[name]
+
+
+def only(chosen: Suite, topologies: tuple[str, ...]) -> Suite:
+    """``chosen``'s rows on ``topologies`` (one of them unknown to it: SpecError)."""
+    from te_ccl.errors import SpecError
+
+    known = {c.topology for c in chosen.cases}
+    unknown = [t for t in topologies if t not in known]
+    if unknown:
+        raise SpecError(f"suite {chosen.name} has no row on {unknown[0]!r}", key="--topology")
+    return Suite(chosen.name, tuple(c for c in chosen.cases if c.topology in topologies),
+                 chosen.budget_s)

@@ -28,3 +28,16 @@ def test_a_row_stopped_at_its_first_file_and_the_target_counts_exits_3():
     late = replace(row, status="exit 3: time limit of 60 s reached", exit_code=3)
     target, = evaluate_targets([row, late])
     assert not target.met and "1 of 2 rows exit 3" in target.measured
+
+
+def test_a_suite_narrowed_to_some_topologies_keeps_their_rows_only():
+    import pytest
+
+    from devtools.suites import only
+    from te_ccl.errors import SpecError
+
+    narrowed = only(suite("defaults-first"), ("mesh16x16", "torus32x32"))
+    assert {c.topology for c in narrowed.cases} == {"mesh16x16", "torus32x32"}
+    assert len(narrowed.cases) == 2 * 8 * 4
+    with pytest.raises(SpecError, match="no row on 'nosuch'"):
+        only(narrowed, ("nosuch",))
