@@ -71,8 +71,10 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         fred_tables: str | os.PathLike | None = None,
         previous: str | os.PathLike | None = None,
         runtime: Literal["msccl", "rccl"] = "msccl",
-        progress: Callable[[str], None] | None = None) -> CompileResult:
-    """Solve, check, lower and (with ``output``) write one algorithm.
+        sizes: str | tuple[int, int] | None = None,
+        progress: Callable[[str], None] | None = None) -> CompileResult | list[CompileResult]:
+    """Solve, check, lower and (with ``output``) write one algorithm, or with ``sizes``
+    one per message-size range.
 
     ``topology``: a shipped name (``"dgx1"``), a YAML file or a :class:`Topology`.
     ``collective``: a kind (``"allgather"``, ``"broadcast"``, …) or a
@@ -85,8 +87,13 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     since (a link gone or slower); its routes, rerouted where a link is gone, make the
     first file (with ``output`` and ``backend`` auto). ``runtime``: whose executor loads the
     XML, ``"msccl"`` (the MSCCL executor) or ``"rccl"`` (RCCL's, 64 thread blocks per GPU):
-    the file is lowered within its limits and verified against them. ``progress``
-    receives short status messages.
+    the file is lowered within its limits and verified against them. ``sizes``
+    (``"1KB..1GB"`` or ``(low, high)`` in bytes): one algorithm per size range, with the
+    ``minBytes``/``maxBytes`` of its range, written into the directory ``output``
+    (:func:`te_ccl.compiler.compile_size_library`; ``size``, default the largest, is only
+    checked); the result is then their list, and ``fred_tables``, ``previous`` and
+    ``fmt="mscclpp"`` are refused (each is one algorithm's). ``progress`` receives short
+    status messages.
 
     Raises :class:`~te_ccl.errors.SpecError` for bad input,
     :class:`~te_ccl.errors.SolverError` or :class:`~te_ccl.errors.RuntimeLimitError`
@@ -105,11 +112,14 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         chunk_choices, chunks = BASE_CHUNKS, 1
     elif chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
         raise SpecError(f"expected a positive integer or auto, got {chunks!r}", key="chunks")
+    span = None if sizes is None else _size_span(sizes, output, fred_tables, previous)
+    if span is not None and size is None and not isinstance(collective, Collective):
+        size = span[1]  # the collective is checked at the largest size
     coll = _collective(topo, collective, spec, size=size, chunks=chunks, ranks=ranks,
                        root=root, inplace=inplace, proto=proto)
     from te_ccl.outputs import check_output_dir, check_output_file
 
-    if output is not None:
+    if output is not None and span is None:
         check_output_file(output, key="output")
     if fred_tables is not None:
         check_output_dir(fred_tables, key="fred_tables")
@@ -117,9 +127,15 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
 
     fmt = output_format(None if output is None else str(output), fmt, reducing_switches(topo))
     if fmt == "mscclpp":
-        _check_plan_kind(coll, previous, runtime)
+        _check_plan_kind(coll, previous, runtime, span)
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,
                           seed=seed, epoch=epoch, max_horizon=max_horizon)
+    if span is not None:
+        from te_ccl.compiler import compile_size_library
+
+        return compile_size_library(topo, coll, params, *span, str(output), fmt=fmt,
+                                    chunk_choices=chunk_choices, progress=progress,
+                                    runtime=RUNTIMES[runtime])
     options = CompileOptions(output=None if output is None else str(output), fmt=fmt,
                              fred_tables=None if fred_tables is None else str(fred_tables),
                              chunk_choices=chunk_choices,
@@ -130,10 +146,15 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     return compile_collective(topo, coll, params, options, progress)
 
 
-def _check_plan_kind(coll: Collective, previous: object, runtime: str) -> None:
+def _check_plan_kind(coll: Collective, previous: object, runtime: str,
+                     span: tuple[int, int] | None) -> None:
     """Refuse, before solving, what an MSCCL++ plan cannot be written for."""
     from te_ccl.lower.mscclpp import SUPPORTED
 
+    if span is not None:
+        raise SpecError("size libraries are MSCCL XML or schedule JSON; compile one size for "
+                        "an MSCCL++ plan (its min/max message size cover every size)",
+                        key="fmt")
     if coll.kind not in SUPPORTED:
         names = ", ".join(k.value for k in SUPPORTED)
         raise SpecError(f"MSCCL++ execution plans cover {names}; not {coll.kind.value}",
@@ -155,6 +176,32 @@ def _compile_plan(topo: Topology, coll: Collective, params: SolveParams,
     from te_ccl.compiler import forward_only
 
     return compile_collective(forward_only(topo, "mscclpp"), coll, params, options, progress)
+
+
+def _size_span(sizes: str | tuple[int, int], output: object, fred_tables: object,
+               previous: object) -> tuple[int, int]:
+    """``sizes`` as ``(low, high)`` bytes, refusing what belongs to one algorithm."""
+    from te_ccl.compiler import parse_size_range
+
+    if isinstance(sizes, str):
+        span = parse_size_range(sizes)
+    elif (isinstance(sizes, tuple) and len(sizes) == 2
+          and all(isinstance(x, int) and not isinstance(x, bool) for x in sizes)):
+        span = sizes
+    else:
+        raise SpecError(f"expected LOW..HIGH such as 1KB..1GB or two byte counts, got "
+                        f"{sizes!r}", key="sizes")
+    for name, given in (("fred_tables", fred_tables), ("previous", previous)):
+        if given is not None:
+            raise SpecError(f"{name} is one algorithm's; a size library takes none",
+                            key=name)
+    if output is None or str(output) == "-":
+        raise SpecError("a size library is written into a directory: expected one",
+                        key="output")
+    from te_ccl.outputs import check_output_dir
+
+    check_output_dir(output, key="output")
+    return span
 
 
 def _previous(previous: str | os.PathLike | None, topo: Topology, coll: Collective,

@@ -91,6 +91,9 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
     else:
         check_output_dir(output, key="--output")
     if kw["fred_tables"]:
+        if sizes:
+            raise SpecError("FRED switch tables are one algorithm's; expected no --sizes",
+                            key="--fred-tables")
         check_output_dir(kw["fred_tables"], key="--fred-tables")
     if kw["runtime"] != "msccl" and fmt != "xml":
         raise SpecError(f"--runtime {kw['runtime']} applies to MSCCL XML, not to --format "
@@ -147,22 +150,14 @@ def _compile(topo: Topology, coll: Collective, sizes: tuple[int, int] | None,
              auto_chunks: bool, output: str, fmt: str, solver: dict,
              fred_tables: str | None, progress: Progress,
              previous: str | None = None, runtime: str = "msccl") -> list[CompileResult]:
-    """The compile results: one per size range with ``sizes``, else the one algorithm,
-    within ``runtime``'s limits."""
+    """The compile results (:func:`te_ccl.compile`): one per size range with ``sizes``,
+    else the one algorithm, within ``runtime``'s limits."""
     import te_ccl
-    from te_ccl.api import solve_params
-    from te_ccl.compiler import compile_size_library
-    from te_ccl.runtime_limits import RUNTIMES
 
-    if sizes:
-        from te_ccl.compiler import BASE_CHUNKS
-
-        return compile_size_library(topo, coll, solve_params(**solver), *sizes, output,
-                                    fmt=fmt, chunk_choices=BASE_CHUNKS if auto_chunks else (),
-                                    progress=progress, runtime=RUNTIMES[runtime])
-    return [te_ccl.compile(topo, coll, chunks="auto" if auto_chunks else None, output=output,
-                           fmt=fmt, fred_tables=fred_tables, previous=previous,
-                           runtime=runtime, progress=progress, **solver)]
+    result = te_ccl.compile(topo, coll, chunks="auto" if auto_chunks else None, output=output,
+                            fmt=fmt, fred_tables=fred_tables, previous=previous,
+                            runtime=runtime, sizes=sizes, progress=progress, **solver)
+    return result if isinstance(result, list) else [result]
 
 
 def _compile_jobs(topo: Topology, spec: str | None, kw: dict) -> None:

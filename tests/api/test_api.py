@@ -43,8 +43,9 @@ def test_bad_arguments_raise_spec_errors(kwargs, key):
     assert exc.value.key == key
 
 
-def test_the_cli_compiles_through_the_api(teccl, monkeypatch, tmp_path):
-    calls = []
+def _spy_on_compile(monkeypatch: pytest.MonkeyPatch) -> list[dict]:
+    """The keyword arguments of every call of ``te_ccl.compile`` from now on."""
+    calls: list[dict] = []
     real = te_ccl.api.compile
 
     def spy(*args, **kwargs):
@@ -52,9 +53,49 @@ def test_the_cli_compiles_through_the_api(teccl, monkeypatch, tmp_path):
         return real(*args, **kwargs)
 
     monkeypatch.setattr(te_ccl.api, "compile", spy)
+    return calls
+
+
+def test_the_cli_compiles_through_the_api(teccl, monkeypatch, tmp_path):
+    calls = _spy_on_compile(monkeypatch)
     code, _, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB", "--chunks", "auto",
                        "-o", str(tmp_path / "a.xml"), "--json")
     assert code == 0 and len(calls) == 1 and calls[0]["chunks"] == "auto"
+
+
+def test_a_size_library_is_one_api_call_and_the_cli_makes_it(teccl, monkeypatch, tmp_path):
+    results = te_ccl.compile("ring8", "allgather", sizes="1KiB..4KiB", output=tmp_path / "a")
+    assert [(r.min_bytes, r.max_bytes) for r in results] == [(1024, 4095), (4096, 4096)]
+    assert all(verify_msccl(r.output).valid for r in results)
+    calls = _spy_on_compile(monkeypatch)
+    code, out, _ = teccl("compile", "ring8", "-c", "allgather", "--sizes", "1KiB..4KiB",
+                         "-o", str(tmp_path / "b"), "--json")
+    assert code == 0 and [c["sizes"] for c in calls] == [(1024, 4096)]
+    assert [a["output"] for a in json.loads(out)["algorithms"]] == \
+        sorted(str(p) for p in (tmp_path / "b").iterdir())
+
+
+@pytest.mark.parametrize(("kwargs", "key"), [
+    ({"fred_tables": "t"}, "fred_tables"),
+    ({"previous": "p.xml"}, "previous"),
+    ({"fmt": "mscclpp"}, "fmt"),
+    ({"output": None}, "output"),
+    ({"sizes": (1, 2, 3)}, "sizes"),
+    ({"sizes": "1KB"}, "--sizes"),
+])
+def test_a_size_library_refuses_what_is_one_algorithms(tmp_path, kwargs, key):
+    args = {"sizes": "1KB..4KB", "output": tmp_path / "lib", **kwargs}
+    with pytest.raises(SpecError) as exc:
+        te_ccl.compile("ring8", "allgather", **args)
+    assert exc.value.key == key and list(tmp_path.iterdir()) == []
+
+
+def test_the_cli_refuses_fred_tables_with_a_size_library(teccl, tmp_path):
+    # they were checked, then not written (exit 0)
+    code, _, err = teccl("compile", "ring8", "-c", "allgather", "--sizes", "1KB..4KB", "-o",
+                         str(tmp_path / "lib"), "--fred-tables", str(tmp_path / "t"))
+    assert code == 2 and "--fred-tables" in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_import_is_light_and_typed():
