@@ -1,4 +1,5 @@
-"""``--backend auto|milp|lp|rounds``: run one, and say which ``auto`` picked and why."""
+"""``--backend``: what runs (:func:`strategy_for`, the one place that decides), and for the
+flow model which solver (``auto``: by size, :func:`choose_backend`), and why."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Problem
 from te_ccl.model.relays import check_relay_room
 
-__all__ = ["run_backend", "choose_backend", "MILP_MAX_VARIABLES", "LP_MAX_VARIABLES",
+__all__ = ["strategy_for", "run_backend", "choose_backend", "MILP_MAX_VARIABLES", "LP_MAX_VARIABLES",
            "MAX_CHUNK_LINKS", "check_size"]
 
 # CP-SAT proves minimal horizons quickly up to roughly this many transfer variables
@@ -35,6 +36,18 @@ STRATEGIES: dict[str, str] = {
     "lp": "te_ccl.backends.lp:solve_lp",
     "rounds": "te_ccl.backends.rounds:solve_rounds",
 }
+
+
+def strategy_for(params: SolveParams) -> str:
+    """What a compile with ``params`` runs: ``portfolio`` (``auto``: the scale backend, the
+    flow model and the templates raced, :mod:`te_ccl.compiler.portfolio`), ``scale``, or
+    ``flow``, the flow model (its solver ``params.backend``, or under ``auto`` picked by
+    size). A ``max_horizon`` bounds the flow model alone, so ``auto`` with one runs it."""
+    if params.backend == "scale":
+        return "scale"
+    if params.backend == "auto" and params.max_horizon is None:
+        return "portfolio"
+    return "flow"
 
 
 def choose_backend(problem: Problem) -> tuple[str, str]:

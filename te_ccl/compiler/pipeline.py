@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from te_ccl.backends.base import Progress, SolveParams
+from te_ccl.backends.select import strategy_for
 from te_ccl.background import in_background, workers
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
@@ -195,7 +196,7 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
     deliveries = sum(collective.received().values())
     with keeping(WRITE_RESERVE_S + RESERVE_S_PER_DELIVERY * deliveries):
         try:
-            if params.backend == "auto" and params.max_horizon is None:
+            if strategy_for(params) == "portfolio":
                 _first_file(topology, collective, params, options, timer, kept, in_switch)
             search = repair(options.previous, topology, collective, params, kept)
             if search is not None:

@@ -52,6 +52,7 @@ from dataclasses import dataclass, field, replace
 from functools import cache, partial
 
 from te_ccl.backends.base import Progress, SolveParams
+from te_ccl.backends.select import strategy_for
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective
 from te_ccl.compiler.chunking import chunk_candidates, chunking_bounds
@@ -279,7 +280,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     """The portfolio on one chunking (the given backend alone when it is not ``auto``, or
     when a ``max_horizon`` bounds the flow model). A ``known`` scale schedule of the
     sub-chunking the scale backend would cut stands for its run."""
-    if params.backend != "auto" or params.max_horizon is not None:
+    if strategy_for(params) != "portfolio":
         return run_strategy(topology, collective, params, progress)
     race = _Race(judge)
     budget = Budget.of(params.time_limit_s)

@@ -1,9 +1,10 @@
 """The façade: ``solve(topology, collective, params) -> Schedule``.
 
-It runs the backend it is given: ``milp``, ``lp``, ``rounds`` or ``scale``
-(:func:`te_ccl.compiler.strategy.run_strategy`), or ``auto``, the portfolio of :mod:`te_ccl.compiler.portfolio`
-(scale backend, flow model and templates raced, judged by ``judge``). With a
-``max_horizon`` ``auto`` runs the flow model alone, the one strategy the horizon bounds.
+It runs what :func:`te_ccl.backends.select.strategy_for` decides: the backend given,
+``milp``, ``lp``, ``rounds`` or ``scale`` (:func:`te_ccl.compiler.strategy.run_strategy`),
+or for ``auto`` the portfolio of :mod:`te_ccl.compiler.portfolio` (scale backend, flow
+model and templates raced, judged by ``judge``); with a ``max_horizon`` ``auto`` runs the
+flow model alone, the one strategy the horizon bounds.
 
 >>> from te_ccl.collective import Collective, CollectiveKind
 >>> from te_ccl.topology import Link, Node, Topology
@@ -17,6 +18,7 @@ It runs the backend it is given: ``milp``, ``lp``, ``rounds`` or ``scale``
 from __future__ import annotations
 
 from te_ccl.backends.base import Progress, SolveParams
+from te_ccl.backends.select import strategy_for
 from te_ccl.collective.model import Collective
 from te_ccl.compiler.portfolio import PREDICTED, Judge, Known, choose
 from te_ccl.compiler.strategy import check_input, run_strategy
@@ -44,7 +46,7 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
     """
     params = params or SolveParams()
     check_input(topology, collective)
-    if (params.backend == "auto" and params.max_horizon is None) or chunk_choices:
+    if strategy_for(params) == "portfolio" or chunk_choices:
         schedule = choose(topology, collective, params, judge, chunk_choices, progress, known)
     else:
         schedule = run_strategy(topology, collective, params, progress)

@@ -25,7 +25,7 @@ from dataclasses import replace
 import networkx as nx
 
 from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
-from te_ccl.backends.select import check_size, run_backend
+from te_ccl.backends.select import check_size, run_backend, strategy_for
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import until
 from te_ccl.errors import SpecError
@@ -175,7 +175,7 @@ def run_strategy(topology: Topology, collective: Collective, params: SolveParams
     the links a fast schedule may use (:func:`without_slow_links`)."""
     with until(params.time_limit_s):
         usable, left_out = without_slow_links(topology, collective)
-        if params.backend == "scale":
+        if strategy_for(params) == "scale":
             from te_ccl.backends.scale import compile_scale
 
             schedule = compile_scale(usable, collective, params, progress)

@@ -160,3 +160,13 @@ def test_slowest_epoch_policy_uses_fewer_epochs():
     assert slow.finish_epoch < fast.finish_epoch
     assert slow.epoch_s > fast.epoch_s
 
+
+
+@pytest.mark.parametrize(("backend", "max_horizon", "runs"), [
+    ("auto", None, "portfolio"), ("auto", 40, "flow"), ("scale", None, "scale"),
+    ("scale", 40, "scale"), ("milp", None, "flow"), ("lp", 40, "flow"), ("rounds", None, "flow"),
+])
+def test_what_runs_is_decided_in_one_place(backend, max_horizon, runs):
+    from te_ccl.backends.select import strategy_for
+
+    assert strategy_for(SolveParams(backend=backend, max_horizon=max_horizon)) == runs
