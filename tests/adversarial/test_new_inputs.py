@@ -367,15 +367,15 @@ def _hazards(d: Path) -> dict[str, str]:
 
 @pytest.fixture
 def no_work(monkeypatch):
-    """Solving or compiling jobs ends the command in exit 70: outputs are checked first."""
+    """Solving or compiling a job ends the command in exit 70: outputs are checked first."""
+    import te_ccl.api
     import te_ccl.compiler.pipeline
-    import te_ccl.jobs.joint
 
     def tripwire(*args, **kwargs):
         raise RuntimeError("the work started before the output path was checked")
 
     monkeypatch.setattr(te_ccl.compiler.pipeline, "solve_best", tripwire)
-    monkeypatch.setattr(te_ccl.jobs.joint, "_candidate", tripwire)
+    monkeypatch.setattr(te_ccl.api, "compile", tripwire)  # each job is one te_ccl.compile
 
 
 def test_every_new_writer_refuses_a_hazardous_output_before_work(here, no_work):

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 from lxml import etree
 
+from te_ccl import compiler
 from te_ccl.cli.main import cli
 from te_ccl.errors import SpecError
 from te_ccl.sweep import run as run_mod
@@ -107,11 +108,11 @@ def test_point_over_its_hard_limit_is_a_timeout(two_ok, monkeypatch):
     monkeypatch.setattr(run_mod, "hard_limit_s", lambda p: 0.2)
     finished = []
 
-    def overrun(p):
+    def overrun(*args):
         time.sleep(5)
-        finished.append(p)
+        finished.append(args)
 
-    monkeypatch.setattr(run_mod, "_compile", overrun)
+    monkeypatch.setattr(compiler, "compile_collective", overrun)  # what a point runs
     result = run_point(point)
     assert result.record["status"] == "timeout" and result.data is None
     assert not finished and result.record["wall_time_s"] is not None  # stopped, not waited for
@@ -120,10 +121,10 @@ def test_point_over_its_hard_limit_is_a_timeout(two_ok, monkeypatch):
 def test_a_bug_in_one_point_becomes_a_failed_record(two_ok, monkeypatch):
     point = expand_grid(load_grid(two_ok))[0]
 
-    def boom(p):
+    def boom(*args):
         raise ZeroDivisionError("oops")
 
-    monkeypatch.setattr(run_mod, "_compile", boom)
+    monkeypatch.setattr(compiler, "compile_collective", boom)
     record = run_point(point).record
     assert record["status"] == "failed"
     assert record["reason"] == "internal error: ZeroDivisionError: oops"
