@@ -64,7 +64,7 @@ from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
 __all__ = ["Judge", "PREDICTED", "Trial", "asked_chunking", "choose", "quick", "Known",
-           "SCALE_MIN_GPUS", "TEMPLATE_MAX_GPUS", "TIE"]
+           "SCALE_MIN_GPUS", "TEMPLATE_MAX_GPUS", "TIE", "close_to_bound"]
 
 SCALE_MIN_GPUS = 16  # beyond, one flow model is out of reach (mesh 8×8 AllGather: ~460k
 #                      transfer variables); up to it, it proves optimality in seconds
@@ -296,9 +296,9 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
     templates = topology.ngpus <= TEMPLATE_MAX_GPUS
     if templates and _deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
-            _close_to_bound(race, bound) is None:
+            close_to_bound(race, bound) is None:
         _templates(race, topology, collective, budget, only=EARLY_TEMPLATES)
-    flow_skip = flow_skip or _close_to_bound(race, bound)
+    flow_skip = flow_skip or close_to_bound(race, bound)
     if flow_skip is not None:
         race.skip("flow model", flow_skip)
     else:
@@ -308,7 +308,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         else:
             _run(race, "flow model", topology, collective,
                  replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
-    close = _close_to_bound(race, bound, BOUND_GAP if topology.ngpus > SCALE_MIN_GPUS else TIE)
+    close = close_to_bound(race, bound, BOUND_GAP if topology.ngpus > SCALE_MIN_GPUS else TIE)
     if close is not None:
         race.skip("templates", close)
     elif templates or race.best is None:
@@ -339,7 +339,7 @@ def _scale_and_flow(topology: Topology, collective: Collective) -> tuple[str | N
     return method, None
 
 
-def _close_to_bound(race: _Race, lower: Callable[[], float], gap: float = BOUND_GAP) -> str | None:
+def close_to_bound(race: _Race, lower: Callable[[], float], gap: float = BOUND_GAP) -> str | None:
     """Why no further solver or template can win enough to run (the best is within
     ``gap`` of ``lower()``, the lower bound), else None."""
     if race.best is None:

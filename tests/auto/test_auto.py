@@ -111,7 +111,7 @@ def test_a_named_backend_races_only_chunkings():
 
 
 def test_a_deadline_reached_while_judging_keeps_the_best_so_far(monkeypatch):
-    monkeypatch.setattr(auto, "_close_to_bound", lambda *a: None)  # the first may be at the bound
+    monkeypatch.setattr(auto, "close_to_bound", lambda *a: None)  # the first may be at the bound
     topo = ring(4, 1e9)
     calls: list[str] = []
 
