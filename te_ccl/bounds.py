@@ -90,9 +90,9 @@ from te_ccl.deadline import left
 from te_ccl.topology.model import Node, Topology
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
-           "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time"]
+           "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "LP_MAX_VARIABLES"]
 
-_LP_MAX_VARIABLES = 200_000
+LP_MAX_VARIABLES = 200_000
 LP_SHARE = 0.1  # of the time left to a compile, the most its AlltoAll LP may take
 EXACT_CUT_MAX_GPUS = 2048
 
@@ -277,7 +277,7 @@ def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float)
     """Max-concurrent-flow LP: the least T such that every pair moves its bytes in T."""
     from ortools.linear_solver import pywraplp
 
-    if len(members) * len(topology.links) > _LP_MAX_VARIABLES:
+    if len(members) * len(topology.links) > LP_MAX_VARIABLES:
         return None
     scale = max(k.bandwidth_Bps for k in topology.links)  # solve in units of 1 byte, max bw 1
     lp = pywraplp.Solver.CreateSolver("GLOP")

@@ -93,17 +93,17 @@ def test_solve_comb_declines_what_is_not_a_mesh_broadcast():
 
 def test_the_plan_takes_combs_only_for_an_allreduce_the_reader_cannot_hold():
     big = mesh([32, 32], 50e9, 0.5e-6)
-    assert plan._crowded(big, _all(big, K.ALLREDUCE, 1 << 30))
-    assert not plan._crowded(big, _all(big, K.ALLGATHER, 1 << 30))
-    assert not plan._crowded(big, _all(big, K.REDUCESCATTER, 1 << 30))
+    assert plan.crowded(big, _all(big, K.ALLREDUCE, 1 << 30))
+    assert not plan.crowded(big, _all(big, K.ALLGATHER, 1 << 30))
+    assert not plan.crowded(big, _all(big, K.REDUCESCATTER, 1 << 30))
     small = mesh([16, 16], 50e9, 0.5e-6)
-    assert not plan._crowded(small, _all(small, K.ALLREDUCE, 1 << 30, chunks_per_rank=2))
+    assert not plan.crowded(small, _all(small, K.ALLREDUCE, 1 << 30, chunks_per_rank=2))
 
 
 @pytest.mark.parametrize("kind", [K.ALLREDUCE])
 def test_a_comb_allreduce_is_checked_lowered_and_verified(monkeypatch, kind):
     # the plan takes combs at 1024 GPUs; forced here on 4×4, the whole path still holds
-    monkeypatch.setattr(plan, "_crowded", lambda topology, sub: True)
+    monkeypatch.setattr(plan, "crowded", lambda topology, sub: True)
     topo = mesh([4, 4], 50e9, 0.5e-6)
     coll = _all(topo, kind, 1 << 24)
     s = compile_scale(topo, coll, SolveParams(time_limit_s=30, threads=1))

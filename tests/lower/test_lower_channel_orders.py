@@ -115,14 +115,14 @@ def _extends_in_general(last: Edge, nxt: Edge, c: int, state) -> bool:
                                             ("torus4x4", "allgather"), ("dgx1", "allreduce")])
 def test_the_written_out_hop_check_decides_as_the_general_checks(monkeypatch, topo, kind,
                                                                  waitable):
-    """:func:`_extends` writes out the free-channel, open-pairing and step checks of its one
+    """:func:`extends` writes out the free-channel, open-pairing and step checks of its one
     pairing; on every hop of these lowerings (reductions and copies, hot GPUs on a mesh,
     none on a torus, and with few thread blocks a GPU may have waited for) it must decide
     as they do."""
     topology = load_topology(topo)
     coll = Collective(CollectiveKind(kind), 1 << 30, tuple(range(topology.ngpus)))
     schedule = solve(topology, coll, SolveParams(backend="scale", time_limit_s=20))
-    fast, seen = channels._extends, Counter()
+    fast, seen = channels.extends, Counter()
 
     def both(last, nxt, c, state):
         decided = fast(last, nxt, c, state)
@@ -130,7 +130,7 @@ def test_the_written_out_hop_check_decides_as_the_general_checks(monkeypatch, to
         seen[decided] += 1
         return decided
 
-    monkeypatch.setattr(channels, "_extends", both)
+    monkeypatch.setattr(channels, "extends", both)
     if waitable is not None:
         monkeypatch.setattr(parallel, "assign_channels",
                             partial(channels.assign_channels, waitable=waitable))

@@ -195,7 +195,7 @@ def test_the_verifier_stops_at_the_compiles_deadline(monkeypatch):
 
     with until(0.0), pytest.raises(TimeLimitReached, match="while reading the MSCCL XML"):
         verify_msccl(_RING)
-    monkeypatch.setattr(execute, "_CHECK_EVERY", 1)
+    monkeypatch.setattr(execute, "CHECK_EVERY", 1)
     algo, _ = parse_msccl(_RING)
     with until(0.0), pytest.raises(TimeLimitReached, match="while verifying the MSCCL XML"):
         execute.execute(algo, None)

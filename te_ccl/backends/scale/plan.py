@@ -56,7 +56,7 @@ from te_ccl.model.problem import (
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 
-__all__ = ["PIPELINE_TARGET", "scale_method", "scale_plan", "compile_scale"]
+__all__ = ["PIPELINE_TARGET", "scale_method", "scale_plan", "compile_scale", "crowded"]
 
 PIPELINE_TARGET = 250
 # Forwards the MSCCL lowering is assumed to fuse with their receive (one step for two);
@@ -84,7 +84,7 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     AllGather over every GPU of up to :data:`~te_ccl.backends.scale.trees.MAX_GPUS` GPUs
     by packed broadcast trees (where they beat the greedy) unless a torus symmetry applies;
     an AllReduce on a 2D mesh by comb trees where the greedy's would not load
-    (:func:`_crowded`).
+    (:func:`crowded`).
 
     >>> from te_ccl.topology.generators import mesh, torus
     >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)))
@@ -111,7 +111,7 @@ def scale_method(topology: Topology, collective: Collective) -> str | None:
     trees = collective.kind is CollectiveKind.ALLGATHER and every
     if trees and topology.ngpus <= TREES_MAX_GPUS:
         return "trees"
-    comb = every and mesh_shape(topology) is not None and _crowded(topology, collective)
+    comb = every and mesh_shape(topology) is not None and crowded(topology, collective)
     return "comb" if comb else "greedy"
 
 
@@ -226,7 +226,7 @@ def _fan_out(topology: Topology, c: Collective, owner: dict[int, int], tau: floa
                         members=members_of(topology, c))
 
 
-def _crowded(topology: Topology, sub: Collective) -> bool:
+def crowded(topology: Topology, sub: Collective) -> bool:
     """Does an AllReduce's estimate of a rank's steps (:func:`_steps_per_subchunk`, no
     forward fused) exceed what the runtime's reader holds? The greedy's routes branch
     most at the ranks feeding a mesh's corners, whose files then need more elements than
@@ -254,7 +254,7 @@ def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams,
     owner = sub.reduction_owners()
     # no packed trees for reductions: their two phases' files need more steps per
     # connection than the runtime holds at the sub-chunking the greedy's fit in
-    routes: Routes = "comb" if _crowded(topology, sub) else "greedy"
+    routes: Routes = "comb" if crowded(topology, sub) else "greedy"
     solve = partial(solve_moves, params=params, clock=clock, routes=routes)
     both = sub.kind is CollectiveKind.ALLREDUCE
     gather = _fan_out(topology, sub, owner, tau, False) if both else None

@@ -70,7 +70,7 @@ from te_ccl.lower.msccl.instructions import (
 from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.runtime_limits import MSCCL
 
-__all__ = ["ChannelsExhausted", "EdgeChannels", "assign_channels", "spread_channels"]
+__all__ = ["ChannelsExhausted", "EdgeChannels", "assign_channels", "spread_channels", "extends"]
 
 MOVE_MAX_HOPS = 2  # a chain that no longer fits its channel moves only while this short
 SLACK = 4          # spread chains so the busiest thread blocks are about 1/SLACK full
@@ -213,7 +213,7 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
             nxt = link.send.send
             if (nxt.src, nxt.dst) in used:  # a chain uses each connection once
                 fits = None
-            elif c < state.spread and _extends(chain[-1], nxt, c, state):
+            elif c < state.spread and extends(chain[-1], nxt, c, state):
                 fits = c
             elif len(chain) <= MOVE_MAX_HOPS:  # long chains stay on their channel
                 fits = _first_fit(chain + [nxt], links + [link], state, c0, required=False)
@@ -458,7 +458,7 @@ def _fits(parts: _Parts, c: int, state: _State, free: int | None = None) -> bool
     return _pairs_open(pairings, c, state) and _steps_fit(ends, pairings, c, state)
 
 
-def _extends(last: Edge, nxt: Edge, c: int, state: _State) -> bool:
+def extends(last: Edge, nxt: Edge, c: int, state: _State) -> bool:
     """Does a chain on channel ``c`` ending in ``last`` take ``nxt`` too, fused into it?
     :func:`_fits` of what that hop changes (``last`` now received at ``nxt``'s send
     order, ``nxt``'s receive, the fused step), without building its parts: the check of

@@ -73,7 +73,7 @@ from te_ccl.verify.msccl.model import (
 )
 from te_ccl.verify.msccl.values import GARBAGE, Packed, add
 
-__all__ = ["execute", "judged", "buffering", "Execution", "StepRef", "FORK_FROM"]
+__all__ = ["execute", "judged", "buffering", "Execution", "StepRef", "FORK_FROM", "CHECK_EVERY"]
 
 T = TypeVar("T")
 FORK_FROM = 200_000  # steps: from here the data runs in a forked process (:func:`judged`)
@@ -82,7 +82,7 @@ _MAX_STUCK_REPORTED = 20
 
 StepRef = tuple[int, int, int]  # (gpu, tb id, step position)
 _Message = tuple[list[Packed], int]  # values, sender's node
-_CHECK_EVERY = 4096  # thread-block visits between two looks at the compile's deadline
+CHECK_EVERY = 4096  # thread-block visits between two looks at the compile's deadline
 _VERIFYING = "verifying the MSCCL XML"
 _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
 _NO_DATA: list[Packed] = []  # what a step that sends nothing "sends" (never modified)
@@ -307,7 +307,7 @@ class _Machine:
         move; whether every block finished (the findings: the deadlock if not, else the
         messages never received). The index of the block of each transmission
         that completes goes to ``fired``, in order, in batches (after every
-        :data:`_CHECK_EVERY` visits and at the end).
+        :data:`CHECK_EVERY` visits and at the end).
 
         The hot loop of the verifier, so written out in one piece. A block stops at the
         first condition it finds unmet and records it (``wait``); an event wakes a block
@@ -335,7 +335,7 @@ class _Machine:
         while sweep:
             while sweep:
                 visits += 1
-                if visits % _CHECK_EVERY == 0:
+                if visits % CHECK_EVERY == 0:
                     check(_VERIFYING)
                     if fired is not None:
                         fired(order)
