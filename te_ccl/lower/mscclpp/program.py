@@ -16,7 +16,9 @@ read of that input (:func:`_materialize`).
 Deliveries with several sources were summed in the switch fabric: the contributors copy
 their values to one scratch index, signal one of them (the *reducer*), which runs an NVLS
 ``glres`` over the group (a multimem load-reduce that stores the sum into every member's
-scratch) and signals the receivers.
+scratch) and signals the receivers. A value one GPU sends that an NVLS switch copies to
+several GPUs in one epoch is multicast likewise: the sender runs a ``gstore`` (a multimem
+store) into every member's slot, its own included, and signals the receivers.
 """
 
 from __future__ import annotations
@@ -85,14 +87,15 @@ class NvlsEvent:
     """A sum formed in the switch fabric: ``group`` have their values at slot ``x``
     (copied to a scratch index all share unless they already are at one slot), and
     ``reducer`` runs ``glres`` into every member's slot ``y`` (their final slot when every
-    member keeps the sum, else a scratch index)."""
+    member keeps the sum, else a scratch index). Or a multicast: ``reducer`` is the
+    sender, the rest of ``group`` its receivers, ``x`` is ``y`` and the step a ``gstore``."""
 
     chunk: int
     group: tuple[int, ...]
     reducer: int
     x: Slot
     y: Slot
-    glres: Step | None = None
+    glres: Step | None = None  # the glres, or a multicast's gstore
     ready: dict[int, Step] = field(default_factory=dict)  # receiver → step the sum is ready
 
 
@@ -155,6 +158,11 @@ class PlanLayout:
         return tuple(sorted({c.ranks.index(r) for r in (*chunk.destinations, *extra)}))
 
 
+def _cast_key(d: Delivery) -> tuple:
+    """Deliveries of one multicast: one value, from one switch, in one epoch."""
+    return (d.chunk, d.sources, d.via, d.arrive)
+
+
 def plan_layout(collective: Collective) -> PlanLayout:
     """The layout, refusing what an MSCCL++ plan cannot express."""
     if collective.kind not in SUPPORTED:
@@ -175,9 +183,17 @@ class _Builder:
         self.versions: dict[tuple[int, int], list[Version]] = {}
         self.events: dict[tuple[int, tuple[Source, ...]], NvlsEvent] = {}
         self.deliveries = deliveries
-        self.nvls_slots = 2 * len({(d.chunk, d.sources) for d in deliveries
-                                   if len(d.sources) > 1})
-        self.scratch = dict.fromkeys(range(self.n), self.nvls_slots)
+        sums = {(d.chunk, d.sources) for d in deliveries if len(d.sources) > 1}
+        fanout: dict[tuple, list[int]] = defaultdict(list)
+        for d in deliveries:
+            if len(d.sources) == 1 and d.via is not None:
+                fanout[_cast_key(d)].append(d.dst)
+        # multicasts: a value one switch copies to several GPUs at once, each its own slot
+        self.casts = {k: (2 * len(sums) + i, tuple(dsts))
+                      for i, (k, dsts) in enumerate((k, v) for k, v in fanout.items()
+                                                    if len(v) > 1)}
+        self.cast_events: dict[tuple, NvlsEvent] = {}
+        self.scratch = dict.fromkeys(range(self.n), 2 * len(sums) + len(self.casts))
         self.left = Counter((d.dst, d.chunk) for d in deliveries)
         self.occupant: dict[tuple[int, Slot], int] = {}
         for c in self.chunks.values():
@@ -247,7 +263,7 @@ class _Builder:
         old = self.versions.get((d.dst, d.chunk), [])
         self.left[(d.dst, d.chunk)] -= 1
         adds = d.op == "reduce" and bool(old)
-        if len(d.sources) == 1:
+        if len(d.sources) == 1 and _cast_key(d) not in self.casts:
             src = d.sources[0]
             v = self.version_at(src.gpu, d.chunk, src.epoch)
             into = self.fresh(d.dst) if adds else self.target(d, chunk)
@@ -284,7 +300,38 @@ class _Builder:
         b = self.batch(ev.reducer, d.dst, ev.glres.key[0], P_SWITCH)
         return into, self.deliver_to(b, put, (d.arrive, P_RECEIVE, -1, ev.reducer))
 
+    def multicast(self, d: Delivery) -> NvlsEvent:
+        """The ``gstore`` of the value ``d`` brings, into a slot all its receivers share:
+        their final slot where each keeps it there and the sender is to hold it there too
+        (out of place), else a scratch index of their own."""
+        key = _cast_key(d)
+        ev = self.cast_events.get(key)
+        if ev is not None:
+            return ev
+        index, receivers = self.casts[key]
+        src = d.sources[0]
+        group = tuple(sorted({src.gpu, *receivers}))
+        chunk = self.chunks[d.chunk]
+        v = self.version_at(src.gpu, d.chunk, src.epoch)
+        final = self.layout.final(chunk)
+        holders = self.layout.holders(chunk)
+        keeps = (not self.coll.inplace and src.gpu in holders and v.slot != final
+                 and self.left[(src.gpu, d.chunk)] == 0
+                 and all(m in holders and (m, final) not in self.occupant
+                         and self.left[(m, d.chunk)] == (0 if m == d.dst else 1)
+                         for m in receivers))
+        y = final if keeps else Slot("s", index)
+        ev = self.cast_events[key] = NvlsEvent(d.chunk, group, src.gpu, y, y)
+        ev.glres = self.step(src.gpu, (src.epoch, P_SEND, d.chunk, -1), "gstore", src=(v.slot,),
+                             dst=(y,), event=ev)
+        self.read(ev.glres, v)
+        if keeps:  # the sender's own copy is made: nothing left to materialize
+            self.versions[(src.gpu, d.chunk)].append(Version(y, src.epoch, ev.glres))
+        return ev
+
     def event(self, d: Delivery) -> NvlsEvent:
+        if len(d.sources) == 1:
+            return self.multicast(d)
         k = (d.chunk, d.sources)
         ev = self.events.get(k)
         if ev is not None:
@@ -368,5 +415,6 @@ def build_program(collective: Collective, deliveries: list[Delivery]) -> Program
         b.deliver(d)
     b.finish()
     return Program(collective, b.n, b.layout.input_chunks, b.layout.output_chunks,
-                   dict(b.steps), list(b.batches.values()), list(b.events.values()),
+                   dict(b.steps), list(b.batches.values()),
+                   [*b.events.values(), *b.cast_events.values()],
                    b.scratch)

@@ -43,7 +43,7 @@ __all__ = ["MAX_OPS", "MAX_CHANNELS", "Block", "GpuPlan", "assign_blocks"]
 MAX_OPS = 64  # operations per thread block (the executor's MAX_OPERATION)
 MAX_CHANNELS = 16  # channels and remote buffers per thread block (MAX_CHANNEL)
 MAX_SEMAPHORE_IDS = 16  # semaphores one op acquires or releases (MAX_DEVICE_SEMAPHORES)
-DATA = {"put", "copy", "re", "glres"}
+DATA = {"put", "copy", "re", "glres", "gstore"}
 
 
 @dataclass(eq=False)
@@ -304,6 +304,10 @@ class _Ops:
             src, dst = (_switch(b, s.event.group, x) for x in (s.src[0], s.dst[0]))
             self.add({"name": "glres", "src_buff": [src], "dst_buff": [dst],
                       "channel_type": "switch", "reduce_op": "sum"}, reads=s.src, writes=s.dst)
+        elif s.name == "gstore":
+            self.add({"name": "gstore", "src_buff": [_local(s.src[0])],
+                      "dst_buff": [_switch(b, s.event.group, s.dst[0])],
+                      "channel_type": "switch"}, reads=s.src, writes=s.dst)
         else:  # re, copy
             op = {"name": s.name, "src_buff": [_local(x) for x in s.src],
                   "dst_buff": [_local(x) for x in s.dst]}

@@ -33,13 +33,15 @@ class Source:
 @dataclass(frozen=True)
 class Delivery:
     """GPU ``dst`` receives chunk ``chunk`` at ``arrive``: the sum of ``sources``, which it
-    copies (``op="copy"``) or adds to its own value (``op="reduce"``)."""
+    copies (``op="copy"``) or adds to its own value (``op="reduce"``); ``via``: the NVLink
+    SHARP switch it comes from, if it does (one that can multicast it to several GPUs)."""
 
     chunk: int
     dst: int
     arrive: int
     op: str
     sources: tuple[Source, ...]
+    via: str | None = None
 
 
 Value = tuple[Source, ...]
@@ -68,7 +70,8 @@ def trace_deliveries(schedule: Schedule) -> list[Delivery]:
         for t, value in sorted(arrivals.pop(epoch, []), key=lambda x: _order(x[0])):
             node = topo.node(t.dst)
             if node.is_gpu:
-                out.append(Delivery(t.chunk, pos[t.dst], epoch, t.op, value))
+                via = t.src if topo.node(t.src).nvls else None
+                out.append(Delivery(t.chunk, pos[t.dst], epoch, t.op, value, via))
             elif node.has_buffer and not node.can_reduce:
                 queued[(t.dst, t.chunk)].append(value)
             else:

@@ -109,6 +109,34 @@ def test_switch_sum_for_a_rank_outside_the_group_is_put_and_added():
     assert op_names(plan_of(replace(s, collective=replace(coll, inplace=True)))) >= {"glres"}
 
 
+def test_a_value_an_nvls_switch_copies_to_several_ranks_is_one_gstore():
+    """AllGather on an NVLS switch: each rank sends its chunk in once, the switch copies it
+    to the other three: one multimem store per chunk (into every member's output, the
+    sender's own included), no puts and no local copy; the replay's GPU→switch links carry
+    each chunk once."""
+    from te_ccl.simulate.plan import simulate_plan
+
+    n = 4
+    gpus = [Node(f"g{i}") for i in range(n)]
+    sw = Node("sw", NodeKind.SWITCH, can_copy=True, can_reduce=True, nvls=True)
+    links = [x for i in range(n) for x in (Link(f"g{i}", "sw", 1e9), Link("sw", f"g{i}", 1e9))]
+    topo = Topology.build("nvls4", [*gpus, sw], links)
+    coll = Collective(K.ALLGATHER, 4096, tuple(range(n)))
+    ts = [Transfer(k, f"g{k}", "sw", k, k + 1) for k in range(n)]  # one chunk an epoch
+    ts += [Transfer(k, "sw", f"g{r}", k + 1, k + 2) for k in range(n) for r in range(n) if r != k]
+    s = Schedule(topo, coll, 1.024e-6, tuple(ts))
+    assert check_schedule(s) == []
+    plan = plan_of(s)
+    ops = [op for g in plan["gpus"] for tb in g["threadblocks"] for op in tb["ops"]]
+    stores = [op for op in ops if op["name"] == "gstore"]
+    assert len(stores) == n and not {"put", "copy"} & {op["name"] for op in ops}
+    assert {op["dst_buff"][0]["index"] for op in stores} == set(range(n))  # output slots
+    busy = {(u.src, u.dst): u.busy_s for u in simulate_plan(plan, topo, 4096).links}
+    for i in range(n):  # 1024 bytes at 1 GB/s, once
+        assert busy[(f"g{i}", "sw")] == pytest.approx(1024 / 1e9)
+    assert "gstore" in op_names(plan_of(replace(s, collective=replace(coll, inplace=True))))
+
+
 def test_ranks_in_different_boxes_use_port_channels():
     """Two boxes of 8: CUDA IPC within a box (memory channels), the proxy between them."""
     plan = plan_of(baseline("ndv2x2", "allreduce", "hierarchical"))
