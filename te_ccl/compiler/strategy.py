@@ -174,7 +174,7 @@ def run_strategy(topology: Topology, collective: Collective, params: SolveParams
     the model's size) for input :func:`check_input` accepted, within its time limit, on
     the links a fast schedule may use (:func:`without_slow_links`)."""
     with until(params.time_limit_s):
-        usable, left_out = without_slow_links(topology, collective)
+        usable, left_out = _usable_links(topology, collective)
         if strategy_for(params) == "scale":
             from te_ccl.backends.scale import compile_scale
 
@@ -184,6 +184,19 @@ def run_strategy(topology: Topology, collective: Collective, params: SolveParams
     if left_out is None:
         return schedule
     return replace(schedule, topology=topology).with_info(notes=schedule.info.notes + (left_out,))
+
+
+_USABLE: list[tuple[Topology, Collective, tuple[Topology, str | None]]] = []  # the last
+
+
+def _usable_links(topology: Topology, collective: Collective) -> tuple[Topology, str | None]:
+    """:func:`without_slow_links` once per compile: the portfolio runs several strategies
+    on one topology and chunking, and the pair seen last (the same topology object, an
+    equal collective) gets the links found then."""
+    if _USABLE and _USABLE[0][0] is topology and _USABLE[0][1] == collective:
+        return _USABLE[0][2]
+    _USABLE[:] = [(topology, collective, without_slow_links(topology, collective))]
+    return _USABLE[0][2]
 
 
 def _flow_model(topology: Topology, collective: Collective, params: SolveParams,

@@ -170,3 +170,23 @@ def test_what_runs_is_decided_in_one_place(backend, max_horizon, runs):
     from te_ccl.backends.select import strategy_for
 
     assert strategy_for(SolveParams(backend=backend, max_horizon=max_horizon)) == runs
+
+
+def test_the_links_a_fast_schedule_may_use_are_found_once_per_chunking(monkeypatch):
+    # the portfolio runs the scale backend and the flow model on one topology: the slow
+    # links are looked for once
+    import te_ccl.compiler.strategy as strategy
+
+    real, seen = strategy.without_slow_links, []
+
+    def counting(topology, collective):
+        seen.append(collective)
+        return real(topology, collective)
+
+    monkeypatch.setattr(strategy, "without_slow_links", counting)
+    topo = Topology.build("ring4", [Node(f"g{i}") for i in range(4)],
+                          [Link(f"g{i}", f"g{(i + d) % 4}", 1e9, 1e-6)
+                           for i in range(4) for d in (1, 3)])
+    s = solve(topo, Collective(CollectiveKind.ALLGATHER, 4 << 20, tuple(range(4))),
+              SolveParams(time_limit_s=10, threads=1))
+    assert check_schedule(s) == [] and len(seen) == len(set(seen)) >= 1
