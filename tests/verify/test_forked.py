@@ -97,13 +97,18 @@ def test_a_data_process_that_dies_is_done_again_here(monkeypatch):
     kept, from the thread blocks' steps (the scheduler has replaced its own copy)."""
     build, kwargs, rule = CASES["race through another GPU"]
     text = build()
-    parent, real = os.getpid(), execute._Data.feed
+    parent, real, again = os.getpid(), execute.streamed, []
 
-    def feed(self, order):
-        if os.getpid() != parent:
-            os._exit(1)
-        real(self, order)
+    def dying(produce, consume):  # the data process dies as it starts on the order
+        def consume_or_die(items):
+            if os.getpid() != parent:
+                os._exit(1)
+            again.append(True)
+            return consume(items)
+
+        return real(produce, consume_or_die)
 
     here, _ = _both(text, monkeypatch, **kwargs)
-    monkeypatch.setattr(execute._Data, "feed", feed)
+    monkeypatch.setattr(execute, "streamed", dying)
     assert _outcome(verify_msccl(text, **kwargs)) == here and rule in {f.rule for f in here[0]}
+    assert again == [True]  # forked, died, and done again here
