@@ -85,13 +85,16 @@ def test_a_lowering_in_a_child_process_gives_its_bytes_notes_and_progress(kit, m
     heard_here: list[str] = []
     notes_here: list[str] = []
     here = lower_to_msccl(schedule, max_steps=8, progress=heard_here.append, notes=notes_here)
-    real, parent = passes._lower, os.getpid()
+    real, parent = passes.told, os.getpid()
 
-    def says_where(*args, progress, **kwargs):
-        progress(f"in the parent: {os.getpid() == parent}")
-        return real(*args, progress=progress, **kwargs)
+    def says_where(fn, hear, *args):  # the lowering, saying first where it runs
+        def where(tell, *inner):
+            tell(f"in the parent: {os.getpid() == parent}")
+            return fn(tell, *inner)
 
-    monkeypatch.setattr(passes, "_lower", says_where)
+        return real(where, hear, *args)
+
+    monkeypatch.setattr(passes, "told", says_where)
     monkeypatch.setattr(passes, "CHILD_FROM", 0)
     heard: list[str] = []
     notes: list[str] = []
