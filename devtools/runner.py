@@ -85,6 +85,7 @@ class Row:
     first_file_s: float | None = None  # defaults rows: the compile's first verified file
     exit_code: int = 0  # defaults rows: what ``teccl compile`` would exit with
     cut_short: bool = False  # defaults rows: the limit ended the search (a file was written)
+    cpu_s: float | None = None  # defaults rows: CPU seconds of the compile and what it forked
 
     @property
     def ok(self) -> bool:
@@ -219,10 +220,11 @@ def _run_compile(base: Row, topo, case: Case, first_only: bool = False) -> Row:
         except _FirstFile as e:
             first = e.kept.improvement
             return replace(base, status="first file", solver_time_s=time.monotonic() - start,
-                           ratio=first.ratio, first_file_s=first.t_s)
+                           ratio=first.ratio, first_file_s=first.t_s, cpu_s=_cpu_s())
         except TecclError as e:
             return replace(base, status=f"exit {e.exit_code}: {e}"[:240],
-                           exit_code=e.exit_code, solver_time_s=time.monotonic() - start)
+                           exit_code=e.exit_code, solver_time_s=time.monotonic() - start,
+                           cpu_s=_cpu_s())
         except Exception as e:  # noqa: BLE001 - a crash is a row (exit 70), not the end
             return replace(base, status=f"error: {type(e).__name__}: {e}"[:240],
                            exit_code=70, solver_time_s=time.monotonic() - start)
@@ -231,7 +233,17 @@ def _run_compile(base: Row, topo, case: Case, first_only: bool = False) -> Row:
                    time_s=t, ratio=res.bound_ratio, measured_by=res.measured_by,
                    algbw_GBps=res.algbw_GBps, busbw_GBps=res.busbw_GBps,
                    picked_chunks=c.chunks_per_rank, first_file_s=res.first_file_s,
-                   optimal=res.optimal, cut_short=res.cut_short)
+                   optimal=res.optimal, cut_short=res.cut_short, cpu_s=_cpu_s())
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and the children it waited for: of a row's compile,
+    which runs in a process of its own (a forked child's counts start at 0). On a shared
+    machine its wall time is the other work's too."""
+    import resource
+
+    me, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def run_suite(suite: Suite, *, threads: int = 2, progress: Progress | None = None,
