@@ -41,3 +41,7 @@ def test_a_suite_narrowed_to_some_topologies_keeps_their_rows_only():
     assert len(narrowed.cases) == 2 * 8 * 4
     with pytest.raises(SpecError, match="no row on 'nosuch'"):
         only(narrowed, ("nosuch",))
+    one_size = only(narrowed, sizes=(10**6,))
+    assert len(one_size.cases) == 2 * 8 and {c.size_bytes for c in one_size.cases} == {10**6}
+    with pytest.raises(SpecError, match="no row on 5"):
+        only(narrowed, sizes=(5,))
