@@ -187,10 +187,15 @@ class StepsExhausted(RuntimeLimitError):
 
 def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: int,
            proto: str | None, max_steps: int, stream: bool, progress: Progress,
-           runtime: RuntimeLimits) -> tuple[Program, list]:
+           runtime: RuntimeLimits, epochs: bool = False) -> tuple[Program, list]:
     """The ``<algo>`` header (no GPUs) and every GPU: as XML bytes if ``stream`` (so that
     only one GPU's steps exist at a time), else as :class:`Gpu`, within ``runtime``'s
     limits.
+
+    Edges are timed by the schedule's replay unless ``epochs``; where no channels hold
+    them so, by the epochs: the replay sends a leaf's pieces at once and queues them in
+    a switch, more than a connection's FIFOs hold (a pipelined Reduce over NVSwitch),
+    where the epochs pace them.
 
     Where the runtime allows fewer thread blocks per GPU than ``depid`` can name (RCCL:
     64), every thread block is counted as waited for, so the channel pass keeps a GPU's
@@ -204,7 +209,10 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     layout = buffer_layout(coll)
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
     epoch_timed = collapse_switches(schedule)
-    edges = replay_timed(epoch_timed, schedule)
+    edges = epoch_timed if epochs else replay_timed(epoch_timed, schedule)
+    by_epochs = partial(_lower, schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
+                        proto=proto, max_steps=max_steps, stream=stream, progress=progress,
+                        runtime=runtime, epochs=True)
     check(LOWERING)
     if len(edges) >= WORTH_FORKING:  # below, the channel pass finds out in a second
         _check_steps(edges, coll.nranks, runtime)
@@ -248,6 +256,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                 # switch); where the dependencies need more, add_dependencies refuses it
                 waited = False
                 continue
+            if not timed and not refit and split:
+                return by_epochs()
             if not timed or refit:
                 raise ChannelsExhausted(f"{e}: cannot keep {steps_limit}") from None
             # fewest steps; the link-order nops are not counted, so the cuts made for
@@ -266,6 +276,10 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         except NopOverflow as e:  # the channel pass counts data steps, not the nops
             budget -= max(e.excess, headroom)
             continue
+        except RuntimeLimitError:  # the dependencies of unwaited sending thread blocks
+            if waited or refit or not split:
+                raise
+            return by_epochs()
         if refit and (over or loose):  # favouring ranks or giving up link order loses time
             some = over or loose
             raise RuntimeLimitError(
