@@ -88,11 +88,19 @@ class Incumbent:
     notes: list[str] = field(default_factory=list)
     attempt: Schedule | None = None  # the candidate being made a file while none is kept
     attempt_s: float = 0.0  # when it was built
+    refused: list[str] = field(default_factory=list)  # candidates that gave no file, and why
 
     def trying(self, schedule: Schedule) -> None:
         """``schedule`` is being lowered and verified (what a first file takes is
         estimated from it, if the time runs out first)."""
         self.attempt, self.attempt_s = schedule, self.elapsed()
+
+    def refuse(self, name: str, why: Exception) -> None:
+        """Candidate ``name`` gave no first file (``why``): noted, and no longer what a
+        first file is estimated from."""
+        self.notes.append(f"anytime: no first file from the {name} ({why})")
+        self.refused.append(f"the {name}: {why}")
+        self.attempt = None
 
     def ratio(self, finish_s: float) -> float | None:
         return finish_s / self.bound_s if self.bound_s > 0 else None

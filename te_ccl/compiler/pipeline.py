@@ -246,7 +246,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
         except (TimeLimitReached, VerificationError):
             raise
         except TecclError as e:  # the candidate does not apply here after all
-            kept.notes.append(f"anytime: no first file from the {name} ({e})")
+            kept.refuse(name, e)
             failed += 1
             continue
         if schedule is None:
@@ -258,7 +258,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
         except (TimeLimitReached, VerificationError, SpecError):
             raise
         except TecclError as e:  # MSCCL cannot express or hold it: the next candidate
-            kept.notes.append(f"anytime: no first file from the {name} ({e})")
+            kept.refuse(name, e)
             failed += 1
             if isinstance(e, RuntimeLimitError):
                 overflows.append(f"the {name}: {e}")
@@ -285,20 +285,21 @@ def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage
 
 
 def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> str:
-    """What the message of a compile out of time without a file adds: about how long
-    a first file takes here. Lowering and verifying it take the pace timed (else the
-    default pace) per transfer: of the candidate under way, after the time it took to
-    build it; else of one transfer per chunk and rank receiving it, the fewest any file
-    has."""
+    """What the message of a compile out of time without a file adds: the candidates
+    refused and why, and about how long a first file takes here. Lowering and verifying
+    it take the pace timed (else the default pace) per transfer: of the candidate under
+    way, after the time it took to build it; else of one transfer per chunk and rank
+    receiving it, the fewest any file has."""
+    refused = "".join(f"; no file from {why}" for why in kept.refused)
     attempt = kept.attempt
     if attempt is not None:
         need = kept.attempt_s + timer.write_s(attempt)
-        return (f"; the first file ({describe(attempt)}, {len(attempt.transfers)} "
+        return (f"{refused}; the first file ({describe(attempt)}, {len(attempt.transfers)} "
                 f"transfers) needs about {need:.2g} s here")
     n = sum(collective.received().values())
-    return (f"; no schedule was built in time, and a first file (at least {n} transfers, "
-            f"one per chunk delivered) takes about {timer.write_n(n, lowered=False):.2g} s "
-            "to lower and verify here")
+    return (f"{refused}; no {'other ' if refused else ''}schedule was built in time, and a "
+            f"first file (at least {n} transfers, one per chunk delivered) takes about "
+            f"{timer.write_n(n, lowered=False):.2g} s to lower and verify here")
 
 
 def _improve(topology: Topology, collective: Collective, params: SolveParams,

@@ -233,3 +233,31 @@ def test_the_first_file_skips_the_torus_cp_sat_the_search_runs(tmp_path, monkeyp
     compile_collective(topo, replace(AG, size_bytes=1 << 20), replace(PARAMS, time_limit_s=20),
                        CompileOptions(output=str(out)))
     assert out.exists() and True not in hurries
+
+
+def _overflow(*args, **kwargs):
+    raise RuntimeLimitError("rank position 3 receives too many chunks")
+
+
+def test_out_of_time_without_a_file_names_the_candidates_refused(tmp_path, monkeypatch):
+    """The message says why each first candidate gave no file, and estimates no first
+    file from a candidate that cannot be one."""
+    monkeypatch.setattr(pipeline, "render", _overflow)
+    monkeypatch.setattr(pipeline, "repair", lambda *args: (_ for _ in ()).throw(LATE))
+    with pytest.raises(TimeLimitReached) as caught:
+        compile_to(tmp_path)
+    message = str(caught.value)
+    assert "; no file from the scale/" in message and "receives too many chunks" in message
+    assert "no other schedule was built in time" in message
+
+
+def test_every_first_candidate_overflowing_at_one_chunk_ends_the_compile_at_once(
+        tmp_path, monkeypatch):
+    """Beyond the templates' scale, with nothing coarser than one chunk per rank, the
+    search could only cut more sub-chunks: exit 3 with the reasons, no search."""
+    monkeypatch.setattr(pipeline, "render", _overflow)
+    monkeypatch.setattr(pipeline, "TEMPLATE_MAX_GPUS", 8)
+    monkeypatch.setattr(pipeline, "repair", lambda *args: pytest.fail("searched"))
+    with pytest.raises(RuntimeLimitError, match=r"no file fits the runtime \(the scale/.*"
+                                                 r"too many chunks.*no coarser candidate"):
+        compile_to(tmp_path)
