@@ -40,6 +40,8 @@ bench: $(STAMP)
 	$(BIN)/python -m devtools.recompile --no-fail
 	$(BIN)/python -m devtools.nvls_bench --no-fail --json > bench/nvls.json
 	@cat bench/nvls.json
+	# Broadcast, Reduce, Gather, Scatter of 64 MB from root 0 on every shipped topology
+	$(BIN)/python -m devtools.bench rooted --no-fail --out bench/rooted
 	# every shipped topology x collective x size at the default time limit, each row
 	# stopped at its first file (suite docstring in devtools/suites.py)
 	$(BIN)/python -m devtools.bench defaults-first --no-fail --out bench/defaults

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BOUND_GOALS", "Case", "Suite", "SUITES", "only", "suite"]
+__all__ = ["BOUND_GOALS", "ROOTED_GOAL", "ROOTED_KINDS", "Case", "Suite", "SUITES", "only",
+           "suite"]
 
 KB, MB, GB, GiB = 10**3, 10**6, 10**9, 2**30
 
@@ -105,6 +106,22 @@ def _bound_cases() -> list[Case]:
             for t, kind, size in BOUND_GOALS]
 
 
+ROOTED_GOAL = 1.10  # every shipped topology's rooted collectives of 64 MB: the file's replay
+#                    over the valid lower bound
+ROOTED_KINDS = ("broadcast", "reduce", "gather", "scatter")
+
+
+def _rooted_cases() -> list[Case]:
+    """:data:`ROOTED_KINDS` of 64 MB from root 0 on every shipped topology (group
+    ``rooted``), the smallest machines first, at a 10 s limit: the goal
+    :data:`ROOTED_GOAL` is the templates', which are built in seconds."""
+    from te_ccl.spec.topology import load_topology, shipped_topologies
+
+    names = sorted(shipped_topologies(), key=lambda t: (load_topology(t).ngpus, t))
+    return [Case(t, kind, 64 * MB, limit_s=10, baselines=False, group="rooted", root=0)
+            for t in names for kind in ROOTED_KINDS]
+
+
 DEFAULTS_SIZES = (1 * KB, 1 * MB, 64 * MB, 1 * GB)
 DEFAULTS_LIMIT_S = 60.0  # teccl compile's --time-limit default
 
@@ -139,6 +156,7 @@ SUITES: dict[str, Suite] = {
                               for s in (KB, MB, GB)] + _bound_cases()),
                      budget_s=17 * 60),
     "bound": Suite("bound", tuple(_bound_cases()), budget_s=5 * 60),
+    "rooted": Suite("rooted", tuple(_rooted_cases()), budget_s=30 * 60),
     "quick": Suite("quick",
                    (Case("ring8", "allgather", 1 * KB, limit_s=5),
                     Case("ring8", "allgather", 1 * MB, limit_s=5),

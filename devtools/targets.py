@@ -11,7 +11,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 
 from devtools.runner import Row
-from devtools.suites import BOUND_GOALS, GB, KB, SMALL, GiB
+from devtools.suites import BOUND_GOALS, GB, KB, ROOTED_GOAL, SMALL, GiB
 
 __all__ = ["Target", "Anchor", "evaluate_targets", "anchors", "TACOS_RATIOS", "SCALE_GOALS",
            "XML_LOSS_GOAL", "NEAR_CUT_GOALS", "NEAR_CUT_GOAL"]
@@ -198,6 +198,28 @@ def _bound_goals(rows: list[Row], planned: Planned) -> list[Target]:
     return out
 
 
+def _rooted(rows: list[Row]) -> list[Target]:
+    """The ``rooted`` rows (every shipped topology's rooted collectives of 64 MB): each
+    file within :data:`~devtools.suites.ROOTED_GOAL` of its valid bound and never below
+    it; one target, with the rows over and the worst."""
+    mine = [r for r in rows if r.group == "rooted" and r.system == "teccl"]
+    if not mine:
+        return []
+    over = [r for r in mine if not (r.ok and r.ratio is not None
+                                    and 1 - _EPS <= r.ratio <= ROOTED_GOAL + _EPS)]
+    timed = [r for r in mine if r.ok and r.ratio is not None]
+    seen = f"{len(over)} of {len(mine)} rows over"
+    if timed:
+        worst = max(timed, key=lambda r: r.ratio)
+        seen += f"; worst {worst.ratio:.3f} ({worst.topology} {worst.collective})"
+    failed = [r for r in over if not r.ok or r.ratio is None]
+    if failed:
+        seen += (f"; {len(failed)} without a file's time (first: {failed[0].topology} "
+                 f"{failed[0].collective}: {failed[0].status})")
+    return [Target("rooted collectives 64 MB, root 0, every shipped topology", seen,
+                   f"every row 1 <= x <= {ROOTED_GOAL}", not over)]
+
+
 def _xml_loss(rows: list[Row]) -> list[Target]:
     """The lowering keeps the schedule's timing: XML replay / schedule replay on every
     row that has both (teccl's and the baselines')."""
@@ -240,7 +262,7 @@ def evaluate_targets(rows: list[Row], planned: Planned = None) -> list[Target]:
         return _defaults(rows)
     return (_proven_optimal(rows, planned) + _ndv2_near_cut(rows, planned)
             + _beats_baselines(rows) + _near_bounds(rows, planned) + _scale(rows, planned)
-            + _bound_goals(rows, planned) + _xml_loss(rows) + _defaults(rows))
+            + _bound_goals(rows, planned) + _rooted(rows) + _xml_loss(rows) + _defaults(rows))
 
 
 def anchors(rows: list[Row]) -> list[Anchor]:
