@@ -177,7 +177,7 @@ class _Run:
             self.fixed[index[key]] = deque(seq)
         self.ready_heap: list[list[tuple[float, int]]] = [[] for _ in index]
         self.ready_at: list[float | None] = [None] * n
-        self.busy = [False] * len(index)
+        self.serving = [False] * len(index)  # a link is serving a task
         self.times: list[TaskTimes | None] = [None] * n
         self.events = Events()
         self.queue = self.events.push
@@ -214,7 +214,7 @@ class _Run:
 
     def try_start(self, k: int, now: float) -> None:
         """Start the next task of link ``k`` if the link is free and the task ready."""
-        if self.busy[k]:
+        if self.serving[k]:
             return
         fixed = self.fixed[k]
         if fixed is not None:
@@ -235,7 +235,7 @@ class _Run:
         start, end = self.links.put(k, now, self.amount[i], tail)
         lat = self.links.latency[k]
         self.times[i] = TaskTimes(self.ready_at[i], start, end, end + lat)
-        self.busy[k] = True
+        self.serving[k] = True
         pushed, queue, n = self.pushed, self.queue, len(self.pushed)
         queue(end, _SENT << _SEQ_BITS | n)
         queue(end + lat, _ARRIVED << _SEQ_BITS | n + 1)
@@ -266,7 +266,7 @@ class _Run:
             now, kind, i = events.now, code >> _SEQ_BITS, pushed[code & mask]
             k = link[i]
             if kind == _SENT and k >= 0:
-                self.busy[k] = False
+                self.serving[k] = False
                 self.try_start(k, now)
             self.notify(i, now, kind)
         if None in self.times:
