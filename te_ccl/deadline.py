@@ -36,12 +36,12 @@ from typing import TypeVar
 
 from te_ccl.errors import SolverError
 
-__all__ = ["until", "check", "left", "checked", "keeping", "hurried", "in_a_hurry",
+__all__ = ["until", "check", "left", "checked", "keeping", "hurried", "skipping",
            "process_start", "Budget", "TimeLimitReached"]
 
 T = TypeVar("T")
 _DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("deadline", default=None)
-_HURRIED: ContextVar[bool] = ContextVar("hurried", default=False)
+_HURRIED: ContextVar[list[str] | None] = ContextVar("hurried", default=None)
 EVERY = 4096  # items between two clock reads in :func:`checked`
 MODEL = "building the model"
 
@@ -75,20 +75,32 @@ def keeping(seconds: float) -> Iterator[None]:
 
 
 @contextmanager
-def hurried() -> Iterator[None]:
+def hurried() -> Iterator[list[str]]:
     """Everything run inside is wanted soon rather than good (a compile's first file): a
-    stage skips what only improves its result (:func:`in_a_hurry`), since the search
-    that follows runs it anyway."""
-    token = _HURRIED.set(True)
+    stage skips what only improves its result (:func:`skipping`), since the search that
+    follows can run it. Yields the list of what was skipped.
+
+    >>> with hurried() as skipped:
+    ...     skipping("the improvement")
+    True
+    >>> skipped, skipping("the improvement")
+    (['the improvement'], False)
+    """
+    skipped: list[str] = []
+    token = _HURRIED.set(skipped)
     try:
-        yield
+        yield skipped
     finally:
         _HURRIED.reset(token)
 
 
-def in_a_hurry() -> bool:
-    """Whether the work under way is inside :func:`hurried`."""
-    return _HURRIED.get()
+def skipping(what: str) -> bool:
+    """Whether to skip ``what``, an improvement of a result: inside :func:`hurried`,
+    which then records it."""
+    skipped = _HURRIED.get()
+    if skipped is not None:
+        skipped.append(what)
+    return skipped is not None
 
 
 @dataclass(frozen=True)

@@ -89,6 +89,7 @@ class Incumbent:
     attempt: Schedule | None = None  # the candidate being made a file while none is kept
     attempt_s: float = 0.0  # when it was built
     refused: list[str] = field(default_factory=list)  # candidates that gave no file, and why
+    hurried: bool = False  # the first file skipped an improvement (deadline.hurried)
 
     def trying(self, schedule: Schedule) -> None:
         """``schedule`` is being lowered and verified (what a first file takes is

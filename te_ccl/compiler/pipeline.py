@@ -241,7 +241,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
     for name, build in first_candidates(options.previous, topology, collective, search):
         kept.tell(f"first file: trying the {name}")
         try:
-            with hurried():  # soon rather than good: the search improves on it
+            with hurried() as skipped:  # soon rather than good: the search improves on it
                 schedule = build()
         except (TimeLimitReached, VerificationError):
             raise
@@ -266,6 +266,9 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
         if options.fmt in ("xml", "mscclpp"):
             timer.replay_written(schedule, data, schedule_replay=False)
         _offer(kept, schedule, data, timer, "first file")
+        if skipped:  # the search runs the method in full, not taking this for its run
+            kept.hurried = True
+            kept.notes.append(f"anytime: the first file was built without {', '.join(skipped)}")
         return
     if overflows and len(overflows) == failed and \
             collective.chunks_per_rank == 1 and topology.ngpus > TEMPLATE_MAX_GPUS:
@@ -304,14 +307,16 @@ def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> 
 
 def _improve(topology: Topology, collective: Collective, params: SolveParams,
              options: CompileOptions, timer: Timer, kept: Incumbent, in_switch: bool) -> None:
-    """Search (the file kept is one of the candidates: :func:`solve_best`'s ``known``),
+    """Search (the file kept is one of the candidates, :func:`solve_best`'s ``known``,
+    unless it was built in a hurry: then the search runs its method in full),
     and keep the search's schedule where it is not the file kept, finishes earlier by
     the judge and is lowered and verified in the time left. A scale schedule that cannot
     be in the time left, or (of another chunking) does not fit the runtime, gives way to
     the chunking asked for solved again by the scale backend (:func:`_rescaled`); else
     the file kept stands."""
     search = _search(params)
-    known = ((kept.best.source, kept.best.schedule),) if kept.best is not None else ()
+    known = (((kept.best.source, kept.best.schedule),)
+             if kept.best is not None and not kept.hurried else ())
     schedule = solve_best(topology, collective, search, options.chunk_choices, kept.tell,
                           timer.judge, in_switch, known)
     if kept.holds(schedule):
