@@ -212,8 +212,10 @@ def _rooted(owner: int, edges: list[tuple[int, int]]) -> bool:
 def warm_schedule(previous: Previous, topology: Topology, collective: Collective
                   ) -> Schedule | None:
     """The previous file's trees routed and timed on ``topology`` (switches forward only),
-    as ``collective`` at the file's pieces per rank; None where the trees are not known or
-    do not deliver every chunk here."""
+    as ``collective`` cut into the file's pieces per rank, each piece a chunk as the
+    templates cut theirs (as sub-chunks of one chunk, the lowering found no room for a
+    file of 12 pieces per rank on ndv2x4 in the runtime's channels); None where the trees
+    are not known or do not deliver every chunk here."""
     if previous.trees is None:
         return None
     k = previous.subchunks(collective)
@@ -231,7 +233,7 @@ def warm_schedule(previous: Previous, topology: Topology, collective: Collective
     if any((c.id, topology.gpu(d)) not in got for c in pieces.chunks()
            for d in c.destinations):
         return None
-    return schedule.with_info(subchunks=k, status=f"{WARM} {Path(previous.path).name}, "
+    return schedule.with_info(status=f"{WARM} {Path(previous.path).name}, "
                               "routed again")
 
 

@@ -51,7 +51,7 @@ def test_routes_over_a_removed_link_are_rerouted(previous):
         pytest.skip("routes not within the first file's gap on this topology")
     assert check_schedule(s) == []
     assert not any((t.src, t.dst) == ("g0", "g1") for t in s.transfers)
-    assert s.info.subchunks * c.chunks_per_rank == p.pieces
+    assert s.info.subchunks * s.collective.chunks_per_rank == p.pieces
 
 
 def test_reductions_seed_nothing_and_say_why(tmp_path):
@@ -165,3 +165,17 @@ def test_cli_bad_previous_is_one_line_and_exit_2(teccl, previous, tmp_path, topo
 def test_api_needs_an_output_and_auto(previous):
     with pytest.raises(SpecError, match="previous"):
         te_ccl.compile("ring8", "allgather", size=SIZE, previous=previous)
+
+
+@pytest.mark.slow
+def test_routes_of_a_file_cut_in_many_pieces_fit_the_runtime(tmp_path):
+    """ndv2x4's AllGather file is the hierarchical template cut into 12 pieces per rank;
+    with a NIC at half rate, its routes are the first file (as 12 sub-chunks of one
+    chunk they fit none of the runtime's channels, and the whole portfolio ran)."""
+    before = tmp_path / "before.xml"
+    te_ccl.compile("ndv2x4", "allgather", size="1GB", output=str(before), time_limit_s=60)
+    changed = edit_topology(load_topology("ndv2x4"), TopologyEdit(
+        scale_links=(("b1.g0:sw", 0.5),), name="ndv2x4-slow"))
+    res = te_ccl.compile(changed, "allgather", size="1GB", output=str(tmp_path / "a.xml"),
+                         previous=str(before), time_limit_s=60)
+    assert res.incumbents[0].source.startswith("first file: template previous-routes")
