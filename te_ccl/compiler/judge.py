@@ -397,9 +397,15 @@ class Timer:
             return replace(timing, unlowerable=str(e)), None
 
     def _time(self, schedule: Schedule) -> float:
+        """The judged time; a schedule not timed by its file, where another of its
+        collective is, stands :data:`FINALIST_MARGIN` behind that file (no time was left
+        to lower it: a choice is made on written files, and one never lowered may not)."""
         timing = self.timing(schedule)
         if timing.unlowerable is not None and not timing.refittable:
             return math.inf
+        best = self._best_file.get(_same_collective(schedule))
+        if timing.file_s is None and self.files and best is not None:
+            return max(timing.finish_s, best[0] * (1 + FINALIST_MARGIN))
         return timing.finish_s
 
     def _at_most(self, schedule: Schedule) -> float | None:
