@@ -90,10 +90,10 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     the file is lowered within its limits and verified against them. ``sizes``
     (``"1KB..1GB"`` or ``(low, high)`` in bytes): one algorithm per size range, with the
     ``minBytes``/``maxBytes`` of its range, written into the directory ``output``
-    (:func:`te_ccl.compiler.compile_size_library`; ``size``, default the largest, is only
-    checked); the result is then their list, and ``fred_tables``, ``previous`` and
-    ``fmt="mscclpp"`` are refused (each is one algorithm's). ``progress`` receives short
-    status messages.
+    (:func:`te_ccl.compiler.compile_size_library`; each range is compiled at its own size,
+    so a spec file's or a Collective's size is overridden); the result is then their
+    list, and ``size``, ``fred_tables``, ``previous`` and ``fmt="mscclpp"`` are refused
+    (each is one algorithm's). ``progress`` receives short status messages.
 
     Raises :class:`~te_ccl.errors.SpecError` for bad input,
     :class:`~te_ccl.errors.SolverError` or :class:`~te_ccl.errors.RuntimeLimitError`
@@ -112,8 +112,8 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         chunk_choices, chunks = BASE_CHUNKS, 1
     elif chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
         raise SpecError(f"expected a positive integer or auto, got {chunks!r}", key="chunks")
-    span = None if sizes is None else _size_span(sizes, output, fred_tables, previous)
-    if span is not None and size is None and not isinstance(collective, Collective):
+    span = None if sizes is None else _size_span(sizes, size, output, fred_tables, previous)
+    if span is not None and not isinstance(collective, Collective):
         size = span[1]  # the collective is checked at the largest size
     coll = _collective(topo, collective, spec, size=size, chunks=chunks, ranks=ranks,
                        root=root, inplace=inplace, proto=proto)
@@ -178,9 +178,10 @@ def _compile_plan(topo: Topology, coll: Collective, params: SolveParams,
     return compile_collective(forward_only(topo, "mscclpp"), coll, params, options, progress)
 
 
-def _size_span(sizes: str | tuple[int, int], output: object, fred_tables: object,
-               previous: object) -> tuple[int, int]:
-    """``sizes`` as ``(low, high)`` bytes, refusing what belongs to one algorithm."""
+def _size_span(sizes: str | tuple[int, int], size: object, output: object,
+               fred_tables: object, previous: object) -> tuple[int, int]:
+    """``sizes`` as ``(low, high)`` bytes, refusing what belongs to one algorithm (a
+    ``size`` beside them would say which of the library's sizes the user meant: none)."""
     from te_ccl.compiler import parse_size_range
 
     if isinstance(sizes, str):
@@ -191,6 +192,9 @@ def _size_span(sizes: str | tuple[int, int], output: object, fred_tables: object
     else:
         raise SpecError(f"expected LOW..HIGH such as 1KB..1GB or two byte counts, got "
                         f"{sizes!r}", key="sizes")
+    if size is not None:
+        raise SpecError("sizes compiles each range at its own size; expected no size "
+                        "beside it", key="size")
     for name, given in (("fred_tables", fred_tables), ("previous", previous)):
         if given is not None:
             raise SpecError(f"{name} is one algorithm's; a size library takes none",

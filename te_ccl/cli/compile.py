@@ -79,7 +79,10 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
         from te_ccl.compiler import parse_size_range
 
         sizes = parse_size_range(kw["sizes"])
-        flags.setdefault("size", sizes[1])
+        if "size" in flags:
+            raise SpecError("--sizes compiles each range at its own size; expected no "
+                            "--size beside it", key="--size")
+        flags["size"] = sizes[1]  # the collective is checked at the largest size
     topo = load_topology(topology)
     coll = load_collective(topo, spec, **flags)
     output, fmt = _output(kw["output"], kw["fmt"], topo, coll.kind.value, sizes is not None)

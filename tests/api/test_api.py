@@ -90,6 +90,27 @@ def test_a_size_library_refuses_what_is_one_algorithms(tmp_path, kwargs, key):
     assert exc.value.key == key and list(tmp_path.iterdir()) == []
 
 
+def test_a_size_beside_a_size_library_is_refused_by_the_api_and_the_cli(teccl, tmp_path):
+    """Each range is compiled at its own size: a size beside them names none of them."""
+    with pytest.raises(SpecError) as exc:
+        te_ccl.compile("ring8", "allgather", sizes="1KB..1MB", size="64MB",
+                       output=tmp_path / "lib")
+    assert exc.value.key == "size"
+    code, out, err = teccl("compile", "ring8", "-c", "allgather", "--sizes", "1KB..1MB",
+                           "--size", "64MB", "-o", str(tmp_path / "lib"))
+    assert code == 2 and out == "" and err.count("\n") == 1 and "--size: " in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_spec_files_size_is_overridden_by_a_size_library(tmp_path):
+    spec = tmp_path / "c.yaml"
+    spec.write_text("collective: allgather\nsize: 64MB\n")
+    results = te_ccl.compile("ring8", spec=spec, sizes="1KiB..2KiB", output=tmp_path / "lib",
+                             time_limit_s=10)
+    assert [(r.min_bytes, r.max_bytes) for r in results] == [(1024, 2048)]
+    assert all(r.schedule.collective.size_bytes <= 2048 for r in results)
+
+
 def test_the_cli_refuses_fred_tables_with_a_size_library(teccl, tmp_path):
     # they were checked, then not written (exit 0)
     code, _, err = teccl("compile", "ring8", "-c", "allgather", "--sizes", "1KB..4KB", "-o",

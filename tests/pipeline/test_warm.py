@@ -151,13 +151,13 @@ def test_where_no_scale_method_fits_the_previous_routes_are_the_file(teccl, tmp_
 
 
 @pytest.mark.parametrize("topology, args, words", [
-    ("ring8", ["-c", "allreduce"], "coll=allgather"),
-    ("ring8", ["-c", "allgather", "--sizes", "1KB..1MB"], "--sizes"),
-    ("dgx1", ["-c", "allgather"], "compiled for ring8, which has no link"),
+    ("ring8", ["-c", "allreduce", "--size", "1MiB"], "coll=allgather"),
+    ("ring8", ["-c", "allgather", "--sizes", "1KB..1MB"], "--from: "),
+    ("dgx1", ["-c", "allgather", "--size", "1MiB"], "compiled for ring8, which has no link"),
 ])
 def test_cli_bad_previous_is_one_line_and_exit_2(teccl, previous, tmp_path, topology, args,
                                                  words):
-    code, out, err = teccl("compile", topology, *args, "--size", "1MiB", "--from", previous,
+    code, out, err = teccl("compile", topology, *args, "--from", previous,
                            "-o", str(tmp_path / "x"))
     assert code == 2 and words in err and len(err.strip().splitlines()) == 1
 
