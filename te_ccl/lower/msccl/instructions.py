@@ -93,7 +93,7 @@ def first_receipts(edges: tuple[Edge, ...]) -> dict[tuple[int, int], Edge]:
     (a partial sum, or an AllReduce's all-gather over its reduce-scatter);
     :func:`forwards` says which sends pass a received value on."""
     first: dict[tuple[int, int], Edge] = {}
-    for e in edges:
+    for e in checked(edges, LOWERING):
         key = (e.dst, e.chunk)
         if key not in first or e.arrive < first[key].arrive:
             first[key] = e
@@ -133,7 +133,7 @@ def build_instructions(edges: tuple[Edge, ...], layout: Layout,
     wanted = list(range(layout.collective.nranks) if gpus is None else gpus)
     events: dict[int, list[_Event]] = {g: [] for g in wanted}
     n = len(edges)
-    for i, e in enumerate(sorted(edges)):
+    for i, e in checked(enumerate(sorted(edges)), LOWERING):
         snd, rcv = packed_ends(e, i, n)
         if (at := events.get(e.src)) is not None:
             at.append((snd, send_order(e), e))
