@@ -59,7 +59,7 @@ def test_remeasure_restores_the_replay_of_the_files(shipped, schedules):
         assert info[key] == pytest.approx(shipped_info[key]), key
     assert info["busbw_GBps"] == pytest.approx(shipped_info["busbw_GBps"])
     readme = (schedules / "README.md").read_text()
-    assert f"| fc8 | 8 | allgather | ok | {entry['finish_time_s'] * 1e6:.1f} us | xml replay" \
+    assert f"| fc8 | 8 | allgather | ok | MSCCL XML | {entry['finish_time_s'] * 1e6:.1f} us | xml replay" \
         in readme
     assert "3000" not in readme
 

@@ -31,7 +31,7 @@ def test_a_combination_over_budget_is_shipped_again_with_whole_chunks(tmp_path, 
 
     caps = []
 
-    def ship(topo, kind, out_dir, limit_s, hard_s, max_subchunks=None):
+    def ship(topo, kind, out_dir, limit_s, hard_s, max_subchunks=None, max_file_bytes=None):
         caps.append(max_subchunks)
         (out_dir / topo.name).mkdir(exist_ok=True)
         (out_dir / topo.name / f"{kind}.xml").write_bytes(b"x" * (4096 * max_subchunks))
@@ -54,4 +54,5 @@ def test_the_readme_lists_every_combination_and_says_how_to_make_larger_machines
              "bound_ratio": 1.01, "optimal": False, "files": ["small/allgather.xml"]}
     readme = _readme([entry])
     assert f"machines of up to {MAX_GPUS} GPUs" in readme and "--max-gpus 64" in readme
-    assert "| small | 8 | allgather | ok | 1000.0 us | xml replay | 64.0 | 1.010 | no |" in readme
+    assert "| small | 8 | allgather | ok | MSCCL XML | 1000.0 us | xml replay | 64.0 | 1.010 | no |" \
+        in readme

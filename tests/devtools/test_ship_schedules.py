@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from devtools.ship_schedules import KINDS, ship_all, shippable_topologies
+from devtools.ship_schedules import KINDS, RCCL_MACHINES, ship_all, shippable_topologies
+from te_ccl.runtime_limits import RUNTIMES
 from te_ccl.verify.msccl import verify_msccl
+from te_ccl.verify.mscclpp.verify import check_plan
 
 SHIPPED = Path(__file__).resolve().parents[2] / "schedules"
 HANG_S = 600  # the run's budget only guards against a hang: its child is killed after it,
@@ -21,13 +23,13 @@ def _index() -> list[dict]:
     return json.loads(path.read_text()) if path.is_file() else []
 
 
-def _files():
+def _files(suffix: str):
     for entry in _index():
         if entry["status"] != "ok":
             continue
         for name in entry["files"]:
-            if name.endswith(".xml"):
-                yield pytest.param(name, id=name)
+            if name.endswith(suffix):
+                yield pytest.param(name, entry.get("runtime", "msccl"), id=name)
 
 
 def test_index_covers_every_shippable_combination():
@@ -44,10 +46,34 @@ def test_index_covers_every_shippable_combination():
             assert not (SHIPPED / entry["topology"] / f"{entry['collective']}.xml").exists()
 
 
-@pytest.mark.parametrize("name", list(_files()))
-def test_shipped_xml_verifies(name):
-    report = verify_msccl(SHIPPED / name)
+def test_each_machine_ships_for_the_runtime_it_runs():
+    """NVLink SHARP machines: MSCCL++ plans; the AMD machines: XML to RCCL's rules."""
+    from devtools.ship_schedules import output_for
+
+    for entry in _index():
+        if entry["status"] != "ok":
+            continue
+        topo = next(t for t in shippable_topologies() if t.name == entry["topology"])
+        nvls = any(topo.node(s).nvls for s in topo.switches)
+        fmt = entry.get("format", "xml")
+        assert fmt == "mscclpp" or not nvls or "MSCCL++ plan" in entry["alternative"]
+        assert fmt == "xml" or nvls, entry["topology"]
+        assert entry.get("runtime", "msccl") == ("rccl" if topo.name in RCCL_MACHINES
+                                                  else "msccl"), entry["topology"]
+        assert entry["files"][0].endswith(".plan.json" if fmt == "mscclpp" else ".xml")
+        assert fmt == "xml" or output_for(topo).suffix == ".plan.json"
+
+
+@pytest.mark.parametrize(("name", "runtime"), list(_files(".xml")))
+def test_shipped_xml_verifies(name, runtime):
+    report = verify_msccl(SHIPPED / name, limits=RUNTIMES[runtime])
     assert report.valid, [str(f) for f in report.errors][:3]
+
+
+@pytest.mark.parametrize(("name", "runtime"), list(_files(".plan.json")))
+def test_shipped_plans_pass_the_plan_checker(name, runtime):
+    report = check_plan(json.loads((SHIPPED / name).read_text()))
+    assert report.valid, report.errors[:3]
 
 
 def test_shipped_summaries_name_their_files():
@@ -55,7 +81,7 @@ def test_shipped_summaries_name_their_files():
         if entry["status"] == "ok":
             summary = json.loads((SHIPPED / entry["topology"] / f"{entry['collective']}.json")
                                  .read_text())
-            assert summary["output"] == f"{entry['topology']}/{entry['collective']}.xml"
+            assert summary["output"] == entry["files"][0]
             assert summary["finish_time_s"] > 0 and summary["ngpus"] == entry["ngpus"]
 
 
@@ -67,15 +93,18 @@ def test_shipped_numbers_are_the_replay_of_the_shipped_xml(tmp_path):
     from devtools.ship_schedules import remeasure_one
 
     ok = [e for e in _index() if e["status"] == "ok"]
-    assert all(e["measured_by"] == "xml replay" for e in ok), \
+    assert all(e["measured_by"] == ("plan replay" if e["files"][0].endswith(".plan.json")
+                                    else "xml replay") for e in ok), \
         "run `python -m devtools.ship_schedules schedules --remeasure`"
-    entry = min(ok, key=lambda e: (SHIPPED / e["files"][0]).stat().st_size)
-    for name in entry["files"]:
-        (tmp_path / name).parent.mkdir(exist_ok=True)
-        shutil.copyfile(SHIPPED / name, tmp_path / name)
-    again = remeasure_one(entry, tmp_path)
-    for key in ("finish_time_s", "algbw_GBps", "bound_ratio"):
-        assert again[key] == pytest.approx(entry[key]), key
+    for suffix in (".xml", ".plan.json"):  # the smallest of each format
+        entry = min((e for e in ok if e["files"][0].endswith(suffix)),
+                    key=lambda e: (SHIPPED / e["files"][0]).stat().st_size)
+        for name in entry["files"]:
+            (tmp_path / name).parent.mkdir(exist_ok=True)
+            shutil.copyfile(SHIPPED / name, tmp_path / name)
+        again = remeasure_one(entry, tmp_path)
+        for key in ("finish_time_s", "algbw_GBps", "bound_ratio", "measured_by"):
+            assert again[key] == pytest.approx(entry[key]), key
 
 
 def test_ship_all_writes_verified_files_and_an_index(tmp_path):
@@ -185,3 +214,37 @@ def test_every_tracked_file_is_one_make_schedules_writes():
     assert sum(sizes.values()) <= 20 << 20
     assert (SHIPPED / "README.md").read_text() == _readme(index), \
         "schedules/README.md is stale: run `make schedules`"
+
+
+def test_an_nvls_machine_ships_the_faster_of_its_plan_and_its_xml(tmp_path):
+    """dgx-h100: the MSCCL++ plan and the MSCCL XML are both compiled, the faster ships,
+    the entry says what the other took, and it remeasures to the numbers it shipped with."""
+    from devtools.ship_schedules import remeasure_one
+
+    (entry,) = ship_all(tmp_path, budget_s=HANG_S, min_limit_s=2, max_limit_s=3,
+                        topologies=["dgx-h100"], kinds=("allgather",))
+    assert entry["status"] == "ok"
+    other = "MSCCL XML" if entry["format"] == "mscclpp" else "MSCCL++ plan"
+    took = float(entry["alternative"].split(": ")[1].split(" us")[0])
+    assert other in entry["alternative"] and entry["finish_time_s"] * 1e6 <= took + 0.1
+    suffix = ".plan.json" if entry["format"] == "mscclpp" else ".xml"
+    assert entry["files"][:2] == [f"dgx-h100/allgather{suffix}",
+                                  f"dgx-h100/allgather.inplace{suffix}"]
+    assert sorted(p.name for p in (tmp_path / "dgx-h100").iterdir()) == sorted(
+        f.split("/")[1] for f in entry["files"])  # the other format's files are gone
+    again = remeasure_one(entry, tmp_path)
+    for key in ("finish_time_s", "bound_ratio", "measured_by"):
+        assert again[key] == pytest.approx(entry[key]), key
+
+
+def test_an_amd_machine_ships_xml_held_to_rccl_rules(tmp_path):
+    from devtools.ship_schedules import remeasure_one
+
+    (entry,) = ship_all(tmp_path, budget_s=HANG_S, min_limit_s=2, max_limit_s=3,
+                        topologies=["mi300x"], kinds=("allgather",))
+    assert (entry["status"], entry["format"], entry["runtime"]) == ("ok", "xml", "rccl")
+    for name in entry["files"][:2]:
+        assert verify_msccl(tmp_path / name, limits=RUNTIMES["rccl"]).valid
+    assert remeasure_one(entry, tmp_path)["finish_time_s"] == pytest.approx(
+        entry["finish_time_s"])
+    assert "| mi300x | 8 | allgather | ok | RCCL XML |" in (tmp_path / "README.md").read_text()
