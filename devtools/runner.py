@@ -208,9 +208,8 @@ def _run_compile(base: Row, topo, case: Case, first_only: bool = False) -> Row:
     import tempfile
 
     import te_ccl
-    from te_ccl.lower.fred import reducing_switches
 
-    fmt = "json" if reducing_switches(topo) else "xml"  # as teccl compile picks
+    fmt = "json" if topo.reducing_switches else "xml"  # as teccl compile picks
     start = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="teccl-defaults-") as tmp:
         try:

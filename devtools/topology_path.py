@@ -8,6 +8,18 @@ lies on a lower layer of the pipeline than the stop before it (the layers of
 :mod:`devtools.layers`: IR, read-back, bounds, model, solvers and templates,
 FRED, lowering): the compiler went back to an earlier stage.
 
+Two counts are reported, both of the same stops:
+
+* the *whole compile*: every stop of ``te_ccl.compile`` writing an MSCCL XML, from the
+  input checks to the file written. The ``auto`` portfolio builds candidate after
+  candidate, each from its backend or template (layer 5) through its lowering to the
+  replay that times it (layer 2), so each candidate after the first climbs back at
+  least once: this count grows with the candidates tried.
+* the *first candidate*: the stops up to and including the first replay (the first
+  stop in ``te_ccl.simulate``, where the judge times the first candidate built): the
+  input checks, the bound, that candidate's backend and lowering, and its replay — the
+  path one candidate takes through the compile.
+
     python -m devtools.topology_path dgx1 allgather 1MB
 """
 
@@ -66,6 +78,17 @@ def climbs(stops: list[str]) -> int:
     return sum(1 for a, b in zip(layers, layers[1:], strict=False) if b < a)
 
 
+def first_candidate(stops: list[str]) -> list[str]:
+    """The stops up to and including the first replay (all of them if none replays)."""
+    replay = next((i for i, s in enumerate(stops) if _package(s) == "simulate"), len(stops))
+    return stops[:replay + 1]
+
+
+def summary(name: str, stops: list[str]) -> str:
+    return (f"{name}: {len(stops)} stops in {len({_package(s) for s in stops})} packages; "
+            f"{climbs(stops)} climb back to an earlier layer")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("topology")
@@ -73,10 +96,11 @@ def main() -> None:
     ap.add_argument("size")
     a = ap.parse_args()
     stops = trace(a.topology, a.collective, a.size)
-    for s in stops:
-        print(s)
-    print(f"{len(stops)} stops in {len({_package(s) for s in stops})} packages; "
-          f"{climbs(stops)} climb back to an earlier layer")
+    first = first_candidate(stops)
+    for i, s in enumerate(stops):
+        print(f"{layer(s)} {s}{'  <- end of the first candidate' if i == len(first) - 1 else ''}")
+    print(summary("whole compile", stops))
+    print(summary("first candidate", first))
 
 
 if __name__ == "__main__":

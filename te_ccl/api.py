@@ -123,9 +123,7 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         check_output_file(output, key="output")
     if fred_tables is not None:
         check_output_dir(fred_tables, key="fred_tables")
-    from te_ccl.lower.fred import reducing_switches
-
-    fmt = output_format(None if output is None else str(output), fmt, reducing_switches(topo))
+    fmt = output_format(None if output is None else str(output), fmt, topo.reducing_switches)
     if fmt == "mscclpp":
         _check_plan_kind(coll, previous, runtime, span)
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,

@@ -391,7 +391,6 @@ def versus_mesh(kind: str, size_bytes: int, npus: int = 20,
     timed as compile times it (the MSCCL XML's replay, or the schedule's where switches
     reduce), and its lower bound (:func:`te_ccl.bounds.lower_bound`)."""
     from te_ccl.api import compile
-    from te_ccl.lower.fred import reducing_switches
 
     try:
         topologies = [gen.wafer_mesh(npus)] + [gen.fred(v, npus) for v in variants]
@@ -400,7 +399,7 @@ def versus_mesh(kind: str, size_bytes: int, npus: int = 20,
     runs = []
     for topo in topologies:
         result = compile(topo, kind, size=size_bytes, time_limit_s=time_limit_s,
-                         fmt="json" if reducing_switches(topo) else "xml")
+                         fmt="json" if topo.reducing_switches else "xml")
         runs.append((topo.name, result.schedule.info.backend, result.finish_time_s,
                      result.lower_bound_s))
     _, _, mesh_s, mesh_bound_s = runs[0]

@@ -71,6 +71,7 @@ def check_input(topology: Topology, collective: Collective) -> None:
         raise SpecError(f"{collective.commodities} chunks to route; at most {MAX_COMMODITIES} "
                         "fit one compile (use fewer chunks)", key="chunks")
     _check_reach(topology, collective)
+    _usable_links(topology, collective)  # read with the input, before any strategy starts
     _ACCEPTED[:] = [(topology, collective)]
 
 

@@ -50,7 +50,7 @@ from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["reducing_switches", "check_msccl_can_express", "SwitchSet", "WrittenTables",
+__all__ = ["check_msccl_can_express", "SwitchSet", "WrittenTables",
            "TABLES", "flow_rows", "uswitch_rows", "phase_rows", "port_rows", "config_rows",
            "stream_rows", "config_sizes", "lower_to_fred_tables", "render_fred_tables",
            "write_fred_tables", "fred_tables_for"]
@@ -69,13 +69,6 @@ TABLES = {"flows": FLOW_COLUMNS, "uswitches": USWITCH_COLUMNS, "phases": PHASE_C
           "ports": PORT_COLUMNS, "configs": CONFIG_COLUMNS, "streams": STREAM_COLUMNS}
 
 
-def reducing_switches(topology: Topology) -> list[str]:
-    """The FRED switches of ``topology`` that add the chunks they forward (FRED-B, FRED-D);
-    not NVLink SHARP switches, which MSCCL XML uses to forward."""
-    return [s for s in topology.switches
-            if topology.node(s).can_reduce and not topology.node(s).nvls]
-
-
 def check_msccl_can_express(topology: Topology) -> None:
     """Refuse MSCCL XML for a fabric whose switches reduce: an MSCCL program is a list of
     GPU sends, receives and reductions, with no way to ask a switch to add what it
@@ -86,7 +79,7 @@ def check_msccl_can_express(topology: Topology) -> None:
     SpecError
         If a switch of ``topology`` reduces.
     """
-    found = reducing_switches(topology)
+    found = topology.reducing_switches
     if found:
         raise SpecError(f"MSCCL XML cannot express in-switch reduction (switches "
                         f"{', '.join(found[:3])}{' …' if len(found) > 3 else ''} reduce); "

@@ -119,6 +119,13 @@ class Topology:
         return tuple(n.name for n in self.nodes if not n.is_gpu)
 
     @cached_property
+    def reducing_switches(self) -> tuple[str, ...]:
+        """The switches that add the chunks they forward (FRED-B, FRED-D), which no MSCCL
+        XML can drive; not NVLink SHARP switches, which MSCCL XML uses to forward."""
+        return tuple(s for s in self.switches
+                     if self.node(s).can_reduce and not self.node(s).nvls)
+
+    @cached_property
     def _rank_of(self) -> dict[str, int]:
         return {name: i for i, name in enumerate(self.gpus)}
 
