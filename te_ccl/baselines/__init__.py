@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 from te_ccl.baselines.direct import direct
 from te_ccl.baselines.hierarchical import find_boxes, hierarchical
-from te_ccl.baselines.packed import PACKED_KINDS, PACKED_TREE_KINDS, packed, packed_fine
+from te_ccl.baselines.packed import PACKED_KINDS, packed, packed_fine
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import ring, ring_bidir
 from te_ccl.baselines.tree import TREE_KINDS, double_tree
@@ -51,7 +51,6 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         first = (collective.root is not None and bool(topology.switches)
                  and collective.nranks <= PACKED_FIRST_GPUS)
         names.insert(0 if first else len(names), "packed")
-    if collective.kind in PACKED_TREE_KINDS and collective.nranks > 2:
         names.append("packed-fine")
     return names
 

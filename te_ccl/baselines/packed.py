@@ -46,20 +46,19 @@ from te_ccl.model.extract import reverse_in_time
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["PACKED_KINDS", "PACKED_TREE_KINDS", "min_arborescence", "packed", "packed_fine",
-           "overlay"]
+__all__ = ["PACKED_KINDS", "min_arborescence", "packed", "packed_fine", "overlay"]
 
 PACKED_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.ALLREDUCE,
                 CollectiveKind.GATHER, CollectiveKind.SCATTER)
 PIECES = 384  # pieces the collective is cut into at most (fewer where the runtime's
 #               element limit per rank would not hold their steps)
-FINE_PIECES = 1024  # the same for packed_fine: a tree's fill takes a hop per piece, so
-#                     more pieces fill faster (dgx1 Broadcast 64 MB: 1.19x the bound at
-#                     384, 1.11x at 1024), but a rank with many peers needs more thread
-#                     blocks than the runtime can wait for (dgx2x2 at 800, aws-p4dx2 at 576)
-PACKED_TREE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.ALLREDUCE)
 FLOW_PIECES = 256  # the same for Gather and Scatter: all pieces cross the root's links,
 #                   and 384 into one root broke the lowering's channel rules (hgx-h100x2)
+FINE_PIECES = 1024  # both for packed_fine: a tree or path fills a hop per piece, so more
+#                     pieces fill faster (dgx1 Broadcast 64 MB: 1.19x the bound at 384,
+#                     1.11x at 1024; dgx2x2 Scatter 1.16x at 256, 1.06x at 1024), but a
+#                     rank with many peers may need more thread blocks than the runtime can
+#                     wait for (dgx2x2 Broadcast at 800, aws-p4dx2 at 576)
 MIN_PIECE_BYTES = 8192  # below, a piece's time is a small part of a hop's α: cutting it
 #                         finer only adds steps
 _ROUNDS = 60  # column generation rounds
@@ -420,50 +419,49 @@ def _chain(path: list[str]) -> dict[str, str]:
 
 
 def packed_fine(topology: Topology, collective: Collective) -> Schedule:
-    """:func:`packed`'s trees (Broadcast, Reduce, AllReduce) cut into up to
-    :data:`FINE_PIECES` pieces: where the file holds them it fills the trees faster, and
-    where it does not ``auto`` keeps :func:`packed`'s."""
-    if collective.kind not in PACKED_TREE_KINDS or collective.nranks < 2:
-        raise BaselineError(f"finer packed trees are for "
-                            f"{', '.join(k.value for k in PACKED_TREE_KINDS)} on two or more "
-                            f"ranks, not {collective.kind.value}")
-    fabric, fan = topology, collective
-    if collective.kind is CollectiveKind.REDUCE:
-        fabric, fan = topology.reversed(), replace(collective, kind=CollectiveKind.BROADCAST)
-    if _tree_pieces(fabric, fan, FINE_PIECES) == _tree_pieces(fabric, fan, PIECES):
+    """:func:`packed` cut into up to :data:`FINE_PIECES` pieces: where the file holds them
+    the trees and paths fill faster, and where it does not ``auto`` keeps
+    :func:`packed`'s."""
+    if _cut(topology, collective, True) == _cut(topology, collective, False):
         raise BaselineError("no finer pieces than the packed template's: the size or the "
                             "runtime's element limit holds them")
-    return packed(topology, collective, FINE_PIECES, "packed-fine")
+    return packed(topology, collective, fine=True)
 
 
-def packed(topology: Topology, collective: Collective, cap: int = PIECES,
-           name: str = "packed") -> Schedule:
+def packed(topology: Topology, collective: Collective, fine: bool = False) -> Schedule:
     """Pipelined packed trees (Broadcast, Reduce, AllReduce) or flow paths (Gather,
-    Scatter) cut into many pieces, up to ``cap`` for trees (see the module docstring);
-    ``name``: the template's, in the schedule's backend.
+    Scatter) cut into many pieces (see the module docstring; ``fine``: up to
+    :data:`FINE_PIECES`, the template ``packed-fine``).
 
     The pieces do not depend on the chunking asked for (up to rounding), and ``auto``
     races the templates on every chunking it tries: the same pieces give the same
     Schedule object (:func:`_trees_schedule`, :func:`_paths_schedule` keep the last
     few), whose timing the judge has already."""
     kind = collective.kind
-    if kind not in PACKED_KINDS or collective.nranks < 2:
-        raise BaselineError(f"packed trees are for {', '.join(k.value for k in PACKED_KINDS)} "
-                            f"on two or more ranks, not {kind.value}")
+    name = "packed-fine" if fine else "packed"
     if kind is CollectiveKind.REDUCE:  # the Broadcast of the reversed fabric, played backwards
         return _backwards(topology, packed(topology.reversed(),
                                            replace(collective, kind=CollectiveKind.BROADCAST),
-                                           cap, name))
+                                           fine))
+    cut = _cut(topology, collective, fine)
+    if kind in (CollectiveKind.GATHER, CollectiveKind.SCATTER):
+        return _paths_schedule(topology, cut, name)
+    return _trees_schedule(topology, cut, name)
+
+
+def _cut(topology: Topology, collective: Collective, fine: bool) -> Collective:
+    """``collective`` cut into the pieces its trees or paths take (:func:`pieces`, up to
+    :data:`FINE_PIECES` if ``fine``); a Reduce as the Broadcast it is played from."""
+    kind = collective.kind
+    if kind not in PACKED_KINDS or collective.nranks < 2:
+        raise BaselineError(f"packed trees are for {', '.join(k.value for k in PACKED_KINDS)} "
+                            f"on two or more ranks, not {kind.value}")
+    if kind is CollectiveKind.REDUCE:
+        return _cut(topology.reversed(), replace(collective, kind=CollectiveKind.BROADCAST),
+                    fine)
     if kind in (CollectiveKind.GATHER, CollectiveKind.SCATTER):
         # a relay receives and sends each piece
-        return _paths_schedule(topology, pieces(topology, collective, 2, FLOW_PIECES))
-    return _trees_schedule(topology, _tree_pieces(topology, collective, cap), name)
-
-
-def _tree_pieces(topology: Topology, collective: Collective, cap: int) -> Collective:
-    """The Broadcast or AllReduce ``collective`` cut into the pieces (up to ``cap``) that
-    its packed trees go down."""
-    kind = collective.kind
+        return pieces(topology, collective, 2, FINE_PIECES if fine else FLOW_PIECES)
     net, trees = _packing(topology, kind, collective.ranks, collective.root)
     if not trees:  # the LP's tolerances lose every tree where link rates are far apart
         raise BaselineError(f"packed trees: the LP found no tree on {topology.name}")
@@ -472,8 +470,8 @@ def _tree_pieces(topology: Topology, collective: Collective, cap: int) -> Collec
     for w, _, tree in trees:
         for v in net.gpus:
             steps[v] += w / total * (1 + sum(1 for p in tree.values() if p == v))
-    return pieces(topology, collective, (
-        2 if kind is CollectiveKind.ALLREDUCE else 1) * max(steps.values()), cap)
+    return pieces(topology, collective, (2 if kind is CollectiveKind.ALLREDUCE else 1)
+                  * max(steps.values()), FINE_PIECES if fine else PIECES)
 
 
 @functools.lru_cache(maxsize=4)
@@ -514,7 +512,7 @@ def _trees_schedule(topology: Topology, coll: Collective, name: str) -> Schedule
 
 
 @functools.lru_cache(maxsize=4)
-def _paths_schedule(topology: Topology, coll: Collective) -> Schedule:
+def _paths_schedule(topology: Topology, coll: Collective, name: str) -> Schedule:
     """Gather or Scatter pieces ``coll`` along the flow paths into (out of) the root."""
     assert coll.root is not None
     root, into = topology.gpu(coll.root), coll.kind is CollectiveKind.GATHER
@@ -530,4 +528,4 @@ def _paths_schedule(topology: Topology, coll: Collective) -> Schedule:
             path = paths[v][j][1]
             turns.append((k, v, ChunkPlan(cid, path[0], spread=_chain(path))))
     plans = [p for _, _, p in sorted(turns, key=lambda x: x[:2])]
-    return assemble("packed", topology, coll, plans, chunk_major=True)
+    return assemble(name, topology, coll, plans, chunk_major=True)
