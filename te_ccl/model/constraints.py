@@ -15,6 +15,10 @@ buffer), ``s[c,n,t] ∈ ℕ`` units of c stored at n (non-copying nodes with a b
 (6) demand     Σ_t arr(c,v,t) ≥ 1                  ∀ unmet destination v of c, t ≤ H
 (7) tree       Σ_t arr(c,n,t) ≤ 1                  ∀ copy node n (reductions only)
 (8) relay      x[c,(u,n),t] ≤ r[c,n];  Σ_c r[c,n] ≤ ⌊buffer_n / C⌋   (GPU with a buffer limit)
+(10) finish    f[j] ≥ Σ_t t·arr(c,v,t)            ∀ chunk c of job j, unmet destination
+               (or root) v: ``f[j]`` (key ``("f", j)``) bounds job j's finish epoch
+               (several jobs in one problem; the sum exceeds the first arrival only where
+               a chunk arrives twice, which the objective removes)
 (9) reduce     for a chunk with a reduction (partials ``y``, completion ``z`` at the root):
                every source but the root sends its partial once, Σ y_out(n) = 1; any other
                node sends once if it received, y_arr ≤ Σ y_out(n) ≤ min(1, Σ y_arr);
@@ -38,7 +42,7 @@ from te_ccl.model.relays import forced_relays
 from te_ccl.model.ten import TimeExpandedNetwork
 
 __all__ = ["Row", "capacity", "hold", "cut_through", "conserve", "route", "demand", "tree",
-           "relay", "reduce"]
+           "relay", "reduce", "finish"]
 
 Term = tuple[tuple, int]
 Row = tuple[list[Term], int | None, int | None]
@@ -225,3 +229,22 @@ def _relay_units(sends: list[tuple], arr: list[tuple[tuple, int]], buffered: boo
             yield [(a, 1) for a, _ in came], None, 1
     if buffered:
         yield [(y, 1) for y in sends] + [(a, -1) for a, _ in arr], 0, 0
+
+
+def finish(ten: TimeExpandedNetwork) -> Iterator[Row]:
+    """(10) each job's finish epoch is no earlier than any delivery of its chunks."""
+    p = ten.problem
+    for d in p.demands:
+        job = p.owners.get(d.chunk)
+        if job is None:
+            continue
+        ends = list(ten.unmet(d))
+        if d.chunk in p.reductions:
+            ends.append(p.reductions[d.chunk].root)
+        for v in ends:
+            terms = [(x, -t) for t in range(1, ten.horizon + 1)
+                     for x in ten.arrivals.get((d.chunk, v, t), ())]
+            pending = sum(t * ten.pending.get((d.chunk, v, t), 0)
+                          for t in range(ten.horizon + 1))
+            if terms or pending:
+                yield [(("f", job), 1)] + terms, pending, None

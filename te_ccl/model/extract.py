@@ -13,13 +13,14 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 
 from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
 from te_ccl.model.problem import Problem
 from te_ccl.schedule import Transfer
 
-__all__ = ["to_transfers", "prune", "reverse_in_time"]
+__all__ = ["to_transfers", "prune", "reverse_in_time", "split_by_job"]
 
 
 def to_transfers(problem: Problem, chosen: Iterable[tuple], shift: int = 0) -> list[Transfer]:
@@ -100,3 +101,14 @@ Transfer(chunk=0, src='c', dst='b', start_epoch=0, arrive_epoch=2, op='reduce')]
     """
     return sorted(Transfer(t.chunk, t.dst, t.src, finish - t.arrive_epoch + shift,
                            finish - t.start_epoch + shift, "reduce") for t in transfers)
+
+
+def split_by_job(problem: Problem, transfers: Iterable[Transfer], offsets: dict[str, int]
+                 ) -> dict[str, list[Transfer]]:
+    """A merged problem's transfers (:func:`~te_ccl.model.problem.merge_problems`) per job,
+    each chunk numbered as in its job's own problem (``offsets``: job → its first chunk)."""
+    out: dict[str, list[Transfer]] = {job: [] for job in offsets}
+    for t in transfers:
+        job = problem.owners[t.chunk]
+        out[job].append(replace(t, chunk=t.chunk - offsets[job]))
+    return {job: sorted(ts) for job, ts in out.items()}

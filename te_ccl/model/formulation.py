@@ -12,7 +12,9 @@ no buffer          (3) cut-through (5) route
 Objective ("deliver early", the second goal once the horizon is minimal): the sum of the
 arrival epochs of all transfers, ``Σ (t + d_l)·x[c,l,t]`` (and of the partial sums
 ``y``) — every transfer costs, the earlier the cheaper, so redundant ones vanish and
-deliveries move forward.
+deliveries move forward. With several jobs (``problem.weights``) each job's finish epoch
+``f[j]`` (10) adds ``K·w_j·f[j]``, ``K`` the number of deliveries, so a job finishing an
+epoch earlier weighs about as much as every delivery moving one epoch forward.
 """
 
 from __future__ import annotations
@@ -66,15 +68,21 @@ def formulate(problem: Problem, horizon: int, objective: dict[tuple, int] | None
         rows += checked(cons.relay(ten))
     if problem.reductions:
         rows += checked(cons.reduce(ten))
+    if problem.owners and demands:
+        rows += checked(cons.finish(ten))
     variables: dict[tuple, int] = {x: 1 for x in ten.transfer_keys}
     width = max((len(d.destinations) for d in problem.demands), default=1)
+    upper = {"s": width, "f": ten.horizon}
     for terms, _, _ in rows:
         for key, _ in terms:
             if key not in variables:
-                variables[key] = width if key[0] == "s" else 1
+                variables[key] = upper.get(key[0], 1)
     if objective is None:
         objective = {x: x[2] + problem.timings[x[1]].delay for x in ten.x}
         objective.update({y: y[3] + problem.timings[y[2]].delay for y in ten.y})
+        deliveries = sum(len(d.destinations) for d in problem.demands) + len(problem.reductions)
+        objective.update({k: deliveries * problem.weights.get(k[1], 1)
+                          for k in variables if k[0] == "f"})
     else:
         objective = {k: v for k, v in objective.items() if k in variables}
     return Formulation(ten, variables, rows, objective)

@@ -9,6 +9,12 @@ every copy node then receives a chunk at most once, and switches copy only where
 reduce. :class:`State` carries what earlier rounds left behind (held chunks, arrivals
 still under way, link starts before epoch 0).
 
+Several jobs in one problem (:func:`merge_problems`): ``owners`` maps each chunk to its
+job, ``barred`` each job to the nodes its chunks may not enter (other jobs' GPUs: a job's
+MSCCL file holds its own ranks only), and ``weights`` each job to the weight of its finish
+epoch in the objective (:func:`te_ccl.model.constraints.finish`). All empty for one
+collective.
+
 >>> from te_ccl.collective import Collective, CollectiveKind
 >>> from te_ccl.topology import Link, Node, Topology
 >>> topo = Topology.build("pair", [Node("a"), Node("b")], [Link("a", "b", 1e9), Link("b", "a", 1e9)])
@@ -31,7 +37,7 @@ from te_ccl.topology.model import Topology
 
 __all__ = ["Demand", "Reduction", "State", "Problem", "make_problem", "build_problem",
            "demands_of", "members_of", "allreduce_problem", "reduction_root",
-           "MAX_DELAY_EPOCHS"]
+           "merge_problems", "MAX_DELAY_EPOCHS"]
 
 Key = tuple[str, str]
 MAX_DELAY_EPOCHS = 10_000  # epochs one hop may take: the model grows with it
@@ -87,6 +93,14 @@ class Problem:
     tree: bool = False
     state: State = State()
     reductions: dict[int, Reduction] = field(default_factory=dict, compare=False)
+    owners: dict[int, str] = field(default_factory=dict, compare=False)
+    barred: dict[str, frozenset[str]] = field(default_factory=dict, compare=False)
+    weights: dict[str, int] = field(default_factory=dict, compare=False)
+
+    def barred_for(self, chunk: int) -> frozenset[str]:
+        """Nodes ``chunk`` may not enter: its job's barred nodes (none for one collective)."""
+        owner = self.owners.get(chunk)
+        return self.barred.get(owner, frozenset()) if owner is not None else frozenset()
 
     @property
     def merge_nodes(self) -> frozenset[str]:
@@ -217,3 +231,41 @@ def allreduce_problem(topology: Topology, collective: Collective,
     problem = make_problem(topology, chunk, tuple(demands), members=members,
                            epoch_s=epoch_duration(topology, chunk, epoch))
     return replace(problem, reductions=reductions, state=State())
+
+
+def merge_problems(parts: dict[str, Problem], barred: dict[str, frozenset[str]],
+                   weights: dict[str, int]) -> tuple[Problem, dict[str, int]]:
+    """One problem holding every job's demands (``parts``: job → its problem, all with one
+    chunk size and epoch, on one topology) on the shared link capacity, and each job's
+    chunk offset (job chunk ``c`` is merged chunk ``c + offset``).
+
+    Timings are the topology's whole (a job's problem may have left out other jobs'
+    GPUs); ``barred`` keeps each job's chunks off the nodes it may not use instead.
+    """
+    first = next(iter(parts.values()))
+    if any(p.chunk_bytes != first.chunk_bytes or p.epoch_s != first.epoch_s
+           or p.tree != first.tree for p in parts.values()):
+        raise SpecError("the jobs' problems differ in chunk size, epoch or kind; they "
+                        "merge only with one chunk size and epoch", key="jobs")
+    whole = make_problem(first.topology, first.chunk_bytes, (), epoch_s=first.epoch_s,
+                         tree=first.tree)
+    demands: list[Demand] = []
+    reductions: dict[int, Reduction] = {}
+    owners: dict[int, str] = {}
+    held: set[tuple[int, str]] = set()
+    offsets: dict[str, int] = {}
+    offset = 0
+    for job, p in parts.items():
+        offsets[job] = offset
+        ids = [d.chunk for d in p.demands] + list(p.reductions)
+        for d in p.demands:
+            demands.append(replace(d, chunk=d.chunk + offset))
+        for c, r in p.reductions.items():
+            reductions[c + offset] = replace(r, chunk=c + offset)
+        held.update((c + offset, n) for c, n in p.state.held)
+        owners.update((c + offset, job) for c in ids)
+        offset += max(ids, default=-1) + 1
+    merged = replace(whole, demands=tuple(demands), reductions=reductions, owners=owners,
+                     barred=dict(barred), weights=dict(weights),
+                     state=State(held=frozenset(held)))
+    return merged, offsets

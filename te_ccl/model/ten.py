@@ -5,7 +5,8 @@ held at ``v`` from epoch ``t + d_l``. Only useful variables exist:
 
 * ``t ≥ earliest(c, u)`` — the fewest epochs (sum of link delays) for ``c`` to reach ``u``;
 * ``t + d_l + to_dest(c, v) ≤ H`` — from ``v`` it can still reach an unmet destination;
-* never into a node that holds ``c`` at epoch 0, never out of the only destination of ``c``.
+* never into a node that holds ``c`` at epoch 0, never out of the only destination of ``c``;
+* never into or out of a node barred to ``c``'s job (:meth:`Problem.barred_for`).
 
 A chunk with a :class:`~te_ccl.model.problem.Reduction` also has partial-sum transfers
 ``y[c, l, t]`` (keys ``("y", c, l, t)``) from its sources toward its root, only on links
@@ -118,11 +119,14 @@ class TimeExpandedNetwork:
         done = range(self._earliest_sum(r.sources, r.root), self.horizon - tail + 1)
         self.completion[d.chunk] = done
         first = distances(p, dict.fromkeys(r.sources, 0))
-        to_root = distances(p, {r.root: 0}, reverse=True)
+        barred = p.barred_for(d.chunk)  # partials move closer to the root on allowed paths
+        to_root = distances(p, {r.root: 0}, reverse=True, avoid=barred)
         out = []
         for key, lt in p.timings.items():
             u, v = key
             if u == r.root or u not in first or to_root.get(v, INF) >= to_root.get(u, INF):
+                continue
+            if u in barred or v in barred:
                 continue
             last = done.stop - 1 - lt.delay - to_root[v]
             out.extend(("y", d.chunk, key, t) for t in range(first[u], last + 1))
@@ -139,9 +143,12 @@ class TimeExpandedNetwork:
         out = []
         away = (distances(p, {p.reductions[d.chunk].root: 0})
                 if d.chunk in p.reductions else None)
+        barred = p.barred_for(d.chunk)
         for key, lt in p.timings.items():
             u, v = key
             if p.holds(d.chunk, v) or u == lone or u not in first or v not in to_dest:
+                continue
+            if u in barred or v in barred:
                 continue
             if away is not None and away.get(v, INF) <= away.get(u, INF):
                 continue
