@@ -22,7 +22,10 @@ compiled alone and replayed together (which links carry whose bytes):
               ranks, else the first of its users in that order; the others compile
               without it wherever their ranks still reach each other (their traffic
               moves to links no other job needs: rails of other NICs, other paths of
-              a torus).
+              a torus);
+``flow``      no views: every job's demands in one flow problem on the shared links
+              (:mod:`te_ccl.jobs.flow`), for jobs on at most
+              :data:`~te_ccl.jobs.flow.MAX_GPUS` GPUs together.
 
 Every candidate is lowered, verified and replayed together, file by file, as the
 runtime runs them (:mod:`te_ccl.jobs.files`); the kept one misses the fewest deadlines
@@ -39,8 +42,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from te_ccl.compiler import SolveParams
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.files import checked_algo, finish_alone, replay_alone, replay_together
+from te_ccl.jobs.flow import MAX_GPUS, compile_flow, flow_gpus
 from te_ccl.jobs.spec import OBJECTIVES, Job, JobSet, objective_of, unreachable
 from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
@@ -133,7 +138,8 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     """Compile every job jointly (module docstring) and, with ``output`` (a directory,
     created if missing), write ``NAME.xml`` per job, its ranks those of the job's
     communicator. ``time_limit_s`` is split evenly over the four candidates and the
-    jobs, at least :data:`MIN_COMPILE_S` per compile; a limit below that for each job
+    jobs (five candidates where ``flow`` may run: it takes one share for all jobs), at
+    least :data:`MIN_COMPILE_S` per compile; a limit below that for each job
     once is refused before compiling (thousands of jobs would run for hours).
 
     Raises what a compile raises for a job compiled alone (a candidate the compile
@@ -148,8 +154,9 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
                         f"for each job's compile), more than {time_limit_s:g} s",
                         key="--time-limit")
     say = progress or (lambda _: None)
-    # a quarter of the limit per candidate, split over the jobs
-    each = max(time_limit_s / (4 * len(jobs.jobs)), MIN_COMPILE_S)
+    # a share of the limit per candidate, split over the jobs
+    shares = 5 if flow_gpus(jobs) <= MAX_GPUS else 4
+    each = max(time_limit_s / (shares * len(jobs.jobs)), MIN_COMPILE_S)
     solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed,
              "epoch": epoch, "max_horizon": max_horizon}
     with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
@@ -170,6 +177,13 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
                 kept.append(run(method, views))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"{method}: not compiled ({e})")
+        if shares == 5 and shared.shared_links:
+            say("compiling the jobs (flow)")
+            try:
+                kept.append(_flow(jobs, objective, replace(
+                    SolveParams(**solve), time_limit_s=time_limit_s / shares), notes))
+            except (SolverError, VerificationError, RuntimeLimitError) as e:
+                notes.append(f"flow: not compiled ({e})")
     alone, alone_s = _best_alone(jobs, compiled)
     shared = replay_together(jobs, alone.algos)
     alone = replace(alone, finish=shared.finish_s)
@@ -223,6 +237,16 @@ def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
     algos = {n: c.algo for n, c in mine.items()}
     return _Candidate(method, {n: c.xml for n, c in mine.items()},
                       {n: c.schedule for n, c in mine.items()}, algos,
+                      replay_together(jobs, algos).finish_s)
+
+
+def _flow(jobs: JobSet, objective: str, params: SolveParams, notes: list[str]) -> _Candidate:
+    """The ``flow`` candidate: the files of one joint flow problem, replayed together."""
+    files = compile_flow(jobs, objective, params)
+    notes.extend(files.notes)
+    algos = {j.name: checked_algo(j, files.xml[j.name]) for j in jobs.jobs}
+    schedules = {n: replace(s, topology=jobs.topology) for n, s in files.schedules.items()}
+    return _Candidate("flow", files.xml, schedules, algos,
                       replay_together(jobs, algos).finish_s)
 
 

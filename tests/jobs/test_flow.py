@@ -1,0 +1,85 @@
+"""The ``flow`` candidate: every job's demands in one flow problem, split into one
+verified MSCCL file per job, judged like the other candidates by the files' replay."""
+
+from __future__ import annotations
+
+import pytest
+
+from te_ccl.compiler import SolveParams
+from te_ccl.errors import SolverError
+from te_ccl.jobs import compile_jobs
+from te_ccl.jobs.files import checked_algo, replay_together
+from te_ccl.jobs.flow import MAX_GPUS, compile_flow
+from te_ccl.jobs.spec import jobs_from
+from te_ccl.spec.topology import load_topology
+from te_ccl.verify.schedule_check import check_schedule
+from te_ccl.verify.shared_capacity import check_shared_capacity
+
+DGX1 = load_topology("dgx1")
+SHARED = {"jobs": [
+    {"name": "ag", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather", "size": "1MB"},
+    {"name": "ar", "ranks": ["g1", "g0", "g5", "g4"], "collective": "allreduce", "size": "2MB",
+     "weight": 2},
+]}
+
+
+@pytest.fixture(scope="module")
+def flow():
+    jobs = jobs_from(DGX1, SHARED, None)
+    return jobs, compile_flow(jobs, "weighted", SolveParams(time_limit_s=10))
+
+
+def test_each_job_gets_a_verified_file_of_its_own_ranks(flow):
+    jobs, files = flow
+    for job in jobs.jobs:
+        algo = checked_algo(job, files.xml[job.name])  # raises if the verifier rejects it
+        assert algo.ngpus == len(job.ranks)
+    assert replay_together(jobs, {j.name: checked_algo(j, files.xml[j.name])
+                                  for j in jobs.jobs}).finish_s.keys() == {"ag", "ar"}
+
+
+def test_the_split_schedules_pass_both_independent_checks(flow):
+    jobs, files = flow
+    for job in jobs.jobs:
+        s = files.schedules[job.name]
+        assert not check_schedule(s)
+        assert s.collective.ranks == job.ranks
+        gpus = {DGX1.gpu(r) for r in job.ranks}
+        # a job's chunks pass through its own GPUs and switches only
+        assert all(DGX1.node_by_name[n].is_gpu is False or n in gpus
+                   for t in s.transfers for n in (t.src, t.dst))
+    assert not check_shared_capacity(files.schedules)
+
+
+def test_chunks_cut_to_one_size(flow):
+    _, files = flow
+    # ar's 500 kB chunks (2 MB over 4 ranks) are cut to ag's 250 kB: 2 per rank
+    sizes = {s.collective.chunk_bytes for s in files.schedules.values()}
+    assert len(sizes) == 1
+
+
+def test_too_many_gpus_is_refused_before_any_model():
+    torus = load_topology("torus16x16")
+    jobs = jobs_from(torus, {"jobs": [
+        {"name": "a", "ranks": [str(r) for r in range(MAX_GPUS + 1)],
+         "collective": "allgather", "size": "1MB"}]}, None)
+    with pytest.raises(SolverError, match=f"more than the {MAX_GPUS}"):
+        compile_flow(jobs, "max", SolveParams(time_limit_s=1))
+
+
+def test_chunk_sizes_that_do_not_divide_are_refused():
+    jobs = jobs_from(DGX1, {"jobs": [
+        {"name": "a", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
+         "size": "1MB"},
+        {"name": "b", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
+         "size": "600kB"}]}, None)
+    with pytest.raises(SolverError, match="whole number"):
+        compile_flow(jobs, "max", SolveParams(time_limit_s=1))
+
+
+@pytest.mark.slow
+def test_compile_jobs_races_the_flow_candidate():
+    jobs = jobs_from(DGX1, SHARED, None)
+    result = compile_jobs(jobs, None, time_limit_s=40)
+    assert "flow" in result.candidates or any(n.startswith("flow:") for n in result.notes)
+    assert result.checks["schedule"] == 0
