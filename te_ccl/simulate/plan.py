@@ -8,10 +8,7 @@ op (the engine's tasks; docs/runtimes.md):
 * a put (and every op writing a peer's buffer) moves its bytes along the route to the
   peer (the direct link, else the fastest path; switches without buffer cut through);
   the op is done when the bytes have arrived (the block's threads write them);
-  reading a peer's buffer (``get``, ``rre``) moves them the other way; either in
-  :data:`PIECES` pieces one after the other, as multimem ops are, so that the puts of
-  concurrent blocks share a link as the hardware interleaves their writes (whole, the
-  link would serve one block's chunk before the next one's);
+  reading a peer's buffer (``get``, ``rre``) moves them the other way;
 * a signal is a zero-byte message on the same route: the k-th wait on a channel is done
   once the k-th signal on its paired channel has arrived; semaphores, barriers and LL
   packets (a packet read waits for the packets written to its slot) join likewise;
@@ -76,32 +73,20 @@ class _Builder:
         self.specs.append(_Spec(link, nbytes, list(after), label, through, list(sent or ())))
         return len(self.specs) - 1
 
-    def route(self, src: int, dst: int, nbytes: float, after: list[int], label: str,
-              pieces: int = 1) -> int:
-        """The hops from rank ``src`` to ``dst`` in ``pieces`` pieces one after the other;
-        returns the task that is their end."""
+    def route(self, src: int, dst: int, nbytes: float, after: list[int], label: str) -> int:
+        """The hops from rank ``src`` to ``dst``; returns the last hop's task."""
         u, v = self.names[src], self.names[dst]
         path = fastest_path(self.topo, u, v, graph=self.graph)
         if path is None:
             raise SpecError(f"no path from {u} to {v} on {self.topo.name}")
-        ends, first = [], -1
-        for _ in range(pieces):
-            first, last = self.hops(path, nbytes / pieces, after, label,
-                                    [first] if first >= 0 else [])
-            ends.append(last)
-        return ends[0] if pieces == 1 else self.task(None, 0.0, ends, label)
+        return self.hops(path, nbytes, after, label)
 
-    def hops(self, path: list[str], nbytes: float, after: list[int], label: str,
-             sent: list[int]) -> tuple[int, int]:
-        """The tasks of ``path``, the first once ``sent`` have left their link; returns
-        the first and the last."""
-        first = last = -1
+    def hops(self, path: list[str], nbytes: float, after: list[int], label: str) -> int:
+        last = -1
         for a, b in zip(path, path[1:], strict=False):
             through = cuts_through(self.topo.node(a))
-            last = self.task((a, b), nbytes, after if last < 0 else [last], label, through,
-                             sent if last < 0 else None)
-            first = last if first < 0 else first
-        return first, last
+            last = self.task((a, b), nbytes, after if last < 0 else [last], label, through)
+        return last
 
     def size(self, ref: Ref) -> float:
         packets = 2 if self.plan.protocol == "LL" else 1
@@ -122,11 +107,11 @@ class _Builder:
         if name in REMOTE_WRITES:
             for ref in op.dst:
                 if ref.remote:
-                    ends.append(self.route(g, ref.rank, self.size(ref), prev, label, PIECES))
+                    ends.append(self.route(g, ref.rank, self.size(ref), prev, label))
         if name in REMOTE_READS:
             for ref in op.src:
                 if ref.remote:
-                    ends.append(self.route(ref.rank, g, self.size(ref), prev, label, PIECES))
+                    ends.append(self.route(ref.rank, g, self.size(ref), prev, label))
         if name in ("glres", "gstore", "gstorepkt") and op.dst:
             ends.append(self.multimem(op, prev, label))
         if ends:
