@@ -242,11 +242,21 @@ def quick(topology: Topology, collective: Collective, params: SolveParams
                                          scale)
     if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
         return
-    for name in applicable(topology, collective):
+    for name in _cheapest_first(applicable(topology, collective), collective):
         yield f"template {name}", partial(_within_buffers, build_baseline, name, topology,
                                           collective)
     yield "template in-switch", partial(_within_buffers, in_switch_candidate, topology,
                                         collective)
+
+
+def _cheapest_first(names: list[str], collective: Collective) -> list[str]:
+    """The templates ``names`` in the order a first file tries them: for a rooted
+    collective the direct one first, which sends each chunk once along a shortest path
+    where a ring relays it through every rank (torus 32×32 Gather: 16,384 transfers
+    against the ring's 523,776, and it finishes 32× earlier)."""
+    if collective.root is None or "direct" not in names:
+        return names
+    return ["direct", *(n for n in names if n != "direct")]
 
 
 def _within_buffers(build: Callable[..., Schedule | None], *args) -> Schedule | None:

@@ -262,3 +262,14 @@ def test_every_first_candidate_overflowing_at_one_chunk_ends_the_compile_at_once
     with pytest.raises(RuntimeLimitError, match=r"no file fits the runtime \(the scale/.*"
                                                  r"too many chunks.*no coarser candidate"):
         compile_to(tmp_path)
+
+
+def test_a_rooted_collectives_first_template_is_the_direct_one():
+    """A gather's direct template sends each chunk once along a shortest path; a ring
+    relays it through every rank (N²/2 transfers): the first file tries direct first."""
+    from te_ccl.compiler.portfolio import quick
+
+    gather = Collective(CollectiveKind.GATHER, 16 << 10, tuple(range(16)), root=0)
+    names = [name for name, _ in quick(MESH, gather, PARAMS)]
+    assert names[0] == "template direct" and "template ring" in names[1:]
+    assert [name for name, _ in quick(MESH, AG, PARAMS)][1] != "template direct"
