@@ -178,7 +178,9 @@ def min_arborescence(nodes: list, root, cost: dict[tuple, float]) -> dict:
             break
     else:
         return dict(best)
-    knot = ("cycle", tuple(sorted(map(str, cycle))))
+    # the contracted node: no GPU's name, and no knot of a deeper call, which has fewer
+    # nodes (a key spelled from its members' names grew twice as long per nested knot)
+    knot = ("cycle", len(nodes))
     inner: dict[tuple, float] = {}
     origin: dict[tuple, tuple] = {}
     for (u, v), c in cost.items():

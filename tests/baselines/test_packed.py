@@ -5,6 +5,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from te_ccl.baselines import BaselineError, build_baseline
+from te_ccl.baselines.packed import min_arborescence
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
@@ -113,3 +114,15 @@ def test_finer_flow_paths_scatter_faster():
                                        .decode()), RAILS, coll.size_bytes).finish_time_s
              for name in ("packed", "packed-fine")]
     assert lower_bound(RAILS, coll).seconds <= times[1] < times[0]
+
+
+def test_nested_cycles_contract_in_linear_time():
+    """A line whose cheapest arcs pair up neighbours contracts 39 cycles, each inside the
+    last (a contracted node named by its members' names doubled in length per level:
+    mesh 8x8 took gigabytes)."""
+    nodes = ["r"] + [f"v{i}" for i in range(40)]
+    cost = {("r", "v0"): 1000.0}
+    for i in range(39):
+        cost[(f"v{i}", f"v{i + 1}")] = cost[(f"v{i + 1}", f"v{i}")] = 1.0 + i * 1e-3
+    tree = min_arborescence(nodes, "r", cost)
+    assert tree["v0"] == "r" and all(tree[f"v{i + 1}"] == f"v{i}" for i in range(39))
