@@ -78,15 +78,12 @@ def test_ndv2x4_allreduce_1gb_keeps_the_candidate_whose_file_is_faster(tmp_path:
     assert json.loads(stdout)["bound_ratio"] < 1.03
 
 
-def test_a_schedule_not_lowered_for_lack_of_time_must_beat_the_file_by_the_margin(
-        above, monkeypatch):
+def test_a_schedule_not_lowered_for_lack_of_time_does_not_displace_a_file(above, monkeypatch):
     topo, c = ring4(), allgather()
     timer = Timer()
-    timer.judge(build_baseline("ring", topo, c))  # 786 us by its file
+    best = timer.judge(build_baseline("ring", topo, c))  # 786 us by its file
     monkeypatch.setattr(judge.Timer, "pace", property(lambda self: 3600.0))
     faster = build_baseline("ring-bidir", topo, c)  # 393 us by its replay, never lowered
     with until(60):
-        timing = timer.timing(faster)
-        assert timing.measured_by == "schedule replay"
-        assert timer.judge(faster) == pytest.approx(
-            timing.schedule_s * (1 + judge.FINALIST_MARGIN))
+        assert timer.timing(faster).measured_by == "schedule replay"
+        assert timer.judge(faster) == pytest.approx(best * (1 + judge.FINALIST_MARGIN))
