@@ -47,7 +47,7 @@ from te_ccl.errors import (
     VerificationError,
 )
 from te_ccl.nogc import paused_gc
-from te_ccl.outputs import make_output_dir, path_component, write_atomic
+from te_ccl.outputs import check_output_file, make_output_dir, path_component, write_atomic
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Node, Topology
@@ -207,6 +207,10 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
                                        ) from None
             kept.cut(str(e))
         except (SolverError, RuntimeLimitError) as e:
+            if kept.best is None and kept.refused and not isinstance(e, TimeLimitReached):
+                refused = "".join(f"; no first file from {why}" for why in kept.refused)
+                kind = RuntimeLimitError if isinstance(e, RuntimeLimitError) else SolverError
+                raise kind(f"{e}{refused}") from None
             if kept.best is None:
                 raise
             kept.notes.append(f"anytime: the search found no other file ({e})")
@@ -517,8 +521,10 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     algorithm libraries ship them: each file's ``minBytes``/``maxBytes`` cover its range, so
     the runtime picks the one compiled for the message size at hand. Files are named
     ``TOPOLOGY-KIND[-inplace]-MIN-MAX.FMT`` (one path component: :func:`path_component`),
-    so both buffer modes fit one directory; ``out_dir`` is created with the first file if
-    missing (its parent is not). Each XML is lowered and verified within ``runtime``'s limits.
+    so both buffer modes fit one directory; ``out_dir`` is created if missing (its parent
+    is not). Each XML is lowered and verified within ``runtime``'s limits; the files are
+    written once every range has one and every path can take it, so a compile that fails
+    leaves no part of a library.
 
     Rooted collectives are refused: the runtime would pick these files by size for
     every root (and has no entry point for gather and scatter).
@@ -541,24 +547,28 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
             progress(f"compiling for {c.size_bytes} bytes")
         return _solve_checked(topology, c, params, chunk_choices, progress, timer.judge)
 
-    results = []
+    results, files = [], []
     with paused_gc():  # as in compile_collective: millions of young objects, no cycles
         for item in compile_size_ranges(collective, low, high, compile_one):
             mode = "-inplace" if collective.inplace else ""
             name = path_component(f"{topology.name}-{collective.kind.value}{mode}-"
                                   f"{item.min_bytes}-{item.max_bytes}")
-            folder = make_output_dir(out_dir)
-            options = CompileOptions(output=str(folder / f"{name}.{fmt}"), fmt=fmt,
+            options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
                                      min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name,
                                      runtime=runtime)
             schedule, data = render_fitting(item.schedule, options, params, progress, timer)
-            write_atomic(options.output, data)
+            files.append((options.output, data))
             bound = lower_bound(forward_only(topology), schedule.collective)
             schedule = schedule.with_info(notes=schedule.info.notes
                                           + _compile_notes(topology, schedule, timer))
             results.append(CompileResult(schedule, bound.seconds, dict(bound.parts),
                                          options.output, min_bytes=item.min_bytes,
                                          max_bytes=item.max_bytes, timing=timer.timing(schedule)))
+    make_output_dir(out_dir)
+    for path, _ in files:  # every file can be written before any is: no half library
+        check_output_file(path)
+    for path, data in files:
+        write_atomic(path, data)
     return results
 
 

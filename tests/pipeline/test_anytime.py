@@ -273,3 +273,15 @@ def test_a_rooted_collectives_first_template_is_the_direct_one():
     names = [name for name, _ in quick(MESH, gather, PARAMS)]
     assert names[0] == "template direct" and "template ring" in names[1:]
     assert [name for name, _ in quick(MESH, AG, PARAMS)][1] != "template direct"
+
+
+def test_a_search_failing_without_a_file_says_why_each_first_candidate_gave_none(
+        tmp_path, monkeypatch):
+    from te_ccl.errors import SolverError
+
+    monkeypatch.setattr(pipeline, "render", _overflow)
+    monkeypatch.setattr(pipeline, "_improve",
+                        lambda *args: (_ for _ in ()).throw(SolverError("no schedule")))
+    with pytest.raises(SolverError, match=r"^no schedule; no first file from the scale/.*"
+                                          r"too many chunks"):
+        compile_to(tmp_path)
