@@ -48,8 +48,9 @@ def _cut_bound(problem: Problem) -> int:
     if not demands or state.incoming or state.busy or any(len(d.sources) != 1 for d in demands):
         return 0
     members = set(demands[0].sources) | set(demands[0].destinations)
-    if any(set(d.sources) | set(d.destinations) != members for d in demands):
-        return 0
+    if len(members) < 2 or any(set(d.sources) | set(d.destinations) != members
+                               for d in demands):
+        return 0  # (a Reduce's demands have no destination: its root holds the sum)
     if any(n not in d.sources for d in demands for (c, n) in state.held if c == d.chunk):
         return 0
     counts = Counter(d.sources[0] for d in demands)

@@ -79,3 +79,11 @@ def test_split_by_job_numbers_chunks_as_each_job() -> None:
     split = split_by_job(joint, ts, offsets)
     assert split == {"ag": [Transfer(1, "g0", "g1", 0, 1)],
                      "ar": [Transfer(1, "g0", "g4", 0, 1, "reduce")]}
+
+
+def test_a_reduce_alone_has_a_horizon_bound() -> None:
+    """A Reduce as one problem: its demands have no destination (the root holds the sum)."""
+    from te_ccl.model.horizon import horizon_lower_bound
+
+    reduce = Collective(CollectiveKind.REDUCE, 8_000_000, (0, 1, 4, 5), root=0)
+    assert horizon_lower_bound(allreduce_problem(TOPO, reduce)) >= 1
