@@ -2,11 +2,13 @@
 
 The TE-CCL demands of all jobs share the links' capacity in one time-expanded model
 (:func:`te_ccl.model.problem.merge_problems`). A job's chunks are relayed by its own GPUs
-and the switches only, since its MSCCL file holds its ranks alone. The solver first finds
-the least horizon in which every job finishes (the makespan), then at that horizon
-minimises the jobs' finish epochs, each weighted by its weight under ``--objective
-weighted`` and by 1 under ``max``, with delivering early as the tie-break. A weighted
-optimum that needs a longer makespan is not searched for.
+and the switches only, since its MSCCL file holds its ranks alone. Where the model is
+small enough for one MILP, the solver first finds the least horizon in which every job
+finishes (the makespan), then minimises the jobs' finish epochs, each weighted by its
+weight under ``--objective weighted`` and by 1 under ``max``, with delivering early as
+the tie-break: at that horizon under ``max``, and under ``weighted`` at a quarter more
+(:data:`WEIGHTED_SLACK`), so a heavy job may finish earlier at a longer makespan. A
+larger model is solved in rounds (makespan only), as for one collective.
 
 The joint schedule is split per job (its own chunks, numbered as its own collective),
 each checked by the schedule checker and all together by the shared-capacity check,
@@ -14,8 +16,11 @@ then lowered to MSCCL XML as a compile alone lowers it. The files are then judge
 every other candidate's, replayed together (:mod:`te_ccl.jobs.files`): the epoch
 model's times play no part.
 
-Jobs of different chunk sizes are cut to the smallest one (more chunks per rank) where
-it divides theirs; one model must have one chunk size. Instances of more than
+One model has one chunk size: every job is cut to the smallest chunk of all jobs, or to
+a half, quarter or eighth of it (:data:`PIECES`, the finest whose model stays within
+:data:`FINE_VARIABLES` at the horizon's lower bound), more chunks per rank, as the
+compile alone pipelines with ``--chunks auto``; a job whose chunk is not a whole number
+of them is refused. Instances of more than
 :data:`MAX_GPUS` GPUs are refused: the model would not solve in a compile's time.
 """
 
@@ -23,13 +28,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from te_ccl.backends.base import Clock, Progress
-from te_ccl.backends.select import STRATEGIES, run_backend
+from te_ccl.backends.base import Clock, Progress, SolveResult
+from te_ccl.backends.cpsat import solve_formulation
+from te_ccl.backends.milp import horizon_search
+from te_ccl.backends.select import STRATEGIES, choose_backend, run_backend
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
 from te_ccl.errors import SolverError, SpecError, VerificationError
 from te_ccl.jobs.spec import JobSet
-from te_ccl.model.extract import split_by_job
+from te_ccl.model.extract import prune, split_by_job, to_transfers
+from te_ccl.model.formulation import formulate
+from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Problem, allreduce_problem, build_problem, merge_problems, members_of
 from te_ccl.schedule import Schedule, SolveInfo
 from te_ccl.topology.model import Topology
@@ -40,6 +49,10 @@ __all__ = ["MAX_GPUS", "FlowFiles", "flow_gpus", "joint_problem", "compile_flow"
 
 MAX_GPUS = 32  # GPUs in all jobs together that the joint model solves in a compile's time
 WEIGHT_STEPS = 8  # integer weights: the lightest job weighs this many
+WEIGHTED_SLACK = 0.25  # under ``weighted``: the horizon the minimal makespan's plus this share
+PIECES = (8, 4, 2, 1)  # the smallest job chunk cut into this many, finest first
+FINE_VARIABLES = 4_000  # a finer cut only while its model stays this small
+SOLVE_SHARE = 0.7  # of the candidate's time: the solve (the rest lowers and verifies)
 
 
 @dataclass(frozen=True)
@@ -56,20 +69,39 @@ def flow_gpus(jobs: JobSet) -> int:
     return len({r for j in jobs.jobs for r in j.ranks})
 
 
-def _common_chunks(jobs: JobSet) -> dict[str, Collective]:
-    """Each job's collective cut to the smallest chunk of all jobs (SolverError where it
-    does not divide a job's)."""
+def _common_chunks(jobs: JobSet, pieces: int = 1) -> dict[str, Collective]:
+    """Each job's collective cut to chunks of the smallest job chunk / ``pieces``
+    (SolverError where that does not divide a job's chunk)."""
     base = min(j.collective.chunk_bytes for j in jobs.jobs)
     out = {}
     for j in jobs.jobs:
         coll = j.collective
-        k, rest = divmod(coll.chunk_bytes, base)
+        k, rest = divmod(coll.chunk_bytes * pieces, base)
         cut = replace(coll, chunks_per_rank=coll.chunks_per_rank * k)
-        if rest or cut.chunk_bytes != base:
+        if rest or cut.chunk_bytes * pieces != base:
             raise SolverError(f"job {j.name!r}'s chunks of {coll.chunk_bytes} bytes are not "
-                              f"a whole number of the smallest job chunk ({base} bytes)")
+                              f"a whole number of {base / pieces:g} bytes (the smallest job "
+                              f"chunk / {pieces})")
         out[j.name] = cut
     return out
+
+
+def _finest(jobs: JobSet, topology: Topology, weights: dict[str, float],
+            epoch: str | float) -> tuple[Problem, dict[str, int], dict[str, Collective]]:
+    """The joint problem with the finest cut of :data:`PIECES` whose model fits
+    :data:`FINE_VARIABLES` at the horizon's lower bound (the coarsest otherwise), its
+    chunk offsets and the jobs' collectives as cut."""
+    for pieces in PIECES:
+        try:
+            collectives = _common_chunks(jobs, pieces)
+            problem, offsets = joint_problem(topology, collectives, weights, epoch)
+        except (SolverError, SpecError):
+            if pieces == 1:
+                raise
+            continue
+        if pieces == 1 or problem.size * horizon_lower_bound(problem) <= FINE_VARIABLES:
+            return problem, offsets, collectives
+    raise AssertionError("unreachable: pieces 1 returns or raises")
 
 
 def joint_problem(topology: Topology, collectives: dict[str, Collective],
@@ -92,6 +124,32 @@ def joint_problem(topology: Topology, collectives: dict[str, Collective],
     return merge_problems(parts, barred, ints)
 
 
+def _solve(problem: Problem, params: SolveParams, clock: Clock, objective: str,
+           progress: Progress | None) -> SolveResult:
+    """The joint schedule: the least makespan, then the jobs' weighted finish epochs in
+    the time left (a model the MILP holds), else what ``params.backend`` finds."""
+    if params.backend not in ("auto", "milp") or (
+            params.backend == "auto" and choose_backend(problem)[0] != "milp"):
+        return run_backend(problem, params, clock, progress)
+    first, proven, notes = horizon_search(problem, params, clock, progress)
+    horizon = first.form.ten.horizon
+    if objective == "weighted":
+        horizon += max(1, round(WEIGHTED_SLACK * horizon))
+    best = first
+    if clock.left > 0.05:
+        again = solve_formulation(formulate(problem, horizon), params, clock.left,
+                                  with_objective=True, hint=first.values)
+        if again.status in ("optimal", "feasible"):
+            best = again
+    transfers = prune(problem, to_transfers(problem, best.chosen))
+    finish = max((t.arrive_epoch for t in transfers), default=0)
+    nv, nc = best.form.size
+    status = (f"least makespan {first.form.ten.horizon} epochs"
+              f"{' (proven)' if proven else ''}; finish epochs {best.status} "
+              f"at horizon {best.form.ten.horizon}")
+    return SolveResult(tuple(transfers), finish, False, status, nv, nc, tuple(notes), "milp")
+
+
 def compile_flow(jobs: JobSet, objective: str, params: SolveParams,
                  progress: Progress | None = None) -> FlowFiles:
     """Every job's file from one joint flow problem (module docstring).
@@ -105,15 +163,14 @@ def compile_flow(jobs: JobSet, objective: str, params: SolveParams,
         raise SolverError(f"{gpus} GPUs in the jobs, more than the {MAX_GPUS} the joint "
                           "flow model solves in a compile's time")
     topology = forward_only(jobs.topology)
-    collectives = _common_chunks(jobs)
     weights = {j.name: (j.weight if objective == "weighted" else 1.0) for j in jobs.jobs}
     try:
-        problem, offsets = joint_problem(topology, collectives, weights, params.epoch)
+        problem, offsets, collectives = _finest(jobs, topology, weights, params.epoch)
     except SpecError as e:
         raise SolverError(f"no joint model: {e}") from None
     backend = params.backend if params.backend in STRATEGIES else "auto"
-    clock = Clock(params.time_limit_s)
-    result = run_backend(problem, replace(params, backend=backend), clock, progress)
+    clock = Clock(SOLVE_SHARE * params.time_limit_s)
+    result = _solve(problem, replace(params, backend=backend), clock, objective, progress)
     info = SolveInfo(backend=result.backend, solver_time_s=round(clock.elapsed, 4),
                      optimal=result.optimal, status=result.status,
                      variables=result.variables, constraints=result.constraints,

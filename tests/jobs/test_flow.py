@@ -26,7 +26,7 @@ SHARED = {"jobs": [
 @pytest.fixture(scope="module")
 def flow():
     jobs = jobs_from(DGX1, SHARED, None)
-    return jobs, compile_flow(jobs, "weighted", SolveParams(time_limit_s=10))
+    return jobs, compile_flow(jobs, "weighted", SolveParams(time_limit_s=4))
 
 
 def test_each_job_gets_a_verified_file_of_its_own_ranks(flow):
