@@ -68,9 +68,17 @@ class _Machine:
         self.taken: dict[tuple, int] = defaultdict(int)
         self.sems: dict[tuple[int, int], list[np.ndarray]] = defaultdict(list)
         self.sem_taken: dict[tuple[int, int], int] = defaultdict(int)
+        acquires: dict[tuple[int, int], int] = defaultdict(int)
+        for t in self.threads:
+            for op in t.ops:
+                for s in op.semaphores if op.name == "sem_acquire" else ():
+                    acquires[(t.gpu, s)] += 1
         for g in plan.gpus:
             for s, init in enumerate(g.semaphores):
-                self.sems[(g.id, s)] = [np.zeros(n, dtype=np.int64) for _ in range(init)]
+                # credits past one more than are acquired change no verdict (the semaphore
+                # ends above zero either way), and a huge initial value is not held
+                credits = min(init, acquires[(g.id, s)] + 1)
+                self.sems[(g.id, s)] = [np.zeros(n, dtype=np.int64) for _ in range(credits)]
         self.barriers: dict[tuple[int, int], list[np.ndarray]] = defaultdict(list)
         self.passed: dict[tuple[int, int, int], int] = defaultdict(int)
         self.written: dict[Loc, tuple[int, int, Op]] = {}  # thread, its clock, the op

@@ -232,7 +232,9 @@ def _gpu_shell(r: _Reader, g: dict, i: int, n: int) -> Gpu | None:
     sems = []
     for s in r.objects(g, "semaphores", where):
         v = r.need(s, "init_value", int, f"{where} semaphores")
-        sems.append(v or 0)
+        if v is not None and v < 0:
+            r.errors.append(f"{where}: semaphore init_value {v} is negative")
+        sems.append(max(v or 0, 0))
     gpu = Gpu(i, chunks, [], sems, channels, groups)
     for j, b in enumerate(r.objects(g, "remote_buffers", where)):
         rank = r.need(b, "rank", int, f"{where} remote_buffers[{j}]")
