@@ -407,9 +407,9 @@ class Timer:
         if timing.unlowerable is not None and not timing.refittable:
             return math.inf
         best = self._best_file.get(_same_collective(schedule))
+        # one to refit keeps its replay: it is solved again with fewer sub-chunks to write
         if timing.file_s is None and timing.unlowerable is None and self.files \
-                and best is not None:  # (one to refit stands at its replay: it is solved
-            #                             again with fewer sub-chunks when written)
+                and best is not None:
             return max(timing.finish_s, best[0] * (1 + FINALIST_MARGIN))
         return timing.finish_s
 
