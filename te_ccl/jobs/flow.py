@@ -8,7 +8,10 @@ finishes (the makespan), then minimises the jobs' finish epochs, each weighted b
 weight under ``--objective weighted`` and by 1 under ``max``, with delivering early as
 the tie-break: at that horizon under ``max``, and under ``weighted`` at a quarter more
 (:data:`WEIGHTED_SLACK`), so a heavy job may finish earlier at a longer makespan. A
-larger model is solved in rounds (makespan only), as for one collective.
+larger model is solved in rounds (makespan only), as for one collective; rounds carry no
+partial sums, so a larger model with a reducing job is refused, as are instances of more
+than :data:`MAX_GPUS` GPUs (:func:`plan_flow` decides before anything is solved, so the
+joint compile spends no time on a candidate that cannot run).
 
 The joint schedule is split per job (its own chunks, numbered as its own collective),
 each checked by the schedule checker and all together by the shared-capacity check,
@@ -20,8 +23,7 @@ One model has one chunk size: every job is cut to the smallest chunk of all jobs
 a half, quarter or eighth of it (:data:`PIECES`, the finest whose model stays within
 :data:`FINE_VARIABLES` at the horizon's lower bound), more chunks per rank, as the
 compile alone pipelines with ``--chunks auto``; a job whose chunk is not a whole number
-of them is refused. Instances of more than
-:data:`MAX_GPUS` GPUs are refused: the model would not solve in a compile's time.
+of them is refused.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
 from te_ccl.verify.shared_capacity import check_shared_capacity
 
-__all__ = ["MAX_GPUS", "FlowFiles", "flow_gpus", "joint_problem", "compile_flow"]
+__all__ = ["MAX_GPUS", "FlowPlan", "FlowFiles", "plan_flow", "joint_problem", "compile_flow"]
 
 MAX_GPUS = 32  # GPUs in all jobs together that the joint model solves in a compile's time
 WEIGHT_STEPS = 8  # integer weights: the lightest job weighs this many
@@ -56,17 +58,21 @@ SOLVE_SHARE = 0.7  # of the candidate's time: the solve (the rest lowers and ver
 
 
 @dataclass(frozen=True)
+class FlowPlan:
+    """The joint problem, each job's chunk offset in it and its collective as cut."""
+
+    problem: Problem
+    offsets: dict[str, int]
+    collectives: dict[str, Collective]
+
+
+@dataclass(frozen=True)
 class FlowFiles:
     """Each job's schedule (on the topology as the lowering drives it) and its XML."""
 
     schedules: dict[str, Schedule]
     xml: dict[str, bytes]
     notes: tuple[str, ...]
-
-
-def flow_gpus(jobs: JobSet) -> int:
-    """GPUs used by any job."""
-    return len({r for j in jobs.jobs for r in j.ranks})
 
 
 def _common_chunks(jobs: JobSet, pieces: int = 1) -> dict[str, Collective]:
@@ -86,22 +92,41 @@ def _common_chunks(jobs: JobSet, pieces: int = 1) -> dict[str, Collective]:
     return out
 
 
-def _finest(jobs: JobSet, topology: Topology, weights: dict[str, float],
-            epoch: str | float) -> tuple[Problem, dict[str, int], dict[str, Collective]]:
+def plan_flow(jobs: JobSet, objective: str, params: SolveParams) -> FlowPlan:
     """The joint problem with the finest cut of :data:`PIECES` whose model fits
-    :data:`FINE_VARIABLES` at the horizon's lower bound (the coarsest otherwise), its
-    chunk offsets and the jobs' collectives as cut."""
+    :data:`FINE_VARIABLES` at the horizon's lower bound (the coarsest otherwise).
+
+    Raises :class:`SolverError` where the flow candidate cannot run: more than
+    :data:`MAX_GPUS` GPUs, chunks of no common size, or a reducing job in a model too
+    large for the MILP (the rounds that solve it carry no partial sums).
+    """
+    gpus = len({r for j in jobs.jobs for r in j.ranks})
+    if gpus > MAX_GPUS:
+        raise SolverError(f"{gpus} GPUs in the jobs, more than the {MAX_GPUS} the joint "
+                          "flow model solves in a compile's time")
+    topology = forward_only(jobs.topology)
+    weights = {j.name: (j.weight if objective == "weighted" else 1.0) for j in jobs.jobs}
     for pieces in PIECES:
         try:
             collectives = _common_chunks(jobs, pieces)
-            problem, offsets = joint_problem(topology, collectives, weights, epoch)
-        except (SolverError, SpecError):
-            if pieces == 1:
-                raise
-            continue
+            problem, offsets = joint_problem(topology, collectives, weights, params.epoch)
+        except (SolverError, SpecError) as e:
+            if pieces > 1:
+                continue
+            raise SolverError(f"no joint model: {e}") from None
         if pieces == 1 or problem.size * horizon_lower_bound(problem) <= FINE_VARIABLES:
-            return problem, offsets, collectives
-    raise AssertionError("unreachable: pieces 1 returns or raises")
+            break
+    if problem.reductions and _backend(problem, params) != "milp":
+        raise SolverError("a reducing job in a model too large for one MILP (rounds carry "
+                          "no partial sums)")
+    return FlowPlan(problem, offsets, collectives)
+
+
+def _backend(problem: Problem, params: SolveParams) -> str:
+    """The flow backend that solves ``problem``: ``params.backend``, or by size."""
+    if params.backend in STRATEGIES:
+        return params.backend
+    return choose_backend(problem)[0]
 
 
 def joint_problem(topology: Topology, collectives: dict[str, Collective],
@@ -128,8 +153,7 @@ def _solve(problem: Problem, params: SolveParams, clock: Clock, objective: str,
            progress: Progress | None) -> SolveResult:
     """The joint schedule: the least makespan, then the jobs' weighted finish epochs in
     the time left (a model the MILP holds), else what ``params.backend`` finds."""
-    if params.backend not in ("auto", "milp") or (
-            params.backend == "auto" and choose_backend(problem)[0] != "milp"):
+    if _backend(problem, params) != "milp":
         return run_backend(problem, params, clock, progress)
     first, proven, notes = horizon_search(problem, params, clock, progress)
     horizon = first.form.ten.horizon
@@ -150,24 +174,16 @@ def _solve(problem: Problem, params: SolveParams, clock: Clock, objective: str,
     return SolveResult(tuple(transfers), finish, False, status, nv, nc, tuple(notes), "milp")
 
 
-def compile_flow(jobs: JobSet, objective: str, params: SolveParams,
+def compile_flow(plan: FlowPlan, objective: str, params: SolveParams,
                  progress: Progress | None = None) -> FlowFiles:
-    """Every job's file from one joint flow problem (module docstring).
+    """Every job's file from the joint flow problem of ``plan`` (module docstring).
 
-    Raises :class:`SolverError` for an instance too large or without a schedule in the
-    time, :class:`VerificationError` where a check rejects a schedule, and what the
-    lowering raises for a file the runtime cannot hold.
+    Raises :class:`SolverError` without a schedule in the time,
+    :class:`VerificationError` where a check rejects a schedule, and what the lowering
+    raises for a file the runtime cannot hold.
     """
-    gpus = flow_gpus(jobs)
-    if gpus > MAX_GPUS:
-        raise SolverError(f"{gpus} GPUs in the jobs, more than the {MAX_GPUS} the joint "
-                          "flow model solves in a compile's time")
-    topology = forward_only(jobs.topology)
-    weights = {j.name: (j.weight if objective == "weighted" else 1.0) for j in jobs.jobs}
-    try:
-        problem, offsets, collectives = _finest(jobs, topology, weights, params.epoch)
-    except SpecError as e:
-        raise SolverError(f"no joint model: {e}") from None
+    problem, offsets, collectives = plan.problem, plan.offsets, plan.collectives
+    topology = problem.topology
     backend = params.backend if params.backend in STRATEGIES else "auto"
     clock = Clock(SOLVE_SHARE * params.time_limit_s)
     result = _solve(problem, replace(params, backend=backend), clock, objective, progress)

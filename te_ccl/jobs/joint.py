@@ -45,7 +45,7 @@ from typing import Any
 from te_ccl.compiler import SolveParams
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.files import checked_algo, finish_alone, replay_alone, replay_together
-from te_ccl.jobs.flow import MAX_GPUS, compile_flow, flow_gpus
+from te_ccl.jobs.flow import FlowPlan, compile_flow, plan_flow
 from te_ccl.jobs.spec import OBJECTIVES, Job, JobSet, objective_of, unreachable
 from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
@@ -138,8 +138,8 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     """Compile every job jointly (module docstring) and, with ``output`` (a directory,
     created if missing), write ``NAME.xml`` per job, its ranks those of the job's
     communicator. ``time_limit_s`` is split evenly over the four candidates and the
-    jobs (five candidates where ``flow`` may run: it takes one share for all jobs), at
-    least :data:`MIN_COMPILE_S` per compile; a limit below that for each job
+    jobs (five where ``flow`` can run, :func:`~te_ccl.jobs.flow.plan_flow`: it takes one
+    share for all jobs), at least :data:`MIN_COMPILE_S` per compile; a limit below that for each job
     once is refused before compiling (thousands of jobs would run for hours).
 
     Raises what a compile raises for a job compiled alone (a candidate the compile
@@ -154,8 +154,13 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
                         f"for each job's compile), more than {time_limit_s:g} s",
                         key="--time-limit")
     say = progress or (lambda _: None)
+    plan: FlowPlan | str  # the flow candidate's problem, or why it cannot run
+    try:
+        plan = plan_flow(jobs, objective, SolveParams(backend=backend, epoch=epoch))
+    except SolverError as e:
+        plan = str(e)
     # a share of the limit per candidate, split over the jobs
-    shares = 5 if flow_gpus(jobs) <= MAX_GPUS else 4
+    shares = 4 if isinstance(plan, str) else 5
     each = max(time_limit_s / (shares * len(jobs.jobs)), MIN_COMPILE_S)
     solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed,
              "epoch": epoch, "max_horizon": max_horizon}
@@ -177,10 +182,12 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
                 kept.append(run(method, views))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"{method}: not compiled ({e})")
-        if shares == 5 and shared.shared_links:
+        if shared.shared_links:
             say("compiling the jobs (flow)")
             try:
-                kept.append(_flow(jobs, objective, replace(
+                if isinstance(plan, str):
+                    raise SolverError(plan)
+                kept.append(_flow(jobs, plan, objective, replace(
                     SolveParams(**solve), time_limit_s=time_limit_s / shares), notes))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"flow: not compiled ({e})")
@@ -240,9 +247,10 @@ def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
                       replay_together(jobs, algos).finish_s)
 
 
-def _flow(jobs: JobSet, objective: str, params: SolveParams, notes: list[str]) -> _Candidate:
+def _flow(jobs: JobSet, plan: FlowPlan, objective: str, params: SolveParams,
+          notes: list[str]) -> _Candidate:
     """The ``flow`` candidate: the files of one joint flow problem, replayed together."""
-    files = compile_flow(jobs, objective, params)
+    files = compile_flow(plan, objective, params)
     notes.extend(files.notes)
     algos = {j.name: checked_algo(j, files.xml[j.name]) for j in jobs.jobs}
     schedules = {n: replace(s, topology=jobs.topology) for n, s in files.schedules.items()}

@@ -9,7 +9,7 @@ from te_ccl.compiler import SolveParams
 from te_ccl.errors import SolverError
 from te_ccl.jobs import compile_jobs
 from te_ccl.jobs.files import checked_algo, replay_together
-from te_ccl.jobs.flow import MAX_GPUS, compile_flow
+from te_ccl.jobs.flow import MAX_GPUS, compile_flow, plan_flow
 from te_ccl.jobs.spec import jobs_from
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.schedule_check import check_schedule
@@ -26,7 +26,8 @@ SHARED = {"jobs": [
 @pytest.fixture(scope="module")
 def flow():
     jobs = jobs_from(DGX1, SHARED, None)
-    return jobs, compile_flow(jobs, "weighted", SolveParams(time_limit_s=4))
+    params = SolveParams(time_limit_s=4)
+    return jobs, compile_flow(plan_flow(jobs, "weighted", params), "weighted", params)
 
 
 def test_each_job_gets_a_verified_file_of_its_own_ranks(flow):
@@ -64,7 +65,7 @@ def test_too_many_gpus_is_refused_before_any_model():
         {"name": "a", "ranks": [str(r) for r in range(MAX_GPUS + 1)],
          "collective": "allgather", "size": "1MB"}]}, None)
     with pytest.raises(SolverError, match=f"more than the {MAX_GPUS}"):
-        compile_flow(jobs, "max", SolveParams(time_limit_s=1))
+        plan_flow(jobs, "max", SolveParams())
 
 
 def test_chunk_sizes_that_do_not_divide_are_refused():
@@ -74,7 +75,18 @@ def test_chunk_sizes_that_do_not_divide_are_refused():
         {"name": "b", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
          "size": "600kB"}]}, None)
     with pytest.raises(SolverError, match="whole number"):
-        compile_flow(jobs, "max", SolveParams(time_limit_s=1))
+        plan_flow(jobs, "max", SolveParams())
+
+
+def test_a_reducing_job_in_a_model_too_large_for_the_milp_is_refused():
+    jobs = jobs_from(DGX1, {"jobs": [
+        {"name": "ag", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
+         "size": "1MB"},
+        {"name": "ar", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allreduce",
+         "size": "1MB"}]}, None)
+    assert plan_flow(jobs, "max", SolveParams(backend="milp")).problem.reductions
+    with pytest.raises(SolverError, match="rounds carry no partial sums"):
+        plan_flow(jobs, "max", SolveParams(backend="rounds"))
 
 
 @pytest.mark.slow
