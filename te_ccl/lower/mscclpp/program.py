@@ -317,6 +317,7 @@ class _Builder:
         holders = self.layout.holders(chunk)
         keeps = (not self.coll.inplace and src.gpu in holders and v.slot != final
                  and self.left[(src.gpu, d.chunk)] == 0
+                 and self.versions[(src.gpu, d.chunk)][-1] is v  # the sender's last value
                  and all(m in holders and (m, final) not in self.occupant
                          and self.left[(m, d.chunk)] == (0 if m == d.dst else 1)
                          for m in receivers))
