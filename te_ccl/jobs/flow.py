@@ -2,16 +2,17 @@
 
 The TE-CCL demands of all jobs share the links' capacity in one time-expanded model
 (:func:`te_ccl.model.problem.merge_problems`). A job's chunks are relayed by its own GPUs
-and the switches only, since its MSCCL file holds its ranks alone. Where the model is
-small enough for one MILP, the solver first finds the least horizon in which every job
-finishes (the makespan), then minimises the jobs' finish epochs, each weighted by its
+and the switches only, since its MSCCL file holds its ranks alone. The model must be
+small enough for one MILP (:func:`plan_flow` refuses a larger one, and instances of more
+than :data:`MAX_GPUS` GPUs, before anything is solved, so the joint compile spends no
+time on a candidate that cannot run). The solver first finds the least horizon in which
+every job finishes (the makespan), then minimises the jobs' finish epochs, each weighted by its
 weight under ``--objective weighted`` and by 1 under ``max``, with delivering early as
 the tie-break: at that horizon under ``max``, and under ``weighted`` at a quarter more
-(:data:`WEIGHTED_SLACK`), so a heavy job may finish earlier at a longer makespan. A
-larger model is solved in rounds (makespan only), as for one collective; rounds carry no
-partial sums, so a larger model with a reducing job is refused, as are instances of more
-than :data:`MAX_GPUS` GPUs (:func:`plan_flow` decides before anything is solved, so the
-joint compile spends no time on a candidate that cannot run).
+(:data:`WEIGHTED_SLACK`), so a heavy job may finish earlier at a longer makespan.
+Rounds, which solve larger models of one collective, are not used: they carry no partial
+sums, and on the two dgx2x2 AllGathers of ``devtools.jobs_bench`` (64 chunks) they took
+about 20 s for files 2.7× slower together than the jobs compiled alone.
 
 The joint schedule is split per job (its own chunks, numbered as its own collective),
 each checked by the schedule checker and all together by the shared-capacity check,
@@ -33,7 +34,7 @@ from dataclasses import dataclass, replace
 from te_ccl.backends.base import Clock, Progress, SolveResult
 from te_ccl.backends.cpsat import solve_formulation
 from te_ccl.backends.milp import horizon_search
-from te_ccl.backends.select import STRATEGIES, choose_backend, run_backend
+from te_ccl.backends.select import STRATEGIES, check_size, choose_backend
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
 from te_ccl.errors import SolverError, SpecError, VerificationError
@@ -41,7 +42,13 @@ from te_ccl.jobs.spec import JobSet
 from te_ccl.model.extract import prune, split_by_job, to_transfers
 from te_ccl.model.formulation import formulate
 from te_ccl.model.horizon import horizon_lower_bound
-from te_ccl.model.problem import Problem, allreduce_problem, build_problem, merge_problems, members_of
+from te_ccl.model.problem import (
+    Problem,
+    allreduce_problem,
+    build_problem,
+    members_of,
+    merge_problems,
+)
 from te_ccl.schedule import Schedule, SolveInfo
 from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
@@ -97,8 +104,7 @@ def plan_flow(jobs: JobSet, objective: str, params: SolveParams) -> FlowPlan:
     :data:`FINE_VARIABLES` at the horizon's lower bound (the coarsest otherwise).
 
     Raises :class:`SolverError` where the flow candidate cannot run: more than
-    :data:`MAX_GPUS` GPUs, chunks of no common size, or a reducing job in a model too
-    large for the MILP (the rounds that solve it carry no partial sums).
+    :data:`MAX_GPUS` GPUs, chunks of no common size, or a model too large for one MILP.
     """
     gpus = len({r for j in jobs.jobs for r in j.ranks})
     if gpus > MAX_GPUS:
@@ -116,17 +122,11 @@ def plan_flow(jobs: JobSet, objective: str, params: SolveParams) -> FlowPlan:
             raise SolverError(f"no joint model: {e}") from None
         if pieces == 1 or problem.size * horizon_lower_bound(problem) <= FINE_VARIABLES:
             break
-    if problem.reductions and _backend(problem, params) != "milp":
-        raise SolverError("a reducing job in a model too large for one MILP (rounds carry "
-                          "no partial sums)")
+    backend, why = ((params.backend, f"--backend {params.backend}")
+                    if params.backend in STRATEGIES else choose_backend(problem))
+    if backend != "milp":
+        raise SolverError(f"the joint model needs one MILP ({why})")
     return FlowPlan(problem, offsets, collectives)
-
-
-def _backend(problem: Problem, params: SolveParams) -> str:
-    """The flow backend that solves ``problem``: ``params.backend``, or by size."""
-    if params.backend in STRATEGIES:
-        return params.backend
-    return choose_backend(problem)[0]
 
 
 def joint_problem(topology: Topology, collectives: dict[str, Collective],
@@ -152,9 +152,8 @@ def joint_problem(topology: Topology, collectives: dict[str, Collective],
 def _solve(problem: Problem, params: SolveParams, clock: Clock, objective: str,
            progress: Progress | None) -> SolveResult:
     """The joint schedule: the least makespan, then the jobs' weighted finish epochs in
-    the time left (a model the MILP holds), else what ``params.backend`` finds."""
-    if _backend(problem, params) != "milp":
-        return run_backend(problem, params, clock, progress)
+    the time left."""
+    check_size(len(problem.demands), len(problem.timings))
     first, proven, notes = horizon_search(problem, params, clock, progress)
     horizon = first.form.ten.horizon
     if objective == "weighted":
@@ -184,9 +183,8 @@ def compile_flow(plan: FlowPlan, objective: str, params: SolveParams,
     """
     problem, offsets, collectives = plan.problem, plan.offsets, plan.collectives
     topology = problem.topology
-    backend = params.backend if params.backend in STRATEGIES else "auto"
     clock = Clock(SOLVE_SHARE * params.time_limit_s)
-    result = _solve(problem, replace(params, backend=backend), clock, objective, progress)
+    result = _solve(problem, params, clock, objective, progress)
     info = SolveInfo(backend=result.backend, solver_time_s=round(clock.elapsed, 4),
                      optimal=result.optimal, status=result.status,
                      variables=result.variables, constraints=result.constraints,

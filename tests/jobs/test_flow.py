@@ -78,15 +78,23 @@ def test_chunk_sizes_that_do_not_divide_are_refused():
         plan_flow(jobs, "max", SolveParams())
 
 
-def test_a_reducing_job_in_a_model_too_large_for_the_milp_is_refused():
+def test_a_model_not_for_one_milp_is_refused():
     jobs = jobs_from(DGX1, {"jobs": [
         {"name": "ag", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
          "size": "1MB"},
         {"name": "ar", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allreduce",
          "size": "1MB"}]}, None)
     assert plan_flow(jobs, "max", SolveParams(backend="milp")).problem.reductions
-    with pytest.raises(SolverError, match="rounds carry no partial sums"):
+    with pytest.raises(SolverError, match="needs one MILP"):
         plan_flow(jobs, "max", SolveParams(backend="rounds"))
+    dgx2x2 = load_topology("dgx2x2")
+    gpus = [f"b{b}.g{i}" for b in range(2) for i in range(16)]
+    big = jobs_from(dgx2x2, {"jobs": [
+        {"name": "all", "ranks": gpus, "collective": "allgather", "size": "64MB"},
+        {"name": "half", "ranks": gpus[:8] + gpus[16:24], "collective": "allgather",
+         "size": "64MB"}]}, None)
+    with pytest.raises(SolverError, match="needs one MILP"):
+        plan_flow(big, "weighted", SolveParams())
 
 
 @pytest.mark.slow
