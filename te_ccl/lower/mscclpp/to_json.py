@@ -90,9 +90,9 @@ def _gpu(program: Program, p: GpuPlan) -> dict[str, Any]:
                        "remote_buffer_refs": refs})
     return {
         "id": p.gpu,
-        "input_chunks": program.input_chunks,
-        "output_chunks": program.output_chunks,
-        "scratch_chunks": program.scratch[p.gpu],
+        "input_chunks": program.input_chunks * p.parts,
+        "output_chunks": program.output_chunks * p.parts,
+        "scratch_chunks": program.scratch[p.gpu] * p.parts,
         "threadblocks": blocks,
         "channels": channels,
         "remote_buffers": [{"rank": r, "type": t, "access_channel_types": [c]}

@@ -137,6 +137,32 @@ def test_a_value_an_nvls_switch_copies_to_several_ranks_is_one_gstore():
     assert "gstore" in op_names(plan_of(replace(s, collective=replace(coll, inplace=True))))
 
 
+def test_a_ranks_last_load_reduce_of_several_is_cut_into_parts():
+    """AllReduce of 16 chunks on 4 ranks of an NVLS switch: each rank sums 4 by glres, so
+    its last is cut into SPLIT_PARTS glres of one part each; chunk counts and every other
+    reference are in parts, and the plan checks."""
+    from te_ccl.lower.mscclpp.threadblocks import SPLIT_FROM, SPLIT_PARTS
+
+    n, c = 4, 4
+    gpus = [Node(f"g{i}") for i in range(n)]
+    sw = Node("sw", NodeKind.SWITCH, can_copy=True, can_reduce=True, nvls=True)
+    links = [x for i in range(n) for x in (Link(f"g{i}", "sw", 1e9), Link("sw", f"g{i}", 1e9))]
+    topo = Topology.build("nvls4", [*gpus, sw], links)
+    coll = Collective(K.ALLREDUCE, 1 << 16, tuple(range(n)), c)
+    ts = [Transfer(k, f"g{r}", "sw", k, k + 1, "reduce") for k in range(n * c) for r in range(n)]
+    ts += [Transfer(k, "sw", f"g{r}", k + 1, k + 2) for k in range(n * c) for r in range(n)]
+    s = Schedule(topo, coll, 4096 / 1e9, tuple(ts))
+    assert check_schedule(s) == [] and c >= SPLIT_FROM
+    plan = plan_of(s)
+    for g in plan["gpus"]:
+        assert g["input_chunks"] == n * c * SPLIT_PARTS
+        loads = [op for tb in g["threadblocks"] for op in tb["ops"] if op["name"] == "glres"]
+        assert [op["src_buff"][0]["size"] for op in loads] == [SPLIT_PARTS] * (c - 1) + [1] * SPLIT_PARTS
+    few = Collective(K.ALLREDUCE, 1 << 16, tuple(range(n)), 1)  # one load-reduce a rank
+    ts = [t for t in ts if t.chunk < n]
+    assert plan_of(Schedule(topo, few, 4096 / 1e9, tuple(ts)))["gpus"][0]["input_chunks"] == n
+
+
 def test_ranks_in_different_boxes_use_port_channels():
     """Two boxes of 8: CUDA IPC within a box (memory channels), the proxy between them."""
     plan = plan_of(baseline("ndv2x2", "allreduce", "hierarchical"))
