@@ -174,6 +174,7 @@ def read_plan(data: Any, errors: list[str]) -> Plan | None:
     n = len(raw)
     if not n:
         errors.append("plan: 'gpus' is empty; expected one entry per rank")
+    if errors:  # no rank is where the executor looks for it: reading on would list each op
         return None
     shells = [_gpu_shell(r, g, i, n) for i, g in enumerate(raw)]
     if any(s is None for s in shells):

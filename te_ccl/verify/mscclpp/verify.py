@@ -27,6 +27,7 @@ __all__ = ["PlanReport", "verify_plan", "verify_plan_file", "is_plan_file", "pla
 MAX_SHOWN = 20
 MAX_PLAN_BYTES = 256 << 20  # larger is not a plan anyone loads: refused unread
 MAX_UNITS = 1 << 22  # buffer units the symbolic run follows (a few hundred bytes each)
+MAX_BLOCKS = 1 << 14  # thread blocks the run follows: a vector clock of 8 bytes per pair (2 GiB)
 
 
 @dataclass
@@ -114,6 +115,10 @@ def check_plan(data: Any) -> PlanReport:
         report.errors.append(f"{expect.units:,} buffer units to follow (ranks times input and "
                              f"output chunks and their slices), more than the {MAX_UNITS:,} "
                              "the checker runs")
+        return report
+    if report.blocks > MAX_BLOCKS:
+        report.errors.append(f"{report.blocks:,} thread blocks to follow, more than the "
+                             f"{MAX_BLOCKS:,} the checker runs")
         return report
     outcome = execute(plan, expect.alias, expect.initial())
     report.ops = outcome.ops_run
