@@ -13,7 +13,9 @@ from typing import Any
 
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.jobs.spec import Job, JobSet, objective_of
+from te_ccl.outputs import check_input_file
 from te_ccl.simulate.cosim import CoSimResult, Member, cosimulate
+from te_ccl.verify.msccl import MscclReadError
 from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.msccl.reader import LEGACY_RULES
 from te_ccl.verify.msccl.verify import verify_msccl
@@ -33,12 +35,17 @@ def checked_algo(job: Job, source: str | Path | bytes) -> Algo:
     another GPU count or collective :class:`SpecError` (exit 2)."""
     where = str(source) if not isinstance(source, bytes) else f"{job.name}.xml"
     text = source.decode() if isinstance(source, bytes) else source
-    if not isinstance(source, bytes) and not Path(source).is_file():
-        raise SpecError(f"no such file (job {job.name!r})", file=where)
+    if not isinstance(source, bytes):
+        check_input_file(source)  # a device or FIFO: refused, not read
+        if not Path(source).is_file():
+            what = "is a directory" if Path(source).is_dir() else "no such file"
+            raise SpecError(f"{what}; expected the MSCCL XML of job {job.name!r}", file=where)
     coll = job.collective
     root = coll.ranks.index(coll.root) if coll.root is not None else None
     try:
         report = verify_msccl(text, root=root)
+    except MscclReadError as e:  # the runtime could not load it: say why
+        raise SpecError(f"job {job.name!r}: {e.reason}", file=where, key=e.key) from None
     except SpecError:  # the root's position is beyond the file's GPUs
         raise SpecError(f"the file has fewer GPUs than the {coll.nranks} ranks of job "
                         f"{job.name!r}", file=where, key="ngpus") from None
