@@ -535,6 +535,7 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
         raise SpecError(f"a size library of {collective.kind.value} would run for every "
                         "root (the MSCCL executor selects by collective and size, not by "
                         "root); compile one size without --sizes instead", key="--sizes")
+    check_input(topology, replace(collective, size_bytes=high))  # before any range is compiled
     if fmt == "xml":
         check_loadable(collective)
     unit = max(replace(collective, chunks_per_rank=k).nchunks

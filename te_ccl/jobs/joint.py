@@ -234,8 +234,12 @@ def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
         if key in compiled:
             continue
         path = tmp / f"{method}-{job.name}.xml"
-        result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
-                                output=path, fmt="xml", **solve)
+        try:
+            result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
+                                    output=path, fmt="xml", **solve)
+        except SpecError as e:  # the job's input: name the job and its file
+            raise SpecError(f"job {job.name!r}: {e.reason}", file=jobs.file,
+                            key=e.key) from None
         data = path.read_bytes()
         compiled[key] = _Compiled(data, replace(result.schedule, topology=jobs.topology),
                                   checked_algo(job, data))
