@@ -314,6 +314,8 @@ def edit_command(topology: str, without_links: tuple[str, ...], scale_links: tup
     if name is not None and path_component(name) != name:  # files teccl writes name it
         raise SpecError(f"expected letters, digits and . _ + - (not starting with . or -), "
                         f"got {name!r}", key="--name")
+    if name is not None and len(name) > 128:  # TOPOLOGY-COLLECTIVE-….xml within 255 bytes
+        raise SpecError(f"expected at most 128 characters, got {len(name):,}", key="--name")
     name = name or path_component(Path(output).stem if output != "-" else f"{base.name}-edited")
     edit = TopologyEdit(without_links, tuple(parse_scale(s) for s in scale_links),
                         without_gpus, name)
