@@ -68,22 +68,21 @@ def test_too_many_gpus_is_refused_before_any_model():
         plan_flow(jobs, "max", SolveParams())
 
 
+def _quad_pair(second: str, size: str):
+    """An AllGather of 1 MB and ``second`` of ``size`` on dgx1's first four GPUs."""
+    quad = ["g0", "g1", "g2", "g3"]
+    return jobs_from(DGX1, {"jobs": [
+        {"name": "a", "ranks": quad, "collective": "allgather", "size": "1MB"},
+        {"name": "b", "ranks": quad, "collective": second, "size": size}]}, None)
+
+
 def test_chunk_sizes_that_do_not_divide_are_refused():
-    jobs = jobs_from(DGX1, {"jobs": [
-        {"name": "a", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
-         "size": "1MB"},
-        {"name": "b", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
-         "size": "600kB"}]}, None)
     with pytest.raises(SolverError, match="whole number"):
-        plan_flow(jobs, "max", SolveParams())
+        plan_flow(_quad_pair("allgather", "600kB"), "max", SolveParams())
 
 
 def test_a_model_not_for_one_milp_is_refused():
-    jobs = jobs_from(DGX1, {"jobs": [
-        {"name": "ag", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
-         "size": "1MB"},
-        {"name": "ar", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allreduce",
-         "size": "1MB"}]}, None)
+    jobs = _quad_pair("allreduce", "1MB")
     assert plan_flow(jobs, "max", SolveParams(backend="milp")).problem.reductions
     with pytest.raises(SolverError, match="needs one MILP"):
         plan_flow(jobs, "max", SolveParams(backend="rounds"))
