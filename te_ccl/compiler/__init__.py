@@ -30,10 +30,11 @@ from te_ccl.compiler.pipeline import (
 )
 from te_ccl.compiler.sizes import parse_size_range
 from te_ccl.compiler.solve import solve
+from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import Previous, read_previous
 
 __all__ = ["BASE_CHUNKS", "FORMATS", "SIM_LIMIT", "XML_REPLAY_LIMIT", "CompileOptions",
            "CompileResult", "Kept", "Previous", "SolveParams", "Timer", "Timing",
-           "chunk_candidates", "compile_collective", "compile_size_library", "output_format",
+           "check_input", "chunk_candidates", "compile_collective", "compile_size_library", "output_format",
            "drives_in_switch", "forward_only", "parse_size_range", "read_previous",
            "render_fitting", "solve", "solve_best", "summary", "xml_replay"]

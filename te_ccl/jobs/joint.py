@@ -37,12 +37,13 @@ are the whole network and the joint compile is the compile alone.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from te_ccl.compiler import SolveParams
+from te_ccl.compiler import SolveParams, check_input
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.files import checked_algo, finish_alone, replay_alone, replay_together
 from te_ccl.jobs.flow import FlowPlan, compile_flow, plan_flow
@@ -153,6 +154,9 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
         raise SpecError(f"{len(jobs.jobs)} jobs need at least {least:g} s ({MIN_COMPILE_S:g} s "
                         f"for each job's compile), more than {time_limit_s:g} s",
                         key="--time-limit")
+    for job in jobs.jobs:  # as a compile alone checks it, before any model is built
+        with _naming(jobs, job):
+            check_input(jobs.topology, job.collective)
     say = progress or (lambda _: None)
     plan: FlowPlan | str  # the flow candidate's problem, or why it cannot run
     try:
@@ -222,6 +226,15 @@ class _Compiled:
     algo: Algo
 
 
+@contextmanager
+def _naming(jobs: JobSet, job: Job) -> Iterator[None]:
+    """A job's input refused (:class:`SpecError`) names the jobs file and the job."""
+    try:
+        yield
+    except SpecError as e:
+        raise SpecError(f"job {job.name!r}: {e.reason}", file=jobs.file, key=e.key) from None
+
+
 def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
                compiled: dict[tuple, _Compiled]) -> _Candidate:
     """Every job compiled on its view, once per view (``compiled`` holds those done);
@@ -234,12 +247,9 @@ def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
         if key in compiled:
             continue
         path = tmp / f"{method}-{job.name}.xml"
-        try:
+        with _naming(jobs, job):
             result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
                                     output=path, fmt="xml", **solve)
-        except SpecError as e:  # the job's input: name the job and its file
-            raise SpecError(f"job {job.name!r}: {e.reason}", file=jobs.file,
-                            key=e.key) from None
         data = path.read_bytes()
         compiled[key] = _Compiled(data, replace(result.schedule, topology=jobs.topology),
                                   checked_algo(job, data))

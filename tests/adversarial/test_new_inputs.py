@@ -436,3 +436,125 @@ def test_compile_jobs_refuses_the_flags_it_would_ignore(here, no_work, flags):
     code, err = teccl("compile", "dgx1", "--jobs", "jobs.yaml", *flags, "-o", "out")
     assert_refused(code, err, "--jobs", f"{flags[0]} does not go with it")
     assert not (here / "out").exists()
+
+
+# ---- compile --sizes ----
+
+@pytest.mark.parametrize(("sizes", "needle"), [
+    ("1MB..1KB", "LOW <= HIGH"), ("..1KB", "--sizes"), ("1KB..", "--sizes"),
+    ("0..1KB", "positive"), ("-1KB..1KB", "positive"), ("1KB..1KB..2KB", "--sizes"),
+    ("nan..inf", "--sizes"), ("1e400..1e500", "at most"), ("1KB", "LOW..HIGH"),
+    ("1KB..100PB", "longer than"),  # checked at the largest size before any range
+])
+def test_an_odd_size_range_is_one_line_and_writes_nothing(here, sizes, needle):
+    code, err = teccl("compile", "ring8", "-c", "allgather", "--sizes", sizes, "-o", "lib")
+    assert_refused(code, err, needle)
+    assert list(here.iterdir()) == []
+
+
+@pytest.mark.parametrize("flags", [["--size", "64MB"], ["--format", "mscclpp"], ["-o", "-"],
+                                   ["--json", "-o", "-"], ["--from", "x.xml"],
+                                   ["--runtime", "rccl", "--format", "json"]],
+                         ids=lambda f: " ".join(f))
+def test_what_a_size_library_cannot_take_is_refused_before_work(here, flags):
+    args = ["compile", "ring8", "-c", "allgather", "--sizes", "1KB..1MB", *flags]
+    code, err = teccl(*(args if "-o" in flags else [*args, "-o", "lib"]))
+    assert_refused(code, err)
+    assert list(here.iterdir()) == []
+
+
+def test_a_size_library_in_the_way_of_one_file_writes_none(here):
+    """The second range's file name is a directory: the first file is not left alone."""
+    (here / "lib" / "ring8-allgather-1024-2000.xml").mkdir(parents=True)
+    code, err = teccl("-q", "compile", "ring8", "-c", "allgather", "--sizes", "1KB..2KB",
+                      "-o", "lib", "--time-limit", "2")
+    assert_refused(code, err, "ring8-allgather-1024-2000.xml", "is a directory")
+    assert [p.name for p in (here / "lib").iterdir()] == ["ring8-allgather-1024-2000.xml"]
+
+
+# ---- AlltoAll on big tori, alone and as jobs ----
+
+@pytest.mark.parametrize("flags", [["-s", "1GB", "-o", "t.xml"],
+                                   ["-s", "1GB", "--format", "mscclpp", "-o", "t.json"],
+                                   ["--sizes", "1KB..1GB", "-o", "lib"]], ids=["xml", "plan", "library"])
+def test_alltoall_on_a_big_torus_is_refused_by_arithmetic(here, flags):
+    code, err = teccl("compile", "torus32x32", "-c", "alltoall", *flags, seconds=20)
+    assert_refused(code, err, "transfers", "use fewer ranks")
+    assert list(here.iterdir()) == []
+
+
+def test_a_job_the_compile_refuses_names_the_jobs_file_and_the_job(here):
+    (here / "j.yaml").write_text("jobs:\n  - {name: big, ranks: '0-511', collective: alltoall, "
+                                 "size: 1GB}\n  - {name: b, ranks: '512-1023', collective: "
+                                 "allgather, size: 1MB}\n")
+    code, err = teccl("compile", "torus32x32", "--jobs", "j.yaml", "-o", "out", seconds=20)
+    assert_refused(code, err, "j.yaml", "job 'big'", "transfers")
+    assert sorted(p.name for p in here.iterdir()) == ["j.yaml"]
+
+
+# ---- simulate --jobs: the jobs' files ----
+
+def _job_files(here: Path) -> None:
+    (here / "jobs.yaml").write_text(JOB % "")
+    (here / "out").mkdir()
+
+
+@pytest.mark.parametrize(("make", "needle"), [
+    (lambda p: p.mkdir(), "is a directory"),
+    (lambda p: os.mkfifo(p), "FIFO"),
+    (lambda p: p.symlink_to("/dev/zero"), "character device"),
+    (lambda p: None, "no such file"),
+    (lambda p: p.write_text('<algo name="a" proto="Simple" nchannels="1" nchunksperloop="2" '
+                            'ngpus="999999" coll="allgather" inplace="0"></algo>'), "ngpus"),
+], ids=["directory", "FIFO", "device", "missing", "huge ngpus"])
+def test_a_jobs_file_that_is_not_an_msccl_file_is_named_in_one_line(here, make, needle):
+    _job_files(here)
+    make(here / "out" / "a.xml")
+    code, err = teccl("simulate", "dgx1", "--jobs", "jobs.yaml", "out", seconds=10)
+    assert_refused(code, err, "out/a.xml", needle)
+
+
+# ---- MSCCL++ plans: semaphores, ranks and blocks ----
+
+def _with_semaphore(init: int) -> dict:
+    plan = _plan()
+    plan["gpus"][0]["semaphores"] = [{"init_value": init}]
+    return plan
+
+
+@pytest.mark.parametrize(("plan", "needle"), [
+    (_with_semaphore(-1), "negative"),
+    (_with_semaphore(10**12), "semaphore 0 ends at"),  # 10^12 credits were held one by one
+    (_plan(gpus=[dict(_plan()["gpus"][0], id=0)] * 20000), "id 0"),
+    (_plan(gpus=[dict(g, threadblocks=[{"id": j, "ops": [], "channels": [],
+                                        "remote_buffer_refs": []} for j in range(8200)])
+                 for g in _plan()["gpus"]]), "thread blocks to follow"),
+], ids=["negative semaphore", "huge semaphore", "misnumbered ranks", "too many blocks"])
+def test_a_plan_too_odd_to_run_is_rejected_at_once(here, plan, needle):
+    (here / "p.json").write_text(json.dumps(plan))
+    with _within(10):
+        report = verify_plan(json.dumps(plan))
+    assert not report.valid and any(needle in e for e in report.errors), report.errors[:3]
+    assert_refused(*teccl("simulate", "ring8", "p.json", "--size", "1MB", seconds=10),
+                   "p.json", exit_code=1)
+
+
+# ---- sweep --format mscclpp, topo edit --name ----
+
+@pytest.mark.parametrize(("grid", "flags", "needle"), [
+    ("collectives: [{collective: broadcast, root: 0}]", [], "no MSCCL++ execution plan"),
+    ("collectives: [allgather]", ["-o", "-"], "expected a directory"),
+], ids=["rooted", "stdout"])
+def test_a_plan_sweep_refuses_what_has_no_plan_before_running(here, no_work, grid, flags,
+                                                             needle):
+    (here / "g.yaml").write_text(f"topologies: [ring8]\n{grid}\nsizes: [{{at: 64KB}}]\n")
+    args = ["sweep", "g.yaml", "--format", "mscclpp", "--workers", "1"]
+    assert_refused(*teccl(*args, *(flags or ["-o", "out"])), needle)
+    assert sorted(p.name for p in here.iterdir()) == ["g.yaml"]
+
+
+def test_a_topology_name_too_long_for_a_file_name_is_refused(here):
+    code, err = teccl("topo", "edit", "ring8", "--without-link", "g0:g1", "--name", "a" * 300,
+                      "-o", "new.yaml")
+    assert_refused(code, err, "--name", "at most 128")
+    assert list(here.iterdir()) == []
