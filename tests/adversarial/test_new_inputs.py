@@ -1,8 +1,9 @@
-"""Every input of the jobs, warm-start, topology-edit, wafer-generator and MSCCL++-plan
-commands has its fate: bad input is one line on stderr and exit 2 (a plan the checker
-rejects: exit 1), never exit 70 or a traceback, and no output is left behind; inputs too
-large to handle are refused before anything large is built, and an input that is a
-device or FIFO before it is opened (one would be read without end, the other blocks).
+"""Every input of the jobs, warm-start, size-library, topology-edit, wafer-generator,
+MSCCL++-plan and plan-sweep commands has its fate: bad input is one line on stderr and
+exit 2 (a plan the checker rejects: exit 1), never exit 70 or a traceback, and no output
+is left behind; inputs too large to handle are refused before anything large is built,
+and an input that is a device or FIFO before it is opened (one would be read without
+end, the other blocks).
 
 Commands run in-process through ``main``; a hang is turned into a failure by an alarm.
 """
