@@ -185,11 +185,12 @@ def _size_span(sizes: str | tuple[int, int], size: object, output: object,
     if isinstance(sizes, str):
         span = parse_size_range(sizes)
     elif (isinstance(sizes, tuple) and len(sizes) == 2
-          and all(isinstance(x, int) and not isinstance(x, bool) for x in sizes)):
+          and all(isinstance(x, int) and not isinstance(x, bool) for x in sizes)
+          and 0 < sizes[0] <= sizes[1]):
         span = sizes
     else:
-        raise SpecError(f"expected LOW..HIGH such as 1KB..1GB or two byte counts, got "
-                        f"{sizes!r}", key="sizes")
+        raise SpecError(f"expected LOW..HIGH such as 1KB..1GB or two byte counts 0 < LOW <= "
+                        f"HIGH, got {sizes!r}", key="sizes")
     if size is not None:
         raise SpecError("sizes compiles each range at its own size; expected no size "
                         "beside it", key="size")

@@ -81,6 +81,8 @@ def test_a_size_library_is_one_api_call_and_the_cli_makes_it(teccl, monkeypatch,
     ({"fmt": "mscclpp"}, "fmt"),
     ({"output": None}, "output"),
     ({"sizes": (1, 2, 3)}, "sizes"),
+    ({"sizes": (0, 5)}, "sizes"),
+    ({"sizes": (5, 1)}, "sizes"),
     ({"sizes": "1KB"}, "--sizes"),
 ])
 def test_a_size_library_refuses_what_is_one_algorithms(tmp_path, kwargs, key):
