@@ -157,6 +157,9 @@ def _check_plan_kind(coll: Collective, previous: object, runtime: str,
         names = ", ".join(k.value for k in SUPPORTED)
         raise SpecError(f"MSCCL++ execution plans cover {names}; not {coll.kind.value}",
                         key="fmt")
+    if coll.proto != "Simple":  # what the plan writer writes: LL would be ignored
+        raise SpecError(f"MSCCL++ plans are written with the Simple protocol; not {coll.proto}",
+                        key="proto")
     if previous is not None:
         raise SpecError("a previous MSCCL XML seeds XML compiles, not MSCCL++ plans",
                         key="previous")

@@ -124,6 +124,10 @@ def _check_format(grid: Grid, fmt: str) -> None:
 
     if fmt not in FORMATS:
         raise SpecError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", key="--format")
+    if fmt == "mscclpp" and set(grid.protos) != {"Simple"}:  # what the plan writer writes
+        raise SpecError(f"MSCCL++ plans are written with the Simple protocol; not "
+                        f"{', '.join(p for p in grid.protos if p != 'Simple')}",
+                        file=grid.file, key="proto")
     for entry in grid.collectives:
         if fmt == "mscclpp" and entry.kind not in {k.value for k in SUPPORTED}:
             names = ", ".join(k.value for k in SUPPORTED)

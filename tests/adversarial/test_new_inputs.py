@@ -544,14 +544,23 @@ def test_a_plan_too_odd_to_run_is_rejected_at_once(here, plan, needle):
 
 @pytest.mark.parametrize(("grid", "flags", "needle"), [
     ("collectives: [{collective: broadcast, root: 0}]", [], "no MSCCL++ execution plan"),
+    ("collectives: [allgather]\nproto: [Simple, LL128]", [], "Simple protocol; not LL128"),
     ("collectives: [allgather]", ["-o", "-"], "expected a directory"),
-], ids=["rooted", "stdout"])
+], ids=["rooted", "LL128", "stdout"])
 def test_a_plan_sweep_refuses_what_has_no_plan_before_running(here, no_work, grid, flags,
                                                              needle):
     (here / "g.yaml").write_text(f"topologies: [ring8]\n{grid}\nsizes: [{{at: 64KB}}]\n")
     args = ["sweep", "g.yaml", "--format", "mscclpp", "--workers", "1"]
     assert_refused(*teccl(*args, *(flags or ["-o", "out"])), needle)
     assert sorted(p.name for p in here.iterdir()) == ["g.yaml"]
+
+
+@pytest.mark.parametrize("proto", ["LL", "LL128"])
+def test_a_plan_in_a_protocol_the_plan_writer_does_not_write_is_refused(here, proto):
+    code, err = teccl("compile", "ring8", "-c", "allgather", "-s", "64KB", "--proto", proto,
+                      "--format", "mscclpp", "-o", "p.json")
+    assert_refused(code, err, f"Simple protocol; not {proto}")
+    assert list(here.iterdir()) == []
 
 
 def test_a_topology_name_too_long_for_a_file_name_is_refused(here):
