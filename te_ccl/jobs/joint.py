@@ -48,7 +48,7 @@ from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, Verificatio
 from te_ccl.jobs.files import checked_algo, finish_alone, replay_alone, replay_together
 from te_ccl.jobs.flow import FlowPlan, compile_flow, plan_flow
 from te_ccl.jobs.spec import OBJECTIVES, Job, JobSet, objective_of, unreachable
-from te_ccl.outputs import make_output_dir, write_atomic
+from te_ccl.outputs import check_output_file, make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Link, Topology
 from te_ccl.verify.msccl.model import Algo
@@ -157,6 +157,8 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     for job in jobs.jobs:  # as a compile alone checks it, before any model is built
         with _naming(jobs, job):
             check_input(jobs.topology, job.collective)
+        if output is not None and Path(output).is_dir():  # no file half the jobs' way
+            check_output_file(_job_path(output, job), key="--output")
     say = progress or (lambda _: None)
     plan: FlowPlan | str  # the flow candidate's problem, or why it cannot run
     try:
@@ -381,7 +383,11 @@ def _write(jobs: JobSet, best: _Candidate, output: str | Path | None) -> dict[st
     make_output_dir(output, key="--output")
     written = {}
     for job in jobs.jobs:
-        path = Path(output) / f"{job.name}.xml"
+        path = _job_path(output, job)
         write_atomic(path, best.xml[job.name])
         written[job.name] = str(path)
     return written
+
+
+def _job_path(output: str | Path, job: Job) -> Path:
+    return Path(output) / f"{job.name}.xml"

@@ -568,3 +568,11 @@ def test_a_topology_name_too_long_for_a_file_name_is_refused(here):
                       "-o", "new.yaml")
     assert_refused(code, err, "--name", "at most 128")
     assert list(here.iterdir()) == []
+
+
+def test_a_jobs_output_with_a_job_file_in_the_way_is_refused_before_compiling(here, no_work):
+    (here / "jobs.yaml").write_text(JOB % "")
+    (here / "out" / "a.xml").mkdir(parents=True)
+    code, err = teccl("compile", "dgx1", "--jobs", "jobs.yaml", "-o", "out")
+    assert_refused(code, err, "out/a.xml", "is a directory")
+    assert [p.name for p in (here / "out").iterdir()] == ["a.xml"]
