@@ -37,8 +37,12 @@ def checked_algo(job: Job, source: str | Path | bytes) -> Algo:
     text = source.decode() if isinstance(source, bytes) else source
     if not isinstance(source, bytes):
         check_input_file(source)  # a device or FIFO: refused, not read
-        if not Path(source).is_file():
-            what = "is a directory" if Path(source).is_dir() else "no such file"
+        try:
+            what = (None if Path(source).is_file() else
+                    "is a directory" if Path(source).is_dir() else "no such file")
+        except OSError as e:  # a name too long, a loop of links
+            what = f"cannot look at it ({e.strerror or e})"
+        if what is not None:
             raise SpecError(f"{what}; expected the MSCCL XML of job {job.name!r}", file=where)
     coll = job.collective
     root = coll.ranks.index(coll.root) if coll.root is not None else None

@@ -576,3 +576,9 @@ def test_a_jobs_output_with_a_job_file_in_the_way_is_refused_before_compiling(he
     code, err = teccl("compile", "dgx1", "--jobs", "jobs.yaml", "-o", "out")
     assert_refused(code, err, "out/a.xml", "is a directory")
     assert [p.name for p in (here / "out").iterdir()] == ["a.xml"]
+
+
+def test_a_jobs_xml_key_too_long_for_a_file_name_is_one_line(here):
+    (here / "jobs.yaml").write_text(JOB % f", xml: {'a' * 5000}")
+    code, err = teccl("simulate", "dgx1", "--jobs", "jobs.yaml", ".", seconds=10)
+    assert_refused(code, err, "cannot look at it", "job 'a'")
