@@ -71,13 +71,17 @@ def shipped_topologies() -> list[str]:
 def _resolve(name_or_path: str, base: Path | None) -> tuple[Path, bool]:
     """(file, is_shipped) for a shipped name or a path (relative to ``base`` if given)."""
     shipped = shipped_dir() / f"{name_or_path}.yaml"
-    if "/" not in name_or_path and not name_or_path.endswith((".yaml", ".yml")) \
-            and shipped.is_file():
-        return shipped, True
     path = Path(name_or_path)
     if base is not None and not path.is_absolute():
         path = base / path
-    if not path.exists():
+    try:
+        if "/" not in name_or_path and not name_or_path.endswith((".yaml", ".yml")) \
+                and shipped.is_file():
+            return shipped, True
+        found = path.exists()
+    except OSError as e:  # a name too long for the file system
+        raise SpecError(f"cannot look at it ({e.strerror or e})", file=str(path)) from None
+    if not found:
         raise SpecError(f"no shipped topology or file named {name_or_path!r} "
                         "(see `teccl topo list`)", file=str(path))
     return path, False

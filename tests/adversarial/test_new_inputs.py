@@ -582,3 +582,12 @@ def test_a_jobs_xml_key_too_long_for_a_file_name_is_one_line(here):
     (here / "jobs.yaml").write_text(JOB % f", xml: {'a' * 5000}")
     code, err = teccl("simulate", "dgx1", "--jobs", "jobs.yaml", ".", seconds=10)
     assert_refused(code, err, "cannot look at it", "job 'a'")
+
+
+@pytest.mark.parametrize("args", [["compile", "{}", "-c", "allgather", "-s", "1MB"],
+                                  ["topo", "edit", "{}", "--without-gpu", "g0"]],
+                         ids=["compile", "topo edit"])
+def test_a_topology_path_too_long_for_the_file_system_is_one_line(here, args):
+    long = "a" * 5000
+    assert_refused(*teccl(*(a.format(long) for a in args)), "cannot look at it")
+    assert list(here.iterdir()) == []
