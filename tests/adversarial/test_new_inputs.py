@@ -591,3 +591,8 @@ def test_a_topology_path_too_long_for_the_file_system_is_one_line(here, args):
     long = "a" * 5000
     assert_refused(*teccl(*(a.format(long) for a in args)), "cannot look at it")
     assert list(here.iterdir()) == []
+
+
+def test_verify_of_a_teccl_schedule_says_what_it_is(here):
+    (here / "s.json").write_text(json.dumps({"schema": "teccl-schedule/1", "transfers": []}))
+    assert_refused(*teccl("verify", "s.json"), "s.json", "a teccl schedule, not an MSCCL++ plan")

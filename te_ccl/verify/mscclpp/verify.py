@@ -19,6 +19,7 @@ from typing import Any
 
 from te_ccl.errors import SpecError
 from te_ccl.outputs import check_input_file
+from te_ccl.schedule import SCHEMA
 from te_ccl.verify.mscclpp.execute import Loc, Value, execute
 from te_ccl.verify.mscclpp.model import Plan, read_plan
 
@@ -76,7 +77,11 @@ def verify_plan_file(path: str | os.PathLike) -> PlanReport:
         raise SpecError(f"cannot read the file ({e.strerror})", file=str(path)) from None
     except UnicodeDecodeError:
         raise SpecError("not UTF-8 text", file=str(path)) from None
-    return check_plan(plan_json(text, str(path)))
+    data = plan_json(text, str(path))
+    if isinstance(data, dict) and data.get("schema") == SCHEMA:
+        raise SpecError("a teccl schedule, not an MSCCL++ plan (teccl simulate TOPOLOGY FILE "
+                        "replays a schedule)", file=str(path))
+    return check_plan(data)
 
 
 def plan_json(text: str, file: str) -> Any:
