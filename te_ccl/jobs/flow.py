@@ -90,8 +90,9 @@ def _common_chunks(jobs: JobSet, pieces: int = 1) -> dict[str, Collective]:
     for j in jobs.jobs:
         coll = j.collective
         k, rest = divmod(coll.chunk_bytes * pieces, base)
-        cut = replace(coll, chunks_per_rank=coll.chunks_per_rank * k)
-        if rest or cut.chunk_bytes * pieces != base:
+        whole = not rest and k == int(k)  # k is a float where the chunks do not divide the size
+        cut = replace(coll, chunks_per_rank=coll.chunks_per_rank * int(k))
+        if not whole or cut.chunk_bytes * pieces != base:
             raise SolverError(f"job {j.name!r}'s chunks of {coll.chunk_bytes} bytes are not "
                               f"a whole number of {base / pieces:g} bytes (the smallest job "
                               f"chunk / {pieces})")

@@ -596,3 +596,15 @@ def test_a_topology_path_too_long_for_the_file_system_is_one_line(here, args):
 def test_verify_of_a_teccl_schedule_says_what_it_is(here):
     (here / "s.json").write_text(json.dumps({"schema": "teccl-schedule/1", "transfers": []}))
     assert_refused(*teccl("verify", "s.json"), "s.json", "a teccl schedule, not an MSCCL++ plan")
+
+
+@pytest.mark.parametrize("extra", [", chunks: 7", ""], ids=["chunks 7", "1 byte"])
+def test_jobs_whose_chunks_do_not_divide_their_size_are_compiled(here, extra):
+    """The joint flow model needs one chunk size; where there is none it is not a
+    candidate (it ended in exit 70)."""
+    body = JOB % extra
+    (here / "jobs.yaml").write_text(body if extra else body.replace("size: 1MB", "size: 1B"))
+    code, err = teccl("-q", "compile", "dgx1", "--jobs", "jobs.yaml", "-o", "out",
+                      "--time-limit", "2", seconds=30)
+    assert code == 0, err
+    assert [p.name for p in (here / "out").iterdir()] == ["a.xml"]
