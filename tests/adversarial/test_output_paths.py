@@ -329,7 +329,7 @@ FILE_COMMANDS = {
     "fred evaluate --plot": ("fred evaluate -w resnet152 --plot {out}", "--plot"),
 }
 DIR_COMMANDS = {
-    "compile --sizes -o": ("compile ring8 -c allgather -s 64KB --sizes 1KB..64KB -o {dir}",
+    "compile --sizes -o": ("compile ring8 -c allgather --sizes 1KB..64KB -o {dir}",
                            "--output"),
     "compile --fred-tables": ("compile ring8 -c allgather -s 1MB -o {ok} --fred-tables {dir}",
                               "--fred-tables"),
@@ -427,8 +427,8 @@ def test_a_topology_name_never_leaves_the_working_directory_of_baseline(teccl, t
 
 
 def test_a_size_library_names_its_files_within_its_directory(teccl, traversing, tmp_path):
-    code, _, err = teccl("compile", "t.yaml", "-c", "allgather", "-s", "4KB",
-                         "--sizes", "1KB..4KB", "-o", "lib")
+    code, _, err = teccl("compile", "t.yaml", "-c", "allgather", "--sizes", "1KB..4KB",
+                         "-o", "lib")
     assert code == 0, err
     files = [p for p in (traversing / "lib").iterdir()]
     assert files and all(p.name.startswith("_._.._escaped_x-allgather-") for p in files)
