@@ -83,7 +83,7 @@ def overlay(topology: Topology, gpus: list[str]) -> Routes:
     graph = topology.graph()
     graph.remove_nodes_from(set(topology.gpus) - set(gpus))
     routes: Routes = {}
-    for u in gpus:
+    for u in checked(gpus, TEMPLATE, every=1):  # a path search per pair: minutes at 1024
         for v in gpus:
             if u != v:
                 path = route(topology, u, v, via_gpus=True, graph=graph)
