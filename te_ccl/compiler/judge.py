@@ -191,7 +191,7 @@ class Timer:
         self.plan = options.fmt == "mscclpp"  # the file judged is an MSCCL++ plan
         self.xml = xml and not self.plan
         self._seen: dict[tuple[int, Collective, int], tuple[tuple, Timing]] = {}
-        self._lowered: dict[tuple[int, Collective, int], tuple[tuple, bytes]] = {}
+        self._lowered: dict[tuple[int, Collective, int], tuple[Schedule, bytes]] = {}
         self._pace: float | None = None  # the slowest lowering timed, per transfer
         self._read: tuple[bytes, Algo] | None = None  # the last file the verifier read
         self._replay: tuple[bytes, Background[float]] | None = None  # a file's, under way
@@ -211,7 +211,7 @@ class Timer:
         (:data:`REPLAY_SHARE`), at the pace timed (:attr:`pace`)."""
         lowered = self._lowered.get(self._key(schedule))
         return self.write_n(len(schedule.transfers),
-                            lowered is not None and lowered[0] is schedule.transfers)
+                            lowered is not None and lowered[0].transfers is schedule.transfers)
 
     def write_n(self, transfers: int, lowered: bool) -> float:
         """:meth:`write_s` of a schedule of ``transfers`` (``lowered`` already or not)."""
@@ -247,23 +247,23 @@ class Timer:
         n = len(schedule.transfers)
         if not self.files or self.pace * n * (1 + REPLAY_SHARE) > FINALIST_SHARE * left():
             return False
-        best = self._best_file.get(_same_collective(schedule))
+        best = self._best_file.get(_same_collective(schedule.collective))
         return best is None or timing.finish_s <= best[0] * (1 + FINALIST_MARGIN)
 
     def _filed(self, schedule: Schedule, data: bytes, seconds: float) -> None:
         """``schedule``'s file, ``data``, replays in ``seconds``: kept for writing while it
         is the best of its collective (above :data:`XML_REPLAY_LIMIT` transfers only the
         best: a 1024-GPU file is hundreds of MB)."""
-        key, same = self._key(schedule), _same_collective(schedule)
+        key, same = self._key(schedule), _same_collective(schedule.collective)
         best = self._best_file.get(same)
         if best is None or seconds < best[0]:
             old = self._lowered.get(best[1]) if best is not None else None
-            if old is not None and len(old[0]) > XML_REPLAY_LIMIT:
+            if old is not None and len(old[0].transfers) > XML_REPLAY_LIMIT:
                 del self._lowered[best[1]]
             self._best_file[same] = (seconds, key)
         elif len(schedule.transfers) > XML_REPLAY_LIMIT:
             return
-        self._lowered[key] = (schedule.transfers, data)
+        self._lowered[key] = (schedule, data)
 
     @staticmethod
     def _key(schedule: Schedule) -> tuple[int, Collective, int]:
@@ -282,7 +282,25 @@ class Timer:
         same = (options.name, options.min_bytes, options.max_bytes, options.runtime) == (
             self.options.name, self.options.min_bytes, self.options.max_bytes,
             self.options.runtime)
-        return hit[1] if same and hit is not None and hit[0] is schedule.transfers else None
+        return (hit[1] if same and hit is not None and hit[0].transfers is schedule.transfers
+                else None)
+
+    def measured(self, collective: Collective) -> list[tuple[float, Schedule, bytes]]:
+        """The files judging lowered and replayed for ``collective`` (any chunking) whose
+        bytes are kept, fastest first, with their replays: not verified yet, but what
+        the compile falls back on when the file it meant to write cannot be, rather than
+        on a slower one (above :data:`XML_REPLAY_LIMIT` transfers only the fastest is kept)."""
+        same, found = _same_collective(collective), []
+        for key, (schedule, data) in self._lowered.items():
+            seen = self._seen.get(key)
+            if _same_collective(schedule.collective) == same and seen is not None \
+                    and seen[0] is schedule.transfers and seen[1].file_s is not None:
+                found.append((seen[1].file_s, schedule, data))
+        return sorted(found, key=lambda f: f[0])
+
+    def refused(self, schedule: Schedule) -> None:
+        """``schedule``'s file failed verification: it is not one to fall back on."""
+        self._lowered.pop(self._key(schedule), None)
 
     def verified(self, data: bytes, algo: Algo) -> None:
         """``data`` passed the verifier, which read it as ``algo``: the replay of the
@@ -406,7 +424,7 @@ class Timer:
         timing = self.timing(schedule)
         if timing.unlowerable is not None and not timing.refittable:
             return math.inf
-        best = self._best_file.get(_same_collective(schedule))
+        best = self._best_file.get(_same_collective(schedule.collective))
         # one to refit keeps its replay: it is solved again with fewer sub-chunks to write
         if timing.file_s is None and timing.unlowerable is None and self.files \
                 and best is not None:
@@ -422,7 +440,7 @@ class Timer:
         return None if self._by_xml(schedule) else _busiest_link(schedule)
 
 
-def _same_collective(schedule: Schedule) -> Collective:
-    """The collective ``schedule`` runs, whatever its chunking: the candidates of one
-    compile compete across chunkings."""
-    return replace(schedule.collective, chunks_per_rank=1)
+def _same_collective(collective: Collective) -> Collective:
+    """``collective`` whatever its chunking: the candidates of one compile compete
+    across chunkings."""
+    return replace(collective, chunks_per_rank=1)

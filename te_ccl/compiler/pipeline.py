@@ -34,7 +34,7 @@ from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler.incumbent import Improvement, Incumbent, Verified, describe
 from te_ccl.compiler.judge import PARALLEL_FROM, XML_REPLAY_LIMIT, Timer, Timing, lower_file
 from te_ccl.compiler.options import CompileOptions
-from te_ccl.compiler.portfolio import TEMPLATE_MAX_GPUS, asked_chunking
+from te_ccl.compiler.portfolio import TEMPLATE_MAX_GPUS, TIE, asked_chunking
 from te_ccl.compiler.solve import Judge, Known, solve
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import repair
@@ -206,14 +206,17 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
                 raise TimeLimitReached(f"{e}{_first_file_needs(kept, timer, collective)}"
                                        ) from None
             kept.cut(str(e))
-        except (SolverError, RuntimeLimitError) as e:
-            if kept.best is None and kept.refused and not isinstance(e, TimeLimitReached):
+        except (SolverError, RuntimeLimitError, VerificationError) as e:
+            if kept.best is None and kept.refused and not isinstance(
+                    e, (TimeLimitReached, VerificationError)):
                 refused = "".join(f"; no first file from {why}" for why in kept.refused)
                 kind = RuntimeLimitError if isinstance(e, RuntimeLimitError) else SolverError
                 raise kind(f"{e}{refused}") from None
             if kept.best is None:
                 raise
-            kept.notes.append(f"anytime: the search found no other file ({e})")
+            kept.notes.append(f"anytime: the search's file was not written ({e})")
+        if kept.cut_short is None:
+            _keep_measured(collective, options, timer, kept)
     assert kept.best is not None  # _improve writes or raises; no repair: a file is kept
     best = kept.best
     if kept.cut_short is not None:
@@ -223,6 +226,33 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
                           f"verified by then, at {at} ({best.source}, verified at "
                           f"{kept.history[-1].t_s:.3g} s)")
     return best
+
+
+def _keep_measured(collective: Collective, options: CompileOptions, timer: Timer,
+                   kept: Incumbent) -> None:
+    """Keep the fastest file judging measured (lowered and replayed, :meth:`Timer.measured`)
+    that finishes earlier than the file kept, once it passes the checker and the
+    verifier: the file the search meant to write may not be written (over a runtime
+    limit, refused by the verifier, or slower as a file than the schedule replay that
+    judged it), and a compile writes the best verified file it has, not its first.
+    A file refused is noted and the next one tried; out of time, the file kept stands."""
+    for finish_s, schedule, data in timer.measured(collective):
+        if kept.best is None or finish_s >= kept.best.finish_s * (1 - TIE):
+            return  # not kept (Incumbent.offer)
+        if kept.holds(schedule):
+            continue
+        try:
+            with _checked_alongside(schedule):
+                render(schedule, options, lowered=data, timer=timer)
+        except TimeLimitReached as e:
+            kept.cut(str(e))
+            return
+        except (VerificationError, RuntimeLimitError) as e:
+            kept.notes.append(f"anytime: the measured file of the {describe(schedule)} "
+                              f"was not kept ({e})")
+            continue
+        if _offer(kept, schedule, data, timer, "measured"):
+            return
 
 
 def _first_file(topology: Topology, collective: Collective, params: SolveParams,
@@ -827,6 +857,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
     with timer.replaying(schedule, xml) if timer is not None else nullcontext() as read:
         report = verify_msccl(xml.decode(), root=root, read=read, limits=options.runtime)
         if not report.valid:
+            if timer is not None:
+                timer.refused(schedule)
             errors = report.errors
             raise VerificationError(f"the lowered MSCCL XML failed verification "
                                     f"({report.error_count:,} error(s)); first: {errors[0]}")
