@@ -50,7 +50,10 @@ class CompileOptions:
     Empty: the collective's own. ``previous``: the file of an earlier compile whose
     routes make the first file (:mod:`te_ccl.compiler.warm`). ``runtime``: whose executor
     loads the XML (the MSCCL executor's limits, or RCCL's): the lowering keeps to them and
-    the verifier checks them.
+    the verifier checks them. ``expressible``: MSCCL XML can express the machine every
+    schedule rendered with these options is built on, decided once by the compile
+    (:func:`~te_ccl.compiler.pipeline.compile_collective`); False, rendering asks of each
+    schedule.
     """
 
     output: str | None = None
@@ -62,3 +65,4 @@ class CompileOptions:
     chunk_choices: tuple[int, ...] = ()
     previous: Previous | None = None
     runtime: RuntimeLimits = MSCCL
+    expressible: bool = False

@@ -146,10 +146,14 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     # (a solver's, an exception's) are collected once it is done
     with until(params.time_limit_s), paused_gc():
         check_input(topology, collective)  # before the bound and any candidate is built
-        if options.fmt == "xml":
+        usable = topology if in_switch else forward_only(topology)  # as the output can use it
+        if options.fmt == "xml":  # expressible asked once: every candidate is built on usable
+            from te_ccl.lower.fred import check_msccl_can_express
+
             check_loadable(collective, topology)
-        # the bound of the machine as the output can use it (no NVLS for MSCCL XML)
-        bound = lower_bound(topology if in_switch else forward_only(topology), collective)
+            check_msccl_can_express(usable)
+            options = replace(options, expressible=True)
+        bound = lower_bound(usable, collective)  # no NVLS for MSCCL XML
         if options.output is None:
             schedule = solve_best(topology, collective, _search(params),
                                   options.chunk_choices, progress, timer.judge, in_switch)
@@ -840,7 +844,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
     from te_ccl.lower.fred import check_msccl_can_express
     from te_ccl.lower.msccl import lower_to_msccl
 
-    check_msccl_can_express(schedule.topology)
+    if not options.expressible:
+        check_msccl_can_express(schedule.topology)
     from te_ccl.verify.msccl.verify import verify_msccl
 
     xml, start = lowered, time.monotonic()
