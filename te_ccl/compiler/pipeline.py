@@ -219,8 +219,7 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
             if kept.best is None:
                 raise
             kept.notes.append(f"anytime: the search's file was not written ({e})")
-        if kept.cut_short is None:
-            _keep_measured(collective, options, timer, kept)
+        _keep_measured(collective, options, timer, kept)
     assert kept.best is not None  # _improve writes or raises; no repair: a file is kept
     best = kept.best
     if kept.cut_short is not None:
@@ -239,12 +238,13 @@ def _keep_measured(collective: Collective, options: CompileOptions, timer: Timer
     verifier: the file the search meant to write may not be written (over a runtime
     limit, refused by the verifier, or slower as a file than the schedule replay that
     judged it), and a compile writes the best verified file it has, not its first.
-    A file refused is noted and the next one tried; out of time, the file kept stands."""
+    A file refused, or that cannot be verified in the time left, gives way to the next
+    one; out of time, the file kept stands."""
     for finish_s, schedule, data in timer.measured(collective):
         if kept.best is None or finish_s >= kept.best.finish_s * (1 - TIE):
             return  # not kept (Incumbent.offer)
-        if kept.holds(schedule):
-            continue
+        if kept.holds(schedule) or timer.write_s(schedule) > left():
+            continue  # kept already, or not verified in the time left
         try:
             with _checked_alongside(schedule):
                 render(schedule, options, lowered=data, timer=timer)
