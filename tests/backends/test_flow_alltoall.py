@@ -10,14 +10,17 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from te_ccl.backends.base import SolveParams
+import te_ccl
+from te_ccl.backends.base import Clock, SolveParams
 from te_ccl.backends.scale import compile_scale, scale_method
+from te_ccl.backends.scale import flow_alltoall
 from te_ccl.backends.scale.flow_alltoall import (
     PIPELINE_TARGET,
     _torus_weights,
     concurrent_flow,
     flow_paths,
     flow_subchunks,
+    solve_flow_alltoall,
     unicast_pairs,
 )
 from te_ccl.bounds import lower_bound
@@ -26,6 +29,7 @@ from te_ccl.model.problem import build_problem
 from te_ccl.schedule import Schedule
 from te_ccl.topology.generators import Join, SwitchCaps, boxes, mesh, ring, star, torus
 from te_ccl.topology.model import Link, Node, NodeKind, Topology
+from te_ccl.verify.msccl.verify import verify_msccl
 from te_ccl.verify.schedule_check import check_schedule
 
 PARAMS = SolveParams(backend="scale", time_limit_s=30, threads=1)
@@ -165,3 +169,34 @@ def test_random_topologies_give_checked_schedules(topo: Topology, size: int) -> 
     coll = _a2a(topo, size)
     s = _compiled(topo, coll)
     assert s.finish_time_s >= _flow_bound(topo, coll, s) * (1 - 1e-9)
+
+
+def _receipts(moves) -> tuple[int, int]:
+    """The most sub-chunks one GPU receives, and sends."""
+    tr = moves.transfers()
+    return max(Counter(t.dst for t in tr).values()), max(Counter(t.src for t in tr).values())
+
+
+def test_the_runtime_cap_leaves_routes_alone_where_it_does_not_bind() -> None:
+    t = mesh([4, 4], 1e9)
+    p = build_problem(t, _a2a(t))
+    default, _ = solve_flow_alltoall(p, Clock(30))
+    free, _ = solve_flow_alltoall(p, Clock(30), cap=math.inf)
+    assert default.transfers() == free.transfers()
+
+
+def test_a_tight_cap_balances_relaying_and_the_file_verifies(tmp_path, monkeypatch) -> None:
+    """The LP's own routes have the centre of a 4×4 mesh relay 60 sub-chunks; held to 52
+    (832 in the file, at 16 sub-chunks a chunk) they go round it, and the file is valid."""
+    t = mesh([4, 4], 1e9)
+    p = build_problem(t, _a2a(t))
+    assert min(_receipts(solve_flow_alltoall(p, Clock(30))[0])) > 52
+    held, notes = solve_flow_alltoall(p, Clock(30), cap=52)
+    assert max(_receipts(held)) <= 52 and "cap of 52" in notes[0]
+    monkeypatch.setattr(flow_alltoall, "room", lambda nranks, share: 832)
+    out = tmp_path / "a.xml"
+    result = te_ccl.compile(t, _a2a(t, 256), backend="scale", output=out)
+    assert any("cap of 832" in n for n in result.schedule.info.notes)
+    into = Counter(x.dst for x in result.schedule.transfers)
+    assert max(into.values()) < 850 < 960  # rounding to whole sub-chunks may add one or two
+    assert verify_msccl(out).valid

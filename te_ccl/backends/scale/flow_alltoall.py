@@ -29,7 +29,7 @@ import numpy as np
 from te_ccl.backends.base import Clock
 from te_ccl.backends.scale.flow_schedule import list_schedule
 from te_ccl.backends.scale.moves import Moves
-from te_ccl.backends.scale.msccl_budget import max_subchunks
+from te_ccl.backends.scale.msccl_budget import max_subchunks, room
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective
 from te_ccl.deadline import checked
@@ -41,6 +41,8 @@ __all__ = ["unicast_pairs", "concurrent_flow", "flow_paths", "flow_subchunks",
            "solve_flow_alltoall"]
 
 ROUTING = "routing the AlltoAll flows"  # what a deadline reached interrupted
+CAP_SLACK = 0.02  # of T* the capped routes may add: 16×16 mesh needs 0.7%, solves faster at 2%
+RECEIVE_SHARE = 0.95  # of a rank's steps for routed sub-chunks: rounding and thread blocks
 STEP_SHARE = 0.75  # the route estimate misses thread blocks and dependency nops (fc8: ~20 %)
 
 Key = tuple[str, str]
@@ -63,13 +65,16 @@ def unicast_pairs(problem: Problem) -> dict[Key, list[int]] | None:
 
 
 def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key, float],
-                    time_limit_s: float = 60.0, bundles: list[list[Key]] | None = None
-                    ) -> tuple[float, dict[str, dict[Key, float]]]:
+                    time_limit_s: float = 60.0, bundles: list[list[Key]] | None = None,
+                    cap: float = math.inf) -> tuple[float, dict[str, dict[Key, float]]]:
     """(T*, source → link → flow): ``demand[(s, d)]`` units routed concurrently within ``T*``
     when link ``k`` carries ``rate[k]`` units per time unit.
 
     ``bundles``: links whose summed flow is held to the rate of one of them (a link orbit
-    under symmetry); default every link alone.
+    under symmetry); default every link alone. ``cap``: units a GPU may receive, and
+    send, over all sources (each one a step of its in the lowered file). Where the
+    optimal routes take a GPU past it, a third pass holds every GPU to it within
+    :data:`CAP_SLACK` of ``T*`` (the routes stay as they were where that cannot be done).
 
     >>> from te_ccl.topology.generators import ring
     >>> t = ring(3, 1e9)
@@ -108,7 +113,27 @@ def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
         raise SolverError("the concurrent-flow LP lost its optimum in the second pass")
     flows = {s: {k: f[(s, k)].solution_value() for k in keys} for s in sources}
+    if _busiest(topology, flows) <= cap:
+        return best, flows
+    # third pass: every GPU held to the cap, a little later, least total link time
+    for n in topology.gpus:
+        for links in (topology.in_links(n), topology.out_links(n)):
+            lp.Add(lp.Sum([f[(s, k.key)] for s in sources for k in links]) <= cap)
+    T.SetUb(best * (1 + CAP_SLACK))
+    if lp.Solve() == pywraplp.Solver.OPTIMAL:
+        flows = {s: {k: f[(s, k)].solution_value() for k in keys} for s in sources}
     return best, flows
+
+
+def _busiest(topology: Topology, flows: dict[str, dict[Key, float]]) -> float:
+    """The most units one GPU receives or sends over all sources."""
+    ins: dict[str, float] = defaultdict(float)
+    outs: dict[str, float] = defaultdict(float)
+    for flow in flows.values():
+        for (u, v), x in flow.items():
+            outs[u] += x
+            ins[v] += x
+    return max((load[n] for load in (ins, outs) for n in topology.gpus), default=0.0)
 
 
 def _walk_back(flow: dict[Key, float], into: dict[str, list[str]], s: str, d: str
@@ -152,28 +177,43 @@ def flow_paths(topology: Topology, source: str, flow: dict[Key, float],
 
 
 def _round(pairs: dict[Key, list[int]], weights: dict[Key, dict[Path, float]],
-           rate: dict[Key, float]) -> list[tuple[int, Path]]:
-    """(chunk, path) for every sub-chunk: proportional floors, leftovers load-aware."""
+           rate: dict[Key, float], gpus: frozenset[str], cap: float
+           ) -> list[tuple[int, Path]]:
+    """(chunk, path) for every sub-chunk: proportional floors, leftovers load-aware, away
+    from a path that would take a GPU past ``cap`` sub-chunks in or out where another
+    does not."""
     load: dict[Key, float] = defaultdict(float)
+    ins: dict[str, int] = defaultdict(int)
+    outs: dict[str, int] = defaultdict(int)
     plan: dict[Key, list[Path]] = {}
     rest: dict[Key, dict[Path, float]] = {}
+
+    def take(p: Path) -> None:
+        for k in zip(p, p[1:], strict=False):
+            load[k] += 1 / rate[k]
+            outs[k[0]] += 1
+            ins[k[1]] += 1
+
+    def over(p: Path) -> bool:
+        return any(ins[v] >= cap for v in p[1:] if v in gpus) or any(
+            outs[u] >= cap for u in p[:-1] if u in gpus)
+
     for pair, chunks in checked(pairs.items(), ROUTING, every=256):
         quota = {p: len(chunks) * w for p, w in weights[pair].items()}
         plan[pair] = [p for p, q in quota.items() for _ in range(math.floor(q + _TINY))]
         rest[pair] = {p: q - math.floor(q + _TINY) for p, q in quota.items()
                       if q - math.floor(q + _TINY) > _TINY}
         for p in plan[pair]:
-            for k in zip(p, p[1:], strict=False):
-                load[k] += 1 / rate[k]
+            take(p)
     for pair in sorted(rest, key=lambda x: len(rest[x])):
         options = rest[pair]
         while len(plan[pair]) < len(pairs[pair]) and options:
-            p = min(options, key=lambda p: (max(load[k] + 1 / rate[k] for k in
-                                                zip(p, p[1:], strict=False)), -options[p]))
+            p = min(options, key=lambda p: (over(p), max(load[k] + 1 / rate[k] for k in
+                                                         zip(p, p[1:], strict=False)),
+                                            -options[p]))
             del options[p]
             plan[pair].append(p)
-            for k in zip(p, p[1:], strict=False):
-                load[k] += 1 / rate[k]
+            take(p)
         heaviest = max(weights[pair], key=weights[pair].get)  # float noise left a gap
         plan[pair] += [heaviest] * (len(pairs[pair]) - len(plan[pair]))
     return [(c, p) for pair, chunks in pairs.items() for c, p in zip(chunks, plan[pair],
@@ -222,32 +262,44 @@ def _routable(problem: Problem) -> Topology:
                           [k for k in topo.links if k.key in problem.timings])
 
 
-def _weights(problem: Problem, demand: dict[Key, float], rate: dict[Key, float], clock: Clock
-             ) -> tuple[float, dict[Key, dict[Path, float]], str]:
-    """(T*, pair → path weights, how): the torus orbit LP if it applies, else per source."""
+def _weights(problem: Problem, demand: dict[Key, float], rate: dict[Key, float], clock: Clock,
+             cap: float) -> tuple[float, dict[Key, dict[Path, float]], str]:
+    """(T*, pair → path weights, how): the torus orbit LP if it applies, else per source,
+    with each GPU held to ``cap`` sub-chunks in and out (the steps the runtime's reader
+    holds for it) where the optimal routes exceed it."""
     topology = _routable(problem)
     on_torus = _torus_weights(topology, demand, rate, clock.left)
     if on_torus is not None:
         return (*on_torus, "one source on the torus orbit, translated")
-    best, flows = concurrent_flow(topology, demand, rate, clock.left)
+    best, flows = concurrent_flow(topology, demand, rate, clock.left, cap=cap)
+    most = _busiest(topology, flows)
+    held = (f", busiest GPU {most:,.0f} sub-chunks in or out for a cap of {cap:,.0f}"
+            if most > cap * (1 - 1e-3) else "")
     weights: dict[Key, dict[Path, float]] = {}
     for s, flow in checked(flows.items(), ROUTING, every=1):
         sinks = {d: u for (x, d), u in demand.items() if x == s}
         weights.update({(s, d): w for d, w in
                         flow_paths(topology, s, flow, sinks).items()})
-    return best, weights, f"{len(flows)} per-source commodities"
+    return best, weights, f"{len(flows)} per-source commodities{held}"
 
 
-def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0
-                        ) -> tuple[Moves, tuple[str, ...]] | None:
-    """(moves, notes), or None when the demands are not unicast or GPUs have buffer limits."""
+def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0,
+                        cap: float | None = None) -> tuple[Moves, tuple[str, ...]] | None:
+    """(moves, notes), or None when the demands are not unicast or GPUs have buffer limits.
+
+    ``cap``: sub-chunks a GPU may receive, and send, in the routes; by default
+    :data:`RECEIVE_SHARE` of the steps the runtime's reader holds per rank (the rounding
+    to whole sub-chunks may add a few).
+    """
     pairs = unicast_pairs(problem)
     if pairs is None or problem.relay_limit:
         return None
     rate = {k: lt.chunks_per_epoch for k, lt in problem.timings.items()}
     demand = {pair: float(len(c)) for pair, c in pairs.items()}
-    best, weights, how = _weights(problem, demand, rate, clock)
-    assignment = _round(pairs, weights, rate)
+    if cap is None:
+        cap = room(problem.topology.ngpus, RECEIVE_SHARE)
+    best, weights, how = _weights(problem, demand, rate, clock, cap)
+    assignment = _round(pairs, weights, rate, frozenset(problem.topology.gpus), cap)
     moves = list_schedule(problem, assignment, clock, seed)
     npaths = sum(len(w) for w in weights.values())
     notes = (f"max-concurrent-flow LP ({how}): {best:.1f} epochs; {npaths} paths for "
