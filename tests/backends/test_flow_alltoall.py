@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 
 import te_ccl
 from te_ccl.backends.base import Clock, SolveParams
-from te_ccl.backends.scale import compile_scale, scale_method
-from te_ccl.backends.scale import flow_alltoall
+from te_ccl.backends.scale import compile_scale, flow_alltoall, scale_method
 from te_ccl.backends.scale.flow_alltoall import (
     PIPELINE_TARGET,
     _torus_weights,

@@ -7,12 +7,16 @@
    translated (exact: averaging over translations keeps a solution optimal). Links carry
    the epoch model's ``capacity / occupancy`` chunks per epoch, so the LP optimum ``T*`` is
    the best finish the list schedule can aim for. A second solve keeps ``T ≤ T*`` and
-   minimises total link time: no cycles, shortest routes among the optimal ones.
+   minimises total link time: no cycles, shortest routes among the optimal ones. Where
+   those routes have a GPU receive or send more sub-chunks than the runtime's reader
+   holds steps for it, a third solve holds every GPU to that many within ``T ≤ (1 +``
+   :data:`CAP_SLACK` ``)·T*``: relaying moves off the crowded GPUs.
 2. **Paths.** Each source's flow is cut into paths by walking back from every sink along
    its largest inflow; pair ``(s, d)`` gets path weights summing to 1.
 3. **Rounding.** The pair's ``m`` sub-chunks go ``floor(m·w)`` to each path; the leftover
    ones (largest-remainder count) each go to the path with a positive remainder whose
-   busiest link is least loaded so far (ties: larger remainder).
+   busiest link is least loaded so far (ties: larger remainder), preferring paths that
+   keep every GPU within the cap.
 4. **List schedule** (:mod:`.flow_schedule`), epoch by epoch, longest remaining route
    first, switches without buffer forwarding in the arrival epoch.
 """
@@ -41,7 +45,7 @@ __all__ = ["unicast_pairs", "concurrent_flow", "flow_paths", "flow_subchunks",
            "solve_flow_alltoall"]
 
 ROUTING = "routing the AlltoAll flows"  # what a deadline reached interrupted
-CAP_SLACK = 0.02  # of T* the capped routes may add: 16×16 mesh needs 0.7%, solves faster at 2%
+CAP_SLACK = 0.02  # of T* the capped routes may add (a looser bound solves faster)
 RECEIVE_SHARE = 0.95  # of a rank's steps for routed sub-chunks: rounding and thread blocks
 STEP_SHARE = 0.75  # the route estimate misses thread blocks and dependency nops (fc8: ~20 %)
 
