@@ -8,8 +8,8 @@
    the epoch model's ``capacity / occupancy`` chunks per epoch, so the LP optimum ``T*`` is
    the best finish the list schedule can aim for. A second solve keeps ``T ≤ T*`` and
    minimises total link time: no cycles, shortest routes among the optimal ones. Where
-   those routes have a GPU receive or send more sub-chunks than the runtime's reader
-   holds steps for it, a third solve holds every GPU to that many within ``T ≤ (1 +``
+   those routes have a GPU take more steps (sub-chunks it receives, and its own it sends)
+   than the runtime's reader holds for it, a third solve holds every GPU to that many within ``T ≤ (1 +``
    :data:`CAP_SLACK` ``)·T*``: relaying moves off the crowded GPUs.
 2. **Paths.** Each source's flow is cut into paths by walking back from every sink along
    its largest inflow; pair ``(s, d)`` gets path weights summing to 1.
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections import defaultdict
 
 import networkx as nx
@@ -46,7 +47,7 @@ __all__ = ["unicast_pairs", "concurrent_flow", "flow_paths", "flow_subchunks",
 
 ROUTING = "routing the AlltoAll flows"  # what a deadline reached interrupted
 CAP_SLACK = 0.02  # of T* the capped routes may add (a looser bound solves faster)
-RECEIVE_SHARE = 0.95  # of a rank's steps for routed sub-chunks: rounding and thread blocks
+RECEIVE_SHARE = 0.975  # of a rank's elements for routed sub-chunks: the rest thread blocks
 STEP_SHARE = 0.75  # the route estimate misses thread blocks and dependency nops (fc8: ~20 %)
 
 Key = tuple[str, str]
@@ -75,10 +76,11 @@ def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key
     when link ``k`` carries ``rate[k]`` units per time unit.
 
     ``bundles``: links whose summed flow is held to the rate of one of them (a link orbit
-    under symmetry); default every link alone. ``cap``: units a GPU may receive, and
-    send, over all sources (each one a step of its in the lowered file). Where the
-    optimal routes take a GPU past it, a third pass holds every GPU to it within
-    :data:`CAP_SLACK` of ``T*`` (the routes stay as they were where that cannot be done).
+    under symmetry); default every link alone. ``cap``: steps a GPU may take in the
+    lowered file, counted as the units it receives plus those it sends of its own (a
+    relay fused into one step). Where the optimal routes take a GPU past it, a third
+    pass holds every GPU to it within :data:`CAP_SLACK` of ``T*``, in at most twice the
+    time the first two took (the routes stay as they were where that fails).
 
     >>> from te_ccl.topology.generators import ring
     >>> t = ring(3, 1e9)
@@ -88,6 +90,7 @@ def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key
     """
     from ortools.linear_solver import pywraplp
 
+    began = time.monotonic()
     sources = sorted({s for s, _ in demand})
     keys = [k.key for k in topology.links]
     exact = len(sources) * len(keys) <= EXACT_LP_VARIABLES
@@ -117,27 +120,29 @@ def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
         raise SolverError("the concurrent-flow LP lost its optimum in the second pass")
     flows = {s: {k: f[(s, k)].solution_value() for k in keys} for s in sources}
-    if _busiest(topology, flows) <= cap:
+    if _busiest(topology, flows, demand) <= cap:
         return best, flows
     # third pass: every GPU held to the cap, a little later, least total link time
     for n in topology.gpus:
-        for links in (topology.in_links(n), topology.out_links(n)):
-            lp.Add(lp.Sum([f[(s, k.key)] for s in sources for k in links]) <= cap)
+        inn = [f[(s, k.key)] for s in sources for k in topology.in_links(n)]
+        lp.Add(lp.Sum(inn) <= cap - need.get((n, n), 0.0))
     T.SetUb(best * (1 + CAP_SLACK))
+    lp.SetTimeLimit(max(1, int(min(time_limit_s, 2 * (time.monotonic() - began)) * 1000)))
     if lp.Solve() == pywraplp.Solver.OPTIMAL:
         flows = {s: {k: f[(s, k)].solution_value() for k in keys} for s in sources}
     return best, flows
 
 
-def _busiest(topology: Topology, flows: dict[str, dict[Key, float]]) -> float:
-    """The most units one GPU receives or sends over all sources."""
-    ins: dict[str, float] = defaultdict(float)
-    outs: dict[str, float] = defaultdict(float)
+def _busiest(topology: Topology, flows: dict[str, dict[Key, float]],
+             demand: dict[Key, float]) -> float:
+    """The most steps one GPU takes: units it receives plus units it sends of its own."""
+    steps: dict[str, float] = defaultdict(float)
+    for (s, _), units in demand.items():
+        steps[s] += units
     for flow in flows.values():
-        for (u, v), x in flow.items():
-            outs[u] += x
-            ins[v] += x
-    return max((load[n] for load in (ins, outs) for n in topology.gpus), default=0.0)
+        for (_, v), x in flow.items():
+            steps[v] += x
+    return max((steps[n] for n in topology.gpus), default=0.0)
 
 
 def _walk_back(flow: dict[Key, float], into: dict[str, list[str]], s: str, d: str
@@ -184,23 +189,22 @@ def _round(pairs: dict[Key, list[int]], weights: dict[Key, dict[Path, float]],
            rate: dict[Key, float], gpus: frozenset[str], cap: float
            ) -> list[tuple[int, Path]]:
     """(chunk, path) for every sub-chunk: proportional floors, leftovers load-aware, away
-    from a path that would take a GPU past ``cap`` sub-chunks in or out where another
-    does not."""
+    from a path that would take a GPU past ``cap`` steps (sub-chunks in and own ones out)
+    where another does not."""
     load: dict[Key, float] = defaultdict(float)
-    ins: dict[str, int] = defaultdict(int)
-    outs: dict[str, int] = defaultdict(int)
+    steps: dict[str, int] = defaultdict(int)
+    for (s, _), chunks in pairs.items():
+        steps[s] += len(chunks)
     plan: dict[Key, list[Path]] = {}
     rest: dict[Key, dict[Path, float]] = {}
 
     def take(p: Path) -> None:
         for k in zip(p, p[1:], strict=False):
             load[k] += 1 / rate[k]
-            outs[k[0]] += 1
-            ins[k[1]] += 1
+            steps[k[1]] += 1
 
     def over(p: Path) -> bool:
-        return any(ins[v] >= cap for v in p[1:] if v in gpus) or any(
-            outs[u] >= cap for u in p[:-1] if u in gpus)
+        return any(steps[v] >= cap for v in p[1:] if v in gpus)
 
     for pair, chunks in checked(pairs.items(), ROUTING, every=256):
         quota = {p: len(chunks) * w for p, w in weights[pair].items()}
@@ -269,15 +273,15 @@ def _routable(problem: Problem) -> Topology:
 def _weights(problem: Problem, demand: dict[Key, float], rate: dict[Key, float], clock: Clock,
              cap: float) -> tuple[float, dict[Key, dict[Path, float]], str]:
     """(T*, pair → path weights, how): the torus orbit LP if it applies, else per source,
-    with each GPU held to ``cap`` sub-chunks in and out (the steps the runtime's reader
-    holds for it) where the optimal routes exceed it."""
+    with each GPU held to ``cap`` steps (the runtime's reader holds that many for it)
+    where the optimal routes exceed it."""
     topology = _routable(problem)
     on_torus = _torus_weights(topology, demand, rate, clock.left)
     if on_torus is not None:
         return (*on_torus, "one source on the torus orbit, translated")
     best, flows = concurrent_flow(topology, demand, rate, clock.left, cap=cap)
-    most = _busiest(topology, flows)
-    held = (f", busiest GPU {most:,.0f} sub-chunks in or out for a cap of {cap:,.0f}"
+    most = _busiest(topology, flows, demand)
+    held = (f", busiest GPU {most:,.0f} steps for a cap of {cap:,.0f}"
             if most > cap * (1 - 1e-3) else "")
     weights: dict[Key, dict[Path, float]] = {}
     for s, flow in checked(flows.items(), ROUTING, every=1):
@@ -291,7 +295,7 @@ def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0,
                         cap: float | None = None) -> tuple[Moves, tuple[str, ...]] | None:
     """(moves, notes), or None when the demands are not unicast or GPUs have buffer limits.
 
-    ``cap``: sub-chunks a GPU may receive, and send, in the routes; by default
+    ``cap``: steps a GPU may take (sub-chunks it receives and its own it sends); by default
     :data:`RECEIVE_SHARE` of the steps the runtime's reader holds per rank (the rounding
     to whole sub-chunks may add a few).
     """
