@@ -179,9 +179,6 @@ def _compile_jobs(topo: Topology, spec: str | None, kw: dict) -> None:
                         key="--jobs")
     if kw["output"] == "-":
         raise SpecError("with --jobs, -o is a directory", key="--output")
-    if kw["runtime"] != "msccl":
-        raise SpecError("--jobs writes files for the MSCCL executor; --runtime "
-                        f"{kw['runtime']} does not go with it", key="--runtime")
     jobs = load_jobs(topo, kw["jobs"])
     output = kw["output"] or path_component(f"{topo.name}-jobs")
     check_output_dir(output, key="--output")
