@@ -128,15 +128,6 @@ class _Reader:
                 self.errors.append(f"{where}: {key}[{i}] is not an object")
         return out
 
-    def ints(self, obj: Any, key: str, where: str) -> list[int]:
-        out = []
-        for x in self.items(obj, key, where):
-            if isinstance(x, int) and not isinstance(x, bool):
-                out.append(x)
-            else:
-                self.errors.append(f"{where}: {key} holds {x!r}, not an integer")
-        return out
-
     def need(self, obj: Any, key: str, kind: type | tuple[type, ...], where: str) -> Any:
         if not isinstance(obj, dict) or key not in obj:
             self.errors.append(f"{where}: missing key {key!r}")
