@@ -97,11 +97,9 @@ def plan_json(text: str, file: str) -> Any:
 def verify_plan(text: str) -> PlanReport:
     """Every error of the plan in ``text`` (valid when there is none)."""
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        return PlanReport(errors=[f"not JSON ({e.msg} at line {e.lineno})"])
-    except RecursionError:
-        return PlanReport(errors=["JSON nested too deeply"])
+        data = plan_json(text, "")
+    except SpecError as e:
+        return PlanReport(errors=[e.reason])
     return check_plan(data)
 
 
