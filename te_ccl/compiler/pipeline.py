@@ -211,8 +211,8 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
                                        ) from None
             kept.cut(str(e))
         except (SolverError, RuntimeLimitError, VerificationError) as e:
-            if kept.best is None and kept.refused and not isinstance(
-                    e, (TimeLimitReached, VerificationError)):
+            # a TimeLimitReached is caught above
+            if kept.best is None and kept.refused and not isinstance(e, VerificationError):
                 refused = "".join(f"; no first file from {why}" for why in kept.refused)
                 kind = RuntimeLimitError if isinstance(e, RuntimeLimitError) else SolverError
                 raise kind(f"{e}{refused}") from None
