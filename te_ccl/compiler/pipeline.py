@@ -274,8 +274,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
     if not in_switch:
         topology = forward_only(topology)
     search = _search(params)
-    overflows: list[str] = []
-    failed = 0  # candidates that applied and gave no file
+    overflows: list[str] = []  # of the candidates refused (kept.refused)
     for name, build in first_candidates(options.previous, topology, collective, search):
         kept.tell(f"first file: trying the {name}")
         try:
@@ -285,7 +284,6 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
             raise
         except TecclError as e:  # the candidate does not apply here after all
             kept.refuse(name, e)
-            failed += 1
             continue
         if schedule is None:
             continue
@@ -297,7 +295,6 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
             raise
         except TecclError as e:  # MSCCL cannot express or hold it: the next candidate
             kept.refuse(name, e)
-            failed += 1
             if isinstance(e, RuntimeLimitError):
                 overflows.append(f"the {name}: {e}")
             continue
@@ -308,7 +305,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
             kept.hurried = True
             kept.notes.append(f"anytime: the first file was built without {', '.join(skipped)}")
         return
-    if overflows and len(overflows) == failed and \
+    if overflows and len(overflows) == len(kept.refused) and \
             collective.chunks_per_rank == 1 and topology.ngpus > TEMPLATE_MAX_GPUS:
         raise RuntimeLimitError(f"no file fits the runtime ({'; '.join(overflows)}), and at "
                                 f"{topology.ngpus} GPUs and one chunk per rank teccl has no "
