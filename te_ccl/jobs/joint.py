@@ -197,8 +197,9 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
                     SolveParams(**solve), time_limit_s=time_limit_s / shares), notes))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"flow: not compiled ({e})")
-    alone, alone_s = _best_alone(jobs, compiled)
-    shared = replay_together(jobs, alone.algos)
+    alone, alone_s = _best_alone(jobs, compiled, first_alone)
+    if any(alone.algos[n] is not first.algos[n] for n in alone.algos):  # else replayed above
+        shared = replay_together(jobs, alone.algos)
     alone = replace(alone, finish=shared.finish_s)
     kept.insert(0, alone)
     best = min(kept, key=lambda c: (_missed(jobs, c.finish),
@@ -274,17 +275,18 @@ def _flow(jobs: JobSet, plan: FlowPlan, objective: str, params: SolveParams,
                       replay_together(jobs, algos).finish_s)
 
 
-def _best_alone(jobs: JobSet, compiled: Mapping[tuple, _Compiled]
-                ) -> tuple[_Candidate, dict[str, float]]:
+def _best_alone(jobs: JobSet, compiled: Mapping[tuple, _Compiled],
+                whole: Mapping[str, float]) -> tuple[_Candidate, dict[str, float]]:
     """The baseline: each job's file that finishes first with the network to itself,
     of every file compiled for it (on the whole network or a view: each is a file
     compiled for the job alone), and those finishes. Taking each job's best keeps a
     compile that landed better by chance on one view from counting as a gain of the
-    joint compile."""
+    joint compile. ``whole``: the finishes, already replayed, of the files compiled on
+    the whole network."""
+    by_name = {j.name: j for j in jobs.jobs}
     best: dict[str, tuple[float, _Compiled]] = {}
-    for (name, _), c in compiled.items():
-        job = next(j for j in jobs.jobs if j.name == name)
-        t = finish_alone(jobs, job, c.algo)
+    for (name, view), c in compiled.items():
+        t = whole[name] if not view else finish_alone(jobs, by_name[name], c.algo)
         if name not in best or t < best[name][0]:
             best[name] = (t, c)
     mine = {n: c for n, (_, c) in best.items()}
