@@ -141,8 +141,9 @@ class ResultStore:
 
     def _publish(self, points: list[Point], records: dict[str, dict[str, Any]],
                  winners: set[str]) -> None:
-        keep: dict[Path, set[str]] = {self.msccl_dir(p.topology.name, p.fmt): set()
-                                      for p in points}
+        # each library folder: the suffix of its files, and the winners' names in it
+        keep: dict[Path, tuple[str, set[str]]] = {
+            self.msccl_dir(p.topology.name, p.fmt): (FORMATS[p.fmt], set()) for p in points}
         for p in points:
             if p.key in winners:
                 folder = self.msccl_dir(p.topology.name, p.fmt)
@@ -150,10 +151,9 @@ class ResultStore:
                 make_output_dir(folder)
                 write_atomic(folder / p.file_name,
                              (self.root / self.file_path(p)).read_bytes())
-                keep[folder].add(p.file_name)
-        suffix = {self.msccl_dir(p.topology.name, p.fmt): FORMATS[p.fmt] for p in points}
-        for folder, names in keep.items():
-            for stale in folder.glob(f"*.{suffix[folder]}") if folder.is_dir() else ():
+                keep[folder][1].add(p.file_name)
+        for folder, (suffix, names) in keep.items():
+            for stale in folder.glob(f"*.{suffix}") if folder.is_dir() else ():
                 if stale.name not in names and not stat.S_ISDIR(stale.lstat().st_mode):
                     stale.unlink()
 
