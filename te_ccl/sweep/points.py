@@ -124,12 +124,15 @@ def _check_format(grid: Grid, fmt: str) -> None:
 
     if fmt not in FORMATS:
         raise SpecError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", key="--format")
-    if fmt == "mscclpp" and set(grid.protos) != {"Simple"}:  # what the plan writer writes
+    if fmt != "mscclpp":
+        return
+    if set(grid.protos) != {"Simple"}:  # what the plan writer writes
         raise SpecError(f"MSCCL++ plans are written with the Simple protocol; not "
                         f"{', '.join(p for p in grid.protos if p != 'Simple')}",
                         file=grid.file, key="proto")
+    supported = {k.value for k in SUPPORTED}
     for entry in grid.collectives:
-        if fmt == "mscclpp" and entry.kind not in {k.value for k in SUPPORTED}:
+        if entry.kind not in supported:
             names = ", ".join(k.value for k in SUPPORTED)
             raise SpecError(f"{entry.kind} has no MSCCL++ execution plan (plans cover {names})",
                             file=grid.file, key=entry.key)
