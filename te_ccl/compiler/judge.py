@@ -155,9 +155,11 @@ def _busiest_link(schedule: Schedule) -> float:
                 for n, x in zip(load.values(), links, strict=True)), default=0.0)
 
 
-def lower_file(schedule: Schedule, options: CompileOptions) -> bytes:
+def lower_file(schedule: Schedule, options: CompileOptions,
+               progress: Callable[[str], None] | None = None) -> bytes:
     """``schedule`` lowered to the file ``options`` asks for: an MSCCL++ plan for
-    ``mscclpp``, else MSCCL XML within ``options.runtime``'s limits (not verified yet)."""
+    ``mscclpp``, else MSCCL XML within ``options.runtime``'s limits, told to ``progress``
+    (not verified yet)."""
     o = options
     if o.fmt == "mscclpp":
         from te_ccl.lower.mscclpp import lower_to_mscclpp
@@ -166,9 +168,10 @@ def lower_file(schedule: Schedule, options: CompileOptions) -> bytes:
         return lower_to_mscclpp(schedule, name=name, min_bytes=o.min_bytes,
                                 max_bytes=o.max_bytes)
     from te_ccl.lower.msccl import lower_to_msccl
+    from te_ccl.lower.msccl.parallel import quiet
 
     return lower_to_msccl(schedule, name=o.name, min_bytes=o.min_bytes, max_bytes=o.max_bytes,
-                          runtime=o.runtime)
+                          runtime=o.runtime, progress=progress or quiet)
 
 
 class Timer:

@@ -839,7 +839,6 @@ def render(schedule: Schedule, options: CompileOptions, *,
     if options.fmt == "mscclpp":
         return _render_plan(schedule, options, progress, lowered, timer)
     from te_ccl.lower.fred import check_msccl_can_express
-    from te_ccl.lower.msccl import lower_to_msccl
 
     if not options.expressible:
         check_msccl_can_express(schedule.topology)
@@ -847,9 +846,7 @@ def render(schedule: Schedule, options: CompileOptions, *,
 
     xml, start = lowered, time.monotonic()
     if xml is None:
-        xml = lower_to_msccl(schedule, name=options.name, min_bytes=options.min_bytes,
-                             max_bytes=options.max_bytes, progress=progress or _silent,
-                             runtime=options.runtime)
+        xml = lower_file(schedule, options, progress)
         if timer is not None:
             timer.paced(len(schedule.transfers), time.monotonic() - start)
     if progress:
@@ -891,10 +888,6 @@ def _render_plan(schedule: Schedule, options: CompileOptions, progress: Progress
         raise VerificationError(f"the lowered MSCCL++ plan failed its check "
                                 f"({len(report.errors):,} error(s)); first: {report.errors[0]}")
     return data
-
-
-def _silent(message: str) -> None:
-    """No progress output."""
 
 
 def _write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
