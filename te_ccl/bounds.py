@@ -442,7 +442,7 @@ def nvls_allreduce_time(topology: Topology, members: list[str], size: float) -> 
     """
     switches = [topology.node(s) for s in topology.switches]
     if (not any(s.nvls and s.can_reduce for s in switches)
-            or any(s.can_reduce and not s.nvls for s in switches)
+            or topology.reducing_switches
             or set(members) != set(topology.gpus) or len(members) < 2):
         return None
     n, g = len(members), topology.graph()
