@@ -24,10 +24,10 @@
 * **Handshake.** Every lane block starts with a relaxed signal and wait: a rank starts
   writing into a peer's buffers only once the peer has entered the same run.
 * **The last load-reduce in parts.** A block's ``glres`` ops run one after another and
-  the last one's drain overlaps nothing, so where a rank runs at least
+  the last one's drain overlaps nothing, so where a block runs at least
   :data:`SPLIT_FROM` of them its last is cut into :data:`SPLIT_PARTS` ops on a part of
-  the chunk each: every chunk count of the plan is then multiplied by ``SPLIT_PARTS`` and
-  every other op covers its chunk's parts (with fewer load-reduces the parts would
+  the chunk each: once any rank runs that many, every chunk count of the plan is
+  multiplied by ``SPLIT_PARTS`` and every other op covers its chunk's parts (with fewer load-reduces the parts would
   multiply the plan's checking and replay work for little).
 
 Every blocking op waits for something done at a smaller key (pass 2), so running all
@@ -52,7 +52,7 @@ MAX_SEMAPHORE_IDS = 16  # semaphores one op acquires or releases (MAX_DEVICE_SEM
 DATA = {"put", "copy", "re", "glres", "gstore"}
 SPLIT_PARTS = 4  # parts of a rank's last load-reduce (dgx-h100 AllReduce 1 GB: 1.032 -> 1.023
 #                  of the bound by plan replay; 8 parts: 1.025)
-SPLIT_FROM = 4  # load-reduces a rank runs, at least, for its last to be cut
+SPLIT_FROM = 4  # load-reduces a block runs, at least, for its last to be cut
 
 
 @dataclass(eq=False)
