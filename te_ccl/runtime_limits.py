@@ -79,6 +79,11 @@ class RuntimeLimits:
         0..``max_depid``."""
         return self.max_depid + 1
 
+    def step_room(self, nranks: int) -> int:
+        """Steps one rank's ``<gpu>`` can hold in a file of ``nranks`` ranks: the reader's
+        elements less the ``<algo>``, the ``<gpu>``s and one thread block."""
+        return self.max_elements - nranks - 2
+
     def call_slots(self, proto: str) -> int:
         """Slots one primitive call occupies (Simple: a chunk of two slices; LL/LL128: one).
         An unknown protocol is judged as Simple, the deepest."""

@@ -447,7 +447,7 @@ def _check_relays(collective: Collective, topology: Topology) -> None:
     if collective.kind is not CollectiveKind.ALLTOALL or topology.switches:
         return
     n, k = collective.nranks, collective.chunks_per_rank
-    room = MSCCL.max_elements - n - 2  # the <algo>, the <gpu>s, one thread block
+    room = MSCCL.step_room(n)
     if k * (n - 1) ** 2 <= room:
         return  # no pair is more than n - 1 links apart: fits without measuring
     hops = k * hop_sum(topology, collective.ranks, enough=(room + 1) * n // k)

@@ -320,7 +320,7 @@ def _check_steps(edges: list, nranks: int, runtime: RuntimeLimits) -> None:
     outs = np.bincount(np.fromiter((e.src for e in edges), np.int64, len(edges)),
                        minlength=nranks)
     most = np.maximum(ins, outs)
-    room = runtime.max_elements - nranks - 2  # the <algo>, the <gpu>s, one thread block
+    room = runtime.step_room(nranks)
     rank = int(np.argmax(most))
     if most[rank] > room:
         raise RuntimeLimitError(
