@@ -90,7 +90,8 @@ from te_ccl.deadline import left
 from te_ccl.topology.model import Node, Topology
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
-           "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "LP_MAX_VARIABLES"]
+           "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "threshold_groups",
+           "LP_MAX_VARIABLES"]
 
 LP_MAX_VARIABLES = 200_000
 LP_SHARE = 0.1  # of the time left to a compile, the most its AlltoAll LP may take
@@ -401,6 +402,17 @@ def _threshold_partitions(topology: Topology) -> list[list[set[str]]]:
             groups[root(v)].add(v)
         out.append(list(groups.values()))
     return out
+
+
+def threshold_groups(topology: Topology) -> list[set[str]]:
+    """Every group of more than one node of :func:`_threshold_partitions`, once: boxes,
+    racks — node sets whose links out are slower than those inside."""
+    seen: dict[frozenset[str], set[str]] = {}
+    for groups in _threshold_partitions(topology):
+        for g in groups:
+            if len(g) > 1:
+                seen.setdefault(frozenset(g), g)
+    return list(seen.values())
 
 
 def gossip_time(topology: Topology, members: list[str], size: float) -> float:
