@@ -45,6 +45,7 @@ from typing import Any
 
 from te_ccl.compiler import SolveParams, check_input
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
+from te_ccl.jobs.bound import JointBound, joint_bound
 from te_ccl.jobs.files import checked_algo, finish_alone, replay_alone, replay_together
 from te_ccl.jobs.flow import FlowPlan, compile_flow, plan_flow
 from te_ccl.jobs.spec import OBJECTIVES, Job, JobSet, objective_of, unreachable
@@ -93,6 +94,7 @@ class JointResult:
     candidates: dict[str, float]        # method → its objective, replayed together
     checks: dict[str, int] = field(default_factory=dict)  # violations per check
     notes: tuple[str, ...] = ()
+    bound: JointBound | None = None     # no set of files does better (jobs.bound)
 
     def value(self, which: str) -> float:
         """The objective over ``joint_s``, ``alone_s`` or ``together_s``."""
@@ -110,6 +112,8 @@ class JointResult:
             "shared_links": self.shared_links,
             "joint": self.value("joint_s"), "alone": self.value("alone_s"),
             "together": self.value("together_s"), "ratio": self.ratio,
+            "bound": None if self.bound is None else self.bound.seconds,
+            "bound_resource": None if self.bound is None else self.bound.resource,
             "candidates": self.candidates, "checks": self.checks, "notes": list(self.notes),
             "jobs": [{"name": o.job.name, "collective": o.job.collective.kind.value,
                       "ranks": len(o.job.ranks), "size_bytes": o.job.collective.size_bytes,
@@ -211,7 +215,7 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     return JointResult(jobs.topology.name, objective, best.method, outcomes,
                        len(shared.shared_links),
                        {c.method: _value(jobs, objective, c.finish) for c in kept},
-                       _checks(jobs, best), tuple(notes))
+                       _checks(jobs, best), tuple(notes), joint_bound(jobs, objective))
 
 
 def _value(jobs: JobSet, objective: str, finish: Mapping[str, float]) -> float:

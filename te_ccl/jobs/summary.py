@@ -41,7 +41,10 @@ def jobs_table(info: dict[str, Any]) -> Table:
     t.add_row(name, "", "", "", "", *values, "")
     if info.get("ratio") is not None:
         checks = info["checks"]
-        t.caption = (f"joint / compiled alone, run together: {info['ratio']:.3f}; "
+        bound = "" if info.get("bound") is None else (
+            f"; lower bound {format_time(info['bound'])} "
+            f"({info['bound'] / info['together']:.3f} of it)")
+        t.caption = (f"joint / compiled alone, run together: {info['ratio']:.3f}{bound}; "
                      f"{info['shared_links']} link(s) shared; schedule checker: "
                      f"{checks['schedule']} violation(s), shared capacity: "
                      f"{checks['shared_capacity']} link(s) over")

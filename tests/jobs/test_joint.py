@@ -71,6 +71,7 @@ def test_jobs_sharing_links_slow_each_other_and_keep_the_best_candidate(tmp_path
     info = json.loads(stdout)
     assert info["shared_links"] > 0 and info["checks"]["schedule"] == 0
     assert info["joint"] == min(info["candidates"].values()) <= info["together"]
+    assert info["bound"] <= info["joint"]  # no replay of files beats the joint bound
     # contention on the pair's links
     assert any(j["together_s"] > j["alone_s"] for j in info["jobs"])
     code, stdout, _ = teccl("simulate", "dgx1", "--jobs", str(tmp_path / "jobs.yaml"),

@@ -1,0 +1,43 @@
+"""The joint lower bound: hand arithmetic on shared links, and no replay beats it."""
+
+import pytest
+
+from devtools.jobs_bench import SCENARIOS
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.jobs.bound import joint_bound
+from te_ccl.jobs.spec import Job, JobSet, jobs_from
+from te_ccl.spec.topology import load_topology
+from te_ccl.topology import Link, Node, Topology
+
+
+def _pair_jobs(weights: tuple[float, float]) -> JobSet:
+    t = Topology.build("pair", [Node("a"), Node("b")],
+                       [Link("a", "b", 1e9, 0.0), Link("b", "a", 1e9, 0.0)])
+    ag = Collective(CollectiveKind.ALLGATHER, 2000, (0, 1))
+    return JobSet(t, (Job("x", ag, weights[0]), Job("y", ag, weights[1])))
+
+
+def test_two_jobs_on_one_link_finish_one_after_the_other_at_best():
+    # each job moves 1000 B each way over a 1 GB/s link: 1 us alone, 2 us for both
+    assert joint_bound(_pair_jobs((1, 1)), "max").seconds == pytest.approx(2e-6)
+    assert joint_bound(_pair_jobs((1, 1)), "weighted").seconds == pytest.approx(3e-6)
+    # the heavier job goes first: 3·1 + 1·2
+    assert joint_bound(_pair_jobs((1, 3)), "weighted").seconds == pytest.approx(5e-6)
+
+
+def test_ndv2x4_shared_row_is_bound_by_one_boxs_nic():
+    s = next(s for s in SCENARIOS if s.topology == "ndv2x4" and s.name == "2 jobs, shared")
+    jobs = jobs_from(load_topology("ndv2x4"), {"jobs": [dict(j) for j in s.jobs]}, None)
+    # into box 0 through its one 12.5 GB/s NIC: the AllGather's 24 of 32 chunks of 2 MB
+    # (3.84 ms) and the AllReduce's 64 MB (5.12 ms); the AllReduce (weight 2) first:
+    # 2 · 5.12 + (5.12 + 3.84)
+    b = joint_bound(jobs, "weighted")
+    assert b.seconds == pytest.approx(2 * 5.12e-3 + 8.96e-3)
+    assert "b0.g0" in b.resource
+    assert joint_bound(jobs, "max").seconds == pytest.approx(8.96e-3)
+
+
+def test_jobs_apart_are_bound_by_their_own_bounds():
+    s = next(s for s in SCENARIOS if s.topology == "ndv2x4" and s.name == "4 jobs, apart")
+    jobs = jobs_from(load_topology("ndv2x4"), {"jobs": [dict(j) for j in s.jobs]}, None)
+    assert joint_bound(jobs, "weighted").resource == "own bounds"
