@@ -199,11 +199,10 @@ def _output(output: str | None, fmt: str | None, topo: Topology, kind: str,
     switches reduce (an explicit xml there is refused before solving). The default path
     is one file name in the working directory, whatever the topology's name."""
     from te_ccl.compiler import output_format
-    from te_ccl.lower.fred import check_msccl_can_express
 
     fmt = output_format(output, fmt, topo.reducing_switches)
     if fmt == "xml":
-        check_msccl_can_express(topo)
+        topo.check_msccl_can_express()
     if fmt == "mscclpp" and library:
         raise SpecError("--sizes writes MSCCL XML or schedule JSON; compile one size for an "
                         "MSCCL++ plan (its min/max message size cover every size)",

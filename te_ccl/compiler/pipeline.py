@@ -148,10 +148,8 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
         check_input(topology, collective)  # before the bound and any candidate is built
         usable = topology if in_switch else forward_only(topology)  # as the output can use it
         if options.fmt == "xml":  # expressible asked once: every candidate is built on usable
-            from te_ccl.lower.fred import check_msccl_can_express
-
             check_loadable(collective, topology)
-            check_msccl_can_express(usable)
+            usable.check_msccl_can_express()
             options = replace(options, expressible=True)
         bound = lower_bound(usable, collective)  # no NVLS for MSCCL XML
         if options.output is None:
@@ -838,10 +836,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
         return schedule.to_json().encode()
     if options.fmt == "mscclpp":
         return _render_plan(schedule, options, progress, lowered, timer)
-    from te_ccl.lower.fred import check_msccl_can_express
-
     if not options.expressible:
-        check_msccl_can_express(schedule.topology)
+        schedule.topology.check_msccl_can_express()
     from te_ccl.verify.msccl.verify import verify_msccl
 
     xml, start = lowered, time.monotonic()

@@ -50,7 +50,7 @@ from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["check_msccl_can_express", "SwitchSet", "WrittenTables",
+__all__ = ["SwitchSet", "WrittenTables",
            "TABLES", "flow_rows", "uswitch_rows", "phase_rows", "port_rows", "config_rows",
            "stream_rows", "config_sizes", "lower_to_fred_tables", "render_fred_tables",
            "write_fred_tables", "fred_tables_for"]
@@ -67,24 +67,6 @@ CONFIG_COLUMNS = ("switch", "phase", "config", "bytes")
 STREAM_COLUMNS = ("stream", "chunk", "bytes", "sources", "destinations", "after")
 TABLES = {"flows": FLOW_COLUMNS, "uswitches": USWITCH_COLUMNS, "phases": PHASE_COLUMNS,
           "ports": PORT_COLUMNS, "configs": CONFIG_COLUMNS, "streams": STREAM_COLUMNS}
-
-
-def check_msccl_can_express(topology: Topology) -> None:
-    """Refuse MSCCL XML for a fabric whose switches reduce: an MSCCL program is a list of
-    GPU sends, receives and reductions, with no way to ask a switch to add what it
-    forwards; the schedule of such a fabric is written as JSON and its switch tables.
-
-    Raises
-    ------
-    SpecError
-        If a switch of ``topology`` reduces.
-    """
-    found = topology.reducing_switches
-    if found:
-        raise SpecError(f"MSCCL XML cannot express in-switch reduction (switches "
-                        f"{', '.join(found[:3])}{' …' if len(found) > 3 else ''} reduce); "
-                        "use --format json and --fred-tables DIR", file=topology.name,
-                        key="--format")
 
 
 @dataclass(frozen=True)
