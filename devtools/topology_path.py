@@ -8,17 +8,20 @@ lies on a lower layer of the pipeline than the stop before it (the layers of
 :mod:`devtools.layers`: IR, read-back, bounds, model, solvers and templates,
 FRED, lowering): the compiler went back to an earlier stage.
 
-Two counts are reported, both of the same stops:
+The judge (:mod:`te_ccl.compiler.judge`) is a stage of the compile layer: it times a
+candidate by reading its file back, replaying it on the topology (``te_ccl.simulate``).
+Its calls are that stage's own work, as the orchestrators' are, so they are not stops;
+they are reported apart as *read-backs*. Counted as stops instead (as this tool counted
+them before the judge was one module), each candidate after the first adds a climb back
+from its backend (layer 5) to the replay (layer 2): that count is printed too.
+
+Two paths are reported, both of the same stops:
 
 * the *whole compile*: every stop of ``te_ccl.compile`` writing an MSCCL XML, from the
-  input checks to the file written. The ``auto`` portfolio builds candidate after
-  candidate, each from its backend or template (layer 5) through its lowering to the
-  replay that times it (layer 2), so each candidate after the first climbs back at
-  least once: this count grows with the candidates tried.
-* the *first candidate*: the stops up to and including the first replay (the first
-  stop in ``te_ccl.simulate``, where the judge times the first candidate built): the
-  input checks, the bound, that candidate's backend and lowering, and its replay — the
-  path one candidate takes through the compile.
+  input checks to the file written, the ``auto`` portfolio's candidates and templates
+  among them;
+* the *first candidate*: the stops up to the first read-back (the judge timing the
+  first candidate built): the input checks, the bound and that candidate's backend.
 
     python -m devtools.topology_path dgx1 allgather 1MB
 """
@@ -28,6 +31,7 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -38,11 +42,21 @@ from te_ccl.spec import load_topology
 from te_ccl.topology.model import Topology
 
 ORCHESTRATORS = ("te_ccl.compiler", "te_ccl.api")
+JUDGE = "te_ccl.compiler.judge"
 
 
-def trace(topology: str, collective: str, size: str) -> list[str]:
-    """The functions, as ``module.name``, at each stop of one compile (``te_ccl.compile``)."""
-    stops: list[str] = []
+@dataclass(frozen=True)
+class Stop:
+    """A stop (``module.function``), or with ``read_back`` a call of the judge's."""
+
+    name: str
+    read_back: bool = False
+
+
+def trace(topology: str, collective: str, size: str) -> list[Stop]:
+    """The functions, as ``module.name``, at each stop and read-back of one compile
+    (``te_ccl.compile``)."""
+    stops: list[Stop] = []
 
     def profile(frame: FrameType, event: str, arg: Any) -> None:
         if event != "call":
@@ -55,8 +69,10 @@ def trace(topology: str, collective: str, size: str) -> list[str]:
         code = frame.f_code
         names = code.co_varnames[:code.co_argcount + code.co_kwonlyargcount]
         if any(isinstance(frame.f_locals.get(n), Topology) for n in names):
-            if not stops or _package(stops[-1]) != _package(module):
-                stops.append(f"{module}.{code.co_name}")
+            stop = Stop(f"{module}.{code.co_name}", caller == JUDGE)
+            if not stops or stops[-1].read_back != stop.read_back or \
+                    _package(stops[-1].name) != _package(module):
+                stops.append(stop)
 
     topo = load_topology(topology)
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,10 +94,20 @@ def climbs(stops: list[str]) -> int:
     return sum(1 for a, b in zip(layers, layers[1:], strict=False) if b < a)
 
 
-def first_candidate(stops: list[str]) -> list[str]:
-    """The stops up to and including the first replay (all of them if none replays)."""
-    replay = next((i for i, s in enumerate(stops) if _package(s) == "simulate"), len(stops))
-    return stops[:replay + 1]
+def path(stops: list[Stop], read_backs: bool = False) -> list[str]:
+    """The stops in order, the judge's read-backs among them only with ``read_backs`` (one
+    stop wherever two in a row then fall in one package)."""
+    out: list[str] = []
+    for s in stops:
+        if (read_backs or not s.read_back) and (not out or _package(out[-1]) != _package(s.name)):
+            out.append(s.name)
+    return out
+
+
+def first_candidate(stops: list[Stop]) -> list[str]:
+    """The stops before the first read-back (all of them if none reads back)."""
+    end = next((i for i, s in enumerate(stops) if s.read_back), len(stops))
+    return path(stops[:end])
 
 
 def summary(name: str, stops: list[str]) -> str:
@@ -96,11 +122,13 @@ def main() -> None:
     ap.add_argument("size")
     a = ap.parse_args()
     stops = trace(a.topology, a.collective, a.size)
-    first = first_candidate(stops)
-    for i, s in enumerate(stops):
-        print(f"{layer(s)} {s}{'  <- end of the first candidate' if i == len(first) - 1 else ''}")
-    print(summary("whole compile", stops))
-    print(summary("first candidate", first))
+    for s in stops:
+        what = "  (the judge reading a file back)" if s.read_back else ""
+        print(f"{layer(s.name)} {s.name}{what}")
+    print(summary("whole compile", path(stops)))
+    print(summary("first candidate", first_candidate(stops)))
+    print(f"read-backs: {sum(s.read_back for s in stops)}; "
+          + summary("counted as stops, the whole compile", path(stops, read_backs=True)))
 
 
 if __name__ == "__main__":
