@@ -124,8 +124,10 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     if fred_tables is not None:
         check_output_dir(fred_tables, key="fred_tables")
     fmt = output_format(None if output is None else str(output), fmt, topo.reducing_switches)
+    if runtime != "msccl" and fmt != "xml":
+        raise SpecError(f"runtime {runtime} loads MSCCL XML, not {fmt}", key="runtime")
     if fmt == "mscclpp":
-        _check_plan_kind(coll, previous, runtime, span)
+        _check_plan_kind(coll, previous, span)
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,
                           seed=seed, epoch=epoch, max_horizon=max_horizon)
     if span is not None:
@@ -144,8 +146,8 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     return compile_collective(topo, coll, params, options, progress)
 
 
-def _check_plan_kind(coll: Collective, previous: object, runtime: str,
-                     span: tuple[int, int] | None) -> None:
+def _check_plan_kind(coll: Collective, previous: object, span: tuple[int, int] | None
+                     ) -> None:
     """Refuse, before solving, what an MSCCL++ plan cannot be written for."""
     from te_ccl.lower.mscclpp import SUPPORTED
 
@@ -163,9 +165,6 @@ def _check_plan_kind(coll: Collective, previous: object, runtime: str,
     if previous is not None:
         raise SpecError("a previous MSCCL XML seeds XML compiles, not MSCCL++ plans",
                         key="previous")
-    if runtime != "msccl":
-        raise SpecError(f"runtime {runtime} loads MSCCL XML, not MSCCL++ plans",
-                        key="runtime")
 
 
 def _compile_plan(topo: Topology, coll: Collective, params: SolveParams,

@@ -98,9 +98,6 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
             raise SpecError("FRED switch tables are one algorithm's; expected no --sizes",
                             key="--fred-tables")
         check_output_dir(kw["fred_tables"], key="--fred-tables")
-    if kw["runtime"] != "msccl" and fmt != "xml":
-        raise SpecError(f"--runtime {kw['runtime']} applies to MSCCL XML, not to --format "
-                        f"{fmt}", key="--runtime")
     if kw["previous"] and (sizes or kw["backend"] != "auto"):
         raise SpecError("a previous file seeds one algorithm of the auto backend; expected no "
                         "--sizes and --backend auto", key="--from")

@@ -180,3 +180,16 @@ def test_the_format_is_decided_once_for_the_cli_and_the_api():
     assert output_format(None, None, ["l2"]) == "json"
     assert output_format(None, None, []) == "xml"
     assert output_format("a.json", "xml", []) == "xml"
+
+
+@pytest.mark.parametrize("fmt", ["json", "mscclpp"])
+def test_a_runtime_other_than_msccls_is_refused_for_what_is_not_xml(teccl, tmp_path, fmt):
+    """The API refuses it as the CLI does (the CLI asks the API)."""
+    with pytest.raises(SpecError) as exc:
+        te_ccl.compile("ring8", "allgather", size="1MB", output=tmp_path / "x", fmt=fmt,
+                       runtime="rccl")
+    assert exc.value.key == "runtime"
+    code, _, err = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB", "--format", fmt,
+                         "--runtime", "rccl", "-o", str(tmp_path / "x"))
+    assert code == 2 and "runtime rccl loads MSCCL XML" in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
