@@ -149,19 +149,13 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
 def _check_plan_kind(coll: Collective, previous: object, span: tuple[int, int] | None
                      ) -> None:
     """Refuse, before solving, what an MSCCL++ plan cannot be written for."""
-    from te_ccl.lower.mscclpp import SUPPORTED
+    from te_ccl.compiler import check_plan_kind
 
     if span is not None:
         raise SpecError("size libraries are MSCCL XML or schedule JSON; compile one size for "
                         "an MSCCL++ plan (its min/max message size cover every size)",
                         key="fmt")
-    if coll.kind not in SUPPORTED:
-        names = ", ".join(k.value for k in SUPPORTED)
-        raise SpecError(f"MSCCL++ execution plans cover {names}; not {coll.kind.value}",
-                        key="fmt")
-    if coll.proto != "Simple":  # what the plan writer writes: LL would be ignored
-        raise SpecError(f"MSCCL++ plans are written with the Simple protocol; not {coll.proto}",
-                        key="proto")
+    check_plan_kind(coll.kind.value, coll.proto)
     if previous is not None:
         raise SpecError("a previous MSCCL XML seeds XML compiles, not MSCCL++ plans",
                         key="previous")

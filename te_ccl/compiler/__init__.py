@@ -17,7 +17,7 @@ from te_ccl.backends.base import SolveParams
 from te_ccl.compiler.chunking import BASE_CHUNKS, chunk_candidates
 from te_ccl.compiler.incumbent import Kept
 from te_ccl.compiler.judge import SIM_LIMIT, XML_REPLAY_LIMIT, Timer, Timing, xml_replay
-from te_ccl.compiler.options import FORMATS, CompileOptions, output_format
+from te_ccl.compiler.options import FORMATS, CompileOptions, check_plan_kind, output_format
 from te_ccl.compiler.pipeline import (
     CompileResult,
     compile_collective,
@@ -35,6 +35,6 @@ from te_ccl.compiler.warm import Previous, read_previous
 
 __all__ = ["BASE_CHUNKS", "FORMATS", "SIM_LIMIT", "XML_REPLAY_LIMIT", "CompileOptions",
            "CompileResult", "Kept", "Previous", "SolveParams", "Timer", "Timing",
-           "check_input", "chunk_candidates", "compile_collective", "compile_size_library", "output_format",
+           "check_input", "check_plan_kind", "chunk_candidates", "compile_collective", "compile_size_library", "output_format",
            "drives_in_switch", "forward_only", "parse_size_range", "read_previous",
            "render_fitting", "solve", "solve_best", "summary", "xml_replay"]

@@ -14,12 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from te_ccl.errors import SpecError
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 
 if TYPE_CHECKING:
     from te_ccl.compiler.warm import Previous
 
-__all__ = ["CompileOptions", "FORMATS", "output_format"]
+__all__ = ["CompileOptions", "FORMATS", "check_plan_kind", "output_format"]
 
 FORMATS = ("xml", "json", "mscclpp")
 
@@ -38,6 +39,22 @@ def output_format(output: str | None, asked: str | None,
     if name.endswith(".json"):
         return "json"
     return "json" if reducing_switches and not name.endswith(".xml") else "xml"
+
+
+def check_plan_kind(kind: str, proto: str, *, file: str | None = None, key: str = "fmt"
+                    ) -> None:
+    """Refuse, before solving, a collective no MSCCL++ plan is written for: a ``kind`` the
+    plan writer does not cover (``key``: where the kind was asked for), or a protocol
+    other than Simple, the one it writes (LL would be ignored)."""
+    from te_ccl.lower.mscclpp import SUPPORTED
+
+    if kind not in {k.value for k in SUPPORTED}:
+        names = ", ".join(k.value for k in SUPPORTED)
+        raise SpecError(f"{kind} has no MSCCL++ execution plan (MSCCL++ execution plans "
+                        f"cover {names})", file=file, key=key)
+    if proto != "Simple":
+        raise SpecError(f"MSCCL++ plans are written with the Simple protocol; not {proto}",
+                        file=file, key="proto")
 
 
 @dataclass(frozen=True)

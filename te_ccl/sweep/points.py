@@ -120,22 +120,15 @@ def expand_grid(grid: Grid, fmt: str = "xml") -> list[Point]:
 
 def _check_format(grid: Grid, fmt: str) -> None:
     """Every collective of the grid can be written as ``fmt`` (plans cover fewer kinds)."""
-    from te_ccl.lower.mscclpp import SUPPORTED
+    from te_ccl.compiler import check_plan_kind
 
     if fmt not in FORMATS:
         raise SpecError(f"expected one of {', '.join(FORMATS)}, got {fmt!r}", key="--format")
     if fmt != "mscclpp":
         return
-    if set(grid.protos) != {"Simple"}:  # what the plan writer writes
-        raise SpecError(f"MSCCL++ plans are written with the Simple protocol; not "
-                        f"{', '.join(p for p in grid.protos if p != 'Simple')}",
-                        file=grid.file, key="proto")
-    supported = {k.value for k in SUPPORTED}
     for entry in grid.collectives:
-        if entry.kind not in supported:
-            names = ", ".join(k.value for k in SUPPORTED)
-            raise SpecError(f"{entry.kind} has no MSCCL++ execution plan (plans cover {names})",
-                            file=grid.file, key=entry.key)
+        for proto in grid.protos:
+            check_plan_kind(entry.kind, proto, file=grid.file, key=entry.key)
 
 
 def _refuse_duplicates(grid: Grid, points: list[Point], entry: CollectiveEntry,
