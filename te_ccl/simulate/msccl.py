@@ -204,7 +204,9 @@ class Flat:
                recvs: dict[tuple[int, int, int], list[int]], proto: str) -> None:
         """The k-th receive on a connection takes the k-th send; the slot of each send."""
         rmsg, rstep, slot, cnt = self.rmsg, self.rstep, self.slot, self.cnt
-        depth_of = {c: MSCCL.outstanding_sends(proto, c) for c in set(cnt.values())}
+        # a send of more calls than the connection holds streams: it starts once the
+        # sends before it are received, and its own receive drains it
+        depth_of = {c: max(1, MSCCL.outstanding_sends(proto, c)) for c in set(cnt.values())}
         for conn in sorted(sends.keys() | recvs.keys()):
             out, into = sends.get(conn, []), recvs.get(conn, [])
             if len(out) != len(into):
