@@ -1,5 +1,5 @@
-"""Baselines in the Schedule IR (NCCL ring, double binary tree, direct, hierarchical, and
-packed pipelined trees and flow paths).
+"""Baselines in the Schedule IR (NCCL ring, double binary tree, direct, hierarchical,
+packed pipelined trees and flow paths, and pipelined link-disjoint trees from a root).
 
 They go through the same lowering, simulator and report as teccl's own schedules.
 :data:`BASELINES` maps a name to ``build(topology, collective) -> Schedule``;
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from te_ccl.baselines.direct import direct
+from te_ccl.baselines.disjoint import PIPELINE_KINDS, pipeline
 from te_ccl.baselines.hierarchical import find_boxes, hierarchical
 from te_ccl.baselines.packed import PACKED_KINDS, packed, packed_fine
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
@@ -32,6 +33,7 @@ BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "hierarchical": hierarchical,
     "packed": packed,
     "packed-fine": packed_fine,
+    "pipeline": pipeline,
 }
 
 
@@ -52,6 +54,8 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
                  and collective.nranks <= PACKED_FIRST_GPUS)
         names.insert(0 if first else len(names), "packed")
         names.append("packed-fine")
+    if collective.kind in PIPELINE_KINDS and collective.nranks > 2:
+        names.append("pipeline")
     return names
 
 

@@ -46,7 +46,7 @@ from te_ccl.model.extract import reverse_in_time
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["PACKED_KINDS", "min_arborescence", "packed", "packed_fine", "overlay"]
+__all__ = ["PACKED_KINDS", "backwards", "min_arborescence", "packed", "packed_fine", "overlay"]
 
 PACKED_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.ALLREDUCE,
                 CollectiveKind.GATHER, CollectiveKind.SCATTER)
@@ -442,7 +442,7 @@ def packed(topology: Topology, collective: Collective, fine: bool = False) -> Sc
     kind = collective.kind
     name = "packed-fine" if fine else "packed"
     if kind is CollectiveKind.REDUCE:  # the Broadcast of the reversed fabric, played backwards
-        return _backwards(topology, packed(topology.reversed(),
+        return backwards(topology, packed(topology.reversed(),
                                            replace(collective, kind=CollectiveKind.BROADCAST),
                                            fine))
     cut = _cut(topology, collective, fine)
@@ -477,10 +477,15 @@ def _cut(topology: Topology, collective: Collective, fine: bool) -> Collective:
 
 
 @functools.lru_cache(maxsize=4)
-def _backwards(topology: Topology, fan: Schedule) -> Schedule:
-    """The Reduce that is Broadcast ``fan`` (on the reversed ``topology``) played backwards."""
-    return Schedule(topology, replace(fan.collective, kind=CollectiveKind.REDUCE), fan.epoch_s,
-                    tuple(reverse_in_time(fan.transfers, fan.finish_epoch)), fan.info)
+def backwards(topology: Topology, fan: Schedule,
+              kind: CollectiveKind = CollectiveKind.REDUCE) -> Schedule:
+    """The Reduce (Gather) that is Broadcast (Scatter) ``fan`` on the reversed ``topology``
+    played backwards: a Gather's reversed sends stay copies."""
+    moves = reverse_in_time(fan.transfers, fan.finish_epoch)
+    if kind is not CollectiveKind.REDUCE:
+        moves = [replace(t, op="copy") for t in moves]
+    return Schedule(topology, replace(fan.collective, kind=kind), fan.epoch_s, tuple(moves),
+                    fan.info)
 
 
 @functools.lru_cache(maxsize=4)

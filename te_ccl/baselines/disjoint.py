@@ -1,0 +1,234 @@
+"""Pipelined link-disjoint trees from the root over direct links: rooted collectives at
+any size.
+
+A Broadcast at the bound streams the data out of every link of the root at once and
+keeps each stream moving at a link's rate all the way down. Here the root's ``k`` direct
+GPU neighbours each start a spanning tree (:func:`disjoint_trees`): the trees are grown
+together, one breadth-first layer of each in turn, each link going to at most one tree,
+so the trees do not compete for a link and stay about as shallow as the network (a mesh
+corner's two trees reach the far corner in its 62 hops at 32×32). The collective is cut
+into pieces dealt to the trees by their rate; each piece flows down its tree, and every
+GPU forwards it while the next comes in. A tree of depth ``D`` with ``P`` pieces finishes
+about ``(D − 1)/P`` of the stream after the root's links fall silent, so the pieces are
+as many as the runtime's element limit and :data:`MAX_HOPS` allow.
+
+Scatter sends each GPU's pieces down the trees (balanced over the root's links), the
+farthest GPUs' first, so the root's links never wait and the last piece has one hop to
+go. Reduce and Gather are Broadcast and Scatter on the
+reversed network, played backwards.
+
+Only links between two of the collective's GPUs count (no switch): on a switch fabric
+``packed`` and ``tree`` apply; where the root has no such link this template does not.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections import defaultdict
+from dataclasses import replace
+
+from te_ccl.baselines.packed import FINE_PIECES, backwards, pieces
+from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import checked
+from te_ccl.schedule import Schedule
+from te_ccl.topology.model import Topology
+
+__all__ = ["PIPELINE_KINDS", "disjoint_trees", "pipeline"]
+
+PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
+                  CollectiveKind.SCATTER)
+MAX_HOPS = 100_000  # piece hops a Broadcast is cut into at most: the compile lowers,
+#                     verifies and replays ~10k transfers a second, and a 10 s limit must
+#                     hold the file (mesh 32×32: 97 pieces, 16×16: 392)
+
+Tree = dict[str, str]  # node -> parent
+
+
+def disjoint_trees(topology: Topology, root: str, members: list[str]) -> list[Tree]:
+    """Spanning out-trees of ``members`` from ``root`` over direct member-to-member links,
+    one per link out of the root, no link in two trees where the growth finds one free.
+
+    The GPUs join the trees in breadth-first layers from the root: each GPU takes, for
+    every tree, a free link from a GPU already in that tree (the shallowest such GPU; the
+    trees with the fewest such links choose first). A tree no free link brings the GPU
+    into yet it joins later, from a GPU of a later layer (on a mesh's edge the second tree
+    comes back from the row inside). A GPU no free link ever brings into a tree joins it
+    over a taken link, which the timing then shares. Raises :class:`BaselineError` when
+    the root has no direct link to a member or a member is not reached over such links.
+
+    >>> from te_ccl.topology.generators import ring
+    >>> sorted(sorted(t.items()) for t in disjoint_trees(ring(4, 1.0), "g0",
+    ...                                                  ["g0", "g1", "g2", "g3"]))
+    [[('g1', 'g0'), ('g2', 'g1'), ('g3', 'g2')], [('g1', 'g2'), ('g2', 'g3'), ('g3', 'g0')]]
+    """
+    inside = set(members)
+    into: dict[str, list[str]] = {v: [] for v in members}
+    for k in topology.links:
+        if k.src in inside and k.dst in inside and k.src != k.dst:
+            into[k.dst].append(k.src)
+    starts = sorted((v for v in members if root in into[v]), key=members.index)
+    if not starts:
+        raise BaselineError(f"{root} has no direct link to another of the collective's GPUs "
+                            f"in {topology.name}")
+    taken = {(root, v) for v in starts}
+    trees: list[Tree] = [{v: root} for v in starts]
+    depth: list[dict[str, int]] = [{root: 0, v: 1} for v in starts]
+    layers = _layers(into, root, members, topology.name)
+    pending: list[str] = []
+    for layer in checked(layers, TEMPLATE, every=1):
+        waiting = [*pending, *layer]
+        while True:  # a GPU that joins a tree may bring another of this layer into it
+            pending = [v for v in waiting if not _join(v, into[v], trees, depth, taken)]
+            if len(pending) == len(waiting):
+                break
+            waiting = pending
+    for t, tree in enumerate(trees):  # the rest over taken links, a layer at a time
+        grew = True
+        while grew and len(tree) < len(members) - 1:
+            grew = False
+            for v in members:
+                u = next((u for u in into[v] if u in depth[t]), None)
+                if v not in depth[t] and u is not None:
+                    tree[v], depth[t][v], grew = u, depth[t][u] + 1, True
+    return trees
+
+
+def _layers(into: dict[str, list[str]], root: str, members: list[str],
+            where: str) -> list[list[str]]:
+    """The members by hops from ``root`` over the links of ``into`` (root excluded);
+    raises :class:`BaselineError` naming a member they do not reach."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for v, us in into.items():
+        for u in us:
+            out[u].append(v)
+    seen, layers, front = {root}, [], [root]
+    while front:
+        nxt = [v for u in front for v in out[u] if v not in seen and not seen.add(v)]
+        if nxt:
+            layers.append(nxt)
+        front = nxt
+    lost = next((v for v in members if v not in seen), None)
+    if lost is not None:
+        raise BaselineError(f"{lost} is not reached from {root} over direct links between "
+                            f"the collective's GPUs in {where}")
+    return layers
+
+
+def _join(v: str, parents: list[str], trees: list[Tree], depth: list[dict[str, int]],
+          taken: set[tuple[str, str]]) -> bool:
+    """Bring ``v`` into every tree it is not in yet over a free link from that tree; is it
+    in all of them now?"""
+    missing = [t for t in range(len(trees)) if v not in depth[t]]
+    options = {t: [u for u in parents if u in depth[t] and (u, v) not in taken]
+               for t in missing}
+    for t in sorted(missing, key=lambda t: (len(options[t]), t)):
+        free = [u for u in options[t] if (u, v) not in taken]
+        if free:
+            u = min(free, key=lambda u: depth[t][u])
+            trees[t][v], depth[t][v] = u, depth[t][u] + 1
+            taken.add((u, v))
+    return all(v in d for d in depth)
+
+
+def _depth(tree: Tree) -> dict[str, int]:
+    """Hops from the root to every node of ``tree``."""
+    depth: dict[str, int] = {}
+
+    def of(v: str) -> int:
+        if v not in tree:
+            return 0
+        if v not in depth:
+            depth[v] = of(tree[v]) + 1
+        return depth[v]
+
+    for v in list(tree):
+        of(v)
+    return depth
+
+
+def _rate(topology: Topology, tree: Tree) -> float:
+    """The slowest link of ``tree``: its pieces flow at that rate."""
+    return min(topology.link(p, c).bandwidth_Bps for c, p in tree.items())
+
+
+def pipeline(topology: Topology, collective: Collective) -> Schedule:
+    """Broadcast or Reduce in pieces down (up) the root's link-disjoint trees, or Gather or
+    Scatter along them (module docstring)."""
+    kind = collective.kind
+    if kind not in PIPELINE_KINDS or collective.root is None or collective.nranks < 2:
+        raise BaselineError("the pipelined trees are for broadcast, reduce, gather and "
+                            f"scatter from a root, not {kind.value}")
+    if kind in (CollectiveKind.REDUCE, CollectiveKind.GATHER):
+        forward = (CollectiveKind.BROADCAST if kind is CollectiveKind.REDUCE
+                   else CollectiveKind.SCATTER)
+        return backwards(topology, pipeline(topology.reversed(),
+                                            replace(collective, kind=forward)), kind)
+    members = [topology.gpu(r) for r in collective.ranks]
+    trees = _trees(topology, topology.gpu(collective.root), tuple(members))
+    if kind is CollectiveKind.SCATTER:
+        return _scatter(topology, collective, trees)
+    return _broadcast(topology, collective, trees)
+
+
+@functools.lru_cache(maxsize=4)
+def _trees(topology: Topology, root: str, members: tuple[str, ...]) -> list[Tree]:
+    return disjoint_trees(topology, root, list(members))
+
+
+def _broadcast(topology: Topology, collective: Collective, trees: list[Tree]) -> Schedule:
+    """The Broadcast cut into pieces, dealt to the trees in turn by their rate."""
+    rates = [_rate(topology, t) for t in trees]
+    total = sum(rates)
+    steps: dict[str, float] = defaultdict(float)  # a GPU's steps per piece: receive + sends
+    for rate, tree in zip(rates, trees, strict=True):
+        kids: dict[str, int] = defaultdict(int)
+        for p in tree.values():
+            kids[p] += 1
+        for v in {*tree, *kids}:
+            steps[v] += rate / total * ((v in tree) + kids[v])
+    cap = min(FINE_PIECES, max(1, MAX_HOPS // (collective.nranks - 1)))
+    coll = pieces(topology, collective, max(steps.values()), cap)
+    root = topology.gpu(coll.root)
+    given, plans = [0.0] * len(trees), []
+    for chunk in checked(coll.chunks(), TEMPLATE, every=256):
+        t = min(range(len(trees)), key=lambda i: (given[i] / rates[i], i))
+        given[t] += 1
+        plans.append(ChunkPlan(chunk.id, root, spread=trees[t]))
+    return assemble("pipeline", topology, coll, plans)
+
+
+def _scatter(topology: Topology, collective: Collective, trees: list[Tree]) -> Schedule:
+    """Scatter cut into pieces (as many as :data:`MAX_HOPS` and the runtime's element
+    limit allow), each down a tree that reaches its GPU within a hop of the shallowest,
+    the least loaded by its rate; on every tree the farthest GPUs' first, the trees in
+    turn."""
+    root = topology.gpu(collective.root)
+    depths = [_depth(t) for t in trees]
+    hops = sum(min(d[v] for d in depths) for v in trees[0])
+    coll = pieces(topology, collective, 2, min(FINE_PIECES, max(1, MAX_HOPS // hops)))
+    rates = [_rate(topology, t) for t in trees]
+    load = [0.0] * len(trees)
+    queues: list[list[tuple[int, int, ChunkPlan]]] = [[] for _ in trees]
+    near = {v: [i for i, d in enumerate(depths) if d[v] <= min(e[v] for e in depths) + 1]
+            for v in trees[0]}
+    # the pieces of GPUs with the fewest trees to choose from choose first
+    wanted = [(topology.gpu(c.destinations[0]), c.id) for c in coll.chunks() if c.destinations]
+    wanted.sort(key=lambda x: (len(near[x[0]]), x[1]))
+    for v, cid in checked(wanted, TEMPLATE, every=256):
+        t = min(near[v], key=lambda i: ((load[i] + 1) / rates[i], depths[i][v], i))
+        load[t] += 1
+        path = [v]
+        while path[-1] != root:
+            path.append(trees[t][path[-1]])
+        queues[t].append((-depths[t][v], cid, ChunkPlan(cid, root, spread=dict(
+            zip(path, path[1:], strict=False)))))
+    for q in queues:
+        q.sort(key=lambda x: x[:2])
+    plans, at = [], [0] * len(trees)
+    while len(plans) < len(wanted):  # the trees in turn, each by its rate
+        t = min((i for i in range(len(trees)) if at[i] < len(queues[i])),
+                key=lambda i: (at[i] / rates[i], i))
+        plans.append(queues[t][at[t]][2])
+        at[t] += 1
+    return assemble("pipeline", topology, coll, plans, chunk_major=True)

@@ -1,0 +1,59 @@
+"""The pipeline template: link-disjoint trees from the root, pipelined near the bound."""
+
+import pytest
+
+from te_ccl.baselines import BaselineError, applicable, build_baseline
+from te_ccl.baselines.disjoint import disjoint_trees
+from te_ccl.bounds import lower_bound
+from te_ccl.collective import Collective
+from te_ccl.collective import CollectiveKind as K
+from te_ccl.lower.msccl import lower_to_msccl
+from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.topology import generators as gen
+from te_ccl.verify.msccl.reader import read_msccl
+from te_ccl.verify.msccl.verify import verify_msccl
+from te_ccl.verify.schedule_check import check_schedule
+
+MESH = gen.mesh([6, 6], 50e9, 0.5e-6)
+TORUS = gen.torus([4, 4], 50e9, 0.5e-6)
+
+
+def _depth(tree, v):
+    d = 0
+    while v in tree:
+        v, d = tree[v], d + 1
+    return d
+
+
+@pytest.mark.parametrize(("topology", "count", "depth"), [(MESH, 2, 10), (TORUS, 4, 5)],
+                         ids=["mesh6x6", "torus4x4"])
+def test_one_tree_per_root_link_spanning_sharing_no_link_and_shallow(topology, count, depth):
+    gpus = list(topology.gpus)
+    trees = disjoint_trees(topology, gpus[0], gpus)
+    assert len(trees) == count
+    links = [(p, c) for tree in trees for c, p in tree.items()]
+    assert len(links) == len(set(links)) == count * (len(gpus) - 1)
+    assert all(set(tree) == set(gpus[1:]) for tree in trees)
+    # a mesh corner's trees reach the far corner in its distance, a torus's within a hop more
+    assert max(_depth(tree, v) for tree in trees for v in tree) == depth
+
+
+@pytest.mark.parametrize("kind", [K.BROADCAST, K.REDUCE, K.GATHER, K.SCATTER],
+                         ids=lambda k: k.value)
+def test_rooted_collectives_pipeline_near_the_bound_in_a_valid_file(kind):
+    mesh = gen.mesh([4, 4], 50e9, 0.5e-6)
+    coll = Collective(kind, 16_000_000, tuple(range(16)), root=0)
+    schedule = build_baseline("pipeline", mesh, coll)
+    assert check_schedule(schedule) == []
+    data = lower_to_msccl(schedule).decode()
+    assert verify_msccl(data).valid
+    replay = simulate_msccl(read_msccl(data), mesh, coll.size_bytes).finish_time_s
+    assert 1 <= replay / lower_bound(mesh, coll).seconds <= 1.05
+
+
+def test_a_root_without_a_direct_link_is_refused():
+    star = gen.rail_optimized(2, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)  # GPUs behind switches
+    coll = Collective(K.BROADCAST, 1_000_000, tuple(range(8)), root=0)
+    assert "pipeline" in applicable(star, coll)
+    with pytest.raises(BaselineError, match="no direct link"):
+        build_baseline("pipeline", star, coll)
