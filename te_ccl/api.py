@@ -141,8 +141,6 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
                              chunk_choices=chunk_choices,
                              previous=_previous(previous, topo, coll, output, backend),
                              runtime=RUNTIMES[runtime])
-    if fmt == "mscclpp":
-        return _compile_plan(topo, coll, params, options, progress)
     return compile_collective(topo, coll, params, options, progress)
 
 
@@ -159,17 +157,6 @@ def _check_plan_kind(coll: Collective, previous: object, span: tuple[int, int] |
     if previous is not None:
         raise SpecError("a previous MSCCL XML seeds XML compiles, not MSCCL++ plans",
                         key="previous")
-
-
-def _compile_plan(topo: Topology, coll: Collective, params: SolveParams,
-                  options: CompileOptions, progress: Callable[[str], None] | None
-                  ) -> CompileResult:
-    """``fmt="mscclpp"``: the anytime compile on the machine as a plan can use it (NVLS
-    switches reduce and copy, other switches forward); every candidate is judged, and
-    the file written, as the MSCCL++ plan the independent plan checker accepts."""
-    from te_ccl.compiler import forward_only
-
-    return compile_collective(forward_only(topo, "mscclpp"), coll, params, options, progress)
 
 
 def _size_span(sizes: str | tuple[int, int], size: object, output: object,

@@ -131,13 +131,14 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     limit ends (:func:`_anytime`); past the limit with no file verified yet the compile
     stops with :class:`~te_ccl.deadline.TimeLimitReached` naming the stage and what a
     first file would take, and writes nothing. Without one, the search gets
-    :data:`SEARCH_SHARE` of the limit.
+    :data:`SEARCH_SHARE` of the limit. An MSCCL++ plan is compiled on the machine as a
+    plan drives it (NVLS switches copy and reduce, others forward), whoever asks.
     """
     started = time.monotonic()  # the first file's time counts the checks and the bound
     options = options or CompileOptions()
     in_switch = _in_switch(options, topology)
-    if in_switch:  # what the output cannot drive only forwards (an MSCCL++ plan: FRED's)
-        topology = forward_only(topology, options.fmt)
+    if in_switch or options.fmt == "mscclpp":  # what the output cannot drive only forwards
+        topology = forward_only(topology, options.fmt)  # (an MSCCL++ plan: FRED's switches)
     timer = Timer(xml=not in_switch, options=options)
     kept: Incumbent | None = None
     extra: tuple[str, ...] = ()

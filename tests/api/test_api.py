@@ -193,3 +193,21 @@ def test_a_runtime_other_than_msccls_is_refused_for_what_is_not_xml(teccl, tmp_p
                          "--runtime", "rccl", "-o", str(tmp_path / "x"))
     assert code == 2 and "runtime rccl loads MSCCL XML" in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_plan_is_compiled_on_the_same_machine_by_the_api_and_the_sweep(tmp_path):
+    """The compile itself lets a switch a plan cannot drive only forward (a reducing
+    switch that is not NVLink SHARP): the sweep, which calls it directly, gets what the
+    API gets, with no note about MSCCL XML."""
+    from te_ccl.compiler import CompileOptions, SolveParams, compile_collective
+    from te_ccl.topology.generators import SwitchCaps, star
+
+    topo = star(4, 100e9, switch=SwitchCaps(reduce=True))
+    coll = Collective(CollectiveKind.ALLGATHER, 64 << 10, (0, 1, 2, 3))
+    direct = compile_collective(topo, coll, SolveParams(time_limit_s=20),
+                                CompileOptions(output=str(tmp_path / "a.json"), fmt="mscclpp"))
+    api = te_ccl.compile(topo, coll, output=tmp_path / "b.json", fmt="mscclpp",
+                         time_limit_s=20)
+    assert direct.schedule.topology.reducing_switches == ()
+    assert direct.schedule.info.notes == api.schedule.info.notes
+    assert not any(n.startswith("msccl:") for n in direct.schedule.info.notes)
