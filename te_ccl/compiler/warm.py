@@ -4,9 +4,11 @@ A link went down or got slower: the previous MSCCL file, read by the verifier's 
 still says how each chunk travelled: for AllGather and Broadcast, which GPU sent which
 chunk to which GPU (a tree per chunk). Those trees are routed again on the new topology
 (the direct link where it is still there, else the fastest path, as a template's are)
-and timed epoch by epoch (:func:`te_ccl.baselines.plan.assemble`), at the previous
-file's pieces per rank (chunks times sub-chunks): that schedule is the compile's first
-file, and where its file replays within :data:`WARM_GAP` of the lower bound it stands:
+and timed epoch by epoch (:func:`te_ccl.baselines.plan.assemble`), at the fewest pieces
+per rank (a divisor of the previous file's chunks times sub-chunks) that replay within
+:data:`QUALITY_GAP` of the lower bound, else at the file's: that schedule is the
+compile's first file, and where its file replays within :data:`WARM_GAP` of the lower
+bound it stands:
 the previous compile raced the flow model and the templates already. Where a method of the
 scale backend fits, that backend repairs instead, at the previous file's sub-chunks (no
 race of the portfolio). Where neither applies (reductions, relays through scratch
@@ -29,10 +31,12 @@ from pathlib import Path
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
+from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler.incumbent import Incumbent
 from te_ccl.errors import SpecError, TecclError
 from te_ccl.schedule import Schedule
+from te_ccl.simulate.replay import replay_finish
 from te_ccl.topology.model import Topology
 from te_ccl.verify.msccl.layout import Layout
 from te_ccl.verify.msccl.model import Algo
@@ -42,6 +46,7 @@ __all__ = ["Previous", "first_candidates", "read_previous", "repair", "warm_sche
 
 WARM = "previous file"  # the source name of the schedule built from it
 ROUTES = "previous-routes"  # the name of the template its routes make
+QUALITY_GAP = 0.02  # a coarser cut of its routes is taken within this of the lower bound
 WARM_GAP = 0.1  # its routes stand when the file they make replays within this of the
 #                 lower bound; else the portfolio searches on from them
 _TREES = (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST)  # kinds whose trees are read
@@ -212,25 +217,45 @@ def _rooted(owner: int, edges: list[tuple[int, int]]) -> bool:
 def warm_schedule(previous: Previous, topology: Topology, collective: Collective
                   ) -> Schedule | None:
     """The previous file's trees routed and timed on ``topology`` (switches forward only),
-    as ``collective`` cut into the file's pieces per rank, each piece a chunk as the
-    templates cut theirs (as sub-chunks of one chunk, the lowering found no room for a
-    file of 12 pieces per rank on ndv2x4 in the runtime's channels); None where the trees
-    are not known or do not deliver every chunk here."""
+    each piece a chunk as the templates cut theirs (as sub-chunks of one chunk, the
+    lowering found no room for a file of 12 pieces per rank on ndv2x4 in the runtime's
+    channels); None where the trees are not known or do not deliver every chunk here.
+
+    Cut into the fewest pieces per chunk (a divisor of the file's, each piece on the
+    tree of its first) whose replay ends within :data:`QUALITY_GAP` of the lower bound,
+    so within that of any file's time: a file of fewer pieces is lowered, verified and
+    replayed in less time; else the file's pieces."""
     if previous.trees is None:
         return None
     k = previous.subchunks(collective)
-    pieces = replace(collective, chunks_per_rank=collective.chunks_per_rank * k)
-    if pieces.chunks_per_rank != previous.pieces:
+    if collective.chunks_per_rank * k != previous.pieces:
         return None
+    bound = lower_bound(topology, collective).seconds
+    for d in (d for d in range(1, k) if k % d == 0):
+        coarse = _routed(previous, topology,
+                         replace(collective, chunks_per_rank=collective.chunks_per_rank * d),
+                         k // d)
+        if coarse is not None and replay_finish(coarse) <= bound * (1 + QUALITY_GAP):
+            return coarse
+    return _routed(previous, topology,
+                   replace(collective, chunks_per_rank=previous.pieces), 1)
+
+
+def _routed(previous: Previous, topology: Topology, collective: Collective, k: int
+            ) -> Schedule | None:
+    """The trees of every ``k``-th piece of the file (the first of each chunk of
+    ``collective``) routed and timed as ``collective``'s chunks; None where they do not
+    deliver every chunk."""
+    assert previous.trees is not None
     name = [topology.gpu(r) for r in collective.ranks]
-    plans = [ChunkPlan(c, name[owner], spread={name[r]: name[s] for r, s in tree})
-             for c, owner, tree in previous.trees]
+    plans = [ChunkPlan(c // k, name[owner], spread={name[r]: name[s] for r, s in tree})
+             for c, owner, tree in previous.trees if c % k == 0]
     try:
-        schedule = assemble(ROUTES, topology, pieces, plans)
+        schedule = assemble(ROUTES, topology, collective, plans)
     except BaselineError:
         return None
     got = {(t.chunk, t.dst) for t in schedule.transfers}
-    if any((c.id, topology.gpu(d)) not in got for c in pieces.chunks()
+    if any((c.id, topology.gpu(d)) not in got for c in collective.chunks()
            for d in c.destinations):
         return None
     return schedule.with_info(status=f"{WARM} {Path(previous.path).name}, "

@@ -8,10 +8,12 @@ from dataclasses import replace
 import pytest
 
 import te_ccl
+from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler import forward_only
-from te_ccl.compiler.warm import read_previous, warm_schedule
+from te_ccl.compiler.warm import QUALITY_GAP, Previous, read_previous, warm_schedule
 from te_ccl.errors import SpecError
+from te_ccl.simulate.replay import replay_finish
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology.edit import TopologyEdit, edit_topology
 from te_ccl.topology.generators import ring
@@ -51,7 +53,11 @@ def test_routes_over_a_removed_link_are_rerouted(previous):
         pytest.skip("routes not within the first file's gap on this topology")
     assert check_schedule(s) == []
     assert not any((t.src, t.dst) == ("g0", "g1") for t in s.transfers)
-    assert s.info.subchunks * s.collective.chunks_per_rank == p.pieces
+    pieces = s.info.subchunks * s.collective.chunks_per_rank
+    assert p.pieces % pieces == 0
+    if pieces < p.pieces:  # cut coarser only where it stays near the bound
+        bound = lower_bound(topo, c).seconds
+        assert replay_finish(s) <= bound * (1 + QUALITY_GAP)
 
 
 def test_reductions_seed_nothing_and_say_why(tmp_path):
@@ -179,3 +185,22 @@ def test_routes_of_a_file_cut_in_many_pieces_fit_the_runtime(tmp_path):
     res = te_ccl.compile(changed, "allgather", size="1GB", output=str(tmp_path / "a.xml"),
                          previous=str(before), time_limit_s=60)
     assert res.incumbents[0].source.startswith("first file: template previous-routes")
+
+
+def test_routes_are_cut_into_the_fewest_pieces_that_stay_near_the_bound():
+    """Four pieces per rank, the first two clockwise round a ring and the others
+    counter-clockwise: one piece per rank (its first tree, clockwise only) uses half the
+    links, two (a tree each way) is within the gap of the bound."""
+    topo = ring(4, 50e9)
+    c = Collective(CollectiveKind.ALLGATHER, 1 << 30, tuple(range(4)))
+
+    def tree(owner: int, step: int) -> tuple[tuple[int, int], ...]:
+        path = [(owner + step * i) % 4 for i in range(4)]
+        return tuple(sorted(zip(path[1:], path[:-1], strict=True)))
+
+    trees = tuple((owner * 4 + j, owner, tree(owner, 1 if j < 2 else -1))
+                  for owner in range(4) for j in range(4))
+    s = warm_schedule(Previous("x.xml", 4, trees), topo, c)
+    assert s is not None and check_schedule(s) == []
+    assert s.collective.chunks_per_rank == 2
+    assert replay_finish(s) <= lower_bound(topo, c).seconds * (1 + QUALITY_GAP)
