@@ -71,8 +71,8 @@ def run_sweep(plan: SweepPlan, store: ResultStore, executor: Executor, *,
     store.prepare()
     outcome = SweepOutcome(plan.points, dict(plan.done), skipped=len(plan.done))
     try:
-        for _point, result in executor.run(plan.todo):
-            record = store.save(result)
+        for point, result in executor.run(plan.todo):
+            record = store.save(point, result)
             outcome.records[record["key"]] = record
             if on_record is not None:
                 on_record(record)

@@ -99,18 +99,16 @@ class ResultStore:
                 return None
         return record
 
-    def save(self, result: PointResult) -> dict[str, Any]:
+    def save(self, point: Point, result: PointResult) -> dict[str, Any]:
         """Write the point's file (if any), then its record; returns the stored record."""
         record = dict(result.record)
         if result.data is not None:
-            suffix = FORMATS[record.get("format", "xml")]
-            rel = f"points/{record['name']}.{suffix}"
+            rel = self.file_path(point)
             make_output_dir(self.root / "points")
             write_atomic(self.root / rel, result.data)
             record["xml"] = rel
             record["xml_sha256"] = hashlib.sha256(result.data).hexdigest()
-        write_atomic(self.root / "records" / f"{record['key']}.json",
-                     json.dumps(record, indent=2, sort_keys=True) + "\n")
+        write_atomic(self.record_path(point), json.dumps(record, indent=2, sort_keys=True) + "\n")
         return record
 
     def finish(self, points: list[Point], records: dict[str, dict[str, Any]]) -> Path:
