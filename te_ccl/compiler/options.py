@@ -5,6 +5,8 @@ serves, and the chunkings worth trying.
 'xml'
 >>> output_format("dgx1-allreduce.mscclpp.json", None, [])
 'mscclpp'
+>>> CompileOptions(fmt="mscclpp").lowered, CompileOptions(fmt="json").lowered
+(True, False)
 """
 
 from __future__ import annotations
@@ -83,3 +85,9 @@ class CompileOptions:
     previous: Previous | None = None
     runtime: RuntimeLimits = MSCCL
     expressible: bool = False
+
+    @property
+    def lowered(self) -> bool:
+        """Whether the output is a program lowered from the schedule (MSCCL XML, an MSCCL++
+        plan), which is verified, and replayed as its runtime runs it, before it is kept."""
+        return self.fmt in ("xml", "mscclpp")

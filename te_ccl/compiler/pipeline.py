@@ -297,7 +297,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
             if isinstance(e, RuntimeLimitError):
                 overflows.append(f"the {name}: {e}")
             continue
-        if options.fmt in ("xml", "mscclpp"):
+        if options.lowered:
             timer.replay_written(schedule, data, schedule_replay=False)
         _offer(kept, schedule, data, timer, "first file")
         if skipped:  # the search runs the method in full, not taking this for its run
@@ -359,7 +359,7 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
     if kept.best is not None:
         if timer.judge(schedule) >= kept.best.finish_s:
             return
-        need = timer.write_s(schedule) if options.fmt in ("xml", "mscclpp") else 0.0
+        need = timer.write_s(schedule) if options.lowered else 0.0
         if need > left():
             why = f"needs ~{need:.2g} s to lower and verify, with {left():.2g} s left"
             kept.cut(f"the search's best, {describe(schedule)}, {why}")
@@ -705,7 +705,7 @@ def render_fitting(schedule: Schedule, options: CompileOptions, params: SolvePar
     """
     timer = timer or Timer(options=options)
     schedule, data = _fitting(schedule, options, params, progress, timer, fallback)
-    if options.fmt in ("xml", "mscclpp"):  # the replay forked while verifying, or one now
+    if options.lowered:  # the replay forked while verifying, or one now
         timer.replay_written(schedule, data)
     return schedule, data
 
