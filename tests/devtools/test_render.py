@@ -5,7 +5,7 @@ import pytest
 from devtools.readme import END, START, fill_readme
 from devtools.render import BOUND_ARGUMENTS, results_csv, results_markdown, write_outputs
 from devtools.runner import BenchResult, Row
-from devtools.suites import GB, KB, SUITES
+from devtools.suites import GB, KB, SUITES, suite
 from devtools.targets import anchors, evaluate_targets
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective, CollectiveKind
@@ -77,7 +77,7 @@ def test_anchor_rows_and_suites():
     mine = [x for x in a if x.system == "teccl (this run)" and x.size_bytes == GB]
     assert mine[0].algbw_GBps == pytest.approx(20.0)
     assert {"default", "quick"} <= set(SUITES)
-    sizes = {c.size_bytes for c in SUITES["default"].cases if c.group == "suite"}
+    sizes = {c.size_bytes for c in suite("default").cases if c.group == "suite"}
     assert min(sizes) == KB and max(sizes) == GB
 
 
@@ -155,3 +155,15 @@ def test_the_legend_names_every_argument_a_bound_can_have(monkeypatch):
     seen |= set(lower_bound.__wrapped__(t, Collective(CollectiveKind.ALLTOALL, 10**6,
                                                       tuple(range(4)))).parts)
     assert seen == set(BOUND_ARGUMENTS)
+
+
+def test_importing_the_suites_loads_no_topology():
+    """The rooted and defaults suites load every shipped topology: only once asked for."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, devtools.suites; "
+             "print(any(m.startswith('te_ccl.spec') for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.strip() == "False"

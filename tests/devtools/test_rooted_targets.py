@@ -1,7 +1,7 @@
 """The rooted suite: every shipped topology's rooted collectives of 64 MB, one target."""
 
 from devtools.runner import Row
-from devtools.suites import MB, ROOTED_GOAL, ROOTED_KINDS, SUITES
+from devtools.suites import MB, ROOTED_GOAL, ROOTED_KINDS, suite
 from devtools.targets import evaluate_targets
 from te_ccl.spec.topology import shipped_topologies
 
@@ -15,7 +15,7 @@ def row(topo: str, kind: str, ratio: float | None, status: str = "ok") -> Row:
 
 
 def test_the_suite_has_every_rooted_kind_on_every_shipped_topology_from_root_0():
-    cases = SUITES["rooted"].cases
+    cases = suite("rooted").cases
     assert {(c.topology, c.kind) for c in cases} == {
         (t, k) for t in shipped_topologies() for k in ROOTED_KINDS}
     assert {(c.root, c.size_bytes) for c in cases} == {(0, 64 * MB)}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import devtools.runner as bench
-from devtools.suites import MB, SUITES, Case
+from devtools.suites import MB, Case, suite
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.compiler import BASE_CHUNKS
@@ -61,6 +61,6 @@ def test_auto_row_records_the_chunking_it_picked():
 
 
 def test_suite_rows_use_auto_chunking_and_solver_target_rows_keep_theirs():
-    cases = SUITES["default"].cases
+    cases = suite("default").cases
     assert all(c.auto_chunks for c in cases if c.group == "suite")
     assert not any(c.auto_chunks for c in cases if c.group in ("target", "scale"))
