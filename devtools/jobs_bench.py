@@ -8,7 +8,9 @@ these networks: the shared rows are communicators on common GPUs. Each row is
 ``teccl compile TOPOLOGY --jobs`` (:func:`te_ccl.jobs.compile_jobs`, objective
 ``weighted``): the joint files replayed together against the jobs compiled alone and
 replayed together. Targets: where links are shared, joint ≤ :data:`SHARED_GOAL` × that;
-where none is, equal. Prints a markdown table (or ``--json``; ``--table FILE`` renders a
+where none is, equal. Each row also gives the joint objective's lower bound
+(:func:`te_ccl.jobs.bound.joint_bound`): where it is above the goal, the goal is out of
+reach for any files. Prints a markdown table (or ``--json``; ``--table FILE`` renders a
 stored ``--json``) on stdout; exits 1 when a target is short, unless ``--no-fail``.
 """
 
@@ -125,7 +127,8 @@ def run_scenario(s: Scenario, limit_s: float | None = None) -> dict[str, Any]:
     return {"topology": s.topology, "scenario": s.name, "jobs": len(s.jobs),
             "shared_links": info["shared_links"], "method": info["method"],
             "joint_s": info["joint"], "together_s": info["together"],
-            "alone_s": info["alone"], "ratio": info["ratio"],
+            "alone_s": info["alone"], "ratio": info["ratio"], "bound_s": info["bound"],
+            "bound_resource": info["bound_resource"],
             "goal": f"<= {SHARED_GOAL}" if shared else "= 1",
             "met": met, "checks": info["checks"], "candidates": info["candidates"],
             "notes": info["notes"], "elapsed_s": round(time.monotonic() - started, 2)}
@@ -133,11 +136,15 @@ def run_scenario(s: Scenario, limit_s: float | None = None) -> dict[str, Any]:
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     lines = ["| topology | jobs | shared links | kept | joint (weighted) | compiled alone, "
-             "run together | ratio | goal | met |", "|---|---|---|---|---|---|---|---|---|"]
+             "run together | ratio | goal | met | lower bound | bound / together |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        bound = r.get("bound_s")
+        tail = "- | -" if bound is None else \
+            f"{bound * 1e3:.3f} ms | {bound / r['together_s']:.3f}"
         lines.append(f"| {r['topology']} | {r['scenario']} | {r['shared_links']} | {r['method']} "
                      f"| {r['joint_s'] * 1e3:.3f} ms | {r['together_s'] * 1e3:.3f} ms "
-                     f"| {r['ratio']:.3f} | {r['goal']} | {'yes' if r['met'] else 'no'} |")
+                     f"| {r['ratio']:.3f} | {r['goal']} | {'yes' if r['met'] else 'no'} | {tail} |")
     return "\n".join(lines) + "\n"
 
 
