@@ -28,6 +28,7 @@ import json
 import multiprocessing
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from queue import Empty
@@ -44,7 +45,7 @@ from te_ccl.topology.model import Topology
 from te_ccl.units import parse_size
 
 __all__ = ["KINDS", "MAX_GPUS", "RCCL_MACHINES", "Output", "output_for", "shippable_topologies",
-           "ship_one", "ship_all", "remeasure_one", "remeasure_all"]
+           "isolated", "ship_one", "ship_all", "remeasure_one", "remeasure_all"]
 
 KINDS = ("allgather", "reducescatter", "allreduce", "alltoall")
 MAX_GPUS = 16  # make schedules' machines: their files stay small enough to track; larger
@@ -195,7 +196,7 @@ def resident_bytes(pid: int) -> int | None:
     return None
 
 
-def _isolated(topo: Topology, kind: str, out_dir: Path, limit_s: float, hard_s: float,
+def isolated(topo: Topology, kind: str, out_dir: Path, limit_s: float, hard_s: float,
               memory_bytes: int = MEMORY_LIMIT_BYTES, max_subchunks: int | None = None,
               max_file_bytes: int | None = None) -> dict:
     """:func:`ship_one` in a child process, killed after ``hard_s`` seconds (a solver that
@@ -247,11 +248,13 @@ def _withdrawn(entry: dict, out_dir: Path, reason: str) -> dict:
 def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0,
              max_limit_s: float = 60.0, topologies: list[str] | None = None,
              kinds: tuple[str, ...] = KINDS, max_file_bytes: int | None = None,
-             max_gpus: int = MAX_GPUS, log=lambda msg: None) -> list[dict]:
+             max_gpus: int = MAX_GPUS, log=lambda msg: None,
+             ship: Callable[..., dict] = isolated) -> list[dict]:
     """Ship every combination within ``budget_s`` seconds; returns the index entries.
 
     With ``max_file_bytes``, a combination whose files exceed it is recorded as skipped
-    (see :func:`within_budget`)."""
+    (see :func:`within_budget`). ``ship`` ships one combination (:func:`isolated`'s
+    arguments and entry)."""
     shippable = shippable_topologies(max_gpus)
     topos = shippable
     if topologies:
@@ -264,10 +267,10 @@ def ship_all(out_dir: Path, *, budget_s: float = 780.0, min_limit_s: float = 5.0
         limit = max(min_limit_s, min(max_limit_s, share * 0.6))
         hard_s = max(share, limit + 30)
         if max_file_bytes is None:
-            entry = _isolated(topo, kind, out_dir, limit, hard_s)
+            entry = ship(topo, kind, out_dir, limit, hard_s)
         else:  # few sub-chunks first, whole chunks (the smallest files) if still too large
             for cap in BUDGET_SUBCHUNKS:
-                shipped = _isolated(topo, kind, out_dir, limit, hard_s, max_subchunks=cap,
+                shipped = ship(topo, kind, out_dir, limit, hard_s, max_subchunks=cap,
                                     max_file_bytes=max_file_bytes)
                 entry = within_budget(shipped, out_dir, max_file_bytes)
                 if entry is shipped:  # within the budget, or not shipped at all

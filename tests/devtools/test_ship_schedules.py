@@ -141,7 +141,7 @@ def test_a_job_that_overruns_is_killed_and_recorded(tmp_path, monkeypatch):
 
     finished = tmp_path / "finished"  # the child would write it after its 60 s
     monkeypatch.setattr(ship_schedules, "ship_one", lambda *args: (time.sleep(60), finished.touch()))
-    entry = ship_schedules._isolated(load_topology("fc8"), "allgather", tmp_path, 1.0, hard_s=2)
+    entry = ship_schedules.isolated(load_topology("fc8"), "allgather", tmp_path, 1.0, hard_s=2)
     assert entry["status"] == "skipped" and "no result within 2 s" in entry["reason"]
     assert not finished.exists()  # killed at its hard limit, not waited for
 
@@ -164,11 +164,11 @@ def test_a_job_that_outgrows_its_memory_is_killed_and_recorded(tmp_path, monkeyp
 
     fc8 = load_topology("fc8")
     monkeypatch.setattr(ship_schedules, "ship_one", lambda *a: hog(grow=True))
-    entry = ship_schedules._isolated(fc8, "allgather", tmp_path, 1.0, hard_s=30,
+    entry = ship_schedules.isolated(fc8, "allgather", tmp_path, 1.0, hard_s=30,
                                      memory_bytes=limit)
     assert entry["status"] == "skipped" and entry["reason"].startswith("out of memory")
     monkeypatch.setattr(ship_schedules, "ship_one", lambda *a: hog(grow=False))
-    entry = ship_schedules._isolated(fc8, "allgather", tmp_path, 1.0, hard_s=3,
+    entry = ship_schedules.isolated(fc8, "allgather", tmp_path, 1.0, hard_s=3,
                                      memory_bytes=limit)
     assert entry["reason"].startswith("no result within 3 s")
 
