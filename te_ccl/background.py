@@ -27,8 +27,11 @@ import gc
 import os
 import pickle
 import signal
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
+
+from te_ccl.deadline import check, left
 
 __all__ = ["Background", "MAX_WORKERS", "WORTH_FORKING", "dealt", "in_background",
            "left_to_exit", "streamed", "told", "workers"]
@@ -37,6 +40,8 @@ T = TypeVar("T")
 P = TypeVar("P")
 WORTH_FORKING = 20_000  # transfers: below, the passes take well under a second and a fork
 #                         (with a big parent) costs about what it would save
+GRACE_S = 0.25  # past the deadline, for a child to send the TimeLimitReached naming its
+#                stage before the caller stops it (its checks may be seconds apart)
 
 
 MAX_WORKERS = 4  # a fork copies every page of the parent it touches (reference counts too)
@@ -107,7 +112,7 @@ class Background(Generic[T]):
         ``hear`` on the way; reaps the child."""
         if self._pid <= 0:
             return None
-        out = None
+        out, late = None, _Late(self._pid)
         try:
             with os.fdopen(self._fd, "rb") as pipe:
                 while (frame := _read_frame(pipe)) is not None:
@@ -121,9 +126,39 @@ class Background(Generic[T]):
             os.kill(self._pid, signal.SIGKILL)
             raise
         finally:
+            late.reaping()
             os.waitpid(self._pid, 0)
             self._pid = -1
+        if out is None and late.stopped:
+            check("waiting for a process it forked")
         return out
+
+
+class _Late:
+    """Stops child ``pid`` once the deadline (:mod:`te_ccl.deadline`) is :data:`GRACE_S`
+    behind, while its caller waits for it: the caller's wait is then bounded however
+    far apart the child's own checks are. None is started without a deadline."""
+
+    def __init__(self, pid: int) -> None:
+        self._pid, self._lock, self.stopped = pid, threading.Lock(), False
+        self._timer: threading.Timer | None = None
+        if left() != float("inf"):
+            self._timer = threading.Timer(left() + GRACE_S, self._stop)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def _stop(self) -> None:
+        with self._lock:
+            if self._pid > 0:
+                self.stopped = True
+                os.kill(self._pid, signal.SIGKILL)
+
+    def reaping(self) -> None:
+        """The child is being reaped: its pid may be reused from now on."""
+        if self._timer is not None:
+            self._timer.cancel()
+        with self._lock:
+            self._pid = -1
 
 
 def _read_frame(pipe: Any) -> tuple[bool, Any] | None:

@@ -167,3 +167,21 @@ def test_streamed_raises_what_either_side_raised():
 
     with pytest.raises(KeyError, match="producer"):
         streamed(bad_producer, list)
+
+
+def _sleeps_in_a_child(marker: str) -> None:
+    if os.getpid() != PARENT:  # a child whose stage never looks at the clock
+        time.sleep(60)
+        open(marker, "w").close()
+
+
+def test_a_child_past_the_deadline_is_stopped_and_the_wait_ends(tmp_path):
+    """The caller waits for a child no longer than its deadline and a grace: the child is
+    stopped and the caller hears the deadline, not the computation done again here."""
+    from te_ccl.deadline import TimeLimitReached, until
+
+    marker = tmp_path / "finished"
+    job = in_background(_sleeps_in_a_child, str(marker))
+    with until(0.0), pytest.raises(TimeLimitReached, match="waiting for a process it forked"):
+        job.result()
+    assert not marker.exists()
