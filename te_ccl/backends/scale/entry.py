@@ -9,6 +9,8 @@ from te_ccl.backends.scale.alltoall import solve_rail_alltoall
 from te_ccl.backends.scale.comb import solve_comb
 from te_ccl.backends.scale.flow_alltoall import solve_flow_alltoall
 from te_ccl.backends.scale.greedy import greedy_transfers
+from te_ccl.backends.scale.grid_alltoall import METHOD as GRID
+from te_ccl.backends.scale.grid_alltoall import solve_grid_alltoall
 from te_ccl.backends.scale.hierarchical import solve_hierarchical
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.torus import solve_torus
@@ -56,6 +58,7 @@ def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
                 progress: Progress | None = None, *, routes: Routes = "trees"
                 ) -> tuple[Moves, str, tuple[str, ...]]:
     """(moves, method, notes): torus symmetry, the rail AlltoAll, the box hierarchy, the
+    grid AlltoAll (mesh or torus, where one step per chunk and hop is too many), the
     concurrent-flow paths (unicast demands) when they apply, else by ``routes``: the
     greedy's own routes (``"greedy"``); up to :data:`~te_ccl.backends.scale.trees.MAX_GPUS`
     GPUs, packed broadcast trees where they beat it (``"trees"``,
@@ -72,6 +75,8 @@ def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
         solved, method = solve_rail_alltoall(problem), "rail-alltoall"
     if solved is None:
         solved, method = solve_hierarchical(problem), "hierarchical"
+    if solved is None:
+        solved, method = solve_grid_alltoall(problem), GRID
     if solved is None:
         solved, method = solve_flow_alltoall(problem, clock, params.seed), "flow-alltoall"
     if solved is None and routes == "comb":

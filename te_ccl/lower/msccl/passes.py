@@ -75,6 +75,7 @@ from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import buffer_layout
 from te_ccl.lower.msccl.channels import ChannelsExhausted
 from te_ccl.lower.msccl.collapse_switches import collapse_switches
+from te_ccl.lower.msccl.grid import grid_program
 from te_ccl.lower.msccl.instructions import first_receipts
 from te_ccl.lower.msccl.ir import LOWERING, Program
 from te_ccl.lower.msccl.parallel import (
@@ -90,7 +91,7 @@ from te_ccl.lower.msccl.parallel import (
     split_halves,
 )
 from te_ccl.lower.msccl.retime import replay_timed
-from te_ccl.lower.msccl.to_xml import algo_close, algo_open
+from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import write_atomic
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS, RuntimeLimits
@@ -206,6 +207,9 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         raise SpecError(f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}", key="proto")
     if min_bytes < 0 or max_bytes < 0 or (max_bytes and max_bytes < min_bytes):
         raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
+    grid = grid_program(schedule, _name(name, schedule), proto, min_bytes, max_bytes, runtime)
+    if grid is not None:  # groups relayed in one step each: the plan's steps as they are
+        return replace(grid, gpus=()), [gpu_xml(g).encode() if stream else g for g in grid.gpus]
     layout = buffer_layout(coll)
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
     epoch_timed = collapse_switches(schedule)
