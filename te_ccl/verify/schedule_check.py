@@ -96,11 +96,11 @@ def _check_static(s: Schedule, out: list[Violation]) -> list[Transfer]:
 def _check_arrivals(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> list[Transfer]:
     """The i-th chunk a link starts in an epoch leaves after i·C/b and arrives α later."""
     batches: dict[tuple[str, str, int], list[Transfer]] = defaultdict(list)
-    for t in transfers:
+    for t in checked(transfers, CHECKING):
         batches[(t.src, t.dst, t.start_epoch)].append(t)
     valid = []
     chunk_bytes, epoch_s, links = s.chunk_bytes, s.epoch_s, {}
-    for (src, dst, _), batch in batches.items():
+    for (src, dst, _), batch in checked(batches.items(), CHECKING):
         link = links.get((src, dst)) or links.setdefault((src, dst), s.topology.link(src, dst))
         if len(batch) > 1:
             batch.sort(key=lambda t: t.arrive_epoch)
@@ -117,9 +117,9 @@ def _check_arrivals(s: Schedule, transfers: list[Transfer], out: list[Violation]
 
 def _check_capacity(s: Schedule, transfers: list[Transfer], out: list[Violation]) -> None:
     per_link: dict[tuple[str, str], list[Transfer]] = defaultdict(list)
-    for t in transfers:
+    for t in checked(transfers, CHECKING):
         per_link[(t.src, t.dst)].append(t)
-    for key, ts in per_link.items():
+    for key, ts in checked(per_link.items(), CHECKING, every=1):
         link = s.topology.link(*key)
         per_epoch = link.bandwidth_Bps * s.epoch_s / s.chunk_bytes
         if per_epoch >= 1 - _EPS:
