@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from devtools.recompile import CASES, Recompile, _markdown
 
 
@@ -17,6 +19,8 @@ def test_a_row_meets_both_goals_or_none():
 
 
 def test_the_table_has_a_line_per_row_and_every_case_names_a_change():
-    text = _markdown([_row(1.0, 1.0), _row(2.0, 1.0)])
+    text = _markdown([_row(1.0, 1.0), replace(_row(2.0, 1.0), scratch_first_s=1.0,
+                                              as_is_ratio=1.5)])
     assert text.count("\n") == 4 and "| 25% |" in text and "| 50% |" in text
+    assert "| 0.00 s (0%) | - |" in text and "| 1.00 s (25%) | 1.5000 |" in text
     assert all(edit.without_links or edit.without_gpus or edit.scale_links for _, edit in CASES)
