@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from te_ccl.baselines.direct import direct
-from te_ccl.baselines.disjoint import PIPELINE_KINDS, pipeline
+from te_ccl.baselines.disjoint import applies, pipeline, pipeline_fine
 from te_ccl.baselines.hierarchical import find_boxes, hierarchical
 from te_ccl.baselines.packed import PACKED_KINDS, packed, packed_fine
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
@@ -34,6 +34,7 @@ BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "packed": packed,
     "packed-fine": packed_fine,
     "pipeline": pipeline,
+    "pipeline-fine": pipeline_fine,
 }
 
 
@@ -54,8 +55,8 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
                  and collective.nranks <= PACKED_FIRST_GPUS)
         names.insert(0 if first else len(names), "packed")
         names.append("packed-fine")
-    if collective.kind in PIPELINE_KINDS and collective.nranks > 2:
-        names.append("pipeline")
+    if applies(topology, collective):  # a root with a direct link to another GPU
+        names += ["pipeline", "pipeline-fine"]
     return names
 
 

@@ -10,7 +10,8 @@ corner's two trees reach the far corner in its 62 hops at 32×32). The collectiv
 into pieces dealt to the trees by their rate; each piece flows down its tree, and every
 GPU forwards it while the next comes in. A tree of depth ``D`` with ``P`` pieces finishes
 about ``(D − 1)/P`` of the stream after the root's links fall silent, so the pieces are
-as many as the runtime's element limit and :data:`MAX_HOPS` allow.
+as many as the runtime's element limit and :data:`MAX_HOPS` allow (``pipeline-fine``:
+as many as the time left holds).
 
 Scatter sends each GPU's pieces down the trees (balanced over the root's links), the
 farthest GPUs' first, so the root's links never wait and the last piece has one hop to
@@ -30,17 +31,21 @@ from dataclasses import replace
 from te_ccl.baselines.packed import FINE_PIECES, backwards, pieces
 from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import checked
+from te_ccl.deadline import checked, left
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["PIPELINE_KINDS", "disjoint_trees", "pipeline"]
+__all__ = ["PIPELINE_KINDS", "applies", "disjoint_trees", "pipeline", "pipeline_fine"]
 
 PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
                   CollectiveKind.SCATTER)
-MAX_HOPS = 100_000  # piece hops a Broadcast is cut into at most: the compile lowers,
-#                     verifies and replays ~10k transfers a second, and a 10 s limit must
-#                     hold the file (mesh 32×32: 97 pieces, 16×16: 392)
+MAX_HOPS = 20_000  # piece hops a Broadcast or Scatter is cut into at most: a compile
+#                    judges a file that small by its own XML, lowered once, and a 10 s
+#                    one on a busy machine writes it in time (mesh 16×16: 78 pieces)
+FINE_HOPS = 250_000  # the most for pipeline-fine (mesh 16×16: 980 pieces), which takes
+FINE_SHARE = 0.2  # as many as lowering and replaying them in this share of the time left
+HOP_S = 1.2e-4  # holds at this many seconds a hop (a busy machine's pace): a compile
+#                 judges a larger schedule by its file only within a quarter of that time
 
 Tree = dict[str, str]  # node -> parent
 
@@ -131,6 +136,18 @@ def _join(v: str, parents: list[str], trees: list[Tree], depth: list[dict[str, i
     return all(v in d for d in depth)
 
 
+def applies(topology: Topology, collective: Collective) -> bool:
+    """Is ``collective`` rooted, of a kind this template builds, with a direct link from
+    its root to another of its GPUs (into the root for Reduce and Gather)?"""
+    if collective.kind not in PIPELINE_KINDS or collective.root is None \
+            or collective.nranks < 3:
+        return False
+    root, inside = topology.gpu(collective.root), {topology.gpu(r) for r in collective.ranks}
+    into = collective.kind in (CollectiveKind.REDUCE, CollectiveKind.GATHER)
+    links = topology.in_links(root) if into else topology.out_links(root)
+    return any((k.src if into else k.dst) in inside - {root} for k in links)
+
+
 def _depth(tree: Tree) -> dict[str, int]:
     """Hops from the root to every node of ``tree``."""
     depth: dict[str, int] = {}
@@ -152,9 +169,20 @@ def _rate(topology: Topology, tree: Tree) -> float:
     return min(topology.link(p, c).bandwidth_Bps for c, p in tree.items())
 
 
-def pipeline(topology: Topology, collective: Collective) -> Schedule:
+def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
+    """:func:`pipeline` in as many piece hops as lowering and replaying them in
+    :data:`FINE_SHARE` of the time left holds (:data:`HOP_S`), up to :data:`FINE_HOPS`: a
+    tree fills a hop per piece, so more pieces come closer to the bound. Not built where
+    that is not twice :data:`MAX_HOPS` or the pieces are as many already."""
+    hops = int(min(left() * FINE_SHARE / HOP_S, FINE_HOPS))
+    if hops < 2 * MAX_HOPS or MAX_HOPS // max(1, collective.nranks - 1) >= FINE_PIECES:
+        raise BaselineError("no finer pieces than the pipeline template's in the time left")
+    return pipeline(topology, collective, hops)
+
+
+def pipeline(topology: Topology, collective: Collective, hops: int = MAX_HOPS) -> Schedule:
     """Broadcast or Reduce in pieces down (up) the root's link-disjoint trees, or Gather or
-    Scatter along them (module docstring)."""
+    Scatter along them (module docstring), in up to ``hops`` piece hops."""
     kind = collective.kind
     if kind not in PIPELINE_KINDS or collective.root is None or collective.nranks < 2:
         raise BaselineError("the pipelined trees are for broadcast, reduce, gather and "
@@ -163,12 +191,12 @@ def pipeline(topology: Topology, collective: Collective) -> Schedule:
         forward = (CollectiveKind.BROADCAST if kind is CollectiveKind.REDUCE
                    else CollectiveKind.SCATTER)
         return backwards(topology, pipeline(topology.reversed(),
-                                            replace(collective, kind=forward)), kind)
+                                            replace(collective, kind=forward), hops), kind)
     members = [topology.gpu(r) for r in collective.ranks]
     trees = _trees(topology, topology.gpu(collective.root), tuple(members))
     if kind is CollectiveKind.SCATTER:
-        return _scatter(topology, collective, trees)
-    return _broadcast(topology, collective, trees)
+        return _scatter(topology, collective, trees, hops)
+    return _broadcast(topology, collective, trees, hops)
 
 
 @functools.lru_cache(maxsize=4)
@@ -176,8 +204,10 @@ def _trees(topology: Topology, root: str, members: tuple[str, ...]) -> list[Tree
     return disjoint_trees(topology, root, list(members))
 
 
-def _broadcast(topology: Topology, collective: Collective, trees: list[Tree]) -> Schedule:
-    """The Broadcast cut into pieces, dealt to the trees in turn by their rate."""
+def _broadcast(topology: Topology, collective: Collective, trees: list[Tree],
+               hops: int) -> Schedule:
+    """The Broadcast cut into pieces (``hops`` piece hops at most), dealt to the trees in
+    turn by their rate."""
     rates = [_rate(topology, t) for t in trees]
     total = sum(rates)
     steps: dict[str, float] = defaultdict(float)  # a GPU's steps per piece: receive + sends
@@ -187,7 +217,7 @@ def _broadcast(topology: Topology, collective: Collective, trees: list[Tree]) ->
             kids[p] += 1
         for v in {*tree, *kids}:
             steps[v] += rate / total * ((v in tree) + kids[v])
-    cap = min(FINE_PIECES, max(1, MAX_HOPS // (collective.nranks - 1)))
+    cap = min(FINE_PIECES, max(1, hops // (collective.nranks - 1)))
     coll = pieces(topology, collective, max(steps.values()), cap)
     root = topology.gpu(coll.root)
     given, plans = [0.0] * len(trees), []
@@ -198,15 +228,16 @@ def _broadcast(topology: Topology, collective: Collective, trees: list[Tree]) ->
     return assemble("pipeline", topology, coll, plans)
 
 
-def _scatter(topology: Topology, collective: Collective, trees: list[Tree]) -> Schedule:
-    """Scatter cut into pieces (as many as :data:`MAX_HOPS` and the runtime's element
+def _scatter(topology: Topology, collective: Collective, trees: list[Tree],
+             hops: int) -> Schedule:
+    """Scatter cut into pieces (as many as ``hops`` piece hops and the runtime's element
     limit allow), each down a tree that reaches its GPU within a hop of the shallowest,
     the least loaded by its rate; on every tree the farthest GPUs' first, the trees in
     turn."""
     root = topology.gpu(collective.root)
     depths = [_depth(t) for t in trees]
-    hops = sum(min(d[v] for d in depths) for v in trees[0])
-    coll = pieces(topology, collective, 2, min(FINE_PIECES, max(1, MAX_HOPS // hops)))
+    each = sum(min(d[v] for d in depths) for v in trees[0])  # hops of a piece per rank
+    coll = pieces(topology, collective, 2, min(FINE_PIECES, max(1, hops // each)))
     rates = [_rate(topology, t) for t in trees]
     load = [0.0] * len(trees)
     queues: list[list[tuple[int, int, ChunkPlan]]] = [[] for _ in trees]

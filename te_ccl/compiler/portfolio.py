@@ -15,7 +15,8 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
 3. the **templates** (ring, tree, direct, hierarchical, packed, and on FRED wafers whose
    switches reduce and copy the in-switch schedule; those of :data:`EARLY_TEMPLATES`
    before the flow model), up to :data:`TEMPLATE_MAX_GPUS`
-   GPUs, and at any size when nothing else produced a schedule: ``auto`` never fails
+   GPUs (beyond, :data:`LARGE_TEMPLATES` for a rooted collective), and at any size when
+   nothing else produced a schedule: ``auto`` never fails
    where a template succeeds. Once there is a schedule, none starts after the time limit.
 
 A candidate that relays more through a GPU than its buffer limit holds
@@ -82,9 +83,12 @@ MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
 SKIP_GAIN = 0.02  # a chunking must be able to beat the best so far by this to be solved
 TIE = 1e-9  # relative: a later candidate must beat the best by more, or tie it with fewer
 #             transfers, to replace it
-EARLY_TEMPLATES = ("packed",)  # raced before the flow model: built in a second or two, its
-# pipelined trees land near the bound where the flow model's whole chunks and the scale
-# backend's ReduceScatter + AllGather do not (mesh4x4 AllReduce 1 GB: 1.07× against 1.5×)
+EARLY_TEMPLATES = ("packed", "pipeline")  # raced before the flow model: built in a second
+# or two, their pipelined trees land near the bound where the flow model's whole chunks and
+# the scale backend's ReduceScatter + AllGather do not (mesh4x4 AllReduce 1 GB: 1.07× against 1.5×)
+LARGE_TEMPLATES = ("pipeline", "pipeline-fine")  # raced for a rooted collective beyond
+# TEMPLATE_MAX_GPUS: built in seconds at any size, where the scale backend's file is far
+# from the bound (mesh16x16 Broadcast 64 MB: 31×)
 
 
 def _unknown(schedule: Schedule) -> float | None:
@@ -305,9 +309,11 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
              replace(params, backend="scale", time_limit_s=share), progress)
     bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
     templates = topology.ngpus <= TEMPLATE_MAX_GPUS
-    if templates and _deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
+    early = EARLY_TEMPLATES if templates else LARGE_TEMPLATES if collective.root is not None \
+        else ()
+    if early and _deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
             close_to_bound(race, bound) is None:
-        _templates(race, topology, collective, budget, only=EARLY_TEMPLATES)
+        _templates(race, topology, collective, budget, only=early)
     flow_skip = flow_skip or close_to_bound(race, bound)
     if flow_skip is not None:
         race.skip("flow model", flow_skip)

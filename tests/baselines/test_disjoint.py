@@ -54,6 +54,19 @@ def test_rooted_collectives_pipeline_near_the_bound_in_a_valid_file(kind):
 def test_a_root_without_a_direct_link_is_refused():
     star = gen.rail_optimized(2, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)  # GPUs behind switches
     coll = Collective(K.BROADCAST, 1_000_000, tuple(range(8)), root=0)
-    assert "pipeline" in applicable(star, coll)
+    assert "pipeline" not in applicable(star, coll)
     with pytest.raises(BaselineError, match="no direct link"):
         build_baseline("pipeline", star, coll)
+
+
+def test_the_fine_pipeline_takes_as_many_pieces_as_the_time_left_holds(monkeypatch):
+    import te_ccl.baselines.disjoint as disjoint
+
+    mesh = gen.mesh([8, 8], 50e9, 0.5e-6)
+    coll = Collective(K.BROADCAST, 64_000_000, tuple(range(64)), root=0)
+    assert build_baseline("pipeline", mesh, coll).collective.chunks_per_rank == 20_000 // 63
+    monkeypatch.setattr(disjoint, "left", lambda: 5.0)  # 8,333 hops: not worth building
+    with pytest.raises(BaselineError, match="time left"):
+        build_baseline("pipeline-fine", mesh, coll)
+    monkeypatch.setattr(disjoint, "left", lambda: 40.0)  # 66,666 hops: 1,058 pieces of 63
+    assert build_baseline("pipeline-fine", mesh, coll).collective.chunks_per_rank == 1024

@@ -199,7 +199,9 @@ def test_auto_is_never_slower_than_a_template(teccl, tmp_path):
             template = build_baseline(name, topo, coll)
         except BaselineError:
             continue  # does not apply here
-        assert finish <= simulate_schedule(template).finish_time_s * (1 + 1e-9)
+        # auto judges by the XML's replay: files within 0.01% of each other there (packed-fine
+        # and pipeline, both at 1.0014x the bound) may order the other way as schedules
+        assert finish <= simulate_schedule(template).finish_time_s * (1 + 1e-4)
 
 
 def test_size_library_of_a_rooted_collective_is_refused_in_one_line(teccl, tmp_path):
