@@ -70,7 +70,7 @@ def test_the_search_improves_on_the_first_file_and_reports_both(tmp_path):
     assert not result.cut_short
 
 
-@pytest.mark.parametrize("stage", ["search", "lowering", "verifying"])
+@pytest.mark.parametrize("stage", ["search", "checking", "lowering", "verifying"])
 def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
         tmp_path, monkeypatch, stage):
     """The search's schedule is lowered and verified after the race (it judges by the
@@ -80,6 +80,8 @@ def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
     monkeypatch.setattr(judge, "FINALIST_SHARE", 0)  # no finalist's file is judged
     if stage == "search":  # the first file is not searched for: the search's first call
         monkeypatch.setattr(pipeline, "solve_best", raising(LATE))
+    elif stage == "checking":  # the independent checker, before the search's file is lowered
+        monkeypatch.setattr(pipeline, "check_schedule", after_first(pipeline.check_schedule, LATE))
     elif stage == "lowering":
         monkeypatch.setattr(lowering, "lower_to_msccl", after_first(lowering.lower_to_msccl, LATE))
     else:
