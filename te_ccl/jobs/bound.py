@@ -108,7 +108,7 @@ def _node_sets(topology: Topology, members: list[list[str]]) -> list[frozenset[s
 
 def _resources(topology: Topology, jobs: JobSet) -> Iterable[_Resource]:
     members = [[topology.gpu(r) for r in j.ranks] for j in jobs.jobs]
-    adds = bool(topology.reducing_switches)
+    adds = any(topology.node(s).can_reduce for s in topology.switches)
     for s in _node_sets(topology, members):
         for into in (True, False):
             links = [k for k in topology.links if (k.dst in s) == into and (k.src in s) != into]
