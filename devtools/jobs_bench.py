@@ -131,7 +131,9 @@ def run_scenario(s: Scenario, limit_s: float | None = None) -> dict[str, Any]:
             "bound_resource": info["bound_resource"],
             "goal": f"<= {SHARED_GOAL}" if shared else "= 1",
             "met": met, "checks": info["checks"], "candidates": info["candidates"],
-            "notes": info["notes"], "elapsed_s": round(time.monotonic() - started, 2)}
+            "notes": info["notes"], "elapsed_s": round(time.monotonic() - started, 2),
+            "per_job": [{k: j[k] for k in ("name", "weight", "joint_s", "alone_s", "together_s")}
+                        for j in info["jobs"]]}
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
