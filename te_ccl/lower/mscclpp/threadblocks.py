@@ -21,14 +21,19 @@
 * **nop.** The executor's ``nop`` is ``__syncthreads``: one goes between a data op and a
   later signal or release, between a wait or acquire and a later data op, and between
   two data ops where the second touches a slot the first wrote.
-* **Handshake.** Every lane block starts with a relaxed signal and wait: a rank starts
-  writing into a peer's buffers only once the peer has entered the same run.
-* **The last load-reduce in parts.** A block's ``glres`` ops run one after another and
-  the last one's drain overlaps nothing, so where a block runs at least
-  :data:`SPLIT_FROM` of them its last is cut into :data:`SPLIT_PARTS` ops on a part of
-  the chunk each: once any rank runs that many, every chunk count of the plan is
-  multiplied by ``SPLIT_PARTS`` and every other op covers its chunk's parts (with fewer load-reduces the parts would
-  multiply the plan's checking and replay work for little).
+* **Handshake.** A rank writes into a peer's buffers only once the peer has entered the
+  same run. A lane whose two blocks each wait for the other's signal before their first
+  put has that already (any signal says its sender has entered); every other lane block
+  starts with a relaxed signal and wait.
+* **Load-reduces in parts.** A block's ``glres`` ops run one after another, and each
+  ends with the stores of its last pieces, which nothing of the block overlaps. Where a
+  plan has load-reduces its chunk counts are in :data:`SPLIT_PARTS` parts, every op
+  covering its chunk's parts, and: a block running at least :data:`SPLIT_FROM` cuts its
+  last into halves of what is left (:func:`tail_cuts`: the final drain is one part's);
+  a block running fewer cuts each into equal ops, :data:`SPLIT_OPS` in all at most
+  (:func:`even_cuts`: one op a rank, as on gb200-nvl72, drains a 16th of it). By plan
+  replay, AllReduce 1 GB: dgx-h100 at 8 chunks a rank (the last cut in halves) and
+  gb200-nvl72 at one (cut in 16) end closest to the NVLS bound of the cuts tried.
 
 Every blocking op waits for something done at a smaller key (pass 2), so running all
 blocks in key order never blocks: the plan is free of deadlock by construction.
@@ -50,9 +55,9 @@ MAX_OPS = 64  # operations per thread block (the executor's MAX_OPERATION)
 MAX_CHANNELS = 16  # channels and remote buffers per thread block (MAX_CHANNEL)
 MAX_SEMAPHORE_IDS = 16  # semaphores one op acquires or releases (MAX_DEVICE_SEMAPHORES)
 DATA = {"put", "copy", "re", "glres", "gstore"}
-SPLIT_PARTS = 4  # parts of a rank's last load-reduce (dgx-h100 AllReduce 1 GB: 1.032 -> 1.023
-#                  of the bound by plan replay; 8 parts: 1.025)
-SPLIT_FROM = 4  # load-reduces a block runs, at least, for its last to be cut
+SPLIT_PARTS = 32  # parts of a chunk where a plan's load-reduces are cut
+SPLIT_FROM = 4  # load-reduces a block runs, at least, for only its last to be cut
+SPLIT_OPS = 16  # ops the load-reduces of a block running fewer are cut into, at most
 
 
 @dataclass(eq=False)
@@ -66,6 +71,7 @@ class Block:
     channel: int = -1  # the channel's index among the GPU's channels of its type
     switch: list[tuple[tuple[int, ...], str]] = field(default_factory=list)  # (group, buffer)
     remote: list[tuple[int, str, str]] = field(default_factory=list)  # (rank, buffer, type)
+    handshake: bool = False  # starts with a relaxed signal and wait (module docstring)
 
 
 @dataclass
@@ -121,8 +127,23 @@ def _assign(program: Program, budget: int, box: list[int]) -> list[GpuPlan]:
     groups = sorted({(ev.group, slot.buf) for ev in program.events for slot in (ev.x, ev.y)})
     most = max((sum(s.name == "glres" for s in steps) for steps in program.steps.values()),
                default=0)
-    parts = SPLIT_PARTS if most >= SPLIT_FROM else 1
+    parts = SPLIT_PARTS if most else 1
+    for gpu in range(program.nranks):
+        for b in blocks[gpu].values():
+            if b.peer >= 0:
+                partner = blocks[b.peer][(gpu, b.lane)]
+                b.handshake = not (_waits_first(b) and _waits_first(partner))
     return [_gpu_plan(gpu, blocks[gpu], where, groups, parts) for gpu in range(program.nranks)]
+
+
+def _waits_first(block: Block) -> bool:
+    """Does every put of ``block`` come after one of its waits?"""
+    for s in sorted(block.steps, key=_key):
+        if s.name == "wait":
+            return True
+        if s.name == "put":
+            return False
+    return True
 
 
 def _key(s: Step) -> tuple:
@@ -245,7 +266,7 @@ def _emit(blocks: list[Block], where: dict[int, Block], remote: list[tuple[int, 
     for b in blocks:
         me = index[id(b)]
         ops = _Ops(b, parts)
-        if b.peer >= 0:
+        if b.handshake:
             ops.add({"name": "rlxsignal", "channel_ids": [0], "channel_type": b.ctype})
             ops.add({"name": "rlxwait", "channel_ids": [0], "channel_type": b.ctype})
         for s in b.steps:
@@ -275,7 +296,11 @@ class _Ops:
         self.block = block
         self.parts = parts
         loads = [s for s in block.steps if s.name == "glres"]
-        self.split = loads[-1] if parts > 1 and len(loads) >= SPLIT_FROM else None
+        self.cuts = {id(s): [(0, parts)] for s in loads}
+        if len(loads) >= SPLIT_FROM:
+            self.cuts[id(loads[-1])] = tail_cuts(parts)
+        elif loads:
+            self.cuts = {id(s): even_cuts(parts, SPLIT_OPS // len(loads)) for s in loads}
         self.last: dict[str, Any] | None = None
         self.last_put: Step | None = None  # the put step ``last`` ends with, if a put
         self.written: set[Slot] = set()
@@ -318,10 +343,8 @@ class _Ops:
                                     "size": self.parts}],
                       "channel_ids": [0], "channel_type": b.ctype}, reads=s.src)
         elif s.name == "glres":
-            cut = s is self.split
-            for j in range(self.parts if cut else 1):  # parts of one chunk: no nop between
-                src, dst = (self.switch(s.event.group, x, j if cut else None)
-                            for x in (s.src[0], s.dst[0]))
+            for j, (at, size) in enumerate(self.cuts[id(s)]):  # parts of one chunk: no nop between
+                src, dst = (self.switch(s.event.group, x, at, size) for x in (s.src[0], s.dst[0]))
                 self.add({"name": "glres", "src_buff": [src], "dst_buff": [dst],
                           "channel_type": "switch", "reduce_op": "sum"},
                          reads=s.src if j == 0 else (), writes=s.dst if j == 0 else ())
@@ -337,20 +360,47 @@ class _Ops:
             self.add(op, reads=s.src, writes=s.dst)
 
 
-    def switch(self, group: tuple[int, ...], slot: Slot, part: int | None = None
+    def switch(self, group: tuple[int, ...], slot: Slot, at: int = 0, size: int | None = None
                ) -> dict[str, Any]:
         """A reference through the block's switch channel of ``group`` on ``slot``'s buffer
-        (declared on the block once): the whole chunk, or its part ``part``."""
+        (declared on the block once): the whole chunk, or ``size`` of its parts from ``at``."""
         key = (group, slot.buf)
         if key not in self.block.switch:
             self.block.switch.append(key)
-        index, size = slot.index * self.parts, self.parts
-        if part is not None:
-            index, size = index + part, 1
-        return {"switch_channel_id": self.block.switch.index(key), "index": index, "size": size}
+        return {"switch_channel_id": self.block.switch.index(key),
+                "index": slot.index * self.parts + at, "size": size or self.parts}
 
     def local(self, slot: Slot) -> dict[str, Any]:
         return {"type": slot.buf, "index": slot.index * self.parts, "size": self.parts}
+
+
+def tail_cuts(parts: int) -> list[tuple[int, int]]:
+    """``(first part, parts)`` of each op the last load-reduce is cut into: halves, each
+    the half of what is left, and the last part: the drain after the final op is that of
+    one part, and only ``log2(parts) + 1`` ops pay a start.
+
+    >>> tail_cuts(16)
+    [(0, 8), (8, 4), (12, 2), (14, 1), (15, 1)]
+    """
+    cuts, at = [], 0
+    while parts - at > 1:
+        size = (parts - at) // 2
+        cuts.append((at, size))
+        at += size
+    return cuts + [(at, 1)]
+
+
+def even_cuts(parts: int, most: int) -> list[tuple[int, int]]:
+    """``(first part, parts)`` of the equal ops a load-reduce is cut into: the largest
+    power of two of them up to ``most`` that divides ``parts``.
+
+    >>> even_cuts(32, 5)
+    [(0, 8), (8, 8), (16, 8), (24, 8)]
+    """
+    ops = 1
+    while ops * 2 <= most and parts % (ops * 2) == 0:
+        ops *= 2
+    return [(i * (parts // ops), parts // ops) for i in range(ops)]
 
 
 def _remote_id(block: Block, remote: list[tuple[int, str, str]], rank: int, buf: str) -> int:

@@ -137,11 +137,18 @@ def test_a_value_an_nvls_switch_copies_to_several_ranks_is_one_gstore():
     assert "gstore" in op_names(plan_of(replace(s, collective=replace(coll, inplace=True))))
 
 
-def test_a_ranks_last_load_reduce_of_several_is_cut_into_parts():
-    """AllReduce of 16 chunks on 4 ranks of an NVLS switch: each rank sums 4 by glres, so
-    its last is cut into SPLIT_PARTS glres of one part each; chunk counts and every other
-    reference are in parts, and the plan checks."""
-    from te_ccl.lower.mscclpp.threadblocks import SPLIT_FROM, SPLIT_PARTS
+def test_load_reduces_are_cut_into_parts():
+    """AllReduce on 4 ranks of an NVLS switch: with 4 chunks a rank each rank sums 4 by
+    glres, so its last is cut in halves of what is left (tail_cuts); with one chunk a
+    rank its one glres is cut into equal ops (even_cuts). Chunk counts and every other
+    reference are in parts, and the plans check."""
+    from te_ccl.lower.mscclpp.threadblocks import (
+        SPLIT_FROM,
+        SPLIT_OPS,
+        SPLIT_PARTS,
+        even_cuts,
+        tail_cuts,
+    )
 
     n, c = 4, 4
     gpus = [Node(f"g{i}") for i in range(n)]
@@ -153,14 +160,19 @@ def test_a_ranks_last_load_reduce_of_several_is_cut_into_parts():
     ts += [Transfer(k, "sw", f"g{r}", k + 1, k + 2) for k in range(n * c) for r in range(n)]
     s = Schedule(topo, coll, 4096 / 1e9, tuple(ts))
     assert check_schedule(s) == [] and c >= SPLIT_FROM
-    plan = plan_of(s)
-    for g in plan["gpus"]:
+    tail = [size for _, size in tail_cuts(SPLIT_PARTS)]
+    assert sum(tail) == SPLIT_PARTS and tail[-1] == 1
+    for g in plan_of(s)["gpus"]:
         assert g["input_chunks"] == n * c * SPLIT_PARTS
         loads = [op for tb in g["threadblocks"] for op in tb["ops"] if op["name"] == "glres"]
-        assert [op["src_buff"][0]["size"] for op in loads] == [SPLIT_PARTS] * (c - 1) + [1] * SPLIT_PARTS
+        assert [op["src_buff"][0]["size"] for op in loads] == [SPLIT_PARTS] * (c - 1) + tail
     few = Collective(K.ALLREDUCE, 1 << 16, tuple(range(n)), 1)  # one load-reduce a rank
-    ts = [t for t in ts if t.chunk < n]
-    assert plan_of(Schedule(topo, few, 4096 / 1e9, tuple(ts)))["gpus"][0]["input_chunks"] == n
+    plan = plan_of(Schedule(topo, few, 4096 / 1e9, tuple(t for t in ts if t.chunk < n)))
+    for g in plan["gpus"]:
+        assert g["input_chunks"] == n * SPLIT_PARTS
+        loads = [op for tb in g["threadblocks"] for op in tb["ops"] if op["name"] == "glres"]
+        assert [(op["src_buff"][0]["index"] % SPLIT_PARTS, op["src_buff"][0]["size"])
+                for op in loads] == even_cuts(SPLIT_PARTS, SPLIT_OPS)
 
 
 def test_ranks_in_different_boxes_use_port_channels():
@@ -169,3 +181,23 @@ def test_ranks_in_different_boxes_use_port_channels():
     types = {c["channel_type"]: c["connected_to"] for c in plan["gpus"][0]["channels"]}
     assert set(types) == {"memory", "port"}
     assert all(p < 8 for p in types["memory"]) and all(p >= 8 for p in types["port"])
+
+
+def test_a_lane_that_waits_before_its_puts_needs_no_handshake():
+    """The relaxed handshake only where a block could write into a peer that has not
+    entered the run: a ring's lanes put first and keep it; NVLS contributions (a signal
+    each way, then the load-reduces) have their signals for it."""
+    def handshakes(plan: dict) -> int:
+        return sum(op["name"] == "rlxsignal" for g in plan["gpus"]
+                   for tb in g["threadblocks"] for op in tb["ops"])
+
+    assert handshakes(plan_of(baseline("ring8", "allgather"))) > 0
+    n = 4
+    gpus = [Node(f"g{i}") for i in range(n)]
+    sw = Node("sw", NodeKind.SWITCH, can_copy=True, can_reduce=True, nvls=True)
+    links = [x for i in range(n) for x in (Link(f"g{i}", "sw", 1e9), Link("sw", f"g{i}", 1e9))]
+    topo = Topology.build("nvls4", [*gpus, sw], links)
+    coll = Collective(K.ALLREDUCE, 1 << 16, tuple(range(n)), 1)
+    ts = [Transfer(k, f"g{r}", "sw", k, k + 1, "reduce") for k in range(n) for r in range(n)]
+    ts += [Transfer(k, "sw", f"g{r}", k + 1, k + 2) for k in range(n) for r in range(n)]
+    assert handshakes(plan_of(Schedule(topo, coll, 4096 / 1e9, tuple(ts)))) == 0
