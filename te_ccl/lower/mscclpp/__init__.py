@@ -6,18 +6,20 @@ written once), :mod:`threadblocks` (lanes, thread blocks, semaphores, ``nop``),
 :mod:`to_json` (the executor's format). Ranks in one box (``find_boxes``: the topology's
 ``box_gpus``, or GPU names ``b<i>.<gpu>``) talk over memory channels (CUDA IPC), ranks
 in different boxes over port channels (the host proxy: IB or Ethernet). See docs/runtimes.md for the format version.
+:mod:`boxes` writes one plan without a schedule: AllReduce across boxes of NVLS GPUs.
 """
 
 from __future__ import annotations
 
 from te_ccl.baselines.hierarchical import find_boxes
+from te_ccl.lower.mscclpp.boxes import box_allreduce_plan
 from te_ccl.lower.mscclpp.program import SUPPORTED, build_program, plan_layout
 from te_ccl.lower.mscclpp.threadblocks import assign_blocks
 from te_ccl.lower.mscclpp.to_json import plan_bytes, plan_dict
 from te_ccl.lower.mscclpp.trace import trace_deliveries
 from te_ccl.schedule import Schedule
 
-__all__ = ["SUPPORTED", "lower_to_mscclpp"]
+__all__ = ["SUPPORTED", "lower_to_mscclpp", "box_allreduce_plan"]
 
 
 def lower_to_mscclpp(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,

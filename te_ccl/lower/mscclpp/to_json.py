@@ -18,7 +18,7 @@ from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.mscclpp.program import Program
 from te_ccl.lower.mscclpp.threadblocks import GpuPlan
 
-__all__ = ["plan_dict", "plan_bytes", "threads_per_block", "MAX_MESSAGE"]
+__all__ = ["plan_dict", "plan_dict_of", "plan_bytes", "threads_per_block", "MAX_MESSAGE"]
 
 MAX_MESSAGE = 2**64 - 1  # the executor's default: no upper size limit
 # A plan's blocks wait on each other, so all of a rank's blocks must be resident at once:
@@ -47,14 +47,21 @@ def plan_dict(program: Program, plans: list[GpuPlan], *, name: str, min_bytes: i
               max_bytes: int = 0) -> dict[str, Any]:
     """The plan as a JSON object (``max_bytes=0``: no upper limit)."""
     coll = program.collective
+    return plan_dict_of(name, coll.kind.value, coll.inplace,
+                        [_gpu(program, p) for p in plans], min_bytes, max_bytes)
+
+
+def plan_dict_of(name: str, collective: str, inplace: bool, gpus: list[dict[str, Any]],
+                 min_bytes: int = 0, max_bytes: int = 0) -> dict[str, Any]:
+    """The plan around its ranks' JSON objects (``max_bytes=0``: no upper limit)."""
     return {
         "name": name,
-        "collective": coll.kind.value,
+        "collective": collective,
         "protocol": "Simple",
-        "inplace": coll.inplace,
+        "inplace": inplace,
         "reuse_resources": False,
-        "gpus": [_gpu(program, p) for p in plans],
-        "num_threads_per_block": threads_per_block(max(len(p.blocks) for p in plans)),
+        "gpus": gpus,
+        "num_threads_per_block": threads_per_block(max(len(g["threadblocks"]) for g in gpus)),
         "use_double_scratch_buffer": False,
         "buffer_alignment": 16,
         "min_message_size": min_bytes,

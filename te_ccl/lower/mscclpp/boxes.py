@@ -1,0 +1,314 @@
+"""An MSCCL++ plan for AllReduce across boxes of NVLink SHARP GPUs: NVLS inside each box,
+port channels (IB) between boxes, GPU ``k`` of every box joined to GPU ``k`` of the
+others (rails).
+
+``B`` boxes of ``n`` GPUs. GPU ``k`` of each box is the *gateway* of shard ``k`` (a
+``1/n`` of the data), which is cut into ``B`` parts, and part ``j`` into ``S`` pieces.
+Part ``j`` of every shard is finished in box ``j``:
+
+* every other box sums its values of the part at the gateway from puts (its ``n−1``
+  peers put their value into the gateway's scratch; the gateway adds them, ``re``) and
+  the gateway puts that box's partial sum to its twin in box ``j`` over its NIC;
+* in box ``j`` the twin adds the partial sums it received to its own value in its
+  output, and runs one ``glres`` over the box on the output (every member copied its own
+  value there first): the switch adds the ``n`` values and multicasts the total into
+  every member's output;
+* the twin puts the total back to the other boxes' gateways, which ``gstore`` (multicast)
+  it into their boxes' outputs.
+
+Per element a box sends into its GPUs ``n`` units where it finishes the part (the
+load-reduce's return and the multicast), ``2(n−1)`` where it only adds (the puts and the
+multicast), and every gateway's NIC carries ``2(B−1)/B`` of its shard each way, as a
+ring across the rail would. Pieces are pipelined: a piece's partial crosses the NIC
+while the next piece is summed. Blocks per rank: one per box peer (its puts, the
+handshakes), the summing block, two port blocks per other box (partials, totals), the
+``glres`` block and the ``gstore`` block; semaphores join them. Every op moves whole
+chunks of ``n·B·S`` a buffer, so one plan serves every size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from te_ccl.baselines.hierarchical import find_boxes
+from te_ccl.errors import TecclError
+from te_ccl.lower.mscclpp.threadblocks import MAX_OPS
+from te_ccl.lower.mscclpp.to_json import plan_bytes, plan_dict_of
+from te_ccl.topology.model import Topology
+
+__all__ = ["box_allreduce_plan", "box_shape"]
+
+DATA = {"put", "copy", "re", "glres", "gstore"}
+
+
+def box_shape(topology: Topology) -> list[list[int]] | None:
+    """The boxes, as the plan ranks of each, where the plan applies: two or more boxes
+    of equal size, each box's GPUs linked both ways to one NVLS switch; else None."""
+    gpus = list(topology.gpus)
+    boxes = find_boxes(topology, gpus)
+    if len(boxes) < 2 or len({len(b) for b in boxes}) != 1 or len(boxes[0]) < 2:
+        return None
+    rank = {g: i for i, g in enumerate(gpus)}
+    for box in boxes:
+        if not any(topology.node(sw).nvls and topology.node(sw).can_reduce
+                   and all(topology.has_link(g, sw) and topology.has_link(sw, g) for g in box)
+                   for sw in topology.switches):
+            return None
+    return [[rank[g] for g in box] for box in boxes]
+
+
+@dataclass(eq=False)
+class _Block:
+    ctype: str = "none"
+    channel: int = -1  # index among the rank's channels of ``ctype``
+    remote: int = -1  # index among the rank's remote buffers
+    switch: bool = False
+    ops: list[dict[str, Any]] = field(default_factory=list)
+    data: bool = False
+    waited: bool = False
+    written: set[tuple[str, int]] = field(default_factory=set)
+
+    def add(self, op: dict[str, Any], reads: tuple[tuple[str, int, int], ...] = (),
+            writes: tuple[tuple[str, int, int], ...] = ()) -> None:
+        """Append ``op`` with the ``nop`` (``__syncthreads``) the executor needs before it."""
+        name = op["name"]
+        touched = {(b, i) for b, at, size in (*reads, *writes) for i in range(at, at + size)}
+        if ((self.data and name in ("signal", "sem_release"))
+                or (self.waited and name in DATA) or (name in DATA and touched & self.written)):
+            self.ops.append({"name": "nop"})
+            self.data = self.waited = False
+            self.written = set()
+        self.ops.append(op)
+        self.data = self.data or name in DATA
+        self.waited = self.waited or name in ("wait", "sem_acquire", "rlxwait")
+        self.written |= {(b, i) for b, at, size in writes for i in range(at, at + size)}
+
+
+class _Rank:
+    """One rank's blocks, channels, remote buffers and semaphores."""
+
+    def __init__(self, rank: int) -> None:
+        self.rank = rank
+        self.blocks: list[_Block] = []
+        self.channels: dict[str, list[int]] = {"memory": [], "port": []}
+        self.remote: list[tuple[int, str]] = []
+        self.sems: dict[tuple[int, int], int] = {}
+
+    def block(self, ctype: str = "none", peer: int = -1, switch: bool = False) -> _Block:
+        b = _Block(ctype, switch=switch)
+        if peer >= 0:
+            b.channel = len(self.channels[ctype])
+            self.channels[ctype].append(peer)
+            key = (peer, ctype)
+            if key not in self.remote:
+                self.remote.append(key)
+            b.remote = self.remote.index(key)
+        self.blocks.append(b)
+        return b
+
+    def sem(self, src: _Block, dst: _Block) -> int:
+        key = (self.blocks.index(src), self.blocks.index(dst))
+        return self.sems.setdefault(key, len(self.sems))
+
+    def release(self, src: _Block, dst: _Block) -> None:
+        src.add({"name": "sem_release", "semaphore_ids": [self.sem(src, dst)]})
+
+    def acquire(self, dst: _Block, *srcs: _Block) -> None:
+        dst.add({"name": "sem_acquire", "semaphore_ids": [self.sem(s, dst) for s in srcs]})
+
+
+def _signal(b: _Block, name: str = "signal") -> None:
+    b.add({"name": name, "channel_ids": [0], "channel_type": b.ctype})
+
+
+def _put(b: _Block, src: tuple[str, int, int], dst_index: int) -> None:
+    buf, at, size = src
+    b.add({"name": "put", "src_buff": [{"type": buf, "index": at, "size": size}],
+           "dst_buff": [{"buffer_id": 0, "index": dst_index, "size": size}],
+           "channel_ids": [0], "channel_type": b.ctype}, reads=(src,))
+
+
+def _ref(buf: str, at: int, size: int = 1) -> dict[str, Any]:
+    return {"type": buf, "index": at, "size": size}
+
+
+class _Layout:
+    """Chunk and scratch indices (module docstring)."""
+
+    def __init__(self, n: int, nboxes: int, pieces: int) -> None:
+        self.n, self.B, self.S = n, nboxes, pieces
+        self.chunks = n * nboxes * pieces
+        others = (nboxes - 1) * pieces
+        self.gather_at, self.partial_at = 0, others * (n - 1)
+        self.remote_at = self.partial_at + others
+        self.total_at = self.remote_at + others
+        self.scratch = self.total_at + others
+
+    def idx(self, shard: int, part: int, piece: int) -> int:
+        return (shard * self.B + part) * self.S + piece
+
+    def other(self, box: int, part: int) -> int:
+        """Position of ``part`` among the parts ``box`` does not finish."""
+        return part - (part > box)
+
+    def gathered(self, box: int, part: int, piece: int, sender: int, gateway: int) -> int:
+        """Gateway's scratch slot for ``sender``'s value of its (non-final) part."""
+        m = sender - (sender > gateway)
+        return self.gather_at + (self.other(box, part) * self.S + piece) * (self.n - 1) + m
+
+    def partial(self, box: int, part: int, piece: int) -> int:
+        return self.partial_at + self.other(box, part) * self.S + piece
+
+    def remote(self, box: int, sender_box: int, piece: int) -> int:
+        """Where the gateway of the finishing box ``box`` gets ``sender_box``'s partial."""
+        return self.remote_at + self.other(box, sender_box) * self.S + piece
+
+    def total(self, box: int, part: int, piece: int) -> int:
+        return self.total_at + self.other(box, part) * self.S + piece
+
+
+def _ops_needed(nboxes: int, pieces: int) -> int:
+    """The most ops a block of the plan takes, nops included: a lane block (a put to each
+    other box's part, a signal, a wait and a release a piece), the ``glres`` block (an
+    acquire, two sums and a release to each other box a piece) or the ``gstore`` block
+    (an acquire and a store for each other box a piece)."""
+    return max(8 + pieces * (nboxes + 4), 2 + pieces * (nboxes + 5),
+               3 * (nboxes - 1) * pieces)
+
+
+def box_allreduce_plan(topology: Topology, *, pieces: int | None = None,
+                       name: str | None = None) -> bytes:
+    """The plan's bytes for AllReduce of every GPU of ``topology``, out of place (module
+    docstring), with ``pieces`` per part (None: the most the executor's 64 ops a block
+    allow, at most 8). Raises :class:`TecclError` where the topology has no equal boxes
+    of NVLS GPUs."""
+    shape = box_shape(topology)
+    if shape is None:
+        raise TecclError(f"{topology.name}: a box AllReduce plan needs two or more equal boxes "
+                         "whose GPUs share an NVLink SHARP switch")
+    boxes = shape
+    nb, n = len(boxes), len(boxes[0])
+    if pieces is None:
+        pieces = max((s for s in range(1, 9) if _ops_needed(nb, s) <= MAX_OPS), default=1)
+    lay = _Layout(n, nb, pieces)
+    ranks = {r: _Rank(r) for box in boxes for r in box}
+    where = {r: (b, k) for b, box in enumerate(boxes) for k, r in enumerate(box)}
+    for r, me in ranks.items():
+        _build(me, where[r], boxes, lay)
+    return plan_bytes(plan_dict_of(
+        name or f"{topology.name}-allreduce-boxes", "allreduce", False,
+        [_gpu_json(ranks[r], boxes[where[r][0]], lay) for r in sorted(ranks)]))
+
+
+def _build(me: _Rank, pos: tuple[int, int], boxes: list[list[int]], lay: _Layout) -> None:
+    b, k = pos
+    n, nb, S = lay.n, lay.B, lay.S
+    box = boxes[b]
+    peers = [(m, box[m]) for m in range(n) if m != k]
+    lanes = {m: me.block("memory", peer) for m, peer in peers}
+    summing = me.block()
+    partials = {j: me.block("port", boxes[j][k]) for j in range(nb) if j != b}
+    totals = {j: me.block("port", boxes[j][k]) for j in range(nb) if j != b}
+    final = me.block(switch=True)
+    cast = me.block(switch=True)
+    others = [j for j in range(nb) if j != b]
+    for m, lane in lanes.items():  # handshake; my value of m's final part into my output
+        _signal(lane, "rlxsignal")
+        _signal(lane, "rlxwait")
+        at = lay.idx(m, b, 0)
+        lane.add({"name": "copy", "src_buff": [_ref("i", at, S)], "dst_buff": [_ref("o", at, S)]},
+                 reads=(("i", at, S),), writes=(("o", at, S),))
+        for s in range(S):
+            for j in others:  # my value of m's parts other boxes finish, into m's scratch
+                _put(lane, ("i", lay.idx(m, j, s), 1), lay.gathered(b, j, s, k, m))
+            _signal(lane)
+            _signal(lane, "wait")  # m's values of my parts (its first: its copy is done)
+            me.release(lane, summing)
+            if s == 0:
+                me.release(lane, final)
+    for s in range(S):  # my box's partial of each part another box finishes
+        me.acquire(summing, *lanes.values())
+        for j in others:
+            srcs = [_ref("i", lay.idx(k, j, s))] + [
+                _ref("s", lay.gathered(b, j, s, m, k)) for m, _ in peers]
+            dst = ("s", lay.partial(b, j, s), 1)
+            summing.add({"name": "re", "src_buff": srcs, "dst_buff": [_ref(*dst[:2])],
+                         "reduce_op": "sum"},
+                        reads=(("s", lay.gathered(b, j, s, 0, k), n - 1),), writes=(dst,))
+        for j in others:
+            me.release(summing, partials[j])
+    for j, port in partials.items():  # partials over the NIC; the other boxes' back
+        _signal(port, "rlxsignal")
+        _signal(port, "rlxwait")
+        for s in range(S):
+            me.acquire(port, summing)
+            _put(port, ("s", lay.partial(b, j, s), 1), lay.remote(j, b, s))
+            _signal(port)
+            _signal(port, "wait")
+            me.release(port, final)
+    me.acquire(final, *lanes.values())  # every member's value is in its output
+    for s in range(S):  # my part: the others' partials added to my value, then the box's
+        me.acquire(final, *partials.values())
+        at = lay.idx(k, b, s)
+        srcs = [_ref("i", at)] + [_ref("s", lay.remote(b, j, s)) for j in others]
+        final.add({"name": "re", "src_buff": srcs, "dst_buff": [_ref("o", at)],
+                   "reduce_op": "sum"}, reads=(("i", at, 1),), writes=(("o", at, 1),))
+        final.add({"name": "glres", "src_buff": [{"switch_channel_id": 0, "index": at, "size": 1}],
+                   "dst_buff": [{"switch_channel_id": 0, "index": at, "size": 1}],
+                   "channel_type": "switch", "reduce_op": "sum"},
+                  reads=(("o", at, 1),), writes=(("o", at, 1),))
+        for j in others:
+            me.release(final, totals[j])
+    for j, port in totals.items():  # my part's total to the other boxes; theirs to me
+        _signal(port, "rlxsignal")
+        _signal(port, "rlxwait")
+        for s in range(S):
+            me.acquire(port, final)
+            _put(port, ("o", lay.idx(k, b, s), 1), lay.total(j, b, s))
+            _signal(port)
+            _signal(port, "wait")
+            me.release(port, cast)
+    for s in range(S):  # the other boxes' totals of my shard, multicast into my box
+        for j in others:
+            me.acquire(cast, totals[j])
+            at = lay.idx(k, j, s)
+            cast.add({"name": "gstore", "src_buff": [_ref("s", lay.total(b, j, s))],
+                      "dst_buff": [{"switch_channel_id": 0, "index": at, "size": 1}],
+                      "channel_type": "switch"}, reads=(("s", lay.total(b, j, s), 1),))
+    for lane in lanes.values():  # done: tell each member; wait for each member's stores
+        me.release(final, lane)
+        me.release(cast, lane)
+    for lane in lanes.values():
+        me.acquire(lane, final, cast)
+        _signal(lane)
+        _signal(lane, "wait")
+
+
+def _gpu_json(me: _Rank, box: list[int], lay: _Layout) -> dict[str, Any]:
+    channels: list[dict[str, Any]] = [{"channel_type": t, "connected_to": peers}
+                                      for t, peers in me.channels.items() if peers]
+    channels.append({"channel_type": "switch", "buffer_type": "o",
+                     "rank_groups": [{"size": len(box), "ranks": list(box)}]})
+    blocks = []
+    for i, b in enumerate(me.blocks):
+        tb_channels: list[dict[str, Any]] = []
+        refs: list[dict[str, Any]] = []
+        if b.channel >= 0:
+            tb_channels.append({"channel_type": b.ctype, "channel_ids": [b.channel]})
+            refs.append({"access_channel_type": b.ctype, "remote_buffer_ids": [b.remote]})
+        if b.switch:
+            tb_channels.append({"channel_type": "switch", "channel_ids": [0]})
+        blocks.append({"id": i, "ops": b.ops, "channels": tb_channels,
+                       "remote_buffer_refs": refs})
+    return {
+        "id": me.rank,
+        "input_chunks": lay.chunks,
+        "output_chunks": lay.chunks,
+        "scratch_chunks": lay.scratch,
+        "threadblocks": blocks,
+        "channels": channels,
+        "remote_buffers": [{"rank": r, "type": "s", "access_channel_types": [t]}
+                           for r, t in me.remote],
+        "semaphores": [{"init_value": 0} for _ in me.sems],
+    }

@@ -1,0 +1,60 @@
+"""The AllReduce plan across boxes of NVLS GPUs (te_ccl.lower.mscclpp.boxes): the plan
+checker accepts it and rejects it mutated; its replay puts on each link the traffic the
+module docstring counts."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from te_ccl.errors import TecclError
+from te_ccl.lower.mscclpp.boxes import box_allreduce_plan, box_shape
+from te_ccl.simulate.plan import simulate_plan
+from te_ccl.spec.topology import load_topology
+from te_ccl.verify.mscclpp.verify import check_plan
+
+
+@pytest.fixture(scope="module")
+def hgx2():
+    return load_topology("hgx-h100x2")
+
+
+@pytest.mark.parametrize("pieces", [1, 2])
+def test_the_plan_checks_and_replays_with_the_counted_traffic(hgx2, pieces):
+    plan = json.loads(box_allreduce_plan(hgx2, pieces=pieces))
+    report = check_plan(plan)
+    assert report.valid, report.errors[:3]
+    size = 1 << 20
+    busy = {(u.src, u.dst): u.busy_s for u in simulate_plan(plan, hgx2, size).links}
+    n, boxes = 8, 2
+    # into a GPU over NVLink: its load-reduce's return and the others' multicasts of the
+    # finished part, the puts of its peers and the others' multicasts of the other part
+    into = size / n / boxes * (1 + (n - 1) + 2 * (n - 1)) / 450e9
+    nic = size / n * 2 * (boxes - 1) / boxes / 50e9
+    for g in hgx2.gpus:
+        box = g.split(".")[0]
+        assert busy[(f"{box}.sw", g)] == pytest.approx(into)
+        rail = next(x.dst for x in hgx2.out_links(g) if x.dst.startswith("rail"))
+        assert busy[(g, rail)] == pytest.approx(nic)
+
+
+def test_mutated_plans_are_rejected(hgx2):
+    plan = json.loads(box_allreduce_plan(hgx2, pieces=1))
+    dropped = copy.deepcopy(plan)  # a gateway adds one member's value less
+    block = next(tb for tb in dropped["gpus"][3]["threadblocks"]
+                 if any(op["name"] == "re" and len(op["src_buff"]) > 2 for op in tb["ops"]))
+    next(op for op in block["ops"] if op["name"] == "re")["src_buff"].pop()
+    assert not check_plan(dropped).valid
+    unsignalled = copy.deepcopy(plan)  # a lane's first signal missing
+    ops = unsignalled["gpus"][5]["threadblocks"][0]["ops"]
+    ops.pop(next(i for i, op in enumerate(ops) if op["name"] == "signal"))
+    assert any("deadlock" in e for e in check_plan(unsignalled).errors)
+
+
+def test_boxes_are_required():
+    assert box_shape(load_topology("dgx-h100")) is None
+    assert box_shape(load_topology("hgx-h100x4")) is not None
+    with pytest.raises(TecclError, match="boxes"):
+        box_allreduce_plan(load_topology("dgx-h100"))
