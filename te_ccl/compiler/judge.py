@@ -359,8 +359,13 @@ class Timer:
         if hit is not None and hit[0] is schedule.transfers:
             timing = hit[1]
         else:
-            timing = Timing(schedule.finish_time_s,
-                            _schedule_replay(schedule) if schedule_replay else None)
+            try:
+                timing = Timing(schedule.finish_time_s,
+                                _schedule_replay(schedule) if schedule_replay else None)
+            except TimeLimitReached as e:  # the file stays written, timed by the prediction
+                timing = Timing(schedule.finish_time_s, unreplayed=str(e))
+                self._seen[self._key(schedule)] = (schedule.transfers, timing)
+                return
         if timing.file_s is not None or not self.files:
             return
         algo = read[1] if read is not None and read[0] is data else None

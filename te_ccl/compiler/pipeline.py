@@ -314,8 +314,12 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
 def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage: str
            ) -> bool:
     """Offer ``kept`` the verified file ``data`` of ``schedule`` at its time by the best
-    measure there is (a replay the deadline stopped cuts the compile short)."""
-    timing = timer.timing(schedule)
+    measure there is (a replay the deadline stopped cuts the compile short, and the
+    epoch model's prediction times the file)."""
+    try:
+        timing = timer.timing(schedule)
+    except TimeLimitReached as e:  # the schedule's replay, where nothing replayed its file
+        timing = Timing(schedule.finish_time_s, unreplayed=str(e))
     if timing.unreplayed is not None:
         kept.cut(timing.unreplayed)
     return kept.offer(schedule, data, timing.finish_s, f"{stage}: {describe(schedule)}")

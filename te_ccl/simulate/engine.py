@@ -40,6 +40,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from te_ccl.deadline import check
 from te_ccl.errors import VerificationError
 from te_ccl.topology.model import Node, Topology
 
@@ -151,6 +152,8 @@ class TaskTimes:
 
 _SENT, _ARRIVED, _HEAD = 0, 1, 2  # a task left its link, arrived, its head reached the far end
 _SEQ_BITS = 40  # an event's code is kind << _SEQ_BITS | its number: kind first, then push order
+_CHECK_MASK = (1 << 14) - 1  # events between two looks at the deadline (milliseconds apart)
+REPLAYING = "replaying the schedule"
 
 
 class _Run:
@@ -262,7 +265,11 @@ class _Run:
             if self.missing_all[i] == 0 and self.any_done[i]:
                 self.make_ready(i, 0.0)
         events, link, pushed, mask = self.events, self.link, self.pushed, (1 << _SEQ_BITS) - 1
+        count = 0
         while (code := events.pop()) >= 0:
+            count += 1
+            if not count & _CHECK_MASK:
+                check(REPLAYING)
             now, kind, i = events.now, code >> _SEQ_BITS, pushed[code & mask]
             k = link[i]
             if kind == _SENT and k >= 0:

@@ -36,10 +36,11 @@ from __future__ import annotations
 from collections import defaultdict
 
 from te_ccl.collective.model import Chunk
+from te_ccl.deadline import checked
 from te_ccl.errors import VerificationError
 from te_ccl.nogc import paused_gc
 from te_ccl.schedule import Schedule, Transfer
-from te_ccl.simulate.engine import Task, TaskTimes, cuts_through, run
+from te_ccl.simulate.engine import REPLAYING, Task, TaskTimes, cuts_through, run
 from te_ccl.simulate.result import SimResult, finish_of, summarise
 
 __all__ = ["simulate_schedule", "replay_finish", "schedule_tasks", "chain_length", "replay_times"]
@@ -92,7 +93,7 @@ def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str]
     nbytes = schedule.chunk_bytes
     ranks = {g: topo.rank(g) for g in topo.gpus}  # per node, not per transfer
     bufferless = {n.name for n in topo.nodes if cuts_through(n)}
-    for i, t in enumerate(trs):
+    for i, t in enumerate(checked(trs, REPLAYING)):
         chunk = chunks.get(t.chunk)
         if chunk is None:
             raise VerificationError(f"{t}: chunk {t.chunk} is not part of the collective")

@@ -287,3 +287,26 @@ def test_a_search_failing_without_a_file_says_why_each_first_candidate_gave_none
     with pytest.raises(SolverError, match=r"^no schedule; no first file from the scale/.*"
                                           r"too many chunks"):
         compile_to(tmp_path)
+
+
+def test_a_deadline_in_the_schedule_replay_keeps_the_verified_file(tmp_path, monkeypatch):
+    """The schedule replay times a schedule JSON: out of time there, the verified file is
+    written all the same, kept at the epoch model's time, and the compile was cut short."""
+    import te_ccl.simulate.replay as replay
+    from te_ccl.deadline import left
+
+    real = replay.replay_finish
+
+    def late(schedule):  # out of time while the compile's deadline holds
+        if left() < float("inf"):
+            raise LATE
+        return real(schedule)
+
+    monkeypatch.setattr(replay, "replay_finish", late)
+    monkeypatch.setattr(pipeline, "solve_best", raising(LATE))  # and no search after it
+    out = tmp_path / "ag.json"
+    result = compile_collective(MESH, AG, PARAMS, CompileOptions(output=str(out), fmt="json"))
+    assert json.loads(out.read_text())["transfers"] and result.cut_short
+    assert sources(result) == ["first file"]
+    assert result.incumbents[0].ratio == pytest.approx(
+        result.schedule.finish_time_s / result.lower_bound_s)
