@@ -3,7 +3,8 @@ port channels (IB) between boxes, GPU ``k`` of every box joined to GPU ``k`` of 
 others (rails).
 
 ``B`` boxes of ``n`` GPUs. GPU ``k`` of each box is the *gateway* of shard ``k`` (a
-``1/n`` of the data), which is cut into ``B`` parts, and part ``j`` into ``S`` pieces.
+``1/n`` of the data), which is cut into ``B`` parts, and part ``j`` into ``S`` pieces
+of growing then shrinking size (:func:`ramp`).
 Part ``j`` of every shard is finished in box ``j``:
 
 * every other box sums its values of the part at the gateway from puts (its ``n−1``
@@ -20,10 +21,11 @@ Per element a box sends into its GPUs ``n`` units where it finishes the part (th
 load-reduce's return and the multicast), ``2(n−1)`` where it only adds (the puts and the
 multicast), and every gateway's NIC carries ``2(B−1)/B`` of its shard each way, as a
 ring across the rail would. Pieces are pipelined: a piece's partial crosses the NIC
-while the next piece is summed. Blocks per rank: one per box peer (its puts, the
+while the next piece is summed; the first and last are the smallest, since the NICs wait
+for the first and nothing overlaps the last. Blocks per rank: one per box peer (its puts, the
 handshakes), the summing block, two port blocks per other box (partials, totals), the
 ``glres`` block and the ``gstore`` block; semaphores join them. Every op moves whole
-chunks of ``n·B·S`` a buffer, so one plan serves every size.
+chunks, ``n·B`` times the pieces' sizes a buffer, so one plan serves every size.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from te_ccl.lower.mscclpp.threadblocks import MAX_OPS
 from te_ccl.lower.mscclpp.to_json import plan_bytes, plan_dict_of
 from te_ccl.topology.model import Topology
 
-__all__ = ["box_allreduce_plan", "box_shape"]
+__all__ = ["box_allreduce_plan", "box_shape", "ramp"]
 
 DATA = {"put", "copy", "re", "glres", "gstore"}
 
@@ -122,50 +124,77 @@ def _signal(b: _Block, name: str = "signal") -> None:
     b.add({"name": name, "channel_ids": [0], "channel_type": b.ctype})
 
 
-def _put(b: _Block, src: tuple[str, int, int], dst_index: int) -> None:
-    buf, at, size = src
-    b.add({"name": "put", "src_buff": [{"type": buf, "index": at, "size": size}],
-           "dst_buff": [{"buffer_id": 0, "index": dst_index, "size": size}],
+def _put(b: _Block, src: tuple[str, int, int], dst: tuple[str, int, int]) -> None:
+    b.add({"name": "put", "src_buff": [_ref(src)],
+           "dst_buff": [{"buffer_id": 0, "index": dst[1], "size": dst[2]}],
            "channel_ids": [0], "channel_type": b.ctype}, reads=(src,))
 
 
-def _ref(buf: str, at: int, size: int = 1) -> dict[str, Any]:
-    return {"type": buf, "index": at, "size": size}
-
-
 class _Layout:
-    """Chunk and scratch indices (module docstring)."""
+    """Chunk and scratch indices (module docstring): a part is ``units`` chunks, piece
+    ``s`` its ``sizes[s]`` from ``offset[s]``."""
 
-    def __init__(self, n: int, nboxes: int, pieces: int) -> None:
-        self.n, self.B, self.S = n, nboxes, pieces
-        self.chunks = n * nboxes * pieces
-        others = (nboxes - 1) * pieces
+    def __init__(self, n: int, nboxes: int, sizes: list[int]) -> None:
+        self.n, self.B, self.sizes = n, nboxes, sizes
+        self.offset = [sum(sizes[:s]) for s in range(len(sizes))]
+        self.units = sum(sizes)
+        self.chunks = n * nboxes * self.units
+        others = (nboxes - 1) * self.units
         self.gather_at, self.partial_at = 0, others * (n - 1)
         self.remote_at = self.partial_at + others
         self.total_at = self.remote_at + others
         self.scratch = self.total_at + others
 
-    def idx(self, shard: int, part: int, piece: int) -> int:
-        return (shard * self.B + part) * self.S + piece
+    def idx(self, shard: int, part: int, piece: int) -> tuple[str, int, int]:
+        """The piece of shard ``shard``'s part ``part`` in the input (and output)."""
+        return "i", (shard * self.B + part) * self.units + self.offset[piece], self.sizes[piece]
 
     def other(self, box: int, part: int) -> int:
         """Position of ``part`` among the parts ``box`` does not finish."""
         return part - (part > box)
 
-    def gathered(self, box: int, part: int, piece: int, sender: int, gateway: int) -> int:
-        """Gateway's scratch slot for ``sender``'s value of its (non-final) part."""
+    def _at(self, base: int, slot: int, piece: int) -> tuple[str, int, int]:
+        return "s", base + slot * self.units + self.offset[piece], self.sizes[piece]
+
+    def gathered(self, box: int, part: int, piece: int, sender: int, gateway: int
+                 ) -> tuple[str, int, int]:
+        """Gateway's scratch for ``sender``'s value of its (non-final) part."""
         m = sender - (sender > gateway)
-        return self.gather_at + (self.other(box, part) * self.S + piece) * (self.n - 1) + m
+        return self._at(self.gather_at, self.other(box, part) * (self.n - 1) + m, piece)
 
-    def partial(self, box: int, part: int, piece: int) -> int:
-        return self.partial_at + self.other(box, part) * self.S + piece
+    def partial(self, box: int, part: int, piece: int) -> tuple[str, int, int]:
+        return self._at(self.partial_at, self.other(box, part), piece)
 
-    def remote(self, box: int, sender_box: int, piece: int) -> int:
+    def remote(self, box: int, sender_box: int, piece: int) -> tuple[str, int, int]:
         """Where the gateway of the finishing box ``box`` gets ``sender_box``'s partial."""
-        return self.remote_at + self.other(box, sender_box) * self.S + piece
+        return self._at(self.remote_at, self.other(box, sender_box), piece)
 
-    def total(self, box: int, part: int, piece: int) -> int:
-        return self.total_at + self.other(box, part) * self.S + piece
+    def total(self, box: int, part: int, piece: int) -> tuple[str, int, int]:
+        return self._at(self.total_at, self.other(box, part), piece)
+
+
+def _out(ref: tuple[str, int, int]) -> tuple[str, int, int]:
+    """The same range of the output."""
+    return "o", ref[1], ref[2]
+
+
+def _ref(slot: tuple[str, int, int]) -> dict[str, Any]:
+    return {"type": slot[0], "index": slot[1], "size": slot[2]}
+
+
+def _switch(slot: tuple[str, int, int]) -> dict[str, Any]:
+    return {"switch_channel_id": 0, "index": slot[1], "size": slot[2]}
+
+
+def ramp(pieces: int) -> list[int]:
+    """Piece sizes, in chunks: doubling to the middle and halving after, so the first
+    piece (which the NICs wait for) and the last (which nothing overlaps) are small.
+
+    >>> ramp(8)
+    [1, 2, 4, 8, 8, 4, 2, 1]
+    """
+    half = [1 << i for i in range((pieces + 1) // 2)]
+    return half + half[:pieces // 2][::-1]
 
 
 def _ops_needed(nboxes: int, pieces: int) -> int:
@@ -191,7 +220,7 @@ def box_allreduce_plan(topology: Topology, *, pieces: int | None = None,
     nb, n = len(boxes), len(boxes[0])
     if pieces is None:
         pieces = max((s for s in range(1, 9) if _ops_needed(nb, s) <= MAX_OPS), default=1)
-    lay = _Layout(n, nb, pieces)
+    lay = _Layout(n, nb, ramp(pieces))
     ranks = {r: _Rank(r) for box in boxes for r in box}
     where = {r: (b, k) for b, box in enumerate(boxes) for k, r in enumerate(box)}
     for r, me in ranks.items():
@@ -203,7 +232,7 @@ def box_allreduce_plan(topology: Topology, *, pieces: int | None = None,
 
 def _build(me: _Rank, pos: tuple[int, int], boxes: list[list[int]], lay: _Layout) -> None:
     b, k = pos
-    n, nb, S = lay.n, lay.B, lay.S
+    n, nb, pieces = lay.n, lay.B, range(len(lay.sizes))
     box = boxes[b]
     peers = [(m, box[m]) for m in range(n) if m != k]
     lanes = {m: me.block("memory", peer) for m, peer in peers}
@@ -216,66 +245,64 @@ def _build(me: _Rank, pos: tuple[int, int], boxes: list[list[int]], lay: _Layout
     for m, lane in lanes.items():  # handshake; my value of m's final part into my output
         _signal(lane, "rlxsignal")
         _signal(lane, "rlxwait")
-        at = lay.idx(m, b, 0)
-        lane.add({"name": "copy", "src_buff": [_ref("i", at, S)], "dst_buff": [_ref("o", at, S)]},
-                 reads=(("i", at, S),), writes=(("o", at, S),))
-        for s in range(S):
+        mine = ("i", lay.idx(m, b, 0)[1], lay.units)
+        lane.add({"name": "copy", "src_buff": [_ref(mine)], "dst_buff": [_ref(_out(mine))]},
+                 reads=(mine,), writes=(_out(mine),))
+        for s in pieces:
             for j in others:  # my value of m's parts other boxes finish, into m's scratch
-                _put(lane, ("i", lay.idx(m, j, s), 1), lay.gathered(b, j, s, k, m))
+                _put(lane, lay.idx(m, j, s), lay.gathered(b, j, s, k, m))
             _signal(lane)
             _signal(lane, "wait")  # m's values of my parts (its first: its copy is done)
             me.release(lane, summing)
             if s == 0:
                 me.release(lane, final)
-    for s in range(S):  # my box's partial of each part another box finishes
+    for s in pieces:  # my box's partial of each part another box finishes
         me.acquire(summing, *lanes.values())
         for j in others:
-            srcs = [_ref("i", lay.idx(k, j, s))] + [
-                _ref("s", lay.gathered(b, j, s, m, k)) for m, _ in peers]
-            dst = ("s", lay.partial(b, j, s), 1)
-            summing.add({"name": "re", "src_buff": srcs, "dst_buff": [_ref(*dst[:2])],
-                         "reduce_op": "sum"},
-                        reads=(("s", lay.gathered(b, j, s, 0, k), n - 1),), writes=(dst,))
+            srcs = (lay.idx(k, j, s), *(lay.gathered(b, j, s, m, k) for m, _ in peers))
+            dst = lay.partial(b, j, s)
+            summing.add({"name": "re", "src_buff": [_ref(x) for x in srcs],
+                         "dst_buff": [_ref(dst)], "reduce_op": "sum"}, reads=srcs, writes=(dst,))
         for j in others:
             me.release(summing, partials[j])
     for j, port in partials.items():  # partials over the NIC; the other boxes' back
         _signal(port, "rlxsignal")
         _signal(port, "rlxwait")
-        for s in range(S):
+        for s in pieces:
             me.acquire(port, summing)
-            _put(port, ("s", lay.partial(b, j, s), 1), lay.remote(j, b, s))
+            _put(port, lay.partial(b, j, s), lay.remote(j, b, s))
             _signal(port)
             _signal(port, "wait")
             me.release(port, final)
     me.acquire(final, *lanes.values())  # every member's value is in its output
-    for s in range(S):  # my part: the others' partials added to my value, then the box's
+    for s in pieces:  # my part: the others' partials added to my value, then the box's
         me.acquire(final, *partials.values())
-        at = lay.idx(k, b, s)
-        srcs = [_ref("i", at)] + [_ref("s", lay.remote(b, j, s)) for j in others]
-        final.add({"name": "re", "src_buff": srcs, "dst_buff": [_ref("o", at)],
-                   "reduce_op": "sum"}, reads=(("i", at, 1),), writes=(("o", at, 1),))
-        final.add({"name": "glres", "src_buff": [{"switch_channel_id": 0, "index": at, "size": 1}],
-                   "dst_buff": [{"switch_channel_id": 0, "index": at, "size": 1}],
+        mine = lay.idx(k, b, s)
+        srcs = (mine, *(lay.remote(b, j, s) for j in others))
+        final.add({"name": "re", "src_buff": [_ref(x) for x in srcs],
+                   "dst_buff": [_ref(_out(mine))], "reduce_op": "sum"},
+                  reads=srcs, writes=(_out(mine),))
+        final.add({"name": "glres", "src_buff": [_switch(mine)], "dst_buff": [_switch(mine)],
                    "channel_type": "switch", "reduce_op": "sum"},
-                  reads=(("o", at, 1),), writes=(("o", at, 1),))
+                  reads=(_out(mine),), writes=(_out(mine),))
         for j in others:
             me.release(final, totals[j])
     for j, port in totals.items():  # my part's total to the other boxes; theirs to me
         _signal(port, "rlxsignal")
         _signal(port, "rlxwait")
-        for s in range(S):
+        for s in pieces:
             me.acquire(port, final)
-            _put(port, ("o", lay.idx(k, b, s), 1), lay.total(j, b, s))
+            _put(port, _out(lay.idx(k, b, s)), lay.total(j, b, s))
             _signal(port)
             _signal(port, "wait")
             me.release(port, cast)
-    for s in range(S):  # the other boxes' totals of my shard, multicast into my box
+    for s in pieces:  # the other boxes' totals of my shard, multicast into my box
         for j in others:
             me.acquire(cast, totals[j])
-            at = lay.idx(k, j, s)
-            cast.add({"name": "gstore", "src_buff": [_ref("s", lay.total(b, j, s))],
-                      "dst_buff": [{"switch_channel_id": 0, "index": at, "size": 1}],
-                      "channel_type": "switch"}, reads=(("s", lay.total(b, j, s), 1),))
+            total = lay.total(b, j, s)
+            cast.add({"name": "gstore", "src_buff": [_ref(total)],
+                      "dst_buff": [_switch(lay.idx(k, j, s))], "channel_type": "switch"},
+                     reads=(total,))
     for lane in lanes.values():  # done: tell each member; wait for each member's stores
         me.release(final, lane)
         me.release(cast, lane)
