@@ -25,10 +25,10 @@ group store-and-forward on its links in key order; the file is timed by its own 
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import NamedTuple
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from te_ccl.model.problem import Problem
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.topology.model import Topology
 
-__all__ = ["GridStep", "GridThreadblock", "GridGpu", "GridPlan", "grid_shape", "grid_plan",
+__all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "grid_plan",
            "grid_hops", "grid_alpha", "solve_grid_alltoall", "METHOD", "GRID_FROM_HOPS"]
 
 METHOD = "grid-alltoall"
@@ -50,61 +50,29 @@ PER_CHANNEL = 32  # transfers of a link per channel: a receive adds at most one 
 #                   thread block holds at most 64 steps, and waits for nothing of its own
 
 
-class GridStep(NamedTuple):
-    """One ``<step>`` as the runtime reads it (buffers ``"i"``, ``"o"``, ``"s"``)."""
-
-    op: str
-    srcbuf: str
-    srcoff: int
-    dstbuf: str
-    dstoff: int
-    cnt: int
-    depid: int
-    deps: int
-    hasdep: bool
-
-
-@dataclass(frozen=True)
-class GridThreadblock:
-    send: int
-    recv: int
-    chan: int
-    steps: tuple[GridStep, ...]
-
-
-@dataclass(frozen=True)
-class GridGpu:
-    s_chunks: int
-    threadblocks: tuple[GridThreadblock, ...]
+BUFFERS = ("i", "o", "s")  # buffer codes of the plan's steps
+OPS = ("s", "r", "cpy")    # step codes
 
 
 @dataclass(frozen=True)
 class GridPlan:
-    """A whole file (``nchunksperloop`` = ranks × chunks per pair, out of place) and its
-    group transfers in key order as parallel arrays: first chunk id, chunks, sender,
-    receiver (rank positions), and the transfer whose arrival the sender waits for (−1:
-    none)."""
+    """A whole file (``nchunksperloop`` = ranks × chunks per pair, out of place) as arrays.
+
+    ``blocks``: a row per thread block, by rank then id: rank, send peer, receive peer,
+    channel, its first row in ``steps``. ``steps``: a row per step, thread block by thread
+    block in order: op and buffers (codes into :data:`OPS`, :data:`BUFFERS`), source
+    buffer, offset, destination buffer, offset, cnt, depid, deps, hasdep. ``moves``: a row
+    per group transfer, in the order the list schedule starts them: first chunk id,
+    chunks, sender, receiver, the row of the transfer whose arrival the sender waits for
+    (−1: none). ``scratch``: each rank's ``s_chunks``."""
 
     nchannels: int
     nchunksperloop: int
     finish: float  # when the list schedule that ordered the steps ends, in chunk times
-    gpus: tuple[GridGpu, ...]
-    first: np.ndarray
-    cnt: np.ndarray
-    src: np.ndarray
-    dst: np.ndarray
-    after: np.ndarray
-
-
-class _Step:
-    """A step under construction: its key orders its thread block."""
-
-    __slots__ = ("key", "op", "src", "dst", "cnt", "after", "tb", "index", "hasdep")
-
-    def __init__(self, key: tuple, op: str, src: tuple[str, int], dst: tuple[str, int],
-                 cnt: int, after: _Step | None) -> None:
-        self.key, self.op, self.src, self.dst, self.cnt, self.after = key, op, src, dst, cnt, after
-        self.tb, self.index, self.hasdep = (), -1, False
+    scratch: np.ndarray
+    blocks: np.ndarray
+    steps: np.ndarray
+    moves: np.ndarray
 
 
 def grid_shape(topology: Topology) -> tuple[tuple[int, ...], bool] | None:
@@ -186,12 +154,11 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
     if size[0] > limits.max_count - 1:
         return (f"an element of {size[0]} chunks (the ranks behind the slowest dimension "
                 f"× {k}) is more than a step carries ({limits.max_count - 1})")
-    steps: list[list[_Step]] = [[] for _ in range(n)]
+    t = _Transfers()
+    copies: list[tuple[int, int, int, int, int]] = []  # rank, buffer, offset, output, after
     scratch = [0] * n
-    sends: list[tuple[tuple, int, int, _Step, _Step, int]] = []  # key, from, to, s, r, chunk
-    # bundles: (holder, source, buffer, offset, first rank, the receive that filled it)
-    bundles: list[tuple[int, int, str, int, int, _Step | None]] = [
-        (v, v, "i", 0, 0, None) for v in range(n)]
+    # bundles: (holder, source, buffer, offset, first rank, the transfer that brought it)
+    bundles = [(v, v, 0, 0, 0, -1) for v in range(n)]
     gid = 0
     for p in range(m):
         check(PLANNING)
@@ -203,161 +170,187 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
             if not last:
                 following.append((v, s, buf, own, rank0 + c * stride[p], filled))
             else:
-                _copy(steps[v], (buf, own), s * k, k, filled)
+                copies.append((v, buf, own, s * k, filled))
             for step, elements in _groups(c, d, wrap, (limits.max_count - 1) // e):
                 gid += 1
                 lo = min(x for x, _ in elements)
-                cnt, at, u, ready = len(elements) * e, (buf, off + lo * e), v, filled
+                cnt, sbuf, soff, u, ready = len(elements) * e, buf, off + lo * e, v, filled
                 chunk = (s * n + rank0 + lo * stride[p]) * k  # the group's first chunk id
                 far = elements[-1][1]
                 for hop in range(1, far + 1):
                     w = _neighbour(u, p, step, dims, wrap)
-                    key = (hop - far, gid)  # the list schedule's priority
                     got = scratch[w]
                     scratch[w] += cnt
-                    send = _Step(key, "s", at, ("s", got), cnt, ready)
-                    recv = _Step(key, "r", at, ("s", got), cnt, None)
-                    steps[u].append(send)
-                    steps[w].append(recv)
-                    sends.append((key, u, w, send, recv, chunk))
-                    at, u, ready = ("s", got), w, recv
+                    ready = t.add((hop - far) * _GIDS + gid, u, w, cnt, sbuf, soff, got,
+                                  ready, chunk)
+                    sbuf, soff, u = 2, got, w
                     if elements[0][1] == hop:  # w keeps its element
                         x = elements.pop(0)[0]
                         kept = got if step == 1 else got + cnt - e
                         if step == 1:
-                            at, chunk = ("s", got + e), chunk + e
+                            soff, chunk = got + e, chunk + e
                         cnt -= e
                         if last:
-                            _copy(steps[w], ("s", kept), s * k, k, recv)
+                            copies.append((w, 2, kept, s * k, ready))
                         else:
-                            following.append((w, s, "s", kept, rank0 + x * stride[p], recv))
+                            following.append((w, s, 2, kept, rank0 + x * stride[p], ready))
                     if not elements:
                         break
         bundles = following
-    return _assemble(n, k, steps, scratch, sends, limits, alpha)
+    return _assemble(n, k, t, copies, scratch, limits, alpha)
 
 
-def _copy(steps: list[_Step], src: tuple[str, int], out: int, k: int,
-          after: _Step | None) -> None:
-    """A copy into the output, right after the receive that brought ``src`` (its key)."""
-    steps.append(_Step((), "cpy", src, ("o", out), k, after))
+_GIDS = 1 << 32  # groups fewer than this: a priority is (hops left) · _GIDS + group
 
 
-def _order(sends: list[tuple[tuple, int, int, _Step, _Step, int]], alpha: float) -> float:
-    """Sort ``sends`` by when a list schedule starts them and key their steps so: every
-    link (one chunk per time unit, ``alpha`` units to arrive) takes, whenever it is free,
-    the ready group with the most hops left in its phase (then the first made). A group
-    is ready once the receive its sender waits for has arrived. Returns when the last
-    group arrives."""
-    import heapq
+class _Transfers:
+    """Group transfers as columns, in the order they are made."""
 
-    index = {id(x[4]): i for i, x in enumerate(sends)}
-    children: list[list[int]] = [[] for _ in sends]
-    links: dict[tuple[int, int], int] = {}
-    link = [links.setdefault((u, w), len(links)) for _, u, w, _, _, _ in sends]
-    queues: list[list[tuple[tuple, int]]] = [[] for _ in links]
-    events: list[tuple[float, int, int]] = []  # (time, 0 link free | 1 arrival, id)
-    for i, (key, _, _, send, _, _) in enumerate(sends):
-        if send.after is None:
-            queues[link[i]].append((key, i))
+    def __init__(self) -> None:
+        self.cols: tuple[list[int], ...] = tuple([] for _ in range(9))
+
+    def add(self, prio: int, u: int, w: int, cnt: int, sbuf: int, soff: int, doff: int,
+            after: int, chunk: int) -> int:
+        """Add one (``after``: the transfer it waits for, −1 none); returns its row."""
+        for col, x in zip(self.cols, (prio, u, w, cnt, sbuf, soff, doff, after, chunk),
+                          strict=True):
+            col.append(x)
+        return len(self.cols[0]) - 1
+
+    def arrays(self) -> tuple[np.ndarray, ...]:
+        return tuple(np.array(c, dtype=np.int64) for c in self.cols)
+
+
+def _order(prio: list[int], link: np.ndarray, cnt: list[int], after: list[int],
+           alpha: float) -> tuple[np.ndarray, float]:
+    """When a list schedule starts each transfer (its position among all), and when the
+    last arrives: every link (one chunk per time unit, ``alpha`` units to arrive) takes,
+    whenever it is free, the ready group with the most hops left in its phase (then the
+    first made); a group is ready once the transfer its sender waits for has arrived."""
+    children: list[list[int]] = [[] for _ in prio]
+    nlinks = int(link.max()) + 1 if len(link) else 0
+    queues: list[list[tuple[int, int]]] = [[] for _ in range(nlinks)]
+    links = link.tolist()
+    for i, a in enumerate(after):
+        if a < 0:
+            queues[links[i]].append((prio[i], i))
         else:
-            children[index[id(send.after)]].append(i)
+            children[a].append(i)
     for q in queues:
         heapq.heapify(q)
-    busy = [False] * len(links)
+    busy = [False] * nlinks
     started: list[int] = []
+    events: list[tuple[float, int, int]] = []  # (time, 0 link free | 1 arrival, which)
+    now = 0.0
 
-    def serve(j: int, now: float) -> None:
+    def serve(j: int) -> None:
         if busy[j] or not queues[j]:
             return
-        _, i = heapq.heappop(queues[j])
+        i = heapq.heappop(queues[j])[1]
         busy[j] = True
         started.append(i)
-        cnt = sends[i][3].cnt
-        heapq.heappush(events, (now + cnt, 0, j))
-        heapq.heappush(events, (now + cnt + alpha, 1, i))
+        heapq.heappush(events, (now + cnt[i], 0, j))
+        heapq.heappush(events, (now + cnt[i] + alpha, 1, i))
 
-    for j in range(len(links)):
-        serve(j, 0.0)
+    for j in range(nlinks):
+        serve(j)
     while events:
         now, kind, x = heapq.heappop(events)
         if kind == 0:
             busy[x] = False
-            serve(x, now)
+            serve(x)
         else:
             for i in children[x]:
-                heapq.heappush(queues[link[i]], (sends[i][0], i))
-                serve(link[i], now)
-    sends[:] = [sends[i] for i in started]
-    for n, (_, _, _, send, recv, _) in enumerate(sends):
-        send.key = recv.key = (n,)
-    return now if sends else 0.0
+                heapq.heappush(queues[links[i]], (prio[i], i))
+                serve(links[i])
+    position = np.empty(len(prio), dtype=np.int64)
+    position[np.array(started, dtype=np.int64)] = np.arange(len(started))
+    return position, now
 
 
-def _assemble(n: int, k: int, steps: list[list[_Step]], scratch: list[int],
-              sends: list[tuple[tuple, int, int, _Step, _Step, int]],
-              limits: RuntimeLimits, alpha: float) -> GridPlan | str:
-    """Channels per link (:data:`PER_CHANNEL` transfers each, in key order), thread blocks,
-    step order and dependencies; or why the runtime cannot hold it."""
-    finish = _order(sends, alpha)
-    on_link: dict[tuple[int, int], int] = {}
-    for _, u, w, send, recv, _ in sends:
-        chan = on_link.get((u, w), 0) // PER_CHANNEL
-        on_link[(u, w)] = on_link.get((u, w), 0) + 1
-        send.tb, recv.tb = (1, w, chan), (0, u, chan)  # receiving blocks first: waited for
-    nchannels = 1 + max(((x - 1) // PER_CHANNEL for x in on_link.values()), default=0)
+def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, int, int]],
+              scratch: list[int], limits: RuntimeLimits, alpha: float) -> GridPlan | str:
+    """Channels per link (:data:`PER_CHANNEL` transfers each, in start order), thread
+    blocks (receiving ones first: the waited-for ids stay small), steps in start order,
+    dependencies; or why the runtime cannot hold it. A send waits for the receive that
+    brought its chunks; a copy follows that receive in its thread block."""
+    check(PLANNING)
+    prio, u, w, cnt, sbuf, soff, doff, after, chunk = t.arrays()
+    link = u * n + w
+    position, finish = _order(t.cols[0], np.unique(link, return_inverse=True)[1],
+                              t.cols[3], t.cols[7], alpha)
+    nt = len(u)
+    by_link = np.lexsort((position, link))
+    first_of_link = np.searchsorted(link[by_link], link[by_link])
+    chan = np.empty(nt, dtype=np.int64)
+    chan[by_link] = (np.arange(nt) - first_of_link) // PER_CHANNEL
+    nchannels = int(chan.max()) + 1 if nt else 1
     if nchannels > limits.max_channels:
-        return (f"a link carries {max(on_link.values())} groups: more than "
+        return (f"a link carries {int(np.bincount(link).max())} groups: more than "
                 f"{limits.max_channels} channels of {PER_CHANNEL}")
-    gpus = []
-    for v in range(n):
-        check(PLANNING)
-        blocks: dict[tuple, list[_Step]] = {}
-        for st in steps[v]:
-            if st.op == "cpy":  # right after the receive that brought its chunks
-                st.key, st.tb = ((st.after.key + (1,), st.after.tb) if st.after is not None
-                                 else ((-1,), (2, -1, 0)))
-        for st in sorted(steps[v], key=lambda x: x.key):
-            blocks.setdefault(st.tb, []).append(st)
-        order = sorted(blocks)
-        ids = {tb: i for i, tb in enumerate(order)}
-        for tb in order:
-            for i, st in enumerate(blocks[tb]):
-                st.index = i
-        elements = 1 + n + len(order) + len(steps[v])
-        if elements > limits.max_elements:
-            return (f"rank {v} takes {len(steps[v]):,} steps in {len(order)} thread blocks: "
-                    f"{elements:,} XML elements, more than the {limits.max_elements} the "
-                    "runtime's reader holds")
-        waited = sum(1 for tb in order if tb[0] == 0)
-        if len(order) > limits.max_threadblocks or waited > limits.waitable or max(
-                len(b) for b in blocks.values()) > limits.max_steps:
-            return (f"rank {v} needs {len(order)} thread blocks of up to "
-                    f"{max(len(b) for b in blocks.values())} steps: more than the runtime holds")
-        for st in steps[v]:
-            dep = st.after
-            if dep is not None and not (dep.tb == st.tb and dep.index < st.index):
-                dep.hasdep = True
-        gpus.append((blocks, order, ids))
-    built = []
-    for v, (blocks, order, ids) in enumerate(gpus):
-        threadblocks = []
-        for tb in order:
-            out = []
-            for st in blocks[tb]:
-                dep = st.after
-                far = dep is not None and not (dep.tb == st.tb and dep.index < st.index)
-                out.append(GridStep(st.op, st.src[0], st.src[1], st.dst[0], st.dst[1], st.cnt,
-                                    ids[dep.tb] if far else -1, dep.index if far else -1,
-                                    st.hasdep))
-            kind, peer, chan = tb
-            threadblocks.append(GridThreadblock(peer if kind == 1 else -1,
-                                                peer if kind == 0 else -1, chan, tuple(out)))
-        built.append(GridGpu(scratch[v], tuple(threadblocks)))
-    receipt = {id(x[4]): i for i, x in enumerate(sends)}
-    cols = np.array([(x[5], x[3].cnt, x[1], x[2], receipt.get(id(x[3].after), -1))
-                     for x in sends], dtype=np.int64).reshape(-1, 5).T
-    return GridPlan(nchannels, n * k, finish, tuple(built), *cols)
+    c_rank, c_buf, c_off, c_out, c_after = (np.array(x, dtype=np.int64).reshape(-1)
+                                            for x in zip(*copies, strict=True))
+    brought = c_after >= 0
+    ca = np.where(brought, c_after, 0)
+    # per step: rank, block kind (0 receives, 1 sends, 2 local), peer (n: none), channel, key
+    rank = np.concatenate([u, w, c_rank])
+    kind = np.concatenate([np.ones(nt), np.zeros(nt), np.where(brought, 0, 2)]).astype(np.int64)
+    peer = np.concatenate([w, u, np.where(brought, u[ca], n)])
+    chans = np.concatenate([chan, chan, np.where(brought, chan[ca], 0)])
+    key = np.concatenate([2 * position, 2 * position, np.where(brought, 2 * position[ca] + 1, -1)])
+    code = (kind * (n + 1) + peer) * nchannels + chans
+    span = 3 * (n + 1) * nchannels
+    blocks, block = np.unique(rank * span + code, return_inverse=True)
+    block_rank = blocks // span
+    first_block = np.searchsorted(block_rank, np.arange(n))
+    block_id = np.arange(len(blocks)) - first_block[block_rank]
+    order = np.lexsort((key, block))
+    first_step = np.searchsorted(block[order], np.arange(len(blocks) + 1))
+    slot = np.empty(len(order), dtype=np.int64)
+    slot[order] = np.arange(len(order)) - first_step[block[order]]
+    waits = np.flatnonzero(after >= 0)  # sends that wait for a receive (never their block)
+    target = nt + after[waits]
+    depid = np.full(len(order), -1, dtype=np.int64)
+    deps = np.full(len(order), -1, dtype=np.int64)
+    depid[waits], deps[waits] = block_id[block[target]], slot[target]
+    hasdep = np.zeros(len(order), dtype=np.int64)
+    hasdep[target] = 1
+    why = _overflow(n, limits, block_rank, rank, np.diff(first_step), block_id[block[target]])
+    if why:
+        return why
+    ops = np.concatenate([np.zeros(nt), np.ones(nt), np.full(len(c_rank), 2)]).astype(np.int64)
+    steps = np.stack([ops, np.concatenate([sbuf, sbuf, c_buf]),
+                      np.concatenate([soff, soff, c_off]),
+                      np.concatenate([np.full(2 * nt, 2), np.ones(len(c_rank))]).astype(np.int64),
+                      np.concatenate([doff, doff, c_out]),
+                      np.concatenate([cnt, cnt, np.full(len(c_rank), k)]),
+                      depid, deps, hasdep], axis=1)[order]
+    kinds, peers = (blocks % span) // nchannels // (n + 1), (blocks % span) // nchannels % (n + 1)
+    table = np.stack([block_rank, np.where(kinds == 1, peers, -1), np.where(kinds == 0, peers, -1),
+                      blocks % nchannels, first_step[:-1]], axis=1)
+    started = np.argsort(position)
+    moves = np.stack([chunk, cnt, u, w, np.where(after >= 0, position[after], -1)],
+                     axis=1)[started]
+    return GridPlan(nchannels, n * k, finish, np.array(scratch, dtype=np.int64), table, steps,
+                    moves)
+
+
+def _overflow(n: int, limits: RuntimeLimits, block_rank: np.ndarray, step_rank: np.ndarray,
+              block_steps: np.ndarray, waited: np.ndarray) -> str:
+    """Why the runtime cannot hold the plan's ranks ('' if it can)."""
+    blocks = np.bincount(block_rank, minlength=n)
+    steps = np.bincount(step_rank, minlength=n)
+    elements = 1 + n + blocks + steps
+    v = int(np.argmax(elements))
+    if elements[v] > limits.max_elements:
+        return (f"rank {v} takes {int(steps[v]):,} steps in {int(blocks[v])} thread blocks: "
+                f"{int(elements[v]):,} XML elements, more than the {limits.max_elements} the "
+                "runtime's reader holds")
+    if blocks.max() > limits.max_threadblocks or (len(waited) and waited.max() >= limits.waitable):
+        return f"a rank needs {int(blocks.max())} thread blocks, more than the runtime holds"
+    if block_steps.max() > limits.max_steps:
+        return f"a thread block takes {int(block_steps.max())} steps, more than {limits.max_steps}"
+    return ""
 
 
 def grid_hops(dims: tuple[int, ...], wrap: bool) -> int:
@@ -410,28 +403,29 @@ def solve_grid_alltoall(problem: Problem, min_hops: int = GRID_FROM_HOPS
     if isinstance(plan, str):
         return None
     lt = next(iter(timings.values()))
-    calls = -(-plan.cnt // lt.capacity)  # epochs of occupancy each group holds its link
-    start = np.zeros(len(plan.cnt), dtype=np.int64)
-    arrive = np.zeros(len(plan.cnt), dtype=np.int64)
+    first, cnt, src, dst, after = plan.moves.T
+    calls = -(-cnt // lt.capacity)  # occupancies each group holds its link
+    start = np.zeros(len(cnt), dtype=np.int64)
+    arrive = np.zeros(len(cnt), dtype=np.int64)
     free: dict[tuple[int, int], int] = {}
-    for i, (u, w, after, c) in enumerate(zip(plan.src.tolist(), plan.dst.tolist(),
-                                             plan.after.tolist(), calls.tolist(), strict=True)):
+    for i, (u, w, a, c) in enumerate(zip(src.tolist(), dst.tolist(), after.tolist(),
+                                         calls.tolist(), strict=True)):
         if i % 65536 == 0:
             check(PLANNING)
-        t = max(free.get((u, w), 0), int(arrive[after]) if after >= 0 else 0)
-        start[i] = t
-        free[(u, w)] = t + c * lt.occupancy
-        arrive[i] = t + (c - 1) * lt.occupancy + lt.delay
-    each = np.repeat(np.arange(len(plan.cnt)), plan.cnt)
-    offset = np.arange(len(each)) - np.repeat(np.cumsum(plan.cnt) - plan.cnt, plan.cnt)
+        at = max(free.get((u, w), 0), int(arrive[a]) if a >= 0 else 0)
+        start[i] = at
+        free[(u, w)] = at + c * lt.occupancy
+        arrive[i] = at + (c - 1) * lt.occupancy + lt.delay
+    each = np.repeat(np.arange(len(cnt)), cnt)
+    offset = np.arange(len(each)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     begin = start[each] + (offset // lt.capacity) * lt.occupancy
     names = tuple(node.name for node in topology.nodes)
     index = np.array([names.index(f"g{v}") for v in range(n)], dtype=np.int64)
-    moves = Moves(names, plan.first[each] + offset, index[plan.src[each]],
-                  index[plan.dst[each]], begin, begin + lt.delay)
-    notes = (f"grid AlltoAll: dimension by dimension, slowest first, {len(plan.cnt):,} "
-             f"groups of up to {int(plan.cnt.max())} chunks relayed in one step each, on "
-             f"{plan.nchannels} channel(s)",)
+    moves = Moves(names, first[each] + offset, index[src[each]], index[dst[each]], begin,
+                  begin + lt.delay)
+    notes = (f"grid AlltoAll: dimension by dimension, slowest first, {len(cnt):,} groups of "
+             f"up to {int(cnt.max())} chunks relayed in one step each, on {plan.nchannels} "
+             "channel(s)",)
     return moves, notes
 
 
