@@ -440,28 +440,40 @@ def check_loadable(collective: Collective, topology: Topology | None = None) -> 
 
 
 def _check_relays(collective: Collective, topology: Topology) -> None:
-    """Refuse an AlltoAll on a GPU-only topology whose chunks must cross more links than
-    the files teccl writes can hold: the lowering gives every chunk a rank receives a
-    step of its own (only local copies are merged), so some rank has at least the
+    """Refuse an AlltoAll on a GPU-only topology that no file teccl writes can hold, by
+    arithmetic. On a generated mesh or torus (every rank, out of place) the grid AlltoAll
+    relays groups of chunks in one step each: it fits where its busiest rank's steps and
+    thread blocks do (:func:`~te_ccl.backends.scale.grid_alltoall.grid_elements`).
+    Elsewhere, and where that does not fit, the lowering gives every chunk a rank receives
+    a step of its own (only local copies are merged), so some rank has at least the
     average of the links the chunks cross on their shortest paths (:func:`hop_sum`) as
     steps, beside its thread blocks, within the runtime reader's ``max_elements`` less
-    the ``<algo>`` and the ``<gpu>``s. An MSCCL file that moves several relayed chunks
-    per step is not ruled out; teccl does not write one."""
+    the ``<algo>`` and the ``<gpu>``s."""
     if collective.kind is not CollectiveKind.ALLTOALL or topology.switches:
         return
+    from te_ccl.backends.scale.grid_alltoall import grid_elements, grid_shape
+
     n, k = collective.nranks, collective.chunks_per_rank
     room = MSCCL.step_room(n)
     if k * (n - 1) ** 2 <= room:
         return  # no pair is more than n - 1 links apart: fits without measuring
+    shape = grid_shape(topology)
+    grid = ""
+    if shape is not None and not collective.inplace and collective.ranks == tuple(range(n)):
+        need, rank = grid_elements(*shape, k)
+        if need <= MSCCL.max_elements:
+            return
+        grid = (f"; the grid AlltoAll, which relays groups of chunks in one step each, "
+                f"needs {need:,} elements on rank position {rank}")
     hops = k * hop_sum(topology, collective.ranks, enough=(room + 1) * n // k)
     if -(-hops // n) > room:
         raise RuntimeLimitError(
             f"no MSCCL file teccl writes holds this AlltoAll of {n} ranks: its chunks cross "
             f"at least {hops:,} links (shortest paths), so some rank receives at least "
-            f"{-(-hops // n):,} chunks, each a step of its own in the files teccl writes, more "
-            f"than the {room:,} steps the runtime's reader holds per rank ({MSCCL.max_elements} "
-            f"elements less the <algo>, the {n} <gpu>s and a thread block); a topology with "
-            "fewer hops between GPUs (or fewer ranks) fits")
+            f"{-(-hops // n):,} chunks, each a step of its own in a file of one step per chunk "
+            f"and link, more than the {room:,} steps the runtime's reader holds per rank "
+            f"({MSCCL.max_elements} elements less the <algo>, the {n} <gpu>s and a thread "
+            f"block){grid}; a topology with fewer hops between GPUs (or fewer ranks) fits")
 
 
 def hop_sum(topology: Topology, ranks: tuple[int, ...], enough: int | None = None) -> int:

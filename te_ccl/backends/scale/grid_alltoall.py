@@ -39,7 +39,7 @@ from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.topology.model import Topology
 
 __all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "grid_plan",
-           "grid_hops", "grid_alpha", "solve_grid_alltoall", "METHOD", "GRID_FROM_HOPS"]
+           "grid_hops", "grid_elements", "grid_alpha", "solve_grid_alltoall", "METHOD", "GRID_FROM_HOPS"]
 
 METHOD = "grid-alltoall"
 PLANNING = "planning the grid AlltoAll"  # what a deadline reached interrupted
@@ -154,6 +154,10 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
     if size[0] > limits.max_count - 1:
         return (f"an element of {size[0]} chunks (the ranks behind the slowest dimension "
                 f"× {k}) is more than a step carries ({limits.max_count - 1})")
+    need, v = grid_elements(dims, wrap, k, limits)
+    if need > limits.max_elements:
+        return (f"its rank {v} reads {need:,} XML elements, more than the "
+                f"{limits.max_elements} the runtime's reader holds")
     t = _Transfers()
     copies: list[tuple[int, int, int, int, int]] = []  # rank, buffer, offset, output, after
     scratch = [0] * n
@@ -351,6 +355,44 @@ def _overflow(n: int, limits: RuntimeLimits, block_rank: np.ndarray, step_rank: 
     if block_steps.max() > limits.max_steps:
         return f"a thread block takes {int(block_steps.max())} steps, more than {limits.max_steps}"
     return ""
+
+
+def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
+                  limits: RuntimeLimits = MSCCL) -> tuple[int, int]:
+    """(the most XML elements one rank reads for the grid plan, that rank) by arithmetic,
+    without building it: the ``<algo>``, every ``<gpu>``, and the rank's steps and thread
+    blocks. In the phase of dimension ``p`` every rank holds ``d_0 ⋯ d_(p−1)`` bundles, and
+    the groups of a bundle depend only on its holder's coordinate along ``p``: each group
+    hop is a send at one end and a receive at the other, each receive on a link takes a
+    thread block per :data:`PER_CHANNEL`, and every chunk delivered is one copy (and
+    a thread block of its own for the rank's chunk to itself).
+
+    >>> grid_elements((16, 16), False, 1)[0] <= MSCCL.max_elements
+    True
+    """
+    m, n = len(dims), math.prod(dims)
+    steps = np.full(n, n, dtype=np.int64)  # a copy per source, the rank's own one too
+    blocks = np.ones(n, dtype=np.int64)    # the block of the rank's copy to itself
+    ranks = np.arange(n)
+    for p in range(m):
+        d, bundles = dims[p], math.prod(dims[:p])
+        per_group = (limits.max_count - 1) // (math.prod(dims[p + 1:]) * k)
+        ends = np.zeros(d, dtype=np.int64)           # group hops sent or received at x
+        load = np.zeros((d, 2), dtype=np.int64)      # groups on the link from x, + and −
+        for c in range(d):
+            for step, elements in _groups(c, d, wrap, per_group):
+                for h in range(1, elements[-1][1] + 1):
+                    x = (c + step * (h - 1)) % d
+                    ends[x] += 1
+                    ends[(x + step) % d] += 1
+                    load[x, int(step < 0)] += 1
+        x = (ranks // math.prod(dims[p + 1:])) % d
+        steps += bundles * ends[x]
+        tbs = -(-bundles * load // PER_CHANNEL)  # per link, sending or receiving
+        blocks += tbs[x, 0] + tbs[x, 1] + tbs[(x - 1) % d, 0] + tbs[(x + 1) % d, 1]
+    elements = 1 + n + steps + blocks
+    v = int(np.argmax(elements))
+    return int(elements[v]), v
 
 
 def grid_hops(dims: tuple[int, ...], wrap: bool) -> int:
