@@ -1,0 +1,113 @@
+"""The grid AlltoAll: files of groups relayed in one step that verify, replay without
+deadlock, and fit the runtime by the same arithmetic the compile refuses by."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import te_ccl
+from te_ccl.backends.scale.grid_alltoall import (
+    METHOD,
+    grid_elements,
+    grid_hops,
+    grid_plan,
+    grid_shape,
+    solve_grid_alltoall,
+)
+from te_ccl.bounds import lower_bound
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.compiler.pipeline import check_loadable, hop_sum
+from te_ccl.errors import RuntimeLimitError
+from te_ccl.lower.msccl import lower_to_msccl
+from te_ccl.lower.msccl.grid import grid_program
+from te_ccl.model.problem import build_problem
+from te_ccl.runtime_limits import MSCCL
+from te_ccl.schedule import Schedule, SolveInfo
+from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.topology.generators import mesh, torus
+from te_ccl.topology.model import Topology
+from te_ccl.verify.msccl.verify import verify_msccl
+from te_ccl.verify.schedule_check import check_schedule
+
+GRIDS = [(mesh, (4, 4), 1), (torus, (3, 5), 2), (mesh, (3, 2, 4), 2), (torus, (3, 3, 3), 1),
+         (mesh, (7,), 1), (torus, (6,), 3)]
+
+
+def _a2a(topo: Topology, k: int = 1, size: int = 1 << 20) -> Collective:
+    return Collective(CollectiveKind.ALLTOALL, size, tuple(range(topo.ngpus)),
+                      chunks_per_rank=k)
+
+
+def _schedule(topo: Topology, coll: Collective) -> Schedule:
+    problem = build_problem(topo, coll)
+    moves, notes = solve_grid_alltoall(problem, min_hops=0)
+    info = SolveInfo(backend="scale", status=f"scale/{METHOD}: feasible (not proven optimal)",
+                     notes=notes)
+    return Schedule(topo, coll, problem.epoch_s, tuple(moves.transfers()), info)
+
+
+@pytest.mark.parametrize(("make", "dims", "k"), GRIDS)
+def test_the_file_verifies_and_replays_as_its_checked_schedule_moves(make, dims, k):
+    topo = make(list(dims), 50e9, 5e-7)
+    coll = _a2a(topo, k)
+    schedule = _schedule(topo, coll)
+    assert check_schedule(schedule) == []
+    xml = lower_to_msccl(schedule)
+    assert any(f'type="s" srcbuf="s" srcoff="{o}"'.encode() in xml for o in range(4))  # relays
+    assert max(int(c) for c in re.findall(rb'cnt="(\d+)"', xml)) > k  # groups in one step
+    report = verify_msccl(xml.decode())
+    assert report.valid, report.errors[:3]
+    replayed = simulate_msccl(xml.decode(), topo, coll.size_bytes).finish_time_s
+    assert replayed >= lower_bound(topo, coll).seconds * (1 - 1e-9)
+
+
+@pytest.mark.parametrize(("make", "dims", "k"), GRIDS + [(mesh, (8, 8), 3), (torus, (6, 6), 1), (torus, (4, 4, 4), 1)])
+def test_the_arithmetic_counts_the_elements_of_the_busiest_rank_exactly(make, dims, k):
+    wrap = make is torus
+    plan = grid_plan(dims, wrap, k)
+    n = math.prod(dims)
+    block_rank = plan.blocks[:, 0]
+    step_rank = block_rank[np.searchsorted(plan.blocks[:, 4], np.arange(len(plan.steps)),
+                                           side="right") - 1]
+    elements = 1 + n + np.bincount(block_rank, minlength=n) + np.bincount(step_rank, minlength=n)
+    assert grid_elements(dims, wrap, k)[0] == int(elements.max())
+    assert grid_hops(dims, wrap) == hop_sum(make(list(dims), 1e9), tuple(range(n)))
+
+
+def test_a_grid_with_a_link_removed_or_in_place_gets_no_grid_file():
+    topo = mesh([4, 4], 50e9)
+    assert grid_shape(topo) == ((4, 4), False)
+    cut = Topology.build("cut", topo.nodes, [x for x in topo.links if x.key != ("g0", "g1")],
+                         meta=topo.meta)
+    assert grid_shape(cut) is None
+    assert solve_grid_alltoall(build_problem(cut, _a2a(cut)), min_hops=0) is None
+    schedule = _schedule(topo, _a2a(topo))
+    assert grid_program(schedule, "a", "Simple", 0, 0, MSCCL) is not None
+    inplace = replace(schedule.collective, inplace=True)
+    for other in (replace(schedule, collective=inplace),
+                  schedule.with_info(status="scale/flow-alltoall: feasible")):
+        assert grid_program(other, "a", "Simple", 0, 0, MSCCL) is None
+
+
+def test_an_element_over_a_step_or_ranks_over_the_reader_get_the_reason():
+    assert "more than a step carries" in grid_plan((8, 8), False, 9)
+    assert "XML elements" in grid_plan((32, 32), True, 1)
+
+
+def test_a_256_gpu_mesh_alltoall_is_loadable_and_1024_gpus_refused_with_both_reasons():
+    check_loadable(_a2a(mesh([16, 16], 50e9)), mesh([16, 16], 50e9))
+    with pytest.raises(RuntimeLimitError, match="the grid AlltoAll.*needs 5,373 elements"):
+        check_loadable(_a2a(torus([32, 32], 50e9)), torus([32, 32], 50e9))
+
+
+@pytest.mark.slow
+def test_a_mesh16x16_alltoall_compile_writes_a_verified_grid_file(tmp_path):
+    out = tmp_path / "a.xml"
+    result = te_ccl.compile("mesh16x16", "alltoall", size="1MB", output=str(out))
+    assert result.status.startswith(f"scale/{METHOD}")
+    assert verify_msccl(out.read_text()).valid
