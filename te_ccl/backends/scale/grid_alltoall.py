@@ -13,14 +13,14 @@ for the next phase, or at the last phase its chunk, copied to the output) and se
 rest on.
 
 Steps per rank stay far below the reader's limit where one step per chunk and hop does
-not fit (mesh 16×16: one step per chunk-hop gives its centre rank 4,319 steps; here about
-a thousand). Every step moves one group over one link, so the file
-is deadlock-free by construction: every thread block takes its transfers in the order of
-one key ``(phase, hop, longest way first, group)``, and a step waits only for a receive
-of smaller key (:func:`grid_plan`).
+not fit (mesh 16×16: one step per chunk and hop gives its centre rank 4,319 steps; here
+1,134 elements in all, :func:`grid_elements`). Every step moves one group over one link,
+so the file is deadlock-free by construction: every thread block takes its transfers in
+the order one list schedule starts them (:func:`_order`), and a step waits only for a
+receive that started before it.
 
 The schedule (:func:`solve_grid_alltoall`) has the same transfers chunk by chunk, each
-group store-and-forward on its links in key order; the file is timed by its own replay.
+group store-and-forward on its links in that order; the file is timed by its own replay.
 """
 
 from __future__ import annotations
@@ -185,7 +185,7 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
                     w = _neighbour(u, p, step, dims, wrap)
                     got = scratch[w]
                     scratch[w] += cnt
-                    ready = t.add((hop - far) * _GIDS + gid, u, w, cnt, sbuf, soff, got,
+                    ready = t.add(-hop * _GIDS + gid, u, w, cnt, sbuf, soff, got,
                                   ready, chunk)
                     sbuf, soff, u = 2, got, w
                     if elements[0][1] == hop:  # w keeps its element
@@ -204,7 +204,7 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
     return _assemble(n, k, t, copies, scratch, limits, alpha)
 
 
-_GIDS = 1 << 32  # groups fewer than this: a priority is (hops left) · _GIDS + group
+_GIDS = 1 << 32  # groups fewer than this: a priority is −(hops made) · _GIDS + group
 
 
 class _Transfers:
@@ -229,8 +229,10 @@ def _order(prio: list[int], link: np.ndarray, cnt: list[int], after: list[int],
            alpha: float) -> tuple[np.ndarray, float]:
     """When a list schedule starts each transfer (its position among all), and when the
     last arrives: every link (one chunk per time unit, ``alpha`` units to arrive) takes,
-    whenever it is free, the ready group with the most hops left in its phase (then the
-    first made); a group is ready once the transfer its sender waits for has arrived."""
+    whenever it is free, the ready group that has made the most hops in its phase (then
+    the first made: groups in flight drain first, which feeds the next phase sooner than
+    sending the longest ways first, mesh 16×16 5% and torus 16×16 14% earlier); a group is
+    ready once the transfer its sender waits for has arrived."""
     children: list[list[int]] = [[] for _ in prio]
     nlinks = int(link.max()) + 1 if len(link) else 0
     queues: list[list[tuple[int, int]]] = [[] for _ in range(nlinks)]
