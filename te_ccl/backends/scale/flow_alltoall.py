@@ -33,6 +33,7 @@ import numpy as np
 
 from te_ccl.backends.base import Clock
 from te_ccl.backends.scale.flow_schedule import list_schedule
+from te_ccl.backends.scale.grid_alltoall import grid_takes
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.msccl_budget import max_subchunks, room
 from te_ccl.backends.scale.symmetry import torus_symmetry
@@ -323,7 +324,11 @@ def flow_subchunks(topology: Topology, collective: Collective, max_transfers: in
 
     Routes are estimated by shortest paths (the LP's second pass prefers those); a GPU
     counts one step per sub-chunk it sends or receives, two per sub-chunk it relays.
+    Where the grid AlltoAll takes the collective (:func:`grid_takes`), one: its groups are
+    whole elements, which more pieces only make larger.
     """
+    if grid_takes(topology, collective):
+        return 1
     g = topology.graph()
     ranks = set(topology.gpu(r) for r in collective.ranks)
     hops, steps = 0, defaultdict(int)

@@ -33,13 +33,15 @@ from functools import lru_cache
 import numpy as np
 
 from te_ccl.backends.scale.moves import Moves
+from te_ccl.collective.model import Collective
 from te_ccl.deadline import check
 from te_ccl.model.problem import Problem
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.topology.model import Topology
 
 __all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "grid_plan",
-           "grid_hops", "grid_elements", "grid_alpha", "solve_grid_alltoall", "METHOD", "GRID_FROM_HOPS"]
+           "grid_hops", "grid_elements", "grid_alpha", "solve_grid_alltoall", "grid_takes",
+           "METHOD", "GRID_FROM_HOPS"]
 
 METHOD = "grid-alltoall"
 PLANNING = "planning the grid AlltoAll"  # what a deadline reached interrupted
@@ -407,6 +409,15 @@ def grid_hops(dims: tuple[int, ...], wrap: bool) -> int:
     n = math.prod(dims)
     line = [(d ** 3 - d) // 3 if not wrap else d * (d * d // 4) for d in dims]
     return sum((n // d) ** 2 * s for d, s in zip(dims, line, strict=True))
+
+
+def grid_takes(topology: Topology, collective: Collective) -> bool:
+    """Does :func:`solve_grid_alltoall` take this AlltoAll (every GPU in order, out of
+    place, on a mesh or torus, at least :data:`GRID_FROM_HOPS` chunk-hops)?"""
+    shape = grid_shape(topology)
+    return (shape is not None and not collective.inplace
+            and collective.ranks == tuple(range(topology.ngpus))
+            and collective.chunks_per_rank * grid_hops(*shape) >= GRID_FROM_HOPS)
 
 
 def _alltoall_chunks(problem: Problem, n: int) -> int | None:
