@@ -125,7 +125,7 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         check_output_dir(fred_tables, key="fred_tables")
     fmt = output_format(None if output is None else str(output), fmt, topo.reducing_switches)
     if runtime != "msccl" and fmt != "xml":
-        raise SpecError(f"runtime {runtime} loads MSCCL XML, not {fmt}", key="runtime")
+        raise SpecError(f"the {runtime} runtime loads MSCCL XML, not {fmt}", key="runtime")
     if fmt == "mscclpp":
         _check_plan_kind(coll, previous, span)
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,

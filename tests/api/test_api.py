@@ -191,7 +191,7 @@ def test_a_runtime_other_than_msccls_is_refused_for_what_is_not_xml(teccl, tmp_p
     assert exc.value.key == "runtime"
     code, _, err = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB", "--format", fmt,
                          "--runtime", "rccl", "-o", str(tmp_path / "x"))
-    assert code == 2 and "runtime rccl loads MSCCL XML" in err and err.count("\n") == 1
+    assert code == 2 and "the rccl runtime loads MSCCL XML" in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []
 
 

@@ -45,6 +45,6 @@ def test_runtime_is_for_xml_only(tmp_path: Path, capsys: pytest.CaptureFixture) 
         main(["compile", "mi300x", "-c", "allgather", "-s", "1KB", "--runtime", "rccl",
               "-o", str(tmp_path / "s.json")])
     assert exited.value.code == 2
-    assert "runtime rccl loads MSCCL XML, not json" in capsys.readouterr().err
+    assert "the rccl runtime loads MSCCL XML, not json" in capsys.readouterr().err
     with pytest.raises(SpecError, match="runtime"):
         te_ccl.compile("mi300x", "allgather", size="1KB", runtime="nccl")  # type: ignore[arg-type]
