@@ -2,8 +2,8 @@
 
 :func:`te_ccl.bounds.lower_bound` is exact but can take seconds on large fabrics (the
 AlltoAll LP). The benchmark computes it once per (topology, kind, ranks, root) in a worker
-process with a time limit and rescales it to every size: every bandwidth part of the
-bound is proportional to the buffer size, the α part does not depend on it, so the part
+process with a time limit and rescales it to every size (:meth:`Bound.rescaled`: every
+part is proportional to the buffer size but its fixed α seconds), so the part
 that sets the bound (:attr:`ScaledBound.argument`) is chosen after rescaling — ``alpha_s``
 at 1 KB, a bandwidth part at 1 GB. The cache is held in memory for one run (nothing is
 stored between runs) and keyed by the topology itself, its nodes and links, so two
@@ -35,6 +35,7 @@ class ScaledBound:
     seconds: float | None
     parts: dict[str, float] = field(default_factory=dict)
     kind: str = "exact"
+    fixed: dict[str, float] = field(default_factory=dict)  # Bound.fixed: what does not rescale
 
     @property
     def argument(self) -> str:
@@ -72,7 +73,7 @@ class Bounds:
             job = pool.apply_async(lower_bound, (topology, ref))
             try:
                 b = job.get(self.limit)
-                return ScaledBound(b.seconds, dict(b.parts))
+                return ScaledBound(b.seconds, dict(b.parts), fixed=dict(b.fixed))
             except multiprocessing.TimeoutError:
                 pool.terminate()
         if ref.kind in (CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER,
@@ -86,6 +87,5 @@ class Bounds:
             self.cache[key] = self._compute(topology, replace(collective, size_bytes=_REF,
                                                               chunks_per_rank=1))
         ref = self.cache[key]
-        scale = collective.size_bytes / _REF
-        parts = {k: (v if k == "alpha_s" else v * scale) for k, v in ref.parts.items()}
+        parts = Bound(0.0, ref.parts, ref.fixed).rescaled(collective.size_bytes / _REF)
         return ScaledBound(max(parts.values()) if parts else None, parts, ref.kind)

@@ -25,6 +25,8 @@ BOUND_ARGUMENTS: dict[str, str] = {
     "cut_s": "the bytes that must cross the boundary of a set of nodes, over its bandwidth "
              "(Broadcast, Reduce: the root's least max-flow; AllReduce: the least cut "
              "between two members, each way; `node-cut`: one GPU's links)",
+    "stream_s": "Broadcast, Reduce: the bytes leaving the root's side of a cut over its "
+                "bandwidth, then the α-distance from that cut to the farthest GPU",
     "gossip_s": "AllReduce: 2(k−1) transfers of every element into the k groups of nodes "
                 "that can add, over the bandwidth into (or out of) the groups",
     "per_node_s": "AlltoAll, custom: the bytes each node sends and receives, over its own links",

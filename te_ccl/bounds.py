@@ -27,6 +27,14 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
   element's sum needs data from both sides, so every element crosses each way — once
   suffices, wherever partials can be added, so RS + AG (which counts it ``2(N−1)/N``
   times) is not a bound.
+* ``stream_s`` (Broadcast; Reduce reversed): ``M/B⁺(S)`` plus the α-distance ``D`` from
+  the far ends of the links leaving ``S`` (the root's side) to the farthest member
+  outside. With ``e(β)`` the earliest arrival of a transfer carrying byte ``β`` out of
+  ``S``, the bytes with ``e(β) ≤ t`` are at most ``B⁺(S)·t`` (a), so some byte has
+  ``e ≥ M/B⁺(S)``; its chain to that member crosses a link leaving ``S`` and then adds
+  each hop's α (b, c). For Reduce, by the latest start into ``S`` per byte: some byte's
+  every transfer into ``S`` starts by ``T − M/B⁻(S)``, after the far member's data
+  crossed ``D``. ``S``: the root alone and the root's side of the least cut.
 * ``gossip_s`` (AllReduce): split the nodes into groups holding every node that can add
   (GPUs, reducing switches); say ``k`` groups hold members. Every element needs
   ``2(k−1)`` transfers into groups from outside them, the one-way gossip count: treat a
@@ -63,9 +71,11 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
   other's data (b, c), the farthest such pair.
 
 The bandwidth arguments are taken with ``max`` against ``alpha_s``, never summed: a sum
-is no bound when the far pair can be served at t = 0 while the cut is busy. Every part
-but ``alpha_s`` is proportional to ``M`` and ``alpha_s`` does not depend on it, so a
-bound computed at one size rescales to any other. None depends on the chunking.
+is no bound when the far pair can be served at t = 0 while the cut is busy (``stream_s``
+adds only the latency after the cut's last byte). Every part is a term proportional to
+``M`` plus a fixed one (:attr:`Bound.fixed`: all of ``alpha_s``, the tail of
+``stream_s``), so a bound computed at one size rescales to any other
+(:meth:`Bound.rescaled`). None depends on the chunking.
 
 >>> from te_ccl.collective import Collective, CollectiveKind
 >>> from te_ccl.topology import Link, Node, Topology
@@ -101,10 +111,22 @@ EXACT_CUT_MAX_GPUS = 2048
 @dataclass(frozen=True)
 class Bound:
     """``seconds``: the bound; ``parts``: each argument's value in seconds (the bound is
-    the largest; every part but ``alpha_s`` is proportional to the size)."""
+    the largest); ``fixed``: the seconds of a part that do not grow with the size (all of
+    ``alpha_s``, the α tail of ``stream_s``), the rest of every part is proportional to it."""
 
     seconds: float
     parts: dict[str, float] = field(default_factory=dict)  # read-only: bounds are shared
+    fixed: dict[str, float] = field(default_factory=dict)
+
+    def rescaled(self, factor: float) -> dict[str, float]:
+        """The parts for ``factor`` times the size (:attr:`fixed` seconds stay).
+
+        >>> Bound(3.0, {"cut_s": 2.0, "stream_s": 3.0, "alpha_s": 1.0},
+        ...       {"stream_s": 1.0, "alpha_s": 1.0}).rescaled(2)
+        {'cut_s': 4.0, 'stream_s': 5.0, 'alpha_s': 1.0}
+        """
+        return {k: self.fixed.get(k, 0.0) + (v - self.fixed.get(k, 0.0)) * factor
+                for k, v in self.parts.items()}
 
     @property
     def argument(self) -> str:
@@ -153,10 +175,9 @@ def _best_set(g: nx.DiGraph, members: list[str], sinks: list[str], lam: float
     return best / scale, best_set
 
 
-def _max_flows(g: nx.DiGraph, pairs: list[tuple[str, str]]) -> list[float]:
-    """The max-flow (bandwidth) of each (source, sink) pair, by OR-Tools on one network:
-    capacities scaled to integers as in :func:`_best_set` (rounding moves a flow by less
-    than 1e-12 of its value)."""
+def _flow_network(g: nx.DiGraph):
+    """OR-Tools' max-flow on ``g`` (capacities scaled to integers as in :func:`_best_set`:
+    rounding moves a flow by less than 1e-12 of its value), its node index and scale."""
     from ortools.graph.python import max_flow
 
     index = {v: i for i, v in enumerate(g.nodes)}
@@ -167,12 +188,36 @@ def _max_flows(g: nx.DiGraph, pairs: list[tuple[str, str]]) -> list[float]:
                                 np.array([index[v] for _, v, _ in arcs], dtype=np.int32),
                                 np.array([round(bw * scale) for _, _, bw in arcs],
                                          dtype=np.int64))
+    return flow, index, scale
+
+
+def _solve(flow, index: dict[str, int], a: str, b: str) -> None:
+    if flow.solve(index[a], index[b]) != flow.OPTIMAL:
+        raise ArithmeticError(f"max-flow from {a} to {b} failed")
+
+
+def _max_flows(g: nx.DiGraph, pairs: list[tuple[str, str]]) -> list[float]:
+    """The max-flow (bandwidth) of each (source, sink) pair, by OR-Tools on one network."""
+    flow, index, scale = _flow_network(g)
     out = []
     for a, b in pairs:
-        if flow.solve(index[a], index[b]) != flow.OPTIMAL:
-            raise ArithmeticError(f"max-flow from {a} to {b} failed")
+        _solve(flow, index, a, b)
         out.append(flow.optimal_flow() / scale)
     return out
+
+
+def _least_cut(g: nx.DiGraph, source: str, sinks: list[str]) -> tuple[float, set[str]]:
+    """The least max-flow from ``source`` to one of ``sinks`` and the source's side of
+    that minimum cut."""
+    flow, index, scale = _flow_network(g)
+    values = []
+    for b in sinks:
+        _solve(flow, index, source, b)
+        values.append(flow.optimal_flow())
+    worst = sinks[int(np.argmin(values))]
+    _solve(flow, index, source, worst)
+    names = list(g.nodes)
+    return flow.optimal_flow() / scale, {names[i] for i in flow.get_source_side_min_cut()}
 
 
 def _bandwidth(g: nx.DiGraph, node: str, incoming: bool) -> float:
@@ -258,11 +303,14 @@ def _adjacency(links, *, reverse: bool) -> dict[str, list[tuple[float, str]]]:
     return out
 
 
-def _farthest(adjacency: dict[str, list[tuple[float, str]]], s: str,
+def _farthest(adjacency: dict[str, list[tuple[float, str]]], s: str | set[str],
               targets: list[str]) -> tuple[float, str]:
-    """(distance, node) of the target farthest from ``s`` (Dijkstra); unreachable ones
-    count as 0, as the other parts of the bound deal with them."""
-    dist, heap = {s: 0.0}, [(0.0, s)]
+    """(distance, node) of the target farthest from ``s`` (from the nearest of a set of
+    nodes; Dijkstra); unreachable ones count as 0, as the other parts of the bound deal
+    with them."""
+    starts = s if isinstance(s, set) else {s}
+    dist = dict.fromkeys(starts, 0.0)
+    heap = [(0.0, x) for x in sorted(starts)]
     while heap:
         d, u = heapq.heappop(heap)
         if d > dist[u]:
@@ -334,10 +382,32 @@ def _cut_part(topology: Topology, members: list[str], per_rank: float,
     return per_rank * allgather_cut_ratio(topology, members, sinks)[0]
 
 
-def _broadcast_part(topology: Topology, root: str, members: list[str], size: float) -> float:
-    """``M / min_v maxflow(root, v)``: every byte crosses every cut between them."""
-    flows = _max_flows(topology.graph(), [(root, v) for v in members if v != root])
-    return size / min(flows) if flows else 0.0
+_TAIL = "stream tail"  # carried from _broadcast_parts to Bound.fixed
+
+
+def _broadcast_parts(topology: Topology, root: str, members: list[str], size: float
+                     ) -> dict[str, float]:
+    """``cut_s``: ``M / min_v maxflow(root, v)``, every byte crosses every cut between
+    them; ``stream_s``: ``M / B⁺(S)`` and then the α-distance from the far ends of the
+    links leaving ``S`` to the farthest member outside, for ``S`` the root alone and the
+    root's side of that least cut (the module docstring)."""
+    others = [v for v in members if v != root]
+    if not others:
+        return {}
+    g = topology.graph()
+    cut, side = _least_cut(g, root, others)
+    adjacency = _adjacency(topology.links, reverse=False)
+    stream, tail = 0.0, 0.0
+    for inside in ({root}, side):
+        heads = {v for u in inside for _, v in g.out_edges(u) if v not in inside}
+        bandwidth = sum(bw for u in inside for _, v, bw in g.out_edges(u, data="bandwidth")
+                        if v not in inside)
+        outside = [v for v in others if v not in inside]
+        if heads and outside and bandwidth > 0:
+            d = _farthest(adjacency, heads, outside)[0]
+            if size / bandwidth + d > stream:
+                stream, tail = size / bandwidth + d, d
+    return {"cut_s": size / cut, "stream_s": stream, _TAIL: tail}
 
 
 def separating_cut_bandwidth(topology: Topology, members: list[str]) -> float:
@@ -520,8 +590,7 @@ def _bandwidth_parts(topology: Topology, collective: Collective) -> dict[str, fl
     if kind is K.SCATTER:
         return {"cut_s": _cut_part(rev, members, size / n, [root])}
     if kind in (K.BROADCAST, K.REDUCE):
-        return {"cut_s": _broadcast_part(topology if kind is K.BROADCAST else rev, root,
-                                         members, size)}
+        return _broadcast_parts(topology if kind is K.BROADCAST else rev, root, members, size)
     # AlltoAll: each member sends M/N to and receives M/N from every other member
     each = Counter({v: size * (n - 1) / n for v in members})
     parts = {"per_node_s": _per_node_part(topology, each, each)}
@@ -543,9 +612,10 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
         parts = _custom_parts(topology, collective)
         return Bound(max(parts.values()), parts)
     parts = _bandwidth_parts(topology, collective)
+    fixed = {"stream_s": parts.pop(_TAIL)} if _TAIL in parts else {}
     members = _members(topology, collective)
     root = [topology.gpu(collective.root)] if collective.root is not None else []
     sources = root if kind in (K.BROADCAST, K.SCATTER) else members
     targets = root if kind in (K.REDUCE, K.GATHER) else members
-    parts["alpha_s"] = _alpha_distance(topology, sources, targets)
-    return Bound(max(parts.values()), parts)
+    parts["alpha_s"] = fixed["alpha_s"] = _alpha_distance(topology, sources, targets)
+    return Bound(max(parts.values()), parts, fixed)

@@ -236,9 +236,10 @@ def mesh_bound_models(strategy: Strategy, kind: str, latencies: tuple[float, flo
                  else [Collective(CollectiveKind.BROADCAST, size, pair, root=pair[0])
                        for pair in op.pairs])
         for c in colls:
-            parts = lower_bound(topo, c).parts
-            out.append((parts.get("alpha_s", 0.0),
-                        max(v for k, v in parts.items() if k != "alpha_s") / REF_BYTES))
+            b = lower_bound(topo, c)  # the size's part of each: fixed α seconds do not scale
+            out.append((b.parts.get("alpha_s", 0.0),
+                        max(v - b.fixed.get(k, 0.0) for k, v in b.parts.items()
+                            if k != "alpha_s") / REF_BYTES))
     return tuple(out)
 
 

@@ -235,3 +235,23 @@ def test_gossip_groupings_beyond_the_cap_are_spread_over_the_bandwidths(monkeypa
     groupings = bounds._threshold_partitions(t)
     assert len(groupings) == 4 and all(len(g) == 1 for g in groupings[0])
     assert 0 < bounds.gossip_time(t, members, 1e9) <= full
+
+
+@pytest.mark.parametrize("kind", ["broadcast", "reduce"])
+def test_a_rooted_stream_pays_the_cut_then_the_latency_past_it(kind):
+    """From an end of a line of four (1 GB/s, 1 µs a link): the last byte to leave the
+    root arrives at g1 after M/b, and has two more links to g3 (Reduce: reversed)."""
+    from te_ccl.topology import generators as gen
+
+    line = gen.mesh([4], 1e9, 1e-6)
+    b = lower_bound(line, coll(kind, 4, 10**6, root=0))
+    assert b.parts["cut_s"] == pytest.approx(1e-3)
+    assert b.parts["stream_s"] == pytest.approx(1e-3 + 2e-6)
+    assert b.fixed["stream_s"] == pytest.approx(2e-6) and b.argument == "stream_s"
+    assert b.rescaled(2)["stream_s"] == pytest.approx(2e-3 + 2e-6)
+    # a pipeline of 122 pieces (8 KB each: two more to fill the line) replays near it
+    from te_ccl.baselines import build_baseline
+    from te_ccl.simulate import simulate_schedule
+
+    replay = simulate_schedule(build_baseline("pipeline", line, coll(kind, 4, 10**6, root=0)))
+    assert b.seconds <= replay.finish_time_s <= 1.02 * b.seconds

@@ -21,8 +21,9 @@ EXACT = {"alltoall", "gather", "scatter"}
 
 
 def bandwidth_parts(topology: Topology, collective: Collective) -> dict[str, float]:
-    parts = lower_bound(topology, collective).parts
-    return {k: v for k, v in parts.items() if k != "alpha_s"}
+    """Each part's bandwidth term: the fluid optimum has no latency (``Bound.fixed``)."""
+    b = lower_bound(topology, collective)
+    return {k: v - b.fixed.get(k, 0.0) for k, v in b.parts.items() if k != "alpha_s"}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
