@@ -231,23 +231,21 @@ def _broadcast(topology: Topology, collective: Collective, trees: list[Tree],
 def _scatter(topology: Topology, collective: Collective, trees: list[Tree],
              hops: int) -> Schedule:
     """Scatter cut into pieces (as many as ``hops`` piece hops and the runtime's element
-    limit allow), each down a tree that reaches its GPU within a hop of the shallowest,
-    the least loaded by its rate; on every tree the farthest GPUs' first, the trees in
-    turn."""
+    limit allow), each down the tree least loaded by its rate; on every tree the farthest
+    GPUs' first, the trees in turn."""
     root = topology.gpu(collective.root)
     depths = [_depth(t) for t in trees]
     each = sum(min(d[v] for d in depths) for v in trees[0])  # hops of a piece per rank
-    coll = pieces(topology, collective, 2, min(FINE_PIECES, max(1, hops // each)))
+    coll = pieces(topology, collective, 2, max(1, hops // each) * collective.nchunks)
     rates = [_rate(topology, t) for t in trees]
     load = [0.0] * len(trees)
     queues: list[list[tuple[int, int, ChunkPlan]]] = [[] for _ in trees]
-    near = {v: [i for i, d in enumerate(depths) if d[v] <= min(e[v] for e in depths) + 1]
-            for v in trees[0]}
-    # the pieces of GPUs with the fewest trees to choose from choose first
+    # the far GPUs' pieces first, each to the tree least loaded by its rate (ties: the
+    # shallowest): the root's links carry every piece and set the time
     wanted = [(topology.gpu(c.destinations[0]), c.id) for c in coll.chunks() if c.destinations]
-    wanted.sort(key=lambda x: (len(near[x[0]]), x[1]))
+    wanted.sort(key=lambda x: (-min(d[x[0]] for d in depths), x[1]))
     for v, cid in checked(wanted, TEMPLATE, every=256):
-        t = min(near[v], key=lambda i: ((load[i] + 1) / rates[i], depths[i][v], i))
+        t = min(range(len(trees)), key=lambda i: ((load[i] + 1) / rates[i], depths[i][v], i))
         load[t] += 1
         path = [v]
         while path[-1] != root:

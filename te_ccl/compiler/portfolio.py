@@ -58,7 +58,7 @@ from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective
 from te_ccl.compiler.chunking import chunk_candidates, chunking_bounds
 from te_ccl.compiler.strategy import run_strategy
-from te_ccl.deadline import Budget, TimeLimitReached, left
+from te_ccl.deadline import Budget, TimeLimitReached, left, until
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.model.relays import relay_overflow
 from te_ccl.schedule import Schedule
@@ -313,7 +313,8 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         else ()
     if early and _deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
             close_to_bound(race, bound) is None:
-        _templates(race, topology, collective, budget, only=early)
+        with until(budget.left()):  # pipeline-fine cuts as many pieces as the race has time for
+            _templates(race, topology, collective, budget, only=early)
     flow_skip = flow_skip or close_to_bound(race, bound)
     if flow_skip is not None:
         race.skip("flow model", flow_skip)
