@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from te_ccl.errors import SpecError, VerificationError
+from te_ccl.jobs.bound import joint_bound
 from te_ccl.jobs.spec import Job, JobSet, objective_of
 from te_ccl.outputs import check_input_file
 from te_ccl.simulate.cosim import CoSimResult, Member, cosimulate
@@ -112,4 +113,4 @@ def simulate_jobs(jobs: JobSet, directory: str | Path | None,
             "shared": [f"{a}→{b}" for a, b in together.shared_links],
             "together": objective_of(objective, [(r["weight"], r["together_s"]) for r in rows]),
             "alone": objective_of(objective, [(r["weight"], r["alone_s"]) for r in rows]),
-            "jobs": rows}
+            "bound": joint_bound(jobs, objective).seconds, "jobs": rows}

@@ -50,4 +50,6 @@ def jobs_table(info: dict[str, Any]) -> Table:
                      f"{checks['shared_capacity']} link(s) over")
     elif "shared_links" in info:
         t.caption = f"{info['shared_links']} link(s) carry two jobs' bytes or more"
+        if info.get("bound") is not None:
+            t.caption += f"; lower bound {format_time(info['bound'])}"
     return t

@@ -1,5 +1,7 @@
 """The joint lower bound: hand arithmetic on shared links, and no replay beats it."""
 
+import json
+
 import pytest
 
 from devtools.jobs_bench import SCENARIOS
@@ -41,3 +43,25 @@ def test_jobs_apart_are_bound_by_their_own_bounds():
     s = next(s for s in SCENARIOS if s.topology == "ndv2x4" and s.name == "4 jobs, apart")
     jobs = jobs_from(load_topology("ndv2x4"), {"jobs": [dict(j) for j in s.jobs]}, None)
     assert joint_bound(jobs, "weighted").resource == "own bounds"
+
+
+@pytest.mark.parametrize("objective", ["weighted", "max"])
+def test_no_replay_of_files_together_beats_the_bound(tmp_path, teccl, objective):
+    """Rings of AllGather and AllReduce on overlapping GPUs of dgx1, replayed together
+    by simulate --jobs: the bound it reports is at most their objective."""
+    for kind, ranks in (("allgather", "0-3"), ("allreduce", "0,1,4,5")):
+        code, _, err = teccl("baseline", "ring", "dgx1", "-c", kind, "-s", "64MB",
+                             "--ranks", ranks, "-o", str(tmp_path / f"{kind}.xml"))
+        assert code == 0, err
+    (tmp_path / "jobs.yaml").write_text("""jobs:
+  - {name: ag, ranks: [g0, g1, g2, g3], collective: allgather, size: 64MB,
+     xml: allgather.xml}
+  - {name: ar, ranks: [g0, g1, g4, g5], collective: allreduce, size: 64MB, weight: 3,
+     xml: allreduce.xml}
+""")
+    code, stdout, err = teccl("simulate", "dgx1", "--jobs", str(tmp_path / "jobs.yaml"),
+                              "--json", "--objective", objective)
+    assert code == 0, err
+    info = json.loads(stdout)
+    assert info["shared_links"] > 0
+    assert 0 < info["bound"] <= info["together"]
