@@ -109,10 +109,12 @@ class Background(Generic[T]):
 
     def _collect(self, hear: Callable[[Any], None] | None) -> tuple[bool, Any] | None:
         """The child's ``(ok, value)``, None if there is none, its messages passed to
-        ``hear`` on the way; reaps the child."""
+        ``hear`` on the way; reaps the child. A child stopped past the deadline raises
+        :class:`~te_ccl.deadline.TimeLimitReached` naming its last message, the stage
+        it was in."""
         if self._pid <= 0:
             return None
-        out, late = None, _Late(self._pid)
+        out, late, doing = None, _Late(self._pid), "waiting for a process it forked"
         try:
             with os.fdopen(self._fd, "rb") as pipe:
                 while (frame := _read_frame(pipe)) is not None:
@@ -122,6 +124,7 @@ class Background(Generic[T]):
                         break
                     if hear is not None:
                         hear(value)
+                        doing = str(value)
         except BaseException:  # hear failed, or an interrupt: the child is not wanted
             os.kill(self._pid, signal.SIGKILL)
             raise
@@ -130,7 +133,7 @@ class Background(Generic[T]):
             os.waitpid(self._pid, 0)
             self._pid = -1
         if out is None and late.stopped:
-            check("waiting for a process it forked")
+            check(doing)
         return out
 
 

@@ -185,3 +185,17 @@ def test_a_child_past_the_deadline_is_stopped_and_the_wait_ends(tmp_path):
     with until(0.0), pytest.raises(TimeLimitReached, match="waiting for a process it forked"):
         job.result()
     assert not marker.exists()
+
+
+def _tells_then_sleeps(tell, marker: str) -> None:
+    tell("lowering: channels")
+    _sleeps_in_a_child(marker)
+
+
+def test_a_told_child_stopped_past_the_deadline_is_named_by_its_last_message(tmp_path):
+    from te_ccl.deadline import TimeLimitReached, until
+
+    heard: list[str] = []
+    with until(0.0), pytest.raises(TimeLimitReached, match="while lowering: channels$"):
+        told(_tells_then_sleeps, heard.append, str(tmp_path / "finished"))
+    assert heard == ["lowering: channels"]
