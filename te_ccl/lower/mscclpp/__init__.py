@@ -14,7 +14,7 @@ from __future__ import annotations
 from te_ccl.baselines.hierarchical import find_boxes
 from te_ccl.lower.mscclpp.boxes import box_allreduce_plan
 from te_ccl.lower.mscclpp.program import SUPPORTED, build_program, plan_layout
-from te_ccl.lower.mscclpp.threadblocks import assign_blocks
+from te_ccl.lower.mscclpp.threadblocks import assign_blocks, split_parts
 from te_ccl.lower.mscclpp.to_json import plan_bytes, plan_dict
 from te_ccl.lower.mscclpp.trace import trace_deliveries
 from te_ccl.schedule import Schedule
@@ -31,9 +31,13 @@ def lower_to_mscclpp(schedule: Schedule, *, name: str | None = None, min_bytes: 
     coll = schedule.collective
     plan_layout(coll)
     program = build_program(coll, trace_deliveries(schedule))
-    gpus = [schedule.topology.gpu(r) for r in coll.ranks]
-    box = {g: i for i, members in enumerate(find_boxes(schedule.topology, gpus)) for g in members}
-    plans = assign_blocks(program, [box[g] for g in gpus])
+    topo = schedule.topology
+    gpus = [topo.gpu(r) for r in coll.ranks]
+    box = {g: i for i, members in enumerate(find_boxes(topo, gpus)) for g in members}
+    into = [x for g in gpus for x in topo.out_links(g) if topo.node(x.dst).nvls]
+    parts = split_parts(schedule.chunk_bytes / min(x.bandwidth_Bps for x in into),
+                        max(x.latency_s for x in into)) if into else 1
+    plans = assign_blocks(program, [box[g] for g in gpus], parts)
     title = name or f"{schedule.topology.name}-{coll.kind.value}"
     return plan_bytes(plan_dict(program, plans, name=title, min_bytes=min_bytes,
                                 max_bytes=max_bytes))

@@ -27,13 +27,15 @@
   starts with a relaxed signal and wait.
 * **Load-reduces in parts.** A block's ``glres`` ops run one after another, and each
   ends with the stores of its last pieces, which nothing of the block overlaps. Where a
-  plan has load-reduces its chunk counts are in :data:`SPLIT_PARTS` parts, every op
-  covering its chunk's parts, and: a block running at least :data:`SPLIT_FROM` cuts its
+  plan has load-reduces its chunk counts are in parts (up to :data:`SPLIT_PARTS`), every
+  op covering its chunk's parts, and: a block running at least :data:`SPLIT_FROM` cuts its
   last into halves of what is left (:func:`tail_cuts`: the final drain is one part's);
   a block running fewer cuts each into equal ops, :data:`SPLIT_OPS` in all at most
   (:func:`even_cuts`: one op a rank, as on gb200-nvl72, drains a 16th of it). By plan
   replay, AllReduce 1 GB: dgx-h100 at 8 chunks a rank (the last cut in halves) and
-  gb200-nvl72 at one (cut in 16) end closest to the NVLS bound of the cuts tried.
+  gb200-nvl72 at one (cut in 16) end closest to the NVLS bound of the cuts tried; a cut
+  op adds a round trip, so smaller chunks are cut in fewer parts (:func:`split_parts`:
+  dgx-h100 at 16, 64 and 256 MB, 1, 2 and 8 parts, the best of 1 to 32 there).
 
 Every blocking op waits for something done at a smaller key (pass 2), so running all
 blocks in key order never blocks: the plan is free of deadlock by construction.
@@ -49,13 +51,13 @@ from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.mscclpp.program import Batch, Program, Slot, Step
 
-__all__ = ["MAX_OPS", "MAX_CHANNELS", "Block", "GpuPlan", "assign_blocks"]
+__all__ = ["MAX_OPS", "MAX_CHANNELS", "Block", "GpuPlan", "assign_blocks", "split_parts"]
 
 MAX_OPS = 64  # operations per thread block (the executor's MAX_OPERATION)
 MAX_CHANNELS = 16  # channels and remote buffers per thread block (MAX_CHANNEL)
 MAX_SEMAPHORE_IDS = 16  # semaphores one op acquires or releases (MAX_DEVICE_SEMAPHORES)
 DATA = {"put", "copy", "re", "glres", "gstore"}
-SPLIT_PARTS = 32  # parts of a chunk where a plan's load-reduces are cut
+SPLIT_PARTS = 32  # parts of a chunk, at most, where a plan's load-reduces are cut
 SPLIT_FROM = 4  # load-reduces a block runs, at least, for only its last to be cut
 SPLIT_OPS = 16  # ops the load-reduces of a block running fewer are cut into, at most
 
@@ -90,13 +92,30 @@ class GpuPlan:
 BUDGETS = (512, 256, 160, 112, 80, 56, 40, 28, 20, 14, 10)  # ops a lane may plan for
 
 
-def assign_blocks(program: Program, box: list[int]) -> list[GpuPlan]:
+def split_parts(chunk_s: float, alpha_s: float) -> int:
+    """The parts a chunk is cut into for its load-reduces: the most, a power of two up to
+    :data:`SPLIT_PARTS`, whose part still takes a link at least its ``α`` (``chunk_s``:
+    a chunk's time on the GPU's link into the NVLS switch). A cut op pays a round trip
+    and saves the drain of what it cuts off, so small chunks are not cut.
+
+    >>> split_parts(34.7e-6, 0.7e-6), split_parts(2.2e-6, 0.7e-6), split_parts(0.5e-6, 0.7e-6)
+    (32, 2, 1)
+    """
+    parts = 1
+    while parts < SPLIT_PARTS and chunk_s / (2 * parts) >= alpha_s:
+        parts *= 2
+    return parts
+
+
+def assign_blocks(program: Program, box: list[int], parts: int = 1) -> list[GpuPlan]:
     """The blocks of every rank, with the largest lane budget whose blocks all fit;
-    ``box[r]``: rank ``r``'s box (CUDA IPC reaches within one, port channels between)."""
+    ``box[r]``: rank ``r``'s box (CUDA IPC reaches within one, port channels between);
+    ``parts``: where the plan has load-reduces, the parts its chunks are cut into
+    (:func:`split_parts`)."""
     lo, hi, best, worst = 0, len(BUDGETS) - 1, None, 0  # fitting grows as budgets shrink
     while lo <= hi:
         mid = (lo + hi) // 2
-        plans = _assign(program, BUDGETS[mid], box)
+        plans = _assign(program, BUDGETS[mid], box, parts)
         most = max((len(b.ops) for p in plans for b in p.blocks), default=0)
         if most <= MAX_OPS:
             best, hi = plans, mid - 1
@@ -109,7 +128,7 @@ def assign_blocks(program: Program, box: list[int]) -> list[GpuPlan]:
                             "outside its channels; try fewer chunks)")
 
 
-def _assign(program: Program, budget: int, box: list[int]) -> list[GpuPlan]:
+def _assign(program: Program, budget: int, box: list[int], parts: int) -> list[GpuPlan]:
     lane_of = _lanes(program.batches, budget)
     blocks: dict[int, dict[Any, Block]] = defaultdict(dict)
     for b in program.batches:
@@ -127,7 +146,7 @@ def _assign(program: Program, budget: int, box: list[int]) -> list[GpuPlan]:
     groups = sorted({(ev.group, slot.buf) for ev in program.events for slot in (ev.x, ev.y)})
     most = max((sum(s.name == "glres" for s in steps) for steps in program.steps.values()),
                default=0)
-    parts = SPLIT_PARTS if most else 1
+    parts = parts if most else 1
     for gpu in range(program.nranks):
         for b in blocks[gpu].values():
             if b.peer >= 0:

@@ -173,6 +173,11 @@ def test_load_reduces_are_cut_into_parts():
         loads = [op for tb in g["threadblocks"] for op in tb["ops"] if op["name"] == "glres"]
         assert [(op["src_buff"][0]["index"] % SPLIT_PARTS, op["src_buff"][0]["size"])
                 for op in loads] == even_cuts(SPLIT_PARTS, SPLIT_OPS)
+    # a chunk that takes the link less than its α is not cut (a cut op adds a round trip)
+    slow = [Link(x.src, x.dst, x.bandwidth_Bps, 1e-5) for x in links]
+    far = Topology.build("nvls4", [*gpus, sw], slow)
+    plan = plan_of(Schedule(far, coll, 4096 / 1e9 + 2e-5, tuple(ts)))
+    assert plan["gpus"][0]["input_chunks"] == n * c
 
 
 def test_ranks_in_different_boxes_use_port_channels():
