@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from te_ccl.collective.model import Collective, CollectiveKind, CustomDemand
+from te_ccl.deadline import checked
 from te_ccl.errors import SpecError
 from te_ccl.topology.model import Topology
 
@@ -59,19 +60,21 @@ class Transfer:
 
 
 _new, _set = object.__new__, object.__setattr__
+BUILDING = "building the schedule's transfers"
 
 
 def transfers_of(rows: Iterable[tuple[int, str, str, int, int]], op: str = "copy"
                  ) -> list[Transfer]:
     """The transfers of ``(chunk, src, dst, start_epoch, arrive_epoch)`` rows, each given
     its fields at once instead of one frozen-field assignment at a time (a 1024-GPU
-    schedule has millions of them); the objects are the same.
+    schedule has millions of them, seconds of work: the deadline is looked at on the
+    way); the objects are the same.
 
     >>> transfers_of([(7, "a", "b", 0, 2)]) == [Transfer(7, "a", "b", 0, 2, "copy")]
     True
     """
     out = []
-    for chunk, src, dst, start, arrive in rows:
+    for chunk, src, dst, start, arrive in checked(rows, BUILDING, every=1 << 16):
         t = _new(Transfer)
         _set(t, "__dict__", {"chunk": chunk, "src": src, "dst": dst, "start_epoch": start,
                              "arrive_epoch": arrive, "op": op})
