@@ -23,7 +23,8 @@ Resources and demands (``R`` a job's GPUs, ``N = |R|``, ``M`` its size in bytes)
 * the links into each GPU of a set ``G``: each member must receive what it lacks —
   AllGather ``(N−1)M/N`` each; AllReduce ``M`` each, or ``2(N−1)M`` in all where ``G``
   holds every member and no switch adds (the gossip count: a job's values are added
-  only on its own GPUs, since other GPUs only forward its sends).
+  only on its own GPUs, since other GPUs only forward its sends); Broadcast ``M`` each
+  but the root, Reduce ``M`` at the root, and Gather and Scatter alike by ``M/N``.
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ class _Resource:
     demand: tuple[float, ...]  # bytes per job, in the jobs' order
 
 
-def _cut_demand(c: Collective, members: Sequence[str], inside: set[str], *, into: bool
-                ) -> float:
+def _cut_demand(c: Collective, members: Sequence[str], root: str | None, inside: set[str],
+                *, into: bool) -> float:
     """Bytes of ``c`` that must cross into (or out of) ``inside``."""
     K = CollectiveKind
     n, m = len(members), float(c.size_bytes)
@@ -67,32 +68,40 @@ def _cut_demand(c: Collective, members: Sequence[str], inside: set[str], *, into
     outs = n - ins
     if ins == 0 or outs == 0:
         return 0.0
+    if root is not None:  # the root's side sends (Broadcast, Scatter) or receives
+        near = (root in inside) == into  # the root is on the receiving side
+        if c.kind in (K.BROADCAST, K.REDUCE):
+            return m if near == (c.kind is K.REDUCE) else 0.0
+        if c.kind is K.GATHER:
+            return m / n * (outs if into else ins) if near else 0.0
+        return 0.0 if near else m / n * (ins if into else outs)  # Scatter
     if c.kind is K.ALLREDUCE:
         return m
     if c.kind is K.ALLGATHER:
         return m / n * (outs if into else ins)
     if c.kind is K.REDUCESCATTER:
         return m / n * (ins if into else outs)
-    if c.kind is K.ALLTOALL:
-        return m / n * ins * outs
-    return 0.0  # rooted kinds: their own bound covers them
+    return m / n * ins * outs if c.kind is K.ALLTOALL else 0.0
 
 
-def _gpu_in_demand(c: Collective, members: Sequence[str], gpus: set[str], adds: bool
-                   ) -> float:
+def _gpu_in_demand(c: Collective, members: Sequence[str], root: str | None, gpus: set[str],
+                   adds: bool) -> float:
     """Bytes of ``c`` that must arrive at the GPUs ``gpus``, over their own links."""
     K = CollectiveKind
     n, m = len(members), float(c.size_bytes)
     mine = sum(1 for g in members if g in gpus)
     if n < 2 or mine == 0:
         return 0.0
+    if root is not None:
+        if c.kind in (K.REDUCE, K.GATHER):  # only the root receives what it keeps
+            return (m if c.kind is K.REDUCE else m * (n - 1) / n) if root in gpus else 0.0
+        others = mine - (root in gpus)
+        return others * (m if c.kind is K.BROADCAST else m / n)
     if c.kind is K.ALLREDUCE:
         return 2 * (n - 1) * m if mine == n and not adds else mine * m
     if c.kind in (K.ALLGATHER, K.ALLTOALL):
         return mine * m * (n - 1) / n
-    if c.kind is K.REDUCESCATTER:
-        return mine * m / n
-    return 0.0
+    return mine * m / n if c.kind is K.REDUCESCATTER else 0.0
 
 
 def _node_sets(topology: Topology, members: list[list[str]]) -> list[frozenset[str]]:
@@ -108,18 +117,20 @@ def _node_sets(topology: Topology, members: list[list[str]]) -> list[frozenset[s
 
 def _resources(topology: Topology, jobs: JobSet) -> Iterable[_Resource]:
     members = [[topology.gpu(r) for r in j.ranks] for j in jobs.jobs]
+    roots = [None if j.collective.root is None else topology.gpu(j.collective.root)
+             for j in jobs.jobs]
     adds = any(topology.node(s).can_reduce for s in topology.switches)
     for s in _node_sets(topology, members):
         for into in (True, False):
             links = [k for k in topology.links if (k.dst in s) == into and (k.src in s) != into]
-            demand = tuple(_cut_demand(j.collective, m, set(s), into=into)
-                           for j, m in zip(jobs.jobs, members, strict=True))
+            demand = tuple(_cut_demand(j.collective, m, r, set(s), into=into)
+                           for j, m, r in zip(jobs.jobs, members, roots, strict=True))
             if links and sum(d > 0 for d in demand) > 1:
                 yield _Resource(f"{'into' if into else 'out of'} {_label(s)}",
                                 sum(k.bandwidth_Bps for k in links), demand)
         gpus = {g for g in s if topology.node(g).is_gpu}
-        demand = tuple(_gpu_in_demand(j.collective, m, gpus, adds)
-                       for j, m in zip(jobs.jobs, members, strict=True))
+        demand = tuple(_gpu_in_demand(j.collective, m, r, gpus, adds)
+                       for j, m, r in zip(jobs.jobs, members, roots, strict=True))
         links = [k for k in topology.links if k.dst in gpus]
         if links and sum(d > 0 for d in demand) > 1:
             yield _Resource(f"into each GPU of {_label(gpus)}",

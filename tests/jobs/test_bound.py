@@ -12,11 +12,14 @@ from te_ccl.spec.topology import load_topology
 from te_ccl.topology import Link, Node, Topology
 
 
-def _pair_jobs(weights: tuple[float, float]) -> JobSet:
+def _pair_jobs(weights: tuple[float, float], kind: CollectiveKind = CollectiveKind.ALLGATHER
+               ) -> JobSet:
     t = Topology.build("pair", [Node("a"), Node("b")],
                        [Link("a", "b", 1e9, 0.0), Link("b", "a", 1e9, 0.0)])
-    ag = Collective(CollectiveKind.ALLGATHER, 2000, (0, 1))
-    return JobSet(t, (Job("x", ag, weights[0]), Job("y", ag, weights[1])))
+    rooted = kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
+                      CollectiveKind.SCATTER)
+    c = Collective(kind, 2000, (0, 1), root=0 if rooted else None)
+    return JobSet(t, (Job("x", c, weights[0]), Job("y", c, weights[1])))
 
 
 def test_two_jobs_on_one_link_finish_one_after_the_other_at_best():
@@ -25,6 +28,18 @@ def test_two_jobs_on_one_link_finish_one_after_the_other_at_best():
     assert joint_bound(_pair_jobs((1, 1)), "weighted").seconds == pytest.approx(3e-6)
     # the heavier job goes first: 3·1 + 1·2
     assert joint_bound(_pair_jobs((1, 3)), "weighted").seconds == pytest.approx(5e-6)
+
+
+@pytest.mark.parametrize("kind, each_s", [
+    (CollectiveKind.BROADCAST, 2e-6), (CollectiveKind.REDUCE, 2e-6),
+    (CollectiveKind.GATHER, 1e-6), (CollectiveKind.SCATTER, 1e-6),
+    (CollectiveKind.REDUCESCATTER, 1e-6), (CollectiveKind.ALLREDUCE, 2e-6)])
+def test_every_kind_puts_its_bytes_on_the_link_it_needs(kind, each_s):
+    # a Broadcast or Reduce moves the whole 2000 B across, Gather and Scatter the half
+    # the root does not hold; one job after the other
+    assert joint_bound(_pair_jobs((1, 1), kind), "max").seconds == pytest.approx(2 * each_s)
+    assert joint_bound(_pair_jobs((1, 1), kind), "weighted").seconds == \
+        pytest.approx(3 * each_s)
 
 
 def test_ndv2x4_shared_row_is_bound_by_one_boxs_nic():
