@@ -72,11 +72,14 @@ class Previous:
         return k // c if k % c == 0 else 1
 
 
-def read_previous(path: str, collective: Collective, topology: Topology) -> Previous:
+def read_previous(path: str, collective: Collective, topology: Topology, *,
+                  routes: bool | None = None) -> Previous:
     """Read ``path`` and check it is a file for ``collective`` on ``topology`` (same
     collective and buffer mode; the same number of ranks, or, with GPUs gone, a file
     of every GPU of the topology its provenance names, which has every GPU ranked now);
-    :class:`SpecError` naming the file and what differs."""
+    :class:`SpecError` naming the file and what differs. ``routes``: read each chunk's
+    tree too (None: where the compile uses them, where no scale method fits; reading
+    them costs seconds at 256 GPUs)."""
     from te_ccl.verify.msccl.reader import read_msccl
 
     try:
@@ -96,6 +99,8 @@ def read_previous(path: str, collective: Collective, topology: Topology) -> Prev
         raise SpecError(f"expected an algorithm of {collective.kind.value} ({problem})",
                         file=path, key="--from")
     here = _positions(path, algo, collective, topology)
+    if not (routes if routes is not None else not _scales(topology, collective)):
+        return Previous(path, layout.c, None, "the scale backend repairs: its trees go unread")
     trees, why = _trees(algo, layout, collective, here)
     return Previous(path, layout.c, trees, why)
 

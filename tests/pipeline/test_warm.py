@@ -38,7 +38,7 @@ def _allgather(topology, **kw) -> Collective:
 def test_the_file_gives_one_tree_per_chunk_reaching_every_other_rank(previous):
     topo = load_topology("ring8")
     c = _allgather(topo)
-    p = read_previous(previous, c, topo)
+    p = read_previous(previous, c, topo, routes=True)
     assert p.trees is not None and len(p.trees) == c.nranks * p.pieces
     for _, owner, tree in p.trees:
         assert sorted(r for r, _ in tree) == [r for r in range(c.nranks) if r != owner]
@@ -47,7 +47,7 @@ def test_the_file_gives_one_tree_per_chunk_reaching_every_other_rank(previous):
 def test_routes_over_a_removed_link_are_rerouted(previous):
     topo = edit_topology(load_topology("ring8"), TopologyEdit(without_links=("g0>g1",)))
     c = _allgather(topo)
-    p = read_previous(previous, c, topo)
+    p = read_previous(previous, c, topo, routes=True)
     s = warm_schedule(replace(p), forward_only(topo), c)
     if s is None:  # the re-timed trees landed too far from the bound to be a first file
         pytest.skip("routes not within the first file's gap on this topology")
@@ -65,7 +65,7 @@ def test_reductions_seed_nothing_and_say_why(tmp_path):
     coll = Collective(CollectiveKind.ALLREDUCE, SIZE, tuple(range(4)))
     path = tmp_path / "ar.xml"
     te_ccl.compile(topo, coll, output=str(path), time_limit_s=20)
-    p = read_previous(str(path), coll, topo)
+    p = read_previous(str(path), coll, topo, routes=True)
     assert p.trees is None and "allreduce" in p.why
     assert warm_schedule(p, topo, coll) is None
 
@@ -73,7 +73,7 @@ def test_reductions_seed_nothing_and_say_why(tmp_path):
 def test_with_a_gpu_gone_the_routes_go_around_it(previous):
     topo = edit_topology(load_topology("ring8"), TopologyEdit(without_gpus=("g3",)))
     c = _allgather(topo)
-    p = read_previous(previous, c, topo)
+    p = read_previous(previous, c, topo, routes=True)
     assert p.trees is not None and len(p.trees) == 7 * p.pieces
     for _, owner, tree in p.trees:
         assert sorted(r for r, _ in tree) == [r for r in range(7) if r != owner]
@@ -204,3 +204,9 @@ def test_routes_are_cut_into_the_fewest_pieces_that_stay_near_the_bound():
     assert s is not None and check_schedule(s) == []
     assert s.collective.chunks_per_rank == 2
     assert replay_finish(s) <= lower_bound(topo, c).seconds * (1 + QUALITY_GAP)
+
+
+def test_where_the_scale_backend_repairs_the_trees_go_unread(previous):
+    topo = load_topology("ring8")
+    p = read_previous(previous, _allgather(topo), topo)
+    assert p.trees is None and "scale backend" in p.why and p.pieces > 0
