@@ -3,7 +3,7 @@
 import pytest
 
 from te_ccl.baselines import BaselineError, applicable, build_baseline
-from te_ccl.baselines.disjoint import disjoint_trees
+from te_ccl.baselines.disjoint import box_trees, disjoint_trees
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
@@ -41,8 +41,8 @@ def test_one_tree_per_root_link_spanning_sharing_no_link_and_shallow(topology, c
 @pytest.mark.parametrize("kind", [K.BROADCAST, K.REDUCE, K.GATHER, K.SCATTER],
                          ids=lambda k: k.value)
 def test_rooted_collectives_pipeline_near_the_bound_in_a_valid_file(kind):
-    mesh = gen.mesh([4, 4], 50e9, 0.5e-6)
-    coll = Collective(kind, 16_000_000, tuple(range(16)), root=0)
+    mesh = gen.mesh([3, 3], 50e9, 0.5e-6)
+    coll = Collective(kind, 16_000_000, tuple(range(9)), root=0)
     schedule = build_baseline("pipeline", mesh, coll)
     assert check_schedule(schedule) == []
     data = lower_to_msccl(schedule).decode()
@@ -51,12 +51,30 @@ def test_rooted_collectives_pipeline_near_the_bound_in_a_valid_file(kind):
     assert 1 <= replay / lower_bound(mesh, coll).seconds <= 1.05
 
 
-def test_a_root_without_a_direct_link_is_refused():
-    star = gen.rail_optimized(2, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)  # GPUs behind switches
+def test_a_root_behind_a_switch_without_boxes_is_refused():
+    star = gen.star(8, 450e9, 0.7e-6)
     coll = Collective(K.BROADCAST, 1_000_000, tuple(range(8)), root=0)
     assert "pipeline" not in applicable(star, coll)
-    with pytest.raises(BaselineError, match="no direct link"):
+    with pytest.raises(BaselineError, match="no boxes"):
         build_baseline("pipeline", star, coll)
+
+
+@pytest.mark.parametrize("kind", [K.BROADCAST, K.REDUCE], ids=lambda k: k.value)
+def test_boxes_on_rails_stream_a_share_down_every_rail(kind):
+    """Four GPUs a box behind a switch, a rail per GPU: the root's box sends a share over
+    each rail, and its own share through each of the others in turn."""
+    rails = gen.rail_optimized(2, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)
+    gpus = list(rails.gpus)
+    trees = [t for _, t in box_trees(rails, gpus[0], gpus)]
+    assert len(trees) == 3 + 3  # three gateways, the root's share through its three peers
+    assert all(set(t) == set(gpus[1:]) for t in trees)
+    coll = Collective(kind, 16_000_000, tuple(range(8)), root=0)
+    schedule = build_baseline("pipeline", rails, coll)
+    assert check_schedule(schedule) == []
+    data = lower_to_msccl(schedule).decode()
+    assert verify_msccl(data).valid
+    replay = simulate_msccl(read_msccl(data), rails, coll.size_bytes).finish_time_s
+    assert 1 <= replay / lower_bound(rails, coll).seconds <= 1.10
 
 
 def test_the_fine_pipeline_takes_as_many_pieces_as_the_time_left_holds(monkeypatch):
