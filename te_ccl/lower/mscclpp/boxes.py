@@ -42,6 +42,7 @@ from te_ccl.topology.model import Topology
 __all__ = ["box_allreduce_plan", "box_shape", "ramp"]
 
 DATA = {"put", "copy", "re", "glres", "gstore"}
+MAX_SOURCES = 8  # buffers an op reads (the executor's MAX_CHANNEL_PER_OPERATION)
 
 
 def box_shape(topology: Topology) -> list[list[int]] | None:
@@ -218,6 +219,9 @@ def box_allreduce_plan(topology: Topology, *, pieces: int | None = None,
                          "whose GPUs share an NVLink SHARP switch")
     boxes = shape
     nb, n = len(boxes), len(boxes[0])
+    if max(n, nb) > MAX_SOURCES:  # a gateway's sums read n values, and B
+        raise TecclError(f"{topology.name}: a box AllReduce plan sums up to {MAX_SOURCES} "
+                         f"buffers an op; {nb} boxes of {n} GPUs need {max(n, nb)}")
     if pieces is None:
         pieces = max((s for s in range(1, 9) if _ops_needed(nb, s) <= MAX_OPS), default=1)
     lay = _Layout(n, nb, ramp(pieces))

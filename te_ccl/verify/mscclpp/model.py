@@ -18,8 +18,7 @@ __all__ = ["Ref", "Op", "Block", "Gpu", "Plan", "read_plan", "LIMITS", "OP_NAMES
            "WAITS"]
 
 # the executor's limits (execution_common.hpp)
-LIMITS = {"ops": 64, "channels": 16, "channels_per_op": 8, "semaphores_per_op": 16,
-          "buffers_per_op": 10}
+LIMITS = {"ops": 64, "channels": 16, "channels_per_op": 8, "semaphores_per_op": 16}
 OP_NAMES = frozenset({
     "nop", "barrier", "put", "pws", "pwsf", "get", "copy", "signal", "wait", "flush", "re",
     "res", "rre", "rres", "ppkt", "rppkt", "respkt", "cpkt", "upkt", "repkt", "recpkt",
@@ -341,7 +340,11 @@ def _op(r: _Reader, raw: Any, plan: Plan, gpu: Gpu, block: int, pos: int,
         if op.channel_type in ("memory", "port"):
             op.pairs.append(gpu.channels[op.channel_type][mine[x]])
     for key, out in (("src_buff", op.src), ("dst_buff", op.dst)):
-        for b in r.objects(raw, key, where):
+        listed = r.objects(raw, key, where)
+        if len(listed) > LIMITS["channels_per_op"]:  # inputBufferRefs, outputBufferRefs
+            r.errors.append(f"{where}: {len(listed)} {key} entries, at most "
+                            f"{LIMITS['channels_per_op']}")
+        for b in listed:
             ref = _ref(r, b, plan, gpu, op, chans, refs, part, nparts, key)
             if ref is not None:
                 out.append(ref)

@@ -58,3 +58,5 @@ def test_boxes_are_required():
     assert box_shape(load_topology("hgx-h100x4")) is not None
     with pytest.raises(TecclError, match="boxes"):
         box_allreduce_plan(load_topology("dgx-h100"))
+    with pytest.raises(TecclError, match="16 boxes of 8 GPUs need 16"):
+        box_allreduce_plan(load_topology("hgx-h100x16"))
