@@ -157,9 +157,11 @@ class _Late:
                 os.kill(self._pid, signal.SIGKILL)
 
     def reaping(self) -> None:
-        """The child is being reaped: its pid may be reused from now on."""
+        """The child is being reaped: its pid may be reused from now on (and no thread is
+        left to a fork that follows)."""
         if self._timer is not None:
             self._timer.cancel()
+            self._timer.join()
         with self._lock:
             self._pid = -1
 
