@@ -11,16 +11,16 @@ FRED, lowering): the compiler went back to an earlier stage.
 The judge (:mod:`te_ccl.compiler.judge`) is a stage of the compile layer: it times a
 candidate by reading its file back, replaying it on the topology (``te_ccl.simulate``).
 Its calls are that stage's own work, as the orchestrators' are, so they are not stops;
-they are reported apart as *read-backs*. Counted as stops instead (as this tool counted
-them before the judge was one module), each candidate after the first adds a climb back
-from its backend (layer 5) to the replay (layer 2): that count is printed too.
+they are reported apart as *read-backs*. Counted as stops instead, each candidate after
+the first adds a climb back from its backend (layer 5) to the replay (layer 2): that
+count is printed too.
 
 Two paths are reported, both of the same stops:
 
 * the *whole compile*: every stop of ``te_ccl.compile`` writing an MSCCL XML, from the
   input checks to the file written, the ``auto`` portfolio's candidates and templates
   among them;
-* the *first candidate*: the stops up to the first read-back (the judge timing the
+* the *first candidate*: the stops before the first read-back (the judge timing the
   first candidate built): the input checks, the bound and that candidate's backend.
 
     python -m devtools.topology_path dgx1 allgather 1MB
