@@ -105,6 +105,8 @@ def _gpu_in_demand(c: Collective, members: Sequence[str], root: str | None, gpus
 
 
 def _node_sets(topology: Topology, members: list[list[str]]) -> list[frozenset[str]]:
+    """The node sets whose links bind jobs together: boxes and racks, each job's GPUs,
+    the GPUs two jobs share, and each of those GPUs alone."""
     sets = {frozenset(g) for g in threshold_groups(topology)}
     ranks = [set(m) for m in members]
     sets.update(frozenset(r) for r in ranks)
