@@ -14,7 +14,7 @@ rest on.
 
 Steps per rank stay far below the reader's limit where one step per chunk and hop does
 not fit (mesh 16×16: one step per chunk and hop gives its centre rank 4,319 steps; here
-1,134 elements in all, :func:`grid_elements`). Every step moves one group over one link,
+2,212 elements in all, :func:`grid_elements`). Every step moves one group over one link,
 so the file is deadlock-free by construction: every thread block takes its transfers in
 the order one list schedule starts them (:func:`_order`), and a step waits only for a
 receive that started before it.
@@ -48,6 +48,7 @@ PLANNING = "planning the grid AlltoAll"  # what a deadline reached interrupted
 GRID_FROM_HOPS = 200_000  # chunk-hops from which a file of one step per chunk and hop takes
 #                           the lowering over a minute under load, and (mesh 16×16: 696,320)
 #                           its busiest rank no longer fits the reader
+LAST_GROUP = 4  # elements a group of the last phase carries at most (see _per_group)
 PER_CHANNEL = 32  # transfers of a link per channel: a receive adds at most one copy, so a
 #                   thread block holds at most 64 steps, and waits for nothing of its own
 
@@ -120,6 +121,14 @@ def _neighbour(r: int, p: int, step: int, dims: tuple[int, ...], wrap: bool) -> 
     return r + (nxt - c) * stride
 
 
+def _per_group(e: int, last: bool, limits: RuntimeLimits) -> int:
+    """Elements of ``e`` chunks a group carries: one before the last phase (a bundle then
+    reaches every rank of its line soon, which starts the next phase sooner), at most
+    :data:`LAST_GROUP` in the last (short groups keep store-and-forward pipelined: a line
+    of 16 then keeps its middle link busy throughout), within a step's ``max_count − 1``."""
+    return max(1, min(LAST_GROUP if last else 1, (limits.max_count - 1) // e))
+
+
 def _groups(c: int, d: int, wrap: bool, per_group: int) -> list[tuple[int, list[tuple[int, int]]]]:
     """(direction, [(coordinate, hops)]) of the elements a holder at coordinate ``c`` of a
     line or ring of ``d`` sends: runs contiguous in slots, at most ``per_group`` each."""
@@ -177,7 +186,7 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
                 following.append((v, s, buf, own, rank0 + c * stride[p], filled))
             else:
                 copies.append((v, buf, own, s * k, filled))
-            for step, elements in _groups(c, d, wrap, (limits.max_count - 1) // e):
+            for step, elements in _groups(c, d, wrap, _per_group(e, last, limits)):
                 gid += 1
                 lo = min(x for x, _ in elements)
                 cnt, sbuf, soff, u, ready = len(elements) * e, buf, off + lo * e, v, filled
@@ -187,7 +196,8 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
                     w = _neighbour(u, p, step, dims, wrap)
                     got = scratch[w]
                     scratch[w] += cnt
-                    ready = t.add(-hop * _GIDS + gid, u, w, cnt, sbuf, soff, got,
+                    ready = t.add((hop - far if last else -hop) * _GIDS + gid, u, w, cnt,
+                                  sbuf, soff, got,
                                   ready, chunk)
                     sbuf, soff, u = 2, got, w
                     if elements[0][1] == hop:  # w keeps its element
@@ -206,7 +216,7 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
     return _assemble(n, k, t, copies, scratch, limits, alpha)
 
 
-_GIDS = 1 << 32  # groups fewer than this: a priority is −(hops made) · _GIDS + group
+_GIDS = 1 << 32  # groups fewer than this: a priority is (hops) · _GIDS + group
 
 
 class _Transfers:
@@ -231,10 +241,10 @@ def _order(prio: list[int], link: np.ndarray, cnt: list[int], after: list[int],
            alpha: float) -> tuple[np.ndarray, float]:
     """When a list schedule starts each transfer (its position among all), and when the
     last arrives: every link (one chunk per time unit, ``alpha`` units to arrive) takes,
-    whenever it is free, the ready group that has made the most hops in its phase (then
-    the first made: groups in flight drain first, which feeds the next phase sooner than
-    sending the longest ways first, mesh 16×16 5% and torus 16×16 14% earlier); a group is
-    ready once the transfer its sender waits for has arrived."""
+    whenever it is free, the ready group of highest priority: before the last phase the
+    one that has made the most hops (groups in flight drain first, which feeds the next
+    phase sooner), in the last the one with the most hops left (then the first made);
+    a group is ready once the transfer its sender waits for has arrived."""
     children: list[list[int]] = [[] for _ in prio]
     nlinks = int(link.max()) + 1 if len(link) else 0
     queues: list[list[tuple[int, int]]] = [[] for _ in range(nlinks)]
@@ -380,7 +390,7 @@ def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
     ranks = np.arange(n)
     for p in range(m):
         d, bundles = dims[p], math.prod(dims[:p])
-        per_group = (limits.max_count - 1) // (math.prod(dims[p + 1:]) * k)
+        per_group = _per_group(math.prod(dims[p + 1:]) * k, p == m - 1, limits)
         ends = np.zeros(d, dtype=np.int64)           # group hops sent or received at x
         load = np.zeros((d, 2), dtype=np.int64)      # groups on the link from x, + and −
         for c in range(d):
