@@ -173,6 +173,11 @@ def _rate(topology: Topology, tree: Tree) -> float:
     return min(topology.link(p, c).bandwidth_Bps for c, p in tree.items())
 
 
+def _links(topology: Topology, tree: Tree) -> dict[str, int]:
+    """Links from its parent to every node of ``tree`` (two through a switch)."""
+    return {c: 1 if topology.has_link(p, c) else 2 for c, p in tree.items()}
+
+
 def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
     """:func:`pipeline` in as many piece hops as lowering and replaying them in
     :data:`FINE_SHARE` of the time left holds (:data:`HOP_S`), up to :data:`FINE_HOPS`: a
@@ -207,23 +212,28 @@ def pipeline(topology: Topology, collective: Collective, hops: int = MAX_HOPS) -
 def _trees(topology: Topology, root: str, members: tuple[str, ...]
            ) -> tuple[list[float], list[Tree]]:
     """The trees' shares of the data and the trees: :func:`disjoint_trees` by their
-    rates where the root has a direct link to a member, else :func:`box_trees`."""
-    if any(k.dst in members for k in topology.out_links(root)):
+    rates where direct links reach every member, else :func:`box_trees`."""
+    try:
         trees = disjoint_trees(topology, root, list(members))
         return [_rate(topology, t) for t in trees], trees
+    except BaselineError:
+        if len(find_boxes(topology, list(members))) < 2:
+            raise
     boxed = box_trees(topology, root, list(members))
     return [share for share, _ in boxed], [tree for _, tree in boxed]
 
 
 def box_trees(topology: Topology, root: str, members: list[str]) -> list[tuple[float, Tree]]:
-    """Trees with their shares of the data for boxes of GPUs behind switches, one share
+    """Trees with their shares of the data for boxes of GPUs behind switches: a share
     per gateway of the root's box (a GPU that reaches another box through switches only:
-    every GPU on rails). The root sends a share to its gateway, the gateways of that
-    rail pass it from box to box, and in every box the gateway sends it to the others;
-    the root's own share is sent in its box by the others in turn (its link into the
-    box's switch then carries each byte once, and every link out of a box its share).
-    Raises :class:`BaselineError` when there are no two boxes or a box is not reached
-    so."""
+    every GPU on rails), each cut into one part per other GPU of a box. The root sends a
+    share to its gateway, the gateways of that rail pass it from box to box, and in every
+    box the gateway hands each part to another GPU, which sends it to the rest: every
+    link out of a box carries its share once, and every GPU's link into its box's switch
+    about the data once (a gateway sending its share to all its box would carry it once
+    per GPU: DGX-2's 16 GPUs on 150 GB/s NVLink behind 100 GB/s of InfiniBand; where a
+    box has no more GPUs than there are shares, the gateway sends to all). Raises
+    :class:`BaselineError` when there are no two boxes or a box is not reached so."""
     boxes = find_boxes(topology, members)
     if len(boxes) < 2:
         raise BaselineError(f"the root's GPU in {topology.name} has no direct link to another "
@@ -233,38 +243,49 @@ def box_trees(topology: Topology, root: str, members: list[str]) -> list[tuple[f
     gateways = [[g for g in box if any(box_of[v] != b for v in reach[g])]
                 for b, box in enumerate(boxes)]
     home = box_of[root]
-
-    def across(i: int, first: str) -> Tree:
-        """Share ``i`` from gateway ``first`` of the root's box through every other box,
-        their gateways of the same rail in a chain (a tree would send it twice from a
-        gateway: half the rail's rate, or two trees of half as many pieces each, which
-        fill slower: hgx-h100x2 Broadcast 64 MB 1.117× the bound against 1.063×)."""
-        tree: Tree = {}
-        prev = first
-        for b in [x for x in range(len(boxes)) if x != home]:
-            near = [g for g in gateways[b] if g in reach[prev]]
+    order = [home] + [b for b in range(len(boxes)) if b != home]
+    chains = []  # per share, its gateway in every box along its rail
+    for i, first in enumerate(gateways[home]):
+        chain = [first]
+        for b in order[1:]:
+            near = [g for g in gateways[b] if g in reach[chain[-1]]]
             if not near:
                 raise BaselineError(f"no gateway of {boxes[b][0]}'s box is reached from "
-                                    f"{prev} through switches only in {topology.name}")
+                                    f"{chain[-1]} through switches only in {topology.name}")
             gw = gateways[b][i % len(gateways[b])]
-            gw = gw if gw in near else near[0]
-            tree[gw], prev = prev, gw
-            for v in boxes[b]:
-                if v != gw:
-                    _hang(tree, v, gw, reach, topology.name)
-        return tree
+            chain.append(gw if gw in near else near[0])
+        chains.append(chain)
+    shares = len(chains)
 
-    out = []
-    for i, first in enumerate(gateways[home]):
-        relays = [first] if first != root else [v for v in boxes[home] if v != root]
-        for relay in relays:  # the root's own share: one tree per GPU of its box
-            tree = across(i, first)
-            _hang(tree, relay, root, reach, topology.name)
-            for v in boxes[home]:
-                if v not in (root, relay):
-                    _hang(tree, v, relay, reach, topology.name)
-            out.append((1 / len(relays), tree))
-    return out
+    def relays(b: int, gw: str) -> list[str]:
+        """The GPUs that pass on the parts of ``gw``'s share in box ``b`` (none: ``gw``
+        sends it to all): the root's box for its own share, and a box with more GPUs
+        than shares (a gateway sending to all would carry its share more times than
+        there are shares)."""
+        rest = [v for v in boxes[b] if v not in (gw, root)]
+        return rest if gw == root or len(rest) > shares else []
+
+    parts = max([len(relays(b, gw)) for chain in chains
+                 for b, gw in zip(order, chain, strict=True)] + [1])
+    out: dict[frozenset, tuple[float, Tree]] = {}  # a tree that several parts take: once
+    for j in range(parts):  # part-major: the pieces' rounding spreads over the shares
+        for i, chain in enumerate(chains):
+            tree: Tree = {}
+            for k, (b, gw) in enumerate(zip(order, chain, strict=True)):
+                if gw != root:
+                    _hang(tree, gw, root if k == 0 else chain[k - 1], reach, topology.name)
+                rest = [v for v in boxes[b] if v not in (gw, root)]
+                via = relays(b, gw)
+                # a box with fewer relays than parts gives one of them two, another per share
+                relay = via[(i + j) % len(via)] if via else gw
+                if relay != gw:
+                    _hang(tree, relay, gw, reach, topology.name)
+                for v in rest:
+                    if v != relay:
+                        _hang(tree, v, relay, reach, topology.name)
+            key = frozenset(tree.items())
+            out[key] = (out.get(key, (0.0, tree))[0] + 1 / parts, tree)
+    return list(out.values())
 
 
 def _hang(tree: Tree, child: str, parent: str, reach: dict[str, set[str]], where: str) -> None:
@@ -285,7 +306,9 @@ def _broadcast(topology: Topology, collective: Collective, rates: list[float],
             kids[p] += 1
         for v in {*tree, *kids}:
             steps[v] += rate / total * ((v in tree) + kids[v])
-    cap = min(FINE_PIECES, max(1, hops // (collective.nranks - 1)))
+    per_piece = sum(w / total * sum(_links(topology, t).values())
+                    for w, t in zip(rates, trees, strict=True))  # transfers
+    cap = min(FINE_PIECES, max(1, int(hops // per_piece)))
     coll = pieces(topology, collective, max(steps.values()), cap)
     root = topology.gpu(coll.root)
     given, plans = [0.0] * len(trees), []
@@ -304,6 +327,7 @@ def _scatter(topology: Topology, collective: Collective, rates: list[float],
     root = topology.gpu(collective.root)
     depths = [_depth(t) for t in trees]
     each = sum(min(d[v] for d in depths) for v in trees[0])  # hops of a piece per rank
+    each *= max(max(_links(topology, t).values()) for t in trees)  # two through a switch
     coll = pieces(topology, collective, 2, max(1, hops // each) * collective.nchunks)
     load = [0.0] * len(trees)
     queues: list[list[tuple[int, int, ChunkPlan]]] = [[] for _ in trees]

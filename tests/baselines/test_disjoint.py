@@ -55,18 +55,19 @@ def test_a_root_behind_a_switch_without_boxes_is_refused():
     star = gen.star(8, 450e9, 0.7e-6)
     coll = Collective(K.BROADCAST, 1_000_000, tuple(range(8)), root=0)
     assert "pipeline" not in applicable(star, coll)
-    with pytest.raises(BaselineError, match="no boxes"):
+    with pytest.raises(BaselineError, match="no direct link"):
         build_baseline("pipeline", star, coll)
 
 
 @pytest.mark.parametrize("kind", [K.BROADCAST, K.REDUCE], ids=lambda k: k.value)
 def test_boxes_on_rails_stream_a_share_down_every_rail(kind):
     """Four GPUs a box behind a switch, a rail per GPU: the root's box sends a share over
-    each rail, and its own share through each of the others in turn."""
+    each rail, and its own share through each of its three peers in turn."""
     rails = gen.rail_optimized(2, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)
     gpus = list(rails.gpus)
-    trees = [t for _, t in box_trees(rails, gpus[0], gpus)]
-    assert len(trees) == 3 + 3  # three gateways, the root's share through its three peers
+    shares = box_trees(rails, gpus[0], gpus)
+    trees = [t for _, t in shares]
+    assert len(trees) == 3 + 3 and sum(w for w, _ in shares) == pytest.approx(4)
     assert all(set(t) == set(gpus[1:]) for t in trees)
     coll = Collective(kind, 16_000_000, tuple(range(8)), root=0)
     schedule = build_baseline("pipeline", rails, coll)
