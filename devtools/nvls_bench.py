@@ -150,27 +150,28 @@ def run_boxes(topology: str, limit_s: float = LIMIT_S) -> BoxRow:
                   "plan replay, xml replay")
 
 
+def _markdown(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows])
+
+
 def _table(rows: list[Row]) -> str:
-    out = ["| machine | plan compiled with | NVLS plan algbw GB/s | MSCCL XML algbw GB/s | "
-           f"speedup (goal >= {SPEEDUP_GOAL}; ceiling) | plan / NVLS bound (goal <= "
-           f"{BOUND_GOAL}) | measured by | met |",
-           "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r.topology} | {r.plan_args} | {r.nvls_algbw_GBps:.1f} | "
-                   f"{r.xml_algbw_GBps:.1f} | {r.speedup:.3f} ({r.ceiling:.3f}) | "
-                   f"{r.bound_ratio:.4f} | {r.measured_by} | {'met' if r.met else 'short'} |")
-    return "\n".join(out)
+    return _markdown(
+        ["machine", "plan compiled with", "NVLS plan algbw GB/s", "MSCCL XML algbw GB/s",
+         f"speedup (goal >= {SPEEDUP_GOAL}; ceiling)",
+         f"plan / NVLS bound (goal <= {BOUND_GOAL})", "measured by", "met"],
+        [[r.topology, r.plan_args, f"{r.nvls_algbw_GBps:.1f}", f"{r.xml_algbw_GBps:.1f}",
+          f"{r.speedup:.3f} ({r.ceiling:.3f})", f"{r.bound_ratio:.4f}", r.measured_by,
+          "met" if r.met else "short"] for r in rows])
 
 
 def _box_table(rows: list[BoxRow]) -> str:
-    out = ["| machine | box plan ms | bound ms | plan / bound | busiest link ms | "
-           "MSCCL XML ms | speedup | measured by |",
-           "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        out.append(f"| {r.topology} | {r.plan_s * 1e3:.3f} | {r.bound_s * 1e3:.3f} | "
-                   f"{r.bound_ratio:.3f} | {r.link_s * 1e3:.3f} | {r.xml_s * 1e3:.3f} | "
-                   f"{r.speedup:.3f} | {r.measured_by} |")
-    return "\n".join(out)
+    return _markdown(
+        ["machine", "box plan ms", "bound ms", "plan / bound", "busiest link ms",
+         "MSCCL XML ms", "speedup", "measured by"],
+        [[r.topology, f"{r.plan_s * 1e3:.3f}", f"{r.bound_s * 1e3:.3f}", f"{r.bound_ratio:.3f}",
+          f"{r.link_s * 1e3:.3f}", f"{r.xml_s * 1e3:.3f}", f"{r.speedup:.3f}", r.measured_by]
+         for r in rows])
 
 
 @click.command("nvls_bench", context_settings={"help_option_names": ["-h", "--help"]})
