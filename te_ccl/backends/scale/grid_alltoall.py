@@ -45,9 +45,9 @@ __all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "grid_plan",
 
 METHOD = "grid-alltoall"
 PLANNING = "planning the grid AlltoAll"  # what a deadline reached interrupted
-GRID_FROM_HOPS = 200_000  # chunk-hops from which a file of one step per chunk and hop takes
-#                           the lowering over a minute under load, and (mesh 16×16: 696,320)
-#                           its busiest rank no longer fits the reader
+GRID_FROM_HOPS = 200_000  # chunk-hops from which a file of one step per chunk and hop is no
+#                           first file: torus 16×16's 524,288 took the lowering about 100 s
+#                           under load, and mesh 16×16's busiest rank (696,320) overflows
 LAST_GROUP = 4  # elements a group of the last phase carries at most (see _per_group)
 PER_CHANNEL = 32  # transfers of a link per channel: a receive adds at most one copy, so a
 #                   thread block holds at most 64 steps, and waits for nothing of its own
@@ -196,9 +196,8 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
                     w = _neighbour(u, p, step, dims, wrap)
                     got = scratch[w]
                     scratch[w] += cnt
-                    ready = t.add((hop - far if last else -hop) * _GIDS + gid, u, w, cnt,
-                                  sbuf, soff, got,
-                                  ready, chunk)
+                    prio = (hop - far if last else -hop) * _GIDS + gid
+                    ready = t.add(prio, u, w, cnt, sbuf, soff, got, ready, chunk)
                     sbuf, soff, u = 2, got, w
                     if elements[0][1] == hop:  # w keeps its element
                         x = elements.pop(0)[0]
@@ -296,7 +295,7 @@ def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, i
     dependencies; or why the runtime cannot hold it. A send waits for the receive that
     brought its chunks; a copy follows that receive in its thread block."""
     check(PLANNING)
-    prio, u, w, cnt, sbuf, soff, doff, after, chunk = t.arrays()
+    _, u, w, cnt, sbuf, soff, doff, after, chunk = t.arrays()
     link = u * n + w
     position, finish = _order(t.cols[0], np.unique(link, return_inverse=True)[1],
                               t.cols[3], t.cols[7], alpha)
