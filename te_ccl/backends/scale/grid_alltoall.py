@@ -153,12 +153,19 @@ def _groups(c: int, d: int, wrap: bool, per_group: int) -> list[tuple[int, list[
     return out
 
 
-@lru_cache(maxsize=2)
 def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
               limits: RuntimeLimits = MSCCL) -> GridPlan | str:
     """The file of the grid AlltoAll with ``k`` chunks per pair, or why none fits
     ``limits`` (an element over ``max_count − 1`` chunks; more channels, thread blocks or
-    elements per rank than the runtime holds)."""
+    elements per rank than the runtime holds). Built once for the schedule and its
+    lowering (which runs in a process forked after the schedule was built)."""
+    return _plan(tuple(dims), wrap, k, alpha, limits)
+
+
+@lru_cache(maxsize=2)
+def _plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float,
+          limits: RuntimeLimits) -> GridPlan | str:
+    """:func:`grid_plan`, its arguments as one key."""
     m, n = len(dims), math.prod(dims)
     stride = [math.prod(dims[p + 1:]) for p in range(m)]
     size = [s * k for s in stride]
