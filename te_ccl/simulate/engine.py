@@ -193,8 +193,9 @@ class _Run:
         sent, arrived, head = self.waiting
         for j, t in enumerate(tasks):
             waits = head if t.through else arrived
-            for d in {*t.after_all, *t.after_any}:
-                waits.setdefault(d, []).append((j, d in t.after_all, d in t.after_any))
+            alls, anys = set(t.after_all), set(t.after_any)  # sets: a join may wait for
+            for d in alls | anys:  # hundreds (an NVLS op's members)
+                waits.setdefault(d, []).append((j, d in alls, d in anys))
             for d in set(t.after_sent):
                 sent.setdefault(d, []).append((j, True, False))
 
