@@ -55,8 +55,11 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
                  and collective.nranks <= PACKED_FIRST_GPUS)
         names.insert(0 if first else len(names), "packed")
         names.append("packed-fine")
-    if applies(topology, collective):  # a root with a direct link to another GPU
-        names += ["pipeline", "pipeline-fine"]
+    if applies(topology, collective):  # a root with a direct link to another GPU, or boxes
+        # before packed: built in about a second at any size, where packed's LP on 64 GPUs
+        # can take a 10 s compile's whole search (rail8x8 Broadcast)
+        at = names.index("packed") if "packed" in names else len(names)
+        names[at:at] = ["pipeline", "pipeline-fine"]
     return names
 
 
