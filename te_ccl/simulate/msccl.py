@@ -11,8 +11,9 @@ GPU of the topology, in order). The model (docs/verify.md, "The replay"):
   the k-th send on it;
 * a sending step then waits for a free slot of its connection. A connection holds
   ``MSCCL.outstanding_sends(proto, cnt)`` sends whose receiving step is not done (2 under
-  Simple, 8 under LL and LL128, fewer for ``cnt > 1``); the receiving step's completion
-  frees the slot;
+  Simple, 8 under LL and LL128, fewer for ``cnt > 1`` but at least one: a send of more
+  calls than the connection holds streams as it is received); the receiving step's
+  completion frees the slot;
 * the message, ``cnt`` chunks of ``size_bytes / nchunksperloop`` bytes each, takes the
   route to its peer (``size_bytes`` is the collective's, nccl-tests style; for gather and
   scatter, whose executor count is one rank's piece, a chunk is ``size_bytes / ngpus /
