@@ -322,7 +322,10 @@ def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage
         timing = Timing(schedule.finish_time_s, unreplayed=str(e))
     if timing.unreplayed is not None:
         kept.cut(timing.unreplayed)
-    return kept.offer(schedule, data, timing.finish_s, f"{stage}: {describe(schedule)}")
+    source = f"{stage}: {describe(schedule)}"
+    if timing.file_s is None and timer.files:  # the ratio shown is not the file's
+        source += f" (the {timing.measured_by}'s prediction, not the file's replay)"
+    return kept.offer(schedule, data, timing.finish_s, source)
 
 
 def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> str:
@@ -546,7 +549,7 @@ def _compile_notes(topology: Topology, schedule: Schedule, timer: Timer) -> tupl
         notes += (f"timed by the {timing.measured_by}: the MSCCL lowering fails "
                   f"({timing.unlowerable})",)
     elif timing.unreplayed is not None:
-        notes += (f"timed by the {timing.measured_by}: the written XML's replay stopped "
+        notes += (f"timed by the {timing.measured_by}: the written file's replay stopped "
                   f"({timing.unreplayed})",)
     elif timing.file_s is None and timer.files:
         notes += (f"timed by the {timing.measured_by}: no file was written, and the XML "
@@ -918,7 +921,9 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
     MSCCL XML or MSCCL++ plan, what the runtime runs; ``measured_by`` says so (``xml
     replay``, ``plan replay``), or names the fallback
     (``schedule replay`` above :data:`XML_REPLAY_LIMIT` transfers or for an output that
-    is not lowered, ``epoch model`` above :data:`SIM_LIMIT`). ``predicted_s`` is the
+    is not lowered, ``epoch model`` above :data:`SIM_LIMIT`); ``file_replayed``: whether
+    it is the written XML's or plan's replay (false: the fallback's prediction, or a
+    schedule JSON written). ``predicted_s`` is the
     epoch model's prediction and ``schedule_replay_s`` the replay of the schedule itself.
     ``first_file_s``, ``cut_short`` and ``incumbents`` are the anytime compile's record
     (:class:`CompileResult`; None, false and empty where no file was written).
@@ -942,6 +947,7 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
         "epoch_s": s.epoch_s,
         "finish_time_s": finish,
         "measured_by": timing.measured_by,
+        "file_replayed": timing.file_s is not None,
         "algbw_GBps": algbw,
         "busbw_GBps": busbw,
         "lower_bound_s": bound,

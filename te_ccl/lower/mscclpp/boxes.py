@@ -34,12 +34,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from te_ccl.baselines.hierarchical import find_boxes
+from te_ccl.baselines.ring import ring
+from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import TecclError
 from te_ccl.lower.mscclpp.threadblocks import MAX_OPS
 from te_ccl.lower.mscclpp.to_json import plan_bytes, plan_dict_of
+from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["box_allreduce_plan", "box_shape", "ramp"]
+__all__ = ["BOX_PLAN", "box_allreduce_plan", "box_candidate", "box_shape", "ramp"]
+
+BOX_PLAN = "box-plan"  # the backend named by the box plan's candidate
 
 DATA = {"put", "copy", "re", "glres", "gstore"}
 MAX_SOURCES = 8  # buffers an op reads (the executor's MAX_CHANNEL_PER_OPERATION)
@@ -208,11 +213,12 @@ def _ops_needed(nboxes: int, pieces: int) -> int:
 
 
 def box_allreduce_plan(topology: Topology, *, pieces: int | None = None,
-                       name: str | None = None) -> bytes:
+                       name: str | None = None, min_bytes: int = 0, max_bytes: int = 0
+                       ) -> bytes:
     """The plan's bytes for AllReduce of every GPU of ``topology``, out of place (module
     docstring), with ``pieces`` per part (None: the most the executor's 64 ops a block
-    allow, at most 8). Raises :class:`TecclError` where the topology has no equal boxes
-    of NVLS GPUs."""
+    allow, at most 8), for messages of ``min_bytes`` to ``max_bytes`` (0: no limit).
+    Raises :class:`TecclError` where the topology has no equal boxes of NVLS GPUs."""
     shape = box_shape(topology)
     if shape is None:
         raise TecclError(f"{topology.name}: a box AllReduce plan needs two or more equal boxes "
@@ -231,7 +237,28 @@ def box_allreduce_plan(topology: Topology, *, pieces: int | None = None,
         _build(me, where[r], boxes, lay)
     return plan_bytes(plan_dict_of(
         name or f"{topology.name}-allreduce-boxes", "allreduce", False,
-        [_gpu_json(ranks[r], boxes[where[r][0]], lay) for r in sorted(ranks)]))
+        [_gpu_json(ranks[r], boxes[where[r][0]], lay) for r in sorted(ranks)],
+        min_bytes, max_bytes))
+
+
+def box_candidate(topology: Topology, collective: Collective) -> Schedule | None:
+    """The box plan as a candidate of the compile's race (None where it does not apply:
+    an out-of-place AllReduce of every GPU, in order, on :func:`box_shape`'s boxes
+    within :data:`MAX_SOURCES`). The plan follows no schedule, so the candidate stands
+    in with the ring template's, the smallest (the judge lowers a candidate of few
+    transfers at once; the race checks it like any other), marked with backend
+    :data:`BOX_PLAN`: lowered to an MSCCL++ plan it gives :func:`box_allreduce_plan`,
+    and the judge times it by that plan's replay."""
+    if collective.kind is not CollectiveKind.ALLREDUCE or collective.inplace \
+            or tuple(collective.ranks) != tuple(range(topology.ngpus)):
+        return None
+    shape = box_shape(topology)
+    if shape is None or max(len(shape), len(shape[0])) > MAX_SOURCES:
+        return None
+    note = (f"{BOX_PLAN}: the file is the box AllReduce plan, which follows no schedule; "
+            "the schedule shown is the ring template's, in its stead")
+    schedule = ring(topology, collective)
+    return schedule.with_info(backend=BOX_PLAN, notes=(note,) + schedule.info.notes)
 
 
 def _build(me: _Rank, pos: tuple[int, int], boxes: list[list[int]], lay: _Layout) -> None:
