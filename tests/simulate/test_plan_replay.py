@@ -12,7 +12,7 @@ from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import VerificationError
 from te_ccl.lower.mscclpp import lower_to_mscclpp
 from te_ccl.simulate import simulate_schedule
-from te_ccl.simulate.plan import simulate_plan
+from te_ccl.simulate.plan import plan_finish_s, simulate_plan
 from te_ccl.spec.topology import load_topology
 
 PLANS = Path(__file__).parents[1] / "verify" / "mscclpp" / "data"
@@ -57,3 +57,11 @@ def test_cli_needs_topology_and_size(teccl):
     rc, out, _ = teccl("simulate", "ring8", str(PLANS / "reduce.json"), "--size", "1MB",
                        "--json")
     assert rc == 0 and json.loads(out)["backend"] == "mscclpp:reduce"
+
+
+def test_the_finish_alone_is_the_replays():
+    """What the compile's judge reads (plan_finish_s) is the full replay's finish time."""
+    topo = load_topology("dgx-h100")
+    coll = Collective(CollectiveKind.ALLREDUCE, 1 << 20, tuple(range(8)))
+    plan = json.loads(lower_to_mscclpp(BASELINES["ring"](topo, coll)))
+    assert plan_finish_s(plan, topo, 1 << 20) == simulate_plan(plan, topo, 1 << 20).finish_time_s

@@ -9,8 +9,10 @@ import json
 
 import pytest
 
+from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import TecclError
-from te_ccl.lower.mscclpp.boxes import box_allreduce_plan, box_shape
+from te_ccl.lower.mscclpp import lower_to_mscclpp
+from te_ccl.lower.mscclpp.boxes import BOX_PLAN, box_allreduce_plan, box_candidate, box_shape
 from te_ccl.simulate.plan import simulate_plan
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.mscclpp.verify import check_plan
@@ -60,3 +62,26 @@ def test_boxes_are_required():
         box_allreduce_plan(load_topology("dgx-h100"))
     with pytest.raises(TecclError, match="16 boxes of 8 GPUs need 16"):
         box_allreduce_plan(load_topology("hgx-h100x16"))
+
+
+def test_the_box_candidate_lowers_to_the_box_plan(hgx2):
+    """The compile races the box plan through a stand-in schedule: lowered for MSCCL++,
+    it is the box plan itself, named and sized as the compile asks."""
+    coll = Collective(CollectiveKind.ALLREDUCE, 1 << 20, tuple(range(hgx2.ngpus)))
+    schedule = box_candidate(hgx2, coll)
+    assert schedule is not None and schedule.info.backend == BOX_PLAN
+    data = lower_to_mscclpp(schedule, name="n", min_bytes=1024, max_bytes=1 << 30)
+    assert data == box_allreduce_plan(hgx2, name="n", min_bytes=1024, max_bytes=1 << 30)
+    plan = json.loads(data)
+    assert (plan["min_message_size"], plan["max_message_size"]) == (1024, 1 << 30)
+
+
+def test_the_box_candidate_applies_only_to_an_out_of_place_allreduce_of_every_gpu(hgx2):
+    every = tuple(range(hgx2.ngpus))
+    assert box_candidate(hgx2, Collective(CollectiveKind.ALLREDUCE, 1 << 20, every,
+                                          inplace=True)) is None
+    assert box_candidate(hgx2, Collective(CollectiveKind.ALLGATHER, 1 << 20, every)) is None
+    assert box_candidate(hgx2, Collective(CollectiveKind.ALLREDUCE, 1 << 20, every[:8])) is None
+    dgx = load_topology("dgx-h100")
+    assert box_candidate(dgx, Collective(CollectiveKind.ALLREDUCE, 1 << 20,
+                                         tuple(range(8)))) is None
