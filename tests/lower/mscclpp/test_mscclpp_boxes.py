@@ -85,3 +85,32 @@ def test_the_box_candidate_applies_only_to_an_out_of_place_allreduce_of_every_gp
     dgx = load_topology("dgx-h100")
     assert box_candidate(dgx, Collective(CollectiveKind.ALLREDUCE, 1 << 20,
                                          tuple(range(8)))) is None
+
+
+def test_the_judge_times_the_box_candidate_by_the_box_plans_replay(hgx2):
+    from te_ccl.compiler import CompileOptions, Timer
+
+    assert not Timer().judge.plans
+    timer = Timer(options=CompileOptions(fmt="mscclpp"))
+    assert timer.judge.plans
+    coll = Collective(CollectiveKind.ALLREDUCE, 1 << 24, tuple(range(hgx2.ngpus)))
+    timing = timer.timing(box_candidate(hgx2, coll))
+    assert timing.measured_by == "plan replay"
+    plan = json.loads(box_allreduce_plan(hgx2))
+    assert timing.plan_s == simulate_plan(plan, hgx2, 1 << 24).finish_time_s
+
+
+@pytest.mark.slow
+def test_compile_races_the_box_plan_and_reports_its_replay(tmp_path, hgx2):
+    """``--format mscclpp`` on boxes of NVLS GPUs races the box plan; it wins here, and
+    the ratio the compile reports is the written plan's replay."""
+    import te_ccl
+
+    out = tmp_path / "p.json"
+    result = te_ccl.compile(hgx2, "allreduce", size="1GB", fmt="mscclpp", output=out,
+                            time_limit_s=20)
+    assert result.schedule.info.backend == BOX_PLAN
+    assert result.measured_by == "plan replay" and result.file_replayed
+    written = json.loads(out.read_bytes())
+    assert written["gpus"] == json.loads(box_allreduce_plan(hgx2))["gpus"]
+    assert result.finish_time_s == simulate_plan(written, hgx2, 10**9).finish_time_s
