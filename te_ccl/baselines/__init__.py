@@ -24,6 +24,8 @@ from te_ccl.topology.model import Topology
 __all__ = ["BASELINES", "BaselineError", "ChunkPlan", "applicable", "assemble", "build_baseline"]
 
 PACKED_FIRST_GPUS = 16
+PACKED_MAX_ROOTED = 32  # GPUs beyond which the pipeline template replaces packed for a rooted
+#                         collective where it applies
 
 BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "ring": ring,
@@ -56,8 +58,11 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         names.insert(0 if first else len(names), "packed")
         names.append("packed-fine")
     if applies(topology, collective):  # a root with a direct link to another GPU, or boxes
-        # before packed: built in about a second at any size, where packed's LP on 64 GPUs
-        # can take a 10 s compile's whole search (rail8x8 Broadcast)
+        # before packed, built in about a second at any size; beyond PACKED_MAX_ROOTED GPUs
+        # instead of it: packed's LP takes a 10 s compile's whole search on rail8x8, and
+        # on the 64-GPU meshes and tori the pipeline's trees are as close (1.0008-1.002x)
+        if collective.nranks > PACKED_MAX_ROOTED:
+            names = [n for n in names if n not in ("packed", "packed-fine")]
         at = names.index("packed") if "packed" in names else len(names)
         names[at:at] = ["pipeline", "pipeline-fine"]
     return names
