@@ -464,9 +464,9 @@ def solve_grid_alltoall(problem: Problem, min_hops: int = GRID_FROM_HOPS
     its link, starts once the link is free and the group it was received in has arrived."""
     topology = problem.topology
     shape = grid_shape(topology)
-    if shape is None or any(len(dm.sources) != 1 or len(dm.destinations) != 1
-                            for dm in problem.demands):
-        return None
+    if shape is None or problem.relay_limit or any(
+            len(dm.sources) != 1 or len(dm.destinations) != 1 for dm in problem.demands):
+        return None  # relays keep every group they receive: GPUs need unlimited buffers
     dims, wrap = shape
     n = math.prod(dims)
     k = _alltoall_chunks(problem, n)
