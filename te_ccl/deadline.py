@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from te_ccl.errors import SolverError
@@ -109,19 +109,25 @@ class Budget:
 
     >>> with until(3600.0):
     ...     share = Budget.of(10.0)
-    ...     0 < share.left() <= 10 and not share.spent
+    ...     0 < share.left() <= 10 and not share.spent and 0 <= share.elapsed() < 10
     True
     """
 
     end: float  # time.monotonic() at which the share is spent
+    start: float = field(default_factory=time.monotonic)
 
     @classmethod
     def of(cls, seconds: float) -> Budget:
-        return cls(time.monotonic() + min(seconds, left()))
+        now = time.monotonic()
+        return cls(now + min(seconds, left()), now)
 
     def left(self) -> float:
         """Seconds of the share left (0 once spent)."""
         return max(0.0, self.end - time.monotonic())
+
+    def elapsed(self) -> float:
+        """Seconds since the share began: what a stage that took it reports it spent."""
+        return time.monotonic() - self.start
 
     @property
     def spent(self) -> bool:

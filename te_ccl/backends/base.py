@@ -1,4 +1,5 @@
-"""What every backend takes and returns, and the clock that shares one time limit.
+"""What every backend takes (besides its share of the time, a :class:`te_ccl.deadline.Budget`)
+and returns.
 
 Backends solve a :class:`~te_ccl.model.problem.Problem` (demands in epochs) and return a
 :class:`SolveResult` whose transfers are in epochs from 0; :mod:`te_ccl.compiler.solve` wraps them
@@ -8,15 +9,13 @@ into a :class:`~te_ccl.schedule.Schedule`.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from te_ccl.deadline import left as deadline_left
 from te_ccl.errors import SpecError
 from te_ccl.schedule import Transfer
 
-__all__ = ["BACKENDS", "SolveParams", "SolveResult", "Clock", "Progress"]
+__all__ = ["BACKENDS", "SolveParams", "SolveResult", "Progress"]
 
 BACKENDS = ("auto", "milp", "lp", "rounds", "scale")
 MAX_TIME_LIMIT_S = 7 * 24 * 3600.0  # the solvers take their limit in int64 ms or int32 s fields
@@ -86,20 +85,3 @@ class SolveResult:
     notes: tuple[str, ...] = field(default=())
     backend: str = ""
 
-
-class Clock:
-    """Seconds left of a time limit shared by several solver calls, never past the
-    compile's deadline (:mod:`te_ccl.deadline`): a solver that watches its clock stops in
-    time for the stages after it too."""
-
-    def __init__(self, limit_s: float) -> None:
-        self.start = time.monotonic()
-        self.limit_s = limit_s
-
-    @property
-    def elapsed(self) -> float:
-        return time.monotonic() - self.start
-
-    @property
-    def left(self) -> float:
-        return max(0.0, min(self.limit_s - self.elapsed, deadline_left()))

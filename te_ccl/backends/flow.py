@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.base import Progress, SolveParams, SolveResult
 from te_ccl.backends.select import check_size, run_backend
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import Budget
 from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import reverse_in_time
 from te_ccl.model.problem import (
@@ -44,14 +45,14 @@ def solve_flow(topology: Topology, collective: Collective, params: SolveParams,
     picked by the model's size, :func:`~te_ccl.backends.select.choose_backend`), within
     ``params.time_limit_s``."""
     check_size(collective.commodities, len(topology.links))  # before building anything
-    clock = Clock(params.time_limit_s)
+    budget = Budget.of(params.time_limit_s)
     if collective.is_reduction:
-        result, epoch_s = _solve_reduction(topology, collective, params, clock, progress)
+        result, epoch_s = _solve_reduction(topology, collective, params, budget, progress)
     else:
         problem = build_problem(topology, collective, params.epoch)
-        result, epoch_s = run_backend(problem, params, clock, progress), problem.epoch_s
+        result, epoch_s = run_backend(problem, params, budget, progress), problem.epoch_s
     info = SolveInfo(backend=result.backend,
-                     solver_time_s=round(clock.elapsed, 4), optimal=result.optimal,
+                     solver_time_s=round(budget.elapsed(), 4), optimal=result.optimal,
                      status=result.status, variables=result.variables,
                      constraints=result.constraints, notes=result.notes)
     return Schedule(topology, collective, epoch_s, tuple(sorted(result.transfers)), info)
@@ -97,17 +98,18 @@ def _merge(a: SolveResult, b: SolveResult, transfers: tuple, finish: int) -> Sol
 
 
 def _solve_reduction(topology: Topology, collective: Collective, params: SolveParams,
-                     clock: Clock, progress: Progress | None) -> tuple[SolveResult, float]:
+                     budget: Budget, progress: Progress | None) -> tuple[SolveResult, float]:
     allreduce = collective.kind is CollectiveKind.ALLREDUCE
     if allreduce and any(n.can_reduce and n.can_copy for n in topology.nodes if not n.is_gpu):
         joint = allreduce_problem(topology, collective, params.epoch)
-        result = run_backend(joint, params, clock, progress)
+        result = run_backend(joint, params, budget, progress)
         return replace(result, notes=result.notes + (
             "solved as one problem: partials summed in forward time where a switch reduces, "
             "the sum multicast from there",)), joint.epoch_s
     owner = collective.reduction_owners()
     problem = _reduction_problem(topology, collective, owner, params)
-    first = run_backend(problem, params, Clock(clock.left / 2) if allreduce else clock, progress)
+    share = Budget.of(budget.left() / 2) if allreduce else budget
+    first = run_backend(problem, params, share, progress)
     f1 = first.finish_epoch
     reduced = reverse_in_time(first.transfers, f1)
     if not allreduce:
@@ -116,7 +118,7 @@ def _solve_reduction(topology: Topology, collective: Collective, params: SolvePa
                                               "topology, played backwards in time",))
         return result, problem.epoch_s
     second = run_backend(_gather_problem(topology, collective, owner, problem.epoch_s),
-                         params, clock, progress)
+                         params, budget, progress)
     shifted = tuple(replace(t, start_epoch=t.start_epoch + f1, arrive_epoch=t.arrive_epoch + f1)
                     for t in second.transfers)
     merged = _merge(first, second, tuple(reduced) + shifted, f1 + second.finish_epoch)

@@ -20,11 +20,11 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 
-from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.base import Progress, SolveParams, SolveResult
 from te_ccl.backends.linear import solve_relaxation
 from te_ccl.backends.milp import solve_milp
 from te_ccl.backends.rounds import solve_rounds
-from te_ccl.deadline import checked
+from te_ccl.deadline import Budget, checked
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune
 from te_ccl.model.formulation import Formulation, formulate
@@ -52,7 +52,7 @@ def flow_problem(problem: Problem) -> tuple[Problem, dict[int, int]]:
     return flows, chunk_of
 
 
-def _flows_by(flows: Problem, params: SolveParams, clock: Clock,
+def _flows_by(flows: Problem, params: SolveParams, budget: Budget,
               progress: Progress | None) -> tuple[Formulation, dict]:
     """One LP with the deliver-early objective at a horizon a little above the lower bound
     (doubled while infeasible): the objective already pulls every flow early, and one solve
@@ -62,9 +62,9 @@ def _flows_by(flows: Problem, params: SolveParams, clock: Clock,
     h = min(cap, math.ceil(lo * HORIZON_SLACK) + 1)
     while True:
         form = formulate(flows, h)
-        status, values, _ = solve_relaxation(form, clock.left, with_objective=True)
+        status, values, _ = solve_relaxation(form, budget.left(), with_objective=True)
         if progress:
-            progress(f"LP horizon {h}: {status} ({form.size[0]} vars, {clock.elapsed:.2f} s)")
+            progress(f"LP horizon {h}: {status} ({form.size[0]} vars, {budget.elapsed():.2f} s)")
         if status == "optimal":
             return form, values
         if status == "unknown":
@@ -153,22 +153,22 @@ def _retime(flows: Problem, path: list[tuple], links: _Links, chunk: int) -> lis
     return out
 
 
-def solve_lp(problem: Problem, params: SolveParams, clock: Clock,
+def solve_lp(problem: Problem, params: SolveParams, budget: Budget,
              progress: Progress | None = None) -> SolveResult:
     """LP routes and order, whole chunks, capacity-exact greedy timing (module docstring)."""
     if problem.reductions:
-        result = solve_milp(problem, params, clock, progress)
+        result = solve_milp(problem, params, budget, progress)
         return replace(result, notes=("lp cannot carry partial sums as flows: used milp",)
                        + result.notes)
     relays = any(n not in d.sources and n not in d.destinations
                  for d in problem.demands for n in problem.relay_limit)
     if problem.tree or relays:
         why = "a reduction's tree" if problem.tree else "GPU buffer limits (whole chunks)"
-        result = solve_rounds(problem, params, clock, progress)
+        result = solve_rounds(problem, params, budget, progress)
         return replace(result, notes=(f"lp cannot keep {why}: used rounds",) + result.notes)
     horizon_lower_bound(problem)  # unreachable destinations: a SolverError naming the chunk
     flows, chunk_of = flow_problem(problem)
-    form, values = _flows_by(flows, params, clock, progress)
+    form, values = _flows_by(flows, params, budget, progress)
     paths = {c: _widest_path(flows, form, values, c) for c in chunk_of}
     order = sorted(paths, key=lambda c: (sum(k[2] for k in paths[c][-1:]), c))
     links, transfers = _Links(flows), []

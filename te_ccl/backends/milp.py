@@ -17,10 +17,11 @@
 
 from __future__ import annotations
 
-from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.base import Progress, SolveParams, SolveResult
 from te_ccl.backends.cpsat import Solved, solve_formulation
 from te_ccl.backends.linear import solve_relaxation
 from te_ccl.backends.rounds import solve_rounds
+from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.formulation import formulate
@@ -38,7 +39,7 @@ INCUMBENT_SHARE = 0.5
 HIGHS_MAX_VARIABLES = 20_000
 
 
-def _incumbent(problem: Problem, params: SolveParams, clock: Clock) -> Solved | None:
+def _incumbent(problem: Problem, params: SolveParams, budget: Budget) -> Solved | None:
     """A quick schedule as an upper bound on the horizon (None if there is none): the
     pipelined trees of :mod:`te_ccl.model.trees`, kept at once when they meet the epoch
     lower bound, else the earlier of them and a rounds run (which keeps no partial sums,
@@ -51,7 +52,7 @@ def _incumbent(problem: Problem, params: SolveParams, clock: Clock) -> Solved | 
     if problem.reductions:
         return None
     try:
-        r = solve_rounds(problem, params, Clock(INCUMBENT_SHARE * clock.left))
+        r = solve_rounds(problem, params, Budget.of(INCUMBENT_SHARE * budget.left()))
     except SolverError:
         return None if finish is None else _solved(problem, keys, finish)
     if finish is not None and finish < r.finish_epoch:
@@ -70,7 +71,7 @@ def _solved(problem: Problem, keys: list[tuple], finish: int) -> Solved | None:
     return Solved("feasible", chosen, dict.fromkeys(chosen, 1), form)
 
 
-def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
+def horizon_search(problem: Problem, params: SolveParams, budget: Budget,
                    progress: Progress | None = None, incumbent: Solved | None = None
                    ) -> tuple[Solved, bool, list[str]]:
     """The smallest feasible horizon: (its solution, proven minimal?, notes).
@@ -89,15 +90,15 @@ def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
         tried[incumbent.form.ten.horizon] = incumbent
         notes.append(f"incumbent: {incumbent.form.ten.horizon} epochs")
     if progress:
-        progress("; ".join(notes) + f" ({clock.elapsed:.2f} s)")
+        progress("; ".join(notes) + f" ({budget.elapsed():.2f} s)")
 
     def attempt(h: int) -> bool:
         form = formulate(problem, h)
-        s = solve_formulation(form, params, clock.left)
+        s = solve_formulation(form, params, budget.left())
         tried[h] = s
         if progress:
             nv, nc = form.size
-            progress(f"horizon {h}: {s.status} ({nv} vars, {nc} rows, {clock.elapsed:.2f} s)")
+            progress(f"horizon {h}: {s.status} ({nv} vars, {nc} rows, {budget.elapsed():.2f} s)")
         return s.status in ("optimal", "feasible")
 
     if tried:
@@ -105,7 +106,7 @@ def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
     else:
         best, step = lo, 1
         while not attempt(best):
-            if clock.left <= 0:
+            if budget.spent:
                 raise SolverError(f"time limit of {params.time_limit_s:g} s reached without a "
                                   f"solution (last horizon tried: {best} epochs)")
             if best >= cap:
@@ -113,7 +114,7 @@ def horizon_search(problem: Problem, params: SolveParams, clock: Clock,
                                   "epochs")
             best, step = min(cap, best + step), step * 2
     low = max((k for k in tried if k < best), default=lo - 1)
-    while best - low > 1 and clock.left > 0:
+    while best - low > 1 and budget.left() > 0:
         mid = (low + best) // 2
         try:
             feasible = attempt(mid)
@@ -148,16 +149,16 @@ def _polish(first: Solved, params: SolveParams, budget: float) -> Solved:
     return highs or first
 
 
-def solve_milp(problem: Problem, params: SolveParams, clock: Clock,
+def solve_milp(problem: Problem, params: SolveParams, budget: Budget,
                progress: Progress | None = None, *, incumbent: bool = True) -> SolveResult:
     """Minimal finish epoch (horizon search), then deliver early in the time left."""
-    start = _incumbent(problem, params, clock) if incumbent else None
-    first, proven, notes = horizon_search(problem, params, clock, progress, start)
+    start = _incumbent(problem, params, budget) if incumbent else None
+    first, proven, notes = horizon_search(problem, params, budget, progress, start)
     best, status = first, "finish proven minimal" if proven else "finish not proven minimal"
-    if clock.left > 0.05:
+    if budget.left() > 0.05:
         try:
             best = _polish(first, params,
-                           min(clock.left, max(1.0, POLISH_SHARE * params.time_limit_s)))
+                           min(budget.left(), max(1.0, POLISH_SHARE * params.time_limit_s)))
         except SolverError:  # the deadline passed while building: keep the minimal horizon's
             best = first
         status += "; deliver-early " + ("optimal" if best.status == "optimal"

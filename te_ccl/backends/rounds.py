@@ -32,9 +32,9 @@ from collections import Counter, defaultdict
 import networkx as nx
 import numpy as np
 
-from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.base import Progress, SolveParams, SolveResult
 from te_ccl.backends.cpsat import solve_formulation
-from te_ccl.deadline import checked
+from te_ccl.deadline import Budget, checked
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.formulation import formulate
@@ -180,7 +180,7 @@ def _unmet_pairs(problem: Problem, demands: list[Demand], state: State) -> int:
     return sum(1 for d in demands for v in d.destinations if (d.chunk, v) not in state.held)
 
 
-def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
+def solve_rounds(problem: Problem, params: SolveParams, budget: Budget,
                  progress: Progress | None = None) -> SolveResult:
     """Round after round of ``params.round_epochs`` epochs until every demand is met."""
     if problem.reductions:
@@ -201,19 +201,19 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
         expected = horizon_lower_bound(sub) // window + 1
         if rate:
             expected = max(expected, -(-_unmet_pairs(problem, demands, state) // rate))
-        budget = min(clock.left / (expected + 4), params.time_limit_s / FIRST_ROUNDS)
-        if clock.left <= 0:
+        round_s = min(budget.left() / (expected + 4), params.time_limit_s / FIRST_ROUNDS)
+        if budget.spent:
             raise SolverError(f"time limit of {params.time_limit_s:g} s reached after "
                               f"{rounds} rounds, {len(demands)} chunk(s) still undelivered")
         ten = TimeExpandedNetwork(sub, reach, window, slack)
         objective = _objective(sub, ten, window, gains)
         _candidates(ten, objective, window)
         form = formulate(sub, reach, objective, ten=ten, demands=False, receive_once=True)
-        solved = solve_formulation(form, params, budget, with_objective=True)
+        solved = solve_formulation(form, params, round_s, with_objective=True)
         if solved.status == "unknown":  # not even the empty round found: give it more time
-            solved = solve_formulation(form, params, min(clock.left, 4 * budget),
+            solved = solve_formulation(form, params, min(budget.left(), 4 * round_s),
                                        with_objective=True)
-        if solved.status == "unknown" and clock.left <= 0:
+        if solved.status == "unknown" and budget.spent:
             raise SolverError(f"time limit of {params.time_limit_s:g} s reached: the round at "
                               f"epoch {shift} found no solution; try a longer limit")
         transfers += to_transfers(sub, solved.chosen, shift)
@@ -231,7 +231,7 @@ def solve_rounds(problem: Problem, params: SolveParams, clock: Clock,
         rate = max(1, (pairs - _unmet_pairs(problem, demands, state)) // rounds)
         if progress:
             progress(f"round {rounds}: epochs {shift - window}-{shift - 1}, "
-                     f"{len(demands)} chunk(s) still undelivered ({clock.elapsed:.1f} s)")
+                     f"{len(demands)} chunk(s) still undelivered ({budget.elapsed():.1f} s)")
     kept = prune(problem, transfers)
     finish = max((t.arrive_epoch for t in kept), default=0)
     return SolveResult(tuple(kept), finish, False,

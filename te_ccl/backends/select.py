@@ -6,7 +6,8 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 
-from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.base import Progress, SolveParams, SolveResult
+from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError
 from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Problem
@@ -28,7 +29,7 @@ MAX_CHUNK_LINKS = 1_000_000
 TINY_VARIABLES = 5_000
 
 
-# The flow-model strategies by name: "module:function(problem, params, clock, progress)".
+# The flow-model strategies by name: "module:function(problem, params, budget, progress)".
 # Imported when chosen, so loading the CLI stays fast; adding a strategy is one module and
 # one line here.
 STRATEGIES: dict[str, str] = {
@@ -76,7 +77,7 @@ def check_size(chunks: int, links: int) -> None:
                           f"pairs; one model holds at most {MAX_CHUNK_LINKS} (use fewer chunks)")
 
 
-def run_backend(problem: Problem, params: SolveParams, clock: Clock,
+def run_backend(problem: Problem, params: SolveParams, budget: Budget,
                 progress: Progress | None = None) -> SolveResult:
     """Solve ``problem`` with the backend of ``params`` (``auto`` decides by size)."""
     check_size(len(problem.demands), len(problem.timings))
@@ -94,7 +95,7 @@ def run_backend(problem: Problem, params: SolveParams, clock: Clock,
             progress(why)
     module, attr = STRATEGIES[name].split(":")
     run = getattr(importlib.import_module(module), attr)
-    result = run(problem, params, clock, progress)
+    result = run(problem, params, budget, progress)
     if params.max_horizon is not None and result.finish_epoch > params.max_horizon:
         raise SolverError(f"infeasible: {name} found no schedule within the maximum horizon "
                           f"{params.max_horizon} epochs (it needs {result.finish_epoch})")

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from te_ccl.backends.base import Clock, Progress, SolveResult
+from te_ccl.backends.base import Progress, SolveResult
 from te_ccl.backends.cpsat import solve_formulation
 from te_ccl.backends.milp import horizon_search
 from te_ccl.backends.select import STRATEGIES, check_size, choose_backend
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
+from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError, SpecError, VerificationError
 from te_ccl.jobs.spec import JobSet
 from te_ccl.model.extract import prune, split_by_job, to_transfers
@@ -150,18 +151,18 @@ def joint_problem(topology: Topology, collectives: dict[str, Collective],
     return merge_problems(parts, barred, ints)
 
 
-def _solve(problem: Problem, params: SolveParams, clock: Clock, objective: str,
+def _solve(problem: Problem, params: SolveParams, budget: Budget, objective: str,
            progress: Progress | None) -> SolveResult:
     """The joint schedule: the least makespan, then the jobs' weighted finish epochs in
     the time left."""
     check_size(len(problem.demands), len(problem.timings))
-    first, proven, notes = horizon_search(problem, params, clock, progress)
+    first, proven, notes = horizon_search(problem, params, budget, progress)
     horizon = first.form.ten.horizon
     if objective == "weighted":
         horizon += max(1, round(WEIGHTED_SLACK * horizon))
     best = first
-    if clock.left > 0.05:
-        again = solve_formulation(formulate(problem, horizon), params, clock.left,
+    if budget.left() > 0.05:
+        again = solve_formulation(formulate(problem, horizon), params, budget.left(),
                                   with_objective=True, hint=first.values)
         if again.status in ("optimal", "feasible"):
             best = again
@@ -184,9 +185,9 @@ def compile_flow(plan: FlowPlan, objective: str, params: SolveParams,
     """
     problem, offsets, collectives = plan.problem, plan.offsets, plan.collectives
     topology = problem.topology
-    clock = Clock(SOLVE_SHARE * params.time_limit_s)
-    result = _solve(problem, params, clock, objective, progress)
-    info = SolveInfo(backend=result.backend, solver_time_s=round(clock.elapsed, 4),
+    budget = Budget.of(SOLVE_SHARE * params.time_limit_s)
+    result = _solve(problem, params, budget, objective, progress)
+    info = SolveInfo(backend=result.backend, solver_time_s=round(budget.elapsed(), 4),
                      optimal=result.optimal, status=result.status,
                      variables=result.variables, constraints=result.constraints,
                      notes=result.notes)

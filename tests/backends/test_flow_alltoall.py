@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import te_ccl
-from te_ccl.backends.base import Clock, SolveParams
+from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale import compile_scale, flow_alltoall, scale_method
 from te_ccl.backends.scale.flow_alltoall import (
     PIPELINE_TARGET,
@@ -24,6 +24,7 @@ from te_ccl.backends.scale.flow_alltoall import (
 )
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import Budget
 from te_ccl.model.problem import build_problem
 from te_ccl.schedule import Schedule
 from te_ccl.topology.generators import Join, SwitchCaps, boxes, mesh, ring, star, torus
@@ -181,8 +182,8 @@ def _steps(transfers) -> int:
 def test_the_runtime_cap_leaves_routes_alone_where_it_does_not_bind() -> None:
     t = mesh([4, 4], 1e9)
     p = build_problem(t, _a2a(t))
-    default, _ = solve_flow_alltoall(p, Clock(30))
-    free, _ = solve_flow_alltoall(p, Clock(30), cap=math.inf)
+    default, _ = solve_flow_alltoall(p, Budget.of(30))
+    free, _ = solve_flow_alltoall(p, Budget.of(30), cap=math.inf)
     assert default.transfers() == free.transfers()
 
 
@@ -192,8 +193,8 @@ def test_a_tight_cap_balances_relaying_and_the_file_verifies(tmp_path, monkeypat
     routes go round it, and the file is valid."""
     t = mesh([4, 4], 1e9)
     p = build_problem(t, _a2a(t))
-    assert _steps(solve_flow_alltoall(p, Clock(30))[0].transfers()) == 75
-    held, notes = solve_flow_alltoall(p, Clock(30), cap=68)
+    assert _steps(solve_flow_alltoall(p, Budget.of(30))[0].transfers()) == 75
+    held, notes = solve_flow_alltoall(p, Budget.of(30), cap=68)
     assert _steps(held.transfers()) <= 68 and "cap of 68" in notes[0]
     monkeypatch.setattr(flow_alltoall, "room", lambda nranks, share: 1088)
     out = tmp_path / "a.xml"

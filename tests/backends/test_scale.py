@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from te_ccl.backends.base import Clock, SolveParams
+from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale import bitsets, compile_scale, scale_method, scale_plan, solve_scale
 from te_ccl.backends.scale.greedy import _first_tier
 from te_ccl.backends.scale.orbit import Orbit, improve_cpsat, list_schedule
@@ -15,6 +15,7 @@ from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.backends.scale.torus import _orbit
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import build_problem
 from te_ccl.schedule import Schedule
@@ -60,7 +61,7 @@ def test_torus8x8_allgather_without_subchunks():
     topo = torus([8, 8], 50e9, 0.5e-6)
     coll = _all(topo, K.ALLGATHER, 1 << 30, chunks_per_rank=4)
     p = build_problem(topo, coll, coll.chunk_bytes / 50e9)
-    r = solve_scale(p, PARAMS, Clock(30))
+    r = solve_scale(p, PARAMS, Budget.of(30))
     s = Schedule(topo, coll, p.epoch_s, r.transfers)
     assert check_schedule(s) == [] and r.finish_epoch == s.finish_epoch
     assert r.finish_epoch == 63 + 1  # 63 sub-chunks per link, then one delay of 2
@@ -70,8 +71,8 @@ def test_mesh8x8_greedy_and_reproducible():
     topo = mesh([8, 8], 50e9, 0.5e-6)
     coll = _all(topo, K.ALLGATHER, 1 << 16, chunks_per_rank=2)
     p = build_problem(topo, coll, coll.chunk_bytes / 50e9)
-    a = solve_scale(p, PARAMS, Clock(30))
-    b = solve_scale(p, PARAMS, Clock(30))
+    a = solve_scale(p, PARAMS, Budget.of(30))
+    b = solve_scale(p, PARAMS, Budget.of(30))
     assert a.transfers == b.transfers
     assert any("greedy" in n for n in a.notes)
     assert check_schedule(Schedule(topo, coll, p.epoch_s, a.transfers)) == []
@@ -222,7 +223,7 @@ def test_greedy_relays_forward_what_they_receive():
     topo = mesh([16, 16], 50e9, 0.5e-6)
     coll = _all(topo, K.ALLGATHER, 1 << 20, chunks_per_rank=2)
     p = build_problem(topo, coll, coll.chunk_bytes / 50e9)
-    moves = solve_scale(p, PARAMS, Clock(30)).transfers
+    moves = solve_scale(p, PARAMS, Budget.of(30)).transfers
     senders: dict[int, set[str]] = {}
     receivers: dict[int, set[str]] = {}
     for t in moves:
@@ -241,7 +242,7 @@ def test_greedy_relays_go_straight_on_through_a_mesh():
     coll = _all(topo, K.ALLGATHER, 1 << 20, chunks_per_rank=2)
     p = build_problem(topo, coll, coll.chunk_bytes / 50e9)
     came, first = {}, {}
-    for t in sorted(solve_scale(p, PARAMS, Clock(30)).transfers, key=lambda t: t.start_epoch):
+    for t in sorted(solve_scale(p, PARAMS, Budget.of(30)).transfers, key=lambda t: t.start_epoch):
         came[(t.chunk, t.dst)] = t.src
         first.setdefault((t.chunk, t.src), t.dst)
 

@@ -8,12 +8,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from te_ccl.backends.base import Clock, SolveParams
+from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale import compile_scale, scale_plan
 from te_ccl.backends.scale.trees import _arborescence, pack_trees, solve_trees
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler import Timer
+from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import build_problem
 from te_ccl.schedule import Schedule
@@ -72,13 +73,13 @@ def test_an_unreachable_gpu_is_a_solver_error():
 
 def test_only_every_gpu_broadcasting_to_all_up_to_sixteen_gpus():
     big = mesh([8, 8], 50e9)
-    assert solve_trees(build_problem(big, _every(big, K.ALLGATHER, 1 << 20)), Clock(5)) is None
+    assert solve_trees(build_problem(big, _every(big, K.ALLGATHER, 1 << 20)), Budget.of(5)) is None
     r = ring(4, 50e9)
     some = Collective(K.ALLGATHER, 1 << 20, (0, 1, 2))
-    assert solve_trees(build_problem(r, some), Clock(5)) is None
+    assert solve_trees(build_problem(r, some), Budget.of(5)) is None
     alone = _every(r, K.BROADCAST, 1 << 20, root=0)
-    assert solve_trees(build_problem(r, alone), Clock(5)) is None
-    assert solve_trees(build_problem(r, _every(r, K.ALLGATHER, 1 << 20)), Clock(5)) is not None
+    assert solve_trees(build_problem(r, alone), Budget.of(5)) is None
+    assert solve_trees(build_problem(r, _every(r, K.ALLGATHER, 1 << 20)), Budget.of(5)) is not None
 
 
 @pytest.mark.parametrize("kind", [K.ALLGATHER, K.REDUCESCATTER, K.ALLREDUCE])
@@ -109,7 +110,7 @@ def test_chunks_follow_their_trees_where_it_matters():
     topo = load_topology("dgx1")
     c = _every(topo, K.ALLGATHER, GB, chunks_per_rank=2)
     sub, tau, _ = scale_plan(topo, c)
-    moves, _ = solve_trees(build_problem(topo, sub, tau), Clock(10))
+    moves, _ = solve_trees(build_problem(topo, sub, tau), Budget.of(10))
     s = Schedule(topo, sub, tau, tuple(moves.transfers()))
     assert check_schedule(s) == []
     got = {(t.chunk, t.dst) for t in s.transfers}

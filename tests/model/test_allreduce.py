@@ -8,12 +8,13 @@ from dataclasses import replace
 
 import pytest
 
-from te_ccl.backends.base import Clock, SolveParams
+from te_ccl.backends.base import SolveParams
 from te_ccl.backends.lp import solve_lp
 from te_ccl.backends.milp import solve_milp
 from te_ccl.backends.rounds import solve_rounds
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.horizon import horizon_lower_bound
@@ -49,7 +50,7 @@ def two_level(reduce: bool) -> Topology:
 def _solve(topo: Topology, n: int) -> tuple[Schedule, int, bool]:
     coll = Collective(CollectiveKind.ALLREDUCE, 1000 * n, tuple(range(n)))
     problem = allreduce_problem(topo, coll)
-    result = solve_milp(problem, P, Clock(P.time_limit_s))
+    result = solve_milp(problem, P, Budget.of(P.time_limit_s))
     return Schedule(topo, coll, problem.epoch_s, result.transfers), result.finish_epoch, \
         result.optimal
 
@@ -105,14 +106,14 @@ def test_lp_hands_partial_sums_to_the_milp_and_rounds_to_fixed_trees():
     topo = star(3, reduce=True)
     coll = Collective(CollectiveKind.ALLREDUCE, 3000, (0, 1, 2))
     problem = allreduce_problem(topo, coll)
-    result = solve_lp(problem, P, Clock(10))
+    result = solve_lp(problem, P, Budget.of(10))
     assert "used milp" in result.notes[0]
     assert check_schedule(Schedule(topo, coll, problem.epoch_s, result.transfers)) == []
-    result = solve_rounds(problem, P, Clock(10))
+    result = solve_rounds(problem, P, Budget.of(10))
     assert "pipelined" in result.status
     assert check_schedule(Schedule(topo, coll, problem.epoch_s, result.transfers)) == []
     with pytest.raises(SolverError, match="use the milp backend"):
-        solve_rounds(allreduce_problem(star(3, reduce=False), coll), P, Clock(10))
+        solve_rounds(allreduce_problem(star(3, reduce=False), coll), P, Budget.of(10))
 
 
 def test_pipelined_trees_are_a_valid_schedule_or_none():

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from te_ccl.backends.base import Clock, SolveParams
+from te_ccl.backends.base import SolveParams
 from te_ccl.backends.milp import solve_milp
 from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError
 from te_ccl.model import build_problem, formulate
 from te_ccl.model.extract import prune, reverse_in_time
@@ -42,9 +43,9 @@ def test_buffer_limit_counts_relayed_chunks():
     # AlltoAll on a line: the middle GPU relays g0's chunk for g2 and g2's for g0
     coll = Collective(CollectiveKind.ALLTOALL, 3000, (0, 1, 2))
     with pytest.raises(SolverError, match="infeasible"):
-        solve_milp(build_problem(_relay_line(1000), coll), P, Clock(10))
+        solve_milp(build_problem(_relay_line(1000), coll), P, Budget.of(10))
     topo = _relay_line(2000)
-    r = solve_milp(build_problem(topo, coll), P, Clock(10))
+    r = solve_milp(build_problem(topo, coll), P, Budget.of(10))
     assert check_schedule(Schedule(topo, coll, 1e-6, r.transfers)) == []
 
 
@@ -59,7 +60,7 @@ def test_buffer_limit_reroutes_around_a_full_gpu():
     # g0 -> g3 through g1 (no relay room) or through g2
     topo = _diamond(0)
     coll = Collective(CollectiveKind.GATHER, 8000, (0, 1, 2, 3), chunks_per_rank=2, root=3)
-    r = solve_milp(build_problem(topo, coll), P, Clock(10))
+    r = solve_milp(build_problem(topo, coll), P, Budget.of(10))
     own = {c.id for c in coll.chunks() if c.sources == (1,)}
     assert all(t.chunk in own for t in r.transfers if t.src == "g1")
     assert check_schedule(Schedule(topo, coll, 1e-6, r.transfers)) == []

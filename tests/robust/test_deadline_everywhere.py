@@ -10,14 +10,14 @@ from dataclasses import replace
 import pytest
 
 import te_ccl.collective.model as collective_model
-from te_ccl.backends.base import Clock, SolveParams
+from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale.comb import solve_comb
 from te_ccl.backends.scale.entry import solve_moves
 from te_ccl.backends.scale.plan import scale_plan
 from te_ccl.baselines import applicable, build_baseline
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler import chunk_candidates
-from te_ccl.deadline import TimeLimitReached, until
+from te_ccl.deadline import Budget, TimeLimitReached, until
 from te_ccl.errors import SolverError
 from te_ccl.model.formulation import formulate
 from te_ccl.model.problem import build_problem
@@ -46,8 +46,8 @@ def test_expanding_the_chunks_stops_at_the_deadline(kind):
 
 def test_a_solver_clock_never_runs_past_the_deadline():
     with until(0.5):
-        assert Clock(60.0).left <= 0.5
-    assert Clock(60.0).left > 0.5  # the deadline ended with its block (however slow the machine)
+        assert Budget.of(60.0).left() <= 0.5
+    assert Budget.of(60.0).left() > 0.5  # the deadline ended with its block (however slow the machine)
 
 
 def test_weighing_chunkings_stops_at_the_deadline(expanding_freely):
@@ -77,9 +77,9 @@ def test_every_scale_method_stops_at_the_deadline(expanding_freely, name, kind, 
     topo = load_topology(name)
     sub, tau, _ = scale_plan(topo, _all(topo, kind))
     problem = build_problem(topo, sub, tau)
-    solve_moves(problem, SolveParams(time_limit_s=60), Clock(60))  # it does apply
+    solve_moves(problem, SolveParams(time_limit_s=60), Budget.of(60))  # it does apply
     with until(0.0), pytest.raises(SolverError, match="time limit"):
-        solve_moves(problem, SolveParams(time_limit_s=60), Clock(60))
+        solve_moves(problem, SolveParams(time_limit_s=60), Budget.of(60))
 
 
 def test_comb_trees_stop_at_the_deadline(expanding_freely):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from te_ccl.backends.base import Clock, Progress, SolveParams, SolveResult
+from te_ccl.backends.base import Progress, SolveParams, SolveResult
 from te_ccl.backends.scale.alltoall import solve_rail_alltoall
 from te_ccl.backends.scale.comb import solve_comb
 from te_ccl.backends.scale.flow_alltoall import solve_flow_alltoall
@@ -15,6 +15,7 @@ from te_ccl.backends.scale.hierarchical import solve_hierarchical
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.torus import solve_torus
 from te_ccl.backends.scale.trees import solve_trees
+from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune
 from te_ccl.model.problem import Problem
@@ -25,12 +26,12 @@ Routes = Literal["trees", "comb", "greedy"]
 TREES_GAIN = 0.01  # the packed trees must beat the greedy by this to be kept
 
 
-def _greedy(problem: Problem, params: SolveParams, clock: Clock) -> tuple[Moves, tuple[str, ...]]:
+def _greedy(problem: Problem, params: SolveParams, budget: Budget) -> tuple[Moves, tuple[str, ...]]:
     if any(len(d.sources) != 1 for d in problem.demands) or problem.relay_limit:
         raise SolverError("the scale backend needs single-source chunks and no GPU buffer "
                           "limits; use --backend rounds")
     moves = greedy_transfers(problem, [d.chunk for d in problem.demands],
-                             deadline=lambda: clock.left <= 0, seed=params.seed)
+                             deadline=lambda: budget.spent, seed=params.seed)
     wanted = {(d.chunk, v) for d in problem.demands for v in d.destinations}
     names = moves.names
     if any((c, names[v]) not in wanted for c, v in zip(moves.chunk.tolist(), moves.dst.tolist(),
@@ -40,21 +41,21 @@ def _greedy(problem: Problem, params: SolveParams, clock: Clock) -> tuple[Moves,
                    f"order, seed {params.seed})",)
 
 
-def _trees_or_greedy(problem: Problem, params: SolveParams, clock: Clock
+def _trees_or_greedy(problem: Problem, params: SolveParams, budget: Budget
                      ) -> tuple[tuple[Moves, tuple[str, ...]], str]:
     """The packed trees where they apply and finish :data:`TREES_GAIN` earlier than the
     greedy's own routes, else the greedy: tree routes pair a relay's receive and send
     peers less often, so their MSCCL files need more steps per connection (dgx1
     AllReduce 1 MB at 2 chunks per GPU: 32 sub-chunks no longer fit, where they do for
     the greedy) and a tie goes to the greedy."""
-    packed = solve_trees(problem, clock)
-    greedy = _greedy(problem, params, clock)
+    packed = solve_trees(problem, budget)
+    greedy = _greedy(problem, params, budget)
     if packed is not None and packed[0].finish < greedy[0].finish * (1 - TREES_GAIN):
         return packed, "trees"
     return greedy, "greedy"
 
 
-def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
+def solve_moves(problem: Problem, params: SolveParams, budget: Budget,
                 progress: Progress | None = None, *, routes: Routes = "trees"
                 ) -> tuple[Moves, str, tuple[str, ...]]:
     """(moves, method, notes): torus symmetry, the rail AlltoAll, the box hierarchy, the
@@ -70,7 +71,7 @@ def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
     """
     if problem.state.incoming or problem.state.busy:
         raise SolverError("the scale backend starts from an empty network")
-    solved, method = solve_torus(problem, params, clock), "symmetry"
+    solved, method = solve_torus(problem, params, budget), "symmetry"
     if solved is None:
         solved, method = solve_rail_alltoall(problem), "rail-alltoall"
     if solved is None:
@@ -78,23 +79,23 @@ def solve_moves(problem: Problem, params: SolveParams, clock: Clock,
     if solved is None:
         solved, method = solve_grid_alltoall(problem), GRID
     if solved is None:
-        solved, method = solve_flow_alltoall(problem, clock, params.seed), "flow-alltoall"
+        solved, method = solve_flow_alltoall(problem, budget, params.seed), "flow-alltoall"
     if solved is None and routes == "comb":
-        solved, method = solve_comb(problem, lambda: clock.left <= 0), "comb"
+        solved, method = solve_comb(problem, lambda: budget.spent), "comb"
     if solved is None and routes == "trees":
-        solved, method = _trees_or_greedy(problem, params, clock)
+        solved, method = _trees_or_greedy(problem, params, budget)
     if solved is None:
-        solved, method = _greedy(problem, params, clock), "greedy"
+        solved, method = _greedy(problem, params, budget), "greedy"
     moves, notes = solved
     if progress:
         progress(f"scale: {method}, {len(moves)} transfers, {moves.finish} epochs "
-                 f"({clock.elapsed:.1f} s)")
+                 f"({budget.elapsed():.1f} s)")
     return moves, method, notes
 
 
-def solve_scale(problem: Problem, params: SolveParams, clock: Clock,
+def solve_scale(problem: Problem, params: SolveParams, budget: Budget,
                 progress: Progress | None = None) -> SolveResult:
     """The backend signature: :func:`solve_moves` as a SolveResult (never proven optimal)."""
-    moves, method, notes = solve_moves(problem, params, clock, progress)
+    moves, method, notes = solve_moves(problem, params, budget, progress)
     return SolveResult(tuple(moves.transfers()), moves.finish, False,
                        f"scale/{method}: feasible (not proven optimal)", 0, 0, notes, "scale")

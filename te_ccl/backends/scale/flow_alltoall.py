@@ -31,14 +31,13 @@ from collections import defaultdict
 import networkx as nx
 import numpy as np
 
-from te_ccl.backends.base import Clock
 from te_ccl.backends.scale.flow_schedule import list_schedule
 from te_ccl.backends.scale.grid_alltoall import grid_takes
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.msccl_budget import max_subchunks, room
 from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective
-from te_ccl.deadline import checked
+from te_ccl.deadline import Budget, checked
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 from te_ccl.topology.model import Topology
@@ -271,16 +270,16 @@ def _routable(problem: Problem) -> Topology:
                           [k for k in topo.links if k.key in problem.timings])
 
 
-def _weights(problem: Problem, demand: dict[Key, float], rate: dict[Key, float], clock: Clock,
+def _weights(problem: Problem, demand: dict[Key, float], rate: dict[Key, float], budget: Budget,
              cap: float) -> tuple[float, dict[Key, dict[Path, float]], str]:
     """(T*, pair → path weights, how): the torus orbit LP if it applies, else per source,
     with each GPU held to ``cap`` steps (the runtime's reader holds that many for it)
     where the optimal routes exceed it."""
     topology = _routable(problem)
-    on_torus = _torus_weights(topology, demand, rate, clock.left)
+    on_torus = _torus_weights(topology, demand, rate, budget.left())
     if on_torus is not None:
         return (*on_torus, "one source on the torus orbit, translated")
-    best, flows = concurrent_flow(topology, demand, rate, clock.left, cap=cap)
+    best, flows = concurrent_flow(topology, demand, rate, budget.left(), cap=cap)
     most = _busiest(topology, flows, demand)
     held = (f", busiest GPU {most:,.0f} steps for a cap of {cap:,.0f}"
             if most > cap * (1 - 1e-3) else "")
@@ -292,7 +291,7 @@ def _weights(problem: Problem, demand: dict[Key, float], rate: dict[Key, float],
     return best, weights, f"{len(flows)} per-source commodities{held}"
 
 
-def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0,
+def solve_flow_alltoall(problem: Problem, budget: Budget, seed: int = 0,
                         cap: float | None = None) -> tuple[Moves, tuple[str, ...]] | None:
     """(moves, notes), or None when the demands are not unicast or GPUs have buffer limits.
 
@@ -307,9 +306,9 @@ def solve_flow_alltoall(problem: Problem, clock: Clock, seed: int = 0,
     demand = {pair: float(len(c)) for pair, c in pairs.items()}
     if cap is None:
         cap = room(problem.topology.ngpus, RECEIVE_SHARE)
-    best, weights, how = _weights(problem, demand, rate, clock, cap)
+    best, weights, how = _weights(problem, demand, rate, budget, cap)
     assignment = _round(pairs, weights, rate, frozenset(problem.topology.gpus), cap)
-    moves = list_schedule(problem, assignment, clock, seed)
+    moves = list_schedule(problem, assignment, budget, seed)
     npaths = sum(len(w) for w in weights.values())
     notes = (f"max-concurrent-flow LP ({how}): {best:.1f} epochs; {npaths} paths for "
              f"{len(pairs)} pairs, {len(assignment)} sub-chunks list-scheduled in "

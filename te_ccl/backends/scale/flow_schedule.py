@@ -19,8 +19,8 @@ from collections import defaultdict
 
 import numpy as np
 
-from te_ccl.backends.base import Clock
 from te_ccl.backends.scale.moves import Moves
+from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 
@@ -223,7 +223,7 @@ class _Run:
                 heapq.heappush(self.queues[link], entry)
 
 
-def list_schedule(problem: Problem, assignment: list[tuple[int, Path]], clock: Clock,
+def list_schedule(problem: Problem, assignment: list[tuple[int, Path]], budget: Budget,
                   seed: int) -> Moves:
     """Moves for sub-chunk ``assignment[i] = (chunk, route)``, every route in full."""
     run, e, last = _Run(problem, assignment, seed), 0, 0
@@ -233,9 +233,9 @@ def list_schedule(problem: Problem, assignment: list[tuple[int, Path]], clock: C
         before = len(run.rows)
         run.epoch(e)
         last = e if len(run.rows) > before else last
-        if clock.left <= 0 or e - last > stall:
+        if budget.spent or e - last > stall:
             raise SolverError("the AlltoAll list schedule " + (
-                "ran out of time" if clock.left <= 0 else f"stalled at epoch {e}"))
+                "ran out of time" if budget.spent else f"stalled at epoch {e}"))
         e = e + 1 if any(run.queues.values()) or not run.ready else min(run.ready)
     rows = [r for n, r in enumerate(run.rows) if n not in run.dropped]
     names = tuple(n.name for n in problem.topology.nodes)

@@ -29,7 +29,7 @@ from functools import partial
 
 import networkx as nx
 
-from te_ccl.backends.base import Clock, Progress, SolveParams
+from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.backends.scale.alltoall import rail_shape
 from te_ccl.backends.scale.comb import mesh_shape
 from te_ccl.backends.scale.entry import Routes, solve_moves
@@ -44,6 +44,7 @@ from te_ccl.backends.scale.symmetry import TorusSymmetry, torus_symmetry, tree_l
 from te_ccl.backends.scale.trees import MAX_GPUS as TREES_MAX_GPUS
 from te_ccl.background import WORTH_FORKING, in_background, workers
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import Budget
 from te_ccl.errors import SpecError
 from te_ccl.model.footprint import MAX_TRANSFERS, most_chunks
 from te_ccl.model.problem import (
@@ -237,11 +238,11 @@ def crowded(topology: Topology, sub: Collective) -> bool:
             and _steps_per_subchunk(topology, sub, None) > room(sub.nranks))
 
 
-def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams, clock: Clock,
+def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams, budget: Budget,
            progress: Progress | None) -> tuple[list[Transfer], str, tuple[str, ...]]:
     """(transfers, status, notes) of the sub-chunked collective."""
     if not sub.is_reduction:
-        moves, method, notes = solve_moves(build_problem(topology, sub, tau), params, clock,
+        moves, method, notes = solve_moves(build_problem(topology, sub, tau), params, budget,
                                            progress)
         return moves.transfers(), f"scale/{method}", notes
     in_switch = solve_in_switch_allreduce(topology, sub, tau)
@@ -249,13 +250,13 @@ def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams,
         transfers, notes = in_switch
         if progress:
             progress(f"scale: hierarchical in-switch, {len(transfers)} transfers "
-                     f"({clock.elapsed:.1f} s)")
+                     f"({budget.elapsed():.1f} s)")
         return transfers, "scale/hierarchical", notes
     owner = sub.reduction_owners()
     # no packed trees for reductions: their two phases' files need more steps per
     # connection than the runtime holds at the sub-chunking the greedy's fit in
     routes: Routes = "comb" if crowded(topology, sub) else "greedy"
-    solve = partial(solve_moves, params=params, clock=clock, routes=routes)
+    solve = partial(solve_moves, params=params, budget=budget, routes=routes)
     both = sub.kind is CollectiveKind.ALLREDUCE
     gather = _fan_out(topology, sub, owner, tau, False) if both else None
     # a large AllReduce's all-gather is solved in a forked process beside its reduce-scatter
@@ -276,12 +277,12 @@ def compile_scale(topology: Topology, collective: Collective, params: SolveParam
                   progress: Progress | None = None) -> Schedule:
     """``collective`` on ``topology`` by the scale backend, as a Schedule of the sub-chunked collective."""
     params = params or SolveParams()
-    clock = Clock(params.time_limit_s)
+    budget = Budget.of(params.time_limit_s)
     sub, tau, k = scale_plan(topology, collective, params.max_subchunks)
-    transfers, status, notes = _solve(topology, sub, tau, params, clock, progress)
+    transfers, status, notes = _solve(topology, sub, tau, params, budget, progress)
     note = (f"sub-chunking: {k} sub-chunks per chunk ({sub.chunks_per_rank} per rank, "
             f"{sub.chunk_bytes} bytes), epoch {tau:.4g} s = sub-chunk time on the fastest link",)
-    info = SolveInfo(backend="scale", solver_time_s=round(clock.elapsed, 4), optimal=False,
+    info = SolveInfo(backend="scale", solver_time_s=round(budget.elapsed(), 4), optimal=False,
                      status=f"{status}: feasible (not proven optimal)", notes=note + notes,
                      subchunks=k)
     return Schedule(topology, sub, tau, tuple(transfers), info)

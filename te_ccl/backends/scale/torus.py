@@ -13,11 +13,11 @@ from collections import defaultdict
 
 import numpy as np
 
-from te_ccl.backends.base import Clock, SolveParams
+from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.orbit import ORBIT, Orbit, improve_cpsat, list_schedule
 from te_ccl.backends.scale.symmetry import TorusSymmetry, orbit_trees, torus_symmetry, translate
-from te_ccl.deadline import checked, skipping
+from te_ccl.deadline import Budget, checked, skipping
 from te_ccl.model.problem import Problem
 
 __all__ = ["chunks_by_source", "solve_torus"]
@@ -57,7 +57,7 @@ def _orbit(sym: TorusSymmetry, per_source: int, problem: Problem
     return orb, np.array(tails, dtype=np.int64), np.array(classes), np.array(which)
 
 
-def solve_torus(problem: Problem, params: SolveParams, clock: Clock
+def solve_torus(problem: Problem, params: SolveParams, budget: Budget
                 ) -> tuple[Moves, tuple[str, ...]] | None:
     """(moves, notes), or None when the symmetry does not apply."""
     sym = torus_symmetry(problem.topology)
@@ -69,8 +69,8 @@ def solve_torus(problem: Problem, params: SolveParams, clock: Clock
     start = list_schedule(orb)
     lb, found = orb.lower_bound(), orb.makespan(start)
     how = "list schedule"
-    if found > lb and clock.left > 1 and not skipping("the torus orbit's CP-SAT"):
-        start, proven = improve_cpsat(orb, start, min(clock.left / 3, 20.0), params.threads,
+    if found > lb and budget.left() > 1 and not skipping("the torus orbit's CP-SAT"):
+        start, proven = improve_cpsat(orb, start, min(budget.left() / 3, 20.0), params.threads,
                                       params.seed)
         how = f"CP-SAT ({'optimal' if proven else 'time limit'}) from a list schedule"
     finish = orb.makespan(start)

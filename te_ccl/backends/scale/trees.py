@@ -38,11 +38,10 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from te_ccl.backends.base import Clock
 from te_ccl.backends.scale import bitsets
 from te_ccl.backends.scale.greedy import greedy_transfers, net_of
 from te_ccl.backends.scale.moves import Moves
-from te_ccl.deadline import check, checked
+from te_ccl.deadline import Budget, check, checked
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 
@@ -289,7 +288,7 @@ def _heights(edges: frozenset[Edge]) -> dict[str, int]:
     return height
 
 
-def solve_trees(problem: Problem, clock: Clock) -> tuple[Moves, tuple[str, ...]] | None:
+def solve_trees(problem: Problem, budget: Budget) -> tuple[Moves, tuple[str, ...]] | None:
     """(moves, notes) along packed trees when the problem is spanning broadcasts on at
     most :data:`MAX_GPUS` GPUs, else None.
 
@@ -320,7 +319,7 @@ def solve_trees(problem: Problem, clock: Clock) -> tuple[Moves, tuple[str, ...]]
                     cols.append(bit[c])
     tiers = tuple(bitsets.from_pairs(len(net.src), len(order), *by_height[h])
                   for h in sorted(by_height, reverse=True))
-    moves = greedy_transfers(problem, order, deadline=lambda: clock.left <= 0,
+    moves = greedy_transfers(problem, order, deadline=lambda: budget.spent,
                              prefer=(bitsets.from_pairs(len(net.src), len(order), *on_tree),),
                              tiers=tiers)
     ntrees = sum(len(ts) for ts in packing.trees.values())
