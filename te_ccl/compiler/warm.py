@@ -30,6 +30,7 @@ from functools import partial
 from pathlib import Path
 
 from te_ccl.backends.base import SolveParams
+from te_ccl.backends.select import strategy_for
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
@@ -289,8 +290,9 @@ def repair(previous: Previous | None, topology: Topology, collective: Collective
     the bound at any size); else, if the first file is the previous routes and replays
     within :data:`WARM_GAP` of the lower bound, no search: they stand (the flow model
     and the templates were raced when the previous file was compiled); else the
-    portfolio, from the file kept, as without a previous file."""
-    if previous is None or params.backend != "auto":
+    portfolio, from the file kept, as without a previous file. The repair stands in for
+    the portfolio only: a compile that runs one backend runs it."""
+    if previous is None or strategy_for(params) != "portfolio":
         return params
     best = kept.best
     if _scales(topology, collective):

@@ -8,10 +8,12 @@ from dataclasses import replace
 import pytest
 
 import te_ccl
+from te_ccl.backends.base import SolveParams
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler import forward_only
-from te_ccl.compiler.warm import QUALITY_GAP, Previous, read_previous, warm_schedule
+from te_ccl.compiler.incumbent import Incumbent
+from te_ccl.compiler.warm import QUALITY_GAP, Previous, read_previous, repair, warm_schedule
 from te_ccl.errors import SpecError
 from te_ccl.simulate.replay import replay_finish
 from te_ccl.spec.topology import load_topology
@@ -210,3 +212,17 @@ def test_where_the_scale_backend_repairs_the_trees_go_unread(previous):
     topo = load_topology("ring8")
     p = read_previous(previous, _allgather(topo), topo)
     assert p.trees is None and "scale backend" in p.why and p.pieces > 0
+
+
+def test_the_repair_stands_in_for_the_portfolio_only():
+    """Where a scale method fits, the repair runs the scale backend at the previous
+    file's sub-chunks instead of the portfolio; a compile that runs the flow model (a
+    maximum horizon) runs it."""
+    topo = load_topology("ring8")
+    c = _allgather(topo)
+    p, kept = Previous("x.xml", 4, None), Incumbent(bound_s=1.0)
+    assert repair(p, topo, c, SolveParams(), kept) == SolveParams(backend="scale",
+                                                                  max_subchunks=4)
+    bounded = SolveParams(max_horizon=40)
+    assert repair(p, topo, c, bounded, kept) is bounded
+    assert repair(None, topo, c, SolveParams(), kept) == SolveParams()
