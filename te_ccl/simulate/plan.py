@@ -50,6 +50,7 @@ class _Builder:
         self.plan, self.topo, self.chunk = plan, topology, chunk_bytes
         self.names = [topology.gpus[r] for r in range(len(plan.gpus))]
         self.graph = topology.graph()
+        self.paths: dict[tuple[str, str], list[str] | None] = {}  # fastest_path's, once a pair
         self.tasks: list[Task] = []
         self.joins: dict[int, list[int]] = {}  # a pending join's dependencies (resolve)
         self.signals: dict[tuple, list[int]] = defaultdict(list)
@@ -68,7 +69,9 @@ class _Builder:
     def route(self, src: int, dst: int, nbytes: float, after: list[int], label: str) -> int:
         """The hops from rank ``src`` to ``dst``; returns the last hop's task."""
         u, v = self.names[src], self.names[dst]
-        path = fastest_path(self.topo, u, v, graph=self.graph)
+        path = self.paths.get((u, v))
+        if path is None:
+            path = self.paths[(u, v)] = fastest_path(self.topo, u, v, graph=self.graph)
         if path is None:
             raise SpecError(f"no path from {u} to {v} on {self.topo.name}")
         return self.hops(path, nbytes, after, label)
