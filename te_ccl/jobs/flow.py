@@ -21,14 +21,15 @@ every other candidate's, replayed together (:mod:`te_ccl.jobs.files`): the epoch
 model's times play no part.
 
 One model has one chunk size: every job is cut to the smallest chunk of all jobs, or to
-a half, quarter or eighth of it (:data:`PIECES`, the finest whose model stays within
-:data:`FINE_VARIABLES` at the horizon's lower bound), more chunks per rank, as the
-compile alone pipelines with ``--chunks auto``; a job whose chunk is not a whole number
-of them is refused.
+a half, quarter or eighth of it (:data:`PIECES`, the finest whose model, counted from
+the jobs before it is built, stays within :data:`FINE_VARIABLES` at the jobs' makespan
+bound), more chunks per rank, as the compile alone pipelines with ``--chunks auto``; a
+job whose chunk is not a whole number of them is refused.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 from te_ccl.backends.base import Progress, SolveResult
@@ -39,10 +40,11 @@ from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
 from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError, SpecError, VerificationError
+from te_ccl.jobs.bound import joint_bound
 from te_ccl.jobs.spec import JobSet
+from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import prune, split_by_job, to_transfers
 from te_ccl.model.formulation import formulate
-from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import (
     Problem,
     allreduce_problem,
@@ -102,8 +104,9 @@ def _common_chunks(jobs: JobSet, pieces: int = 1) -> dict[str, Collective]:
 
 
 def plan_flow(jobs: JobSet, objective: str, params: SolveParams) -> FlowPlan:
-    """The joint problem with the finest cut of :data:`PIECES` whose model fits
-    :data:`FINE_VARIABLES` at the horizon's lower bound (the coarsest otherwise).
+    """The joint problem at the finest cut of :data:`PIECES` whose model, counted before
+    it is built (:func:`_variables`), fits :data:`FINE_VARIABLES` (the coarsest
+    otherwise): one model is built.
 
     Raises :class:`SolverError` where the flow candidate cannot run: more than
     :data:`MAX_GPUS` GPUs, chunks of no common size, or a model too large for one MILP.
@@ -114,21 +117,46 @@ def plan_flow(jobs: JobSet, objective: str, params: SolveParams) -> FlowPlan:
                           "flow model solves in a compile's time")
     topology = forward_only(jobs.topology)
     weights = {j.name: (j.weight if objective == "weighted" else 1.0) for j in jobs.jobs}
+    makespan_s = joint_bound(jobs, "max").seconds
     for pieces in PIECES:
         try:
             collectives = _common_chunks(jobs, pieces)
-            problem, offsets = joint_problem(topology, collectives, weights, params.epoch)
+            fits = _variables(topology, collectives, params.epoch, makespan_s) <= FINE_VARIABLES
         except (SolverError, SpecError) as e:
             if pieces > 1:
                 continue
             raise SolverError(f"no joint model: {e}") from None
-        if pieces == 1 or problem.size * horizon_lower_bound(problem) <= FINE_VARIABLES:
+        if fits or pieces == 1:
             break
+    try:
+        problem, offsets = joint_problem(topology, collectives, weights, params.epoch)
+    except (SolverError, SpecError) as e:
+        raise SolverError(f"no joint model: {e}") from None
     backend, why = ((params.backend, f"--backend {params.backend}")
                     if params.backend in STRATEGIES else choose_backend(problem))
     if backend != "milp":
         raise SolverError(f"the joint model needs one MILP ({why})")
     return FlowPlan(problem, offsets, collectives)
+
+
+def _variables(topology: Topology, collectives: dict[str, Collective], epoch: str | float,
+               makespan_s: float) -> int:
+    """The joint model's transfer variables, counted from the jobs: chunk-link pairs per
+    epoch (:attr:`~te_ccl.model.problem.Problem.size`: every chunk of a reduction and
+    every other chunk that goes somewhere, on every link) times the epochs of the jobs'
+    makespan bound (:func:`~te_ccl.jobs.bound.joint_bound`).
+
+    >>> from te_ccl.collective.model import CollectiveKind
+    >>> from te_ccl.topology.generators import ring
+    >>> r = ring(4, 50e9)
+    >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, (0, 1, 2, 3))
+    >>> _variables(r, {"a": ag}, "fastest", 3.5 * epoch_duration(r, ag.chunk_bytes))
+    128
+    """
+    pairs = len(topology.links) * sum(1 for c in collectives.values() for chunk in c.chunks()
+                                      if chunk.destinations or c.is_reduction)
+    tau = epoch_duration(topology, next(iter(collectives.values())).chunk_bytes, epoch)
+    return pairs * math.ceil(min(makespan_s / tau, FINE_VARIABLES))  # more never fits
 
 
 def joint_problem(topology: Topology, collectives: dict[str, Collective],

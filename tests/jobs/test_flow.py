@@ -3,14 +3,26 @@ verified MSCCL file per job, judged like the other candidates by the files' repl
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 
-from te_ccl.compiler import SolveParams
+import te_ccl.jobs.flow as flow_module
+from te_ccl.compiler import SolveParams, forward_only
 from te_ccl.errors import SolverError
 from te_ccl.jobs import compile_jobs
 from te_ccl.jobs.files import checked_algo, replay_together
-from te_ccl.jobs.flow import MAX_GPUS, compile_flow, plan_flow
-from te_ccl.jobs.spec import jobs_from
+from te_ccl.jobs.flow import (
+    FINE_VARIABLES,
+    MAX_GPUS,
+    PIECES,
+    compile_flow,
+    joint_problem,
+    plan_flow,
+)
+from te_ccl.jobs.spec import jobs_from, load_jobs
+from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.schedule_check import check_schedule
 from te_ccl.verify.shared_capacity import check_shared_capacity
@@ -94,6 +106,41 @@ def test_a_model_not_for_one_milp_is_refused():
          "size": "64MB"}]}, None)
     with pytest.raises(SolverError, match="needs one MILP"):
         plan_flow(big, "weighted", SolveParams())
+
+
+
+def _cut_each_built(jobs, objective: str) -> float:
+    """Chunk bytes of the cut the joint problem took when every cut was built in turn,
+    finest first: the first whose model at the horizon's lower bound fits."""
+    base = min(j.collective.chunk_bytes for j in jobs.jobs)
+    weights = {j.name: j.weight if objective == "weighted" else 1.0 for j in jobs.jobs}
+    for pieces in PIECES:
+        cut = {j.name: replace(j.collective, chunks_per_rank=j.collective.chunks_per_rank
+                               * round(j.collective.chunk_bytes * pieces / base))
+               for j in jobs.jobs}
+        problem, _ = joint_problem(forward_only(DGX1), cut, weights)
+        if pieces == 1 or problem.size * horizon_lower_bound(problem) <= FINE_VARIABLES:
+            return problem.chunk_bytes
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize("jobs", [
+    _quad_pair("allgather", "1MB"), _quad_pair("allreduce", "1MB"),
+    _quad_pair("allgather", "4MB"), _quad_pair("broadcast", "1MB"),
+    _quad_pair("reducescatter", "2MB"), jobs_from(DGX1, SHARED, None),
+    load_jobs(DGX1, Path(__file__).parent / "dgx1-jobs.yaml")],
+    ids=["ag+ag", "ag+ar", "ag+ag4MB", "ag+bcast", "ag+rs", "shared", "dgx1-jobs"])
+def test_the_cut_counted_before_building_is_the_one_building_each_took(jobs, monkeypatch):
+    built = []
+
+    def joint(*args, **kw):
+        built.append(args)
+        return joint_problem(*args, **kw)
+
+    monkeypatch.setattr(flow_module, "joint_problem", joint)
+    plan = plan_flow(jobs, "max", SolveParams())
+    assert len(built) == 1
+    assert plan.problem.chunk_bytes == _cut_each_built(jobs, "max")
 
 
 @pytest.mark.slow
