@@ -243,13 +243,15 @@ def box_allreduce_plan(topology: Topology, *, pieces: int | None = None,
 
 def box_candidate(topology: Topology, collective: Collective) -> Schedule | None:
     """The box plan as a candidate of the compile's race (None where it does not apply:
-    an out-of-place AllReduce of every GPU, in order, on :func:`box_shape`'s boxes
-    within :data:`MAX_SOURCES`). The plan follows no schedule, so the candidate stands
-    in with the ring template's, the smallest (the judge lowers a candidate of few
-    transfers at once; the race checks it like any other), marked with backend
+    an out-of-place AllReduce of every GPU, in order, with the Simple protocol, on
+    :func:`box_shape`'s boxes within :data:`MAX_SOURCES`). The plan follows no schedule,
+    so the candidate stands in with the ring template's, of few transfers (the judge
+    lowers a candidate of up to 20,000 at once; the race checks it like any other),
+    marked with backend
     :data:`BOX_PLAN`: lowered to an MSCCL++ plan it gives :func:`box_allreduce_plan`,
     and the judge times it by that plan's replay."""
     if collective.kind is not CollectiveKind.ALLREDUCE or collective.inplace \
+            or collective.proto != "Simple" \
             or tuple(collective.ranks) != tuple(range(topology.ngpus)):
         return None
     shape = box_shape(topology)
