@@ -41,17 +41,19 @@ PROG = "python -m devtools.bench"
               help="Run only the suite's rows on these topologies (repeatable).")
 @click.option("--size", "sizes", multiple=True, metavar="BYTES",
               help="Run only the suite's rows of these sizes (repeatable; 1MB = 10^6 bytes).")
+@click.option("--collective", "kinds", multiple=True, metavar="KIND",
+              help="Run only the suite's rows of these collectives (repeatable).")
 @click.option("--no-fail", is_flag=True, help="Exit 0 even if a target is short.")
 @click.option("-v", "--verbose", is_flag=True, help="Print every result row too.")
 @click.option("--json", "as_json", is_flag=True, help="Print the targets as JSON on stdout.")
 @click.pass_context
 def bench_cmd(ctx: click.Context, suite_name: str, out_dir: str, threads: int,
               budget: float | None, readme: str | None, topologies: tuple[str, ...],
-              sizes: tuple[str, ...], no_fail: bool, verbose: bool, as_json: bool) -> None:
+              sizes: tuple[str, ...], kinds: tuple[str, ...], no_fail: bool, verbose: bool, as_json: bool) -> None:
     """Run benchmark SUITE (default, quick, defaults, defaults-first) and judge the targets."""
     chosen = suite(suite_name)
-    if topologies or sizes:
-        chosen = only(chosen, topologies, tuple(parse_size(x) for x in sizes))
+    if topologies or sizes or kinds:
+        chosen = only(chosen, topologies, tuple(parse_size(x) for x in sizes), kinds)
     live = err_console.is_terminal and not as_json
     with err_console.status(f"bench {chosen.name}…") as status:
         def progress(msg: str) -> None:  # a status line on a terminal, a log line per case in CI

@@ -184,18 +184,20 @@ def suite(name: str) -> Suite:
     return SUITES[name]()
 
 
-def only(chosen: Suite, topologies: tuple[str, ...] = (), sizes: tuple[int, ...] = ()
-         ) -> Suite:
-    """``chosen``'s rows on ``topologies`` and of ``sizes`` (bytes; either empty: all);
-    one the suite has no row of is a SpecError."""
+def only(chosen: Suite, topologies: tuple[str, ...] = (), sizes: tuple[int, ...] = (),
+         kinds: tuple[str, ...] = ()) -> Suite:
+    """``chosen``'s rows on ``topologies``, of ``sizes`` (bytes) and of the collective
+    ``kinds`` (any empty: all); one the suite has no row of is a SpecError."""
     from te_ccl.errors import SpecError
 
     for key, asked, known in (("--topology", topologies, {c.topology for c in chosen.cases}),
-                              ("--size", sizes, {c.size_bytes for c in chosen.cases})):
+                              ("--size", sizes, {c.size_bytes for c in chosen.cases}),
+                              ("--collective", kinds, {c.kind for c in chosen.cases})):
         unknown = [x for x in asked if x not in known]
         if unknown:
             raise SpecError(f"suite {chosen.name} has no row on {unknown[0]!r}", key=key)
     return Suite(chosen.name, tuple(c for c in chosen.cases
                                     if (not topologies or c.topology in topologies)
-                                    and (not sizes or c.size_bytes in sizes)),
+                                    and (not sizes or c.size_bytes in sizes)
+                                    and (not kinds or c.kind in kinds)),
                  chosen.budget_s)

@@ -45,3 +45,7 @@ def test_a_suite_narrowed_to_some_topologies_keeps_their_rows_only():
     assert len(one_size.cases) == 2 * 8 and {c.size_bytes for c in one_size.cases} == {10**6}
     with pytest.raises(SpecError, match="no row on 5"):
         only(narrowed, sizes=(5,))
+    alltoall = only(narrowed, kinds=("alltoall",))
+    assert len(alltoall.cases) == 2 * 4 and {c.kind for c in alltoall.cases} == {"alltoall"}
+    with pytest.raises(SpecError, match="no row on 'allsum'"):
+        only(narrowed, kinds=("allsum",))
