@@ -132,7 +132,8 @@ def test_the_halves_split_connections_and_give_up_only_fusions_that_turn_back(mo
     """Every edge is in the half of its direction (to a higher or a lower GPU position),
     and a fusion stays a candidate of its half unless its two edges go different ways;
     no halves where more than HALVES_GIVE_UP of the fusions would turn (at 16 GPUs, a
-    quarter of them change direction: every chain turns within 4 hops)."""
+    quarter of them change direction: every chain turns within 4 hops) and a rank would
+    then need more than HALVES_ROOM of the reader's room (none here)."""
     from te_ccl.lower.msccl.buffers import buffer_layout
     from te_ccl.lower.msccl.collapse_switches import collapse_switches
     from te_ccl.lower.msccl.instructions import build_instructions, fusion_candidates
@@ -144,12 +145,12 @@ def test_the_halves_split_connections_and_give_up_only_fusions_that_turn_back(mo
     fusions = [f for g in sorted(instrs) for f in fusion_candidates(instrs[g], layout)]
     turning = [f for f in fusions
                if (f.recv.recv.dst > f.recv.recv.src) != (f.send.send.dst > f.send.send.src)]
-    assert parallel.split_halves(edges, fusions) is None  # below HALVES_FROM edges
+    assert parallel.split_halves(edges, fusions, 16, 0) is None  # below HALVES_FROM edges
     monkeypatch.setattr(parallel, "HALVES_FROM", 0)
     assert len(turning) > parallel.HALVES_GIVE_UP * len(fusions)
-    assert parallel.split_halves(edges, fusions) is None
+    assert parallel.split_halves(edges, fusions, 16, 0) is None
     monkeypatch.setattr(parallel, "HALVES_GIVE_UP", 1.0)
-    halves = parallel.split_halves(edges, fusions)
+    halves = parallel.split_halves(edges, fusions, 16, 0)
     assert halves is not None
     (higher, up), (lower, down) = halves
     assert sorted(higher + lower) == sorted(edges)
@@ -159,7 +160,33 @@ def test_the_halves_split_connections_and_give_up_only_fusions_that_turn_back(mo
     assert all(f.recv.recv.dst < f.recv.recv.src and f.send.send.dst < f.send.send.src
                for f in down)
     assert len(up) + len(down) + len(turning) == len(fusions)
-    assert parallel.split_halves(higher, up) is None  # one direction only: nothing to split
+    assert parallel.split_halves(higher, up, 16, 0) is None  # one direction only: nothing to split
+
+
+def test_halves_that_give_up_many_fusions_only_where_every_rank_keeps_room(monkeypatch):
+    """More than HALVES_GIVE_UP of the fusions turning is no reason to run whole where
+    every rank's steps, counted as its edges in and out less its fusions inside the
+    halves, stay within HALVES_ROOM of the reader's room; above, it runs whole."""
+    import math
+    from collections import Counter
+
+    from te_ccl.lower.msccl.buffers import buffer_layout
+    from te_ccl.lower.msccl.collapse_switches import collapse_switches
+    from te_ccl.lower.msccl.instructions import build_instructions, fusion_candidates
+
+    schedule = _mesh_allreduce()
+    edges = collapse_switches(schedule)
+    layout = buffer_layout(schedule.collective)
+    instrs = build_instructions(edges, layout)
+    fusions = [f for g in sorted(instrs) for f in fusion_candidates(instrs[g], layout)]
+    monkeypatch.setattr(parallel, "HALVES_FROM", 0)
+    steps = Counter(e.src for e in edges) + Counter(e.dst for e in edges)
+    steps.subtract(f.recv.gpu for f in fusions
+                   if (f.recv.recv.dst > f.recv.recv.src) == (f.send.send.dst > f.send.send.src))
+    most = max(steps.values())
+    room = math.ceil(most / parallel.HALVES_ROOM)  # the fewest steps that hold it
+    assert parallel.split_halves(edges, fusions, 16, room) is not None
+    assert parallel.split_halves(edges, fusions, 16, room - 2) is None
 
 
 def test_channels_found_in_halves_give_a_verified_file_that_keeps_the_timing(kit, monkeypatch):

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from functools import partial
 from math import ceil
 
+import numpy as np
+
 from te_ccl.background import dealt, left_to_exit
 from te_ccl.deadline import check, checked
 from te_ccl.errors import RuntimeLimitError
@@ -40,7 +42,9 @@ PARENT_FUSION_SHARE = 0.4  # of the GPUs whose fusions this process finds where 
 #                            forked: it also builds every GPU's instructions, they only theirs
 HALVES_FROM = 1_000_000  # edges: from here the channels of the edges to higher and to lower
 #                          GPU positions are found apart, in two processes at once, unless
-HALVES_GIVE_UP = 0.01  # more than this share of the fusions goes from one half to the other
+HALVES_GIVE_UP = 0.01  # more than this share of the fusions goes from one half to the other,
+HALVES_ROOM = 0.6  # and some rank's steps, so counted (:func:`_roomy`), exceed this share of the
+#                    steps the runtime's reader holds per rank
 PARENT_PART_WEIGHT = 1.17  # this process's part of the thread-block pass against a forked
 #                            one's: a forked process also pays for the pages it copies and
 #                            sends its bytes
@@ -222,36 +226,64 @@ def assign_edges(edges: tuple[Edge, ...], candidates: list[Fusion],
     return chan, fusions, sum(f.delays for f in kept)
 
 
-def split_halves(edges: tuple[Edge, ...], candidates: list[Fusion]) -> tuple[_Half, _Half] | None:
+def split_halves(edges: tuple[Edge, ...], candidates: list[Fusion], nranks: int, room: int
+                 ) -> tuple[_Half, _Half] | None:
     """The edges to higher and to lower GPU positions, each with the fusions inside it
     (a fusion across, which turns back, is given up), or None below :data:`HALVES_FROM`
-    edges, where one half is empty or more than :data:`HALVES_GIVE_UP` of the fusions
-    would be given up.
+    edges, where one half is empty, or where more than :data:`HALVES_GIVE_UP` of the
+    fusions would be given up and a rank would then need more than :data:`HALVES_ROOM`
+    of ``room``, the steps the runtime's reader holds per rank (:func:`_roomy`).
 
     No connection, hence no thread block or pairing, is in both halves, so each half's
     channels are found on its own, on every channel. On a mesh a relay mostly goes on in
     the direction it came from (0.09% of the mesh 32×32 AllReduce's fusions turn back);
-    on a torus every chain that crosses a wrap-around link would turn (its GPU positions
-    go from the highest to the lowest), and its ranks would no longer fit the reader."""
+    where routes turn from one dimension into the other (the mesh AllGather's and
+    ReduceScatter's) many more do, but their ranks have steps to spare. On a torus every
+    chain that crosses a wrap-around link would turn (its GPU positions go from the
+    highest to the lowest), and the torus 32×32 AllReduce's ranks, with about twice the
+    steps, would no longer fit the reader."""
     if len(edges) < HALVES_FROM:
         return None
     inside: tuple[list[Fusion], list[Fusion]] = ([], [])
-    # the turns left to give up: on a torus the look ends at its first GPUs
+    # the turns given up without a look at the ranks' room; where the average rank
+    # already needs more than HALVES_ROOM of it, the look ends at the next turn (a torus:
+    # at its first GPUs)
     turns = int(HALVES_GIVE_UP * len(candidates))
+    may = 2 * len(edges) - len(candidates) <= HALVES_ROOM * room * nranks
+    over = False
     for f in candidates:
         up = _rising(f.send.send)
         if _rising(f.recv.recv) == up:
             inside[not up].append(f)
         elif turns:
             turns -= 1
+        elif may:
+            over = True
         else:
             return None
+    if over and not _roomy(edges, inside, nranks, room):
+        return None
     sides: tuple[list[Edge], list[Edge]] = ([], [])
     for e in edges:
         sides[not _rising(e)].append(e)
     if not sides[0] or not sides[1]:
         return None
     return (tuple(sides[0]), inside[0]), (tuple(sides[1]), inside[1])
+
+
+def _roomy(edges: tuple[Edge, ...], inside: tuple[list[Fusion], list[Fusion]], nranks: int,
+           room: int) -> bool:
+    """Does every rank keep within :data:`HALVES_ROOM` of ``room`` steps, counting one per
+    edge it sends or receives, less one per fusion ``inside`` the halves on it? The
+    count leaves out the ``nop`` steps and the fusions the channel pass does not make,
+    hence the share."""
+    steps = np.bincount(np.fromiter((e.src for e in edges), np.int64, len(edges)),
+                        minlength=nranks)
+    steps += np.bincount(np.fromiter((e.dst for e in edges), np.int64, len(edges)),
+                         minlength=nranks)
+    fused = [f.recv.gpu for half in inside for f in half]
+    steps -= np.bincount(np.array(fused, np.int64), minlength=nranks)
+    return int(steps.max()) <= HALVES_ROOM * room
 
 
 def _rising(e: Edge) -> bool:

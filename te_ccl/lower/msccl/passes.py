@@ -244,7 +244,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
         progress(f"lowering: channels for {len(edges)} edges ({len(candidates)} fusions to "
                  "try)")
-        halves = split_halves(edges, candidates)
+        halves = split_halves(edges, candidates, coll.nranks,
+                              runtime.step_room(coll.nranks))
         try:
             chan, fusions, delaying = assign_edges(edges, candidates, halves, budget, waited,
                                                    depth, favour, timed, split, first,
