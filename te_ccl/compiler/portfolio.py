@@ -307,15 +307,16 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     early = EARLY_TEMPLATES if templates else LARGE_TEMPLATES if collective.root is not None \
         else ()
 
-    def race_early() -> None:
-        if early and _deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
+    def race_early(only: tuple[str, ...] = early) -> None:
+        if only and _deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
                 close_to_bound(race, bound) is None:
             with until(budget.left()):  # pipeline-fine cuts as many pieces as time allows
-                _templates(race, topology, collective, budget, only=early)
+                _templates(race, topology, collective, budget, only=only)
 
     trees_first = templates and _composition_short(topology, collective)
-    if trees_first:
+    if trees_first:  # then the finer trees, whose larger file is lowered if time is left
         race_early()
+        race_early(("packed-fine",))
     if method is not None and not _scale_known(topology, collective, params, known):
         first = TREES_SHARE if method == "trees" else SCALE_SHARE
         share = params.time_limit_s * (first if flow_skip is None else 1.0)

@@ -2,13 +2,25 @@
 where that composition cannot reach the AllReduce bound (meshes, lines), after it elsewhere."""
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import te_ccl.baselines
 import te_ccl.compiler.portfolio as portfolio
+from te_ccl.baselines import BaselineError
+from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
 from te_ccl.compiler import SolveParams, solve
+from te_ccl.errors import RuntimeLimitError
+from te_ccl.lower.msccl import lower_to_msccl
+from te_ccl.simulate import simulate_schedule
+from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.topology import generators as gen
+from te_ccl.verify.msccl.reader import read_msccl
+from te_ccl.verify.msccl.verify import verify_msccl
+from te_ccl.verify.schedule_check import check_schedule
+from tests.bounds.strategies import collectives, fabrics
 
 MESH = gen.mesh([3, 3], 50e9, 1e-6)
 RING = gen.ring(6, 50e9, 1e-6)
@@ -42,3 +54,28 @@ def test_packed_trees_race_before_the_scale_backend_on_a_mesh(monkeypatch, topol
     solve(topology, coll, SolveParams(time_limit_s=5, threads=1))
     assert "scale" in calls and "packed" in calls
     assert (calls.index("packed") < calls.index("scale")) is first
+    if first:  # the finer trees next, still before the scale backend
+        assert calls.index("packed") < calls.index("packed-fine") < calls.index("scale")
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fabrics(max_gpus=5), st.data())
+def test_the_trees_files_replay_no_faster_than_the_allreduce_bound(topo, data):
+    """What auto now keeps on meshes and lines: the packed trees' AllReduce passes the
+    checker, lowers to a valid file, and neither it nor its replay beats the bound."""
+    coll = data.draw(collectives(topo, ["allreduce"], size_per_chunk=2_000_000))
+    name = data.draw(st.sampled_from(["packed", "packed-fine"]))
+    try:
+        s = te_ccl.baselines.build_baseline(name, topo, coll)
+    except BaselineError:  # no switch-only route between some pair, or no finer pieces
+        return
+    assert check_schedule(s) == []
+    try:
+        text = lower_to_msccl(s).decode()
+    except RuntimeLimitError:  # auto judges such a file unlowerable and keeps another
+        return
+    assert verify_msccl(text).valid
+    bound = lower_bound(topo, coll).seconds * (1 - 1e-9)
+    assert simulate_schedule(s).finish_time_s >= bound
+    replay = simulate_msccl(read_msccl(text), topo, coll.size_bytes, ranks=coll.ranks)
+    assert replay.finish_time_s >= bound
