@@ -328,6 +328,18 @@ def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage
     return kept.offer(schedule, data, timing.finish_s, source)
 
 
+def _plan_only(topology: Topology, collective: Collective, options: CompileOptions) -> Known:
+    """The candidates only an MSCCL++ plan can be, raced from the start (judged even where
+    a loaded machine leaves the templates no time): the box AllReduce plan
+    (:func:`te_ccl.lower.mscclpp.box_candidate`)."""
+    if options.fmt != "mscclpp":
+        return ()
+    from te_ccl.lower.mscclpp import box_candidate
+
+    box = box_candidate(topology, collective)
+    return (("template box plan", box),) if box is not None else ()
+
+
 def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> str:
     """What the message of a compile out of time without a file adds: the candidates
     refused and why, and about how long a first file takes here. Lowering and verifying
@@ -358,6 +370,7 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
     search = _search(params)
     known = (((kept.best.source, kept.best.schedule),)
              if kept.best is not None and not kept.hurried else ())
+    known += _plan_only(topology, collective, options)
     schedule = solve_best(topology, collective, search, options.chunk_choices, kept.tell,
                           timer.judge, in_switch, known)
     if kept.holds(schedule):

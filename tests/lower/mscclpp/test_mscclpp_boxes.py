@@ -90,9 +90,7 @@ def test_the_box_candidate_applies_only_to_an_out_of_place_allreduce_of_every_gp
 def test_the_judge_times_the_box_candidate_by_the_box_plans_replay(hgx2):
     from te_ccl.compiler import CompileOptions, Timer
 
-    assert not Timer().judge.plans
     timer = Timer(options=CompileOptions(fmt="mscclpp"))
-    assert timer.judge.plans
     coll = Collective(CollectiveKind.ALLREDUCE, 1 << 24, tuple(range(hgx2.ngpus)))
     timing = timer.timing(box_candidate(hgx2, coll))
     assert timing.measured_by == "plan replay"
