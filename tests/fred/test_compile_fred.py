@@ -24,12 +24,19 @@ def test_xml_on_a_reducing_fabric_is_refused_before_solving(teccl, tmp_path):
     assert code == 2 and err.count("\n") == 1
 
 
-def test_compile_reduces_in_the_switches_and_writes_their_tables(teccl, tmp_path):
+@pytest.mark.parametrize("backend", [
+    pytest.param(["--backend", "rounds", "--chunks", "1"], id="rounds"),
+    pytest.param([], id="auto", marks=pytest.mark.slow),
+])
+def test_compile_reduces_in_the_switches_and_writes_their_tables(teccl, tmp_path, backend):
     """Whichever candidate wins (the flow model's one-problem AllReduce or the in-switch
-    template), it reduces in the switches: no schedule that only forwards reaches 3 TB/s."""
-    code, out, err = teccl("compile", "fred-d", "-c", "allreduce", "-s", "20MB", "--time-limit",
-                           "30", "-o", str(tmp_path / "s.json"), "--fred-tables",
-                           str(tmp_path / "t"), "--json")
+    template), it reduces in the switches: no schedule that only forwards reaches 3 TB/s.
+    The rounds solve in one chunk reaches the bound on its own, whatever the machine's load;
+    auto reaches it only after its other candidates, and a busy machine can end the limit
+    on the ring template (1.9x the bound): that case runs with the slow tests, with room."""
+    code, out, err = teccl("compile", "fred-d", "-c", "allreduce", "-s", "20MB", *backend,
+                           "--time-limit", "120", "-o", str(tmp_path / "s.json"),
+                           "--fred-tables", str(tmp_path / "t"), "--json")
     assert code == 0
     d = json.loads(out)
     assert d["measured_by"] == "schedule replay" and d["bound_ratio"] >= 1 - 1e-9
