@@ -17,12 +17,14 @@ from te_ccl.topology.model import Topology
 __all__ = ["direct"]
 
 
-def direct(topology: Topology, collective: Collective) -> Schedule:
-    """All-pairs schedule for any collective kind."""
+def direct(topology: Topology, collective: Collective, in_flight: int | None = None
+           ) -> Schedule:
+    """All-pairs schedule for any collective kind; ``in_flight``: at most that many chunks
+    under way on a link at once (paced to what the runtime's connections hold)."""
     gpu, plans = topology.gpu, []
     for chunk in checked(collective.chunks(), TEMPLATE, every=256):
         owner = owner_of(topology, chunk) if chunk.reduce else gpu(chunk.sources[0])
         spread = {gpu(d): owner for d in chunk.destinations if gpu(d) != owner}
         gather = {gpu(s): owner for s in chunk.sources if gpu(s) != owner} if chunk.reduce else {}
         plans.append(ChunkPlan(chunk.id, owner, gather, spread))
-    return assemble("direct", topology, collective, plans)
+    return assemble("direct", topology, collective, plans, in_flight=in_flight)

@@ -13,6 +13,8 @@ and gives every hop epochs with the rules of the ``te_ccl.schedule`` docstring:
 * a hop started in epoch ``e`` arrives at ``e + ceil((chunk/b + α)/τ)``; a link starts in one
   epoch only as many chunks as still arrive by then (they leave it one after another);
 * a link starts at most ``cap`` chunks in any ``k`` consecutive epochs;
+* ``in_flight`` (optional): a link has at most that many chunks under way at once (the
+  sends a runtime's connections hold: tiny chunks otherwise all start in one epoch);
 * a switch without buffer forwards in the epoch the chunk arrives;
 * ``aligned`` (optional): a link that needs ``k > 1`` epochs per chunk starts chunks only
   in epochs that are multiples of ``k`` (after a bufferless switch: the first such link of
@@ -144,9 +146,9 @@ class _Links:
     """
 
     def __init__(self, topology: Topology, chunk_bytes: int, tau: float,
-                 aligned: bool = False) -> None:
+                 aligned: bool = False, in_flight: int | None = None) -> None:
         self.topo, self.tau, self.c = topology, tau, chunk_bytes
-        self.aligned = aligned
+        self.aligned, self.in_flight = aligned, in_flight
         self.passing: set[tuple[str, int, int]] = set()  # (switch, chunk, epoch)
         self.occ: dict[tuple[str, str], dict[int, int]] = defaultdict(dict)
         self.full: dict[tuple[str, str], list[int]] = defaultdict(list)
@@ -157,7 +159,10 @@ class _Links:
         """``(k, cap, delay)``: at most ``cap`` starts in any ``k`` epochs; arrival after
         ``delay`` (the model's epoch link rules, :func:`~te_ccl.model.epochs.link_timing`)."""
         timing = link_timing(self.topo.link(u, v), self.c, self.tau)
-        return timing.occupancy, timing.capacity, timing.delay
+        cap = timing.capacity
+        if self.in_flight is not None and timing.occupancy == 1:  # starts within one delay
+            cap = max(1, min(cap, self.in_flight // max(1, timing.delay)))
+        return timing.occupancy, cap, timing.delay
 
     def blocked(self, u: str, v: str, e: int) -> int | None:
         """The last full epoch in ``[e, e+k)`` (None: a chunk may start at ``e``).
@@ -259,15 +264,16 @@ def _from_nearest_copy(path: list[str], ready: int, chunk: int,
 
 def assemble(name: str, topology: Topology, collective: Collective,
              plans: list[ChunkPlan], *, chunk_major: bool = False,
-             aligned: bool = False) -> Schedule:
+             aligned: bool = False, in_flight: int | None = None) -> Schedule:
     """Route and time the plans' edges; the Schedule's ``info.backend`` is ``baseline:NAME``.
     ``chunk_major``: place each plan's whole tree before the next plan's, in the order of
     ``plans`` (first come, first served), not by (stage, chunk). ``aligned``: slow links
-    start chunks on their ``k``-epoch grid (module docstring)."""
+    start chunks on their ``k``-epoch grid, ``in_flight`` caps the chunks under way on a
+    link (module docstring)."""
     b_max = max(link.bandwidth_Bps for link in topology.links)
     alphas = [link.latency_s for link in topology.links if link.latency_s > 0]
     tau = max(collective.chunk_bytes / b_max, min(alphas, default=0.0) / 2)
-    links = _Links(topology, collective.chunk_bytes, tau, aligned)
+    links = _Links(topology, collective.chunk_bytes, tau, aligned, in_flight)
     edges = _edges(plans)
     arrive: dict[int, int] = {}
     moves: list[tuple[int, str, str, int, int, str]] = []  # Transfer fields, sorted as tuples
