@@ -14,7 +14,8 @@ and gives every hop epochs with the rules of the ``te_ccl.schedule`` docstring:
   epoch only as many chunks as still arrive by then (they leave it one after another);
 * a link starts at most ``cap`` chunks in any ``k`` consecutive epochs;
 * ``in_flight`` (optional): a link has at most that many chunks under way at once (the
-  sends a runtime's connections hold: tiny chunks otherwise all start in one epoch);
+  sends a runtime's connections hold: tiny chunks otherwise all start in one epoch), or
+  where that is fewer than a hop's epochs, one start per epoch;
 * a switch without buffer forwards in the epoch the chunk arrives;
 * ``aligned`` (optional): a link that needs ``k > 1`` epochs per chunk starts chunks only
   in epochs that are multiples of ``k`` (after a bufferless switch: the first such link of

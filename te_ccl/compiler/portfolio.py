@@ -78,6 +78,7 @@ TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can
 # (chunk, destination) pairs beyond which the templates take minutes to place hop by hop
 # (a 64-GPU AllGather at 32 chunks per rank has 129k)
 TEMPLATE_MAX_DELIVERIES = 300_000
+PACED_TRIES = 4  # paced direct templates of a rooted first file, halving what is in flight
 BOUND_GAP = 0.005  # within this of the lower bound, another solver cannot win enough to run
 MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
 SKIP_GAIN = 0.02  # a chunking must be able to beat the best so far by this to be solved
@@ -249,8 +250,26 @@ def quick(topology: Topology, collective: Collective, params: SolveParams
     for name in _cheapest_first(applicable(topology, collective), collective):
         yield f"template {name}", partial(_within_buffers, build_baseline, name, topology,
                                           collective)
+        if name == "direct" and collective.root is not None:
+            yield from _paced_direct(topology, collective)
     yield "template in-switch", partial(_within_buffers, in_switch_candidate, topology,
                                         collective)
+
+
+def _paced_direct(topology: Topology, collective: Collective
+                  ) -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
+    """The direct template with fewer chunks under way on a link at once, halving from
+    what the runtime's connections hold (its channels times the sends one holds): tiny
+    chunks all start in one epoch, more than the file's channels can take in turn
+    (mesh 16×16 Scatter 1 KB: 128 on each of the root's links). Tried only where the
+    unpaced one does not fit; :data:`PACED_TRIES` of them, each slower than the last."""
+    from te_ccl.baselines.direct import direct
+    from te_ccl.runtime_limits import MSCCL
+
+    held = MSCCL.max_channels * max(1, MSCCL.outstanding_sends(collective.proto))
+    for n in sorted({max(1, held >> k) for k in range(PACED_TRIES)}, reverse=True):
+        yield f"template direct ({n} in flight per link)", partial(
+            _within_buffers, direct, topology, collective, n)
 
 
 def _cheapest_first(names: list[str], collective: Collective) -> list[str]:

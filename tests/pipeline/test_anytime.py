@@ -310,3 +310,23 @@ def test_a_deadline_in_the_schedule_replay_keeps_the_verified_file(tmp_path, mon
     assert sources(result) == ["first file"]
     assert result.incumbents[0].ratio == pytest.approx(
         result.schedule.finish_time_s / result.lower_bound_s)
+
+
+def test_a_rooted_first_file_over_the_channels_is_paced_until_it_fits(tmp_path, monkeypatch):
+    """Mesh 16×16 Scatter 1 KB: the direct template starts 128 tiny chunks at once on
+    each of the root's links, more than 32 channels hold; a paced one is the first file."""
+    from te_ccl.baselines.direct import direct
+    from te_ccl.compiler.portfolio import quick
+    from te_ccl.spec.topology import load_topology
+
+    topology = load_topology("mesh16x16")
+    scatter = Collective(CollectiveKind.SCATTER, 1000, tuple(range(256)), root=0)
+    names = [name for name, _ in quick(topology, scatter, PARAMS)]
+    assert names[:3] == ["template direct", "template direct (64 in flight per link)",
+                         "template direct (32 in flight per link)"]
+    monkeypatch.setattr(pipeline, "repair", lambda *args: None)  # the first file only
+    out = tmp_path / "scatter.xml"
+    result = compile_collective(topology, scatter, PARAMS, CompileOptions(output=str(out)))
+    assert result.schedule.info.backend == "baseline:direct"
+    assert result.schedule.finish_time_s > direct(topology, scatter).finish_time_s  # paced
+    assert verify_msccl(out.read_text()).valid
