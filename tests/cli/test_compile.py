@@ -150,15 +150,17 @@ def test_size_library_has_contiguous_ranges_and_verified_files(teccl, tmp_path):
 
 
 def test_chunks_auto_keeps_the_fastest_and_says_so(teccl, tmp_path):
+    """Both compiles end on their own well within their limit, so neither is cut short by
+    the machine's load and their files compare."""
     code, stdout, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "8MB", "--chunks", "auto",
-                            "--json", "-o", str(tmp_path / "a.xml"), "--time-limit", "20")
+                            "--json", "-o", str(tmp_path / "a.xml"), "--time-limit", "600")
     assert code == 0
     info = json.loads(stdout)
     note = next(n for n in info["notes"] if n.startswith("chunks auto"))
     assert f"picked {info['chunks_per_rank']} per rank" in note
     # the 1-chunk schedule is one of the candidates, so auto is never slower than it
     code, stdout, _ = teccl("compile", "ring8", "-c", "allgather", "-s", "8MB", "--chunks", "1",
-                            "--json", "-o", str(tmp_path / "b.xml"), "--time-limit", "20")
+                            "--json", "-o", str(tmp_path / "b.xml"), "--time-limit", "600")
     assert code == 0
     assert info["finish_time_s"] <= json.loads(stdout)["finish_time_s"] * (1 + 1e-9)
 
@@ -169,8 +171,12 @@ def test_chunks_must_be_a_number_or_auto(teccl):
 
 
 def test_auto_uses_the_scale_backend_beyond_one_model(teccl, tmp_path):
+    """The search stops on its own at the bound (no flow model at 64 GPUs, templates
+    skipped); the limit is far above that, as a shorter one can end before the search
+    and keep the first file."""
     code, stdout, _ = teccl("compile", "torus8x8", "-c", "allgather", "-s", "1GiB", "--json",
-                            "--format", "json", "-o", str(tmp_path / "t.json"))
+                            "--format", "json", "-o", str(tmp_path / "t.json"),
+                            "--time-limit", "600")
     assert code == 0
     info = json.loads(stdout)
     assert info["backend"] == "scale" and info["notes"][0].startswith("auto: kept the scale/symmetry")
@@ -180,7 +186,8 @@ def test_auto_uses_the_scale_backend_beyond_one_model(teccl, tmp_path):
 def test_auto_is_never_slower_than_a_template(teccl, tmp_path):
     """Broadcast of 1 GB in one chunk: whichever of the flow schedule and the templates
     finishes first in simulation (the yardstick of ``teccl simulate`` and the bench) is what
-    auto keeps."""
+    auto keeps. The compile ends on its own (bounds prune the rest), far within the limit:
+    a limit the machine's load can use up keeps the scale schedule at 1.75x."""
     from te_ccl.baselines import BaselineError, applicable, build_baseline
     from te_ccl.collective import Collective, CollectiveKind
     from te_ccl.schedule import Schedule
@@ -189,7 +196,7 @@ def test_auto_is_never_slower_than_a_template(teccl, tmp_path):
 
     out = tmp_path / "b.json"
     code, _, _ = teccl("compile", "ndv2x2", "-c", "broadcast", "--root", "0", "-s", "1GB",
-                       "--json", "--format", "json", "-o", str(out), "--time-limit", "20")
+                       "--json", "--format", "json", "-o", str(out), "--time-limit", "600")
     assert code == 0
     topo = load_topology("ndv2x2")
     finish = simulate_schedule(Schedule.from_json(out.read_text(), topo)).finish_time_s
