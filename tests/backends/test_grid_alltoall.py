@@ -21,7 +21,7 @@ from te_ccl.backends.scale.grid_alltoall import (
 )
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.compiler.pipeline import check_loadable, hop_sum
+from te_ccl.compiler.fits import check_loadable, hop_sum
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.lower.msccl.grid import grid_program

@@ -78,7 +78,7 @@ def test_counts_without_the_chunks_are_the_chunks_counts(kind, n, k, stride):
 
 
 def test_the_loadability_check_builds_no_chunk(monkeypatch):
-    from te_ccl.compiler.pipeline import check_loadable
+    from te_ccl.compiler.fits import check_loadable
     from te_ccl.errors import RuntimeLimitError
 
     def refuse(self):
@@ -226,7 +226,7 @@ def test_running_out_of_memory_is_exit_3_not_an_internal_error():
 def test_an_alltoall_whose_hops_overflow_every_rank_is_refused_before_solving():
     """torus32x32: the AlltoAll's chunks cross 16 links on average, 16 steps per chunk a
     rank receives; the reader holds ~3 per chunk. Refused by arithmetic, exit 3, no file."""
-    from te_ccl.compiler.pipeline import check_loadable
+    from te_ccl.compiler.fits import check_loadable
     from te_ccl.errors import RuntimeLimitError
     from te_ccl.topology.generators import torus
 
