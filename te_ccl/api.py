@@ -3,7 +3,7 @@
 ``teccl compile`` is a thin layer over :func:`compile` (flags in, table or JSON out), so
 both take the same inputs, refuse the same bad ones (:class:`~te_ccl.errors.SpecError`
 and its exit-code siblings, never a print or an exit) and return the same
-:class:`~te_ccl.compiler.pipeline.CompileResult`, whose ``as_dict()`` is the very object
+:class:`~te_ccl.compiler.result.CompileResult`, whose ``as_dict()`` is the very object
 ``teccl compile --json`` prints (each of its keys also an attribute).
 
 >>> import te_ccl

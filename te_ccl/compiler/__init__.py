@@ -8,6 +8,8 @@ Its stages, one module each: :mod:`~te_ccl.compiler.options` (what to write),
 :mod:`~te_ccl.compiler.judge` (the only module that knows how a candidate is timed),
 :mod:`~te_ccl.compiler.incumbent` (the verified file held while the search goes on),
 :mod:`~te_ccl.compiler.pipeline` (solve → check → lower → verify → write),
+:mod:`~te_ccl.compiler.fits` (what the runtime can load, checked first),
+:mod:`~te_ccl.compiler.result` (what a compile returns and reports),
 :mod:`~te_ccl.compiler.warm` (compiling again from a previous file when the network
 changed) and :mod:`~te_ccl.compiler.sizes` (one algorithm per message-size range).
 The API, the CLI, the sweep and the benchmarks use only what this module exports.
@@ -19,15 +21,14 @@ from te_ccl.compiler.incumbent import Kept
 from te_ccl.compiler.judge import SIM_LIMIT, XML_REPLAY_LIMIT, Timer, Timing, xml_replay
 from te_ccl.compiler.options import FORMATS, CompileOptions, check_plan_kind, output_format
 from te_ccl.compiler.pipeline import (
-    CompileResult,
     compile_collective,
     compile_size_library,
     drives_in_switch,
     forward_only,
     render_fitting,
     solve_best,
-    summary,
 )
+from te_ccl.compiler.result import CompileResult, summary
 from te_ccl.compiler.sizes import parse_size_range
 from te_ccl.compiler.solve import solve
 from te_ccl.compiler.strategy import check_input
