@@ -13,6 +13,7 @@ import pytest
 
 import te_ccl.compiler.judge as judge
 import te_ccl.compiler.pipeline as pipeline
+import te_ccl.compiler.result as compile_result
 import te_ccl.lower.msccl as lowering
 import te_ccl.verify.msccl.verify as verifying
 from te_ccl.backends.base import SolveParams
@@ -75,7 +76,7 @@ def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
         tmp_path, monkeypatch, stage):
     """The search's schedule is lowered and verified after the race (it judges by the
     schedule replay here), so each stage's deadline comes after the first file's."""
-    for module in (pipeline, judge):
+    for module in (compile_result, judge):
         monkeypatch.setattr(module, "XML_REPLAY_LIMIT", 0)
     monkeypatch.setattr(judge, "FINALIST_SHARE", 0)  # no finalist's file is judged
     if stage == "search":  # the first file is not searched for: the search's first call
@@ -96,7 +97,7 @@ def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
 def test_a_deadline_while_replaying_keeps_the_verified_file_it_times(tmp_path, monkeypatch):
     """The search's file is verified when its replay runs out of time: it is the one
     written, timed by its schedule, and the compile says it was cut short."""
-    for module in (pipeline, judge):
+    for module in (compile_result, judge):
         monkeypatch.setattr(module, "XML_REPLAY_LIMIT", 0)
     monkeypatch.setattr(judge, "FINALIST_SHARE", 0)  # no finalist's file is judged
     monkeypatch.setattr(judge, "xml_replay", after_first(judge.xml_replay, LATE))
@@ -154,7 +155,7 @@ def test_a_search_schedule_of_another_chunking_that_does_not_fit_gives_way(tmp_p
 def test_a_search_too_slow_to_lower_in_time_is_not_started(tmp_path, monkeypatch):
     """At a pace where the search's file cannot be lowered in the time left, the first
     file is written, cut short, and no lowering of the search's file begins."""
-    for module in (pipeline, judge):
+    for module in (compile_result, judge):
         monkeypatch.setattr(module, "XML_REPLAY_LIMIT", 0)
     monkeypatch.setattr(judge.Timer, "pace", property(lambda self: 3600.0))
     lowered: list[int] = []
