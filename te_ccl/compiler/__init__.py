@@ -9,6 +9,8 @@ Its stages, one module each: :mod:`~te_ccl.compiler.options` (what to write),
 :mod:`~te_ccl.compiler.incumbent` (the verified file held while the search goes on),
 :mod:`~te_ccl.compiler.pipeline` (solve → check → lower → verify → write),
 :mod:`~te_ccl.compiler.fits` (what the runtime can load, checked first),
+:mod:`~te_ccl.compiler.best` (the schedule kept: solved, judged, checked),
+:mod:`~te_ccl.compiler.render` (writing it, solved again where the runtime cannot hold it),
 :mod:`~te_ccl.compiler.result` (what a compile returns and reports),
 :mod:`~te_ccl.compiler.warm` (compiling again from a previous file when the network
 changed) and :mod:`~te_ccl.compiler.sizes` (one algorithm per message-size range).
@@ -16,18 +18,13 @@ The API, the CLI, the sweep and the benchmarks use only what this module exports
 """
 
 from te_ccl.backends.base import SolveParams
+from te_ccl.compiler.best import drives_in_switch, forward_only, solve_best
 from te_ccl.compiler.chunking import BASE_CHUNKS, chunk_candidates
 from te_ccl.compiler.incumbent import Kept
 from te_ccl.compiler.judge import SIM_LIMIT, XML_REPLAY_LIMIT, Timer, Timing, xml_replay
 from te_ccl.compiler.options import FORMATS, CompileOptions, check_plan_kind, output_format
-from te_ccl.compiler.pipeline import (
-    compile_collective,
-    compile_size_library,
-    drives_in_switch,
-    forward_only,
-    render_fitting,
-    solve_best,
-)
+from te_ccl.compiler.pipeline import compile_collective, compile_size_library
+from te_ccl.compiler.render import render_fitting
 from te_ccl.compiler.result import CompileResult, summary
 from te_ccl.compiler.sizes import parse_size_range
 from te_ccl.compiler.solve import solve

@@ -20,23 +20,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.backends.select import strategy_for
 from te_ccl.background import in_background, workers
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective
+from te_ccl.compiler.best import drives_in_switch, forward_only, refuse, solve_best, solve_checked
 from te_ccl.compiler.fits import check_loadable
 from te_ccl.compiler.incumbent import Incumbent, Verified, describe
-from te_ccl.compiler.judge import PARALLEL_FROM, Timer, Timing, lower_file
+from te_ccl.compiler.judge import PARALLEL_FROM, Timer, Timing
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.portfolio import TEMPLATE_MAX_GPUS, TIE, asked_chunking
+from te_ccl.compiler.render import lowerable, render, render_fitting, won, write_fred_tables
 from te_ccl.compiler.result import CompileResult, compile_notes, rooted_notes
-from te_ccl.compiler.solve import Judge, Known, solve
+from te_ccl.compiler.solve import Known
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import repair
 from te_ccl.deadline import TimeLimitReached, hurried, keeping, left, until
@@ -51,19 +52,10 @@ from te_ccl.nogc import paused_gc
 from te_ccl.outputs import check_output_file, make_output_dir, path_component, write_atomic
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.schedule import Schedule
-from te_ccl.topology.model import Node, Topology
+from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["compile_collective", "compile_size_library",
-           "drives_in_switch", "forward_only", "render", "render_fitting", "solve_best"]
-
-
-def drives_in_switch(fmt: str, node: Node) -> bool:
-    """Whether an output of format ``fmt`` can make switch ``node`` copy and reduce: the
-    schedule JSON can (it is the program of a FRED fabric, and the schedule an MSCCL++
-    plan is written from), an MSCCL++ plan on NVLink SHARP switches (multimem loads and
-    stores), MSCCL XML never (each of its sends goes to one peer)."""
-    return fmt == "json" or (fmt == "mscclpp" and node.nvls)
+__all__ = ["compile_collective", "compile_size_library"]
 
 
 def _in_switch(options: CompileOptions, topology: Topology) -> bool:
@@ -118,7 +110,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
             write_atomic(options.output, best.data)
     fabric = None
     if options.fred_tables is not None:
-        extra, fabric = _write_fred_tables(schedule, topology, options.fred_tables)
+        extra, fabric = write_fred_tables(schedule, topology, options.fred_tables)
     notes = compile_notes(topology, schedule, timer) + (tuple(kept.notes) if kept else ())
     schedule = schedule.with_info(notes=schedule.info.notes + notes)
     return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra,
@@ -368,7 +360,7 @@ def _rescaled(schedule: Schedule, collective: Collective, kept: Incumbent,
     again lowers at ``schedule``'s pace (transfers grow with pieces), if that makes more
     than one piece of a chunk and finishes earlier than the file kept, with a note; else
     None."""
-    fewer = int(_lowerable(schedule, timer) / collective.chunks_per_rank)
+    fewer = int(lowerable(schedule, timer) / collective.chunks_per_rank)
     if schedule.info.backend != "scale" or fewer < 2:
         return None
     kept.tell(f"the search's best {why}; solving again with at most {fewer} sub-chunks "
@@ -377,7 +369,7 @@ def _rescaled(schedule: Schedule, collective: Collective, kept: Incumbent,
     again = solve_best(schedule.topology, collective, asked, (), kept.tell, timer.judge)
     if timer.write_s(again) > left() or timer.judge(again) >= kept.best.finish_s:
         return None
-    return again.with_info(notes=_won(schedule) + again.info.notes + (
+    return again.with_info(notes=won(schedule) + again.info.notes + (
         f"anytime: the search's best, {describe(schedule)}, {why}: solved again with "
         f"{again.info.subchunks} sub-chunks per chunk",))
 
@@ -416,7 +408,7 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
         c = replace(c, size_bytes=max(unit, c.size_bytes // unit * unit))
         if progress:
             progress(f"compiling for {c.size_bytes} bytes")
-        return _solve_checked(topology, c, params, chunk_choices, progress, timer.judge)
+        return solve_checked(topology, c, params, chunk_choices, progress, timer.judge)
 
     results, files = [], []
     with paused_gc():  # as in compile_collective: millions of young objects, no cycles
@@ -451,50 +443,6 @@ RESERVE_S_PER_DELIVERY = 1.5e-6  # and per chunk delivered: the passes of a larg
 #                                  look at the clock seconds apart (1024 GPUs: ~1.6 s more)
 
 
-def forward_only(topology: Topology, fmt: str = "xml") -> Topology:
-    """``topology`` whose switches that ``fmt`` cannot drive (:func:`drives_in_switch`)
-    neither copy nor reduce (itself if none changes): by default what an MSCCL program
-    can use, since each of its sends goes to one peer."""
-    if not any((n.can_copy or n.can_reduce) and not drives_in_switch(fmt, n)
-               for n in topology.nodes if not n.is_gpu):
-        return topology
-    nodes = tuple(n if n.is_gpu or drives_in_switch(fmt, n)
-                  else replace(n, can_copy=False, can_reduce=False) for n in topology.nodes)
-    return replace(topology, nodes=nodes)
-
-
-def solve_best(topology: Topology, collective: Collective, params: SolveParams,
-               chunk_choices: tuple[int, ...] = (), progress: Progress | None = None,
-               judge: Judge | None = None, in_switch: bool = False,
-               known: Known = ()) -> Schedule:
-    """What ``teccl compile`` keeps before checking it: ``solve`` judged by ``judge`` (a
-    :class:`Timer`'s, by default a fresh one: the replay of the lowered XML), over the
-    chunkings of :func:`te_ccl.compiler.chunking.chunk_candidates` when ``chunk_choices`` is given
-    (``--chunks auto``), ``known`` candidates among them. Switches only forward unless
-    ``in_switch``."""
-    if not in_switch:
-        topology = forward_only(topology)
-    return solve(topology, collective, params, progress, judge=judge or Timer().judge,
-                 chunk_choices=chunk_choices, known=known)
-
-
-def _solve_checked(topology: Topology, collective: Collective, params: SolveParams,
-                   chunk_choices: tuple[int, ...], progress: Progress | None,
-                   judge: Judge, in_switch: bool = False) -> Schedule:
-    schedule = solve_best(topology, collective, params, chunk_choices, progress, judge,
-                          in_switch)
-    _refuse(check_schedule(schedule))
-    return schedule
-
-
-def _refuse(violations: list) -> None:
-    """Raise :class:`VerificationError` for the schedule checker's ``violations``."""
-    if violations:
-        first = violations[0]
-        raise VerificationError(f"schedule check failed ({len(violations)} violation(s)); "
-                                f"first: [{first.rule}] {first.message}")
-
-
 @contextmanager
 def _checked_alongside(schedule: Schedule) -> Iterator[None]:
     """Run the body (lowering and verifying the file) once the independent checker has
@@ -507,7 +455,7 @@ def _checked_alongside(schedule: Schedule) -> Iterator[None]:
     :class:`VerificationError` even where the body failed too: that failure would only
     follow from it. Out of time, the check is dropped."""
     if len(schedule.transfers) < PARALLEL_FROM or workers() < 2:
-        _refuse(check_schedule(schedule))
+        refuse(check_schedule(schedule))
         yield
         return
     job = in_background(check_schedule, schedule, low_priority=True)
@@ -517,221 +465,9 @@ def _checked_alongside(schedule: Schedule) -> Iterator[None]:
         job.cancel()
         raise
     except BaseException:
-        _refuse(job.result())
+        refuse(job.result())
         raise
     job.hurry()
-    _refuse(job.result())
-
-
-def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
-                   progress: Progress | None = None, timer: Timer | None = None, *,
-                   fallback: bool = False) -> tuple[Schedule, bytes]:
-    """The schedule written and its bytes (:func:`render`): ``schedule`` itself, or where
-    the MSCCL runtime cannot hold it (:class:`RuntimeLimitError`) and the scale backend
-    cut its chunks into ``k > 1`` sub-chunks, the same chunking solved again with the
-    most sub-chunks that fit.
-
-    The search halves ``k`` until a schedule fits, then bisects between that and the
-    smallest failure until they are within a quarter of each other (more sub-chunks
-    pipeline better, so the largest that fits is kept), or until the compile's deadline
-    once one fits. Only the scale backend cuts sub-chunks, so it alone solves again.
-    Where not even 1 sub-chunk per chunk fits and the backend is ``auto``, the chunking
-    is raced again with whole chunks (:func:`_raced_whole`). A note records what was tried.
-    ``timer`` judges the schedules solved again and hands over the XML it lowered to judge
-    them (:meth:`Timer.lowered`); it then times the schedule by the XML returned
-    (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's. With a
-    ``fallback`` (the compile holds a file already) no schedule solved again is lowered
-    that cannot be in the time left (:func:`_in_time`).
-    """
-    timer = timer or Timer(options=options)
-    schedule, data = _fitting(schedule, options, params, progress, timer, fallback)
-    if options.lowered:  # the replay forked while verifying, or one now
-        timer.replay_written(schedule, data)
-    return schedule, data
-
-
-def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
-             progress: Progress | None, timer: Timer, fallback: bool
-             ) -> tuple[Schedule, bytes]:
-    """:func:`render_fitting` but for the replay of the bytes."""
-    try:
-        return schedule, render(schedule, options, progress=progress,
-                                lowered=timer.lowered(schedule, options), timer=timer)
-    except RuntimeLimitError as e:
-        k = schedule.info.subchunks
-        if k <= 1:
-            raise
-        failed, why = k, str(e)
-    asked, last = asked_chunking(schedule), schedule
-    fit: tuple[int, Schedule, bytes] | None = None  # (k asked for, schedule, bytes)
-    tried, spent = [f"{k}: {why}"], schedule.info.solver_time_s
-    while fit is None or failed - fit[0] > max(1, fit[0] // 4):
-        k = failed // 2 if fit is None else (fit[0] + failed) // 2
-        if fallback:  # no more sub-chunks than the time left lowers
-            k = min(k, int(_lowerable(last, timer) / asked.chunks_per_rank))
-            if fit is not None and k <= fit[0]:
-                tried.append(f"{k}: no time left")
-                break
-            if k < 1:
-                raise TimeLimitReached(f"{left():.2g} s left, too few to solve, lower and "
-                                       "verify one sub-chunk per chunk")
-        if progress:
-            progress(f"MSCCL cannot hold {failed} sub-chunks per chunk; trying {k}")
-        try:
-            again = last = _solved_again(schedule, k, params, progress, timer)
-            _refuse(check_schedule(again))
-            spent += again.info.solver_time_s
-            if fallback:
-                _in_time(again, timer)
-            fit = (k, again, render(again, options, progress=progress,
-                                    lowered=timer.lowered(again, options), timer=timer))
-            tried.append(f"{again.info.subchunks}: fits")
-        except TimeLimitReached:
-            if fit is None:
-                raise
-            tried.append(f"{k}: stopped at the time limit")
-            break
-        except RuntimeLimitError as e:
-            tried.append(f"{again.info.subchunks}: {e}")
-            if k <= 1:
-                if params.backend != "auto":
-                    raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk)") from None
-                return _raced_whole(schedule.topology, asked, options, params, progress, timer,
-                                    tried, spent, fallback)
-            failed = k
-    _, again, data = fit
-    note = (f"msccl: solved again with {again.info.subchunks} sub-chunk(s) per chunk, the "
-            f"most the runtime holds (tried {'; '.join(tried)})")
-    return again.with_info(notes=again.info.notes + (note,), solver_time_s=spent), data
-
-
-def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
-                 params: SolveParams, progress: Progress | None, timer: Timer,
-                 tried: list[str], spent: float, fallback: bool) -> tuple[Schedule, bytes]:
-    """``auto`` raced again on ``asked`` (and the other chunkings of ``--chunks auto``) with
-    whole chunks only, where the scale backend's schedule does not fit the runtime with
-    any sub-chunking (``tried``): another candidate may (each is judged by its file, and
-    one that does not lower loses)."""
-    if progress:
-        progress("MSCCL cannot hold the scale schedule with any sub-chunking; racing again "
-                 "with whole chunks")
-    again = _solve_checked(topology, asked, replace(params, max_subchunks=1),
-                           options.chunk_choices, progress, timer.judge)
-    if fallback:
-        _in_time(again, timer)
-    try:
-        data = render(again, options, progress=progress,
-                      lowered=timer.lowered(again, options), timer=timer)
-    except RuntimeLimitError as e:
-        raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk, and raced again "
-                                "with whole chunks)") from None
-    note = ("msccl: the scale schedule does not fit the runtime even with 1 sub-chunk per "
-            f"chunk (tried {'; '.join(tried)}): raced again with whole chunks")
-    return again.with_info(notes=again.info.notes + (note,),
-                           solver_time_s=spent + again.info.solver_time_s), data
-
-
-def _solved_again(schedule: Schedule, k: int, params: SolveParams,
-                  progress: Progress | None, timer: Timer) -> Schedule:
-    """The chunking of ``schedule`` solved again by the scale backend with at most ``k``
-    sub-chunks per chunk (not checked yet), with the notes of the search ``schedule``
-    won (what it was raced against). ``schedule.topology`` is already the machine as the
-    output drives it (its switches forward only for MSCCL XML), so it is solved as it is."""
-    again = solve_best(schedule.topology, asked_chunking(schedule),
-                       replace(params, backend="scale", max_subchunks=k), (), progress,
-                       timer.judge, in_switch=True)
-    return again.with_info(notes=_won(schedule) + again.info.notes)
-
-
-def _won(schedule: Schedule) -> tuple[str, ...]:
-    """The notes of the search ``schedule`` won (what it was raced against)."""
-    return tuple(n for n in schedule.info.notes if n.startswith(("auto:", "chunks auto:")))
-
-
-def _lowerable(schedule: Schedule, timer: Timer) -> float:
-    """Pieces per rank (chunks times sub-chunks) of ``schedule``'s kind that can be solved
-    again (about as long as it took), lowered and verified in the time left, at its pace:
-    transfers grow with the pieces."""
-    after = left() - schedule.info.solver_time_s
-    return schedule.collective.chunks_per_rank * after / max(timer.write_s(schedule), 1e-9)
-
-
-def _in_time(schedule: Schedule, timer: Timer) -> None:
-    """Raise :class:`TimeLimitReached` where lowering and verifying ``schedule`` would
-    not end in the time left, by the pace timed (:meth:`Timer.write_s`)."""
-    need = timer.write_s(schedule)
-    if need > left():
-        raise TimeLimitReached(f"{left():.2g} s left, too few to lower and verify "
-                               f"{len(schedule.transfers)} transfers (~{need:.2g} s)")
-
-
-def render(schedule: Schedule, options: CompileOptions, *,
-           progress: Progress | None = None, lowered: bytes | None = None,
-           timer: Timer | None = None) -> bytes:
-    """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML (``lowered``, when
-    the schedule was lowered already with these options) once the independent verifier
-    accepts it (:class:`VerificationError` if not; :class:`SpecError` on a fabric whose
-    switches reduce, which MSCCL cannot express). ``timer`` replays the XML while it is
-    verified (:meth:`Timer.replaying`) and hears how the verifier read it."""
-    if options.fmt == "json":
-        return schedule.to_json().encode()
-    if options.fmt == "mscclpp":
-        return _render_plan(schedule, options, progress, lowered, timer)
-    if not options.expressible:
-        schedule.topology.check_msccl_can_express()
-    from te_ccl.verify.msccl.verify import verify_msccl
-
-    xml, start = lowered, time.monotonic()
-    if xml is None:
-        xml = lower_file(schedule, options, progress)
-        if timer is not None:
-            timer.paced(len(schedule.transfers), time.monotonic() - start)
-    if progress:
-        progress("verifying the MSCCL XML")
-    coll = schedule.collective
-    root = coll.ranks.index(coll.root) if coll.root is not None else None
-    with timer.replaying(schedule, xml) if timer is not None else nullcontext() as read:
-        report = verify_msccl(xml.decode(), root=root, read=read, limits=options.runtime)
-        if not report.valid:
-            if timer is not None:
-                timer.refused(schedule)
-            errors = report.errors
-            raise VerificationError(f"the lowered MSCCL XML failed verification "
-                                    f"({report.error_count:,} error(s)); first: {errors[0]}")
-    if timer is not None:
-        timer.verified(xml, report.algo)
-    return xml
-
-
-def _render_plan(schedule: Schedule, options: CompileOptions, progress: Progress | None,
-                 lowered: bytes | None, timer: Timer | None) -> bytes:
-    """The MSCCL++ plan of ``schedule`` once the independent plan checker accepts it
-    (:class:`VerificationError` if not); a plan ``lowered`` to judge it was checked by
-    its replay already."""
-    from te_ccl.verify.mscclpp import verify_plan
-
-    if lowered is not None:
-        return lowered
-    if progress:
-        progress("lowering to an MSCCL++ plan")
-    start = time.monotonic()
-    data = lower_file(schedule, options)
-    if timer is not None:
-        timer.paced(len(schedule.transfers), time.monotonic() - start)
-    if progress:
-        progress("checking the MSCCL++ plan")
-    report = verify_plan(data.decode())
-    if not report.valid:
-        raise VerificationError(f"the lowered MSCCL++ plan failed its check "
-                                f"({len(report.errors):,} error(s)); first: {report.errors[0]}")
-    return data
-
-
-def _write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
-                       ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
-    from te_ccl.lower.fred import fred_tables_for
-
-    written = fred_tables_for(schedule, topology, Path(out_dir))
-    return tuple(str(p) for p in written.paths), written.fabric
+    refuse(job.result())
 
 

@@ -370,12 +370,14 @@ def _hazards(d: Path) -> dict[str, str]:
 def no_work(monkeypatch):
     """Solving or compiling a job ends the command in exit 70: outputs are checked first."""
     import te_ccl.api
+    import te_ccl.compiler.best
     import te_ccl.compiler.pipeline
 
     def tripwire(*args, **kwargs):
         raise RuntimeError("the work started before the output path was checked")
 
-    monkeypatch.setattr(te_ccl.compiler.pipeline, "solve_best", tripwire)
+    for module in (te_ccl.compiler.pipeline, te_ccl.compiler.best):
+        monkeypatch.setattr(module, "solve_best", tripwire)
     monkeypatch.setattr(te_ccl.api, "compile", tripwire)  # each job is one te_ccl.compile
 
 

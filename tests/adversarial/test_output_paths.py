@@ -148,13 +148,15 @@ def no_work(monkeypatch):
     command with exit 70."""
     import te_ccl.baselines
     import te_ccl.cli.fred
+    import te_ccl.compiler.best
     import te_ccl.compiler.pipeline
     import te_ccl.sweep.driver
 
     def tripwire(*args, **kwargs):
         raise RuntimeError("the work started before the output path was checked")
 
-    monkeypatch.setattr(te_ccl.compiler.pipeline, "solve_best", tripwire)
+    for module in (te_ccl.compiler.pipeline, te_ccl.compiler.best):
+        monkeypatch.setattr(module, "solve_best", tripwire)
     monkeypatch.setattr(te_ccl.baselines, "build_baseline", tripwire)
     monkeypatch.setattr(te_ccl.sweep.driver, "run_sweep", tripwire)
     for name in ("build_fred", "fabric", "in_switch_schedule", "load_workload"):

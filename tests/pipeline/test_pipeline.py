@@ -168,7 +168,7 @@ def test_a_size_library_compiles_every_size_without_the_cycle_collector(tmp_path
 
     from te_ccl.compiler import pipeline
 
-    seen = _collector_states(monkeypatch, "_solve_checked")
+    seen = _collector_states(monkeypatch, "solve_checked")
     results = pipeline.compile_size_library(load_topology("ring8"), coll("allgather", 8),
                                             AUTO, 1000, 1 << 20, str(tmp_path / "lib"))
     assert len(seen) >= 2 and not any(seen) and gc.isenabled() and len(results) >= 2

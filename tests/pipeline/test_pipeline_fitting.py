@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 import te_ccl.compiler.pipeline as pipeline
+import te_ccl.compiler.render as writing
 from te_ccl.backends.scale import compile_scale, scale_plan
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.compiler import CompileOptions, SolveParams, compile_collective, compile_size_library
@@ -50,7 +51,8 @@ def _refusing(monkeypatch, calls: list[int]) -> None:
         calls.append(schedule.info.subchunks)
         raise RuntimeLimitError(f"refused {schedule.info.subchunks}")
 
-    monkeypatch.setattr(pipeline, "render", render)
+    for module in (pipeline, writing):  # the first file, and the files refitted
+        monkeypatch.setattr(module, "render", render)
 
 
 def test_the_factor_halves_down_to_one_then_the_limit_is_reported(tmp_path, monkeypatch):
@@ -111,7 +113,8 @@ def test_the_search_keeps_the_most_sub_chunks_that_fit(monkeypatch, tmp_path):
             raise RuntimeLimitError("too many")
         return real(schedule, options, **_)
 
-    monkeypatch.setattr(pipeline, "render", render)
+    for module in (pipeline, writing):  # the first file, and the files refitted
+        monkeypatch.setattr(module, "render", render)
     result = compile_collective(load_topology("dgx1"), a2a(8, size=1 << 30), PARAMS,
                                 CompileOptions(output=str(tmp_path / "a.xml")))
     k = result.schedule.info.subchunks

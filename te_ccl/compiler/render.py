@@ -1,0 +1,239 @@
+"""Writing a schedule: its bytes once the independent verifier accepts them
+(:func:`render`), and where the MSCCL runtime cannot hold the scale backend's schedule,
+the same chunking solved again with the most sub-chunks that fit (:func:`render_fitting`)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from te_ccl.backends.base import Progress, SolveParams
+from te_ccl.collective.model import Collective
+from te_ccl.compiler.best import refuse, solve_best, solve_checked
+from te_ccl.compiler.judge import Timer, lower_file
+from te_ccl.compiler.options import CompileOptions
+from te_ccl.compiler.portfolio import asked_chunking
+from te_ccl.deadline import TimeLimitReached, left
+from te_ccl.errors import RuntimeLimitError, VerificationError
+from te_ccl.schedule import Schedule
+from te_ccl.topology.model import Topology
+from te_ccl.verify.schedule_check import check_schedule
+
+__all__ = ["lowerable", "render", "render_fitting", "won", "write_fred_tables"]
+
+
+def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
+                   progress: Progress | None = None, timer: Timer | None = None, *,
+                   fallback: bool = False) -> tuple[Schedule, bytes]:
+    """The schedule written and its bytes (:func:`render`): ``schedule`` itself, or where
+    the MSCCL runtime cannot hold it (:class:`RuntimeLimitError`) and the scale backend
+    cut its chunks into ``k > 1`` sub-chunks, the same chunking solved again with the
+    most sub-chunks that fit.
+
+    The search halves ``k`` until a schedule fits, then bisects between that and the
+    smallest failure until they are within a quarter of each other (more sub-chunks
+    pipeline better, so the largest that fits is kept), or until the compile's deadline
+    once one fits. Only the scale backend cuts sub-chunks, so it alone solves again.
+    Where not even 1 sub-chunk per chunk fits and the backend is ``auto``, the chunking
+    is raced again with whole chunks (:func:`_raced_whole`). A note records what was tried.
+    ``timer`` judges the schedules solved again and hands over the XML it lowered to judge
+    them (:meth:`Timer.lowered`); it then times the schedule by the XML returned
+    (:meth:`Timer.replay_written`), so ``timer.timing`` is the file's. With a
+    ``fallback`` (the compile holds a file already) no schedule solved again is lowered
+    that cannot be in the time left (:func:`_in_time`).
+    """
+    timer = timer or Timer(options=options)
+    schedule, data = _fitting(schedule, options, params, progress, timer, fallback)
+    if options.lowered:  # the replay forked while verifying, or one now
+        timer.replay_written(schedule, data)
+    return schedule, data
+
+
+def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
+             progress: Progress | None, timer: Timer, fallback: bool
+             ) -> tuple[Schedule, bytes]:
+    """:func:`render_fitting` but for the replay of the bytes."""
+    try:
+        return schedule, render(schedule, options, progress=progress,
+                                lowered=timer.lowered(schedule, options), timer=timer)
+    except RuntimeLimitError as e:
+        k = schedule.info.subchunks
+        if k <= 1:
+            raise
+        failed, why = k, str(e)
+    asked, last = asked_chunking(schedule), schedule
+    fit: tuple[int, Schedule, bytes] | None = None  # (k asked for, schedule, bytes)
+    tried, spent = [f"{k}: {why}"], schedule.info.solver_time_s
+    while fit is None or failed - fit[0] > max(1, fit[0] // 4):
+        k = failed // 2 if fit is None else (fit[0] + failed) // 2
+        if fallback:  # no more sub-chunks than the time left lowers
+            k = min(k, int(lowerable(last, timer) / asked.chunks_per_rank))
+            if fit is not None and k <= fit[0]:
+                tried.append(f"{k}: no time left")
+                break
+            if k < 1:
+                raise TimeLimitReached(f"{left():.2g} s left, too few to solve, lower and "
+                                       "verify one sub-chunk per chunk")
+        if progress:
+            progress(f"MSCCL cannot hold {failed} sub-chunks per chunk; trying {k}")
+        try:
+            again = last = _solved_again(schedule, k, params, progress, timer)
+            refuse(check_schedule(again))
+            spent += again.info.solver_time_s
+            if fallback:
+                _in_time(again, timer)
+            fit = (k, again, render(again, options, progress=progress,
+                                    lowered=timer.lowered(again, options), timer=timer))
+            tried.append(f"{again.info.subchunks}: fits")
+        except TimeLimitReached:
+            if fit is None:
+                raise
+            tried.append(f"{k}: stopped at the time limit")
+            break
+        except RuntimeLimitError as e:
+            tried.append(f"{again.info.subchunks}: {e}")
+            if k <= 1:
+                if params.backend != "auto":
+                    raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk)") from None
+                return _raced_whole(schedule.topology, asked, options, params, progress, timer,
+                                    tried, spent, fallback)
+            failed = k
+    _, again, data = fit
+    note = (f"msccl: solved again with {again.info.subchunks} sub-chunk(s) per chunk, the "
+            f"most the runtime holds (tried {'; '.join(tried)})")
+    return again.with_info(notes=again.info.notes + (note,), solver_time_s=spent), data
+
+
+def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
+                 params: SolveParams, progress: Progress | None, timer: Timer,
+                 tried: list[str], spent: float, fallback: bool) -> tuple[Schedule, bytes]:
+    """``auto`` raced again on ``asked`` (and the other chunkings of ``--chunks auto``) with
+    whole chunks only, where the scale backend's schedule does not fit the runtime with
+    any sub-chunking (``tried``): another candidate may (each is judged by its file, and
+    one that does not lower loses)."""
+    if progress:
+        progress("MSCCL cannot hold the scale schedule with any sub-chunking; racing again "
+                 "with whole chunks")
+    again = solve_checked(topology, asked, replace(params, max_subchunks=1),
+                           options.chunk_choices, progress, timer.judge)
+    if fallback:
+        _in_time(again, timer)
+    try:
+        data = render(again, options, progress=progress,
+                      lowered=timer.lowered(again, options), timer=timer)
+    except RuntimeLimitError as e:
+        raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk, and raced again "
+                                "with whole chunks)") from None
+    note = ("msccl: the scale schedule does not fit the runtime even with 1 sub-chunk per "
+            f"chunk (tried {'; '.join(tried)}): raced again with whole chunks")
+    return again.with_info(notes=again.info.notes + (note,),
+                           solver_time_s=spent + again.info.solver_time_s), data
+
+
+def _solved_again(schedule: Schedule, k: int, params: SolveParams,
+                  progress: Progress | None, timer: Timer) -> Schedule:
+    """The chunking of ``schedule`` solved again by the scale backend with at most ``k``
+    sub-chunks per chunk (not checked yet), with the notes of the search ``schedule``
+    won (what it was raced against). ``schedule.topology`` is already the machine as the
+    output drives it (its switches forward only for MSCCL XML), so it is solved as it is."""
+    again = solve_best(schedule.topology, asked_chunking(schedule),
+                       replace(params, backend="scale", max_subchunks=k), (), progress,
+                       timer.judge, in_switch=True)
+    return again.with_info(notes=won(schedule) + again.info.notes)
+
+
+def won(schedule: Schedule) -> tuple[str, ...]:
+    """The notes of the search ``schedule`` won (what it was raced against)."""
+    return tuple(n for n in schedule.info.notes if n.startswith(("auto:", "chunks auto:")))
+
+
+def lowerable(schedule: Schedule, timer: Timer) -> float:
+    """Pieces per rank (chunks times sub-chunks) of ``schedule``'s kind that can be solved
+    again (about as long as it took), lowered and verified in the time left, at its pace:
+    transfers grow with the pieces."""
+    after = left() - schedule.info.solver_time_s
+    return schedule.collective.chunks_per_rank * after / max(timer.write_s(schedule), 1e-9)
+
+
+def _in_time(schedule: Schedule, timer: Timer) -> None:
+    """Raise :class:`TimeLimitReached` where lowering and verifying ``schedule`` would
+    not end in the time left, by the pace timed (:meth:`Timer.write_s`)."""
+    need = timer.write_s(schedule)
+    if need > left():
+        raise TimeLimitReached(f"{left():.2g} s left, too few to lower and verify "
+                               f"{len(schedule.transfers)} transfers (~{need:.2g} s)")
+
+
+def render(schedule: Schedule, options: CompileOptions, *,
+           progress: Progress | None = None, lowered: bytes | None = None,
+           timer: Timer | None = None) -> bytes:
+    """The bytes of ``options.fmt``: the Schedule JSON, or the MSCCL XML (``lowered``, when
+    the schedule was lowered already with these options) once the independent verifier
+    accepts it (:class:`VerificationError` if not; :class:`SpecError` on a fabric whose
+    switches reduce, which MSCCL cannot express). ``timer`` replays the XML while it is
+    verified (:meth:`Timer.replaying`) and hears how the verifier read it."""
+    if options.fmt == "json":
+        return schedule.to_json().encode()
+    if options.fmt == "mscclpp":
+        return _render_plan(schedule, options, progress, lowered, timer)
+    if not options.expressible:
+        schedule.topology.check_msccl_can_express()
+    from te_ccl.verify.msccl.verify import verify_msccl
+
+    xml, start = lowered, time.monotonic()
+    if xml is None:
+        xml = lower_file(schedule, options, progress)
+        if timer is not None:
+            timer.paced(len(schedule.transfers), time.monotonic() - start)
+    if progress:
+        progress("verifying the MSCCL XML")
+    coll = schedule.collective
+    root = coll.ranks.index(coll.root) if coll.root is not None else None
+    with timer.replaying(schedule, xml) if timer is not None else nullcontext() as read:
+        report = verify_msccl(xml.decode(), root=root, read=read, limits=options.runtime)
+        if not report.valid:
+            if timer is not None:
+                timer.refused(schedule)
+            errors = report.errors
+            raise VerificationError(f"the lowered MSCCL XML failed verification "
+                                    f"({report.error_count:,} error(s)); first: {errors[0]}")
+    if timer is not None:
+        timer.verified(xml, report.algo)
+    return xml
+
+
+def _render_plan(schedule: Schedule, options: CompileOptions, progress: Progress | None,
+                 lowered: bytes | None, timer: Timer | None) -> bytes:
+    """The MSCCL++ plan of ``schedule`` once the independent plan checker accepts it
+    (:class:`VerificationError` if not); a plan ``lowered`` to judge it was checked by
+    its replay already."""
+    from te_ccl.verify.mscclpp import verify_plan
+
+    if lowered is not None:
+        return lowered
+    if progress:
+        progress("lowering to an MSCCL++ plan")
+    start = time.monotonic()
+    data = lower_file(schedule, options)
+    if timer is not None:
+        timer.paced(len(schedule.transfers), time.monotonic() - start)
+    if progress:
+        progress("checking the MSCCL++ plan")
+    report = verify_plan(data.decode())
+    if not report.valid:
+        raise VerificationError(f"the lowered MSCCL++ plan failed its check "
+                                f"({len(report.errors):,} error(s)); first: {report.errors[0]}")
+    return data
+
+
+def write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
+                       ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
+    """The FRED switch tables of ``schedule`` written to ``out_dir``: their paths, and the
+    fabric's limits."""
+    from te_ccl.lower.fred import fred_tables_for
+
+    written = fred_tables_for(schedule, topology, Path(out_dir))
+    return tuple(str(p) for p in written.paths), written.fabric
