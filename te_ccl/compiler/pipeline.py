@@ -22,21 +22,20 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
-from pathlib import Path
 
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.backends.select import strategy_for
 from te_ccl.background import in_background, workers
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective
-from te_ccl.compiler.best import drives_in_switch, forward_only, refuse, solve_best, solve_checked
+from te_ccl.compiler.best import drives_in_switch, forward_only, refuse, solve_best
 from te_ccl.compiler.fits import check_loadable
 from te_ccl.compiler.incumbent import Incumbent, Verified, describe
 from te_ccl.compiler.judge import PARALLEL_FROM, Timer, Timing
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.portfolio import TEMPLATE_MAX_GPUS, TIE, asked_chunking
 from te_ccl.compiler.render import lowerable, render, render_fitting, won, write_fred_tables
-from te_ccl.compiler.result import CompileResult, compile_notes, rooted_notes
+from te_ccl.compiler.result import CompileResult, compile_notes
 from te_ccl.compiler.solve import Known
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import repair
@@ -49,13 +48,12 @@ from te_ccl.errors import (
     VerificationError,
 )
 from te_ccl.nogc import paused_gc
-from te_ccl.outputs import check_output_file, make_output_dir, path_component, write_atomic
-from te_ccl.runtime_limits import MSCCL, RuntimeLimits
+from te_ccl.outputs import write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["compile_collective", "compile_size_library"]
+__all__ = ["compile_collective"]
 
 
 def _in_switch(options: CompileOptions, topology: Topology) -> bool:
@@ -374,67 +372,6 @@ def _rescaled(schedule: Schedule, collective: Collective, kept: Incumbent,
         f"{again.info.subchunks} sub-chunks per chunk",))
 
 
-def compile_size_library(topology: Topology, collective: Collective, params: SolveParams,
-                         low: int, high: int, out_dir: str, *, fmt: str = "xml",
-                         chunk_choices: tuple[int, ...] = (),
-                         progress: Progress | None = None,
-                         runtime: RuntimeLimits = MSCCL) -> list[CompileResult]:
-    """One algorithm per size range of ``[low, high]`` written to ``out_dir``, as MSCCL
-    algorithm libraries ship them: each file's ``minBytes``/``maxBytes`` cover its range, so
-    the runtime picks the one compiled for the message size at hand. Files are named
-    ``TOPOLOGY-KIND[-inplace]-MIN-MAX.FMT`` (one path component: :func:`path_component`),
-    so both buffer modes fit one directory; ``out_dir`` is created if missing (its parent
-    is not). Each XML is lowered and verified within ``runtime``'s limits; the files are
-    written once every range has one and every path can take it, so a compile that fails
-    leaves no part of a library.
-
-    Rooted collectives are refused: the runtime would pick these files by size for
-    every root (and has no entry point for gather and scatter).
-    """
-    from te_ccl.compiler.sizes import compile_size_ranges
-
-    if rooted_notes(collective):
-        raise SpecError(f"a size library of {collective.kind.value} would run for every "
-                        "root (the MSCCL executor selects by collective and size, not by "
-                        "root); compile one size without --sizes instead", key="--sizes")
-    check_input(topology, replace(collective, size_bytes=high))  # before any range is compiled
-    if fmt == "xml":
-        check_loadable(collective)
-    unit = max(replace(collective, chunks_per_rank=k).nchunks
-               for k in chunk_choices or (collective.chunks_per_rank,))
-    timer = Timer(options=CompileOptions(runtime=runtime))
-
-    def compile_one(c: Collective) -> Schedule:
-        c = replace(c, size_bytes=max(unit, c.size_bytes // unit * unit))
-        if progress:
-            progress(f"compiling for {c.size_bytes} bytes")
-        return solve_checked(topology, c, params, chunk_choices, progress, timer.judge)
-
-    results, files = [], []
-    with paused_gc():  # as in compile_collective: millions of young objects, no cycles
-        for item in compile_size_ranges(collective, low, high, compile_one):
-            mode = "-inplace" if collective.inplace else ""
-            name = path_component(f"{topology.name}-{collective.kind.value}{mode}-"
-                                  f"{item.min_bytes}-{item.max_bytes}")
-            options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
-                                     min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name,
-                                     runtime=runtime)
-            schedule, data = render_fitting(item.schedule, options, params, progress, timer)
-            files.append((options.output, data))
-            bound = lower_bound(forward_only(topology), schedule.collective)
-            schedule = schedule.with_info(notes=schedule.info.notes
-                                          + compile_notes(topology, schedule, timer))
-            results.append(CompileResult(schedule, bound.seconds, dict(bound.parts),
-                                         options.output, min_bytes=item.min_bytes,
-                                         max_bytes=item.max_bytes, timing=timer.timing(schedule)))
-    make_output_dir(out_dir)
-    for path, _ in files:  # every file can be written before any is: no half library
-        check_output_file(path)
-    for path, data in files:
-        write_atomic(path, data)
-    return results
-
-
 SEARCH_SHARE = 0.8  # of a compile's time limit, for finding the schedule; writing it gets the rest
 MIN_SEARCH_S = 1e-3  # a search's share past the deadline (it stops at its first check)
 WRITE_RESERVE_S = 0.3  # kept from the search and the files it improves on, for writing the
@@ -469,5 +406,3 @@ def _checked_alongside(schedule: Schedule) -> Iterator[None]:
         raise
     job.hurry()
     refuse(job.result())
-
-

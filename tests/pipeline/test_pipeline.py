@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from types import ModuleType
 
 import pytest
 
@@ -130,20 +131,18 @@ def test_cheap_bounds_settle_the_templates_without_replaying_them(monkeypatch):
         assert _busiest_link(ring) <= simulate_schedule(ring).finish_time_s * (1 + 1e-9)
 
 
-def _collector_states(monkeypatch, name: str) -> list[bool]:
-    """Whether the cycle collector is on at each call of ``te_ccl.compiler.pipeline.<name>``."""
+def _collector_states(monkeypatch, module: ModuleType, name: str) -> list[bool]:
+    """Whether the cycle collector is on at each call of ``module.<name>``."""
     import gc
 
-    from te_ccl.compiler import pipeline
-
     seen: list[bool] = []
-    real = getattr(pipeline, name)
+    real = getattr(module, name)
 
     def recorded(*args, **kwargs):
         seen.append(gc.isenabled())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(pipeline, name, recorded)
+    monkeypatch.setattr(module, name, recorded)
     return seen
 
 
@@ -154,7 +153,7 @@ def test_a_compile_solves_lowers_and_verifies_without_the_cycle_collector(tmp_pa
 
     from te_ccl.compiler import pipeline
 
-    seen = _collector_states(monkeypatch, "solve_best")
+    seen = _collector_states(monkeypatch, pipeline, "solve_best")
     assert gc.isenabled()
     result = pipeline.compile_collective(
         load_topology("ring8"), coll("allgather", 8, 10**6), AUTO,
@@ -166,9 +165,9 @@ def test_a_size_library_compiles_every_size_without_the_cycle_collector(tmp_path
     """The size library's compiles are compiles too (see the test above)."""
     import gc
 
-    from te_ccl.compiler import pipeline
+    from te_ccl.compiler import sizes
 
-    seen = _collector_states(monkeypatch, "solve_checked")
-    results = pipeline.compile_size_library(load_topology("ring8"), coll("allgather", 8),
-                                            AUTO, 1000, 1 << 20, str(tmp_path / "lib"))
+    seen = _collector_states(monkeypatch, sizes, "solve_checked")
+    results = sizes.compile_size_library(load_topology("ring8"), coll("allgather", 8),
+                                         AUTO, 1000, 1 << 20, str(tmp_path / "lib"))
     assert len(seen) >= 2 and not any(seen) and gc.isenabled() and len(results) >= 2
