@@ -2,13 +2,13 @@
 
 Every schedule — teccl's and each baseline's — is checked by the independent schedule
 checker, lowered to MSCCL XML and the XML replayed by the simulator
-(:class:`te_ccl.compiler.pipeline.Timer`); its time is that replay's finish (``xml_s``), so algbw,
+(:class:`te_ccl.compiler.judge.Timer`); its time is that replay's finish (``xml_s``), so algbw,
 busbw and the ratio to the lower bound are the artifact's and compare like with like. The
 schedule's own replay (``schedule_s``) and the epoch-model prediction are kept alongside;
 ``xml_ratio`` = XML / schedule replay is what the lowering loses. Above
 :data:`XML_REPLAY_LIMIT` transfers the time is the schedule replay, above
 :data:`SIM_LIMIT` the prediction (``measured_by`` says which). teccl's schedule is the one
-``teccl compile`` keeps (:func:`te_ccl.compiler.pipeline.solve_best`, over the chunkings of
+``teccl compile`` keeps (:func:`te_ccl.compiler.best.solve_best`, over the chunkings of
 ``--chunks auto`` for the cases that ask); its solver time is the wall-clock time of that
 whole choice, and ``picked_chunks`` the chunks per rank of the schedule kept. Schedules
 longer than :data:`CHECK_EPOCHS` epochs or over :data:`SIM_LIMIT` transfers are not

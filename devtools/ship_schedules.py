@@ -135,7 +135,7 @@ def _compile_files(topology: Topology, kind: str, out: Output, base: Path, limit
     (of the out-of-place file) and the files' names (relative to the output directory).
 
     In place first: its receives may wait for sends, so the runtime holds fewer of its
-    sub-chunks (:func:`~te_ccl.compiler.pipeline.render_fitting`). The same schedule is then
+    sub-chunks (:func:`~te_ccl.compiler.render.render_fitting`). The same schedule is then
     lowered out of place, or, where that does not fit either, compiled on its own.
     """
     from te_ccl.compiler import CompileOptions, Timer, compile_collective, render_fitting, summary

@@ -34,7 +34,7 @@ every fusion on every rank, the ranks keeping their link order where they still 
 An edge that fits no channel under the step budget while the timing is kept (each
 relayed plain send counting its ``nop``) also gets that last run. A schedule cut into
 sub-chunks (``SolveInfo.subchunks``) never gets it: it raises, to be solved again with
-fewer (:func:`~te_ccl.compiler.pipeline.render_fitting`). What still
+fewer (:func:`~te_ccl.compiler.render.render_fitting`). What still
 does not fit raises :class:`~te_ccl.errors.RuntimeLimitError`, never a file the runtime
 would refuse.
 
@@ -236,7 +236,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     timed, why = True, ""  # why the timing is given up (for the notes)
     waited = True  # sending thread blocks are waited for: a send waits for the link's last one
     # a schedule cut into sub-chunks is solved again with fewer where it does not fit
-    # (pipeline.render_fitting), which keeps its timing: it never gives the timing up
+    # (render.render_fitting), which keeps its timing: it never gives the timing up
     refit = schedule.info.subchunks > 1
     split = edges is not epoch_timed  # thread blocks are split by the replay's times only
     peers: dict[int, set[int]] | None = None  # where GPUs are dealt over forked processes
