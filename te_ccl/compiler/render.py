@@ -230,7 +230,7 @@ def _render_plan(schedule: Schedule, options: CompileOptions, progress: Progress
 
 
 def write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
-                       ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
+                      ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
     """The FRED switch tables of ``schedule`` written to ``out_dir``: their paths, and the
     fabric's limits."""
     from te_ccl.lower.fred import fred_tables_for
