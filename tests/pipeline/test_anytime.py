@@ -283,7 +283,7 @@ def test_a_search_failing_without_a_file_says_why_each_first_candidate_gave_none
     from te_ccl.errors import SolverError
 
     monkeypatch.setattr(pipeline, "render", _overflow)
-    monkeypatch.setattr(pipeline, "_improve",
+    monkeypatch.setattr(pipeline, "solve_best",
                         lambda *args: (_ for _ in ()).throw(SolverError("no schedule")))
     with pytest.raises(SolverError, match=r"^no schedule; no first file from the scale/.*"
                                           r"too many chunks"):
