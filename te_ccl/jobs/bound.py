@@ -110,8 +110,9 @@ def _node_sets(topology: Topology, members: list[list[str]]) -> list[frozenset[s
     sets = {frozenset(g) for g in threshold_groups(topology)}
     ranks = [set(m) for m in members]
     sets.update(frozenset(r) for r in ranks)
-    sets.update(frozenset(a & b) for a, b in itertools.combinations(ranks, 2) if a & b)
-    sets.update(frozenset([g]) for a, b in itertools.combinations(ranks, 2) for g in a & b)
+    shared = [frozenset(a & b) for a, b in itertools.combinations(ranks, 2) if a & b]
+    sets.update(shared)
+    sets.update(frozenset([g]) for s in shared for g in s)
     sets.discard(frozenset(topology.gpus))
     sets.discard(frozenset(n.name for n in topology.nodes))
     return sorted((s for s in sets if s), key=sorted)
