@@ -235,6 +235,14 @@ class Timer:
         if transfers >= PACE_MIN_TRANSFERS:
             self._pace = max(self._pace or 0.0, seconds / transfers)
 
+    def lower(self, schedule: Schedule, options: CompileOptions,
+              progress: Callable[[str], None] | None = None) -> bytes:
+        """:func:`lower_file`, its time taken into the pace (:meth:`paced`)."""
+        start = time.monotonic()
+        data = lower_file(schedule, options, progress)
+        self.paced(len(schedule.transfers), time.monotonic() - start)
+        return data
+
     @property
     def files(self) -> bool:
         """Whether schedules are judged by a file they lower to (XML or plan)."""
@@ -409,11 +417,8 @@ class Timer:
     def _lower(self, schedule: Schedule, timing: Timing) -> tuple[Timing, bytes | None]:
         """The file of ``schedule`` (:func:`lower_file`), or None with ``timing`` saying
         why it does not lower."""
-        start = time.monotonic()
         try:
-            data = lower_file(schedule, self.options)
-            self.paced(len(schedule.transfers), time.monotonic() - start)
-            return timing, data
+            return timing, self.lower(schedule, self.options)
         except TimeLimitReached:
             raise  # the compile's time is up: not a property of the schedule
         except RuntimeLimitError as e:

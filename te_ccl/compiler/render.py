@@ -4,7 +4,6 @@ the same chunking solved again with the most sub-chunks that fit (:func:`render_
 
 from __future__ import annotations
 
-import time
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -183,11 +182,10 @@ def render(schedule: Schedule, options: CompileOptions, *,
         schedule.topology.check_msccl_can_express()
     from te_ccl.verify.msccl.verify import verify_msccl
 
-    xml, start = lowered, time.monotonic()
+    xml = lowered
     if xml is None:
-        xml = lower_file(schedule, options, progress)
-        if timer is not None:
-            timer.paced(len(schedule.transfers), time.monotonic() - start)
+        xml = (timer.lower(schedule, options, progress) if timer is not None
+               else lower_file(schedule, options, progress))
     if progress:
         progress("verifying the MSCCL XML")
     coll = schedule.collective
@@ -216,10 +214,7 @@ def _render_plan(schedule: Schedule, options: CompileOptions, progress: Progress
         return lowered
     if progress:
         progress("lowering to an MSCCL++ plan")
-    start = time.monotonic()
-    data = lower_file(schedule, options)
-    if timer is not None:
-        timer.paced(len(schedule.transfers), time.monotonic() - start)
+    data = timer.lower(schedule, options) if timer is not None else lower_file(schedule, options)
     if progress:
         progress("checking the MSCCL++ plan")
     report = verify_plan(data.decode())
