@@ -495,7 +495,8 @@ def solve_grid_alltoall(problem: Problem, min_hops: int = GRID_FROM_HOPS
     offset = np.arange(len(each)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     begin = start[each] + (offset // lt.capacity) * lt.occupancy
     names = tuple(node.name for node in topology.nodes)
-    index = np.array([names.index(f"g{v}") for v in range(n)], dtype=np.int64)
+    position = {name: i for i, name in enumerate(names)}
+    index = np.array([position[f"g{v}"] for v in range(n)], dtype=np.int64)
     moves = Moves(names, first[each] + offset, index[src[each]], index[dst[each]], begin,
                   begin + lt.delay)
     notes = (f"grid AlltoAll: dimension by dimension, slowest first, {len(cnt):,} groups of "
