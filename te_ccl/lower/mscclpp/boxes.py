@@ -219,11 +219,10 @@ def box_allreduce_plan(topology: Topology, *, pieces: int | None = None,
     docstring), with ``pieces`` per part (None: the most the executor's 64 ops a block
     allow, at most 8), for messages of ``min_bytes`` to ``max_bytes`` (0: no limit).
     Raises :class:`TecclError` where the topology has no equal boxes of NVLS GPUs."""
-    shape = box_shape(topology)
-    if shape is None:
+    boxes = box_shape(topology)
+    if boxes is None:
         raise TecclError(f"{topology.name}: a box AllReduce plan needs two or more equal boxes "
                          "whose GPUs share an NVLink SHARP switch")
-    boxes = shape
     nb, n = len(boxes), len(boxes[0])
     if max(n, nb) > MAX_SOURCES:  # a gateway's sums read n values, and B
         raise TecclError(f"{topology.name}: a box AllReduce plan sums up to {MAX_SOURCES} "
