@@ -143,9 +143,9 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
         return solve_checked(topology, c, params, chunk_choices, progress, timer.judge)
 
     results, files = [], []
+    mode = "-inplace" if collective.inplace else ""
     with paused_gc():  # as in compile_collective: millions of young objects, no cycles
         for item in compile_size_ranges(collective, low, high, compile_one):
-            mode = "-inplace" if collective.inplace else ""
             name = path_component(f"{topology.name}-{collective.kind.value}{mode}-"
                                   f"{item.min_bytes}-{item.max_bytes}")
             options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
