@@ -56,6 +56,8 @@ def solve_best(topology: Topology, collective: Collective, params: SolveParams,
 def solve_checked(topology: Topology, collective: Collective, params: SolveParams,
                    chunk_choices: tuple[int, ...], progress: Progress | None,
                    judge: Judge, in_switch: bool = False) -> Schedule:
+    """:func:`solve_best`, refused (:func:`refuse`) unless the independent schedule
+    checker passes it: nothing is lowered or written from a schedule it rejects."""
     schedule = solve_best(topology, collective, params, chunk_choices, progress, judge,
                           in_switch)
     refuse(check_schedule(schedule))

@@ -80,6 +80,9 @@ def rooted_notes(collective: Collective) -> tuple[str, ...]:
 
 
 def compile_notes(topology: Topology, schedule: Schedule, timer: Timer) -> tuple[str, ...]:
+    """The notes every written file of ``schedule`` carries: what the runtime does with a
+    rooted one, whether its switches were made to forward only (``schedule.topology`` is
+    not the ``topology`` asked), and what timed it where it is not its file's replay."""
     notes = rooted_notes(schedule.collective)
     if schedule.topology is not topology:
         notes += ("msccl: switches only forward (an MSCCL send goes to one peer), so the "
