@@ -37,7 +37,7 @@ from te_ccl.baselines.hierarchical import find_boxes
 from te_ccl.baselines.ring import ring
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import TecclError
-from te_ccl.lower.mscclpp.threadblocks import MAX_OPS
+from te_ccl.lower.mscclpp.threadblocks import DATA, MAX_OPS
 from te_ccl.lower.mscclpp.to_json import plan_bytes, plan_dict_of
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
@@ -46,7 +46,6 @@ __all__ = ["BOX_PLAN", "box_allreduce_plan", "box_candidate", "box_shape", "ramp
 
 BOX_PLAN = "box-plan"  # the backend named by the box plan's candidate
 
-DATA = {"put", "copy", "re", "glres", "gstore"}
 MAX_SOURCES = 8  # buffers an op reads (the executor's MAX_CHANNEL_PER_OPERATION)
 
 

@@ -51,7 +51,7 @@ from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.mscclpp.program import Batch, Program, Slot, Step
 
-__all__ = ["MAX_OPS", "MAX_CHANNELS", "Block", "GpuPlan", "assign_blocks", "split_parts"]
+__all__ = ["DATA", "MAX_OPS", "MAX_CHANNELS", "Block", "GpuPlan", "assign_blocks", "split_parts"]
 
 MAX_OPS = 64  # operations per thread block (the executor's MAX_OPERATION)
 MAX_CHANNELS = 16  # channels and remote buffers per thread block (MAX_CHANNEL)
