@@ -29,14 +29,12 @@ def lower_to_mscclpp(schedule: Schedule, *, name: str | None = None, min_bytes: 
     collective MSCCL++ plans do not cover or a relay outside the ranks, and
     :class:`~te_ccl.errors.RuntimeLimitError` where a thread block would exceed the
     executor's limits. :func:`box_candidate`'s schedule gives the box plan."""
-    coll = schedule.collective
-    title = name or f"{schedule.topology.name}-{coll.kind.value}"
+    coll, topo = schedule.collective, schedule.topology
+    title = name or f"{topo.name}-{coll.kind.value}"
     if schedule.info.backend == BOX_PLAN:
-        return box_allreduce_plan(schedule.topology, name=title, min_bytes=min_bytes,
-                                  max_bytes=max_bytes)
+        return box_allreduce_plan(topo, name=title, min_bytes=min_bytes, max_bytes=max_bytes)
     plan_layout(coll)
     program = build_program(coll, trace_deliveries(schedule))
-    topo = schedule.topology
     gpus = [topo.gpu(r) for r in coll.ranks]
     box = {g: i for i, members in enumerate(find_boxes(topo, gpus)) for g in members}
     into = [x for g in gpus for x in topo.out_links(g) if topo.node(x.dst).nvls]
