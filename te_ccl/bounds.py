@@ -125,8 +125,12 @@ class Bound:
         ...       {"stream_s": 1.0, "alpha_s": 1.0}).rescaled(2)
         {'cut_s': 4.0, 'stream_s': 5.0, 'alpha_s': 1.0}
         """
-        return {k: self.fixed.get(k, 0.0) + (v - self.fixed.get(k, 0.0)) * factor
-                for k, v in self.parts.items()}
+        return {k: self.fixed.get(k, 0.0) + v * factor for k, v in self.proportional.items()}
+
+    @property
+    def proportional(self) -> dict[str, float]:
+        """Each part less its :attr:`fixed` seconds: the seconds that grow with the size."""
+        return {k: v - self.fixed.get(k, 0.0) for k, v in self.parts.items()}
 
     @property
     def argument(self) -> str:

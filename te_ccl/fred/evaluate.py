@@ -238,8 +238,8 @@ def mesh_bound_models(strategy: Strategy, kind: str, latencies: tuple[float, flo
         for c in colls:
             b = lower_bound(topo, c)  # the size's part of each: fixed α seconds do not scale
             out.append((b.parts.get("alpha_s", 0.0),
-                        max(v - b.fixed.get(k, 0.0) for k, v in b.parts.items()
-                            if k != "alpha_s") / REF_BYTES))
+                        max(v for k, v in b.proportional.items() if k != "alpha_s")
+                        / REF_BYTES))
     return tuple(out)
 
 
