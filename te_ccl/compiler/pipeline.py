@@ -364,7 +364,9 @@ def _rescaled(schedule: Schedule, collective: Collective, kept: Incumbent,
     kept.tell(f"the search's best {why}; solving again with at most {fewer} sub-chunks "
               "per chunk")
     asked = replace(params, backend="scale", max_subchunks=fewer)
-    again = solve_best(schedule.topology, collective, asked, (), kept.tell, timer.judge)
+    # schedule.topology is already what the output can use (as in render's _solved_again)
+    again = solve_best(schedule.topology, collective, asked, (), kept.tell, timer.judge,
+                       in_switch=True)
     if timer.write_s(again) > left() or timer.judge(again) >= kept.best.finish_s:
         return None
     return again.with_info(notes=won(schedule) + again.info.notes + (
