@@ -59,8 +59,8 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         names.append("packed-fine")
     if applies(topology, collective):  # a root with a direct link to another GPU, or boxes
         # before packed, built in about a second at any size; beyond PACKED_MAX_ROOTED GPUs
-        # instead of it: packed's LP takes a 10 s compile's whole search on rail8x8, and
-        # on the 64-GPU meshes and tori the pipeline's trees are as close (1.0008-1.002x)
+        # instead of it: packed's LP grows with the fabric and can take a short compile's
+        # whole search, where the pipeline's trees come as close to the bound
         if collective.nranks > PACKED_MAX_ROOTED:
             names = [n for n in names if n not in ("packed", "packed-fine")]
         at = names.index("packed") if "packed" in names else len(names)

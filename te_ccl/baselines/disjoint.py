@@ -44,10 +44,11 @@ PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKin
                   CollectiveKind.SCATTER)
 MAX_HOPS = 20_000  # piece hops a Broadcast or Scatter is cut into at most: a compile
 #                    judges a file that small by its own XML, lowered once, and a 10 s
-#                    one on a busy machine writes it in time (mesh 16×16: 78 pieces)
+#                    one writes it in time with room to spare (mesh 16×16: 78 pieces)
 FINE_HOPS = 250_000  # the most for pipeline-fine (mesh 16×16: 980 pieces), which takes
 FINE_SHARE = 0.2  # as many as lowering and replaying them in this share of the time left
-HOP_S = 1.2e-4  # holds at this many seconds a hop (a busy machine's pace): a compile
+HOP_S = 1.2e-4  # holds at this many seconds a hop (a pessimistic pace, so the file is
+#                 lowered and replayed in the share of the time it is given): a compile
 #                 judges a larger schedule by its file only within a quarter of that time
 
 Tree = dict[str, str]  # node -> parent
@@ -329,9 +330,8 @@ def _scatter(topology: Topology, collective: Collective, rates: list[float],
     each = sum(min(d[v] for d in depths) for v in trees[0])  # hops of a piece per rank
     each *= max(max(_links(topology, t).values()) for t in trees)  # two through a switch
     # a fifth of the hops, but a piece per tree where the hops allow: a few pieces per rank
-    # balance the trees (fred-c Scatter: 1.000x the bound at 18 per rank; hgx-h100x16 at 1
-    # per rank 1.46x), and a small file is judged and written in time on a busy machine (at
-    # 91 per rank, 20k transfers, fred-c's was not)
+    # balance the trees (one per rank leaves some trees idle), and a small file is judged
+    # and written well within a short compile's time
     per_rank = min(hops // each, max(len(trees), hops // (5 * each)))
     coll = pieces(topology, collective, 2, max(1, per_rank) * collective.nchunks)
     load = [0.0] * len(trees)
