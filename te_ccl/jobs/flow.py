@@ -11,8 +11,8 @@ weight under ``--objective weighted`` and by 1 under ``max``, with delivering ea
 the tie-break: at that horizon under ``max``, and under ``weighted`` at a quarter more
 (:data:`WEIGHTED_SLACK`), so a heavy job may finish earlier at a longer makespan.
 Rounds, which solve larger models of one collective, are not used: they carry no partial
-sums, and on the bench's two dgx2x2 AllGathers (64 chunks) they needed more than the
-candidate's share of the time for files slower than the jobs compiled alone.
+sums, and on jobs of many chunks they need more than the candidate's share of the time
+for files slower than the jobs compiled alone.
 
 The joint schedule is split per job (its own chunks, numbered as its own collective),
 each checked by the schedule checker and all together by the shared-capacity check,
