@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections import defaultdict
 
 import networkx as nx
@@ -90,7 +89,7 @@ def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key
     """
     from ortools.linear_solver import pywraplp
 
-    began = time.monotonic()
+    budget = Budget.of(time_limit_s)  # the third pass gets at most twice what the first two took
     sources = sorted({s for s, _ in demand})
     keys = [k.key for k in topology.links]
     exact = len(sources) * len(keys) <= EXACT_LP_VARIABLES
@@ -127,7 +126,7 @@ def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key
         inn = [f[(s, k.key)] for s in sources for k in topology.in_links(n)]
         lp.Add(lp.Sum(inn) <= cap - need.get((n, n), 0.0))
     T.SetUb(best * (1 + CAP_SLACK))
-    lp.SetTimeLimit(max(1, int(min(time_limit_s, 2 * (time.monotonic() - began)) * 1000)))
+    lp.SetTimeLimit(max(1, int(min(budget.left(), 2 * budget.elapsed()) * 1000)))
     if lp.Solve() == pywraplp.Solver.OPTIMAL:
         flows = {s: {k: f[(s, k)].solution_value() for k in keys} for s in sources}
     return best, flows
