@@ -89,18 +89,29 @@ class RuntimeLimits:
         An unknown protocol is judged as Simple, the deepest."""
         return 1 if proto in ("LL", "LL128") else self.chunk_steps
 
+    def call_bytes(self, proto: str) -> int:
+        """Data bytes one primitive call carries at most (``chunkEffectiveSize``, default
+        buffer sizes): a Simple call's slots, an LL or LL128 slot less its flags."""
+        if proto == "LL":
+            return self.buffsize_ll // self.nccl_steps // 2
+        if proto == "LL128":
+            line = self.ll128_line_elems  # one word of each line is the flag
+            return self.buffsize_ll128 // self.nccl_steps // line * (line - 1)
+        return self.buffsize_simple // self.nccl_steps * self.chunk_steps
+
+    def slice_bytes(self, proto: str) -> int:
+        """Data bytes a connection hands the link at a time: a Simple call goes out as
+        slices of ``slice_steps`` slots (the network proxy posts one send per slice), an
+        LL or LL128 call as one slot."""
+        if proto in ("LL", "LL128"):
+            return self.call_bytes(proto)
+        return self.call_bytes(proto) * self.slice_steps // self.chunk_steps
+
     def max_allowed_count(self, proto: str, nbytes: int, nchunksperloop: int) -> int:
         """``maxAllowedCount`` for a message of ``nbytes`` (``msccl_setup.cc``, default
         buffer sizes): chunks one primitive call may carry."""
-        if proto == "LL":
-            effective = self.buffsize_ll // self.nccl_steps // 2
-        elif proto == "LL128":
-            line = self.ll128_line_elems  # one word of each line is the flag
-            effective = self.buffsize_ll128 // self.nccl_steps // line * (line - 1)
-        else:
-            effective = self.buffsize_simple // self.nccl_steps * self.chunk_steps
         chunk = -(-max(1, nbytes) // max(1, nchunksperloop))
-        return min(self.max_count - 1, max(1, effective // chunk))
+        return min(self.max_count - 1, max(1, self.call_bytes(proto) // chunk))
 
     def step_calls(self, cnt: int, max_allowed_count: int = 1) -> int:
         """Primitive calls of one step of ``cnt`` chunks; for large messages
