@@ -43,6 +43,7 @@ from te_ccl.outputs import write_atomic
 from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.simulate.plan import simulate_plan
 from te_ccl.spec.topology import load_topology
+from te_ccl.topology.model import Topology
 from te_ccl.verify.mscclpp import plan_json, verify_plan_file
 
 __all__ = ["MACHINES", "BOXES", "SPEEDUP_GOAL", "BOUND_GOAL", "Row", "BoxRow", "run_machine",
@@ -99,7 +100,7 @@ def _args(options: dict[str, Any]) -> str:
     return " ".join(f"--{k} {v}" for k, v in options.items())
 
 
-def _compile(topology: str, fmt: str, out: Path, limit_s: float, **options: Any
+def _compile(topology: Topology, fmt: str, out: Path, limit_s: float, **options: Any
              ) -> te_ccl.CompileResult:
     options = {"chunks": "auto"} | options
     return te_ccl.compile(topology, "allreduce", size=SIZE, fmt=fmt, time_limit_s=limit_s,
@@ -113,8 +114,8 @@ def run_machine(topology: str, limit_s: float = LIMIT_S) -> Row:
     topo = load_topology(topology)
     with tempfile.TemporaryDirectory(prefix="teccl-nvls-") as tmp:
         plan_path, xml_path = Path(tmp) / "p.json", Path(tmp) / "x.xml"
-        plan = _compile(topology, "mscclpp", plan_path, limit_s, **options)
-        xml = _compile(topology, "xml", xml_path, limit_s)
+        plan = _compile(topo, "mscclpp", plan_path, limit_s, **options)
+        xml = _compile(topo, "xml", xml_path, limit_s)
         nvls_s = simulate_plan(plan_json(plan_path.read_text(), str(plan_path)), topo, SIZE,
                                checked=True).finish_time_s
         xml_s = simulate_msccl(xml_path, topo, SIZE).finish_time_s
@@ -124,10 +125,9 @@ def run_machine(topology: str, limit_s: float = LIMIT_S) -> Row:
                "plan replay, xml replay")
 
 
-def box_plan(topology: str, path: Path) -> tuple[float, float]:
-    """Write ``topology``'s box AllReduce plan to ``path``, check it as ``teccl verify``
+def box_plan(topo: Topology, path: Path) -> tuple[float, float]:
+    """Write ``topo``'s box AllReduce plan to ``path``, check it as ``teccl verify``
     does and replay it at :data:`SIZE`: (finish, the busiest link's busy time), in s."""
-    topo = load_topology(topology)
     write_atomic(path, box_allreduce_plan(topo))
     report = verify_plan_file(path)
     if not report.valid:
@@ -142,9 +142,9 @@ def run_boxes(topology: str, limit_s: float = LIMIT_S) -> BoxRow:
     bound = lower_bound(topo, Collective(CollectiveKind.ALLREDUCE, SIZE,
                                          tuple(range(topo.ngpus)), 1)).seconds
     with tempfile.TemporaryDirectory(prefix="teccl-nvls-") as tmp:
-        plan_s, link_s = box_plan(topology, Path(tmp) / "p.json")
+        plan_s, link_s = box_plan(topo, Path(tmp) / "p.json")
         xml_path = Path(tmp) / "x.xml"
-        _compile(topology, "xml", xml_path, limit_s)
+        _compile(topo, "xml", xml_path, limit_s)
         xml_s = simulate_msccl(xml_path, topo, SIZE).finish_time_s
     return BoxRow(topology, plan_s, bound, plan_s / bound, link_s, xml_s, xml_s / plan_s,
                   "plan replay, xml replay")

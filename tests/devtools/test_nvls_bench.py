@@ -11,8 +11,8 @@ from te_ccl.spec.topology import load_topology
 
 def test_box_plan_is_written_checked_and_replayed_above_the_bound(tmp_path):
     path = tmp_path / "p.json"
-    plan_s, link_s = box_plan("hgx-h100x2", path)
     topo = load_topology("hgx-h100x2")
+    plan_s, link_s = box_plan(topo, path)
     coll = Collective(CollectiveKind.ALLREDUCE, 10**9, tuple(range(topo.ngpus)), 1)
     assert path.read_bytes().startswith(b"{")
     assert plan_s >= max(link_s, lower_bound(topo, coll).seconds)
