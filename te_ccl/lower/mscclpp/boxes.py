@@ -211,6 +211,16 @@ def _ops_needed(nboxes: int, pieces: int) -> int:
                3 * (nboxes - 1) * pieces)
 
 
+def _too_many_sources(boxes: list[list[int]]) -> str | None:
+    """Why the plan cannot sum over ``boxes`` (None where it can): a gateway's sums read
+    a box's ``n`` values, and the ``B`` boxes' partials, each at most :data:`MAX_SOURCES`."""
+    nb, n = len(boxes), len(boxes[0])
+    if max(n, nb) <= MAX_SOURCES:
+        return None
+    return (f"a box AllReduce plan sums up to {MAX_SOURCES} buffers an op; {nb} boxes of "
+            f"{n} GPUs need {max(n, nb)}")
+
+
 def box_allreduce_plan(topology: Topology, *, pieces: int | None = None,
                        name: str | None = None, min_bytes: int = 0, max_bytes: int = 0
                        ) -> bytes:
@@ -222,10 +232,10 @@ def box_allreduce_plan(topology: Topology, *, pieces: int | None = None,
     if boxes is None:
         raise TecclError(f"{topology.name}: a box AllReduce plan needs two or more equal boxes "
                          "whose GPUs share an NVLink SHARP switch")
+    too_many = _too_many_sources(boxes)
+    if too_many is not None:
+        raise TecclError(f"{topology.name}: {too_many}")
     nb, n = len(boxes), len(boxes[0])
-    if max(n, nb) > MAX_SOURCES:  # a gateway's sums read n values, and B
-        raise TecclError(f"{topology.name}: a box AllReduce plan sums up to {MAX_SOURCES} "
-                         f"buffers an op; {nb} boxes of {n} GPUs need {max(n, nb)}")
     if pieces is None:
         pieces = max((s for s in range(1, 9) if _ops_needed(nb, s) <= MAX_OPS), default=1)
     lay = _Layout(n, nb, ramp(pieces))
@@ -253,7 +263,7 @@ def box_candidate(topology: Topology, collective: Collective) -> Schedule | None
             or tuple(collective.ranks) != tuple(range(topology.ngpus)):
         return None
     shape = box_shape(topology)
-    if shape is None or max(len(shape), len(shape[0])) > MAX_SOURCES:
+    if shape is None or _too_many_sources(shape) is not None:
         return None
     note = (f"{BOX_PLAN}: the file is the box AllReduce plan, which follows no schedule; "
             "the schedule shown is the ring template's, in its stead")
