@@ -47,11 +47,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from te_ccl.baselines.hierarchical import find_boxes
 from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.mscclpp.program import Batch, Program, Slot, Step
+from te_ccl.schedule import Schedule
 
-__all__ = ["DATA", "MAX_OPS", "MAX_CHANNELS", "Block", "GpuPlan", "assign_blocks", "split_parts"]
+__all__ = ["DATA", "MAX_OPS", "MAX_CHANNELS", "Block", "GpuPlan", "assign_blocks",
+           "plan_blocks", "split_parts"]
 
 MAX_OPS = 64  # operations per thread block (the executor's MAX_OPERATION)
 MAX_CHANNELS = 16  # channels and remote buffers per thread block (MAX_CHANNEL)
@@ -105,6 +108,20 @@ def split_parts(chunk_s: float, alpha_s: float) -> int:
     while parts < SPLIT_PARTS and chunk_s / (2 * parts) >= alpha_s:
         parts *= 2
     return parts
+
+
+def plan_blocks(schedule: Schedule, program: Program) -> list[GpuPlan]:
+    """The blocks of every rank of ``schedule``'s ``program`` (:func:`assign_blocks`): its
+    ranks' boxes (``find_boxes``: memory channels within one, port channels between) and,
+    where GPUs link into NVLS switches, the parts a chunk is cut into for its
+    load-reduces, by the slowest such link and its largest ``α`` (:func:`split_parts`)."""
+    topo = schedule.topology
+    gpus = [topo.gpu(r) for r in schedule.collective.ranks]
+    box = {g: i for i, members in enumerate(find_boxes(topo, gpus)) for g in members}
+    into = [x for g in gpus for x in topo.out_links(g) if topo.node(x.dst).nvls]
+    parts = split_parts(schedule.chunk_bytes / min(x.bandwidth_Bps for x in into),
+                        max(x.latency_s for x in into)) if into else 1
+    return assign_blocks(program, [box[g] for g in gpus], parts)
 
 
 def assign_blocks(program: Program, box: list[int], parts: int = 1) -> list[GpuPlan]:
