@@ -8,6 +8,19 @@ routes and α-β link model — but in one event loop, so a link serves the mess
 members first come, first served: what contention does to algorithms that were each
 compiled as if the network were theirs. Members do not wait for each other otherwise
 (separate communicators share no connection).
+
+A link is shared by connections, not held by one message. The executor runs each
+thread block's steps as primitive calls of at most ``chunkEffectiveSize`` bytes
+(``mscclRunInterpreter``), and a connection hands its calls to the link a slice at a
+time: the network proxy posts one send per Simple slice of ``MSCCL_SLICESTEPS`` slots
+(``sendProxyProgress`` of NCCL's ``transport/net.cc``), each channel's connection its own
+queue pair, which the NIC serves in turn; over NVLink each thread block writes its own
+peer's buffer. So every message is replayed in pieces of
+:meth:`~te_ccl.runtime_limits.RuntimeLimits.slice_bytes` (1 MiB under Simple), and the
+messages waiting for a link take turns piece by piece: two jobs on one link each get
+about half of it while both send, not one whole message after the other. Members
+replayed alone (:func:`cosimulate` of one) move the same pieces, so a job's time alone
+and together are measured alike.
 """
 
 from __future__ import annotations
@@ -16,6 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from te_ccl.nogc import paused_gc
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.simulate.msccl import Flat, prepared, replay
 from te_ccl.simulate.result import LinkUse
 from te_ccl.topology.model import Topology
@@ -100,7 +114,10 @@ def cosimulate(topology: Topology, members: Sequence[Member]) -> CoSimResult:
     with paused_gc():
         flats = [prepared(m.algo, topology, m.size_bytes, m.proto, m.ranks) for m in members]
         joined = _Joined(topology, flats)
-        sim, done = replay(joined, 1.0, False)
+        pieces: list[float] = []
+        for m, (lo, hi) in zip(members, joined.spans, strict=True):
+            pieces += [float(MSCCL.slice_bytes(m.proto or m.algo.proto))] * (hi - lo)
+        sim, done = replay(joined, 1.0, False, pieces)
     finish: dict[str, float] = {}
     link_bytes: dict[str, dict[tuple[str, str], float]] = {}
     for m, (lo, hi) in zip(members, joined.spans, strict=True):

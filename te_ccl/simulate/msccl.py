@@ -33,9 +33,11 @@ message): at 1024 GPUs a file has millions of steps.
 
 from __future__ import annotations
 
+import math
 import re
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections import defaultdict, deque
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from te_ccl.deadline import check
@@ -55,7 +57,7 @@ INTERVALS_UP_TO = 100_000  # link uses kept for a timeline by default (a chart o
 CHECK_EVERY = 1 << 16  # events between two looks at the compile's deadline
 _REPLAYING = "replaying the MSCCL XML"
 
-_DONE, _HOP, _ARRIVE = 0, 1, 2
+_DONE, _HOP, _ARRIVE, _LEFT = 0, 1, 2, 3
 _PROVENANCE = re.compile(r"\s*<!-- teccl: topology=(\S+) size_bytes=([0-9]+) -->\s*")
 
 
@@ -222,16 +224,25 @@ class Flat:
                     slot[s] = into[k - depth]
 
 
-def replay(flat: Flat, chunk_bytes: float, record: bool | None
-            ) -> tuple[SimResult, list[float]]:
+def replay(flat: Flat, chunk_bytes: float, record: bool | None,
+           pieces: Sequence[float] | None = None) -> tuple[SimResult, list[float]]:
     """Run the steps on the engine's links and events (see the module docstring); the
     result and when each step was done (a co-simulation splits the steps by communicator).
 
+    ``pieces`` (per step, in the units of ``cnt × chunk_bytes``): each message goes over
+    each link of its route as pieces of at most that size, a piece put on the link once
+    the one before has left it, so the messages that wait for a link take turns piece by
+    piece instead of one holding it for the whole message (:mod:`~te_ccl.simulate.cosim`).
+    A piece goes on at the next hop once its head is there (cut-through) or it has
+    arrived, and cannot leave that link before its tail has arrived; the message has
+    arrived with its last piece, and its step is done once that has left the first link.
+
     Event codes are ``step << 12 | hop << 2 | kind``: a send's first link ends (``_DONE``),
-    its message reaches the node of hop ``hop`` (``_HOP``) or its peer (``_ARRIVE``); at
-    one time the earlier step goes first. Between events, ``todo`` holds the steps to take
-    as far as they go at ``now`` and, as ``~step``, the steps done at ``now`` (one loop, no
-    call per step that sends nothing: at 1024 GPUs there are millions).
+    its message (a piece) reaches the node of hop ``hop`` (``_HOP``) or its peer
+    (``_ARRIVE``), a piece leaves the link of hop ``hop`` (``_LEFT``); at one time the
+    earlier step goes first. Between events, ``todo`` holds the steps to take as far as
+    they go at ``now`` and, as ``~step``, the steps done at ``now`` (one loop, no call per
+    step that sends nothing: at 1024 GPUs there are millions).
     """
     if any(len(p) >= 1 << 10 for p in flat.paths):
         raise SpecError("a route of 1024 hops or more", key="topology")
@@ -267,6 +278,10 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None
             push((start if cut[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP)
         if not h:
             push(end, i << 12 | _DONE)
+
+    if pieces is not None:  # pieces start at their tails' arrival, not the message's
+        tail = defaultdict(float)
+        hop, left = _by_pieces(paths, path, cnt, pieces, put, lat, cut, push, used, record)
 
     ends = flat.tb_first[1:] + [nsteps]
     todo = [first for first, end in zip(flat.tb_first, ends, strict=True) if first < end]
@@ -330,9 +345,69 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None
             r = rstep[i]
             if stage[r] == 1:
                 todo.append(r)
+        elif kind == _LEFT:
+            left(i, code >> 2 & 1023, now)
         else:
             hop(i, code >> 2 & 1023, now, tail[i])
     return _result(flat, done, used, links, stage, last), done
+
+
+def _by_pieces(paths: list[tuple[int, ...]], path: list[int], cnt: dict[int, float],
+               pieces: Sequence[float], put: Callable, lat: list[float], cut: list[bool],
+               push: Callable, used: list, record: bool
+               ) -> tuple[Callable[[int, int, float, float], None],
+                          Callable[[int, int, float], None]]:
+    """``replay``'s ``hop`` and ``left`` when messages move in pieces: ``hop(i, h, …)``
+    is message ``i`` starting (``h`` 0) or the head of its next piece reaching hop ``h``;
+    ``left(i, h, now)`` its piece leaving the link of hop ``h``."""
+    ready: dict[int, int] = {}      # (message, hop) → pieces whose head is at the hop
+    tails: dict[int, deque[float]] = {}  # … and when their tails arrive there
+    sent: dict[int, int] = {}       # (message, hop) → pieces put on its link
+    busy: set[int] = set()          # (message, hop) with a piece on its link
+    count: dict[int, int] = {}      # message → its pieces
+
+    def start(i: int, h: int, now: float) -> None:
+        key = i << 10 | h
+        hops = paths[path[i]]
+        k, n, q = hops[h], count[i], sent.get(key, 0)
+        ready[key] -= 1
+        sent[key] = q + 1
+        busy.add(key)
+        behind = tails[key].popleft() if h else 0.0
+        piece = pieces[i]
+        amount = piece if q < n - 1 else cnt[i] - piece * (n - 1)
+        begin, end = put(k, now, amount, behind)
+        a = lat[k]
+        if record:
+            used.append((k, i, begin, end, end + a))
+        push(end, i << 12 | h << 2 | _LEFT)
+        if h + 1 < len(hops):
+            tails.setdefault(key + 1, deque()).append(end + a)
+            push((begin if cut[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP)
+        elif q == n - 1:
+            push(end + a, i << 12 | _ARRIVE)
+        if not h and q == n - 1:
+            push(end, i << 12 | _DONE)
+
+    def hop(i: int, h: int, now: float, _behind: float) -> None:
+        key = i << 10 | h
+        if h:
+            ready[key] += 1
+        else:
+            count[i] = n = max(1, math.ceil(cnt[i] / pieces[i]))
+            ready[key] = n
+            for j in range(1, len(paths[path[i]])):
+                ready[key + j] = 0
+        if key not in busy:
+            start(i, h, now)
+
+    def left(i: int, h: int, now: float) -> None:
+        key = i << 10 | h
+        busy.discard(key)
+        if ready[key]:
+            start(i, h, now)
+
+    return hop, left
 
 
 def _result(flat: Flat, done: list[float], used: list[tuple[int, int, float, float, float]],
