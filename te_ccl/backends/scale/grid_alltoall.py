@@ -25,13 +25,24 @@ group store-and-forward on its links in that order; the file is timed by its own
 
 from __future__ import annotations
 
-import heapq
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
+from te_ccl.backends.scale.grid import (
+    BUFFERS,
+    OPS,
+    PER_CHANNEL,
+    GridPlan,
+    grid_alpha,
+    grid_moves,
+    grid_shape,
+    list_order,
+    neighbour,
+    overflow,
+)
+from te_ccl.backends.scale.grid import coords as _coords
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.collective.model import Collective
 from te_ccl.deadline import check
@@ -49,76 +60,6 @@ GRID_FROM_HOPS = 200_000  # chunk-hops from which a file of one step per chunk a
 #                           first file: torus 16×16's 524,288 took the lowering about 100 s
 #                           under load, and mesh 16×16's busiest rank (696,320) overflows
 LAST_GROUP = 4  # elements a group of the last phase carries at most (see _per_group)
-PER_CHANNEL = 32  # transfers of a link per channel: a receive adds at most one copy, so a
-#                   thread block holds at most 64 steps, and waits for nothing of its own
-
-
-BUFFERS = ("i", "o", "s")  # buffer codes of the plan's steps
-OPS = ("s", "r", "cpy")    # step codes
-
-
-@dataclass(frozen=True)
-class GridPlan:
-    """A whole file (``nchunksperloop`` = ranks × chunks per pair, out of place) as arrays.
-
-    ``blocks``: a row per thread block, by rank then id: rank, send peer, receive peer,
-    channel, its first row in ``steps``. ``steps``: a row per step, thread block by thread
-    block in order: op and buffers (codes into :data:`OPS`, :data:`BUFFERS`), source
-    buffer, offset, destination buffer, offset, cnt, depid, deps, hasdep. ``moves``: a row
-    per group transfer, in the order the list schedule starts them: first chunk id,
-    chunks, sender, receiver, the row of the transfer whose arrival the sender waits for
-    (−1: none). ``scratch``: each rank's ``s_chunks``."""
-
-    nchannels: int
-    nchunksperloop: int
-    finish: float  # when the list schedule that ordered the steps ends, in chunk times
-    scratch: np.ndarray
-    blocks: np.ndarray
-    steps: np.ndarray
-    moves: np.ndarray
-
-
-def grid_shape(topology: Topology) -> tuple[tuple[int, ...], bool] | None:
-    """(dims, wrap) of a generated mesh or torus whose every neighbour link is there both
-    ways and no other (ranks row-major, ``g0`` … in order), else None."""
-    meta = topology.meta or {}
-    kind, dims = meta.get("generator"), tuple(meta.get("dims") or ())
-    if kind not in ("mesh", "torus") or not dims or topology.switches:
-        return None
-    wrap = kind == "torus"
-    n = math.prod(dims)
-    if topology.gpus != tuple(f"g{i}" for i in range(n)):
-        return None
-    expected = 0
-    for r in range(n):
-        for p in range(len(dims)):
-            for step in (1, -1):
-                w = _neighbour(r, p, step, dims, wrap)
-                if w is not None:
-                    expected += 1
-                    if not topology.has_link(f"g{r}", f"g{w}"):
-                        return None
-    return (dims, wrap) if len(topology.links) == expected else None
-
-
-def _coords(r: int, dims: tuple[int, ...]) -> tuple[int, ...]:
-    out = []
-    for d in reversed(dims):
-        r, c = divmod(r, d)
-        out.append(c)
-    return tuple(reversed(out))
-
-
-def _neighbour(r: int, p: int, step: int, dims: tuple[int, ...], wrap: bool) -> int | None:
-    """The rank one hop from ``r`` along dimension ``p`` in direction ``step`` (±1)."""
-    stride = math.prod(dims[p + 1:])
-    c = (r // stride) % dims[p]
-    nxt = c + step
-    if not 0 <= nxt < dims[p]:
-        if not wrap:
-            return None
-        nxt %= dims[p]
-    return r + (nxt - c) * stride
 
 
 def _per_group(e: int, last: bool, limits: RuntimeLimits) -> int:
@@ -200,7 +141,7 @@ def _plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float,
                 chunk = (s * n + rank0 + lo * stride[p]) * k  # the group's first chunk id
                 far = elements[-1][1]
                 for hop in range(1, far + 1):
-                    w = _neighbour(u, p, step, dims, wrap)
+                    w = neighbour(u, p, step, dims, wrap)
                     got = scratch[w]
                     scratch[w] += cnt
                     prio = (hop - far if last else -hop) * _GIDS + gid
@@ -243,55 +184,6 @@ class _Transfers:
         return tuple(np.array(c, dtype=np.int64) for c in self.cols)
 
 
-def _order(prio: list[int], link: np.ndarray, cnt: list[int], after: list[int],
-           alpha: float) -> tuple[np.ndarray, float]:
-    """When a list schedule starts each transfer (its position among all), and when the
-    last arrives: every link (one chunk per time unit, ``alpha`` units to arrive) takes,
-    whenever it is free, the ready group of highest priority: before the last phase the
-    one that has made the most hops (groups in flight drain first, which feeds the next
-    phase sooner), in the last the one with the most hops left (then the first made);
-    a group is ready once the transfer its sender waits for has arrived."""
-    children: list[list[int]] = [[] for _ in prio]
-    nlinks = int(link.max()) + 1 if len(link) else 0
-    queues: list[list[tuple[int, int]]] = [[] for _ in range(nlinks)]
-    links = link.tolist()
-    for i, a in enumerate(after):
-        if a < 0:
-            queues[links[i]].append((prio[i], i))
-        else:
-            children[a].append(i)
-    for q in queues:
-        heapq.heapify(q)
-    busy = [False] * nlinks
-    started: list[int] = []
-    events: list[tuple[float, int, int]] = []  # (time, 0 link free | 1 arrival, which)
-    now = 0.0
-
-    def serve(j: int) -> None:
-        if busy[j] or not queues[j]:
-            return
-        i = heapq.heappop(queues[j])[1]
-        busy[j] = True
-        started.append(i)
-        heapq.heappush(events, (now + cnt[i], 0, j))
-        heapq.heappush(events, (now + cnt[i] + alpha, 1, i))
-
-    for j in range(nlinks):
-        serve(j)
-    while events:
-        now, kind, x = heapq.heappop(events)
-        if kind == 0:
-            busy[x] = False
-            serve(x)
-        else:
-            for i in children[x]:
-                heapq.heappush(queues[links[i]], (prio[i], i))
-                serve(links[i])
-    position = np.empty(len(prio), dtype=np.int64)
-    position[np.array(started, dtype=np.int64)] = np.arange(len(started))
-    return position, now
-
-
 def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, int, int]],
               scratch: list[int], limits: RuntimeLimits, alpha: float) -> GridPlan | str:
     """Channels per link (as few as hold :data:`PER_CHANNEL` transfers each, dealt in
@@ -304,8 +196,9 @@ def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, i
     check(PLANNING)
     _, u, w, cnt, sbuf, soff, doff, after, chunk = t.arrays()
     link = u * n + w
-    position, finish = _order(t.cols[0], np.unique(link, return_inverse=True)[1],
-                              t.cols[3], t.cols[7], alpha)
+    waiting = np.flatnonzero(after >= 0)
+    position, finish = list_order(t.cols[0], np.unique(link, return_inverse=True)[1],
+                                  t.cols[3], np.stack([waiting, after[waiting]], axis=1), alpha)
     nt = len(u)
     by_link = np.lexsort((position, link))
     first_of_link = np.searchsorted(link[by_link], link[by_link])
@@ -343,7 +236,7 @@ def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, i
     depid[waits], deps[waits] = block_id[block[target]], slot[target]
     hasdep = np.zeros(len(order), dtype=np.int64)
     hasdep[target] = 1
-    why = _overflow(n, limits, block_rank, rank, np.diff(first_step), block_id[block[target]])
+    why = overflow(n, limits, block_rank, rank, np.diff(first_step), block_id[block[target]])
     if why:
         return why
     ops = np.concatenate([np.zeros(nt), np.ones(nt), np.full(len(c_rank), 2)]).astype(np.int64)
@@ -361,24 +254,6 @@ def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, i
                      axis=1)[started]
     return GridPlan(nchannels, n * k, finish, np.array(scratch, dtype=np.int64), table, steps,
                     moves)
-
-
-def _overflow(n: int, limits: RuntimeLimits, block_rank: np.ndarray, step_rank: np.ndarray,
-              block_steps: np.ndarray, waited: np.ndarray) -> str:
-    """Why the runtime cannot hold the plan's ranks ('' if it can)."""
-    blocks = np.bincount(block_rank, minlength=n)
-    steps = np.bincount(step_rank, minlength=n)
-    elements = 1 + n + blocks + steps
-    v = int(np.argmax(elements))
-    if elements[v] > limits.max_elements:
-        return (f"rank {v} takes {int(steps[v]):,} steps in {int(blocks[v])} thread blocks: "
-                f"{int(elements[v]):,} XML elements, more than the {limits.max_elements} the "
-                "runtime's reader holds")
-    if blocks.max() > limits.max_threadblocks or (len(waited) and waited.max() >= limits.waitable):
-        return f"a rank needs {int(blocks.max())} thread blocks, more than the runtime holds"
-    if block_steps.max() > limits.max_steps:
-        return f"a thread block takes {int(block_steps.max())} steps, more than {limits.max_steps}"
-    return ""
 
 
 def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
@@ -477,35 +352,9 @@ def solve_grid_alltoall(problem: Problem, min_hops: int = GRID_FROM_HOPS
     plan = grid_plan(dims, wrap, k, grid_alpha(topology, problem.chunk_bytes))
     if isinstance(plan, str):
         return None
-    lt = next(iter(timings.values()))
-    first, cnt, src, dst, after = plan.moves.T
-    calls = -(-cnt // lt.capacity)  # occupancies each group holds its link
-    start = np.zeros(len(cnt), dtype=np.int64)
-    arrive = np.zeros(len(cnt), dtype=np.int64)
-    free: dict[tuple[int, int], int] = {}
-    for i, (u, w, a, c) in enumerate(zip(src.tolist(), dst.tolist(), after.tolist(),
-                                         calls.tolist(), strict=True)):
-        if i % 65536 == 0:
-            check(PLANNING)
-        at = max(free.get((u, w), 0), int(arrive[a]) if a >= 0 else 0)
-        start[i] = at
-        free[(u, w)] = at + c * lt.occupancy
-        arrive[i] = at + (c - 1) * lt.occupancy + lt.delay
-    each = np.repeat(np.arange(len(cnt)), cnt)
-    offset = np.arange(len(each)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
-    begin = start[each] + (offset // lt.capacity) * lt.occupancy
-    names = tuple(node.name for node in topology.nodes)
-    position = {name: i for i, name in enumerate(names)}
-    index = np.array([position[f"g{v}"] for v in range(n)], dtype=np.int64)
-    moves = Moves(names, first[each] + offset, index[src[each]], index[dst[each]], begin,
-                  begin + lt.delay)
+    moves = grid_moves(topology, n, plan, next(iter(timings.values())), PLANNING)
+    cnt = plan.moves[:, 1]
     notes = (f"grid AlltoAll: dimension by dimension, slowest first, {len(cnt):,} groups of "
              f"up to {int(cnt.max())} chunks relayed in one step each, on {plan.nchannels} "
              "channel(s)",)
     return moves, notes
-
-
-def grid_alpha(topology: Topology, chunk_bytes: float) -> float:
-    """A link's latency in the time one chunk takes on it (the list schedule's unit)."""
-    link = topology.links[0]
-    return link.latency_s * link.bandwidth_Bps / chunk_bytes if chunk_bytes else 0.0
