@@ -34,7 +34,13 @@ from te_ccl.compiler.incumbent import Incumbent, Verified, describe
 from te_ccl.compiler.judge import PARALLEL_FROM, Timer, Timing
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.portfolio import TEMPLATE_MAX_GPUS, TIE, asked_chunking
-from te_ccl.compiler.render import lowerable, render, render_fitting, won, write_fred_tables
+from te_ccl.compiler.render import (
+    lowerable,
+    render,
+    render_fitting,
+    solved_again,
+    write_fred_tables,
+)
 from te_ccl.compiler.result import CompileResult, compile_notes
 from te_ccl.compiler.solve import Known
 from te_ccl.compiler.strategy import check_input
@@ -363,13 +369,10 @@ def _rescaled(schedule: Schedule, collective: Collective, kept: Incumbent,
         return None
     kept.tell(f"the search's best {why}; solving again with at most {fewer} sub-chunks "
               "per chunk")
-    asked = replace(params, backend="scale", max_subchunks=fewer)
-    # schedule.topology is already what the output can use (as in render's _solved_again)
-    again = solve_best(schedule.topology, collective, asked, (), kept.tell, timer.judge,
-                       in_switch=True)
+    again = solved_again(schedule, collective, fewer, params, kept.tell, timer)
     if timer.write_s(again) > left() or timer.judge(again) >= kept.best.finish_s:
         return None
-    return again.with_info(notes=won(schedule) + again.info.notes + (
+    return again.with_info(notes=again.info.notes + (
         f"anytime: the search's best, {describe(schedule)}, {why}: solved again with "
         f"{again.info.subchunks} sub-chunks per chunk",))
 

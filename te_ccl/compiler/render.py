@@ -21,7 +21,7 @@ from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["lowerable", "render", "render_fitting", "won", "write_fred_tables"]
+__all__ = ["lowerable", "render", "render_fitting", "solved_again", "write_fred_tables"]
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
@@ -79,7 +79,7 @@ def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
         if progress:
             progress(f"MSCCL cannot hold {failed} sub-chunks per chunk; trying {k}")
         try:
-            again = last = _solved_again(schedule, k, params, progress, timer)
+            again = last = solved_again(schedule, asked, k, params, progress, timer)
             refuse(check_schedule(again))
             spent += again.info.solver_time_s
             if fallback:
@@ -132,21 +132,18 @@ def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
                            solver_time_s=spent + again.info.solver_time_s), data
 
 
-def _solved_again(schedule: Schedule, k: int, params: SolveParams,
-                  progress: Progress | None, timer: Timer) -> Schedule:
-    """The chunking of ``schedule`` solved again by the scale backend with at most ``k``
-    sub-chunks per chunk (not checked yet), with the notes of the search ``schedule``
-    won (what it was raced against). ``schedule.topology`` is already the machine as the
-    output drives it (its switches forward only for MSCCL XML), so it is solved as it is."""
-    again = solve_best(schedule.topology, asked_chunking(schedule),
+def solved_again(schedule: Schedule, collective: Collective, k: int, params: SolveParams,
+                 progress: Progress | None, timer: Timer) -> Schedule:
+    """``collective`` (a chunking ``schedule`` was raced on) solved again by the scale
+    backend with at most ``k`` sub-chunks per chunk, where ``schedule`` cannot be written
+    (not checked yet), with the notes of the search ``schedule`` won (what it was raced
+    against). ``schedule.topology`` is already the machine as the output drives it (its
+    switches forward only for MSCCL XML), so it is solved as it is."""
+    again = solve_best(schedule.topology, collective,
                        replace(params, backend="scale", max_subchunks=k), (), progress,
                        timer.judge, in_switch=True)
-    return again.with_info(notes=won(schedule) + again.info.notes)
-
-
-def won(schedule: Schedule) -> tuple[str, ...]:
-    """The notes of the search ``schedule`` won (what it was raced against)."""
-    return tuple(n for n in schedule.info.notes if n.startswith(("auto:", "chunks auto:")))
+    won = tuple(n for n in schedule.info.notes if n.startswith(("auto:", "chunks auto:")))
+    return again.with_info(notes=won + again.info.notes)
 
 
 def lowerable(schedule: Schedule, timer: Timer) -> float:

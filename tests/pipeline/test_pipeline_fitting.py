@@ -168,3 +168,18 @@ def test_an_alltoall_over_one_switch_of_72_gpus_lowers_untimed_with_a_block_per_
     topo = forward_only(load_topology("gb200-nvl72"))
     xml = lower_to_msccl(build_baseline("direct", topo, a2a(72, MiB)))
     assert verify_msccl(xml.decode()).valid
+
+
+def test_solved_again_keeps_what_the_search_raced_against():
+    """The one re-solve of a scale schedule that cannot be written (render's refit and the
+    anytime compile's): the chunking given, at most the sub-chunks given, the race's notes."""
+    from te_ccl.compiler import Timer
+    from te_ccl.compiler.render import solved_again
+
+    dgx1, coll = load_topology("dgx1"), a2a(8)
+    s = compile_scale(dgx1, coll, replace(PARAMS, max_subchunks=7))
+    s = s.with_info(notes=("auto: raced", "not the race's"))
+    again = solved_again(s, coll, 2, PARAMS, None, Timer())
+    assert again.info.backend == "scale" and again.info.subchunks <= 2
+    assert again.collective.chunks_per_rank == again.info.subchunks
+    assert again.info.notes[0] == "auto: raced" and "not the race's" not in again.info.notes
