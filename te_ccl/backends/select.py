@@ -13,8 +13,8 @@ from te_ccl.model.horizon import horizon_lower_bound
 from te_ccl.model.problem import Problem
 from te_ccl.model.relays import check_relay_room
 
-__all__ = ["strategy_for", "run_backend", "choose_backend", "MILP_MAX_VARIABLES", "LP_MAX_VARIABLES",
-           "MAX_CHUNK_LINKS", "check_size"]
+__all__ = ["strategy_for", "run_backend", "choose_backend", "backend_for", "MILP_MAX_VARIABLES",
+           "LP_MAX_VARIABLES", "MAX_CHUNK_LINKS", "check_size"]
 
 # CP-SAT proves minimal horizons quickly up to roughly this many transfer variables
 # (torus 4×4 AllGather, 2 chunks: ~25k; mesh 8×8, 1 chunk: 330k does not finish).
@@ -58,10 +58,15 @@ def choose_backend(problem: Problem) -> tuple[str, str]:
     CP-SAT beyond tiny sizes but route well as LP flows; multicast demands need the MILP.
     """
     h = max(1, horizon_lower_bound(problem))
-    estimate = problem.size * h
     single = all(len(d.destinations) == 1 for d in problem.demands) and not problem.tree
+    return backend_for(problem.size * h, single, f"the horizon lower bound {h}")
+
+
+def backend_for(estimate: int, single: bool, at: str) -> tuple[str, str]:
+    """(backend, reason) for ``auto`` for a model of ``estimate`` transfer variables
+    (counted ``at`` some horizon); ``single``: every chunk has one destination."""
     milp_max = TINY_VARIABLES if single else MILP_MAX_VARIABLES
-    at = f"~{estimate} transfer variables at the horizon lower bound {h}"
+    at = f"~{estimate} transfer variables at {at}"
     if estimate <= milp_max:
         return "milp", f"auto: milp, {at} ≤ {milp_max}"
     if single and estimate <= LP_MAX_VARIABLES:
