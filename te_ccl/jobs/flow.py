@@ -3,9 +3,10 @@
 The TE-CCL demands of all jobs share the links' capacity in one time-expanded model
 (:func:`te_ccl.model.problem.merge_problems`). A job's chunks are relayed by its own GPUs
 and the switches only, since its MSCCL file holds its ranks alone. The model must be
-small enough for one MILP (:func:`plan_flow` refuses a larger one, and instances of more
-than :data:`MAX_GPUS` GPUs, before anything is solved, so the joint compile spends no
-time on a candidate that cannot run). The solver first finds the least horizon in which
+small enough for one MILP: :func:`plan_flow` counts it from the jobs, without building
+it, and refuses a larger one and instances of more than :data:`MAX_GPUS` GPUs, so the
+joint compile knows before compiling anything whether the candidate can run;
+:func:`compile_flow` builds the one model it solves. The solver first finds the least horizon in which
 every job finishes (the makespan), then minimises the jobs' finish epochs, each weighted by its
 weight under ``--objective weighted`` and by 1 under ``max``, with delivering early as
 the tie-break: at that horizon under ``max``, and under ``weighted`` at a quarter more
@@ -21,10 +22,13 @@ every other candidate's, replayed together (:mod:`te_ccl.jobs.files`): the epoch
 model's times play no part.
 
 One model has one chunk size: every job is cut to the smallest chunk of all jobs, or to
-a half, quarter or eighth of it (:data:`PIECES`, the finest whose model, counted from
-the jobs before it is built, stays within :data:`FINE_VARIABLES` at the jobs' makespan
-bound), more chunks per rank, as the compile alone pipelines with ``--chunks auto``; a
-job whose chunk is not a whole number of them is refused.
+a half, quarter or eighth of it (:data:`PIECES`, the finest whose model stays within
+:data:`FINE_VARIABLES` at the jobs' makespan bound), more chunks per rank, as the compile
+alone pipelines with ``--chunks auto``; a job whose chunk is not a whole number of them
+is refused. One count (:func:`_count`) decides the cut, the chunk-link pairs one model
+holds (:func:`~te_ccl.backends.select.check_size`) and whether one MILP solves it
+(:func:`~te_ccl.backends.select.backend_for`, the rule ``auto`` applies to one
+collective).
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from dataclasses import dataclass, replace
 from te_ccl.backends.base import Progress, SolveResult
 from te_ccl.backends.cpsat import solve_formulation
 from te_ccl.backends.milp import horizon_search
-from te_ccl.backends.select import STRATEGIES, check_size, choose_backend
+from te_ccl.backends.select import STRATEGIES, backend_for, check_size
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
 from te_ccl.deadline import Budget
@@ -69,11 +73,21 @@ SOLVE_SHARE = 0.7  # of the candidate's time: the solve (the rest lowers and ver
 
 @dataclass(frozen=True)
 class FlowPlan:
-    """The joint problem, each job's chunk offset in it and its collective as cut."""
+    """What the joint problem will be, counted before it is built: each job's collective
+    cut to one chunk size, its weight in the objective, and the model's size."""
 
-    problem: Problem
-    offsets: dict[str, int]
+    topology: Topology
     collectives: dict[str, Collective]
+    weights: dict[str, float]
+    epoch: str | float
+    variables: int  # transfer variables at the jobs' makespan bound (:func:`_count`)
+
+    def problem(self) -> tuple[Problem, dict[str, int]]:
+        """The joint problem and each job's chunk offset in it (SolverError if none)."""
+        try:
+            return joint_problem(self.topology, self.collectives, self.weights, self.epoch)
+        except (SolverError, SpecError) as e:
+            raise SolverError(f"no joint model: {e}") from None
 
 
 @dataclass(frozen=True)
@@ -104,59 +118,77 @@ def _common_chunks(jobs: JobSet, pieces: int = 1) -> dict[str, Collective]:
 
 
 def plan_flow(jobs: JobSet, objective: str, params: SolveParams) -> FlowPlan:
-    """The joint problem at the finest cut of :data:`PIECES` whose model, counted before
-    it is built (:func:`_variables`), fits :data:`FINE_VARIABLES` (the coarsest
-    otherwise): one model is built.
+    """The joint problem's cut: the finest of :data:`PIECES` whose model fits
+    :data:`FINE_VARIABLES` (the coarsest otherwise), counted, not built.
 
     Raises :class:`SolverError` where the flow candidate cannot run: more than
-    :data:`MAX_GPUS` GPUs, chunks of no common size, or a model too large for one MILP.
+    :data:`MAX_GPUS` GPUs, chunks of no common size, more chunk-link pairs than one model
+    holds, a model too large for one MILP (but under ``--backend milp``), or another
+    backend of the flow model asked for.
     """
     gpus = len({r for j in jobs.jobs for r in j.ranks})
     if gpus > MAX_GPUS:
         raise SolverError(f"{gpus} GPUs in the jobs, more than the {MAX_GPUS} the joint "
                           "flow model solves in a compile's time")
+    if params.backend in STRATEGIES and params.backend != "milp":
+        raise SolverError(f"the joint model needs one MILP (--backend {params.backend})")
     topology = forward_only(jobs.topology)
     weights = {j.name: (j.weight if objective == "weighted" else 1.0) for j in jobs.jobs}
     makespan_s = joint_bound(jobs, "max").seconds
     for pieces in PIECES:
         try:
             collectives = _common_chunks(jobs, pieces)
-            fits = _variables(topology, collectives, params.epoch, makespan_s) <= FINE_VARIABLES
+            count = _count(topology, collectives, params.epoch, makespan_s)
         except (SolverError, SpecError) as e:
             if pieces > 1:
                 continue
             raise SolverError(f"no joint model: {e}") from None
-        if fits or pieces == 1:
+        if count.variables <= FINE_VARIABLES or pieces == 1:
             break
-    try:
-        problem, offsets = joint_problem(topology, collectives, weights, params.epoch)
-    except (SolverError, SpecError) as e:
-        raise SolverError(f"no joint model: {e}") from None
-    backend, why = ((params.backend, f"--backend {params.backend}")
-                    if params.backend in STRATEGIES else choose_backend(problem))
-    if backend != "milp":
-        raise SolverError(f"the joint model needs one MILP ({why})")
-    return FlowPlan(problem, offsets, collectives)
+    check_size(count.chunks, count.links)
+    if params.backend != "milp":
+        backend, why = backend_for(count.variables, count.single,
+                                   f"{count.epochs} epochs of the jobs' makespan bound")
+        if backend != "milp":
+            raise SolverError(f"the joint model needs one MILP ({why})")
+    return FlowPlan(topology, collectives, weights, params.epoch, count.variables)
 
 
-def _variables(topology: Topology, collectives: dict[str, Collective], epoch: str | float,
-               makespan_s: float) -> int:
-    """The joint model's transfer variables, counted from the jobs: chunk-link pairs per
-    epoch (:attr:`~te_ccl.model.problem.Problem.size`: every chunk of a reduction and
-    every other chunk that goes somewhere, on every link) times the epochs of the jobs'
-    makespan bound (:func:`~te_ccl.jobs.bound.joint_bound`).
+@dataclass(frozen=True)
+class _Size:
+    """A joint model's size, counted from the jobs: chunks that go somewhere (every
+    chunk of a reduction), links, epochs, and whether every chunk has one destination."""
+
+    chunks: int
+    links: int
+    epochs: int
+    single: bool
+
+    @property
+    def variables(self) -> int:
+        """Transfer variables: chunk-link pairs per epoch times the epochs."""
+        return self.chunks * self.links * self.epochs
+
+
+def _count(topology: Topology, collectives: dict[str, Collective], epoch: str | float,
+           makespan_s: float) -> _Size:
+    """The joint model's size (:class:`_Size`, the pairs of
+    :attr:`~te_ccl.model.problem.Problem.size`) at the epochs of the jobs' makespan bound
+    (:func:`~te_ccl.jobs.bound.joint_bound`).
 
     >>> from te_ccl.collective.model import CollectiveKind
     >>> from te_ccl.topology.generators import ring
     >>> r = ring(4, 50e9)
     >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, (0, 1, 2, 3))
-    >>> _variables(r, {"a": ag}, "fastest", 3.5 * epoch_duration(r, ag.chunk_bytes))
+    >>> _count(r, {"a": ag}, "fastest", 3.5 * epoch_duration(r, ag.chunk_bytes)).variables
     128
     """
-    pairs = len(topology.links) * sum(1 for c in collectives.values() for chunk in c.chunks()
-                                      if chunk.destinations or c.is_reduction)
+    moving = [chunk for c in collectives.values() for chunk in c.chunks()
+              if chunk.destinations or c.is_reduction]
+    single = (not any(c.is_reduction for c in collectives.values())
+              and all(len(chunk.destinations) == 1 for chunk in moving))
     tau = epoch_duration(topology, next(iter(collectives.values())).chunk_bytes, epoch)
-    return pairs * math.ceil(min(makespan_s / tau, FINE_VARIABLES))  # more never fits
+    return _Size(len(moving), len(topology.links), math.ceil(makespan_s / tau), single)
 
 
 def joint_problem(topology: Topology, collectives: dict[str, Collective],
@@ -183,7 +215,6 @@ def _solve(problem: Problem, params: SolveParams, budget: Budget, objective: str
            progress: Progress | None) -> SolveResult:
     """The joint schedule: the least makespan, then the jobs' weighted finish epochs in
     the time left."""
-    check_size(len(problem.demands), len(problem.timings))
     first, proven, notes = horizon_search(problem, params, budget, progress)
     horizon = first.form.ten.horizon
     if objective == "weighted":
@@ -211,7 +242,7 @@ def compile_flow(plan: FlowPlan, objective: str, params: SolveParams,
     :class:`VerificationError` where a check rejects a schedule, and what the lowering
     raises for a file the runtime cannot hold.
     """
-    problem, offsets, collectives = plan.problem, plan.offsets, plan.collectives
+    (problem, offsets), collectives = plan.problem(), plan.collectives
     topology = problem.topology
     budget = Budget.of(SOLVE_SHARE * params.time_limit_s)
     result = _solve(problem, params, budget, objective, progress)

@@ -52,6 +52,7 @@ from te_ccl.jobs.spec import OBJECTIVES, Job, JobSet, objective_of, unreachable
 from te_ccl.outputs import check_output_file, make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Link, Topology
+from te_ccl.topology.routes import fastest_path
 from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.schedule_check import check_schedule
 from te_ccl.verify.shared_capacity import check_shared_capacity
@@ -61,6 +62,7 @@ __all__ = ["JobOutcome", "JointResult", "compile_jobs"]
 SHARE_STEPS = 8  # shares are multiples of 1/8 of a link
 PRIORITY_SHARE = 0.75  # what the first job keeps of each link it shares under ``priority``
 MIN_COMPILE_S = 2.0  # the least time one job's compile is given
+VIEWS = ("shares", "priority", "exclusive")  # the candidates compiled on views
 
 Views = dict[str, dict[tuple[str, str], float]]  # job → link → fraction of its bandwidth
 
@@ -142,10 +144,14 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
                  progress: Callable[[str], None] | None = None) -> JointResult:
     """Compile every job jointly (module docstring) and, with ``output`` (a directory,
     created if missing), write ``NAME.xml`` per job, its ranks those of the job's
-    communicator. ``time_limit_s`` is split evenly over the four candidates and the
-    jobs (five where ``flow`` can run, :func:`~te_ccl.jobs.flow.plan_flow`: it takes one
-    share for all jobs), at least :data:`MIN_COMPILE_S` per compile; a limit below that for each job
-    once is refused before compiling (thousands of jobs would run for hours).
+    communicator. ``time_limit_s`` is split evenly over the candidates that can run and
+    the jobs, at least :data:`MIN_COMPILE_S` per compile (``flow`` takes one share for
+    all jobs); a limit below that for each job once is refused before compiling
+    (thousands of jobs would run for hours). Which can run is known before compiling
+    from the links the jobs' routes have in common (:func:`_common_links`): ``alone``
+    always, the views where two jobs' routes share a link between two GPUs, ``flow``
+    where they share any and :func:`~te_ccl.jobs.flow.plan_flow` counts a model it can
+    solve.
 
     Raises what a compile raises for a job compiled alone (a candidate the compile
     refuses is skipped and noted instead).
@@ -164,13 +170,16 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
         if output is not None and Path(output).is_dir():  # no file half the jobs' way
             check_output_file(_job_path(output, job), key="--output")
     say = progress or (lambda _: None)
-    plan: FlowPlan | str  # the flow candidate's problem, or why it cannot run
-    try:
-        plan = plan_flow(jobs, objective, SolveParams(backend=backend, epoch=epoch))
-    except SolverError as e:
-        plan = str(e)
-    # a share of the limit per candidate, split over the jobs
-    shares = 4 if isinstance(plan, str) else 5
+    common = _common_links(jobs)
+    plan: FlowPlan | str = "the jobs' routes share no link"  # the flow's cut, or why not
+    if common:
+        try:
+            plan = plan_flow(jobs, objective, SolveParams(backend=backend, epoch=epoch))
+        except SolverError as e:
+            plan = str(e)
+    gpus = set(jobs.topology.gpus)
+    views = any(a in gpus and b in gpus for a, b in common)
+    shares = 1 + len(VIEWS) * views + (not isinstance(plan, str))
     each = max(time_limit_s / (shares * len(jobs.jobs)), MIN_COMPILE_S)
     solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed,
              "epoch": epoch, "max_horizon": max_horizon}
@@ -216,6 +225,26 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
                        len(shared.shared_links),
                        {c.method: _value(jobs, objective, c.finish) for c in kept},
                        _checks(jobs, best), tuple(notes), joint_bound(jobs, objective))
+
+
+def _common_links(jobs: JobSet) -> set[tuple[str, str]]:
+    """Links on the routes of two jobs or more: a job's file sends between its own GPUs,
+    each send over the route the replay takes (:func:`~te_ccl.topology.routes.fastest_path`),
+    so jobs without one in common share no link whatever their files."""
+    topology = jobs.topology
+    graph = topology.graph()
+    seen: dict[tuple[str, str], int] = {}
+    for job in jobs.jobs:
+        names = [topology.gpu(r) for r in job.ranks]
+        mine = set()
+        for u in names:
+            for v in names:
+                if u != v:
+                    path = fastest_path(topology, u, v, graph=graph) or []
+                    mine.update(zip(path, path[1:], strict=False))
+        for key in mine:
+            seen[key] = seen.get(key, 0) + 1
+    return {key for key, n in seen.items() if n > 1}
 
 
 def _value(jobs: JobSet, objective: str, finish: Mapping[str, float]) -> float:
@@ -342,8 +371,8 @@ def _views(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float
             priority[first][key] = PRIORITY_SHARE
         for n, s in split(rest, key, 1.0 - PRIORITY_SHARE if first in users else 1.0).items():
             priority[n][key] = s
-    return {"shares": shares, "priority": priority,
-            "exclusive": _exclusive(jobs, link_bytes, shared, order)}
+    return dict(zip(VIEWS, (shares, priority, _exclusive(jobs, link_bytes, shared, order)),
+                    strict=True))
 
 
 def _exclusive(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float]],

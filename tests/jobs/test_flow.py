@@ -95,7 +95,7 @@ def test_chunk_sizes_that_do_not_divide_are_refused():
 
 def test_a_model_not_for_one_milp_is_refused():
     jobs = _quad_pair("allreduce", "1MB")
-    assert plan_flow(jobs, "max", SolveParams(backend="milp")).problem.reductions
+    assert plan_flow(jobs, "max", SolveParams(backend="milp")).problem()[0].reductions
     with pytest.raises(SolverError, match="needs one MILP"):
         plan_flow(jobs, "max", SolveParams(backend="rounds"))
     dgx2x2 = load_topology("dgx2x2")
@@ -139,8 +139,20 @@ def test_the_cut_counted_before_building_is_the_one_building_each_took(jobs, mon
 
     monkeypatch.setattr(flow_module, "joint_problem", joint)
     plan = plan_flow(jobs, "max", SolveParams())
+    assert not built  # planning counts; the flow candidate builds
+    problem, _ = plan.problem()
     assert len(built) == 1
-    assert plan.problem.chunk_bytes == _cut_each_built(jobs, "max")
+    assert problem.chunk_bytes == _cut_each_built(jobs, "max")
+    assert plan.variables % problem.size == 0  # one count: the problem's pairs × epochs
+
+
+def test_too_many_chunk_link_pairs_are_refused_when_planning(monkeypatch):
+    import te_ccl.backends.select as select
+
+    monkeypatch.setattr(flow_module, "joint_problem", None)  # never built
+    monkeypatch.setattr(select, "MAX_CHUNK_LINKS", 100)
+    with pytest.raises(SolverError, match="chunk-link pairs"):
+        plan_flow(jobs_from(DGX1, SHARED, None), "max", SolveParams())
 
 
 @pytest.mark.slow

@@ -160,3 +160,31 @@ def test_exclusive_views_leave_a_shared_link_to_the_job_that_needs_it():
     views = _views(jobs, used, shared, "weighted", {"ring": 1.0, "pair": 1.0},
                    {"ring": 2.0, "pair": 2.0})["exclusive"]
     assert views == {"ring": {k: 0.0 for k in shared}, "pair": {}}
+
+
+@pytest.mark.parametrize(("jobs", "compiles"), [
+    (APART, 1),  # no route in common: only alone runs, on the whole limit
+    ("""jobs:
+  - {name: a, ranks: [g0, g1, g2, g3], collective: allgather, size: 1MB}
+  - {name: b, ranks: [g1, g0, g5, g4], collective: allreduce, size: 2MB}
+""", 5)])  # alone, three views and flow
+def test_the_limit_is_split_over_the_candidates_that_can_run(jobs, compiles, tmp_path,
+                                                            monkeypatch):
+    import te_ccl.jobs.joint as joint
+
+    given = []
+
+    def stop(_jobs, _method, _views, solve, *_):
+        given.append(solve["time_limit_s"])
+        raise _Stopped
+
+    monkeypatch.setattr(joint, "_candidate", stop)
+    (tmp_path / "jobs.yaml").write_text(jobs)
+    with pytest.raises(_Stopped):
+        joint.compile_jobs(load_jobs(load_topology("dgx1"), tmp_path / "jobs.yaml"), None,
+                           time_limit_s=40)
+    assert given == [40 / (compiles * 2)]
+
+
+class _Stopped(Exception):
+    """Raised in place of the first compile."""
