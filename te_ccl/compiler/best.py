@@ -1,10 +1,11 @@
 """The schedule a compile keeps before it writes it: solved on the machine as the output
-can drive it (:func:`forward_only`), judged by its file (:func:`solve_best`), and
-refused unless the independent checker passes it (:func:`solve_checked`)."""
+can drive it (:func:`forward_only`, built once per compile as :class:`Usable`), judged
+by its file (:func:`solve_best`), and refused unless the independent checker passes it
+(:func:`solve_checked`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.collective.model import Collective
@@ -15,7 +16,7 @@ from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Node, Topology
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["drives_in_switch", "forward_only", "refuse", "solve_best", "solve_checked"]
+__all__ = ["Usable", "drives_in_switch", "forward_only", "refuse", "solve_best", "solve_checked"]
 
 
 def drives_in_switch(fmt: str, node: Node) -> bool:
@@ -30,12 +31,37 @@ def forward_only(topology: Topology, fmt: str = "xml") -> Topology:
     """``topology`` whose switches that ``fmt`` cannot drive (:func:`drives_in_switch`)
     neither copy nor reduce (itself if none changes): by default what an MSCCL program
     can use, since each of its sends goes to one peer."""
-    if not any((n.can_copy or n.can_reduce) and not drives_in_switch(fmt, n)
-               for n in topology.nodes if not n.is_gpu):
-        return topology
+    return _forwarding(topology, fmt) if _undriven(topology, fmt) else topology
+
+
+def _undriven(topology: Topology, fmt: str) -> bool:
+    """Whether a switch of ``topology`` copies or reduces where ``fmt`` cannot drive it."""
+    return any((n.can_copy or n.can_reduce) and not drives_in_switch(fmt, n)
+               for n in topology.nodes if not n.is_gpu)
+
+
+def _forwarding(topology: Topology, fmt: str) -> Topology:
     nodes = tuple(n if n.is_gpu or drives_in_switch(fmt, n)
                   else replace(n, can_copy=False, can_reduce=False) for n in topology.nodes)
     return replace(topology, nodes=nodes)
+
+
+@dataclass(frozen=True)
+class Usable:
+    """The machine a compile solves on, built once per compile: ``topology`` with every
+    switch forwarding only unless the output drives in-switch copy and reduction
+    (``in_switch``); ``forwarded``: whether a switch had to give them up (the written
+    file's notes say so)."""
+
+    topology: Topology
+    in_switch: bool
+    forwarded: bool
+
+    @classmethod
+    def of(cls, topology: Topology, in_switch: bool) -> Usable:
+        if in_switch or not _undriven(topology, "xml"):
+            return cls(topology, in_switch, forwarded=False)
+        return cls(_forwarding(topology, "xml"), in_switch, forwarded=True)
 
 
 def solve_best(topology: Topology, collective: Collective, params: SolveParams,

@@ -28,7 +28,7 @@ from te_ccl.backends.select import strategy_for
 from te_ccl.background import in_background, workers
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective
-from te_ccl.compiler.best import drives_in_switch, forward_only, refuse, solve_best
+from te_ccl.compiler.best import Usable, drives_in_switch, forward_only, refuse, solve_best
 from te_ccl.compiler.fits import check_loadable
 from te_ccl.compiler.incumbent import Incumbent, Verified, describe
 from te_ccl.compiler.judge import PARALLEL_FROM, Timer, Timing
@@ -98,24 +98,25 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     # (a solver's, an exception's) are collected once it is done
     with until(params.time_limit_s), paused_gc():
         check_input(topology, collective)  # before the bound and any candidate is built
-        usable = topology if in_switch else forward_only(topology)  # as the output can use it
+        usable = Usable.of(topology, in_switch)  # as the output can use it, once
         if options.fmt == "xml":  # expressible asked once: every candidate is built on usable
             check_loadable(collective, topology)
-            usable.check_msccl_can_express()
+            usable.topology.check_msccl_can_express()
             options = replace(options, expressible=True)
-        bound = lower_bound(usable, collective)  # no NVLS for MSCCL XML
+        bound = lower_bound(usable.topology, collective)  # no NVLS for MSCCL XML
         if options.output is None:
-            schedule = solve_best(topology, collective, _search(params),
-                                  options.chunk_choices, progress, timer.judge, in_switch)
+            schedule = solve_best(usable.topology, collective, _search(params),
+                                  options.chunk_choices, progress, timer.judge, in_switch=True)
         else:
             kept = Incumbent(bound.seconds, progress, started)
-            best = _anytime(topology, collective, params, options, timer, kept, in_switch)
+            best = _anytime(topology, collective, params, options, timer, kept, usable)
             schedule = best.schedule
             write_atomic(options.output, best.data)
     fabric = None
     if options.fred_tables is not None:
         extra, fabric = write_fred_tables(schedule, topology, options.fred_tables)
-    notes = compile_notes(topology, schedule, timer) + (tuple(kept.notes) if kept else ())
+    notes = compile_notes(schedule, timer, usable.forwarded)
+    notes += tuple(kept.notes) if kept else ()
     schedule = schedule.with_info(notes=schedule.info.notes + notes)
     return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra,
                          options.min_bytes, options.max_bytes, timer.timing(schedule), fabric,
@@ -133,7 +134,7 @@ def _search(params: SolveParams) -> SolveParams:
 
 def _anytime(topology: Topology, collective: Collective, params: SolveParams,
              options: CompileOptions, timer: Timer, kept: Incumbent,
-             in_switch: bool) -> Verified:
+             usable: Usable) -> Verified:
     """The file to write: with ``--backend auto`` (and no ``max_horizon``), first the
     file of the cheapest candidate that lowers, fits the runtime and verifies
     (:func:`_first_file`), then the search's (:func:`_improve`) where it finishes earlier
@@ -151,10 +152,11 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
     with keeping(WRITE_RESERVE_S + RESERVE_S_PER_DELIVERY * deliveries):
         try:
             if strategy_for(params) == "portfolio":
-                _first_file(topology, collective, params, options, timer, kept, in_switch)
+                _first_file(usable.topology, collective, params, options, timer, kept,
+                            usable.in_switch)
             search = repair(options.previous, topology, collective, params, kept)
             if search is not None:
-                _improve(topology, collective, search, options, timer, kept, in_switch)
+                _improve(usable.topology, collective, search, options, timer, kept)
         except TimeLimitReached as e:
             if kept.best is None:
                 raise TimeLimitReached(f"{e}{_first_file_needs(kept, timer, collective)}"
@@ -310,7 +312,7 @@ def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> 
 
 
 def _improve(topology: Topology, collective: Collective, params: SolveParams,
-             options: CompileOptions, timer: Timer, kept: Incumbent, in_switch: bool) -> None:
+             options: CompileOptions, timer: Timer, kept: Incumbent) -> None:
     """Search (the file kept is one of the candidates, :func:`solve_best`'s ``known``,
     unless it was built in a hurry: then the search runs its method in full),
     and keep the search's schedule where it is not the file kept, finishes earlier by
@@ -323,7 +325,7 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
              if kept.best is not None and not kept.hurried else ())
     known += _plan_only(topology, collective, options)
     schedule = solve_best(topology, collective, search, options.chunk_choices, kept.tell,
-                          timer.judge, in_switch, known)
+                          timer.judge, True, known)  # topology: the machine usable already
     if kept.holds(schedule):
         kept.renamed(schedule)
         return

@@ -112,12 +112,13 @@ def _raced_whole(topology: Topology, asked: Collective, options: CompileOptions,
     """``auto`` raced again on ``asked`` (and the other chunkings of ``--chunks auto``) with
     whole chunks only, where the scale backend's schedule does not fit the runtime with
     any sub-chunking (``tried``): another candidate may (each is judged by its file, and
-    one that does not lower loses)."""
+    one that does not lower loses). ``topology`` is the scale schedule's, already the
+    machine as the output drives it, so it is raced on as it is."""
     if progress:
         progress("MSCCL cannot hold the scale schedule with any sub-chunking; racing again "
                  "with whole chunks")
     again = solve_checked(topology, asked, replace(params, max_subchunks=1),
-                           options.chunk_choices, progress, timer.judge)
+                           options.chunk_choices, progress, timer.judge, in_switch=True)
     if fallback:
         _in_time(again, timer)
     try:

@@ -79,14 +79,16 @@ def rooted_notes(collective: Collective) -> tuple[str, ...]:
     return ()
 
 
-def compile_notes(topology: Topology, schedule: Schedule, timer: Timer) -> tuple[str, ...]:
+def compile_notes(schedule: Schedule, timer: Timer, forwarded: bool) -> tuple[str, ...]:
     """The notes every written file of ``schedule`` carries: what the runtime does with a
-    rooted one, whether its switches were made to forward only (``schedule.topology`` is
-    not the ``topology`` asked), and what timed it where it is not its file's replay."""
+    rooted one, whether its switches were made to forward only (``forwarded``:
+    :attr:`~te_ccl.compiler.best.Usable.forwarded`), and what timed it where it is not
+    its file's replay."""
     notes = rooted_notes(schedule.collective)
-    if schedule.topology is not topology:
+    if forwarded:
         notes += ("msccl: switches only forward (an MSCCL send goes to one peer), so the "
                   "solve used no in-switch copy or reduction",)
+        topology = schedule.topology
         nvls = [s for s in topology.switches if topology.node(s).nvls]
         if nvls:
             notes += (f"nvls: switch {nvls[0]}{' and others' if len(nvls) > 1 else ''} "

@@ -21,7 +21,7 @@ from pathlib import Path
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective
-from te_ccl.compiler.best import forward_only, solve_checked
+from te_ccl.compiler.best import Usable, solve_checked
 from te_ccl.compiler.fits import check_loadable
 from te_ccl.compiler.judge import Timer
 from te_ccl.compiler.options import CompileOptions
@@ -135,12 +135,14 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     unit = max(replace(collective, chunks_per_rank=k).nchunks
                for k in chunk_choices or (collective.chunks_per_rank,))
     timer = Timer(options=CompileOptions(runtime=runtime))
+    usable = Usable.of(topology, in_switch=False)
 
     def compile_one(c: Collective) -> Schedule:
         c = replace(c, size_bytes=max(unit, c.size_bytes // unit * unit))
         if progress:
             progress(f"compiling for {c.size_bytes} bytes")
-        return solve_checked(topology, c, params, chunk_choices, progress, timer.judge)
+        return solve_checked(usable.topology, c, params, chunk_choices, progress, timer.judge,
+                             in_switch=True)
 
     results, files = [], []
     mode = "-inplace" if collective.inplace else ""
@@ -153,9 +155,9 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
                                      runtime=runtime)
             schedule, data = render_fitting(item.schedule, options, params, progress, timer)
             files.append((options.output, data))
-            bound = lower_bound(forward_only(topology), schedule.collective)
+            bound = lower_bound(usable.topology, schedule.collective)
             schedule = schedule.with_info(notes=schedule.info.notes
-                                          + compile_notes(topology, schedule, timer))
+                                          + compile_notes(schedule, timer, usable.forwarded))
             results.append(CompileResult(schedule, bound.seconds, dict(bound.parts),
                                          options.output, min_bytes=item.min_bytes,
                                          max_bytes=item.max_bytes, timing=timer.timing(schedule)))

@@ -118,6 +118,16 @@ def test_msccl_output_does_not_rely_on_in_switch_copies(tmp_path):
     assert forward_only(star(copy=False)) == star(copy=False)
 
 
+def test_the_usable_machine_says_whether_a_switch_was_made_to_forward():
+    from te_ccl.compiler.best import Usable
+
+    copying, forwarding = Usable.of(star(copy=True), False), Usable.of(star(copy=False), False)
+    assert copying.forwarded and not copying.topology.node("sw").can_copy
+    assert not forwarding.forwarded and forwarding.topology == star(copy=False)
+    kept = Usable.of(star(copy=True), True)  # the output drives the switch: as it is
+    assert not kept.forwarded and kept.topology.node("sw").can_copy
+
+
 def test_rooted_compiles_say_what_the_executor_does_with_them():
     ring8 = load_topology("ring8")
     notes = {}
