@@ -10,16 +10,17 @@ corner's two trees reach the far corner in its 62 hops at 32×32). The collectiv
 into pieces dealt to the trees by their rate; each piece flows down its tree, and every
 GPU forwards it while the next comes in. A tree of depth ``D`` with ``P`` pieces finishes
 about ``(D − 1)/P`` of the stream after the root's links fall silent, so the pieces are
-as many as the runtime's element limit and :data:`MAX_HOPS` allow (``pipeline-fine``:
-as many as the time left holds).
+as many as the runtime's element limit and :data:`MAX_TRANSFERS` allow
+(``pipeline-fine``: :data:`FINE_TRANSFERS`).
 
 Scatter sends each GPU's pieces down the trees (balanced over the root's links), the
 farthest GPUs' first, so the root's links never wait and the last piece has one hop to
 go. Reduce and Gather are Broadcast and Scatter on the
 reversed network, played backwards.
 
-Only links between two of the collective's GPUs count (no switch): on a switch fabric
-``packed`` and ``tree`` apply; where the root has no such link this template does not.
+Where the root has no direct link, boxes behind switches (:func:`box_trees`) or one
+switch (two hops: the root sends each piece to one GPU, which passes it to the rest;
+Scatter and Gather go straight) stand for the links.
 """
 
 from __future__ import annotations
@@ -28,10 +29,12 @@ import functools
 from collections import defaultdict
 from dataclasses import replace
 
+import networkx as nx
+
 from te_ccl.baselines.cycle import ring_neighbours
 from te_ccl.baselines.hierarchical import find_boxes
 from te_ccl.baselines.packed import FINE_PIECES, backwards, pieces
-from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble
+from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble, depth
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import checked, left
 from te_ccl.schedule import Schedule
@@ -42,14 +45,12 @@ __all__ = ["PIPELINE_KINDS", "applies", "box_trees", "disjoint_trees", "pipeline
 
 PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
                   CollectiveKind.SCATTER)
-MAX_HOPS = 20_000  # piece hops a Broadcast or Scatter is cut into at most: a compile
-#                    judges a file that small by its own XML, lowered once, and a 10 s
-#                    one writes it in time with room to spare (mesh 16×16: 78 pieces)
-FINE_HOPS = 250_000  # the most for pipeline-fine (mesh 16×16: 980 pieces), which takes
-FINE_SHARE = 0.2  # as many as lowering and replaying them in this share of the time left
-HOP_S = 1.2e-4  # holds at this many seconds a hop (a pessimistic pace, so the file is
-#                 lowered and replayed in the share of the time it is given): a compile
-#                 judges a larger schedule by its file only within a quarter of that time
+MAX_TRANSFERS = 60_000  # link transfers a Broadcast or Scatter is cut into at most: a file
+#                         that size is built, lowered, verified and replayed in a few seconds
+FINE_TRANSFERS = 200_000  # the same for pipeline-fine (mesh 16×16: 784 pieces), built only
+FINE_SHARE = 0.5  # where that many at TRANSFER_S each take at most this share of the time left
+TRANSFER_S = 6e-5  # about what building, lowering, verifying and replaying one transfer of
+#                    such a file costs
 
 Tree = dict[str, str]  # node -> parent
 
@@ -82,13 +83,20 @@ def disjoint_trees(topology: Topology, root: str, members: list[str]) -> list[Tr
                             f"in {topology.name}")
     taken = {(root, v) for v in starts}
     trees: list[Tree] = [{v: root} for v in starts]
-    depth: list[dict[str, int]] = [{root: 0, v: 1} for v in starts]
-    layers = _layers(into, root, members, topology.name)
+    level: list[dict[str, int]] = [{root: 0, v: 1} for v in starts]
+    graph = nx.DiGraph((u, v) for v, us in into.items() for u in us)
+    graph.add_nodes_from(members)
+    layers = list(nx.bfs_layers(graph, root))[1:]
+    reached = {root}.union(*layers)
+    lost = next((v for v in members if v not in reached), None)
+    if lost is not None:
+        raise BaselineError(f"{lost} is not reached from {root} over direct links between "
+                            f"the collective's GPUs in {topology.name}")
     pending: list[str] = []
     for layer in checked(layers, TEMPLATE, every=1):
         waiting = [*pending, *layer]
         while True:  # a GPU that joins a tree may bring another of this layer into it
-            pending = [v for v in waiting if not _join(v, into[v], trees, depth, taken)]
+            pending = [v for v in waiting if not _join(v, into[v], trees, level, taken)]
             if len(pending) == len(waiting):
                 break
             waiting = pending
@@ -97,76 +105,46 @@ def disjoint_trees(topology: Topology, root: str, members: list[str]) -> list[Tr
         while grew and len(tree) < len(members) - 1:
             grew = False
             for v in members:
-                u = next((u for u in into[v] if u in depth[t]), None)
-                if v not in depth[t] and u is not None:
-                    tree[v], depth[t][v], grew = u, depth[t][u] + 1, True
+                u = next((u for u in into[v] if u in level[t]), None)
+                if v not in level[t] and u is not None:
+                    tree[v], level[t][v], grew = u, level[t][u] + 1, True
     return trees
 
 
-def _layers(into: dict[str, list[str]], root: str, members: list[str],
-            where: str) -> list[list[str]]:
-    """The members by hops from ``root`` over the links of ``into`` (root excluded);
-    raises :class:`BaselineError` naming a member they do not reach."""
-    out: dict[str, list[str]] = defaultdict(list)
-    for v, us in into.items():
-        for u in us:
-            out[u].append(v)
-    seen, layers, front = {root}, [], [root]
-    while front:
-        nxt = [v for u in front for v in out[u] if v not in seen and not seen.add(v)]
-        if nxt:
-            layers.append(nxt)
-        front = nxt
-    lost = next((v for v in members if v not in seen), None)
-    if lost is not None:
-        raise BaselineError(f"{lost} is not reached from {root} over direct links between "
-                            f"the collective's GPUs in {where}")
-    return layers
-
-
-def _join(v: str, parents: list[str], trees: list[Tree], depth: list[dict[str, int]],
+def _join(v: str, parents: list[str], trees: list[Tree], level: list[dict[str, int]],
           taken: set[tuple[str, str]]) -> bool:
     """Bring ``v`` into every tree it is not in yet over a free link from that tree; is it
     in all of them now?"""
-    missing = [t for t in range(len(trees)) if v not in depth[t]]
-    options = {t: [u for u in parents if u in depth[t] and (u, v) not in taken]
+    missing = [t for t in range(len(trees)) if v not in level[t]]
+    options = {t: [u for u in parents if u in level[t] and (u, v) not in taken]
                for t in missing}
     for t in sorted(missing, key=lambda t: (len(options[t]), t)):
         free = [u for u in options[t] if (u, v) not in taken]
         if free:
-            u = min(free, key=lambda u: depth[t][u])
-            trees[t][v], depth[t][v] = u, depth[t][u] + 1
+            u = min(free, key=lambda u: level[t][u])
+            trees[t][v], level[t][v] = u, level[t][u] + 1
             taken.add((u, v))
-    return all(v in d for d in depth)
+    return all(v in d for d in level)
 
 
 def applies(topology: Topology, collective: Collective) -> bool:
     """Is ``collective`` rooted, of a kind this template builds, with a direct link from
-    its root to another of its GPUs (into the root for Reduce and Gather)?"""
+    its root to another of its GPUs (into the root for Reduce and Gather), boxes, or
+    (but for Reduce, :func:`pipeline`) every GPU reached from the root through switches
+    only?"""
     if collective.kind not in PIPELINE_KINDS or collective.root is None \
             or collective.nranks < 3:
         return False
     root, inside = topology.gpu(collective.root), {topology.gpu(r) for r in collective.ranks}
     into = collective.kind in (CollectiveKind.REDUCE, CollectiveKind.GATHER)
     links = topology.in_links(root) if into else topology.out_links(root)
-    return any((k.src if into else k.dst) in inside - {root} for k in links) \
-        or len(find_boxes(topology, sorted(inside, key=topology.rank))) > 1
-
-
-def _depth(tree: Tree) -> dict[str, int]:
-    """Hops from the root to every node of ``tree``."""
-    depth: dict[str, int] = {}
-
-    def of(v: str) -> int:
-        if v not in tree:
-            return 0
-        if v not in depth:
-            depth[v] = of(tree[v]) + 1
-        return depth[v]
-
-    for v in list(tree):
-        of(v)
-    return depth
+    if any((k.src if into else k.dst) in inside - {root} for k in links):
+        return True
+    members = sorted(inside, key=topology.rank)
+    if len(find_boxes(topology, members)) > 1:
+        return True
+    return collective.kind is not CollectiveKind.REDUCE \
+        and inside - {root} <= set(ring_neighbours(topology, members)[root])
 
 
 def _rate(topology: Topology, tree: Tree) -> float:
@@ -180,46 +158,98 @@ def _links(topology: Topology, tree: Tree) -> dict[str, int]:
 
 
 def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
-    """:func:`pipeline` in as many piece hops as lowering and replaying them in
-    :data:`FINE_SHARE` of the time left holds (:data:`HOP_S`), up to :data:`FINE_HOPS`: a
-    tree fills a hop per piece, so more pieces come closer to the bound. Not built where
-    that is not twice :data:`MAX_HOPS` or the pieces are as many already."""
-    hops = int(min(left() * FINE_SHARE / HOP_S, FINE_HOPS))
-    if hops < 2 * MAX_HOPS or MAX_HOPS // max(1, collective.nranks - 1) >= FINE_PIECES:
-        raise BaselineError("no finer pieces than the pipeline template's in the time left")
-    return pipeline(topology, collective, hops)
+    """:func:`pipeline` in up to :data:`FINE_TRANSFERS` transfers: a tree fills a hop per
+    piece, so more pieces come closer to the bound. The pieces follow from that count and
+    the runtime's element limit alone, never from the clock, so a compile writes the same
+    file on any machine; the time left only decides whether it is built (where that file
+    at :data:`TRANSFER_S` a transfer takes more than :data:`FINE_SHARE` of it, not), and
+    it is not built where its pieces are :func:`pipeline`'s."""
+    fan, coll = _fan(topology, collective)
+    if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
+        raise BaselineError("no time left to build and judge the finer pipeline's file")
+    if _cut(fan, coll, FINE_TRANSFERS)[0] == _cut(fan, coll, MAX_TRANSFERS)[0]:
+        raise BaselineError("no finer pieces than the pipeline template's: the size or the "
+                            "runtime's element limit holds them")
+    return pipeline(topology, collective, FINE_TRANSFERS)
 
 
-def pipeline(topology: Topology, collective: Collective, hops: int = MAX_HOPS) -> Schedule:
-    """Broadcast or Reduce in pieces down (up) the root's link-disjoint trees, or Gather or
-    Scatter along them (module docstring), in up to ``hops`` piece hops."""
+def pipeline(topology: Topology, collective: Collective,
+             transfers: int = MAX_TRANSFERS) -> Schedule:
+    """Broadcast or Reduce in pieces down (up) the root's trees, or Gather or Scatter along
+    them (module docstring), in up to ``transfers`` link transfers."""
     kind = collective.kind
-    if kind not in PIPELINE_KINDS or collective.root is None or collective.nranks < 2:
+    if kind is CollectiveKind.REDUCE and collective.nranks > 2 \
+            and not applies(topology, collective):
+        raise BaselineError(f"no pipelined Reduce in {topology.name}: its root has no direct "
+                            "link and there are no boxes (behind one switch, a GPU would sum "
+                            "each piece from all the others: more thread blocks than it runs)")
+    fan, coll = _fan(topology, collective)
+    cut, shares, trees = _cut(fan, coll, transfers)
+    build = _scatter if coll.kind is CollectiveKind.SCATTER else _broadcast
+    schedule = build(fan, cut, shares, trees)
+    return backwards(topology, schedule, kind) if fan is not topology else schedule
+
+
+def _fan(topology: Topology, collective: Collective) -> tuple[Topology, Collective]:
+    """The Broadcast or Scatter ``collective`` is built as: itself, or for Reduce (Gather)
+    the Broadcast (Scatter) of the reversed network, played backwards after."""
+    if collective.kind not in PIPELINE_KINDS or collective.root is None \
+            or collective.nranks < 2:
         raise BaselineError("the pipelined trees are for broadcast, reduce, gather and "
-                            f"scatter from a root, not {kind.value}")
-    if kind in (CollectiveKind.REDUCE, CollectiveKind.GATHER):
-        forward = (CollectiveKind.BROADCAST if kind is CollectiveKind.REDUCE
-                   else CollectiveKind.SCATTER)
-        return backwards(topology, pipeline(topology.reversed(),
-                                            replace(collective, kind=forward), hops), kind)
-    members = [topology.gpu(r) for r in collective.ranks]
-    shares, trees = _trees(topology, topology.gpu(collective.root), tuple(members))
-    if kind is CollectiveKind.SCATTER:
-        return _scatter(topology, collective, shares, trees, hops)
-    return _broadcast(topology, collective, shares, trees, hops)
+                            f"scatter from a root, not {collective.kind.value}")
+    if collective.kind is CollectiveKind.REDUCE:
+        return topology.reversed(), replace(collective, kind=CollectiveKind.BROADCAST)
+    if collective.kind is CollectiveKind.GATHER:
+        return topology.reversed(), replace(collective, kind=CollectiveKind.SCATTER)
+    return topology, collective
+
+
+def _cut(topology: Topology, collective: Collective, transfers: int
+         ) -> tuple[Collective, list[float], list[Tree]]:
+    """Broadcast or Scatter ``collective`` cut into pieces of at most ``transfers`` link
+    transfers in all (and the runtime's element limit), with the trees' shares and the
+    trees."""
+    members = tuple(topology.gpu(r) for r in collective.ranks)
+    scatter = collective.kind is CollectiveKind.SCATTER
+    shares, trees = _trees(topology, topology.gpu(collective.root), members, scatter)
+    links = [_links(topology, t) for t in trees]
+    if scatter:
+        depths = [{v: depth(t, v) for v in t} for t in trees]
+        each = sum(min(d[v] for d in depths) for v in trees[0])  # hops of a piece per rank
+        each *= max(max(n.values()) for n in links)  # two through a switch
+        # a fifth of the transfers, but a piece per tree where they allow: a few pieces
+        # per rank balance the trees (one per rank leaves some trees idle); one where
+        # every GPU hangs from the root, whose link carries every piece once anyway
+        per_rank = min(transfers // each, max(len(trees), transfers // (5 * each)))
+        if all(d == 1 for ds in depths for d in ds.values()):
+            per_rank = 1
+        return pieces(topology, collective, 2, max(1, per_rank) * collective.nchunks), \
+            shares, trees
+    total = sum(shares)
+    steps: dict[str, float] = defaultdict(float)  # a GPU's steps per piece: receive + sends
+    for share, tree in zip(shares, trees, strict=True):
+        kids: dict[str, int] = defaultdict(int)
+        for p in tree.values():
+            kids[p] += 1
+        for v in {*tree, *kids}:
+            steps[v] += share / total * ((v in tree) + kids[v])
+    per_piece = sum(w / total * sum(n.values()) for w, n in zip(shares, links, strict=True))
+    cap = min(FINE_PIECES, max(1, int(transfers // per_piece)))
+    return pieces(topology, collective, max(steps.values()), cap), shares, trees
 
 
 @functools.lru_cache(maxsize=4)
-def _trees(topology: Topology, root: str, members: tuple[str, ...]
+def _trees(topology: Topology, root: str, members: tuple[str, ...], scatter: bool
            ) -> tuple[list[float], list[Tree]]:
     """The trees' shares of the data and the trees: :func:`disjoint_trees` by their
-    rates where direct links reach every member, else :func:`box_trees`."""
+    rates where direct links reach every member, else :func:`box_trees`, but for a
+    Scatter behind one switch every GPU straight from the root."""
     try:
         trees = disjoint_trees(topology, root, list(members))
         return [_rate(topology, t) for t in trees], trees
     except BaselineError:
-        if len(find_boxes(topology, list(members))) < 2:
-            raise
+        if scatter and len(find_boxes(topology, list(members))) < 2:
+            return [1.0], [{v: root for v in members if v != root}]
     boxed = box_trees(topology, root, list(members))
     return [share for share, _ in boxed], [tree for _, tree in boxed]
 
@@ -233,12 +263,11 @@ def box_trees(topology: Topology, root: str, members: list[str]) -> list[tuple[f
     link out of a box carries its share once, and every GPU's link into its box's switch
     about the data once (a gateway sending its share to all its box would carry it once
     per GPU: DGX-2's 16 GPUs on 150 GB/s NVLink behind 100 GB/s of InfiniBand; where a
-    box has no more GPUs than there are shares, the gateway sends to all). Raises
-    :class:`BaselineError` when there are no two boxes or a box is not reached so."""
+    box has no more GPUs than there are shares, the gateway sends to all). One box (GPUs
+    behind one switch) is the root's share alone: two hops from the root to every GPU,
+    where a chain through all of them would wait for every GPU's α in turn. Raises
+    :class:`BaselineError` when a GPU is not reached so."""
     boxes = find_boxes(topology, members)
-    if len(boxes) < 2:
-        raise BaselineError(f"the root's GPU in {topology.name} has no direct link to another "
-                            "of the collective's GPUs and there are no boxes")
     reach = {g: set(vs) for g, vs in ring_neighbours(topology, members).items()}
     box_of = {g: b for b, box in enumerate(boxes) for g in box}
     gateways = [[g for g in box if any(box_of[v] != b for v in reach[g])]
@@ -246,7 +275,7 @@ def box_trees(topology: Topology, root: str, members: list[str]) -> list[tuple[f
     home = box_of[root]
     order = [home] + [b for b in range(len(boxes)) if b != home]
     chains = []  # per share, its gateway in every box along its rail
-    for i, first in enumerate(gateways[home]):
+    for i, first in enumerate(gateways[home] if len(boxes) > 1 else [root]):
         chain = [first]
         for b in order[1:]:
             near = [g for g in gateways[b] if g in reach[chain[-1]]]
@@ -295,22 +324,10 @@ def _hang(tree: Tree, child: str, parent: str, reach: dict[str, set[str]], where
     tree[child] = parent
 
 
-def _broadcast(topology: Topology, collective: Collective, rates: list[float],
-               trees: list[Tree], hops: int) -> Schedule:
-    """The Broadcast cut into pieces (``hops`` piece hops at most), dealt to the trees in
-    turn by their shares (``rates``)."""
-    total = sum(rates)
-    steps: dict[str, float] = defaultdict(float)  # a GPU's steps per piece: receive + sends
-    for rate, tree in zip(rates, trees, strict=True):
-        kids: dict[str, int] = defaultdict(int)
-        for p in tree.values():
-            kids[p] += 1
-        for v in {*tree, *kids}:
-            steps[v] += rate / total * ((v in tree) + kids[v])
-    per_piece = sum(w / total * sum(_links(topology, t).values())
-                    for w, t in zip(rates, trees, strict=True))  # transfers
-    cap = min(FINE_PIECES, max(1, int(hops // per_piece)))
-    coll = pieces(topology, collective, max(steps.values()), cap)
+def _broadcast(topology: Topology, coll: Collective, rates: list[float],
+               trees: list[Tree]) -> Schedule:
+    """The Broadcast's pieces (:func:`_cut`) dealt to the trees in turn by their shares
+    (``rates``)."""
     root = topology.gpu(coll.root)
     given, plans = [0.0] * len(trees), []
     for chunk in checked(coll.chunks(), TEMPLATE, every=256):
@@ -320,20 +337,12 @@ def _broadcast(topology: Topology, collective: Collective, rates: list[float],
     return assemble("pipeline", topology, coll, plans)
 
 
-def _scatter(topology: Topology, collective: Collective, rates: list[float],
-             trees: list[Tree], hops: int) -> Schedule:
-    """Scatter cut into pieces (as many as ``hops`` piece hops and the runtime's element
-    limit allow), each down the tree least loaded by its rate; on every tree the farthest
-    GPUs' first, the trees in turn."""
-    root = topology.gpu(collective.root)
-    depths = [_depth(t) for t in trees]
-    each = sum(min(d[v] for d in depths) for v in trees[0])  # hops of a piece per rank
-    each *= max(max(_links(topology, t).values()) for t in trees)  # two through a switch
-    # a fifth of the hops, but a piece per tree where the hops allow: a few pieces per rank
-    # balance the trees (one per rank leaves some trees idle), and a small file is judged
-    # and written well within a short compile's time
-    per_rank = min(hops // each, max(len(trees), hops // (5 * each)))
-    coll = pieces(topology, collective, 2, max(1, per_rank) * collective.nchunks)
+def _scatter(topology: Topology, coll: Collective, rates: list[float],
+             trees: list[Tree]) -> Schedule:
+    """The Scatter's pieces (:func:`_cut`), each down the tree least loaded by its rate;
+    on every tree the farthest GPUs' first, the trees in turn."""
+    root = topology.gpu(coll.root)
+    depths = [{v: depth(t, v) for v in t} for t in trees]
     load = [0.0] * len(trees)
     queues: list[list[tuple[int, int, ChunkPlan]]] = [[] for _ in trees]
     # the far GPUs' pieces first, each to the tree least loaded by its rate (ties: the

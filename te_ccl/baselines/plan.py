@@ -44,7 +44,7 @@ from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 from te_ccl.topology.routes import fastest_path
 
-__all__ = ["ChunkPlan", "BaselineError", "assemble", "route", "TEMPLATE"]
+__all__ = ["ChunkPlan", "BaselineError", "assemble", "depth", "route", "TEMPLATE"]
 
 TEMPLATE = "building a template"  # what a deadline reached interrupted
 
@@ -102,7 +102,8 @@ def _height(tree: dict[str, str]) -> dict[str, int]:
     return h
 
 
-def _depth(tree: dict[str, str], node: str) -> int:
+def depth(tree: dict[str, str], node: str) -> int:
+    """Edges from ``node`` up to the root of ``tree`` (node → parent)."""
     d = 0
     while node in tree:
         node, d = tree[node], d + 1
@@ -129,11 +130,11 @@ def _edges(plans: list[ChunkPlan]) -> list[_Edge]:
             edges.append(_Edge(p.chunk, child, p.gather[child], "reduce", height[child],
                                tuple(into[child])))
         base = height[p.owner] + 1 if p.gather else 0
-        for child in sorted(p.spread, key=lambda n: _depth(p.spread, n)):
+        for child in sorted(p.spread, key=lambda n: depth(p.spread, n)):
             parent = p.spread[child]
             into[child] = [len(edges)]
             edges.append(_Edge(p.chunk, parent, child, "copy",
-                               base + _depth(p.spread, child) - 1, tuple(into[parent])))
+                               base + depth(p.spread, child) - 1, tuple(into[parent])))
     return edges
 
 

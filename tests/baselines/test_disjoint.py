@@ -1,5 +1,7 @@
 """The pipeline template: link-disjoint trees from the root, pipelined near the bound."""
 
+from collections import defaultdict
+
 import pytest
 
 from te_ccl.baselines import BaselineError, applicable, build_baseline
@@ -56,11 +58,27 @@ def test_rooted_collectives_pipeline_near_the_bound_in_a_valid_file(kind):
     assert 1 <= _file_ratio(gen.mesh([3, 3], 50e9, 0.5e-6), coll) <= 1.05
 
 
-def test_a_root_behind_a_switch_without_boxes_is_refused():
+@pytest.mark.parametrize("kind", [K.BROADCAST, K.SCATTER, K.GATHER], ids=lambda k: k.value)
+def test_gpus_behind_one_switch_take_two_hops_from_the_root(kind):
+    """One switch, no boxes: a Broadcast's piece goes to one GPU, which sends it to the
+    rest (each GPU relays its share of the pieces); Scatter and Gather go straight."""
     star = gen.star(8, 450e9, 0.7e-6)
-    coll = Collective(K.BROADCAST, 1_000_000, tuple(range(8)), root=0)
+    coll = Collective(kind, 16_000_000, tuple(range(8)), root=0)
+    assert "pipeline" in applicable(star, coll)
+    senders = defaultdict(set)  # chunk -> the GPUs that send it into the switch
+    for t in build_baseline("pipeline", star, coll).transfers:
+        if star.node(t.src).is_gpu:
+            senders[t.chunk].add(t.src)
+    assert max(map(len, senders.values())) == (2 if kind is K.BROADCAST else 1)
+    assert 1 <= _file_ratio(star, coll) <= 1.10
+
+
+def test_a_reduce_behind_one_switch_is_refused():
+    """Its relays would each sum from every other GPU: more thread blocks than a GPU runs."""
+    star = gen.star(8, 450e9, 0.7e-6)
+    coll = Collective(K.REDUCE, 1_000_000, tuple(range(8)), root=0)
     assert "pipeline" not in applicable(star, coll)
-    with pytest.raises(BaselineError, match="no direct link"):
+    with pytest.raises(BaselineError, match="one switch"):
         build_baseline("pipeline", star, coll)
 
 
@@ -78,14 +96,27 @@ def test_boxes_on_rails_stream_a_share_down_every_rail(kind):
     assert 1 <= _file_ratio(rails, coll) <= 1.10
 
 
-def test_the_fine_pipeline_takes_as_many_pieces_as_the_time_left_holds(monkeypatch):
+def test_the_fine_pipelines_pieces_do_not_depend_on_the_time_left(monkeypatch):
+    """The time left decides whether the finer file is built, never how fine it is: a
+    compile writes the same file on a fast machine and on a slow one."""
     import te_ccl.baselines.disjoint as disjoint
 
     mesh = gen.mesh([8, 8], 50e9, 0.5e-6)
     coll = Collective(K.BROADCAST, 64_000_000, tuple(range(64)), root=0)
-    assert build_baseline("pipeline", mesh, coll).collective.chunks_per_rank == 20_000 // 63
-    monkeypatch.setattr(disjoint, "left", lambda: 5.0)  # 8,333 hops: not worth building
+    per_piece = 63  # transfers: a piece crosses each of the 63 links of one tree
+    assert build_baseline("pipeline", mesh, coll).collective.chunks_per_rank \
+        == disjoint.MAX_TRANSFERS // per_piece
+    monkeypatch.setattr(disjoint, "left", lambda: 5.0)
     with pytest.raises(BaselineError, match="time left"):
         build_baseline("pipeline-fine", mesh, coll)
-    monkeypatch.setattr(disjoint, "left", lambda: 40.0)  # 66,666 hops: 1,058 pieces of 63
-    assert build_baseline("pipeline-fine", mesh, coll).collective.chunks_per_rank == 1024
+    fine = []
+    for seconds in (30.0, 3000.0):
+        monkeypatch.setattr(disjoint, "left", lambda seconds=seconds: seconds)
+        fine.append(build_baseline("pipeline-fine", mesh, coll).collective.chunks_per_rank)
+    assert fine == [1024, 1024]
+
+
+def test_no_finer_pipeline_where_the_pieces_are_as_many_already():
+    coll = Collective(K.BROADCAST, 1_000_000, tuple(range(9)), root=0)
+    with pytest.raises(BaselineError, match="no finer pieces"):
+        build_baseline("pipeline-fine", gen.mesh([3, 3], 50e9, 0.5e-6), coll)
