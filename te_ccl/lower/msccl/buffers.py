@@ -24,7 +24,7 @@ chunk id (:func:`scratch_slot`) and numbered 0.. per GPU at the end (:func:`comp
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
 from operator import attrgetter
@@ -51,9 +51,15 @@ _MULT_N = {K.ALLGATHER, K.REDUCESCATTER, K.ALLTOALL}
 
 @dataclass(frozen=True)
 class Layout:
-    """Buffer sizes and chunk slots of one collective; positions index ``collective.ranks``."""
+    """Buffer sizes and chunk slots of one collective; positions index ``collective.ranks``.
+
+    ``scratch_order``: per (position, chunk id), the rank of the chunk among the scratch
+    slots of that GPU, where :mod:`~te_ccl.lower.msccl.merge` lays them out so that
+    chunks moved in one step are adjacent; else scratch goes in chunk order."""
 
     collective: Collective
+    scratch_order: dict[tuple[int, int], int] | None = field(default=None, compare=False,
+                                                             hash=False, repr=False)
 
     @cached_property
     def _pos(self) -> dict[int, int]:
@@ -123,6 +129,13 @@ class Layout:
         if kind in _MULT_N or kind in (K.ALLREDUCE, K.BROADCAST, K.REDUCE):
             return self.collective.nchunks
         return self._c  # gather/scatter: the runtime's count is one rank's piece
+
+    def scratch(self, pos: int, chunk_id: int) -> Slot:
+        """The placeholder scratch slot of ``chunk_id`` on the rank at ``pos``
+        (:func:`compact_scratch` numbers it)."""
+        if self.scratch_order is None:
+            return scratch_slot(chunk_id)
+        return Slot(Buf.SCRATCH, self.scratch_order[(pos, chunk_id)])
 
     def home(self, pos: int, chunk: Chunk) -> Slot | None:
         """Where the rank at ``pos`` holds ``chunk`` at the start (None: not a source)."""

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from operator import attrgetter
 from typing import NamedTuple
 
@@ -36,8 +37,10 @@ class Edge(NamedTuple):
     by epoch ``start + busy``); ``final``: the receiver does not send the chunk on (a
     delivery, which no send of its epoch waits for); ``epoch``: the epoch the schedule
     starts it in (``start`` too, until :mod:`~te_ccl.lower.msccl.retime` times the edge by
-    the schedule's replay). A named tuple, not a dataclass: at
-    1024 GPUs there are millions of edges, and tuples are built, hashed and compared in C.
+    the schedule's replay). ``more``: the further chunks the edge carries in the same
+    step, after ``chunk`` (:mod:`~te_ccl.lower.msccl.merge`). A named tuple, not a
+    dataclass: at 1024 GPUs there are millions of edges, and tuples are built, hashed and
+    compared in C.
     """
 
     start: int
@@ -51,6 +54,12 @@ class Edge(NamedTuple):
     busy: int = 1
     final: bool = False
     epoch: int = 0
+    more: tuple[int, ...] = ()
+
+    @property
+    def chunks(self) -> tuple[int, ...]:
+        """Every chunk the edge carries, in the order of its slots."""
+        return (self.chunk, *self.more)
 
     @property
     def link(self) -> int:
@@ -127,7 +136,7 @@ def _edges(schedule: Schedule, firsts: Sequence[Transfer], lasts: Sequence[Trans
     return tuple(map(Edge._make, zip(
         *(a[order].tolist() for a in (start, arrive, chunk, spos, dpos, seq)),
         np.array(ops, dtype=object)[op[order]].tolist(),
-        *(a[order].tolist() for a in (via, busy, final, start)), strict=True)))
+        *(a[order].tolist() for a in (via, busy, final, start)), repeat((), n), strict=True)))
 
 
 def _link_epochs(schedule: Schedule, names: list[str], src: np.ndarray, hop: np.ndarray

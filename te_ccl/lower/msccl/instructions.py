@@ -27,7 +27,7 @@ from typing import NamedTuple
 from te_ccl.collective.model import Chunk
 from te_ccl.deadline import checked
 from te_ccl.errors import TecclError
-from te_ccl.lower.msccl.buffers import Layout, scratch_slot
+from te_ccl.lower.msccl.buffers import Layout
 from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.ir import LOWERING, Op, Slot
 from te_ccl.runtime_limits import MSCCL
@@ -94,9 +94,10 @@ def first_receipts(edges: tuple[Edge, ...]) -> dict[tuple[int, int], Edge]:
     :func:`forwards` says which sends pass a received value on."""
     first: dict[tuple[int, int], Edge] = {}
     for e in checked(edges, LOWERING):
-        key = (e.dst, e.chunk)
-        if key not in first or e.arrive < first[key].arrive:
-            first[key] = e
+        for k in e.chunks if e.more else (e.chunk,):
+            key = (e.dst, k)
+            if key not in first or e.arrive < first[key].arrive:
+                first[key] = e
     return first
 
 
@@ -154,6 +155,9 @@ def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
     staged = _staged_chunks(events, home, outs) if layout.overwrites_inputs else set()
     out: list[Instr] = []
     for _, order, e in events:
+        if e.more:  # several chunks in one step (:mod:`~te_ccl.lower.msccl.merge`)
+            out.append(_several(g, order, e, cur, outs, layout))
+            continue
         k = e.chunk
         if order[1] == _SEND:
             if k not in cur:
@@ -163,7 +167,7 @@ def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
             out.append(Instr(g, Op.SEND, k, order, held, None, None, e, (held,)))
             continue
         target = outs.get(k)
-        work = scratch_slot(k) if target is None or k in staged else target
+        work = layout.scratch(g, k) if target is None or k in staged else target
         if e.op == "reduce" and k in cur:
             held = cur[k]
             out.append(Instr(g, Op.RECV_REDUCE_COPY, k, order, held, work, e, None, (held,),
@@ -187,6 +191,38 @@ def _gpu_instructions(g: int, events: list[_Event], layout: Layout,
     # in order without sorting them all: the first copies (time -1), the transfers (the
     # events come sorted by packed order, which compares as the order does), the last
     return sorted(_first_copies(g, kept), key=_ORDER) + out + last
+
+
+def _several(g: int, order: tuple, e: Edge, cur: dict[int, Slot], outs: dict[int, Slot],
+             layout: Layout) -> Instr:
+    """The one step of an edge that carries several chunks, on runs of consecutive slots
+    (the merge pass chose the edge so; in place, where a chunk may be staged, it merges
+    nothing), ``cur`` updated with the slots received into."""
+    ks = e.chunks
+    if order[1] == _SEND:
+        if any(k not in cur for k in ks):
+            raise TecclError(f"rank {layout.collective.ranks[g]} sends chunks {ks} in epoch "
+                             f"{e.start} before it holds them")
+        held = _run(tuple(cur[k] for k in ks))
+        return Instr(g, Op.SEND, ks[0], order, held[0], None, None, e, held, (), len(ks))
+    works = _run(tuple(outs.get(k) or layout.scratch(g, k) for k in ks))
+    if e.op == "reduce" and ks[0] in cur:
+        held = _run(tuple(cur[k] for k in ks))
+        step = Instr(g, Op.RECV_REDUCE_COPY, ks[0], order, held[0], works[0], e, None, held,
+                     works, len(ks))
+    else:
+        step = Instr(g, Op.RECV, ks[0], order, None, works[0], e, None, (), works, len(ks))
+    cur.update(zip(ks, works, strict=True))
+    return step
+
+
+def _run(slots: tuple[Slot, ...]) -> tuple[Slot, ...]:
+    """``slots``, checked to be consecutive in one buffer (what a step of ``cnt > 1``
+    reads or writes)."""
+    if not all(map(_follows, slots, slots[1:])):
+        raise TecclError(f"internal: a step of several chunks on slots {slots}, which are "
+                         "not consecutive")
+    return slots
 
 
 def _first_copies(g: int, kept: list[tuple[int, Slot, Slot]]) -> list[Instr]:

@@ -4,7 +4,9 @@ The pipeline, one pass per module, each leaving a valid intermediate form:
 
 1. :mod:`collapse_switches` — transfers → GPU-to-GPU edges (switch paths collapsed),
    then :mod:`retime` — the edges timed by the schedule's replay instead of its epochs
-   (what the file is measured against, and how the runtime runs: as soon as it can);
+   (what the file is measured against, and how the runtime runs: as soon as it can),
+   then, with ``merge``, :mod:`merge` — runs of edges on one connection whose slots are
+   consecutive become one step of several chunks (``cnt > 1``), scratch laid out for it;
 2. :mod:`instructions` — per-GPU instructions in time order on ``i``/``o``/``s`` slots
    (:mod:`buffers`), and the receive/send pairs that can be fused;
 3. :mod:`channels` — a channel per edge keeping FIFO order and depth on both sides of a
@@ -72,12 +74,13 @@ import numpy as np
 from te_ccl.background import WORTH_FORKING, left_to_exit, told, workers
 from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError, SpecError
-from te_ccl.lower.msccl.buffers import buffer_layout
+from te_ccl.lower.msccl.buffers import Layout, buffer_layout
 from te_ccl.lower.msccl.channels import ChannelsExhausted
-from te_ccl.lower.msccl.collapse_switches import collapse_switches
+from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
 from te_ccl.lower.msccl.grid import grid_program
 from te_ccl.lower.msccl.instructions import first_receipts
 from te_ccl.lower.msccl.ir import LOWERING, Program
+from te_ccl.lower.msccl.merge import merged_edges, one_call_up_to
 from te_ccl.lower.msccl.parallel import (
     NopOverflow,
     Progress,
@@ -107,7 +110,7 @@ CHILD_FROM = WORTH_FORKING  # transfers: from here the lowering runs in a forked
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                    max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
                    notes: list[str] | None = None, progress: Progress = quiet,
-                   runtime: RuntimeLimits = MSCCL) -> bytes:
+                   runtime: RuntimeLimits = MSCCL, merge: bool = False) -> bytes:
     """The MSCCL XML of ``schedule`` (deterministic: same schedule, same bytes).
 
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
@@ -120,6 +123,8 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     more than 32 channels, 64 steps per thread block, 1024 thread blocks, 128 waited
     thread blocks or 4096 elements per rank; RCCL's: 64 thread blocks per rank);
     :class:`~te_ccl.deadline.TimeLimitReached` once the compile's deadline passes.
+    ``merge``: steps carry several chunks where their slots allow (:mod:`merge`), which
+    the caller keeps where the file's replay is faster.
 
     >>> from te_ccl.collective import Collective, CollectiveKind
     >>> from te_ccl.schedule import Transfer
@@ -134,7 +139,7 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     <step s="0" type="r" srcbuf="o" srcoff="1" dstbuf="o" dstoff="1" cnt="1" depid="-1" deps="-1" hasdep="0"/>
     """
     options = {"name": name, "min_bytes": min_bytes, "max_bytes": max_bytes, "proto": proto,
-               "max_steps": max_steps, "runtime": runtime}
+               "max_steps": max_steps, "runtime": runtime, "merge": merge}
     if len(schedule.transfers) < CHILD_FROM:
         data, said = _xml(progress, schedule, options)
     else:  # its millions of objects are left to the child's exit, not freed one by one
@@ -170,12 +175,12 @@ def write_msccl(schedule: Schedule, path: str | os.PathLike, **options) -> bytes
 
 def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                   max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
-                  runtime: RuntimeLimits = MSCCL) -> Program:
+                  runtime: RuntimeLimits = MSCCL, merge: bool = False) -> Program:
     """The :class:`Program` IR of ``schedule`` (see :func:`lower_to_msccl`)."""
     with paused_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                             proto=proto, max_steps=max_steps, stream=False,
-                            progress=quiet, runtime=runtime)
+                            progress=quiet, runtime=runtime, merge=merge)
         return replace(head, gpus=tuple(gpus))
 
 
@@ -188,7 +193,8 @@ class StepsExhausted(RuntimeLimitError):
 
 def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: int,
            proto: str | None, max_steps: int, stream: bool, progress: Progress,
-           runtime: RuntimeLimits, epochs: bool = False) -> tuple[Program, list]:
+           runtime: RuntimeLimits, merge: bool = False, epochs: bool = False
+           ) -> tuple[Program, list]:
     """The ``<algo>`` header (no GPUs) and every GPU: as XML bytes if ``stream`` (so that
     only one GPU's steps exist at a time), else as :class:`Gpu`, within ``runtime``'s
     limits.
@@ -214,9 +220,16 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
     epoch_timed = collapse_switches(schedule)
     edges = epoch_timed if epochs else replay_timed(epoch_timed, schedule)
+    split = edges is not epoch_timed  # thread blocks are split by the replay's times only
+    served, merged = max_bytes, ()  # the file's maxBytes, and why if not the one asked
+    if merge:  # at most what one call carries at the largest size the file serves
+        most = runtime.max_allowed_count(proto, max_bytes or max(coll.size_bytes, min_bytes),
+                                         layout.nchunksperloop)
+        edges, layout = merged_edges(edges, layout, most)
+        served, merged = _served(edges, layout, proto, runtime, max_bytes)
     by_epochs = partial(_lower, schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                         proto=proto, max_steps=max_steps, stream=stream, progress=progress,
-                        runtime=runtime, epochs=True)
+                        runtime=runtime, merge=merge, epochs=True)
     check(LOWERING)
     if len(edges) >= WORTH_FORKING:  # below, the channel pass finds out in a second
         _check_steps(edges, coll.nranks, runtime)
@@ -238,7 +251,6 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     # a schedule cut into sub-chunks is solved again with fewer where it does not fit
     # (render.render_fitting), which keeps its timing: it never gives the timing up
     refit = schedule.info.subchunks > 1
-    split = edges is not epoch_timed  # thread blocks are split by the replay's times only
     peers: dict[int, set[int]] | None = None  # where GPUs are dealt over forked processes
     while budget > 0:
         candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
@@ -295,9 +307,9 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             left_to_exit(epoch_timed, edges, base, found, first, candidates, chan, fusions)
             nchannels = 1 + max(chan.values(), default=0)
             return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
-                           coll.nranks, coll.kind.value, coll.inplace, min_bytes, max_bytes,
-                           (), _notes(favour, timed, delaying, why, len(loose), coll.nranks,
-                                      runtime.max_elements)), gpus
+                           coll.nranks, coll.kind.value, coll.inplace, min_bytes, served,
+                           (), merged + _notes(favour, timed, delaying, why, len(loose),
+                                               coll.nranks, runtime.max_elements)), gpus
         del gpus
         # favouring is for a few ranks: favouring a quarter of them would favour none
         last = bool(favour) or len(over) > max(1, coll.nranks // 4)
@@ -313,6 +325,21 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             favour = frozenset(over)
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
+
+
+def _served(edges: tuple[Edge, ...], layout: Layout, proto: str, runtime: RuntimeLimits, max_bytes: int
+            ) -> tuple[int, tuple[str, ...]]:
+    """The file's ``maxBytes`` once steps carry several chunks: the largest size at which
+    its largest step is one call, where no smaller one was asked for; and the note that
+    says so."""
+    cnt = max((len(e.more) + 1 for e in edges), default=1)
+    if cnt == 1:
+        return max_bytes, ()
+    most = one_call_up_to(runtime, proto, layout.nchunksperloop, cnt)
+    if max_bytes and max_bytes <= most:
+        return max_bytes, ()
+    return most, (f"steps carry up to {cnt} chunks, which the runtime moves in one call up "
+                  f"to {most} bytes: the file serves sizes up to that (maxBytes)",)
 
 
 def _check_steps(edges: list, nranks: int, runtime: RuntimeLimits) -> None:
