@@ -3,7 +3,7 @@ multi-node machines.
 
 ``python -m devtools.ship_families DIR`` compiles, for each machine of :data:`MACHINES`
 and each collective of :data:`KINDS`, one algorithm per message-size range of
-``--sizes`` (:func:`te_ccl.compiler.sizes.compile_size_library`: cut at powers of 4, merged
+``--sizes`` (:func:`te_ccl.compiler.compile_size_library`: cut at powers of 4, merged
 where neighbouring ranges compile to the same schedule), in both buffer modes, into
 ``DIR/MACHINE/MACHINE-KIND[-inplace]-MIN-MAX.xml``. Every file is verified before it is
 written, with at most :data:`MAX_SUBCHUNKS` sub-chunks per chunk; ``DIR/index.csv`` lists each with its range and the replay of its XML at the

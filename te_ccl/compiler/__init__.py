@@ -7,7 +7,8 @@ Its stages, one module each: :mod:`~te_ccl.compiler.options` (what to write),
 :mod:`~te_ccl.compiler.solve` (the one place that picks the portfolio or a single backend),
 :mod:`~te_ccl.compiler.judge` (the only module that knows how a candidate is timed),
 :mod:`~te_ccl.compiler.incumbent` (the verified file held while the search goes on),
-:mod:`~te_ccl.compiler.pipeline` (solve → check → lower → verify → write),
+:mod:`~te_ccl.compiler.pipeline` (solve → check → lower → verify → write, per size
+range too),
 :mod:`~te_ccl.compiler.fits` (what the runtime can load, checked first),
 :mod:`~te_ccl.compiler.best` (the schedule kept: solved, judged, checked),
 :mod:`~te_ccl.compiler.render` (writing it, solved again where the runtime cannot hold it),
@@ -23,10 +24,10 @@ from te_ccl.compiler.chunking import BASE_CHUNKS, chunk_candidates
 from te_ccl.compiler.incumbent import Kept
 from te_ccl.compiler.judge import SIM_LIMIT, XML_REPLAY_LIMIT, Timer, Timing, xml_replay
 from te_ccl.compiler.options import FORMATS, CompileOptions, check_plan_kind, output_format
-from te_ccl.compiler.pipeline import compile_collective
+from te_ccl.compiler.pipeline import compile_collective, compile_size_library
 from te_ccl.compiler.render import render_fitting
 from te_ccl.compiler.result import CompileResult, summary
-from te_ccl.compiler.sizes import compile_size_library, parse_size_range
+from te_ccl.compiler.sizes import parse_size_range
 from te_ccl.compiler.solve import solve
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import Previous, read_previous

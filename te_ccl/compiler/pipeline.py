@@ -1,7 +1,8 @@
 """The whole compile in one readable function: spec → solve → check → lower → verify → write.
 
 ``compile_collective`` is what ``teccl compile`` and ``teccl sweep`` run for each
-algorithm. Every output is checked before it is written: the schedule by the
+algorithm; ``compile_size_library`` runs the same stages once per size range
+(``--sizes``, :mod:`te_ccl.compiler.sizes`). Every output is checked before it is written: the schedule by the
 independent checker, the MSCCL XML by the verifier, which shares nothing with the solver.
 
 The compile is *anytime*: from the first file it verifies (a cheap candidate, lowered
@@ -22,13 +23,21 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.backends.select import strategy_for
 from te_ccl.background import in_background, workers
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective
-from te_ccl.compiler.best import Usable, drives_in_switch, forward_only, refuse, solve_best
+from te_ccl.compiler.best import (
+    Usable,
+    drives_in_switch,
+    forward_only,
+    refuse,
+    solve_best,
+    solve_checked,
+)
 from te_ccl.compiler.fits import check_loadable
 from te_ccl.compiler.incumbent import Incumbent, Verified, describe
 from te_ccl.compiler.judge import PARALLEL_FROM, Timer, Timing
@@ -41,7 +50,8 @@ from te_ccl.compiler.render import (
     solved_again,
     write_fred_tables,
 )
-from te_ccl.compiler.result import CompileResult, compile_notes
+from te_ccl.compiler.result import CompileResult, compile_notes, rooted_notes
+from te_ccl.compiler.sizes import compile_size_ranges
 from te_ccl.compiler.solve import Known
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import repair
@@ -54,12 +64,13 @@ from te_ccl.errors import (
     VerificationError,
 )
 from te_ccl.nogc import paused_gc
-from te_ccl.outputs import write_atomic
+from te_ccl.outputs import check_output_file, make_output_dir, path_component, write_atomic
+from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["compile_collective"]
+__all__ = ["compile_collective", "compile_size_library"]
 
 
 def _in_switch(options: CompileOptions, topology: Topology) -> bool:
@@ -123,6 +134,67 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
                          kept.first_file_s if kept else None,
                          kept is not None and kept.cut_short is not None,
                          tuple(kept.history) if kept else ())
+
+
+def compile_size_library(topology: Topology, collective: Collective, params: SolveParams,
+                         low: int, high: int, out_dir: str, *, fmt: str = "xml",
+                         chunk_choices: tuple[int, ...] = (),
+                         progress: Progress | None = None,
+                         runtime: RuntimeLimits = MSCCL) -> list[CompileResult]:
+    """One algorithm per size range of ``[low, high]`` written to ``out_dir``, as MSCCL
+    algorithm libraries ship them: each file's ``minBytes``/``maxBytes`` cover its range, so
+    the runtime picks the one compiled for the message size at hand. Files are named
+    ``TOPOLOGY-KIND[-inplace]-MIN-MAX.FMT`` (one path component: :func:`path_component`),
+    so both buffer modes fit one directory; ``out_dir`` is created if missing (its parent
+    is not). Each XML is lowered and verified within ``runtime``'s limits; the files are
+    written once every range has one and every path can take it, so a compile that fails
+    leaves no part of a library.
+
+    Rooted collectives are refused: the runtime would pick these files by size for
+    every root (and has no entry point for gather and scatter).
+    """
+    if rooted_notes(collective):
+        raise SpecError(f"a size library of {collective.kind.value} would run for every "
+                        "root (the MSCCL executor selects by collective and size, not by "
+                        "root); compile one size without --sizes instead", key="--sizes")
+    check_input(topology, replace(collective, size_bytes=high))  # before any range is compiled
+    if fmt == "xml":
+        check_loadable(collective)
+    unit = max(replace(collective, chunks_per_rank=k).nchunks
+               for k in chunk_choices or (collective.chunks_per_rank,))
+    timer = Timer(options=CompileOptions(runtime=runtime))
+    usable = Usable.of(topology, in_switch=False)
+
+    def compile_one(c: Collective) -> Schedule:
+        c = replace(c, size_bytes=max(unit, c.size_bytes // unit * unit))
+        if progress:
+            progress(f"compiling for {c.size_bytes} bytes")
+        return solve_checked(usable.topology, c, params, chunk_choices, progress, timer.judge,
+                             in_switch=True)
+
+    results, files = [], []
+    mode = "-inplace" if collective.inplace else ""
+    with paused_gc():  # as in compile_collective: millions of young objects, no cycles
+        for item in compile_size_ranges(collective, low, high, compile_one):
+            name = path_component(f"{topology.name}-{collective.kind.value}{mode}-"
+                                  f"{item.min_bytes}-{item.max_bytes}")
+            options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
+                                     min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name,
+                                     runtime=runtime)
+            schedule, data = render_fitting(item.schedule, options, params, progress, timer)
+            files.append((options.output, data))
+            bound = lower_bound(usable.topology, schedule.collective)
+            schedule = schedule.with_info(notes=schedule.info.notes
+                                          + compile_notes(schedule, timer, usable.forwarded))
+            results.append(CompileResult(schedule, bound.seconds, dict(bound.parts),
+                                         options.output, min_bytes=item.min_bytes,
+                                         max_bytes=item.max_bytes, timing=timer.timing(schedule)))
+    make_output_dir(out_dir)
+    for path, _ in files:  # every file can be written before any is: no half library
+        check_output_file(path)
+    for path, data in files:
+        write_atomic(path, data)
+    return results
 
 
 def _search(params: SolveParams) -> SolveParams:

@@ -165,9 +165,9 @@ def test_a_size_library_compiles_every_size_without_the_cycle_collector(tmp_path
     """The size library's compiles are compiles too (see the test above)."""
     import gc
 
-    from te_ccl.compiler import sizes
+    from te_ccl.compiler import pipeline
 
-    seen = _collector_states(monkeypatch, sizes, "solve_checked")
-    results = sizes.compile_size_library(load_topology("ring8"), coll("allgather", 8),
-                                         AUTO, 1000, 1 << 20, str(tmp_path / "lib"))
+    seen = _collector_states(monkeypatch, pipeline, "solve_checked")
+    results = pipeline.compile_size_library(load_topology("ring8"), coll("allgather", 8),
+                                            AUTO, 1000, 1 << 20, str(tmp_path / "lib"))
     assert len(seen) >= 2 and not any(seen) and gc.isenabled() and len(results) >= 2
