@@ -2,8 +2,9 @@
 
 ``compile_collective`` is what ``teccl compile`` and ``teccl sweep`` run for each
 algorithm; ``compile_size_library`` runs the same stages once per size range
-(``--sizes``, :mod:`te_ccl.compiler.sizes`). Every output is checked before it is written: the schedule by the
-independent checker, the MSCCL XML by the verifier, which shares nothing with the solver.
+(``--sizes``, :mod:`te_ccl.compiler.sizes`). Every output is checked before it is
+written: the schedule by the independent checker, the MSCCL XML by the verifier, which
+shares nothing with the solver.
 
 The compile is *anytime*: from the first file it verifies (a cheap candidate, lowered
 and verified before the search, :func:`te_ccl.compiler.portfolio.quick`) it holds a file it can write
