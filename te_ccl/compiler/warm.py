@@ -272,13 +272,22 @@ def first_candidates(previous: Previous | None, topology: Topology, collective: 
                      params: SolveParams
                      ) -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
     """The candidates of a compile's first file: the previous file's routes first (with
-    ``--from``, where no scale method fits: else the scale backend repairs), then the
-    portfolio's cheap ones (:func:`te_ccl.compiler.portfolio.quick`) for when they do not
-    apply or do not fit the runtime."""
+    ``--from``, where no scale method fits: else the scale backend repairs), then a grid
+    method where one step per chunk and hop is too many transfers for a first file
+    (:func:`~te_ccl.backends.scale.grid_allgather.grid_allgather_takes`, by arithmetic),
+    then the portfolio's cheap ones (:func:`te_ccl.compiler.portfolio.quick`) for when
+    they do not apply or do not fit the runtime."""
+    from te_ccl.backends.scale.grid_allgather import (
+        METHOD,
+        grid_allgather_schedule,
+        grid_allgather_takes,
+    )
     from te_ccl.compiler.portfolio import quick
 
     if previous is not None and not _scales(topology, collective):
         yield f"{WARM}'s routes", partial(warm_schedule, previous, topology, collective)
+    if grid_allgather_takes(topology, collective):
+        yield f"scale/{METHOD}", partial(grid_allgather_schedule, topology, collective)
     yield from quick(topology, collective, params)
 
 
