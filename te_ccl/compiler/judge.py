@@ -22,6 +22,7 @@ from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import TYPE_CHECKING
 
 from te_ccl.background import WORTH_FORKING, Background, in_background, workers
@@ -55,6 +56,10 @@ FINALIST_MARGIN = 0.05  # beyond XML_REPLAY_LIMIT, a candidate whose schedule re
 #                         within this of the best file's replay so far (or below) has its
 #                         file judged: a lowering gains up to a few percent (dgx-a100
 #                         Broadcast 64 MB: the XML replays 2.8% faster than the schedule)
+MERGE_UP_TO = XML_REPLAY_LIMIT  # transfers: up to here a file whose steps carry several
+#                                chunks is lowered, verified and replayed too (where the
+#                                connections' slots or the runtime's step limits hold up
+#                                one chunk a step); beyond, the cost would be the budget's
 FINALIST_SHARE = 0.25  # of the time left, the most lowering and replaying one finalist may
 #                        take by the pace timed; slower, the schedule replay judges it
 
@@ -170,8 +175,40 @@ def lower_file(schedule: Schedule, options: CompileOptions,
     from te_ccl.lower.msccl import lower_to_msccl
     from te_ccl.lower.msccl.parallel import quiet
 
-    return lower_to_msccl(schedule, name=o.name, min_bytes=o.min_bytes, max_bytes=o.max_bytes,
-                          runtime=o.runtime, progress=progress or quiet)
+    return _merged_if_faster(schedule, partial(
+        lower_to_msccl, schedule, name=o.name, min_bytes=o.min_bytes, max_bytes=o.max_bytes,
+        runtime=o.runtime, progress=progress or quiet), o)
+
+
+def _merged_if_faster(schedule: Schedule, lower: Callable[..., bytes],
+                      options: CompileOptions) -> bytes:
+    """The XML ``lower`` writes, or, up to :data:`MERGE_UP_TO` transfers, the one whose
+    steps carry several chunks (``merge=True``) where it passes the verifier and replays
+    faster, or where only it fits the runtime's limits."""
+    try:
+        plain: bytes | None = lower()
+    except RuntimeLimitError as e:
+        if len(schedule.transfers) > MERGE_UP_TO:
+            raise
+        plain, refused = None, e
+    if plain is not None and len(schedule.transfers) > MERGE_UP_TO:
+        return plain
+    try:
+        merged = lower(merge=True)
+    except RuntimeLimitError:
+        merged = None
+    if merged is not None and merged != plain:
+        from te_ccl.verify.msccl.verify import verify_msccl
+
+        if not verify_msccl(merged.decode(), limits=options.runtime).valid:
+            merged = None
+    if merged is None or merged == plain:
+        if plain is None:
+            raise refused
+        return plain
+    if plain is None or xml_replay(schedule, merged) < xml_replay(schedule, plain):
+        return merged
+    return plain
 
 
 class Timer:
