@@ -214,14 +214,13 @@ def _least_cut(g: nx.DiGraph, source: str, sinks: list[str]) -> tuple[float, set
     """The least max-flow from ``source`` to one of ``sinks`` and the source's side of
     that minimum cut."""
     flow, index, scale = _flow_network(g)
-    values = []
+    least, side = math.inf, []
     for b in sinks:
         _solve(flow, index, source, b)
-        values.append(flow.optimal_flow())
-    worst = sinks[int(np.argmin(values))]
-    _solve(flow, index, source, worst)
+        if flow.optimal_flow() < least:  # the first of equal ones
+            least, side = flow.optimal_flow(), flow.get_source_side_min_cut()
     names = list(g.nodes)
-    return flow.optimal_flow() / scale, {names[i] for i in flow.get_source_side_min_cut()}
+    return least / scale, {names[i] for i in side}
 
 
 def _bandwidth(g: nx.DiGraph, node: str, incoming: bool) -> float:
@@ -386,18 +385,16 @@ def _cut_part(topology: Topology, members: list[str], per_rank: float,
     return per_rank * allgather_cut_ratio(topology, members, sinks)[0]
 
 
-_TAIL = "stream tail"  # carried from _broadcast_parts to Bound.fixed
-
-
 def _broadcast_parts(topology: Topology, root: str, members: list[str], size: float
-                     ) -> dict[str, float]:
-    """``cut_s``: ``M / min_v maxflow(root, v)``, every byte crosses every cut between
-    them; ``stream_s``: ``M / B⁺(S)`` and then the α-distance from the far ends of the
-    links leaving ``S`` to the farthest member outside, for ``S`` the root alone and the
-    root's side of that least cut (the module docstring)."""
+                     ) -> tuple[dict[str, float], dict[str, float]]:
+    """The parts and their fixed seconds (:attr:`Bound.fixed`). ``cut_s``: ``M / min_v
+    maxflow(root, v)``, every byte crosses every cut between them; ``stream_s``: ``M /
+    B⁺(S)`` and then the α-distance from the far ends of the links leaving ``S`` to the
+    farthest member outside (its fixed tail), for ``S`` the root alone and the root's side
+    of that least cut (the module docstring)."""
     others = [v for v in members if v != root]
     if not others:
-        return {}
+        return {}, {}
     g = topology.graph()
     cut, side = _least_cut(g, root, others)
     adjacency = _adjacency(topology.links, reverse=False)
@@ -411,7 +408,7 @@ def _broadcast_parts(topology: Topology, root: str, members: list[str], size: fl
             d = _farthest(adjacency, heads, outside)[0]
             if size / bandwidth + d > stream:
                 stream, tail = size / bandwidth + d, d
-    return {"cut_s": size / cut, "stream_s": stream, _TAIL: tail}
+    return {"cut_s": size / cut, "stream_s": stream}, {"stream_s": tail}
 
 
 def separating_cut_bandwidth(topology: Topology, members: list[str]) -> float:
@@ -606,6 +603,8 @@ def alltoall_cut_time(topology: Topology, members: list[str], per_pair_bytes: fl
 
 
 def _bandwidth_parts(topology: Topology, collective: Collective) -> dict[str, float]:
+    """The parts of a kind whose bandwidth arguments have no fixed seconds (all but
+    Broadcast and Reduce: :func:`_broadcast_parts`)."""
     K = CollectiveKind
     members, kind, n = _members(topology, collective), collective.kind, collective.nranks
     size, rev = float(collective.size_bytes), topology.reversed()
@@ -625,8 +624,6 @@ def _bandwidth_parts(topology: Topology, collective: Collective) -> dict[str, fl
         return {"cut_s": _cut_part(topology, members, size / n, [root])}
     if kind is K.SCATTER:
         return {"cut_s": _cut_part(rev, members, size / n, [root])}
-    if kind in (K.BROADCAST, K.REDUCE):
-        return _broadcast_parts(topology if kind is K.BROADCAST else rev, root, members, size)
     # AlltoAll: each member sends M/N to and receives M/N from every other member
     each = Counter({v: size * (n - 1) / n for v in members})
     parts = {"per_node_s": _per_node_part(topology, each, each)}
@@ -648,10 +645,13 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
     if kind is K.CUSTOM:
         parts = _custom_parts(topology, collective)
         return Bound(max(parts.values()), parts)
-    parts = _bandwidth_parts(topology, collective)
-    fixed = {"stream_s": parts.pop(_TAIL)} if _TAIL in parts else {}
     members = _members(topology, collective)
     root = [topology.gpu(collective.root)] if collective.root is not None else []
+    if kind in (K.BROADCAST, K.REDUCE):
+        parts, fixed = _broadcast_parts(topology if kind is K.BROADCAST else topology.reversed(),
+                                        root[0], members, float(collective.size_bytes))
+    else:
+        parts, fixed = _bandwidth_parts(topology, collective), {}
     sources = root if kind in (K.BROADCAST, K.SCATTER) else members
     targets = root if kind in (K.REDUCE, K.GATHER) else members
     parts["alpha_s"] = fixed["alpha_s"] = _alpha_distance(topology, sources, targets)
