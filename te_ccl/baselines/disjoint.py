@@ -34,7 +34,15 @@ import networkx as nx
 from te_ccl.baselines.cycle import ring_neighbours
 from te_ccl.baselines.hierarchical import find_boxes
 from te_ccl.baselines.packed import FINE_PIECES, backwards, pieces
-from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble, depth
+from te_ccl.baselines.plan import (
+    TEMPLATE,
+    BaselineError,
+    ChunkPlan,
+    assemble,
+    depth,
+    route,
+)
+from te_ccl.baselines.ring import ring_order
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import checked, left
 from te_ccl.schedule import Schedule
@@ -187,7 +195,40 @@ def pipeline(topology: Topology, collective: Collective,
     cut, shares, trees = _cut(fan, coll, transfers)
     build = _scatter if coll.kind is CollectiveKind.SCATTER else _broadcast
     schedule = build(fan, cut, shares, trees)
+    if coll.kind is CollectiveKind.BROADCAST and len(trees) > 1:
+        chain = _chain(fan, coll, schedule.finish_time_s)
+        if chain is not None:
+            one = _broadcast(fan, _pieces(fan, coll, [1.0], [chain], transfers), [1.0], [chain])
+            schedule = min(schedule, one, key=lambda s: s.finish_time_s)
     return backwards(topology, schedule, kind) if fan is not topology else schedule
+
+
+def _chain(topology: Topology, collective: Collective, beat: float) -> Tree | None:
+    """The GPUs in ring order from the root as one chain, where its sends take every
+    byte the root's links can send (each hop's route, sharing no link beyond its
+    bandwidth, as fast as the root's links together: GPUs behind switches, FRED's
+    wafer) and its floor (the data at that rate, then the path's α) is below ``beat``
+    seconds; else None. Every GPU forwards each piece once, one piece behind the one
+    before it: the fill costs a piece per GPU, where the trees' relays send each of
+    their pieces to several GPUs in turn."""
+    members = [topology.gpu(r) for r in collective.ranks]
+    root = topology.gpu(collective.root)
+    graph = topology.graph()
+    graph.remove_nodes_from(set(topology.gpus) - set(members))
+    order = ring_order(topology, members)
+    at = order.index(root)
+    path = order[at:] + order[:at]
+    use: dict[tuple[str, str], int] = defaultdict(int)
+    for u, v in zip(path, path[1:], strict=False):
+        way = route(topology, u, v, via_gpus=True, graph=graph)
+        for hop in zip(way, way[1:], strict=False):
+            use[hop] += 1
+    rate = min(topology.link(*hop).bandwidth_Bps / n for hop, n in use.items())
+    out = sum(k.bandwidth_Bps for k in topology.out_links(root))
+    alpha = sum(topology.link(*hop).latency_s * n for hop, n in use.items())
+    if rate < out * (1 - 1e-9) or collective.size_bytes / rate + alpha >= beat:
+        return None
+    return dict(zip(path[1:], path, strict=False))
 
 
 def _fan(topology: Topology, collective: Collective) -> tuple[Topology, Collective]:
@@ -212,8 +253,8 @@ def _cut(topology: Topology, collective: Collective, transfers: int
     members = tuple(topology.gpu(r) for r in collective.ranks)
     scatter = collective.kind is CollectiveKind.SCATTER
     shares, trees = _trees(topology, topology.gpu(collective.root), members, scatter)
-    links = [_links(topology, t) for t in trees]
     if scatter:
+        links = [_links(topology, t) for t in trees]
         depths = [{v: depth(t, v) for v in t} for t in trees]
         each = sum(min(d[v] for d in depths) for v in trees[0])  # hops of a piece per rank
         each *= max(max(n.values()) for n in links)  # two through a switch
@@ -225,6 +266,13 @@ def _cut(topology: Topology, collective: Collective, transfers: int
             per_rank = 1
         return pieces(topology, collective, 2, max(1, per_rank) * collective.nchunks), \
             shares, trees
+    return _pieces(topology, collective, shares, trees, transfers), shares, trees
+
+
+def _pieces(topology: Topology, collective: Collective, shares: list[float],
+            trees: list[Tree], transfers: int) -> Collective:
+    """The Broadcast cut into pieces dealt to ``trees`` by their ``shares``: at most
+    ``transfers`` link transfers in all, and within the runtime's element limit."""
     total = sum(shares)
     steps: dict[str, float] = defaultdict(float)  # a GPU's steps per piece: receive + sends
     for share, tree in zip(shares, trees, strict=True):
@@ -233,9 +281,10 @@ def _cut(topology: Topology, collective: Collective, transfers: int
             kids[p] += 1
         for v in {*tree, *kids}:
             steps[v] += share / total * ((v in tree) + kids[v])
-    per_piece = sum(w / total * sum(n.values()) for w, n in zip(shares, links, strict=True))
+    per_piece = sum(w / total * sum(_links(topology, t).values())
+                    for w, t in zip(shares, trees, strict=True))
     cap = min(FINE_PIECES, max(1, int(transfers // per_piece)))
-    return pieces(topology, collective, max(steps.values()), cap), shares, trees
+    return pieces(topology, collective, max(steps.values()), cap)
 
 
 @functools.lru_cache(maxsize=4)

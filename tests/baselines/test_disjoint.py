@@ -101,22 +101,39 @@ def test_the_fine_pipelines_pieces_do_not_depend_on_the_time_left(monkeypatch):
     compile writes the same file on a fast machine and on a slow one."""
     import te_ccl.baselines.disjoint as disjoint
 
-    mesh = gen.mesh([8, 8], 50e9, 0.5e-6)
-    coll = Collective(K.BROADCAST, 64_000_000, tuple(range(64)), root=0)
-    per_piece = 63  # transfers: a piece crosses each of the 63 links of one tree
-    assert build_baseline("pipeline", mesh, coll).collective.chunks_per_rank \
-        == disjoint.MAX_TRANSFERS // per_piece
-    monkeypatch.setattr(disjoint, "left", lambda: 5.0)
+    mesh = gen.mesh([4, 4], 50e9, 0.5e-6)
+    coll = Collective(K.BROADCAST, 16_000_000, tuple(range(16)), root=0)
+    per_piece = 15  # transfers: a piece crosses each of the 15 links of one tree
+    monkeypatch.setattr(disjoint, "MAX_TRANSFERS", 64 * per_piece)
+    monkeypatch.setattr(disjoint, "FINE_TRANSFERS", 256 * per_piece)
+    assert disjoint.pipeline(mesh, coll, disjoint.MAX_TRANSFERS).collective.chunks_per_rank \
+        == 64
+    monkeypatch.setattr(disjoint, "left", lambda: 0.1)  # less than the file costs
     with pytest.raises(BaselineError, match="time left"):
         build_baseline("pipeline-fine", mesh, coll)
     fine = []
     for seconds in (30.0, 3000.0):
         monkeypatch.setattr(disjoint, "left", lambda seconds=seconds: seconds)
         fine.append(build_baseline("pipeline-fine", mesh, coll).collective.chunks_per_rank)
-    assert fine == [1024, 1024]
+    assert fine == [256, 256]
 
 
 def test_no_finer_pipeline_where_the_pieces_are_as_many_already():
     coll = Collective(K.BROADCAST, 1_000_000, tuple(range(9)), root=0)
     with pytest.raises(BaselineError, match="no finer pieces"):
         build_baseline("pipeline-fine", gen.mesh([3, 3], 50e9, 0.5e-6), coll)
+
+
+@pytest.mark.parametrize("kind", [K.BROADCAST, K.REDUCE], ids=lambda k: k.value)
+def test_a_chain_through_the_switches_where_it_carries_all_the_root_sends(kind):
+    """FRED's wafer: one link per NPU, uplinks as fast as an L1's NPUs together. A chain
+    through every NPU streams at the root's rate and fills a piece per NPU, where relays
+    that send each piece to their L1 in turn fill several."""
+    wafer = gen.fred("fred-c", 8)
+    coll = Collective(kind, 16_000_000, tuple(range(8)), root=0)
+    senders = defaultdict(set)  # chunk -> the NPUs that send or sum it into a switch
+    for t in build_baseline("pipeline", wafer, coll).transfers:
+        if wafer.node(t.src).is_gpu:
+            senders[t.chunk].add(t.src)
+    assert {len(s) for s in senders.values()} == {7}  # each piece: one send per NPU
+    assert 1 <= _file_ratio(wafer, coll) <= 1.05
