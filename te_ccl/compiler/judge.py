@@ -25,13 +25,21 @@ from dataclasses import dataclass, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
+import te_ccl.lower.msccl as msccl_lowering
+import te_ccl.simulate.replay as schedule_replay
+import te_ccl.verify.msccl.reader as xml_reader
+import te_ccl.verify.msccl.verify as xml_verifier
 from te_ccl.background import WORTH_FORKING, Background, in_background, workers
 from te_ccl.collective.model import Collective
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.solve import Judge
 from te_ccl.deadline import TimeLimitReached, left
 from te_ccl.errors import RuntimeLimitError, TecclError
+from te_ccl.lower.msccl.parallel import quiet
+from te_ccl.lower.mscclpp import lower_to_mscclpp
 from te_ccl.schedule import Schedule
+from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.simulate.plan import plan_finish_s
 
 if TYPE_CHECKING:
     from te_ccl.verify.msccl.model import Algo
@@ -112,20 +120,15 @@ def _schedule_replay(schedule: Schedule) -> float | None:
     """The schedule's α-β replay with contention, None above :data:`SIM_LIMIT` transfers."""
     if len(schedule.transfers) > SIM_LIMIT:
         return None
-    from te_ccl.simulate.replay import replay_finish
-
-    return replay_finish(schedule)
+    return schedule_replay.replay_finish(schedule)
 
 
 def xml_replay(schedule: Schedule, data: bytes, algo: Algo | None = None) -> float:
     """The finish time of ``data``, the MSCCL XML lowered from ``schedule``, replayed on
     the schedule's topology as the runtime runs it (``algo``: ``data`` as the verifier
     read it, if it did)."""
-    from te_ccl.simulate.msccl import simulate_msccl
-    from te_ccl.verify.msccl.reader import read_msccl
-
     c = schedule.collective
-    return simulate_msccl(algo or read_msccl(data.decode()), schedule.topology, c.size_bytes,
+    return simulate_msccl(algo or xml_reader.read_msccl(data.decode()), schedule.topology, c.size_bytes,
                           ranks=c.ranks).finish_time_s
 
 
@@ -134,8 +137,6 @@ def plan_replay(schedule: Schedule, data: bytes, *, checked: bool = False) -> fl
     the schedule's topology as the executor runs it (:mod:`te_ccl.simulate.plan`, which
     has the plan checker accept it first unless it did already: ``checked``)."""
     import json
-
-    from te_ccl.simulate.plan import plan_finish_s
 
     return plan_finish_s(json.loads(data), schedule.topology, schedule.collective.size_bytes,
                          checked=checked)
@@ -167,16 +168,11 @@ def lower_file(schedule: Schedule, options: CompileOptions,
     (not verified yet)."""
     o = options
     if o.fmt == "mscclpp":
-        from te_ccl.lower.mscclpp import lower_to_mscclpp
-
         name = o.name or f"{schedule.topology.name}-{schedule.collective.kind.value}"
         return lower_to_mscclpp(schedule, name=name, min_bytes=o.min_bytes,
                                 max_bytes=o.max_bytes)
-    from te_ccl.lower.msccl import lower_to_msccl
-    from te_ccl.lower.msccl.parallel import quiet
-
     return _merged_if_faster(schedule, partial(
-        lower_to_msccl, schedule, name=o.name, min_bytes=o.min_bytes, max_bytes=o.max_bytes,
+        msccl_lowering.lower_to_msccl, schedule, name=o.name, min_bytes=o.min_bytes, max_bytes=o.max_bytes,
         runtime=o.runtime, progress=progress or quiet), o)
 
 
@@ -195,12 +191,10 @@ def _merged_if_faster(schedule: Schedule, lower: Callable[..., bytes],
         return plain
     try:
         merged = lower(merge=True)
-    except RuntimeLimitError:
+    except TecclError:  # the file of one step per chunk stands (or its refusal)
         merged = None
     if merged is not None and merged != plain:
-        from te_ccl.verify.msccl.verify import verify_msccl
-
-        if not verify_msccl(merged.decode(), limits=options.runtime).valid:
+        if not xml_verifier.verify_msccl(merged.decode(), limits=options.runtime).valid:
             merged = None
     if merged is None or merged == plain:
         if plain is None:
@@ -349,6 +343,13 @@ class Timer:
     def refused(self, schedule: Schedule) -> None:
         """``schedule``'s file failed verification: it is not one to fall back on."""
         self._lowered.pop(self._key(schedule), None)
+
+    def replayed(self, schedule: Schedule, data: bytes, xml_s: float) -> None:
+        """``schedule`` is timed by ``data``, a file of its routes made otherwise than by
+        lowering it (the previous file spliced, :mod:`te_ccl.compiler.splice`), whose
+        replay took ``xml_s``: it is neither lowered nor replayed again."""
+        self._seen[self._key(schedule)] = (schedule.transfers,
+                                           Timing(schedule.finish_time_s, xml_s=xml_s))
 
     def verified(self, data: bytes, algo: Algo) -> None:
         """``data`` passed the verifier, which read it as ``algo``: the replay of the

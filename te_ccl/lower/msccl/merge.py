@@ -110,14 +110,16 @@ class _Slots:
 
     def quiet(self, e: Edge, start: int, arrive: int) -> bool:
         """Can ``e`` leave at ``start`` and arrive at ``arrive`` instead: nothing writes its
-        chunk on its sender in between, nothing touches it on its receiver?"""
+        chunk on its sender in between, and on its receiver nothing touches it from its
+        own arrival on (another partial at the same time would make the order of the two,
+        hence the slot each adds to, a tie)?"""
         if start > e.start and _within(self.recvs.get((e.src, e.chunk), ()), e.start, start):
             return False
-        if arrive == e.arrive:
-            return True
         k = (e.dst, e.chunk)
-        return not (_within(self.recvs[k], e.arrive, arrive)
-                    or _within(self.sends.get(k, ()), e.arrive - 1, arrive))
+        recvs = self.recvs[k]
+        if bisect_right(recvs, arrive) - bisect_left(recvs, e.arrive) > 1:
+            return False
+        return arrive == e.arrive or not _within(self.sends.get(k, ()), e.arrive - 1, arrive)
 
 
 def _latency(e: Edge) -> int:
