@@ -14,6 +14,12 @@ scale backend fits, that backend repairs instead, at the previous file's sub-chu
 race of the portfolio). Where neither applies (reductions, relays through scratch
 buffers, routes that land farther) the compile goes on as without a previous file.
 
+Where links are gone and nothing else changed, the previous file is first spliced
+(:mod:`te_ccl.compiler.splice`): its steps kept, the chunks that crossed a lost link
+received from another neighbour, no lowering; verified and replayed in full, that file
+stands where it replays within :data:`QUALITY_GAP` of the lower bound (so within that
+of any compile from scratch), and the compile is a few passes over one file.
+
 The previous file must be for the same collective (``coll``, buffer mode) on the same
 number of ranks; a file for another one is bad input. With GPUs gone (``teccl topo edit
 --without-gpu``) the ranks change: a file of every GPU of a topology that still loads
@@ -25,17 +31,19 @@ by the GPU that sent it there.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.select import strategy_for
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.compiler.incumbent import Incumbent
-from te_ccl.errors import SpecError, TecclError
+from te_ccl.compiler.incumbent import Incumbent, describe
+from te_ccl.compiler.options import CompileOptions
+from te_ccl.errors import SpecError, TecclError, VerificationError
 from te_ccl.schedule import Schedule
 from te_ccl.simulate.replay import replay_finish
 from te_ccl.topology.model import Topology
@@ -43,10 +51,15 @@ from te_ccl.verify.msccl.layout import Layout
 from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.msccl.values import expand
 
-__all__ = ["Previous", "first_candidates", "read_previous", "repair", "warm_schedule", "WARM"]
+if TYPE_CHECKING:
+    from te_ccl.compiler.judge import Timer
+
+__all__ = ["Previous", "first_candidates", "offer_spliced", "read_previous", "repair",
+           "warm_schedule", "WARM"]
 
 WARM = "previous file"  # the source name of the schedule built from it
 ROUTES = "previous-routes"  # the name of the template its routes make
+SPLICED = "previous-spliced"  # the name of the routes of the file spliced
 QUALITY_GAP = 0.02  # a coarser cut of its routes is taken within this of the lower bound
 WARM_GAP = 0.1  # its routes stand when the file they make replays within this of the
 #                 lower bound; else the portfolio searches on from them
@@ -66,6 +79,8 @@ class Previous:
     pieces: int
     trees: tuple[Tree, ...] | None
     why: str = ""
+    algo: Algo | None = field(default=None, repr=False, compare=False)  # to splice
+    before: Topology | None = field(default=None, repr=False, compare=False)  # its network
 
     def subchunks(self, collective: Collective) -> int:
         """Pieces per chunk asked for (1 where the pieces are not a multiple of them)."""
@@ -99,16 +114,20 @@ def read_previous(path: str, collective: Collective, topology: Topology, *,
     if problem is not None:
         raise SpecError(f"expected an algorithm of {collective.kind.value} ({problem})",
                         file=path, key="--from")
-    here = _positions(path, algo, collective, topology)
+    here, before = _positions(path, algo, collective, topology)
+    same = here == list(range(collective.nranks))  # no GPU gone: the file can be spliced
+    keep = {"algo": algo if same else None, "before": before if same else None}
     if not (routes if routes is not None else not _scales(topology, collective)):
-        return Previous(path, layout.c, None, "the scale backend repairs: its trees go unread")
+        return Previous(path, layout.c, None, "the scale backend repairs: its trees go unread",
+                        **keep)
     trees, why = _trees(algo, layout, collective, here)
-    return Previous(path, layout.c, trees, why)
+    return Previous(path, layout.c, trees, why, **keep)
 
 
 def _positions(path: str, algo: Algo, collective: Collective, topology: Topology
-               ) -> list[int | None]:
-    """Where each rank of the file is in ``collective`` now (None: its GPU is gone).
+               ) -> tuple[list[int | None], Topology | None]:
+    """Where each rank of the file is in ``collective`` now (None: its GPU is gone), and
+    the topology the file's provenance names where it loads.
 
     Where the topology the file's provenance names loads, the network compiled now must
     be derived from it (an edit removes and slows links, adds none): a link it does not
@@ -124,7 +143,7 @@ def _positions(path: str, algo: Algo, collective: Collective, topology: Topology
                             f"{extra.src}>{extra.dst}: it is for another network",
                             file=path, key="--from")
     if algo.ngpus == collective.nranks:
-        return list(range(algo.ngpus))
+        return list(range(algo.ngpus)), before
     differs = (f"the file has ngpus={algo.ngpus}, the collective compiled "
                f"ngpus={collective.nranks}")
     if algo.ngpus < collective.nranks or origin is None:
@@ -135,7 +154,7 @@ def _positions(path: str, algo: Algo, collective: Collective, topology: Topology
         raise SpecError(f"{differs}, and its topology {origin[0]!r} does not load here as "
                         f"{algo.ngpus} GPUs that include every GPU ranked now (GPUs gone are "
                         "matched by name)", file=path, key="--from")
-    return [now.get(g) for g in before.gpus]
+    return [now.get(g) for g in before.gpus], before
 
 
 def _load(name: str) -> Topology | None:
@@ -247,25 +266,84 @@ def warm_schedule(previous: Previous, topology: Topology, collective: Collective
                    replace(collective, chunks_per_rank=previous.pieces), 1)
 
 
-def _routed(previous: Previous, topology: Topology, collective: Collective, k: int
-            ) -> Schedule | None:
+def _routed(previous: Previous, topology: Topology, collective: Collective, k: int,
+            template: str = ROUTES) -> Schedule | None:
     """The trees of every ``k``-th piece of the file (the first of each chunk of
-    ``collective``) routed and timed as ``collective``'s chunks; None where they do not
-    deliver every chunk."""
+    ``collective``) routed and timed as ``collective``'s chunks, as the template
+    ``template``; None where they do not deliver every chunk."""
     assert previous.trees is not None
     name = [topology.gpu(r) for r in collective.ranks]
     plans = [ChunkPlan(c // k, name[owner], spread={name[r]: name[s] for r, s in tree})
              for c, owner, tree in previous.trees if c % k == 0]
     try:
-        schedule = assemble(ROUTES, topology, collective, plans)
+        schedule = assemble(template, topology, collective, plans)
     except BaselineError:
         return None
     got = {(t.chunk, t.dst) for t in schedule.transfers}
     if any((c.id, topology.gpu(d)) not in got for c in collective.chunks()
            for d in c.destinations):
         return None
-    return schedule.with_info(status=f"{WARM} {Path(previous.path).name}, "
-                              "routed again")
+    how = "spliced" if template == SPLICED else "routed again"
+    return schedule.with_info(status=f"{WARM} {Path(previous.path).name}, {how}")
+
+
+def offer_spliced(previous: Previous | None, topology: Topology, collective: Collective,
+                  options: CompileOptions, timer: Timer, kept: Incumbent) -> bool:
+    """Offer ``kept`` the previous file spliced onto ``topology``
+    (:mod:`te_ccl.compiler.splice`, its weights :data:`~te_ccl.compiler.splice.WEIGHTS`
+    tried in turn until one replays within :data:`QUALITY_GAP` of the bound), verified
+    in full and timed by its replay; its schedule is its routes timed as a template, which
+    the independent checker passes. True where it stands (within that gap): no search.
+    Where the file cannot be spliced, or misses the gap, the compile goes on as without
+    it (a note says why)."""
+    if previous is None or previous.algo is None or previous.before is None \
+            or options.fmt != "xml":
+        return False
+    from te_ccl.compiler.splice import WEIGHTS, splice, step_times
+    from te_ccl.lower.msccl.to_xml import program_to_xml
+    from te_ccl.simulate.msccl import simulate_msccl
+    from te_ccl.verify.msccl.verify import verify_msccl
+    from te_ccl.verify.schedule_check import check_schedule
+
+    kept.tell(f"--from: splicing the {WARM}")
+    algo, coll = previous.algo, collective
+    whole = coll.ranks == tuple(range(topology.ngpus))  # the provenance names every GPU
+    times = step_times(algo, previous.before, topology, coll)
+    best: tuple[float, bytes, tuple[Tree, ...]] | None = None
+    for early in WEIGHTS:
+        got = splice(algo, previous.before, topology, coll, options.runtime, times, early)
+        if isinstance(got, str):
+            kept.notes.append(f"--from: the {WARM} is not spliced ({got})")
+            return False
+        program = replace(got.program, name=options.name or got.program.name,
+                          min_bytes=options.min_bytes, max_bytes=options.max_bytes)
+        data = program_to_xml(program, provenance=(topology.name, coll.size_bytes)
+                              if whole else None)
+        try:
+            finish = simulate_msccl(data.decode(), topology, coll.size_bytes,
+                                    ranks=coll.ranks).finish_time_s
+        except VerificationError:
+            continue
+        if best is None or finish < best[0]:
+            best = (finish, data, got.trees)
+        if finish <= kept.bound_s * (1 + QUALITY_GAP):
+            break
+    if best is None:
+        kept.notes.append(f"--from: no splice of the {WARM} replays")
+        return False
+    finish, data, trees = best
+    root = coll.ranks.index(coll.root) if coll.root is not None else None
+    report = verify_msccl(data.decode(), root=root, limits=options.runtime)
+    schedule = _routed(replace(previous, trees=trees), topology,
+                       replace(coll, chunks_per_rank=previous.pieces), 1, SPLICED)
+    if not report.valid or schedule is None or check_schedule(schedule):
+        why = f"its file fails verification: {report.errors[0]}" if not report.valid \
+            else "its routes do not make a schedule the checker passes"
+        kept.notes.append(f"--from: the {WARM} spliced is not kept ({why})")
+        return False
+    timer.replayed(schedule, data, finish)
+    kept.offer(schedule, data, finish, f"first file: {describe(schedule)}")
+    return finish <= kept.bound_s * (1 + QUALITY_GAP)
 
 
 def first_candidates(previous: Previous | None, topology: Topology, collective: Collective,
@@ -274,20 +352,17 @@ def first_candidates(previous: Previous | None, topology: Topology, collective: 
     """The candidates of a compile's first file: the previous file's routes first (with
     ``--from``, where no scale method fits: else the scale backend repairs), then a grid
     method where one step per chunk and hop is too many transfers for a first file
-    (:func:`~te_ccl.backends.scale.grid_allgather.grid_allgather_takes`, by arithmetic),
+    (:func:`~te_ccl.backends.scale.grid_lines.grid_lines_takes`, by arithmetic),
     then the portfolio's cheap ones (:func:`te_ccl.compiler.portfolio.quick`) for when
     they do not apply or do not fit the runtime."""
-    from te_ccl.backends.scale.grid_allgather import (
-        METHOD,
-        grid_allgather_schedule,
-        grid_allgather_takes,
-    )
+    from te_ccl.backends.scale.grid_lines import METHODS, grid_lines_schedule, grid_lines_takes
     from te_ccl.compiler.portfolio import quick
 
     if previous is not None and not _scales(topology, collective):
         yield f"{WARM}'s routes", partial(warm_schedule, previous, topology, collective)
-    if grid_allgather_takes(topology, collective):
-        yield f"scale/{METHOD}", partial(grid_allgather_schedule, topology, collective)
+    if grid_lines_takes(topology, collective):
+        yield f"scale/{METHODS[collective.kind]}", partial(grid_lines_schedule, topology,
+                                                           collective)
     yield from quick(topology, collective, params)
 
 
@@ -304,6 +379,11 @@ def repair(previous: Previous | None, topology: Topology, collective: Collective
     if previous is None or strategy_for(params) != "portfolio":
         return params
     best = kept.best
+    if best is not None and best.schedule.info.backend == f"baseline:{SPLICED}" and \
+            best.finish_s <= kept.bound_s * (1 + QUALITY_GAP):
+        kept.notes.append(f"--from: the {WARM} spliced stands, within {QUALITY_GAP:.0%} of "
+                          "the lower bound (compile without --from for the whole search)")
+        return None
     if _scales(topology, collective):
         k = previous.subchunks(collective)
         if best is not None and best.schedule.info.backend == "scale" and \

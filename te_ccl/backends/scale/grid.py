@@ -1,7 +1,7 @@
 """What the grid methods share: the mesh or torus they take, the plan of a whole file as
 arrays, the list schedule that orders its group transfers, and the moves that time them.
 
-A grid method (:mod:`.grid_alltoall`, :mod:`.grid_allgather`) builds the MSCCL program
+A grid method (:mod:`.grid_alltoall`, :mod:`.grid_lines`) builds the MSCCL program
 directly, with steps of ``cnt > 1`` (a group of contiguous chunks per step), so the
 lowering's passes (one step per chunk) never see a million transfers; the schedule has
 the same transfers chunk by chunk (:func:`grid_moves`), and the file is timed by its
@@ -26,7 +26,7 @@ __all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "coords", "neighbour", "g
            "list_order", "grid_moves", "overflow", "PER_CHANNEL"]
 
 BUFFERS = ("i", "o", "s")  # buffer codes of a plan's steps
-OPS = ("s", "r", "cpy", "nop")  # step codes
+OPS = ("s", "r", "cpy", "nop", "rrc")  # step codes
 PER_CHANNEL = 32  # transfers of a link per channel: a receive adds at most one copy, so a
 #                   thread block holds at most 64 steps, and waits for nothing of its own
 
@@ -43,6 +43,7 @@ class GridPlan:
     chunks, sender, receiver, the row of the transfer whose arrival the sender waits for
     (−1: none, or see ``waits``). ``waits``: (row, row it waits for) pairs of ``moves``
     where a sender waits for several arrivals (empty where ``after`` says it all).
+    ``reduced``: per row of ``moves``, whether it carries partial sums (empty: none do).
     ``scratch``: each rank's ``s_chunks``."""
 
     nchannels: int
@@ -53,6 +54,7 @@ class GridPlan:
     steps: np.ndarray
     moves: np.ndarray
     waits: np.ndarray = field(default_factory=lambda: np.zeros((0, 2), dtype=np.int64))
+    reduced: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
 
 def grid_shape(topology: Topology) -> tuple[tuple[int, ...], bool] | None:

@@ -1,10 +1,10 @@
 """The file of a grid schedule: its plan's steps as they are, groups of chunks relayed in
 one step of ``cnt > 1``, which the passes (one step per chunk) cannot make
-(:mod:`te_ccl.backends.scale.grid_alltoall`, :mod:`te_ccl.backends.scale.grid_allgather`)."""
+(:mod:`te_ccl.backends.scale.grid_alltoall`, :mod:`te_ccl.backends.scale.grid_lines`)."""
 
 from __future__ import annotations
 
-from te_ccl.backends.scale import grid_allgather, grid_alltoall
+from te_ccl.backends.scale import grid_alltoall, grid_lines
 from te_ccl.backends.scale.grid import BUFFERS, OPS, GridPlan, grid_alpha, grid_shape
 from te_ccl.lower.msccl.buffers import buffer_layout
 from te_ccl.lower.msccl.ir import Buf, Gpu, Op, Program, Slot, Step, Threadblock
@@ -24,8 +24,8 @@ def _plan(schedule: Schedule, runtime: RuntimeLimits) -> GridPlan | str | None:
     k = coll.chunks_per_rank
     if status.startswith(f"scale/{grid_alltoall.METHOD}:") and not coll.inplace:
         return grid_alltoall.grid_plan(*shape, k, alpha, runtime)
-    if status.startswith(f"scale/{grid_allgather.METHOD}:"):
-        return grid_allgather.allgather_plan(*shape, k, coll.inplace, alpha, runtime)
+    if status.startswith(f"scale/{grid_lines.METHODS.get(coll.kind)}:"):
+        return grid_lines.lines_plan(coll.kind, *shape, k, coll.inplace, alpha, runtime)
     return None
 
 
