@@ -93,6 +93,9 @@ def test_it_is_the_first_candidate_only_for_large_grids(kind):
     assert names(big, _coll(kind, big))[0] == f"scale/{METHODS[kind]}"
     small = torus([16, 16], 50e9)
     assert f"scale/{METHODS[kind]}" not in names(small, _coll(kind, small))
+    cube = torus([8, 8, 8], 50e9)  # an AllReduce moves its chunks twice
+    taken = f"scale/{METHODS[kind]}" in names(cube, _coll(kind, cube))
+    assert taken == (kind is CollectiveKind.ALLREDUCE)
 
 
 def test_other_collectives_are_not_taken():

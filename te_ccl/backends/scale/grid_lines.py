@@ -73,9 +73,11 @@ __all__ = ["METHODS", "GRID_FROM_DELIVERIES", "lines_plan", "lines_elements",
 _AG, _RS, _AR = CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE
 METHODS = {_AG: "grid-allgather", _RS: "grid-reducescatter", _AR: "grid-allreduce"}
 PLANNING = "planning the grid collective"  # what a deadline reached interrupted
-GRID_FROM_DELIVERIES = 200_000  # chunk deliveries from which the first file is this one:
-#                                 one step per chunk and hop takes the lowering and the
-#                                 verifier longer than a first file may (torus 8×8×8: 261,632)
+GRID_FROM_DELIVERIES = 500_000  # chunk deliveries (an AllReduce's twice) from which the
+#                                 first file is this one: a file of one step per chunk and
+#                                 hop then takes the lowering and the verifier longer than a
+#                                 first file may (torus 8×8×8 AllReduce: 523,264; its
+#                                 AllGather's 261,632 are a file near the bound in ~20 s CPU)
 _S, _R, _CPY, _NOP, _RRC = 0, 1, 2, 3, 4  # step codes (grid.OPS)
 _I, _O = 0, 1  # buffer codes (grid.BUFFERS)
 _GIDS = 1 << 32  # chains fewer than this: a priority is (phase, hops) · _GIDS + chain
@@ -445,7 +447,9 @@ def grid_lines_takes(topology: Topology, collective: Collective) -> bool:
         return False
     dims, wrap = shape
     n, k = math.prod(dims), collective.chunks_per_rank
-    if n * (n - 1) * k < GRID_FROM_DELIVERIES or (n // dims[0]) * k > MSCCL.max_count - 1:
+    phases = 2 if collective.kind is _AR else 1
+    if n * (n - 1) * k * phases < GRID_FROM_DELIVERIES or \
+            (n // dims[0]) * k > MSCCL.max_count - 1:
         return False
     return lines_elements(collective.kind, dims, wrap, k, collective.inplace)[0] \
         <= MSCCL.max_elements
