@@ -1,0 +1,490 @@
+"""The previous file spliced onto a network that lost links (``teccl compile --from``).
+
+A link went down: the previous MSCCL file still holds every step the loss does not
+touch. Splicing keeps them and moves only what crossed a lost link: each receive of a
+chunk over it is taken instead from another neighbour of the receiver that holds the
+chunk (not through the receiver itself), on a thread block of its own on a free
+channel, the sender waiting for the step that gave it the chunk. Nothing is lowered
+again, so a recompile costs reading, splicing, verifying and replaying one file.
+
+The steps are placed by the previous file's replay on the network it was written for
+(the time each step was done): a new send goes in that order, and a receiver that
+passed a chunk on before the new sender had it gives up that send too (its receiver is
+served the same way), so every new wait points forward in that replay's time, as every
+kept one does, and the file cannot deadlock. A read whose order came through a step
+removed waits for the writer of its slot explicitly. Each receiver's incoming links are
+then evened out: receives over a link loaded past its share move to one below its share
+that holds the chunk in time (:data:`BALANCE_ROUNDS`).
+
+Only AllGather and Broadcast (a send carries chunks of the result, the same slots on
+every rank), out of or in place, on the same ranks, are spliced; anything else (a
+relay through scratch, a thread block that both receives and sends over the lost link,
+a chunk no neighbour holds) leaves the compile as without it. The verifier checks the
+spliced file in full and the replay times it, like any file the compile writes.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.lower.msccl.ir import Buf, Gpu, Op, Program, Slot, Step, Threadblock
+from te_ccl.runtime_limits import RuntimeLimits
+from te_ccl.simulate.msccl import prepared, replay
+from te_ccl.topology.model import Topology
+from te_ccl.verify.msccl.model import READS_SRC, RECVS, SENDS, WRITES_DST, Algo
+
+__all__ = ["Spliced", "splice", "step_times", "SPLICED_KINDS", "BALANCE_ROUNDS", "WEIGHTS"]
+
+SPLICED_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST)
+BALANCE_ROUNDS = 4  # passes moving receives off a receiver's overloaded incoming links
+WEIGHTS = (0.02, 0.01, 0.0)  # how much a sender's holding the chunk earlier counts
+#   against its link's load (a second until it holds it as this many seconds of load):
+#   the choice of senders is greedy, so each weight makes another file; they are tried
+#   in turn by the caller, which replays each, until one is close enough to the bound
+
+Tree = tuple[int, int, tuple[tuple[int, int], ...]]  # chunk, owner, (receiver, sender)…
+
+
+class _Step:
+    """A step of the file being spliced: its fields, what it waits for (a step, None) and
+    when the previous file's replay had it done."""
+
+    __slots__ = ("op", "src", "dst", "cnt", "dep", "t", "tb")
+
+    def __init__(self, op: str, src: tuple[str, int] | None, dst: tuple[str, int] | None,
+                 cnt: int, t: float, tb: _Tb) -> None:
+        self.op, self.src, self.dst, self.cnt, self.t, self.tb = op, src, dst, cnt, t, tb
+        self.dep: _Step | None = None
+
+    def reads(self) -> range:
+        """The output slots the step reads (none if it reads no output slot)."""
+        src = self.src
+        return range(src[1], src[1] + self.cnt) if src is not None and src[0] == "o" \
+            and self.op in READS_SRC else range(0)
+
+    def writes(self) -> range:
+        dst = self.dst
+        return range(dst[1], dst[1] + self.cnt) if dst is not None and dst[0] == "o" \
+            and self.op in WRITES_DST else range(0)
+
+
+class _Tb:
+    """A thread block being spliced: peers, channel, steps."""
+
+    __slots__ = ("rank", "send", "recv", "chan", "steps")
+
+    def __init__(self, rank: int, send: int, recv: int, chan: int) -> None:
+        self.rank, self.send, self.recv, self.chan = rank, send, recv, chan
+        self.steps: list[_Step] = []
+
+
+@dataclass(frozen=True)
+class Spliced:
+    """The spliced program, each chunk's tree in it (for the schedule that reports its
+    routes) and how many receives moved."""
+
+    program: Program
+    trees: tuple[Tree, ...]
+    moved: int
+
+
+class _NoSplice(Exception):
+    """Why this file is not spliced (the compile goes on without it)."""
+
+
+def step_times(algo: Algo, before: Topology, after: Topology, collective: Collective
+               ) -> list[float]:
+    """When each step of ``algo`` (in file order) is done in its replay on ``before``,
+    the network it was written for (``collective``'s ranks are ``after``'s GPUs): the
+    order the splice keeps."""
+    ranks = [before.gpus.index(after.gpu(r)) for r in collective.ranks]
+    flat, chunk_bytes = prepared(algo, before, collective.size_bytes, None, ranks)
+    return replay(flat, chunk_bytes, False)[1]
+
+
+def _matched(algo: Algo, order: list[_Step]) -> dict[_Step, _Step]:
+    """The receive of each send (``order``: the steps in file order): the k-th receive
+    on a connection (channel, sender, receiver) takes its k-th send."""
+    sends: dict[tuple[int, int, int], list[_Step]] = defaultdict(list)
+    recvs: dict[tuple[int, int, int], list[_Step]] = defaultdict(list)
+    i = 0
+    for gpu in algo.gpus:
+        for tb in gpu.threadblocks:
+            for st in tb.steps:
+                if st.type in SENDS:
+                    sends[tb.chan, gpu.id, tb.send].append(order[i])
+                if st.type in RECVS:
+                    recvs[tb.chan, tb.recv, gpu.id].append(order[i])
+                i += 1
+    return {s: r for conn, out in sends.items() for s, r in zip(out, recvs[conn], strict=True)}
+
+
+def splice(algo: Algo, before: Topology, after: Topology, collective: Collective,
+           limits: RuntimeLimits, times: list[float], early: float) -> Spliced | str:
+    """``algo``, written for ``collective`` on ``before`` (``times``:
+    :func:`step_times`), spliced onto ``after``, which lacks some of ``before``'s links,
+    with the weight ``early`` (:data:`WEIGHTS`); or why not, as a sentence."""
+    if collective.kind not in SPLICED_KINDS:
+        return f"a {collective.kind.value} file is not spliced"
+    if algo.ngpus != collective.nranks or len({g.id for g in algo.gpus}) != algo.ngpus:
+        return "the file's ranks are not the collective's"
+    try:
+        return _Splice(algo, before, after, collective, limits, times, early).run()
+    except _NoSplice as e:
+        return str(e)
+
+
+class _Splice:
+    """One splice: the file as mutable thread blocks, the moves, the program."""
+
+    def __init__(self, algo: Algo, before: Topology, after: Topology, collective: Collective,
+                 limits: RuntimeLimits, done: list[float], early: float) -> None:
+        self.algo, self.limits, self.early = algo, limits, early
+        self.chunk_bytes = collective.size_bytes / algo.nchunksperloop
+        self.names = [after.gpu(r) for r in collective.ranks]
+        self.owner_of = (lambda x: collective.ranks.index(collective.root)) \
+            if collective.root is not None else (lambda x: x // (algo.nchunksperloop
+                                                                 // algo.ngpus))
+        self.tbs: dict[int, list[_Tb]] = {}
+        order: list[_Step] = []
+        for gpu in algo.gpus:
+            tbs = self.tbs[gpu.id] = [_Tb(gpu.id, tb.send, tb.recv, tb.chan)
+                                      for tb in gpu.threadblocks]
+            for tb, src in zip(tbs, gpu.threadblocks, strict=True):
+                for st in src.steps:
+                    step = _Step(st.type, None if st.srcoff < 0 else (st.srcbuf, st.srcoff),
+                                 None if st.dstoff < 0 else (st.dstbuf, st.dstoff), st.cnt,
+                                 done[len(order)], tb)
+                    tb.steps.append(step)
+                    order.append(step)
+            for tb, src in zip(tbs, gpu.threadblocks, strict=True):
+                for step, st in zip(tb.steps, src.steps, strict=True):
+                    if st.depid >= 0:
+                        step.dep = tbs[st.depid].steps[st.deps]
+        # the receive of each send (the k-th receive on a connection takes the k-th send)
+        self.received = _matched(algo, order)
+        self.sent_by = {r: s for s, r in self.received.items()}
+        self.writer: dict[tuple[int, int], _Step] = {}
+        self.parent: dict[tuple[int, int], int] = {}  # (rank, slot) -> rank it came from
+        self.first_read: dict[tuple[int, int], float] = {}
+        self.readers: dict[tuple[int, int], list[_Step]] = defaultdict(list)
+        for rank, tbs in self.tbs.items():
+            for tb in tbs:
+                for st in tb.steps:
+                    for x in st.writes():
+                        self.writer[rank, x] = st
+                        self.parent[rank, x] = tb.recv if st.op in RECVS else rank
+                    for x in st.reads():
+                        self.readers[rank, x].append(st)
+                        self.first_read[rank, x] = min(self.first_read.get((rank, x), st.t),
+                                                       st.t)
+        self.bandwidth = {(x.src, x.dst): x.bandwidth_Bps for x in after.links}
+        self.lost = {(r, tb.send) for r, tbs in self.tbs.items() for tb in tbs
+                     if tb.send >= 0 and before.has_link(self.names[r], self.names[tb.send])
+                     and not after.has_link(self.names[r], self.names[tb.send])}
+        self.load: dict[tuple[int, int], float] = defaultdict(float)  # chunks per link
+        for rank, tbs in self.tbs.items():
+            for tb in tbs:
+                if tb.send >= 0 and (rank, tb.send) not in self.lost:
+                    self.load[rank, tb.send] += sum(st.cnt for st in tb.steps if st.op in SENDS)
+        self.removed: set[_Step] = set()
+        self.work: list[_Step] = []  # receives to serve from another sender
+        self.moves: dict[tuple[int, int], list[tuple[float, _Step, list[_Step]]]] = \
+            defaultdict(list)  # (sender, receiver) -> (when, its receive, what it waits for)
+        self.new: dict[_Step, _Step] = {}  # a receive removed -> the one that replaces it
+
+    def run(self) -> Spliced:
+        if not self.lost:
+            raise _NoSplice("the file uses no link the network lost")
+        for rank, tbs in self.tbs.items():
+            for tb in tbs:
+                if (rank, tb.send) in self.lost:
+                    self._unsend(tb)
+        self._serve()
+        for _ in range(BALANCE_ROUNDS):
+            if not self._balance():
+                break
+            self._serve()
+        self._rewire()
+        longest = max(len(tb.steps) for tbs in self.tbs.values() for tb in tbs)
+        if longest > self.limits.max_steps:
+            raise _NoSplice(f"a thread block would have {longest} steps, over the runtime's "
+                            f"{self.limits.max_steps}")
+        return Spliced(self._program(), self._trees(), sum(map(len, self.moves.values())))
+
+    def _link(self, a: int, b: int) -> float | None:
+        return self.bandwidth.get((self.names[a], self.names[b]))
+
+    def _unsend(self, tb: _Tb) -> None:
+        """Take the sends of ``tb`` off its lost link (a receive-copy-send keeps its
+        receive); their receives are served again."""
+        for st in tb.steps:
+            if st.op not in SENDS:
+                continue
+            if st.op == "rcs":
+                st.op = "r"
+            elif st.op == "s":
+                self.removed.add(st)
+            else:
+                raise _NoSplice(f"rank {tb.rank} sends a {st.op} step over a lost link")
+            self._lose(self.received[st])
+        if not any(st.op in SENDS for st in tb.steps):
+            tb.send = -1
+
+    def _lose(self, rv: _Step) -> None:
+        """Serve ``rv`` from another sender; a receive that passes its chunk on (rcs)
+        loses that send, whose receiver is served again too."""
+        while True:
+            if rv.op not in ("r", "rcs") or rv.dst is None or rv.dst[0] != "o":
+                raise _NoSplice(f"rank {rv.tb.rank} receives over a lost link into a "
+                                f"{rv.op} step that does not write the result")
+            self.removed.add(rv)
+            self.work.append(rv)
+            if rv.op != "rcs":
+                return
+            self.load[rv.tb.rank, rv.tb.send] -= rv.cnt
+            rv = self.received[rv]
+
+    def _below(self, k: int, b: int, x: int) -> bool:
+        """Does ``k`` get slot ``x`` through ``b``?"""
+        seen = set()
+        while k != b:
+            p = self.parent.get((k, x))
+            if p is None or p == k or k in seen:
+                return False
+            seen.add(k)
+            k = p
+        return True
+
+    def _holds(self, k: int, b: int, slots: range) -> list[_Step] | None:
+        """The steps that give ``k`` the chunks of ``slots`` (not through ``b``), if it
+        gets them all."""
+        got = []
+        for x in slots:
+            w = self.writer.get((k, x))
+            if w is None or w in self.removed or self._below(k, b, x):
+                return None
+            got.append(w)
+        return got
+
+    def _serve(self) -> None:
+        """Give each receive lost a sender: the neighbour whose link to the receiver stays
+        least loaded (:data:`EARLY` breaks near ties); steps of the receiver that pass
+        the chunk on before that sender has it are given up, their receives served too."""
+        while self.work:
+            rv = self.work.pop()
+            b, slots = rv.tb.rank, range(rv.dst[1], rv.dst[1] + rv.cnt)
+            best = None
+            for k in range(self.algo.ngpus):
+                bw = self._link(k, b) if k != b else None
+                got = self._holds(k, b, slots) if bw else None
+                if got is None:
+                    continue
+                when = max(w.t for w in got)
+                late = [r for x in slots for r in self.readers[b, x]
+                        if r not in self.removed and r.t <= when]
+                if any(r.op not in ("s", "rcs") for r in late):
+                    continue
+                cost = (self.load[k, b] + rv.cnt) * self.chunk_bytes / bw + self.early * when
+                if best is None or cost < best[0]:
+                    best = (cost, k, when, got, late)
+            if best is None:
+                raise _NoSplice(f"no neighbour of rank {b} holds slots "
+                                f"{slots.start}..{slots.stop - 1} in time")
+            _, k, when, got, late = best
+            self.load[k, b] += rv.cnt
+            for x in slots:
+                self.parent[b, x] = k
+            new = _Step("r", rv.src, rv.dst, rv.cnt, when, rv.tb)
+            self.new[rv] = new
+            for x in slots:
+                self.writer[b, x] = new
+            self.moves[k, b].append((when, new, list(dict.fromkeys(got))))
+            for r in late:  # b passed the chunk on before it has it now
+                self.removed.add(r)
+                self.load[b, r.tb.send] -= r.cnt
+                self._lose(self.received[r])
+
+    def _balance(self) -> bool:
+        """Move receives over a link loaded past its share of the receiver's incoming
+        bandwidth (latest first) to a link below it whose sender holds the chunk before
+        the receiver passes it on; True if any moved."""
+        moved = False
+        for b in sorted({b for _, b in self.moves}):
+            ins = [k for k in range(self.algo.ngpus) if k != b and self._link(k, b)]
+            share = sum(self.load[k, b] for k in ins) / sum(self._link(k, b) for k in ins)
+            for k in sorted(ins, key=lambda k: -self.load[k, b] / self._link(k, b)):
+                excess = self.load[k, b] - share * self._link(k, b)
+                if excess < 1:
+                    break
+                olds = [st for tb in self.tbs[b] if tb.recv == k for st in tb.steps
+                        if st not in self.removed and st.op == "r" and st.dst[0] == "o"]
+                for rv in sorted(olds, key=lambda st: -st.t):
+                    if excess < 1:
+                        break
+                    sd = self.sent_by[rv]
+                    if sd.op != "s" or not self._elsewhere(rv, k, b, share, ins):
+                        continue
+                    self.removed.add(sd)
+                    self.load[k, b] -= rv.cnt
+                    excess -= rv.cnt
+                    self._lose(rv)
+                    moved = True
+        return moved
+
+    def _elsewhere(self, rv: _Step, k: int, b: int, share: float, ins: list[int]) -> bool:
+        """Can another neighbour below its share send ``rv``'s chunks before ``b`` first
+        passes them on?"""
+        slots = range(rv.dst[1], rv.dst[1] + rv.cnt)
+        need = min(self.first_read.get((b, x), float("inf")) for x in slots)
+        for k2 in ins:
+            if k2 == k or self.load[k2, b] + rv.cnt > share * self._link(k2, b):
+                continue
+            got = self._holds(k2, b, slots)
+            if got is not None and max(w.t for w in got) < need:
+                return True
+        return False
+
+    def _rewire(self) -> None:
+        """Drop the steps removed, point what waited for them at what they waited for
+        (their dependency and the step before them, the latest of each thread block),
+        add the moves' thread blocks, and make every read wait for its slot's writer
+        where the thread block's order or its dependency does not already say so."""
+        before: dict[_Step, _Step | None] = {}
+        for tbs in self.tbs.values():
+            for tb in tbs:
+                for i, st in enumerate(tb.steps):
+                    before[st] = tb.steps[i - 1] if i else None
+        memo: dict[_Step, list[_Step]] = {}
+
+        def stands(x: _Step | None) -> list[_Step]:
+            """What waiting for ``x`` means now: ``x``, or for a step removed or a nop
+            (nops publish no flag), what it stood for."""
+            if x is None:
+                return []
+            if x not in self.removed and x.op != "nop":
+                return [x]
+            if x not in memo:
+                memo[x] = _latest(stands(x.dep) + stands(before[x]))
+            return memo[x]
+
+        for (k, b), moves in sorted(self.moves.items()):
+            self._add(k, b, sorted(moves, key=lambda m: m[0]))
+        fresh = set(self.new.values())
+        for rank, tbs in self.tbs.items():
+            for tb in tbs:
+                out: list[_Step] = []
+                for st in tb.steps:
+                    if st in self.removed:
+                        continue
+                    deps = stands(st.dep) + [self.writer[rank, x] for x in st.reads()
+                                             if self.writer[rank, x] in fresh]
+                    deps = sorted((d for d in _latest(deps) if d.tb is not tb),
+                                  key=lambda d: d.t)
+                    if st.op == "nop" and not deps:
+                        continue
+                    if not deps and out and out[-1].op == "nop":
+                        deps = [out.pop().dep]
+                    out.extend(_nop(d, tb) for d in deps[:-1])
+                    st.dep = deps[-1] if deps else None
+                    out.append(st)
+                tb.steps = out
+            self.tbs[rank] = [tb for tb in tbs if tb.steps or (tb.send < 0 and tb.recv < 0)]
+        for rank, tbs in self.tbs.items():
+            for tb in tbs:
+                out = []
+                for st in tb.steps:
+                    for x in st.reads():
+                        w = self.writer.get((rank, x))
+                        if w is None or w is st.dep or w.tb is tb or any(
+                                o.dep is w for o in _nops_before(out)):
+                            continue
+                        if st.dep is None:
+                            st.dep = w
+                        else:
+                            out.append(_nop(w, tb))
+                    out.append(st)
+                tb.steps = out
+
+    def _add(self, k: int, b: int, moves: list[tuple[float, _Step, list[_Step]]]) -> None:
+        """The thread blocks of the moves from ``k`` to ``b``, in the order their chunks
+        are at ``k``, on channels that connection does not use yet, at most
+        ``max_steps`` steps each."""
+        used = {tb.chan for tb in self.tbs[k] if tb.send == b} | \
+            {tb.chan for tb in self.tbs[b] if tb.recv == k}
+        free = (c for c in range(self.limits.max_channels) if c not in used)
+        sender = receiver = None
+        for when, rv, got in moves:
+            if sender is None or len(sender.steps) + len(got) > self.limits.max_steps:
+                chan = next(free, None)
+                if chan is None:
+                    raise _NoSplice(f"no free channel from rank {k} to rank {b}")
+                sender, receiver = _Tb(k, b, -1, chan), _Tb(b, -1, k, chan)
+                self.tbs[k].append(sender)
+                self.tbs[b].append(receiver)
+            sender.steps.extend(_nop(w, sender) for w in got[:-1])
+            send = _Step("s", rv.dst, rv.dst, rv.cnt, when, sender)
+            send.dep = got[-1]
+            sender.steps.append(send)
+            rv.tb = receiver
+            receiver.steps.append(rv)
+
+    def _program(self) -> Program:
+        ids = {}
+        for tbs in self.tbs.values():
+            for t, tb in enumerate(tbs):
+                for i, st in enumerate(tb.steps):
+                    ids[st] = (t, i)
+        waited = {st.dep for tbs in self.tbs.values() for tb in tbs for st in tb.steps
+                  if st.dep is not None}
+        gpus = []
+        for gpu in self.algo.gpus:
+            tbs = tuple(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(
+                Step(i, Op(st.op), _slot(st.src), _slot(st.dst), st.cnt,
+                     *(ids[st.dep] if st.dep is not None else (-1, -1)), st in waited)
+                for i, st in enumerate(tb.steps))) for t, tb in enumerate(self.tbs[gpu.id]))
+            gpus.append(Gpu(gpu.id, gpu.i_chunks, gpu.o_chunks, gpu.s_chunks, tbs))
+        a = self.algo
+        nchannels = 1 + max(tb.chan for tbs in self.tbs.values() for tb in tbs)
+        return Program(a.name, a.proto, nchannels, a.nchunksperloop, a.ngpus, a.coll,
+                       bool(a.inplace), a.min_bytes or 0, a.max_bytes or 0, tuple(gpus))
+
+    def _trees(self) -> tuple[Tree, ...]:
+        """Each chunk's tree: which rank each rank has it from now."""
+        edges: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        for (rank, x), sender in self.parent.items():
+            if sender != rank:
+                edges[x].append((rank, sender))
+        return tuple((x, self.owner_of(x), tuple(sorted(e))) for x, e in sorted(edges.items()))
+
+
+def _latest(steps: list[_Step]) -> list[_Step]:
+    """The latest step of each thread block among ``steps`` (it implies the others)."""
+    last: dict[int, _Step] = {}
+    for st in steps:
+        key = id(st.tb)
+        if key not in last or st.t > last[key].t:
+            last[key] = st
+    return list(last.values())
+
+
+def _nop(dep: _Step, tb: _Tb) -> _Step:
+    nop = _Step("nop", None, None, 0, dep.t, tb)
+    nop.dep = dep
+    return nop
+
+
+def _nops_before(out: list[_Step]) -> list[_Step]:
+    """The nops just before the next step of ``out`` (their waits are that step's)."""
+    run = []
+    for st in reversed(out):
+        if st.op != "nop":
+            break
+        run.append(st)
+    return run
+
+
+def _slot(where: tuple[str, int] | None) -> Slot | None:
+    return None if where is None else Slot(Buf(where[0]), where[1])
