@@ -24,9 +24,24 @@ from typing import TYPE_CHECKING, Literal
 
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective.model import Collective
-from te_ccl.compiler import CompileOptions, CompileResult, compile_collective, output_format
+from te_ccl.compiler import (
+    BASE_CHUNKS,
+    CompileOptions,
+    CompileResult,
+    check_plan_kind,
+    compile_collective,
+    compile_size_library,
+    output_format,
+    parse_size_range,
+    read_previous,
+)
 from te_ccl.errors import SpecError
+from te_ccl.outputs import check_output_dir, check_output_file
+from te_ccl.runtime_limits import RUNTIMES
+from te_ccl.spec.collective import load_collective
+from te_ccl.spec.topology import load_topology
 from te_ccl.topology.model import Topology
+from te_ccl.units import UnitError, parse_time
 
 if TYPE_CHECKING:
     from te_ccl.compiler import Previous
@@ -39,8 +54,6 @@ def solve_params(*, backend: str = "auto", time_limit_s: float = 60.0, threads: 
                  max_horizon: int | None = None) -> SolveParams:
     """The solver settings, with ``epoch`` as ``fastest``, ``slowest``, seconds or a time
     such as ``"1us"``."""
-    from te_ccl.units import UnitError, parse_time
-
     if isinstance(epoch, str) and epoch not in ("fastest", "slowest"):
         try:
             epoch = parse_time(epoch)
@@ -99,16 +112,12 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     :class:`~te_ccl.errors.SolverError` or :class:`~te_ccl.errors.RuntimeLimitError`
     when no schedule is found or fits the runtime.
     """
-    from te_ccl.runtime_limits import RUNTIMES
-
     if runtime not in RUNTIMES:
         raise SpecError(f"expected one of {', '.join(RUNTIMES)}, got {runtime!r}",
                         key="runtime")
     topo = _topology(topology)
     chunk_choices: tuple[int, ...] = ()
     if chunks == "auto":
-        from te_ccl.compiler import BASE_CHUNKS
-
         chunk_choices, chunks = BASE_CHUNKS, 1
     elif chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
         raise SpecError(f"expected a positive integer or auto, got {chunks!r}", key="chunks")
@@ -117,8 +126,6 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         size = span[1]  # the collective is checked at the largest size
     coll = _collective(topo, collective, spec, size=size, chunks=chunks, ranks=ranks,
                        root=root, inplace=inplace, proto=proto)
-    from te_ccl.outputs import check_output_dir, check_output_file
-
     if output is not None and span is None:
         check_output_file(output, key="output")
     if fred_tables is not None:
@@ -131,8 +138,6 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,
                           seed=seed, epoch=epoch, max_horizon=max_horizon)
     if span is not None:
-        from te_ccl.compiler import compile_size_library
-
         return compile_size_library(topo, coll, params, *span, str(output), fmt=fmt,
                                     chunk_choices=chunk_choices, progress=progress,
                                     runtime=RUNTIMES[runtime])
@@ -147,8 +152,6 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
 def _check_plan_kind(coll: Collective, previous: object, span: tuple[int, int] | None
                      ) -> None:
     """Refuse, before solving, what an MSCCL++ plan cannot be written for."""
-    from te_ccl.compiler import check_plan_kind
-
     if span is not None:
         raise SpecError("size libraries are MSCCL XML or schedule JSON; compile one size for "
                         "an MSCCL++ plan (its min/max message size cover every size)",
@@ -163,8 +166,6 @@ def _size_span(sizes: str | tuple[int, int], size: object, output: object,
                fred_tables: object, previous: object) -> tuple[int, int]:
     """``sizes`` as ``(low, high)`` bytes, refusing what belongs to one algorithm (a
     ``size`` beside them would say which of the library's sizes the user meant: none)."""
-    from te_ccl.compiler import parse_size_range
-
     if isinstance(sizes, str):
         span = parse_size_range(sizes)
     elif (isinstance(sizes, tuple) and len(sizes) == 2
@@ -184,8 +185,6 @@ def _size_span(sizes: str | tuple[int, int], size: object, output: object,
     if output is None or str(output) == "-":
         raise SpecError("a size library is written into a directory: expected one",
                         key="output")
-    from te_ccl.outputs import check_output_dir
-
     check_output_dir(output, key="output")
     return span
 
@@ -199,16 +198,12 @@ def _previous(previous: str | os.PathLike | None, topo: Topology, coll: Collecti
     if output is None or backend != "auto":
         raise SpecError("a previous file seeds a compile that writes a file with the auto "
                         "backend; expected an output and backend auto", key="previous")
-    from te_ccl.compiler import read_previous
-
     return read_previous(str(previous), coll, topo)
 
 
 def _topology(topology: str | os.PathLike | Topology) -> Topology:
     if isinstance(topology, Topology):
         return topology
-    from te_ccl.spec.topology import load_topology
-
     return load_topology(str(topology))
 
 
@@ -224,8 +219,6 @@ def _collective(topo: Topology, collective: str | Collective | None,
 
             return replace(collective, chunks_per_rank=given["chunks"])
         return collective
-    from te_ccl.spec.collective import load_collective
-
     if collective is not None:
         given["collective"] = collective
     if isinstance(given.get("size"), int):

@@ -3,7 +3,9 @@ arithmetic on the chunks a rank receives and, for an AlltoAll, the links they cr
 
 from __future__ import annotations
 
+from te_ccl.backends.scale.grid_alltoall import grid_elements, grid_shape
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.topology.model import Topology
@@ -51,8 +53,6 @@ def _check_relays(collective: Collective, topology: Topology) -> None:
     the ``<algo>`` and the ``<gpu>``s."""
     if collective.kind is not CollectiveKind.ALLTOALL or topology.switches:
         return
-    from te_ccl.backends.scale.grid_alltoall import grid_elements, grid_shape
-
     n, k = collective.nranks, collective.chunks_per_rank
     room = MSCCL.step_room(n)
     if k * (n - 1) ** 2 <= room:
@@ -87,8 +87,6 @@ def hop_sum(topology: Topology, ranks: tuple[int, ...], enough: int | None = Non
     16
     """
     import numpy as np
-
-    from te_ccl.deadline import check
 
     index = {g: i for i, g in enumerate(topology.gpus)}
     src = np.array([index[link.src] for link in topology.links], dtype=np.int64)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from te_ccl.errors import SpecError
+from te_ccl.lower.mscclpp import SUPPORTED
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 
 if TYPE_CHECKING:
@@ -48,8 +49,6 @@ def check_plan_kind(kind: str, proto: str, *, file: str | None = None, key: str 
     """Refuse, before solving, a collective no MSCCL++ plan is written for: a ``kind`` the
     plan writer does not cover (``key``: where the kind was asked for), or a protocol
     other than Simple, the one it writes (LL would be ignored)."""
-    from te_ccl.lower.mscclpp import SUPPORTED
-
     if kind not in {k.value for k in SUPPORTED}:
         names = ", ".join(k.value for k in SUPPORTED)
         raise SpecError(f"{kind} has no MSCCL++ execution plan (MSCCL++ execution plans "

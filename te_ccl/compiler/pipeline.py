@@ -64,6 +64,7 @@ from te_ccl.errors import (
     TecclError,
     VerificationError,
 )
+from te_ccl.lower.mscclpp import box_candidate
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import check_output_file, make_output_dir, path_component, write_atomic
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
@@ -360,8 +361,6 @@ def _plan_only(topology: Topology, collective: Collective, options: CompileOptio
     (:func:`te_ccl.lower.mscclpp.box_candidate`)."""
     if options.fmt != "mscclpp":
         return ()
-    from te_ccl.lower.mscclpp import box_candidate
-
     box = box_candidate(topology, collective)
     return (("template box plan", box),) if box is not None else ()
 

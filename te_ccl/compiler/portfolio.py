@@ -52,15 +52,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from functools import cache, partial
 
+import te_ccl.backends.scale as scale_backend
+import te_ccl.baselines as baselines
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.backends.select import strategy_for
+from te_ccl.baselines.direct import direct
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler.chunking import chunk_candidates, chunking_bounds
-from te_ccl.compiler.strategy import run_strategy
+from te_ccl.compiler.strategy import check_input, run_strategy
 from te_ccl.deadline import Budget, TimeLimitReached, left, until
 from te_ccl.errors import SolverError, SpecError
+from te_ccl.fred import in_switch_candidate
 from te_ccl.model.relays import relay_overflow
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -234,22 +239,17 @@ def quick(topology: Topology, collective: Collective, params: SolveParams
     they cost nothing while the scale method's file fits the runtime, and are the file
     where it does not. A candidate that breaks a buffer limit raises
     :class:`SolverError`. Bad input raises :class:`SpecError` first."""
-    from te_ccl.backends.scale import scale_method
-    from te_ccl.baselines import applicable, build_baseline
-    from te_ccl.compiler.strategy import check_input
-    from te_ccl.fred import in_switch_candidate
-
     check_input(topology, collective)
-    method = scale_method(topology, collective)
+    method = scale_backend.scale_method(topology, collective)
     if method is not None:
         scale = replace(params, backend="scale", max_subchunks=1)
         yield f"scale/{method}", partial(_within_buffers, run_strategy, topology, collective,
                                          scale)
     if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
         return
-    for name in _cheapest_first(applicable(topology, collective), collective):
-        yield f"template {name}", partial(_within_buffers, build_baseline, name, topology,
-                                          collective)
+    for name in _cheapest_first(baselines.applicable(topology, collective), collective):
+        yield f"template {name}", partial(_within_buffers, baselines.build_baseline, name,
+                                          topology, collective)
         if name == "direct" and collective.root is not None:
             yield from _paced_direct(topology, collective)
     yield "template in-switch", partial(_within_buffers, in_switch_candidate, topology,
@@ -263,9 +263,6 @@ def _paced_direct(topology: Topology, collective: Collective
     chunks all start in one epoch, more than the file's channels can take in turn
     (mesh 16×16 Scatter 1 KB: 128 on each of the root's links). Tried only where the
     unpaced one does not fit; :data:`PACED_TRIES` of them, each slower than the last."""
-    from te_ccl.baselines.direct import direct
-    from te_ccl.runtime_limits import MSCCL
-
     held = MSCCL.max_channels * max(1, MSCCL.outstanding_sends(collective.proto))
     for n in sorted({max(1, held >> k) for k in range(PACED_TRIES)}, reverse=True):
         yield f"template direct ({n} in flight per link)", partial(
@@ -378,18 +375,15 @@ def _composition_short(topology: Topology, collective: Collective) -> bool:
 def _scale_known(topology: Topology, collective: Collective, params: SolveParams,
                  known: Known) -> bool:
     """Is a ``known`` schedule the one the scale backend would solve (its sub-chunking)?"""
-    from te_ccl.backends.scale import scale_plan
-
     scaled = [s.collective for _, s in known if s.info.backend == "scale"]
-    return bool(scaled) and scale_plan(topology, collective, params.max_subchunks)[0] in scaled
+    return bool(scaled) and \
+        scale_backend.scale_plan(topology, collective, params.max_subchunks)[0] in scaled
 
 
 def _scale_and_flow(topology: Topology, collective: Collective) -> tuple[str | None, str | None]:
     """The scale method that fits (None if none does) and why the flow model is not run
     (None: it runs)."""
-    from te_ccl.backends.scale import scale_method
-
-    method = scale_method(topology, collective)
+    method = scale_backend.scale_method(topology, collective)
     if method == "flow-alltoall":
         return method, ("AlltoAll routed by the concurrent-flow LP lands within ~1% of its "
                         "bound at any size, where the time-expanded model does not")
@@ -443,14 +437,12 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     compare directly with the solvers'. ``only``: those templates alone (the in-switch
     schedule not), as :data:`EARLY_TEMPLATES` are raced before the flow model.
     """
-    from te_ccl.baselines import BaselineError, applicable, build_baseline
-    from te_ccl.fred import in_switch_candidate
-
     if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
         race.skip("templates", f"over {TEMPLATE_MAX_DELIVERIES} (chunk, destination) pairs")
         return
-    builds = [(name, partial(build_baseline, name, topology, collective))
-              for name in applicable(topology, collective) if only is None or name in only]
+    builds = [(name, partial(baselines.build_baseline, name, topology, collective))
+              for name in baselines.applicable(topology, collective)
+              if only is None or name in only]
     if only is None:
         builds.append(("in-switch", partial(in_switch_candidate, topology, collective)))
     # a best that does not lower (judged inf) bounds nothing, whatever its prediction
@@ -466,7 +458,7 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
             continue
         try:
             candidate = build()
-        except BaselineError:
+        except baselines.BaselineError:
             continue
         except TimeLimitReached as e:  # building is part of the search: keep the best so far
             race.fail(f"template {name}", e)

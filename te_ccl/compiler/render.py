@@ -9,6 +9,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import te_ccl.verify.msccl.verify as xml_verifier
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.collective.model import Collective
 from te_ccl.compiler.best import refuse, solve_best, solve_checked
@@ -17,8 +18,10 @@ from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.portfolio import asked_chunking
 from te_ccl.deadline import TimeLimitReached, left
 from te_ccl.errors import RuntimeLimitError, VerificationError
+from te_ccl.lower.fred import fred_tables_for
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
+from te_ccl.verify.mscclpp import verify_plan
 from te_ccl.verify.schedule_check import check_schedule
 
 __all__ = ["lowerable", "render", "render_fitting", "solved_again", "write_fred_tables"]
@@ -178,8 +181,6 @@ def render(schedule: Schedule, options: CompileOptions, *,
         return _render_plan(schedule, options, progress, lowered, timer)
     if not options.expressible:
         schedule.topology.check_msccl_can_express()
-    from te_ccl.verify.msccl.verify import verify_msccl
-
     xml = lowered
     if xml is None:
         xml = (timer.lower(schedule, options, progress) if timer is not None
@@ -189,7 +190,8 @@ def render(schedule: Schedule, options: CompileOptions, *,
     coll = schedule.collective
     root = coll.ranks.index(coll.root) if coll.root is not None else None
     with timer.replaying(schedule, xml) if timer is not None else nullcontext() as read:
-        report = verify_msccl(xml.decode(), root=root, read=read, limits=options.runtime)
+        report = xml_verifier.verify_msccl(xml.decode(), root=root, read=read,
+                                           limits=options.runtime)
         if not report.valid:
             if timer is not None:
                 timer.refused(schedule)
@@ -206,8 +208,6 @@ def _render_plan(schedule: Schedule, options: CompileOptions, progress: Progress
     """The MSCCL++ plan of ``schedule`` once the independent plan checker accepts it
     (:class:`VerificationError` if not); a plan ``lowered`` to judge it was checked by
     its replay already."""
-    from te_ccl.verify.mscclpp import verify_plan
-
     if lowered is not None:
         return lowered
     if progress:
@@ -226,7 +226,5 @@ def write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
                       ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
     """The FRED switch tables of ``schedule`` written to ``out_dir``: their paths, and the
     fabric's limits."""
-    from te_ccl.lower.fred import fred_tables_for
-
     written = fred_tables_for(schedule, topology, Path(out_dir))
     return tuple(str(p) for p in written.paths), written.fabric

@@ -10,6 +10,7 @@ from typing import Any
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler.incumbent import Improvement
 from te_ccl.compiler.judge import XML_REPLAY_LIMIT, Timer, Timing
+from te_ccl.report.metrics import bandwidths, buffer_summary, busbw_factor
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -58,8 +59,6 @@ class CompileResult:
     @cached_property
     def _metrics(self) -> dict[str, Any]:
         """:func:`summary` and the buffer counts, once (those walk every transfer)."""
-        from te_ccl.report.metrics import buffer_summary
-
         return summary(self, self.schedule.topology) | buffer_summary(self.schedule)
 
 
@@ -125,8 +124,6 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
     ``first_file_s``, ``cut_short`` and ``incumbents`` are the anytime compile's record
     (:class:`CompileResult`; None, false and empty where no file was written).
     """
-    from te_ccl.report.metrics import bandwidths, busbw_factor
-
     s, c = result.schedule, result.schedule.collective
     timing = result.timing or Timing(s.finish_time_s)
     finish, bound = timing.finish_s, result.lower_bound_s

@@ -18,6 +18,7 @@ import networkx as nx
 
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.backends.flow import solve_flow
+from te_ccl.backends.scale import compile_scale
 from te_ccl.backends.select import strategy_for
 from te_ccl.collective.model import Collective
 from te_ccl.deadline import until
@@ -94,8 +95,6 @@ def run_strategy(topology: Topology, collective: Collective, params: SolveParams
     with until(params.time_limit_s):
         usable, left_out = _usable_links(topology, collective)
         if strategy_for(params) == "scale":
-            from te_ccl.backends.scale import compile_scale
-
             schedule = compile_scale(usable, collective, params, progress)
         else:
             schedule = solve_flow(usable, collective, params, progress)
