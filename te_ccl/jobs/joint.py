@@ -25,7 +25,10 @@ compiled alone and replayed together (which links carry whose bytes):
               a torus);
 ``flow``      no views: every job's demands in one flow problem on the shared links
               (:mod:`te_ccl.jobs.flow`), for jobs on at most
-              :data:`~te_ccl.jobs.flow.MAX_GPUS` GPUs together.
+              :data:`~te_ccl.jobs.flow.MAX_GPUS` GPUs together;
+``mix``       of every file made for each job (above, and the portfolio's templates),
+              the set that runs best together (:mod:`te_ccl.jobs.mix`): a link is
+              shared per connection, so the jobs' forms decide who gets how much of it.
 
 Every candidate is lowered, verified and replayed together, file by file, as the
 runtime runs them (:mod:`te_ccl.jobs.files`); the kept one misses the fewest deadlines
@@ -44,10 +47,12 @@ from pathlib import Path
 from typing import Any
 
 from te_ccl.compiler import SolveParams, check_input
+from te_ccl.deadline import Budget
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.bound import JointBound, joint_bound
 from te_ccl.jobs.files import checked_algo, finish_alone, replay_alone, replay_together
 from te_ccl.jobs.flow import FlowPlan, compile_flow, plan_flow
+from te_ccl.jobs.mix import JobFile, mix, templates
 from te_ccl.jobs.spec import OBJECTIVES, Job, JobSet, objective_of, unreachable
 from te_ccl.outputs import check_output_file, make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
@@ -179,12 +184,12 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
             plan = str(e)
     gpus = set(jobs.topology.gpus)
     views = any(a in gpus and b in gpus for a, b in common)
-    shares = 1 + len(VIEWS) * views + (not isinstance(plan, str))
+    shares = 1 + len(VIEWS) * views + (not isinstance(plan, str)) + bool(common)  # mix
     each = max(time_limit_s / (shares * len(jobs.jobs)), MIN_COMPILE_S)
     solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed,
              "epoch": epoch, "max_horizon": max_horizon}
     with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
-        compiled: dict[tuple, _Compiled] = {}  # (job, its view) → its compile
+        compiled: dict[tuple, JobFile] = {}  # (job, its view) → its compile
 
         def run(method: str, views: Views) -> _Candidate:
             say(f"compiling the jobs ({method})")
@@ -210,13 +215,24 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
                     SolveParams(**solve), time_limit_s=time_limit_s / shares), notes))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"flow: not compiled ({e})")
-    alone, alone_s = _best_alone(jobs, compiled, first_alone)
+        made: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
+        mixing = time_limit_s / shares / 2  # the mix's share: half templates, half descent
+        if shared.shared_links:
+            say("lowering the jobs' templates (mix)")
+            made = templates(jobs, Budget.of(mixing))
+    alone, alone_s = _best_alone(jobs, compiled, first_alone, made)
     if any(alone.algos[n] is not first.algos[n] for n in alone.algos):  # else replayed above
         shared = replay_together(jobs, alone.algos)
     alone = replace(alone, finish=shared.finish_s)
     kept.insert(0, alone)
-    best = min(kept, key=lambda c: (_missed(jobs, c.finish),
-                                    _value(jobs, objective, c.finish)))
+
+    def score(finish: Mapping[str, float]) -> tuple[int, float]:
+        return _missed(jobs, finish), _value(jobs, objective, finish)
+
+    if shared.shared_links:
+        say("combining the jobs' files (mix)")
+        kept.append(_mixed(jobs, kept, compiled, made, score, Budget.of(mixing)))
+    best = min(kept, key=lambda c: score(c.finish))
     written = _write(jobs, best, output)
     outcomes = tuple(JobOutcome(j, best.finish[j.name], alone_s[j.name],
                                 alone.finish[j.name], written.get(j.name))
@@ -255,13 +271,6 @@ def _missed(jobs: JobSet, finish: Mapping[str, float]) -> int:
     return sum(1 for j in jobs.jobs if j.deadline_s is not None and finish[j.name] > j.deadline_s)
 
 
-@dataclass(frozen=True)
-class _Compiled:
-    xml: bytes
-    schedule: Schedule
-    algo: Algo
-
-
 @contextmanager
 def _naming(jobs: JobSet, job: Job) -> Iterator[None]:
     """A job's input refused (:class:`SpecError`) names the jobs file and the job."""
@@ -272,7 +281,7 @@ def _naming(jobs: JobSet, job: Job) -> Iterator[None]:
 
 
 def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
-               compiled: dict[tuple, _Compiled]) -> _Candidate:
+               compiled: dict[tuple, JobFile]) -> _Candidate:
     """Every job compiled on its view, once per view (``compiled`` holds those done);
     files verified (by the compile, and again here for the job's communicator) and
     replayed together."""
@@ -287,8 +296,8 @@ def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
             result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
                                     output=path, fmt="xml", **solve)
         data = path.read_bytes()
-        compiled[key] = _Compiled(data, replace(result.schedule, topology=jobs.topology),
-                                  checked_algo(job, data))
+        compiled[key] = JobFile(data, replace(result.schedule, topology=jobs.topology),
+                                checked_algo(job, data))
     mine = {j.name: compiled[(j.name, tuple(sorted(views[j.name].items())))]
             for j in jobs.jobs}
     algos = {n: c.algo for n, c in mine.items()}
@@ -308,18 +317,45 @@ def _flow(jobs: JobSet, plan: FlowPlan, objective: str, params: SolveParams,
                       replay_together(jobs, algos).finish_s)
 
 
-def _best_alone(jobs: JobSet, compiled: Mapping[tuple, _Compiled],
-                whole: Mapping[str, float]) -> tuple[_Candidate, dict[str, float]]:
+def _mixed(jobs: JobSet, kept: list[_Candidate], compiled: Mapping[tuple, JobFile],
+           made: Mapping[str, Mapping[str, JobFile]],
+           score: Callable[[Mapping[str, float]], tuple[int, float]],
+           budget: Budget) -> _Candidate:
+    """The ``mix`` candidate (:mod:`te_ccl.jobs.mix`): from the best candidate so far,
+    each job's file chosen among every file made for it."""
+    pool: dict[str, dict[bytes, JobFile]] = {j.name: {} for j in jobs.jobs}
+    for (name, _), f in compiled.items():
+        pool[name].setdefault(f.xml, f)
+    for c in kept:
+        for name in c.xml:
+            pool[name].setdefault(c.xml[name], JobFile(c.xml[name], c.schedules[name],
+                                                       c.algos[name]))
+    for name, files in made.items():
+        for f in files.values():
+            pool[name].setdefault(f.xml, f)
+    start = min(kept, key=lambda c: score(c.finish))
+    chosen, finish = mix(jobs, {n: list(p.values()) for n, p in pool.items()},
+                         {n: pool[n][start.xml[n]] for n in pool}, score, budget)
+    return _Candidate("mix", {n: f.xml for n, f in chosen.items()},
+                      {n: f.schedule for n, f in chosen.items()},
+                      {n: f.algo for n, f in chosen.items()}, finish)
+
+
+def _best_alone(jobs: JobSet, compiled: Mapping[tuple, JobFile], whole: Mapping[str, float],
+                made: Mapping[str, Mapping[str, JobFile]]
+                ) -> tuple[_Candidate, dict[str, float]]:
     """The baseline: each job's file that finishes first with the network to itself,
-    of every file compiled for it (on the whole network or a view: each is a file
-    compiled for the job alone), and those finishes. Taking each job's best keeps a
-    compile that landed better by chance on one view from counting as a gain of the
-    joint compile. ``whole``: the finishes, already replayed, of the files compiled on
+    of every file made for it (compiled on the whole network or a view, or a template
+    in ``made``: each is a file a compile alone could write), and those finishes.
+    Taking each job's best keeps a compile that landed better by chance on one view, or
+    a template faster alone, from counting as a gain of the joint compile. ``whole``: the finishes, already replayed, of the files compiled on
     the whole network."""
     by_name = {j.name: j for j in jobs.jobs}
-    best: dict[str, tuple[float, _Compiled]] = {}
-    for (name, view), c in compiled.items():
-        t = whole[name] if not view else finish_alone(jobs, by_name[name], c.algo)
+    best: dict[str, tuple[float, JobFile]] = {}
+    files = [(name, whole[name] if not view else None, c) for (name, view), c in compiled.items()]
+    files += [(name, None, c) for name, cs in made.items() for c in cs.values()]
+    for name, known, c in files:
+        t = known if known is not None else finish_alone(jobs, by_name[name], c.algo)
         if name not in best or t < best[name][0]:
             best[name] = (t, c)
     mine = {n: c for n, (_, c) in best.items()}
