@@ -35,9 +35,11 @@ from te_ccl.simulate.msccl import prepared, replay
 from te_ccl.topology.model import Topology
 from te_ccl.verify.msccl.model import READS_SRC, RECVS, SENDS, WRITES_DST, Algo
 
-__all__ = ["Spliced", "splice", "step_times", "SPLICED_KINDS", "BALANCE_ROUNDS", "WEIGHTS"]
+__all__ = ["Spliced", "splice", "step_times", "SPLICED_KINDS", "BALANCE_ROUNDS", "SEARCH",
+           "WEIGHTS"]
 
 SPLICED_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST)
+SEARCH = 256  # steps looked through for an order a read keeps (:meth:`_Splice._after`)
 BALANCE_ROUNDS = 4  # passes moving receives off a receiver's overloaded incoming links
 WEIGHTS = (0.02, 0.01, 0.0)  # how much a sender's holding the chunk earlier counts
 #   against its link's load (a second until it holds it as this many seconds of load):
@@ -357,17 +359,19 @@ class _Splice:
             for tb in tbs:
                 for i, st in enumerate(tb.steps):
                     before[st] = tb.steps[i - 1] if i else None
-        memo: dict[_Step, list[_Step]] = {}
+        memo: dict[_Step, _Step | None] = {}
 
-        def stands(x: _Step | None) -> list[_Step]:
+        def stands(x: _Step | None) -> _Step | None:
             """What waiting for ``x`` means now: ``x``, or for a step removed or a nop
-            (nops publish no flag), what it stood for."""
-            if x is None:
-                return []
-            if x not in self.removed and x.op != "nop":
-                return [x]
+            (nops publish no flag), the latest of what it waited for (its dependency,
+            the step before it). AllGather and Broadcast write each slot once, so such
+            a wait only paces the file (the order a read needs is its slot's writer's,
+            which the last pass keeps): one wait is enough."""
+            if x is None or (x not in self.removed and x.op != "nop"):
+                return x
             if x not in memo:
-                memo[x] = _latest(stands(x.dep) + stands(before[x]))
+                memo[x] = max((y for y in (stands(x.dep), stands(before[x])) if y is not None),
+                              key=lambda y: y.t, default=None)
             return memo[x]
 
         for (k, b), moves in sorted(self.moves.items()):
@@ -379,8 +383,9 @@ class _Splice:
                 for st in tb.steps:
                     if st in self.removed:
                         continue
-                    deps = stands(st.dep) + [self.writer[rank, x] for x in st.reads()
-                                             if self.writer[rank, x] in fresh]
+                    paced = stands(st.dep)
+                    deps = ([paced] if paced is not None else []) + [
+                        self.writer[rank, x] for x in st.reads() if self.writer[rank, x] in fresh]
                     deps = sorted((d for d in _latest(deps) if d.tb is not tb),
                                   key=lambda d: d.t)
                     if st.op == "nop" and not deps:
@@ -392,14 +397,15 @@ class _Splice:
                     out.append(st)
                 tb.steps = out
             self.tbs[rank] = [tb for tb in tbs if tb.steps or (tb.send < 0 and tb.recv < 0)]
+        prior = {st: tb.steps[i - 1] if i else None for tbs in self.tbs.values()
+                 for tb in tbs for i, st in enumerate(tb.steps)}
         for rank, tbs in self.tbs.items():
             for tb in tbs:
                 out = []
                 for st in tb.steps:
                     for x in st.reads():
                         w = self.writer.get((rank, x))
-                        if w is None or w is st.dep or w.tb is tb or any(
-                                o.dep is w for o in _nops_before(out)):
+                        if w is None or w.tb is tb or self._after(w, st, prior):
                             continue
                         if st.dep is None:
                             st.dep = w
@@ -407,6 +413,21 @@ class _Splice:
                             out.append(_nop(w, tb))
                     out.append(st)
                 tb.steps = out
+
+    def _after(self, w: _Step, st: _Step, prior: dict[_Step, _Step | None]) -> bool:
+        """Does ``st`` wait for ``w`` through what it waits for, the steps before it and
+        the sends its receives take (looked for among steps done no earlier than ``w``
+        in the previous replay, at most :data:`SEARCH` of them; beyond, not known)?"""
+        seen, todo = {st}, [st]
+        while todo and len(seen) <= SEARCH:
+            x = todo.pop()
+            for p in (x.dep, prior.get(x), self.sent_by.get(x) if x.op in RECVS else None):
+                if p is w:
+                    return True
+                if p is not None and p not in seen and p.t >= w.t and p not in self.removed:
+                    seen.add(p)
+                    todo.append(p)
+        return False
 
     def _add(self, k: int, b: int, moves: list[tuple[float, _Step, list[_Step]]]) -> None:
         """The thread blocks of the moves from ``k`` to ``b``, in the order their chunks
@@ -428,6 +449,7 @@ class _Splice:
             send = _Step("s", rv.dst, rv.dst, rv.cnt, when, sender)
             send.dep = got[-1]
             sender.steps.append(send)
+            self.sent_by[rv] = send
             rv.tb = receiver
             receiver.steps.append(rv)
 
@@ -474,16 +496,6 @@ def _nop(dep: _Step, tb: _Tb) -> _Step:
     nop = _Step("nop", None, None, 0, dep.t, tb)
     nop.dep = dep
     return nop
-
-
-def _nops_before(out: list[_Step]) -> list[_Step]:
-    """The nops just before the next step of ``out`` (their waits are that step's)."""
-    run = []
-    for st in reversed(out):
-        if st.op != "nop":
-            break
-        run.append(st)
-    return run
 
 
 def _slot(where: tuple[str, int] | None) -> Slot | None:
