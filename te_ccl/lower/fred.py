@@ -49,6 +49,7 @@ from te_ccl.fred.wafer import Wafer, wafer_from_topology
 from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
+from te_ccl.verify.fred_tables import check_fred_tables
 
 __all__ = ["SwitchSet", "WrittenTables",
            "TABLES", "flow_rows", "uswitch_rows", "phase_rows", "port_rows", "config_rows",
@@ -234,8 +235,6 @@ def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric, out_dir: str |
     VerificationError
         If the independent checker finds a violation other than an SRAM overflow.
     """
-    from te_ccl.verify.fred_tables import check_fred_tables
-
     tables = lower_to_fred_tables(phases, wafer, streams)
     files = render_fred_tables(tables)
     try:
