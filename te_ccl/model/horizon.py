@@ -20,6 +20,7 @@ from collections import Counter
 
 import networkx as nx
 
+from te_ccl.bounds import allgather_cut_ratio
 from te_ccl.deadline import check
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
@@ -63,8 +64,6 @@ def _cut_bound(problem: Problem) -> int:
         return _ceil(n / flow)
     if set(counts) != members:
         return 0
-    from te_ccl.bounds import allgather_cut_ratio
-
     ratio, _ = allgather_cut_ratio(rates, sorted(members))
     return _ceil(min(counts.values()) * ratio)
 
