@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from functools import lru_cache
 from typing import Any
 
+from te_ccl.bounds import lower_bound
+from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
 from te_ccl.fred.mesh import Mesh, wafer_mesh
 from te_ccl.fred.strategy import Strategy, compile_phase, parse_strategy, phase_candidates
@@ -224,9 +226,6 @@ def mesh_bound_models(strategy: Strategy, kind: str, latencies: tuple[float, flo
     """(latency seconds, seconds per byte) of the lower bound
     (:func:`te_ccl.bounds.lower_bound`) of each collective of phase ``kind`` alone on the
     wafer mesh of ``strategy.npus`` NPUs (a PP send is a Broadcast from one NPU to one)."""
-    from te_ccl.bounds import lower_bound
-    from te_ccl.collective.model import Collective, CollectiveKind
-
     topo = gen.wafer_mesh(strategy.npus, wire_latency_s=latencies[0],
                           uswitch_latency_s=latencies[1])
     size = int(REF_BYTES)
