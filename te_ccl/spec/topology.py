@@ -34,6 +34,7 @@ from typing import Any
 import networkx as nx
 
 from te_ccl.errors import InputWarning, SpecError
+from te_ccl.importers import IMPORT_SUFFIXES, import_file, sniff_format
 from te_ccl.outputs import check_input_file
 from te_ccl.spec.fields import (
     Fields,
@@ -102,8 +103,6 @@ def _load(name_or_path: str, base: Path | None, stack: tuple[Path, ...]) -> Topo
     path, shipped = _resolve(name_or_path, base)
     check_input_file(path)  # before a dump's format is sniffed (a FIFO's open blocks)
     if not shipped and path.suffix not in (".yaml", ".yml"):
-        from te_ccl.importers import IMPORT_SUFFIXES, import_file, sniff_format
-
         if path.suffix in IMPORT_SUFFIXES or sniff_format(path):
             imported = import_file(path)  # a topology dump, imported on the fly
             for line in imported.report.warnings:  # its quirks, as `topo import` gives them
