@@ -55,7 +55,7 @@ from te_ccl.compiler.result import CompileResult, compile_notes, rooted_notes
 from te_ccl.compiler.sizes import compile_size_ranges
 from te_ccl.compiler.solve import Known
 from te_ccl.compiler.strategy import check_input
-from te_ccl.compiler.warm import repair
+from te_ccl.compiler.warm import offer_spliced, repair
 from te_ccl.deadline import TimeLimitReached, hurried, keeping, left, until
 from te_ccl.errors import (
     RuntimeLimitError,
@@ -216,7 +216,9 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
     :data:`WRITE_RESERVE_S` (and :data:`RESERVE_S_PER_DELIVERY` per chunk delivered) before
     the deadline, kept for writing the file and its report.
 
-    With a previous file the search is narrowed to its repair (:func:`te_ccl.compiler.warm.repair`).
+    With a previous file that file spliced comes first, and may stand
+    (:func:`te_ccl.compiler.warm.offer_spliced`); the search is narrowed to its repair
+    (:func:`te_ccl.compiler.warm.repair`).
 
     A deadline reached in any stage, or a search that fails (no schedule, none that fits
     the runtime), leaves the file kept, with a note; only with none kept yet is it an
@@ -225,7 +227,8 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
     deliveries = sum(collective.received().values())
     with keeping(WRITE_RESERVE_S + RESERVE_S_PER_DELIVERY * deliveries):
         try:
-            if strategy_for(params) == "portfolio":
+            if strategy_for(params) == "portfolio" and not offer_spliced(
+                    options.previous, usable.topology, collective, options, timer, kept):
                 _first_file(usable.topology, collective, params, options, timer, kept,
                             usable.in_switch)
             search = repair(options.previous, topology, collective, params, kept)
