@@ -53,8 +53,10 @@ __all__ = ["PIPELINE_KINDS", "applies", "box_trees", "disjoint_trees", "pipeline
 
 PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
                   CollectiveKind.SCATTER)
-MAX_TRANSFERS = 60_000  # link transfers a Broadcast or Scatter is cut into at most: a file
-#                         that size is built, lowered, verified and replayed in a few seconds
+MAX_TRANSFERS = 40_000  # link transfers a Broadcast or Scatter is cut into at most: a file
+#                         that size is built, lowered, verified and replayed in a few seconds,
+#                         and its GPUs' thread blocks stay within what a step can wait for
+#                         (relays inside DGX-2 boxes need more at 60,000)
 FINE_TRANSFERS = 200_000  # the same for pipeline-fine (mesh 16×16: 784 pieces), built only
 FINE_SHARE = 0.5  # where that many at TRANSFER_S each take at most this share of the time left
 TRANSFER_S = 6e-5  # about what building, lowering, verifying and replaying one transfer of
