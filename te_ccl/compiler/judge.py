@@ -35,6 +35,7 @@ from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.solve import Judge
 from te_ccl.deadline import TimeLimitReached, left
 from te_ccl.errors import RuntimeLimitError, TecclError
+from te_ccl.lower.msccl.merge import MODES as MERGE_MODES
 from te_ccl.lower.msccl.parallel import quiet
 from te_ccl.lower.mscclpp import lower_to_mscclpp
 from te_ccl.schedule import Schedule
@@ -178,31 +179,36 @@ def lower_file(schedule: Schedule, options: CompileOptions,
 
 def _merged_if_faster(schedule: Schedule, lower: Callable[..., bytes],
                       options: CompileOptions) -> bytes:
-    """The XML ``lower`` writes, or, up to :data:`MERGE_UP_TO` transfers, the one whose
-    steps carry several chunks (``merge=True``) where it passes the verifier and replays
-    faster, or where only it fits the runtime's limits."""
+    """The XML ``lower`` writes, or, up to :data:`MERGE_UP_TO` transfers, one whose steps
+    carry several chunks (in each mode of :data:`~te_ccl.lower.msccl.merge.MODES`) where
+    it passes the verifier and replays fastest, or where only such a file fits the
+    runtime's limits."""
+    refused: RuntimeLimitError | None = None
     try:
-        plain: bytes | None = lower()
+        best: bytes | None = lower()
     except RuntimeLimitError as e:
         if len(schedule.transfers) > MERGE_UP_TO:
             raise
-        plain, refused = None, e
-    if plain is not None and len(schedule.transfers) > MERGE_UP_TO:
-        return plain
-    try:
-        merged = lower(merge=True)
-    except TecclError:  # the file of one step per chunk stands (or its refusal)
-        merged = None
-    if merged is not None and merged != plain:
-        if not xml_verifier.verify_msccl(merged.decode(), limits=options.runtime).valid:
-            merged = None
-    if merged is None or merged == plain:
-        if plain is None:
-            raise refused
-        return plain
-    if plain is None or xml_replay(schedule, merged) < xml_replay(schedule, plain):
-        return merged
-    return plain
+        best, refused = None, e
+    if len(schedule.transfers) > MERGE_UP_TO:
+        return best
+    best_s: float | None = None  # the replay of best, once another file is up against it
+    for mode in MERGE_MODES:
+        try:
+            merged = lower(merge=mode)
+        except TecclError:  # the file of one step per chunk stands (or its refusal)
+            continue
+        if merged == best or not xml_verifier.verify_msccl(
+                merged.decode(), limits=options.runtime).valid:
+            continue
+        if best is not None and best_s is None:
+            best_s = xml_replay(schedule, best)
+        seconds = xml_replay(schedule, merged)
+        if best_s is None or seconds < best_s:
+            best, best_s = merged, seconds
+    if best is None:
+        raise refused
+    return best
 
 
 class Timer:

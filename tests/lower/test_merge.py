@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
@@ -14,7 +15,7 @@ from te_ccl.compiler.judge import lower_file, xml_replay
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl import lower_to_msccl
-from te_ccl.lower.msccl.merge import one_call_up_to
+from te_ccl.lower.msccl.merge import HOLD, MODES, one_call_up_to
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule, Transfer
 from te_ccl.topology import Link, Node, Topology
@@ -38,7 +39,7 @@ def _line(n: int) -> Topology:
 def test_chunks_on_one_connection_go_in_one_step(kit):
     schedule = kit.direct(_line(2), kit.coll("allgather", 2, chunks=4))
     notes: list[str] = []
-    xml = lower_to_msccl(schedule, merge=True, notes=notes)
+    xml = lower_to_msccl(schedule, merge=HOLD, notes=notes)
     kit.assert_verifies(xml)
     assert _cnts(xml) == [4, 4, 4, 4]  # each rank: one send, one receive
     served = one_call_up_to(MSCCL, "Simple", 8, 4)
@@ -49,10 +50,12 @@ def test_chunks_on_one_connection_go_in_one_step(kit):
     assert MSCCL.max_allowed_count("Simple", served + 8, 8) < 4
 
 
-def test_relayed_chunks_leave_scratch_together(kit):
-    """g1 relays g0's four chunks for g2 (and g2's for g0): each arrives in a step of its
-    own, as the schedule sends it on at once, into scratch laid out by the peer it goes
-    on to, and the four leave in one step."""
+@pytest.mark.parametrize("mode", MODES)
+def test_relayed_chunks_leave_scratch_together(kit, mode):
+    """g1 relays g0's four chunks for g2 (and g2's for g0) through scratch laid out by the
+    peer they go on to, and the four leave in one step. The schedule sends each on as it
+    arrives: under HOLD each arrives in a step of its own; under DELAY they arrive in one
+    step too, and leave when it is in."""
     topo = _line(3)
     coll = kit.coll("alltoall", 3, chunks=4)
     tr = []
@@ -61,20 +64,21 @@ def test_relayed_chunks_leave_scratch_together(kit):
         way = 1 if d > s else -1
         tr += [Transfer(ch.id, f"g{h}", f"g{h + way}", k, k + 1)
                for k, h in enumerate(range(s, d, way))]
-    xml = lower_to_msccl(Schedule(topo, coll, 1e-6, tuple(tr)), merge=True)
+    xml = lower_to_msccl(Schedule(topo, coll, 1e-6, tuple(tr)), merge=mode)
     kit.assert_verifies(xml)
     relay = etree.fromstring(xml).find("gpu[@id='1']")
     assert relay.get("s_chunks") == "8"
     into = [s.get("cnt") for s in relay.iter("step") if s.get("dstbuf") == "s"]
     out = [(s.get("srcoff"), s.get("cnt")) for s in relay.iter("step")
            if s.get("type") == "s" and s.get("srcbuf") == "s"]
-    assert into == ["1"] * 8
+    assert into == (["1"] * 8 if mode == HOLD else ["4", "4"])
     assert sorted(out) == [("0", "4"), ("4", "4")]
 
 
 def test_nothing_to_merge_leaves_the_bytes(kit):
     schedule = kit.ring_allgather(4)
-    assert lower_to_msccl(schedule, merge=True) == lower_to_msccl(schedule)
+    assert all(lower_to_msccl(schedule, merge=mode) == lower_to_msccl(schedule)
+               for mode in MODES)
 
 
 def test_the_judge_takes_merged_steps_where_one_step_a_chunk_does_not_fit(kit):
@@ -89,15 +93,15 @@ def test_the_judge_takes_merged_steps_where_one_step_a_chunk_does_not_fit(kit):
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 1 << 30), kind=st.sampled_from(KINDS), n=st.integers(2, 7),
-       chunks=st.integers(1, 4), inplace=st.booleans())
-def test_random_schedules_merged_verify(seed, kind, n, chunks, inplace):
+       chunks=st.integers(1, 4), inplace=st.booleans(), mode=st.sampled_from(MODES))
+def test_random_schedules_merged_verify(seed, kind, n, chunks, inplace, mode):
     drawn = _schedule(random.Random(seed), kind, n, chunks, inplace)
     topo = drawn.topology  # its links made slow to start: chunks that travel together merge
     slow = Topology.build(topo.name, list(topo.nodes), [
         Link(x.src, x.dst, 1e11, 1e-6) for x in topo.links])
     schedule = Schedule(slow, drawn.collective, drawn.epoch_s, drawn.transfers)
     try:
-        xml = lower_to_msccl(schedule, merge=True)
+        xml = lower_to_msccl(schedule, merge=mode)
     except RuntimeLimitError:  # in place, a tree that needs more channels: no file either way
         return
     report = verify_msccl(xml.decode(), root=schedule.collective.root)

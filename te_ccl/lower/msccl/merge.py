@@ -16,10 +16,14 @@ call at the largest size the file serves (``most``), so that it is one call ther
 takes one slot of its connection, as a one-chunk step does, and the channel pass's
 rule that keeps the file from hanging holds as it is; a file for no upper size gets
 the largest size at which its steps are single calls as its ``maxBytes``
-(:func:`one_call_up_to`). A chunk waits for the last one of its step at most
+(:func:`one_call_up_to`). A chunk waits for the last one of its step less than
 :data:`WAIT_LATENCIES` times the step's latency (what it saves), and never where the
 wait would reorder what its GPUs do with the chunk: nothing writes it on the sender
-and nothing touches it on the receiver in between.
+and no other partial reaches the receiver in between. Two modes (:data:`MODES`) differ
+in what the receiver does with a chunk meanwhile: under :data:`HOLD` it sends nothing
+on before the step arrives (the schedule's times stand); under :data:`DELAY` a copy
+it relays may join too, and what the receiver sends it on by leaves that much later
+(a relay's inputs merge, the schedule's times move by the waits).
 
 Where the slots come from: a chunk received into scratch gets its slot in the order
 of (the peer it is sent on to, when), so chunks that leave together sit together;
@@ -40,7 +44,10 @@ from te_ccl.lower.msccl.collapse_switches import Edge
 from te_ccl.lower.msccl.ir import LOWERING, Slot
 from te_ccl.runtime_limits import RuntimeLimits
 
-__all__ = ["WAIT_LATENCIES", "merged_edges", "one_call_up_to"]
+__all__ = ["DELAY", "HOLD", "MODES", "WAIT_LATENCIES", "merged_edges", "one_call_up_to"]
+
+HOLD, DELAY = "hold", "delay"
+MODES = (HOLD, DELAY)
 
 WAIT_LATENCIES = 1.0  # the longest a chunk waits for the last chunk of its step, in the
 #                       step's latency (arrival less the end of its first link): the
@@ -49,29 +56,54 @@ WAIT_LATENCIES = 1.0  # the longest a chunk waits for the last chunk of its step
 _NOWHERE = Slot(None, -2)  # type: ignore[arg-type]  # a chunk a GPU does not hold
 
 
-def merged_edges(edges: tuple[Edge, ...], layout: Layout, most: int,
+def merged_edges(edges: tuple[Edge, ...], layout: Layout, most: int, mode: str = HOLD,
                  wait: float = WAIT_LATENCIES) -> tuple[tuple[Edge, ...], Layout]:
     """``edges`` with runs of at most ``most`` chunks merged into edges of several
     chunks (sorted), and the layout whose scratch order keeps each run's slots
-    consecutive; as given where nothing merges."""
+    consecutive; as given where nothing merges. ``mode``: one of :data:`MODES`."""
     if layout.overwrites_inputs or len(edges) < 2 or most < 2:
         return edges, layout
-    slots = _Slots(edges, layout)
-    runs: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
-    for e in edges:  # sorted by start: each connection's send order
-        runs[(e.src, e.dst, e.via)].append(e)
-    out: list[Edge] = []
-    for run in checked(runs.values(), LOWERING, every=256):
-        out += _merge_run(run, slots, most, wait)
-    if len(out) == len(edges):
+    slots = _Slots(edges, layout, relayed=mode == DELAY)
+    groups: list[list[Edge]] = []
+    open_at: dict[tuple, int] = {}  # (connection, next slots) → its group
+    ready: dict[tuple[int, int], int] = {}  # (GPU, chunk) → when its steps brought it
+    sent: dict[tuple[int, int], int] = {}  # (GPU, chunk) → its first send since then
+    for e in checked(edges, LOWERING):  # sorted by start: each connection's send order
+        ends = _ends(e, slots)
+        e = _later(e, ready)
+        conn = (e.src, e.dst, e.via)
+        at = open_at.pop((conn, *ends), None)
+        if at is None or not _joins(groups[at], e, slots, wait, sent):
+            at = len(groups)
+            groups.append([e])
+        else:
+            groups[at].append(e)
+        sent.setdefault((e.src, e.chunk), e.start)
+        sent.pop((e.dst, e.chunk), None)
+        group = groups[at]
+        arrive = max(m.arrive for m in group)
+        for m in group:
+            key = (m.dst, m.chunk)
+            ready[key] = max(ready.get(key, 0), arrive)
+        if len(group) < most and ends[0].buf is not None:
+            open_at[(conn, *map(_after, ends))] = at
+    if len(groups) == len(edges):
         return edges, layout
-    return tuple(sorted(out)), slots.layout
+    return tuple(sorted(_merged(g) for g in groups)), slots.layout
+
+
+def _later(e: Edge, ready: dict[tuple[int, int], int]) -> Edge:
+    """``e`` leaving once its sender has its chunk (under :data:`DELAY`, after the step
+    that brought it)."""
+    late = ready.get((e.src, e.chunk), 0) - e.start
+    return e if late <= 0 else e._replace(start=e.start + late, arrive=e.arrive + late)
 
 
 class _Slots:
     """Where each GPU holds each chunk, and when it sends and receives it."""
 
-    def __init__(self, edges: tuple[Edge, ...], layout: Layout) -> None:
+    def __init__(self, edges: tuple[Edge, ...], layout: Layout, relayed: bool) -> None:
+        self.relayed = relayed  # a copy sent on may wait for its step (:data:`DELAY`)
         chunks = layout.chunks
         self.sends: dict[tuple[int, int], list[int]] = defaultdict(list)
         self.recvs: dict[tuple[int, int], list[int]] = defaultdict(list)
@@ -112,14 +144,15 @@ class _Slots:
         """Can ``e`` leave at ``start`` and arrive at ``arrive`` instead: nothing writes its
         chunk on its sender in between, and on its receiver nothing touches it from its
         own arrival on (another partial at the same time would make the order of the two,
-        hence the slot each adds to, a tie)?"""
+        hence the slot each adds to, a tie), but for sending a copy on where it may wait?"""
         if start > e.start and _within(self.recvs.get((e.src, e.chunk), ()), e.start, start):
             return False
         k = (e.dst, e.chunk)
         recvs = self.recvs[k]
         if bisect_right(recvs, arrive) - bisect_left(recvs, e.arrive) > 1:
             return False
-        return arrive == e.arrive or not _within(self.sends.get(k, ()), e.arrive - 1, arrive)
+        return arrive == e.arrive or (self.relayed and e.op != "reduce") or not _within(
+            self.sends.get(k, ()), e.arrive - 1, arrive)
 
 
 def _latency(e: Edge) -> int:
@@ -178,14 +211,17 @@ def _after(slot: Slot) -> Slot:
     return slot if slot.buf is None else Slot(slot.buf, slot.index + 1)
 
 
-def _joins(group: list[Edge], e: Edge, slots: _Slots, wait: float) -> bool:
+def _joins(group: list[Edge], e: Edge, slots: _Slots, wait: float,
+           sent: dict[tuple[int, int], int]) -> bool:
     """May ``e``, whose slots follow the group's, join ``group`` (the same operation, the
-    wait within bounds, every chunk's GPUs undisturbed by the later times)?"""
+    wait within bounds, every chunk's GPUs undisturbed by the later times, none of its
+    chunks sent on before the group would now bring it)?"""
     first = group[0]
-    if e.op != first.op or e.start - first.start > wait * _latency(first):
+    if e.op != first.op or e.start - first.start >= wait * _latency(first):
         return False
     arrive = max(e.arrive, max(m.arrive for m in group))
-    return all(slots.quiet(m, e.start, arrive) for m in (*group, e))
+    return all(slots.quiet(m, e.start, arrive)
+               and sent.get((m.dst, m.chunk), arrive) >= arrive for m in (*group, e))
 
 
 def _merged(group: list[Edge]) -> Edge:

@@ -5,8 +5,9 @@ The pipeline, one pass per module, each leaving a valid intermediate form:
 1. :mod:`collapse_switches` — transfers → GPU-to-GPU edges (switch paths collapsed),
    then :mod:`retime` — the edges timed by the schedule's replay instead of its epochs
    (what the file is measured against, and how the runtime runs: as soon as it can),
-   then, with ``merge``, :mod:`merge` — runs of edges on one connection whose slots are
-   consecutive become one step of several chunks (``cnt > 1``), scratch laid out for it;
+   then, with ``merge`` (a mode of :data:`~te_ccl.lower.msccl.merge.MODES`), :mod:`merge`
+   — runs of edges on one connection whose slots are consecutive become one step of
+   several chunks (``cnt > 1``), scratch laid out for it;
 2. :mod:`instructions` — per-GPU instructions in time order on ``i``/``o``/``s`` slots
    (:mod:`buffers`), and the receive/send pairs that can be fused;
 3. :mod:`channels` — a channel per edge keeping FIFO order and depth on both sides of a
@@ -80,7 +81,7 @@ from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
 from te_ccl.lower.msccl.grid import grid_program
 from te_ccl.lower.msccl.instructions import first_receipts
 from te_ccl.lower.msccl.ir import LOWERING, Program
-from te_ccl.lower.msccl.merge import merged_edges, one_call_up_to
+from te_ccl.lower.msccl.merge import MODES, merged_edges, one_call_up_to
 from te_ccl.lower.msccl.parallel import (
     NopOverflow,
     Progress,
@@ -110,7 +111,7 @@ CHILD_FROM = WORTH_FORKING  # transfers: from here the lowering runs in a forked
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                    max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
                    notes: list[str] | None = None, progress: Progress = quiet,
-                   runtime: RuntimeLimits = MSCCL, merge: bool = False) -> bytes:
+                   runtime: RuntimeLimits = MSCCL, merge: str | None = None) -> bytes:
     """The MSCCL XML of ``schedule`` (deterministic: same schedule, same bytes).
 
     ``max_bytes=0`` means no upper size limit; ``proto`` defaults to the collective's.
@@ -123,8 +124,9 @@ def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: in
     more than 32 channels, 64 steps per thread block, 1024 thread blocks, 128 waited
     thread blocks or 4096 elements per rank; RCCL's: 64 thread blocks per rank);
     :class:`~te_ccl.deadline.TimeLimitReached` once the compile's deadline passes.
-    ``merge``: steps carry several chunks where their slots allow (:mod:`merge`), which
-    the caller keeps where the file's replay is faster.
+    ``merge``: steps carry several chunks where their slots allow, in that mode of
+    :mod:`merge` (None: one chunk a step), which the caller keeps where the file's replay
+    is faster.
 
     >>> from te_ccl.collective import Collective, CollectiveKind
     >>> from te_ccl.schedule import Transfer
@@ -175,7 +177,7 @@ def write_msccl(schedule: Schedule, path: str | os.PathLike, **options) -> bytes
 
 def build_program(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
                   max_bytes: int = 0, proto: str | None = None, max_steps: int = 64,
-                  runtime: RuntimeLimits = MSCCL, merge: bool = False) -> Program:
+                  runtime: RuntimeLimits = MSCCL, merge: str | None = None) -> Program:
     """The :class:`Program` IR of ``schedule`` (see :func:`lower_to_msccl`)."""
     with paused_gc():
         head, gpus = _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
@@ -193,7 +195,7 @@ class StepsExhausted(RuntimeLimitError):
 
 def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: int,
            proto: str | None, max_steps: int, stream: bool, progress: Progress,
-           runtime: RuntimeLimits, merge: bool = False, epochs: bool = False
+           runtime: RuntimeLimits, merge: str | None = None, epochs: bool = False
            ) -> tuple[Program, list]:
     """The ``<algo>`` header (no GPUs) and every GPU: as XML bytes if ``stream`` (so that
     only one GPU's steps exist at a time), else as :class:`Gpu`, within ``runtime``'s
@@ -211,6 +213,8 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     proto = proto or coll.proto
     if proto not in PROTOCOLS:
         raise SpecError(f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}", key="proto")
+    if merge is not None and merge not in MODES:
+        raise SpecError(f"expected one of {', '.join(MODES)}, got {merge!r}", key="merge")
     if min_bytes < 0 or max_bytes < 0 or (max_bytes and max_bytes < min_bytes):
         raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
     grid = grid_program(schedule, _name(name, schedule), proto, min_bytes, max_bytes, runtime)
@@ -225,7 +229,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     if merge:  # at most what one call carries at the largest size the file serves
         most = runtime.max_allowed_count(proto, max_bytes or max(coll.size_bytes, min_bytes),
                                          layout.nchunksperloop)
-        edges, layout = merged_edges(edges, layout, most)
+        edges, layout = merged_edges(edges, layout, most, merge)
         served, merged = _served(edges, layout, proto, runtime, max_bytes)
     by_epochs = partial(_lower, schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                         proto=proto, max_steps=max_steps, stream=stream, progress=progress,
