@@ -25,8 +25,10 @@ spliced file in full and the replay times it, like any file the compile writes.
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
+from itertools import repeat
 
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.lower.msccl.ir import Buf, Gpu, Op, Program, Slot, Step, Threadblock
@@ -39,7 +41,7 @@ __all__ = ["Spliced", "splice", "step_times", "SPLICED_KINDS", "BALANCE_ROUNDS",
            "WEIGHTS"]
 
 SPLICED_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST)
-SEARCH = 256  # steps looked through for an order a read keeps (:meth:`_Splice._after`)
+SEARCH = 64  # steps looked through for an order a read keeps (:meth:`_Splice._after`)
 BALANCE_ROUNDS = 4  # passes moving receives off a receiver's overloaded incoming links
 WEIGHTS = (0.02, 0.01, 0.0)  # how much a sender's holding the chunk earlier counts
 #   against its link's load (a second until it holds it as this many seconds of load):
@@ -47,6 +49,8 @@ WEIGHTS = (0.02, 0.01, 0.0)  # how much a sender's holding the chunk earlier cou
 #   in turn by the caller, which replays each, until one is close enough to the bound
 
 Tree = tuple[int, int, tuple[tuple[int, int], ...]]  # chunk, owner, (receiver, sender)…
+_OPS = {op.value: op for op in Op}  # the file's step types as the lowering's IR names them
+_BUFS = {buf.value: buf for buf in Buf}
 
 
 class _Step:
@@ -85,11 +89,27 @@ class _Tb:
 @dataclass(frozen=True)
 class Spliced:
     """The spliced program, each chunk's tree in it (for the schedule that reports its
-    routes) and how many receives moved."""
+    routes), how many receives moved, and its busiest direct link's seconds of sending
+    (a link carries one message at a time: no replay of the file ends sooner)."""
 
     program: Program
     trees: tuple[Tree, ...]
     moved: int
+    busiest_s: float
+
+
+@dataclass(eq=False)
+class _Move:
+    """A receive served from another sender: ``k`` sends to ``b`` the chunks of ``new``
+    (replacing ``old``) once ``got`` (the steps that give ``k`` them, the latest at
+    ``when``) are done."""
+
+    k: int
+    b: int
+    when: float
+    new: _Step
+    got: list[_Step]
+    old: _Step
 
 
 class _NoSplice(Exception):
@@ -193,8 +213,8 @@ class _Splice:
                     self.load[rank, tb.send] += sum(st.cnt for st in tb.steps if st.op in SENDS)
         self.removed: set[_Step] = set()
         self.work: list[_Step] = []  # receives to serve from another sender
-        self.moves: dict[tuple[int, int], list[tuple[float, _Step, list[_Step]]]] = \
-            defaultdict(list)  # (sender, receiver) -> (when, its receive, what it waits for)
+        self.moves: dict[tuple[int, int], list[_Move]] = defaultdict(list)  # by link
+        self.users: dict[_Step, list[_Move]] = defaultdict(list)  # moves a step gives chunks
         self.new: dict[_Step, _Step] = {}  # a receive removed -> the one that replaces it
 
     def run(self) -> Spliced:
@@ -214,7 +234,8 @@ class _Splice:
         if longest > self.limits.max_steps:
             raise _NoSplice(f"a thread block would have {longest} steps, over the runtime's "
                             f"{self.limits.max_steps}")
-        return Spliced(self._program(), self._trees(), sum(map(len, self.moves.values())))
+        return Spliced(self._program(), self._trees(), sum(map(len, self.moves.values())),
+                       self._busiest_s())
 
     def _link(self, a: int, b: int) -> float | None:
         return self.bandwidth.get((self.names[a], self.names[b]))
@@ -244,10 +265,24 @@ class _Splice:
                                 f"{rv.op} step that does not write the result")
             self.removed.add(rv)
             self.work.append(rv)
+            self._undo(rv)
             if rv.op != "rcs":
                 return
             self.load[rv.tb.rank, rv.tb.send] -= rv.cnt
             rv = self.received[rv]
+
+    def _undo(self, w: _Step) -> None:
+        """``w`` no longer gives its chunks when the moves that waited for it were placed:
+        they are served again (and so are the moves that waited for theirs)."""
+        for move in self.users.pop(w, ()):
+            moves = self.moves[move.k, move.b]
+            if move in moves:
+                moves.remove(move)
+                self.load[move.k, move.b] -= move.new.cnt
+                for x in move.new.writes():  # no chunk from it until served again
+                    self.writer[move.b, x] = move.old
+                self.work.append(move.old)
+                self._undo(move.new)
 
     def _below(self, k: int, b: int, x: int) -> bool:
         """Does ``k`` get slot ``x`` through ``b``?"""
@@ -284,7 +319,7 @@ class _Splice:
                 got = self._holds(k, b, slots) if bw else None
                 if got is None:
                     continue
-                when = max(w.t for w in got)
+                when = math.nextafter(max(w.t for w in got), math.inf)  # strictly after
                 late = [r for x in slots for r in self.readers[b, x]
                         if r not in self.removed and r.t <= when]
                 if any(r.op not in ("s", "rcs") for r in late):
@@ -303,7 +338,10 @@ class _Splice:
             self.new[rv] = new
             for x in slots:
                 self.writer[b, x] = new
-            self.moves[k, b].append((when, new, list(dict.fromkeys(got))))
+            move = _Move(k, b, when, new, list(dict.fromkeys(got)), rv)
+            self.moves[k, b].append(move)
+            for w in move.got:
+                self.users[w].append(move)
             for r in late:  # b passed the chunk on before it has it now
                 self.removed.add(r)
                 self.load[b, r.tb.send] -= r.cnt
@@ -375,7 +413,7 @@ class _Splice:
             return memo[x]
 
         for (k, b), moves in sorted(self.moves.items()):
-            self._add(k, b, sorted(moves, key=lambda m: m[0]))
+            self._add(k, b, sorted(moves, key=lambda m: m.when))
         fresh = set(self.new.values())
         for rank, tbs in self.tbs.items():
             for tb in tbs:
@@ -384,10 +422,13 @@ class _Splice:
                     if st in self.removed:
                         continue
                     paced = stands(st.dep)
-                    deps = ([paced] if paced is not None else []) + [
-                        self.writer[rank, x] for x in st.reads() if self.writer[rank, x] in fresh]
-                    deps = sorted((d for d in _latest(deps) if d.tb is not tb),
-                                  key=lambda d: d.t)
+                    deps = [paced] if paced is not None else []
+                    if st.op == "s" or st.op in READS_SRC:
+                        deps += [w for w in map(self.writer.get, zip(repeat(rank), st.reads()))
+                                 if w in fresh]
+                    if len(deps) > 1:
+                        deps = sorted(_latest(deps), key=lambda d: d.t)
+                    deps = [d for d in deps if d.tb is not tb]
                     if st.op == "nop" and not deps:
                         continue
                     if not deps and out and out[-1].op == "nop":
@@ -429,7 +470,7 @@ class _Splice:
                     todo.append(p)
         return False
 
-    def _add(self, k: int, b: int, moves: list[tuple[float, _Step, list[_Step]]]) -> None:
+    def _add(self, k: int, b: int, moves: list[_Move]) -> None:
         """The thread blocks of the moves from ``k`` to ``b``, in the order their chunks
         are at ``k``, on channels that connection does not use yet, at most
         ``max_steps`` steps each."""
@@ -437,7 +478,8 @@ class _Splice:
             {tb.chan for tb in self.tbs[b] if tb.recv == k}
         free = (c for c in range(self.limits.max_channels) if c not in used)
         sender = receiver = None
-        for when, rv, got in moves:
+        for move in moves:
+            when, rv, got = move.when, move.new, move.got
             if sender is None or len(sender.steps) + len(got) > self.limits.max_steps:
                 chan = next(free, None)
                 if chan is None:
@@ -461,10 +503,14 @@ class _Splice:
                     ids[st] = (t, i)
         waited = {st.dep for tbs in self.tbs.values() for tb in tbs for st in tb.steps
                   if st.dep is not None}
-        gpus = []
+        gpus, slots = [], {None: None}
+        for st in ids:
+            for where in (st.src, st.dst):
+                if where not in slots:
+                    slots[where] = Slot(_BUFS[where[0]], where[1])
         for gpu in self.algo.gpus:
             tbs = tuple(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(
-                Step(i, Op(st.op), _slot(st.src), _slot(st.dst), st.cnt,
+                Step(i, _OPS[st.op], slots[st.src], slots[st.dst], st.cnt,
                      *(ids[st.dep] if st.dep is not None else (-1, -1)), st in waited)
                 for i, st in enumerate(tb.steps))) for t, tb in enumerate(self.tbs[gpu.id]))
             gpus.append(Gpu(gpu.id, gpu.i_chunks, gpu.o_chunks, gpu.s_chunks, tbs))
@@ -472,6 +518,16 @@ class _Splice:
         nchannels = 1 + max(tb.chan for tbs in self.tbs.values() for tb in tbs)
         return Program(a.name, a.proto, nchannels, a.nchunksperloop, a.ngpus, a.coll,
                        bool(a.inplace), a.min_bytes or 0, a.max_bytes or 0, tuple(gpus))
+
+    def _busiest_s(self) -> float:
+        """Seconds the busiest direct link spends sending the spliced file's chunks."""
+        sent: dict[tuple[int, int], int] = defaultdict(int)
+        for rank, tbs in self.tbs.items():
+            for tb in tbs:
+                if tb.send >= 0:
+                    sent[rank, tb.send] += sum(st.cnt for st in tb.steps if st.op in SENDS)
+        return max((n * self.chunk_bytes / bw for (a, b), n in sent.items()
+                    if (bw := self._link(a, b))), default=0.0)
 
     def _trees(self) -> tuple[Tree, ...]:
         """Each chunk's tree: which rank each rank has it from now."""
@@ -496,7 +552,3 @@ def _nop(dep: _Step, tb: _Tb) -> _Step:
     nop = _Step("nop", None, None, 0, dep.t, tb)
     nop.dep = dep
     return nop
-
-
-def _slot(where: tuple[str, int] | None) -> Slot | None:
-    return None if where is None else Slot(Buf(where[0]), where[1])

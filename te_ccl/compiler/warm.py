@@ -61,6 +61,7 @@ WARM = "previous file"  # the source name of the schedule built from it
 ROUTES = "previous-routes"  # the name of the template its routes make
 SPLICED = "previous-spliced"  # the name of the routes of the file spliced
 QUALITY_GAP = 0.02  # a coarser cut of its routes is taken within this of the lower bound
+NEAR_GAP = 0.05  # a splice farther than this from the lower bound tries no other weight
 WARM_GAP = 0.1  # its routes stand when the file they make replays within this of the
 #                 lower bound; else the portfolio searches on from them
 _TREES = (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST)  # kinds whose trees are read
@@ -293,9 +294,11 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
     (:mod:`te_ccl.compiler.splice`, its weights :data:`~te_ccl.compiler.splice.WEIGHTS`
     tried in turn until one replays within :data:`QUALITY_GAP` of the bound), verified
     in full and timed by its replay; its schedule is its routes timed as a template, which
-    the independent checker passes. True where it stands (within that gap): no search.
-    Where the file cannot be spliced, or misses the gap, the compile goes on as without
-    it (a note says why)."""
+    the independent checker passes. True where the compile needs no other first file:
+    the splice stands (within that gap: no search either), or it is kept and the scale
+    backend repairs (:func:`repair`; a cheap candidate would only be a second first
+    file). Where the file cannot be spliced the compile goes on as without it (a note
+    says why)."""
     if previous is None or previous.algo is None or previous.before is None \
             or options.fmt != "xml":
         return False
@@ -309,12 +312,16 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
     whole = coll.ranks == tuple(range(topology.ngpus))  # the provenance names every GPU
     root = coll.ranks.index(coll.root) if coll.root is not None else None
     times = step_times(algo, previous.before, topology, coll)
-    best = None
+    best, why = None, "no splice passes the verifier and replays"
     for early in WEIGHTS:
         got = splice(algo, previous.before, topology, coll, options.runtime, times, early)
         if isinstance(got, str):
             kept.notes.append(f"--from: the {WARM} is not spliced ({got})")
             return False
+        if got.busiest_s > kept.bound_s * (1 + QUALITY_GAP):  # cannot stand: no replay
+            why = (f"it keeps a link busy {got.busiest_s / kept.bound_s:.3f}× the lower "
+                   "bound")
+            break
         program = replace(got.program, name=options.name or got.program.name,
                           min_bytes=options.min_bytes, max_bytes=options.max_bytes)
         data = program_to_xml(program, provenance=(topology.name, coll.size_bytes)
@@ -324,10 +331,13 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
                               read=partial(_replay_into, replays, topology, coll))
         if report.valid and replays and (best is None or replays[0] < best[0]):
             best = (replays[0], data, got.trees)
+        if best is not None and best[0] > kept.bound_s * (1 + NEAR_GAP):
+            why = "it replays far from the lower bound"
+            break  # the weights move a file by a few percent: no other is tried
         if best is not None and best[0] <= kept.bound_s * (1 + QUALITY_GAP):
             break
     if best is None:
-        kept.notes.append(f"--from: no splice of the {WARM} passes the verifier and replays")
+        kept.notes.append(f"--from: the {WARM} spliced is not kept ({why})")
         return False
     finish, data, trees = best
     schedule = _routed(replace(previous, trees=trees), topology,
@@ -337,8 +347,9 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
                           "a schedule the checker passes)")
         return False
     timer.replayed(schedule, data, finish)
-    kept.offer(schedule, data, finish, f"first file: {describe(schedule)}")
-    return finish <= kept.bound_s * (1 + QUALITY_GAP)
+    offered = kept.offer(schedule, data, finish, f"first file: {describe(schedule)}")
+    return finish <= kept.bound_s * (1 + QUALITY_GAP) or (
+        offered and _scales(topology, collective))
 
 
 def _replay_into(out: list[float], topology: Topology, collective: Collective, algo: Algo
