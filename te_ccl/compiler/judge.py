@@ -129,8 +129,8 @@ def xml_replay(schedule: Schedule, data: bytes, algo: Algo | None = None) -> flo
     the schedule's topology as the runtime runs it (``algo``: ``data`` as the verifier
     read it, if it did)."""
     c = schedule.collective
-    return simulate_msccl(algo or xml_reader.read_msccl(data.decode()), schedule.topology, c.size_bytes,
-                          ranks=c.ranks).finish_time_s
+    return simulate_msccl(algo or xml_reader.read_msccl(data.decode()), schedule.topology,
+                          c.size_bytes, ranks=c.ranks).finish_time_s
 
 
 def plan_replay(schedule: Schedule, data: bytes, *, checked: bool = False) -> float:
@@ -173,24 +173,27 @@ def lower_file(schedule: Schedule, options: CompileOptions,
         return lower_to_mscclpp(schedule, name=name, min_bytes=o.min_bytes,
                                 max_bytes=o.max_bytes)
     return _merged_if_faster(schedule, partial(
-        msccl_lowering.lower_to_msccl, schedule, name=o.name, min_bytes=o.min_bytes, max_bytes=o.max_bytes,
-        runtime=o.runtime, progress=progress or quiet), o)
+        msccl_lowering.lower_to_msccl, schedule, name=o.name, min_bytes=o.min_bytes,
+        max_bytes=o.max_bytes, runtime=o.runtime, progress=progress or quiet), o)
 
 
 def _merged_if_faster(schedule: Schedule, lower: Callable[..., bytes],
                       options: CompileOptions) -> bytes:
-    """The XML ``lower`` writes, or, up to :data:`MERGE_UP_TO` transfers, one whose steps
-    carry several chunks (in each mode of :data:`~te_ccl.lower.msccl.merge.MODES`) where
-    it passes the verifier and replays fastest, or where only such a file fits the
-    runtime's limits."""
+    """The XML ``lower`` writes, or, up to :data:`MERGE_UP_TO` transfers where that file
+    exceeds the runtime's limits or gives up the schedule's timing to fit them (its
+    notes say so), one whose steps carry several chunks (in each mode of
+    :data:`~te_ccl.lower.msccl.merge.MODES`) that passes the verifier and replays
+    fastest. Elsewhere a merged file has not replayed faster, and lowering it costs the
+    search its time."""
     refused: RuntimeLimitError | None = None
+    notes: list[str] = []
     try:
-        best: bytes | None = lower()
+        best: bytes | None = lower(notes=notes)
     except RuntimeLimitError as e:
         if len(schedule.transfers) > MERGE_UP_TO:
             raise
         best, refused = None, e
-    if len(schedule.transfers) > MERGE_UP_TO:
+    if len(schedule.transfers) > MERGE_UP_TO or (best is not None and not notes):
         return best
     best_s: float | None = None  # the replay of best, once another file is up against it
     for mode in MERGE_MODES:
