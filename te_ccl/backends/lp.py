@@ -160,8 +160,11 @@ def solve_lp(problem: Problem, params: SolveParams, budget: Budget,
         result = solve_milp(problem, params, budget, progress)
         return replace(result, notes=("lp cannot carry partial sums as flows: used milp",)
                        + result.notes)
-    relays = any(n not in d.sources and n not in d.destinations
-                 for d in problem.demands for n in problem.relay_limit)
+    # a GPU with a buffer limit relays a commodity (one destination) it neither sends nor
+    # receives: also a chunk it is one of several destinations of, which it keeps anyway
+    relays = any(n not in d.sources and n != v for d in problem.demands
+                 for v in d.destinations if not problem.holds(d.chunk, v)
+                 for n in problem.relay_limit)
     if problem.tree or relays:
         why = "a reduction's tree" if problem.tree else "GPU buffer limits (whole chunks)"
         result = solve_rounds(problem, params, budget, progress)
