@@ -53,3 +53,12 @@ def test_on_a_torus_the_halving_cut_meets_the_link_time():
     cut = alltoall_cut_time(t, list(t.gpus), 1.0)
     assert cut == pytest.approx(64.0)
     assert cut == pytest.approx(alltoall_link_time(t, list(t.gpus), 1.0))
+
+
+def test_the_grid_alltoall_does_not_beat_the_cut():
+    """The grid plan's own list schedule on mesh 16×16 (one chunk per pair, a chunk time
+    per hop), where the cut stands in for the LP."""
+    from te_ccl.backends.scale.grid_alltoall import grid_plan
+
+    t = mesh([16, 16], 1.0)
+    assert grid_plan((16, 16), False, 1).finish >= alltoall_cut_time(t, list(t.gpus), 1.0)
