@@ -162,9 +162,10 @@ def lines_elements(kind: CollectiveKind, dims: tuple[int, ...], wrap: bool, k: i
     steps and thread blocks. In each phase the group hops a rank sends and receives
     depend only on its coordinate along the phase's dimension; each link takes a thread
     block a side per :data:`PER_CHANNEL` group hops of all phases; a step that waits for
-    steps of several thread blocks has a ``nop`` for each beyond the first. Exact where
-    every link takes one channel (every grid this is the first file of); with more, a
-    gather's waits are counted on every channel of the links they come from.
+    steps of several thread blocks has a ``nop`` for each beyond the first. Exact for an
+    AllGather where every link takes one channel (every grid this is the first file of);
+    otherwise at least the plan's: a reduction's waits are counted for every step, where
+    the plan leaves out those an earlier step of its thread block waited for already.
 
     >>> lines_elements(CollectiveKind.ALLGATHER, (32, 32), True, 1, False)[0] <= MSCCL.max_elements
     True
@@ -348,6 +349,7 @@ def _assemble(n: int, k: int, chains: _Chains, limits: RuntimeLimits, alpha: flo
         for v in range(n):
             tbs[v][(2, -1, 0)] = len(tbs[v])
     rows: list[list[list[list[int]]]] = [[[] for _ in tb] for tb in tbs]
+    covered: list[list[dict[int, int]]] = [[{} for _ in tb] for tb in tbs]  # waited so far
     at = [(0, 0)] * nt  # (block, slot) of each receive
     send_needs: list[list[int]] = [[] for _ in range(nt)]
     for i, a in chains.send_waits:
@@ -361,11 +363,14 @@ def _assemble(n: int, k: int, chains: _Chains, limits: RuntimeLimits, alpha: flo
 
     def place(v: int, block: int, needs: list[int], extra: list[tuple[int, int]],
               step: list[int]) -> tuple[int, int]:
-        """Add ``step`` to ``block`` of ``v`` after a nop per waited block beyond one."""
+        """Add ``step`` to ``block`` of ``v`` after a nop per waited block beyond one
+        (none for a step an earlier one of its block waited for)."""
         targets: dict[int, int] = {}
+        seen = covered[v][block]
         for b, s in [at[a] for a in needs] + extra:
-            if b != block:
+            if b != block and s > seen.get(b, -1):
                 targets[b] = max(targets.get(b, -1), s)
+        seen.update(targets)  # a later step of the block is past these already
         mine = rows[v][block]
         waiting = sorted(targets.items())
         for b, s in waiting[:-1]:
