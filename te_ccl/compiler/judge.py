@@ -65,10 +65,11 @@ FINALIST_MARGIN = 0.05  # beyond XML_REPLAY_LIMIT, a candidate whose schedule re
 #                         within this of the best file's replay so far (or below) has its
 #                         file judged: a lowering gains up to a few percent (dgx-a100
 #                         Broadcast 64 MB: the XML replays 2.8% faster than the schedule)
-MERGE_UP_TO = XML_REPLAY_LIMIT  # transfers: up to here a file whose steps carry several
-#                                chunks is lowered, verified and replayed too (where the
-#                                connections' slots or the runtime's step limits hold up
-#                                one chunk a step); beyond, the cost would be the budget's
+MERGE_UP_TO = 10_000  # transfers: up to here a file whose steps carry several chunks is
+#                      lowered (in each mode), verified and replayed too where one step a
+#                      chunk does not fit; beyond, those seconds are the search's (ndv2x4
+#                      AlltoAll 1 KB: the ring's 19,024 transfers spent a 30 s limit's
+#                      time on a 6.7x file the other templates then had no time to beat)
 FINALIST_SHARE = 0.25  # of the time left, the most lowering and replaying one finalist may
 #                        take by the pace timed; slower, the schedule replay judges it
 
