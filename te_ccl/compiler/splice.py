@@ -437,7 +437,11 @@ class _Splice:
                     st.dep = deps[-1] if deps else None
                     out.append(st)
                 tb.steps = out
-            self.tbs[rank] = [tb for tb in tbs if tb.steps or (tb.send < 0 and tb.recv < 0)]
+                if not any(st.op in SENDS for st in tb.steps):
+                    tb.send = -1  # no connection over a link that is gone
+                if not any(st.op in RECVS for st in tb.steps):
+                    tb.recv = -1
+            self.tbs[rank] = [tb for tb in tbs if tb.steps]
         prior = {st: tb.steps[i - 1] if i else None for tbs in self.tbs.values()
                  for tb in tbs for i, st in enumerate(tb.steps)}
         for rank, tbs in self.tbs.items():

@@ -1,0 +1,114 @@
+"""Compiling again after a link failure by splicing the previous file
+(:mod:`te_ccl.compiler.splice`): the steps the loss does not touch are kept, the chunks
+that crossed the lost link come from another neighbour, and the file verifies."""
+
+from __future__ import annotations
+
+import pytest
+
+import te_ccl
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.compiler.splice import WEIGHTS, splice, step_times
+from te_ccl.compiler.warm import QUALITY_GAP, read_previous
+from te_ccl.lower.msccl.to_xml import program_to_xml
+from te_ccl.runtime_limits import MSCCL
+from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.spec.topology import load_topology
+from te_ccl.topology.edit import TopologyEdit, edit_topology
+from te_ccl.verify.msccl.reader import read_msccl
+from te_ccl.verify.msccl.verify import verify_msccl
+
+SIZE = 1 << 30  # bandwidth-bound: where a spliced file can come within 2% of the bound
+LOST = ("g0", "g1")
+
+
+@pytest.fixture(scope="module")
+def dgx1():
+    return load_topology("dgx1")
+
+
+@pytest.fixture(scope="module")
+def previous(tmp_path_factory, dgx1) -> str:
+    """An AllGather on dgx1, compiled once for the module."""
+    path = tmp_path_factory.mktemp("splice") / "dgx1.xml"
+    te_ccl.compile(dgx1, "allgather", size=SIZE, output=str(path), time_limit_s=30)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def changed(dgx1):
+    return edit_topology(dgx1, TopologyEdit(without_links=(":".join(LOST),),
+                                            name="dgx1-changed"))
+
+
+def _allgather(topology) -> Collective:
+    return Collective(CollectiveKind.ALLGATHER, SIZE, tuple(range(topology.ngpus)))
+
+
+def _spliced(previous, dgx1, changed, early=WEIGHTS[0]):
+    algo, coll = read_msccl(previous), _allgather(changed)
+    got = splice(algo, dgx1, changed, coll, MSCCL, step_times(algo, dgx1, changed, coll), early)
+    assert not isinstance(got, str), got
+    return algo, got
+
+
+@pytest.mark.parametrize("early", WEIGHTS)
+def test_the_spliced_file_verifies_and_sends_nothing_over_the_lost_link(previous, dgx1,
+                                                                        changed, early):
+    _, got = _spliced(previous, dgx1, changed, early)
+    report = verify_msccl(program_to_xml(got.program).decode())
+    assert report.valid, report.errors[:3]
+    lost = {(LOST[0], LOST[1]), (LOST[1], LOST[0])}
+    for gpu in got.program.gpus:
+        for tb in gpu.threadblocks:
+            for peer in (tb.send, tb.recv):
+                if peer >= 0:
+                    assert (changed.gpu(gpu.id), changed.gpu(peer)) not in lost
+
+
+def test_steps_off_the_lost_link_are_kept_and_moves_are_few(previous, dgx1, changed):
+    algo, got = _spliced(previous, dgx1, changed)
+    sends = sum(1 for g in algo.gpus for tb in g.threadblocks for st in tb.steps
+                if st.type == "s")
+    over = sum(1 for g in algo.gpus for tb in g.threadblocks for st in tb.steps
+               if st.type == "s" and {changed.gpu(g.id), changed.gpu(tb.send)} == set(LOST))
+    assert over <= got.moved < sends // 4  # a local repair, not a new schedule
+    # every chunk still reaches every rank, over links the network still has
+    trees = {chunk: edges for chunk, _, edges in got.trees}
+    assert len(trees) == algo.nchunksperloop
+    for edges in trees.values():
+        assert len(edges) == algo.ngpus - 1
+        assert all(changed.has_link(changed.gpu(s), changed.gpu(r)) for r, s in edges)
+
+
+def test_the_busiest_link_bounds_the_replay(previous, dgx1, changed):
+    _, got = _spliced(previous, dgx1, changed)
+    data = program_to_xml(got.program).decode()
+    assert simulate_msccl(data, changed, SIZE).finish_time_s >= got.busiest_s
+
+
+def test_other_collectives_and_gpus_gone_are_not_spliced(previous, dgx1, changed):
+    algo = read_msccl(previous)
+    coll = Collective(CollectiveKind.ALLREDUCE, SIZE, tuple(range(8)))
+    assert "not spliced" in splice(algo, dgx1, changed, coll, MSCCL, [], 0.0)
+    fewer = edit_topology(dgx1, TopologyEdit(without_gpus=("g7",), name="dgx1-seven"))
+    got = read_previous(previous, _allgather(fewer), fewer)
+    assert got.algo is None  # the ranks changed: the compile goes on without a splice
+
+
+@pytest.mark.slow  # two compiles of a 1 GiB file: seconds on a busy machine
+def test_the_compile_from_the_previous_file_starts_from_the_splice(previous, changed,
+                                                                    tmp_path):
+    """The splice is the first file; it is the only one where it stands within the gap,
+    else the scale repair searches on from it; either way the file written is within
+    the gap of the bound (so of any compile from scratch) and verifies."""
+    out = tmp_path / "again.xml"
+    res = te_ccl.compile(changed, "allgather", size=SIZE, output=str(out),
+                         previous=previous, time_limit_s=30)
+    sources = [i.source for i in res.incumbents]
+    assert sources[0].startswith("first file: template previous-spliced")
+    stands = any("spliced stands" in n for n in res.schedule.info.notes)
+    assert stands == (len(sources) == 1) == (res.incumbents[0].ratio <= 1 + QUALITY_GAP)
+    assert res.measured_by == "xml replay"
+    assert res.bound_ratio <= 1 + QUALITY_GAP
+    assert verify_msccl(str(out)).valid
