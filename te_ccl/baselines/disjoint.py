@@ -361,8 +361,12 @@ def box_trees(topology: Topology, root: str, members: list[str]) -> list[tuple[f
                 relay = via[(i + j) % len(via)] if via else gw
                 if relay != gw:
                     _hang(tree, relay, gw, reach, topology.name)
-                for v in rest:
-                    if v != relay:
+                # a relay sends to the GPUs below it first, in turn: the relays of pieces
+                # in flight together send to different GPUs at once, where one order for
+                # all would queue them at the same GPU's link
+                at = rest.index(relay) if relay in rest else 0
+                for k in range(1, len(rest) + 1):
+                    if (v := rest[(at - k) % len(rest)]) != relay:
                         _hang(tree, v, relay, reach, topology.name)
             key = frozenset(tree.items())
             out[key] = (out.get(key, (0.0, tree))[0] + 1 / parts, tree)
