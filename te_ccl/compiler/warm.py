@@ -290,20 +290,22 @@ def _routed(previous: Previous, topology: Topology, collective: Collective, k: i
 
 def offer_spliced(previous: Previous | None, topology: Topology, collective: Collective,
                   options: CompileOptions, timer: Timer, kept: Incumbent) -> bool:
-    """Offer ``kept`` the previous file spliced onto ``topology``
-    (:mod:`te_ccl.compiler.splice`, its weights :data:`~te_ccl.compiler.splice.WEIGHTS`
-    tried in turn until one replays within :data:`QUALITY_GAP` of the bound), verified
-    in full and timed by its replay; its schedule is its routes timed as a template, which
-    the independent checker passes. True where the compile needs no other first file:
-    the splice stands (within that gap: no search either), or it is kept and the scale
-    backend repairs (:func:`repair`; a cheap candidate would only be a second first
-    file). Where the file cannot be spliced the compile goes on as without it (a note
-    says why)."""
+    """Where the previous file spliced onto ``topology`` (:mod:`te_ccl.compiler.splice`,
+    its weights :data:`~te_ccl.compiler.splice.WEIGHTS` tried in turn while near the
+    bound) replays within :data:`QUALITY_GAP` of the lower bound, so within that of any
+    compile from scratch, offer ``kept`` that file once the verifier passes it in full;
+    its schedule is its routes timed as a template, which the independent checker
+    passes. True if kept: it stands, with no other first file and no search
+    (:func:`repair`). Else the compile goes on as without it, a note says why: a
+    splice that does not stand is not verified, nor kept (the search that follows
+    finds better)."""
     if previous is None or previous.algo is None or previous.before is None \
             or options.fmt != "xml":
         return False
     from te_ccl.compiler.splice import WEIGHTS, splice, step_times
     from te_ccl.lower.msccl.to_xml import program_to_xml
+    from te_ccl.simulate.msccl import simulate_msccl
+    from te_ccl.verify.msccl.reader import read_msccl
     from te_ccl.verify.msccl.verify import verify_msccl
     from te_ccl.verify.schedule_check import check_schedule
 
@@ -312,7 +314,7 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
     whole = coll.ranks == tuple(range(topology.ngpus))  # the provenance names every GPU
     root = coll.ranks.index(coll.root) if coll.root is not None else None
     times = step_times(algo, previous.before, topology, coll)
-    best, why = None, "no splice passes the verifier and replays"
+    best, why = None, "no splice replays"
     for early in WEIGHTS:
         got = splice(algo, previous.before, topology, coll, options.runtime, times, early)
         if isinstance(got, str):
@@ -326,43 +328,33 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
                           min_bytes=options.min_bytes, max_bytes=options.max_bytes)
         data = program_to_xml(program, provenance=(topology.name, coll.size_bytes)
                               if whole else None)
-        replays: list[float] = []  # the file as the verifier read it, replayed meanwhile
-        report = verify_msccl(data.decode(), root=root, limits=options.runtime,
-                              read=partial(_replay_into, replays, topology, coll))
-        if report.valid and replays and (best is None or replays[0] < best[0]):
-            best = (replays[0], data, got.trees)
-        if best is not None and best[0] > kept.bound_s * (1 + NEAR_GAP):
-            why = "it replays far from the lower bound"
-            break  # the weights move a file by a few percent: no other is tried
-        if best is not None and best[0] <= kept.bound_s * (1 + QUALITY_GAP):
+        try:
+            finish = simulate_msccl(read_msccl(data.decode()), topology, coll.size_bytes,
+                                    ranks=coll.ranks).finish_time_s
+        except VerificationError as e:  # a deadlock: the verifier would refuse it
+            why = str(e)
+            continue
+        if finish <= kept.bound_s * (1 + QUALITY_GAP):
+            best = (finish, data, got.trees)
             break
+        why = f"it replays at {finish / kept.bound_s:.3f}× the lower bound"
+        if finish > kept.bound_s * (1 + NEAR_GAP):
+            break  # the weights move a file by a few percent: no other is tried
     if best is None:
-        kept.notes.append(f"--from: the {WARM} spliced is not kept ({why})")
+        kept.notes.append(f"--from: the {WARM} spliced does not stand ({why}); the "
+                          "compile goes on as without it")
         return False
     finish, data, trees = best
+    report = verify_msccl(data.decode(), root=root, limits=options.runtime)
     schedule = _routed(replace(previous, trees=trees), topology,
                        replace(coll, chunks_per_rank=previous.pieces), 1, SPLICED)
-    if schedule is None or check_schedule(schedule):
-        kept.notes.append(f"--from: the {WARM} spliced is not kept (its routes do not make "
-                          "a schedule the checker passes)")
+    if not report.valid or schedule is None or check_schedule(schedule):
+        why = f"its file fails verification: {report.errors[0]}" if not report.valid \
+            else "its routes do not make a schedule the checker passes"
+        kept.notes.append(f"--from: the {WARM} spliced is not kept ({why})")
         return False
     timer.replayed(schedule, data, finish)
-    offered = kept.offer(schedule, data, finish, f"first file: {describe(schedule)}")
-    return finish <= kept.bound_s * (1 + QUALITY_GAP) or (
-        offered and _scales(topology, collective))
-
-
-def _replay_into(out: list[float], topology: Topology, collective: Collective, algo: Algo
-                 ) -> None:
-    """Append the replay of ``algo`` on ``topology`` to ``out`` (nothing if it deadlocks:
-    the verifier says why)."""
-    from te_ccl.simulate.msccl import simulate_msccl
-
-    try:
-        out.append(simulate_msccl(algo, topology, collective.size_bytes,
-                                  ranks=collective.ranks).finish_time_s)
-    except VerificationError:
-        pass
+    return kept.offer(schedule, data, finish, f"first file: {describe(schedule)}")
 
 
 def first_candidates(previous: Previous | None, topology: Topology, collective: Collective,
