@@ -1,0 +1,144 @@
+"""The candidates ``auto`` races and a first file tries, in order, for a handful of inputs:
+recorded before the candidates moved into one registry, so the move changes none of them.
+
+Every candidate the race times is judged here by its epoch-model prediction with no cheap
+bound (each template is timed, none skipped by an estimate), under a limit far above what
+the race takes, so the order depends on the input alone, not on the machine."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import SolveParams, solve
+from te_ccl.compiler.portfolio import Judge
+from te_ccl.compiler.warm import first_candidates
+from te_ccl.lower.mscclpp import box_candidate
+from te_ccl.schedule import Schedule
+from te_ccl.spec.topology import load_topology
+from te_ccl.topology.model import Topology
+
+BOXES = """\
+name: boxes2x2
+generator:
+  kind: boxes
+  count: 2
+  box: {kind: star, n: 2, bandwidth: 450GB/s, latency: 0.7us, switch: {nvls: true}}
+  join: {kind: rails, nodes: [g0, g1], bandwidth: 400Gbps, latency: 1.3us}
+"""
+
+_KEPT = re.compile(r"auto: kept the (.+?) \(")
+
+
+def _known(topology: Topology, collective: Collective, fmt: str) -> tuple[tuple[str, Schedule], ...]:
+    """What the compile races from the start for ``fmt``: the box plan under MSCCL++."""
+    box = box_candidate(topology, collective) if fmt == "mscclpp" else None
+    return (("template box plan", box),) if box is not None else ()
+
+
+CASES = {  # (topology, kind, size, root, format) -> (kept, also tried, judged, first file)
+    "ring8-allgather": (("ring8", CollectiveKind.ALLGATHER, 1048576, None, "xml"), (
+        "scale/trees",
+        ["flow model", "template ring", "template ring-bidir", "template direct"],
+        ["scale", "milp", "baseline:ring", "baseline:ring-bidir", "baseline:direct"],
+        ["scale/trees", "template ring", "template ring-bidir", "template direct",
+        "template in-switch"])),
+    "dgx1-allreduce": (("dgx1", CollectiveKind.ALLREDUCE, 1048576, None, "xml"), (
+        "scale/greedy",
+        ["template packed", "flow model", "template ring", "template ring-bidir",
+        "template tree"],
+        ["scale", "baseline:packed", "milp", "baseline:ring", "baseline:ring-bidir",
+        "baseline:tree"],
+        ["scale/greedy", "template ring", "template ring-bidir", "template tree",
+        "template direct", "template packed", "template packed-fine", "template in-switch"])),
+    "hgx2-broadcast": (("hgx-h100x2", CollectiveKind.BROADCAST, 1048576, 0, "xml"), (
+        "template pipeline",
+        ["template packed", "flow model", "template ring", "template ring-bidir",
+        "template tree", "template direct", "template hierarchical"],
+        ["baseline:pipeline", "baseline:packed", "milp", "baseline:ring",
+        "baseline:ring-bidir", "baseline:tree", "baseline:direct", "baseline:hierarchical"],
+        ["template direct", "template direct (64 in flight per link)",
+        "template direct (32 in flight per link)", "template direct (16 in flight per link)",
+        "template direct (8 in flight per link)", "template pipeline",
+        "template pipeline-fine", "template packed", "template ring", "template ring-bidir",
+        "template tree", "template hierarchical", "template packed-fine",
+        "template in-switch"])),
+    "mesh4x4-alltoall": (("mesh4x4", CollectiveKind.ALLTOALL, 1048576, None, "xml"), (
+        "scale/flow-alltoall",
+        ["flow model", "template ring", "template ring-bidir", "template direct"],
+        ["scale", "baseline:ring", "baseline:ring-bidir", "baseline:direct"],
+        ["scale/flow-alltoall", "template ring", "template ring-bidir", "template direct",
+        "template in-switch"])),
+    "boxes-allreduce-mscclpp": (("boxes2x2", CollectiveKind.ALLREDUCE, 1048576, None, "mscclpp"), (
+        "scale/hierarchical",
+        ["template box plan", "template packed", "flow model", "template ring",
+        "template ring-bidir", "template tree", "template hierarchical"],
+        ["box-plan", "scale", "baseline:packed", "milp", "baseline:ring",
+        "baseline:ring-bidir", "baseline:tree", "baseline:hierarchical"],
+        ["scale/hierarchical", "template ring", "template ring-bidir", "template tree",
+        "template direct", "template hierarchical", "template packed", "template packed-fine",
+        "template in-switch"])),
+    "boxes-allreduce-xml": (("boxes2x2", CollectiveKind.ALLREDUCE, 1048576, None, "xml"), (
+        "scale/hierarchical",
+        ["template packed", "flow model", "template ring", "template ring-bidir",
+        "template tree", "template hierarchical"],
+        ["scale", "baseline:packed", "milp", "baseline:ring", "baseline:ring-bidir",
+        "baseline:tree", "baseline:hierarchical"],
+        ["scale/hierarchical", "template ring", "template ring-bidir", "template tree",
+        "template direct", "template hierarchical", "template packed", "template packed-fine",
+        "template in-switch"])),
+    "dgx1-gather": (("dgx1", CollectiveKind.GATHER, 65536, 0, "xml"), (
+        "template direct",
+        ["template pipeline", "template packed", "flow model", "template ring",
+        "template ring-bidir"],
+        ["baseline:pipeline", "baseline:packed", "milp", "baseline:ring",
+        "baseline:ring-bidir", "baseline:direct"],
+        ["template direct", "template direct (64 in flight per link)",
+        "template direct (32 in flight per link)", "template direct (16 in flight per link)",
+        "template direct (8 in flight per link)", "template ring", "template ring-bidir",
+        "template pipeline", "template pipeline-fine", "template packed",
+        "template packed-fine", "template in-switch"])),
+    "mesh8x8-allgather": (("mesh8x8", CollectiveKind.ALLGATHER, 1048576, None, "xml"), (
+        "scale/greedy",
+        ["flow model", "template ring", "template ring-bidir", "template direct"],
+        ["scale", "baseline:ring", "baseline:ring-bidir", "baseline:direct"],
+        ["scale/greedy", "template ring", "template ring-bidir", "template direct",
+        "template in-switch"])),
+}
+
+
+@pytest.fixture(scope="module")
+def boxes(tmp_path_factory) -> Topology:
+    path = tmp_path_factory.mktemp("boxes") / "boxes2x2.yaml"
+    path.write_text(BOXES)
+    return load_topology(str(path))
+
+
+def _topology(name: str, boxes: Topology) -> Topology:
+    return boxes if name == "boxes2x2" else load_topology(name)
+
+
+def _record(topology: Topology, collective: Collective, fmt: str):
+    judged: list[str] = []
+
+    def time(schedule: Schedule) -> float:
+        judged.append(schedule.info.backend)
+        return schedule.finish_time_s
+
+    schedule = solve(topology, collective, SolveParams(time_limit_s=600),
+                     judge=Judge("prediction", time), known=_known(topology, collective, fmt))
+    note = schedule.info.notes[0]
+    rest = note.partition("; also tried ")[2]
+    tried = [part.partition(": ")[0] for part in rest.split("; ")] if rest else []
+    first = [name for name, _ in first_candidates(None, topology, collective, SolveParams())]
+    return _KEPT.match(note).group(1), tried, judged, first
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_same_candidates_in_the_same_order(case, boxes):
+    (topo, kind, size, root, fmt), expected = CASES[case]
+    topology = _topology(topo, boxes)
+    collective = Collective(kind, size, tuple(range(topology.ngpus)), root=root)
+    assert _record(topology, collective, fmt) == expected
