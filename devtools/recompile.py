@@ -11,7 +11,8 @@ the processor seconds (the compile's and its workers') are shown beside them. Tw
 columns say what a compile from the previous file cannot avoid: when the compile from
 scratch had its first file (one file lowered, verified and replayed, as any compile
 that writes a new file must), and the previous file kept as it is, replayed on the
-changed network, over the lower bound.
+changed network, over the lower bound; the last, what the compile from the previous
+file notes of it (the splice's replay where it does not stand).
 
 Writes ``OUT/recompile.json`` and ``OUT/recompile.md`` (default ``bench/``) and prints
 the table on stderr; exits 1 when a target is missed, unless ``--no-fail``.
@@ -69,6 +70,7 @@ class Recompile:
     warm_cpu_s: float = 0.0
     scratch_first_s: float = 0.0  # when the compile from scratch had its first file
     as_is_ratio: float | None = None  # the previous file replayed on the changed network
+    warm_note: str = ""  # what the compile from the previous file says of it (--from: …)
 
     @property
     def time_share(self) -> float:
@@ -106,7 +108,8 @@ def recompile(topology: str, edit: TopologyEdit, tmp: Path) -> Recompile:
                      w.finish_time_s, w.bound_ratio,
                      w.incumbents[0].source if w.incumbents else "", s_cpu, w_cpu,
                      s.incumbents[0].t_s if s.incumbents else 0.0,
-                     _as_is(previous, changed, s.lower_bound_s))
+                     _as_is(previous, changed, s.lower_bound_s),
+                     next((n for n in w.schedule.info.notes if n.startswith("--from:")), ""))
 
 
 def _as_is(previous: str, changed: Topology, bound_s: float | None) -> float | None:
@@ -130,8 +133,9 @@ def _cpu_s() -> float:
 def _markdown(rows: list[Recompile]) -> str:
     lines = ["| topology | change | from scratch | from previous | time share | CPU share | "
              "finish vs scratch | ratio to bound (scratch / previous) | first file | met | "
-             "scratch's first file at | previous file as is, ratio to bound |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "scratch's first file at | previous file as is, ratio to bound | "
+             "from previous: note |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cpu = f"{r.warm_cpu_s / r.scratch_cpu_s:.0%}" if r.scratch_cpu_s > 0 else "-"
         as_is = "-" if r.as_is_ratio is None else f"{r.as_is_ratio:.4f}"
@@ -139,7 +143,8 @@ def _markdown(rows: list[Recompile]) -> str:
                      f"{r.warm_s:.2f} s | {r.time_share:.0%} | {cpu} | {r.quality:.4f} | "
                      f"{r.scratch_ratio:.4f} / {r.warm_ratio:.4f} | {r.warm_first_source} | "
                      f"{'yes' if r.met else 'no'} | {r.scratch_first_s:.2f} s "
-                     f"({r.scratch_first_s / r.scratch_s:.0%}) | {as_is} |")
+                     f"({r.scratch_first_s / r.scratch_s:.0%}) | {as_is} | "
+                     f"{r.warm_note.removeprefix('--from: ') or '-'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -24,3 +24,11 @@ def test_the_table_has_a_line_per_row_and_every_case_names_a_change():
     assert text.count("\n") == 4 and "| 25% |" in text and "| 50% |" in text
     assert "| 0.00 s (0%) | - |" in text and "| 1.00 s (25%) | 1.5000 |" in text
     assert all(edit.without_links or edit.without_gpus or edit.scale_links for _, edit in CASES)
+
+
+def test_the_note_of_the_compile_from_the_previous_file_is_shown_without_its_prefix():
+    note = "--from: the previous file spliced does not stand (it replays at 1.200× the bound)"
+    text = _markdown([replace(_row(1.0, 1.0), warm_note=note), _row(1.0, 1.0)])
+    assert "| the previous file spliced does not stand (it replays at 1.200× the bound) |" \
+        in text
+    assert text.rstrip().endswith("| - |")
