@@ -7,7 +7,7 @@ written: the schedule by the independent checker, the MSCCL XML by the verifier,
 shares nothing with the solver.
 
 The compile is *anytime*: from the first file it verifies (a cheap candidate, lowered
-and verified before the search, :func:`te_ccl.compiler.portfolio.quick`) it holds a file it can write
+and verified before the search, :func:`te_ccl.compiler.candidates.first_file`) it holds a file it can write
 (:class:`~te_ccl.compiler.incumbent.Incumbent`), replaced only by a verified file that finishes
 earlier; when the time limit ends, in whatever stage, the file held is written.
 
@@ -39,6 +39,7 @@ from te_ccl.compiler.best import (
     solve_best,
     solve_checked,
 )
+from te_ccl.compiler.candidates import known as plan_only
 from te_ccl.compiler.fits import check_loadable
 from te_ccl.compiler.incumbent import Incumbent, Verified, describe
 from te_ccl.compiler.judge import PARALLEL_FROM, Timer, Timing
@@ -53,7 +54,6 @@ from te_ccl.compiler.render import (
 )
 from te_ccl.compiler.result import CompileResult, compile_notes, rooted_notes
 from te_ccl.compiler.sizes import compile_size_ranges
-from te_ccl.compiler.solve import Known
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import offer_spliced, repair
 from te_ccl.deadline import TimeLimitReached, hurried, keeping, left, until
@@ -64,7 +64,6 @@ from te_ccl.errors import (
     TecclError,
     VerificationError,
 )
-from te_ccl.lower.mscclpp import box_candidate
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import check_output_file, make_output_dir, path_component, write_atomic
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
@@ -358,16 +357,6 @@ def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage
     return kept.offer(schedule, data, timing.finish_s, source)
 
 
-def _plan_only(topology: Topology, collective: Collective, options: CompileOptions) -> Known:
-    """The candidates only an MSCCL++ plan can be, raced from the start (judged even where
-    a loaded machine leaves the templates no time): the box AllReduce plan
-    (:func:`te_ccl.lower.mscclpp.box_candidate`)."""
-    if options.fmt != "mscclpp":
-        return ()
-    box = box_candidate(topology, collective)
-    return (("template box plan", box),) if box is not None else ()
-
-
 def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> str:
     """What the message of a compile out of time without a file adds: the candidates
     refused and why, and about how long a first file takes here. Lowering and verifying
@@ -398,7 +387,7 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
     search = _search(params)
     known = (((kept.best.source, kept.best.schedule),)
              if kept.best is not None and not kept.hurried else ())
-    known += _plan_only(topology, collective, options)
+    known += plan_only(topology, collective, options.fmt, search)
     schedule = solve_best(topology, collective, search, options.chunk_choices, kept.tell,
                           timer.judge, True, known)  # topology: the machine usable already
     if kept.holds(schedule):

@@ -1,7 +1,8 @@
 """What ``--backend auto`` tries, in one place: the portfolio.
 
 For each chunking (the collective's own; with ``--chunks auto`` also those of
-:func:`te_ccl.compiler.chunking.chunk_candidates`, most promising first), the candidates are:
+:func:`te_ccl.compiler.chunking.chunk_candidates`, most promising first), the candidates
+(each from the registry, :mod:`te_ccl.compiler.candidates`) are:
 
 1. the **scale** backend, where one of its methods fits
    (:func:`te_ccl.backends.scale.scale_method`). It runs alone where one flow model is
@@ -40,36 +41,43 @@ XML), and the winner carries a note listing every trial.
 The runtime's limits enter the candidates up front: the scale backend cuts no more
 sub-chunks than the runtime loads (:mod:`te_ccl.backends.scale.msccl_budget`).
 
-:func:`quick` names the portfolio's cheap candidates, from which a compile makes its first
-file before the race; the race takes such schedules as ``known`` ones: entered as trials
-(judged once, by the same judge) and not solved again.
+A compile makes its first file before the race from the registry's cheap candidates
+(:func:`te_ccl.compiler.candidates.first_file`); the race takes such schedules, and the
+plan's of :func:`te_ccl.compiler.candidates.known`, as ``known`` ones: entered first as
+trials (judged once, by the same judge) and not solved again.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cache, partial
+from functools import cache
 
 import te_ccl.backends.scale as scale_backend
-import te_ccl.baselines as baselines
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.backends.select import strategy_for
-from te_ccl.baselines.direct import direct
+from te_ccl.baselines import BaselineError
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.compiler.candidates import (
+    FLOW,
+    TEMPLATE_MAX_DELIVERIES,
+    Candidate,
+    Known,
+    backend,
+    deliveries,
+    scale,
+    templates,
+)
 from te_ccl.compiler.chunking import chunk_candidates, chunking_bounds
-from te_ccl.compiler.strategy import check_input, run_strategy
 from te_ccl.deadline import Budget, TimeLimitReached, left, until
 from te_ccl.errors import SolverError, SpecError
-from te_ccl.fred import in_switch_candidate
 from te_ccl.model.relays import relay_overflow
-from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["Judge", "PREDICTED", "Trial", "asked_chunking", "choose", "quick", "Known",
+__all__ = ["Judge", "PREDICTED", "Trial", "asked_chunking", "choose", "Known",
            "SCALE_MIN_GPUS", "TEMPLATE_MAX_GPUS", "TIE", "close_to_bound"]
 
 SCALE_MIN_GPUS = 16  # beyond, one flow model is out of reach (mesh 8×8 AllGather: ~460k
@@ -80,10 +88,6 @@ TREES_SHARE = 0.5  # the same for packed trees: an LP, a split and the greedy, n
 MIN_FLOW_S = 1.0  # the flow model gets at least this after the scale backend
 TEMPLATE_SHARE = 0.2  # of the time left, kept from the flow model to build and judge the templates
 TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can win
-# (chunk, destination) pairs beyond which the templates take minutes to place hop by hop
-# (a 64-GPU AllGather at 32 chunks per rank has 129k)
-TEMPLATE_MAX_DELIVERIES = 300_000
-PACED_TRIES = 4  # paced direct templates of a rooted first file, halving what is in flight
 BOUND_GAP = 0.005  # within this of the lower bound, another solver cannot win enough to run
 MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
 SKIP_GAIN = 0.02  # a chunking must be able to beat the best so far by this to be solved
@@ -130,7 +134,6 @@ class Judge:
 
 
 PREDICTED = Judge("epoch model", *(lambda s: s.finish_time_s,) * 3)
-Known = tuple[tuple[str, Schedule], ...]  # schedules built already, each with its trial name
 
 
 @dataclass(frozen=True)
@@ -213,8 +216,9 @@ def choose(topology: Topology, collective: Collective, params: SolveParams, judg
            known: Known = ()) -> Schedule:
     """The fastest schedule by ``judge`` among the portfolio's candidates (see the module
     docstring) for each chunking of ``chunk_choices`` (none: the collective's own), with
-    a note of what was tried. ``known``: candidates built already (:func:`quick`'s), raced
-    with the others of their chunking.
+    a note of what was tried. ``known``: candidates built already (a first file's, the
+    plan's of :func:`te_ccl.compiler.candidates.known`), raced with the others of their
+    chunking.
 
     Raises
     ------
@@ -225,72 +229,6 @@ def choose(topology: Topology, collective: Collective, params: SolveParams, judg
         return _best_chunking(topology, collective, params, chunk_choices, progress, judge,
                               known)
     return _race(topology, collective, params, judge, progress, known)
-
-
-def quick(topology: Topology, collective: Collective, params: SolveParams
-          ) -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
-    """The portfolio's cheap candidates, cheapest first, each a trial name and the
-    function that builds it (None: it does not apply): the scale method at one sub-chunk
-    per chunk (its fewest transfers: the plan's budget keeps even 1024 GPUs within the
-    runtime's limits at that), then the templates (and the in-switch schedule) where
-    building them is quick (:data:`TEMPLATE_MAX_DELIVERIES`). A template is built only
-    where every candidate before it gave no file, so beyond :data:`TEMPLATE_MAX_GPUS`
-    GPUs, where the race does not build them (a ring AlltoAll of 72 GPUs takes a minute),
-    they cost nothing while the scale method's file fits the runtime, and are the file
-    where it does not. A candidate that breaks a buffer limit raises
-    :class:`SolverError`. Bad input raises :class:`SpecError` first."""
-    check_input(topology, collective)
-    method = scale_backend.scale_method(topology, collective)
-    if method is not None:
-        scale = replace(params, backend="scale", max_subchunks=1)
-        yield f"scale/{method}", partial(_within_buffers, run_strategy, topology, collective,
-                                         scale)
-    if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
-        return
-    for name in _cheapest_first(baselines.applicable(topology, collective), collective):
-        yield f"template {name}", partial(_within_buffers, baselines.build_baseline, name,
-                                          topology, collective)
-        if name == "direct" and collective.root is not None:
-            yield from _paced_direct(topology, collective)
-    yield "template in-switch", partial(_within_buffers, in_switch_candidate, topology,
-                                        collective)
-
-
-def _paced_direct(topology: Topology, collective: Collective
-                  ) -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
-    """The direct template with fewer chunks under way on a link at once, halving from
-    what the runtime's connections hold (its channels times the sends one holds): tiny
-    chunks all start in one epoch, more than the file's channels can take in turn
-    (mesh 16×16 Scatter 1 KB: 128 on each of the root's links). Tried only where the
-    unpaced one does not fit; :data:`PACED_TRIES` of them, each slower than the last."""
-    held = MSCCL.max_channels * max(1, MSCCL.outstanding_sends(collective.proto))
-    for n in sorted({max(1, held >> k) for k in range(PACED_TRIES)}, reverse=True):
-        yield f"template direct ({n} in flight per link)", partial(
-            _within_buffers, direct, topology, collective, n)
-
-
-def _cheapest_first(names: list[str], collective: Collective) -> list[str]:
-    """The templates ``names`` in the order a first file tries them: for a rooted
-    collective the direct one first, which sends each chunk once along a shortest path
-    where a ring relays it through every rank (torus 32×32 Gather: 16,384 transfers
-    against the ring's 523,776, and it finishes 32× earlier)."""
-    if collective.root is None or "direct" not in names:
-        return names
-    return ["direct", *(n for n in names if n != "direct")]
-
-
-def _within_buffers(build: Callable[..., Schedule | None], *args) -> Schedule | None:
-    """``build(*args)``, refused if it relays more through a GPU than its buffer holds."""
-    schedule = build(*args)
-    over = relay_overflow(schedule) if schedule is not None else None
-    if over is not None:
-        raise SolverError(f"breaks a buffer limit: {over}")
-    return schedule
-
-
-def _deliveries(collective: Collective) -> int:
-    """(chunk, destination) pairs, by arithmetic (no chunk is built)."""
-    return sum(collective.received().values())
 
 
 def asked_chunking(schedule: Schedule) -> Collective:
@@ -311,7 +249,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     when a ``max_horizon`` bounds the flow model). A ``known`` scale schedule of the
     sub-chunking the scale backend would cut stands for its run."""
     if strategy_for(params) != "portfolio":
-        return run_strategy(topology, collective, params, progress)
+        return backend(params.backend).build(topology, collective, params, progress)
     race = _Race(judge)
     budget = Budget.of(params.time_limit_s)
     known = _known_here(known, collective)
@@ -324,10 +262,10 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         else ()
 
     def race_early(only: tuple[str, ...] = early) -> None:
-        if only and _deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
+        if only and deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
                 close_to_bound(race, bound) is None:
             with until(budget.left()):  # pipeline-fine cuts as many pieces as time allows
-                _templates(race, topology, collective, budget, only=only)
+                _templates(race, topology, collective, params, budget, only=only)
 
     trees_first = templates and _composition_short(topology, collective)
     if trees_first:  # then the finer trees, whose larger file is lowered if time is left
@@ -336,25 +274,25 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     if method is not None and not _scale_known(topology, collective, params, known):
         first = TREES_SHARE if method == "trees" else SCALE_SHARE
         share = params.time_limit_s * (first if flow_skip is None else 1.0)
-        _run(race, f"scale/{method}", topology, collective,
-             replace(params, backend="scale", time_limit_s=share), progress)
+        _run(race, scale(), topology, collective, replace(params, time_limit_s=share),
+             progress)
     if not trees_first:
         race_early()
     flow_skip = flow_skip or close_to_bound(race, bound)
     if flow_skip is not None:
-        race.skip("flow model", flow_skip)
+        race.skip(FLOW, flow_skip)
     else:
         share = (budget.left() - race.reserve_s) * (1 - TEMPLATE_SHARE if templates else 1)
         if race.best is not None and share < MIN_FLOW_S:
-            race.skip("flow model", f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
+            race.skip(FLOW, f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
         else:
-            _run(race, "flow model", topology, collective,
+            _run(race, backend("auto"), topology, collective,
                  replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
     close = close_to_bound(race, bound, BOUND_GAP if topology.ngpus > SCALE_MIN_GPUS else TIE)
     if close is not None:
         race.skip("templates", close)
     elif templates or race.best is None:
-        _templates(race, topology, collective, budget)
+        _templates(race, topology, collective, params, budget)
     return race.winner()
 
 
@@ -404,17 +342,18 @@ def close_to_bound(race: _Race, lower: Callable[[], float], gap: float = BOUND_G
     return None
 
 
-def _run(race: _Race, name: str, topology: Topology, collective: Collective,
+def _run(race: _Race, candidate: Candidate, topology: Topology, collective: Collective,
          params: SolveParams, progress: Progress | None) -> None:
+    name = candidate.trial(topology, collective)
     if progress:
         progress(f"auto: trying the {name}")
     try:
-        schedule = run_strategy(topology, collective, params, progress)
+        schedule = candidate.build(topology, collective, params, progress)
     except SolverError as e:
         race.fail(name, e)
         return
     except SpecError as e:  # a scale method that does not take this input after all
-        if params.backend != "scale":
+        if candidate.kind != "scale":
             raise  # the input is wrong for the flow model: the user's to fix
         race.fail(name, SolverError(str(e)))
         return
@@ -422,7 +361,7 @@ def _run(race: _Race, name: str, topology: Topology, collective: Collective,
     race.enter(name, schedule)
 
 
-def _templates(race: _Race, topology: Topology, collective: Collective,
+def _templates(race: _Race, topology: Topology, collective: Collective, params: SolveParams,
                budget: Budget, only: tuple[str, ...] | None = None) -> None:
     """Race the templates (the in-switch schedule where the fabric has one), timing only
     those that can beat the best so far (by ``at_least``); none beyond
@@ -437,40 +376,36 @@ def _templates(race: _Race, topology: Topology, collective: Collective,
     compare directly with the solvers'. ``only``: those templates alone (the in-switch
     schedule not), as :data:`EARLY_TEMPLATES` are raced before the flow model.
     """
-    if _deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
+    if deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
         race.skip("templates", f"over {TEMPLATE_MAX_DELIVERIES} (chunk, destination) pairs")
         return
-    builds = [(name, partial(baselines.build_baseline, name, topology, collective))
-              for name in baselines.applicable(topology, collective)
-              if only is None or name in only]
-    if only is None:
-        builds.append(("in-switch", partial(in_switch_candidate, topology, collective)))
     # a best that does not lower (judged inf) bounds nothing, whatever its prediction
     lowers = race.best is not None and race.best_s < math.inf
     at_most = race.judge.at_most(race.best[0]) if lowers else None
     entered = {t.name for t in race.trials}  # a known template is not built again
-    for name, build in builds:
-        if f"template {name}" in entered:
+    for template in templates(topology, collective, only):
+        name = template.trial(topology, collective)
+        if name in entered:
             continue
         late = topology.ngpus > SCALE_MIN_GPUS and budget.spent
         if left() <= race.reserve_s or (race.best is not None and late):
-            race.skip(f"template {name}", "no time left")
+            race.skip(name, "no time left")
             continue
         try:
-            candidate = build()
-        except baselines.BaselineError:
+            schedule = template.build(topology, collective, params)
+        except BaselineError:
             continue
         except TimeLimitReached as e:  # building is part of the search: keep the best so far
-            race.fail(f"template {name}", e)
+            race.fail(name, e)
             return
-        if candidate is None:
+        if schedule is None:
             continue
         limit = min((x for x in (at_most, race.best_s) if x is not None), default=None)
-        floor = race.judge.at_least(candidate)
+        floor = race.judge.at_least(schedule)
         if limit is not None and floor is not None and floor >= limit * (1 - TIE):
-            race.skip(f"template {name}", f"cannot finish before {limit:.4g} s")
+            race.skip(name, f"cannot finish before {limit:.4g} s")
             continue
-        race.enter(f"template {name}", candidate)
+        race.enter(name, schedule)
 
 
 def _trial_order(topology: Topology, collective: Collective,

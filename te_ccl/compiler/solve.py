@@ -1,7 +1,8 @@
 """The façade: ``solve(topology, collective, params) -> Schedule``.
 
 It runs what :func:`te_ccl.backends.select.strategy_for` decides: the backend given,
-``milp``, ``lp``, ``rounds`` or ``scale`` (:func:`te_ccl.compiler.strategy.run_strategy`),
+``milp``, ``lp``, ``rounds`` or ``scale`` (its candidate in the registry,
+:func:`te_ccl.compiler.candidates.backend`),
 or for ``auto`` the portfolio of :mod:`te_ccl.compiler.portfolio` (scale backend, flow
 model and templates raced, judged by ``judge``); with a ``max_horizon`` ``auto`` runs the
 flow model alone, the one strategy the horizon bounds.
@@ -20,8 +21,9 @@ from __future__ import annotations
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.backends.select import strategy_for
 from te_ccl.collective.model import Collective
-from te_ccl.compiler.portfolio import PREDICTED, Judge, Known, choose
-from te_ccl.compiler.strategy import check_input, run_strategy
+from te_ccl.compiler.candidates import Known, backend
+from te_ccl.compiler.portfolio import PREDICTED, Judge, choose
+from te_ccl.compiler.strategy import check_input
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -49,7 +51,7 @@ def solve(topology: Topology, collective: Collective, params: SolveParams | None
     if strategy_for(params) == "portfolio" or chunk_choices:
         schedule = choose(topology, collective, params, judge, chunk_choices, progress, known)
     else:
-        schedule = run_strategy(topology, collective, params, progress)
+        schedule = backend(params.backend).build(topology, collective, params, progress)
     if not collective.uneven:
         return schedule
     return schedule.with_info(notes=schedule.info.notes + (

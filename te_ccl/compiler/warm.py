@@ -361,20 +361,15 @@ def first_candidates(previous: Previous | None, topology: Topology, collective: 
                      params: SolveParams
                      ) -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
     """The candidates of a compile's first file: the previous file's routes first (with
-    ``--from``, where no scale method fits: else the scale backend repairs), then a grid
-    method where one step per chunk and hop is too many transfers for a first file
-    (:func:`~te_ccl.backends.scale.grid_lines.grid_lines_takes`, by arithmetic),
-    then the portfolio's cheap ones (:func:`te_ccl.compiler.portfolio.quick`) for when
-    they do not apply or do not fit the runtime."""
-    from te_ccl.backends.scale.grid_lines import METHODS, grid_lines_schedule, grid_lines_takes
-    from te_ccl.compiler.portfolio import quick
+    ``--from``, where no scale method fits: else the scale backend repairs), then the
+    registry's cheap ones (:func:`te_ccl.compiler.candidates.first_file`: a grid method
+    where one step per chunk and hop is too many transfers for a first file, the scale
+    method, the templates) for when they do not apply or do not fit the runtime."""
+    from te_ccl.compiler.candidates import first_file
 
     if previous is not None and not _scales(topology, collective):
         yield f"{WARM}'s routes", partial(warm_schedule, previous, topology, collective)
-    if grid_lines_takes(topology, collective):
-        yield f"scale/{METHODS[collective.kind]}", partial(grid_lines_schedule, topology,
-                                                           collective)
-    yield from quick(topology, collective, params)
+    yield from first_file(topology, collective, params)
 
 
 def repair(previous: Previous | None, topology: Topology, collective: Collective,

@@ -13,9 +13,9 @@ import pytest
 
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.compiler import SolveParams, solve
+from te_ccl.compiler.candidates import known
 from te_ccl.compiler.portfolio import Judge
 from te_ccl.compiler.warm import first_candidates
-from te_ccl.lower.mscclpp import box_candidate
 from te_ccl.schedule import Schedule
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology.model import Topology
@@ -30,12 +30,6 @@ generator:
 """
 
 _KEPT = re.compile(r"auto: kept the (.+?) \(")
-
-
-def _known(topology: Topology, collective: Collective, fmt: str) -> tuple[tuple[str, Schedule], ...]:
-    """What the compile races from the start for ``fmt``: the box plan under MSCCL++."""
-    box = box_candidate(topology, collective) if fmt == "mscclpp" else None
-    return (("template box plan", box),) if box is not None else ()
 
 
 CASES = {  # (topology, kind, size, root, format) -> (kept, also tried, judged, first file)
@@ -127,8 +121,9 @@ def _record(topology: Topology, collective: Collective, fmt: str):
         judged.append(schedule.info.backend)
         return schedule.finish_time_s
 
-    schedule = solve(topology, collective, SolveParams(time_limit_s=600),
-                     judge=Judge("prediction", time), known=_known(topology, collective, fmt))
+    params = SolveParams(time_limit_s=600)
+    schedule = solve(topology, collective, params,
+                     judge=Judge("prediction", time), known=known(topology, collective, fmt, params))
     note = schedule.info.notes[0]
     rest = note.partition("; also tried ")[2]
     tried = [part.partition(": ")[0] for part in rest.split("; ")] if rest else []

@@ -76,7 +76,7 @@ def test_auto_races_packed_before_the_flow_model(monkeypatch):
     """The flow model would use the whole limit; packed is judged before it starts. The
     flow model here gives up at once, and the limit is far above what the templates need,
     so what is kept does not hang on how much of it the machine's load leaves."""
-    import te_ccl.compiler.portfolio as portfolio
+    import te_ccl.compiler.candidates as candidates
     from te_ccl.compiler import SolveParams, solve
     from te_ccl.compiler.portfolio import Judge
     from te_ccl.errors import SolverError
@@ -91,7 +91,7 @@ def test_auto_races_packed_before_the_flow_model(monkeypatch):
         order.append("flow model")
         raise SolverError("time limit reached without a solution")
 
-    monkeypatch.setattr(portfolio, "run_strategy", flow_model)
+    monkeypatch.setattr(candidates, "run_strategy", flow_model)
     coll = Collective(K.BROADCAST, 64_000_000, tuple(range(8)), root=0)
     predicted = Judge("epoch model", timed, *(lambda s: s.finish_time_s,) * 2)
     s = solve(RAILS, coll, SolveParams(time_limit_s=600, threads=1), judge=predicted)

@@ -270,12 +270,12 @@ def test_every_first_candidate_overflowing_at_one_chunk_ends_the_compile_at_once
 def test_a_rooted_collectives_first_template_is_the_direct_one():
     """A gather's direct template sends each chunk once along a shortest path; a ring
     relays it through every rank (N²/2 transfers): the first file tries direct first."""
-    from te_ccl.compiler.portfolio import quick
+    from te_ccl.compiler.candidates import first_file
 
     gather = Collective(CollectiveKind.GATHER, 16 << 10, tuple(range(16)), root=0)
-    names = [name for name, _ in quick(MESH, gather, PARAMS)]
+    names = [name for name, _ in first_file(MESH, gather, PARAMS)]
     assert names[0] == "template direct" and "template ring" in names[1:]
-    assert [name for name, _ in quick(MESH, AG, PARAMS)][1] != "template direct"
+    assert [name for name, _ in first_file(MESH, AG, PARAMS)][1] != "template direct"
 
 
 def test_a_search_failing_without_a_file_says_why_each_first_candidate_gave_none(
@@ -317,12 +317,12 @@ def test_a_rooted_first_file_over_the_channels_is_paced_until_it_fits(tmp_path, 
     """Mesh 16×16 Scatter 1 KB: the direct template starts 128 tiny chunks at once on
     each of the root's links, more than 32 channels hold; a paced one is the first file."""
     from te_ccl.baselines.direct import direct
-    from te_ccl.compiler.portfolio import quick
+    from te_ccl.compiler.candidates import first_file
     from te_ccl.spec.topology import load_topology
 
     topology = load_topology("mesh16x16")
     scatter = Collective(CollectiveKind.SCATTER, 1000, tuple(range(256)), root=0)
-    names = [name for name, _ in quick(topology, scatter, PARAMS)]
+    names = [name for name, _ in first_file(topology, scatter, PARAMS)]
     assert names[:3] == ["template direct", "template direct (64 in flight per link)",
                          "template direct (32 in flight per link)"]
     monkeypatch.setattr(pipeline, "repair", lambda *args: None)  # the first file only
