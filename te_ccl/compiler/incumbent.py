@@ -158,7 +158,7 @@ def describe(schedule: Schedule) -> str:
     info = schedule.info
     if info.backend.startswith("baseline:"):
         what = f"template {info.backend.removeprefix('baseline:')}"
-    elif info.backend == "scale":
+    elif info.backend in ("scale", "grid"):
         what = info.status.split(":")[0]
     else:
         what = f"{info.backend} solve"

@@ -49,6 +49,7 @@ def test_the_file_verifies_and_replays_no_faster_than_the_bound(kind, make, dims
     coll = _coll(kind, topo, k, inplace)
     schedule = grid_lines_schedule(topo, coll)
     assert schedule is not None and schedule.info.status.startswith(f"scale/{METHODS[kind]}:")
+    assert schedule.info.backend == "grid"  # the search still solves the scale backend's
     assert check_schedule(schedule) == []
     xml = lower_to_msccl(schedule).decode()
     report = verify_msccl(xml)

@@ -67,11 +67,12 @@ from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.schedule import Schedule, SolveInfo, transfers_of
 from te_ccl.topology.model import Topology
 
-__all__ = ["METHODS", "GRID_FROM_DELIVERIES", "lines_plan", "lines_elements",
+__all__ = ["METHODS", "BACKEND", "GRID_FROM_DELIVERIES", "lines_plan", "lines_elements",
            "grid_lines_takes", "grid_lines_schedule"]
 
 _AG, _RS, _AR = CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, CollectiveKind.ALLREDUCE
 METHODS = {_AG: "grid-allgather", _RS: "grid-reducescatter", _AR: "grid-allreduce"}
+BACKEND = "grid"  # the schedule's info.backend
 PLANNING = "planning the grid collective"  # what a deadline reached interrupted
 GRID_FROM_DELIVERIES = 500_000  # chunk deliveries (an AllReduce's twice) from which the
 #                                 first file is this one: a file of one step per chunk and
@@ -489,6 +490,7 @@ def grid_lines_schedule(topology: Topology, collective: Collective) -> Schedule 
     method = METHODS[collective.kind]
     notes = (f"{method}: line by line, {len(cnt):,} groups of up to {int(cnt.max())} chunks "
              f"moved in one step each, on {plan.nchannels} channel(s)",)
-    info = SolveInfo(backend="scale", status=f"scale/{method}: feasible (not proven optimal)",
+    # not the scale backend's schedule of this chunking: the search still solves that one
+    info = SolveInfo(backend=BACKEND, status=f"scale/{method}: feasible (not proven optimal)",
                      notes=notes, subchunks=1)
     return Schedule(topology, collective, tau, tuple(transfers), info)

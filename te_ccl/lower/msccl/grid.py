@@ -24,7 +24,8 @@ def _plan(schedule: Schedule, runtime: RuntimeLimits) -> GridPlan | str | None:
     k = coll.chunks_per_rank
     if status.startswith(f"scale/{grid_alltoall.METHOD}:") and not coll.inplace:
         return grid_alltoall.grid_plan(*shape, k, alpha, runtime)
-    if status.startswith(f"scale/{grid_lines.METHODS.get(coll.kind)}:"):
+    if schedule.info.backend == grid_lines.BACKEND and \
+            status.startswith(f"scale/{grid_lines.METHODS.get(coll.kind)}:"):
         return grid_lines.lines_plan(coll.kind, *shape, k, coll.inplace, alpha, runtime)
     return None
 
