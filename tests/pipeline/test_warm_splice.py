@@ -115,3 +115,17 @@ def test_the_compile_from_the_previous_file_writes_the_splice_only_where_it_stan
     assert res.measured_by == "xml replay"
     assert res.bound_ratio <= 1 + QUALITY_GAP
     assert verify_msccl(str(out)).valid
+
+
+def test_a_file_that_uses_no_link_lost_is_kept_as_it_is(previous, dgx1):
+    slower = edit_topology(dgx1, TopologyEdit(scale_links=(("g0:g1", 0.5),),
+                                              name="dgx1-slower"))
+    algo, coll = read_msccl(previous), _allgather(slower)
+    got = splice(algo, dgx1, slower, coll, MSCCL, step_times(algo, dgx1, slower, coll),
+                 WEIGHTS[0])
+    assert not isinstance(got, str) and got.moved == 0
+    again = read_msccl(program_to_xml(got.program).decode())
+    def steps(a):  # what the runtime runs: each step's fields, not its line in the file
+        return [[[st[:10] for st in tb.steps] for tb in g.threadblocks] for g in a.gpus]
+
+    assert steps(again) == steps(algo)
