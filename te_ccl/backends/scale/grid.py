@@ -23,7 +23,7 @@ from te_ccl.runtime_limits import RuntimeLimits
 from te_ccl.topology.model import Topology
 
 __all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "coords", "neighbour", "grid_alpha",
-           "list_order", "grid_moves", "overflow", "PER_CHANNEL"]
+           "list_order", "channels", "grid_moves", "overflow", "PER_CHANNEL"]
 
 BUFFERS = ("i", "o", "s")  # buffer codes of a plan's steps
 OPS = ("s", "r", "cpy", "nop", "rrc")  # step codes
@@ -156,6 +156,29 @@ def list_order(prio: list[int], link: np.ndarray, cnt: list[int], waits: np.ndar
     position = np.empty(len(prio), dtype=np.int64)
     position[np.array(started, dtype=np.int64)] = np.arange(len(started))
     return position, now
+
+
+def channels(prio: list[int], link: np.ndarray, cnt: list[int], waits: np.ndarray,
+             alpha: float, limits: RuntimeLimits
+             ) -> tuple[np.ndarray, float, np.ndarray, int] | str:
+    """(each transfer's position in the list schedule, when it ends, each transfer's
+    channel, the channels) of transfers on links ``link`` (:func:`list_order`), or why
+    the runtime has too few channels: a link's transfers dealt in start order
+    round-robin to as few channels as hold :data:`PER_CHANNEL` each (the channels of a
+    link run at once, so neighbours in the order stay close in time)."""
+    position, finish = list_order(prio, np.unique(link, return_inverse=True)[1], cnt, waits,
+                                  alpha)
+    nt = len(link)
+    by_link = np.lexsort((position, link))
+    first_of_link = np.searchsorted(link[by_link], link[by_link])
+    per_link = np.bincount(link)[link[by_link]]
+    chan = np.empty(nt, dtype=np.int64)
+    chan[by_link] = (np.arange(nt) - first_of_link) % -(-per_link // PER_CHANNEL)
+    nchannels = int(chan.max()) + 1 if nt else 1
+    if nchannels > limits.max_channels:
+        return (f"a link carries {int(np.bincount(link).max())} groups: more than "
+                f"{limits.max_channels} channels of {PER_CHANNEL}")
+    return position, finish, chan, nchannels
 
 
 def grid_moves(topology: Topology, n: int, plan: GridPlan, lt: LinkTiming, what: str

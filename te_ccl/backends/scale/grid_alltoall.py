@@ -35,10 +35,10 @@ from te_ccl.backends.scale.grid import (
     OPS,
     PER_CHANNEL,
     GridPlan,
+    channels,
     grid_alpha,
     grid_moves,
     grid_shape,
-    list_order,
     neighbour,
     overflow,
 )
@@ -197,18 +197,12 @@ def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, i
     _, u, w, cnt, sbuf, soff, doff, after, chunk = t.arrays()
     link = u * n + w
     waiting = np.flatnonzero(after >= 0)
-    position, finish = list_order(t.cols[0], np.unique(link, return_inverse=True)[1],
-                                  t.cols[3], np.stack([waiting, after[waiting]], axis=1), alpha)
+    dealt = channels(t.cols[0], link, t.cols[3], np.stack([waiting, after[waiting]], axis=1),
+                     alpha, limits)
+    if isinstance(dealt, str):
+        return dealt
+    position, finish, chan, nchannels = dealt
     nt = len(u)
-    by_link = np.lexsort((position, link))
-    first_of_link = np.searchsorted(link[by_link], link[by_link])
-    chan = np.empty(nt, dtype=np.int64)
-    per_link = np.bincount(link)[link[by_link]]
-    chan[by_link] = (np.arange(nt) - first_of_link) % -(-per_link // PER_CHANNEL)
-    nchannels = int(chan.max()) + 1 if nt else 1
-    if nchannels > limits.max_channels:
-        return (f"a link carries {int(np.bincount(link).max())} groups: more than "
-                f"{limits.max_channels} channels of {PER_CHANNEL}")
     c_rank, c_buf, c_off, c_out, c_after = (np.array(x, dtype=np.int64).reshape(-1)
                                             for x in zip(*copies, strict=True))
     brought = c_after >= 0

@@ -51,11 +51,11 @@ import numpy as np
 from te_ccl.backends.scale.grid import (
     PER_CHANNEL,
     GridPlan,
+    channels,
     coords,
     grid_alpha,
     grid_moves,
     grid_shape,
-    list_order,
     neighbour,
     overflow,
 )
@@ -330,18 +330,11 @@ def _assemble(n: int, k: int, chains: _Chains, limits: RuntimeLimits, alpha: flo
         np.array(c, dtype=np.int64) for c in chains.cols)
     waits = np.array(chains.waits, dtype=np.int64).reshape(-1, 2)
     link = u * n + w
-    position, finish = list_order(chains.cols[0], np.unique(link, return_inverse=True)[1],
-                                  chains.cols[3], waits, alpha)
+    dealt = channels(chains.cols[0], link, chains.cols[3], waits, alpha, limits)
+    if isinstance(dealt, str):
+        return dealt
+    position, finish, chan, nchannels = dealt
     nt = len(u)
-    by_link = np.lexsort((position, link))
-    first_of_link = np.searchsorted(link[by_link], link[by_link])
-    per_link = np.bincount(link)[link[by_link]]
-    chan = np.empty(nt, dtype=np.int64)
-    chan[by_link] = (np.arange(nt) - first_of_link) % -(-per_link // PER_CHANNEL)
-    nchannels = int(chan.max()) + 1 if nt else 1
-    if nchannels > limits.max_channels:
-        return (f"a link carries {int(np.bincount(link).max())} groups: more than "
-                f"{limits.max_channels} channels of {PER_CHANNEL}")
     tbs: list[dict[tuple[int, int, int], int]] = [{} for _ in range(n)]
     for kind, ranks, peers in ((0, w, u), (1, u, w)):
         for key in sorted(set(zip(ranks.tolist(), peers.tolist(), chan.tolist(), strict=True))):
