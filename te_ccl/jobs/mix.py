@@ -50,13 +50,18 @@ def templates(jobs: JobSet, budget: Budget) -> dict[str, dict[str, JobFile]]:
     """Each job's templates (:func:`~te_ccl.baselines.applicable` on the whole topology)
     as verified files, by template name; those that do not apply, that the runtime
     cannot hold or that the verifier rejects are left out, as are those not reached in
-    ``budget``."""
+    ``budget``. The jobs take turns, one template each, in the portfolio's order, so a
+    short budget leaves every job its first templates rather than the last jobs none."""
     out: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
     params = SolveParams(time_limit_s=max(budget.left(), 0.1))
-    for job in jobs.jobs:
-        for name in applicable(jobs.topology, job.collective):
+    names = {j.name: applicable(jobs.topology, j.collective) for j in jobs.jobs}
+    for turn in range(max(map(len, names.values()), default=0)):
+        for job in jobs.jobs:
+            if turn >= len(names[job.name]):
+                continue
             if budget.spent:
                 return out
+            name = names[job.name][turn]
             try:
                 built = build_baseline(name, jobs.topology, job.collective)
                 schedule, xml = render_fitting(built, CompileOptions(), params)

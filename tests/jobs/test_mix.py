@@ -46,3 +46,21 @@ def test_no_time_left_keeps_the_start(monkeypatch):
                         _replaying({("a0", "b0"): (5, 5)}, seen))
     chosen, _ = mix(JOBS, {"a": a, "b": b}, {"a": a[0], "b": b[0]}, _score, Budget.of(0))
     assert (chosen["a"].algo, chosen["b"].algo) == ("a0", "b0") and len(seen) == 1
+
+
+def test_templates_are_verified_files_of_each_job_in_turn():
+    from te_ccl.jobs.mix import templates
+    from te_ccl.jobs.spec import jobs_from
+    from te_ccl.spec.topology import load_topology
+
+    dgx1 = load_topology("dgx1")
+    jobs = jobs_from(dgx1, {"jobs": [
+        {"name": "ag", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
+         "size": "1MB"},
+        {"name": "ar", "ranks": ["g1", "g0", "g5", "g4"], "collective": "allreduce",
+         "size": "2MB"}]}, None)
+    made = templates(jobs, Budget.of(60))
+    assert made["ag"] and made["ar"]
+    for files in made.values():
+        assert all(f.algo.ngpus == 4 and f.schedule.topology is dgx1 for f in files.values())
+    assert templates(jobs, Budget.of(0)) == {"ag": {}, "ar": {}}
