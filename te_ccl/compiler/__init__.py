@@ -14,7 +14,8 @@ range too),
 :mod:`~te_ccl.compiler.render` (writing it, solved again where the runtime cannot hold it),
 :mod:`~te_ccl.compiler.result` (what a compile returns and reports),
 :mod:`~te_ccl.compiler.warm` (compiling again from a previous file when the network
-changed) and :mod:`~te_ccl.compiler.sizes` (one algorithm per message-size range).
+changed; :mod:`~te_ccl.compiler.splice` moves only what crossed a lost link) and
+:mod:`~te_ccl.compiler.sizes` (one algorithm per message-size range).
 The API, the CLI, the sweep and the benchmarks use only what this module exports.
 """
 
