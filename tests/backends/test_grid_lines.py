@@ -10,6 +10,7 @@ import math
 import numpy as np
 import pytest
 
+import te_ccl
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale import grid_lines
 from te_ccl.backends.scale.grid_lines import (
@@ -106,3 +107,11 @@ def test_it_is_the_first_candidate_only_for_large_grids(kind):
 def test_other_collectives_are_not_taken():
     big = torus([32, 32], 50e9)
     assert not grid_lines_takes(big, _coll(CollectiveKind.ALLTOALL, big))
+
+
+@pytest.mark.slow
+def test_a_torus32x32_allgather_compile_writes_a_verified_grid_file_first(tmp_path):
+    out = tmp_path / "a.xml"
+    result = te_ccl.compile("torus32x32", "allgather", size="64MB", output=str(out))
+    assert result.incumbents[0].source.startswith("first file: scale/grid-allgather")
+    assert verify_msccl(out.read_text()).valid
