@@ -13,20 +13,24 @@ sums (``rrc`` into its input buffer, then a send on), so after dimension ``p`` a
 holds the line's sums of its own group. **AllReduce** is the ReduceScatter then the
 AllGather of the sums, in the input buffer in place (out of place the sums are copied to
 the output and gathered there). A rank's steps are a few per neighbour and phase (mesh
-32×32 AllGather: 126 sends and receives a rank, where one step per chunk and hop takes
+32×32 AllGather: at most 128 sends and receives a rank, where one step per chunk and hop takes
 about 2,000).
 
 **Against the bound.** The dimensions take turns, so only the links of one dimension
-carry data at a time: a rank takes in its ``n − 1`` chunks over the 2 in-links of one
-dimension where the bound lets it use all ``2D`` of a torus (or the 2 of a mesh's
-corner, which also takes everything through one link a phase). At large sizes the file
-replays at about ``D×`` the bound on a torus of ``D`` dimensions and ``2×`` on a 2D
-mesh (times ``⌈d/2⌉ / ((d−1)/2)`` for a ring of ``d``'s antipode: torus 32×32 AllGather
-64 MB 2.11×), an AllReduce twice that of its halves' bound. Data split in ``D`` parts
-going through the dimensions in rotated orders would keep every link busy, but a part
-whose first dimension is not the fastest gathers groups that are not contiguous in the
-buffer: it goes through scratch, and then every piece is a copy of its own (about ``n``
-a rank), which the verifier takes in one by one as it takes a step of one chunk. This
+carry data at a time. A rank takes in ``n − 1`` chunks; the bound lets it use all its
+in-links at once (``2D`` on a torus of ``D`` dimensions, ``D`` at a mesh's corner). Here a
+phase of groups of ``E`` chunks along a line of ``d`` keeps its busiest link busy for
+``(d − 1)·E`` chunk times on a mesh (the end of a line takes everything through one
+link) and ``⌈(d − 1)/2⌉·E`` on a ring (both ways round), and the phases add up to
+``n − 1`` chunks' worth of groups, ``E`` growing by ``d`` each phase. At large sizes a
+file thus replays at about ``D×`` the bound on a mesh and ``D·⌈(d − 1)/2⌉ / ((d − 1)/2)``
+on a torus (``D`` for odd ``d``, ``2 · 32/31`` for torus 32×32, whose AllGather
+replays at 2.07× at 1 GB); a ReduceScatter is its reverse, the same. Data split in
+``D`` parts going through the dimensions in rotated orders would keep every link busy,
+but a part whose first dimension is not the fastest gathers groups that are not
+contiguous in the buffer: it goes through scratch, and every piece of it is then a copy
+of its own (about ``n`` steps a rank, a million at 1024 GPUs, as many as a file of one
+step per chunk and hop has). This
 is the first file of a large grid; the anytime search improves on it where it has time.
 
 Deadlock-free by construction: every thread block takes its steps in the order one list
