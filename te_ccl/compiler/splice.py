@@ -19,8 +19,8 @@ that holds the chunk in time (:data:`BALANCE_ROUNDS`).
 
 Only AllGather and Broadcast (a send carries chunks of the result, the same slots on
 every rank), out of or in place, on the same ranks, are spliced; anything else (a
-relay through scratch, a thread block that both receives and sends over the lost link,
-a chunk no neighbour holds) leaves the compile as without it. The verifier checks the
+relay through scratch, a chunk no neighbour holds in time, a thread block that would
+outgrow the runtime's steps) leaves the compile as without it. The verifier checks the
 spliced file in full and the replay times it, like any file the compile writes.
 """
 
@@ -72,6 +72,7 @@ class _Step:
             and self.op in READS_SRC else range(0)
 
     def writes(self) -> range:
+        """The output slots the step writes."""
         dst = self.dst
         return range(dst[1], dst[1] + self.cnt) if dst is not None and dst[0] == "o" \
             and self.op in WRITES_DST else range(0)
@@ -278,15 +279,17 @@ class _Splice:
     def _undo(self, w: _Step) -> None:
         """``w`` no longer gives its chunks when the moves that waited for it were placed:
         they are served again (and so are the moves that waited for theirs)."""
-        for move in self.users.pop(w, ()):
-            moves = self.moves[move.k, move.b]
-            if move in moves:
-                moves.remove(move)
-                self.load[move.k, move.b] -= move.new.cnt
-                for x in move.new.writes():  # no chunk from it until served again
-                    self.writer[move.b, x] = move.old
-                self.work.append(move.old)
-                self._undo(move.new)
+        todo = [w]
+        while todo:
+            for move in self.users.pop(todo.pop(), ()):
+                moves = self.moves[move.k, move.b]
+                if move in moves:
+                    moves.remove(move)
+                    self.load[move.k, move.b] -= move.new.cnt
+                    for x in move.new.writes():  # no chunk from it until served again
+                        self.writer[move.b, x] = move.old
+                    self.work.append(move.old)
+                    todo.append(move.new)
 
     def _below(self, k: int, b: int, x: int) -> bool:
         """Does ``k`` get slot ``x`` through ``b``?"""
@@ -312,8 +315,9 @@ class _Splice:
 
     def _serve(self) -> None:
         """Give each receive lost a sender: the neighbour whose link to the receiver stays
-        least loaded (:data:`EARLY` breaks near ties); steps of the receiver that pass
-        the chunk on before that sender has it are given up, their receives served too."""
+        least loaded (the weight ``early`` breaks near ties); steps of the receiver that
+        pass the chunk on before that sender has it are given up, their receives served
+        too."""
         while self.work:
             rv = self.work.pop()
             b, slots = rv.tb.rank, range(rv.dst[1], rv.dst[1] + rv.cnt)
@@ -392,10 +396,10 @@ class _Splice:
         return False
 
     def _rewire(self) -> None:
-        """Drop the steps removed, point what waited for them at what they waited for
-        (their dependency and the step before them, the latest of each thread block),
-        add the moves' thread blocks, and make every read wait for its slot's writer
-        where the thread block's order or its dependency does not already say so."""
+        """Drop the steps removed, point what waited for them at the latest of what they
+        waited for (their dependency, the step before them), add the moves' thread
+        blocks, and make every read wait for its slot's writer where the thread block's
+        order or what it waits for does not already say so."""
         before: dict[_Step, _Step | None] = {}
         for tbs in self.tbs.values():
             for tb in tbs:
@@ -409,12 +413,24 @@ class _Splice:
             the step before it). AllGather and Broadcast write each slot once, so such
             a wait only paces the file (the order a read needs is its slot's writer's,
             which the last pass keeps): one wait is enough."""
-            if x is None or (x not in self.removed and x.op != "nop"):
-                return x
-            if x not in memo:
-                memo[x] = max((y for y in (stands(x.dep), stands(before[x])) if y is not None),
-                              key=lambda y: y.t, default=None)
-            return memo[x]
+            def kept(y: _Step | None) -> bool:
+                return y is None or (y not in self.removed and y.op != "nop")
+
+            todo = [x]
+            while todo:  # without recursion: chains of steps removed can be long
+                y = todo[-1]
+                if kept(y) or y in memo:
+                    todo.pop()
+                    continue
+                pending = [z for z in (y.dep, before[y]) if not kept(z) and z not in memo]
+                if pending:
+                    todo.extend(pending)
+                    continue
+                todo.pop()
+                waits = [z if kept(z) else memo[z] for z in (y.dep, before[y])]
+                memo[y] = max((z for z in waits if z is not None), key=lambda z: z.t,
+                              default=None)
+            return x if kept(x) else memo[x]
 
         for (k, b), moves in sorted(self.moves.items()):
             self._add(k, b, sorted(moves, key=lambda m: m.when))
