@@ -24,6 +24,9 @@ from te_ccl.verify.schedule_check import check_schedule
 
 K = CollectiveKind
 GB = 10**9
+# far above the second or so each solve takes: the outcome does not hang on the
+# machine's speed
+LIMIT_S = 600
 
 
 def _every(topo, kind: CollectiveKind, size: int, **kw) -> Collective:
@@ -88,7 +91,7 @@ def test_schedules_pass_the_checker(kind):
     steps per connection)."""
     topo = load_topology("dgx1")
     c = _every(topo, kind, GB)
-    s = compile_scale(topo, c, SolveParams(time_limit_s=10, threads=1))
+    s = compile_scale(topo, c, SolveParams(time_limit_s=LIMIT_S, threads=1))
     assert any("broadcast trees packed" in n for n in s.info.notes) is (kind is K.ALLGATHER)
     assert check_schedule(s) == []
 
@@ -98,7 +101,7 @@ def test_dgx1_allgather_xml_replays_within_two_percent_of_the_bound():
     (1 GB, 86 chunks per GPU); along the packed trees the written XML is within 2%."""
     topo = load_topology("dgx1")
     c = _every(topo, K.ALLGATHER, GB)
-    s = compile_scale(topo, c, SolveParams(time_limit_s=20, threads=1))
+    s = compile_scale(topo, c, SolveParams(time_limit_s=LIMIT_S, threads=1))
     assert s.info.status.startswith("scale/trees")
     timing = Timer().timing(s)
     assert timing.measured_by == "xml replay"
