@@ -20,17 +20,7 @@ from te_ccl.schedule import Schedule
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology.model import Topology
 
-BOXES = """\
-name: boxes2x2
-generator:
-  kind: boxes
-  count: 2
-  box: {kind: star, n: 2, bandwidth: 450GB/s, latency: 0.7us, switch: {nvls: true}}
-  join: {kind: rails, nodes: [g0, g1], bandwidth: 400Gbps, latency: 1.3us}
-"""
-
 _KEPT = re.compile(r"auto: kept the (.+?) \(")
-
 
 CASES = {  # (topology, kind, size, root, format) -> (kept, also tried, judged, first file)
     "ring8-allgather": (("ring8", CollectiveKind.ALLGATHER, 1048576, None, "xml"), (
@@ -101,13 +91,6 @@ CASES = {  # (topology, kind, size, root, format) -> (kept, also tried, judged, 
         ["scale/greedy", "template ring", "template ring-bidir", "template direct",
         "template in-switch"])),
 }
-
-
-@pytest.fixture(scope="module")
-def boxes(tmp_path_factory) -> Topology:
-    path = tmp_path_factory.mktemp("boxes") / "boxes2x2.yaml"
-    path.write_text(BOXES)
-    return load_topology(str(path))
 
 
 def _topology(name: str, boxes: Topology) -> Topology:
