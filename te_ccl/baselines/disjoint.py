@@ -53,10 +53,10 @@ __all__ = ["PIPELINE_KINDS", "applies", "box_trees", "disjoint_trees", "pipeline
 
 PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
                   CollectiveKind.SCATTER)
-MAX_TRANSFERS = 40_000  # link transfers a Broadcast or Scatter is cut into at most: a file
-#                         that size is built, lowered, verified and replayed in a few seconds,
-#                         and its GPUs' thread blocks stay within what a step can wait for
-#                         (relays inside DGX-2 boxes need more at 60,000)
+MAX_TRANSFERS = 20_000  # link transfers a Broadcast or Scatter is cut into at most: a file
+#                         that size is built, lowered, verified and replayed in a 10 s compile
+#                         with room to spare, and a Reduce's GPUs need no more thread blocks
+#                         than a step can wait for (relays in DGX-2 or FRED boxes do at 40,000)
 FINE_TRANSFERS = 200_000  # the same for pipeline-fine (mesh 16×16: 784 pieces), built only
 FINE_SHARE = 0.5  # where that many at TRANSFER_S each take at most this share of the time left
 TRANSFER_S = 6e-5  # about what building, lowering, verifying and replaying one transfer of
