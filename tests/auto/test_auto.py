@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+import te_ccl.compiler.candidates as candidates
 import te_ccl.compiler.portfolio as auto
 from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective, CollectiveKind
@@ -50,7 +51,7 @@ def test_beyond_the_template_size_a_template_still_rescues_a_failed_solver(monke
         raise SolverError("time limit reached without a solution")
 
     monkeypatch.setattr(auto, "TEMPLATE_MAX_GPUS", 2)
-    monkeypatch.setattr(auto, "run_strategy", gives_up)
+    monkeypatch.setattr(candidates, "run_strategy", gives_up)
     s = solve(ring(8, 50e9), every("allgather", 8, 8000), SolveParams(time_limit_s=5))
     assert s.info.backend.startswith("baseline:")
     assert "flow model: time limit reached without a solution" in first_note(s)
@@ -63,7 +64,7 @@ def test_when_nothing_succeeds_the_solvers_reason_is_raised(monkeypatch):
 
     monkeypatch.setattr(auto, "TEMPLATE_MAX_GPUS", 2)
     monkeypatch.setattr(auto, "TEMPLATE_MAX_DELIVERIES", 0)
-    monkeypatch.setattr(auto, "run_strategy", gives_up)
+    monkeypatch.setattr(candidates, "run_strategy", gives_up)
     with pytest.raises(SolverError, match="time limit reached"):
         solve(ring(8, 50e9), every("allgather", 8, 8000), SolveParams(time_limit_s=5))
 
@@ -130,14 +131,14 @@ def test_a_deadline_reached_while_judging_keeps_the_best_so_far(monkeypatch):
 def test_a_best_that_does_not_lower_does_not_spare_the_templates(monkeypatch):
     """The scale schedule does not lower (judged inf) although its prediction is at the
     bound: the templates are still timed, and one is kept."""
-    real = auto.run_strategy
+    real = candidates.run_strategy
 
     def scale_only(topology, collective, params, progress=None):
         if params.backend != "scale":
             raise SolverError("time limit reached without a solution")
         return real(topology, collective, params, progress)
 
-    monkeypatch.setattr(auto, "run_strategy", scale_only)
+    monkeypatch.setattr(candidates, "run_strategy", scale_only)
     judge = Judge("test", lambda s: math.inf if s.info.backend == "scale" else s.finish_time_s,
                   at_most=lambda s: s.finish_time_s, at_least=lambda s: s.finish_time_s)
     s = solve(ring(4, 50e9), every("allgather", 4, 4 << 20), AUTO, judge=judge)
@@ -167,7 +168,7 @@ def test_small_templates_are_timed_past_the_share_of_the_race(n, timed):
     topo, c = ring(n, 50e9), every("allgather", n, n << 12)
     race = auto._Race(Judge("test", lambda s: s.finish_time_s))
     race.enter("first", build_baseline("ring", topo, c))
-    auto._templates(race, topo, c, Budget(0.0))  # the race's share is spent
+    auto._templates(race, topo, c, AUTO, Budget(0.0))  # the race's share is spent
     names = [t.name for t in race.trials if t.time_s is not None]
     assert any(x.startswith("template ") for x in names) is timed
     assert timed or any("no time left" in t.outcome for t in race.trials)
@@ -184,24 +185,24 @@ def test_a_deadline_while_building_a_template_keeps_the_best_so_far(monkeypatch)
     first = build_baseline("ring", topo, c)
     race.enter("first", first)
     monkeypatch.setattr(baselines, "build_baseline", late)
-    auto._templates(race, topo, c, Budget.of(60.0))
+    auto._templates(race, topo, c, AUTO, Budget.of(60.0))
     assert race.winner().transfers is first.transfers
     assert any("while building a template" in t.outcome for t in race.trials)
 
 
-def test_the_cheap_candidates_start_with_the_scale_method_at_one_sub_chunk():
+def test_the_first_file_candidates_start_with_the_scale_method_at_one_sub_chunk():
     mesh = load_topology("mesh4x4")
-    names = [name for name, _ in auto.quick(mesh, every("allgather", 16, 1 << 20), AUTO)]
+    names = [name for name, _ in candidates.first_file(mesh, every("allgather", 16, 1 << 20), AUTO)]
     assert names[0] == "scale/trees" and "template ring" in names
-    name, build = next(auto.quick(mesh, every("allgather", 16, 1 << 20), AUTO))
+    name, build = next(candidates.first_file(mesh, every("allgather", 16, 1 << 20), AUTO))
     assert build().info.subchunks == 1
     # beyond 64 GPUs too the templates follow the scale method (built only where its file
     # does not fit the runtime)
     big = load_topology("gb200-nvl72")
-    names = [n for n, _ in auto.quick(big, every("alltoall", 72, 1 << 20), AUTO)]
+    names = [n for n, _ in candidates.first_file(big, every("alltoall", 72, 1 << 20), AUTO)]
     assert names[0] == "scale/flow-alltoall" and "template direct" in names
     with pytest.raises(SpecError, match="rank 16"):
-        next(auto.quick(mesh, every("allgather", 17, 1 << 20), AUTO))
+        next(candidates.first_file(mesh, every("allgather", 17, 1 << 20), AUTO))
 
 
 def test_a_tie_goes_to_the_schedule_with_fewer_transfers():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import te_ccl.compiler.candidates as candidates
 import te_ccl.compiler.judge as judge
 import te_ccl.compiler.pipeline as pipeline
 import te_ccl.compiler.portfolio as auto
@@ -52,13 +53,13 @@ def test_each_schedule_is_lowered_once_and_the_judged_xml_is_written(tmp_path: P
 
 def test_the_search_gets_its_share_of_the_time_limit(monkeypatch):
     seen: list[float] = []
-    real = auto.run_strategy
+    real = candidates.run_strategy
 
     def recording(topology, collective, params, progress=None):
         seen.append(min(params.time_limit_s, left()))
         return real(topology, collective, params, progress)
 
-    monkeypatch.setattr(auto, "run_strategy", recording)
+    monkeypatch.setattr(candidates, "run_strategy", recording)
     compile_collective(RING, allgather(), SolveParams(time_limit_s=20, threads=1))
     assert seen and max(seen) <= 20 * pipeline.SEARCH_SHARE
 
