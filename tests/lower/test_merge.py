@@ -5,6 +5,7 @@ it; where nothing merges the bytes are those of one step per chunk."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import given, settings
@@ -82,13 +83,25 @@ def test_nothing_to_merge_leaves_the_bytes(kit):
 
 
 def test_the_judge_takes_merged_steps_where_one_step_a_chunk_does_not_fit(kit):
-    """2100 chunks each way: one step per chunk needs more than the reader's 4096
-    elements per rank; 71 chunks a step fit."""
-    schedule = kit.direct(_line(2), kit.coll("alltoall", 2, chunks=2100))
-    xml = lower_file(schedule, CompileOptions())
-    kit.assert_verifies(xml)
+    """300 chunks each way under a reader of 512 elements a rank: one step per chunk
+    does not fit; 71 chunks a step do."""
+    schedule = kit.direct(_line(2), kit.coll("alltoall", 2, chunks=300))
+    small = CompileOptions(runtime=replace(MSCCL, max_elements=512))
+    with pytest.raises(RuntimeLimitError):
+        lower_to_msccl(schedule, runtime=small.runtime)
+    xml = lower_file(schedule, small)
+    assert verify_msccl(xml.decode(), limits=small.runtime).valid
     assert max(_cnts(xml)) == MSCCL.max_count - 1
     assert xml_replay(schedule, xml) > 0
+
+
+def test_the_judge_leaves_a_schedule_of_sub_chunks_to_be_solved_again_with_fewer(kit):
+    """Cut into sub-chunks, the same schedule is refused (render_fitting solves it again
+    with fewer sub-chunks, which keeps its timing) rather than merged."""
+    schedule = kit.direct(_line(2), kit.coll("alltoall", 2, chunks=300)).with_info(
+        subchunks=2)
+    with pytest.raises(RuntimeLimitError):
+        lower_file(schedule, CompileOptions(runtime=replace(MSCCL, max_elements=512)))
 
 
 @settings(max_examples=60, deadline=None)
