@@ -59,6 +59,9 @@ PACED_TRIES = 4  # paced direct templates of a rooted first file, halving what i
 
 
 class Build(Protocol):
+    """How a candidate is built: its schedule of the input (None: it does not apply after
+    all); ``progress`` hears a solver's steps, a template ignores it."""
+
     def __call__(self, topology: Topology, collective: Collective, params: SolveParams,
                  progress: Progress | None = None) -> Schedule | None: ...
 
