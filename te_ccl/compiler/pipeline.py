@@ -21,7 +21,7 @@ reduction unless the output can drive them (:func:`drives_in_switch`).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
@@ -303,16 +303,11 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
         topology = forward_only(topology)
     search = _search(params)
     overflows: list[str] = []  # of the candidates refused (kept.refused)
-    for name, build in first_candidates(options.previous, topology, collective, search):
+    candidates = first_candidates(options.previous, topology, collective, search)
+    for name, build in candidates:
         kept.tell(f"first file: trying the {name}")
-        try:
-            with hurried() as skipped:  # soon rather than good: the search improves on it
-                schedule = build()
-        except (TimeLimitReached, VerificationError):
-            raise
-        except TecclError as e:  # the candidate does not apply here after all
-            kept.refuse(name, e)
-            continue
+        skipped: list[str] = []
+        schedule = _build_first(name, build, kept, skipped)
         if schedule is None:
             continue
         kept.trying(schedule)
@@ -332,12 +327,65 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
         if skipped:  # the search runs the method in full, not taking this for its run
             kept.hurried = True
             kept.notes.append(f"anytime: the first file was built without {', '.join(skipped)}")
+        _nearer_first(candidates, options, timer, kept)
         return
     if overflows and len(overflows) == len(kept.refused) and \
             collective.chunks_per_rank == 1 and topology.ngpus > TEMPLATE_MAX_GPUS:
         raise RuntimeLimitError(f"no file fits the runtime ({'; '.join(overflows)}), and at "
                                 f"{topology.ngpus} GPUs and one chunk per rank teccl has no "
                                 "coarser candidate")
+
+
+def _build_first(name: str, build: Callable[[], Schedule | None], kept: Incumbent,
+                 skipped: list[str]) -> Schedule | None:
+    """The schedule of first-file candidate ``name``, built soon rather than good (what it
+    skips is added to ``skipped``: the search improves on it); None where it does not
+    apply here after all (noted as refused)."""
+    try:
+        with hurried() as skips:
+            schedule = build()
+    except (TimeLimitReached, VerificationError):
+        raise
+    except TecclError as e:
+        kept.refuse(name, e)
+        return None
+    skipped.extend(skips)
+    return schedule
+
+
+def _nearer_first(candidates: Iterator[tuple[str, Callable[[], Schedule | None]]],
+                  options: CompileOptions, timer: Timer, kept: Incumbent) -> None:
+    """Where the first file is more than :data:`FIRST_FILE_GAP` times the bound (a ring
+    whose ranks span boxes sends every chunk over the slow links between them), build
+    the cheap candidates after it (quick to build, by :func:`first_candidates`) and
+    lower the one whose schedule predicts the earliest finish, if that is earlier than
+    the file kept and it can be written in the time left: a short limit may end while
+    the search is on its first, slow candidate, leaving the first file as the one
+    written. A candidate refused here leaves the file kept, with a note."""
+    best = kept.best
+    ratio = kept.ratio(best.finish_s) if best is not None else None
+    if ratio is None or ratio <= FIRST_FILE_GAP:
+        return
+    built = [s for name, build in candidates
+             if (s := _build_first(name, build, kept, [])) is not None]
+    if not built:
+        return
+    schedule = min(built, key=lambda s: s.finish_time_s)
+    if schedule.finish_time_s >= best.finish_s * (1 - TIE) or timer.write_s(schedule) > left():
+        return
+    kept.tell(f"first file: lowering the {describe(schedule)}, predicted "
+              f"{schedule.finish_time_s / best.finish_s:.2g}× the file kept")
+    try:
+        with _checked_alongside(schedule):
+            data = render(schedule, options, progress=kept.tell, timer=timer)
+    except TimeLimitReached:
+        raise
+    except TecclError as e:
+        kept.notes.append(f"anytime: the first file's {describe(schedule)} was not kept ({e})")
+        return
+    if options.lowered:
+        timer.replay_written(schedule, data, schedule_replay=False)
+    _offer(kept, schedule, data, timer, "first file")
 
 
 def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage: str
@@ -449,6 +497,8 @@ WRITE_RESERVE_S = 0.3  # kept from the search and the files it improves on, for 
 #                        file kept and its report (the bytes are ready: only the write is left)
 RESERVE_S_PER_DELIVERY = 1.5e-6  # and per chunk delivered: the passes of a large lowering
 #                                  look at the clock seconds apart (1024 GPUs: ~1.6 s more)
+FIRST_FILE_GAP = 2.0  # a first file beyond this × the bound: the other cheap candidates are
+#                      built, and the one predicted fastest lowered too (_nearer_first)
 
 
 @contextmanager
