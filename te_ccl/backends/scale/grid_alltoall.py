@@ -1,23 +1,29 @@
 """AlltoAll on a mesh or torus in dimension order, relayed in groups one step carries.
 
-A rank's chunks travel one dimension after the other, the slowest (largest rank stride)
-first. In the phase of dimension ``p`` a rank holds *bundles*: the chunks of one source
-for every rank that shares the holder's coordinates before ``p``, in contiguous slots
-ordered by destination rank. Along ``p`` a bundle has one *element* per coordinate
-(``E_p`` = the ranks of the faster dimensions × chunks per pair). The holder keeps its own
-element; the others leave in *groups*: the elements ahead in one direction (shortest way
-round a torus ring; its antipode by the holder's parity), contiguous in slots and at most
-``max_count − 1`` chunks, so one step carries a group. A group is received into scratch
-at every rank on its way, which keeps its first element when it is that rank's (a bundle
-for the next phase, or at the last phase its chunk, copied to the output) and sends the
-rest on.
+A chunk travels one dimension after the other, in one of ``m`` orders (its *family*: the
+difference of its destination's and source's coordinates on the slowest dimension, mod
+``m``; family ``f`` starts at dimension ``f`` and goes round): with one order for every
+chunk the links of the first dimension are busy early and those of the last late; with
+the families every dimension carries a share of every phase. In the phase of
+dimension ``p`` a rank holds *bundles*: one family's chunks of one source for the ranks
+that share the holder's coordinates in the dimensions crossed so far, in contiguous
+slots ordered by coordinate in the family's order (family 0 reads the input buffer as it
+is; a source first copies its other families' chunks into scratch in that order). Along
+``p`` a bundle has one *element* per coordinate the family reaches (``E_p`` chunks). The
+holder keeps its own element; the others leave in *groups*: the elements ahead in one
+direction (shortest way round a torus ring; its antipode by the holder's parity),
+contiguous in slots and at most ``max_count − 1`` chunks, so one step carries a group. A
+group is received into scratch at every rank on its way, which keeps its first element
+when it is that rank's (a bundle for the next phase, or at the last phase its chunk,
+copied to the output) and sends the rest on.
 
 Steps per rank stay far below the reader's limit where one step per chunk and hop does
 not fit (mesh 16×16: the concurrent-flow routes give rank 120 4,069 receives, over the
-3,838 steps the reader holds; here 2,212 elements in all, :func:`grid_elements`). Every step moves one group over one link,
-so the file is deadlock-free by construction: every thread block takes its transfers in
-the order one list schedule starts them (:func:`_order`), and a step waits only for a
-receive that started before it.
+3,838 steps the reader holds; here fewer, :func:`grid_elements` counts them). Every step
+moves one group over one link, so the file is deadlock-free by construction: every
+thread block takes its transfers in the order one list schedule starts them (earlier
+phases first, then the groups with most hops to go), and a step waits only for a receive that started before it or a local
+copy.
 
 The schedule (:func:`solve_grid_alltoall`) has the same transfers chunk by chunk, each
 group store-and-forward on its links in that order; the file is timed by its own replay.
@@ -26,6 +32,7 @@ group store-and-forward on its links in that order; the file is timed by its own
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from functools import lru_cache
 
 import numpy as np
@@ -70,9 +77,58 @@ def _per_group(e: int, last: bool, limits: RuntimeLimits) -> int:
     return max(1, min(LAST_GROUP if last else 1, (limits.max_count - 1) // e))
 
 
-def _groups(c: int, d: int, wrap: bool, per_group: int) -> list[tuple[int, list[tuple[int, int]]]]:
+def _family(cs: int, cd: int, d: int, wrap: bool, m: int) -> int:
+    """The family of a chunk whose source and destination sit at ``cs`` and ``cd`` on the
+    slowest dimension (of ``d`` ranks): their difference (round a ring, forwards) mod
+    ``m``. Family ``f`` crosses the dimensions from ``f`` on (:func:`_order`)."""
+    return ((cd - cs) % d if wrap else cd - cs) % m
+
+
+def _order(f: int, m: int) -> tuple[int, ...]:
+    """The dimensions in the order family ``f`` crosses them: ``f``, ``f + 1``, … round."""
+    return tuple((f + i) % m for i in range(m))
+
+
+def _present(c0: int, f: int, d: int, wrap: bool, m: int) -> list[int]:
+    """Coordinates on the slowest dimension of family ``f``'s destinations from ``c0``."""
+    return [x for x in range(d) if _family(c0, x, d, wrap, m) == f]
+
+
+def _dests(s: int, f: int, dims: tuple[int, ...], wrap: bool) -> np.ndarray:
+    """Source ``s``'s destinations of family ``f`` in slot order: by coordinate along the
+    dimensions in family ``f``'s order (rank order for family 0)."""
+    m, n = len(dims), math.prod(dims)
+    grid = np.indices(dims).reshape(m, n)
+    keep = np.flatnonzero(_family(_coords(s, dims)[0], grid[0], dims[0], wrap, m) == f)
+    return keep[np.lexsort(tuple(grid[q][keep] for q in reversed(_order(f, m))))]
+
+
+def _real_chunks(dims: tuple[int, ...], wrap: bool, k: int) -> np.ndarray:
+    """The chunk id behind each id of the plan's moves, which number a source's chunks
+    family by family in slot order (so that a group carries consecutive ids)."""
+    m, n = len(dims), math.prod(dims)
+    dest = np.concatenate([_dests(s, f, dims, wrap) + s * n
+                           for s in range(n) for f in range(m)])
+    return (dest[:, None] * k + np.arange(k)).reshape(-1)
+
+
+def _lanes(runs: list[int], cap: int) -> list[int]:
+    """The local thread block of each run of copies, in order: a new one where a run would
+    take the block over ``cap`` steps (a send waits for the last copy of its run)."""
+    out, lane, used = [], 0, 0
+    for z in runs:
+        if used and used + z > cap:
+            lane, used = lane + 1, 0
+        out.append(lane)
+        used += z
+    return out
+
+
+def _groups(c: int, d: int, wrap: bool, per_group: int, slots: dict[int, int]
+            ) -> list[tuple[int, list[tuple[int, int]]]]:
     """(direction, [(coordinate, hops)]) of the elements a holder at coordinate ``c`` of a
-    line or ring of ``d`` sends: runs contiguous in slots, at most ``per_group`` each."""
+    line or ring of ``d`` sends (``slots``: the bundle's coordinates, each to its slot):
+    runs contiguous in slots, at most ``per_group`` each."""
     if wrap:
         half = (d - 1) // 2
         ahead = {1: list(range(1, half + 1)), -1: list(range(1, half + 1))}
@@ -85,7 +141,9 @@ def _groups(c: int, d: int, wrap: bool, per_group: int) -> list[tuple[int, list[
         run: list[tuple[int, int]] = []
         for h in hops:
             x = (c + step * h) % d
-            if run and (x - run[-1][0] != step or len(run) == per_group):
+            if x not in slots:
+                continue
+            if run and (slots[x] - slots[run[-1][0]] != step or len(run) == per_group):
                 out.append((step, run))
                 run = []
             run.append((x, h))
@@ -103,49 +161,98 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
     return _plan(tuple(dims), wrap, k, alpha, limits)
 
 
+# a bundle: holder, source, family, buffer, offset, slots by coordinate (the input buffer)
+# or compact, first chunk's id in the moves' numbering, the transfer that brought it, and
+# the copy each element waits for (a list per element, or one for all; −1 none)
+_Bundle = tuple[int, int, int, int, int, bool, int, int, "list[int] | int"]
+
+
 @lru_cache(maxsize=2)
 def _plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float,
           limits: RuntimeLimits) -> GridPlan | str:
     """:func:`grid_plan`, its arguments as one key."""
     m, n = len(dims), math.prod(dims)
-    stride = [math.prod(dims[p + 1:]) for p in range(m)]
-    size = [s * k for s in stride]
-    if size[0] > limits.max_count - 1:
-        return (f"an element of {size[0]} chunks (the ranks behind the slowest dimension "
+    size0 = math.prod(dims[1:]) * k
+    if size0 > limits.max_count - 1:
+        return (f"an element of {size0} chunks (the ranks behind the slowest dimension "
                 f"× {k}) is more than a step carries ({limits.max_count - 1})")
     need, v = grid_elements(dims, wrap, k, limits)
     if need > limits.max_elements:
         return (f"its rank {v} reads {need:,} XML elements, more than the "
                 f"{limits.max_elements} the runtime's reader holds")
     t = _Transfers()
-    copies: list[tuple[int, int, int, int, int]] = []  # rank, buffer, offset, output, after
+    # rank, buffer, offset, to buffer, offset, the transfer it follows, local block
+    copies: list[tuple[int, int, int, int, int, int, int]] = []
     scratch = [0] * n
-    # bundles: (holder, source, buffer, offset, first rank, the transfer that brought it)
-    bundles = [(v, v, 0, 0, 0, -1) for v in range(n)]
-    gid = 0
-    for p in range(m):
+    bundles: list[_Bundle] = []
+    own_lane = []
+    for s in range(n):
         check(PLANNING)
-        d, e, last = dims[p], size[p], p == m - 1
-        following = []
-        for v, s, buf, off, rank0, filled in bundles:
-            c = _coords(v, dims)[p]
-            own = off + c * e
-            if not last:
-                following.append((v, s, buf, own, rank0 + c * stride[p], filled))
-            else:
-                copies.append((v, buf, own, s * k, filled))
-            for step, elements in _groups(c, d, wrap, _per_group(e, last, limits)):
+        first = 0  # the source's first chunk of the family, in the moves' numbering
+        runs: list[int] = []
+        for f in range(m):
+            dest = _dests(s, f, dims, wrap).tolist()
+            if f and dest:  # into scratch in slot order: the family's elements contiguous
+                per = len(dest) // dims[f]
+                lanes = _lanes(runs + [per] * dims[f], limits.max_steps)[len(runs):]
+                runs += [per] * dims[f]
+                base = scratch[s]
+                scratch[s] += len(dest) * k
+                ends = []
+                for j, lane in enumerate(lanes):
+                    for q in range(j * per, (j + 1) * per):
+                        copies.append((s, 0, dest[q] * k, 2, base + q * k, -1, lane))
+                    ends.append(len(copies) - 1)
+                bundles.append((s, s, f, 2, base, False, first, -1, ends))
+            elif dest:
+                bundles.append((s, s, f, 0, 0, True, first, -1, -1))
+            first += len(dest)
+        own_lane.append(_lanes(runs + [1], limits.max_steps)[-1])
+    gid = 0
+    for i in range(m):
+        check(PLANNING)
+        last, later = i == m - 1, (m - 1 - i) * max(dims)  # an earlier phase goes first
+        following: list[_Bundle] = []
+        for v, s, f, buf, off, sparse, first, filled, waits in bundles:
+            order = _order(f, m)
+            p, c = order[i], _coords(v, dims)[order[i]]
+            present = (_present(_coords(s, dims)[0], f, dims[0], wrap, m) if p == 0
+                       else range(dims[p]))
+            slots = {x: j for j, x in enumerate(present)}
+            per = math.prod(len(_present(_coords(s, dims)[0], f, dims[0], wrap, m))
+                            if q == 0 else dims[q] for q in order[i + 1:])
+            e = per * k
+
+            def slot(x: int, off: int = off, sparse: bool = sparse,
+                     slots: dict[int, int] = slots, e: int = e) -> int:
+                return off + (x if sparse else slots[x]) * e
+
+            def wait(x: int, waits: list[int] | int = waits,
+                     slots: dict[int, int] = slots) -> int:
+                return waits[slots[x]] if isinstance(waits, list) else waits
+
+            if c in slots:
+                if not last:
+                    following.append((v, s, f, buf, slot(c), False,
+                                      first + slots[c] * per, filled, wait(c)))
+                else:
+                    copies.append((v, buf, slot(c), 1, s * k, filled,
+                                   own_lane[s] if filled < 0 else -1))
+            for step, elements in _groups(c, dims[p], wrap, _per_group(e, last, limits),
+                                          slots):
                 gid += 1
                 lo = min(x for x, _ in elements)
-                cnt, sbuf, soff, u, ready = len(elements) * e, buf, off + lo * e, v, filled
-                chunk = (s * n + rank0 + lo * stride[p]) * k  # the group's first chunk id
+                cnt, sbuf, soff, u, ready = len(elements) * e, buf, slot(lo), v, filled
+                copied = max(wait(x) for x, _ in elements)
+                chunk = (s * n + first + slots[lo] * per) * k  # the group's first chunk id
                 far = elements[-1][1]
                 for hop in range(1, far + 1):
                     w = neighbour(u, p, step, dims, wrap)
                     got = scratch[w]
                     scratch[w] += cnt
-                    prio = (hop - far if last else -hop) * _GIDS + gid
-                    ready = t.add(prio, u, w, cnt, sbuf, soff, got, ready, chunk)
+                    prio = (hop - far - later) * _GIDS + gid
+                    ready = t.add(prio, u, w, cnt, sbuf, soff, got, ready,
+                                  copied if hop == 1 else -1, chunk)
                     sbuf, soff, u = 2, got, w
                     if elements[0][1] == hop:  # w keeps its element
                         x = elements.pop(0)[0]
@@ -154,29 +261,33 @@ def _plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float,
                             soff, chunk = got + e, chunk + e
                         cnt -= e
                         if last:
-                            copies.append((w, 2, kept, s * k, ready))
+                            copies.append((w, 2, kept, 1, s * k, ready, -1))
                         else:
-                            following.append((w, s, 2, kept, rank0 + x * stride[p], ready))
+                            following.append((w, s, f, 2, kept, False,
+                                              first + slots[x] * per, ready, -1))
                     if not elements:
                         break
         bundles = following
     return _assemble(n, k, t, copies, scratch, limits, alpha)
 
 
-_GIDS = 1 << 32  # groups fewer than this: a priority is (hops) · _GIDS + group
+_GIDS = 1 << 32  # groups fewer than this: a priority is (hops) · _GIDS + group, where an
+#                 earlier phase comes first, and in a phase the group with most hops to go
+LOCAL, RECV, SEND = 0, 1, 2  # thread block kinds, in the order of their ids on a rank
 
 
 class _Transfers:
     """Group transfers as columns, in the order they are made."""
 
     def __init__(self) -> None:
-        self.cols: tuple[list[int], ...] = tuple([] for _ in range(9))
+        self.cols: tuple[list[int], ...] = tuple([] for _ in range(10))
 
     def add(self, prio: int, u: int, w: int, cnt: int, sbuf: int, soff: int, doff: int,
-            after: int, chunk: int) -> int:
-        """Add one (``after``: the transfer it waits for, −1 none); returns its row."""
-        for col, x in zip(self.cols, (prio, u, w, cnt, sbuf, soff, doff, after, chunk),
-                          strict=True):
+            after: int, copied: int, chunk: int) -> int:
+        """Add one (``after``: the transfer it waits for, ``copied``: the local copy, −1
+        none); returns its row."""
+        for col, x in zip(self.cols, (prio, u, w, cnt, sbuf, soff, doff, after, copied,
+                                      chunk), strict=True):
             col.append(x)
         return len(self.cols[0]) - 1
 
@@ -184,17 +295,15 @@ class _Transfers:
         return tuple(np.array(c, dtype=np.int64) for c in self.cols)
 
 
-def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, int, int]],
+def _assemble(n: int, k: int, t: _Transfers,
+              copies: list[tuple[int, int, int, int, int, int, int]],
               scratch: list[int], limits: RuntimeLimits, alpha: float) -> GridPlan | str:
-    """Channels per link (as few as hold :data:`PER_CHANNEL` transfers each, dealt in
-    start order round-robin: the channels of a link run at once, so neighbours in the
-    order stay close in time; in blocks of consecutive transfers the later blocks raced
-    the earlier ones, mesh 16×16 64 MB replayed 2.23× the bound against 1.75×), thread
-    blocks (receiving ones first: the waited-for ids stay small), steps in start order,
-    dependencies; or why the runtime cannot hold it. A send waits for the receive that
-    brought its chunks; a copy follows that receive in its thread block."""
+    """Channels per link (:func:`channels`), thread blocks (local ones first, then receiving ones: the waited-for ids stay small), steps
+    in start order, dependencies; or why the runtime cannot hold it. A send waits for the
+    receive that brought its chunks, or the local copy that put them in slot order; a
+    copy to the output follows that receive in its thread block."""
     check(PLANNING)
-    _, u, w, cnt, sbuf, soff, doff, after, chunk = t.arrays()
+    _, u, w, cnt, sbuf, soff, doff, after, copied, chunk = t.arrays()
     link = u * n + w
     waiting = np.flatnonzero(after >= 0)
     dealt = channels(t.cols[0], link, t.cols[3], np.stack([waiting, after[waiting]], axis=1),
@@ -203,14 +312,15 @@ def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, i
         return dealt
     position, finish, chan, nchannels = dealt
     nt = len(u)
-    c_rank, c_buf, c_off, c_out, c_after = (np.array(x, dtype=np.int64).reshape(-1)
-                                            for x in zip(*copies, strict=True))
+    c_rank, c_buf, c_off, c_dbuf, c_doff, c_after, c_lane = (
+        np.array(x, dtype=np.int64).reshape(-1) for x in zip(*copies, strict=True))
     brought = c_after >= 0
     ca = np.where(brought, c_after, 0)
-    # per step: rank, block kind (0 receives, 1 sends, 2 local), peer (n: none), channel, key
+    # per step: rank, block kind, peer (local blocks: their lane), channel, key
     rank = np.concatenate([u, w, c_rank])
-    kind = np.concatenate([np.ones(nt), np.zeros(nt), np.where(brought, 0, 2)]).astype(np.int64)
-    peer = np.concatenate([w, u, np.where(brought, u[ca], n)])
+    kind = np.concatenate([np.full(nt, SEND), np.full(nt, RECV),
+                           np.where(brought, RECV, LOCAL)]).astype(np.int64)
+    peer = np.concatenate([w, u, np.where(brought, u[ca], c_lane)])
     chans = np.concatenate([chan, chan, np.where(brought, chan[ca], 0)])
     key = np.concatenate([2 * position, 2 * position, np.where(brought, 2 * position[ca] + 1, -1)])
     code = (kind * (n + 1) + peer) * nchannels + chans
@@ -223,8 +333,8 @@ def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, i
     first_step = np.searchsorted(block[order], np.arange(len(blocks) + 1))
     slot = np.empty(len(order), dtype=np.int64)
     slot[order] = np.arange(len(order)) - first_step[block[order]]
-    waits = np.flatnonzero(after >= 0)  # sends that wait for a receive (never their block)
-    target = nt + after[waits]
+    waits = np.flatnonzero((after >= 0) | (copied >= 0))  # never for a step of its block
+    target = np.where(after[waits] >= 0, nt + after[waits], 2 * nt + copied[waits])
     depid = np.full(len(order), -1, dtype=np.int64)
     deps = np.full(len(order), -1, dtype=np.int64)
     depid[waits], deps[waits] = block_id[block[target]], slot[target]
@@ -236,13 +346,14 @@ def _assemble(n: int, k: int, t: _Transfers, copies: list[tuple[int, int, int, i
     ops = np.concatenate([np.zeros(nt), np.ones(nt), np.full(len(c_rank), 2)]).astype(np.int64)
     steps = np.stack([ops, np.concatenate([sbuf, sbuf, c_buf]),
                       np.concatenate([soff, soff, c_off]),
-                      np.concatenate([np.full(2 * nt, 2), np.ones(len(c_rank))]).astype(np.int64),
-                      np.concatenate([doff, doff, c_out]),
+                      np.concatenate([np.full(2 * nt, 2), c_dbuf]),
+                      np.concatenate([doff, doff, c_doff]),
                       np.concatenate([cnt, cnt, np.full(len(c_rank), k)]),
                       depid, deps, hasdep], axis=1)[order]
     kinds, peers = (blocks % span) // nchannels // (n + 1), (blocks % span) // nchannels % (n + 1)
-    table = np.stack([block_rank, np.where(kinds == 1, peers, -1), np.where(kinds == 0, peers, -1),
-                      blocks % nchannels, first_step[:-1]], axis=1)
+    table = np.stack([block_rank, np.where(kinds == SEND, peers, -1),
+                      np.where(kinds == RECV, peers, -1), blocks % nchannels, first_step[:-1]],
+                     axis=1)
     started = np.argsort(position)
     moves = np.stack([chunk, cnt, u, w, np.where(after >= 0, position[after], -1)],
                      axis=1)[started]
@@ -254,35 +365,61 @@ def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
                   limits: RuntimeLimits = MSCCL) -> tuple[int, int]:
     """(the most XML elements one rank reads for the grid plan, that rank) by arithmetic,
     without building it: the ``<algo>``, every ``<gpu>``, and the rank's steps and thread
-    blocks. In the phase of dimension ``p`` every rank holds ``d_0 ⋯ d_(p−1)`` bundles, and
-    the groups of a bundle depend only on its holder's coordinate along ``p``: each group
-    hop is a send at one end and a receive at the other, each receive on a link takes a
-    thread block per :data:`PER_CHANNEL`, and every chunk delivered is one copy (and
-    a thread block of its own for the rank's chunk to itself).
+    blocks. In the phase of family ``f`` along dimension ``p`` a rank holds a bundle per
+    source that differs from it only in the dimensions crossed before (on the slowest
+    one, only where the family goes), and the groups of a bundle depend only on its
+    holder's coordinate along ``p`` (and, along the slowest, on which coordinates the
+    family reaches from there): each group hop is a send at one end and a receive at the
+    other, each link takes a thread block per :data:`PER_CHANNEL` groups at each end,
+    every chunk delivered is one copy, every chunk of the later families one copy into
+    scratch first (in local thread blocks of ``max_steps``, with the rank's chunk to
+    itself).
 
     >>> grid_elements((16, 16), False, 1)[0] <= MSCCL.max_elements
     True
     """
-    m, n = len(dims), math.prod(dims)
-    steps = np.full(n, n, dtype=np.int64)  # a copy per source, the rank's own one too
-    blocks = np.ones(n, dtype=np.int64)    # the block of the rank's copy to itself
-    ranks = np.arange(n)
+    m, n, d0 = len(dims), math.prod(dims), dims[0]
+    grid = np.indices(dims).reshape(m, n)
+    x0 = grid[0]
+    reach = np.array([[len(_present(c, f, d0, wrap, m)) for f in range(m)]
+                      for c in range(d0)])  # destinations' coordinates per source's, family
+    sources = np.array([[sum(_family(c, x, d0, wrap, m) == f for c in range(d0))
+                         for f in range(m)] for x in range(d0)])
+    steps = n + (n // d0) * reach[x0, 1:].sum(axis=1)  # a copy per source, and into scratch
+    lanes = np.array([_lanes([reach[c, f] * n // (d0 * dims[f]) for f in range(1, m)
+                              if reach[c, f] for _ in range(dims[f])] + [1],
+                             limits.max_steps)[-1] + 1 for c in range(d0)])
+    load = np.zeros((m, 2, n), dtype=np.int64)  # groups on the link from a rank, + and −
+    for f in range(m):
+        order = _order(f, m)
+        for i, p in enumerate(order):
+            d, last = dims[p], i == m - 1
+            per_group = _per_group(k, True, limits) if last else 1
+            held = math.prod(dims[q] for q in order[:i] if q)  # bundles, but for dimension 0
+            ends = np.zeros(d, dtype=np.int64)       # group hops sent or received at x
+            hops = np.zeros((d, 2), dtype=np.int64)  # groups on the link from x, + and −
+            for c in range(d):
+                present = _present(c, f, d, wrap, m) if p == 0 else range(d)
+                slots = {x: j for j, x in enumerate(present)}
+                for step, elements in _groups(c, d, wrap, per_group, slots):
+                    for h in range(1, elements[-1][1] + 1):
+                        x = (c + step * (h - 1)) % d
+                        ends[x] += 1
+                        ends[(x + step) % d] += 1
+                        hops[x, int(step < 0)] += 1
+            if p == 0:
+                weight = np.full(n, held)
+            elif 0 in order[:i]:
+                weight = held * sources[x0, f]
+            else:
+                weight = held * (reach[x0, f] > 0)
+            steps += weight * ends[grid[p]]
+            load[p] += weight * hops[grid[p]].T
+    tbs = -(-load // PER_CHANNEL)
+    blocks = lanes[x0] + tbs.sum(axis=(0, 1))
     for p in range(m):
-        d, bundles = dims[p], math.prod(dims[:p])
-        per_group = _per_group(math.prod(dims[p + 1:]) * k, p == m - 1, limits)
-        ends = np.zeros(d, dtype=np.int64)           # group hops sent or received at x
-        load = np.zeros((d, 2), dtype=np.int64)      # groups on the link from x, + and −
-        for c in range(d):
-            for step, elements in _groups(c, d, wrap, per_group):
-                for h in range(1, elements[-1][1] + 1):
-                    x = (c + step * (h - 1)) % d
-                    ends[x] += 1
-                    ends[(x + step) % d] += 1
-                    load[x, int(step < 0)] += 1
-        x = (ranks // math.prod(dims[p + 1:])) % d
-        steps += bundles * ends[x]
-        tbs = -(-bundles * load // PER_CHANNEL)  # per link, sending or receiving
-        blocks += tbs[x, 0] + tbs[x, 1] + tbs[(x - 1) % d, 0] + tbs[(x + 1) % d, 1]
+        for way, step in ((0, 1), (1, -1)):  # receiving from the neighbour behind
+            blocks += np.roll(tbs[p, way].reshape(dims), step, axis=p).reshape(n)
     elements = 1 + n + steps + blocks
     v = int(np.argmax(elements))
     return int(elements[v]), v
@@ -347,8 +484,9 @@ def solve_grid_alltoall(problem: Problem, min_hops: int = GRID_FROM_HOPS
     if isinstance(plan, str):
         return None
     moves = grid_moves(topology, n, plan, next(iter(timings.values())), PLANNING)
+    moves = replace(moves, chunk=_real_chunks(dims, wrap, k)[moves.chunk])
     cnt = plan.moves[:, 1]
-    notes = (f"grid AlltoAll: dimension by dimension, slowest first, {len(cnt):,} groups of "
-             f"up to {int(cnt.max())} chunks relayed in one step each, on {plan.nchannels} "
-             "channel(s)",)
+    notes = (f"grid AlltoAll: dimension by dimension in {len(dims)} order(s), "
+             f"{len(cnt):,} groups of up to {int(cnt.max())} chunks relayed in one step each, "
+             f"on {plan.nchannels} channel(s)",)
     return moves, notes
