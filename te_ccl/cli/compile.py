@@ -179,11 +179,15 @@ def _compile_jobs(topo: Topology, spec: str | None, kw: dict) -> None:
     jobs = load_jobs(topo, kw["jobs"])
     output = kw["output"] or path_component(f"{topo.name}-jobs")
     check_output_dir(output, key="--output")
-    with progress_status("compiling the jobs…") as progress:
-        result = compile_jobs(jobs, output, objective=kw["objective"], backend=kw["backend"],
-                              time_limit_s=kw["time_limit"], threads=kw["threads"],
-                              seed=kw["seed"], epoch=kw["epoch"],
-                              max_horizon=kw["max_horizon"], progress=progress)
+    since = (click.get_current_context().obj or {}).get("started")  # as one algorithm's
+    try:
+        with until(kw["time_limit"], since), progress_status("compiling the jobs…") as progress:
+            result = compile_jobs(jobs, output, objective=kw["objective"],
+                                  backend=kw["backend"], time_limit_s=kw["time_limit"],
+                                  threads=kw["threads"], seed=kw["seed"], epoch=kw["epoch"],
+                                  max_horizon=kw["max_horizon"], progress=progress)
+    except TimeLimitReached as e:  # say how to give the compile more time
+        raise TimeLimitReached(f"{e} (--time-limit SECONDS allows more)") from None
     if kw["as_json"]:
         emit_json(result.as_dict())
     else:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from te_ccl.compiler import SolveParams, check_input
-from te_ccl.deadline import Budget
+from te_ccl.deadline import Budget, TimeLimitReached, keeping, left, until
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.bound import JointBound, joint_bound
 from te_ccl.jobs.files import checked_algo, finish_alone, replay_alone, replay_together
@@ -66,7 +66,8 @@ __all__ = ["JobOutcome", "JointResult", "compile_jobs"]
 
 SHARE_STEPS = 8  # shares are multiples of 1/8 of a link
 PRIORITY_SHARE = 0.75  # what the first job keeps of each link it shares under ``priority``
-MIN_COMPILE_S = 2.0  # the least time one job's compile is given
+MIN_COMPILE_S = 2.0  # a candidate whose compiles would each get less is skipped
+WRITE_RESERVE_S = 1.0  # of the limit, kept for replaying, checking and writing the files kept
 VIEWS = ("shares", "priority", "exclusive")  # the candidates compiled on views
 
 Views = dict[str, dict[tuple[str, str], float]]  # job → link → fraction of its bandwidth
@@ -149,61 +150,72 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
                  progress: Callable[[str], None] | None = None) -> JointResult:
     """Compile every job jointly (module docstring) and, with ``output`` (a directory,
     created if missing), write ``NAME.xml`` per job, its ranks those of the job's
-    communicator. ``time_limit_s`` is split evenly over the candidates that can run and
-    the jobs, at least :data:`MIN_COMPILE_S` per compile (``flow`` takes one share for
-    all jobs); a limit below that for each job once is refused before compiling
-    (thousands of jobs would run for hours). Which can run is known before compiling
-    from the links the jobs' routes have in common (:func:`_common_links`): ``alone``
-    always, the views where two jobs' routes share a link between two GPUs, ``flow``
-    where they share any and :func:`~te_ccl.jobs.flow.plan_flow` counts a model it can
-    solve.
+    communicator. Everything ends within ``time_limit_s`` (and an outer deadline,
+    :mod:`te_ccl.deadline`), :data:`WRITE_RESERVE_S` of it kept for replaying, checking
+    and writing the files kept. The time is shared out as the compiles run
+    (:class:`_Shares`): each job's compile is one share of what is left, ``flow`` and
+    ``mix`` one per job; a share is only ever of the time left, so a stage that runs
+    long leaves less to those after it, never more than the limit in all. Which
+    candidates can run is known before compiling from the links the jobs' routes have in
+    common (:func:`_common_links`): ``alone`` always, the views where two jobs' routes
+    share a link between two GPUs, ``flow`` where they share any and
+    :func:`~te_ccl.jobs.flow.plan_flow` counts a model it can solve. A candidate whose
+    share is under :data:`MIN_COMPILE_S` per compile is skipped (and noted); ``alone``
+    is never skipped: each job's compile gets at least that much, or what is left.
 
-    Raises what a compile raises for a job compiled alone (a candidate the compile
-    refuses is skipped and noted instead).
+    Raises what a compile raises for a job compiled alone, :class:`TimeLimitReached`
+    (naming the job and what its first file would take) where a job has no file when the
+    time ends (a candidate the compile refuses is skipped and noted instead).
     """
     if objective not in OBJECTIVES:
         raise SpecError(f"expected one of {', '.join(OBJECTIVES)}, got {objective!r}",
                         key="--objective")
-    least = len(jobs.jobs) * MIN_COMPILE_S  # the alone candidate's compiles
-    if least > time_limit_s:
-        raise SpecError(f"{len(jobs.jobs)} jobs need at least {least:g} s ({MIN_COMPILE_S:g} s "
-                        f"for each job's compile), more than {time_limit_s:g} s",
-                        key="--time-limit")
+    with until(time_limit_s):
+        return _compile_jobs(jobs, output, objective, progress or (lambda _: None),
+                             {"backend": backend, "threads": threads, "seed": seed,
+                              "epoch": epoch, "max_horizon": max_horizon})
+
+
+def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
+                  say: Callable[[str], None], solve: dict[str, Any]) -> JointResult:
+    """:func:`compile_jobs` under its deadline."""
     for job in jobs.jobs:  # as a compile alone checks it, before any model is built
         with _naming(jobs, job):
             check_input(jobs.topology, job.collective)
         if output is not None and Path(output).is_dir():  # no file half the jobs' way
             check_output_file(_job_path(output, job), key="--output")
-    say = progress or (lambda _: None)
     common = _common_links(jobs)
     plan: FlowPlan | str = "the jobs' routes share no link"  # the flow's cut, or why not
     if common:
         try:
-            plan = plan_flow(jobs, objective, SolveParams(backend=backend, epoch=epoch))
+            plan = plan_flow(jobs, objective, SolveParams(backend=solve["backend"],
+                                                          epoch=solve["epoch"]))
         except SolverError as e:
             plan = str(e)
     gpus = set(jobs.topology.gpus)
     views = any(a in gpus and b in gpus for a, b in common)
-    shares = 1 + len(VIEWS) * views + (not isinstance(plan, str)) + bool(common)  # mix
-    each = max(time_limit_s / (shares * len(jobs.jobs)), MIN_COMPILE_S)
-    solve = {"backend": backend, "time_limit_s": each, "threads": threads, "seed": seed,
-             "epoch": epoch, "max_horizon": max_horizon}
-    with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
+    n = len(jobs.jobs)
+    shares = _Shares(n * (1 + len(VIEWS) * views + (not isinstance(plan, str)) + bool(common)))
+    notes: list[str] = []
+    with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp, keeping(WRITE_RESERVE_S):
         compiled: dict[tuple, JobFile] = {}  # (job, its view) → its compile
 
-        def run(method: str, views: Views) -> _Candidate:
+        def run(method: str, views: Views, floor: bool) -> _Candidate:
             say(f"compiling the jobs ({method})")
-            return _candidate(jobs, method, views, solve, Path(tmp), compiled)
+            return _candidate(jobs, method, views, solve, Path(tmp), compiled, shares, floor)
 
-        notes: list[str] = []
-        first = run("alone", {j.name: {} for j in jobs.jobs})
+        first = run("alone", {j.name: {} for j in jobs.jobs}, True)
         first_alone = replay_alone(jobs, first.algos)
         shared = replay_together(jobs, first.algos)
         kept = []
         for method, views in _views(jobs, shared.link_bytes, shared.shared_links, objective,
                                     first_alone, shared.finish_s).items():
+            short = shares.short(n)
+            if short is not None:
+                notes.append(f"{method}: not compiled ({short})")
+                continue
             try:
-                kept.append(run(method, views))
+                kept.append(run(method, views, False))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"{method}: not compiled ({e})")
         if shared.shared_links:
@@ -211,27 +223,38 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
             try:
                 if isinstance(plan, str):
                     raise SolverError(plan)
-                kept.append(_flow(jobs, plan, objective, replace(
-                    SolveParams(**solve), time_limit_s=time_limit_s / shares), notes))
+                short = shares.short(n)
+                if short is not None:
+                    raise SolverError(short)
+                kept.append(_flow(jobs, plan, objective, SolveParams(
+                    **solve, time_limit_s=shares.take(n)), notes))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"flow: not compiled ({e})")
         made: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
-        mixing = time_limit_s / shares / 2  # the mix's share: half templates, half descent
+        mixing = shares.take(n) / 2 if common else 0.0  # half templates, half descent
         if shared.shared_links:
             say("lowering the jobs' templates (mix)")
             made = templates(jobs, Budget.of(mixing))
-    alone, alone_s = _best_alone(jobs, compiled, first_alone, made)
-    if any(alone.algos[n] is not first.algos[n] for n in alone.algos):  # else replayed above
-        shared = replay_together(jobs, alone.algos)
-    alone = replace(alone, finish=shared.finish_s)
-    kept.insert(0, alone)
+        try:
+            alone, alone_s = _best_alone(jobs, compiled, first_alone, made)
+            if any(alone.algos[n] is not first.algos[n] for n in alone.algos):
+                shared = replay_together(jobs, alone.algos)  # else replayed above
+        except TimeLimitReached as e:
+            notes.append(f"alone: the files compiled on the whole network ({e} while "
+                         "replaying the other files alone)")
+            alone, alone_s = first, first_alone
+        alone = replace(alone, finish=shared.finish_s)
+        kept.insert(0, alone)
 
-    def score(finish: Mapping[str, float]) -> tuple[int, float]:
-        return _missed(jobs, finish), _value(jobs, objective, finish)
+        def score(finish: Mapping[str, float]) -> tuple[int, float]:
+            return _missed(jobs, finish), _value(jobs, objective, finish)
 
-    if shared.shared_links:
-        say("combining the jobs' files (mix)")
-        kept.append(_mixed(jobs, kept, compiled, made, score, Budget.of(mixing)))
+        if shared.shared_links:
+            say("combining the jobs' files (mix)")
+            try:
+                kept.append(_mixed(jobs, kept, compiled, made, score, Budget.of(mixing)))
+            except TimeLimitReached as e:
+                notes.append(f"mix: not compiled ({e})")
     best = min(kept, key=lambda c: score(c.finish))
     written = _write(jobs, best, output)
     outcomes = tuple(JobOutcome(j, best.finish[j.name], alone_s[j.name],
@@ -241,6 +264,32 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
                        len(shared.shared_links),
                        {c.method: _value(jobs, objective, c.finish) for c in kept},
                        _checks(jobs, best), tuple(notes), joint_bound(jobs, objective))
+
+
+@dataclass
+class _Shares:
+    """The time left, shared out over the compiles still to run (``slots``: a job's
+    compile is one, the ``flow`` and ``mix`` candidates one per job): a share is the
+    time left (:func:`~te_ccl.deadline.left`) over the slots not yet run, so time a stage
+    leaves unused goes to those after it, and time it overruns is theirs to lose."""
+
+    slots: int
+
+    def take(self, n: int = 1) -> float:
+        """The seconds of ``n`` slots, which are no longer to run."""
+        share = left() * n / max(self.slots, n)
+        self.slots = max(0, self.slots - n)
+        return share
+
+    def short(self, n: int) -> str | None:
+        """Why a candidate of ``n`` compiles does not run (its ``n`` slots are then
+        dropped): each would get less than :data:`MIN_COMPILE_S`; None where it runs."""
+        each = left() / max(self.slots, n)
+        if each >= MIN_COMPILE_S:
+            return None
+        self.slots = max(0, self.slots - n)
+        return (f"{each:.2g} s of the time left for each of its compiles, less than "
+                f"{MIN_COMPILE_S:g} s")
 
 
 def _common_links(jobs: JobSet) -> set[tuple[str, str]]:
@@ -281,20 +330,26 @@ def _naming(jobs: JobSet, job: Job) -> Iterator[None]:
 
 
 def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
-               compiled: dict[tuple, JobFile]) -> _Candidate:
-    """Every job compiled on its view, once per view (``compiled`` holds those done);
-    files verified (by the compile, and again here for the job's communicator) and
-    replayed together."""
+               compiled: dict[tuple, JobFile], shares: _Shares, floor: bool) -> _Candidate:
+    """Every job compiled on its view, once per view (``compiled`` holds those done), each
+    in its share of the time left (with ``floor``, at least :data:`MIN_COMPILE_S` or an
+    even split of what is left among the jobs still to compile, whichever is less); files
+    verified (by the compile, and again here for the job's communicator) and replayed
+    together."""
     import te_ccl
 
-    for job in jobs.jobs:
+    for i, job in enumerate(jobs.jobs):
         key = (job.name, tuple(sorted(views[job.name].items())))
         if key in compiled:
+            shares.take()  # a compile not run: its time goes to those after it
             continue
+        share = shares.take()
+        if floor:
+            share = max(share, min(MIN_COMPILE_S, left() / (len(jobs.jobs) - i)))
         path = tmp / f"{method}-{job.name}.xml"
-        with _naming(jobs, job):
+        with _naming(jobs, job), _out_of_time(job):
             result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
-                                    output=path, fmt="xml", **solve)
+                                    output=path, fmt="xml", time_limit_s=share, **solve)
         data = path.read_bytes()
         compiled[key] = JobFile(data, replace(result.schedule, topology=jobs.topology),
                                 checked_algo(job, data))
@@ -304,6 +359,16 @@ def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
     return _Candidate(method, {n: c.xml for n, c in mine.items()},
                       {n: c.schedule for n, c in mine.items()}, algos,
                       replay_together(jobs, algos).finish_s)
+
+
+@contextmanager
+def _out_of_time(job: Job) -> Iterator[None]:
+    """A job's compile out of time without a file names the job (the compile's message
+    says what its first file would take)."""
+    try:
+        yield
+    except TimeLimitReached as e:
+        raise TimeLimitReached(f"job {job.name!r}: {e}") from None
 
 
 def _flow(jobs: JobSet, plan: FlowPlan, objective: str, params: SolveParams,

@@ -174,10 +174,11 @@ def test_the_limit_is_split_over_the_candidates_that_can_run(jobs, compiles, tmp
 
     given = []
 
-    def stop(_jobs, _method, _views, solve, *_):
-        given.append(solve["time_limit_s"])
+    def stop(_jobs, _method, _views, _solve, _tmp, _compiled, shares, _floor):
+        given.append(shares.take())
         raise _Stopped
 
+    monkeypatch.setattr(joint, "left", lambda: 40.0)  # a clock that does not move
     monkeypatch.setattr(joint, "_candidate", stop)
     (tmp_path / "jobs.yaml").write_text(jobs)
     with pytest.raises(_Stopped):

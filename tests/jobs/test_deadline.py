@@ -1,0 +1,109 @@
+"""The joint compile's time: shared out of what is left, never past the deadline; a
+candidate whose compiles would each get less than the floor is skipped, and a job with
+no file when the time ends is exit 3 naming it. A fake clock stands for the wall clock
+(each stub compile spends the limit it is given), so what is asserted is what was tried."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import te_ccl
+import te_ccl.jobs.joint as joint
+from te_ccl.baselines import applicable, build_baseline
+from te_ccl.compiler import CompileOptions, SolveParams, render_fitting
+from te_ccl.deadline import TimeLimitReached
+from te_ccl.errors import SolverError
+from te_ccl.jobs import load_jobs
+from te_ccl.spec.topology import load_topology
+
+SHARED = """jobs:
+  - {name: a, ranks: [g0, g1, g2, g3], collective: allgather, size: 1MB}
+  - {name: b, ranks: [g0, g1, g5, g4], collective: allreduce, size: 2MB}
+"""
+
+
+class Clock:
+    """Seconds spent of ``limit``: a stub compile spends all it is given, never more than
+    is left (the real deadline stops it there)."""
+
+    def __init__(self, limit: float) -> None:
+        self.limit, self.now = limit, 0.0
+        self.compiles: list[tuple[str, float, float]] = []  # (job, its limit, left then)
+
+    def left(self) -> float:
+        return max(0.0, self.limit - self.now)
+
+    def compile(self, topology, collective, *, output, time_limit_s, **_):
+        name = Path(output).stem.split("-", 1)[1]
+        self.compiles.append((name, time_limit_s, self.left()))
+        self.now += min(time_limit_s, self.left())
+        built = build_baseline(applicable(topology, collective)[0], topology, collective)
+        schedule, xml = render_fitting(built, CompileOptions(), SolveParams())
+        Path(output).write_bytes(xml)
+        return SimpleNamespace(schedule=schedule)
+
+
+@pytest.fixture
+def clock(monkeypatch, request):
+    c = Clock(request.param)
+    monkeypatch.setattr(joint, "left", c.left)
+    monkeypatch.setattr(te_ccl, "compile", c.compile)
+    return c
+
+
+def _compile(tmp_path: Path):
+    (tmp_path / "jobs.yaml").write_text(SHARED)
+    return joint.compile_jobs(load_jobs(load_topology("dgx1"), tmp_path / "jobs.yaml"), None,
+                              time_limit_s=600)
+
+
+@pytest.mark.parametrize("clock", [40.0], indirect=True)
+def test_compiles_share_what_is_left_and_end_by_the_limit(clock, tmp_path, monkeypatch):
+    def no_flow(*_):
+        raise SolverError("not in this test")
+
+    monkeypatch.setattr(joint, "plan_flow", no_flow)  # its solve is real time, not the clock's
+    _compile(tmp_path)
+    assert len(clock.compiles) > 2  # the views ran too
+    for _, limit, left in clock.compiles:
+        assert limit <= left
+    assert clock.now <= clock.limit
+
+
+@pytest.mark.parametrize("clock", [9.0], indirect=True)
+def test_a_short_limit_skips_the_candidates_below_the_floor_rather_than_run_over(
+        clock, tmp_path):
+    result = _compile(tmp_path)
+    # alone is never skipped: each job gets the floor (9 s over 12 compiles is 0.75 s)
+    assert clock.compiles == [("a", joint.MIN_COMPILE_S, 9.0),
+                              ("b", joint.MIN_COMPILE_S, 9.0 - joint.MIN_COMPILE_S)]
+    skipped = [n for n in result.notes if f"less than {joint.MIN_COMPILE_S:g} s" in n]
+    assert {n.split(":")[0] for n in skipped} >= {"shares", "priority", "exclusive"}
+    assert clock.now <= clock.limit
+
+
+@pytest.mark.parametrize("clock", [1.0], indirect=True)
+def test_a_job_without_a_file_in_time_is_exit_3_naming_it(clock, monkeypatch, tmp_path,
+                                                            teccl):
+    def late(*_, time_limit_s, **__):
+        raise TimeLimitReached("time limit of 1 s reached while lowering to MSCCL XML; the "
+                               "first file (template ring) needs about 3 s here")
+
+    monkeypatch.setattr(te_ccl, "compile", late)
+    (tmp_path / "jobs.yaml").write_text(SHARED)
+    code, _, err = teccl("compile", "dgx1", "--jobs", str(tmp_path / "jobs.yaml"), "-o",
+                         str(tmp_path / "out"), "--time-limit", "1")
+    assert code == 3
+    assert "job 'a': time limit of 1 s reached" in err and "needs about 3 s" in err
+    assert "--time-limit SECONDS allows more" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize("clock", [3.0], indirect=True)
+def test_a_limit_under_the_floor_splits_what_is_left_among_the_jobs(clock, tmp_path):
+    result = _compile(tmp_path)
+    assert clock.compiles == [("a", 1.5, 3.0), ("b", 1.5, 1.5)]
+    assert result.method in ("alone", "mix") and clock.now <= clock.limit
