@@ -197,16 +197,19 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
     n = len(jobs.jobs)
     shares = _Shares(n * (1 + len(VIEWS) * views + (not isinstance(plan, str)) + bool(common)))
     notes: list[str] = []
-    with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp, keeping(WRITE_RESERVE_S):
+    with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
         compiled: dict[tuple, JobFile] = {}  # (job, its view) → its compile
 
-        def run(method: str, views: Views, floor: bool) -> _Candidate:
+        def run(method: str, views: Views, floor: bool = False) -> dict[str, JobFile]:
             say(f"compiling the jobs ({method})")
-            return _candidate(jobs, method, views, solve, Path(tmp), compiled, shares, floor)
+            with keeping(WRITE_RESERVE_S):
+                return _files(jobs, method, views, solve, Path(tmp), compiled, shares, floor)
 
-        first = run("alone", {j.name: {} for j in jobs.jobs}, True)
+        # every job needs its file alone: replayed in the whole limit, not cut for the others
+        first = _candidate("alone", run("alone", {j.name: {} for j in jobs.jobs}, True), {})
         first_alone = replay_alone(jobs, first.algos)
         shared = replay_together(jobs, first.algos)
+        first = replace(first, finish=shared.finish_s)
         kept = []
         for method, views in _views(jobs, shared.link_bytes, shared.shared_links, objective,
                                     first_alone, shared.finish_s).items():
@@ -215,7 +218,10 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
                 notes.append(f"{method}: not compiled ({short})")
                 continue
             try:
-                kept.append(run(method, views, False))
+                files = run(method, views)
+                with keeping(WRITE_RESERVE_S):
+                    kept.append(_candidate(method, files, replay_together(
+                        jobs, {name: f.algo for name, f in files.items()}).finish_s))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"{method}: not compiled ({e})")
         if shared.shared_links:
@@ -226,22 +232,24 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
                 short = shares.short(n)
                 if short is not None:
                     raise SolverError(short)
-                kept.append(_flow(jobs, plan, objective, SolveParams(
-                    **solve, time_limit_s=shares.take(n)), notes))
+                with keeping(WRITE_RESERVE_S):
+                    kept.append(_flow(jobs, plan, objective, SolveParams(
+                        **solve, time_limit_s=shares.take(n)), notes))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"flow: not compiled ({e})")
         made: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
         mixing = shares.take(n) / 2 if common else 0.0  # half templates, half descent
         if shared.shared_links:
             say("lowering the jobs' templates (mix)")
-            made = templates(jobs, Budget.of(mixing))
+            with keeping(WRITE_RESERVE_S):
+                made = templates(jobs, Budget.of(mixing))
         try:
-            alone, alone_s = _best_alone(jobs, compiled, first_alone, made)
+            with keeping(WRITE_RESERVE_S):
+                alone, alone_s = _best_alone(jobs, compiled, first_alone, made)
             if any(alone.algos[n] is not first.algos[n] for n in alone.algos):
                 shared = replay_together(jobs, alone.algos)  # else replayed above
         except TimeLimitReached as e:
-            notes.append(f"alone: the files compiled on the whole network ({e} while "
-                         "replaying the other files alone)")
+            notes.append(f"alone: the files compiled on the whole network ({e})")
             alone, alone_s = first, first_alone
         alone = replace(alone, finish=shared.finish_s)
         kept.insert(0, alone)
@@ -252,7 +260,8 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
         if shared.shared_links:
             say("combining the jobs' files (mix)")
             try:
-                kept.append(_mixed(jobs, kept, compiled, made, score, Budget.of(mixing)))
+                with keeping(WRITE_RESERVE_S):
+                    kept.append(_mixed(jobs, kept, compiled, made, score, Budget.of(mixing)))
             except TimeLimitReached as e:
                 notes.append(f"mix: not compiled ({e})")
     best = min(kept, key=lambda c: score(c.finish))
@@ -329,13 +338,12 @@ def _naming(jobs: JobSet, job: Job) -> Iterator[None]:
         raise SpecError(f"job {job.name!r}: {e.reason}", file=jobs.file, key=e.key) from None
 
 
-def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
-               compiled: dict[tuple, JobFile], shares: _Shares, floor: bool) -> _Candidate:
+def _files(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
+           compiled: dict[tuple, JobFile], shares: _Shares, floor: bool) -> dict[str, JobFile]:
     """Every job compiled on its view, once per view (``compiled`` holds those done), each
     in its share of the time left (with ``floor``, at least :data:`MIN_COMPILE_S` or an
     even split of what is left among the jobs still to compile, whichever is less); files
-    verified (by the compile, and again here for the job's communicator) and replayed
-    together."""
+    verified (by the compile, and again here for the job's communicator)."""
     import te_ccl
 
     for i, job in enumerate(jobs.jobs):
@@ -353,12 +361,16 @@ def _candidate(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
         data = path.read_bytes()
         compiled[key] = JobFile(data, replace(result.schedule, topology=jobs.topology),
                                 checked_algo(job, data))
-    mine = {j.name: compiled[(j.name, tuple(sorted(views[j.name].items())))]
+    return {j.name: compiled[(j.name, tuple(sorted(views[j.name].items())))]
             for j in jobs.jobs}
-    algos = {n: c.algo for n, c in mine.items()}
-    return _Candidate(method, {n: c.xml for n, c in mine.items()},
-                      {n: c.schedule for n, c in mine.items()}, algos,
-                      replay_together(jobs, algos).finish_s)
+
+
+def _candidate(method: str, files: Mapping[str, JobFile], finish: dict[str, float]
+               ) -> _Candidate:
+    """The candidate of ``files`` (per job), which finish at ``finish`` together."""
+    return _Candidate(method, {n: f.xml for n, f in files.items()},
+                      {n: f.schedule for n, f in files.items()},
+                      {n: f.algo for n, f in files.items()}, finish)
 
 
 @contextmanager

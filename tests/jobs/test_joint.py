@@ -179,7 +179,7 @@ def test_the_limit_is_split_over_the_candidates_that_can_run(jobs, compiles, tmp
         raise _Stopped
 
     monkeypatch.setattr(joint, "left", lambda: 40.0)  # a clock that does not move
-    monkeypatch.setattr(joint, "_candidate", stop)
+    monkeypatch.setattr(joint, "_files", stop)
     (tmp_path / "jobs.yaml").write_text(jobs)
     with pytest.raises(_Stopped):
         joint.compile_jobs(load_jobs(load_topology("dgx1"), tmp_path / "jobs.yaml"), None,
