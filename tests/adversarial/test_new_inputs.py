@@ -413,12 +413,21 @@ def test_finite_factors_are_checked_as_rates_not_only_as_numbers():
         edit_topology(ring, TopologyEdit(scale_links=(("g0:g1", 1e-12),)))
 
 
-def test_more_jobs_than_the_time_limit_can_compile_are_refused_before_compiling(here, no_work):
+def test_more_jobs_than_the_time_limit_can_compile_end_in_exit_3_naming_one(here,
+                                                                          monkeypatch):
+    """The jobs' compiles share the limit; a job left with no file is exit 3, nothing written."""
+    import te_ccl
+    from te_ccl.deadline import TimeLimitReached
+
+    def late(*args, **kwargs):
+        raise TimeLimitReached("time limit of 5 s reached while building the model")
+
+    monkeypatch.setattr(te_ccl, "compile", late)
     (here / "jobs.yaml").write_text("jobs:\n" + "".join(
         f"  - {{name: j{i}, ranks: [g0, g1], collective: allgather, size: 1MB}}\n"
         for i in range(40)))
     code, err = teccl("compile", "dgx1", "--jobs", "jobs.yaml", "-o", "out", "--time-limit", "5")
-    assert_refused(code, err, "--time-limit", "40 jobs")
+    assert code == 3 and "job 'j0': time limit of 5 s" in err
     assert not (here / "out").exists()
 
 
