@@ -33,10 +33,9 @@ __all__ = ["SCENARIOS", "SHARED_GOAL", "run_scenario", "main"]
 
 SHARED_GOAL = 0.85
 LIMIT_S_PER_JOB = 20.0  # a row's --time-limit per job: where links are shared each job's
-#                        compile gets 5 s (a quarter: alone and three views; flow does not
-#                        fit these rows), enough for dgx2x2's 16-GPU jobs to pass the ring
-#                        template they start from on an idle machine; apart rows give it
-#                        all 20 s (only alone runs)
+#                        compile gets about 4 s of it (a fifth: alone, three views and mix;
+#                        flow does not fit these rows); apart rows give it all 20 s (only
+#                        alone runs)
 SIZE = "64MB"
 
 
