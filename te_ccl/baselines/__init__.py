@@ -57,7 +57,7 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
                  and collective.nranks <= PACKED_FIRST_GPUS)
         names.insert(0 if first else len(names), "packed")
         names.append("packed-fine")
-    if applies(topology, collective):  # a root with a direct link to another GPU, or boxes
+    if applies(topology, collective):  # a root with a direct link, boxes, or one switch
         # before packed, built in about a second at any size; beyond PACKED_MAX_ROOTED GPUs
         # instead of it: packed's LP grows with the fabric and can take a short compile's
         # whole search, where the pipeline's trees come as close to the bound
