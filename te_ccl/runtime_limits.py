@@ -118,16 +118,17 @@ class RuntimeLimits:
         (``maxAllowedCount`` 1) one per chunk. A step of ``cnt`` 0 makes none."""
         return -(-max(0, cnt) // max_allowed_count)
 
-    def step_slots(self, proto: str, cnt: int = 1) -> int:
+    def step_slots(self, proto: str, cnt: int = 1, max_allowed_count: int = 1) -> int:
         """Slots one sending step of ``cnt`` chunks occupies on its connection, in total
         (its calls take them one after the other)."""
-        return self.call_slots(proto) * self.step_calls(cnt)
+        return self.call_slots(proto) * self.step_calls(cnt, max_allowed_count)
 
-    def outstanding_sends(self, proto: str, cnt: int = 1) -> int:
-        """Whole sends of ``cnt`` chunks a connection holds before the sender must wait;
-        0 when one such send needs more slots than the connection has (it completes only
-        as the receiver drains it)."""
-        return self.nccl_steps // max(1, self.step_slots(proto, cnt))
+    def outstanding_sends(self, proto: str, cnt: int = 1, max_allowed_count: int = 1) -> int:
+        """Whole sends of ``cnt`` chunks a connection holds before the sender must wait
+        (``max_allowed_count`` chunks a call, default the large messages' 1); 0 when one
+        such send needs more slots than the connection has (it completes only as the
+        receiver drains it)."""
+        return self.nccl_steps // max(1, self.step_slots(proto, cnt, max_allowed_count))
 
 
 MSCCL = RuntimeLimits()

@@ -10,10 +10,12 @@ GPU of the topology, in order). The model (docs/verify.md, "The replay"):
   to have arrived: the k-th receive on a connection ``(channel, sender, receiver)`` takes
   the k-th send on it;
 * a sending step then waits for a free slot of its connection. A connection holds
-  ``MSCCL.outstanding_sends(proto, cnt)`` sends whose receiving step is not done (2 under
-  Simple, 8 under LL and LL128, fewer for ``cnt > 1`` but at least one: a send of more
-  calls than the connection holds streams as it is received); the receiving step's
-  completion frees the slot;
+  ``MSCCL.outstanding_sends(proto, cnt, per_call)`` sends whose receiving step is not done
+  (2 under Simple, 8 under LL and LL128, fewer for a step of several calls but at least
+  one: a send of more calls than the connection holds streams as it is received); a call
+  carries ``per_call`` chunks, the executor's ``maxAllowedCount`` at the replayed size
+  (1 at large sizes, where a step of ``cnt`` chunks is ``cnt`` calls); the receiving
+  step's completion frees the slot;
 * the message, ``cnt`` chunks of ``size_bytes / nchunksperloop`` bytes each, takes the
   route to its peer (``size_bytes`` is the collective's, nccl-tests style; for gather and
   scatter, whose executor count is one rank's piece, a chunk is ``size_bytes / ngpus /
@@ -87,8 +89,10 @@ def read_provenance(path_or_text: str | Path) -> tuple[str, int] | None:
 class Flat:
     """The algorithm as flat lists indexed by a global step id (file order)."""
 
-    def __init__(self, algo: Algo, topology: Topology, ranks: Sequence[int], proto: str) -> None:
+    def __init__(self, algo: Algo, topology: Topology, ranks: Sequence[int], proto: str,
+                 per_call: int = 1) -> None:
         self.algo, self.topo, self.ranks = algo, topology, ranks
+        self.per_call = per_call          # chunks one primitive call carries (maxAllowedCount)
         self.tb_first: list[int] = []     # global id of each thread block's first step
         self.tb_where: list[tuple[int, int]] = []  # (rank, tb id)
         self.tb_conn: list[tuple[int, int, int]] = []  # (chan, send peer, recv peer)
@@ -209,7 +213,8 @@ class Flat:
         rmsg, rstep, slot, cnt = self.rmsg, self.rstep, self.slot, self.cnt
         # a send of more calls than the connection holds streams: it starts once the
         # sends before it are received, and its own receive drains it
-        depth_of = {c: max(1, MSCCL.outstanding_sends(proto, c)) for c in set(cnt.values())}
+        depth_of = {c: max(1, MSCCL.outstanding_sends(proto, c, self.per_call))
+                    for c in set(cnt.values())}
         for conn in sorted(sends.keys() | recvs.keys()):
             out, into = sends.get(conn, []), recvs.get(conn, [])
             if len(out) != len(into):
@@ -498,7 +503,7 @@ def prepared(algo: Algo, topology: Topology, size_bytes: int, proto: str | None,
     if algo.nchunksperloop <= 0:
         raise SpecError("nchunksperloop must be positive", file=algo.source,
                         key="nchunksperloop")
-    flat = Flat(algo, topology, ranks, proto)
     per_rank_count = algo.coll in ("gather", "scatter")
     count_bytes = size_bytes / algo.ngpus if per_rank_count else size_bytes
-    return flat, count_bytes / algo.nchunksperloop
+    per_call = MSCCL.max_allowed_count(proto, math.ceil(count_bytes), algo.nchunksperloop)
+    return Flat(algo, topology, ranks, proto, per_call), count_bytes / algo.nchunksperloop
