@@ -42,6 +42,7 @@ from __future__ import annotations
 import math
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from itertools import repeat
 from operator import attrgetter
 
 import numpy as np
@@ -56,9 +57,7 @@ __all__ = ["Violation", "check_schedule"]
 
 _EPS = 1e-9
 CHECKING = "checking the schedule"  # the stage a compile's deadline names
-_EVERY = 1 << 16  # replay events between two looks at the deadline
 _OPS = {"copy": 0, "reduce": 1}
-_FIELDS = attrgetter("chunk", "src", "dst", "start_epoch", "arrive_epoch", "op")
 
 
 @dataclass(frozen=True)
@@ -96,19 +95,24 @@ class _Table:
 
 
 def _table(s: Schedule) -> _Table:
+    """The transfers of ``s`` read once, a column at a time."""
     topo = s.topology
     names = tuple(n.name for n in topo.nodes)
     chunks = s.collective.chunks()
     ids = {name: i for i, name in enumerate(names)}
     at = {c.id: i for i, c in enumerate(chunks)}
-    columns = tuple(zip(*map(_FIELDS, s.transfers), strict=True)) or ((),) * 6
+    ts = s.transfers
+
+    def column(field: str, of: dict | None = None) -> np.ndarray:
+        values = map(attrgetter(field), ts)
+        if of is not None:  # the index of each value, −1 for one not in ``of``
+            values = map(of.get, values, repeat(-1))
+        return np.fromiter(values, dtype=np.int64, count=len(ts))
+
+    src_i, dst_i, chunk_i, op_i = column("src", ids), column("dst", ids), \
+        column("chunk", at), column("op", _OPS)
+    start, arrive = column("start_epoch"), column("arrive_epoch")
     check(CHECKING)
-    chunk, src, dst, start, arrive, op = columns
-
-    def index(of: dict, xs: tuple) -> np.ndarray:
-        return np.array([of.get(x, -1) for x in xs], dtype=np.int64)
-
-    src_i, dst_i, chunk_i, op_i = index(ids, src), index(ids, dst), index(at, chunk), index(_OPS, op)
     n = len(names)
     pairs = sorted({ids[x.src] * n + ids[x.dst] for x in topo.links})
     links = [topo.link(names[p // n], names[p % n]) for p in pairs]
@@ -116,8 +120,8 @@ def _table(s: Schedule) -> _Table:
     code = np.where((src_i >= 0) & (dst_i >= 0), src_i * n + dst_i, -2)
     link = np.minimum(np.searchsorted(codes[:-1], code), len(pairs))
     check(CHECKING)
-    return _Table(names, chunks, src_i, dst_i, chunk_i, np.array(start, dtype=np.int64),
-                  np.array(arrive, dtype=np.int64), op_i, codes[link] == code, link,
+    return _Table(names, chunks, src_i, dst_i, chunk_i, start, arrive, op_i,
+                  codes[link] == code, link,
                   np.array([x.bandwidth_Bps for x in links] + [1.0]),
                   np.array([x.latency_s for x in links] + [0.0]))
 
@@ -158,17 +162,20 @@ class _Groups:
 
     def __init__(self, t: _Table, linked: np.ndarray) -> None:
         link, start = t.link[linked], t.start[linked]
-        self.order = np.lexsort((t.arrive[linked], start, link))
-        lo, so = link[self.order], start[self.order]
-        new = np.ones(len(lo), dtype=bool)
-        new[1:] = (lo[1:] != lo[:-1]) | (so[1:] != so[:-1])
+        self.order = _lexsort(t.arrive[linked], start, link) if len(linked) else linked
+        lo, so, rows = link[self.order], start[self.order], linked[self.order]
+        new_link = np.ones(len(lo), dtype=bool)
+        new_link[1:] = lo[1:] != lo[:-1]
+        new = new_link.copy()
+        new[1:] |= so[1:] != so[:-1]
         self.begins = np.flatnonzero(new)
         self.group = np.cumsum(new) - 1
-        self.first = np.minimum.reduceat(linked[self.order], self.begins) if len(lo) else \
-            np.zeros(0, dtype=np.int64)
         self.link_first = np.full(len(t.bandwidth), -1, dtype=np.int64)
-        links, at = np.unique(link, return_index=True)
-        self.link_first[links] = linked[at]
+        self.first = np.zeros(0, dtype=np.int64)
+        if len(lo):
+            self.first = np.minimum.reduceat(rows, self.begins)
+            at = np.flatnonzero(new_link)
+            self.link_first[lo[at]] = np.minimum.reduceat(rows, at)
         check(CHECKING)
 
 
@@ -242,27 +249,6 @@ def _ranks(mask: int) -> list[int]:
     return [r for r in range(mask.bit_length()) if mask >> r & 1]
 
 
-def _events(t: _Table, rows: np.ndarray) -> tuple[list[int], list[int]]:
-    """(epoch, event) of every send and arrival of ``rows`` in the order the replay takes
-    them: an epoch's arrivals, then its sends, each by chunk id, sender and receiver
-    name (ties: sends by arrival, arrivals by start, then the schedule's order). An event
-    ``j < len(rows)`` is the send of ``rows[j]``, ``len(rows) + j`` its arrival."""
-    m, n = len(rows), len(t.names)
-    if not m:
-        return [], []
-    ids = np.array([c.id for c in t.chunks])
-    id_rank = np.empty(len(ids), dtype=np.int64)
-    id_rank[np.argsort(ids, kind="stable")] = np.arange(len(ids))
-    name_rank = np.empty(n, dtype=np.int64)
-    name_rank[sorted(range(n), key=t.names.__getitem__)] = np.arange(n)
-    start, arrive = t.start[rows], t.arrive[rows]
-    pair = (id_rank[t.chunk[rows]] * n + name_rank[t.src[rows]]) * n + name_rank[t.dst[rows]]
-    epoch = np.concatenate((start * 2 + 1, arrive * 2))
-    order = _lexsort(np.concatenate((rows, rows)), np.concatenate((arrive, start)),
-                     np.concatenate((pair, pair)), epoch)
-    return (epoch[order] >> 1).tolist(), order.tolist()
-
-
 def _lexsort(*keys: np.ndarray) -> np.ndarray:
     """``np.lexsort(keys)`` (last key primary) of non-negative keys, those whose product
     of ranges fits in 62 bits merged into one (fewer, faster passes)."""
@@ -278,84 +264,166 @@ def _lexsort(*keys: np.ndarray) -> np.ndarray:
     return np.lexsort(merged[::-1])
 
 
+@dataclass(frozen=True)
+class _Events:
+    """The sends and the arrivals of the rows that keep to the timing rules, each in the
+    order the replay takes them within an epoch (by chunk id, sender and receiver name;
+    ties: sends by arrival, arrivals by start, then the schedule's order), as columns:
+    the row (into the table), the node and the key (``node · chunks + chunk position``)
+    it takes from or adds to, whether it reduces; an arrival's ``send``: its send's
+    position. ``epochs``: every epoch with an event, and where its sends and arrivals
+    begin and end."""
+
+    send_row: np.ndarray
+    send_node: np.ndarray
+    send_key: np.ndarray
+    send_reduces: np.ndarray
+    arrive_row: np.ndarray
+    arrive_node: np.ndarray
+    arrive_key: np.ndarray
+    arrive_reduces: np.ndarray
+    send: np.ndarray
+    epochs: list[tuple[int, int, int, int, int]]
+
+
+def _events(t: _Table, rows: np.ndarray) -> _Events:
+    m, n, k = len(rows), len(t.names), len(t.chunks)
+    ids = np.array([c.id for c in t.chunks])
+    id_rank = np.empty(k, dtype=np.int64)
+    id_rank[np.argsort(ids, kind="stable")] = np.arange(k)
+    name_rank = np.empty(n, dtype=np.int64)
+    name_rank[sorted(range(n), key=t.names.__getitem__)] = np.arange(n)
+    start, arrive, chunk = t.start[rows], t.arrive[rows], t.chunk[rows]
+    src, dst, reduces = t.src[rows], t.dst[rows], t.op[rows] == 1
+    pair = (id_rank[chunk] * n + name_rank[src]) * n + name_rank[dst]
+    sends = _lexsort(rows, arrive, pair, start) if m else rows
+    arrivals = _lexsort(rows, start, pair, arrive) if m else rows
+    position = np.empty(m, dtype=np.int64)
+    position[sends] = np.arange(m)
+    check(CHECKING)
+    at_start, at_arrival = start[sends], arrive[arrivals]
+    epochs = np.union1d(_distinct(at_start), _distinct(at_arrival))
+    bounds = (np.searchsorted(at_arrival, epochs), np.searchsorted(at_arrival, epochs, "right"),
+              np.searchsorted(at_start, epochs), np.searchsorted(at_start, epochs, "right"))
+    return _Events(rows[sends], src[sends], src[sends] * k + chunk[sends], reduces[sends],
+                   rows[arrivals], dst[arrivals], dst[arrivals] * k + chunk[arrivals],
+                   reduces[arrivals], position[arrivals],
+                   list(zip(epochs.tolist(), *(b.tolist() for b in bounds), strict=True)))
+
+
+def _distinct(x: np.ndarray) -> np.ndarray:
+    """The distinct values of sorted ``x``."""
+    return x[np.append(True, x[1:] != x[:-1])] if len(x) else x
+
+
+@dataclass
+class _State:
+    """What the nodes hold in the replay, keyed ``node · chunks + chunk position``:
+    ``held`` by GPUs and buffered switches, ``transient``: by bufferless switches in the
+    current epoch only, ``queued``: the units a queueing switch keeps apart; ``values``:
+    the value each send (by position) carries, None where its sender held nothing;
+    ``queues``, ``keeps``: by node, whether it is a queueing switch, whether it keeps
+    what arrives (a GPU or a buffered switch)."""
+
+    held: dict[int, int]
+    transient: dict[int, int]
+    queued: dict[int, list[int]]
+    values: list[int | None]
+    queues: list[bool]
+    keeps: list[bool]
+
+
 def _replay(s: Schedule, t: _Table, rows: np.ndarray, out: list[Violation]) -> None:
-    """Epoch by epoch: arrivals of the epoch first, then the sends that start in it. What
-    a node holds of a chunk is keyed ``node · chunks + chunk`` (positions)."""
-    topo, chunks, names, ts = s.topology, t.chunks, t.names, s.transfers
+    """Epoch by epoch: arrivals of the epoch first, then the sends that start in it."""
+    topo, chunks, names = s.topology, t.chunks, t.names
     nodes = [topo.node(x) for x in names]
-    k, m = len(chunks), len(rows)
+    k = len(chunks)
     ids = {x: i for i, x in enumerate(names)}
     gpu = {r: ids[x] for r, x in enumerate(topo.gpus)}
     masks = _Masks()
-    held: dict[int, int] = {}
+    state = _State({}, {}, defaultdict(list), [None] * len(rows),
+                   [_queues(x) for x in nodes], [x.is_gpu or x.has_buffer for x in nodes])
     for p, c in enumerate(chunks):
         whole = 0 if c.reduce else masks[c.sources]
         for r in c.sources:
-            held[gpu[r] * k + p] = 1 << r if c.reduce else whole
-    queueing = [_queues(x) for x in nodes]
-    keeping = [x.is_gpu or x.has_buffer for x in nodes]
-    src, dst = t.src[rows], t.dst[rows]
-    send_key, recv_key = (src * k + t.chunk[rows]).tolist(), (dst * k + t.chunk[rows]).tolist()
-    src, dst, reduce = src.tolist(), dst.tolist(), (t.op[rows] == 1).tolist()
+            state.held[gpu[r] * k + p] = 1 << r if c.reduce else whole
     fanout = _fanout(t, rows, nodes)
-    values: list[int | None] = [None] * m
-    transient: dict[int, int] = {}
-    queued: dict[int, list[int]] = defaultdict(list)
-    epoch = -1
-    for n, (e, x) in enumerate(zip(*_events(t, rows), strict=True)):
-        if e != epoch:
-            out.extend(fanout.pop(epoch, ()))
-            epoch, transient = e, {}
-        if not n % _EVERY:
-            check(CHECKING)
-        if x < m:  # a send
-            key = send_key[x]
-            if not queueing[src[x]]:
-                value = transient.get(key, held.get(key)) if transient else held.get(key)
+    ev = _events(t, rows)
+    for e, a0, a1, s0, s1 in ev.epochs:
+        check(CHECKING)
+        state.transient = {}
+        if a1 > a0:
+            _arrive(s, ev, a0, a1, nodes, state, out)
+        if s1 > s0:
+            _send(s, ev, e, s0, s1, nodes, state, out)
+        out.extend(fanout.pop(e, ()))
+    _check_buffers(s, t, state.held, out)
+    _check_demands(s, t, state.held, gpu, masks, out)
+
+
+def _send(s: Schedule, ev: _Events, epoch: int, s0: int, s1: int, nodes: list[Node],
+          state: _State, out: list[Violation]) -> None:
+    """The values the sends ``s0:s1`` (of ``epoch``) carry: what the sender holds, a
+    queueing switch its oldest unit (kept only when copied)."""
+    keys, senders = ev.send_key[s0:s1].tolist(), ev.send_node[s0:s1].tolist()
+    held, transient, queued = state.held, state.transient, state.queued
+    if transient or any(state.queues) and any(state.queues[x] for x in set(senders)):
+        values = []
+        for key, x, reduces in zip(keys, senders, ev.send_reduces[s0:s1].tolist(), strict=True):
+            if not state.queues[x]:
+                values.append(transient.get(key, held.get(key)))
             elif units := queued.get(key):
                 # a partial is forwarded once (copying it would count it twice); whole
                 # chunks may be copied
-                value = units[0] if nodes[src[x]].can_copy and not reduce[x] else units.pop(0)
+                values.append(units[0] if nodes[x].can_copy and not reduces else units.pop(0))
             else:
-                value = None
+                values.append(None)
+    else:
+        values = list(map(held.get, keys))
+    state.values[s0:s1] = values
+    if None in values:
+        for i, value in enumerate(values):
             if value is None:
-                y = ts[rows[x]]
+                y = s.transfers[ev.send_row[s0 + i]]
                 out.append(Violation("hold", f"{y}: {y.src} does not hold chunk {y.chunk} "
-                                             f"in epoch {e}"))
-            values[x] = value
-            continue
-        x -= m  # an arrival
-        value, key, to = values[x], recv_key[x], dst[x]
+                                             f"in epoch {epoch}"))
+
+
+def _arrive(s: Schedule, ev: _Events, a0: int, a1: int, nodes: list[Node], state: _State,
+            out: list[Violation]) -> None:
+    """Apply the arrivals ``a0:a1`` (of one epoch): GPUs and buffered switches keep what
+    arrives, queueing switches keep each unit apart, bufferless switches hold it in
+    this epoch only (``state.transient``)."""
+    held, transient, queued, values = state.held, state.transient, state.queued, state.values
+    queues, keeps = state.queues, state.keeps
+    for i, (sent, key, to, merge) in enumerate(zip(
+            ev.send[a0:a1].tolist(), ev.arrive_key[a0:a1].tolist(),
+            ev.arrive_node[a0:a1].tolist(), ev.arrive_reduces[a0:a1].tolist(), strict=True)):
+        value = values[sent]
         if value is None:
             continue
-        if queueing[to]:
+        if queues[to]:
             queued[key].append(value)
             continue
-        keeps = keeping[to]
-        store = held if keeps else transient
+        store = held if keeps[to] else transient
         old = store.get(key)
-        if keeps or old is None or old == value:
-            merge = reduce[x]
-        elif nodes[to].can_reduce:
+        if not (store is held or old is None or old == value):
+            if not nodes[to].can_reduce:
+                y = s.transfers[ev.arrive_row[a0 + i]]
+                out.append(Violation("switch", f"{y}: switch {y.dst} cannot reduce, but two "
+                                               f"different partials of chunk {y.chunk} "
+                                               f"arrive in one epoch"))
+                continue
             merge = True
-        else:
-            y = ts[rows[x]]
-            out.append(Violation("switch", f"{y}: switch {y.dst} cannot reduce, but two "
-                                           f"different partials of chunk {y.chunk} arrive in "
-                                           f"one epoch"))
-            continue
         if merge and old is not None:
             if old & value:
-                y = ts[rows[x]]
+                y = s.transfers[ev.arrive_row[a0 + i]]
                 out.append(Violation("double", f"{y}: ranks {_ranks(old & value)} would be "
                                                f"added twice into chunk {y.chunk} at {y.dst}"))
                 continue
             store[key] = old | value
         else:
             store[key] = value
-    out.extend(fanout.pop(epoch, ()))
-    _check_buffers(s, t, held, out)
-    _check_demands(s, t, held, gpu, masks, out)
 
 
 def _queues(node) -> bool:
