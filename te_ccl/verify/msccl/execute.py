@@ -86,6 +86,7 @@ CHECK_EVERY = 4096  # thread-block visits between two looks at the compile's dea
 _VERIFYING = "verifying the MSCCL XML"
 _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
 _NO_DATA: list[Packed] = []  # what a step that sends nothing "sends" (never modified)
+_RUN = 4  # chunks from which a step's accesses are checked for findings as whole runs
 
 
 # Why a block stopped: the one condition whose change can let it move again (others
@@ -158,6 +159,12 @@ class Execution:
         """The packed value chunk ``slot`` of ``gpu`` holds at the end."""
         mem = self.memories.get(gpu)
         return None if mem is None else mem.value(slot)
+
+    def holds(self, gpu: int, buf: str, first: int, want: list[Packed]) -> bool:
+        """Whether ``gpu``'s chunks of ``buf`` from ``first`` on hold ``want`` at the end
+        (False also where :meth:`value` must tell chunk by chunk)."""
+        mem = self.memories.get(gpu)
+        return mem is not None and mem.holds(buf, first, want)
 
     def writer(self, gpu: int, slot: Slot) -> StepRef | None:
         """The step that last wrote chunk ``slot`` of ``gpu``."""
@@ -357,31 +364,35 @@ class _Machine:
                     if calls < 0:
                         wait[at] = _NEVER
                         break
-                    while call < calls:
-                        if recv is not None:
-                            if not recv.queued:
-                                wait[at] = _CALL
-                                break
-                            if send is not None and send.queued >= depth:
-                                wait[at] = _ROOM
-                                break
-                            recv.queued -= 1
-                            other = recv.sender
-                            if wait[other] == _ROOM:
-                                wait[other] = _GOING
-                                heappush(sweep if other > at else later, other)
-                        elif send.queued >= depth:
-                            wait[at] = _ROOM
+                    if call < calls:
+                        # as many calls at once as one at a time would make before
+                        # stopping: no other block moves meanwhile
+                        k = calls - call
+                        if recv is None:
+                            k = min(k, depth - send.queued)
+                        elif send is recv:  # a connection to itself: each call frees
+                            if not 0 < recv.queued < depth:  # the slot it takes
+                                k = 0
+                        else:
+                            k = min(k, recv.queued,
+                                    k if send is None else depth - send.queued)
+                        if k > 0:
+                            if recv is not None:
+                                recv.queued -= k
+                                other = recv.sender
+                                if wait[other] == _ROOM:
+                                    wait[other] = _GOING
+                                    heappush(sweep if other > at else later, other)
+                            if send is not None:
+                                send.queued += k
+                                other = send.receiver
+                                if wait[other] == _CALL:
+                                    wait[other] = _GOING
+                                    heappush(sweep if other > at else later, other)
+                            call += k
+                        if call < calls:
+                            wait[at] = _CALL if recv is not None and not recv.queued else _ROOM
                             break
-                        if send is not None:
-                            send.queued += 1
-                            other = send.receiver
-                            if wait[other] == _CALL:
-                                wait[other] = _GOING
-                                heappush(sweep if other > at else later, other)
-                        call += 1
-                    if wait[at]:
-                        break
                     # the calls are done: the step completes, takes its message and
                     # publishes its flag
                     if recv is not None:
@@ -615,6 +626,26 @@ class _Data:
                 mem.write(blk, src[-1][0], dst + i, acc)
             return _NO_DATA
         _, receives, reduces, writes, sends = kind
+        reads = reduces or not receives
+        if cnt >= _RUN and (not reads or not writes or src == dst or src + cnt <= dst
+                            or dst + cnt <= src) and (not reads or mem.readable(blk, src, cnt)):
+            # no read can report anything, and each chunk is read (if at all) before it
+            # is written: the same as chunk by chunk, in a few slices
+            if receives:
+                values = received[:cnt]
+                if len(values) < cnt:
+                    values += [GARBAGE] * (cnt - len(values))
+                if reduces:
+                    values = list(map(add, values, mem.read_run(blk, pos, src, cnt)))
+            else:
+                values = mem.read_run(blk, pos, src, cnt)
+            if writes:
+                if mem.writable(blk, dst, cnt):
+                    mem.write_run(blk, pos, dst, values)
+                else:
+                    for i, value in enumerate(values):
+                        mem.write(blk, pos, dst + i, value)
+            return values if sends else _NO_DATA
         out = []
         for i in range(cnt):
             if receives:

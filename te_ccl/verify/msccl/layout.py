@@ -36,6 +36,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 
 from te_ccl.verify.msccl.values import GARBAGE, Packed, expand, origins, single
 
@@ -118,27 +119,43 @@ class Layout:
 
     def expected_packed(self, rank: int, root: int | None) -> dict[Slot, Packed]:
         """:meth:`expected` in packed form (O(1) per chunk even for full reductions)."""
-        n, c, everyone = self.nchunksperloop, self.c, range(self.ngpus)
-        if self.coll in ROOTED and root is None:
-            return {}
-        if self.coll in ("reduce", "gather") and rank != root:
-            return {}
-        full = (1 << self.ngpus) - 1
-        want: dict[int, Packed]
-        if self.coll in ("allgather", "gather"):
-            want = {q * c + j: single(q, j) for q in everyone for j in range(c)}
-        elif self.coll == "alltoall":
-            want = {q * c + j: single(q, rank * c + j) for q in everyone for j in range(c)}
-        elif self.coll in ("allreduce", "reduce"):
-            want = {k: (k, full) for k in range(n)}
-        elif self.coll == "reducescatter":
-            want = {j: (rank * c + j, full) for j in range(c)}
-        elif self.coll == "broadcast":
-            want = {k: single(root, k) for k in range(n)}
-        else:  # scatter
-            want = {j: single(root, rank * c + j) for j in range(c)}
+        target, first, want = self.expected_run(rank, root)
+        return {(target, first + k): v for k, v in enumerate(want)}
+
+    def expected_run(self, rank: int, root: int | None) -> tuple[str, int, list[Packed]]:
+        """:meth:`expected_packed` as consecutive chunks of one buffer: the buffer, the
+        first chunk and the values (a list shared between ranks where they agree: not
+        to be modified)."""
         target, shift = self.alias(rank, "o")
-        return {(target, k + shift): v for k, v in want.items()}
+        if self.coll in ROOTED and root is None:
+            return target, shift, []
+        if self.coll in ("reduce", "gather") and rank != root:
+            return target, shift, []
+        if self.coll in ("allgather", "gather", "allreduce", "reduce"):
+            return target, shift, self._everyones
+        n, c, everyone = self.nchunksperloop, self.c, range(self.ngpus)
+        full = (1 << self.ngpus) - 1
+        want: list[Packed]
+        if self.coll == "alltoall":
+            want = [single(q, rank * c + j) for q in everyone for j in range(c)]
+        elif self.coll == "reducescatter":
+            want = [(rank * c + j, full) for j in range(c)]
+        elif self.coll == "broadcast":
+            want = [single(root, k) for k in range(n)]
+        else:  # scatter
+            want = [single(root, rank * c + j) for j in range(c)]
+        return target, shift, want
+
+    @cached_property
+    def _everyones(self) -> list[Packed]:
+        """The output that is the same on every rank (all-gather, gather, all-reduce,
+        reduce), built once."""
+        if self.coll in ("allgather", "gather"):
+            want = [single(q, j) for q in range(self.ngpus) for j in range(self.c)]
+        else:
+            full = (1 << self.ngpus) - 1
+            want = [(k, full) for k in range(self.nchunksperloop)]
+        return want
 
     def root_candidates(self, final: Callable[[int, Slot], Packed | None]) -> list[int]:
         """Ranks that act as the root in the executed program (``final(rank, slot)`` is the

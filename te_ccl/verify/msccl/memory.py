@@ -97,6 +97,14 @@ class Memory:
             return self.values[self.bases[buf] + k]
         return None
 
+    def holds(self, buf: str, first: int, want: list[Packed]) -> bool:
+        """Whether the chunks of ``buf`` from ``first`` on hold ``want`` (False also
+        when they lie outside the memory: :meth:`value` tells chunk by chunk)."""
+        if buf not in self.bases or first < 0 or first + len(want) > self.sizes[buf]:
+            return False
+        start = self.bases[buf] + first
+        return self.values[start:start + len(want)] == want
+
     def writer(self, slot: Slot) -> tuple[int, int, int] | None:
         """``(gpu, tb id, step)`` of the chunk's last writer."""
         i = self.index(slot)
@@ -142,6 +150,69 @@ class Memory:
         self.wnode[i] = self.last[b]
         self.wpos[i] = pos
         self.left[i] -= 1
+
+    # --- runs of chunks at once, where no finding can arise -----------------------------
+    def readable(self, b: int, first: int, cnt: int) -> bool:
+        """Whether :meth:`read` of chunks ``first..first+cnt-1`` by block ``b`` would
+        report nothing: each holds data and was last written by no block, by ``b``, or
+        all by one block whose last write to them is ordered before."""
+        end = first + cnt
+        return (0 <= first and end <= len(self.values) and None not in self.values[first:end]
+                and self._ordered_writes(b, first, end))
+
+    def writable(self, b: int, first: int, cnt: int) -> bool:
+        """Whether :meth:`write` of those chunks would report nothing, as for
+        :meth:`readable`, and no block but ``b`` has read them since their last write."""
+        end = first + cnt
+        if first < 0 or end > len(self.values):
+            return False
+        readers = self.readers
+        if readers:
+            for i in range(first, end):
+                r = readers.get(i)
+                if r is not None and (len(r) > 1 or b not in r):
+                    return False
+        return self._ordered_writes(b, first, end)
+
+    def _ordered_writes(self, b: int, first: int, end: int) -> bool:
+        writers = set(self.wblock[first:end])
+        writers.discard(-1)
+        writers.discard(b)
+        if not writers:
+            return True
+        if len(writers) > 1 or min(self.wblock[first:end]) < 0 or b in self.wblock[first:end]:
+            return False
+        # one writer: its latest write among them ordered before orders them all
+        return self.hb.ordered(b, writers.pop(), max(self.wnode[first:end]))
+
+    def read_run(self, b: int, pos: int, first: int, cnt: int) -> list[Packed]:
+        """:meth:`read` of ``cnt`` chunks from ``first`` on, once :meth:`readable`."""
+        end = first + cnt
+        left = self.left
+        if any(left[first:end]):
+            readers, mark = self.readers, (self.last[b], pos)
+            for i in range(first, end):
+                if left[i]:
+                    r = readers.get(i)
+                    if r is None:
+                        r = readers[i] = {}
+                    r[b] = mark
+        return self.values[first:end]
+
+    def write_run(self, b: int, pos: int, first: int, values: list[Packed]) -> None:
+        """:meth:`write` of ``values`` into the chunks from ``first`` on, once
+        :meth:`writable`."""
+        n = len(values)
+        end = first + n
+        readers = self.readers
+        if readers:
+            for i in range(first, end):
+                readers.pop(i, None)
+        self.values[first:end] = values
+        self.wblock[first:end] = array("i", [b]) * n
+        self.wnode[first:end] = array("i", [self.last[b]]) * n
+        self.wpos[first:end] = array("i", [pos]) * n
+        self.left[first:end] = array("i", [k - 1 for k in self.left[first:end]])
 
     def _race(self, b: int, pos: int, i: int, access: str, other: int, other_pos: int,
               other_access: str) -> None:
