@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import te_ccl
+from te_ccl.backends.scale.grid import coords
 from te_ccl.backends.scale.grid_alltoall import (
     METHOD,
     grid_elements,
@@ -77,6 +78,29 @@ def test_the_arithmetic_counts_the_elements_of_the_busiest_rank_exactly(make, di
     elements = 1 + n + np.bincount(block_rank, minlength=n) + np.bincount(step_rank, minlength=n)
     assert grid_elements(dims, wrap, k)[0] == int(elements.max())
     assert grid_hops(dims, wrap) == hop_sum(make(list(dims), 1e9), tuple(range(n)))
+
+
+@pytest.mark.parametrize(("make", "dims"), [(mesh, (4, 4)), (torus, (6, 4)), (torus, (3, 3, 3)),
+                                            (mesh, (3, 2, 4))])
+def test_each_family_crosses_the_dimensions_in_its_own_order(make, dims):
+    """A chunk crosses the dimensions in the order of its family (destination's minus
+    source's slowest coordinate, mod the dimensions), so every order carries chunks."""
+    topo = make(list(dims), 50e9, 5e-7)
+    m, n = len(dims), math.prod(dims)
+    crossed: dict[int, list[tuple[int, int]]] = {}
+    for x in _schedule(topo, _a2a(topo)).transfers:
+        a, b = coords(int(x.src[1:]), dims), coords(int(x.dst[1:]), dims)
+        dim = next(p for p in range(m) if a[p] != b[p])
+        crossed.setdefault(x.chunk, []).append((x.start_epoch, dim))
+    firsts = set()
+    for chunk, hops in crossed.items():
+        s, d = coords(chunk // n, dims)[0], coords(chunk % n, dims)[0]
+        f = ((d - s) % dims[0] if make is torus else d - s) % m
+        rank = {p: (p - f) % m for p in range(m)}  # position of a dimension in the order
+        seq = [rank[dim] for _, dim in sorted(hops)]
+        assert seq == sorted(seq), (chunk, f, hops)
+        firsts.add(min(hops)[1])
+    assert firsts == set(range(m))
 
 
 def test_a_grid_with_a_link_removed_or_in_place_gets_no_grid_file():
