@@ -9,7 +9,9 @@ pieces so that the pipelines' fill and drain costs little.
 
 The GPUs are joined by an *overlay*: GPU ``u`` reaches GPU ``v`` where its send (the
 direct link or the fastest path) passes switches only (an MSCCL send goes to one peer: a
-switch does not copy, and a reduced partial must not pass another GPU). Routes share physical links,
+switch does not copy, and a reduced partial must not pass another GPU). An AllReduce tree
+joins only GPUs whose routes pass no switch that keeps what it sums: a second partial of
+the chunk reduced through it would be added to the first. Routes share physical links,
 so the LP counts every route of a tree on the links it crosses:
 
 * **Broadcast / AllReduce** (Reduce is the Broadcast of the reversed fabric played
@@ -104,6 +106,14 @@ class _Net:
         self.gpus, self.routes = gpus, overlay(topology, gpus)
         self.scale = max(k.bandwidth_Bps for k in topology.links)
         self.bw = {(k.src, k.dst): k.bandwidth_Bps / self.scale for k in topology.links}
+        self.keeps_sums = {n.name for n in topology.nodes
+                           if not n.is_gpu and n.can_reduce and n.has_buffer}
+
+    def sums_on_way(self, *pairs: Link) -> bool:
+        """Whether a route of ``pairs`` crosses a switch that keeps what it sums: a second
+        partial of the chunk reduced through it would be added to the first, and the sum
+        sent on again."""
+        return any(x in self.keeps_sums for p in pairs for x in self.routes[p][1:-1])
 
     def use(self, pairs: list[Link]) -> Counter[Link]:
         """Physical link → how many of the routes of ``pairs`` cross it."""
@@ -131,11 +141,11 @@ def _price(net: _Net, kind: CollectiveKind, root: str | None, prices: dict[Link,
         ug = nx.Graph()
         ug.add_nodes_from(net.gpus)
         for (u, v) in net.routes:
-            if u < v and (v, u) in net.routes:
+            if u < v and (v, u) in net.routes and not net.sums_on_way((u, v), (v, u)):
                 ug.add_edge(u, v, weight=net.cost((u, v), prices) + net.cost((v, u), prices))
         if not nx.is_connected(ug):
             raise BaselineError("no spanning tree of GPUs that reach each other directly or "
-                                "through switches only both ways")
+                                "through switches only both ways, none of which keeps sums")
         mst = nx.minimum_spanning_tree(ug)
         top = nx.center(mst)[0]
         return top, {c: p for p, c in nx.bfs_edges(mst, top)}

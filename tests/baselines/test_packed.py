@@ -12,6 +12,7 @@ from te_ccl.collective import CollectiveKind as K
 from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.simulate import simulate_schedule
 from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.topology import generators as gen
 from te_ccl.verify.msccl.reader import read_msccl
 from te_ccl.verify.msccl.verify import verify_msccl
@@ -144,3 +145,37 @@ def test_nested_cycles_contract_in_linear_time():
         cost[(f"v{i}", f"v{i + 1}")] = cost[(f"v{i + 1}", f"v{i}")] = 1.0 + i * 1e-3
     tree = min_arborescence(nodes, "r", cost)
     assert tree["v0"] == "r" and all(tree[f"v{i + 1}"] == f"v{i}" for i in range(39))
+
+
+def _with_summing_switch(n: int, links: list[Link], copy: bool = True) -> Topology:
+    """``n`` GPUs, ``links`` and a switch ``sw`` that sums and keeps the sum."""
+    nodes = [Node(f"g{i}") for i in range(n)]
+    switch = Node("sw", NodeKind.SWITCH, can_copy=copy, can_reduce=True, has_buffer=True)
+    return Topology.build("sums", [*nodes, switch], links)
+
+
+def _both(u: str, v: str, bw: float) -> list[Link]:
+    return [Link(u, v, bw), Link(v, u, bw)]
+
+
+def test_allreduce_trees_reduce_through_no_switch_that_keeps_sums():
+    """Two partials reduced through a switch that keeps what it sums would reach the
+    parent with the first one added twice (ranks 1 and 2 at sw, where the trees went
+    through the switch); the trees take the GPUs' slower line instead."""
+    links = [x for i in range(3) for x in _both(f"g{i}", f"g{i + 1}", 1e8)]
+    links += [x for i in range(4) for x in _both(f"g{i}", "sw", 4e9)]
+    topo = _with_summing_switch(4, links)
+    s = build_baseline("packed", topo, Collective(K.ALLREDUCE, 8_000_000, (0, 1, 2, 3)))
+    assert check_schedule(s) == []
+    assert not any(t.op == "reduce" and "sw" in (t.src, t.dst) for t in s.transfers)
+
+
+@pytest.mark.parametrize("name", ["packed", "packed-fine"])
+def test_no_allreduce_trees_where_gpus_meet_only_at_a_switch_that_keeps_sums(name):
+    """A one-way ring and a switch that keeps sums: every tree would reduce two partials
+    through it (found by the property test: ranks added twice at g0)."""
+    links = [Link(f"g{i}", f"g{(i + 1) % 5}", 5e8) for i in range(5)]
+    links += [x for g in ("g0", "g1", "g3") for x in _both(g, "sw", 5e8)]
+    topo = _with_summing_switch(5, links, copy=False)
+    with pytest.raises(BaselineError, match="keeps sums"):
+        build_baseline(name, topo, Collective(K.ALLREDUCE, 6_000_000, (0, 1, 3)))
