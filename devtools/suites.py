@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ALLTOALL_GOAL", "BOUND_GOALS", "ROOTED_GOAL", "ROOTED_KINDS", "Case", "Suite",
-           "SUITES", "only", "suite"]
+__all__ = ["ALLTOALL_GOAL", "BOUND_GOALS", "ROOTED_GOAL", "ROOTED_KINDS",
+           "SMALL_ALLTOALL_GOAL", "Case", "Suite", "SUITES", "only", "suite"]
 
 KB, MB, GB, GiB = 10**3, 10**6, 10**9, 2**30
 
@@ -103,6 +103,11 @@ ALLTOALL_TOPOLOGIES = ("ndv2x2", "ndv2x4", "dgx2x2", "mesh4x4", "torus4x4", "mes
                        "torus8x8", "mesh16x16", "torus16x16", "torus8x8x8")
 BOUND_GOALS |= {(t, "alltoall", s): ALLTOALL_GOAL
                 for t in ALLTOALL_TOPOLOGIES for s in (64 * MB, GB)}
+SMALL_ALLTOALL_GOAL = 1.05  # AlltoAll of 1 KB and 64 KB on the 8-32-GPU machines
+SMALL_ALLTOALL_TOPOLOGIES = ("ndv2x2", "ndv2x4", "dgx1", "dgx2", "dgx2x2", "hgx-h100x2",
+                             "hgx-h100x4", "aws-p4dx2", "aws-p5x2", "mesh4x4", "torus4x4")
+BOUND_GOALS |= {(t, "alltoall", s): SMALL_ALLTOALL_GOAL
+                for t in SMALL_ALLTOALL_TOPOLOGIES for s in (KB, 64 * KB)}
 
 
 def _bound_cases() -> list[Case]:
@@ -167,7 +172,7 @@ SUITES: dict[str, Callable[[], Suite]] = {
                                            auto_chunks=True) for s in (KB, MB, GB)]
                                    + [c for c in _bound_cases() if c.kind != "alltoall"]),
                              budget_s=17 * 60),
-    "bound": lambda: Suite("bound", tuple(_bound_cases()), budget_s=15 * 60),
+    "bound": lambda: Suite("bound", tuple(_bound_cases()), budget_s=21 * 60),
     "rooted": lambda: Suite("rooted", tuple(_rooted_cases()), budget_s=30 * 60),
     "quick": lambda: Suite("quick",
                            (Case("ring8", "allgather", 1 * KB, limit_s=5),

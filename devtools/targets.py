@@ -193,7 +193,8 @@ def _bound_goals(rows: list[Row], planned: Planned) -> list[Target]:
             continue
         r = _teccl(rows, topo, kind, size, group="bound")
         ok = bool(r and r.ok and r.ratio is not None and 1 - _EPS <= r.ratio <= goal + _EPS)
-        out.append(Target(f"{topo} {kind} {size // 10**6} MB vs its bound ({r.bound_by if r else '?'})",
+        shown = f"{size // 10**6} MB" if size >= 10**6 else f"{size // KB} KB"
+        out.append(Target(f"{topo} {kind} {shown} vs its bound ({r.bound_by if r else '?'})",
                           _fmt_ratio(r, r.ratio if r else None), f"1 <= x <= {goal}", ok))
     return out
 
