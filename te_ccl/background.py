@@ -44,6 +44,7 @@ GRACE_S = 0.25  # past the deadline, for a child to send the TimeLimitReached na
 #                stage before the caller stops it (its checks may be seconds apart)
 
 
+FORKED = "waiting for a process it forked"  # a child's stage where nothing names it
 MAX_WORKERS = 4  # a fork copies every page of the parent it touches (reference counts too)
 
 
@@ -62,12 +63,13 @@ class Background(Generic[T]):
     With ``hear``, ``fn`` is called as ``fn(tell, *args)``, and each ``tell(message)``
     reaches ``hear(message)`` while :meth:`result` waits (computed here, ``hear`` itself
     is ``tell``). A ``low_priority`` child runs at the lowest priority (nice 19): only
-    on a core that the compile's other processes leave idle."""
+    on a core that the compile's other processes leave idle. ``doing``: the stage a
+    child stopped past the deadline before it told anything is named by."""
 
     def __init__(self, fn: Callable[..., T], args: tuple[Any, ...],
-                 hear: Callable[[Any], None] | None = None, low_priority: bool = False
-                 ) -> None:
-        self._fn, self._args, self._hear = fn, args, hear
+                 hear: Callable[[Any], None] | None = None, low_priority: bool = False,
+                 doing: str = FORKED) -> None:
+        self._fn, self._args, self._hear, self._doing = fn, args, hear, doing
         self._pid, self._fd = -1, -1
         if hasattr(os, "fork"):
             read, write = os.pipe()
@@ -114,7 +116,7 @@ class Background(Generic[T]):
         it was in."""
         if self._pid <= 0:
             return None
-        out, late, doing = None, _Late(self._pid), "waiting for a process it forked"
+        out, late, doing = None, _Late(self._pid), self._doing
         try:
             with os.fdopen(self._fd, "rb") as pipe:
                 while (frame := _read_frame(pipe)) is not None:
@@ -281,11 +283,12 @@ def streamed(produce: Callable[[Callable[[Any], None]], P],
     return made, job.result()
 
 
-def in_background(fn: Callable[..., T], *args: Any, low_priority: bool = False
-                  ) -> Background[T]:
+def in_background(fn: Callable[..., T], *args: Any, low_priority: bool = False,
+                  doing: str = FORKED) -> Background[T]:
     """Start ``fn(*args)`` in a forked process (at the lowest priority if
-    ``low_priority``); ``.result()`` waits for its value."""
-    return Background(fn, args, low_priority=low_priority)
+    ``low_priority``); ``.result()`` waits for its value (past the deadline, naming
+    ``doing`` if the child could not name its stage itself)."""
+    return Background(fn, args, low_priority=low_priority, doing=doing)
 
 
 def told(fn: Callable[..., T], hear: Callable[[Any], None], *args: Any) -> T:

@@ -187,6 +187,15 @@ def test_a_child_past_the_deadline_is_stopped_and_the_wait_ends(tmp_path):
     assert not marker.exists()
 
 
+def test_a_child_stopped_past_the_deadline_is_named_by_the_stage_it_was_started_for(tmp_path):
+    from te_ccl.deadline import TimeLimitReached, until
+
+    job = in_background(_sleeps_in_a_child, str(tmp_path / "finished"),
+                        doing="checking the schedule")
+    with until(0.0), pytest.raises(TimeLimitReached, match="checking the schedule"):
+        job.result()
+
+
 def _tells_then_sleeps(tell, marker: str) -> None:
     tell("lowering: channels")
     _sleeps_in_a_child(marker)
