@@ -26,6 +26,7 @@ import math
 from dataclasses import dataclass
 
 from te_ccl.errors import SpecError
+from te_ccl.model.footprint import MAX_SPAN_S
 from te_ccl.topology.model import Link, Topology
 
 __all__ = ["EPOCH_POLICIES", "LinkTiming", "link_timing", "epoch_duration"]
@@ -89,8 +90,10 @@ def epoch_duration(topology: Topology, chunk_bytes: float, policy: str | float =
     (5e-07, 1e-06, 3e-06)
     """
     if not isinstance(policy, str):
-        if not policy > 0:
-            raise SpecError(f"expected a positive epoch duration, got {policy}", key="epoch")
+        if not 0 < policy <= MAX_SPAN_S:
+            raise SpecError(f"expected a positive epoch duration of at most {MAX_SPAN_S:g} s "
+                            f"(a schedule's times are picoseconds in 64 bits), got {policy:g}",
+                            key="epoch")
         return float(policy)
     times = [link.transfer_time_s(chunk_bytes) for link in topology.links]
     if not times:

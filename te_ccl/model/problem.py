@@ -36,7 +36,7 @@ from te_ccl.model.epochs import LinkTiming, epoch_duration, link_timing
 from te_ccl.topology.model import Topology
 
 __all__ = ["Demand", "Reduction", "State", "Problem", "make_problem", "build_problem",
-           "demands_of", "members_of", "allreduce_problem", "reduction_root",
+           "demands_of", "link_timings", "members_of", "allreduce_problem", "reduction_root",
            "merge_problems", "MAX_DELAY_EPOCHS"]
 
 Key = tuple[str, str]
@@ -139,6 +139,17 @@ def make_problem(topology: Topology, chunk_bytes: float, demands: tuple[Demand, 
             copy_nodes.add(n.name)
     limit = {n.name: int(n.buffer_bytes // chunk_bytes) for n in topology.nodes
              if n.is_gpu and n.buffer_bytes is not None}
+    timings = link_timings(topology, chunk_bytes, epoch_s, members)
+    held = frozenset((d.chunk, s) for d in demands for s in d.sources)
+    return Problem(topology, chunk_bytes, epoch_s, timings, demands, frozenset(copy_nodes),
+                   frozenset(buffered), limit, tree, State(held=held))
+
+
+def link_timings(topology: Topology, chunk_bytes: float, epoch_s: float,
+                 members: frozenset[str] | None = None) -> dict[Key, LinkTiming]:
+    """The timings of the links between ``members`` (None: all) and switches; refuses
+    (:class:`SpecError`) epochs so short that a hop takes more than
+    :data:`MAX_DELAY_EPOCHS` of them."""
     outside = set() if members is None else set(topology.gpus) - members
     timings = {k.key: link_timing(k, chunk_bytes, epoch_s) for k in topology.links
                if k.src not in outside and k.dst not in outside}
@@ -149,9 +160,7 @@ def make_problem(topology: Topology, chunk_bytes: float, demands: tuple[Demand, 
                         f"chunks: one crosses {u}→{v} in {slowest.delay} epochs, at most "
                         f"{MAX_DELAY_EPOCHS} fit a model (use a longer epoch, or fastest)",
                         key="epoch")
-    held = frozenset((d.chunk, s) for d in demands for s in d.sources)
-    return Problem(topology, chunk_bytes, epoch_s, timings, demands, frozenset(copy_nodes),
-                   frozenset(buffered), limit, tree, State(held=held))
+    return timings
 
 
 def demands_of(topology: Topology, collective: Collective) -> tuple[Demand, ...]:
