@@ -19,6 +19,10 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
    GPUs (beyond, :data:`LARGE_TEMPLATES` for a rooted collective), and at any size when
    nothing else produced a schedule: ``auto`` never fails
    where a template succeeds. Once there is a schedule, none starts after the time limit.
+   Where the flow model is large by counting (:data:`FLOW_QUICK_PAIRS`), the templates
+   are cheap (:data:`CHEAP_DELIVERIES`) and the best so far is more than :data:`NEAR_GAP`
+   from the bound, all the templates are raced before the flow model, which then gets
+   the rest: a short limit is not spent on the model while a template is near the bound.
 
 A candidate that relays more through a GPU than its buffer limit holds
 (:func:`te_ccl.model.relays.relay_overflow`) is not kept: the templates ignore the limits.
@@ -96,6 +100,13 @@ TIE = 1e-9  # relative: a later candidate must beat the best by more, or tie it 
 EARLY_TEMPLATES = ("packed", "pipeline")  # raced before the flow model: built in a second
 # or two, their pipelined trees land near the bound where the flow model's whole chunks and
 # the scale backend's ReduceScatter + AllGather do not (mesh4x4 AllReduce 1 GB: 1.07× against 1.5×)
+NEAR_GAP = 0.03  # a best farther than this from the bound races the cheap templates before
+#                  a costly flow model, which would take the rest of a short limit
+FLOW_QUICK_PAIRS = 512  # chunk-link pairs up to which the flow model is small (dgx1 AllReduce:
+#                         256, solved in a fraction of a second); dgx2x2 AllGather on 16 ranks
+#                         has 1280, ~15k transfer variables, which take a 5 s limit whole
+CHEAP_DELIVERIES = 20_000  # (chunk, destination) pairs up to which every template is built
+#                            and judged in about a second
 LARGE_TEMPLATES = ("pipeline", "pipeline-fine")  # raced for a rooted collective beyond
 # TEMPLATE_MAX_GPUS: built in seconds at any size, where the scale backend's file is far
 # from the bound (mesh16x16 Broadcast 64 MB: 31×)
@@ -279,10 +290,17 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     if not trees_first:
         race_early()
     flow_skip = flow_skip or close_to_bound(race, bound)
+    templates_first = flow_skip is None and templates and _flow_costly(topology, collective) \
+        and deliveries(collective) <= CHEAP_DELIVERIES and \
+        close_to_bound(race, bound, NEAR_GAP) is None
+    if templates_first:  # judged before the flow model, which then gets all the time left
+        _templates(race, topology, collective, params, budget)
+        flow_skip = close_to_bound(race, bound)
     if flow_skip is not None:
         race.skip(FLOW, flow_skip)
     else:
-        share = (budget.left() - race.reserve_s) * (1 - TEMPLATE_SHARE if templates else 1)
+        share = (budget.left() - race.reserve_s) * (
+            1 - TEMPLATE_SHARE if templates and not templates_first else 1)
         if race.best is not None and share < MIN_FLOW_S:
             race.skip(FLOW, f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
         else:
@@ -294,6 +312,12 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     elif templates or race.best is None:
         _templates(race, topology, collective, params, budget)
     return race.winner()
+
+
+def _flow_costly(topology: Topology, collective: Collective) -> bool:
+    """Is the flow model large by counting: more than :data:`FLOW_QUICK_PAIRS` chunk-link
+    pairs, each a transfer variable per epoch?"""
+    return collective.commodities * len(topology.links) > FLOW_QUICK_PAIRS
 
 
 def _composition_short(topology: Topology, collective: Collective) -> bool:
