@@ -52,7 +52,7 @@ from te_ccl.compiler.render import (
     solved_again,
     write_fred_tables,
 )
-from te_ccl.compiler.result import CompileResult, compile_notes, rooted_notes
+from te_ccl.compiler.result import CompileResult, compile_notes, declared_range, rooted_notes
 from te_ccl.compiler.sizes import compile_size_ranges
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import offer_spliced, repair
@@ -105,6 +105,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     timer = Timer(xml=not in_switch, options=options)
     kept: Incumbent | None = None
     extra: tuple[str, ...] = ()
+    served: tuple[int, int, tuple[str, ...]] = (options.min_bytes, options.max_bytes, ())
     # no cycle collection: its passes over millions of young objects (the transfers of a
     # 1024-GPU schedule, built here) would take seconds; the few cycles a compile leaves
     # (a solver's, an exception's) are collected once it is done
@@ -124,14 +125,15 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
             best = _anytime(topology, collective, params, options, timer, kept, usable)
             schedule = best.schedule
             write_atomic(options.output, best.data)
+            served = declared_range(best.data, options.min_bytes, options.max_bytes)
     fabric = None
     if options.fred_tables is not None:
         extra, fabric = write_fred_tables(schedule, topology, options.fred_tables)
     notes = compile_notes(schedule, timer, usable.forwarded)
     notes += tuple(kept.notes) if kept else ()
-    schedule = schedule.with_info(notes=schedule.info.notes + notes)
+    schedule = schedule.with_info(notes=schedule.info.notes + notes + served[2])
     return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra,
-                         options.min_bytes, options.max_bytes, timer.timing(schedule), fabric,
+                         served[0], served[1], timer.timing(schedule), fabric,
                          kept.first_file_s if kept else None,
                          kept is not None and kept.cut_short is not None,
                          tuple(kept.history) if kept else ())

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -14,7 +15,10 @@ from te_ccl.report.metrics import bandwidths, buffer_summary, busbw_factor
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["CompileResult", "compile_notes", "rooted_notes", "summary"]
+__all__ = ["CompileResult", "compile_notes", "declared_range", "rooted_notes", "summary"]
+
+_RANGE = re.compile(rb'<algo\b[^>]*?\bminBytes="(\d+)"[^>]*?\bmaxBytes="(\d+)"')
+_HEAD_BYTES = 4096  # the <algo> header is this near the start of an XML file
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,24 @@ def rooted_notes(collective: Collective) -> tuple[str, ...]:
                 f"{kind.value} would also run for every other root; install it only where "
                 f"every call uses root {collective.root}",)
     return ()
+
+
+def declared_range(data: bytes, min_bytes: int, max_bytes: int
+                   ) -> tuple[int, int, tuple[str, ...]]:
+    """The sizes the written file serves, as its header declares them (MSCCL XML's
+    ``minBytes``/``maxBytes``; another format: the range asked, ``min_bytes`` to
+    ``max_bytes``), and a note where that is not the range asked: a file whose steps
+    carry several chunks serves only sizes at which each step is one call."""
+    found = _RANGE.search(data, 0, _HEAD_BYTES)
+    if found is None:
+        return min_bytes, max_bytes, ()
+    low, high = int(found[1]), int(found[2])
+    if (low, high) == (min_bytes, max_bytes):
+        return low, high, ()
+    return low, high, (f"msccl: the file serves {low} to {high} bytes (minBytes, maxBytes), "
+                       f"not the {min_bytes} to {max_bytes or 'any'} asked: its steps carry "
+                       "several chunks, which the runtime moves in one call only up to "
+                       "that size",)
 
 
 def compile_notes(schedule: Schedule, timer: Timer, forwarded: bool) -> tuple[str, ...]:

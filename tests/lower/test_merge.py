@@ -14,6 +14,7 @@ from lxml import etree
 
 from te_ccl.compiler.judge import lower_file, xml_replay
 from te_ccl.compiler.options import CompileOptions
+from te_ccl.compiler.result import declared_range
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.lower.msccl.merge import HOLD, MODES, one_call_up_to
@@ -49,6 +50,18 @@ def test_chunks_on_one_connection_go_in_one_step(kit):
                      f"{served} bytes: the file serves sizes up to that (maxBytes)"]
     assert MSCCL.max_allowed_count("Simple", served, 8) >= 4
     assert MSCCL.max_allowed_count("Simple", served + 8, 8) < 4
+
+
+def test_the_sizes_a_merged_file_serves_are_reported_as_it_declares_them(kit):
+    """``--json``'s min_bytes/max_bytes and notes are the written file's range: a merged
+    file serves only sizes at which its steps are one call, whatever was asked."""
+    schedule = kit.direct(_line(2), kit.coll("allgather", 2, chunks=4))
+    served = one_call_up_to(MSCCL, "Simple", 8, 4)
+    low, high, notes = declared_range(lower_to_msccl(schedule, merge=HOLD), 0, 0)
+    assert (low, high) == (0, served)
+    assert len(notes) == 1 and f"0 to {served} bytes" in notes[0]
+    assert declared_range(lower_to_msccl(schedule), 0, 0) == (0, 0, ())
+    assert declared_range(b'{"name": "plan"}', 1000, 2000) == (1000, 2000, ())
 
 
 @pytest.mark.parametrize("mode", MODES)
