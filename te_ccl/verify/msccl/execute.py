@@ -369,13 +369,16 @@ class _Machine:
                         # stopping: no other block moves meanwhile
                         k = calls - call
                         if recv is None:
-                            k = min(k, depth - send.queued)
+                            if depth - send.queued < k:
+                                k = depth - send.queued
                         elif send is recv:  # a connection to itself: each call frees
                             if not 0 < recv.queued < depth:  # the slot it takes
                                 k = 0
                         else:
-                            k = min(k, recv.queued,
-                                    k if send is None else depth - send.queued)
+                            if recv.queued < k:
+                                k = recv.queued
+                            if send is not None and depth - send.queued < k:
+                                k = depth - send.queued
                         if k > 0:
                             if recv is not None:
                                 recv.queued -= k
