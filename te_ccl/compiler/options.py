@@ -16,14 +16,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from te_ccl.backends.base import SolveParams
+from te_ccl.backends.select import strategy_for
+from te_ccl.collective.model import Collective
 from te_ccl.errors import SpecError
 from te_ccl.lower.mscclpp import SUPPORTED
+from te_ccl.model.epochs import epoch_duration
+from te_ccl.model.outliers import without_slow_links
+from te_ccl.model.problem import link_timings, members_of
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
+from te_ccl.topology.model import Topology
 
 if TYPE_CHECKING:
     from te_ccl.compiler.warm import Previous
 
-__all__ = ["CompileOptions", "FORMATS", "check_plan_kind", "output_format"]
+__all__ = ["CompileOptions", "FORMATS", "check_epoch", "check_plan_kind", "output_format"]
 
 FORMATS = ("xml", "json", "mscclpp")
 
@@ -56,6 +63,21 @@ def check_plan_kind(kind: str, proto: str, *, file: str | None = None, key: str 
     if proto != "Simple":
         raise SpecError(f"MSCCL++ plans are written with the Simple protocol; not {proto}",
                         file=file, key="proto")
+
+
+def check_epoch(topology: Topology, collective: Collective, params: SolveParams) -> None:
+    """Refuse, before the compile starts, an ``--epoch`` the flow model cannot use for
+    ``collective`` (its own chunking, on the links it solves on): no policy, not
+    positive, beyond the span a schedule's times hold, or so short that a hop takes more
+    epochs than a model holds. The flow model refuses it too, but only when the search
+    reaches it, after a first file may be written; the scale backend does not read it."""
+    if strategy_for(params) == "scale":
+        return
+    epoch_s = epoch_duration(topology, collective.chunk_bytes, params.epoch)
+    if isinstance(params.epoch, str):
+        return  # a policy's epochs fit every hop (:func:`epoch_duration`)
+    links = without_slow_links(topology, collective)[0]
+    link_timings(links, collective.chunk_bytes, epoch_s, members_of(topology, collective))
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from te_ccl.compiler.candidates import known as plan_only
 from te_ccl.compiler.fits import check_loadable
 from te_ccl.compiler.incumbent import Incumbent, Verified, describe
 from te_ccl.compiler.judge import PARALLEL_FROM, Timer, Timing
-from te_ccl.compiler.options import CompileOptions
+from te_ccl.compiler.options import CompileOptions, check_epoch
 from te_ccl.compiler.portfolio import TEMPLATE_MAX_GPUS, TIE, asked_chunking
 from te_ccl.compiler.render import (
     lowerable,
@@ -111,6 +111,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     # (a solver's, an exception's) are collected once it is done
     with until(params.time_limit_s), paused_gc():
         check_input(topology, collective)  # before the bound and any candidate is built
+        check_epoch(topology, collective, params)
         usable = Usable.of(topology, in_switch)  # as the output can use it, once
         if options.fmt == "xml":  # expressible asked once: every candidate is built on usable
             check_loadable(collective, topology)
@@ -160,7 +161,9 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
         raise SpecError(f"a size library of {collective.kind.value} would run for every "
                         "root (the MSCCL executor selects by collective and size, not by "
                         "root); compile one size without --sizes instead", key="--sizes")
-    check_input(topology, replace(collective, size_bytes=high))  # before any range is compiled
+    largest = replace(collective, size_bytes=high)  # its chunks take the most epochs
+    check_input(topology, largest)  # before any range is compiled
+    check_epoch(topology, largest, params)
     if fmt == "xml":
         check_loadable(collective)
     unit = max(replace(collective, chunks_per_rank=k).nchunks
