@@ -97,10 +97,15 @@ def _present(c0: int, f: int, d: int, wrap: bool, m: int) -> list[int]:
 def _dests(s: int, f: int, dims: tuple[int, ...], wrap: bool) -> np.ndarray:
     """Source ``s``'s destinations of family ``f`` in slot order: by coordinate along the
     dimensions in family ``f``'s order (rank order for family 0)."""
-    m, n = len(dims), math.prod(dims)
-    grid = np.indices(dims).reshape(m, n)
-    keep = np.flatnonzero(_family(_coords(s, dims)[0], grid[0], dims[0], wrap, m) == f)
-    return keep[np.lexsort(tuple(grid[q][keep] for q in reversed(_order(f, m))))]
+    m, grid = len(dims), _grid(dims)
+    keep = np.flatnonzero(_family(grid[0, s], grid[0], dims[0], wrap, m) == f)
+    return keep[np.lexsort(grid[list(reversed(_order(f, m)))][:, keep])]
+
+
+@lru_cache(maxsize=2)
+def _grid(dims: tuple[int, ...]) -> np.ndarray:
+    """Every rank's coordinates, a row per dimension."""
+    return np.indices(dims).reshape(len(dims), -1)
 
 
 def _real_chunks(dims: tuple[int, ...], wrap: bool, k: int) -> np.ndarray:
@@ -379,7 +384,7 @@ def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
     True
     """
     m, n, d0 = len(dims), math.prod(dims), dims[0]
-    grid = np.indices(dims).reshape(m, n)
+    grid = _grid(dims)
     x0 = grid[0]
     reach = np.array([[len(_present(c, f, d0, wrap, m)) for f in range(m)]
                       for c in range(d0)])  # destinations' coordinates per source's, family
