@@ -69,7 +69,7 @@ from te_ccl.outputs import check_output_file, make_output_dir, path_component, w
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
-from te_ccl.verify.schedule_check import check_schedule
+from te_ccl.verify.schedule_check import CHECKING, check_schedule
 
 __all__ = ["compile_collective", "compile_size_library"]
 
@@ -521,7 +521,7 @@ def _checked_alongside(schedule: Schedule) -> Iterator[None]:
         refuse(check_schedule(schedule))
         yield
         return
-    job = in_background(check_schedule, schedule, low_priority=True)
+    job = in_background(check_schedule, schedule, low_priority=True, doing=CHECKING)
     try:
         yield
     except (TimeLimitReached, KeyboardInterrupt):
