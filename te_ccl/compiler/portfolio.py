@@ -21,8 +21,8 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
    where a template succeeds. Once there is a schedule, none starts after the time limit.
    Where the flow model is large by counting (:data:`FLOW_QUICK_PAIRS`), the templates
    are cheap (:data:`CHEAP_DELIVERIES`) and the best so far is more than :data:`NEAR_GAP`
-   from the bound, all the templates are raced before the flow model, which then gets
-   the rest: a short limit is not spent on the model while a template is near the bound.
+   from the bound, all the templates are raced before the flow model: a short limit is
+   not spent on the model while a template is near the bound.
 
 A candidate that relays more through a GPU than its buffer limit holds
 (:func:`te_ccl.model.relays.relay_overflow`) is not kept: the templates ignore the limits.
@@ -102,11 +102,12 @@ EARLY_TEMPLATES = ("packed", "pipeline")  # raced before the flow model: built i
 # the scale backend's ReduceScatter + AllGather do not (mesh4x4 AllReduce 1 GB: 1.07× against 1.5×)
 NEAR_GAP = 0.03  # a best farther than this from the bound races the cheap templates before
 #                  a costly flow model, which would take the rest of a short limit
-FLOW_QUICK_PAIRS = 512  # chunk-link pairs up to which the flow model is small (dgx1 AllReduce:
-#                         256, solved in a fraction of a second); dgx2x2 AllGather on 16 ranks
-#                         has 1280, ~15k transfer variables, which take a 5 s limit whole
-CHEAP_DELIVERIES = 20_000  # (chunk, destination) pairs up to which every template is built
-#                            and judged in about a second
+FLOW_QUICK_PAIRS = 512  # chunk-link pairs up to which the flow model is small (ring8 AllGather:
+#                         128, dgx1 AllReduce: 256); dgx2x2 AllGather on 16 ranks has 1280,
+#                         ~15k transfer variables: at a 5 s limit its share ends without a schedule
+CHEAP_DELIVERIES = 6_000  # (chunk, destination) pairs up to which the templates go first:
+#                           at 5,376-5,760 (dgx1 AllReduce 48 chunks per rank, aws-p4dx2 and
+#                           dgx2x2 AllGather 24) each takes 0.3-1.0 s CPU to build and lower
 LARGE_TEMPLATES = ("pipeline", "pipeline-fine")  # raced for a rooted collective beyond
 # TEMPLATE_MAX_GPUS: built in seconds at any size, where the scale backend's file is far
 # from the bound (mesh16x16 Broadcast 64 MB: 31×)
@@ -293,14 +294,13 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     templates_first = flow_skip is None and templates and _flow_costly(topology, collective) \
         and deliveries(collective) <= CHEAP_DELIVERIES and \
         close_to_bound(race, bound, NEAR_GAP) is None
-    if templates_first:  # judged before the flow model, which then gets all the time left
+    if templates_first:  # judged before the flow model, which keeps its share of the rest
         _templates(race, topology, collective, params, budget)
         flow_skip = close_to_bound(race, bound)
     if flow_skip is not None:
         race.skip(FLOW, flow_skip)
     else:
-        share = (budget.left() - race.reserve_s) * (
-            1 - TEMPLATE_SHARE if templates and not templates_first else 1)
+        share = (budget.left() - race.reserve_s) * (1 - TEMPLATE_SHARE if templates else 1)
         if race.best is not None and share < MIN_FLOW_S:
             race.skip(FLOW, f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
         else:
