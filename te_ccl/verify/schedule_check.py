@@ -250,8 +250,9 @@ def _ranks(mask: int) -> list[int]:
 
 
 def _lexsort(*keys: np.ndarray) -> np.ndarray:
-    """``np.lexsort(keys)`` (last key primary) of non-negative keys, those whose product
-    of ranges fits in 62 bits merged into one (fewer, faster passes)."""
+    """``np.lexsort(keys)`` (last key primary), the keys whose product of ranges fits in
+    62 bits merged into one (fewer, faster passes)."""
+    keys = tuple(k - k.min() for k in keys)
     merged, span = [keys[-1]], int(keys[-1].max()) + 1
     for k in reversed(keys[:-1]):
         width = int(k.max()) + 1

@@ -110,3 +110,12 @@ def test_random_edits_are_checked_alike(s: Schedule) -> None:
 def test_empty_and_repeated_transfers_are_checked_alike(transfers):
     topo = ring(3, 1e9)
     _same(Schedule(topo, Collective(_K.ALLGATHER, 3000, (0, 1, 2)), 1e-6, transfers))
+
+
+def test_arrivals_before_their_start_are_ordered_as_before():
+    """Negative arrival epochs sort below the others in a link's epoch (keys merged for
+    one sort are shifted to start at 0)."""
+    topo = ring(3, 1e9)
+    ts = (Transfer(0, "g0", "g1", 0, 1), Transfer(2, "g0", "g1", 1, -9),
+          Transfer(1, "g0", "g1", 0, 1), Transfer(1, "g1", "g2", 0, 9))
+    _same(Schedule(topo, Collective(_K.ALLGATHER, 3000, (0, 1, 2)), 1e-6, ts))
