@@ -84,7 +84,7 @@ def _edited(draw) -> Schedule:
             d = draw(st.integers(-2, 2))
             ts[i] = replace(t, start_epoch=t.start_epoch + d, arrive_epoch=t.arrive_epoch + d)
         elif how == 3:
-            ts[i] = replace(t, arrive_epoch=t.arrive_epoch + draw(st.integers(-2, 1)))
+            ts[i] = replace(t, arrive_epoch=t.arrive_epoch + draw(st.integers(-12, 1)))
         elif how == 4:
             ts[i] = replace(t, op=draw(st.sampled_from(["copy", "reduce", "sum"])))
         elif how == 5:
