@@ -36,7 +36,7 @@ def _mutants(text: str, seed: str, n: int) -> list[str]:
 def _same_as_chunk_by_chunk(text: str, monkeypatch: pytest.MonkeyPatch) -> str:
     runs = verify_msccl(text)
     with monkeypatch.context() as m:
-        m.setattr(execute, "_RUN", 1 << 30)
+        m.setattr(execute, "RUN_FROM", 1 << 30)
         chunks = verify_msccl(text)
     assert (runs.findings, runs.counts, runs.notes) == (chunks.findings, chunks.counts,
                                                        chunks.notes)

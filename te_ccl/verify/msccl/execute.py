@@ -73,7 +73,8 @@ from te_ccl.verify.msccl.model import (
 )
 from te_ccl.verify.msccl.values import GARBAGE, Packed, add
 
-__all__ = ["execute", "judged", "buffering", "Execution", "StepRef", "FORK_FROM", "CHECK_EVERY"]
+__all__ = ["execute", "judged", "buffering", "Execution", "StepRef", "FORK_FROM", "CHECK_EVERY",
+           "RUN_FROM"]
 
 T = TypeVar("T")
 FORK_FROM = 200_000  # steps: from here the data runs in a forked process (:func:`judged`)
@@ -86,7 +87,7 @@ CHECK_EVERY = 4096  # thread-block visits between two looks at the compile's dea
 _VERIFYING = "verifying the MSCCL XML"
 _REDUCING = frozenset({"rrs", "rrc", "rrcs"})
 _NO_DATA: list[Packed] = []  # what a step that sends nothing "sends" (never modified)
-_RUN = 4  # chunks from which a step's accesses are checked for findings as whole runs
+RUN_FROM = 4  # chunks from which a step's accesses are checked for findings as whole runs
 
 
 # Why a block stopped: the one condition whose change can let it move again (others
@@ -630,7 +631,7 @@ class _Data:
             return _NO_DATA
         _, receives, reduces, writes, sends = kind
         reads = reduces or not receives
-        if cnt >= _RUN and (not reads or not writes or src == dst or src + cnt <= dst
+        if cnt >= RUN_FROM and (not reads or not writes or src == dst or src + cnt <= dst
                             or dst + cnt <= src) and (not reads or mem.readable(blk, src, cnt)):
             # no read can report anything, and each chunk is read (if at all) before it
             # is written: the same as chunk by chunk, in a few slices
