@@ -35,6 +35,21 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
   each hop's α (b, c). For Reduce, by the latest start into ``S`` per byte: some byte's
   every transfer into ``S`` starts by ``T − M/B⁻(S)``, after the far member's data
   crossed ``D``. ``S``: the root alone and the root's side of the least cut.
+* ``cut_alpha_s`` (AlltoAll): ``X/B⁺(S)`` plus the least ``α_ℓ + dist_α(head(ℓ), d)``
+  over links ``ℓ`` leaving ``S`` and members ``d`` outside, ``X = |S∩R|·|R∖S|·M/N`` the
+  bytes that must leave ``S``; or ``X/B⁻(S)`` plus the least ``dist_α(s, tail(ℓ)) + α_ℓ``
+  over links entering ``S`` and members ``s`` outside. Out: let ``e(β)`` be the earliest
+  end, on a link leaving ``S``, of a transfer carrying byte ``β`` out; the bytes with
+  ``e(β) ≤ t`` are at most ``B⁺(S)·t`` (a), so some byte has ``e ≥ X/B⁺(S)``. Its chain
+  to its destination ``d`` last leaves ``S`` on some ``ℓ`` no earlier; each later hop
+  ends at least the α of the one before after that one ends (a GPU or buffered switch
+  starts it on arrival; a cut-through switch cannot let it end before its tail has
+  arrived), and arrives its own α after it ends (b, c). In, by latest starts: a transfer
+  on ``ℓ`` entering ``S`` with data from outside starts ≥ ``dist_α(s, tail(ℓ))`` (its
+  chain's heads, α a hop) and ends by ``T − α_ℓ``, so the links entering ``S`` carry at
+  most ``B⁻(S)·(T − least tail)`` of the ``X`` bytes (a). ``S``: each member alone, the
+  members' rank-order prefixes, the groups of :func:`threshold_groups` (boxes with their
+  switches).
 * ``gossip_s`` (AllReduce): split the nodes into groups holding every node that can add
   (GPUs, reducing switches); say ``k`` groups hold members. Every element needs
   ``2(k−1)`` transfers into groups from outside them, the one-way gossip count: treat a
@@ -72,9 +87,9 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
 
 The bandwidth arguments are taken with ``max`` against ``alpha_s``, never summed: a sum
 is no bound when the far pair can be served at t = 0 while the cut is busy (``stream_s``
-adds only the latency after the cut's last byte). Every part is a term proportional to
-``M`` plus a fixed one (:attr:`Bound.fixed`: all of ``alpha_s``, the tail of
-``stream_s``), so a bound computed at one size rescales to any other
+and ``cut_alpha_s`` add only the latency after the cut's last byte). Every part is a term
+proportional to ``M`` plus a fixed one (:attr:`Bound.fixed`: all of ``alpha_s``, the
+tails of ``stream_s`` and ``cut_alpha_s``), so a bound computed at one size rescales to any other
 (:meth:`Bound.rescaled`). None depends on the chunking.
 
 >>> from te_ccl.collective import Collective, CollectiveKind
@@ -100,7 +115,7 @@ from te_ccl.deadline import left
 from te_ccl.topology.model import Node, Topology
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
-           "alltoall_cut_time", "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "threshold_groups",
+           "alltoall_cut_time", "alltoall_cut_alpha", "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "threshold_groups",
            "LP_MAX_VARIABLES"]
 
 LP_MAX_VARIABLES = 200_000
@@ -112,7 +127,7 @@ EXACT_CUT_MAX_GPUS = 2048
 class Bound:
     """``seconds``: the bound; ``parts``: each argument's value in seconds (the bound is
     the largest); ``fixed``: the seconds of a part that do not grow with the size (all of
-    ``alpha_s``, the α tail of ``stream_s``), the rest of every part is proportional to it."""
+    ``alpha_s``, the α tails of ``stream_s`` and ``cut_alpha_s``), the rest of every part is proportional to it."""
 
     seconds: float
     parts: dict[str, float] = field(default_factory=dict)  # read-only: bounds are shared
@@ -636,6 +651,78 @@ def _bandwidth_parts(topology: Topology, collective: Collective) -> dict[str, fl
     return parts
 
 
+def _nearest(adjacency: dict[str, list[tuple[float, str]]], seeds: dict[str, float],
+             targets: set[str]) -> float:
+    """The α-distance from the nearest seed (each starting at its own seconds) to the
+    nearest target (Dijkstra, stopped at the first target reached); inf if none is."""
+    dist = dict(seeds)
+    heap = [(d, v) for v, d in seeds.items()]
+    heapq.heapify(heap)
+    while heap:
+        d, u = heapq.heappop(heap)
+        if d > dist[u]:
+            continue
+        if u in targets:
+            return d
+        for w, v in adjacency[u]:
+            if d + w < dist.get(v, math.inf):
+                dist[v] = d + w
+                heapq.heappush(heap, (d + w, v))
+    return math.inf
+
+
+def _alltoall_sets(topology: Topology, members: list[str]) -> list[set[str]]:
+    """The node sets :func:`alltoall_cut_alpha` tries: each member alone, the prefixes of
+    the members in rank order, and the groups of :func:`threshold_groups` (boxes with
+    their switches) holding members but not all."""
+    sets = [{v} for v in members] + [set(members[:k]) for k in range(2, len(members))]
+    inside = set(members)
+    return sets + [g for g in threshold_groups(topology) if g & inside and not inside <= g]
+
+
+def alltoall_cut_alpha(topology: Topology, members: list[str], per_pair_bytes: float
+                       ) -> tuple[float, float]:
+    """AlltoAll's ``cut_alpha_s`` (module docstring) and its fixed tail: the best over
+    :func:`_alltoall_sets` of ``X/B⁺(S)`` plus the least α from a link leaving ``S`` on to
+    a member outside, or ``X/B⁻(S)`` plus the least α from a member outside through a link
+    entering ``S``, ``X = |S∩R|·|R∖S|·per_pair_bytes``. Sets are taken by their bandwidth
+    term, largest first, while the Dijkstras cost at most :data:`ALPHA_EXACT_WORK`.
+
+    >>> from te_ccl.topology import Link, Node, Topology
+    >>> t = Topology.build("pair", [Node("a"), Node("b")],
+    ...                    [Link("a", "b", 1e9, 1e-6), Link("b", "a", 1e9, 1e-6)])
+    >>> alltoall_cut_alpha(t, ["a", "b"], 1000)  # 1 µs on the link, then its α
+    (2e-06, 1e-06)
+    """
+    inside_r = set(members)
+    forward = _adjacency(topology.links, reverse=False)
+    backward = _adjacency(topology.links, reverse=True)
+    rows = []
+    for s in _alltoall_sets(topology, members):
+        outs = [k for v in s for k in topology.out_links(v) if k.dst not in s]
+        ins = [k for v in s for k in topology.in_links(v) if k.src not in s]
+        x = len(s & inside_r) * len(inside_r - s) * per_pair_bytes
+        for links, head, adjacency in ((outs, "dst", forward), (ins, "src", backward)):
+            bandwidth = sum(k.bandwidth_Bps for k in links)
+            if bandwidth > 0:
+                rows.append((x / bandwidth, links, head, adjacency, s))
+    rows.sort(key=lambda r: -r[0])
+    best, tail = 0.0, 0.0
+    work, step = 0, len(topology.nodes) + len(topology.links)
+    for proportional, links, head, adjacency, s in rows:
+        if work > ALPHA_EXACT_WORK:
+            break
+        work += step
+        seeds: dict[str, float] = {}
+        for k in links:
+            v = getattr(k, head)
+            seeds[v] = min(seeds.get(v, math.inf), k.latency_s)
+        d = _nearest(adjacency, seeds, inside_r - s)
+        if d < math.inf and proportional + d > best:
+            best, tail = proportional + d, d
+    return best, tail
+
+
 @lru_cache(maxsize=16)
 def lower_bound(topology: Topology, collective: Collective) -> Bound:
     """The best of the bandwidth and latency bounds for ``collective`` on ``topology``
@@ -652,6 +739,9 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
                                         root[0], members, float(collective.size_bytes))
     else:
         parts, fixed = _bandwidth_parts(topology, collective), {}
+    if kind is K.ALLTOALL and len(members) > 1:
+        parts["cut_alpha_s"], fixed["cut_alpha_s"] = alltoall_cut_alpha(
+            topology, members, collective.size_bytes / len(members))
     sources = root if kind in (K.BROADCAST, K.SCATTER) else members
     targets = root if kind in (K.REDUCE, K.GATHER) else members
     parts["alpha_s"] = fixed["alpha_s"] = _alpha_distance(topology, sources, targets)
