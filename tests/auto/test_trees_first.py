@@ -6,7 +6,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import te_ccl.baselines
-import te_ccl.compiler.candidates as candidates
 import te_ccl.compiler.portfolio as portfolio
 from te_ccl.baselines import BaselineError
 from te_ccl.bounds import lower_bound
@@ -37,20 +36,8 @@ def test_composition_short_where_rs_plus_ag_exceeds_the_allreduce_bound(topology
 
 @pytest.mark.parametrize(("topology", "first"), [(MESH, True), (RING, False)],
                          ids=["mesh", "ring"])
-def test_packed_trees_race_before_the_scale_backend_on_a_mesh(monkeypatch, topology, first):
-    calls: list[str] = []
-    build, run = te_ccl.baselines.build_baseline, candidates.run_strategy
-
-    def spy_build(name, *args):
-        calls.append(name)
-        return build(name, *args)
-
-    def spy_run(topo, coll, params, progress=None):
-        calls.append(params.backend)
-        return run(topo, coll, params, progress)
-
-    monkeypatch.setattr(te_ccl.baselines, "build_baseline", spy_build)
-    monkeypatch.setattr(candidates, "run_strategy", spy_run)
+def test_packed_trees_race_before_the_scale_backend_on_a_mesh(spied, topology, first):
+    calls = spied()
     coll = Collective(K.ALLREDUCE, 64_000_000, tuple(range(topology.ngpus)))
     solve(topology, coll, SolveParams(time_limit_s=5, threads=1))
     assert "scale" in calls and "packed" in calls
