@@ -33,6 +33,8 @@ BOUND_ARGUMENTS: dict[str, str] = {
     "concurrent_flow_s": "AlltoAll: the max-concurrent-flow LP, the fluid optimum",
     "link_time_s": "AlltoAll where that LP is too large: every pair's bytes keep the links of "
                    "its cheapest path busy, shared by all links",
+    "cut_alpha_s": "AlltoAll: the pairs' bytes leaving (entering) a set of nodes over its "
+                   "bandwidth, then the least α from that cut on to a GPU outside (into it)",
     "alpha_s": "latency: the α-weighted distance of the farthest source and destination "
                "that exchange data",
 }

@@ -14,4 +14,4 @@ def test_the_file_replays_within_one_percent_of_the_bound(topology, tmp_path) ->
     result = te_ccl.compile(topology, "alltoall", size="64MB", backend="scale",
                             output=tmp_path / "a.xml")
     assert result.measured_by == "xml replay"
-    assert 1.0 <= result.bound_ratio <= 1.01
+    assert 1.0 - 1e-9 <= result.bound_ratio <= 1.01  # torus: at the bound, up to rounding
