@@ -11,7 +11,6 @@ from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale import bitsets, compile_scale, scale_method, scale_plan, solve_scale
 from te_ccl.backends.scale.greedy import _first_tier
 from te_ccl.backends.scale.orbit import Orbit, improve_cpsat, list_schedule
-from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.backends.scale.torus import _orbit
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
@@ -20,6 +19,7 @@ from te_ccl.errors import SolverError
 from te_ccl.model.problem import build_problem
 from te_ccl.schedule import Schedule
 from te_ccl.topology.generators import mesh, rail_optimized, star, torus
+from te_ccl.topology.symmetry import torus_symmetry
 from te_ccl.verify.schedule_check import check_schedule
 
 K = CollectiveKind

@@ -34,12 +34,12 @@ from te_ccl.backends.scale.flow_schedule import list_schedule
 from te_ccl.backends.scale.grid_alltoall import grid_takes
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.msccl_budget import max_subchunks, room
-from te_ccl.backends.scale.symmetry import torus_symmetry
 from te_ccl.collective.model import Collective
 from te_ccl.deadline import Budget, checked
 from te_ccl.errors import SolverError
 from te_ccl.model.problem import Problem
 from te_ccl.topology.model import Topology
+from te_ccl.topology.symmetry import torus_symmetry
 
 __all__ = ["unicast_pairs", "concurrent_flow", "flow_paths", "flow_subchunks",
            "solve_flow_alltoall"]

@@ -40,7 +40,7 @@ from te_ccl.backends.scale.hierarchical import (
     solve_in_switch_allreduce,
 )
 from te_ccl.backends.scale.msccl_budget import max_subchunks, room
-from te_ccl.backends.scale.symmetry import TorusSymmetry, torus_symmetry, tree_leaves
+from te_ccl.backends.scale.symmetry import tree_leaves
 from te_ccl.backends.scale.trees import MAX_GPUS as TREES_MAX_GPUS
 from te_ccl.background import WORTH_FORKING, in_background, workers
 from te_ccl.collective.model import Collective, CollectiveKind
@@ -56,6 +56,7 @@ from te_ccl.model.problem import (
 )
 from te_ccl.schedule import Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
+from te_ccl.topology.symmetry import TorusSymmetry, torus_symmetry
 
 __all__ = ["PIPELINE_TARGET", "scale_method", "scale_plan", "compile_scale", "crowded"]
 

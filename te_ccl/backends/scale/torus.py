@@ -16,9 +16,10 @@ import numpy as np
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.orbit import ORBIT, Orbit, improve_cpsat, list_schedule
-from te_ccl.backends.scale.symmetry import TorusSymmetry, orbit_trees, torus_symmetry, translate
+from te_ccl.backends.scale.symmetry import orbit_trees
 from te_ccl.deadline import Budget, checked, skipping
 from te_ccl.model.problem import Problem
+from te_ccl.topology.symmetry import TorusSymmetry, torus_symmetry, translate
 
 __all__ = ["chunks_by_source", "solve_torus"]
 
