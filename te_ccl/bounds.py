@@ -113,6 +113,7 @@ import numpy as np
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import left
 from te_ccl.topology.model import Node, Topology
+from te_ccl.topology.symmetry import translations
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
            "alltoall_cut_time", "alltoall_cut_alpha", "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "threshold_groups",
@@ -340,17 +341,42 @@ def _farthest(adjacency: dict[str, list[tuple[float, str]]], s: str | set[str],
     return max((dist.get(t, 0.0), t) for t in targets)
 
 
+def _link_orbits(topology: Topology, members: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
+    """Each link's orbit (ids from 0) under a torus's translations and each orbit's size,
+    if the translations map the first member onto every member once; else None."""
+    perms = translations(topology)
+    if perms is None:
+        return None
+    index = {name: i for i, name in enumerate(topology.gpus)}
+    if sorted(perms[:, index[members[0]]]) != sorted(index[m] for m in members):
+        return None
+    u = np.array([index[k.src] for k in topology.links])
+    v = np.array([index[k.dst] for k in topology.links])
+    canonical = (perms[:, u] * len(index) + perms[:, v]).min(axis=0)
+    _, orbit, size = np.unique(canonical, return_inverse=True, return_counts=True)
+    return orbit, size
+
+
 def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float) -> float | None:
-    """Max-concurrent-flow LP: the least T such that every pair moves its bytes in T."""
+    """Max-concurrent-flow LP: the least T such that every pair moves its bytes in T.
+
+    On a torus whose translations ``G`` map one member onto each (:func:`_link_orbits`),
+    one source ``s₀`` suffices: averaging an optimal solution over ``G`` keeps it
+    feasible and optimal, and in the average source ``g(s₀)`` sends on ``g(k)`` what
+    ``s₀`` sends on ``k``, so each link of an orbit ``O`` carries
+    ``(|G|/|O|)·Σ_{k∈O} f₀(k)`` — one capacity row per orbit, the same T.
+    """
     from ortools.linear_solver import pywraplp
 
-    if len(members) * len(topology.links) > LP_MAX_VARIABLES:
+    orbits = _link_orbits(topology, members)
+    sources = members if orbits is None else members[:1]
+    if len(sources) * len(topology.links) > LP_MAX_VARIABLES:
         return None
     scale = max(k.bandwidth_Bps for k in topology.links)  # solve in units of 1 byte, max bw 1
     lp = pywraplp.Solver.CreateSolver("GLOP")
     T = lp.NumVar(0, lp.infinity(), "T")
-    f = {(s, k.key): lp.NumVar(0, lp.infinity(), "") for s in members for k in topology.links}
-    for s in members:
+    f = {(s, k.key): lp.NumVar(0, lp.infinity(), "") for s in sources for k in topology.links}
+    for s in sources:
         for n in topology.nodes:
             net = (sum(f[(s, k.key)] for k in topology.out_links(n.name))
                    - sum(f[(s, k.key)] for k in topology.in_links(n.name)))
@@ -360,8 +386,18 @@ def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float)
                 lp.Add(net == -1)
             else:
                 lp.Add(net == 0)
-    for k in topology.links:
-        lp.Add(sum(f[(s, k.key)] for s in members) <= k.bandwidth_Bps / scale * T)
+    if orbits is None:
+        for k in topology.links:
+            lp.Add(sum(f[(s, k.key)] for s in members) <= k.bandwidth_Bps / scale * T)
+    else:
+        orbit, size = orbits
+        rows: dict[int, list] = defaultdict(list)
+        bandwidth = {}
+        for k, o in zip(topology.links, orbit.tolist(), strict=True):
+            rows[o].append(f[(sources[0], k.key)])
+            bandwidth[o] = k.bandwidth_Bps  # the same on the whole orbit
+        for o, row in rows.items():
+            lp.Add(len(members) / size[o] * sum(row) <= bandwidth[o] / scale * T)
     lp.Minimize(T)
     budget = left() * LP_SHARE  # under a deadline: the compile's first file comes first
     if budget < math.inf:
