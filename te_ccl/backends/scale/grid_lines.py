@@ -82,7 +82,7 @@ GRID_FROM_DELIVERIES = 500_000  # chunk deliveries (an AllReduce's twice) from w
 #                                 first file is this one: a file of one step per chunk and
 #                                 hop then takes the lowering and the verifier longer than a
 #                                 first file may (torus 8×8×8 AllReduce: 523,264; its
-#                                 AllGather's 261,632 are a file near the bound in ~20 s CPU)
+#                                 AllGather's 261,632 stay a per-chunk file near the bound)
 _S, _R, _CPY, _NOP, _RRC = 0, 1, 2, 3, 4  # step codes (grid.OPS)
 _I, _O = 0, 1  # buffer codes (grid.BUFFERS)
 _GIDS = 1 << 32  # chains fewer than this: a priority is (phase, hops) · _GIDS + chain
