@@ -223,8 +223,11 @@ def overflow(n: int, limits: RuntimeLimits, block_rank: np.ndarray, step_rank: n
         return (f"rank {v} takes {int(steps[v]):,} steps in {int(blocks[v])} thread blocks: "
                 f"{int(elements[v]):,} XML elements, more than the {limits.max_elements} the "
                 "runtime's reader holds")
-    if blocks.max() > limits.max_threadblocks or (len(waited) and waited.max() >= limits.waitable):
+    if blocks.max() > limits.max_threadblocks:
         return f"a rank needs {int(blocks.max())} thread blocks, more than the runtime holds"
+    if len(waited) and waited.max() >= limits.waitable:
+        return (f"a step waits for thread block {int(waited.max())}, past the first "
+                f"{limits.waitable} a step can wait for")
     if block_steps.max() > limits.max_steps:
         return f"a thread block takes {int(block_steps.max())} steps, more than {limits.max_steps}"
     return ""
