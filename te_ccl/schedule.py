@@ -69,7 +69,7 @@ def transfers_of(rows: Iterable[tuple[int, str, str, int, int]], op: str = "copy
     fields set without the dataclass's ``__init__`` (a 1024-GPU schedule has millions of
     them, seconds of work: the deadline is looked at on the way); the objects are the
     same. Set one by one, the fields stay inline in the object: a dict of its own (a
-    ``__dict__`` assigned whole) doubles its size (2 million transfers: 0.7 GB, not 0.3).
+    ``__dict__`` assigned whole) more than doubles its size.
 
     >>> transfers_of([(7, "a", "b", 0, 2)]) == [Transfer(7, "a", "b", 0, 2, "copy")]
     True
