@@ -115,7 +115,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
         usable = Usable.of(topology, in_switch)  # as the output can use it, once
         if options.fmt == "xml":  # expressible asked once: every candidate is built on usable
             check_loadable(collective, topology)
-            usable.topology.check_msccl_can_express()
+            topology.check_msccl_can_express()  # the fabric asked: usable's switches forward
             options = replace(options, expressible=True)
         bound = lower_bound(usable.topology, collective)  # no NVLS for MSCCL XML
         if options.output is None:
@@ -165,7 +165,8 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     check_input(topology, largest)  # before any range is compiled
     check_epoch(topology, largest, params)
     if fmt == "xml":
-        check_loadable(collective)
+        check_loadable(collective, topology)
+        topology.check_msccl_can_express()
     unit = max(replace(collective, chunks_per_rank=k).nchunks
                for k in chunk_choices or (collective.chunks_per_rank,))
     timer = Timer(options=CompileOptions(runtime=runtime))

@@ -1,0 +1,19 @@
+"""The library refuses MSCCL XML on a fabric whose switches reduce, as the CLI does:
+the compile solves on the switches forwarding only, so the check asks the fabric given."""
+
+from __future__ import annotations
+
+import pytest
+
+import te_ccl
+from te_ccl.errors import SpecError
+from te_ccl.topology.generators import fred
+
+
+@pytest.mark.parametrize("sizes", [None, "1KB..64KB"])
+def test_xml_on_a_reducing_fabric_is_refused_before_anything_is_written(tmp_path, sizes):
+    out = tmp_path / ("lib" if sizes else "a.xml")
+    with pytest.raises(SpecError, match="MSCCL XML cannot express in-switch reduction"):
+        te_ccl.compile(fred("fred-b", 8), "allgather", size=None if sizes else "1MB",
+                       output=out, fmt="xml", sizes=sizes, time_limit_s=20)
+    assert not out.exists()
