@@ -55,7 +55,7 @@ from te_ccl.compiler.render import (
 from te_ccl.compiler.result import CompileResult, compile_notes, declared_range, rooted_notes
 from te_ccl.compiler.sizes import compile_size_ranges
 from te_ccl.compiler.strategy import check_input
-from te_ccl.compiler.warm import offer_spliced, repair
+from te_ccl.compiler.warm import first_candidates, offer_spliced, repair
 from te_ccl.deadline import TimeLimitReached, hurried, keeping, left, until
 from te_ccl.errors import (
     RuntimeLimitError,
@@ -234,8 +234,7 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
         try:
             if strategy_for(params) == "portfolio" and not offer_spliced(
                     options.previous, usable.topology, collective, options, timer, kept):
-                _first_file(usable.topology, collective, params, options, timer, kept,
-                            usable.in_switch)
+                _first_file(usable.topology, collective, params, options, timer, kept)
             search = repair(options.previous, topology, collective, params, kept)
             if search is not None:
                 _improve(usable.topology, collective, search, options, timer, kept)
@@ -294,8 +293,7 @@ def _keep_measured(collective: Collective, options: CompileOptions, timer: Timer
 
 
 def _first_file(topology: Topology, collective: Collective, params: SolveParams,
-                options: CompileOptions, timer: Timer, kept: Incumbent,
-                in_switch: bool) -> None:
+                options: CompileOptions, timer: Timer, kept: Incumbent) -> None:
     """Keep the file of the first of the portfolio's cheap candidates that builds,
     passes the checker, lowers within the runtime's limits and verifies
     (:func:`te_ccl.compiler.warm.first_candidates`: with ``options.previous``, its routes
@@ -303,10 +301,6 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
     overflows the runtime at one chunk per rank beyond :data:`TEMPLATE_MAX_GPUS` GPUs,
     the search has nothing coarser to try (its scale method cuts more sub-chunks, and it
     builds no template there): :class:`RuntimeLimitError` with their reasons, at once."""
-    from te_ccl.compiler.warm import first_candidates
-
-    if not in_switch:
-        topology = forward_only(topology)
     search = _search(params)
     overflows: list[str] = []  # of the candidates refused (kept.refused)
     candidates = first_candidates(options.previous, topology, collective, search)
