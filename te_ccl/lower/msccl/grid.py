@@ -15,7 +15,8 @@ __all__ = ["grid_program"]
 
 
 def _plan(schedule: Schedule, runtime: RuntimeLimits) -> GridPlan | str | None:
-    """The plan of the grid method that made ``schedule`` (None: none did)."""
+    """The plan of the grid method that made ``schedule`` (None: none did; a str: why
+    the plan does not fit ``runtime``)."""
     coll, status = schedule.collective, schedule.info.status
     shape = grid_shape(schedule.topology)
     if shape is None:
