@@ -17,11 +17,12 @@ from te_ccl.topology import generators as gen
 
 @pytest.fixture
 def no_search(monkeypatch):
-    """A compile that gets past its input checks fails the test."""
+    """A compile that gets past its input checks (to the bound, or a library's first
+    range) fails the test."""
     def started(*args, **kwargs):
         raise AssertionError("the compile started")
 
-    monkeypatch.setattr(pipeline, "_anytime", started)
+    monkeypatch.setattr(pipeline, "lower_bound", started)
     monkeypatch.setattr(pipeline, "compile_size_ranges", started)
 
 
