@@ -51,6 +51,10 @@ CASES = (("dgx1", TopologyEdit(without_links=("g0:g1",))),
          ("torus16x16", TopologyEdit(without_links=("g0:g1",))),
          ("ndv2x4", TopologyEdit(without_gpus=("b0.g1",))),
          ("ndv2x4", TopologyEdit(scale_links=(("b1.g0:sw", 0.5),))))
+HEADER = (f"Written by `python -m devtools.recompile` (`make bench`): per case, a {SIZE} AllGather "
+          "compiled again after the change, from scratch and from the previous file, each\n"
+          "judged by its written file's replay; wall seconds beside processor seconds (the "
+          "compile's and its workers').\n\n")  # what recompile.md says of itself
 
 
 @dataclass(frozen=True)
@@ -167,7 +171,7 @@ def main(out_dir: str, only: tuple[str, ...], no_fail: bool) -> None:
         [asdict(r) | {"time_share": r.time_share, "quality": r.quality, "met": r.met}
          for r in rows], indent=2) + "\n")
     table = _markdown(rows)
-    write_atomic(str(folder / "recompile.md"), table)
+    write_atomic(str(folder / "recompile.md"), HEADER + table)
     err_console.print(table, highlight=False)
     if not no_fail and not all(r.met for r in rows):
         sys.exit(1)
