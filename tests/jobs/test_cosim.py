@@ -49,7 +49,7 @@ def test_two_jobs_on_one_link_share_it_slice_by_slice(link):
     assert alone == pytest.approx(simulate_msccl(algo, link, size, ranks=(0, 1)).finish_time_s)
 
 
-def test_a_job_with_more_messages_waiting_gets_more_of_the_link(link):
+def test_sends_of_one_thread_block_get_no_more_of_the_link_than_one_message(link):
     one = read_msccl(_send_xml(1, cnt=2))   # one message of two chunks
     two = read_msccl(_send_xml(2))          # two sends of one chunk, on one connection
     size = 4 * SLICE
