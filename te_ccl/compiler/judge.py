@@ -203,6 +203,8 @@ def _merged_if_faster(schedule: Schedule, lower: Callable[..., bytes],
     for mode in MERGE_MODES:
         try:
             merged = lower(merge=mode)
+        except TimeLimitReached:
+            raise  # the compile's time is up: not a property of the merged file
         except TecclError:  # the file of one step per chunk stands (or its refusal)
             continue
         if merged == best or not xml_verifier.verify_msccl(
@@ -210,6 +212,8 @@ def _merged_if_faster(schedule: Schedule, lower: Callable[..., bytes],
             continue
         try:  # the replay holds a step of cnt > 1 to one send a connection: it may hang
             seconds = xml_replay(schedule, merged)
+        except TimeLimitReached:
+            raise
         except TecclError:
             continue
         if best is not None and best_s is None:

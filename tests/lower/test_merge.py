@@ -132,3 +132,22 @@ def test_random_schedules_merged_verify(seed, kind, n, chunks, inplace, mode):
         return
     report = verify_msccl(xml.decode(), root=schedule.collective.root)
     assert report.valid, [str(f) for f in report.errors][:3]
+
+
+def test_a_deadline_while_merging_is_not_taken_for_a_file_that_does_not_fit(kit, monkeypatch):
+    """The deadline passing in a merged lowering stops the judge (exit 3), rather than
+    leaving the one-step-per-chunk file's runtime limit as the reason."""
+    import te_ccl.lower.msccl as msccl_lowering
+    from te_ccl.deadline import TimeLimitReached
+
+    real = msccl_lowering.lower_to_msccl
+
+    def out_of_time_when_merging(*args, merge=None, **kwargs):
+        if merge is not None:
+            raise TimeLimitReached("lowering: time limit reached")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(msccl_lowering, "lower_to_msccl", out_of_time_when_merging)
+    schedule = kit.direct(_line(2), kit.coll("alltoall", 2, chunks=300))
+    with pytest.raises(TimeLimitReached):
+        lower_file(schedule, CompileOptions(runtime=replace(MSCCL, max_elements=512)))
