@@ -67,9 +67,8 @@ FINALIST_MARGIN = 0.05  # beyond XML_REPLAY_LIMIT, a candidate whose schedule re
 #                         Broadcast 64 MB: the XML replays 2.8% faster than the schedule)
 MERGE_UP_TO = 10_000  # transfers: up to here a file whose steps carry several chunks is
 #                      lowered (in each mode), verified and replayed too where one step a
-#                      chunk does not fit; beyond, those seconds are the search's (ndv2x4
-#                      AlltoAll 1 KB: the ring's 19,024 transfers spent a 30 s limit's
-#                      time on a 6.7x file the other templates then had no time to beat)
+#                      chunk does not fit; beyond, those lowerings take the time the
+#                      other candidates need to be built and judged
 FINALIST_SHARE = 0.25  # of the time left, the most lowering and replaying one finalist may
 #                        take by the pace timed; slower, the schedule replay judges it
 
@@ -186,8 +185,7 @@ def _merged_if_faster(schedule: Schedule, lower: Callable[..., bytes],
     :data:`~te_ccl.lower.msccl.merge.MODES`) that passes the verifier and replays
     fastest. Elsewhere a merged file has not replayed faster, and lowering it costs the
     search its time; a schedule cut into sub-chunks that does not fit is solved again
-    with fewer, which keeps its timing (dgx1 AllGather 64 KB: 24 sub-chunks so, 1.233x
-    the bound, where 40 merged ones lost to a 1.343x file)."""
+    with fewer, which keeps its timing where merging its pieces moves them."""
     refused: RuntimeLimitError | None = None
     notes: list[str] = []
     try:

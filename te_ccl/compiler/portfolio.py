@@ -103,11 +103,11 @@ EARLY_TEMPLATES = ("packed", "pipeline")  # raced before the flow model: built i
 NEAR_GAP = 0.03  # a best farther than this from the bound races the cheap templates before
 #                  a costly flow model, which would take the rest of a short limit
 FLOW_QUICK_PAIRS = 512  # chunk-link pairs up to which the flow model is small (ring8 AllGather:
-#                         128, dgx1 AllReduce: 256); dgx2x2 AllGather on 16 ranks has 1280,
-#                         ~15k transfer variables: at a 5 s limit its share ends without a schedule
+#                         128, dgx1 AllReduce: 256); beyond (dgx2x2 AllGather on 16 ranks:
+#                         1280), a short limit's share may end before it has a schedule
 CHEAP_DELIVERIES = 6_000  # (chunk, destination) pairs up to which the templates go first:
-#                           at 5,376-5,760 (dgx1 AllReduce 48 chunks per rank, aws-p4dx2 and
-#                           dgx2x2 AllGather 24) each takes 0.3-1.0 s CPU to build and lower
+#                           building and lowering one grows with them, and beyond this the
+#                           templates would take the flow model's share of a short limit
 LARGE_TEMPLATES = ("pipeline", "pipeline-fine")  # raced for a rooted collective beyond
 # TEMPLATE_MAX_GPUS: built in seconds at any size, where the scale backend's file is far
 # from the bound (mesh16x16 Broadcast 64 MB: 31×)
