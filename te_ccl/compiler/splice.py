@@ -32,17 +32,19 @@ from dataclasses import dataclass
 from itertools import repeat
 
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import check
 from te_ccl.lower.msccl.ir import Buf, Gpu, Op, Program, Slot, Step, Threadblock
 from te_ccl.runtime_limits import RuntimeLimits
 from te_ccl.simulate.msccl import prepared, replay
 from te_ccl.topology.model import Topology
 from te_ccl.verify.msccl.model import READS_SRC, RECVS, SENDS, WRITES_DST, Algo
 
-__all__ = ["Spliced", "splice", "step_times", "SPLICED_KINDS", "BALANCE_ROUNDS", "SEARCH",
+__all__ = ["Spliced", "splice", "step_times", "SPLICED_KINDS", "SPLICING", "BALANCE_ROUNDS", "SEARCH",
            "WEIGHTS"]
 
 SPLICED_KINDS = (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST)
 SEARCH = 64  # steps looked through for an order a read keeps (:meth:`_Splice._after`)
+SPLICING = "splicing the previous file"  # the stage a deadline names
 BALANCE_ROUNDS = 4  # passes moving receives off a receiver's overloaded incoming links
 WEIGHTS = (0.02, 0.01, 0.0)  # how much a sender's holding the chunk earlier counts
 #   against its link's load (a second until it holds it as this many seconds of load):
@@ -319,6 +321,7 @@ class _Splice:
         pass the chunk on before that sender has it are given up, their receives served
         too."""
         while self.work:
+            check(SPLICING)  # each receive looks at every GPU: a large file takes a while
             rv = self.work.pop()
             b, slots = rv.tb.rank, range(rv.dst[1], rv.dst[1] + rv.cnt)
             best = None
@@ -361,6 +364,7 @@ class _Splice:
         the receiver passes it on; True if any moved."""
         moved = False
         for b in sorted({b for _, b in self.moves}):
+            check(SPLICING)
             ins = [k for k in range(self.algo.ngpus) if k != b and self._link(k, b)]
             share = sum(self.load[k, b] for k in ins) / sum(self._link(k, b) for k in ins)
             for k in sorted(ins, key=lambda k: -self.load[k, b] / self._link(k, b)):

@@ -4,12 +4,15 @@ that crossed the lost link come from another neighbour, and the file verifies.""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import te_ccl
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.compiler.splice import WEIGHTS, splice, step_times
+from te_ccl.compiler.splice import SPLICING, WEIGHTS, splice, step_times
 from te_ccl.compiler.warm import QUALITY_GAP, read_previous
+from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.lower.msccl.to_xml import program_to_xml
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.simulate.msccl import simulate_msccl
@@ -129,3 +132,12 @@ def test_a_file_that_uses_no_link_lost_is_kept_as_it_is(previous, dgx1):
         return [[[st[:10] for st in tb.steps] for tb in g.threadblocks] for g in a.gpus]
 
     assert steps(again) == steps(algo)
+
+
+def test_splicing_stops_at_the_deadline(previous, dgx1, changed):
+    """Past the compile's deadline the splice stops, naming its stage, rather than run on."""
+    algo, coll = read_msccl(previous), _allgather(changed)
+    times = step_times(algo, dgx1, changed, coll)
+    with pytest.raises(TimeLimitReached, match=SPLICING), \
+            until(1.0, since=time.monotonic() - 10.0):  # a deadline passed already
+        splice(algo, dgx1, changed, coll, MSCCL, times, WEIGHTS[0])
