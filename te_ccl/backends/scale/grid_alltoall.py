@@ -64,8 +64,8 @@ __all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "grid_plan",
 METHOD = "grid-alltoall"
 PLANNING = "planning the grid AlltoAll"  # what a deadline reached interrupted
 GRID_FROM_HOPS = 200_000  # chunk-hops from which a file of one step per chunk and hop is no
-#                           first file: torus 16×16's 524,288 took the lowering about 100 s
-#                           under load, and mesh 16×16's busiest rank (696,320) overflows
+#                           first file: torus 16×16's 524,288 take the lowering too long for
+#                           one, and mesh 16×16's busiest rank (696,320) overflows
 LAST_GROUP = 4  # elements a group of the last phase carries at most (see _per_group)
 
 
