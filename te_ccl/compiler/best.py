@@ -50,18 +50,17 @@ def _forwarding(topology: Topology, fmt: str) -> Topology:
 class Usable:
     """The machine a compile solves on, built once per compile: ``topology`` with every
     switch forwarding only unless the output drives in-switch copy and reduction
-    (``in_switch``); ``forwarded``: whether a switch had to give them up (the written
-    file's notes say so)."""
+    (:meth:`of`'s ``in_switch``); ``forwarded``: whether a switch had to give them up
+    (the written file's notes say so)."""
 
     topology: Topology
-    in_switch: bool
     forwarded: bool
 
     @classmethod
     def of(cls, topology: Topology, in_switch: bool) -> Usable:
         if in_switch or not _undriven(topology, "xml"):
-            return cls(topology, in_switch, forwarded=False)
-        return cls(_forwarding(topology, "xml"), in_switch, forwarded=True)
+            return cls(topology, forwarded=False)
+        return cls(_forwarding(topology, "xml"), forwarded=True)
 
 
 def solve_best(topology: Topology, collective: Collective, params: SolveParams,
