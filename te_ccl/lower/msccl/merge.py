@@ -187,25 +187,6 @@ def one_call_up_to(runtime: RuntimeLimits, proto: str, nchunksperloop: int, cnt:
     return runtime.call_bytes(proto) // cnt * nchunksperloop
 
 
-def _merge_run(run: list[Edge], slots: _Slots, most: int, wait: float) -> list[Edge]:
-    """One connection's edges (in send order) with runs of consecutive slots merged: an
-    edge joins the open run whose next slots it reads and writes, others may come
-    between (the run leaves with its last chunk)."""
-    groups: list[list[Edge]] = []
-    open_at: dict[tuple[Slot, Slot, Slot], int] = {}  # next slots → its group
-    for e in run:
-        src, dst, held = _ends(e, slots)
-        at = open_at.pop((src, dst, held), None)
-        if at is None or not _joins(groups[at], e, slots, wait):
-            at = len(groups)
-            groups.append([e])
-        else:
-            groups[at].append(e)
-        if len(groups[at]) < most and src.buf is not None:
-            open_at[(_after(src), _after(dst), _after(held))] = at
-    return [_merged(g) for g in groups]
-
-
 def _after(slot: Slot) -> Slot:
     """The slot after ``slot`` (``_NOWHERE`` stays)."""
     return slot if slot.buf is None else Slot(slot.buf, slot.index + 1)
