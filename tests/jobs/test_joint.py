@@ -60,6 +60,7 @@ def test_simulate_jobs_replays_the_files_on_the_jobs_ranks(compiled, teccl):
     assert info["together"] == max(r["together_s"] for r in rows.values())
 
 
+@pytest.mark.slow  # every candidate, the templates and mix under a 20 s limit
 def test_jobs_sharing_links_slow_each_other_and_keep_the_best_candidate(tmp_path, teccl):
     (tmp_path / "jobs.yaml").write_text("""jobs:
   - {name: pair, ranks: [g0, g1], collective: allgather, size: 1MB}
