@@ -3,7 +3,8 @@ arithmetic on the chunks a rank receives and, for an AlltoAll, the links they cr
 
 from __future__ import annotations
 
-from te_ccl.backends.scale.grid_alltoall import grid_elements, grid_shape
+from te_ccl.backends.scale.grid import grid_shape
+from te_ccl.backends.scale.grid_alltoall import grid_elements
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError

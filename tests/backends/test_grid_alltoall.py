@@ -11,13 +11,12 @@ import numpy as np
 import pytest
 
 import te_ccl
-from te_ccl.backends.scale.grid import coords
+from te_ccl.backends.scale.grid import coords, grid_shape
 from te_ccl.backends.scale.grid_alltoall import (
     METHOD,
     grid_elements,
     grid_hops,
     grid_plan,
-    grid_shape,
     solve_grid_alltoall,
 )
 from te_ccl.bounds import lower_bound

@@ -38,8 +38,6 @@ from functools import lru_cache
 import numpy as np
 
 from te_ccl.backends.scale.grid import (
-    BUFFERS,
-    OPS,
     PER_CHANNEL,
     GridPlan,
     channels,
@@ -57,8 +55,7 @@ from te_ccl.model.problem import Problem
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.topology.model import Topology
 
-__all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "grid_plan",
-           "grid_hops", "grid_elements", "grid_alpha", "solve_grid_alltoall", "grid_takes",
+__all__ = ["grid_plan", "grid_hops", "grid_elements", "solve_grid_alltoall", "grid_takes",
            "METHOD", "GRID_FROM_HOPS"]
 
 METHOD = "grid-alltoall"
