@@ -171,16 +171,17 @@ def test_exclusive_views_leave_a_shared_link_to_the_job_that_needs_it():
 """, 6)])  # alone, three views, flow and mix
 def test_the_limit_is_split_over_the_candidates_that_can_run(jobs, compiles, tmp_path,
                                                             monkeypatch):
+    import te_ccl
     import te_ccl.jobs.joint as joint
 
     given = []
 
-    def stop(_jobs, _method, _views, _solve, _tmp, _compiled, shares, _floor):
-        given.append(shares.take())
+    def stop(*_args, time_limit_s, **_kwargs):
+        given.append(time_limit_s)
         raise _Stopped
 
     monkeypatch.setattr(joint, "left", lambda: 40.0)  # a clock that does not move
-    monkeypatch.setattr(joint, "_files", stop)
+    monkeypatch.setattr(te_ccl, "compile", stop)
     (tmp_path / "jobs.yaml").write_text(jobs)
     with pytest.raises(_Stopped):
         joint.compile_jobs(load_jobs(load_topology("dgx1"), tmp_path / "jobs.yaml"), None,
