@@ -3,6 +3,7 @@
 Its stages, one module each: :mod:`~te_ccl.compiler.options` (what to write),
 :mod:`~te_ccl.compiler.strategy` (one strategy on checked input),
 :mod:`~te_ccl.compiler.chunking` (the chunkings worth trying),
+:mod:`~te_ccl.compiler.candidates` (every candidate behind one signature, in one registry),
 :mod:`~te_ccl.compiler.portfolio` (what ``auto`` races, prunes and keeps),
 :mod:`~te_ccl.compiler.solve` (the one place that picks the portfolio or a single backend),
 :mod:`~te_ccl.compiler.judge` (the only module that knows how a candidate is timed),
