@@ -313,7 +313,11 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
     algo, coll = previous.algo, collective
     whole = coll.ranks == tuple(range(topology.ngpus))  # the provenance names every GPU
     root = coll.ranks.index(coll.root) if coll.root is not None else None
-    times = step_times(algo, previous.before, topology, coll)
+    try:
+        times = step_times(algo, previous.before, topology, coll)
+    except VerificationError as e:  # the file does not run as written: no order to keep
+        kept.notes.append(f"--from: the {WARM} is not spliced (its replay fails: {e})")
+        return False
     best, why = None, "no splice replays"
     for early in WEIGHTS:
         got = splice(algo, previous.before, topology, coll, options.runtime, times, early)

@@ -4,14 +4,19 @@ that crossed the lost link come from another neighbour, and the file verifies.""
 
 from __future__ import annotations
 
+import re
 import time
+from pathlib import Path
 
 import pytest
 
 import te_ccl
+from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.compiler import CompileOptions, Timer
+from te_ccl.compiler.incumbent import Incumbent
 from te_ccl.compiler.splice import SPLICING, WEIGHTS, splice, step_times
-from te_ccl.compiler.warm import QUALITY_GAP, read_previous
+from te_ccl.compiler.warm import QUALITY_GAP, offer_spliced, read_previous
 from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.lower.msccl.to_xml import program_to_xml
 from te_ccl.runtime_limits import MSCCL
@@ -141,3 +146,17 @@ def test_splicing_stops_at_the_deadline(previous, dgx1, changed):
     with pytest.raises(TimeLimitReached, match=SPLICING), \
             until(1.0, since=time.monotonic() - 10.0):  # a deadline passed already
         splice(algo, dgx1, changed, coll, MSCCL, times, WEIGHTS[0])
+
+
+def test_a_previous_file_that_does_not_run_is_not_spliced(previous, changed, tmp_path):
+    """A file whose sends and receives do not match (a receive removed by hand) has no
+    replay to order a splice by: the compile goes on without it, with a note."""
+    text = Path(previous).read_text()
+    receive = re.search(r'\n\s*<step [^>]*type="r"[^>]*/>', text)
+    bad = tmp_path / "bad.xml"
+    bad.write_text(text[:receive.start()] + text[receive.end():])
+    coll = _allgather(changed)
+    kept = Incumbent(lower_bound(changed, coll).seconds, None)
+    assert not offer_spliced(read_previous(str(bad), coll, changed), changed, coll,
+                             CompileOptions(output=str(tmp_path / "new.xml")), Timer(), kept)
+    assert any("is not spliced (its replay fails" in n for n in kept.notes)
