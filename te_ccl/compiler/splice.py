@@ -147,6 +147,8 @@ def _matched(algo: Algo, order: list[_Step]) -> dict[_Step, _Step]:
                 if st.type in RECVS:
                     recvs[tb.chan, tb.recv, gpu.id].append(order[i])
                 i += 1
+    if any(len(out) != len(recvs.get(conn, ())) for conn, out in sends.items()):
+        raise _NoSplice("its sends and receives do not match on a connection")
     return {s: r for conn, out in sends.items() for s, r in zip(out, recvs[conn], strict=True)}
 
 

@@ -151,12 +151,29 @@ def test_splicing_stops_at_the_deadline(previous, dgx1, changed):
 def test_a_previous_file_that_does_not_run_is_not_spliced(previous, changed, tmp_path):
     """A file whose sends and receives do not match (a receive removed by hand) has no
     replay to order a splice by: the compile goes on without it, with a note."""
-    text = Path(previous).read_text()
-    receive = re.search(r'\n\s*<step [^>]*type="r"[^>]*/>', text)
-    bad = tmp_path / "bad.xml"
-    bad.write_text(text[:receive.start()] + text[receive.end():])
+    bad = _without_a_receive(previous, tmp_path)
     coll = _allgather(changed)
     kept = Incumbent(lower_bound(changed, coll).seconds, None)
     assert not offer_spliced(read_previous(str(bad), coll, changed), changed, coll,
                              CompileOptions(output=str(tmp_path / "new.xml")), Timer(), kept)
     assert any("is not spliced (its replay fails" in n for n in kept.notes)
+
+
+def test_a_previous_file_that_does_not_run_is_not_spliced_onto_slower_links(previous, dgx1,
+                                                                            tmp_path):
+    """Where no link is lost nothing is replayed first: the splice itself refuses it."""
+    slower = edit_topology(dgx1, TopologyEdit(scale_links=(("g0:g1", 0.5),),
+                                              name="dgx1-slower"))
+    algo, coll = read_msccl(str(_without_a_receive(previous, tmp_path))), _allgather(slower)
+    got = splice(algo, dgx1, slower, coll, MSCCL, step_times(algo, dgx1, slower, coll),
+                 WEIGHTS[0])
+    assert got == "its sends and receives do not match on a connection"
+
+
+def _without_a_receive(previous: str, tmp_path: Path) -> Path:
+    """The previous file with its first receive removed, as a hand edit might."""
+    text = Path(previous).read_text()
+    receive = re.search(r'\n\s*<step [^>]*type="r"[^>]*/>', text)
+    bad = tmp_path / "bad.xml"
+    bad.write_text(text[:receive.start()] + text[receive.end():])
+    return bad
