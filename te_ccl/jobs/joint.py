@@ -170,6 +170,7 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     if objective not in OBJECTIVES:
         raise SpecError(f"expected one of {', '.join(OBJECTIVES)}, got {objective!r}",
                         key="--objective")
+    SolveParams(time_limit_s=time_limit_s)  # refused as a compile alone refuses it, not as a job's
     with until(time_limit_s):
         return _compile_jobs(jobs, output, objective, progress or (lambda _: None),
                              {"backend": backend, "threads": threads, "seed": seed,
@@ -356,6 +357,8 @@ def _files(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
             share = max(share, min(MIN_COMPILE_S, left() / (len(jobs.jobs) - i)))
         path = tmp / f"{method}-{job.name}.xml"
         with _naming(jobs, job), _out_of_time(job):
+            if share <= 0:  # the limit spent, or under the reserve: not the job's input
+                raise TimeLimitReached("no time left for its compile")
             result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
                                     output=path, fmt="xml", time_limit_s=share, **solve)
         data = path.read_bytes()

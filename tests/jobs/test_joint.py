@@ -191,3 +191,29 @@ def test_the_limit_is_split_over_the_candidates_that_can_run(jobs, compiles, tmp
 
 class _Stopped(Exception):
     """Raised in place of the first compile."""
+
+
+@pytest.mark.parametrize("limit", [0.0, -1.0, float("nan")])
+def test_a_limit_that_is_no_time_is_refused_as_the_option_not_as_a_job(limit, tmp_path):
+    from te_ccl.errors import SpecError
+    from te_ccl.jobs.joint import compile_jobs
+
+    (tmp_path / "jobs.yaml").write_text(APART)
+    jobs = load_jobs(load_topology("dgx1"), tmp_path / "jobs.yaml")
+    with pytest.raises(SpecError) as e:
+        compile_jobs(jobs, tmp_path / "out", time_limit_s=limit)
+    assert e.value.key == "time-limit" and e.value.file is None
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_limit_under_the_write_reserve_leaves_the_first_job_no_file(tmp_path):
+    """Under :data:`~te_ccl.jobs.joint.WRITE_RESERVE_S` no compile has time, whatever the
+    machine's speed: exit 3 naming the first job, not a job's input refused."""
+    from te_ccl.deadline import TimeLimitReached
+    from te_ccl.jobs.joint import WRITE_RESERVE_S, compile_jobs
+
+    (tmp_path / "jobs.yaml").write_text(APART)
+    jobs = load_jobs(load_topology("dgx1"), tmp_path / "jobs.yaml")
+    with pytest.raises(TimeLimitReached, match="job 'left': no time left"):
+        compile_jobs(jobs, tmp_path / "out", time_limit_s=WRITE_RESERVE_S / 2)
+    assert not (tmp_path / "out").exists()
