@@ -133,6 +133,15 @@ def step_times(algo: Algo, before: Topology, after: Topology, collective: Collec
     return replay(flat, chunk_bytes, False)[1]
 
 
+def _waited(tbs: list[_Tb], depid: int, deps: int, rank: int) -> _Step:
+    """The step a step of rank ``rank`` waits for (a file whose rank has no such step
+    was not written by a lowering, and is not spliced)."""
+    if depid >= len(tbs) or not 0 <= deps < len(tbs[depid].steps):
+        raise _NoSplice(f"a step of rank {rank} waits for step {deps} of its thread block "
+                        f"{depid}, which it does not have")
+    return tbs[depid].steps[deps]
+
+
 def _matched(algo: Algo, order: list[_Step]) -> dict[_Step, _Step]:
     """The receive of each send (``order``: the steps in file order): the k-th receive
     on a connection (channel, sender, receiver) takes its k-th send."""
@@ -193,7 +202,7 @@ class _Splice:
             for tb, src in zip(tbs, gpu.threadblocks, strict=True):
                 for step, st in zip(tb.steps, src.steps, strict=True):
                     if st.depid >= 0:
-                        step.dep = tbs[st.depid].steps[st.deps]
+                        step.dep = _waited(tbs, st.depid, st.deps, gpu.id)
         # the receive of each send (the k-th receive on a connection takes the k-th send)
         self.received = _matched(algo, order)
         self.sent_by = {r: s for s, r in self.received.items()}

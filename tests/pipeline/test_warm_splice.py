@@ -168,6 +168,14 @@ def test_a_previous_file_that_does_not_run_is_not_spliced_onto_slower_links(prev
     got = splice(algo, dgx1, slower, coll, MSCCL, step_times(algo, dgx1, slower, coll),
                  WEIGHTS[0])
     assert got == "its sends and receives do not match on a connection"
+    text = Path(previous).read_text()
+    wait = re.search(r'depid="\d+" deps="\d+"', text)  # a wait for a step not there
+    bad = tmp_path / "bad-dep.xml"
+    bad.write_text(text[:wait.start()] + 'depid="0" deps="9999"' + text[wait.end():])
+    algo = read_msccl(str(bad))
+    got = splice(algo, dgx1, slower, coll, MSCCL, step_times(algo, dgx1, slower, coll),
+                 WEIGHTS[0])
+    assert isinstance(got, str) and "waits for step 9999" in got
 
 
 def _without_a_receive(previous: str, tmp_path: Path) -> Path:
