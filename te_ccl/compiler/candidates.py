@@ -181,7 +181,7 @@ def templates(topology: Topology, collective: Collective,
 
 def known(topology: Topology, collective: Collective, fmt: str, params: SolveParams) -> Known:
     """The candidates only a plan can be, built for the race to enter from the start
-    (judged even where a loaded machine leaves the templates no time)."""
+    (judged even where the time left gives the templates none)."""
     built = ((c.trial(topology, collective), c.build(topology, collective, params))
              for c in offered(topology, collective, fmt, kinds=("plan",)))
     return tuple((name, s) for name, s in built if s is not None)

@@ -1,6 +1,6 @@
 """An ``--epoch`` the flow model cannot use is refused before the compile starts: exit 2,
 one line naming the option and what it expects, nothing written. The search is replaced
-by a failure, so the refusal cannot depend on how far a slow machine gets."""
+by a failure, so the refusal cannot depend on how far the compile gets in its time."""
 
 from __future__ import annotations
 

@@ -104,7 +104,7 @@ def test_other_collectives_and_gpus_gone_are_not_spliced(previous, dgx1, changed
     assert got.algo is None  # the ranks changed: the compile goes on without a splice
 
 
-@pytest.mark.slow  # two compiles of a 1 GiB file: seconds on a busy machine
+@pytest.mark.slow  # two compiles of a 1 GiB file
 def test_the_compile_from_the_previous_file_writes_the_splice_only_where_it_stands(
         previous, changed, tmp_path):
     """Where the splice replays within the gap it is the only file (no search); else it
