@@ -32,10 +32,11 @@ from te_ccl.spec.topology import load_topology
 __all__ = ["SCENARIOS", "SHARED_GOAL", "run_scenario", "main"]
 
 SHARED_GOAL = 0.85
-LIMIT_S_PER_JOB = 20.0  # a row's --time-limit per job: where links are shared each job's
-#                        compile gets about 4 s of it (a fifth: alone, three views and mix;
-#                        flow does not fit these rows); apart rows give it all 20 s (only
-#                        alone runs)
+LIMIT_S_PER_JOB = 20.0  # a row's --time-limit per job: where the jobs' routes meet
+#                        between GPUs each job's compile gets about 4 s of it (a fifth:
+#                        alone, three views and mix; flow does not fit these rows), even
+#                        where the files then share no link (dgx2x2 across boxes); rows
+#                        whose routes meet nowhere give it all 20 s (only alone runs)
 SIZE = "64MB"
 
 
