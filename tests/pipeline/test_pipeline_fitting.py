@@ -85,6 +85,9 @@ def test_where_no_sub_chunking_of_the_scale_schedule_fits_auto_writes_another(tm
         return real(schedule, **options)
 
     monkeypatch.setattr(lowering, "lower_to_msccl", lower)
+    # the first file (a ring) stands, not a nearer cheap candidate: the search's own
+    # schedule, the scale one, is the one to write
+    monkeypatch.setattr(pipeline, "FIRST_FILE_GAP", float("inf"))
     out = tmp_path / "a.xml"
     s = compile_collective(load_topology("dgx1"), a2a(8), PARAMS,
                            CompileOptions(output=str(out))).schedule
