@@ -252,13 +252,16 @@ def test_subset_check_is_a_spec_error_in_the_library():
         solve(load_topology("ring8"), Collective(CollectiveKind.ALLGATHER, 1000, (0, 4)))
 
 
-def test_in_switch_reduction_is_not_used_for_msccl(tmp_path):
+def test_in_switch_reduction_is_refused_for_msccl_before_any_file(tmp_path):
     # a switch that reduces but cannot copy: a Reduce could sum partials in it, which MSCCL
-    # XML cannot express (the FRED switch tables can), so an XML compile solves with the
-    # switch forwarding only and the file verifies
+    # XML cannot express (the FRED switch tables can): the library refuses the XML as the
+    # CLI does, naming the switch and the format to use, and writes nothing
     links = [{"between": [f"g{i}", f"g{(i + 1) % 4}"], "bandwidth": "10GB/s"} for i in range(4)]
     links += [{"from": f"g{i}", "to": "sw"} for i in (1, 2, 3)] + [{"from": "sw", "to": "g0"}]
     topo = _topology(links, 4, [{"name": "sw", "copy": False, "reduce": True, "buffer": False}])
     coll = Collective(CollectiveKind.REDUCE, 3_000_000, (0, 1, 2, 3), root=0)
-    result = _compiled(topo, coll, SolveParams(backend="milp", time_limit_s=5), tmp_path)
-    assert any("switches only forward" in n for n in result.schedule.info.notes)
+    out = tmp_path / "out.xml"
+    with pytest.raises(SpecError, match="switches sw reduce.*--format json"):
+        compile_collective(topo, coll, SolveParams(backend="milp", time_limit_s=5),
+                           CompileOptions(output=str(out)))
+    assert not out.exists()
