@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from te_ccl.compiler import SolveParams, check_input
+from te_ccl.compiler import SolveParams, check_input, forward_only
 from te_ccl.deadline import Budget, TimeLimitReached, keeping, left, until
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.bound import JointBound, joint_bound
@@ -359,8 +359,10 @@ def _files(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
         with _naming(jobs, job), _out_of_time(job):
             if share <= 0:  # the limit spent, or under the reserve: not the job's input
                 raise TimeLimitReached("no time left for its compile")
-            result = te_ccl.compile(_view(jobs.topology, views[job.name]), job.collective,
-                                    output=path, fmt="xml", time_limit_s=share, **solve)
+            # MSCCL XML drives no switch: a job's switches forward (reducing ones too)
+            result = te_ccl.compile(forward_only(_view(jobs.topology, views[job.name])),
+                                    job.collective, output=path, fmt="xml",
+                                    time_limit_s=share, **solve)
         data = path.read_bytes()
         compiled[key] = JobFile(data, replace(result.schedule, topology=jobs.topology),
                                 checked_algo(job, data))
