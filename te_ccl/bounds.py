@@ -687,7 +687,7 @@ def _bandwidth_parts(topology: Topology, collective: Collective) -> dict[str, fl
     return parts
 
 
-def _nearest(adjacency: dict[str, list[tuple[float, str]]], seeds: dict[str, float],
+def alpha_nearest(adjacency: dict[str, list[tuple[float, str]]], seeds: dict[str, float],
              targets: set[str]) -> float:
     """The α-distance from the nearest seed (each starting at its own seconds) to the
     nearest target (Dijkstra, stopped at the first target reached); inf if none is."""
@@ -753,7 +753,7 @@ def alltoall_cut_alpha(topology: Topology, members: list[str], per_pair_bytes: f
         for k in links:
             v = getattr(k, head)
             seeds[v] = min(seeds.get(v, math.inf), k.latency_s)
-        d = _nearest(adjacency, seeds, inside_r - s)
+        d = alpha_nearest(adjacency, seeds, inside_r - s)
         if d < math.inf and proportional + d > best:
             best, tail = proportional + d, d
     return best, tail

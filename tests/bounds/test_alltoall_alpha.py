@@ -103,8 +103,8 @@ def test_the_tail_counted_twice_is_caught(monkeypatch):
     """A planted wrong variant (the α tail added twice) rises above a real file's replay:
     the checks above can fail."""
     topo, c = pair(1e-6), Collective(CollectiveKind.ALLTOALL, 2000, (0, 1))
-    nearest = bounds._nearest
-    monkeypatch.setattr(bounds, "_nearest", lambda *a: 2 * nearest(*a))
+    nearest = bounds.alpha_nearest
+    monkeypatch.setattr(bounds, "alpha_nearest", lambda *a: 2 * nearest(*a))
     assert min(template_replays(topo, c)) < cut_alpha(topo, c) * (1 - 1e-9)
 
 
