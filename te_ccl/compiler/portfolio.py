@@ -291,7 +291,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     if not trees_first:
         race_early()
     flow_skip = flow_skip or close_to_bound(race, bound)
-    templates_first = flow_skip is None and templates and _flow_costly(topology, collective) \
+    templates_first = flow_skip is None and templates and flow_costly(topology, collective) \
         and deliveries(collective) <= CHEAP_DELIVERIES and \
         close_to_bound(race, bound, NEAR_GAP) is None
     if templates_first:  # judged before the flow model, which keeps its share of the rest
@@ -314,7 +314,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     return race.winner()
 
 
-def _flow_costly(topology: Topology, collective: Collective) -> bool:
+def flow_costly(topology: Topology, collective: Collective) -> bool:
     """Is the flow model large by counting: more than :data:`FLOW_QUICK_PAIRS` chunk-link
     pairs, each a transfer variable per epoch?"""
     return collective.commodities * len(topology.links) > FLOW_QUICK_PAIRS

@@ -26,7 +26,7 @@ def test_templates_before_a_costly_flow_model(spied, chunks, scale_ratio, templa
     calls = spied(give_up=("auto",))
     coll = Collective(CollectiveKind.ALLGATHER, 64 << 14, tuple(range(8)),
                       chunks_per_rank=chunks)
-    assert portfolio._flow_costly(RING, coll) is (chunks == 8)
+    assert portfolio.flow_costly(RING, coll) is (chunks == 8)
     bound = lower_bound(RING, coll).seconds
     judge = Judge("test", lambda s: bound * scale_ratio if s.info.backend == "scale"
                   else max(s.finish_time_s, bound * 1.5))
