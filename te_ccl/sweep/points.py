@@ -102,6 +102,9 @@ def expand_grid(grid: Grid, fmt: str = "xml") -> list[Point]:
             raise SpecError(f"another topology's name also makes the directory name "
                             f"{name!r}; algorithm directories are per topology name",
                             file=grid.file, key=f"topologies[{i}]")
+    if fmt == "xml":  # each point would fail alike: refused once, before any compile
+        for topo in topologies:
+            topo.check_msccl_can_express()
     points: list[Point] = []
     seen: dict[str, str] = {}
     for topo in topologies:

@@ -68,3 +68,12 @@ def test_key_changes_with_the_teccl_version(grid_file, monkeypatch):
     p = expand_grid(load_grid(grid_file(GRID)))[0]
     monkeypatch.setattr(points_mod, "__version__", "99.0")
     assert point_key(p.topology, p.collective, p.params, p.size) != p.key
+
+
+def test_xml_on_a_fabric_whose_switches_reduce_is_refused_before_any_point(grid_file):
+    from te_ccl.errors import SpecError
+
+    grid = load_grid(grid_file("topologies: [fred-b]\ncollectives: [allreduce]\nsizes: [1MB]\n"))
+    with pytest.raises(SpecError, match="cannot express in-switch reduction"):
+        expand_grid(grid, "xml")
+    assert expand_grid(grid, "mscclpp")  # a plan drives no FRED switch: its points stand
