@@ -40,7 +40,7 @@ are the whole network and the joint compile is the compile alone.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -193,10 +193,10 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
                                                           epoch=solve["epoch"]))
         except SolverError as e:
             plan = str(e)
-    gpus = set(jobs.topology.gpus)
-    views = any(a in gpus and b in gpus for a, b in common)
+    views = _between_gpus(jobs, common)
+    flows = not isinstance(plan, str)
     n = len(jobs.jobs)
-    shares = _Shares(n * (1 + len(VIEWS) * views + (not isinstance(plan, str)) + bool(common)))
+    shares = _Shares(n * (1 + len(VIEWS) * bool(views) + flows + bool(common)))
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
         compiled: dict[tuple, JobFile] = {}  # (job, its view) → its compile
@@ -211,6 +211,11 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
         first_alone = replay_alone(jobs, first.algos)
         shared = replay_together(jobs, first.algos)
         first = replace(first, finish=shared.finish_s)
+        # the routes met, the files do not: what was kept for views, flow and mix is free
+        if views and not _between_gpus(jobs, shared.shared_links):
+            shares.drop(n * len(VIEWS))
+        if common and not shared.shared_links:
+            shares.drop(n * (flows + 1))
         kept = []
         for method, views in _views(jobs, shared.link_bytes, shared.shared_links, objective,
                                     first_alone, shared.finish_s).items():
@@ -239,7 +244,7 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"flow: not compiled ({e})")
         made: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
-        mixing = shares.take(n) / 2 if common else 0.0  # half templates, half descent
+        mixing = shares.take(n) / 2 if shared.shared_links else 0.0  # templates, descent
         if shared.shared_links:
             say("lowering the jobs' templates (mix)")
             with keeping(WRITE_RESERVE_S):
@@ -288,8 +293,13 @@ class _Shares:
     def take(self, n: int = 1) -> float:
         """The seconds of ``n`` slots, which are no longer to run."""
         share = left() * n / max(self.slots, n)
-        self.slots = max(0, self.slots - n)
+        self.drop(n)
         return share
+
+    def drop(self, n: int) -> None:
+        """``n`` slots are not to run (a compile already made, candidates that do not
+        apply): their time goes to those still to run."""
+        self.slots = max(0, self.slots - n)
 
     def short(self, n: int) -> str | None:
         """Why a candidate of ``n`` compiles does not run (its ``n`` slots are then
@@ -297,7 +307,7 @@ class _Shares:
         each = left() / max(self.slots, n)
         if each >= MIN_COMPILE_S:
             return None
-        self.slots = max(0, self.slots - n)
+        self.drop(n)
         return (f"{each:.2g} s of the time left for each of its compiles, less than "
                 f"{MIN_COMPILE_S:g} s")
 
@@ -320,6 +330,13 @@ def _common_links(jobs: JobSet) -> set[tuple[str, str]]:
         for key in mine:
             seen[key] = seen.get(key, 0) + 1
     return {key for key, n in seen.items() if n > 1}
+
+
+def _between_gpus(jobs: JobSet, links: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
+    """The links of ``links`` between two GPUs: the only ones shared out by views (module
+    docstring)."""
+    gpus = set(jobs.topology.gpus)
+    return [k for k in links if k[0] in gpus and k[1] in gpus]
 
 
 def _value(jobs: JobSet, objective: str, finish: Mapping[str, float]) -> float:
@@ -350,7 +367,7 @@ def _files(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
     for i, job in enumerate(jobs.jobs):
         key = (job.name, tuple(sorted(views[job.name].items())))
         if key in compiled:
-            shares.take()  # a compile not run: its time goes to those after it
+            shares.drop(1)
             continue
         share = shares.take()
         if floor:
@@ -469,8 +486,7 @@ def _views(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float
         return {n: _quantized(total * d / whole) for n, d in demand.items() if d > 0}
 
     names = [j.name for j in jobs.jobs]
-    gpus = set(jobs.topology.gpus)
-    shared = [k for k in shared if k[0] in gpus and k[1] in gpus]
+    shared = _between_gpus(jobs, shared)
     if not shared:
         return {}
     if objective == "max":

@@ -107,3 +107,63 @@ def test_a_limit_under_the_floor_splits_what_is_left_among_the_jobs(clock, tmp_p
     result = _compile(tmp_path)
     assert clock.compiles == [("a", 1.5, 3.0), ("b", 1.5, 1.5)]
     assert result.method in ("alone", "mix") and clock.now <= clock.limit
+
+
+@pytest.mark.parametrize("clock", [40.0], indirect=True)
+def test_views_whose_files_share_no_link_between_gpus_leave_their_time_to_flow_and_mix(
+        clock, tmp_path, monkeypatch):
+    """The routes meet between GPUs, the files compiled alone only on a link to a switch:
+    no view runs, and the time kept for the views goes to ``flow`` and ``mix``."""
+    real = joint.replay_together
+    given: dict[str, float] = {}
+
+    def through_a_switch(jobs, algos):
+        r = real(jobs, algos)
+        return SimpleNamespace(finish_s=r.finish_s, link_bytes=r.link_bytes,
+                               shared_links=[("sw", "g0")])
+
+    def flow(_jobs, _plan, _objective, params, _notes):
+        given["flow"] = params.time_limit_s
+        raise SolverError("not in this test")
+
+    def made(jobs, budget):
+        given["mix"] = budget.left()
+        return {j.name: {} for j in jobs.jobs}
+
+    def no_mix(*_):
+        raise TimeLimitReached("not in this test")
+
+    monkeypatch.setattr(joint, "replay_together", through_a_switch)
+    monkeypatch.setattr(joint, "plan_flow", lambda *_: object())  # a model it can solve
+    monkeypatch.setattr(joint, "_flow", flow)
+    monkeypatch.setattr(joint, "templates", made)
+    monkeypatch.setattr(joint, "_mixed", no_mix)
+    result = _compile(tmp_path)
+    assert [name for name, _, _ in clock.compiles] == ["a", "b"]  # alone only: no view
+    # 12 slots (alone, three views, flow and mix, for each job): each job's compile 1/12
+    assert [limit for _, limit, _ in clock.compiles] == pytest.approx([40 / 12] * 2)
+    rest = clock.left()
+    assert given["flow"] == pytest.approx(rest / 2)  # half of it, not two of ten slots
+    assert given["mix"] == pytest.approx(rest / 2, rel=0.05)  # (Budget runs on real time)
+    assert result.method == "alone" and clock.now <= clock.limit
+
+
+@pytest.mark.parametrize("clock", [40.0], indirect=True)
+def test_files_that_share_no_link_run_only_alone(clock, tmp_path, monkeypatch):
+    real = joint.replay_together
+
+    def apart(jobs, algos):
+        r = real(jobs, algos)
+        return SimpleNamespace(finish_s=r.finish_s, link_bytes=r.link_bytes, shared_links=[])
+
+    def never(*_):
+        raise AssertionError("no candidate but alone applies")
+
+    monkeypatch.setattr(joint, "replay_together", apart)
+    monkeypatch.setattr(joint, "plan_flow", lambda *_: object())
+    for name in ("_flow", "templates", "_mixed"):
+        monkeypatch.setattr(joint, name, never)
+    result = _compile(tmp_path)
+    assert [name for name, _, _ in clock.compiles] == ["a", "b"]
+    assert result.method == "alone" and not result.notes
+
