@@ -159,7 +159,11 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     candidates can run is known before compiling from the links the jobs' routes have in
     common (:func:`_common_links`): ``alone`` always, the views where two jobs' routes
     share a link between two GPUs, ``flow`` where they share any and
-    :func:`~te_ccl.jobs.flow.plan_flow` counts a model it can solve. A candidate whose
+    :func:`~te_ccl.jobs.flow.plan_flow` counts a model it can solve; once the files
+    compiled alone are replayed, the time kept for what they show does not apply goes to
+    the rest (the views where they share no link between GPUs; where they share none,
+    everything but ``alone``, whose jobs are then compiled again in the time left, each
+    keeping the file that finishes first with the network to itself). A candidate whose
     share is under :data:`MIN_COMPILE_S` per compile is skipped (and noted); ``alone``
     is never skipped: each job's compile gets at least that much, or what is left.
 
@@ -193,29 +197,41 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
                                                           epoch=solve["epoch"]))
         except SolverError as e:
             plan = str(e)
-    views = _between_gpus(jobs, common)
+    viewed = bool(_between_gpus(jobs, common))
     flows = not isinstance(plan, str)
     n = len(jobs.jobs)
-    shares = _Shares(n * (1 + len(VIEWS) * bool(views) + flows + bool(common)))
+    shares = _Shares(n * (1 + len(VIEWS) * viewed + flows + bool(common)))
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
         compiled: dict[tuple, JobFile] = {}  # (job, its view) → its compile
 
-        def run(method: str, views: Views, floor: bool = False) -> dict[str, JobFile]:
+        def run(method: str, views: Views, floor: bool = False,
+                cache: dict[tuple, JobFile] = compiled) -> dict[str, JobFile]:
             say(f"compiling the jobs ({method})")
             with keeping(WRITE_RESERVE_S):
-                return _files(jobs, method, views, solve, Path(tmp), compiled, shares, floor)
+                return _files(jobs, method, views, solve, Path(tmp), cache, shares, floor)
 
         # every job needs its file alone: replayed in the whole limit, not cut for the others
-        first = _candidate("alone", run("alone", {j.name: {} for j in jobs.jobs}, True), {})
+        whole: Views = {j.name: {} for j in jobs.jobs}
+        first = _candidate("alone", run("alone", whole, True), {})
         first_alone = replay_alone(jobs, first.algos)
         shared = replay_together(jobs, first.algos)
-        first = replace(first, finish=shared.finish_s)
-        # the routes met, the files do not: what was kept for views, flow and mix is free
-        if views and not _between_gpus(jobs, shared.shared_links):
+        # the routes met, the files do not: the time kept for views, flow and mix is free
+        if viewed and not _between_gpus(jobs, shared.shared_links):
             shares.drop(n * len(VIEWS))
-        if common and not shared.shared_links:
-            shares.drop(n * (flows + 1))
+        if common and not shared.shared_links:  # only alone applies: it gets the time left
+            shares.drop(shares.slots - n)
+            if shares.short(n) is None:
+                again: dict[tuple, JobFile] = {}
+                try:
+                    run("alone, again", whole, cache=again)
+                except (TimeLimitReached, SolverError, VerificationError,
+                        RuntimeLimitError) as e:
+                    notes.append(f"alone: compiled once ({e})")
+                with keeping(WRITE_RESERVE_S):
+                    first = _faster_alone(jobs, compiled, first, first_alone, again)
+                    shared = replay_together(jobs, first.algos)
+        first = replace(first, finish=shared.finish_s)
         kept = []
         for method, views in _views(jobs, shared.link_bytes, shared.shared_links, objective,
                                     first_alone, shared.finish_s).items():
@@ -385,6 +401,19 @@ def _files(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
                                 checked_algo(job, data))
     return {j.name: compiled[(j.name, tuple(sorted(views[j.name].items())))]
             for j in jobs.jobs}
+
+
+def _faster_alone(jobs: JobSet, compiled: dict[tuple, JobFile], first: _Candidate,
+                  first_alone: dict[str, float], again: Mapping[tuple, JobFile]
+                  ) -> _Candidate:
+    """``first`` (the files compiled on the whole network, ``first_alone`` their finishes
+    alone) with each job's file compiled ``again`` where that finishes first alone; both
+    in ``compiled`` and ``first_alone``."""
+    for (name, view), f in again.items():
+        t = finish_alone(jobs, next(j for j in jobs.jobs if j.name == name), f.algo)
+        if t < first_alone[name]:
+            compiled[(name, view)], first_alone[name] = f, t
+    return _candidate("alone", {j.name: compiled[(j.name, ())] for j in jobs.jobs}, {})
 
 
 def _candidate(method: str, files: Mapping[str, JobFile], finish: dict[str, float]

@@ -149,7 +149,10 @@ def test_views_whose_files_share_no_link_between_gpus_leave_their_time_to_flow_a
 
 
 @pytest.mark.parametrize("clock", [40.0], indirect=True)
-def test_files_that_share_no_link_run_only_alone(clock, tmp_path, monkeypatch):
+def test_files_that_share_no_link_leave_the_time_left_to_compiling_them_again(
+        clock, tmp_path, monkeypatch):
+    """The routes meet, the files compiled alone share no link: no other candidate
+    applies, and each job is compiled again in its share of the time left."""
     real = joint.replay_together
 
     def apart(jobs, algos):
@@ -164,6 +167,9 @@ def test_files_that_share_no_link_run_only_alone(clock, tmp_path, monkeypatch):
     for name in ("_flow", "templates", "_mixed"):
         monkeypatch.setattr(joint, name, never)
     result = _compile(tmp_path)
-    assert [name for name, _, _ in clock.compiles] == ["a", "b"]
-    assert result.method == "alone" and not result.notes
+    rest = 40 - 2 * 40 / 12  # each job's first compile had 1/12 (every candidate's slots)
+    assert [name for name, _, _ in clock.compiles] == ["a", "b", "a", "b"]
+    assert [limit for _, limit, _ in clock.compiles] == pytest.approx(
+        [40 / 12, 40 / 12, rest / 2, rest / 2])
+    assert result.method == "alone" and not result.notes and clock.now <= clock.limit
 
