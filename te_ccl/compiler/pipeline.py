@@ -253,8 +253,9 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
                 raise
             kept.notes.append(f"anytime: the search's file was not written ({e})")
         _keep_measured(collective, options, timer, kept)
-    assert kept.best is not None  # _improve writes or raises; no repair: a file is kept
     best = kept.best
+    if best is None:  # each stage keeps a file or raises: a stage that did neither found none
+        raise SolverError("no candidate gave a file that fits the runtime and verifies")
     if kept.cut_short is not None:
         ratio = kept.ratio(best.finish_s)
         at = f"{ratio:.4f}× the lower bound" if ratio is not None else "its time"
