@@ -116,25 +116,13 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
         raise SpecError(f"expected one of {', '.join(RUNTIMES)}, got {runtime!r}",
                         key="runtime")
     topo = _topology(topology)
-    chunk_choices: tuple[int, ...] = ()
-    if chunks == "auto":
-        chunk_choices, chunks = BASE_CHUNKS, 1
-    elif chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
-        raise SpecError(f"expected a positive integer or auto, got {chunks!r}", key="chunks")
+    chunk_choices, chunks = _chunking(chunks)
     span = None if sizes is None else _size_span(sizes, size, output, fred_tables, previous)
     if span is not None and not isinstance(collective, Collective):
         size = span[1]  # the collective is checked at the largest size
     coll = _collective(topo, collective, spec, size=size, chunks=chunks, ranks=ranks,
                        root=root, inplace=inplace, proto=proto)
-    if output is not None and span is None:
-        check_output_file(output, key="output")
-    if fred_tables is not None:
-        check_output_dir(fred_tables, key="fred_tables")
-    fmt = output_format(None if output is None else str(output), fmt, topo.reducing_switches)
-    if runtime != "msccl" and fmt != "xml":
-        raise SpecError(f"the {runtime} runtime loads MSCCL XML, not {fmt}", key="runtime")
-    if fmt == "mscclpp":
-        _check_plan_kind(coll, previous, span)
+    fmt = _file_format(topo, coll, output, fmt, fred_tables, runtime, previous, span)
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,
                           seed=seed, epoch=epoch, max_horizon=max_horizon)
     if span is not None:
@@ -147,6 +135,34 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
                              previous=_previous(previous, topo, coll, output, backend),
                              runtime=RUNTIMES[runtime])
     return compile_collective(topo, coll, params, options, progress)
+
+
+def _chunking(chunks: int | Literal["auto"] | None
+              ) -> tuple[tuple[int, ...], int | None]:
+    """The chunk counts ``--chunks auto`` tries (none for a count given) and the chunks
+    per rank the collective is checked at."""
+    if chunks == "auto":
+        return BASE_CHUNKS, 1
+    if chunks is not None and (isinstance(chunks, bool) or not isinstance(chunks, int)):
+        raise SpecError(f"expected a positive integer or auto, got {chunks!r}", key="chunks")
+    return (), chunks
+
+
+def _file_format(topo: Topology, coll: Collective, output: str | os.PathLike | None,
+                 fmt: str | None, fred_tables: str | os.PathLike | None, runtime: str,
+                 previous: object, span: tuple[int, int] | None) -> str:
+    """The format of the file to write, once the places it goes to are writable and the
+    runtime and collective can take that format (checked before any solve)."""
+    if output is not None and span is None:
+        check_output_file(output, key="output")
+    if fred_tables is not None:
+        check_output_dir(fred_tables, key="fred_tables")
+    fmt = output_format(None if output is None else str(output), fmt, topo.reducing_switches)
+    if runtime != "msccl" and fmt != "xml":
+        raise SpecError(f"the {runtime} runtime loads MSCCL XML, not {fmt}", key="runtime")
+    if fmt == "mscclpp":
+        _check_plan_kind(coll, previous, span)
+    return fmt
 
 
 def _check_plan_kind(coll: Collective, previous: object, span: tuple[int, int] | None
