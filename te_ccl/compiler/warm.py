@@ -36,6 +36,8 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import te_ccl.verify.msccl.reader as xml_reader
+import te_ccl.verify.msccl.verify as xml_verifier
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.select import strategy_for
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
@@ -43,13 +45,17 @@ from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler.incumbent import Incumbent, describe
 from te_ccl.compiler.options import CompileOptions
+from te_ccl.compiler.splice import WEIGHTS, splice, step_times
 from te_ccl.errors import SpecError, TecclError, VerificationError
+from te_ccl.lower.msccl.to_xml import program_to_xml
 from te_ccl.schedule import Schedule
+from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.simulate.replay import replay_finish
 from te_ccl.topology.model import Topology
 from te_ccl.verify.msccl.layout import Layout
 from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.msccl.values import expand
+from te_ccl.verify.schedule_check import check_schedule
 
 if TYPE_CHECKING:
     from te_ccl.compiler.judge import Timer
@@ -97,10 +103,8 @@ def read_previous(path: str, collective: Collective, topology: Topology, *,
     :class:`SpecError` naming the file and what differs. ``routes``: read each chunk's
     tree too (None: where the compile uses them, where no scale method fits; reading
     them costs seconds at 256 GPUs)."""
-    from te_ccl.verify.msccl.reader import read_msccl
-
     try:
-        algo = read_msccl(path)
+        algo = xml_reader.read_msccl(path)
     except TecclError as e:
         raise SpecError(f"expected a previous MSCCL XML file teccl can read ({e})",
                         file=path, key="--from") from None
@@ -302,28 +306,44 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
     if previous is None or previous.algo is None or previous.before is None \
             or options.fmt != "xml":
         return False
-    from te_ccl.compiler.splice import WEIGHTS, splice, step_times
-    from te_ccl.lower.msccl.to_xml import program_to_xml
-    from te_ccl.simulate.msccl import simulate_msccl
-    from te_ccl.verify.msccl.reader import read_msccl
-    from te_ccl.verify.msccl.verify import verify_msccl
-    from te_ccl.verify.schedule_check import check_schedule
-
     kept.tell(f"--from: splicing the {WARM}")
-    algo, coll = previous.algo, collective
-    whole = coll.ranks == tuple(range(topology.ngpus))  # the provenance names every GPU
-    root = coll.ranks.index(coll.root) if coll.root is not None else None
     try:
-        times = step_times(algo, previous.before, topology, coll)
+        times = step_times(previous.algo, previous.before, topology, collective)
     except VerificationError as e:  # the file does not run as written: no order to keep
         kept.notes.append(f"--from: the {WARM} is not spliced (its replay fails: {e})")
         return False
-    best, why = None, "no splice replays"
+    found = _standing_splice(previous.algo, previous.before, topology, collective, options,
+                             times, kept)
+    return found is not None and _verify_and_offer(found, previous, topology, collective,
+                                                   options, timer, kept)
+
+
+@dataclass(frozen=True)
+class _Standing:
+    """A splice that replays within :data:`QUALITY_GAP` of the lower bound: its file,
+    that file's replay and the trees it routes each chunk on."""
+
+    finish_s: float
+    data: bytes
+    trees: tuple[Tree, ...]
+
+
+def _standing_splice(algo: Algo, before: Topology, topology: Topology,
+                     collective: Collective, options: CompileOptions, times: list[float],
+                     kept: Incumbent) -> _Standing | None:
+    """The first splice, by the weights :data:`~te_ccl.compiler.splice.WEIGHTS` in turn,
+    whose written file replays within :data:`QUALITY_GAP` of the lower bound; None (a
+    note says why) where none does, or one keeps a link too busy to stand or replays
+    beyond :data:`NEAR_GAP` (the weights move a file by a few percent: no other is
+    tried)."""
+    coll = collective
+    whole = coll.ranks == tuple(range(topology.ngpus))  # the provenance names every GPU
+    why = "no splice replays"
     for early in WEIGHTS:
-        got = splice(algo, previous.before, topology, coll, options.runtime, times, early)
+        got = splice(algo, before, topology, coll, options.runtime, times, early)
         if isinstance(got, str):
             kept.notes.append(f"--from: the {WARM} is not spliced ({got})")
-            return False
+            return None
         if got.busiest_s > kept.bound_s * (1 + QUALITY_GAP):  # cannot stand: no replay
             why = (f"it keeps a link busy {got.busiest_s / kept.bound_s:.3f}× the lower "
                    "bound")
@@ -333,32 +353,39 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
         data = program_to_xml(program, provenance=(topology.name, coll.size_bytes)
                               if whole else None)
         try:
-            finish = simulate_msccl(read_msccl(data.decode()), topology, coll.size_bytes,
-                                    ranks=coll.ranks).finish_time_s
+            finish = simulate_msccl(xml_reader.read_msccl(data.decode()), topology,
+                                    coll.size_bytes, ranks=coll.ranks).finish_time_s
         except VerificationError as e:  # a deadlock: the verifier would refuse it
             why = str(e)
             continue
         if finish <= kept.bound_s * (1 + QUALITY_GAP):
-            best = (finish, data, got.trees)
-            break
+            return _Standing(finish, data, got.trees)
         why = f"it replays at {finish / kept.bound_s:.3f}× the lower bound"
         if finish > kept.bound_s * (1 + NEAR_GAP):
-            break  # the weights move a file by a few percent: no other is tried
-    if best is None:
-        kept.notes.append(f"--from: the {WARM} spliced does not stand ({why}); the "
-                          "compile goes on as without it")
-        return False
-    finish, data, trees = best
-    report = verify_msccl(data.decode(), root=root, limits=options.runtime)
-    schedule = _routed(replace(previous, trees=trees), topology,
-                       replace(coll, chunks_per_rank=previous.pieces), 1, SPLICED)
+            break
+    kept.notes.append(f"--from: the {WARM} spliced does not stand ({why}); the "
+                      "compile goes on as without it")
+    return None
+
+
+def _verify_and_offer(found: _Standing, previous: Previous, topology: Topology,
+                      collective: Collective, options: CompileOptions, timer: Timer,
+                      kept: Incumbent) -> bool:
+    """Offer ``kept`` the splice ``found`` once the verifier passes its file in full (it
+    reads the bytes written, as it does any file's) and the checker the schedule of its
+    routes; True if kept, else a note says why not."""
+    root = collective.ranks.index(collective.root) if collective.root is not None else None
+    report = xml_verifier.verify_msccl(found.data.decode(), root=root, limits=options.runtime)
+    schedule = _routed(replace(previous, trees=found.trees), topology,
+                       replace(collective, chunks_per_rank=previous.pieces), 1, SPLICED)
     if not report.valid or schedule is None or check_schedule(schedule):
         why = f"its file fails verification: {report.errors[0]}" if not report.valid \
             else "its routes do not make a schedule the checker passes"
         kept.notes.append(f"--from: the {WARM} spliced is not kept ({why})")
         return False
-    timer.replayed(schedule, data, finish)
-    return kept.offer(schedule, data, finish, f"first file: {describe(schedule)}")
+    timer.replayed(schedule, found.data, found.finish_s)
+    return kept.offer(schedule, found.data, found.finish_s,
+                      f"first file: {describe(schedule)}")
 
 
 def first_candidates(previous: Previous | None, topology: Topology, collective: Collective,
