@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import repeat
 
@@ -415,6 +416,18 @@ class _Splice:
         waited for (their dependency, the step before them), add the moves' thread
         blocks, and make every read wait for its slot's writer where the thread block's
         order or what it waits for does not already say so."""
+        stands = self._waits_now()  # of the file's steps, before the moves' are added
+        for (k, b), moves in sorted(self.moves.items()):
+            self._add(k, b, sorted(moves, key=lambda m: m.when))
+        fresh = set(self.new.values())
+        for rank, tbs in self.tbs.items():
+            for tb in tbs:
+                self._repoint(rank, tb, stands, fresh)
+            self.tbs[rank] = [tb for tb in tbs if tb.steps]
+        self._order_reads()
+
+    def _waits_now(self) -> Callable[[_Step | None], _Step | None]:
+        """What waiting for a step means once the steps removed and the nops are gone."""
         before: dict[_Step, _Step | None] = {}
         for tbs in self.tbs.values():
             for tb in tbs:
@@ -447,36 +460,42 @@ class _Splice:
                               default=None)
             return x if kept(x) else memo[x]
 
-        for (k, b), moves in sorted(self.moves.items()):
-            self._add(k, b, sorted(moves, key=lambda m: m.when))
-        fresh = set(self.new.values())
-        for rank, tbs in self.tbs.items():
-            for tb in tbs:
-                out: list[_Step] = []
-                for st in tb.steps:
-                    if st in self.removed:
-                        continue
-                    paced = stands(st.dep)
-                    deps = [paced] if paced is not None else []
-                    if st.op == "s" or st.op in READS_SRC:
-                        deps += [w for w in map(self.writer.get, zip(repeat(rank), st.reads()))
-                                 if w in fresh]
-                    if len(deps) > 1:
-                        deps = sorted(_latest(deps), key=lambda d: d.t)
-                    deps = [d for d in deps if d.tb is not tb]
-                    if st.op == "nop" and not deps:
-                        continue
-                    if not deps and out and out[-1].op == "nop":
-                        deps = [out.pop().dep]
-                    out.extend(_nop(d, tb) for d in deps[:-1])
-                    st.dep = deps[-1] if deps else None
-                    out.append(st)
-                tb.steps = out
-                if not any(st.op in SENDS for st in tb.steps):
-                    tb.send = -1  # no connection over a link that is gone
-                if not any(st.op in RECVS for st in tb.steps):
-                    tb.recv = -1
-            self.tbs[rank] = [tb for tb in tbs if tb.steps]
+        return stands
+
+    def _repoint(self, rank: int, tb: _Tb, stands: Callable[[_Step | None], _Step | None],
+                 fresh: set[_Step]) -> None:
+        """``tb``'s steps without those removed, each waiting for what its wait
+        ``stands`` for and, for a read, the ``fresh`` receives (of the moves) that write
+        its slots, through nops where it waits for more than one step; a peer none of
+        its steps uses any more is dropped."""
+        out: list[_Step] = []
+        for st in tb.steps:
+            if st in self.removed:
+                continue
+            paced = stands(st.dep)
+            deps = [paced] if paced is not None else []
+            if st.op == "s" or st.op in READS_SRC:
+                deps += [w for w in map(self.writer.get, zip(repeat(rank), st.reads()))
+                         if w in fresh]
+            if len(deps) > 1:
+                deps = sorted(_latest(deps), key=lambda d: d.t)
+            deps = [d for d in deps if d.tb is not tb]
+            if st.op == "nop" and not deps:
+                continue
+            if not deps and out and out[-1].op == "nop":
+                deps = [out.pop().dep]
+            out.extend(_nop(d, tb) for d in deps[:-1])
+            st.dep = deps[-1] if deps else None
+            out.append(st)
+        tb.steps = out
+        if not any(st.op in SENDS for st in tb.steps):
+            tb.send = -1  # no connection over a link that is gone
+        if not any(st.op in RECVS for st in tb.steps):
+            tb.recv = -1
+
+    def _order_reads(self) -> None:
+        """Make every read wait for its slot's writer where its thread block's order or
+        what it waits for does not already say so (its wait, else a nop before it)."""
         prior = {st: tb.steps[i - 1] if i else None for tbs in self.tbs.values()
                  for tb in tbs for i, st in enumerate(tb.steps)}
         for rank, tbs in self.tbs.items():
