@@ -167,25 +167,34 @@ def lower_file(schedule: Schedule, options: CompileOptions,
     """``schedule`` lowered to the file ``options`` asks for: an MSCCL++ plan for
     ``mscclpp``, else MSCCL XML within ``options.runtime``'s limits, told to ``progress``
     (not verified yet)."""
+    return _lower_timed(schedule, options, progress)[0]
+
+
+def _lower_timed(schedule: Schedule, options: CompileOptions,
+                 progress: Callable[[str], None] | None) -> tuple[bytes, float | None]:
+    """:func:`lower_file`, with the XML replay of the file where choosing it took one
+    (:func:`_merged_if_faster`), else None."""
     o = options
     if o.fmt == "mscclpp":
         name = o.name or f"{schedule.topology.name}-{schedule.collective.kind.value}"
         return lower_to_mscclpp(schedule, name=name, min_bytes=o.min_bytes,
-                                max_bytes=o.max_bytes)
+                                max_bytes=o.max_bytes), None
     return _merged_if_faster(schedule, partial(
         msccl_lowering.lower_to_msccl, schedule, name=o.name, min_bytes=o.min_bytes,
         max_bytes=o.max_bytes, runtime=o.runtime, progress=progress or quiet), o)
 
 
 def _merged_if_faster(schedule: Schedule, lower: Callable[..., bytes],
-                      options: CompileOptions) -> bytes:
+                      options: CompileOptions) -> tuple[bytes, float | None]:
     """The XML ``lower`` writes, or, up to :data:`MERGE_UP_TO` transfers where that file
     exceeds the runtime's limits or gives up the schedule's timing to fit them (its
     notes say so), one whose steps carry several chunks (in each mode of
     :data:`~te_ccl.lower.msccl.merge.MODES`) that passes the verifier and replays
     fastest. Elsewhere a merged file has not replayed faster, and lowering it costs the
     search its time; a schedule cut into sub-chunks that does not fit is solved again
-    with fewer, which keeps its timing where merging its pieces moves them."""
+    with fewer, which keeps its timing where merging its pieces moves them. With the file,
+    its replay where a merged one was replayed against it (None where none was), so the
+    judge does not replay it again."""
     refused: RuntimeLimitError | None = None
     notes: list[str] = []
     try:
@@ -196,7 +205,7 @@ def _merged_if_faster(schedule: Schedule, lower: Callable[..., bytes],
             or schedule.info.subchunks > 1:  # solved again with fewer (render_fitting)
         if best is None:
             raise refused
-        return best
+        return best, None
     best_s: float | None = None  # the replay of best, once another file is up against it
     for mode in MERGE_MODES:
         try:
@@ -220,7 +229,7 @@ def _merged_if_faster(schedule: Schedule, lower: Callable[..., bytes],
             best, best_s = merged, seconds
     if best is None:
         raise refused
-    return best
+    return best, best_s
 
 
 class Timer:
@@ -246,6 +255,8 @@ class Timer:
         self._lowered: dict[tuple[int, Collective, int], tuple[Schedule, bytes]] = {}
         self._pace: float | None = None  # the slowest lowering timed, per transfer
         self._read: tuple[bytes, Algo] | None = None  # the last file the verifier read
+        # the last file lowered whose replay the merge pass took, by its schedule's key
+        self._merge_replay: tuple[tuple[int, Collective, int], bytes, float] | None = None
         self._replay: tuple[bytes, Background[float]] | None = None  # a file's, under way
         # the best file replay so far of each collective (whatever its chunking), and the
         # key of the schedule above XML_REPLAY_LIMIT whose file is kept for writing
@@ -288,9 +299,18 @@ class Timer:
               progress: Callable[[str], None] | None = None) -> bytes:
         """:func:`lower_file`, its time taken into the pace (:meth:`paced`)."""
         start = time.monotonic()
-        data = lower_file(schedule, options, progress)
+        data, replay_s = _lower_timed(schedule, options, progress)
         self.paced(len(schedule.transfers), time.monotonic() - start)
+        self._merge_replay = None if replay_s is None else (self._key(schedule), data,
+                                                            replay_s)
         return data
+
+    def _xml_s(self, schedule: Schedule, data: bytes, algo: Algo | None = None) -> float:
+        """:func:`xml_replay`, unless the merge pass replayed ``data`` already."""
+        known = self._merge_replay
+        if known is not None and known[1] is data and known[0] == self._key(schedule):
+            return known[2]
+        return xml_replay(schedule, data, algo)
 
     @property
     def files(self) -> bool:
@@ -440,7 +460,7 @@ class Timer:
                 started[1].hurry()
                 timing = replace(timing, xml_s=started[1].result())
             else:
-                timing = replace(timing, xml_s=xml_replay(schedule, data, algo))
+                timing = replace(timing, xml_s=self._xml_s(schedule, data, algo))
         except TimeLimitReached as e:
             timing = replace(timing, unreplayed=str(e))
         self._seen[self._key(schedule)] = (schedule.transfers, timing)
@@ -466,7 +486,7 @@ class Timer:
         if self.plan:
             timing = replace(timing, plan_s=plan_replay(schedule, data))
         else:
-            timing = replace(timing, xml_s=xml_replay(schedule, data))
+            timing = replace(timing, xml_s=self._xml_s(schedule, data))
         self._filed(schedule, data, timing.file_s)
         return timing
 
