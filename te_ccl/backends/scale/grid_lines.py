@@ -78,12 +78,14 @@ _AG, _RS, _AR = CollectiveKind.ALLGATHER, CollectiveKind.REDUCESCATTER, Collecti
 METHODS = {_AG: "grid-allgather", _RS: "grid-reducescatter", _AR: "grid-allreduce"}
 BACKEND = "grid"  # the schedule's info.backend
 PLANNING = "planning the grid collective"  # what a deadline reached interrupted
-GRID_FROM_DELIVERIES = 130_000  # chunk deliveries (an AllReduce's twice) from which the
+GRID_FROM_DELIVERIES = 500_000  # chunk deliveries (an AllReduce's twice) from which the
 #                                 first file is this one: a file of one step per chunk and
 #                                 hop then takes the lowering and the verifier longer than a
-#                                 first file may (a 256-GPU AllReduce: 130,560; its
-#                                 AllGather's 65,280 stay a per-chunk file, nearer the
-#                                 bound than this one above 1 KB)
+#                                 first file may (torus 8×8×8 AllReduce: 523,264; its
+#                                 AllGather's 261,632 stay a per-chunk file near the bound).
+#                                 Not lower: a 256-GPU AllReduce's grid file (130,560) is
+#                                 over 2× the bound, and the cheap candidates the compile
+#                                 then builds and lowers to beat it take its whole limit
 _S, _R, _CPY, _NOP, _RRC = 0, 1, 2, 3, 4  # step codes (grid.OPS)
 _I, _O = 0, 1  # buffer codes (grid.BUFFERS)
 _GIDS = 1 << 32  # chains fewer than this: a priority is (phase, hops) · _GIDS + chain
