@@ -228,9 +228,8 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
                 except (TimeLimitReached, SolverError, VerificationError,
                         RuntimeLimitError) as e:
                     notes.append(f"alone: compiled once ({e})")
-                with keeping(WRITE_RESERVE_S):
-                    first = _faster_alone(jobs, compiled, first, first_alone, again)
-                    shared = replay_together(jobs, first.algos)
+                first = _faster_alone(jobs, compiled, first_alone, again)
+                shared = replay_together(jobs, first.algos)
         first = replace(first, finish=shared.finish_s)
         kept = []
         for method, views in _views(jobs, shared.link_bytes, shared.shared_links, objective,
@@ -403,12 +402,11 @@ def _files(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
             for j in jobs.jobs}
 
 
-def _faster_alone(jobs: JobSet, compiled: dict[tuple, JobFile], first: _Candidate,
-                  first_alone: dict[str, float], again: Mapping[tuple, JobFile]
-                  ) -> _Candidate:
-    """``first`` (the files compiled on the whole network, ``first_alone`` their finishes
-    alone) with each job's file compiled ``again`` where that finishes first alone; both
-    in ``compiled`` and ``first_alone``."""
+def _faster_alone(jobs: JobSet, compiled: dict[tuple, JobFile], first_alone: dict[str, float],
+                  again: Mapping[tuple, JobFile]) -> _Candidate:
+    """The files compiled on the whole network (in ``compiled``, ``first_alone`` their
+    finishes alone), each replaced, there too, by its job's file compiled ``again`` where
+    that finishes first alone."""
     for (name, view), f in again.items():
         t = finish_alone(jobs, next(j for j in jobs.jobs if j.name == name), f.algo)
         if t < first_alone[name]:
