@@ -49,6 +49,7 @@ from te_ccl.model.problem import Problem
 __all__ = ["Net", "net_of", "greedy_transfers"]
 
 GREEDY = "running the scale greedy"  # what a deadline reached interrupted
+_DRAWS_PER_CALL = 1 << 20  # skipped epochs' random draws made per call (8 MB at most)
 
 
 @dataclass(frozen=True)
@@ -265,10 +266,11 @@ def _next_epoch(t: int, moved: int, arrivals: dict[int, list], free_at: np.ndarr
     busy = free_at[free_at > t]
     until = min([*arrivals, *([int(busy.min())] if busy.size else [])], default=t + 1)
     if draws is not None:
-        rng, nbits, drawn = draws
-        for _ in range(t + 1, until):
-            for n in drawn:
-                rng.integers(0, nbits, size=n)
+        rng, nbits, drawn = draws  # the stream a call per round draws, in fewer calls
+        left = max(0, until - t - 1) * sum(drawn)
+        while left > 0:
+            rng.integers(0, nbits, size=min(left, _DRAWS_PER_CALL))
+            left -= _DRAWS_PER_CALL
     return max(until, t + 1)
 
 
