@@ -40,9 +40,9 @@ def test_teccl_row_reports_the_time_its_choice_was_judged_by(monkeypatch):
     replays = []
     real = judge.xml_replay
 
-    def counting(schedule, data):
+    def counting(schedule, data, *rest, **options):
         replays.append(schedule.transfers)
-        return real(schedule, data)
+        return real(schedule, data, *rest, **options)
 
     monkeypatch.setattr(judge, "xml_replay", counting)
     case = Case("ring8", "allgather", MB, limit_s=5, baselines=False)
