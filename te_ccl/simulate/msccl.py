@@ -38,7 +38,7 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_right
-from collections import defaultdict, deque
+from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -285,7 +285,6 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
             push(end, i << 12 | _DONE)
 
     if pieces is not None:  # pieces start at their tails' arrival, not the message's
-        tail = defaultdict(float)
         hop, left = _by_pieces(paths, path, cnt, pieces, put, lat, cut, push, used, record)
 
     ends = flat.tb_first[1:] + [nsteps]
@@ -353,7 +352,7 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
         elif kind == _LEFT:
             left(i, code >> 2 & 1023, now)
         else:
-            hop(i, code >> 2 & 1023, now, tail[i])
+            hop(i, code >> 2 & 1023, now, tail.get(i, 0.0))  # none kept by pieces
     return _result(flat, done, used, links, stage, last), done
 
 
