@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.select import strategy_for
 from te_ccl.collective.model import Collective
+from te_ccl.compiler.strategy import usable_links
 from te_ccl.errors import SpecError
 from te_ccl.lower.mscclpp import SUPPORTED
 from te_ccl.model.epochs import epoch_duration
-from te_ccl.model.outliers import without_slow_links
 from te_ccl.model.problem import link_timings, members_of
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.topology.model import Topology
@@ -76,7 +76,7 @@ def check_epoch(topology: Topology, collective: Collective, params: SolveParams)
     epoch_s = epoch_duration(topology, collective.chunk_bytes, params.epoch)
     if isinstance(params.epoch, str):
         return  # a policy's epochs fit every hop (:func:`epoch_duration`)
-    links = without_slow_links(topology, collective)[0]
+    links = usable_links(topology, collective)[0]  # found once: the search reads it too
     link_timings(links, collective.chunk_bytes, epoch_s, members_of(topology, collective))
 
 

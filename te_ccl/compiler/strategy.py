@@ -56,7 +56,7 @@ def check_input(topology: Topology, collective: Collective) -> None:
         raise SpecError(f"{collective.commodities} chunks to route; at most {MAX_COMMODITIES} "
                         "fit one compile (use fewer chunks)", key="chunks")
     _check_reach(topology, collective)
-    _usable_links(topology, collective)  # read with the input, before any strategy starts
+    usable_links(topology, collective)  # read with the input, before any strategy starts
     _ACCEPTED[:] = [(topology, collective)]
 
 
@@ -93,7 +93,7 @@ def run_strategy(topology: Topology, collective: Collective, params: SolveParams
     the model's size) for input :func:`check_input` accepted, within its time limit, on
     the links a fast schedule may use (:func:`without_slow_links`)."""
     with until(params.time_limit_s):
-        usable, left_out = _usable_links(topology, collective)
+        usable, left_out = usable_links(topology, collective)
         if strategy_for(params) == "scale":
             schedule = compile_scale(usable, collective, params, progress)
         else:
@@ -106,7 +106,7 @@ def run_strategy(topology: Topology, collective: Collective, params: SolveParams
 _USABLE: list[tuple[Topology, Collective, tuple[Topology, str | None]]] = []  # the last
 
 
-def _usable_links(topology: Topology, collective: Collective) -> tuple[Topology, str | None]:
+def usable_links(topology: Topology, collective: Collective) -> tuple[Topology, str | None]:
     """:func:`without_slow_links` once per compile: the portfolio runs several strategies
     on one topology and chunking, and the pair seen last (the same topology object, an
     equal collective) gets the links found then."""
