@@ -1,10 +1,15 @@
 """Fixtures shared by the whole suite; under ``CI`` the property tests are derandomized
 (the same examples every run: a red CI means a change broke something, not that
-hypothesis happened to find an old bug — explore locally, where seeds are random)."""
+hypothesis happened to find an old bug — explore locally, where seeds are random).
+
+``--clock-rate N`` runs ``time.monotonic`` N times fast in every test, as a slow machine
+under load looks to the compile's deadlines: a test that holds only on a fast machine
+fails with it (off by default; ``pytest --clock-rate 33 tests/<dir>``)."""
 
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from hypothesis import settings
@@ -15,6 +20,23 @@ from te_ccl.cli.main import main
 settings.register_profile("default", deadline=None)
 settings.register_profile("ci", settings.get_profile("default"), derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else "default")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--clock-rate", type=float, default=1.0, metavar="N",
+                     help="run time.monotonic N times fast in each test (a slow machine)")
+
+
+@pytest.fixture(autouse=True)
+def _clock_rate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``time.monotonic`` at ``--clock-rate`` times its pace from the test's start (a
+    test's own fake clock, patched later, takes over from it)."""
+    rate = request.config.getoption("--clock-rate")
+    if rate == 1.0:
+        return
+    real = time.monotonic
+    start = real()
+    monkeypatch.setattr(time, "monotonic", lambda: start + (real() - start) * rate)
 
 
 @pytest.fixture
