@@ -47,14 +47,16 @@ sub-chunks than the runtime loads (:mod:`te_ccl.backends.scale.msccl_budget`).
 
 A compile makes its first file before the race from the registry's cheap candidates
 (:func:`te_ccl.compiler.candidates.first_file`); the race takes such schedules, and the
-plan's of :func:`te_ccl.compiler.candidates.known`, as ``known`` ones: entered first as
-trials (judged once, by the same judge) and not solved again.
+plan's of :func:`te_ccl.compiler.candidates.known`, as ``known`` ones: judged once, by the
+same judge, before any chunking's race (they are built already, so judging them is all
+they cost, and a race cut short by the deadline still weighs them), then entered first as
+trials of their chunking's race and not solved again.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from functools import cache
 
@@ -164,6 +166,23 @@ class Trial:
         return f"{self.name}: {shown}"
 
 
+Verdict = float | SolverError  # a candidate's judged time, or why it has none
+Judged = tuple[tuple[str, Schedule, Verdict], ...]  # known candidates, each judged once
+
+
+def _verdict(judge: Judge, schedule: Schedule) -> Verdict:
+    """``schedule``'s time by ``judge``, or why it is not kept: it relays more through a
+    GPU than its buffer holds (the templates do not plan around buffer limits), or the
+    deadline came while judging it (judging is part of the search)."""
+    over = relay_overflow(schedule)
+    if over is not None:
+        return SolverError(f"breaks a buffer limit: {over}")
+    try:
+        return judge(schedule)
+    except TimeLimitReached as e:
+        return e
+
+
 @dataclass
 class _Race:
     """The candidates of one chunking so far: every trial, the best (its index in
@@ -184,16 +203,11 @@ class _Race:
         """The time kept from the search to write the best so far."""
         return self.judge.write_s(self.best[0]) if self.best is not None else 0.0
 
-    def enter(self, name: str, schedule: Schedule) -> None:
-        over = relay_overflow(schedule)  # the templates do not plan around buffer limits
-        if over is not None:
-            self.trials.append(Trial(name, outcome=f"breaks a buffer limit: {over}"))
-            self.error = self.error or SolverError(f"{name}: {over}")
-            return
-        try:
-            t = self.judge(schedule)
-        except TimeLimitReached as e:  # judging is part of the search: keep the best so far
-            self.fail(name, e)
+    def enter(self, name: str, schedule: Schedule, verdict: Verdict | None = None) -> None:
+        """Take ``schedule`` as a trial, judged now unless its ``verdict`` is given."""
+        t = _verdict(self.judge, schedule) if verdict is None else verdict
+        if isinstance(t, SolverError):
+            self.fail(name, t)
             return
         self.trials.append(Trial(name, t))
         if self.best is None or t < self.best_s * (1 - TIE) or (
@@ -229,18 +243,24 @@ def choose(topology: Topology, collective: Collective, params: SolveParams, judg
     """The fastest schedule by ``judge`` among the portfolio's candidates (see the module
     docstring) for each chunking of ``chunk_choices`` (none: the collective's own), with
     a note of what was tried. ``known``: candidates built already (a first file's, the
-    plan's of :func:`te_ccl.compiler.candidates.known`), raced with the others of their
-    chunking.
+    plan's of :func:`te_ccl.compiler.candidates.known`), judged once before any race, its
+    time counted in the limit, then raced with the others of their chunking.
 
     Raises
     ------
     SolverError
         no candidate produced a schedule (the last solver's reason).
     """
+    judged: Judged = ()
+    if known and strategy_for(params) == "portfolio":  # a single backend races nothing
+        budget = Budget.of(params.time_limit_s)
+        judged = tuple((name, s, _verdict(judge, s)) for name, s in known)
+        rest = params.time_limit_s - budget.elapsed()
+        params = replace(params, time_limit_s=max(MIN_SHARE_S, rest))
     if chunk_choices:
         return _best_chunking(topology, collective, params, chunk_choices, progress, judge,
-                              known)
-    return _race(topology, collective, params, judge, progress, known)
+                              judged)
+    return _race(topology, collective, params, judge, progress, judged)
 
 
 def asked_chunking(schedule: Schedule) -> Collective:
@@ -250,13 +270,13 @@ def asked_chunking(schedule: Schedule) -> Collective:
     return replace(c, chunks_per_rank=c.chunks_per_rank // k)
 
 
-def _known_here(known: Known, collective: Collective) -> Known:
+def _known_here(known: Judged, collective: Collective) -> Judged:
     """The ``known`` schedules of this chunking (whatever their sub-chunks)."""
-    return tuple((name, s) for name, s in known if asked_chunking(s) == collective)
+    return tuple(k for k in known if asked_chunking(k[1]) == collective)
 
 
 def _race(topology: Topology, collective: Collective, params: SolveParams, judge: Judge,
-          progress: Progress | None, known: Known = ()) -> Schedule:
+          progress: Progress | None, known: Judged = ()) -> Schedule:
     """The portfolio on one chunking (the given backend alone when it is not ``auto``, or
     when a ``max_horizon`` bounds the flow model). A ``known`` scale schedule of the
     sub-chunking the scale backend would cut stands for its run."""
@@ -265,8 +285,8 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     race = _Race(judge)
     budget = Budget.of(params.time_limit_s)
     known = _known_here(known, collective)
-    for name, schedule in known:
-        race.enter(name, schedule)
+    for name, schedule, verdict in known:
+        race.enter(name, schedule, verdict)
     method, flow_skip = _scale_and_flow(topology, collective)
     bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
     templates = topology.ngpus <= TEMPLATE_MAX_GPUS
@@ -283,7 +303,8 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     if trees_first:  # then the finer trees, whose larger file is lowered if time is left
         race_early()
         race_early(("packed-fine",))
-    if method is not None and not _scale_known(topology, collective, params, known):
+    if method is not None and not _scale_known(topology, collective, params,
+                                               (s for _, s, _ in known)):
         first = TREES_SHARE if method == "trees" else SCALE_SHARE
         share = params.time_limit_s * (first if flow_skip is None else 1.0)
         _run(race, scale(), topology, collective, replace(params, time_limit_s=share),
@@ -335,9 +356,9 @@ def _composition_short(topology: Topology, collective: Collective) -> bool:
 
 
 def _scale_known(topology: Topology, collective: Collective, params: SolveParams,
-                 known: Known) -> bool:
+                 known: Iterable[Schedule]) -> bool:
     """Is a ``known`` schedule the one the scale backend would solve (its sub-chunking)?"""
-    scaled = [s.collective for _, s in known if s.info.backend == "scale"]
+    scaled = [s.collective for s in known if s.info.backend == "scale"]
     return bool(scaled) and \
         scale_backend.scale_plan(topology, collective, params.max_subchunks)[0] in scaled
 
@@ -455,9 +476,11 @@ def _trial_order(topology: Topology, collective: Collective,
 
 def _best_chunking(topology: Topology, collective: Collective, params: SolveParams,
                    choices: tuple[int, ...], progress: Progress | None,
-                   judge: Judge, known: Known = ()) -> Schedule:
+                   judge: Judge, known: Judged = ()) -> Schedule:
     """Race the chunkings of :func:`_trial_order` (those that divide the size, and the
-    collective's own); keep the fastest by ``judge`` (ties: the earlier tried).
+    collective's own); keep the fastest by ``judge`` (ties: the earlier tried), or a
+    ``known`` one, judged already and the best so far from the start, whatever its
+    chunking and whether its chunking's race runs.
 
     Each may take half the time still left (the last one all of it): the most promising,
     tried first, get the most (dgx1 AllGather 1 GB: the rounds solve of 20 chunks per
@@ -468,7 +491,7 @@ def _best_chunking(topology: Topology, collective: Collective, params: SolvePara
     """
     candidates = _trial_order(topology, collective, tuple(sorted(set(choices))))
     budget = Budget.of(params.time_limit_s)
-    best: tuple[Schedule, float] | None = None
+    best = _best_known(judge, known)
     tried: list[str] = []
     spent = 0.0
     last_error: SolverError | None = None
@@ -491,12 +514,20 @@ def _best_chunking(topology: Topology, collective: Collective, params: SolvePara
         spent += s.info.solver_time_s
         t = judge(s)
         tried.append(f"{k}: {t:.4g} s" if t < math.inf else f"{k}: does not lower")
-        if best is None or t < best[1] * (1 - TIE):
-            best = (s, t)
+        if best is None or t < best[1] * (1 - TIE) or s.transfers is best[0].transfers:
+            best = (s, t)  # a known one's race, if run, notes what it was up against
     if best is None:
-        raise last_error
+        raise last_error or SolverError("no strategy applies to this collective")
     s = best[0]
     note = (f"chunks auto: picked {s.collective.chunks_per_rank} per rank by {judge.what} "
             f"(tried {'; '.join(tried)})")
     return s.with_info(notes=s.info.notes + (note,), solver_time_s=spent)
 
+
+def _best_known(judge: Judge, known: Judged) -> tuple[Schedule, float] | None:
+    """The fastest of the ``known`` schedules (any chunking) with its time, noted as
+    :meth:`_Race.winner` notes a race's, or None where none was judged."""
+    race = _Race(judge)
+    for name, schedule, verdict in known:
+        race.enter(name, schedule, verdict)
+    return (race.winner(), race.best_s) if race.best is not None else None
