@@ -31,7 +31,7 @@ from te_ccl.deadline import checked
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["find_boxes", "hierarchical"]
+__all__ = ["find_boxes", "hierarchical", "hierarchical_as_cut"]
 
 _BOX_NAME = re.compile(r"^b(\d+)\.")
 _STEPS = {False: 2.0, True: 4.0}  # a rank's steps per chunk: receive and send, twice to reduce
@@ -164,6 +164,14 @@ def hierarchical(topology: Topology, collective: Collective) -> Schedule:
     cut = pieces(topology, replace(collective, chunks_per_rank=1),
                  _STEPS[collective.is_reduction])
     return _pipelined(topology, max(cut, collective, key=lambda c: c.chunks_per_rank))
+
+
+def hierarchical_as_cut(topology: Topology, collective: Collective) -> Schedule:
+    """The hierarchical template with the chunks of ``collective`` as its pieces, however
+    coarse: each piece is one message, so the cut sets how much of a link a communicator
+    takes per turn where other communicators' messages take turns on it
+    (:mod:`te_ccl.simulate.cosim`)."""
+    return _pipelined(topology, collective)
 
 
 @functools.lru_cache(maxsize=4)
