@@ -297,12 +297,10 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
     """Where the previous file spliced onto ``topology`` (:mod:`te_ccl.compiler.splice`,
     its weights :data:`~te_ccl.compiler.splice.WEIGHTS` tried in turn while near the
     bound) replays within :data:`QUALITY_GAP` of the lower bound, so within that of any
-    compile from scratch, offer ``kept`` that file once the verifier passes it in full;
+    compile from scratch, and the verifier passes it in full, offer ``kept`` that file;
     its schedule is its routes timed as a template, which the independent checker
     passes. True if kept: it stands, with no other first file and no search
-    (:func:`repair`). Else the compile goes on as without it, a note says why: a
-    splice that does not stand is not verified, nor kept (the search that follows
-    finds better)."""
+    (:func:`repair`). Else the compile goes on as without it, a note says why."""
     if previous is None or previous.algo is None or previous.before is None \
             or options.fmt != "xml":
         return False
@@ -314,28 +312,35 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
         return False
     found = _standing_splice(previous.algo, previous.before, topology, collective, options,
                              times, kept)
-    return found is not None and _verify_and_offer(found, previous, topology, collective,
-                                                   options, timer, kept)
+    return found is not None and _offer(found, previous, topology, collective, timer, kept)
 
 
 @dataclass(frozen=True)
 class _Standing:
-    """A splice that replays within :data:`QUALITY_GAP` of the lower bound: its file,
-    that file's replay and the trees it routes each chunk on."""
+    """A splice whose written file the verifier passes and whose replay ends within
+    :data:`QUALITY_GAP` of the lower bound: that file, its replay and the trees it
+    routes each chunk on."""
 
     finish_s: float
     data: bytes
     trees: tuple[Tree, ...]
 
 
+class _Falls(Exception):
+    """The spliced file's replay ends past the gap: it is not verified further."""
+
+    def __init__(self, finish_s: float) -> None:
+        super().__init__(finish_s)
+        self.finish_s = finish_s
+
+
 def _standing_splice(algo: Algo, before: Topology, topology: Topology,
                      collective: Collective, options: CompileOptions, times: list[float],
                      kept: Incumbent) -> _Standing | None:
     """The first splice, by the weights :data:`~te_ccl.compiler.splice.WEIGHTS` in turn,
-    whose written file replays within :data:`QUALITY_GAP` of the lower bound; None (a
-    note says why) where none does, or one keeps a link too busy to stand or replays
-    beyond :data:`NEAR_GAP` (the weights move a file by a few percent: no other is
-    tried)."""
+    that stands (:func:`_verified`); None (a note says why) where none does, or one
+    keeps a link too busy to stand, replays beyond :data:`NEAR_GAP` (the weights move a
+    file by a few percent: no other is tried) or fails verification."""
     coll = collective
     whole = coll.ranks == tuple(range(topology.ngpus))  # the provenance names every GPU
     why = "no splice replays"
@@ -353,35 +358,56 @@ def _standing_splice(algo: Algo, before: Topology, topology: Topology,
         data = program_to_xml(program, provenance=(topology.name, coll.size_bytes)
                               if whole else None)
         try:
-            finish = simulate_msccl(xml_reader.read_msccl(data.decode()), topology,
-                                    coll.size_bytes, ranks=coll.ranks).finish_time_s
+            finish, report = _verified(data, topology, coll, options, kept.bound_s)
         except VerificationError as e:  # a deadlock: the verifier would refuse it
             why = str(e)
             continue
-        if finish <= kept.bound_s * (1 + QUALITY_GAP):
-            return _Standing(finish, data, got.trees)
-        why = f"it replays at {finish / kept.bound_s:.3f}× the lower bound"
-        if finish > kept.bound_s * (1 + NEAR_GAP):
-            break
+        except _Falls as e:
+            why = f"it replays at {e.finish_s / kept.bound_s:.3f}× the lower bound"
+            if e.finish_s > kept.bound_s * (1 + NEAR_GAP):
+                break
+            continue
+        if not report.valid:
+            kept.notes.append(f"--from: the {WARM} spliced is not kept (its file fails "
+                              f"verification: {report.errors[0]})")
+            return None
+        return _Standing(finish, data, got.trees)
     kept.notes.append(f"--from: the {WARM} spliced does not stand ({why}); the "
                       "compile goes on as without it")
     return None
 
 
-def _verify_and_offer(found: _Standing, previous: Previous, topology: Topology,
-                      collective: Collective, options: CompileOptions, timer: Timer,
-                      kept: Incumbent) -> bool:
-    """Offer ``kept`` the splice ``found`` once the verifier passes its file in full (it
-    reads the bytes written, as it does any file's) and the checker the schedule of its
-    routes; True if kept, else a note says why not."""
+def _verified(data: bytes, topology: Topology, collective: Collective,
+              options: CompileOptions, bound_s: float) -> tuple[float, xml_verifier.Report]:
+    """The replay of the written file ``data`` and the verifier's report on it, from one
+    read of it: the verifier hands what it read to the replay before its checks, and
+    stops there (:class:`_Falls`) where the replay ends past :data:`QUALITY_GAP` of
+    ``bound_s`` (a file that does not stand is not verified)."""
+    finish: list[float] = []
+
+    def replay(algo: Algo) -> None:
+        finish.append(simulate_msccl(algo, topology, collective.size_bytes,
+                                     ranks=collective.ranks).finish_time_s)
+        if finish[0] > bound_s * (1 + QUALITY_GAP):
+            raise _Falls(finish[0])
+
     root = collective.ranks.index(collective.root) if collective.root is not None else None
-    report = xml_verifier.verify_msccl(found.data.decode(), root=root, limits=options.runtime)
+    report = xml_verifier.verify_msccl(data.decode(), root=root, limits=options.runtime,
+                                       read=replay)
+    if not finish:  # the verifier read no algorithm: it cannot be replayed either
+        raise VerificationError(f"its file does not read: {report.errors[0]}")
+    return finish[0], report
+
+
+def _offer(found: _Standing, previous: Previous, topology: Topology,
+           collective: Collective, timer: Timer, kept: Incumbent) -> bool:
+    """Offer ``kept`` the splice ``found`` once the checker passes the schedule of its
+    routes; True if kept, else a note says why not."""
     schedule = _routed(replace(previous, trees=found.trees), topology,
                        replace(collective, chunks_per_rank=previous.pieces), 1, SPLICED)
-    if not report.valid or schedule is None or check_schedule(schedule):
-        why = f"its file fails verification: {report.errors[0]}" if not report.valid \
-            else "its routes do not make a schedule the checker passes"
-        kept.notes.append(f"--from: the {WARM} spliced is not kept ({why})")
+    if schedule is None or check_schedule(schedule):
+        kept.notes.append(f"--from: the {WARM} spliced is not kept (its routes do not make "
+                          "a schedule the checker passes)")
         return False
     timer.replayed(schedule, found.data, found.finish_s)
     return kept.offer(schedule, found.data, found.finish_s,
@@ -389,18 +415,19 @@ def _verify_and_offer(found: _Standing, previous: Previous, topology: Topology,
 
 
 def first_candidates(previous: Previous | None, topology: Topology, collective: Collective,
-                     params: SolveParams
+                     params: SolveParams, fmt: str = "xml"
                      ) -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
-    """The candidates of a compile's first file: the previous file's routes first (with
-    ``--from``, where no scale method fits: else the scale backend repairs), then the
-    registry's cheap ones (:func:`te_ccl.compiler.candidates.first_file`: a grid method
-    where one step per chunk and hop is too many transfers for a first file, the scale
-    method, the templates) for when they do not apply or do not fit the runtime."""
+    """The candidates of a compile's first file in format ``fmt``: the previous file's
+    routes first (with ``--from``, where no scale method fits: else the scale backend
+    repairs), then the registry's cheap ones (:func:`te_ccl.compiler.candidates.first_file`:
+    the plan where ``fmt`` takes one, a grid method where one step per chunk and hop is too
+    many transfers for a first file, the scale method, the templates) for when they do
+    not apply or do not fit the runtime."""
     from te_ccl.compiler.candidates import first_file
 
     if previous is not None and not _scales(topology, collective):
         yield f"{WARM}'s routes", partial(warm_schedule, previous, topology, collective)
-    yield from first_file(topology, collective, params)
+    yield from first_file(topology, collective, params, fmt)
 
 
 def repair(previous: Previous | None, topology: Topology, collective: Collective,
