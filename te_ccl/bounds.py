@@ -113,13 +113,15 @@ import numpy as np
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import left
 from te_ccl.topology.model import Node, Topology
-from te_ccl.topology.symmetry import translations
+from te_ccl.topology.symmetry import automorphisms, orbits
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
            "alltoall_cut_time", "alltoall_cut_alpha", "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "threshold_groups",
            "LP_MAX_VARIABLES"]
 
-LP_MAX_VARIABLES = 200_000
+LP_MAX_VARIABLES = 20_000  # sources × links of the AlltoAll LP as solved (a source per orbit):
+#                            GLOP's time grows faster than the size, and a larger LP would
+#                            cost the first file seconds (mesh 16×16: 36 sources × 960 links)
 LP_SHARE = 0.1  # of the time left to a compile, the most its AlltoAll LP may take
 EXACT_CUT_MAX_GPUS = 2048
 
@@ -341,35 +343,43 @@ def _farthest(adjacency: dict[str, list[tuple[float, str]]], s: str | set[str],
     return max((dist.get(t, 0.0), t) for t in targets)
 
 
-def _link_orbits(topology: Topology, members: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Each link's orbit (ids from 0) under a torus's translations and each orbit's size,
-    if the translations map the first member onto every member once; else None."""
-    perms = translations(topology)
-    if perms is None:
-        return None
-    index = {name: i for i, name in enumerate(topology.gpus)}
-    if sorted(perms[:, index[members[0]]]) != sorted(index[m] for m in members):
-        return None
-    u = np.array([index[k.src] for k in topology.links])
-    v = np.array([index[k.dst] for k in topology.links])
-    canonical = (perms[:, u] * len(index) + perms[:, v]).min(axis=0)
-    _, orbit, size = np.unique(canonical, return_inverse=True, return_counts=True)
-    return orbit, size
+def _orbit_lp_rows(topology: Topology, members: list[str]
+                   ) -> tuple[list[str], list[int], np.ndarray, np.ndarray]:
+    """For the concurrent-flow LP under a group ``G`` of the fabric's automorphisms that
+    keep the members (:func:`~te_ccl.topology.symmetry.automorphisms`): one member per
+    orbit of members, each orbit's size, each link's orbit (ids from 0) and each link
+    orbit's size. Without symmetry every member and link is an orbit of its own."""
+    gens = automorphisms(topology, members)
+    index = {n.name: i for i, n in enumerate(topology.nodes)}
+    node = orbits(gens, len(topology.nodes))
+    first: dict[int, str] = {}
+    count: Counter[int] = Counter()
+    for m in members:
+        first.setdefault(int(node[index[m]]), m)
+        count[int(node[index[m]])] += 1
+    u = np.array([index[k.src] for k in topology.links], dtype=np.int64)
+    v = np.array([index[k.dst] for k in topology.links], dtype=np.int64)
+    link_id = {(a, b): i for i, (a, b) in enumerate(zip(u.tolist(), v.tolist(), strict=True))}
+    link_gens = [np.array([link_id[(a, b)] for a, b in zip(g[u].tolist(), g[v].tolist(),
+                                                           strict=True)]) for g in gens]
+    link = orbits(link_gens, len(topology.links))
+    return list(first.values()), [count[o] for o in first], link, np.bincount(link)
 
 
 def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float) -> float | None:
     """Max-concurrent-flow LP: the least T such that every pair moves its bytes in T.
 
-    On a torus whose translations ``G`` map one member onto each (:func:`_link_orbits`),
-    one source ``s₀`` suffices: averaging an optimal solution over ``G`` keeps it
-    feasible and optimal, and in the average source ``g(s₀)`` sends on ``g(k)`` what
-    ``s₀`` sends on ``k``, so each link of an orbit ``O`` carries
-    ``(|G|/|O|)·Σ_{k∈O} f₀(k)`` — one capacity row per orbit, the same T.
+    Solved for one source ``r`` per orbit of members under a group ``G`` of the
+    fabric's automorphisms (:func:`_orbit_lp_rows`), with one capacity row per link
+    orbit ``O``: ``Σ_r (|Gr|/|O|)·Σ_{k∈O} f_r(k) ≤ b_O·T`` — the same T as the full LP.
+    From a full solution ``F``, ``f_r = (1/|G|)·Σ_g g⁻¹·F_{g(r)}`` is a flow from ``r``
+    whose row for ``O`` is the mean of the full rows of ``O``'s links; from a reduced
+    solution, ``F_s`` the mean of ``g·f_r`` over the ``g`` with ``g(r) = s`` loads each
+    link of ``O`` with exactly that row. So each LP's optimum is feasible in the other.
     """
     from ortools.linear_solver import pywraplp
 
-    orbits = _link_orbits(topology, members)
-    sources = members if orbits is None else members[:1]
+    sources, weight, orbit, size = _orbit_lp_rows(topology, members)
     if len(sources) * len(topology.links) > LP_MAX_VARIABLES:
         return None
     scale = max(k.bandwidth_Bps for k in topology.links)  # solve in units of 1 byte, max bw 1
@@ -386,18 +396,13 @@ def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float)
                 lp.Add(net == -1)
             else:
                 lp.Add(net == 0)
-    if orbits is None:
-        for k in topology.links:
-            lp.Add(sum(f[(s, k.key)] for s in members) <= k.bandwidth_Bps / scale * T)
-    else:
-        orbit, size = orbits
-        rows: dict[int, list] = defaultdict(list)
-        bandwidth = {}
-        for k, o in zip(topology.links, orbit.tolist(), strict=True):
-            rows[o].append(f[(sources[0], k.key)])
-            bandwidth[o] = k.bandwidth_Bps  # the same on the whole orbit
-        for o, row in rows.items():
-            lp.Add(len(members) / size[o] * sum(row) <= bandwidth[o] / scale * T)
+    rows: dict[int, list] = defaultdict(list)
+    bandwidth = {}
+    for k, o in zip(topology.links, orbit.tolist(), strict=True):
+        rows[o] += [w / size[o] * f[(s, k.key)] for s, w in zip(sources, weight, strict=True)]
+        bandwidth[o] = k.bandwidth_Bps  # the same on the whole orbit
+    for o, row in rows.items():
+        lp.Add(sum(row) <= bandwidth[o] / scale * T)
     lp.Minimize(T)
     budget = left() * LP_SHARE  # under a deadline: the compile's first file comes first
     if budget < math.inf:
