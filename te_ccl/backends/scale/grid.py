@@ -23,7 +23,7 @@ from te_ccl.runtime_limits import RuntimeLimits
 from te_ccl.topology.model import Topology
 
 __all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "coords", "neighbour", "grid_alpha",
-           "list_order", "channels", "grid_moves", "overflow", "PER_CHANNEL"]
+           "list_order", "channels", "in_turn", "grid_moves", "overflow", "PER_CHANNEL"]
 
 BUFFERS = ("i", "o", "s")  # buffer codes of a plan's steps
 OPS = ("s", "r", "cpy", "nop", "rrc")  # step codes
@@ -179,6 +179,23 @@ def channels(prio: list[int], link: np.ndarray, cnt: list[int], waits: np.ndarra
         return (f"a link carries {int(np.bincount(link).max())} groups: more than "
                 f"{limits.max_channels} channels of {PER_CHANNEL}")
     return position, finish, chan, nchannels
+
+
+def in_turn(position: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(each transfer's channel, (opener, transfer it waits for) rows) where each link
+    takes its transfers in the list schedule's order: :data:`PER_CHANNEL` at a time per
+    channel, channel 0 first, and each channel's first send (its opener) waits until the
+    previous channel's last has left. Channels of a link dealt in turn would race on it,
+    and the link would serve them as they come, not in the order that keeps it busy."""
+    by_link = np.lexsort((position, link))
+    first_of_link = np.searchsorted(link[by_link], link[by_link])
+    rank = np.empty(len(link), dtype=np.int64)
+    rank[by_link] = np.arange(len(link)) - first_of_link
+    chan = rank // PER_CHANNEL
+    opens = np.flatnonzero((rank % PER_CHANNEL == 0) & (rank > 0))
+    before = np.empty(len(link), dtype=np.int64)
+    before[by_link[1:]] = by_link[:-1]
+    return chan, np.stack([opens, before[opens]], axis=1)
 
 
 def grid_moves(topology: Topology, n: int, plan: GridPlan, lt: LinkTiming, what: str

@@ -22,8 +22,10 @@ not fit (mesh 16×16: the concurrent-flow routes give rank 120 4,069 receives, o
 3,838 steps the reader holds; here fewer, :func:`grid_elements` counts them). Every step
 moves one group over one link, so the file is deadlock-free by construction: every
 thread block takes its transfers in the order one list schedule starts them (earlier
-phases first, then the groups with most hops to go), and a step waits only for a receive that started before it or a local
-copy.
+phases first, then the groups with most hops to go), and a step waits only for a receive
+that started before it, a local copy, or (:func:`~te_ccl.backends.scale.grid.in_turn`) the
+last send of the channel before its own on the link: a link's channels take its groups in
+turn, so the link carries them in the list schedule's order, which keeps it busy.
 
 The schedule (:func:`solve_grid_alltoall`) has the same transfers chunk by chunk, each
 group store-and-forward on its links in that order; the file is timed by its own replay.
@@ -38,12 +40,14 @@ from functools import lru_cache
 import numpy as np
 
 from te_ccl.backends.scale.grid import (
+    OPS,
     PER_CHANNEL,
     GridPlan,
     channels,
     grid_alpha,
     grid_moves,
     grid_shape,
+    in_turn,
     neighbour,
     overflow,
 )
@@ -300,10 +304,12 @@ class _Transfers:
 def _assemble(n: int, k: int, t: _Transfers,
               copies: list[tuple[int, int, int, int, int, int, int]],
               scratch: list[int], limits: RuntimeLimits, alpha: float) -> GridPlan | str:
-    """Channels per link (:func:`channels`), thread blocks (local ones first, then receiving ones: the waited-for ids stay small), steps
-    in start order, dependencies; or why the runtime cannot hold it. A send waits for the
-    receive that brought its chunks, or the local copy that put them in slot order; a
-    copy to the output follows that receive in its thread block."""
+    """Channels per link (as many as :func:`channels` counts, taken in turn:
+    :func:`in_turn`), thread blocks (local ones first, then receiving ones: the waited-for
+    ids stay small), steps in start order, dependencies; or why the runtime cannot hold
+    it. A send waits for the receive that brought its chunks, or the local copy that put
+    them in slot order; a copy to the output follows that receive in its thread block; a
+    nop before a channel's first send waits for the previous channel's last."""
     check(PLANNING)
     _, u, w, cnt, sbuf, soff, doff, after, copied, chunk = t.arrays()
     link = u * n + w
@@ -312,19 +318,24 @@ def _assemble(n: int, k: int, t: _Transfers,
                      alpha, limits)
     if isinstance(dealt, str):
         return dealt
-    position, finish, chan, nchannels = dealt
-    nt = len(u)
+    position, finish, _, nchannels = dealt
+    chan, turn = in_turn(position, link)
+    nt, nn = len(u), len(turn)
     c_rank, c_buf, c_off, c_dbuf, c_doff, c_after, c_lane = (
         np.array(x, dtype=np.int64).reshape(-1) for x in zip(*copies, strict=True))
+    nc = len(c_rank)
     brought = c_after >= 0
     ca = np.where(brought, c_after, 0)
-    # per step: rank, block kind, peer (local blocks: their lane), channel, key
-    rank = np.concatenate([u, w, c_rank])
+    opener, last = turn.T  # a channel's first send, and the previous channel's last send
+    # per step (sends, receives, copies, nops before the openers): rank, block kind, peer
+    # (local blocks: their lane), channel, key
+    rank = np.concatenate([u, w, c_rank, u[opener]])
     kind = np.concatenate([np.full(nt, SEND), np.full(nt, RECV),
-                           np.where(brought, RECV, LOCAL)]).astype(np.int64)
-    peer = np.concatenate([w, u, np.where(brought, u[ca], c_lane)])
-    chans = np.concatenate([chan, chan, np.where(brought, chan[ca], 0)])
-    key = np.concatenate([2 * position, 2 * position, np.where(brought, 2 * position[ca] + 1, -1)])
+                           np.where(brought, RECV, LOCAL), np.full(nn, SEND)]).astype(np.int64)
+    peer = np.concatenate([w, u, np.where(brought, u[ca], c_lane), w[opener]])
+    chans = np.concatenate([chan, chan, np.where(brought, chan[ca], 0), chan[opener]])
+    key = np.concatenate([2 * position, 2 * position, np.where(brought, 2 * position[ca] + 1, -1),
+                          2 * position[opener] - 1])
     code = (kind * (n + 1) + peer) * nchannels + chans
     span = 3 * (n + 1) * nchannels
     blocks, block = np.unique(rank * span + code, return_inverse=True)
@@ -335,8 +346,11 @@ def _assemble(n: int, k: int, t: _Transfers,
     first_step = np.searchsorted(block[order], np.arange(len(blocks) + 1))
     slot = np.empty(len(order), dtype=np.int64)
     slot[order] = np.arange(len(order)) - first_step[block[order]]
-    waits = np.flatnonzero((after >= 0) | (copied >= 0))  # never for a step of its block
-    target = np.where(after[waits] >= 0, nt + after[waits], 2 * nt + copied[waits])
+    own = np.where(after >= 0, nt + after, np.where(copied >= 0, 2 * nt + copied, -1))
+    # an opener that waits for nothing else waits as its nop does (a nop needs a waiting step)
+    own[opener] = np.where(own[opener] >= 0, own[opener], last)
+    waits = np.concatenate([np.flatnonzero(own >= 0), 2 * nt + nc + np.arange(nn)])
+    target = np.concatenate([own[own >= 0], last])
     depid = np.full(len(order), -1, dtype=np.int64)
     deps = np.full(len(order), -1, dtype=np.int64)
     depid[waits], deps[waits] = block_id[block[target]], slot[target]
@@ -345,12 +359,14 @@ def _assemble(n: int, k: int, t: _Transfers,
     why = overflow(n, limits, block_rank, rank, np.diff(first_step), block_id[block[target]])
     if why:
         return why
-    ops = np.concatenate([np.zeros(nt), np.ones(nt), np.full(len(c_rank), 2)]).astype(np.int64)
-    steps = np.stack([ops, np.concatenate([sbuf, sbuf, c_buf]),
-                      np.concatenate([soff, soff, c_off]),
-                      np.concatenate([np.full(2 * nt, 2), c_dbuf]),
-                      np.concatenate([doff, doff, c_doff]),
-                      np.concatenate([cnt, cnt, np.full(len(c_rank), k)]),
+    ops = np.concatenate([np.zeros(nt), np.ones(nt), np.full(nc, 2),
+                          np.full(nn, OPS.index("nop"))]).astype(np.int64)
+    none = np.full(nn, -1)
+    steps = np.stack([ops, np.concatenate([sbuf, sbuf, c_buf, none]),
+                      np.concatenate([soff, soff, c_off, none]),
+                      np.concatenate([np.full(2 * nt, 2), c_dbuf, none]),
+                      np.concatenate([doff, doff, c_doff, none]),
+                      np.concatenate([cnt, cnt, np.full(nc, k), np.zeros(nn, dtype=np.int64)]),
                       depid, deps, hasdep], axis=1)[order]
     kinds, peers = (blocks % span) // nchannels // (n + 1), (blocks % span) // nchannels % (n + 1)
     table = np.stack([block_rank, np.where(kinds == SEND, peers, -1),
@@ -418,6 +434,7 @@ def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
             steps += weight * ends[grid[p]]
             load[p] += weight * hops[grid[p]].T
     tbs = -(-load // PER_CHANNEL)
+    steps += (tbs - (tbs > 0)).sum(axis=(0, 1))  # a nop before each later channel's opener
     blocks = lanes[x0] + tbs.sum(axis=(0, 1))
     for p in range(m):
         for way, step in ((0, 1), (1, -1)):  # receiving from the neighbour behind
