@@ -14,7 +14,8 @@ format can write is simply not offered under another. :data:`CANDIDATES` holds t
   many transfers (:func:`~te_ccl.backends.scale.grid_lines.grid_lines_takes`);
 - the MSCCL++ box plan, under ``--format mscclpp`` only: its build is the stand-in
   schedule the plan lowering replaces (:func:`te_ccl.lower.mscclpp.box_candidate`),
-  raced from the start (:func:`known`).
+  built in milliseconds, so a first file tries it before any other and the race
+  judges it before any other (:func:`known`).
 
 ``order`` places a candidate among those offered: the box plan, the grid method, the
 scale method, the templates (in the order :func:`te_ccl.baselines.applicable` gives for
@@ -137,7 +138,7 @@ FLOW = "flow model"
 _BACKENDS = tuple(Candidate(FLOW if name == "auto" else name, "flow", partial(_solver, name))
                   for name in BACKENDS if name != "scale")
 CANDIDATES: tuple[Candidate, ...] = (
-    Candidate("box plan", "plan", _box_plan, _mscclpp, order=0),
+    Candidate("box plan", "plan", _box_plan, _mscclpp, first=True, order=0),
     Candidate("grid", "grid", _grid, _grid_takes, first=True, order=1),
     Candidate("scale", "scale", partial(_solver, "scale"), _scales, first=True, order=2),
     *_BACKENDS,
@@ -187,12 +188,13 @@ def known(topology: Topology, collective: Collective, fmt: str, params: SolvePar
     return tuple((name, s) for name, s in built if s is not None)
 
 
-def first_file(topology: Topology, collective: Collective, params: SolveParams
-               ) -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
-    """The cheap candidates of a compile's first file, cheapest first, each a trial name
-    and the function that builds it (None: it does not apply): the grid method where it
-    takes the input, the scale method at one sub-chunk per chunk (its fewest transfers:
-    the plan's budget keeps even 1024 GPUs within the runtime's limits at that), then
+def first_file(topology: Topology, collective: Collective, params: SolveParams,
+               fmt: str = "xml") -> Iterator[tuple[str, Callable[[], Schedule | None]]]:
+    """The cheap candidates of a compile's first file in format ``fmt``, cheapest first,
+    each a trial name and the function that builds it (None: it does not apply): the
+    plan where ``fmt`` takes one, the grid method where it takes the input, the scale
+    method at one sub-chunk per chunk (its fewest transfers: the plan's budget keeps even
+    1024 GPUs within the runtime's limits at that), then
     the templates (and the in-switch schedule) where building them is quick
     (:data:`TEMPLATE_MAX_DELIVERIES`). A template is built only where every candidate
     before it gave no file, so where the race does not build them (a ring AlltoAll of
@@ -201,7 +203,7 @@ def first_file(topology: Topology, collective: Collective, params: SolveParams
     raises :class:`SolverError`. Bad input raises :class:`SpecError` first."""
     check_input(topology, collective)
     one = replace(params, max_subchunks=1)
-    for c in offered(topology, collective, kinds=("grid", "scale")):
+    for c in offered(topology, collective, fmt, kinds=("plan", "grid", "scale")):
         build = c.build if c.kind == "grid" else partial(_within_buffers, c.build)
         yield c.trial(topology, collective), partial(build, topology, collective, one)
     if deliveries(collective) > TEMPLATE_MAX_DELIVERIES:

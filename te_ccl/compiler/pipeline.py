@@ -304,7 +304,8 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
     builds no template there): :class:`RuntimeLimitError` with their reasons, at once."""
     search = _search(params)
     overflows: list[str] = []  # of the candidates refused (kept.refused)
-    candidates = first_candidates(options.previous, topology, collective, search)
+    candidates = first_candidates(options.previous, topology, collective, search,
+                                  options.fmt)
     for name, build in candidates:
         kept.tell(f"first file: trying the {name}")
         skipped: list[str] = []
@@ -436,7 +437,9 @@ def _improve(topology: Topology, collective: Collective, params: SolveParams,
     search = _search(params)
     known = (((kept.best.source, kept.best.schedule),)
              if kept.best is not None and not kept.hurried else ())
-    known += plan_only(topology, collective, options.fmt, search)
+    held = {kept.best.schedule.info.backend} if kept.best is not None else set()
+    known += tuple((name, s) for name, s in plan_only(topology, collective, options.fmt, search)
+                   if s.info.backend not in held)  # a first file may be the plan already
     schedule = solve_best(topology, collective, search, options.chunk_choices, kept.tell,
                           timer.judge, True, known)  # topology: the machine usable already
     if kept.holds(schedule):

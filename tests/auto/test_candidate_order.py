@@ -61,9 +61,9 @@ CASES = {  # (topology, kind, size, root, format) -> (kept, also tried, judged, 
         "template ring-bidir", "template tree", "template hierarchical"],
         ["box-plan", "scale", "baseline:packed", "milp", "baseline:ring",
         "baseline:ring-bidir", "baseline:tree", "baseline:hierarchical"],
-        ["scale/hierarchical", "template ring", "template ring-bidir", "template tree",
-        "template direct", "template hierarchical", "template packed", "template packed-fine",
-        "template in-switch"])),
+        ["template box plan", "scale/hierarchical", "template ring", "template ring-bidir",
+        "template tree", "template direct", "template hierarchical", "template packed",
+        "template packed-fine", "template in-switch"])),
     "boxes-allreduce-xml": (("boxes2x2", CollectiveKind.ALLREDUCE, 1048576, None, "xml"), (
         "scale/hierarchical",
         ["template packed", "flow model", "template ring", "template ring-bidir",
@@ -110,7 +110,8 @@ def _record(topology: Topology, collective: Collective, fmt: str):
     note = schedule.info.notes[0]
     rest = note.partition("; also tried ")[2]
     tried = [part.partition(": ")[0] for part in rest.split("; ")] if rest else []
-    first = [name for name, _ in first_candidates(None, topology, collective, SolveParams())]
+    first = [name for name, _ in first_candidates(None, topology, collective, SolveParams(),
+                                                  fmt)]
     return _KEPT.match(note).group(1), tried, judged, first
 
 

@@ -39,4 +39,7 @@ def test_the_box_plan_is_offered_under_mscclpp_alone(boxes):
 def test_a_first_file_tries_only_candidates_marked_first(boxes):
     coll = Collective(CollectiveKind.ALLREDUCE, 1 << 20, tuple(range(boxes.ngpus)))
     first = {c.trial(boxes, coll) for c in offered(boxes, coll, "mscclpp") if c.first}
-    assert {name for name, _ in first_file(boxes, coll, SolveParams())} == first
+    assert {name for name, _ in first_file(boxes, coll, SolveParams(), "mscclpp")} == first
+    assert next(first_file(boxes, coll, SolveParams(), "mscclpp"))[0] == "template box plan"
+    assert "template box plan" not in {name for name, _ in first_file(boxes, coll,
+                                                                       SolveParams())}
