@@ -15,9 +15,19 @@ from dataclasses import dataclass, field
 from te_ccl.errors import SpecError
 from te_ccl.schedule import Transfer
 
-__all__ = ["BACKENDS", "SolveParams", "SolveResult", "Progress"]
+__all__ = ["BACKENDS", "FLOW_SOLVERS", "SolveParams", "SolveResult", "Progress"]
 
-BACKENDS = ("auto", "milp", "lp", "rounds", "scale")
+# The flow model's solvers by name: "module:function(problem, params, budget, progress)",
+# imported when chosen (:mod:`te_ccl.backends.select`), so ``--backend``'s choices need no
+# solver; adding one is one module and one line here.
+FLOW_SOLVERS: dict[str, str] = {
+    "milp": "te_ccl.backends.milp:solve_milp",
+    "lp": "te_ccl.backends.lp:solve_lp",
+    "rounds": "te_ccl.backends.rounds:solve_rounds",
+}
+# ``--backend``: auto (the portfolio, or the flow model's solver by size), a flow solver,
+# or the scale backend; the compile's registry (te_ccl.compiler.candidates) runs each
+BACKENDS = ("auto", *FLOW_SOLVERS, "scale")
 MAX_TIME_LIMIT_S = 7 * 24 * 3600.0  # the solvers take their limit in int64 ms or int32 s fields
 MAX_SEED = 2**31 - 1  # CP-SAT's random_seed is an int32
 Progress = Callable[[str], None]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import replace
 
-from te_ccl.backends.base import Progress, SolveParams, SolveResult
+from te_ccl.backends.base import FLOW_SOLVERS, Progress, SolveParams, SolveResult
 from te_ccl.deadline import Budget
 from te_ccl.errors import SolverError
 from te_ccl.model.horizon import horizon_lower_bound
@@ -27,16 +27,6 @@ LP_MAX_VARIABLES = 30_000
 MAX_CHUNK_LINKS = 1_000_000
 # copy-free demands: CP-SAT proves the minimal horizon quickly only on tiny models
 TINY_VARIABLES = 5_000
-
-
-# The flow-model strategies by name: "module:function(problem, params, budget, progress)".
-# Imported when chosen, so loading the CLI stays fast; adding a strategy is one module and
-# one line here.
-STRATEGIES: dict[str, str] = {
-    "milp": "te_ccl.backends.milp:solve_milp",
-    "lp": "te_ccl.backends.lp:solve_lp",
-    "rounds": "te_ccl.backends.rounds:solve_rounds",
-}
 
 
 def strategy_for(params: SolveParams) -> str:
@@ -98,7 +88,7 @@ def run_backend(problem: Problem, params: SolveParams, budget: Budget,
         notes = (why,)
         if progress:
             progress(why)
-    module, attr = STRATEGIES[name].split(":")
+    module, attr = FLOW_SOLVERS[name].split(":")
     run = getattr(importlib.import_module(module), attr)
     result = run(problem, params, budget, progress)
     if params.max_horizon is not None and result.finish_epoch > params.max_horizon:

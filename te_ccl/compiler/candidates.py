@@ -5,8 +5,10 @@ it does not apply after all) and says where it is offered: ``applies(topology,
 collective, fmt)``, the output format an input as the topology is, so a candidate only one
 format can write is simply not offered under another. :data:`CANDIDATES` holds them all:
 
-- ``--backend NAME``'s runs (:func:`backend`): the flow model (``auto``: its solver
-  picked by size; ``milp``, ``lp``, ``rounds``) and the ``scale`` backend;
+- ``--backend NAME``'s runs (:func:`backend`), one for each name of
+  :data:`te_ccl.backends.base.BACKENDS` (the list ``--help`` shows without loading a
+  solver): the flow model (``auto``: its solver picked by size; each of
+  :data:`~te_ccl.backends.base.FLOW_SOLVERS`) and the ``scale`` backend;
 - the race's solvers: the scale backend (:func:`te_ccl.backends.scale.scale_method`
   names its trial) and the flow model;
 - the templates of :data:`te_ccl.baselines.BASELINES` and the in-switch schedule;
@@ -135,13 +137,21 @@ def _mscclpp(topology: Topology, collective: Collective, fmt: str) -> bool:
 
 
 FLOW = "flow model"
-_BACKENDS = tuple(Candidate(FLOW if name == "auto" else name, "flow", partial(_solver, name))
-                  for name in BACKENDS if name != "scale")
+
+
+def _backend(name: str) -> Candidate:
+    """The run of ``--backend name`` as a candidate: the scale backend, else the flow model
+    (``auto``: its solver by size)."""
+    if name == "scale":
+        return Candidate("scale", "scale", partial(_solver, name), _scales, first=True, order=2)
+    return Candidate(FLOW if name == "auto" else name, "flow", partial(_solver, name))
+
+
+_BACKENDS = {name: _backend(name) for name in BACKENDS}  # every --backend, by its name
 CANDIDATES: tuple[Candidate, ...] = (
     Candidate("box plan", "plan", _box_plan, _mscclpp, first=True, order=0),
     Candidate("grid", "grid", _grid, _grid_takes, first=True, order=1),
-    Candidate("scale", "scale", partial(_solver, "scale"), _scales, first=True, order=2),
-    *_BACKENDS,
+    *_BACKENDS.values(),
     *(Candidate(name, "template", partial(_template, name), partial(_applicable, name),
                 first=True, order=3) for name in baselines.BASELINES),
     Candidate("in-switch", "template", _in_switch, first=True, order=4),
@@ -150,9 +160,7 @@ CANDIDATES: tuple[Candidate, ...] = (
 
 def backend(name: str) -> Candidate:
     """The candidate ``--backend name`` runs alone (``auto``: the flow model)."""
-    if name == "scale":
-        return next(c for c in CANDIDATES if c.kind == "scale")
-    return next(c for c in _BACKENDS if c.name == (FLOW if name == "auto" else name))
+    return _BACKENDS[name]
 
 
 def scale() -> Candidate:

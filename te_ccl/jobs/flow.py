@@ -36,10 +36,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from te_ccl.backends.base import Progress, SolveResult
+from te_ccl.backends.base import FLOW_SOLVERS, Progress, SolveResult
 from te_ccl.backends.cpsat import solve_formulation
 from te_ccl.backends.milp import horizon_search
-from te_ccl.backends.select import STRATEGIES, backend_for, check_size
+from te_ccl.backends.select import backend_for, check_size
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
 from te_ccl.deadline import Budget
@@ -130,7 +130,7 @@ def plan_flow(jobs: JobSet, objective: str, params: SolveParams) -> FlowPlan:
     if gpus > MAX_GPUS:
         raise SolverError(f"{gpus} GPUs in the jobs, more than the {MAX_GPUS} the joint "
                           "flow model solves in a compile's time")
-    if params.backend in STRATEGIES and params.backend != "milp":
+    if params.backend in FLOW_SOLVERS and params.backend != "milp":
         raise SolverError(f"the joint model needs one MILP (--backend {params.backend})")
     topology = forward_only(jobs.topology)
     weights = {j.name: (j.weight if objective == "weighted" else 1.0) for j in jobs.jobs}

@@ -3,7 +3,12 @@ and template is in it, and a candidate only one format can write is offered ther
 
 from __future__ import annotations
 
-from te_ccl.backends.base import BACKENDS
+import importlib
+import json
+import subprocess
+import sys
+
+from te_ccl.backends.base import BACKENDS, FLOW_SOLVERS
 from te_ccl.baselines import BASELINES
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.compiler import SolveParams
@@ -17,6 +22,21 @@ def test_every_backend_and_template_is_registered_once():
     assert {c.name for c in CANDIDATES if c.kind == "template"} == {*BASELINES, "in-switch"}
     for name in BACKENDS:
         assert backend(name).kind == ("scale" if name == "scale" else "flow")
+
+
+def test_compile_help_lists_every_backend_without_loading_a_solver():
+    """``--backend``'s choices are the registry's names, read without importing it."""
+    code = ("import json, sys\nfrom te_ccl.cli.main import main\n"
+            "try:\n    main(['compile', '--help'])\nexcept SystemExit:\n    pass\n"
+            "print(json.dumps(sorted(sys.modules)))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert f"[{'|'.join(BACKENDS)}]" in out
+    loaded = json.loads(out.splitlines()[-1])
+    assert not [m for m in loaded if m.startswith(("ortools", "te_ccl.compiler"))]
+    for entry in FLOW_SOLVERS.values():  # each flow solver named is there to import
+        module, function = entry.split(":")
+        assert callable(getattr(importlib.import_module(module), function))
 
 
 def test_backend_runs_the_backend_named():
