@@ -386,23 +386,25 @@ def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float)
     lp = pywraplp.Solver.CreateSolver("GLOP")
     T = lp.NumVar(0, lp.infinity(), "T")
     f = {(s, k.key): lp.NumVar(0, lp.infinity(), "") for s in sources for k in topology.links}
-    for s in sources:
+    inside = set(members)
+    for s in sources:  # rows built coefficient by coefficient: the expression API is slower
         for n in topology.nodes:
-            net = (sum(f[(s, k.key)] for k in topology.out_links(n.name))
-                   - sum(f[(s, k.key)] for k in topology.in_links(n.name)))
-            if n.name == s:
-                lp.Add(net == len(members) - 1)
-            elif n.name in members:
-                lp.Add(net == -1)
-            else:
-                lp.Add(net == 0)
-    rows: dict[int, list] = defaultdict(list)
-    bandwidth = {}
+            net = len(members) - 1 if n.name == s else -1 if n.name in inside else 0
+            coefficient: Counter[tuple[str, str]] = Counter()
+            for k in topology.out_links(n.name):
+                coefficient[k.key] += 1
+            for k in topology.in_links(n.name):
+                coefficient[k.key] -= 1
+            row = lp.Constraint(net, net)
+            for key, c in coefficient.items():
+                row.SetCoefficient(f[(s, key)], c)
+    rows: dict[int, pywraplp.Constraint] = {}
     for k, o in zip(topology.links, orbit.tolist(), strict=True):
-        rows[o] += [w / size[o] * f[(s, k.key)] for s, w in zip(sources, weight, strict=True)]
-        bandwidth[o] = k.bandwidth_Bps  # the same on the whole orbit
-    for o, row in rows.items():
-        lp.Add(sum(row) <= bandwidth[o] / scale * T)
+        if o not in rows:  # the bandwidth is the same on the whole orbit
+            rows[o] = lp.Constraint(-lp.infinity(), 0)
+            rows[o].SetCoefficient(T, -k.bandwidth_Bps / scale)
+        for s, w in zip(sources, weight, strict=True):
+            rows[o].SetCoefficient(f[(s, k.key)], w / size[o])
     lp.Minimize(T)
     budget = left() * LP_SHARE  # under a deadline: the compile's first file comes first
     if budget < math.inf:
