@@ -22,6 +22,8 @@ every rank), out of or in place, on the same ranks, are spliced; anything else (
 relay through scratch, a chunk no neighbour holds in time, a thread block that would
 outgrow the runtime's steps) leaves the compile as without it. The verifier checks the
 spliced file in full and the replay times it, like any file the compile writes.
+The file as steps to edit, and the program they make, are
+:mod:`te_ccl.compiler.splice_steps`.
 """
 
 from __future__ import annotations
@@ -33,12 +35,13 @@ from dataclasses import dataclass
 from itertools import repeat
 
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.compiler.splice_steps import NoSplice, Step, Tb, latest, nop, read_steps, to_program
 from te_ccl.deadline import check
-from te_ccl.lower.msccl.ir import Buf, Gpu, Op, Program, Slot, Step, Threadblock
+from te_ccl.lower.msccl.ir import Program
 from te_ccl.runtime_limits import RuntimeLimits
 from te_ccl.simulate.msccl import prepared, replay
 from te_ccl.topology.model import Topology
-from te_ccl.verify.msccl.model import READS_SRC, RECVS, SENDS, WRITES_DST, Algo
+from te_ccl.verify.msccl.model import READS_SRC, RECVS, SENDS, Algo
 
 __all__ = ["Spliced", "splice", "step_times", "SPLICED_KINDS", "SPLICING", "BALANCE_ROUNDS", "SEARCH",
            "WEIGHTS"]
@@ -53,42 +56,6 @@ WEIGHTS = (0.02, 0.01, 0.0)  # how much a sender's holding the chunk earlier cou
 #   in turn by the caller, which replays each, until one is close enough to the bound
 
 Tree = tuple[int, int, tuple[tuple[int, int], ...]]  # chunk, owner, (receiver, sender)…
-_OPS = {op.value: op for op in Op}  # the file's step types as the lowering's IR names them
-_BUFS = {buf.value: buf for buf in Buf}
-
-
-class _Step:
-    """A step of the file being spliced: its fields, what it waits for (a step, None) and
-    when the previous file's replay had it done."""
-
-    __slots__ = ("op", "src", "dst", "cnt", "dep", "t", "tb")
-
-    def __init__(self, op: str, src: tuple[str, int] | None, dst: tuple[str, int] | None,
-                 cnt: int, t: float, tb: _Tb) -> None:
-        self.op, self.src, self.dst, self.cnt, self.t, self.tb = op, src, dst, cnt, t, tb
-        self.dep: _Step | None = None
-
-    def reads(self) -> range:
-        """The output slots the step reads (none if it reads no output slot)."""
-        src = self.src
-        return range(src[1], src[1] + self.cnt) if src is not None and src[0] == "o" \
-            and self.op in READS_SRC else range(0)
-
-    def writes(self) -> range:
-        """The output slots the step writes."""
-        dst = self.dst
-        return range(dst[1], dst[1] + self.cnt) if dst is not None and dst[0] == "o" \
-            and self.op in WRITES_DST else range(0)
-
-
-class _Tb:
-    """A thread block being spliced: peers, channel, steps."""
-
-    __slots__ = ("rank", "send", "recv", "chan", "steps")
-
-    def __init__(self, rank: int, send: int, recv: int, chan: int) -> None:
-        self.rank, self.send, self.recv, self.chan = rank, send, recv, chan
-        self.steps: list[_Step] = []
 
 
 @dataclass(frozen=True)
@@ -112,13 +79,9 @@ class _Move:
     k: int
     b: int
     when: float
-    new: _Step
-    got: list[_Step]
-    old: _Step
-
-
-class _NoSplice(Exception):
-    """Why this file is not spliced (the compile goes on without it)."""
+    new: Step
+    got: list[Step]
+    old: Step
 
 
 def step_times(algo: Algo, before: Topology, after: Topology, collective: Collective
@@ -134,34 +97,6 @@ def step_times(algo: Algo, before: Topology, after: Topology, collective: Collec
     return replay(flat, chunk_bytes, False)[1]
 
 
-def _waited(tbs: list[_Tb], depid: int, deps: int, rank: int) -> _Step:
-    """The step a step of rank ``rank`` waits for (a file whose rank has no such step
-    was not written by a lowering, and is not spliced)."""
-    if depid >= len(tbs) or not 0 <= deps < len(tbs[depid].steps):
-        raise _NoSplice(f"a step of rank {rank} waits for step {deps} of its thread block "
-                        f"{depid}, which it does not have")
-    return tbs[depid].steps[deps]
-
-
-def _matched(algo: Algo, order: list[_Step]) -> dict[_Step, _Step]:
-    """The receive of each send (``order``: the steps in file order): the k-th receive
-    on a connection (channel, sender, receiver) takes its k-th send."""
-    sends: dict[tuple[int, int, int], list[_Step]] = defaultdict(list)
-    recvs: dict[tuple[int, int, int], list[_Step]] = defaultdict(list)
-    i = 0
-    for gpu in algo.gpus:
-        for tb in gpu.threadblocks:
-            for st in tb.steps:
-                if st.type in SENDS:
-                    sends[tb.chan, gpu.id, tb.send].append(order[i])
-                if st.type in RECVS:
-                    recvs[tb.chan, tb.recv, gpu.id].append(order[i])
-                i += 1
-    if any(len(out) != len(recvs.get(conn, ())) for conn, out in sends.items()):
-        raise _NoSplice("its sends and receives do not match on a connection")
-    return {s: r for conn, out in sends.items() for s, r in zip(out, recvs[conn], strict=True)}
-
-
 def splice(algo: Algo, before: Topology, after: Topology, collective: Collective,
            limits: RuntimeLimits, times: list[float], early: float) -> Spliced | str:
     """``algo``, written for ``collective`` on ``before`` (``times``:
@@ -173,7 +108,7 @@ def splice(algo: Algo, before: Topology, after: Topology, collective: Collective
         return "the file's ranks are not the collective's"
     try:
         return _Splice(algo, before, after, collective, limits, times, early).run()
-    except _NoSplice as e:
+    except NoSplice as e:
         return str(e)
 
 
@@ -188,29 +123,12 @@ class _Splice:
         self.owner_of = (lambda x: collective.ranks.index(collective.root)) \
             if collective.root is not None else (lambda x: x // (algo.nchunksperloop
                                                                  // algo.ngpus))
-        self.tbs: dict[int, list[_Tb]] = {}
-        order: list[_Step] = []
-        for gpu in algo.gpus:
-            tbs = self.tbs[gpu.id] = [_Tb(gpu.id, tb.send, tb.recv, tb.chan)
-                                      for tb in gpu.threadblocks]
-            for tb, src in zip(tbs, gpu.threadblocks, strict=True):
-                for st in src.steps:
-                    step = _Step(st.type, None if st.srcoff < 0 else (st.srcbuf, st.srcoff),
-                                 None if st.dstoff < 0 else (st.dstbuf, st.dstoff), st.cnt,
-                                 done[len(order)], tb)
-                    tb.steps.append(step)
-                    order.append(step)
-            for tb, src in zip(tbs, gpu.threadblocks, strict=True):
-                for step, st in zip(tb.steps, src.steps, strict=True):
-                    if st.depid >= 0:
-                        step.dep = _waited(tbs, st.depid, st.deps, gpu.id)
-        # the receive of each send (the k-th receive on a connection takes the k-th send)
-        self.received = _matched(algo, order)
+        self.tbs, self.received = read_steps(algo, done)
         self.sent_by = {r: s for s, r in self.received.items()}
-        self.writer: dict[tuple[int, int], _Step] = {}
+        self.writer: dict[tuple[int, int], Step] = {}
         self.parent: dict[tuple[int, int], int] = {}  # (rank, slot) -> rank it came from
         self.first_read: dict[tuple[int, int], float] = {}
-        self.readers: dict[tuple[int, int], list[_Step]] = defaultdict(list)
+        self.readers: dict[tuple[int, int], list[Step]] = defaultdict(list)
         for rank, tbs in self.tbs.items():
             for tb in tbs:
                 for st in tb.steps:
@@ -230,15 +148,15 @@ class _Splice:
             for tb in tbs:
                 if tb.send >= 0 and (rank, tb.send) not in self.lost:
                     self.load[rank, tb.send] += sum(st.cnt for st in tb.steps if st.op in SENDS)
-        self.removed: set[_Step] = set()
-        self.work: list[_Step] = []  # receives to serve from another sender
+        self.removed: set[Step] = set()
+        self.work: list[Step] = []  # receives to serve from another sender
         self.moves: dict[tuple[int, int], list[_Move]] = defaultdict(list)  # by link
-        self.users: dict[_Step, list[_Move]] = defaultdict(list)  # moves a step gives chunks
-        self.new: dict[_Step, _Step] = {}  # a receive removed -> the one that replaces it
+        self.users: dict[Step, list[_Move]] = defaultdict(list)  # moves a step gives chunks
+        self.new: dict[Step, Step] = {}  # a receive removed -> the one that replaces it
 
     def run(self) -> Spliced:
         if not self.lost:  # the file as it is: nothing to move
-            return Spliced(self._program(), self._trees(), 0, self._busiest_s())
+            return Spliced(to_program(self.algo, self.tbs), self._trees(), 0, self._busiest_s())
         for rank, tbs in self.tbs.items():
             for tb in tbs:
                 if (rank, tb.send) in self.lost:
@@ -251,15 +169,15 @@ class _Splice:
         self._rewire()
         longest = max(len(tb.steps) for tbs in self.tbs.values() for tb in tbs)
         if longest > self.limits.max_steps:
-            raise _NoSplice(f"a thread block would have {longest} steps, over the runtime's "
+            raise NoSplice(f"a thread block would have {longest} steps, over the runtime's "
                             f"{self.limits.max_steps}")
-        return Spliced(self._program(), self._trees(), sum(map(len, self.moves.values())),
+        return Spliced(to_program(self.algo, self.tbs), self._trees(), sum(map(len, self.moves.values())),
                        self._busiest_s())
 
     def _link(self, a: int, b: int) -> float | None:
         return self.bandwidth.get((self.names[a], self.names[b]))
 
-    def _unsend(self, tb: _Tb) -> None:
+    def _unsend(self, tb: Tb) -> None:
         """Take the sends of ``tb`` off its lost link (a receive-copy-send keeps its
         receive); their receives are served again."""
         for st in tb.steps:
@@ -270,17 +188,17 @@ class _Splice:
             elif st.op == "s":
                 self.removed.add(st)
             else:
-                raise _NoSplice(f"rank {tb.rank} sends a {st.op} step over a lost link")
+                raise NoSplice(f"rank {tb.rank} sends a {st.op} step over a lost link")
             self._lose(self.received[st])
         if not any(st.op in SENDS for st in tb.steps):
             tb.send = -1
 
-    def _lose(self, rv: _Step) -> None:
+    def _lose(self, rv: Step) -> None:
         """Serve ``rv`` from another sender; a receive that passes its chunk on (rcs)
         loses that send, whose receiver is served again too."""
         while True:
             if rv.op not in ("r", "rcs") or rv.dst is None or rv.dst[0] != "o":
-                raise _NoSplice(f"rank {rv.tb.rank} receives over a lost link into a "
+                raise NoSplice(f"rank {rv.tb.rank} receives over a lost link into a "
                                 f"{rv.op} step that does not write the result")
             self.removed.add(rv)
             self.work.append(rv)
@@ -290,7 +208,7 @@ class _Splice:
             self.load[rv.tb.rank, rv.tb.send] -= rv.cnt
             rv = self.received[rv]
 
-    def _undo(self, w: _Step) -> None:
+    def _undo(self, w: Step) -> None:
         """``w`` no longer gives its chunks when the moves that waited for it were placed:
         they are served again (and so are the moves that waited for theirs)."""
         todo = [w]
@@ -316,7 +234,7 @@ class _Splice:
             k = p
         return True
 
-    def _holds(self, k: int, b: int, slots: range) -> list[_Step] | None:
+    def _holds(self, k: int, b: int, slots: range) -> list[Step] | None:
         """The steps that give ``k`` the chunks of ``slots`` (not through ``b``), if it
         gets them all."""
         got = []
@@ -351,13 +269,13 @@ class _Splice:
                 if best is None or cost < best[0]:
                     best = (cost, k, when, got, late)
             if best is None:
-                raise _NoSplice(f"no neighbour of rank {b} holds slots "
+                raise NoSplice(f"no neighbour of rank {b} holds slots "
                                 f"{slots.start}..{slots.stop - 1} in time")
             _, k, when, got, late = best
             self.load[k, b] += rv.cnt
             for x in slots:
                 self.parent[b, x] = k
-            new = _Step("r", rv.src, rv.dst, rv.cnt, when, rv.tb)
+            new = Step("r", rv.src, rv.dst, rv.cnt, when, rv.tb)
             self.new[rv] = new
             for x in slots:
                 self.writer[b, x] = new
@@ -398,7 +316,7 @@ class _Splice:
                     moved = True
         return moved
 
-    def _elsewhere(self, rv: _Step, k: int, b: int, share: float, ins: list[int]) -> bool:
+    def _elsewhere(self, rv: Step, k: int, b: int, share: float, ins: list[int]) -> bool:
         """Can another neighbour below its share send ``rv``'s chunks before ``b`` first
         passes them on?"""
         slots = range(rv.dst[1], rv.dst[1] + rv.cnt)
@@ -426,22 +344,22 @@ class _Splice:
             self.tbs[rank] = [tb for tb in tbs if tb.steps]
         self._order_reads()
 
-    def _waits_now(self) -> Callable[[_Step | None], _Step | None]:
+    def _waits_now(self) -> Callable[[Step | None], Step | None]:
         """What waiting for a step means once the steps removed and the nops are gone."""
-        before: dict[_Step, _Step | None] = {}
+        before: dict[Step, Step | None] = {}
         for tbs in self.tbs.values():
             for tb in tbs:
                 for i, st in enumerate(tb.steps):
                     before[st] = tb.steps[i - 1] if i else None
-        memo: dict[_Step, _Step | None] = {}
+        memo: dict[Step, Step | None] = {}
 
-        def stands(x: _Step | None) -> _Step | None:
+        def stands(x: Step | None) -> Step | None:
             """What waiting for ``x`` means now: ``x``, or for a step removed or a nop
             (nops publish no flag), the latest of what it waited for (its dependency,
             the step before it). AllGather and Broadcast write each slot once, so such
             a wait only paces the file (the order a read needs is its slot's writer's,
             which the last pass keeps): one wait is enough."""
-            def kept(y: _Step | None) -> bool:
+            def kept(y: Step | None) -> bool:
                 return y is None or (y not in self.removed and y.op != "nop")
 
             todo = [x]
@@ -462,13 +380,13 @@ class _Splice:
 
         return stands
 
-    def _repoint(self, rank: int, tb: _Tb, stands: Callable[[_Step | None], _Step | None],
-                 fresh: set[_Step]) -> None:
+    def _repoint(self, rank: int, tb: Tb, stands: Callable[[Step | None], Step | None],
+                 fresh: set[Step]) -> None:
         """``tb``'s steps without those removed, each waiting for what its wait
         ``stands`` for and, for a read, the ``fresh`` receives (of the moves) that write
         its slots, through nops where it waits for more than one step; a peer none of
         its steps uses any more is dropped."""
-        out: list[_Step] = []
+        out: list[Step] = []
         for st in tb.steps:
             if st in self.removed:
                 continue
@@ -478,13 +396,13 @@ class _Splice:
                 deps += [w for w in map(self.writer.get, zip(repeat(rank), st.reads()))
                          if w in fresh]
             if len(deps) > 1:
-                deps = sorted(_latest(deps), key=lambda d: d.t)
+                deps = sorted(latest(deps), key=lambda d: d.t)
             deps = [d for d in deps if d.tb is not tb]
             if st.op == "nop" and not deps:
                 continue
             if not deps and out and out[-1].op == "nop":
                 deps = [out.pop().dep]
-            out.extend(_nop(d, tb) for d in deps[:-1])
+            out.extend(nop(d, tb) for d in deps[:-1])
             st.dep = deps[-1] if deps else None
             out.append(st)
         tb.steps = out
@@ -509,11 +427,11 @@ class _Splice:
                         if st.dep is None:
                             st.dep = w
                         else:
-                            out.append(_nop(w, tb))
+                            out.append(nop(w, tb))
                     out.append(st)
                 tb.steps = out
 
-    def _after(self, w: _Step, st: _Step, prior: dict[_Step, _Step | None]) -> bool:
+    def _after(self, w: Step, st: Step, prior: dict[Step, Step | None]) -> bool:
         """Does ``st`` wait for ``w`` through what it waits for, the steps before it and
         the sends its receives take (looked for among steps done no earlier than ``w``
         in the previous replay, at most :data:`SEARCH` of them; beyond, not known)?"""
@@ -541,41 +459,17 @@ class _Splice:
             if sender is None or len(sender.steps) + len(got) > self.limits.max_steps:
                 chan = next(free, None)
                 if chan is None:
-                    raise _NoSplice(f"no free channel from rank {k} to rank {b}")
-                sender, receiver = _Tb(k, b, -1, chan), _Tb(b, -1, k, chan)
+                    raise NoSplice(f"no free channel from rank {k} to rank {b}")
+                sender, receiver = Tb(k, b, -1, chan), Tb(b, -1, k, chan)
                 self.tbs[k].append(sender)
                 self.tbs[b].append(receiver)
-            sender.steps.extend(_nop(w, sender) for w in got[:-1])
-            send = _Step("s", rv.dst, rv.dst, rv.cnt, when, sender)
+            sender.steps.extend(nop(w, sender) for w in got[:-1])
+            send = Step("s", rv.dst, rv.dst, rv.cnt, when, sender)
             send.dep = got[-1]
             sender.steps.append(send)
             self.sent_by[rv] = send
             rv.tb = receiver
             receiver.steps.append(rv)
-
-    def _program(self) -> Program:
-        ids = {}
-        for tbs in self.tbs.values():
-            for t, tb in enumerate(tbs):
-                for i, st in enumerate(tb.steps):
-                    ids[st] = (t, i)
-        waited = {st.dep for tbs in self.tbs.values() for tb in tbs for st in tb.steps
-                  if st.dep is not None}
-        gpus, slots = [], {None: None}
-        for st in ids:
-            for where in (st.src, st.dst):
-                if where not in slots:
-                    slots[where] = Slot(_BUFS[where[0]], where[1])
-        for gpu in self.algo.gpus:
-            tbs = tuple(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(
-                Step(i, _OPS[st.op], slots[st.src], slots[st.dst], st.cnt,
-                     *(ids[st.dep] if st.dep is not None else (-1, -1)), st in waited)
-                for i, st in enumerate(tb.steps))) for t, tb in enumerate(self.tbs[gpu.id]))
-            gpus.append(Gpu(gpu.id, gpu.i_chunks, gpu.o_chunks, gpu.s_chunks, tbs))
-        a = self.algo
-        nchannels = 1 + max(tb.chan for tbs in self.tbs.values() for tb in tbs)
-        return Program(a.name, a.proto, nchannels, a.nchunksperloop, a.ngpus, a.coll,
-                       bool(a.inplace), a.min_bytes or 0, a.max_bytes or 0, tuple(gpus))
 
     def _busiest_s(self) -> float:
         """Seconds the busiest direct link spends sending the spliced file's chunks."""
@@ -596,17 +490,3 @@ class _Splice:
         return tuple((x, self.owner_of(x), tuple(sorted(e))) for x, e in sorted(edges.items()))
 
 
-def _latest(steps: list[_Step]) -> list[_Step]:
-    """The latest step of each thread block among ``steps`` (it implies the others)."""
-    last: dict[int, _Step] = {}
-    for st in steps:
-        key = id(st.tb)
-        if key not in last or st.t > last[key].t:
-            last[key] = st
-    return list(last.values())
-
-
-def _nop(dep: _Step, tb: _Tb) -> _Step:
-    nop = _Step("nop", None, None, 0, dep.t, tb)
-    nop.dep = dep
-    return nop
