@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -19,6 +20,8 @@ from te_ccl.topology.generators import ring
 from te_ccl.verify.schedule_check import check_schedule
 
 AUTO = SolveParams(backend="auto", time_limit_s=10, threads=1)
+# far above what these races take, where a test asks what is raced, not what fits the time
+LONG = replace(AUTO, time_limit_s=600)
 
 
 def every(kind: str, n: int, size: int = 1 << 20, **kw) -> Collective:
@@ -38,7 +41,7 @@ def favouring(prefix: str) -> Judge:
 @pytest.mark.parametrize("prefix, kept", [("milp", "flow model"), ("baseline", "template "),
                                           ("scale", "scale/greedy")])
 def test_the_judge_decides_between_the_candidates(prefix, kept):
-    s = solve(ring(8, 50e9), every("broadcast", 8, root=0), AUTO, judge=favouring(prefix))
+    s = solve(ring(8, 50e9), every("broadcast", 8, root=0), LONG, judge=favouring(prefix))
     assert s.info.backend.startswith(prefix)
     note = first_note(s)
     assert note.startswith(f"auto: kept the {kept}") and f", for {prefix}); also tried " in note
@@ -79,7 +82,7 @@ def test_a_scale_method_races_the_flow_model_up_to_sixteen_gpus():
 
 
 def test_beyond_sixteen_gpus_the_flow_model_is_not_built():
-    s = solve(load_topology("mesh8x8"), every("allgather", 64, 64 << 14), AUTO)
+    s = solve(load_topology("mesh8x8"), every("allgather", 64, 64 << 14), LONG)
     assert s.info.backend == "scale"
     assert "flow model: skipped (64 GPUs > 16" in first_note(s)
 
@@ -155,7 +158,7 @@ def test_up_to_sixteen_gpus_a_schedule_near_the_bound_still_races_the_templates(
     bound = lower_bound(topo, c).seconds
     judge = Judge("test", lambda s: bound * 1.001 if s.info.backend == "scale"
                   else s.finish_time_s)
-    s = solve(topo, c, AUTO, judge=judge)
+    s = solve(topo, c, LONG, judge=judge)
     note = first_note(s)
     assert "flow model: skipped (scale/" in note and "is within 0.5% of the lower bound" in note
     assert note.startswith("auto: kept the template ")
@@ -192,17 +195,17 @@ def test_a_deadline_while_building_a_template_keeps_the_best_so_far(monkeypatch)
 
 def test_the_first_file_candidates_start_with_the_scale_method_at_one_sub_chunk():
     mesh = load_topology("mesh4x4")
-    names = [name for name, _ in candidates.first_file(mesh, every("allgather", 16, 1 << 20), AUTO)]
+    names = [name for name, _ in candidates.first_file(mesh, every("allgather", 16, 1 << 20), LONG)]
     assert names[0] == "scale/trees" and "template ring" in names
-    name, build = next(candidates.first_file(mesh, every("allgather", 16, 1 << 20), AUTO))
+    name, build = next(candidates.first_file(mesh, every("allgather", 16, 1 << 20), LONG))
     assert build().info.subchunks == 1
     # beyond 64 GPUs too the templates follow the scale method (built only where its file
     # does not fit the runtime)
     big = load_topology("gb200-nvl72")
-    names = [n for n, _ in candidates.first_file(big, every("alltoall", 72, 1 << 20), AUTO)]
+    names = [n for n, _ in candidates.first_file(big, every("alltoall", 72, 1 << 20), LONG)]
     assert names[0] == "scale/flow-alltoall" and "template direct" in names
     with pytest.raises(SpecError, match="rank 16"):
-        next(candidates.first_file(mesh, every("allgather", 17, 1 << 20), AUTO))
+        next(candidates.first_file(mesh, every("allgather", 17, 1 << 20), LONG))
 
 
 def test_a_tie_goes_to_the_schedule_with_fewer_transfers():

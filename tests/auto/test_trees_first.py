@@ -37,9 +37,9 @@ def test_composition_short_where_rs_plus_ag_exceeds_the_allreduce_bound(topology
 @pytest.mark.parametrize(("topology", "first"), [(MESH, True), (RING, False)],
                          ids=["mesh", "ring"])
 def test_packed_trees_race_before_the_scale_backend_on_a_mesh(spied, topology, first):
-    calls = spied()
+    calls = spied(give_up=("auto",))  # the flow model's time does not enter the order
     coll = Collective(K.ALLREDUCE, 64_000_000, tuple(range(topology.ngpus)))
-    solve(topology, coll, SolveParams(time_limit_s=5, threads=1))
+    solve(topology, coll, SolveParams(time_limit_s=600, threads=1))
     assert "scale" in calls and "packed" in calls
     assert (calls.index("packed") < calls.index("scale")) is first
     if first:  # the finer trees next, still before the scale backend
