@@ -101,13 +101,20 @@ def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key
     for (s, d), units in demand.items():
         need[(s, d)] -= units
         need[(s, s)] += units
-    for s in sources:
+    for s in sources:  # rows set coefficient by coefficient: the expression API is slower
         for n in topology.nodes:
-            out = [f[(s, k.key)] for k in topology.out_links(n.name)]
-            inn = [f[(s, k.key)] for k in topology.in_links(n.name)]
-            lp.Add(lp.Sum(out) - lp.Sum(inn) == need.get((s, n.name), 0.0))
+            net = need.get((s, n.name), 0.0)
+            row = lp.Constraint(net, net)
+            for k in topology.out_links(n.name):
+                row.SetCoefficient(f[(s, k.key)], 1.0)
+            for k in topology.in_links(n.name):
+                row.SetCoefficient(f[(s, k.key)], -1.0)
     for b in bundles or [[k] for k in keys]:
-        lp.Add(lp.Sum([f[(s, k)] for s in sources for k in b]) <= rate[b[0]] * T)
+        row = lp.Constraint(-lp.infinity(), 0.0)
+        row.SetCoefficient(T, -rate[b[0]])
+        for s in sources:
+            for k in b:
+                row.SetCoefficient(f[(s, k)], 1.0)
     lp.Minimize(T)
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
         raise SolverError("the concurrent-flow LP found no optimum (a pair not connected, "
@@ -115,7 +122,12 @@ def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key
     best = T.solution_value()
     # second pass: the same T, least total link time (no cycles, short routes)
     T.SetUb(best * (1 + 1e-7) + _TINY)
-    lp.Minimize(lp.Sum([f[(s, k)] * (1.0 / rate[k]) for s in sources for k in keys]))
+    objective = lp.Objective()
+    objective.Clear()
+    for s in sources:
+        for k in keys:
+            objective.SetCoefficient(f[(s, k)], 1.0 / rate[k])
+    objective.SetMinimization()
     if lp.Solve() != pywraplp.Solver.OPTIMAL:
         raise SolverError("the concurrent-flow LP lost its optimum in the second pass")
     flows = {s: {k: f[(s, k)].solution_value() for k in keys} for s in sources}
@@ -123,8 +135,10 @@ def concurrent_flow(topology: Topology, demand: dict[Key, float], rate: dict[Key
         return best, flows
     # third pass: every GPU held to the cap, a little later, least total link time
     for n in topology.gpus:
-        inn = [f[(s, k.key)] for s in sources for k in topology.in_links(n)]
-        lp.Add(lp.Sum(inn) <= cap - need.get((n, n), 0.0))
+        row = lp.Constraint(-lp.infinity(), cap - need.get((n, n), 0.0))
+        for s in sources:
+            for k in topology.in_links(n):
+                row.SetCoefficient(f[(s, k.key)], 1.0)
     T.SetUb(best * (1 + CAP_SLACK))
     lp.SetTimeLimit(max(1, int(min(budget.left(), 2 * budget.elapsed()) * 1000)))
     if lp.Solve() == pywraplp.Solver.OPTIMAL:
