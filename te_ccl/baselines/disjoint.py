@@ -357,16 +357,21 @@ def box_trees(topology: Topology, root: str, members: list[str]) -> list[tuple[f
                     _hang(tree, gw, root if k == 0 else chain[k - 1], reach, topology.name)
                 rest = [v for v in boxes[b] if v not in (gw, root)]
                 via = relays(b, gw)
-                # a box with fewer relays than parts gives one of them two, another per share
-                relay = via[(i + j) % len(via)] if via else gw
+                # the relay is taken from the box's GPUs in one order for every share (the
+                # gateway too: it then sends the part itself), so the shares of one part
+                # have different relays, and the next part's shares the next ones along: a
+                # relay's pieces come spread over the stream, not in a burst
+                pool = [v for v in boxes[b] if v != root]
+                relay = pool[(i + j * shares) % len(pool)] if via else gw
                 if relay != gw:
                     _hang(tree, relay, gw, reach, topology.name)
-                # a relay sends to the GPUs below it first, in turn: the relays of pieces
-                # in flight together send to different GPUs at once, where one order for
-                # all would queue them at the same GPU's link
-                at = rest.index(relay) if relay in rest else 0
-                for k in range(1, len(rest) + 1):
-                    if (v := rest[(at - k) % len(rest)]) != relay:
+                # a relay (or a gateway sending to all) sends to the GPUs below it in the
+                # box first, in turn: those of pieces in flight together send to different
+                # GPUs at once, where one order for all would queue them at the same link
+                box = boxes[b]
+                at = box.index(relay)
+                for k in range(1, len(box)):
+                    if (v := box[(at - k) % len(box)]) in rest and v != relay:
                         _hang(tree, v, relay, reach, topology.name)
             key = frozenset(tree.items())
             out[key] = (out.get(key, (0.0, tree))[0] + 1 / parts, tree)
