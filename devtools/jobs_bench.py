@@ -167,9 +167,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.option("--no-fail", is_flag=True, help="Exit 0 even if a target is short.")
 @click.option("--only", metavar="TOPOLOGY", help="Run the rows of one topology.")
+@click.option("--scenario", metavar="NAME", help="Run the rows of this name (e.g. '2 jobs, shared').")
 @click.option("--table", metavar="FILE", type=click.Path(exists=True, dir_okay=False),
               help="Print the markdown table of FILE (a --json output) instead of running.")
-def jobs_bench_cmd(as_json: bool, no_fail: bool, only: str | None, table: str | None) -> None:
+def jobs_bench_cmd(as_json: bool, no_fail: bool, only: str | None, scenario: str | None,
+                   table: str | None) -> None:
     """Run the jobs rows and judge their targets."""
     import json
 
@@ -181,7 +183,8 @@ def jobs_bench_cmd(as_json: bool, no_fail: bool, only: str | None, table: str | 
                                      param_hint="--table") from None
         click.echo(markdown(rows), nl=False)
         return
-    rows = [run_scenario(s) for s in SCENARIOS if only in (None, s.topology)]
+    rows = [run_scenario(s) for s in SCENARIOS
+            if only in (None, s.topology) and scenario in (None, s.name)]
     click.echo(json.dumps(rows, indent=2) if as_json else markdown(rows), nl=not as_json)
     if not no_fail and not all(r["met"] for r in rows):
         sys.exit(1)

@@ -69,6 +69,9 @@ PRIORITY_SHARE = 0.75  # what the first job keeps of each link it shares under `
 MIN_COMPILE_S = 2.0  # a candidate whose compiles would each get less is skipped
 WRITE_RESERVE_S = 1.0  # of the limit, kept for replaying, checking and writing the files kept
 VIEWS = ("shares", "priority", "exclusive")  # the candidates compiled on views
+LOWER_SLOTS = 2  # per job, the shares of lowering its templates and forms for ``mix``
+#                  (before the views: the candidate that orders the jobs on a shared link)
+MIX_SLOTS = LOWER_SLOTS + 1  # and one more for the descent
 
 Views = dict[str, dict[tuple[str, str], float]]  # job → link → fraction of its bandwidth
 
@@ -153,8 +156,8 @@ def compile_jobs(jobs: JobSet, output: str | Path | None, *, objective: str = "w
     communicator. Everything ends within ``time_limit_s`` (and an outer deadline,
     :mod:`te_ccl.deadline`), :data:`WRITE_RESERVE_S` of it kept for replaying, checking
     and writing the files kept. The time is shared out as the compiles run
-    (:class:`_Shares`): each job's compile is one share of what is left, ``flow`` and
-    ``mix`` one per job; a share is only ever of the time left, so a stage that runs
+    (:class:`_Shares`): each job's compile is one share of what is left, ``flow`` one
+    per job, ``mix`` :data:`MIX_SLOTS` per job; a share is only ever of the time left, so a stage that runs
     long leaves less to those after it, never more than the limit in all. Which
     candidates can run is known before compiling from the links the jobs' routes have in
     common (:func:`_common_links`): ``alone`` always, the views where two jobs' routes
@@ -200,7 +203,7 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
     viewed = bool(_between_gpus(jobs, common))
     flows = not isinstance(plan, str)
     n = len(jobs.jobs)
-    shares = _Shares(n * (1 + len(VIEWS) * viewed + flows + bool(common)))
+    shares = _Shares(n * (1 + len(VIEWS) * viewed + flows + MIX_SLOTS * bool(common)))
     notes: list[str] = []
     with tempfile.TemporaryDirectory(prefix="teccl-jobs-") as tmp:
         compiled: dict[tuple, JobFile] = {}  # (job, its view) → its compile
@@ -231,6 +234,12 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
                 first = _faster_alone(jobs, compiled, first_alone, again)
                 shared = replay_together(jobs, first.algos)
         first = replace(first, finish=shared.finish_s)
+        # the mix's files first: the candidates that order the jobs on a shared link
+        made: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
+        if shared.shared_links:
+            say("lowering the jobs' templates and forms (mix)")
+            with keeping(WRITE_RESERVE_S):
+                made = templates(jobs, Budget.of(shares.take(LOWER_SLOTS * n)))
         kept = []
         for method, views in _views(jobs, shared.link_bytes, shared.shared_links, objective,
                                     first_alone, shared.finish_s).items():
@@ -258,12 +267,6 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
                         **solve, time_limit_s=shares.take(n)), notes))
             except (SolverError, VerificationError, RuntimeLimitError) as e:
                 notes.append(f"flow: not compiled ({e})")
-        made: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
-        mixing = shares.take(n) / 2 if shared.shared_links else 0.0  # templates, descent
-        if shared.shared_links:
-            say("lowering the jobs' templates (mix)")
-            with keeping(WRITE_RESERVE_S):
-                made = templates(jobs, Budget.of(mixing))
         try:
             with keeping(WRITE_RESERVE_S):
                 alone, alone_s = _best_alone(jobs, compiled, first_alone, made)
@@ -282,7 +285,8 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
             say("combining the jobs' files (mix)")
             try:
                 with keeping(WRITE_RESERVE_S):
-                    kept.append(_mixed(jobs, kept, compiled, made, score, Budget.of(mixing)))
+                    kept.append(_mixed(jobs, kept, compiled, made, score,
+                                       Budget.of(shares.take(n))))
             except TimeLimitReached as e:
                 notes.append(f"mix: not compiled ({e})")
     best = min(kept, key=lambda c: score(c.finish))
@@ -299,7 +303,7 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
 @dataclass
 class _Shares:
     """The time left, shared out over the compiles still to run (``slots``: a job's
-    compile is one, the ``flow`` and ``mix`` candidates one per job): a share is the
+    compile is one, ``flow`` one per job, ``mix`` :data:`MIX_SLOTS`): a share is the
     time left (:func:`~te_ccl.deadline.left`) over the slots not yet run, so time a stage
     leaves unused goes to those after it, and time it overruns is theirs to lose."""
 
@@ -450,18 +454,19 @@ def _mixed(jobs: JobSet, kept: list[_Candidate], compiled: Mapping[tuple, JobFil
     """The ``mix`` candidate (:mod:`te_ccl.jobs.mix`): from the best candidate so far,
     each job's file chosen among every file made for it."""
     pool: dict[str, dict[bytes, JobFile]] = {j.name: {} for j in jobs.jobs}
+    for name, files in made.items():  # first: the forms, which order the jobs
+        for f in files.values():
+            pool[name].setdefault(f.xml, f)
     for (name, _), f in compiled.items():
         pool[name].setdefault(f.xml, f)
     for c in kept:
         for name in c.xml:
             pool[name].setdefault(c.xml[name], JobFile(c.xml[name], c.schedules[name],
                                                        c.algos[name]))
-    for name, files in made.items():
-        for f in files.values():
-            pool[name].setdefault(f.xml, f)
     start = min(kept, key=lambda c: score(c.finish))
     chosen, finish = mix(jobs, {n: list(p.values()) for n, p in pool.items()},
-                         {n: pool[n][start.xml[n]] for n in pool}, score, budget)
+                         {n: pool[n][start.xml[n]] for n in pool}, start.finish, score,
+                         budget)
     return _Candidate("mix", {n: f.xml for n, f in chosen.items()},
                       {n: f.schedule for n, f in chosen.items()},
                       {n: f.algo for n, f in chosen.items()}, finish)

@@ -13,27 +13,40 @@ set is found by coordinate descent on the objective of the files replayed togeth
 (:func:`mix`): each job in turn tries its files with the others' fixed and keeps one
 that improves the objective, until a pass improves nothing or the time is spent.
 
+A job's *forms* (:data:`FORMS`) are its hierarchical template cut into messages of one
+slice and of a sixteenth of one: the messages waiting for a shared link take turns a slice
+at most each, so a job of whole-slice messages takes most of the link while one of
+small messages yields it. Which job should go first is a property of the jobs together
+(under ``weighted``, roughly the heavy job that is fast alone: Smith's rule), so each job
+gets both forms and the descent chooses.
+
 Every template file also counts for the ``alone`` baseline (a compile alone could have
 written it): a form that is faster alone is no gain of the joint compile.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from te_ccl.baselines import BaselineError, applicable, build_baseline
+from te_ccl.baselines.hierarchical import hierarchical_as_cut
+from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, render_fitting
-from te_ccl.deadline import Budget
+from te_ccl.deadline import Budget, TimeLimitReached
 from te_ccl.errors import RuntimeLimitError, SolverError, VerificationError
 from te_ccl.jobs.files import checked_algo, replay_together
-from te_ccl.jobs.spec import JobSet
+from te_ccl.jobs.spec import Job, JobSet
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule
 from te_ccl.verify.msccl.model import Algo
 
 __all__ = ["JobFile", "templates", "mix"]
 
 MIX_PASSES = 3  # passes of the descent at most (each tries every file of every job)
+FORMS = {"taking": 1.0, "yielding": 1 / 16}  # a form's messages, in Simple slices
 
 
 @dataclass(frozen=True)
@@ -48,23 +61,23 @@ class JobFile:
 
 def templates(jobs: JobSet, budget: Budget) -> dict[str, dict[str, JobFile]]:
     """Each job's templates (:func:`~te_ccl.baselines.applicable` on the whole topology)
-    as verified files, by template name; those that do not apply, that the runtime
+    and forms, in :func:`_builds`' order, as verified files, by name; those that do not apply, that the runtime
     cannot hold or that the verifier rejects are left out, as are those not reached in
-    ``budget``. The jobs take turns, one template each, in the portfolio's order, so a
-    short budget leaves every job its first templates rather than the last jobs none."""
+    ``budget``. The jobs take turns, one file each, in the portfolio's order, so a
+    short budget leaves every job its forms and first templates rather than the last
+    jobs none."""
     out: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
     params = SolveParams(time_limit_s=max(budget.left(), 0.1))
-    names = {j.name: applicable(jobs.topology, j.collective) for j in jobs.jobs}
-    for turn in range(max(map(len, names.values()), default=0)):
+    builds = {j.name: _builds(jobs, j) for j in jobs.jobs}
+    for turn in range(max(map(len, builds.values()), default=0)):
         for job in jobs.jobs:
-            if turn >= len(names[job.name]):
+            if turn >= len(builds[job.name]):
                 continue
             if budget.spent:
                 return out
-            name = names[job.name][turn]
+            name, build = builds[job.name][turn]
             try:
-                built = build_baseline(name, jobs.topology, job.collective)
-                schedule, xml = render_fitting(built, CompileOptions(), params)
+                schedule, xml = render_fitting(build(), CompileOptions(), params)
                 out[job.name][name] = JobFile(
                     xml, replace(schedule, topology=jobs.topology), checked_algo(job, xml))
             except (BaselineError, SolverError, VerificationError, RuntimeLimitError):
@@ -72,25 +85,49 @@ def templates(jobs: JobSet, budget: Budget) -> dict[str, dict[str, JobFile]]:
     return out
 
 
+def _builds(jobs: JobSet, job: Job) -> list[tuple[str, Callable[[], Schedule]]]:
+    """What :func:`templates` lowers for ``job``, where the hierarchical template applies
+    its taking form first (a candidate only the jobs together can tell apart), then each
+    template's build, then its yielding form (the finely cut hierarchical template
+    already yields much of a link, and this cut is the slowest to lower)."""
+    names = applicable(jobs.topology, job.collective)
+    forms = [(f"hierarchical, {form}", functools.partial(
+        hierarchical_as_cut, jobs.topology, cut_to(job.collective, slices)))
+             for form, slices in FORMS.items()] if "hierarchical" in names else []
+    return forms[:1] + [(n, functools.partial(build_baseline, n, jobs.topology,
+                                              job.collective)) for n in names] + forms[1:]
+
+
+def cut_to(collective: Collective, slices: float) -> Collective:
+    """``collective`` cut into chunks of about ``slices`` Simple slices each: a power of
+    two chunks per rank, at least one."""
+    whole = collective.chunk_bytes * collective.chunks_per_rank  # a rank's bytes
+    per = whole / (slices * MSCCL.slice_bytes("Simple"))
+    return replace(collective, chunks_per_rank=2 ** max(0, round(math.log2(max(per, 1)))))
+
+
 def mix(jobs: JobSet, pool: Mapping[str, Sequence[JobFile]], start: Mapping[str, JobFile],
-        score: Callable[[Mapping[str, float]], tuple[int, float]], budget: Budget
-        ) -> tuple[dict[str, JobFile], dict[str, float]]:
+        finish: Mapping[str, float], score: Callable[[Mapping[str, float]], tuple[int, float]],
+        budget: Budget) -> tuple[dict[str, JobFile], dict[str, float]]:
     """The files of ``pool`` (per job), one per job, whose replay together has the least
-    ``score`` (deadlines missed, objective) that coordinate descent from ``start`` finds
-    in ``budget``; and their finishes together."""
-    current = dict(start)
-    finish = replay_together(jobs, {n: f.algo for n, f in current.items()}).finish_s
+    ``score`` (deadlines missed, objective) that coordinate descent from ``start`` (which
+    finish at ``finish`` together) finds in ``budget``, or before the compile's deadline
+    stops a replay; and their finishes together."""
+    current, finish = dict(start), dict(finish)
     best = score(finish)
-    for _ in range(MIX_PASSES):
-        improved = False
-        for job in jobs.jobs:
-            for f in pool[job.name]:
-                if f is current[job.name] or budget.spent:
-                    continue
-                trial = current | {job.name: f}
-                got = replay_together(jobs, {n: g.algo for n, g in trial.items()}).finish_s
-                if score(got) < best:
-                    current, finish, best, improved = trial, got, score(got), True
-        if not improved or budget.spent:
-            break
+    try:
+        for _ in range(MIX_PASSES):
+            improved = False
+            for job in jobs.jobs:
+                for f in pool[job.name]:
+                    if f is current[job.name] or budget.spent:
+                        continue
+                    trial = current | {job.name: f}
+                    got = replay_together(jobs, {n: g.algo for n, g in trial.items()}).finish_s
+                    if score(got) < best:
+                        current, finish, best, improved = trial, got, score(got), True
+            if not improved or budget.spent:
+                break
+    except TimeLimitReached:  # the best set so far is a candidate all the same
+        pass
     return current, finish

@@ -168,7 +168,7 @@ def test_exclusive_views_leave_a_shared_link_to_the_job_that_needs_it():
     ("""jobs:
   - {name: a, ranks: [g0, g1, g2, g3], collective: allgather, size: 1MB}
   - {name: b, ranks: [g1, g0, g5, g4], collective: allreduce, size: 2MB}
-""", 6)])  # alone, three views, flow and mix
+""", 8)])  # alone, three views, flow and mix's three (lowering twice, the descent)
 def test_the_limit_is_split_over_the_candidates_that_can_run(jobs, compiles, tmp_path,
                                                             monkeypatch):
     import te_ccl

@@ -3,7 +3,7 @@
 from types import SimpleNamespace
 
 import te_ccl.jobs.mix as mix_module
-from te_ccl.deadline import Budget
+from te_ccl.deadline import Budget, TimeLimitReached
 from te_ccl.jobs.mix import JobFile, mix
 
 JOBS = SimpleNamespace(jobs=[SimpleNamespace(name="a"), SimpleNamespace(name="b")])
@@ -33,8 +33,8 @@ def test_descent_keeps_what_improves_until_a_pass_improves_nothing(monkeypatch):
              ("a1", "b1"): (3, 3)}
     seen: list = []
     monkeypatch.setattr(mix_module, "replay_together", _replaying(table, seen))
-    chosen, finish = mix(JOBS, {"a": a, "b": b}, {"a": a[0], "b": b[0]}, _score,
-                         Budget.of(60))
+    chosen, finish = mix(JOBS, {"a": a, "b": b}, {"a": a[0], "b": b[0]}, {"a": 5, "b": 5},
+                         _score, Budget.of(60))
     assert (chosen["a"].algo, chosen["b"].algo) == ("a1", "b1")
     assert finish == {"a": 3, "b": 3}
 
@@ -44,8 +44,41 @@ def test_no_time_left_keeps_the_start(monkeypatch):
     seen: list = []
     monkeypatch.setattr(mix_module, "replay_together",
                         _replaying({("a0", "b0"): (5, 5)}, seen))
-    chosen, _ = mix(JOBS, {"a": a, "b": b}, {"a": a[0], "b": b[0]}, _score, Budget.of(0))
-    assert (chosen["a"].algo, chosen["b"].algo) == ("a0", "b0") and len(seen) == 1
+    chosen, _ = mix(JOBS, {"a": a, "b": b}, {"a": a[0], "b": b[0]}, {"a": 5, "b": 5},
+                    _score, Budget.of(0))
+    assert (chosen["a"].algo, chosen["b"].algo) == ("a0", "b0") and not seen
+
+
+def test_the_deadline_in_a_replay_keeps_the_best_set_so_far(monkeypatch):
+    a, b = _files("a", 3), _files("b", 1)
+    table = {("a1", "b0"): (4, 4)}
+    seen: list = []
+    replay = _replaying(table, seen)
+
+    def until_a2(jobs, algos):
+        if algos["a"] == "a2":
+            raise TimeLimitReached("time limit of 1 s reached while replaying")
+        return replay(jobs, algos)
+
+    monkeypatch.setattr(mix_module, "replay_together", until_a2)
+    chosen, finish = mix(JOBS, {"a": a, "b": b}, {"a": a[0], "b": b[0]}, {"a": 5, "b": 5},
+                         _score, Budget.of(60))
+    assert chosen["a"].algo == "a1" and finish == {"a": 4, "b": 4}
+
+
+def test_forms_cut_a_rank_into_powers_of_two_chunks_of_about_the_slices_asked():
+    from te_ccl.collective.model import Collective, CollectiveKind
+    from te_ccl.jobs.mix import FORMS, cut_to
+    from te_ccl.runtime_limits import MSCCL
+
+    ag = Collective(CollectiveKind.ALLGATHER, 64_000_000, tuple(range(32)))
+    slice_ = MSCCL.slice_bytes("Simple")
+    for slices in FORMS.values():
+        k = cut_to(ag, slices).chunks_per_rank
+        assert k & (k - 1) == 0
+        assert slices * slice_ / 2 ** 0.5 <= ag.size_bytes / 32 / k <= slices * slice_ * 2 ** 0.5
+    tiny = Collective(CollectiveKind.ALLGATHER, 1024, tuple(range(4)))
+    assert cut_to(tiny, 1 / 16).chunks_per_rank == 1
 
 
 def test_templates_are_verified_files_of_each_job_in_turn():
@@ -64,3 +97,19 @@ def test_templates_are_verified_files_of_each_job_in_turn():
     for files in made.values():
         assert all(f.algo.ngpus == 4 and f.schedule.topology is dgx1 for f in files.values())
     assert templates(jobs, Budget.of(0)) == {"ag": {}, "ar": {}}
+
+
+def test_a_job_across_boxes_gets_its_taking_form_first_and_its_yielding_form_last():
+    from te_ccl.jobs.mix import _builds
+    from te_ccl.jobs.spec import jobs_from
+    from te_ccl.spec.topology import load_topology
+
+    ranks = [f"b{b}.g{g}" for b in range(2) for g in range(8)]
+    jobs = jobs_from(load_topology("ndv2x4"), {"jobs": [
+        {"name": "pair", "ranks": ranks, "collective": "allreduce", "size": "64MB"},
+        {"name": "box", "ranks": ranks[:8], "collective": "allgather", "size": "64MB"}]},
+        None)
+    pair, box = (_builds(jobs, j) for j in jobs.jobs)
+    assert pair[0][0] == "hierarchical, taking" and pair[-1][0] == "hierarchical, yielding"
+    assert "hierarchical" in [n for n, _ in pair]
+    assert not any(n.startswith("hierarchical") for n, _ in box)  # one box: no forms
