@@ -11,7 +11,11 @@ memory of the compile's processes together (``peak_mb``: the sum of their propor
 set sizes, sampled in a second run of the same compile, so pages a fork shares count
 once and the timed run is not slowed by the sampling), the file's size (``xml_mb``),
 the replay of the written file over the collective's lower bound (``xml_ratio``, with
-``measured_by``) and the instance's goal::
+``measured_by``), the commit compiled (``commit``, ``+`` when the package had uncommitted
+changes), the 1-minute load average at the timed compile's start and end (``load``: on
+a shared machine the wall time says more about the others than about the compile; the
+CPU seconds do not) and the instance's goal. A saved run is ``{"header": …, "rows": […]}``,
+the header holding the machine's cores and the rows' commits::
 
     python -m devtools.scale_xml [--only NAME …] [--json] [--keep DIR]
     python -m devtools.scale_xml --only NAME … --update bench/scale_xml.json  # rerun rows
@@ -20,7 +24,7 @@ the replay of the written file over the collective's lower bound (``xml_ratio``,
 
 NAME is ``topology`` (every collective on it) or ``topology:kind``. Goals: the XML's
 replay within 1.01× the bound at 256 GPUs and 1.02× at 512 and 1024, and at 1024 GPUs
-the whole compile within 120 s and 8 GB.
+the whole compile within 60 s and 8 GB.
 """
 
 from __future__ import annotations
@@ -42,7 +46,7 @@ INSTANCES = [f"{t}:{k}" for k in ("allgather", "reducescatter", "allreduce")
              for t in TOPOLOGIES] + ["rail8x8:alltoall"]
 SAMPLE_S = 0.5
 GOAL_RATIO = {256: 1.01, 512: 1.02, 1024: 1.02}
-GOAL_S, GOAL_MB = 120.0, 8192.0  # the whole compile at 1024 GPUs
+GOAL_S, GOAL_MB = 60.0, 8192.0  # the whole compile at 1024 GPUs
 _STAGE = re.compile(r"^teccl: \[(\d+)s\] (lowering|verifying)")
 
 
@@ -80,9 +84,11 @@ def run(name: str, workdir: Path, time_limit: float) -> dict:
     """``teccl compile`` one instance in its own process; its numbers as a dict. It runs
     twice: timed as a user runs it, then again with its memory sampled, since reading
     every process's proportional set size slows the compile (5–8 s at 1024 GPUs)."""
-    before = _cpu_s()
+    before, load = _cpu_s(), os.getloadavg()[0]
     row = _compile(name, workdir, time_limit, sample=False)
     row["cpu_s"] = round(_cpu_s() - before, 1)
+    row["load"] = [round(load, 1), round(os.getloadavg()[0], 1)]
+    row["commit"] = _commit()
     if "error" not in row:
         row["peak_mb"] = _compile(name, workdir, time_limit, sample=True)["peak_mb"]
     return row
@@ -125,6 +131,26 @@ def _compile(name: str, workdir: Path, time_limit: float, sample: bool) -> dict:
     return row
 
 
+def _commit() -> str:
+    """The short commit of the package compiled, ``+`` if it has uncommitted changes
+    ("" outside a git checkout)."""
+    root = Path(__file__).resolve().parents[1]
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "te_ccl"], cwd=root,
+                               text=True, capture_output=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return ""
+    return head + ("+" if dirty else "")
+
+
+def _saved_run(rows: list[dict]) -> dict:
+    """A run as saved: the header (the machine's cores, the rows' commits) and the rows."""
+    commits = sorted({row["commit"] for row in rows if row.get("commit")})
+    return {"header": {"cpus": os.cpu_count(), "commits": commits}, "rows": rows}
+
+
 def _cpu_s() -> float:
     """CPU seconds of the processes this one has reaped (a compile and its forks)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -147,7 +173,8 @@ def goal(row: dict) -> str:
 
 
 COLUMNS = ("instance", "gpus", "chunks_per_rank", "transfers", "compile_s", "cpu_s",
-           "lower_at_s", "verify_at_s", "peak_mb", "xml_mb", "xml_ratio", "measured_by", "goal")
+           "lower_at_s", "verify_at_s", "peak_mb", "xml_mb", "xml_ratio", "measured_by", "commit",
+           "load", "goal")
 
 
 def _header() -> str:
@@ -156,6 +183,8 @@ def _header() -> str:
 
 def _line(row: dict) -> str:
     cells = [str(row.get(c, "")) for c in COLUMNS]
+    if row.get("load"):
+        cells[COLUMNS.index("load")] = "–".join(map(str, row["load"]))
     cells[-1] = goal(row) + (f" ({row['error']})" if row.get("error") else "")
     return "| " + " | ".join(cells) + " |"
 
@@ -164,12 +193,14 @@ def _saved(ap: argparse.ArgumentParser, path: str, flag: str) -> list[dict]:
     """The rows of a saved ``--json`` run; a missing or unreadable file ends the script
     with one line (exit 2)."""
     try:
-        rows = json.loads(Path(path).read_text())
+        saved = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         ap.error(f"{flag} {path}: expected a saved --json run ({e})")
+    rows = saved.get("rows") if isinstance(saved, dict) else None
     if not isinstance(rows, list) or not all(isinstance(r, dict) and "instance" in r
                                              for r in rows):
-        ap.error(f"{flag} {path}: expected a JSON list of rows with an 'instance' key")
+        ap.error(f"{flag} {path}: expected a JSON object whose 'rows' are a list of rows "
+                 "with an 'instance' key")
     return rows
 
 
@@ -212,9 +243,9 @@ def main() -> None:
     if args.update:
         saved |= {row["instance"]: row for row in rows}
         merged = [saved[n] for n in INSTANCES if n in saved]
-        Path(args.update).write_text(json.dumps(merged, indent=1) + "\n")
+        Path(args.update).write_text(json.dumps(_saved_run(merged), indent=1) + "\n")
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json.dumps(_saved_run(rows), indent=1))
 
 
 if __name__ == "__main__":

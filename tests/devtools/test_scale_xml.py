@@ -16,7 +16,8 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("flag", ["--update", "--table"])
-@pytest.mark.parametrize("content", [None, "not json", '{"instance": "x"}', "[1]"])
+@pytest.mark.parametrize("content", [None, "not json", '{"instance": "x"}', "[1]",
+                                     '[{"instance": "x"}]', '{"rows": [1]}'])
 def test_a_bad_saved_run_is_one_line_and_exit_2(tmp_path, flag, content):
     saved = tmp_path / "rows.json"
     if content is not None:
@@ -29,7 +30,10 @@ def test_a_bad_saved_run_is_one_line_and_exit_2(tmp_path, flag, content):
 
 def test_a_saved_run_prints_as_a_table(tmp_path):
     saved = tmp_path / "rows.json"
-    saved.write_text('[{"instance": "mesh8x8:allgather", "compile_s": 7.8}]\n')
+    saved.write_text('{"header": {"cpus": 2, "commits": ["abc1234"]}, "rows": [{"instance": '
+                     '"mesh8x8:allgather", "compile_s": 7.8, "commit": "abc1234", '
+                     '"load": [0.5, 1.5]}]}\n')
     proc = _run("--table", str(saved))
     assert proc.returncode == 0
-    assert proc.stdout.splitlines()[2].startswith("| mesh8x8:allgather |")
+    line = proc.stdout.splitlines()[2]
+    assert line.startswith("| mesh8x8:allgather |") and "| abc1234 | 0.5–1.5 |" in line
