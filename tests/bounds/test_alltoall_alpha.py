@@ -124,3 +124,17 @@ def test_a_box_with_its_switch_sets_the_tail():
     assert cut_alpha(topo, c) == pytest.approx(4e-6 + 2.1e-6)
     b = lower_bound(topo, c)
     assert b.argument == "cut_alpha_s" and b.fixed["cut_alpha_s"] == pytest.approx(2.1e-6)
+
+
+def test_the_farthest_members_bytes_alone_set_the_tail_where_latency_dominates():
+    """mesh 4×4 AlltoAll of 64 KB: g0's 4 KB for g15 leave over its two 50 GB/s links
+    (40 ns) before 6 hops of 0.5 µs: 3.04 µs, above the α-distance's 3 µs (all of g0's
+    60 KB would leave by 0.6 µs, but g1 is one hop away); the templates' files stay
+    above it."""
+    from te_ccl.spec.topology import load_topology
+
+    topo = load_topology("mesh4x4")
+    c = Collective(CollectiveKind.ALLTOALL, 64_000, tuple(range(16)))
+    assert cut_alpha(topo, c) == pytest.approx(3.04e-6)
+    assert lower_bound(topo, c).fixed["cut_alpha_s"] == pytest.approx(3e-6)
+    assert min(template_replays(topo, c)) >= 3.04e-6
