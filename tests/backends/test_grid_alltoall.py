@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import te_ccl
-from te_ccl.backends.scale.grid import coords, grid_shape
+from te_ccl.backends.scale.grid import OPS, PER_CHANNEL, coords, grid_shape
 from te_ccl.backends.scale.grid_alltoall import (
     METHOD,
     grid_elements,
@@ -134,3 +134,30 @@ def test_a_mesh16x16_alltoall_compile_writes_a_verified_grid_file(tmp_path):
     result = te_ccl.compile("mesh16x16", "alltoall", size="1MB", output=str(out))
     assert result.status.startswith(f"scale/{METHOD}")
     assert verify_msccl(out.read_text()).valid
+
+
+def test_a_links_channels_take_its_groups_in_turn():
+    """Each link's groups fill its channels one after the other, PER_CHANNEL a channel,
+    and a later channel's first step is a nop that waits for the previous channel's last
+    send: the link carries them in the list schedule's order, not as its channels race."""
+    plan = grid_plan((8, 8), False, 2)
+    ends = np.append(plan.blocks[1:, 4], len(plan.steps))
+    sends: dict[tuple[int, int], dict[int, tuple[int, int, int]]] = {}
+    for tb, ((rank, send, _, chan, first), end) in enumerate(zip(plan.blocks, ends, strict=True)):
+        if send >= 0:
+            local = tb - int(np.searchsorted(plan.blocks[:, 0], rank))
+            sends.setdefault((rank, send), {})[chan] = (local, first, end)
+    nop, send_op = OPS.index("nop"), OPS.index("s")
+    assert any(len(chans) > 1 for chans in sends.values())
+    for chans in sends.values():
+        assert sorted(chans) == list(range(len(chans)))
+        for c, (_, first, end) in chans.items():
+            ops = plan.steps[first:end, 0]
+            assert (ops == send_op).sum() == PER_CHANNEL or c == len(chans) - 1
+            if c:
+                before, start, stop = chans[c - 1]
+                assert ops[0] == nop and ops[1] == send_op
+                assert tuple(plan.steps[first, 6:8]) == (before, stop - start - 1)
+                assert plan.steps[stop - 1, 8] == 1  # the waited-for send says so
+            else:
+                assert nop not in ops
