@@ -387,11 +387,12 @@ def _hang(tree: Tree, child: str, parent: str, reach: dict[str, set[str]], where
 def _broadcast(topology: Topology, coll: Collective, rates: list[float],
                trees: list[Tree]) -> Schedule:
     """The Broadcast's pieces (:func:`_cut`) dealt to the trees in turn by their shares
-    (``rates``)."""
+    (``rates``): each to the tree that is done first with it, so trees of small shares
+    (a share cut into parts) do not each round up."""
     root = topology.gpu(coll.root)
     given, plans = [0.0] * len(trees), []
     for chunk in checked(coll.chunks(), TEMPLATE, every=256):
-        t = min(range(len(trees)), key=lambda i: (given[i] / rates[i], i))
+        t = min(range(len(trees)), key=lambda i: ((given[i] + 0.5) / rates[i], i))
         given[t] += 1
         plans.append(ChunkPlan(chunk.id, root, spread=trees[t]))
     return assemble("pipeline", topology, coll, plans)

@@ -5,7 +5,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from te_ccl.baselines import BaselineError, applicable, build_baseline
-from te_ccl.baselines.disjoint import box_trees, disjoint_trees
+from te_ccl.baselines.disjoint import box_trees, disjoint_trees, pipeline_fine
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
@@ -110,6 +110,19 @@ def test_the_shares_of_a_part_pass_through_different_relays():
     assert all(len(set(relays[i:i + 8])) == 8 for i in range(0, len(relays), 8))
     coll = Collective(K.BROADCAST, 64_000_000, tuple(range(32)), root=0)
     assert 1 <= _file_ratio(dgx, coll) <= 1.07
+
+
+def test_no_rail_carries_more_than_its_share_and_a_piece():
+    """The root's share is cut into a part per relay of its box, the other shares are
+    whole trees: each piece goes to the tree it keeps closest to its share, so the root's
+    rail carries no more than the others (each small tree rounding up gave it 133 of
+    1024 pieces on HGX H100 ×4, the others 127-128)."""
+    rails = gen.rail_optimized(4, 8, 450e9, 50e9, 0.7e-6, 1.3e-6)
+    coll = Collective(K.BROADCAST, 64_000_000, tuple(range(32)), root=0)
+    schedule = pipeline_fine(rails, coll)
+    sent = Counter(x.src for x in schedule.transfers
+                   if x.dst.startswith("rail") and x.src.startswith("b0."))
+    assert len(sent) == 8 and max(sent.values()) <= schedule.collective.nchunks // 8 + 1
 
 
 def test_the_fine_pipelines_pieces_do_not_depend_on_the_time_left(monkeypatch):
