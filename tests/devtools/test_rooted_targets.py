@@ -30,3 +30,19 @@ def test_one_row_over_the_goal_or_without_a_file_is_short():
     rows[-1] = row("dgx1", "gather", None, status="does not lower: channels")
     target = {t.name: t for t in evaluate_targets(rows)}[NAME]
     assert not target.met and "without a file's time" in target.measured
+
+
+def test_the_bound_suite_judges_each_rooted_row_on_its_own_and_default_runs_none():
+    """``make bench`` runs the rooted rows in the ``bound`` suite, each a target of
+    :data:`ROOTED_GOAL` naming its bound; the ``default`` suite leaves them to it."""
+    rooted = {(c.topology, c.kind): c for c in suite("bound").cases
+              if c.kind in ROOTED_KINDS and c.size_bytes == 64 * MB}
+    assert set(rooted) == {(t, k) for t in shipped_topologies() for k in ROOTED_KINDS}
+    assert {(c.root, c.group) for c in rooted.values()} == {(0, "bound")}
+    assert not [c for c in suite("default").cases
+                if c.kind in ROOTED_KINDS and c.size_bytes == 64 * MB]
+    rows = [Row(topology="dgx2x2", ngpus=32, collective="reduce", size_bytes=64 * MB,
+                chunks=1, group="bound", system="teccl", time_s=1.2, bound_s=1.0, ratio=1.2,
+                status="ok", solver_time_s=1.0)]
+    target = next(t for t in evaluate_targets(rows) if t.name.startswith("dgx2x2 reduce 64 MB"))
+    assert not target.met and target.goal == f"1 <= x <= {ROOTED_GOAL}"
