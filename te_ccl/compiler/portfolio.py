@@ -206,8 +206,12 @@ class _Race:
     def enter(self, name: str, schedule: Schedule, verdict: Verdict | None = None) -> None:
         """Take ``schedule`` as a trial, judged now unless its ``verdict`` is given."""
         t = _verdict(self.judge, schedule) if verdict is None else verdict
-        if isinstance(t, SolverError):
+        if isinstance(t, TimeLimitReached):  # judging is part of the search: keep the best
             self.fail(name, t)
+            return
+        if isinstance(t, SolverError):  # a buffer limit: a solver's reason, if any, says more
+            self.trials.append(Trial(name, outcome=str(t)))
+            self.error = self.error or SolverError(f"{name}: {t}")
             return
         self.trials.append(Trial(name, t))
         if self.best is None or t < self.best_s * (1 - TIE) or (
