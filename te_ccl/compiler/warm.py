@@ -45,7 +45,7 @@ from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler.incumbent import Incumbent, describe
 from te_ccl.compiler.options import CompileOptions
-from te_ccl.compiler.splice import WEIGHTS, splice, step_times
+from te_ccl.compiler.splice import QUEUED, WAYS, splice, step_times
 from te_ccl.errors import SpecError, TecclError, VerificationError
 from te_ccl.lower.msccl.to_xml import program_to_xml
 from te_ccl.schedule import Schedule
@@ -295,8 +295,8 @@ def _routed(previous: Previous, topology: Topology, collective: Collective, k: i
 def offer_spliced(previous: Previous | None, topology: Topology, collective: Collective,
                   options: CompileOptions, timer: Timer, kept: Incumbent) -> bool:
     """Where the previous file spliced onto ``topology`` (:mod:`te_ccl.compiler.splice`,
-    its weights :data:`~te_ccl.compiler.splice.WEIGHTS` tried in turn while near the
-    bound) replays within :data:`QUALITY_GAP` of the lower bound, so within that of any
+    its ways :data:`~te_ccl.compiler.splice.WAYS` tried in turn while near the bound)
+    replays within :data:`QUALITY_GAP` of the lower bound, so within that of any
     compile from scratch, and the verifier passes it in full, offer ``kept`` that file;
     its schedule is its routes timed as a template, which the independent checker
     passes. True if kept: it stands, with no other first file and no search
@@ -337,21 +337,24 @@ class _Falls(Exception):
 def _standing_splice(algo: Algo, before: Topology, topology: Topology,
                      collective: Collective, options: CompileOptions, times: list[float],
                      kept: Incumbent) -> _Standing | None:
-    """The first splice, by the weights :data:`~te_ccl.compiler.splice.WEIGHTS` in turn,
-    that stands (:func:`_verified`); None (a note says why) where none does, or one
-    keeps a link too busy to stand, replays beyond :data:`NEAR_GAP` (the weights move a
-    file by a few percent: no other is tried) or fails verification."""
+    """The first splice, by the ways :data:`~te_ccl.compiler.splice.WAYS` in turn, that
+    stands (:func:`_verified`); None (a note says why) where none does, or one fails
+    verification. A weighted splice that keeps a link too busy to stand or replays
+    beyond :data:`NEAR_GAP` ends the search (the weights move a file by a few percent:
+    no other is tried)."""
     coll = collective
     whole = coll.ranks == tuple(range(topology.ngpus))  # the provenance names every GPU
     why = "no splice replays"
-    for early in WEIGHTS:
-        got = splice(algo, before, topology, coll, options.runtime, times, early)
+    for way in WAYS:
+        got = splice(algo, before, topology, coll, options.runtime, times, way)
         if isinstance(got, str):
             kept.notes.append(f"--from: the {WARM} is not spliced ({got})")
             return None
         if got.busiest_s > kept.bound_s * (1 + QUALITY_GAP):  # cannot stand: no replay
             why = (f"it keeps a link busy {got.busiest_s / kept.bound_s:.3f}× the lower "
                    "bound")
+            if way is QUEUED:
+                continue
             break
         program = replace(got.program, name=options.name or got.program.name,
                           min_bytes=options.min_bytes, max_bytes=options.max_bytes)
@@ -364,7 +367,7 @@ def _standing_splice(algo: Algo, before: Topology, topology: Topology,
             continue
         except _Falls as e:
             why = f"it replays at {e.finish_s / kept.bound_s:.3f}× the lower bound"
-            if e.finish_s > kept.bound_s * (1 + NEAR_GAP):
+            if way is not QUEUED and e.finish_s > kept.bound_s * (1 + NEAR_GAP):
                 break
             continue
         if not report.valid:

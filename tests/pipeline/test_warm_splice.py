@@ -15,7 +15,7 @@ from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler import CompileOptions, Timer
 from te_ccl.compiler.incumbent import Incumbent
-from te_ccl.compiler.splice import SPLICING, WEIGHTS, splice, step_times
+from te_ccl.compiler.splice import QUEUED, SPLICING, WAYS, splice, step_times
 from te_ccl.compiler.warm import QUALITY_GAP, offer_spliced, read_previous
 from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.lower.msccl.to_xml import program_to_xml
@@ -53,17 +53,17 @@ def _allgather(topology) -> Collective:
     return Collective(CollectiveKind.ALLGATHER, SIZE, tuple(range(topology.ngpus)))
 
 
-def _spliced(previous, dgx1, changed, early=WEIGHTS[0]):
+def _spliced(previous, dgx1, changed, way=WAYS[0]):
     algo, coll = read_msccl(previous), _allgather(changed)
-    got = splice(algo, dgx1, changed, coll, MSCCL, step_times(algo, dgx1, changed, coll), early)
+    got = splice(algo, dgx1, changed, coll, MSCCL, step_times(algo, dgx1, changed, coll), way)
     assert not isinstance(got, str), got
     return algo, got
 
 
-@pytest.mark.parametrize("early", WEIGHTS)
+@pytest.mark.parametrize("way", WAYS)
 def test_the_spliced_file_verifies_and_sends_nothing_over_the_lost_link(previous, dgx1,
-                                                                        changed, early):
-    _, got = _spliced(previous, dgx1, changed, early)
+                                                                        changed, way):
+    _, got = _spliced(previous, dgx1, changed, way)
     report = verify_msccl(program_to_xml(got.program).decode())
     assert report.valid, report.errors[:3]
     lost = {(LOST[0], LOST[1]), (LOST[1], LOST[0])}
@@ -87,6 +87,30 @@ def test_steps_off_the_lost_link_are_kept_and_moves_are_few(previous, dgx1, chan
     for edges in trees.values():
         assert len(edges) == algo.ngpus - 1
         assert all(changed.has_link(changed.gpu(s), changed.gpu(r)) for r, s in edges)
+
+
+@pytest.mark.parametrize("stands", [True, False])
+def test_each_spliced_file_is_read_once_and_checked_only_where_it_stands(
+        previous, changed, tmp_path, monkeypatch, stands):
+    """The verifier's read of a spliced file is the replay's too; a file that does not
+    stand is not checked."""
+    import te_ccl.verify.msccl.verify as verifier
+
+    reads, checks = [], []
+    parse, static = verifier.parse_msccl, verifier.static_checks
+    monkeypatch.setattr(verifier, "parse_msccl", lambda *a: reads.append(1) or parse(*a))
+    monkeypatch.setattr(verifier, "static_checks",
+                        lambda *a, **k: checks.append(1) or static(*a, **k))
+    coll = _allgather(changed)
+    previous_file = read_previous(previous, coll, changed, routes=False)
+    monkeypatch.setattr("te_ccl.compiler.warm.xml_reader.read_msccl", None)  # no other read
+    bound = lower_bound(changed, coll).seconds * (2 if stands else 0.5)  # a gap it is in
+    kept = Incumbent(bound, None)
+    got = offer_spliced(previous_file, changed, coll,
+                        CompileOptions(output=str(tmp_path / "new.xml")), Timer(), kept)
+    assert got is stands
+    assert len(checks) == int(stands) and (not stands or len(reads) == 1)
+    assert stands or any("spliced does not stand" in n for n in kept.notes)
 
 
 def test_the_busiest_link_bounds_the_replay(previous, dgx1, changed):
@@ -130,7 +154,7 @@ def test_a_file_that_uses_no_link_lost_is_kept_as_it_is(previous, dgx1):
                                               name="dgx1-slower"))
     algo, coll = read_msccl(previous), _allgather(slower)
     got = splice(algo, dgx1, slower, coll, MSCCL, step_times(algo, dgx1, slower, coll),
-                 WEIGHTS[0])
+                 WAYS[0])
     assert not isinstance(got, str) and got.moved == 0
     again = read_msccl(program_to_xml(got.program).decode())
     def steps(a):  # what the runtime runs: each step's fields, not its line in the file
@@ -145,7 +169,7 @@ def test_splicing_stops_at_the_deadline(previous, dgx1, changed):
     times = step_times(algo, dgx1, changed, coll)
     with pytest.raises(TimeLimitReached, match=SPLICING), \
             until(1.0, since=time.monotonic() - 10.0):  # a deadline passed already
-        splice(algo, dgx1, changed, coll, MSCCL, times, WEIGHTS[0])
+        splice(algo, dgx1, changed, coll, MSCCL, times, WAYS[0])
 
 
 def test_a_previous_file_that_does_not_run_is_not_spliced(previous, changed, tmp_path):
@@ -166,7 +190,7 @@ def test_a_previous_file_that_does_not_run_is_not_spliced_onto_slower_links(prev
                                               name="dgx1-slower"))
     algo, coll = read_msccl(str(_without_a_receive(previous, tmp_path))), _allgather(slower)
     got = splice(algo, dgx1, slower, coll, MSCCL, step_times(algo, dgx1, slower, coll),
-                 WEIGHTS[0])
+                 WAYS[0])
     assert got == "its sends and receives do not match on a connection"
     text = Path(previous).read_text()
     wait = re.search(r'depid="\d+" deps="\d+"', text)  # a wait for a step not there
@@ -174,7 +198,7 @@ def test_a_previous_file_that_does_not_run_is_not_spliced_onto_slower_links(prev
     bad.write_text(text[:wait.start()] + 'depid="0" deps="9999"' + text[wait.end():])
     algo = read_msccl(str(bad))
     got = splice(algo, dgx1, slower, coll, MSCCL, step_times(algo, dgx1, slower, coll),
-                 WEIGHTS[0])
+                 WAYS[0])
     assert isinstance(got, str) and "waits for step 9999" in got
 
 
@@ -185,3 +209,24 @@ def _without_a_receive(previous: str, tmp_path: Path) -> Path:
     bad = tmp_path / "bad.xml"
     bad.write_text(text[:receive.start()] + text[receive.end():])
     return bad
+
+
+@pytest.mark.slow  # a 64-GPU compile
+def test_on_a_torus_the_queued_way_stands_where_the_weighted_ones_do_not(tmp_path):
+    """A torus's file keeps every link busy until it ends: a chunk that crossed the lost
+    link arrives anew after that, so the queued way (its pass-ons served anew, earliest
+    arrival first) stands within the gap, the weighted ones (senders by load) not."""
+    torus = load_topology("torus8x8")
+    path = tmp_path / "torus.xml"
+    te_ccl.compile(torus, "allgather", size=SIZE, output=str(path), time_limit_s=60)
+    cut = edit_topology(torus, TopologyEdit(without_links=("g0:g1",), name="torus-cut"))
+    algo, coll = read_msccl(str(path)), _allgather(cut)
+    times, bound = step_times(algo, torus, cut, coll), lower_bound(cut, coll).seconds
+    ratio = {}
+    for way in (QUEUED, WAYS[1]):
+        got = splice(algo, torus, cut, coll, MSCCL, times, way)
+        assert not isinstance(got, str), got
+        data = program_to_xml(got.program).decode()
+        assert verify_msccl(data).valid
+        ratio[way] = simulate_msccl(data, cut, SIZE).finish_time_s / bound
+    assert ratio[QUEUED] <= 1 + QUALITY_GAP < ratio[WAYS[1]]
