@@ -185,8 +185,9 @@ def in_turn(position: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndar
     """(each transfer's channel, (opener, transfer it waits for) rows) where each link
     takes its transfers in the list schedule's order: :data:`PER_CHANNEL` at a time per
     channel, channel 0 first, and each channel's first send (its opener) waits until the
-    previous channel's last has left. Channels of a link dealt in turn would race on it,
-    and the link would serve them as they come, not in the order that keeps it busy."""
+    previous channel's last has left. Channels dealt round-robin (:func:`channels`) run
+    at once and race for the link, which then serves them as they come, not in the order
+    that keeps every link busy."""
     by_link = np.lexsort((position, link))
     first_of_link = np.searchsorted(link[by_link], link[by_link])
     rank = np.empty(len(link), dtype=np.int64)
