@@ -121,7 +121,7 @@ def test_the_written_out_hop_check_decides_as_the_general_checks(monkeypatch, to
     as they do."""
     topology = load_topology(topo)
     coll = Collective(CollectiveKind(kind), 1 << 30, tuple(range(topology.ngpus)))
-    schedule = solve(topology, coll, SolveParams(backend="scale", time_limit_s=20))
+    schedule = solve(topology, coll, SolveParams(backend="scale", time_limit_s=600))  # ends in ~1 s
     fast, seen = channels.extends, Counter()
 
     def both(last, nxt, c, state):
