@@ -168,10 +168,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 @click.option("--no-fail", is_flag=True, help="Exit 0 even if a target is short.")
 @click.option("--only", metavar="TOPOLOGY", help="Run the rows of one topology.")
 @click.option("--scenario", metavar="NAME", help="Run the rows of this name (e.g. '2 jobs, shared').")
+@click.option("--limit-per-job", type=click.FloatRange(min=0, min_open=True),
+              default=LIMIT_S_PER_JOB, show_default=True,
+              help="A row's --time-limit per job, in seconds.")
 @click.option("--table", metavar="FILE", type=click.Path(exists=True, dir_okay=False),
               help="Print the markdown table of FILE (a --json output) instead of running.")
 def jobs_bench_cmd(as_json: bool, no_fail: bool, only: str | None, scenario: str | None,
-                   table: str | None) -> None:
+                   limit_per_job: float, table: str | None) -> None:
     """Run the jobs rows and judge their targets."""
     import json
 
@@ -183,7 +186,7 @@ def jobs_bench_cmd(as_json: bool, no_fail: bool, only: str | None, scenario: str
                                      param_hint="--table") from None
         click.echo(markdown(rows), nl=False)
         return
-    rows = [run_scenario(s) for s in SCENARIOS
+    rows = [run_scenario(s, limit_per_job * len(s.jobs)) for s in SCENARIOS
             if only in (None, s.topology) and scenario in (None, s.name)]
     click.echo(json.dumps(rows, indent=2) if as_json else markdown(rows), nl=not as_json)
     if not no_fail and not all(r["met"] for r in rows):
