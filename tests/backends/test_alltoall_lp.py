@@ -21,7 +21,7 @@ def test_a_limited_gpu_among_the_destinations_goes_to_rounds() -> None:
     ring = Topology.build("ring", nodes, [Link(f"g{i}", f"g{(i + 1) % 4}", 1e9)
                                           for i in range(4)])
     c = Collective(CollectiveKind.ALLGATHER, 8000, (0, 1, 2, 3), 2)
-    s = solve(ring, c, SolveParams(backend="lp", time_limit_s=10))
+    s = solve(ring, c, SolveParams(backend="lp", time_limit_s=600))  # ends at once
     assert any("used rounds" in n for n in s.info.notes)
     assert check_schedule(s) == []
     assert s.finish_time_s >= lower_bound(ring, c).seconds * (1 - 1e-9)
