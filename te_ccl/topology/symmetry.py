@@ -18,9 +18,8 @@ generate; the AlltoAll bound's LP keeps one source per orbit of members.
 
 >>> from te_ccl.topology.generators import mesh
 >>> m = mesh([4, 4], 1e9)
->>> gens = automorphisms(m, m.gpus)
->>> len(gens), len(set(orbits(gens, len(m.nodes)).tolist()))  # corners, edges, middle
-(3, 3)
+>>> len(set(orbits(automorphisms(m, m.gpus), len(m.nodes)).tolist()))  # corners, sides, middle
+3
 """
 
 from __future__ import annotations
@@ -107,17 +106,18 @@ def translate(sym: TorusSymmetry, tails: np.ndarray, cls: np.ndarray
     return u, v
 
 
-def _gpu_grid(topology: Topology) -> tuple[int, ...]:
-    """The shape the GPUs' rank order fills: a generated grid's sides, boxes × GPUs per
-    box, or one axis."""
+def _gpu_grids(topology: Topology) -> list[tuple[int, ...]]:
+    """The shapes the GPUs' rank order may fill: a generated grid's sides or boxes × GPUs
+    per box where the generator says so, then one axis and every two-factor shape (the
+    boxes, leaves or rails of a fabric numbered group by group)."""
     meta, n = topology.meta or {}, len(topology.gpus)
+    shapes = []
     if meta.get("generator") in ("mesh", "torus"):
-        shape = tuple(meta.get("dims") or ())
+        shapes.append(tuple(meta.get("dims") or ()))
     elif meta.get("generator") == "boxes":
-        shape = (meta.get("boxes", 0), meta.get("box_gpus", 0))
-    else:
-        shape = ()
-    return shape if shape and int(np.prod(shape)) == n else (n,)
+        shapes.append((meta.get("boxes", 0), meta.get("box_gpus", 0)))
+    shapes += [(n,)] + [(a, n // a) for a in range(2, n) if n % a == 0]
+    return [s for s in dict.fromkeys(shapes) if s and int(np.prod(s)) == n]
 
 
 def _candidates(shape: tuple[int, ...]) -> list[np.ndarray]:
@@ -202,14 +202,18 @@ class _Fabric:
 def automorphisms(topology: Topology, members: Sequence[str]) -> list[np.ndarray]:
     """Generators of a group of automorphisms of ``topology`` that keep the set
     ``members``, each a permutation of ``topology.nodes``' indices (entry ``i``: where
-    node ``i`` goes). Candidates come from the GPUs' rank order (:func:`_candidates`);
+    node ``i`` goes). Candidates come from the GPUs' rank order (:func:`_candidates` of
+    each of :func:`_gpu_grids`);
     each is kept only once checked (:meth:`_Fabric.keeps`), so the group is one of the
     fabric's whatever the candidates: none found, the trivial group (empty list)."""
     fabric = _Fabric(topology)
     inside = np.zeros(len(topology.nodes), dtype=bool)
     inside[[fabric.index[m] for m in members]] = True
-    kept = []
-    for gpu_perm in _candidates(_gpu_grid(topology)):
+    kept, tried = [], set()
+    for gpu_perm in (p for shape in _gpu_grids(topology) for p in _candidates(shape)):
+        if gpu_perm.tobytes() in tried:
+            continue
+        tried.add(gpu_perm.tobytes())
         perm = fabric.extend(gpu_perm)
         if perm is not None and (inside[perm] == inside).all() and fabric.keeps(perm):
             kept.append(perm)

@@ -17,6 +17,7 @@ from te_ccl.topology import Link, Node, Topology
 from te_ccl.topology.generators import (
     Join,
     boxes,
+    fat_tree,
     fully_connected,
     mesh,
     rail_optimized,
@@ -108,10 +109,17 @@ def test_on_a_mesh_a_source_per_orbit(t: Topology, sources: int) -> None:
     rail_optimized(3, 4, 450e9, 50e9, 7e-7, 1.3e-6), rail_optimized(4, 2, 450e9, 50e9),
     boxes(fully_connected(3, 1e9), 3, Join("switch", ("g0", "g1"), 5e8)),
     boxes(ring(4, 1e9), 3, Join("direct", ("g0",), 5e8)),
-    star(5, 1e9), fully_connected(4, 1e9), ring(5, 1e9)],
-    ids=["rail3x4", "rail4x2", "boxes-switch", "boxes-direct", "star", "fc4", "ring5"])
+    star(5, 1e9), fully_connected(4, 1e9), ring(5, 1e9), fat_tree(3, 2, 2, 1e9, 1e-6)],
+    ids=["rail3x4", "rail4x2", "boxes-switch", "boxes-direct", "star", "fc4", "ring5",
+         "fat-tree"])
 def test_on_boxes_rails_and_switches(t: Topology) -> None:
     _equal(t)
+
+
+def test_a_fabric_numbered_group_by_group_without_saying_so() -> None:
+    """A fat tree's generator names no leaves: the two-factor shapes of the rank order
+    find its leaf and in-leaf permutations all the same (switches moved with them)."""
+    assert _equal(fat_tree(3, 2, 2, 1e9, 1e-6))[0] == 1
 
 
 def test_rails_and_boxes_move_every_gpu_onto_every_other() -> None:
