@@ -112,6 +112,13 @@ class Edit:
         if longest > self.limits.max_steps:
             raise NoSplice(f"a thread block would have {longest} steps, over the runtime's "
                             f"{self.limits.max_steps}")
+        for rank, tbs in self.tbs.items():
+            index = {id(tb): i for i, tb in enumerate(tbs)}
+            waited = max((index[id(st.dep.tb)] for tb in tbs for st in tb.steps
+                          if st.dep is not None), default=0)
+            if len(tbs) > self.limits.max_threadblocks or waited > self.limits.max_depid:
+                raise NoSplice(f"rank {rank} would have {len(tbs)} thread blocks, more than "
+                               "the runtime runs or a wait can name")
         return Spliced(to_program(self.algo, self.tbs), self._trees(),
                        sum(map(len, self.moves.values())), self._busiest_s())
 

@@ -338,18 +338,18 @@ def _standing_splice(algo: Algo, before: Topology, topology: Topology,
                      collective: Collective, options: CompileOptions, times: list[float],
                      kept: Incumbent) -> _Standing | None:
     """The first splice, by the ways :data:`~te_ccl.compiler.splice.WAYS` in turn, that
-    stands (:func:`_verified`); None (a note says why) where none does, or one fails
-    verification. A weighted splice that keeps a link too busy to stand or replays
-    beyond :data:`NEAR_GAP` ends the search (the weights move a file by a few percent:
-    no other is tried)."""
+    stands (:func:`_verified`) and verifies; None (a note says why) where none does. A
+    weighted splice that keeps a link too busy to stand or replays beyond
+    :data:`NEAR_GAP` ends the search (the weights move a file by a few percent: no other
+    is tried)."""
     coll = collective
     whole = coll.ranks == tuple(range(topology.ngpus))  # the provenance names every GPU
-    why = "no splice replays"
+    why, refused = "no splice replays", []
     for way in WAYS:
         got = splice(algo, before, topology, coll, options.runtime, times, way)
-        if isinstance(got, str):
-            kept.notes.append(f"--from: the {WARM} is not spliced ({got})")
-            return None
+        if isinstance(got, str):  # this way cannot splice the file; another may
+            refused.append(got)
+            continue
         if got.busiest_s > kept.bound_s * (1 + QUALITY_GAP):  # cannot stand: no replay
             why = (f"it keeps a link busy {got.busiest_s / kept.bound_s:.3f}× the lower "
                    "bound")
@@ -370,13 +370,14 @@ def _standing_splice(algo: Algo, before: Topology, topology: Topology,
             if way is not QUEUED and e.finish_s > kept.bound_s * (1 + NEAR_GAP):
                 break
             continue
-        if not report.valid:
-            kept.notes.append(f"--from: the {WARM} spliced is not kept (its file fails "
-                              f"verification: {report.errors[0]})")
-            return None
-        return _Standing(finish, data, got.trees)
-    kept.notes.append(f"--from: the {WARM} spliced does not stand ({why}); the "
-                      "compile goes on as without it")
+        if report.valid:
+            return _Standing(finish, data, got.trees)
+        why = f"its file fails verification: {report.errors[0]}"
+    if len(refused) == len(WAYS):
+        kept.notes.append(f"--from: the {WARM} is not spliced ({refused[0]})")
+    else:
+        kept.notes.append(f"--from: the {WARM} spliced does not stand ({why}); the "
+                          "compile goes on as without it")
     return None
 
 

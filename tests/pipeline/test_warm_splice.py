@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -230,3 +231,14 @@ def test_on_a_torus_the_queued_way_stands_where_the_weighted_ones_do_not(tmp_pat
         assert verify_msccl(data).valid
         ratio[way] = simulate_msccl(data, cut, SIZE).finish_time_s / bound
     assert ratio[QUEUED] <= 1 + QUALITY_GAP < ratio[WAYS[1]]
+
+
+@pytest.mark.parametrize("way", WAYS)
+def test_a_splice_whose_waits_name_thread_blocks_past_the_runtime_s_is_refused(
+        previous, dgx1, changed, way):
+    """A wait names its thread block in 8 bits: a splice that would need more (its new
+    thread blocks come after the file's) is refused with a reason, not written."""
+    algo, coll = read_msccl(previous), _allgather(changed)
+    few = replace(MSCCL, max_depid=8)
+    got = splice(algo, dgx1, changed, coll, few, step_times(algo, dgx1, changed, coll), way)
+    assert isinstance(got, str) and "thread blocks" in got
