@@ -48,7 +48,8 @@ from te_ccl.model.extract import reverse_in_time
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["PACKED_KINDS", "backwards", "min_arborescence", "packed", "packed_fine", "overlay"]
+__all__ = ["PACKED_KINDS", "backwards", "min_arborescence", "packed", "packed_as_cut",
+           "packed_fine", "overlay"]
 
 PACKED_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.ALLREDUCE,
                 CollectiveKind.GATHER, CollectiveKind.SCATTER)
@@ -459,6 +460,18 @@ def packed(topology: Topology, collective: Collective, fine: bool = False) -> Sc
     if kind in (CollectiveKind.GATHER, CollectiveKind.SCATTER):
         return _paths_schedule(topology, cut, name)
     return _trees_schedule(topology, cut, name)
+
+
+def packed_as_cut(topology: Topology, collective: Collective) -> Schedule:
+    """The packed trees of a Broadcast or AllReduce with the chunks of ``collective`` as
+    their pieces, however coarse: each piece is one message, so the cut sets how much of a
+    link a communicator takes per turn where other communicators' messages take turns on
+    it (:mod:`te_ccl.simulate.cosim`)."""
+    if collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.ALLREDUCE):
+        raise BaselineError(f"packed trees as cut are for broadcast and allreduce, not "
+                            f"{collective.kind.value}")
+    _cut(topology, collective, False)  # refused where packed refuses it
+    return _trees_schedule(topology, collective, "packed")
 
 
 def _cut(topology: Topology, collective: Collective, fine: bool) -> Collective:
