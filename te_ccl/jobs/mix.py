@@ -13,8 +13,9 @@ set is found by coordinate descent on the objective of the files replayed togeth
 (:func:`mix`): each job in turn tries its files with the others' fixed and keeps one
 that improves the objective, until a pass improves nothing or the time is spent.
 
-A job's *forms* (:data:`FORMS`) are its hierarchical template cut into messages of one
-slice and of a sixteenth of one: the messages waiting for a shared link take turns a slice
+A job's *forms* (:data:`FORMS`) are its hierarchical and packed templates
+(:data:`FORM_TEMPLATES`, where they apply) cut into messages of one slice and of a
+sixteenth of one: the messages waiting for a shared link take turns a slice
 at most each, so a job of whole-slice messages takes most of the link while one of
 small messages yields it. Which job should go first is a property of the jobs together
 (under ``weighted``, roughly the heavy job that is fast alone: Smith's rule), so each job
@@ -33,6 +34,7 @@ from dataclasses import dataclass, replace
 
 from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.baselines.hierarchical import hierarchical_as_cut
+from te_ccl.baselines.packed import packed_as_cut
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, render_fitting
 from te_ccl.deadline import Budget, TimeLimitReached
@@ -47,6 +49,7 @@ __all__ = ["JobFile", "templates", "mix"]
 
 MIX_PASSES = 3  # passes of the descent at most (each tries every file of every job)
 FORMS = {"taking": 1.0, "yielding": 1 / 16}  # a form's messages, in Simple slices
+FORM_TEMPLATES = {"hierarchical": hierarchical_as_cut, "packed": packed_as_cut}
 
 
 @dataclass(frozen=True)
@@ -86,16 +89,18 @@ def templates(jobs: JobSet, budget: Budget) -> dict[str, dict[str, JobFile]]:
 
 
 def _builds(jobs: JobSet, job: Job) -> list[tuple[str, Callable[[], Schedule]]]:
-    """What :func:`templates` lowers for ``job``, where the hierarchical template applies
-    its taking form first (a candidate only the jobs together can tell apart), then each
-    template's build, then its yielding form (the finely cut hierarchical template
-    already yields much of a link, and this cut is the slowest to lower)."""
+    """What :func:`templates` lowers for ``job``: its taking forms first (candidates
+    only the jobs together can tell apart), then each template's build, then its
+    yielding forms (the templates' own fine cuts already yield much of a link, and
+    these cuts are the slowest to lower)."""
     names = applicable(jobs.topology, job.collective)
-    forms = [(f"hierarchical, {form}", functools.partial(
-        hierarchical_as_cut, jobs.topology, cut_to(job.collective, slices)))
-             for form, slices in FORMS.items()] if "hierarchical" in names else []
-    return forms[:1] + [(n, functools.partial(build_baseline, n, jobs.topology,
-                                              job.collective)) for n in names] + forms[1:]
+    forms = {form: [(f"{name}, {form}", functools.partial(
+        build, jobs.topology, cut_to(job.collective, slices)))
+        for name, build in FORM_TEMPLATES.items() if name in names]
+        for form, slices in FORMS.items()}
+    return forms["taking"] + [(n, functools.partial(build_baseline, n, jobs.topology,
+                                                    job.collective))
+                              for n in names] + forms["yielding"]
 
 
 def cut_to(collective: Collective, slices: float) -> Collective:

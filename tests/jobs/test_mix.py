@@ -2,6 +2,8 @@
 
 from types import SimpleNamespace
 
+import pytest
+
 import te_ccl.jobs.mix as mix_module
 from te_ccl.deadline import Budget, TimeLimitReached
 from te_ccl.jobs.mix import JobFile, mix
@@ -109,7 +111,22 @@ def test_a_job_across_boxes_gets_its_taking_form_first_and_its_yielding_form_las
         {"name": "pair", "ranks": ranks, "collective": "allreduce", "size": "64MB"},
         {"name": "box", "ranks": ranks[:8], "collective": "allgather", "size": "64MB"}]},
         None)
-    pair, box = (_builds(jobs, j) for j in jobs.jobs)
-    assert pair[0][0] == "hierarchical, taking" and pair[-1][0] == "hierarchical, yielding"
-    assert "hierarchical" in [n for n, _ in pair]
-    assert not any(n.startswith("hierarchical") for n, _ in box)  # one box: no forms
+    pair, box = ([n for n, _ in _builds(jobs, j)] for j in jobs.jobs)
+    assert pair[:2] == ["hierarchical, taking", "packed, taking"]
+    assert pair[-2:] == ["hierarchical, yielding", "packed, yielding"]
+    assert "hierarchical" in pair and "packed-fine" in pair
+    assert not any(n.startswith("hierarchical") for n in box)  # one box, and no packed
+    assert not any(n.endswith(("taking", "yielding")) for n in box)  # AllGather: no forms
+
+
+def test_the_packed_form_keeps_the_cut_asked_for_and_only_broadcast_and_allreduce():
+    from te_ccl.baselines import BaselineError
+    from te_ccl.baselines.packed import packed_as_cut
+    from te_ccl.collective.model import Collective, CollectiveKind
+    from te_ccl.spec.topology import load_topology
+
+    dgx1 = load_topology("dgx1")
+    ar = Collective(CollectiveKind.ALLREDUCE, 1 << 20, (0, 1, 2, 3), chunks_per_rank=2)
+    assert packed_as_cut(dgx1, ar).collective.chunks_per_rank == 2
+    with pytest.raises(BaselineError, match="not allgather"):
+        packed_as_cut(dgx1, ar.__class__(CollectiveKind.ALLGATHER, 1 << 20, (0, 1, 2, 3)))
