@@ -116,7 +116,7 @@ import numpy as np
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import left
 from te_ccl.topology.model import Node, Topology
-from te_ccl.topology.symmetry import automorphisms, orbits
+from te_ccl.topology.symmetry import automorphisms, link_moves, orbits
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
            "alltoall_cut_time", "alltoall_cut_alpha", "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "threshold_groups",
@@ -368,12 +368,7 @@ def _orbit_lp_rows(topology: Topology, members: list[str]
     for m in members:
         first.setdefault(int(node[index[m]]), m)
         count[int(node[index[m]])] += 1
-    u = np.array([index[k.src] for k in topology.links], dtype=np.int64)
-    v = np.array([index[k.dst] for k in topology.links], dtype=np.int64)
-    link_id = {(a, b): i for i, (a, b) in enumerate(zip(u.tolist(), v.tolist(), strict=True))}
-    link_gens = [np.array([link_id[(a, b)] for a, b in zip(g[u].tolist(), g[v].tolist(),
-                                                           strict=True)]) for g in gens]
-    link = orbits(link_gens, len(topology.links))
+    link = orbits(link_moves(topology, gens), len(topology.links))
     return list(first.values()), [count[o] for o in first], link, np.bincount(link)
 
 

@@ -32,7 +32,8 @@ import numpy as np
 
 from te_ccl.topology.model import Topology
 
-__all__ = ["TorusSymmetry", "automorphisms", "orbits", "torus_symmetry", "translate"]
+__all__ = ["TorusSymmetry", "automorphisms", "link_moves", "orbits", "stabilizer",
+           "torus_symmetry", "translate", "transversal"]
 
 Vec = tuple[int, ...]
 
@@ -238,3 +239,45 @@ def orbits(generators: Sequence[np.ndarray], n: int) -> np.ndarray:
                 parent[max(a, b)] = min(a, b)
     _, ids = np.unique([root(x) for x in range(n)], return_inverse=True)
     return ids
+
+
+def link_moves(topology: Topology, generators: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Each node permutation of ``generators`` (automorphisms) as it moves the links:
+    entry ``i``, the index in ``topology.links`` of the image of link ``i``."""
+    index = {n.name: i for i, n in enumerate(topology.nodes)}
+    n = len(topology.nodes)
+    u = np.array([index[k.src] for k in topology.links], dtype=np.int64)
+    v = np.array([index[k.dst] for k in topology.links], dtype=np.int64)
+    code = np.full(n * n, -1, dtype=np.int64)
+    code[u * n + v] = np.arange(len(u))
+    return [code[g[u] * n + g[v]] for g in generators]
+
+
+def transversal(generators: Sequence[np.ndarray], start: int, n: int) -> dict[int, np.ndarray]:
+    """For each point ``t`` of ``start``'s orbit, a product of ``generators`` that moves
+    ``start`` to ``t`` (the identity for ``start``), found breadth first."""
+    moves = {start: np.arange(n)}
+    queue = [start]
+    for s in queue:
+        for g in generators:
+            t = int(g[moves[s][start]])
+            if t not in moves:
+                moves[t] = g[moves[s]]
+                queue.append(t)
+    return moves
+
+
+def stabilizer(generators: Sequence[np.ndarray], start: int, n: int) -> list[np.ndarray]:
+    """Generators of the subgroup that fixes ``start`` (Schreier's lemma: with ``u_t``
+    the :func:`transversal`, ``u_{g(t)}⁻¹·g·u_t`` over the orbit's ``t`` and the
+    generators ``g``), without repeats and the identity."""
+    moves = transversal(generators, start, n)
+    found: dict[bytes, np.ndarray] = {}
+    for t, u in moves.items():
+        for g in generators:
+            back = np.empty(n, dtype=np.int64)
+            back[moves[int(g[t])]] = np.arange(n)
+            h = back[g[u]]
+            if (h != np.arange(n)).any():
+                found.setdefault(h.tobytes(), h)
+    return list(found.values())

@@ -25,7 +25,13 @@ from te_ccl.topology.generators import (
     star,
     torus,
 )
-from te_ccl.topology.symmetry import automorphisms, orbits
+from te_ccl.topology.symmetry import (
+    automorphisms,
+    link_moves,
+    orbits,
+    stabilizer,
+    transversal,
+)
 from tests.bounds.strategies import BANDWIDTHS, LATENCIES, fabrics
 
 
@@ -172,3 +178,27 @@ def test_orbits_are_the_parts_the_generators_join() -> None:
     swap, shift = np.array([1, 0, 2, 3, 4]), np.array([0, 1, 3, 4, 2])
     assert orbits([], 3).tolist() == [0, 1, 2]
     assert orbits([swap, shift], 5).tolist() == [0, 0, 1, 1, 1]
+
+
+@pytest.mark.parametrize("t", [mesh([4, 4], 1e9), rail_optimized(3, 2, 4e9, 1e9),
+                               fat_tree(2, 2, 2, 1e9)], ids=["mesh", "rail", "fat-tree"])
+def test_transversal_and_stabilizer(t: Topology) -> None:
+    """``u_t`` moves the start to ``t``; the stabilizer's generators fix it, are
+    automorphisms, and move links as :func:`link_moves` says."""
+    gens, n, start = automorphisms(t, t.gpus), len(t.nodes), 0
+    moves = transversal(gens, start, n)
+    assert set(moves) == {i for i, o in enumerate(orbits(gens, n)) if o == orbits(gens, n)[start]}
+    assert all(int(u[start]) == s for s, u in moves.items())
+    fixing = stabilizer(gens, start, n)
+    assert all(int(h[start]) == start and _is_automorphism(t, h, list(t.gpus)) for h in fixing)
+    for h, moved in zip(fixing, link_moves(t, fixing), strict=True):
+        for k, j in zip(t.links, moved.tolist(), strict=True):
+            image = t.links[j]
+            assert (image.src, image.dst) == (t.nodes[int(h[t.nodes.index(t.node(k.src))])].name,
+                                              t.nodes[int(h[t.nodes.index(t.node(k.dst))])].name)
+
+
+def test_a_square_fixes_its_corner_by_one_reflection() -> None:
+    t = mesh([4, 4], 1e9)
+    assert [h.tolist() for h in stabilizer(automorphisms(t, t.gpus), 0, 16)] == [
+        [0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15]]
