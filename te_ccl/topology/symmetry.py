@@ -32,8 +32,8 @@ import numpy as np
 
 from te_ccl.topology.model import Topology
 
-__all__ = ["TorusSymmetry", "automorphisms", "link_moves", "orbits", "stabilizer",
-           "torus_symmetry", "translate", "transversal"]
+__all__ = ["TorusSymmetry", "automorphisms", "link_moves", "orbits", "torus_symmetry",
+           "translate"]
 
 Vec = tuple[int, ...]
 
@@ -251,33 +251,3 @@ def link_moves(topology: Topology, generators: Sequence[np.ndarray]) -> list[np.
     code = np.full(n * n, -1, dtype=np.int64)
     code[u * n + v] = np.arange(len(u))
     return [code[g[u] * n + g[v]] for g in generators]
-
-
-def transversal(generators: Sequence[np.ndarray], start: int, n: int) -> dict[int, np.ndarray]:
-    """For each point ``t`` of ``start``'s orbit, a product of ``generators`` that moves
-    ``start`` to ``t`` (the identity for ``start``), found breadth first."""
-    moves = {start: np.arange(n)}
-    queue = [start]
-    for s in queue:
-        for g in generators:
-            t = int(g[moves[s][start]])
-            if t not in moves:
-                moves[t] = g[moves[s]]
-                queue.append(t)
-    return moves
-
-
-def stabilizer(generators: Sequence[np.ndarray], start: int, n: int) -> list[np.ndarray]:
-    """Generators of the subgroup that fixes ``start`` (Schreier's lemma: with ``u_t``
-    the :func:`transversal`, ``u_{g(t)}⁻¹·g·u_t`` over the orbit's ``t`` and the
-    generators ``g``), without repeats and the identity."""
-    moves = transversal(generators, start, n)
-    found: dict[bytes, np.ndarray] = {}
-    for t, u in moves.items():
-        for g in generators:
-            back = np.empty(n, dtype=np.int64)
-            back[moves[int(g[t])]] = np.arange(n)
-            h = back[g[u]]
-            if (h != np.arange(n)).any():
-                found.setdefault(h.tobytes(), h)
-    return list(found.values())
