@@ -1,5 +1,6 @@
 """Baselines in the Schedule IR (NCCL ring, double binary tree, direct, hierarchical,
-packed pipelined trees and flow paths, and pipelined link-disjoint trees from a root).
+packed pipelined trees and flow paths, pipelined link-disjoint trees from a root, and
+pipelined trees of fan-out k behind one switch).
 
 They go through the same lowering, simulator and report as teccl's own schedules.
 :data:`BASELINES` maps a name to ``build(topology, collective) -> Schedule``;
@@ -16,13 +17,14 @@ from te_ccl.baselines.hierarchical import find_boxes, hierarchical
 from te_ccl.baselines.packed import PACKED_KINDS, packed, packed_fine
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import ring, ring_bidir
-from te_ccl.baselines.tree import TREE_KINDS, double_tree
-from te_ccl.collective.model import Collective
+from te_ccl.baselines.tree import TREE_KINDS, double_tree, switch_trees
+from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
 __all__ = ["BASELINES", "BaselineError", "ChunkPlan", "applicable", "assemble", "build_baseline"]
 
+SWITCH_TREE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
 PACKED_FIRST_GPUS = 16
 PACKED_MAX_ROOTED = 32  # GPUs beyond which the pipeline template replaces packed for a rooted
 #                         collective where it applies
@@ -37,6 +39,7 @@ BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "packed-fine": packed_fine,
     "pipeline": pipeline,
     "pipeline-fine": pipeline_fine,
+    "switch-trees": switch_trees,
 }
 
 
@@ -65,6 +68,10 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
             names = [n for n in names if n not in ("packed", "packed-fine")]
         at = names.index("packed") if "packed" in names else len(names)
         names[at:at] = ["pipeline", "pipeline-fine"]
+    if collective.kind in SWITCH_TREE_KINDS and collective.root is not None \
+            and collective.nranks > 2 and len(find_boxes(topology, gpus)) == 1 \
+            and not any(topology.has_link(u, v) for u in gpus for v in gpus):
+        names.append("switch-trees")  # GPUs behind switches only, one box
     return names
 
 

@@ -17,14 +17,16 @@ inner nodes of the tree and sum there.
 from __future__ import annotations
 
 from te_ccl.baselines.cycle import ring_neighbours
-from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble
+from te_ccl.baselines.disjoint import FINE_SHARE, TRANSFER_S
+from te_ccl.baselines.packed import FINE_PIECES, pieces
+from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble, route
 from te_ccl.baselines.ring import doubled, ring_order
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import checked
+from te_ccl.deadline import checked, left
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["binary_tree", "double_tree"]
+__all__ = ["binary_tree", "double_tree", "switch_trees"]
 
 TREE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.ALLREDUCE)
 
@@ -104,3 +106,83 @@ def double_tree(topology: Topology, collective: Collective) -> Schedule:
         else:
             plans.append(ChunkPlan(chunk.id, top, gather=tree, spread=tree))
     return assemble("tree", topology, coll, plans)
+
+
+SWITCH_TRANSFERS = 200_000  # link transfers a switch_trees file is cut into at most: as
+#                             many as the finer pipeline's (te_ccl.baselines.disjoint)
+MAX_FAN = 16  # fan-outs tried for switch_trees
+
+
+def switch_trees(topology: Topology, collective: Collective) -> Schedule:
+    """Broadcast or Reduce of GPUs behind one switch, pipelined down (up) ``k`` trees of
+    fan-out ``k``: every piece goes down one tree, the trees in turn.
+
+    Each GPU is an inner node of one tree only (tree ``t`` is the heap over the others
+    rotated by ``t`` blocks of inner nodes), so it sends ``k`` copies of a ``k``-th of
+    the data and receives each piece once: every GPU's link carries the data about once
+    each way, the rate of the bound, and a GPU has few peers (a Reduce's sums need a
+    thread block per peer; one GPU summing each piece from all the others needs more
+    than a GPU runs). The fill is the trees' depth in hops, each a piece ``k`` times and
+    two links' α: ``k`` is the fan-out that makes it least among those whose ``k`` blocks
+    of inner nodes fit in the GPUs (GB200 NVL72, 71 GPUs below the root: 3 levels at
+    ``k = 5``, where a binary tree has 7 and one relay sends to 70)."""
+    if collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) \
+            or collective.root is None or collective.nranks < 3:
+        raise BaselineError("the switch trees are for broadcast and reduce from a root")
+    members = [topology.gpu(r) for r in collective.ranks]
+    root = topology.gpu(collective.root)
+    if any(topology.has_link(u, v) for u in members for v in members if u != v):
+        raise BaselineError(f"the switch trees are for GPUs behind switches only, not "
+                            f"{topology.name}'s, which have direct links")
+    reach = ring_neighbours(topology, members)
+    if any(set(members) - {v} - set(reach[v]) for v in members):
+        raise BaselineError(f"not every GPU reaches every other through switches only in "
+                            f"{topology.name}")
+    if left() * FINE_SHARE < SWITCH_TRANSFERS * TRANSFER_S:
+        raise BaselineError("no time left to build and judge the switch trees' file")
+    order = ring_order(topology, members)
+    at = order.index(root)
+    others = order[at + 1:] + order[:at]
+    hop = route(topology, root, others[0], via_gpus=False)
+    links = len(hop) - 1
+    alpha = sum(topology.link(u, v).latency_s for u, v in zip(hop, hop[1:], strict=False))
+    rate = min(topology.link(u, v).bandwidth_Bps for u, v in zip(hop, hop[1:], strict=False))
+    coll = pieces(topology, collective, 2.0,
+                  min(FINE_PIECES, SWITCH_TRANSFERS // (links * len(others))))
+    piece_s = coll.size_bytes / coll.nchunks / rate
+    m = len(others)
+
+    def fill(k: int) -> float:
+        return _levels(m, k) * (k * piece_s + alpha)
+
+    # fan-outs whose trees' inner nodes are all different GPUs (k blocks of inner nodes fit)
+    fans = [k for k in range(2, min(MAX_FAN, m - 1) + 1) if k * -(-(m - 1) // k) <= m]
+    k = min(fans, key=fill)
+    inner = -(-(m - 1) // k)
+    trees = []
+    for t in range(k):
+        shift = (t * inner) % m
+        ring = others[shift:] + others[:shift]
+        tree = {ring[i]: ring[(i - 1) // k] for i in range(1, m)}
+        tree[ring[0]] = root
+        trees.append(tree)
+    plans = []
+    for chunk in checked(coll.chunks(), TEMPLATE, every=256):
+        tree = trees[chunk.id % k]
+        if coll.kind is CollectiveKind.BROADCAST:
+            plans.append(ChunkPlan(chunk.id, root, spread=tree))
+        else:
+            plans.append(ChunkPlan(chunk.id, root, gather=tree))
+    return assemble("switch-trees", topology, coll, plans)
+
+
+def _levels(m: int, k: int) -> int:
+    """Levels of a heap of ``m`` nodes with fan-out ``k``.
+
+    >>> _levels(71, 4), _levels(71, 2), _levels(1, 3)
+    (4, 7, 1)
+    """
+    levels, width, total = 0, 1, 0
+    while total < m:
+        total, width, levels = total + width, width * k, levels + 1
+    return levels

@@ -1,0 +1,54 @@
+"""Pipelined trees of fan-out k behind one switch (Broadcast and Reduce)."""
+
+from collections import Counter
+
+import pytest
+
+from te_ccl.baselines import BaselineError, applicable, build_baseline
+from te_ccl.baselines.tree import switch_trees
+from te_ccl.bounds import lower_bound
+from te_ccl.collective import Collective
+from te_ccl.collective import CollectiveKind as K
+from te_ccl.lower.msccl import lower_to_msccl
+from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.spec.topology import load_topology
+from te_ccl.topology import generators as gen
+from te_ccl.verify.msccl.reader import read_msccl
+from te_ccl.verify.msccl.verify import verify_msccl
+from te_ccl.verify.schedule_check import check_schedule
+
+
+@pytest.mark.parametrize("n", [8, 16, 25])
+def test_every_gpu_sends_about_the_data_once(n):
+    """Each GPU is an inner node of one tree only: no GPU's link into the switch carries
+    more than the root's (the data once, and a piece per tree for the pieces' rounding),
+    whatever the fan-out chosen."""
+    star = gen.star(n, 100e9, 0.7e-6)
+    coll = Collective(K.BROADCAST, 16_000_000, tuple(range(n)), root=0)
+    schedule = switch_trees(star, coll)
+    sent = Counter(x.src for x in schedule.transfers if x.dst not in star.gpus)
+    pieces = schedule.collective.nchunks
+    assert sent[star.gpu(0)] == pieces and max(sent.values()) <= pieces * 1.01
+
+
+@pytest.mark.parametrize("kind", [K.REDUCE, K.BROADCAST], ids=lambda k: k.value)
+def test_dgx2_file_is_near_the_bound(kind):
+    """DGX-2 (16 GPUs on one switch) Reduce of 64 MB: a valid file within 5% of the
+    bound (the packed template's was 1.0875)."""
+    dgx2 = load_topology("dgx2")
+    coll = Collective(kind, 64_000_000, tuple(range(16)), root=0)
+    assert "switch-trees" in applicable(dgx2, coll)
+    schedule = build_baseline("switch-trees", dgx2, coll)
+    assert check_schedule(schedule) == []
+    data = lower_to_msccl(schedule).decode()
+    assert verify_msccl(data).valid
+    replay = simulate_msccl(read_msccl(data), dgx2, coll.size_bytes).finish_time_s
+    assert 1 <= replay / lower_bound(dgx2, coll).seconds <= 1.05
+
+
+def test_not_where_gpus_have_direct_links():
+    ring = gen.ring(6, 100e9)
+    coll = Collective(K.REDUCE, 6_000_000, tuple(range(6)), root=0)
+    assert "switch-trees" not in applicable(ring, coll)
+    with pytest.raises(BaselineError, match="direct links"):
+        switch_trees(ring, coll)
