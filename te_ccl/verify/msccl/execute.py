@@ -630,6 +630,16 @@ class _Data:
                 mem.write(blk, src[-1][0], dst + i, acc)
             return _NO_DATA
         _, receives, reduces, writes, sends = kind
+        if cnt == 1:  # most steps at scale: the loop below for one chunk, written out
+            if receives:
+                value = received[0] if received else GARBAGE
+                if reduces:
+                    value = add(value, mem.read(blk, pos, src))
+            else:
+                value = mem.read(blk, pos, src)
+            if writes:
+                mem.write(blk, pos, dst, value)
+            return [value] if sends else _NO_DATA
         reads = reduces or not receives
         if cnt >= RUN_FROM and (not reads or not writes or src == dst or src + cnt <= dst
                             or dst + cnt <= src) and (not reads or mem.readable(blk, src, cnt)):

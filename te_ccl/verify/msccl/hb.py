@@ -86,10 +86,11 @@ class HappensBefore:
                 entry = pubs.get(value)
                 if entry is None:
                     continue
-                if not own[b]:
-                    self.clock[b] = clock = clock.copy()
+                if own[b]:
+                    maximum(clock, entry[0], out=clock)
+                else:  # the join is the copy
+                    self.clock[b] = clock = maximum(clock, entry[0])
                     own[b] = 1
-                maximum(clock, entry[0], out=clock)
                 publishers += (entry[1],)
                 left = self._left[target]
                 left[value] -= 1
