@@ -9,13 +9,14 @@ from te_ccl.backends.scale.alltoall import solve_rail_alltoall
 from te_ccl.backends.scale.comb import solve_comb
 from te_ccl.backends.scale.flow_alltoall import solve_flow_alltoall
 from te_ccl.backends.scale.greedy import greedy_transfers
+from te_ccl.backends.scale.grid import grid_alpha
 from te_ccl.backends.scale.grid_alltoall import METHOD as GRID
 from te_ccl.backends.scale.grid_alltoall import solve_grid_alltoall
 from te_ccl.backends.scale.hierarchical import solve_hierarchical
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.torus import solve_torus
 from te_ccl.backends.scale.trees import solve_trees
-from te_ccl.deadline import Budget
+from te_ccl.deadline import Budget, skipping
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune
 from te_ccl.model.problem import Problem
@@ -39,6 +40,18 @@ def _greedy(problem: Problem, params: SolveParams, budget: Budget) -> tuple[Move
         moves = Moves.of(names, prune(problem, moves.transfers()))
     return moves, ("greedy link–chunk assignment per epoch (random start in the chunk "
                    f"order, seed {params.seed})",)
+
+
+def _grid_first(problem: Problem) -> tuple[Moves, tuple[str, ...]] | None:
+    """For a compile's first file (:func:`~te_ccl.deadline.hurried`), the grid AlltoAll
+    also below :data:`~te_ccl.backends.scale.grid_alltoall.GRID_FROM_HOPS`, where a chunk
+    takes at least a link's latency to send (its relay phases then add little): its
+    groups lower and verify in a fraction of the time of the concurrent-flow routes'
+    steps, and the search that follows runs those routes in full."""
+    if grid_alpha(problem.topology, problem.chunk_bytes) > 1:
+        return None
+    solved = solve_grid_alltoall(problem, 0)
+    return solved if solved is not None and skipping("the concurrent-flow routes") else None
 
 
 def _trees_or_greedy(problem: Problem, params: SolveParams, budget: Budget
@@ -78,6 +91,8 @@ def solve_moves(problem: Problem, params: SolveParams, budget: Budget,
         solved, method = solve_hierarchical(problem), "hierarchical"
     if solved is None:
         solved, method = solve_grid_alltoall(problem), GRID
+    if solved is None:
+        solved, method = _grid_first(problem), GRID
     if solved is None:
         solved, method = solve_flow_alltoall(problem, budget, params.seed), "flow-alltoall"
     if solved is None and routes == "comb":

@@ -1,0 +1,37 @@
+"""A first file's AlltoAll on a mesh below the grid AlltoAll's own threshold: the grid's
+groups where a chunk takes at least a link's latency (the search then runs the
+concurrent-flow routes in full), else the concurrent-flow routes as before."""
+
+from __future__ import annotations
+
+from te_ccl.backends.base import SolveParams
+from te_ccl.backends.scale.entry import solve_moves
+from te_ccl.backends.scale.grid_alltoall import METHOD as GRID
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import Budget, hurried
+from te_ccl.model.problem import build_problem
+from te_ccl.topology.generators import mesh
+
+MESH = mesh([4, 4], 50e9, 5e-7)  # a link's latency: the time of a 25 kB chunk
+
+
+def _method(size: int) -> str:
+    """The scale method of the AlltoAll of ``size`` bytes (chunks of ``size/256``)."""
+    problem = build_problem(MESH, Collective(CollectiveKind.ALLTOALL, size, tuple(range(16))))
+    return solve_moves(problem, SolveParams(), Budget.of(60.0))[1]
+
+
+def test_a_first_file_takes_the_grid_where_chunks_outlast_the_latency() -> None:
+    with hurried() as skipped:
+        assert _method(16 * 1_000_000) == GRID
+    assert skipped == ["the concurrent-flow routes"]
+
+
+def test_a_first_file_of_latency_bound_chunks_keeps_the_flow_routes() -> None:
+    with hurried() as skipped:
+        assert _method(16 * 1_000) == "flow-alltoall"  # chunks of 62.5 B
+    assert skipped == []
+
+
+def test_the_search_keeps_the_flow_routes() -> None:
+    assert _method(16 * 1_000_000) == "flow-alltoall"  # not in a hurry
