@@ -1,6 +1,6 @@
 """A first file's AlltoAll on a mesh below the grid AlltoAll's own threshold: the grid's
 groups where a chunk takes at least a link's latency (the search then runs the
-concurrent-flow routes in full), else the concurrent-flow routes as before."""
+concurrent-flow routes in full), else (and on a torus) the routes as before."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from te_ccl.backends.scale.grid_alltoall import METHOD as GRID
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import Budget, hurried
 from te_ccl.model.problem import build_problem
-from te_ccl.topology.generators import mesh
+from te_ccl.topology.generators import mesh, torus
 
 MESH = mesh([4, 4], 50e9, 5e-7)  # a link's latency: the time of a 25 kB chunk
 
@@ -35,3 +35,11 @@ def test_a_first_file_of_latency_bound_chunks_keeps_the_flow_routes() -> None:
 
 def test_the_search_keeps_the_flow_routes() -> None:
     assert _method(16 * 1_000_000) == "flow-alltoall"  # not in a hurry
+
+
+def test_a_torus_keeps_its_flow_routes() -> None:
+    problem = build_problem(torus([4, 4], 50e9, 5e-7),
+                            Collective(CollectiveKind.ALLTOALL, 16 * 1_000_000, tuple(range(16))))
+    with hurried() as skipped:
+        assert solve_moves(problem, SolveParams(), Budget.of(60.0))[1] != GRID
+    assert skipped == []
