@@ -25,6 +25,9 @@ from te_ccl.topology.model import Topology
 __all__ = ["BASELINES", "BaselineError", "ChunkPlan", "applicable", "assemble", "build_baseline"]
 
 SWITCH_TREE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
+SWITCH_TREES_MAX_GPUS = 32  # beyond, a switch-trees Reduce needs more thread blocks than
+#                             MSCCL runs (GB200 NVL72), and its Broadcast is slower than the
+#                             pipeline template's
 PACKED_FIRST_GPUS = 16
 PACKED_MAX_ROOTED = 32  # GPUs beyond which the pipeline template replaces packed for a rooted
 #                         collective where it applies
@@ -69,7 +72,8 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         at = names.index("packed") if "packed" in names else len(names)
         names[at:at] = ["pipeline", "pipeline-fine"]
     if collective.kind in SWITCH_TREE_KINDS and collective.root is not None \
-            and collective.nranks > 2 and len(find_boxes(topology, gpus)) == 1 \
+            and 2 < collective.nranks <= SWITCH_TREES_MAX_GPUS \
+            and len(find_boxes(topology, gpus)) == 1 \
             and not any(topology.has_link(u, v) for u in gpus for v in gpus):
         names.append("switch-trees")  # GPUs behind switches only, one box
     return names

@@ -52,3 +52,10 @@ def test_not_where_gpus_have_direct_links():
     assert "switch-trees" not in applicable(ring, coll)
     with pytest.raises(BaselineError, match="direct links"):
         switch_trees(ring, coll)
+
+
+def test_not_beyond_32_gpus():
+    """GB200 NVL72: the Reduce's file needs more thread blocks than MSCCL runs."""
+    nvl72 = load_topology("gb200-nvl72")
+    coll = Collective(K.REDUCE, 64_000_000, tuple(range(72)), root=0)
+    assert "switch-trees" not in applicable(nvl72, coll)
