@@ -1,9 +1,13 @@
 """A first file's AlltoAll on a mesh below the grid AlltoAll's own threshold: the grid's
-groups where a chunk takes at least a link's latency (the search then runs the
-concurrent-flow routes in full), else (and on a torus) the routes as before."""
+groups from :data:`GRID_FIRST_FROM_HOPS` chunk-hops where a chunk takes at least a link's
+latency (the search then runs the concurrent-flow routes in full), else (and on a torus)
+the routes as before."""
 
 from __future__ import annotations
 
+import pytest
+
+import te_ccl.backends.scale.entry as entry
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale.entry import solve_moves
 from te_ccl.backends.scale.grid_alltoall import METHOD as GRID
@@ -11,35 +15,46 @@ from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import Budget, hurried
 from te_ccl.model.problem import build_problem
 from te_ccl.topology.generators import mesh, torus
+from te_ccl.topology.model import Topology
 
-MESH = mesh([4, 4], 50e9, 5e-7)  # a link's latency: the time of a 25 kB chunk
+MESH = mesh([4, 4], 50e9, 5e-7)  # a link's latency: the time of a 25 kB chunk; 640 chunk-hops
 
 
-def _method(size: int) -> str:
+def _method(size: int, topology: Topology = MESH) -> str:
     """The scale method of the AlltoAll of ``size`` bytes (chunks of ``size/256``)."""
-    problem = build_problem(MESH, Collective(CollectiveKind.ALLTOALL, size, tuple(range(16))))
+    problem = build_problem(topology, Collective(CollectiveKind.ALLTOALL, size,
+                                                 tuple(range(16))))
     return solve_moves(problem, SolveParams(), Budget.of(60.0))[1]
 
 
-def test_a_first_file_takes_the_grid_where_chunks_outlast_the_latency() -> None:
+@pytest.fixture
+def from_any_hops(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(entry, "GRID_FIRST_FROM_HOPS", 0)
+
+
+def test_a_first_file_takes_the_grid_where_chunks_outlast_the_latency(from_any_hops) -> None:
     with hurried() as skipped:
         assert _method(16 * 1_000_000) == GRID
     assert skipped == ["the concurrent-flow routes"]
 
 
-def test_a_first_file_of_latency_bound_chunks_keeps_the_flow_routes() -> None:
+def test_a_first_file_of_latency_bound_chunks_keeps_the_flow_routes(from_any_hops) -> None:
     with hurried() as skipped:
         assert _method(16 * 1_000) == "flow-alltoall"  # chunks of 62.5 B
     assert skipped == []
 
 
-def test_the_search_keeps_the_flow_routes() -> None:
+def test_the_search_keeps_the_flow_routes(from_any_hops) -> None:
     assert _method(16 * 1_000_000) == "flow-alltoall"  # not in a hurry
 
 
-def test_a_torus_keeps_its_flow_routes() -> None:
-    problem = build_problem(torus([4, 4], 50e9, 5e-7),
-                            Collective(CollectiveKind.ALLTOALL, 16 * 1_000_000, tuple(range(16))))
+def test_a_torus_keeps_its_flow_routes(from_any_hops) -> None:
     with hurried() as skipped:
-        assert solve_moves(problem, SolveParams(), Budget.of(60.0))[1] != GRID
+        assert _method(16 * 1_000_000, torus([4, 4], 50e9, 5e-7)) != GRID
+    assert skipped == []
+
+
+def test_below_its_chunk_hops_a_mesh_keeps_the_flow_routes() -> None:
+    with hurried() as skipped:
+        assert _method(16 * 1_000_000) == "flow-alltoall"
     assert skipped == []

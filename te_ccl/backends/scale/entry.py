@@ -21,10 +21,13 @@ from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune
 from te_ccl.model.problem import Problem
 
-__all__ = ["solve_moves", "solve_scale", "TREES_GAIN"]
+__all__ = ["solve_moves", "solve_scale", "TREES_GAIN", "GRID_FIRST_FROM_HOPS"]
 
 Routes = Literal["trees", "comb", "greedy"]
 TREES_GAIN = 0.01  # the packed trees must beat the greedy by this to be kept
+GRID_FIRST_FROM_HOPS = 10_000  # chunk-hops from which a mesh's first file is the grid's:
+#                               fewer, and the flow routes' file is written in a fraction
+#                               of a second (mesh 4×4: 640), more take seconds (8×8: 21,504)
 
 
 def _greedy(problem: Problem, params: SolveParams, budget: Budget) -> tuple[Moves, tuple[str, ...]]:
@@ -44,16 +47,17 @@ def _greedy(problem: Problem, params: SolveParams, budget: Budget) -> tuple[Move
 
 def _grid_first(problem: Problem) -> tuple[Moves, tuple[str, ...]] | None:
     """For a compile's first file (:func:`~te_ccl.deadline.hurried`) on a mesh, the grid
-    AlltoAll also below :data:`~te_ccl.backends.scale.grid_alltoall.GRID_FROM_HOPS`,
-    where a chunk takes at least a link's latency to send (its relay phases then add
-    little): its groups lower and verify in a fraction of the time of the concurrent-flow
-    routes' steps (on a mesh, one LP source per GPU and long routes), and the search that
-    follows runs those routes in full. A torus keeps its flow routes (one source over
-    the translation orbits, a short lowering), which its grid file does not match."""
+    AlltoAll also below :data:`~te_ccl.backends.scale.grid_alltoall.GRID_FROM_HOPS` (from
+    :data:`GRID_FIRST_FROM_HOPS`), where a chunk takes at least a link's latency to send
+    (its relay phases then add little): its groups lower and verify in a fraction of the
+    time of the concurrent-flow routes' steps (on a mesh, one LP source per GPU and long
+    routes), and the search that follows runs those routes in full. A torus keeps its
+    flow routes (one source over the translation orbits, a short lowering), which its
+    grid file does not match."""
     shape = grid_shape(problem.topology)
     if shape is None or shape[1] or grid_alpha(problem.topology, problem.chunk_bytes) > 1:
         return None
-    solved = solve_grid_alltoall(problem, 0)
+    solved = solve_grid_alltoall(problem, GRID_FIRST_FROM_HOPS)
     return solved if solved is not None and skipping("the concurrent-flow routes") else None
 
 
