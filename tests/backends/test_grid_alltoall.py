@@ -161,3 +161,14 @@ def test_a_links_channels_take_its_groups_in_turn():
                 assert plan.steps[stop - 1, 8] == 1  # the waited-for send says so
             else:
                 assert nop not in ops
+
+
+def test_where_a_link_latency_outlasts_a_chunk_the_channels_run_at_once():
+    """Above one chunk time of latency one channel at a time would leave its link idle
+    while the connection's slots wait out the latency: the channels are dealt round-robin,
+    no nop orders them, and the file reads fewer elements than the arithmetic's bound."""
+    turns, at_once = grid_plan((8, 8), False, 2), grid_plan((8, 8), False, 2, alpha=2.0)
+    nop = OPS.index("nop")
+    assert (turns.steps[:, 0] == nop).any() and not (at_once.steps[:, 0] == nop).any()
+    assert len(at_once.steps) < len(turns.steps)
+    assert len(at_once.blocks) == len(turns.blocks)

@@ -24,8 +24,9 @@ moves one group over one link, so the file is deadlock-free by construction: eve
 thread block takes its transfers in the order one list schedule starts them (earlier
 phases first, then the groups with most hops to go), and a step waits only for a receive
 that started before it, a local copy, or (:func:`~te_ccl.backends.scale.grid.in_turn`) the
-last send of the channel before its own on the link: a link's channels take its groups in
-turn, so the link carries them in the list schedule's order, which keeps it busy.
+last send of the channel before its own on the link: where a chunk takes at least a link's
+latency (:data:`IN_TURN_UP_TO`), a link's channels take its groups in turn, so the link
+carries them in the list schedule's order, which keeps it busy.
 
 The schedule (:func:`solve_grid_alltoall`) has the same transfers chunk by chunk, each
 group store-and-forward on its links in that order; the file is timed by its own replay.
@@ -68,6 +69,11 @@ GRID_FROM_HOPS = 200_000  # chunk-hops from which a file of one step per chunk a
 #                           first file: torus 16×16's 524,288 take the lowering too long for
 #                           one, and mesh 16×16's busiest rank (696,320) overflows
 LAST_GROUP = 4  # elements a group of the last phase carries at most (see _per_group)
+IN_TURN_UP_TO = 1.0  # a link's latency in chunk times up to which its channels take its
+#                      groups in turn (in_turn): one channel at a time keeps the link busy
+#                      only while a group lasts as long as the latency, after which the
+#                      receive frees its connection's slot (two under Simple); above, the
+#                      channels are dealt round-robin and run at once
 
 
 def _per_group(e: int, last: bool, limits: RuntimeLimits) -> int:
@@ -304,12 +310,13 @@ class _Transfers:
 def _assemble(n: int, k: int, t: _Transfers,
               copies: list[tuple[int, int, int, int, int, int, int]],
               scratch: list[int], limits: RuntimeLimits, alpha: float) -> GridPlan | str:
-    """Channels per link (as many as :func:`channels` counts, taken in turn:
+    """Channels per link (:func:`channels`; up to :data:`IN_TURN_UP_TO`, taken in turn:
     :func:`in_turn`), thread blocks (local ones first, then receiving ones: the waited-for
     ids stay small), steps in start order, dependencies; or why the runtime cannot hold
     it. A send waits for the receive that brought its chunks, or the local copy that put
     them in slot order; a copy to the output follows that receive in its thread block; a
-    nop before a channel's first send waits for the previous channel's last."""
+    nop before a channel's first send waits for the previous channel's last where they
+    take turns."""
     check(PLANNING)
     _, u, w, cnt, sbuf, soff, doff, after, copied, chunk = t.arrays()
     link = u * n + w
@@ -318,8 +325,10 @@ def _assemble(n: int, k: int, t: _Transfers,
                      alpha, limits)
     if isinstance(dealt, str):
         return dealt
-    position, finish, _, nchannels = dealt
-    chan, turn = in_turn(position, link)
+    position, finish, chan, nchannels = dealt
+    turn = np.zeros((0, 2), dtype=np.int64)
+    if alpha <= IN_TURN_UP_TO:
+        chan, turn = in_turn(position, link)
     nt, nn = len(u), len(turn)
     c_rank, c_buf, c_off, c_dbuf, c_doff, c_after, c_lane = (
         np.array(x, dtype=np.int64).reshape(-1) for x in zip(*copies, strict=True))
@@ -383,15 +392,16 @@ def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
                   limits: RuntimeLimits = MSCCL) -> tuple[int, int]:
     """(the most XML elements one rank reads for the grid plan, that rank) by arithmetic,
     without building it: the ``<algo>``, every ``<gpu>``, and the rank's steps and thread
-    blocks. In the phase of family ``f`` along dimension ``p`` a rank holds a bundle per
-    source that differs from it only in the dimensions crossed before (on the slowest
-    one, only where the family goes), and the groups of a bundle depend only on its
-    holder's coordinate along ``p`` (and, along the slowest, on which coordinates the
-    family reaches from there): each group hop is a send at one end and a receive at the
-    other, each link takes a thread block per :data:`PER_CHANNEL` groups at each end,
-    every chunk delivered is one copy, every chunk of the later families one copy into
-    scratch first (in local thread blocks of ``max_steps``, with the rank's chunk to
-    itself).
+    blocks, with a nop per link channel after the first (channels in turn; a plan whose
+    channels are dealt round-robin reads that many fewer). In the phase of family ``f``
+    along dimension ``p`` a rank holds a bundle per source that differs from it only in
+    the dimensions crossed before (on the slowest one, only where the family goes), and
+    the groups of a bundle depend only on its holder's coordinate along ``p`` (and, along
+    the slowest, on which coordinates the family reaches from there): each group hop is a
+    send at one end and a receive at the other, each link takes a thread block per
+    :data:`PER_CHANNEL` groups at each end, every chunk delivered is one copy, every
+    chunk of the later families one copy into scratch first (in local thread blocks of
+    ``max_steps``, with the rank's chunk to itself).
 
     >>> grid_elements((16, 16), False, 1)[0] <= MSCCL.max_elements
     True
