@@ -45,6 +45,7 @@ def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
     packed-fine, pipeline, pipeline-fine) on TOPOLOGY."""
     from te_ccl.cli.simulate import sim_summary, sim_tables
     from te_ccl.errors import SpecError
+    from te_ccl.model.footprint import check_times
     from te_ccl.outputs import check_output_file, path_component, write_atomic
     from te_ccl.spec.collective import load_collective
     from te_ccl.spec.topology import load_topology
@@ -52,6 +53,7 @@ def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
     flags, auto = collective_flags(kw)
     topo = load_topology(topology)
     coll = load_collective(topo, spec, **flags)
+    check_times(topo, coll)
     fmt = kw["fmt"] or ("json" if (kw["output"] or "").endswith(".json") else "xml")
     output = kw["output"] or path_component(f"{topo.name}-{coll.kind.value}-{kind}.{fmt}")
     if output == "-" and kw["as_json"]:

@@ -28,7 +28,7 @@ from te_ccl.errors import SpecError
 from te_ccl.topology.model import Topology
 
 __all__ = ["MAX_GPUS", "MAX_RATE_RATIO", "MAX_SPAN_S", "MAX_TRANSFERS", "deliveries",
-           "transfers_at_least", "most_chunks", "check_fits"]
+           "transfers_at_least", "most_chunks", "check_times", "check_fits"]
 
 MAX_TRANSFERS = 2**21  # transfers one compile holds within 8 GB (~3.5 KB each at its peak)
 MAX_GPUS = 4096  # an MSCCL algorithm lists every GPU; the runtime reads 4096 elements a rank
@@ -116,12 +116,35 @@ def most_chunks(topology: Topology, collective: Collective) -> int:
     return MAX_TRANSFERS // one if one else MAX_TRANSFERS
 
 
+def check_times(topology: Topology, collective: Collective) -> None:
+    """Refuse (:class:`SpecError`, exit 2) what no schedule's times can hold, before a
+    compile or a baseline builds one: links more than :data:`MAX_RATE_RATIO` apart in rate
+    (templates place transfers epoch by epoch of the fastest), a link's latency or the whole
+    buffer of every rank on the slowest link beyond :data:`MAX_SPAN_S` (even a link no
+    schedule uses has its latency timed)."""
+    slowest = min((k.bandwidth_Bps for k in topology.links), default=0.0)
+    fastest = max((k.bandwidth_Bps for k in topology.links), default=0.0)
+    if slowest and fastest > MAX_RATE_RATIO * slowest:
+        raise SpecError(f"{topology.name}'s fastest link ({fastest:g} B/s) is more than "
+                        f"{MAX_RATE_RATIO:g} times its slowest ({slowest:g} B/s): epochs of "
+                        "the fastest link cannot time the slowest", key="topology")
+    far = max(topology.links, key=lambda k: k.latency_s, default=None)
+    if far is not None and far.latency_s > MAX_SPAN_S:
+        raise SpecError(f"{topology.name}'s link {far.src}→{far.dst} has a latency of "
+                        f"{far.latency_s:g} s, more than the {MAX_SPAN_S:g} s a schedule's "
+                        "times hold (picoseconds in 64 bits)", key="topology")
+    if slowest and collective.size_bytes * collective.nranks / slowest > MAX_SPAN_S:
+        raise SpecError(f"{collective.size_bytes:,} bytes on {collective.nranks} ranks over "
+                        f"{topology.name}'s slowest link ({slowest:g} B/s) may take longer "
+                        f"than the {MAX_SPAN_S:g} s a schedule's times hold (picoseconds in "
+                        "64 bits); use a smaller size or faster links", key="size")
+
+
 def check_fits(topology: Topology, collective: Collective) -> None:
     """Refuse (:class:`SpecError`, exit 2) a compile larger than one holds: links more than
-    :data:`MAX_RATE_RATIO` apart in rate (templates place transfers epoch by epoch), the
-    whole buffer of every rank taking over :data:`MAX_SPAN_S` on the slowest link, a
-    topology of more than :data:`MAX_GPUS` GPUs, or more than :data:`MAX_TRANSFERS` transfers
-    (:func:`transfers_at_least`), saying how many chunks per rank would fit.
+    :data:`MAX_RATE_RATIO` apart in rate or times beyond :data:`MAX_SPAN_S`
+    (:func:`check_times`), a topology of more than :data:`MAX_GPUS` GPUs, or more than
+    :data:`MAX_TRANSFERS` transfers (:func:`transfers_at_least`), saying how many chunks per rank would fit.
 
     >>> from te_ccl.topology.generators import fully_connected
     >>> check_fits(fully_connected(8, 50e9), Collective(CollectiveKind.ALLGATHER, 1 << 30,
@@ -130,17 +153,7 @@ def check_fits(topology: Topology, collective: Collective) -> None:
     ...
     te_ccl.errors.SpecError: chunks: 100000 chunks per rank would build at least 5,600,000 transfers, more than the 2,097,152 one compile holds in memory (use at most 37449 chunks per rank)
     """
-    slowest = min((k.bandwidth_Bps for k in topology.links), default=0.0)
-    fastest = max((k.bandwidth_Bps for k in topology.links), default=0.0)
-    if slowest and fastest > MAX_RATE_RATIO * slowest:
-        raise SpecError(f"{topology.name}'s fastest link ({fastest:g} B/s) is more than "
-                        f"{MAX_RATE_RATIO:g} times its slowest ({slowest:g} B/s): epochs of "
-                        "the fastest link cannot time the slowest", key="topology")
-    if slowest and collective.size_bytes * collective.nranks / slowest > MAX_SPAN_S:
-        raise SpecError(f"{collective.size_bytes:,} bytes on {collective.nranks} ranks over "
-                        f"{topology.name}'s slowest link ({slowest:g} B/s) may take longer "
-                        f"than the {MAX_SPAN_S:g} s a schedule's times hold (picoseconds in "
-                        "64 bits); use a smaller size or faster links", key="size")
+    check_times(topology, collective)
     if topology.ngpus > MAX_GPUS:
         raise SpecError(f"{topology.name} has {topology.ngpus} GPUs, more than the "
                         f"{MAX_GPUS} a compile takes (an MSCCL algorithm lists every GPU, and "

@@ -1,0 +1,45 @@
+"""Hostile inputs a user can write end in one line and exit 2, never an internal error
+(70), a hang or a file written."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from te_ccl.cli.main import main
+
+
+@pytest.fixture
+def teccl(in_process):
+    return in_process(main)
+
+
+def _ring(tmp_path: Path, bandwidth: str = "25GB/s", latency: str = "1us") -> str:
+    path = tmp_path / "t.yaml"
+    path.write_text(f"generator: {{kind: ring, n: 8, bandwidth: {bandwidth}, latency: {latency}}}\n"
+                    "links:\n  - {between: [g0, g4], bandwidth: 25GB/s}\n")
+    return str(path)
+
+
+def _refused(code: int, err: str, *words: str) -> None:
+    assert code == 2, err
+    assert err.startswith("teccl: error: ") and err.count("\n") == 1, err
+    assert all(w in err for w in words), err
+
+
+@pytest.mark.parametrize("command", ["compile", "baseline"])
+@pytest.mark.parametrize("bandwidth, latency, size, words", [
+    ("25GB/s", "1e12s", "1MB", ("latency of 1e+12 s", "1e+06 s")),
+    ("1B/s", "1us", "1MB", ("more than 1e+06 times",)),
+    ("25GB/s", "1us", "100PB", ("size:", "1e+06 s")),
+])
+def test_times_a_schedule_cannot_hold_are_refused(teccl, tmp_path, command, bandwidth,
+                                                  latency, size, words):
+    topo = _ring(tmp_path, bandwidth, latency)
+    out = tmp_path / "o.xml"
+    head = ("compile", topo, "--time-limit", "5") if command == "compile" else (
+        "baseline", "ring", topo)
+    code, _, err = teccl(*head, "-c", "allgather", "-s", size, "-o", str(out))
+    _refused(code, err, *words)
+    assert not out.exists()
