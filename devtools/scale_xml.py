@@ -84,11 +84,11 @@ def run(name: str, workdir: Path, time_limit: float) -> dict:
     """``teccl compile`` one instance in its own process; its numbers as a dict. It runs
     twice: timed as a user runs it, then again with its memory sampled, since reading
     every process's proportional set size slows the compile (5–8 s at 1024 GPUs)."""
-    before, load = _cpu_s(), os.getloadavg()[0]
+    commit, before, load = _commit(), _cpu_s(), os.getloadavg()[0]
     row = _compile(name, workdir, time_limit, sample=False)
     row["cpu_s"] = round(_cpu_s() - before, 1)
     row["load"] = [round(load, 1), round(os.getloadavg()[0], 1)]
-    row["commit"] = _commit()
+    row["commit"] = commit
     if "error" not in row:
         row["peak_mb"] = _compile(name, workdir, time_limit, sample=True)["peak_mb"]
     return row
