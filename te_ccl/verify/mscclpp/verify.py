@@ -85,9 +85,15 @@ def verify_plan_file(path: str | os.PathLike) -> PlanReport:
 
 
 def plan_json(text: str, file: str) -> Any:
-    """The parsed JSON of a plan file's ``text``; :class:`SpecError` naming ``file``."""
+    """The parsed JSON of a plan file's ``text``; :class:`SpecError` naming ``file``.
+    ``NaN`` and ``Infinity`` are refused: they are not JSON, and the executor's parser
+    stops at them."""
+
+    def refuse(word: str) -> None:
+        raise SpecError(f"not JSON ({word} is not a JSON number)", file=file)
+
     try:
-        return json.loads(text)
+        return json.loads(text, parse_constant=refuse)
     except json.JSONDecodeError as e:
         raise SpecError(f"not JSON ({e.msg} at line {e.lineno})", file=file) from None
     except RecursionError:
