@@ -173,20 +173,26 @@ def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
     the runtime's element limit alone, never from the clock, so a compile writes the same
     file on any machine; the time left only decides whether it is built (where that file
     at :data:`TRANSFER_S` a transfer takes more than :data:`FINE_SHARE` of it, not), and
-    it is not built where its pieces are :func:`pipeline`'s."""
+    it is not built where its pieces are :func:`pipeline`'s. A Reduce sums along a chain
+    of each box's GPUs (:func:`box_trees`): at a thousand pieces, a GPU summing each piece
+    from all its box makes the file slower than its schedule (every partial waits for its
+    turn at that GPU; HGX H100 ×2 Reduce 64 MB: 1.32× the bound where the chains' file is
+    1.09×)."""
     fan, coll = _fan(topology, collective)
     if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
         raise BaselineError("no time left to build and judge the finer pipeline's file")
     if _cut(fan, coll, FINE_TRANSFERS)[0] == _cut(fan, coll, MAX_TRANSFERS)[0]:
         raise BaselineError("no finer pieces than the pipeline template's: the size or the "
                             "runtime's element limit holds them")
-    return pipeline(topology, collective, FINE_TRANSFERS)
+    return pipeline(topology, collective, FINE_TRANSFERS,
+                    chains=collective.kind is CollectiveKind.REDUCE)
 
 
 def pipeline(topology: Topology, collective: Collective,
-             transfers: int = MAX_TRANSFERS) -> Schedule:
+             transfers: int = MAX_TRANSFERS, *, chains: bool = False) -> Schedule:
     """Broadcast or Reduce in pieces down (up) the root's trees, or Gather or Scatter along
-    them (module docstring), in up to ``transfers`` link transfers."""
+    them (module docstring), in up to ``transfers`` link transfers; ``chains``: the GPUs
+    of a box pass the pieces along a chain (:func:`box_trees`)."""
     kind = collective.kind
     if kind is CollectiveKind.REDUCE and collective.nranks > 2 \
             and not applies(topology, collective):
@@ -194,7 +200,7 @@ def pipeline(topology: Topology, collective: Collective,
                             "link and there are no boxes (behind one switch, a GPU would sum "
                             "each piece from all the others: more thread blocks than it runs)")
     fan, coll = _fan(topology, collective)
-    cut, shares, trees = _cut(fan, coll, transfers)
+    cut, shares, trees = _cut(fan, coll, transfers, chains)
     build = _scatter if coll.kind is CollectiveKind.SCATTER else _broadcast
     schedule = build(fan, cut, shares, trees)
     if coll.kind is CollectiveKind.BROADCAST and len(trees) > 1:
@@ -247,14 +253,14 @@ def _fan(topology: Topology, collective: Collective) -> tuple[Topology, Collecti
     return topology, collective
 
 
-def _cut(topology: Topology, collective: Collective, transfers: int
+def _cut(topology: Topology, collective: Collective, transfers: int, chains: bool = False
          ) -> tuple[Collective, list[float], list[Tree]]:
     """Broadcast or Scatter ``collective`` cut into pieces of at most ``transfers`` link
     transfers in all (and the runtime's element limit), with the trees' shares and the
     trees."""
     members = tuple(topology.gpu(r) for r in collective.ranks)
     scatter = collective.kind is CollectiveKind.SCATTER
-    shares, trees = _trees(topology, topology.gpu(collective.root), members, scatter)
+    shares, trees = _trees(topology, topology.gpu(collective.root), members, scatter, chains)
     if scatter:
         links = [_links(topology, t) for t in trees]
         depths = [{v: depth(t, v) for v in t} for t in trees]
@@ -290,8 +296,8 @@ def _pieces(topology: Topology, collective: Collective, shares: list[float],
 
 
 @functools.lru_cache(maxsize=4)
-def _trees(topology: Topology, root: str, members: tuple[str, ...], scatter: bool
-           ) -> tuple[list[float], list[Tree]]:
+def _trees(topology: Topology, root: str, members: tuple[str, ...], scatter: bool,
+           chains: bool = False) -> tuple[list[float], list[Tree]]:
     """The trees' shares of the data and the trees: :func:`disjoint_trees` by their
     rates where direct links reach every member, else :func:`box_trees`, but for a
     Scatter behind one switch every GPU straight from the root."""
@@ -301,11 +307,12 @@ def _trees(topology: Topology, root: str, members: tuple[str, ...], scatter: boo
     except BaselineError:
         if scatter and len(find_boxes(topology, list(members))) < 2:
             return [1.0], [{v: root for v in members if v != root}]
-    boxed = box_trees(topology, root, list(members))
+    boxed = box_trees(topology, root, list(members), chains)
     return [share for share, _ in boxed], [tree for _, tree in boxed]
 
 
-def box_trees(topology: Topology, root: str, members: list[str]) -> list[tuple[float, Tree]]:
+def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool = False
+              ) -> list[tuple[float, Tree]]:
     """Trees with their shares of the data for boxes of GPUs behind switches: a share
     per gateway of the root's box (a GPU that reaches another box through switches only:
     every GPU on rails), each cut into one part per other GPU of a box. The root sends a
@@ -316,8 +323,10 @@ def box_trees(topology: Topology, root: str, members: list[str]) -> list[tuple[f
     per GPU: DGX-2's 16 GPUs on 150 GB/s NVLink behind 100 GB/s of InfiniBand; where a
     box has no more GPUs than there are shares, the gateway sends to all). One box (GPUs
     behind one switch) is the root's share alone: two hops from the root to every GPU,
-    where a chain through all of them would wait for every GPU's α in turn. Raises
-    :class:`BaselineError` when a GPU is not reached so."""
+    where a chain through all of them would wait for every GPU's α in turn. ``in_chains``:
+    the GPUs below a relay pass each part on along a chain instead (a Reduce's sums then
+    take one partial at a time). Raises :class:`BaselineError` when a GPU is not reached
+    so."""
     boxes = find_boxes(topology, members)
     reach = {g: set(vs) for g, vs in ring_neighbours(topology, members).items()}
     box_of = {g: b for b, box in enumerate(boxes) for g in box}
@@ -369,10 +378,11 @@ def box_trees(topology: Topology, root: str, members: list[str]) -> list[tuple[f
                 # box first, in turn: those of pieces in flight together send to different
                 # GPUs at once, where one order for all would queue them at the same link
                 box = boxes[b]
-                at = box.index(relay)
+                at, above = box.index(relay), relay
                 for k in range(1, len(box)):
                     if (v := box[(at - k) % len(box)]) in rest and v != relay:
-                        _hang(tree, v, relay, reach, topology.name)
+                        _hang(tree, v, above, reach, topology.name)
+                        above = v if in_chains else relay
             key = frozenset(tree.items())
             out[key] = (out.get(key, (0.0, tree))[0] + 1 / parts, tree)
     return list(out.values())
