@@ -236,13 +236,16 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
         first = replace(first, finish=shared.finish_s)
         # the mix's files first: the candidates that order the jobs on a shared link
         made: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
+        viewing = _views(jobs, shared.link_bytes, shared.shared_links, objective,
+                         first_alone, shared.finish_s)
         if shared.shared_links:
             say("lowering the jobs' templates and forms (mix)")
+            away = {name: _view(jobs.topology, lost)
+                    for name, lost in viewing.get("exclusive", {}).items() if lost}
             with keeping(WRITE_RESERVE_S):
-                made = templates(jobs, Budget.of(shares.take(LOWER_SLOTS * n)))
+                made = templates(jobs, Budget.of(shares.take(LOWER_SLOTS * n)), away=away)
         kept = []
-        for method, views in _views(jobs, shared.link_bytes, shared.shared_links, objective,
-                                    first_alone, shared.finish_s).items():
+        for method, views in viewing.items():
             short = shares.short(n)
             if short is not None:
                 notes.append(f"{method}: not compiled ({short})")

@@ -14,12 +14,17 @@ set is found by coordinate descent on the objective of the files replayed togeth
 that improves the objective, until a pass improves nothing or the time is spent.
 
 A job's *forms* (:data:`FORMS`) are its hierarchical and packed templates
-(:data:`FORM_TEMPLATES`, where they apply) cut into messages of one slice and of a
-sixteenth of one: the messages waiting for a shared link take turns a slice
+(:data:`FORM_TEMPLATES`, where they apply) cut into messages of one slice, a quarter
+and a sixteenth of one: the messages waiting for a shared link take turns a slice
 at most each, so a job of whole-slice messages takes most of the link while one of
 small messages yields it. Which job should go first is a property of the jobs together
 (under ``weighted``, roughly the heavy job that is fast alone: Smith's rule), so each job
-gets both forms and the descent chooses.
+gets every form and the descent chooses. A job that can route around links another job
+needs (the joint compile's ``exclusive`` view, ``away``) also gets its forms built on
+that view: on dgx2x2 a job on every GPU then crosses between boxes on the NICs the
+other job's GPUs lack, and yields it the switch ports they share. A job no form
+template fits (a block of a torus) gets the ordinary compile's file cut as the taking and
+yielding forms instead.
 
 Every template file also counts for the ``alone`` baseline (a compile alone could have
 written it): a form that is faster alone is no gain of the joint compile.
@@ -36,19 +41,20 @@ from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.baselines.hierarchical import hierarchical_as_cut
 from te_ccl.baselines.packed import packed_as_cut
 from te_ccl.collective.model import Collective
-from te_ccl.compiler import CompileOptions, SolveParams, render_fitting
+from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
 from te_ccl.deadline import Budget, TimeLimitReached
 from te_ccl.errors import RuntimeLimitError, SolverError, VerificationError
 from te_ccl.jobs.files import checked_algo, replay_together
 from te_ccl.jobs.spec import Job, JobSet
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule
+from te_ccl.topology.model import Topology
 from te_ccl.verify.msccl.model import Algo
 
 __all__ = ["JobFile", "templates", "mix"]
 
 MIX_PASSES = 3  # passes of the descent at most (each tries every file of every job)
-FORMS = {"taking": 1.0, "yielding": 1 / 16}  # a form's messages, in Simple slices
+FORMS = {"taking": 1.0, "sharing": 1 / 4, "yielding": 1 / 16}  # messages, in Simple slices
 FORM_TEMPLATES = {"hierarchical": hierarchical_as_cut, "packed": packed_as_cut}
 
 
@@ -62,16 +68,19 @@ class JobFile:
     algo: Algo
 
 
-def templates(jobs: JobSet, budget: Budget) -> dict[str, dict[str, JobFile]]:
+def templates(jobs: JobSet, budget: Budget, away: Mapping[str, Topology] | None = None
+              ) -> dict[str, dict[str, JobFile]]:
     """Each job's templates (:func:`~te_ccl.baselines.applicable` on the whole topology)
-    and forms, in :func:`_builds`' order, as verified files, by name; those that do not apply, that the runtime
-    cannot hold or that the verifier rejects are left out, as are those not reached in
-    ``budget``. The jobs take turns, one file each, in the portfolio's order, so a
-    short budget leaves every job its forms and first templates rather than the last
-    jobs none."""
+    and forms, in :func:`_builds`' order, as verified files, by name; those that do not
+    apply, that the runtime cannot hold or that the verifier rejects are left out, as are
+    those not reached in ``budget``. ``away``: per job, a view of the topology without the
+    links it leaves to others, on which its forms are built too. The jobs take turns, one
+    file each, in the portfolio's order, so a short budget leaves every job its forms and
+    first templates rather than the last jobs none."""
     out: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
     params = SolveParams(time_limit_s=max(budget.left(), 0.1))
-    builds = {j.name: _builds(jobs, j) for j in jobs.jobs}
+    builds = {j.name: _builds(jobs, j, (away or {}).get(j.name)) + _compiled(jobs, j, budget)
+              for j in jobs.jobs}
     for turn in range(max(map(len, builds.values()), default=0)):
         for job in jobs.jobs:
             if turn >= len(builds[job.name]):
@@ -88,19 +97,52 @@ def templates(jobs: JobSet, budget: Budget) -> dict[str, dict[str, JobFile]]:
     return out
 
 
-def _builds(jobs: JobSet, job: Job) -> list[tuple[str, Callable[[], Schedule]]]:
-    """What :func:`templates` lowers for ``job``: its taking forms first (candidates
-    only the jobs together can tell apart), then each template's build, then its
-    yielding forms (the templates' own fine cuts already yield much of a link, and
-    these cuts are the slowest to lower)."""
+def _compiled(jobs: JobSet, job: Job, budget: Budget
+              ) -> list[tuple[str, Callable[[], Schedule]]]:
+    """Where no form template applies (a block of a torus): the job's taking and yielding
+    forms made by the ordinary compile (flow or scale), its chunks cut as the form's;
+    lowered after the templates, since each compile may take half the budget left."""
+    if set(FORM_TEMPLATES) & set(applicable(jobs.topology, job.collective)):
+        return []
+    return [(f"compiled, {form}", functools.partial(
+        _compile_cut, jobs.topology, cut_to(job.collective, FORMS[form]), budget))
+        for form in ("taking", "yielding")]
+
+
+def _compile_cut(topology: Topology, collective: Collective, budget: Budget) -> Schedule:
+    """The compile's schedule of ``collective`` in its own chunks, in half the budget left."""
+    import te_ccl  # the public compile, a layer above this package
+
+    try:
+        return te_ccl.compile(forward_only(topology), collective,
+                              chunks=collective.chunks_per_rank,
+                              time_limit_s=max(budget.left() / 2, 0.1)).schedule
+    except TimeLimitReached as e:  # no file in its share: the form is left out
+        raise SolverError(str(e)) from None
+
+
+def _builds(jobs: JobSet, job: Job, away: Topology | None = None
+            ) -> list[tuple[str, Callable[[], Schedule]]]:
+    """What :func:`templates` lowers for ``job``: its taking and sharing forms first
+    (candidates only the jobs together can tell apart), then its forms on ``away``, then
+    each template's build, then its yielding forms (the templates' own fine cuts already
+    yield much of a link, and these cuts are the slowest to lower)."""
     names = applicable(jobs.topology, job.collective)
-    forms = {form: [(f"{name}, {form}", functools.partial(
-        build, jobs.topology, cut_to(job.collective, slices)))
+    forms = _forms(jobs.topology, job.collective, "")
+    moved = [] if away is None else sum(_forms(away, job.collective, ", away").values(), [])
+    return forms["taking"] + forms["sharing"] + moved + [
+        (n, functools.partial(build_baseline, n, jobs.topology, job.collective))
+        for n in names] + forms["yielding"]
+
+
+def _forms(topology: Topology, collective: Collective, tag: str
+           ) -> dict[str, list[tuple[str, Callable[[], Schedule]]]]:
+    """Per form, the builds of the form templates that apply on ``topology``."""
+    names = applicable(topology, collective)
+    return {form: [(f"{name}, {form}{tag}", functools.partial(
+        build, topology, cut_to(collective, slices)))
         for name, build in FORM_TEMPLATES.items() if name in names]
         for form, slices in FORMS.items()}
-    return forms["taking"] + [(n, functools.partial(build_baseline, n, jobs.topology,
-                                                    job.collective))
-                              for n in names] + forms["yielding"]
 
 
 def cut_to(collective: Collective, slices: float) -> Collective:

@@ -130,3 +130,46 @@ def test_the_packed_form_keeps_the_cut_asked_for_and_only_broadcast_and_allreduc
     assert packed_as_cut(dgx1, ar).collective.chunks_per_rank == 2
     with pytest.raises(BaselineError, match="not allgather"):
         packed_as_cut(dgx1, ar.__class__(CollectiveKind.ALLGATHER, 1 << 20, (0, 1, 2, 3)))
+
+
+def test_a_job_that_can_route_around_others_gets_its_forms_on_that_view_too():
+    from te_ccl.jobs.joint import _view
+    from te_ccl.jobs.mix import _builds
+    from te_ccl.jobs.spec import jobs_from
+    from te_ccl.spec.topology import load_topology
+
+    dgx = load_topology("dgx2x2")
+    everyone = [f"b{b}.g{g}" for b in range(2) for g in range(16)]
+    jobs = jobs_from(dgx, {"jobs": [
+        {"name": "all", "ranks": everyone, "collective": "allgather", "size": "64MB"},
+        {"name": "half", "ranks": everyone[:8] + everyone[16:24], "collective": "allgather",
+         "size": "64MB"}]}, None)
+    nics = {(f"b{a}.g{g}", f"b{1 - a}.g{g}"): 0.0 for a in (0, 1) for g in (0, 2, 4, 6)}
+    away = _view(dgx, nics)
+    names = [n for n, _ in _builds(jobs, jobs.jobs[0], away)]
+    assert names[:3] == ["hierarchical, taking", "hierarchical, sharing",
+                         "hierarchical, taking, away"]
+    assert "hierarchical, yielding, away" in names and names[-1] == "hierarchical, yielding"
+    build = dict(_builds(jobs, jobs.jobs[0], away))["hierarchical, taking, away"]
+    used = {(t.src, t.dst) for t in build().transfers}
+    assert used and not used & set(nics)  # the lost NICs carry none of its sends
+    assert not any(n.endswith("away") for n, _ in _builds(jobs, jobs.jobs[1]))
+
+
+def test_a_job_no_form_template_fits_gets_forms_from_the_compile():
+    from te_ccl.jobs.mix import FORMS, _compiled, cut_to
+    from te_ccl.jobs.spec import jobs_from
+    from te_ccl.spec.topology import load_topology
+
+    torus = load_topology("torus4x4")
+    jobs = jobs_from(torus, {"jobs": [
+        {"name": "row", "ranks": ["0", "1", "2", "3"], "collective": "allgather",
+         "size": "8MB"},
+        {"name": "ar", "ranks": ["0", "1", "4", "5"], "collective": "allreduce",
+         "size": "8MB"}]}, None)
+    forms = dict(_compiled(jobs, jobs.jobs[0], Budget.of(30)))
+    assert list(forms) == ["compiled, taking", "compiled, yielding"]
+    schedule = forms["compiled, yielding"]()
+    cut = cut_to(jobs.jobs[0].collective, FORMS["yielding"]).chunks_per_rank
+    assert cut > 1 and schedule.collective.chunks_per_rank >= cut  # a template may cut finer
+    assert not _compiled(jobs, jobs.jobs[1], Budget.of(30))  # packed fits an AllReduce
