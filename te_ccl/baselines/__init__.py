@@ -1,6 +1,6 @@
 """Baselines in the Schedule IR (NCCL ring, double binary tree, direct, hierarchical,
 packed pipelined trees and flow paths, pipelined link-disjoint trees from a root, and
-pipelined trees of fan-out k behind one switch).
+pipelined trees of fan-out k behind one switch, the far-first AlltoAll).
 
 They go through the same lowering, simulator and report as teccl's own schedules.
 :data:`BASELINES` maps a name to ``build(topology, collective) -> Schedule``;
@@ -13,6 +13,7 @@ from collections.abc import Callable
 
 from te_ccl.baselines.direct import direct
 from te_ccl.baselines.disjoint import applies, pipeline, pipeline_fine
+from te_ccl.baselines.far_first import FAR_FIRST_MAX_GPUS, far_first
 from te_ccl.baselines.hierarchical import find_boxes, hierarchical
 from te_ccl.baselines.packed import PACKED_KINDS, packed, packed_fine
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
@@ -43,6 +44,7 @@ BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "pipeline": pipeline,
     "pipeline-fine": pipeline_fine,
     "switch-trees": switch_trees,
+    "far-first": far_first,
 }
 
 
@@ -76,6 +78,9 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
             and len(find_boxes(topology, gpus)) == 1 \
             and not any(topology.has_link(u, v) for u in gpus for v in gpus):
         names.append("switch-trees")  # GPUs behind switches only, one box
+    if collective.kind is CollectiveKind.ALLTOALL and not topology.switches \
+            and 2 < collective.nranks <= FAR_FIRST_MAX_GPUS:
+        names.append("far-first")
     return names
 
 

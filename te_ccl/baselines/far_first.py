@@ -1,0 +1,135 @@
+"""Far-first AlltoAll: an α-β list schedule for sizes where latency dominates, on GPUs
+linked to each other (a switch without buffer would need each hop's slot to follow the
+last at once, which this placing does not look for).
+
+At small sizes a pair's time is its hops' α, so an AlltoAll ends when its farthest pairs'
+data has arrived; the direct template sends every pair at once and the far pairs' relays
+queue behind near traffic (dgx1 64 KB: 2.36 µs where two hops take 1.4 µs of α). Here the
+farthest pairs' chunks are placed first, the pairs' ``i``-th chunks in turn, each on the
+one of its pair's fewest-hop routes that delivers it earliest (so a pair's chunks spread
+over its routes); the nearer pairs' chunks then fill what the links have left.
+
+Placing is the epoch model's (``te_ccl.schedule``): a link is busy ``ceil(c/(b·τ))``
+epochs per chunk, a chunk arrives ``ceil((c/b + α)/τ)`` epochs after it starts, and it
+takes the earliest free slot once its sender holds it; ``τ`` is a :data:`FINE` th of the
+fastest link's chunk time, so that rounding α up to whole epochs costs little. A greedy
+order lets early chunks take the routes that later ones needed: :data:`ROUNDS` times, the
+chunks that arrived last move to the front of the order and the placing is redone; the
+earliest finish is kept.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections import defaultdict
+from itertools import islice
+
+import networkx as nx
+
+from te_ccl.baselines.plan import TEMPLATE, BaselineError
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import checked
+from te_ccl.schedule import Schedule, SolveInfo, transfers_of
+from te_ccl.topology.model import Topology
+
+__all__ = ["far_first", "FAR_FIRST_MAX_GPUS"]
+
+FAR_FIRST_MAX_GPUS = 32  # beyond, the rounds cost more than a compile's templates get
+MAX_ROUTES = 4  # fewest-hop routes weighed per pair: dgx1's far pairs have two
+FINE = 8  # epochs per chunk time of the fastest link
+ROUNDS = 24  # placings, each with the last arrivals of the one before moved first
+
+_Hop = tuple[str, str, int, int]  # (src, dst, start epoch, arrive epoch)
+_Piece = tuple[tuple[str, str], int]  # (pair, its i-th chunk)
+
+
+class _Slots:
+    """Each link's busy epochs as sorted disjoint ``[start, end)`` intervals, and what a
+    chunk needs of a link: (busy epochs, epochs until it arrives)."""
+
+    def __init__(self, topology: Topology, chunk_bytes: int, tau: float) -> None:
+        self.rule = {(x.src, x.dst): (math.ceil(chunk_bytes / (x.bandwidth_Bps * tau) - 1e-9),
+                                      math.ceil((chunk_bytes / x.bandwidth_Bps + x.latency_s)
+                                                / tau - 1e-9))
+                     for x in topology.links}
+        self.starts: dict[tuple[str, str], list[int]] = defaultdict(list)
+        self.ends: dict[tuple[str, str], list[int]] = defaultdict(list)
+
+    def start(self, link: tuple[str, str], ready: int) -> int:
+        """The first epoch from ``ready`` at which the link is free for one chunk."""
+        k, starts, ends = self.rule[link][0], self.starts[link], self.ends[link]
+        i = bisect_right(ends, ready)  # the first interval ending after ready
+        t = ready
+        while i < len(starts) and starts[i] < t + k:
+            t, i = max(t, ends[i]), i + 1
+        return t
+
+    def walk(self, path: list[str], ready: int = 0) -> list[_Hop]:
+        """The hops of ``path`` placed as early as the links allow (not taken yet)."""
+        hops = []
+        for u, v in zip(path, path[1:], strict=False):
+            t = self.start((u, v), ready)
+            ready = t + self.rule[(u, v)][1]
+            hops.append((u, v, t, ready))
+        return hops
+
+    def take(self, hops: list[_Hop]) -> None:
+        for u, v, t, _ in hops:
+            at = bisect_right(self.starts[(u, v)], t)
+            self.starts[(u, v)].insert(at, t)
+            self.ends[(u, v)].insert(at, t + self.rule[(u, v)][0])
+
+
+def far_first(topology: Topology, collective: Collective) -> Schedule:
+    """The far-first AlltoAll (module docstring); raises :class:`BaselineError` for any
+    other collective or beyond :data:`FAR_FIRST_MAX_GPUS` ranks."""
+    if collective.kind is not CollectiveKind.ALLTOALL:
+        raise BaselineError("the far-first template is for AlltoAll only")
+    if collective.nranks > FAR_FIRST_MAX_GPUS:
+        raise BaselineError(f"the far-first template takes up to {FAR_FIRST_MAX_GPUS} ranks")
+    if topology.switches:
+        raise BaselineError("the far-first template relays through GPUs only (no switches)")
+    graph = topology.graph()
+    graph.remove_nodes_from(set(topology.gpus) - {topology.gpu(r) for r in collective.ranks})
+    tau = collective.chunk_bytes / max(x.bandwidth_Bps for x in topology.links) / FINE
+    pairs: dict[tuple[str, str], list[int]] = defaultdict(list)
+    for ch in collective.chunks():
+        src, dst = topology.gpu(ch.sources[0]), topology.gpu(ch.destinations[0])
+        if src != dst:
+            pairs[(src, dst)].append(ch.id)
+    routes = {p: _routes(graph, *p) for p in pairs}
+    order = sorted(((p, i) for p in pairs for i in range(len(pairs[p]))),
+                   key=lambda x: (-len(routes[x[0]][0]), x[1], x[0]))
+    best: dict[_Piece, list[_Hop]] | None = None
+    for _ in checked(range(ROUNDS), TEMPLATE):
+        placed = _place(topology, collective.chunk_bytes, tau, order, routes)
+        last = max(h[-1][3] for h in placed.values())
+        if best is None or last < max(h[-1][3] for h in best.values()):
+            best = placed
+        late = [x for x in order if placed[x][-1][3] == last]
+        order = late + [x for x in order if placed[x][-1][3] != last]
+    rows = [(pairs[p][i], u, v, t, a) for (p, i), hops in (best or {}).items()
+            for u, v, t, a in hops]
+    info = SolveInfo(backend="baseline:far-first", status="heuristic")
+    return Schedule(topology, collective, tau, tuple(transfers_of(sorted(rows))), info)
+
+
+def _place(topology: Topology, chunk_bytes: int, tau: float, order: list[_Piece],
+           routes: dict[tuple[str, str], list[list[str]]]) -> dict[_Piece, list[_Hop]]:
+    """Each piece's hops, placed in ``order`` on the route that delivers it first."""
+    slots = _Slots(topology, chunk_bytes, tau)
+    placed = {}
+    for piece in order:
+        hops = min((slots.walk(r) for r in routes[piece[0]]), key=lambda h: h[-1][3])
+        slots.take(hops)
+        placed[piece] = hops
+    return placed
+
+
+def _routes(graph: nx.DiGraph, src: str, dst: str) -> list[list[str]]:
+    """Up to :data:`MAX_ROUTES` of the fewest-hop paths ``src … dst``."""
+    try:
+        return list(islice(nx.all_shortest_paths(graph, src, dst), MAX_ROUTES))
+    except nx.NetworkXNoPath:
+        raise BaselineError(f"no route from {src} to {dst}") from None
