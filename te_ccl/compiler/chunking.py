@@ -35,11 +35,14 @@ from te_ccl.deadline import checked
 from te_ccl.model.footprint import most_chunks
 from te_ccl.topology.model import Topology
 
-__all__ = ["BASE_CHUNKS", "MAX_CHUNKS", "chunk_candidates", "chunking_bounds", "quantization"]
+__all__ = ["BASE_CHUNKS", "MAX_CHUNKS", "chunk_candidates", "chunking_bounds", "latency_first",
+           "quantization"]
 
 BASE_CHUNKS = (1, 2, 4, 8)  # pipelining depth: always worth a try
 MAX_CHUNKS = 32  # beyond, the flow models grow too large for the budgets auto shares
 GOOD_ENOUGH = 1.01  # a quantization within 1 % of the fluid limit needs no finer chunking
+LATENCY_BOUND = 0.9  # a floor of hops·α at least this share of the best bound: α dominates
+NEAR = 1.05  # there, a chunking within 5 % of the best bound is tried before finer ones
 WEIGHING = "weighing the chunkings"  # what a deadline reached interrupted
 
 # one side of one GPU: (chunks at one chunk per rank, ((bandwidth, latency), ...))
@@ -149,6 +152,24 @@ def _ratios(topology: Topology, collective: Collective, ks: list[int]) -> dict[i
     floor = max(fluid, hops * fastest[1])
     bounds = chunking_bounds(topology, collective, ks)
     return {k: b / floor if floor > 0 else 1.0 for k, b in bounds.items()}
+
+
+def latency_first(topology: Topology, collective: Collective,
+                  bounds: dict[int, float]) -> int | None:
+    """Where latency dominates (the most hops a chunk needs, at the least α each, make up
+    :data:`LATENCY_BOUND` of the best of ``bounds``), the fewest chunks per rank whose
+    bound is within :data:`NEAR` of the best: finer chunkings can gain little more there
+    and cost the most to solve and lower, so ``auto`` tries this one first (mesh 4×4
+    AlltoAll 64 KB: 16 and 8 chunks per rank, tried first, took a 30 s limit and gave
+    4.2-4.7 µs files where 4 give 3.2 µs). None where bandwidth matters.
+    """
+    if collective.kind is CollectiveKind.CUSTOM or not bounds:
+        return None
+    _, hops, fastest = _profile(topology, replace(collective, chunks_per_rank=1))
+    best = min(bounds.values())
+    if hops * fastest[1] < LATENCY_BOUND * best:
+        return None
+    return min(k for k, b in bounds.items() if b <= NEAR * best)
 
 
 def quantization(topology: Topology, collective: Collective, k: int) -> float:

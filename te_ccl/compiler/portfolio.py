@@ -76,7 +76,7 @@ from te_ccl.compiler.candidates import (
     scale,
     templates,
 )
-from te_ccl.compiler.chunking import chunk_candidates, chunking_bounds
+from te_ccl.compiler.chunking import chunk_candidates, chunking_bounds, latency_first
 from te_ccl.deadline import Budget, TimeLimitReached, left, until
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.model.relays import relay_overflow
@@ -462,7 +462,8 @@ def _trial_order(topology: Topology, collective: Collective,
     """The chunkings to try, each with the time it cannot beat, in trial order: the
     collective's own first (the templates' chunking, so ``auto`` is never slower than a
     template), then the most promising by their arithmetic bound (within 1 %: fewer
-    chunks first).
+    chunks first), where latency dominates the fewest chunks near the best bound before
+    them (:func:`te_ccl.compiler.chunking.latency_first`).
 
     The time ``k`` cannot beat is the bound at ``2k``: the ring-bidir and tree templates
     halve their chunks.
@@ -474,7 +475,8 @@ def _trial_order(topology: Topology, collective: Collective,
     bounds = chunking_bounds(topology, collective, sorted({own, *fits} | {2 * own}
                                                           | {2 * k for k in fits}))
     low = min(bounds.values()) or 1.0
-    fits.sort(key=lambda k: (round(bounds[k] / low, 2), k))
+    near = latency_first(topology, collective, {k: bounds[k] for k in fits})
+    fits.sort(key=lambda k: (k != near, round(bounds[k] / low, 2), k))
     return [(replace(collective, chunks_per_rank=k), bounds[2 * k]) for k in [own, *fits]]
 
 
