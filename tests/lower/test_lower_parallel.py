@@ -14,7 +14,7 @@ from te_ccl.lower.msccl import lower_to_msccl
 
 
 def _forking(monkeypatch, n: int) -> None:
-    monkeypatch.setattr(passes, "WORTH_FORKING", 0)
+    monkeypatch.setattr(passes, "FORK_FROM", 0)
     monkeypatch.setattr(passes, "workers", lambda: n)
 
 

@@ -2,7 +2,7 @@
 
 The instructions and fusions of each GPU (pass 2) and its thread blocks, dependencies
 and bytes (passes 4–6) depend on no other GPU's, so from
-:data:`~te_ccl.background.WORTH_FORKING` edges they are computed in parts
+:data:`~te_ccl.lower.msccl.passes.FORK_FROM` edges they are computed in parts
 (:mod:`te_ccl.background`); the channel pass (3) runs in one process unless it runs in
 two halves at once (:func:`split_halves`). The bytes are the same as in one process.
 """

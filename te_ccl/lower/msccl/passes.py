@@ -45,12 +45,15 @@ Time: every pass observes the deadline of the compile under way
 (:mod:`te_ccl.deadline`), raising
 :class:`~te_ccl.deadline.TimeLimitReached` (exit 3) once it has passed, and
 ``progress`` hears which pass runs (and which GPU the last pass has reached). From
-:data:`~te_ccl.background.WORTH_FORKING` edges, the instructions and fusions of pass 2
-and passes 4–6 (independent per GPU) are dealt over forked processes, one per core
+:data:`FORK_FROM` edges, the instructions and fusions of pass 2 and passes 4–6
+(independent per GPU) are dealt over forked processes, one per core
 (:mod:`te_ccl.background`); the bytes are the same. Pass 3 runs in one process alone
 unless it runs in two halves at once (:func:`split_halves`). From
 :data:`CHILD_FROM` transfers the whole lowering runs in a forked process, which leaves
-without freeing its millions of objects (seconds at 1024 GPUs).
+without freeing its millions of objects (seconds at 1024 GPUs). Below, a fork costs
+more than it saves: at the mesh 8×8 AlltoAll's 21,504 edges the parent of forked parts
+alone spends about the CPU time of the whole lowering in one process, and the forks add
+a fifth to a quarter to it.
 
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
@@ -104,8 +107,9 @@ from te_ccl.schedule import Schedule
 __all__ = ["StepsExhausted", "build_program", "lower_to_msccl", "write_msccl"]
 
 NOP_HEADROOM = 1 / 16  # of max_steps, kept for dependency nops
-CHILD_FROM = WORTH_FORKING  # transfers: from here the lowering runs in a forked process
-#                            (:func:`~te_ccl.background.told`), which never frees its objects
+FORK_FROM = 40_000  # edges: from here the per-GPU passes are dealt over forked processes
+CHILD_FROM = FORK_FROM  # transfers: from here the lowering runs in a forked process
+#                         (:func:`~te_ccl.background.told`), which never frees its objects
 
 
 def lower_to_msccl(schedule: Schedule, *, name: str | None = None, min_bytes: int = 0,
@@ -239,7 +243,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         _check_steps(edges, coll.nranks, runtime)
     progress(f"lowering: instructions of {coll.nranks} GPUs")
     base, found = instructions_and_fusions(edges, layout,
-                                workers() if len(edges) >= WORTH_FORKING else 1)
+                                workers() if len(edges) >= FORK_FROM else 1)
     first = first_receipts(edges)  # the same for every rerun of the channel pass
     headroom = max(1, int(max_steps * NOP_HEADROOM))
     depth = runtime.outstanding_sends(proto)
@@ -285,7 +289,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             # them do not apply
             timed, why, budget = False, f"to fit {steps_limit}", full
             continue
-        forks = workers() if stream and len(edges) >= WORTH_FORKING else 1
+        forks = workers() if stream and len(edges) >= FORK_FROM else 1
         if forks > 1 and peers is None:
             peers = peer_sets(edges)
         parts = deal(sorted(base), forks)
