@@ -40,7 +40,7 @@ bench: $(STAMP)
 	$(BIN)/python -m devtools.recompile --no-fail
 	$(BIN)/python -m devtools.nvls_bench --no-fail --json > bench/nvls.json
 	@cat bench/nvls.json
-	# the bound goals: AllReduce and rooted rows (Broadcast, Reduce, Gather, Scatter of 64 MB from root 0 on every shipped topology, each its own target), AlltoAll of 64 MB and 1 GB (1 KB, 64 KB on 8-32 GPUs) at the default limit
+	# the bound goals: AllReduce rows; rooted rows (Broadcast, Reduce, Gather, Scatter of 64 MB from root 0 on every shipped topology, each its own target) and AlltoAll of 64 MB and 1 GB (1 KB, 64 KB on 8-32 GPUs) at the default limit
 	$(BIN)/python -m devtools.bench bound --no-fail --out bench/bound
 	# every shipped topology x collective x size at the default time limit, each row
 	# stopped at its first file (suite docstring in devtools/suites.py)

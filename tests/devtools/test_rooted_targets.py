@@ -1,7 +1,7 @@
 """The rooted suite: every shipped topology's rooted collectives of 64 MB, one target."""
 
 from devtools.runner import Row
-from devtools.suites import MB, ROOTED_GOAL, ROOTED_KINDS, suite
+from devtools.suites import DEFAULTS_LIMIT_S, MB, ROOTED_GOAL, ROOTED_KINDS, suite
 from devtools.targets import evaluate_targets
 from te_ccl.spec.topology import shipped_topologies
 
@@ -38,7 +38,8 @@ def test_the_bound_suite_judges_each_rooted_row_on_its_own_and_default_runs_none
     rooted = {(c.topology, c.kind): c for c in suite("bound").cases
               if c.kind in ROOTED_KINDS and c.size_bytes == 64 * MB}
     assert set(rooted) == {(t, k) for t in shipped_topologies() for k in ROOTED_KINDS}
-    assert {(c.root, c.group) for c in rooted.values()} == {(0, "bound")}
+    assert {(c.root, c.group, c.limit_s) for c in rooted.values()} == {
+        (0, "bound", DEFAULTS_LIMIT_S)}
     assert not [c for c in suite("default").cases
                 if c.kind in ROOTED_KINDS and c.size_bytes == 64 * MB]
     rows = [Row(topology="dgx2x2", ngpus=32, collective="reduce", size_bytes=64 * MB,
