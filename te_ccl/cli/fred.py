@@ -113,6 +113,8 @@ def _load_phase_file(path: str) -> tuple[int | None, int | None, list[Flow]]:
         d = yaml.safe_load(Path(path).read_text())
     except OSError as e:
         raise SpecError(f"cannot read ({e.strerror})", file=path) from None
+    except UnicodeDecodeError:
+        raise SpecError("not UTF-8 text; expected a YAML file", file=path) from None
     except yaml.YAMLError as e:
         raise SpecError(f"not YAML ({e})", file=path) from None
     if not isinstance(d, dict) or not isinstance(d.get("flows"), list):
@@ -125,6 +127,9 @@ def _load_phase_file(path: str) -> tuple[int | None, int | None, list[Flow]]:
         except (AttributeError, KeyError, TypeError, ValueError):
             raise SpecError("expected {id, inputs: [ports], outputs: [ports]}", file=path,
                             key=f"flows[{i}]") from None
+    for key in ("ports", "m"):
+        if d.get(key) is not None and (type(d[key]) is not int):
+            raise SpecError(f"expected an integer, got {d[key]!r}", file=path, key=key)
     return d.get("ports"), d.get("m"), flows
 
 
@@ -153,7 +158,8 @@ def route_cmd(ports: int | None, m: int | None, flows: tuple[str, ...], phase_fi
     given += [_parse_flow(t, len(given) + i) for i, t in enumerate(flows)]
     if not given:
         raise SpecError("give at least one --flow or a --phase file", key="--flow")
-    sw = build_fred(ports or file_ports or 8, m or file_m or 3, "switch")
+    sw = build_fred(next(p for p in (ports, file_ports, 8) if p is not None),
+                    next(k for k in (m, file_m, 3) if k is not None), "switch")
     split = route_phases(sw, given)
     written = _route_tables(sw, split, tables) if tables else None
     if as_json:

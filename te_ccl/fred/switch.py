@@ -29,7 +29,9 @@ from typing import Any
 
 from te_ccl.errors import SpecError
 
-__all__ = ["ElementKind", "Stage", "MicroSwitch", "FredSwitch", "build_fred"]
+__all__ = ["ElementKind", "Stage", "MicroSwitch", "FredSwitch", "build_fred", "MAX_ELEMENTS"]
+
+MAX_ELEMENTS = 1 << 20  # µSwitches of one FRED switch teccl builds (FRED_3(4096): 877,543, 350 MB)
 
 
 class ElementKind(StrEnum):
@@ -131,6 +133,14 @@ def _element_dict(e: MicroSwitch) -> dict[str, Any]:
     return {"path": e.path, "kind": e.kind.value, "stage": e.stage.value, "level": e.level}
 
 
+def _element_count(ports: int, m: int) -> int:
+    """:attr:`FredSwitch.element_count` of FRED_m(``ports``), by arithmetic (before building)."""
+    if ports == 2:
+        return 1
+    r, odd = ports // 2, ports % 2
+    return 2 * r + 2 * odd + m * _element_count(r + odd, m)
+
+
 def build_fred(ports: int, m: int = 3, name: str = "fred", level: int = 0) -> FredSwitch:
     """Build FRED_m(``ports``) with element paths rooted at ``name``.
 
@@ -143,6 +153,10 @@ def build_fred(ports: int, m: int = 3, name: str = "fred", level: int = 0) -> Fr
         raise SpecError(f"a FRED switch needs at least 2 ports, got {ports}", key="ports")
     if m < 2:
         raise SpecError(f"a FRED switch needs m >= 2 middle switches, got {m}", key="m")
+    if level == 0 and (count := _element_count(ports, m)) > MAX_ELEMENTS:
+        raise SpecError(f"FRED_{m}({ports}) has {count:,} µSwitches, more than the "
+                        f"{MAX_ELEMENTS:,} teccl builds (use fewer ports or middle switches)",
+                        key="ports")
     if ports == 2:
         base = MicroSwitch(f"{name}/base", ElementKind.RD, Stage.BASE, level, 0)
         return FredSwitch(name, 2, m, level, base=base)

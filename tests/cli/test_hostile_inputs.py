@@ -56,3 +56,30 @@ def test_a_plan_with_a_number_json_does_not_have_is_not_json(teccl, tmp_path, wo
     for args in (("verify", str(plan)), ("simulate", "ring8", str(plan), "-s", "1MB")):
         code, _, err = teccl(*args)
         _refused(code, err, "p.json", f"{word.lstrip('-')} is not a JSON number")
+
+
+@pytest.mark.parametrize("args, words", [
+    (("show", "-p", "1000000"), ("FRED_3(1000000)", "µSwitches, more than")),
+    (("show", "--m", "1000000"), ("FRED_1000000(8)", "µSwitches, more than")),
+    (("route", "-p", "100000000", "--flow", "0:1"), ("µSwitches, more than",)),
+])
+def test_a_fred_switch_too_large_to_build_is_refused_at_once(teccl, args, words):
+    code, _, err = teccl("fred", *args)
+    _refused(code, err, *words)
+
+
+@pytest.mark.parametrize("text, words", [
+    ("ports: 6.5\n", ("p.yaml", "ports: expected an integer, got 6.5")),
+    ("ports: 6\nm: true\n", ("p.yaml", "m: expected an integer, got True")),
+    ("ports: 0\n", ("at least 2 ports, got 0",)),
+    (b"\xff\xfe\x00", ("p.yaml", "not UTF-8")),
+])
+def test_a_bad_fred_phase_file_is_refused(teccl, tmp_path, text, words):
+    flows = "flows:\n  - {id: 0, inputs: [1, 2], outputs: [0]}\n"
+    path = tmp_path / "p.yaml"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text + flows)
+    code, _, err = teccl("fred", "route", "--phase", str(path))
+    _refused(code, err, *words)
