@@ -83,21 +83,25 @@ def test_forms_cut_a_rank_into_powers_of_two_chunks_of_about_the_slices_asked():
     assert cut_to(tiny, 1 / 16).chunks_per_rank == 1
 
 
-def test_templates_are_verified_files_of_each_job_in_turn():
-    from te_ccl.jobs.mix import templates
+def _jobs(topology: str, *jobs: tuple[str, list[str], str, str]):
+    """Jobs on a shipped topology, each as (name, ranks, collective, size)."""
     from te_ccl.jobs.spec import jobs_from
     from te_ccl.spec.topology import load_topology
 
-    dgx1 = load_topology("dgx1")
-    jobs = jobs_from(dgx1, {"jobs": [
-        {"name": "ag", "ranks": ["g0", "g1", "g2", "g3"], "collective": "allgather",
-         "size": "1MB"},
-        {"name": "ar", "ranks": ["g1", "g0", "g5", "g4"], "collective": "allreduce",
-         "size": "2MB"}]}, None)
+    return jobs_from(load_topology(topology), {"jobs": [
+        {"name": n, "ranks": r, "collective": c, "size": s} for n, r, c, s in jobs]}, None)
+
+
+def test_templates_are_verified_files_of_each_job_in_turn():
+    from te_ccl.jobs.mix import templates
+
+    jobs = _jobs("dgx1", ("ag", ["g0", "g1", "g2", "g3"], "allgather", "1MB"),
+                 ("ar", ["g1", "g0", "g5", "g4"], "allreduce", "2MB"))
     made = templates(jobs, Budget.of(60))
     assert made["ag"] and made["ar"]
     for files in made.values():
-        assert all(f.algo.ngpus == 4 and f.schedule.topology is dgx1 for f in files.values())
+        assert all(f.algo.ngpus == 4 and f.schedule.topology is jobs.topology
+                   for f in files.values())
     assert templates(jobs, Budget.of(0)) == {"ag": {}, "ar": {}}
 
 
@@ -135,17 +139,12 @@ def test_the_packed_form_keeps_the_cut_asked_for_and_only_broadcast_and_allreduc
 def test_a_job_that_can_route_around_others_gets_its_forms_on_that_view_too():
     from te_ccl.jobs.joint import _view
     from te_ccl.jobs.mix import _builds
-    from te_ccl.jobs.spec import jobs_from
-    from te_ccl.spec.topology import load_topology
 
-    dgx = load_topology("dgx2x2")
     everyone = [f"b{b}.g{g}" for b in range(2) for g in range(16)]
-    jobs = jobs_from(dgx, {"jobs": [
-        {"name": "all", "ranks": everyone, "collective": "allgather", "size": "64MB"},
-        {"name": "half", "ranks": everyone[:8] + everyone[16:24], "collective": "allgather",
-         "size": "64MB"}]}, None)
+    jobs = _jobs("dgx2x2", ("all", everyone, "allgather", "64MB"),
+                 ("half", everyone[:8] + everyone[16:24], "allgather", "64MB"))
     nics = {(f"b{a}.g{g}", f"b{1 - a}.g{g}"): 0.0 for a in (0, 1) for g in (0, 2, 4, 6)}
-    away = _view(dgx, nics)
+    away = _view(jobs.topology, nics)
     names = [n for n, _ in _builds(jobs, jobs.jobs[0], away)]
     assert names[:3] == ["hierarchical, taking", "hierarchical, sharing",
                          "hierarchical, taking, away"]
@@ -158,15 +157,9 @@ def test_a_job_that_can_route_around_others_gets_its_forms_on_that_view_too():
 
 def test_a_job_no_form_template_fits_gets_forms_from_the_compile():
     from te_ccl.jobs.mix import FORMS, _compiled, cut_to
-    from te_ccl.jobs.spec import jobs_from
-    from te_ccl.spec.topology import load_topology
 
-    torus = load_topology("torus4x4")
-    jobs = jobs_from(torus, {"jobs": [
-        {"name": "row", "ranks": ["0", "1", "2", "3"], "collective": "allgather",
-         "size": "8MB"},
-        {"name": "ar", "ranks": ["0", "1", "4", "5"], "collective": "allreduce",
-         "size": "8MB"}]}, None)
+    jobs = _jobs("torus4x4", ("row", ["0", "1", "2", "3"], "allgather", "8MB"),
+                 ("ar", ["0", "1", "4", "5"], "allreduce", "8MB"))
     forms = dict(_compiled(jobs, jobs.jobs[0], Budget.of(30)))
     assert list(forms) == ["compiled, taking", "compiled, yielding"]
     schedule = forms["compiled, yielding"]()
