@@ -78,8 +78,7 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
             and len(find_boxes(topology, gpus)) == 1 \
             and not any(topology.has_link(u, v) for u in gpus for v in gpus):
         names.append("switch-trees")  # GPUs behind switches only, one box
-    if collective.kind is CollectiveKind.ALLTOALL and not topology.switches \
-            and 2 < collective.nranks <= FAR_FIRST_MAX_GPUS:
+    if collective.kind is CollectiveKind.ALLTOALL and 2 < collective.nranks <= FAR_FIRST_MAX_GPUS:
         names.append("far-first")
     return names
 

@@ -1,13 +1,13 @@
-"""Far-first AlltoAll: an α-β list schedule for sizes where latency dominates, on GPUs
-linked to each other (a switch without buffer would need each hop's slot to follow the
-last at once, which this placing does not look for).
+"""Far-first AlltoAll: an α-β list schedule for sizes where latency dominates.
 
 At small sizes a pair's time is its hops' α, so an AlltoAll ends when its farthest pairs'
 data has arrived; the direct template sends every pair at once and the far pairs' relays
 queue behind near traffic (dgx1 64 KB: 2.36 µs where two hops take 1.4 µs of α). Here the
 farthest pairs' chunks are placed first, the pairs' ``i``-th chunks in turn, each on the
 one of its pair's fewest-hop routes that delivers it earliest (so a pair's chunks spread
-over its routes); the nearer pairs' chunks then fill what the links have left.
+over its routes: hgx-h100x2's cross-box pairs take the rail before the NVSwitch hop or
+after it, so a rail carries while the other pairs' chunks are still in their box); the
+nearer pairs' chunks then fill what the links have left.
 
 Placing is the epoch model's (``te_ccl.schedule``): a link is busy ``ceil(c/(b·τ))``
 epochs per chunk, a chunk arrives ``ceil((c/b + α)/τ)`` epochs after it starts, and it
@@ -56,6 +56,7 @@ class _Slots:
                                       math.ceil((chunk_bytes / x.bandwidth_Bps + x.latency_s)
                                                 / tau - 1e-9))
                      for x in topology.links}
+        self.bufferless = {n.name for n in topology.nodes if not n.is_gpu and not n.has_buffer}
         self.starts: dict[tuple[str, str], list[int]] = defaultdict(list)
         self.ends: dict[tuple[str, str], list[int]] = defaultdict(list)
 
@@ -69,13 +70,20 @@ class _Slots:
         return t
 
     def walk(self, path: list[str], ready: int = 0) -> list[_Hop]:
-        """The hops of ``path`` placed as early as the links allow (not taken yet)."""
-        hops = []
-        for u, v in zip(path, path[1:], strict=False):
-            t = self.start((u, v), ready)
-            ready = t + self.rule[(u, v)][1]
-            hops.append((u, v, t, ready))
-        return hops
+        """The hops of ``path`` placed as early as the links allow (not taken yet); a
+        switch without buffer sends on in the epoch a chunk arrives, so where that link
+        is busy the chunk leaves its GPU later."""
+        while True:
+            hops, t = [], ready
+            for u, v in zip(path, path[1:], strict=False):
+                start = self.start((u, v), t)
+                if hops and start != t and u in self.bufferless:
+                    break
+                t = start + self.rule[(u, v)][1]
+                hops.append((u, v, start, t))
+            else:
+                return hops
+            ready = hops[0][2] + start - t  # the whole path later by the switch's wait
 
     def take(self, hops: list[_Hop]) -> None:
         for u, v, t, _ in hops:
@@ -91,8 +99,6 @@ def far_first(topology: Topology, collective: Collective) -> Schedule:
         raise BaselineError("the far-first template is for AlltoAll only")
     if collective.nranks > FAR_FIRST_MAX_GPUS:
         raise BaselineError(f"the far-first template takes up to {FAR_FIRST_MAX_GPUS} ranks")
-    if topology.switches:
-        raise BaselineError("the far-first template relays through GPUs only (no switches)")
     graph = topology.graph()
     graph.remove_nodes_from(set(topology.gpus) - {topology.gpu(r) for r in collective.ranks})
     tau = collective.chunk_bytes / max(x.bandwidth_Bps for x in topology.links) / FINE
