@@ -43,6 +43,7 @@ from te_ccl.fred.switch import FredSwitch, build_fred
 from te_ccl.topology.generators import (
     FRED_LANE_BPS,
     FRED_VARIANTS,
+    MAX_GPUS,
     USWITCH_LATENCY_S,
     WIRE_LATENCY_S,
     fred_stages,
@@ -223,6 +224,8 @@ def wafer_variant(name: str, npus: int = 20) -> Wafer:
     if npus < 2 * base.npus_per_l1 or npus % base.npus_per_l1:
         raise SpecError(f"a FRED wafer has L1 switches of {base.npus_per_l1} NPUs and at "
                         f"least two of them; {npus} NPUs do not fit", key="npus")
+    if npus > MAX_GPUS:
+        raise SpecError(f"too many NPUs ({npus}); at most {MAX_GPUS}", key="npus")
     rows, cols = wafer_shape(npus)  # I/O controllers on the perimeter, as on the mesh
     return replace(base, npus=npus, l1_names=(), npu_names=(),
                    io_controllers=2 * (rows + cols))

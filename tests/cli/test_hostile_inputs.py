@@ -83,3 +83,9 @@ def test_a_bad_fred_phase_file_is_refused(teccl, tmp_path, text, words):
         path.write_text(text + flows)
     code, _, err = teccl("fred", "route", "--phase", str(path))
     _refused(code, err, *words)
+
+
+@pytest.mark.parametrize("command", [("phase",), ("evaluate", "-w", "gpt3")])
+def test_a_fred_wafer_beyond_the_generators_cap_is_refused_at_once(teccl, command):
+    code, _, err = teccl("fred", *command, "--npus", "100000000")
+    _refused(code, err, "npus: too many NPUs (100000000); at most 65536")
