@@ -69,7 +69,9 @@ def sniff_format(path: Path) -> str | None:
 def read_machine(path: Path, label: str, options: ImportOptions) -> tuple[Machine, str]:
     """One node read from ``path`` (``label`` names it in errors) and the format's name."""
     from te_ccl.importers import nccl_xml, smi_matrix
+    from te_ccl.outputs import check_input_file
 
+    check_input_file(path)  # a FIFO's open would block, a device read without end
     kind = sniff_format(path)
     if kind is None:
         if not path.exists():

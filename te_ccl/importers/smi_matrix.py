@@ -33,7 +33,7 @@ __all__ = ["read_smi", "parse_nvidia_smi", "parse_rocm_smi", "strip_terminal_cod
 _TERMINAL_CODE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x9b[0-?]*[ -/]*[@-~]"
                             r"|\x1b\][^\x07\x1b\n]*(?:\x07|\x1b\\)?|\x1b[()*+].|\x1b[@-_]")
 _NV_CODES = ("PIX", "PXB", "PHB", "NODE", "SYS", "SOC")  # nearest first; SOC: old SYS
-_NV_RE = re.compile(r"^NV(\d+)$")
+_NV_RE = re.compile(r"^NV([1-9]\d*)$")  # NV0 is no link
 _MAX_LINKS_PER_GPU = 18
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -89,3 +90,22 @@ def test_a_bad_fred_phase_file_is_refused(teccl, tmp_path, text, words):
 def test_a_fred_wafer_beyond_the_generators_cap_is_refused_at_once(teccl, command):
     code, _, err = teccl("fred", *command, "--npus", "100000000")
     _refused(code, err, "npus: too many NPUs (100000000); at most 65536")
+
+
+SMI = ("\tGPU0\tGPU1\tGPU2\tGPU3\tCPU Affinity\n"
+       "GPU0\t X \tNV0\tNV1\tSYS\t0-23\n"
+       "GPU1\tNV0\t X \tNV1\tNV1\t0-23\n"
+       "GPU2\tNV1\tNV1\t X \tNV2\t0-23\n"
+       "GPU3\tSYS\tNV1\tNV2\t X \t0-23\n")
+
+
+def test_an_nvidia_smi_matrix_with_nv0_is_refused(teccl, tmp_path):
+    (tmp_path / "smi.txt").write_text(SMI)
+    code, _, err = teccl("topo", "import", str(tmp_path / "smi.txt"))
+    _refused(code, err, "smi.txt:2", "unknown link code 'NV0'")
+
+
+def test_topo_import_of_a_fifo_is_refused_without_opening_it(teccl, tmp_path):
+    os.mkfifo(tmp_path / "dump")
+    code, _, err = teccl("topo", "import", str(tmp_path / "dump"))
+    _refused(code, err, "is a FIFO")
