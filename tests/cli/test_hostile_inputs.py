@@ -46,17 +46,17 @@ def test_times_a_schedule_cannot_hold_are_refused(teccl, tmp_path, command, band
     assert not out.exists()
 
 
-@pytest.mark.parametrize("word", ["NaN", "Infinity", "-Infinity"])
-def test_a_plan_with_a_number_json_does_not_have_is_not_json(teccl, tmp_path, word):
+def test_a_plan_with_nan_or_infinity_is_not_json(teccl, tmp_path):
     plan = tmp_path / "p.json"
     code, _, err = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB", "--time-limit", "5",
                          "--format", "mscclpp", "-o", str(plan))
     assert code == 0, err
-    plan.write_text(plan.read_text().replace('"min_message_size":0',
-                                             f'"min_message_size":{word}', 1))
-    for args in (("verify", str(plan)), ("simulate", "ring8", str(plan), "-s", "1MB")):
-        code, _, err = teccl(*args)
-        _refused(code, err, "p.json", f"{word.lstrip('-')} is not a JSON number")
+    valid = plan.read_text()
+    for word in ("NaN", "Infinity", "-Infinity"):
+        plan.write_text(valid.replace('"min_message_size":0', f'"min_message_size":{word}', 1))
+        for args in (("verify", str(plan)), ("simulate", "ring8", str(plan), "-s", "1MB")):
+            code, _, err = teccl(*args)
+            _refused(code, err, "p.json", f"not JSON ({word} is not a JSON number)")
 
 
 @pytest.mark.parametrize("args, words", [
