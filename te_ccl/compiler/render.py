@@ -4,6 +4,7 @@ the same chunking solved again with the most sub-chunks that fit (:func:`render_
 
 from __future__ import annotations
 
+import time
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
@@ -24,7 +25,10 @@ from te_ccl.topology.model import Topology
 from te_ccl.verify.mscclpp import verify_plan
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["lowerable", "render", "render_fitting", "solved_again", "write_fred_tables"]
+__all__ = ["lowerable", "render", "render_fitting", "solved_again", "write_fred_tables",
+           "TABLES_SHARE"]
+
+TABLES_SHARE = 0.25  # of a compile's limit, kept from its search for the FRED tables
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
@@ -225,6 +229,15 @@ def _render_plan(schedule: Schedule, options: CompileOptions, progress: Progress
 def write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
                       ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
     """The FRED switch tables of ``schedule`` written to ``out_dir``: their paths, and the
-    fabric's limits."""
-    written = fred_tables_for(schedule, topology, Path(out_dir))
+    fabric's limits. They are made after the compile's search, in the time it kept for them
+    (:data:`TABLES_SHARE`); past the deadline none is written and the error says what they
+    had."""
+    start = time.monotonic()
+    try:
+        written = fred_tables_for(schedule, topology, Path(out_dir))
+    except TimeLimitReached as e:
+        spent = time.monotonic() - start
+        raise TimeLimitReached(f"{e}, after {spent:.2g} s of the {TABLES_SHARE:.0%} of the "
+                               "limit kept for them: the tables of this schedule need a "
+                               "longer limit; no table was written") from None
     return tuple(str(p) for p in written.paths), written.fabric

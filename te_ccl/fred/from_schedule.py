@@ -36,11 +36,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from te_ccl.deadline import check
 from te_ccl.errors import VerificationError
 from te_ccl.fred.collectives import FlowInfo, FredPhase
 from te_ccl.fred.routing import Flow, Routing, RoutingConflict, route_once
 from te_ccl.fred.wafer import Wafer
 from te_ccl.schedule import Schedule, Transfer
+
+ROUTING = "routing the FRED switch tables' phases"  # what a deadline names
 
 __all__ = ["Visit", "ChunkStream", "Timeline", "chunk_streams", "schedule_timeline"]
 
@@ -208,6 +211,7 @@ def _route(wafer: Wafer, stripes: dict[str, list[Stripe]],
            ) -> dict[str, Routing]:
     """Route every switch; on a conflict drop the last stripe of the latest stream in it."""
     while True:
+        check(ROUTING)
         by_switch: dict[str, list[Flow]] = defaultdict(list)
         for sid in stripes:
             for stripe_flows in flows[sid][:len(stripes[sid])]:
@@ -243,6 +247,7 @@ def schedule_timeline(schedule: Schedule, wafer: Wafer) -> Timeline:
     phases: list[FredPhase] = []
     t = 0.0
     while len(done) < len(streams):
+        check(ROUTING)
         ready = [s for s in streams if s.id not in done and all(a in done for a in s.after)]
         stripes = _allocate(wafer, ready)
         if not stripes:

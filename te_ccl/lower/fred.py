@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from te_ccl.deadline import check
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.fred.collectives import CommResult, FredPhase
 from te_ccl.fred.encoding import SRAM_BYTES, encode
@@ -57,6 +58,7 @@ __all__ = ["SwitchSet", "WrittenTables",
            "write_fred_tables", "fred_tables_for"]
 
 SCHEMA = "teccl-fred-tables/2"
+LOWERING = "lowering the FRED switch tables"  # what a deadline names
 FLOW_COLUMNS = ("switch", "level", "radix", "m", "phase", "priority_class", "collective",
                 "operation", "step", "steps", "flow", "input_ports", "output_ports",
                 "reduce_op", "bytes", "stream")
@@ -194,7 +196,9 @@ def stream_rows(streams: Sequence[ChunkStream]) -> list[dict[str, Any]]:
 def lower_to_fred_tables(phases: Sequence[FredPhase], wafer: Fabric,
                          streams: Sequence[ChunkStream] = ()) -> dict[str, Any]:
     """The tables, the fabric's parameters and the SRAM use, as one JSON-ready dict."""
+    check(LOWERING)
     configs = config_rows(phases)
+    check(LOWERING)
     sizes = {name: 0 for name in wafer.switches} | config_sizes(configs)
     return {"schema": SCHEMA, "fabric": wafer.name, "sram_bytes": SRAM_BYTES,
             "reconfig_s": wafer.reconfig_s,
@@ -236,6 +240,7 @@ def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric, out_dir: str |
         If the independent checker finds a violation other than an SRAM overflow.
     """
     tables = lower_to_fred_tables(phases, wafer, streams)
+    check(LOWERING)
     files = render_fred_tables(tables)
     try:
         report = check_fred_tables(files, source=str(out_dir))
@@ -244,6 +249,7 @@ def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric, out_dir: str |
     bugs = [v for v in report.violations if v.rule != "sram"]
     if bugs:
         raise VerificationError(f"FRED tables fail {len(bugs)} check(s): {bugs[0].message}")
+    check("checking the FRED switch tables")  # the last look: none is written late
     out = make_output_dir(out_dir)
     for name, text in files.items():
         write_atomic(out / name, text)

@@ -48,6 +48,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from te_ccl.deadline import check
 from te_ccl.errors import SpecError
 
 __all__ = ["Violation", "TablesReport", "FILES", "read_fred_tables", "check_fred_tables",
@@ -866,14 +867,19 @@ def check_fred_tables(texts: Mapping[str, str], source: str = "") -> TablesRepor
     if missing:
         raise SpecError("missing file", file=missing[0])
     out: list[Violation] = []
+    doing = "checking the FRED switch tables"  # between its passes: each is linear
     t = _parse(texts, out)
+    check(doing)
     _check_ports(t, out)
     _check_phases(t, out)
     peer = _peer(t)
     groups = _check_flows(t, out)
+    check(doing)
     signatures = _check_routes(t, groups, out)
+    check(doing)
     _check_links(t, groups, peer, out)
     _check_streams(t, groups, peer, out)
+    check(doing)
     sram = _check_sram(t, groups, signatures, out)
     counts: dict[str, int] = defaultdict(int)
     for v in out:

@@ -109,3 +109,23 @@ def test_topo_import_of_a_fifo_is_refused_without_opening_it(teccl, tmp_path):
     os.mkfifo(tmp_path / "dump")
     code, _, err = teccl("topo", "import", str(tmp_path / "dump"))
     _refused(code, err, "is a FIFO")
+
+
+def test_fred_tables_past_the_deadline_exit_3_and_write_no_table(teccl, tmp_path, monkeypatch):
+    import te_ccl.compiler.render as render
+    from te_ccl.deadline import until
+
+    made = render.fred_tables_for
+
+    def late(*args):  # the tables' stages run with their deadline already past
+        with until(0.0):
+            return made(*args)
+
+    monkeypatch.setattr(render, "fred_tables_for", late)
+    tables = tmp_path / "T"
+    code, _, err = teccl("compile", "fred-a", "-c", "allgather", "-s", "1MB", "--time-limit",
+                         "2", "-o", str(tmp_path / "o.xml"), "--fred-tables", str(tables))
+    assert code == 3, err
+    last = err.splitlines()[-1]
+    assert "FRED switch tables" in last and "no table was written" in last, err
+    assert not tables.exists()
