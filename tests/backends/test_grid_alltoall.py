@@ -25,6 +25,7 @@ from te_ccl.compiler.fits import check_loadable, hop_sum
 from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.lower.msccl.grid import grid_program
+from te_ccl.lower.msccl.to_xml import gpu_xml
 from te_ccl.model.problem import build_problem
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule, SolveInfo
@@ -172,3 +173,11 @@ def test_where_a_link_latency_outlasts_a_chunk_the_channels_run_at_once():
     assert (turns.steps[:, 0] == nop).any() and not (at_once.steps[:, 0] == nop).any()
     assert len(at_once.steps) < len(turns.steps)
     assert len(at_once.blocks) == len(turns.blocks)
+
+
+@pytest.mark.parametrize(("make", "dims", "k"), GRIDS[:2])
+def test_the_streamed_text_prints_the_program_as_its_objects_do(make, dims, k):
+    schedule = _schedule(make(list(dims), 50e9, 5e-7), _a2a(make(list(dims), 50e9, 5e-7), k))
+    _, gpus = grid_program(schedule, "a", "Simple", 0, 0, MSCCL)
+    _, text = grid_program(schedule, "a", "Simple", 0, 0, MSCCL, text=True)
+    assert text == [gpu_xml(g).encode() for g in gpus]

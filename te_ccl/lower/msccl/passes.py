@@ -98,7 +98,7 @@ from te_ccl.lower.msccl.parallel import (
     split_halves,
 )
 from te_ccl.lower.msccl.retime import replay_timed
-from te_ccl.lower.msccl.to_xml import algo_close, algo_open, gpu_xml
+from te_ccl.lower.msccl.to_xml import algo_close, algo_open
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import write_atomic
 from te_ccl.runtime_limits import MSCCL, PROTOCOLS, RuntimeLimits
@@ -221,9 +221,10 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
         raise SpecError(f"expected one of {', '.join(MODES)}, got {merge!r}", key="merge")
     if min_bytes < 0 or max_bytes < 0 or (max_bytes and max_bytes < min_bytes):
         raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
-    grid = grid_program(schedule, _name(name, schedule), proto, min_bytes, max_bytes, runtime)
+    grid = grid_program(schedule, _name(name, schedule), proto, min_bytes, max_bytes, runtime,
+                        text=stream)
     if grid is not None:  # groups relayed in one step each: the plan's steps as they are
-        return replace(grid, gpus=()), [gpu_xml(g).encode() if stream else g for g in grid.gpus]
+        return grid
     layout = buffer_layout(coll)
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
     epoch_timed = collapse_switches(schedule)
