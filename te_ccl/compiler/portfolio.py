@@ -16,13 +16,18 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
 3. the **templates** (ring, tree, direct, hierarchical, packed, and on FRED wafers whose
    switches reduce and copy the in-switch schedule; those of :data:`EARLY_TEMPLATES`
    before the flow model), up to :data:`TEMPLATE_MAX_GPUS`
-   GPUs (beyond, :data:`LARGE_TEMPLATES` for a rooted collective), and at any size when
+   GPUs (beyond, :data:`LARGE_TEMPLATES` early for a rooted collective, and all of them
+   where it has at most :data:`CHEAP_DELIVERIES` deliveries), and at any size when
    nothing else produced a schedule: ``auto`` never fails
    where a template succeeds. Once there is a schedule, none starts after the time limit.
    Where the flow model is large by counting (:data:`FLOW_QUICK_PAIRS`), the templates
    are cheap (:data:`CHEAP_DELIVERIES`) and the best so far is more than :data:`NEAR_GAP`
    from the bound, all the templates are raced before the flow model: a short limit is
-   not spent on the model while a template is near the bound.
+   not spent on the model while a template is near the bound. So too for a rooted
+   collective whose whole chunks cannot come within :data:`NEAR_GAP` of the bound (its
+   chunking's arithmetic bound, :func:`te_ccl.compiler.chunking.chunking_bounds`): the
+   templates cut their own pieces, the flow model cannot. The flow model is not run
+   where the best so far is within :data:`BOUND_GAP` of that arithmetic bound.
 
 A candidate that relays more through a GPU than its buffer limit holds
 (:func:`te_ccl.model.relays.relay_overflow`) is not kept: the templates ignore the limits.
@@ -293,9 +298,11 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         race.enter(name, schedule, verdict)
     method, flow_skip = _scale_and_flow(topology, collective)
     bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
-    templates = topology.ngpus <= TEMPLATE_MAX_GPUS
-    early = EARLY_TEMPLATES if templates else LARGE_TEMPLATES if collective.root is not None \
-        else ()
+    own = collective.chunks_per_rank  # the flow model's chunks, whole
+    whole = cache(lambda: chunking_bounds(topology, collective, [own])[own])
+    templates = _templates_raced(topology, collective)
+    early = EARLY_TEMPLATES if topology.ngpus <= TEMPLATE_MAX_GPUS else LARGE_TEMPLATES \
+        if collective.root is not None else ()
 
     def race_early(only: tuple[str, ...] = early) -> None:
         if only and deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
@@ -315,13 +322,15 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
              progress)
     if not trees_first:
         race_early()
-    flow_skip = flow_skip or close_to_bound(race, bound)
-    templates_first = flow_skip is None and templates and flow_costly(topology, collective) \
+    flow_skip = flow_skip or close_to_bound(race, bound) or _chunks_short(race, whole)
+    templates_first = flow_skip is None and templates and (
+        flow_costly(topology, collective) or (collective.root is not None and
+                                              whole() > bound() * (1 + NEAR_GAP))) \
         and deliveries(collective) <= CHEAP_DELIVERIES and \
         close_to_bound(race, bound, NEAR_GAP) is None
     if templates_first:  # judged before the flow model, which keeps its share of the rest
         _templates(race, topology, collective, params, budget)
-        flow_skip = close_to_bound(race, bound)
+        flow_skip = close_to_bound(race, bound) or _chunks_short(race, whole)
     if flow_skip is not None:
         race.skip(FLOW, flow_skip)
     else:
@@ -337,6 +346,29 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     elif templates or race.best is None:
         _templates(race, topology, collective, params, budget)
     return race.winner()
+
+
+def _templates_raced(topology: Topology, collective: Collective) -> bool:
+    """Are all the templates raced: up to :data:`TEMPLATE_MAX_GPUS` GPUs, or beyond for a
+    rooted collective of at most :data:`CHEAP_DELIVERIES` (chunk, destination) pairs,
+    whose templates are few transfers but for the pipelined and packed trees, which cut
+    their own pieces (NVL72 Reduce 64 MB: the direct template's file is 70× the bound,
+    the tree's 6×)."""
+    return topology.ngpus <= TEMPLATE_MAX_GPUS or (
+        collective.root is not None and deliveries(collective) <= CHEAP_DELIVERIES)
+
+
+def _chunks_short(race: _Race, whole: Callable[[], float]) -> str | None:
+    """Why the flow model cannot win enough to run (the best so far is within
+    :data:`BOUND_GAP` of its chunking's arithmetic bound, ``whole()``, or below: it moves
+    whole chunks), else None."""
+    if race.best is None:
+        return None
+    floor = whole()
+    if race.best_s > floor * (1 + BOUND_GAP):
+        return None
+    return (f"its chunks cannot finish before {floor:.4g} s, and the "
+            f"{race.trials[race.best[1]].name} is within {BOUND_GAP:.1%} of that")
 
 
 def flow_costly(topology: Topology, collective: Collective) -> bool:
