@@ -12,7 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from te_ccl.baselines.direct import direct
-from te_ccl.baselines.disjoint import applies, pipeline, pipeline_fine
+from te_ccl.baselines.disjoint import (
+    applies,
+    box_heaps_apply,
+    pipeline,
+    pipeline_boxes,
+    pipeline_fine,
+)
 from te_ccl.baselines.far_first import FAR_FIRST_MAX_GPUS, far_first
 from te_ccl.baselines.hierarchical import find_boxes, hierarchical
 from te_ccl.baselines.packed import PACKED_KINDS, packed, packed_fine
@@ -43,6 +49,7 @@ BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "packed-fine": packed_fine,
     "pipeline": pipeline,
     "pipeline-fine": pipeline_fine,
+    "pipeline-boxes": pipeline_boxes,
     "switch-trees": switch_trees,
     "far-first": far_first,
 }
@@ -72,7 +79,9 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         if collective.nranks > PACKED_MAX_ROOTED:
             names = [n for n in names if n not in ("packed", "packed-fine")]
         at = names.index("packed") if "packed" in names else len(names)
-        names[at:at] = ["pipeline", "pipeline-fine"]
+        # the boxes in two heaps before the finer chain of boxes: as fine, and shallower
+        fine = ["pipeline-boxes"] * box_heaps_apply(topology, collective) + ["pipeline-fine"]
+        names[at:at] = ["pipeline", *fine]
     if collective.kind in SWITCH_TREE_KINDS and collective.root is not None \
             and 2 < collective.nranks <= SWITCH_TREES_MAX_GPUS \
             and len(find_boxes(topology, gpus)) == 1 \

@@ -48,8 +48,8 @@ from te_ccl.deadline import checked, left
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["PIPELINE_KINDS", "applies", "box_trees", "disjoint_trees", "pipeline",
-           "pipeline_fine"]
+__all__ = ["PIPELINE_KINDS", "applies", "box_heaps_apply", "box_trees", "disjoint_trees", "pipeline",
+           "pipeline_boxes", "pipeline_fine"]
 
 PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
                   CollectiveKind.SCATTER)
@@ -188,11 +188,41 @@ def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
                     chains=collective.kind is CollectiveKind.REDUCE)
 
 
-def pipeline(topology: Topology, collective: Collective,
-             transfers: int = MAX_TRANSFERS, *, chains: bool = False) -> Schedule:
+def box_heaps_apply(topology: Topology, collective: Collective) -> bool:
+    """Is ``collective`` a Broadcast or Reduce over more than two boxes, from a root with
+    no direct link to another of its GPUs (:func:`pipeline_boxes`)?"""
+    if collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) \
+            or collective.root is None or collective.nranks < 3:
+        return False
+    members = [topology.gpu(r) for r in collective.ranks]
+    root = topology.gpu(collective.root)
+    return not any(topology.has_link(root, v) or topology.has_link(v, root) for v in members) \
+        and len(find_boxes(topology, members)) > 2
+
+
+def pipeline_boxes(topology: Topology, collective: Collective) -> Schedule:
+    """:func:`pipeline_fine`'s Broadcast or Reduce with the boxes in two binary trees
+    (:func:`box_trees`, ``fanned``) where a chain of boxes would relay each share through
+    every box in turn: every hop's α adds to the fill, which grows with the boxes (HGX
+    H100 ×16's fifteen boxes beyond the root's), where the trees' grows with their log.
+    Only where the root has no direct link to another GPU and there are more than two
+    boxes."""
+    if not box_heaps_apply(topology, collective):
+        raise BaselineError(f"no box trees in {topology.name}: they are for a Broadcast or "
+                            "Reduce over more than two boxes from a root without a direct "
+                            "link to another GPU")
+    if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
+        raise BaselineError("no time left to build and judge the box trees' file")
+    return pipeline(topology, collective, FINE_TRANSFERS,
+                    chains=collective.kind is CollectiveKind.REDUCE, fanned=True)
+
+
+def pipeline(topology: Topology, collective: Collective, transfers: int = MAX_TRANSFERS, *,
+             chains: bool = False, fanned: bool = False) -> Schedule:
     """Broadcast or Reduce in pieces down (up) the root's trees, or Gather or Scatter along
     them (module docstring), in up to ``transfers`` link transfers; ``chains``: the GPUs
-    of a box pass the pieces along a chain (:func:`box_trees`)."""
+    of a box pass the pieces along a chain, ``fanned``: the boxes form two trees
+    (:func:`box_trees`)."""
     kind = collective.kind
     if kind is CollectiveKind.REDUCE and collective.nranks > 2 \
             and not applies(topology, collective):
@@ -200,7 +230,7 @@ def pipeline(topology: Topology, collective: Collective,
                             "link and there are no boxes (behind one switch, a GPU would sum "
                             "each piece from all the others: more thread blocks than it runs)")
     fan, coll = _fan(topology, collective)
-    cut, shares, trees = _cut(fan, coll, transfers, chains)
+    cut, shares, trees = _cut(fan, coll, transfers, chains, fanned)
     build = _scatter if coll.kind is CollectiveKind.SCATTER else _broadcast
     schedule = build(fan, cut, shares, trees)
     if coll.kind is CollectiveKind.BROADCAST and len(trees) > 1:
@@ -253,14 +283,15 @@ def _fan(topology: Topology, collective: Collective) -> tuple[Topology, Collecti
     return topology, collective
 
 
-def _cut(topology: Topology, collective: Collective, transfers: int, chains: bool = False
-         ) -> tuple[Collective, list[float], list[Tree]]:
+def _cut(topology: Topology, collective: Collective, transfers: int, chains: bool = False,
+         fanned: bool = False) -> tuple[Collective, list[float], list[Tree]]:
     """Broadcast or Scatter ``collective`` cut into pieces of at most ``transfers`` link
     transfers in all (and the runtime's element limit), with the trees' shares and the
     trees."""
     members = tuple(topology.gpu(r) for r in collective.ranks)
     scatter = collective.kind is CollectiveKind.SCATTER
-    shares, trees = _trees(topology, topology.gpu(collective.root), members, scatter, chains)
+    shares, trees = _trees(topology, topology.gpu(collective.root), members, scatter, chains,
+                           fanned)
     if scatter:
         links = [_links(topology, t) for t in trees]
         depths = [{v: depth(t, v) for v in t} for t in trees]
@@ -297,7 +328,7 @@ def _pieces(topology: Topology, collective: Collective, shares: list[float],
 
 @functools.lru_cache(maxsize=4)
 def _trees(topology: Topology, root: str, members: tuple[str, ...], scatter: bool,
-           chains: bool = False) -> tuple[list[float], list[Tree]]:
+           chains: bool = False, fanned: bool = False) -> tuple[list[float], list[Tree]]:
     """The trees' shares of the data and the trees: :func:`disjoint_trees` by their
     rates where direct links reach every member, else :func:`box_trees`, but for a
     Scatter behind one switch every GPU straight from the root."""
@@ -307,12 +338,12 @@ def _trees(topology: Topology, root: str, members: tuple[str, ...], scatter: boo
     except BaselineError:
         if scatter and len(find_boxes(topology, list(members))) < 2:
             return [1.0], [{v: root for v in members if v != root}]
-    boxed = box_trees(topology, root, list(members), chains)
+    boxed = box_trees(topology, root, list(members), chains, fanned)
     return [share for share, _ in boxed], [tree for _, tree in boxed]
 
 
-def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool = False
-              ) -> list[tuple[float, Tree]]:
+def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool = False,
+              fanned: bool = False) -> list[tuple[float, Tree]]:
     """Trees with their shares of the data for boxes of GPUs behind switches: a share
     per gateway of the root's box (a GPU that reaches another box through switches only:
     every GPU on rails), each cut into one part per other GPU of a box. The root sends a
@@ -325,8 +356,10 @@ def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool
     behind one switch) is the root's share alone: two hops from the root to every GPU,
     where a chain through all of them would wait for every GPU's α in turn. ``in_chains``:
     the GPUs below a relay pass each part on along a chain instead (a Reduce's sums then
-    take one partial at a time). Raises :class:`BaselineError` when a GPU is not reached
-    so."""
+    take one partial at a time). ``fanned``: the boxes beyond the root's form two binary
+    trees instead of a chain (:func:`_box_heap`), each carrying half the shares: the
+    boxes' depth is logarithmic, not linear, in their number. Raises
+    :class:`BaselineError` when a GPU is not reached so."""
     boxes = find_boxes(topology, members)
     reach = {g: set(vs) for g, vs in ring_neighbours(topology, members).items()}
     box_of = {g: b for b, box in enumerate(boxes) for g in box}
@@ -334,17 +367,15 @@ def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool
                 for b, box in enumerate(boxes)]
     home = box_of[root]
     order = [home] + [b for b in range(len(boxes)) if b != home]
-    chains = []  # per share, its gateway in every box along its rail
-    for i, first in enumerate(gateways[home] if len(boxes) > 1 else [root]):
-        chain = [first]
-        for b in order[1:]:
-            near = [g for g in gateways[b] if g in reach[chain[-1]]]
-            if not near:
-                raise BaselineError(f"no gateway of {boxes[b][0]}'s box is reached from "
-                                    f"{chain[-1]} through switches only in {topology.name}")
-            gw = gateways[b][i % len(gateways[b])]
-            chain.append(gw if gw in near else near[0])
-        chains.append(chain)
+    firsts = gateways[home] if len(boxes) > 1 else [root]
+    if fanned and len(boxes) > 2:
+        ups, rails = _box_halves(order, len(firsts), topology.name)
+        chains = [_box_links(order, ups[t], rail, root, boxes, gateways, reach, topology.name)
+                  for t, rail in rails]
+    else:
+        chain = {b: a for a, b in zip(order, order[1:], strict=False)}
+        chains = [_box_links(order, chain, dict.fromkeys(order, i), root, boxes, gateways,
+                             reach, topology.name) for i in range(len(firsts))]
     shares = len(chains)
 
     def relays(b: int, gw: str) -> list[str]:
@@ -355,15 +386,14 @@ def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool
         rest = [v for v in boxes[b] if v not in (gw, root)]
         return rest if gw == root or len(rest) > shares else []
 
-    parts = max([len(relays(b, gw)) for chain in chains
-                 for b, gw in zip(order, chain, strict=True)] + [1])
+    parts = max([len(relays(b, gw)) for chain in chains for b, _, gw in chain] + [1])
     out: dict[frozenset, tuple[float, Tree]] = {}  # a tree that several parts take: once
     for j in range(parts):  # part-major: the pieces' rounding spreads over the shares
         for i, chain in enumerate(chains):
             tree: Tree = {}
-            for k, (b, gw) in enumerate(zip(order, chain, strict=True)):
+            for b, sender, gw in chain:
                 if gw != root:
-                    _hang(tree, gw, root if k == 0 else chain[k - 1], reach, topology.name)
+                    _hang(tree, gw, sender, reach, topology.name)
                 rest = [v for v in boxes[b] if v not in (gw, root)]
                 via = relays(b, gw)
                 # the relay is taken from the box's GPUs in one order for every share (the
@@ -386,6 +416,93 @@ def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool
             key = frozenset(tree.items())
             out[key] = (out.get(key, (0.0, tree))[0] + 1 / parts, tree)
     return list(out.values())
+
+
+def _box_heap(order: list[int], t: int) -> dict[int, int]:
+    """The boxes beyond the root's (``order[0]``) as a binary heap under it (box → box
+    it hears from), in ``order`` for ``t = 0`` and reversed for ``t = 1``: the inner boxes
+    of one heap are leaves of the other, so each box sends its data on about once, as
+    NCCL's double binary tree does with GPUs.
+
+    >>> _box_heap([0, 1, 2, 3], 0), _box_heap([0, 1, 2, 3], 1)
+    ({1: 0, 2: 1, 3: 1}, {3: 0, 2: 3, 1: 3})
+    """
+    rest = order[1:] if t == 0 else order[:0:-1]
+    return {b: order[0] if p == 0 else rest[(p - 1) // 2] for p, b in enumerate(rest)}
+
+
+def _box_halves(order: list[int], rails: int, where: str
+                ) -> tuple[list[dict[int, int]], list[tuple[int, dict[int, int]]]]:
+    """The two heaps of :func:`_box_heap` and, per share, its heap and the rail it takes
+    into every box (the root's box: the rail it leaves on). Each heap carries half the
+    shares, one a rail of one half of the rails: a box takes one heap's shares on one
+    half and the other's on the other, and sends its heap's shares to its two boxes
+    below, one on each half (a relay inside the box hands a share to the other half's
+    gateway), so every rail into and out of a box carries one share from one GPU to
+    one GPU. The halves are a 2-colouring of the boxes: siblings of a heap differ, and
+    the two heaps' tops match (the root's box sends one heap's shares on the half the
+    other's do not take); raises :class:`BaselineError` where there is none or the
+    rails do not halve."""
+    if rails < 2 or rails % 2:
+        raise BaselineError(f"no box trees in {where}: its boxes' rails do not halve")
+    ups = [_box_heap(order, t) for t in (0, 1)]
+    ties: dict[int, list[tuple[int, int]]] = defaultdict(list)  # box -> (box, same side?)
+    for up in ups:
+        below: dict[int, list[int]] = defaultdict(list)
+        for b, a in up.items():
+            below[a].append(b)
+        for kids in below.values():
+            for u, v in zip(kids, kids[1:], strict=False):
+                ties[u].append((v, 1))
+                ties[v].append((u, 1))
+    tops = [next(iter(up)) for up in ups]
+    ties[tops[0]].append((tops[1], 0))
+    ties[tops[1]].append((tops[0], 0))
+    side: dict[int, int] = {}
+    for start in order[1:]:
+        if start in side:
+            continue
+        side[start], queue = 0, [start]
+        while queue:
+            u = queue.pop()
+            for v, flip in ties[u]:
+                if v not in side:
+                    side[v] = side[u] ^ flip
+                    queue.append(v)
+                elif side[v] != side[u] ^ flip:
+                    raise BaselineError(f"no box trees in {where}: its boxes do not split "
+                                        "into two sides")
+    half = rails // 2
+    shares = []
+    for t, up in enumerate(ups):
+        for q in range(half):
+            rail = {b: q + half * (side[b] ^ t) for b in up}
+            rail[order[0]] = rail[tops[t]]
+            shares.append((t, rail))
+    return ups, shares
+
+
+def _box_links(order: list[int], up: dict[int, int], rail: dict[int, int], root: str,
+               boxes: list[list[str]], gateways: list[list[str]], reach: dict[str, set[str]],
+               where: str) -> list[tuple[int, str, str]]:
+    """A share's way into every box, each box below the one ``up`` names (parents
+    first): (box, the GPU that sends to it, the gateway that takes it). The share
+    leaves the root's box on ``rail[order[0]]`` and comes into box ``b`` on ``rail[b]``:
+    a box sends it on from the gateway it came in by where the rail is the same, else
+    from the other rail's gateway (a relay inside the box has handed it on)."""
+    home = order[0]
+    first = gateways[home][rail[home] % len(gateways[home])] if len(order) > 1 else root
+    links, came = [(home, root, first)], {home: first}
+    for b, a in up.items():
+        sender = came[a] if rail[a] == rail[b] else gateways[a][rail[b] % len(gateways[a])]
+        near = [g for g in gateways[b] if g in reach[sender]]
+        if not near:
+            raise BaselineError(f"no gateway of {boxes[b][0]}'s box is reached from "
+                                f"{sender} through switches only in {where}")
+        gw = gateways[b][rail[b] % len(gateways[b])]
+        came[b] = gw if gw in near else near[0]
+        links.append((b, sender, came[b]))
+    return links
 
 
 def _hang(tree: Tree, child: str, parent: str, reach: dict[str, set[str]], where: str) -> None:

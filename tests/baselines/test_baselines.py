@@ -110,8 +110,8 @@ def test_unknown_baseline_is_a_usage_error():
         build_baseline("butterfly", TOPOLOGIES["fc4"], coll(K.ALLGATHER, 4))
     assert e.value.exit_code == 2
     assert set(BASELINES) == {"ring", "ring-bidir", "tree", "direct", "hierarchical", "packed",
-                              "packed-fine", "pipeline", "pipeline-fine", "switch-trees",
-                              "far-first"}
+                              "packed-fine", "pipeline", "pipeline-fine", "pipeline-boxes",
+                              "switch-trees", "far-first"}
 
 
 @pytest.mark.parametrize("kind", [K.BROADCAST, K.ALLGATHER], ids=lambda k: k.value)

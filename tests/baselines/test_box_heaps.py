@@ -1,0 +1,80 @@
+"""The pipeline's boxes in two binary heaps (pipeline-boxes): logarithmic depth in boxes,
+every rail into and out of a box carrying one share."""
+
+from collections import defaultdict
+
+import pytest
+
+from te_ccl.baselines import BaselineError, applicable, build_baseline
+from te_ccl.baselines.disjoint import box_trees, pipeline
+from te_ccl.collective import Collective
+from te_ccl.collective import CollectiveKind as K
+from te_ccl.lower.msccl import lower_to_msccl
+from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.topology import generators as gen
+from te_ccl.verify.msccl.reader import read_msccl
+from te_ccl.verify.msccl.verify import verify_msccl
+from te_ccl.verify.schedule_check import check_schedule
+
+
+def _box(gpu: str) -> str:
+    return gpu.split(".")[0]
+
+
+def _crossings(tree: dict[str, str], v: str) -> int:
+    n = 0
+    while v in tree:
+        n += _box(v) != _box(tree[v])
+        v = tree[v]
+    return n
+
+
+def test_the_heaps_are_shallow_and_load_every_rail_once():
+    """Seven boxes of four GPUs: a share crosses at most three rails to any GPU (the
+    chain crosses six), and no GPU sends or takes more than one share over its rail."""
+    rails = gen.rail_optimized(7, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)
+    gpus = list(rails.gpus)
+    fanned = box_trees(rails, gpus[0], gpus, fanned=True)
+    chained = box_trees(rails, gpus[0], gpus)
+    assert all(set(t) == set(gpus[1:]) for _, t in fanned)
+    assert sum(w for w, _ in fanned) == pytest.approx(4)
+    assert max(_crossings(t, v) for _, t in fanned for v in t) == 3
+    assert max(_crossings(t, v) for _, t in chained for v in t) == 6
+    out: dict[str, float] = defaultdict(float)
+    into: dict[str, float] = defaultdict(float)
+    for w, tree in fanned:
+        for c, p in tree.items():
+            if _box(c) != _box(p):
+                out[p] += w
+                into[c] += w
+    assert max(out.values()) == pytest.approx(1) and max(into.values()) == pytest.approx(1)
+
+
+@pytest.mark.parametrize("kind", [K.BROADCAST, K.REDUCE], ids=lambda k: k.value)
+def test_the_heaps_file_is_faster_than_the_chains_on_eight_boxes(kind):
+    rails = gen.rail_optimized(8, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)
+    coll = Collective(kind, 16_000_000, tuple(range(32)), root=0)
+    finish = {}
+    for fanned in (False, True):
+        schedule = pipeline(rails, coll, 8000, chains=kind is K.REDUCE, fanned=fanned)
+        assert check_schedule(schedule) == []
+        data = lower_to_msccl(schedule).decode()
+        assert verify_msccl(data).valid
+        finish[fanned] = simulate_msccl(read_msccl(data), rails, coll.size_bytes).finish_time_s
+    assert finish[True] < finish[False]
+
+
+def test_the_box_heaps_need_three_boxes_and_a_root_without_direct_links():
+    coll = Collective(K.BROADCAST, 1_000_000, tuple(range(4)), root=0)
+    with pytest.raises(BaselineError, match="more than two boxes"):
+        build_baseline("pipeline-boxes", gen.rail_optimized(2, 2, 450e9, 50e9), coll)
+    with pytest.raises(BaselineError, match="more than two boxes"):
+        build_baseline("pipeline-boxes", gen.ring(4, 50e9), coll)
+
+
+def test_the_box_heaps_are_offered_before_the_finer_chain():
+    rails = gen.rail_optimized(4, 2, 450e9, 50e9)
+    names = applicable(rails, Collective(K.REDUCE, 1_000_000, tuple(range(8)), root=0))
+    assert names.index("pipeline-boxes") == names.index("pipeline-fine") - 1
+    assert "pipeline-boxes" not in applicable(
+        rails, Collective(K.GATHER, 1_000_000, tuple(range(8)), root=0))
