@@ -53,6 +53,17 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
   64 KB: g0's 4 KB for g15 leave over 100 GB/s, 40 ns, then 6 hops of 0.5 µs). ``S``:
   each member alone, the members' rank-order prefixes, the groups of
   :func:`threshold_groups` (boxes with their switches).
+* ``window_s`` (AlltoAll): for a group ``S`` (a box with its switches) and the pairs ``P``
+  from ``S`` to members outside whose least ``a + c`` over the links ``ℓ`` leaving ``S``
+  is at least ``θ`` (``a = dist_α(s, tail ℓ)``, ``c = α_ℓ + dist_α(head ℓ, d)``):
+  ``θ + X_P / Σ_ℓ m_ℓ·b_ℓ``, ``X_P = |P|·M/N``, ``m_ℓ`` the fewer of the distinct ``a``
+  and distinct ``c`` of ``P`` on ``ℓ``. A byte of ``p`` first leaves ``S`` on some ``ℓ``
+  in a transfer that starts ≥ ``a`` (its chain's hops, b, c) and ends ≤ ``T − c`` (α_ℓ,
+  then the chain on to ``d``), inside ``[a, a + T − θ]`` and inside ``[T − c − (T − θ),
+  T − c]``, as ``a + c ≥ θ``; so ``ℓ``'s transfers for ``P`` lie in ``m_ℓ`` intervals of
+  ``T − θ`` and carry ≤ ``m_ℓ·b_ℓ·(T − θ)`` bytes (a). hgx-h100x2 at 64 KB: a byte for a
+  GPU other than its rail peer needs an NVSwitch hop before the rail (a = 1.4 µs) or after
+  it (a = 0), 4.0 µs of α, and eight rails carry 224 KB in two windows each: 4.28 µs.
 * ``gossip_s`` (AllReduce): split the nodes into groups holding every node that can add
   (GPUs, reducing switches); say ``k`` groups hold members. Every element needs
   ``2(k−1)`` transfers into groups from outside them, the one-way gossip count: treat a
@@ -92,7 +103,7 @@ The bandwidth arguments are taken with ``max`` against ``alpha_s``, never summed
 is no bound when the far pair can be served at t = 0 while the cut is busy (``stream_s``
 and ``cut_alpha_s`` add only the latency after the cut's last byte). Every part is a term
 proportional to ``M`` plus a fixed one (:attr:`Bound.fixed`: all of ``alpha_s``, the
-tails of ``stream_s`` and ``cut_alpha_s``), so a bound computed at one size rescales to any other
+tails of ``stream_s`` and ``cut_alpha_s``, ``θ`` of ``window_s``), so a bound computed at one size rescales to any other
 (:meth:`Bound.rescaled`). None depends on the chunking.
 
 >>> from te_ccl.collective import Collective, CollectiveKind
@@ -119,7 +130,7 @@ from te_ccl.topology.model import Node, Topology
 from te_ccl.topology.symmetry import automorphisms, link_moves, orbits
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
-           "alltoall_cut_time", "alltoall_cut_alpha", "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "threshold_groups",
+           "alltoall_cut_time", "alltoall_cut_alpha", "alltoall_window", "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "threshold_groups",
            "LP_MAX_VARIABLES"]
 
 LP_MAX_VARIABLES = 20_000  # sources × links of the AlltoAll LP as solved (a source per orbit):
@@ -776,6 +787,46 @@ def alltoall_cut_alpha(topology: Topology, members: list[str], per_pair_bytes: f
     return best, tail
 
 
+WINDOW_WORK = 200_000  # pairs × links leaving a group that window_s weighs at most
+
+
+def alltoall_window(topology: Topology, members: list[str], per_pair_bytes: float
+                    ) -> tuple[float, float]:
+    """AlltoAll's ``window_s`` (module docstring) and its fixed part ``θ``: the best over
+    the groups of :func:`threshold_groups` holding members but not all, and the least
+    ``a + c`` thresholds ``θ`` of their pairs, while the pairs × links weighed stay within
+    :data:`WINDOW_WORK`.
+
+    >>> from te_ccl.spec.topology import load_topology
+    >>> hgx = load_topology("hgx-h100x2")
+    >>> [round(x * 1e6, 3) for x in alltoall_window(hgx, hgx.gpus, 4000)]
+    [4.28, 4.0]
+    """
+    inside_r = set(members)
+    forward = _adjacency(topology.links, reverse=False)
+    backward = _adjacency(topology.links, reverse=True)
+    best, tail, work = 0.0, 0.0, 0
+    for group in threshold_groups(topology):
+        sources, dests = sorted(group & inside_r), sorted(inside_r - group)
+        links = [k for v in group for k in topology.out_links(v) if k.dst not in group]
+        work += len(sources) * len(dests) * len(links)
+        if not sources or not dests or not links or work > WINDOW_WORK:
+            continue
+        a = [_alpha_from(backward, {k.src: 0.0}) for k in links]  # a[ℓ][s]
+        c = [_alpha_from(forward, {k.dst: k.latency_s}) for k in links]  # c[ℓ][d]
+        least = {(s, d): min(a[i].get(s, math.inf) + c[i].get(d, math.inf)
+                             for i in range(len(links))) for s in sources for d in dests}
+        for theta in sorted({x for x in least.values() if x < math.inf}):
+            pairs = [p for p, x in least.items() if theta <= x < math.inf]
+            rate = sum(k.bandwidth_Bps * min(
+                len({a[i][s] for s, d in pairs if s in a[i] and d in c[i]}),
+                len({c[i][d] for s, d in pairs if s in a[i] and d in c[i]}))
+                for i, k in enumerate(links))
+            if rate > 0 and theta + len(pairs) * per_pair_bytes / rate > best:
+                best, tail = theta + len(pairs) * per_pair_bytes / rate, theta
+    return best, tail
+
+
 def _farthest_seeded(adjacency: dict[str, list[tuple[float, str]]], seeds: dict[str, float],
                      targets: set[str]) -> tuple[float, int]:
     """(the largest α-distance from the seeds to a target they reach, how many targets
@@ -806,6 +857,8 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
         parts, fixed = _bandwidth_parts(topology, collective), {}
     if kind is K.ALLTOALL and len(members) > 1:
         parts["cut_alpha_s"], fixed["cut_alpha_s"] = alltoall_cut_alpha(
+            topology, members, collective.size_bytes / len(members))
+        parts["window_s"], fixed["window_s"] = alltoall_window(
             topology, members, collective.size_bytes / len(members))
     sources = root if kind in (K.BROADCAST, K.SCATTER) else members
     targets = root if kind in (K.REDUCE, K.GATHER) else members

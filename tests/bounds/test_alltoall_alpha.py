@@ -123,7 +123,9 @@ def test_a_box_with_its_switch_sets_the_tail():
     # 2·2 pairs of 1000 B over 1 GB/s, then 2 µs on the slow link and 0.1 µs to a GPU
     assert cut_alpha(topo, c) == pytest.approx(4e-6 + 2.1e-6)
     b = lower_bound(topo, c)
-    assert b.argument == "cut_alpha_s" and b.fixed["cut_alpha_s"] == pytest.approx(2.1e-6)
+    assert b.fixed["cut_alpha_s"] == pytest.approx(2.1e-6)
+    # window_s also counts the 0.1 µs before the slow link: no byte reaches sa earlier
+    assert b.argument == "window_s" and b.seconds == pytest.approx(6.2e-6)
 
 
 def test_the_farthest_members_bytes_alone_set_the_tail_where_latency_dominates():
