@@ -46,6 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from te_ccl.compiler import WRITE_RESERVE_S as COMPILE_RESERVE_S
 from te_ccl.compiler import SolveParams, check_input, forward_only
 from te_ccl.deadline import Budget, TimeLimitReached, keeping, left, until
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
@@ -382,21 +383,31 @@ def _files(jobs: JobSet, method: str, views: Views, solve: dict, tmp: Path,
            compiled: dict[tuple, JobFile], shares: _Shares, floor: bool) -> dict[str, JobFile]:
     """Every job compiled on its view, once per view (``compiled`` holds those done), each
     in its share of the time left (with ``floor``, at least :data:`MIN_COMPILE_S` or an
-    even split of what is left among the jobs still to compile, whichever is less); files
-    verified (by the compile, and again here for the job's communicator)."""
+    even split of what is left among the compiles still to run, whichever is less, past
+    the compile's own reserve for writing); files
+    verified (by the compile, and again here for the job's communicator). Jobs of one
+    collective on the same ranks and view share one compile: their files are the same."""
     import te_ccl
 
-    for i, job in enumerate(jobs.jobs):
-        key = (job.name, tuple(sorted(views[job.name].items())))
-        if key in compiled:
+    by_name = {j.name: j for j in jobs.jobs}
+    made = {(by_name[name].collective, view): (name, view) for name, view in compiled}
+    keys = {j.name: (j.name, tuple(sorted(views[j.name].items()))) for j in jobs.jobs}
+    to_make = {(j.collective, keys[j.name][1]) for j in jobs.jobs} - set(made)
+    for job in jobs.jobs:
+        key = keys[job.name]
+        twin = made.setdefault((job.collective, key[1]), key)
+        if twin in compiled:
+            compiled[key] = compiled[twin]
             shares.drop(1)
             continue
         share = shares.take()
-        if floor:
-            share = max(share, min(MIN_COMPILE_S, left() / (len(jobs.jobs) - i)))
+        if floor:  # a compile keeps its writing's reserve from its search (mostly unspent
+            # by a small job): a first file's search gets its floor on top of that reserve
+            share = max(share, COMPILE_RESERVE_S + min(MIN_COMPILE_S, left() / len(to_make)))
+        to_make.discard((job.collective, key[1]))
         path = tmp / f"{method}-{job.name}.xml"
         with _naming(jobs, job), _out_of_time(job):
-            if share <= 0:  # the limit spent, or under the reserve: not the job's input
+            if left() <= 0:  # the limit spent, or under the reserve: not the job's input
                 raise TimeLimitReached("no time left for its compile")
             # MSCCL XML drives no switch: a job's switches forward (reducing ones too)
             result = te_ccl.compile(forward_only(_view(jobs.topology, views[job.name])),

@@ -129,3 +129,22 @@ def test_fred_tables_past_the_deadline_exit_3_and_write_no_table(teccl, tmp_path
     last = err.splitlines()[-1]
     assert "FRED switch tables" in last and "no table was written" in last, err
     assert not tables.exists()
+
+
+def test_jobs_of_one_collective_on_the_same_ranks_share_one_compile(tmp_path, monkeypatch):
+    import te_ccl
+    from te_ccl.jobs.joint import compile_jobs
+    from te_ccl.jobs.spec import load_jobs
+    from te_ccl.spec.topology import load_topology
+
+    (tmp_path / "j.yaml").write_text("jobs:\n" + "".join(
+        f"  - {{name: j{i}, ranks: [g0, g1], collective: allgather, size: 1KB}}\n"
+        for i in range(40)))
+    calls = []
+    real = te_ccl.compile
+    monkeypatch.setattr(te_ccl, "compile", lambda *a, **k: calls.append(k) or real(*a, **k))
+    compile_jobs(load_jobs(load_topology("dgx1"), tmp_path / "j.yaml"), tmp_path / "out",
+                 time_limit_s=3)
+    assert len(list((tmp_path / "out").glob("*.xml"))) == 40
+    alone = [Path(c["output"]).name for c in calls if "output" in c]
+    assert [name for name in alone if name.startswith("alone-")] == ["alone-j0.xml"]

@@ -79,9 +79,10 @@ def test_compiles_share_what_is_left_and_end_by_the_limit(clock, tmp_path, monke
 def test_a_short_limit_skips_the_candidates_below_the_floor_rather_than_run_over(
         clock, tmp_path):
     result = _compile(tmp_path)
-    # alone is never skipped: each job gets the floor (9 s over 12 compiles is 0.75 s)
-    assert clock.compiles == [("a", joint.MIN_COMPILE_S, 9.0),
-                              ("b", joint.MIN_COMPILE_S, 9.0 - joint.MIN_COMPILE_S)]
+    # alone is never skipped: each job gets the floor (9 s over 12 compiles is 0.75 s), and
+    # the compile's reserve for writing its file on top
+    first = joint.MIN_COMPILE_S + joint.COMPILE_RESERVE_S
+    assert clock.compiles == [("a", first, 9.0), ("b", first, 9.0 - first)]
     skipped = [n for n in result.notes if f"less than {joint.MIN_COMPILE_S:g} s" in n]
     assert {n.split(":")[0] for n in skipped} >= {"shares", "priority", "exclusive"}
     assert clock.now <= clock.limit
@@ -107,7 +108,9 @@ def test_a_job_without_a_file_in_time_is_exit_3_naming_it(clock, monkeypatch, tm
 @pytest.mark.parametrize("clock", [3.0], indirect=True)
 def test_a_limit_under_the_floor_splits_what_is_left_among_the_jobs(clock, tmp_path):
     result = _compile(tmp_path)
-    assert clock.compiles == [("a", 1.5, 3.0), ("b", 1.5, 1.5)]
+    # each search gets its part of what is left, the compile's reserve for writing on top
+    reserve = joint.COMPILE_RESERVE_S
+    assert clock.compiles == [("a", 1.5 + reserve, 3.0), ("b", 1.2 + reserve, 1.2)]
     assert result.method in ("alone", "mix") and clock.now <= clock.limit
 
 
