@@ -18,6 +18,8 @@ from te_ccl.baselines.disjoint import (
     pipeline,
     pipeline_boxes,
     pipeline_fine,
+    pipeline_units,
+    units_apply,
 )
 from te_ccl.baselines.far_first import FAR_FIRST_MAX_GPUS, far_first
 from te_ccl.baselines.hierarchical import find_boxes, hierarchical
@@ -50,6 +52,7 @@ BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "pipeline": pipeline,
     "pipeline-fine": pipeline_fine,
     "pipeline-boxes": pipeline_boxes,
+    "pipeline-units": pipeline_units,
     "switch-trees": switch_trees,
     "far-first": far_first,
 }
@@ -79,8 +82,10 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         if collective.nranks > PACKED_MAX_ROOTED:
             names = [n for n in names if n not in ("packed", "packed-fine")]
         at = names.index("packed") if "packed" in names else len(names)
-        # the boxes in two heaps before the finer chain of boxes: as fine, and shallower
-        fine = ["pipeline-boxes"] * box_heaps_apply(topology, collective) + ["pipeline-fine"]
+        # before the finer chain of boxes or link-disjoint trees, as fine: the boxes in two
+        # heaps (shallower), the unit arborescences (at the min-cut rate)
+        fine = ["pipeline-boxes"] * box_heaps_apply(topology, collective) \
+            + ["pipeline-units"] * units_apply(topology, collective) + ["pipeline-fine"]
         names[at:at] = ["pipeline", *fine]
     if collective.kind in SWITCH_TREE_KINDS and collective.root is not None \
             and 2 < collective.nranks <= SWITCH_TREES_MAX_GPUS \

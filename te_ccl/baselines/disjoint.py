@@ -31,6 +31,7 @@ from dataclasses import replace
 
 import networkx as nx
 
+from te_ccl.baselines.arborescences import MAX_GPUS, unit_arborescences
 from te_ccl.baselines.cycle import ring_neighbours
 from te_ccl.baselines.hierarchical import find_boxes
 from te_ccl.baselines.packed import FINE_PIECES, backwards, pieces
@@ -49,7 +50,7 @@ from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
 __all__ = ["PIPELINE_KINDS", "applies", "box_heaps_apply", "box_trees", "disjoint_trees", "pipeline",
-           "pipeline_boxes", "pipeline_fine"]
+           "pipeline_boxes", "pipeline_fine", "pipeline_units", "units_apply"]
 
 PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
                   CollectiveKind.SCATTER)
@@ -214,15 +215,47 @@ def pipeline_boxes(topology: Topology, collective: Collective) -> Schedule:
     if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
         raise BaselineError("no time left to build and judge the box trees' file")
     return pipeline(topology, collective, FINE_TRANSFERS,
-                    chains=collective.kind is CollectiveKind.REDUCE, fanned=True)
+                    chains=collective.kind is CollectiveKind.REDUCE, fanned=True,
+                    name="pipeline-boxes")
+
+
+def units_apply(topology: Topology, collective: Collective) -> bool:
+    """Is ``collective`` a Broadcast or Reduce of at most :data:`MAX_GPUS` GPUs from a root
+    with a direct link to another of them (:func:`pipeline_units`)?"""
+    if collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) \
+            or collective.root is None or not 2 < collective.nranks <= MAX_GPUS:
+        return False
+    members = {topology.gpu(r) for r in collective.ranks}
+    root = topology.gpu(collective.root)
+    return any(topology.has_link(root, v) or topology.has_link(v, root) for v in members)
+
+
+def pipeline_units(topology: Topology, collective: Collective) -> Schedule:
+    """Broadcast or Reduce in :data:`FINE_TRANSFERS` transfers down (up) the root's
+    arborescences of one link unit each (:func:`unit_arborescences`), equal shares: at
+    the min-cut rate where links differ in bandwidth and the link-disjoint trees each
+    run at their slowest link's. Not built where those trees already are as many."""
+    if not units_apply(topology, collective):
+        raise BaselineError(f"the arborescences are for broadcast and reduce from a root "
+                            f"with a direct link, up to {MAX_GPUS} GPUs")
+    fan, coll = _fan(topology, collective)
+    members = [fan.gpu(r) for r in coll.ranks]
+    root = fan.gpu(coll.root)
+    trees = unit_arborescences(fan, root, members)
+    if len(trees) <= len(disjoint_trees(fan, root, members)):
+        raise BaselineError(f"no more arborescences than link-disjoint trees in {topology.name}")
+    shares = [1.0] * len(trees)
+    schedule = _broadcast(fan, _pieces(fan, coll, shares, trees, FINE_TRANSFERS), shares, trees,
+                          "pipeline-units")
+    return backwards(topology, schedule, collective.kind) if fan is not topology else schedule
 
 
 def pipeline(topology: Topology, collective: Collective, transfers: int = MAX_TRANSFERS, *,
-             chains: bool = False, fanned: bool = False) -> Schedule:
+             chains: bool = False, fanned: bool = False, name: str = "pipeline") -> Schedule:
     """Broadcast or Reduce in pieces down (up) the root's trees, or Gather or Scatter along
     them (module docstring), in up to ``transfers`` link transfers; ``chains``: the GPUs
     of a box pass the pieces along a chain, ``fanned``: the boxes form two trees
-    (:func:`box_trees`)."""
+    (:func:`box_trees`); ``name``: the template's, in the schedule."""
     kind = collective.kind
     if kind is CollectiveKind.REDUCE and collective.nranks > 2 \
             and not applies(topology, collective):
@@ -232,11 +265,12 @@ def pipeline(topology: Topology, collective: Collective, transfers: int = MAX_TR
     fan, coll = _fan(topology, collective)
     cut, shares, trees = _cut(fan, coll, transfers, chains, fanned)
     build = _scatter if coll.kind is CollectiveKind.SCATTER else _broadcast
-    schedule = build(fan, cut, shares, trees)
+    schedule = build(fan, cut, shares, trees, name)
     if coll.kind is CollectiveKind.BROADCAST and len(trees) > 1:
         chain = _chain(fan, coll, schedule.finish_time_s)
         if chain is not None:
-            one = _broadcast(fan, _pieces(fan, coll, [1.0], [chain], transfers), [1.0], [chain])
+            one = _broadcast(fan, _pieces(fan, coll, [1.0], [chain], transfers), [1.0], [chain],
+                             name)
             schedule = min(schedule, one, key=lambda s: s.finish_time_s)
     return backwards(topology, schedule, kind) if fan is not topology else schedule
 
@@ -512,7 +546,7 @@ def _hang(tree: Tree, child: str, parent: str, reach: dict[str, set[str]], where
 
 
 def _broadcast(topology: Topology, coll: Collective, rates: list[float],
-               trees: list[Tree]) -> Schedule:
+               trees: list[Tree], name: str = "pipeline") -> Schedule:
     """The Broadcast's pieces (:func:`_cut`) dealt to the trees in turn by their shares
     (``rates``): each to the tree that is done first with it, so trees of small shares
     (a share cut into parts) do not each round up."""
@@ -522,11 +556,11 @@ def _broadcast(topology: Topology, coll: Collective, rates: list[float],
         t = min(range(len(trees)), key=lambda i: ((given[i] + 0.5) / rates[i], i))
         given[t] += 1
         plans.append(ChunkPlan(chunk.id, root, spread=trees[t]))
-    return assemble("pipeline", topology, coll, plans)
+    return assemble(name, topology, coll, plans)
 
 
 def _scatter(topology: Topology, coll: Collective, rates: list[float],
-             trees: list[Tree]) -> Schedule:
+             trees: list[Tree], name: str = "pipeline") -> Schedule:
     """The Scatter's pieces (:func:`_cut`), each down the tree least loaded by its rate;
     on every tree the farthest GPUs' first, the trees in turn."""
     root = topology.gpu(coll.root)
@@ -553,4 +587,4 @@ def _scatter(topology: Topology, coll: Collective, rates: list[float],
                 key=lambda i: (at[i] / rates[i], i))
         plans.append(queues[t][at[t]][2])
         at[t] += 1
-    return assemble("pipeline", topology, coll, plans, chunk_major=True)
+    return assemble(name, topology, coll, plans, chunk_major=True)
