@@ -113,11 +113,11 @@ def list_order(prio: list[int], link: np.ndarray, cnt: list[int], waits: np.ndar
     last arrives: every link (one chunk per time unit, ``alpha`` units to arrive) takes,
     whenever it is free, the ready transfer of lowest ``prio``; a transfer is ready once
     every transfer it waits for (``waits``: (transfer, waited for) rows) has arrived."""
-    children: list[list[int]] = [[] for _ in prio]
-    pending = [0] * len(prio)
-    for i, a in waits.tolist():
-        children[a].append(i)
-        pending[i] += 1
+    nt = len(prio)
+    waiter, waited = (waits[np.argsort(waits[:, 1], kind="stable")].T if len(waits)
+                      else np.zeros((2, 0), dtype=np.int64))
+    pending = np.bincount(waiter, minlength=nt).tolist()
+    children, bounds = waiter.tolist(), np.searchsorted(waited, np.arange(nt + 1)).tolist()
     nlinks = int(link.max()) + 1 if len(link) else 0
     queues: list[list[tuple[int, int]]] = [[] for _ in range(nlinks)]
     links = link.tolist()
@@ -129,30 +129,33 @@ def list_order(prio: list[int], link: np.ndarray, cnt: list[int], waits: np.ndar
     busy = [False] * nlinks
     started: list[int] = []
     events: list[tuple[float, int, int]] = []  # (time, 0 link free | 1 arrival, which)
+    push, pop = heapq.heappush, heapq.heappop
     now = 0.0
 
-    def serve(j: int) -> None:
-        if busy[j] or not queues[j]:
-            return
-        i = heapq.heappop(queues[j])[1]
+    def serve(j: int) -> None:  # link j is free and has a ready transfer: it starts it
+        i = pop(queues[j])[1]
         busy[j] = True
         started.append(i)
-        heapq.heappush(events, (now + cnt[i], 0, j))
-        heapq.heappush(events, (now + cnt[i] + alpha, 1, i))
+        push(events, (now + cnt[i], 0, j))
+        push(events, (now + cnt[i] + alpha, 1, i))
 
     for j in range(nlinks):
-        serve(j)
+        if queues[j]:
+            serve(j)
     while events:
-        now, kind, x = heapq.heappop(events)
+        now, kind, x = pop(events)
         if kind == 0:
             busy[x] = False
-            serve(x)
-        else:
-            for i in children[x]:
-                pending[i] -= 1
-                if not pending[i]:
-                    heapq.heappush(queues[links[i]], (prio[i], i))
-                    serve(links[i])
+            if queues[x]:
+                serve(x)
+            continue
+        for i in children[bounds[x]:bounds[x + 1]]:
+            pending[i] -= 1
+            if not pending[i]:
+                j = links[i]
+                push(queues[j], (prio[i], i))
+                if not busy[j]:
+                    serve(j)
     position = np.empty(len(prio), dtype=np.int64)
     position[np.array(started, dtype=np.int64)] = np.arange(len(started))
     return position, now
@@ -209,17 +212,20 @@ def grid_moves(topology: Topology, n: int, plan: GridPlan, lt: LinkTiming, what:
     for i, a in plan.waits.tolist():
         needs[i].append(a)
     calls = -(-cnt // lt.capacity)  # occupancies each group holds its link
-    start = np.zeros(len(cnt), dtype=np.int64)
-    arrive = np.zeros(len(cnt), dtype=np.int64)
-    free: dict[tuple[int, int], int] = {}
-    for i, (u, w, c) in enumerate(zip(src.tolist(), dst.tolist(), calls.tolist(),
-                                      strict=True)):
+    occupancy, delay = int(lt.occupancy), int(lt.delay)
+    begins, arrive = [0] * len(cnt), [0] * len(cnt)
+    free: dict[int, int] = {}  # when each link (sender · n + receiver) is free
+    for i, (key, c, need) in enumerate(zip((src * n + dst).tolist(), calls.tolist(), needs,
+                                           strict=True)):
         if i % 65536 == 0:
             check(what)
-        at = max([free.get((u, w), 0), *(int(arrive[a]) for a in needs[i])])
-        start[i] = at
-        free[(u, w)] = at + c * lt.occupancy
-        arrive[i] = at + (c - 1) * lt.occupancy + lt.delay
+        at = free.get(key, 0)
+        for a in need:
+            at = max(at, arrive[a])
+        begins[i] = at
+        free[key] = at + c * occupancy
+        arrive[i] = at + (c - 1) * occupancy + delay
+    start = np.array(begins, dtype=np.int64)
     each = np.repeat(np.arange(len(cnt)), cnt)
     offset = np.arange(len(each)) - np.repeat(np.cumsum(cnt) - cnt, cnt)
     begin = start[each] + (offset // lt.capacity) * lt.occupancy

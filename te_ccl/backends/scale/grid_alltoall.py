@@ -289,22 +289,22 @@ LOCAL, RECV, SEND = 0, 1, 2  # thread block kinds, in the order of their ids on 
 
 
 class _Transfers:
-    """Group transfers as columns, in the order they are made."""
+    """Group transfers as rows, in the order they are made."""
 
     def __init__(self) -> None:
-        self.cols: tuple[list[int], ...] = tuple([] for _ in range(10))
+        self.rows: list[tuple[int, ...]] = []
 
     def add(self, prio: int, u: int, w: int, cnt: int, sbuf: int, soff: int, doff: int,
             after: int, copied: int, chunk: int) -> int:
         """Add one (``after``: the transfer it waits for, ``copied``: the local copy, −1
         none); returns its row."""
-        for col, x in zip(self.cols, (prio, u, w, cnt, sbuf, soff, doff, after, copied,
-                                      chunk), strict=True):
-            col.append(x)
-        return len(self.cols[0]) - 1
+        self.rows.append((prio, u, w, cnt, sbuf, soff, doff, after, copied, chunk))
+        return len(self.rows) - 1
 
     def arrays(self) -> tuple[np.ndarray, ...]:
-        return tuple(np.array(c, dtype=np.int64) for c in self.cols)
+        """The columns: priority, sender, receiver, cnt, buffer, offset, offset at the
+        receiver, the transfer and the copy it waits for, first chunk."""
+        return tuple(np.array(self.rows, dtype=np.int64).reshape(-1, 10).T)
 
 
 def _assemble(n: int, k: int, t: _Transfers,
@@ -318,11 +318,11 @@ def _assemble(n: int, k: int, t: _Transfers,
     nop before a channel's first send waits for the previous channel's last where they
     take turns."""
     check(PLANNING)
-    _, u, w, cnt, sbuf, soff, doff, after, copied, chunk = t.arrays()
+    prio, u, w, cnt, sbuf, soff, doff, after, copied, chunk = t.arrays()
     link = u * n + w
     waiting = np.flatnonzero(after >= 0)
-    dealt = channels(t.cols[0], link, t.cols[3], np.stack([waiting, after[waiting]], axis=1),
-                     alpha, limits)
+    dealt = channels(prio.tolist(), link, cnt.tolist(),
+                     np.stack([waiting, after[waiting]], axis=1), alpha, limits)
     if isinstance(dealt, str):
         return dealt
     position, finish, chan, nchannels = dealt
