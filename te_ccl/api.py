@@ -128,10 +128,11 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     fmt = _file_format(topo, coll, output, fmt, fred_tables, runtime, previous, span)
     params = solve_params(backend=backend, time_limit_s=time_limit_s, threads=threads,
                           seed=seed, epoch=epoch, max_horizon=max_horizon)
-    if span is not None:
-        return compile_size_library(topo, coll, params, *span, str(output), fmt=fmt,
-                                    chunk_choices=chunk_choices, progress=progress,
-                                    runtime=RUNTIMES[runtime])
+    if span is not None:  # the limit is the library's, shared among its ranges
+        with until(time_limit_s):
+            return compile_size_library(topo, coll, params, *span, str(output), fmt=fmt,
+                                        chunk_choices=chunk_choices, progress=progress,
+                                        runtime=RUNTIMES[runtime])
     if fred_tables is not None:  # the tables follow the compile, in the time it leaves them
         params = replace(params, time_limit_s=params.time_limit_s * (1 - TABLES_SHARE))
     options = CompileOptions(output=None if output is None else str(output), fmt=fmt,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import sys
 import time
-from contextlib import nullcontext
 from typing import TYPE_CHECKING
 
 import click
@@ -105,10 +104,10 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
               "threads": kw["threads"], "seed": kw["seed"], "epoch": kw["epoch"],
               "max_horizon": kw["max_horizon"]}
     try:
-        # one algorithm: its time limit counts from the start of the command
+        # the time limit is the whole command's, counted from its start (--sizes: shared
+        # among the ranges)
         since = (click.get_current_context().obj or {}).get("started")
-        with (until(kw["time_limit"], since) if sizes is None else nullcontext(),
-              progress_status("solving…") as status):
+        with until(kw["time_limit"], since), progress_status("solving…") as status:
             results = _compile(topo, coll, sizes, auto_chunks, output, fmt, solver,
                                kw["fred_tables"], _showing_files(status, since),
                                kw["previous"], kw["runtime"])

@@ -5,7 +5,9 @@ Small messages are latency-bound (few steps win), large ones bandwidth-bound, so
 schedule per range at the range's geometric middle, merges neighbouring ranges whose
 schedules come out identical, and gives each its ``minBytes``/``maxBytes`` (inclusive,
 non-overlapping, as the MSCCL runtime selects an algorithm when ``minBytes ≤ size ≤
-maxBytes``).
+maxBytes``). A time limit is the whole library's: each range's search gets an even share
+of the time left (:data:`SEARCH_SHARE` of it; lowering and verifying the files get the
+rest), so a range that ends early leaves its time to those after it.
 
 >>> size_ranges(1000, 10**6, step=4)
 [(1000, 1023), (1024, 4095), (4096, 16383), (16384, 65535), (65536, 262143), (262144, 1000000)]
@@ -18,11 +20,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from te_ccl.collective.model import Collective
+from te_ccl.deadline import Budget, TimeLimitReached, left, until
 from te_ccl.errors import SpecError
 from te_ccl.schedule import Schedule
 from te_ccl.units import UnitError, parse_size
 
 __all__ = ["SizedSchedule", "size_ranges", "parse_size_range", "compile_size_ranges"]
+
+SEARCH_SHARE = 0.7  # of the time left, for the ranges' searches; their files get the rest
 
 
 @dataclass(frozen=True)
@@ -82,9 +87,17 @@ def compile_size_ranges(collective: Collective, low: int, high: int,
     ``lower_to_msccl(item.schedule, min_bytes=item.min_bytes, max_bytes=item.max_bytes)``.
     """
     out: list[SizedSchedule] = []
-    for lo, hi in size_ranges(low, high, step=step):
+    ranges = size_ranges(low, high, step=step)
+    searches = Budget.of(left() * SEARCH_SHARE)  # endless without a deadline
+    for i, (lo, hi) in enumerate(ranges):
         size = max(lo, min(hi, round(math.sqrt(lo * hi))))
-        sched = compile_one(replace(collective, size_bytes=size))
+        share = searches.left() / (len(ranges) - i)
+        try:
+            with until(share):
+                sched = compile_one(replace(collective, size_bytes=size))
+        except TimeLimitReached as e:
+            raise TimeLimitReached(f"size range {lo}..{hi} bytes ({i + 1} of {len(ranges)}, "
+                                   f"{share:.2g} s of the time left): {e}") from None
         if out and _same(out[-1].schedule, sched):
             out[-1] = replace(out[-1], max_bytes=hi)
         else:

@@ -148,3 +148,29 @@ def test_jobs_of_one_collective_on_the_same_ranks_share_one_compile(tmp_path, mo
     assert len(list((tmp_path / "out").glob("*.xml"))) == 40
     alone = [Path(c["output"]).name for c in calls if "output" in c]
     assert [name for name in alone if name.startswith("alone-")] == ["alone-j0.xml"]
+
+
+
+def test_size_ranges_share_one_time_limit():
+    from types import SimpleNamespace
+
+    from te_ccl.collective.model import Collective, CollectiveKind
+    from te_ccl.compiler.sizes import SEARCH_SHARE, compile_size_ranges, size_ranges
+    from te_ccl.deadline import TimeLimitReached, left, until
+
+    seen: list[float] = []
+    n = len(size_ranges(1000, 10**9))
+
+    def compile_one(_collective):  # spends nothing: each range sees the share it is given
+        seen.append(left())
+        if len(seen) == n:
+            raise TimeLimitReached("time limit of 10 s reached while building the model")
+        return SimpleNamespace(collective=SimpleNamespace(chunks_per_rank=1),
+                               transfers=(len(seen),))
+
+    gather = Collective(CollectiveKind.ALLGATHER, 1000, tuple(range(8)))
+    last = rf"size range \S+ bytes \({n} of {n}"
+    with until(10.0), pytest.raises(TimeLimitReached, match=last):
+        compile_size_ranges(gather, 1000, 10**9, compile_one)
+    assert len(seen) == n and seen[0] <= 10 * SEARCH_SHARE / n  # an even share of it
+    assert max(seen) <= 10 * SEARCH_SHARE  # what a range leaves goes to those after it
