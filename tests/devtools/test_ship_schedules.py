@@ -51,10 +51,11 @@ def test_each_machine_ships_for_the_runtime_it_runs():
     """NVLink SHARP machines: MSCCL++ plans; the AMD machines: XML to RCCL's rules."""
     from devtools.ship_schedules import output_for
 
+    topologies = {t.name: t for t in shippable_topologies()}
     for entry in _index():
         if entry["status"] != "ok":
             continue
-        topo = next(t for t in shippable_topologies() if t.name == entry["topology"])
+        topo = topologies[entry["topology"]]
         nvls = any(topo.node(s).nvls for s in topo.switches)
         fmt = entry.get("format", "xml")
         assert fmt == "mscclpp" or not nvls or "MSCCL++ plan" in entry["alternative"]
@@ -217,6 +218,7 @@ def test_every_tracked_file_is_one_make_schedules_writes():
         "schedules/README.md is stale: run `make schedules`"
 
 
+@pytest.mark.slow
 def test_an_nvls_machine_ships_the_faster_of_its_plan_and_its_xml(tmp_path):
     """dgx-h100: the MSCCL++ plan and the MSCCL XML are both compiled, the faster ships,
     the entry says what the other took, and it remeasures to the numbers it shipped with."""
