@@ -43,7 +43,7 @@ from te_ccl.baselines.packed import packed_as_cut
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
 from te_ccl.deadline import Budget, TimeLimitReached
-from te_ccl.errors import RuntimeLimitError, SolverError, VerificationError
+from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.files import checked_algo, replay_together
 from te_ccl.jobs.spec import Job, JobSet
 from te_ccl.runtime_limits import MSCCL
@@ -110,14 +110,17 @@ def _compiled(jobs: JobSet, job: Job, budget: Budget
 
 
 def _compile_cut(topology: Topology, collective: Collective, budget: Budget) -> Schedule:
-    """The compile's schedule of ``collective`` in its own chunks, in half the budget left."""
+    """The compile's schedule of ``collective`` in its own chunks, in half the budget left.
+    A cut the compile refuses (more transfers than one compile holds: the job's input was
+    taken, only the form's chunks are too many) leaves the form out, as no file in its
+    share does."""
     import te_ccl  # the public compile, a layer above this package
 
     try:
         return te_ccl.compile(forward_only(topology), collective,
                               chunks=collective.chunks_per_rank,
                               time_limit_s=max(budget.left() / 2, 0.1)).schedule
-    except TimeLimitReached as e:  # no file in its share: the form is left out
+    except (TimeLimitReached, SpecError) as e:
         raise SolverError(str(e)) from None
 
 

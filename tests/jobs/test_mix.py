@@ -166,3 +166,15 @@ def test_a_job_no_form_template_fits_gets_forms_from_the_compile():
     cut = cut_to(jobs.jobs[0].collective, FORMS["yielding"]).chunks_per_rank
     assert cut > 1 and schedule.collective.chunks_per_rank >= cut  # a template may cut finer
     assert not _compiled(jobs, jobs.jobs[1], Budget.of(30))  # packed fits an AllReduce
+
+
+def test_a_compiled_form_with_more_chunks_than_a_compile_holds_is_left_out():
+    from te_ccl.errors import SolverError
+    from te_ccl.jobs.mix import _compiled
+
+    # 64 GB on four GPUs cut to sixteenths of a slice: over 3M transfers, which the
+    # compile refuses as bad input; the job's own input was fine, so only the form goes
+    jobs = _jobs("torus4x4", ("row", ["0", "1", "2", "3"], "allgather", "64GB"),
+                 ("ar", ["0", "1", "4", "5"], "allreduce", "8MB"))
+    with pytest.raises(SolverError, match="chunks per rank"):
+        dict(_compiled(jobs, jobs.jobs[0], Budget.of(30)))["compiled, yielding"]()
