@@ -82,10 +82,11 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         if collective.nranks > PACKED_MAX_ROOTED:
             names = [n for n in names if n not in ("packed", "packed-fine")]
         at = names.index("packed") if "packed" in names else len(names)
-        # before the finer chain of boxes or link-disjoint trees, as fine: the boxes in two
-        # heaps (shallower), the unit arborescences (at the min-cut rate)
-        fine = ["pipeline-boxes"] * box_heaps_apply(topology, collective) \
-            + ["pipeline-units"] * units_apply(topology, collective) + ["pipeline-fine"]
+        # as fine as pipeline-fine: the unit arborescences before it (at the min-cut
+        # rate where links differ), the boxes in two heaps after it (shallower than its
+        # chain of boxes, slower on rail8x8's eight)
+        fine = ["pipeline-units"] * units_apply(topology, collective) + ["pipeline-fine"] \
+            + ["pipeline-boxes"] * box_heaps_apply(topology, collective)
         names[at:at] = ["pipeline", *fine]
     if collective.kind in SWITCH_TREE_KINDS and collective.root is not None \
             and 2 < collective.nranks <= SWITCH_TREES_MAX_GPUS \

@@ -72,9 +72,9 @@ def test_the_box_heaps_need_three_boxes_and_a_root_without_direct_links():
         build_baseline("pipeline-boxes", gen.ring(4, 50e9), coll)
 
 
-def test_the_box_heaps_are_offered_before_the_finer_chain():
+def test_the_box_heaps_are_offered_after_the_finer_chain():
     rails = gen.rail_optimized(4, 2, 450e9, 50e9)
     names = applicable(rails, Collective(K.REDUCE, 1_000_000, tuple(range(8)), root=0))
-    assert names.index("pipeline-boxes") == names.index("pipeline-fine") - 1
+    assert names.index("pipeline-boxes") == names.index("pipeline-fine") + 1
     assert "pipeline-boxes" not in applicable(
         rails, Collective(K.GATHER, 1_000_000, tuple(range(8)), root=0))
