@@ -116,7 +116,10 @@ def _simulate_json(topology: str | None, path: Path, size: str | None):
                         file=file)
     topo = load_topology(topology)
     sched = Schedule.from_json(text, topo, file=file)
-    sim = simulate_schedule(sched)
+    try:
+        sim = simulate_schedule(sched)
+    except VerificationError as e:  # a send the topology cannot carry, or out of order
+        raise VerificationError(f"{file}: not simulated on {topo.name}: {e}") from None
     return topo, sim_summary(topo, sched.collective, sim, predicted_s=sched.finish_time_s,
                              backend=sched.info.backend), sim
 

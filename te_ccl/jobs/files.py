@@ -54,18 +54,19 @@ def checked_algo(job: Job, source: str | Path | bytes) -> Algo:
     except SpecError:  # the root's position is beyond the file's GPUs
         raise SpecError(f"the file has fewer GPUs than the {coll.nranks} ranks of job "
                         f"{job.name!r}", file=where, key="ngpus") from None
+    algo = report.algo
+    # a file of another job first: checked as this job's, the verifier's errors only echo it
+    if algo is not None and algo.ngpus != coll.nranks:
+        raise SpecError(f"the file has {algo.ngpus} GPUs, job {job.name!r} {coll.nranks} "
+                        "ranks", file=where, key="ngpus")
+    if algo is not None and algo.coll != coll.kind.value:
+        raise SpecError(f"the file is a {algo.coll}, job {job.name!r} a {coll.kind.value}",
+                        file=where, key="coll")
     errors = [f for f in report.errors if f.rule not in LEGACY_RULES]
-    if report.algo is None or errors:
+    if algo is None or errors:
         first = (errors or report.errors)[0]
         raise VerificationError(f"{where}: the verifier rejects the file of job {job.name!r}: "
                                 f"{first.where()}: {first.rule}: {first.message}")
-    algo = report.algo
-    if algo.ngpus != coll.nranks:
-        raise SpecError(f"the file has {algo.ngpus} GPUs, job {job.name!r} {coll.nranks} "
-                        "ranks", file=where, key="ngpus")
-    if algo.coll != coll.kind.value:
-        raise SpecError(f"the file is a {algo.coll}, job {job.name!r} a {coll.kind.value}",
-                        file=where, key="coll")
     return algo
 
 

@@ -157,7 +157,7 @@ def link_timings(topology: Topology, chunk_bytes: float, epoch_s: float,
     if slowest is not None and slowest.delay > MAX_DELAY_EPOCHS:
         u, v = slowest.key
         raise SpecError(f"epochs of {epoch_s:.3g} s are too short for {chunk_bytes:.6g}-byte "
-                        f"chunks: one crosses {u}→{v} in {slowest.delay} epochs, at most "
+                        f"chunks: one crosses {u}→{v} in {slowest.delay:.3g} epochs, at most "
                         f"{MAX_DELAY_EPOCHS} fit a model (use a longer epoch, or fastest)",
                         key="epoch")
     return timings

@@ -84,6 +84,8 @@ def edit_topology(topo: Topology, edit: TopologyEdit) -> Topology:
     for gpu in edit.without_gpus:
         if gpu not in topo.node_by_name or not topo.node(gpu).is_gpu:
             raise SpecError(f"expected a GPU of {topo.name}, got {gpu!r}", key="--without-gpu")
+        if edit.without_gpus.count(gpu) > 1:  # a slip for another GPU, most likely
+            raise SpecError(f"expected each GPU once, got {gpu!r} twice", key="--without-gpu")
     removed = {k for text in edit.without_links for k in _keys(topo, text, "--without-link")}
     factor: dict[tuple[str, str], float] = {}
     for text, f in edit.scale_links:

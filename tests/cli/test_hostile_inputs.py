@@ -174,3 +174,41 @@ def test_size_ranges_share_one_time_limit():
         compile_size_ranges(gather, 1000, 10**9, compile_one)
     assert len(seen) == n and seen[0] <= 10 * SEARCH_SHARE / n  # an even share of it
     assert max(seen) <= 10 * SEARCH_SHARE  # what a range leaves goes to those after it
+
+
+def test_an_epoch_far_too_short_says_its_count_in_scientific_form(teccl, tmp_path):
+    code, _, err = teccl("compile", "ring8", "-c", "allgather", "-s", "1MB", "--epoch",
+                         "1e-300s", "--time-limit", "5", "-o", str(tmp_path / "o.xml"))
+    _refused(code, err, "epoch:", "in 3.2e+294 epochs")
+
+
+def test_topo_edit_refuses_a_gpu_named_twice(teccl, tmp_path):
+    out = tmp_path / "e.yaml"
+    code, _, err = teccl("topo", "edit", "dgx1", "--without-gpu", "g1", "--without-gpu", "g1",
+                         "-o", str(out))
+    _refused(code, err, "--without-gpu", "'g1' twice")
+    assert not out.exists()
+
+
+def test_simulating_a_schedule_on_a_topology_without_its_links_names_the_file(teccl, tmp_path):
+    sched = tmp_path / "s.json"
+    code, _, err = teccl("baseline", "ring", "ring8", "-c", "allgather", "-s", "1MB",
+                         "-o", str(sched))
+    assert code == 0, err
+    code, _, err = teccl("simulate", "dgx1", str(sched))
+    assert code == 1 and err.count("\n") == 1, err
+    assert f"{sched}: not simulated on dgx1: " in err and "no link" in err, err
+
+
+def test_simulate_jobs_with_a_file_of_another_collective_is_exit_2(teccl, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    code, _, err = teccl("baseline", "ring", "dgx1", "-c", "allgather", "-s", "1MB", "--ranks",
+                         "0-3", "-o", str(out / "a.xml"))
+    assert code == 0, err
+    xml = out / "a.xml"
+    xml.write_text(xml.read_text().replace('coll="allgather"', 'coll="broadcast"'))
+    (tmp_path / "j.yaml").write_text(
+        "jobs:\n  - {name: a, ranks: [g0, g1, g2, g3], collective: allgather, size: 1MB}\n")
+    code, _, err = teccl("simulate", "dgx1", "--jobs", str(tmp_path / "j.yaml"), str(out))
+    _refused(code, err, "a.xml", "coll: the file is a broadcast, job 'a' a allgather")
