@@ -42,7 +42,7 @@ from te_ccl.baselines.hierarchical import hierarchical_as_cut
 from te_ccl.baselines.packed import packed_as_cut
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
-from te_ccl.deadline import Budget, TimeLimitReached
+from te_ccl.deadline import Budget, TimeLimitReached, until
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.files import checked_algo, replay_together
 from te_ccl.jobs.spec import Job, JobSet
@@ -73,10 +73,10 @@ def templates(jobs: JobSet, budget: Budget, away: Mapping[str, Topology] | None 
     """Each job's templates (:func:`~te_ccl.baselines.applicable` on the whole topology)
     and forms, in :func:`_builds`' order, as verified files, by name; those that do not
     apply, that the runtime cannot hold or that the verifier rejects are left out, as are
-    those not reached in ``budget``. ``away``: per job, a view of the topology without the
-    links it leaves to others, on which its forms are built too. The jobs take turns, one
-    file each, in the portfolio's order, so a short budget leaves every job its forms and
-    first templates rather than the last jobs none."""
+    those not reached or not finished in ``budget``. ``away``: per job, a view of the
+    topology without the links it leaves to others, on which its forms are built too. The
+    jobs take turns, one file each, in the portfolio's order, so a short budget leaves
+    every job its forms and first templates rather than the last jobs none."""
     out: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
     params = SolveParams(time_limit_s=max(budget.left(), 0.1))
     builds = {j.name: _builds(jobs, j, (away or {}).get(j.name)) + _compiled(jobs, j, budget)
@@ -89,9 +89,10 @@ def templates(jobs: JobSet, budget: Budget, away: Mapping[str, Topology] | None 
                 return out
             name, build = builds[job.name][turn]
             try:
-                schedule, xml = render_fitting(build(), CompileOptions(), params)
-                out[job.name][name] = JobFile(
-                    xml, replace(schedule, topology=jobs.topology), checked_algo(job, xml))
+                with until(budget.left()):  # a large cut ends with the share, not the compile
+                    schedule, xml = render_fitting(build(), CompileOptions(), params)
+                    out[job.name][name] = JobFile(
+                        xml, replace(schedule, topology=jobs.topology), checked_algo(job, xml))
             except (BaselineError, SolverError, VerificationError, RuntimeLimitError):
                 continue
     return out
