@@ -124,12 +124,14 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
         else:
             kept = Incumbent(bound.seconds, progress, started)
             best = _anytime(topology, collective, params, options, timer, kept, usable)
-            schedule = best.schedule
-            write_atomic(options.output, best.data)
+            schedule, data = best.schedule, best.data
             served = declared_range(best.data, options.min_bytes, options.max_bytes)
     fabric = None
+    # the tables before the file, in the time kept for them: no file without its tables
     if options.fred_tables is not None:
         extra, fabric = write_fred_tables(schedule, topology, options.fred_tables)
+    if options.output is not None:
+        write_atomic(options.output, data)
     notes = compile_notes(schedule, timer, usable.forwarded)
     notes += tuple(kept.notes) if kept else ()
     schedule = schedule.with_info(notes=schedule.info.notes + notes + served[2])

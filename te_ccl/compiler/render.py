@@ -230,8 +230,8 @@ def write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
                       ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
     """The FRED switch tables of ``schedule`` written to ``out_dir``: their paths, and the
     fabric's limits. They are made after the compile's search, in the time it kept for them
-    (:data:`TABLES_SHARE`); past the deadline none is written and the error says what they
-    had."""
+    (:data:`TABLES_SHARE`), and before its file; past the deadline neither is written and
+    the error says what the tables had."""
     start = time.monotonic()
     try:
         written = fred_tables_for(schedule, topology, Path(out_dir))
@@ -239,5 +239,5 @@ def write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
         spent = time.monotonic() - start
         raise TimeLimitReached(f"{e}, after {spent:.2g} s of the {TABLES_SHARE:.0%} of the "
                                "limit kept for them: the tables of this schedule need a "
-                               "longer limit; no table was written") from None
+                               "longer limit; nothing was written") from None
     return tuple(str(p) for p in written.paths), written.fabric
