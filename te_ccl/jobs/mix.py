@@ -46,6 +46,7 @@ from te_ccl.deadline import Budget, TimeLimitReached, until
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.files import checked_algo, replay_together
 from te_ccl.jobs.spec import Job, JobSet
+from te_ccl.model.footprint import most_chunks
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
@@ -141,12 +142,16 @@ def _builds(jobs: JobSet, job: Job, away: Topology | None = None
 
 def _forms(topology: Topology, collective: Collective, tag: str
            ) -> dict[str, list[tuple[str, Callable[[], Schedule]]]]:
-    """Per form, the builds of the form templates that apply on ``topology``."""
+    """Per form, the builds of the form templates that apply on ``topology``; none for a
+    cut with more transfers than a compile holds (:func:`most_chunks`), which would take
+    the memory a compile is refused at."""
     names = applicable(topology, collective)
-    return {form: [(f"{name}, {form}{tag}", functools.partial(
-        build, topology, cut_to(collective, slices)))
-        for name, build in FORM_TEMPLATES.items() if name in names]
-        for form, slices in FORMS.items()}
+    most = most_chunks(topology, collective)
+    cuts = {form: cut_to(collective, slices) for form, slices in FORMS.items()}
+    return {form: [(f"{name}, {form}{tag}", functools.partial(build, topology, cut))
+                   for name, build in FORM_TEMPLATES.items()
+                   if name in names and cut.chunks_per_rank <= most]
+            for form, cut in cuts.items()}
 
 
 def cut_to(collective: Collective, slices: float) -> Collective:

@@ -178,3 +178,14 @@ def test_a_compiled_form_with_more_chunks_than_a_compile_holds_is_left_out():
                  ("ar", ["0", "1", "4", "5"], "allreduce", "8MB"))
     with pytest.raises(SolverError, match="chunks per rank"):
         dict(_compiled(jobs, jobs.jobs[0], Budget.of(30)))["compiled, yielding"]()
+
+
+def test_a_form_cut_finer_than_a_compile_holds_is_not_built():
+    from te_ccl.jobs.mix import _builds
+
+    # 1 GB a rank in sixteenths of a slice: 16,384 chunks per rank, about 3.9M transfers
+    gpus = [f"b{b}.g{g}" for b in range(2) for g in range(8)]
+    jobs = _jobs("ndv2x4", ("ag", gpus, "allgather", "16GB"),
+                 ("ar", gpus[8:], "allreduce", "1MB"))
+    names = [n for n, _ in _builds(jobs, jobs.jobs[0])]
+    assert "hierarchical, sharing" in names and "hierarchical, yielding" not in names
