@@ -425,6 +425,7 @@ def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool
     for j in range(parts):  # part-major: the pieces' rounding spreads over the shares
         for i, chain in enumerate(chains):
             tree: Tree = {}
+            onward = {sender for _, sender, _ in chain}
             for b, sender, gw in chain:
                 if gw != root:
                     _hang(tree, gw, sender, reach, topology.name)
@@ -441,10 +442,13 @@ def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool
                 # a relay (or a gateway sending to all) sends to the GPUs below it in the
                 # box first, in turn: those of pieces in flight together send to different
                 # GPUs at once, where one order for all would queue them at the same link
+                # (the GPUs that send the share on to another box over another rail first:
+                # the boxes below wait for them)
                 box = boxes[b]
                 at, above = box.index(relay), relay
-                for k in range(1, len(box)):
-                    if (v := box[(at - k) % len(box)]) in rest and v != relay:
+                turn = [box[(at - k) % len(box)] for k in range(1, len(box))]
+                for v in sorted(turn, key=lambda v: v not in onward):
+                    if v in rest and v != relay:
                         _hang(tree, v, above, reach, topology.name)
                         above = v if in_chains else relay
             key = frozenset(tree.items())
