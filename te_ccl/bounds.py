@@ -57,12 +57,19 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
   from ``S`` to members outside whose least ``a + c`` over the links ``ℓ`` leaving ``S``
   is at least ``θ`` (``a = dist_α(s, tail ℓ)``, ``c = α_ℓ + dist_α(head ℓ, d)``):
   ``θ + X_P / Σ_ℓ m_ℓ·b_ℓ``, ``X_P = |P|·M/N``, ``m_ℓ`` the fewer of the distinct ``a``
-  and distinct ``c`` of ``P`` on ``ℓ``. A byte of ``p`` first leaves ``S`` on some ``ℓ``
-  in a transfer that starts ≥ ``a`` (its chain's hops, b, c) and ends ≤ ``T − c`` (α_ℓ,
-  then the chain on to ``d``), inside ``[a, a + T − θ]`` and inside ``[T − c − (T − θ),
-  T − c]``, as ``a + c ≥ θ``; so ``ℓ``'s transfers for ``P`` lie in ``m_ℓ`` intervals of
-  ``T − θ`` and carry ≤ ``m_ℓ·b_ℓ·(T − θ)`` bytes (a). hgx-h100x2 at 64 KB: a byte for a
-  GPU other than its rail peer needs an NVSwitch hop before the rail (a = 1.4 µs) or after
+  and distinct ``c`` of ``P`` on ``ℓ``. A byte of ``p = (s, d)`` reaches ``d`` by a chain
+  of transfers (c) that first leaves ``S`` on some ``ℓ``. Each hop starts at least the α
+  of the hop before after that one starts (its head has arrived, b) and ends at least
+  that α after that one ends (a GPU or buffered switch starts it on arrival; a
+  cut-through switch cannot let it end before its tail has arrived); the last arrives
+  its α after it ends, by ``T``. So the transfer on ``ℓ`` is busy on ``ℓ`` within
+  ``[a, T − c]`` only, inside ``[a, a + T − θ]`` and ``[T − c − (T − θ), T − c]`` as
+  ``a + c ≥ θ``: ``ℓ``'s transfers for ``P`` are busy inside ``m_ℓ`` intervals of
+  ``T − θ`` and carry ≤ ``m_ℓ·b_ℓ·(T − θ)`` bytes (a). A transfer carrying several pairs'
+  chunks lies in each one's interval; copies add no byte of ``P``; ``T < θ`` leaves
+  ``P`` no interval. ``θ`` and ``m_ℓ`` do not depend on ``M``, so the bound of one ``θ``
+  holds at every size (:meth:`Bound.rescaled`). hgx-h100x2 at 64 KB: a byte for a GPU
+  other than its rail peer needs an NVSwitch hop before the rail (a = 1.4 µs) or after
   it (a = 0), 4.0 µs of α, and eight rails carry 224 KB in two windows each: 4.28 µs.
 * ``gossip_s`` (AllReduce): split the nodes into groups holding every node that can add
   (GPUs, reducing switches); say ``k`` groups hold members. Every element needs
