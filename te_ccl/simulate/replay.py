@@ -84,10 +84,15 @@ def _incoming(transfers: tuple[Transfer, ...]) -> _Incoming:
 
 def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str], list[int]]]:
     """The engine's tasks (index-aligned with ``schedule.transfers``) and per-link order."""
+    trs = schedule.transfers
+    return _tasks(schedule, _incoming(trs), [t.op == "copy" for t in trs])
+
+
+def _tasks(schedule: Schedule, incoming: _Incoming, copy: list[bool]
+           ) -> tuple[list[Task], dict[tuple[str, str], list[int]]]:
+    """:func:`schedule_tasks` given the schedule's :func:`_incoming` and copy flags."""
     topo, trs = schedule.topology, schedule.transfers
     chunks = {c.id: c for c in schedule.collective.chunks()}
-    incoming = _incoming(trs)
-    copy = [t.op == "copy" for t in trs]
     arrive = [t.arrive_epoch for t in trs]
     tasks = []
     nbytes = schedule.chunk_bytes
@@ -112,15 +117,20 @@ def schedule_tasks(schedule: Schedule) -> tuple[list[Task], dict[tuple[str, str]
     return tasks, dict(order)
 
 
-def _gpu_finish(schedule: Schedule, times: list[TaskTimes]) -> dict[str, float]:
+def _gpu_finish(schedule: Schedule, times: list[TaskTimes], incoming: _Incoming,
+                copy: list[bool]) -> dict[str, float]:
     topo, trs = schedule.topology, schedule.transfers
-    incoming = _incoming(trs)
-    copy = [t.op == "copy" for t in trs]
-    done = {g: 0.0 for g in (topo.gpu(r) for r in schedule.collective.ranks)}
+    gpus = {r: topo.gpu(r) for r in schedule.collective.ranks}
+    done = dict.fromkeys(gpus.values(), 0.0)
     for chunk in schedule.collective.chunks():
         for rank in chunk.destinations:
-            gpu = topo.gpu(rank)
-            deps = _holding(chunk, rank, incoming.get((gpu, chunk.id), []), copy, trs)
+            gpu = gpus[rank]
+            came = incoming.get((gpu, chunk.id), [])
+            if not chunk.reduce and came and all(copy[j] for j in came):
+                # a copied chunk is held once its first copy arrives
+                done[gpu] = max(done[gpu], min(times[j].arrive_s for j in came))
+                continue
+            deps = _holding(chunk, rank, came, copy, trs)
             if deps is None or (chunk.reduce and not deps[1] and not deps[0]
                                 and set(chunk.sources) != {rank}):
                 raise VerificationError(f"rank {rank} ({gpu}) never receives chunk {chunk.id}")
@@ -139,13 +149,21 @@ def replay_times(schedule: Schedule) -> tuple[list[Task], list[TaskTimes]]:
     same replay).
 
     Raises VerificationError as :func:`simulate_schedule`."""
+    return _replayed(schedule)[:2]
+
+
+def _replayed(schedule: Schedule) -> tuple[list[Task], list[TaskTimes], _Incoming, list[bool]]:
+    """:func:`replay_times` with the :func:`_incoming` and copy flags it was built from,
+    which :func:`_gpu_finish` reads too."""
     if _last[0] is schedule.transfers and _last[1] is schedule.topology \
             and _last[2] == schedule.collective:
         return _last[3]
-    tasks, order = schedule_tasks(schedule)
+    trs = schedule.transfers
+    incoming, copy = _incoming(trs), [t.op == "copy" for t in trs]
+    tasks, order = _tasks(schedule, incoming, copy)
     times = run(schedule.topology, tasks, order)
-    _last[:] = [schedule.transfers, schedule.topology, schedule.collective, (tasks, times)]
-    return tasks, times
+    _last[:] = [trs, schedule.topology, schedule.collective, (tasks, times, incoming, copy)]
+    return tasks, times, incoming, copy
 
 
 def simulate_schedule(schedule: Schedule) -> SimResult:
@@ -158,16 +176,16 @@ def simulate_schedule(schedule: Schedule) -> SimResult:
         never receives its chunk, or the link order deadlocks.
     """
     with paused_gc():
-        tasks, times = replay_times(schedule)
-        return summarise(tasks, times, _gpu_finish(schedule, times))
+        tasks, times, incoming, copy = _replayed(schedule)
+        return summarise(tasks, times, _gpu_finish(schedule, times, incoming, copy))
 
 
 def replay_finish(schedule: Schedule) -> float:
     """``simulate_schedule(schedule).finish_time_s`` without the per-link summary and
     intervals (all that judging a schedule needs)."""
     with paused_gc():
-        tasks, times = replay_times(schedule)
-        return finish_of(tasks, times, _gpu_finish(schedule, times))[0]
+        tasks, times, incoming, copy = _replayed(schedule)
+        return finish_of(tasks, times, _gpu_finish(schedule, times, incoming, copy))[0]
 
 
 def chain_length(schedule: Schedule) -> int:
