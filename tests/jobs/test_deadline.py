@@ -127,7 +127,7 @@ def test_views_whose_files_share_no_link_between_gpus_leave_their_time_to_flow_a
         return SimpleNamespace(finish_s=r.finish_s, link_bytes=r.link_bytes,
                                shared_links=[("sw", "g0")])
 
-    def flow(_jobs, _plan, _objective, params, _notes):
+    def flow(_plan, _objective, params):
         given["flow"] = params.time_limit_s
         raise SolverError("not in this test")
 
@@ -140,9 +140,9 @@ def test_views_whose_files_share_no_link_between_gpus_leave_their_time_to_flow_a
 
     monkeypatch.setattr(joint, "replay_together", through_a_switch)
     monkeypatch.setattr(joint, "plan_flow", lambda *_: object())  # a model it can solve
-    monkeypatch.setattr(joint, "_flow", flow)
+    monkeypatch.setattr(joint, "compile_flow", flow)
     monkeypatch.setattr(joint, "templates", made)
-    monkeypatch.setattr(joint, "_mixed", no_mix)
+    monkeypatch.setattr(joint, "mix", no_mix)
     result = _compile(tmp_path)
     assert [name for name, _, _ in clock.compiles] == ["a", "b"]  # alone only: no view
     # 16 slots (alone, three views, flow, and three of mix: two to lower its forms and
@@ -171,7 +171,7 @@ def test_files_that_share_no_link_leave_the_time_left_to_compiling_them_again(
 
     monkeypatch.setattr(joint, "replay_together", apart)
     monkeypatch.setattr(joint, "plan_flow", lambda *_: object())
-    for name in ("_flow", "templates", "_mixed"):
+    for name in ("compile_flow", "templates", "mix"):
         monkeypatch.setattr(joint, name, never)
     result = _compile(tmp_path)
     rest = 40 - 2 * 40 / 16  # each job's first compile had 1/16 (every candidate's slots)
