@@ -166,8 +166,11 @@ def markdown(rows: list[dict[str, Any]]) -> str:
 @click.command("jobs_bench")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.option("--no-fail", is_flag=True, help="Exit 0 even if a target is short.")
-@click.option("--only", metavar="TOPOLOGY", help="Run the rows of one topology.")
-@click.option("--scenario", metavar="NAME", help="Run the rows of this name (e.g. '2 jobs, shared').")
+@click.option("--only", metavar="TOPOLOGY",
+              type=click.Choice(sorted({s.topology for s in SCENARIOS})),
+              help="Run the rows of one topology.")
+@click.option("--scenario", metavar="NAME", type=click.Choice(sorted({s.name for s in SCENARIOS})),
+              help="Run the rows of this name (e.g. '2 jobs, shared').")
 @click.option("--limit-per-job", type=click.FloatRange(min=0, min_open=True),
               default=LIMIT_S_PER_JOB, show_default=True,
               help="A row's --time-limit per job, in seconds.")
