@@ -143,17 +143,14 @@ def _whole_suite(name: str, cases: list[Case]) -> Suite:
 def _bound_cases() -> list[Case]:
     """:data:`BOUND_GOALS`' rows (group ``bound``), one chunk per GPU: the templates
     that reach these bounds cut their own pieces. AlltoAll and :data:`ROOTED_ROWS` at the
-    default time limit, the one their goals are stated at (a finer pipeline is built only
-    where the time left allows it: mesh 16×16 Broadcast 64 MB, 1.73× the bound at 10 s,
-    1.07× at the default limit)."""
+    default time limit, the one their goals are stated at (a rooted template's finer
+    pipeline is built only where the time left allows it)."""
     at_default = {(t, k, s) for t, k, s in BOUND_GOALS if k == "alltoall"} | set(ROOTED_ROWS)
     return [Case(t, kind, size,
                  limit_s=DEFAULTS_LIMIT_S if (t, kind, size) in at_default else 10,
                  baselines=False, group="bound",
                  root=0 if kind in ROOTED_KINDS else None)
             for t, kind, size in BOUND_GOALS]
-
-
 
 
 def _rooted_cases() -> list[Case]:
