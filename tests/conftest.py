@@ -22,9 +22,18 @@ settings.register_profile("ci", settings.get_profile("default"), derandomize=Tru
 settings.load_profile("ci" if os.environ.get("CI") else "default")
 
 
+def positive(text: str) -> float:
+    """A clock rate: above 0 (at 0 or below the clock stands or runs back, and no
+    deadline would ever pass)."""
+    rate = float(text)
+    if not rate > 0:
+        raise ValueError(text)
+    return rate
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption("--clock-rate", type=float, default=1.0, metavar="N",
-                     help="run time.monotonic N times fast in each test (a slow machine)")
+    parser.addoption("--clock-rate", type=positive, default=1.0, metavar="N",
+                     help="run time.monotonic N (> 0) times fast in each test (a slow machine)")
 
 
 @pytest.fixture(autouse=True)
