@@ -330,8 +330,8 @@ def _assemble(n: int, k: int, t: _Transfers,
     if alpha <= IN_TURN_UP_TO:
         chan, turn = in_turn(position, link)
     nt, nn = len(u), len(turn)
-    c_rank, c_buf, c_off, c_dbuf, c_doff, c_after, c_lane = (
-        np.array(x, dtype=np.int64).reshape(-1) for x in zip(*copies, strict=True))
+    c_rank, c_buf, c_off, c_dbuf, c_doff, c_after, c_lane = np.array(
+        copies, dtype=np.int64).reshape(-1, 7).T
     nc = len(c_rank)
     brought = c_after >= 0
     ca = np.where(brought, c_after, 0)
@@ -371,12 +371,15 @@ def _assemble(n: int, k: int, t: _Transfers,
     ops = np.concatenate([np.zeros(nt), np.ones(nt), np.full(nc, 2),
                           np.full(nn, OPS.index("nop"))]).astype(np.int64)
     none = np.full(nn, -1)
-    steps = np.stack([ops, np.concatenate([sbuf, sbuf, c_buf, none]),
-                      np.concatenate([soff, soff, c_off, none]),
-                      np.concatenate([np.full(2 * nt, 2), c_dbuf, none]),
-                      np.concatenate([doff, doff, c_doff, none]),
-                      np.concatenate([cnt, cnt, np.full(nc, k), np.zeros(nn, dtype=np.int64)]),
-                      depid, deps, hasdep], axis=1)[order]
+    steps = np.empty((len(order), 9), dtype=np.int64)  # filled a column at a time: fast
+    for j, col in enumerate((ops, np.concatenate([sbuf, sbuf, c_buf, none]),
+                             np.concatenate([soff, soff, c_off, none]),
+                             np.concatenate([np.full(2 * nt, 2), c_dbuf, none]),
+                             np.concatenate([doff, doff, c_doff, none]),
+                             np.concatenate([cnt, cnt, np.full(nc, k),
+                                             np.zeros(nn, dtype=np.int64)]),
+                             depid, deps, hasdep)):
+        steps[:, j] = col[order]
     kinds, peers = (blocks % span) // nchannels // (n + 1), (blocks % span) // nchannels % (n + 1)
     table = np.stack([block_rank, np.where(kinds == SEND, peers, -1),
                       np.where(kinds == RECV, peers, -1), blocks % nchannels, first_step[:-1]],
