@@ -46,7 +46,9 @@ def _limits(xml: bytes) -> list[str]:
                                             ("mesh4x4", "allreduce")])
 def test_scale_schedules_lower_within_limits_and_verify(kit, topo, kind):
     topology = load_topology(topo)
-    coll = Collective(CollectiveKind(kind), 1 << 30, tuple(range(topology.ngpus)))
+    # 12 chunks per rank: a torus takes only the 4 sub-chunks that pay
+    coll = Collective(CollectiveKind(kind), 1 << 30, tuple(range(topology.ngpus)),
+                      chunks_per_rank=12 if topo.startswith("torus") else 1)
     schedule = solve(topology, coll, SolveParams(backend="scale", time_limit_s=20))
     assert schedule.collective.chunks_per_rank > 16  # many chunks per link: the hard case
     xml = lower_to_msccl(schedule)
