@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from te_ccl.deadline import check
+from te_ccl.deadline import check, checked
 from te_ccl.errors import SpecError, VerificationError
 from te_ccl.fred.collectives import CommResult, FredPhase
 from te_ccl.fred.encoding import SRAM_BYTES, encode
@@ -114,7 +114,7 @@ def _unicast(flows: Sequence[Any]) -> bool:
 
 def flow_rows(phases: Sequence[FredPhase], wafer: Fabric) -> list[dict[str, Any]]:
     rows = []
-    for ph in phases:
+    for ph in checked(phases, LOWERING, every=8):
         for fi in ph.flows:
             sw = wafer.switches[fi.switch]
             rows.append({"switch": fi.switch, "level": wafer.level(fi.switch),
@@ -129,7 +129,7 @@ def flow_rows(phases: Sequence[FredPhase], wafer: Fabric) -> list[dict[str, Any]
 
 def uswitch_rows(phases: Sequence[FredPhase]) -> list[dict[str, Any]]:
     rows = []
-    for ph in phases:
+    for ph in checked(phases, LOWERING, every=8):
         for name, routing in ph.routings.items():
             for s in routing.elements:
                 e = s.element
@@ -146,7 +146,7 @@ def uswitch_rows(phases: Sequence[FredPhase]) -> list[dict[str, Any]]:
 def phase_rows(phases: Sequence[FredPhase]) -> list[dict[str, Any]]:
     """Phase table; a phase pre-empts overlapping phases of a lower priority class."""
     rows = []
-    for ph in phases:
+    for ph in checked(phases, LOWERING, every=8):
         rank = CLASSES.index(ph.cls)
         pre = [q.index for q in phases if CLASSES.index(q.cls) > rank
                and q.start_s < ph.end_s and ph.start_s < q.end_s]
@@ -166,7 +166,7 @@ def config_rows(phases: Sequence[FredPhase]) -> list[dict[str, Any]]:
     settings share an SRAM slot (numbered in order of first use)."""
     slots: dict[str, dict[tuple[int, int], int]] = defaultdict(dict)
     rows = []
-    for ph in phases:
+    for ph in checked(phases, LOWERING, every=8):
         for name, routing in ph.routings.items():
             if _unicast(routing.flows):
                 rows.append({"switch": name, "phase": ph.index, "config": "default", "bytes": 0})
@@ -216,7 +216,7 @@ def _csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
     buf = io.StringIO()
     writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
     writer.writeheader()
-    writer.writerows(rows)
+    writer.writerows(checked(rows, LOWERING))
     return buf.getvalue()
 
 

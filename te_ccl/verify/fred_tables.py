@@ -48,7 +48,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from te_ccl.deadline import check
+from te_ccl.deadline import check, checked
 from te_ccl.errors import SpecError
 
 __all__ = ["Violation", "TablesReport", "FILES", "read_fred_tables", "check_fred_tables",
@@ -166,13 +166,16 @@ class _Cells:
         return tuple(self.text(col).split())
 
 
+CHECKING = "checking the FRED switch tables"  # what a deadline names
+
+
 def _rows(texts: Mapping[str, str], name: str) -> list[_Cells]:
     columns = FILES[name]
     try:
         reader = csv.DictReader(io.StringIO(texts[name]))
         if tuple(reader.fieldnames or ()) != columns:
             raise SpecError(f"expected the columns {','.join(columns)}", file=name, key="header")
-        rows = [_Cells(name, reader.line_num, row) for row in reader]
+        rows = [_Cells(name, reader.line_num, row) for row in checked(reader, CHECKING)]
     except csv.Error as e:
         raise SpecError(f"not CSV ({e})", file=name) from None
     for r in rows:
@@ -196,7 +199,7 @@ def _same_rows(copy: Any, parsed: list[_Cells], name: str, text: str) -> bool:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)
-    writer.writerows([_cell(j.get(k)) for k in columns] for j in copy)
+    writer.writerows([_cell(j.get(k)) for k in columns] for j in checked(copy, CHECKING))
     if buf.getvalue() == text:
         return True
     return all({k: _cell(j.get(k)) for k in columns} == r.row
@@ -318,33 +321,33 @@ def _parse(texts: Mapping[str, str], out: list[Violation]) -> _Tables:
         table = name.removesuffix(".csv")
         if not _same_rows(data.get(table), parsed, name, texts[name]):
             out.append(Violation("json", f"tables.json's {table} differ from {name}"))
-    for r in rows["ports.csv"]:
+    for r in checked(rows["ports.csv"], CHECKING):
         key = (r.text("switch"), r.integer("port"))
         if key in t.ports:
             out.append(Violation("switch", f"{key[0]} port {key[1]} is listed twice"))
         t.ports[key] = (r.text("neighbour"), r.integer("lane"), r.number("lane_Bps"))
-    for r in rows["phases.csv"]:
+    for r in checked(rows["phases.csv"], CHECKING):
         index = r.integer("phase")
         if index in t.phases:
             out.append(Violation("phase", f"phase {index} is listed twice"))
         t.phases[index] = (r.number("start_s"), r.number("end_s"), r.flag("default_unicast"))
-    for r in rows["flows.csv"]:
+    for r in checked(rows["flows.csv"], CHECKING):
         t.flows.append(_Flow(r.text("switch"), r.integer("phase"), r.text("flow"),
                              r.ints("input_ports"), r.ints("output_ports"), r.integer("bytes"),
                              r.text("stream"), r.integer("radix"), r.integer("m"),
                              r.text("operation"), r.text("reduce_op")))
-    for r in rows["uswitches.csv"]:
+    for r in checked(rows["uswitches.csv"], CHECKING):
         sw, path = r.text("switch"), r.text("element")
         t.uses[(sw, r.integer("phase"))].append(_Use(
             path.removeprefix(f"{sw}/") if path.startswith(f"{sw}/") else f"?{path}",
             r.text("flow"), r.text("input_sel"), r.text("output_sel"), r.text("mode"),
             r.text("middle"), r.text("stage"), r.text("kind"), r.integer("recursion_level")))
-    for r in rows["configs.csv"]:
+    for r in checked(rows["configs.csv"], CHECKING):
         key = (r.text("switch"), r.integer("phase"))
         if key in t.configs:
             out.append(Violation("sram", f"{key[0]} has two configurations in phase {key[1]}"))
         t.configs[key] = (r.text("config"), r.integer("bytes"))
-    for r in rows["streams.csv"]:
+    for r in checked(rows["streams.csv"], CHECKING):
         sid = r.text("stream")
         if sid in t.streams:
             out.append(Violation("stream", f"stream {sid} is listed twice"))
@@ -667,7 +670,7 @@ def _check_routes(t: _Tables, groups: dict[tuple[str, int], list[_Flow]],
     """Replay every switch in every phase; returns each configuration's settings
     (flow names left out), for the SRAM slots."""
     signatures: dict[tuple[str, int], frozenset] = {}
-    for key in sorted(set(groups) | set(t.uses)):
+    for key in checked(sorted(set(groups) | set(t.uses)), CHECKING, every=64):
         sw_name, phase = key
         sw = t.switches.get(sw_name)
         if sw is None:
@@ -867,19 +870,18 @@ def check_fred_tables(texts: Mapping[str, str], source: str = "") -> TablesRepor
     if missing:
         raise SpecError("missing file", file=missing[0])
     out: list[Violation] = []
-    doing = "checking the FRED switch tables"  # between its passes: each is linear
     t = _parse(texts, out)
-    check(doing)
+    check(CHECKING)
     _check_ports(t, out)
     _check_phases(t, out)
     peer = _peer(t)
     groups = _check_flows(t, out)
-    check(doing)
+    check(CHECKING)
     signatures = _check_routes(t, groups, out)
-    check(doing)
+    check(CHECKING)
     _check_links(t, groups, peer, out)
     _check_streams(t, groups, peer, out)
-    check(doing)
+    check(CHECKING)
     sram = _check_sram(t, groups, signatures, out)
     counts: dict[str, int] = defaultdict(int)
     for v in out:
