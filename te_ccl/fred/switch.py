@@ -31,7 +31,8 @@ from te_ccl.errors import SpecError
 
 __all__ = ["ElementKind", "Stage", "MicroSwitch", "FredSwitch", "build_fred", "MAX_ELEMENTS"]
 
-MAX_ELEMENTS = 1 << 20  # µSwitches of one FRED switch teccl builds (FRED_3(4096): 877,543, 350 MB)
+MAX_ELEMENTS = 1 << 20  # µSwitches of one FRED switch teccl builds: each is an object in
+#                         memory, so this bounds a build's memory (FRED_3(4096) has 877,543)
 
 
 class ElementKind(StrEnum):
