@@ -174,17 +174,31 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     timer = Timer(options=CompileOptions(runtime=runtime))
     usable = Usable.of(topology, in_switch=False)
 
+    def sized(c: Collective) -> Collective:
+        return replace(c, size_bytes=max(unit, c.size_bytes // unit * unit))
+
     def compile_one(c: Collective) -> Schedule:
-        c = replace(c, size_bytes=max(unit, c.size_bytes // unit * unit))
+        c = sized(c)
         if progress:
             progress(f"compiling for {c.size_bytes} bytes")
         return solve_checked(usable.topology, c, params, chunk_choices, progress, timer.judge,
                              in_switch=True)
 
+    def first_one(c: Collective) -> Schedule | None:
+        """The first cheap candidate that builds and passes the checker."""
+        for _, build in first_candidates(None, usable.topology, sized(c), params, fmt):
+            try:
+                schedule = build()
+            except SolverError:  # over a buffer limit: the next one
+                continue
+            if schedule is not None and not check_schedule(schedule):
+                return schedule
+        return None
+
     results, files = [], []
     mode = "-inplace" if collective.inplace else ""
     with paused_gc():  # as in compile_collective: millions of young objects, no cycles
-        for item in compile_size_ranges(collective, low, high, compile_one):
+        for item in compile_size_ranges(collective, low, high, compile_one, first=first_one):
             name = path_component(f"{topology.name}-{collective.kind.value}{mode}-"
                                   f"{item.min_bytes}-{item.max_bytes}")
             options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,

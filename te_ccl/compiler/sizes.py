@@ -7,7 +7,8 @@ schedules come out identical, and gives each its ``minBytes``/``maxBytes`` (incl
 non-overlapping, as the MSCCL runtime selects an algorithm when ``minBytes ≤ size ≤
 maxBytes``). A time limit is the whole library's: each range's search gets an even share
 of the time left (:data:`SEARCH_SHARE` of it; lowering and verifying the files get the
-rest), so a range that ends early leaves its time to those after it.
+rest), so a range that ends early leaves its time to those after it; one whose search has
+no schedule in its share takes the first cheap candidate that builds.
 
 >>> size_ranges(1000, 10**6, step=4)
 [(1000, 1023), (1024, 4095), (4096, 16383), (16384, 65535), (65536, 262143), (262144, 1000000)]
@@ -76,8 +77,9 @@ def _same(a: Schedule, b: Schedule) -> bool:
 
 
 def compile_size_ranges(collective: Collective, low: int, high: int,
-                        compile_one: Callable[[Collective], Schedule], *,
-                        step: int = 4) -> list[SizedSchedule]:
+                        compile_one: Callable[[Collective], Schedule], *, step: int = 4,
+                        first: Callable[[Collective], Schedule | None] | None = None
+                        ) -> list[SizedSchedule]:
     """Compile ``collective`` once per size range of ``[low, high]``.
 
     ``compile_one(collective) -> Schedule`` does the work (e.g. ``lambda c: solve(topo, c,
@@ -96,8 +98,14 @@ def compile_size_ranges(collective: Collective, low: int, high: int,
             with until(share):
                 sched = compile_one(replace(collective, size_bytes=size))
         except TimeLimitReached as e:
-            raise TimeLimitReached(f"size range {lo}..{hi} bytes ({i + 1} of {len(ranges)}, "
-                                   f"{share:.2g} s of the time left): {e}") from None
+            cheap = first(replace(collective, size_bytes=size)) if first else None
+            if cheap is None:
+                raise TimeLimitReached(f"size range {lo}..{hi} bytes ({i + 1} of "
+                                       f"{len(ranges)}, {share:.2g} s of the time left): "
+                                       f"{e}") from None
+            sched = cheap.with_info(notes=cheap.info.notes + (
+                f"size range {lo}..{hi}: its search had no schedule in its {share:.2g} s; "
+                "the first cheap candidate kept",))
         if out and _same(out[-1].schedule, sched):
             out[-1] = replace(out[-1], max_bytes=hi)
         else:

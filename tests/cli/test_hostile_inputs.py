@@ -212,3 +212,36 @@ def test_simulate_jobs_with_a_file_of_another_collective_is_exit_2(teccl, tmp_pa
         "jobs:\n  - {name: a, ranks: [g0, g1, g2, g3], collective: allgather, size: 1MB}\n")
     code, _, err = teccl("simulate", "dgx1", "--jobs", str(tmp_path / "j.yaml"), str(out))
     _refused(code, err, "a.xml", "coll: the file is a broadcast, job 'a' a allgather")
+
+
+def test_a_size_range_out_of_its_share_takes_the_first_cheap_candidate():
+    from dataclasses import dataclass, replace
+
+    from te_ccl.collective.model import Collective, CollectiveKind
+    from te_ccl.compiler.sizes import compile_size_ranges, size_ranges
+    from te_ccl.deadline import TimeLimitReached, until
+
+    @dataclass(frozen=True)
+    class Cheap:  # what sizes.py reads of a schedule
+        transfers: tuple
+        collective: object
+        info: object
+
+        def with_info(self, notes):
+            return replace(self, info=type(self.info)(notes=notes))
+
+    @dataclass(frozen=True)
+    class Info:
+        notes: tuple = ()
+
+    def out_of_time(_collective):
+        raise TimeLimitReached("time limit of 10 s reached while building the model")
+
+    def first(c):
+        return Cheap((c.size_bytes,), c, Info())
+
+    gather = Collective(CollectiveKind.ALLGATHER, 1000, tuple(range(8)))
+    with until(10.0):
+        items = compile_size_ranges(gather, 1000, 10**6, out_of_time, first=first)
+    assert len(items) == len(size_ranges(1000, 10**6))
+    assert all("first cheap candidate kept" in i.schedule.info.notes[0] for i in items)
