@@ -339,15 +339,6 @@ class Timer:
             return self.write_n(n, lowered=False) <= left()
         return self.pace * n * (1 + REPLAY_SHARE) <= FINALIST_SHARE * left()
 
-    def _held(self, schedule: Schedule, seconds: float) -> None:
-        """``schedule``'s file, timed otherwise than by judging (written, or spliced),
-        replays in ``seconds``: the best file so far if it is the fastest, against which
-        the others are screened."""
-        same = _same_collective(schedule.collective)
-        best = self._best_file.get(same)
-        if best is None or seconds < best[0]:
-            self._best_file[same] = (seconds, self._key(schedule))
-
     def _filed(self, schedule: Schedule, data: bytes, seconds: float) -> None:
         """``schedule``'s file, ``data``, replays in ``seconds``: kept for writing while it
         is the best of its collective (above :data:`XML_REPLAY_LIMIT` transfers only the
@@ -406,7 +397,6 @@ class Timer:
         replay took ``xml_s``: it is neither lowered nor replayed again."""
         self._seen[self._key(schedule)] = (schedule.transfers,
                                            Timing(schedule.finish_time_s, xml_s=xml_s))
-        self._held(schedule, xml_s)
 
     def verified(self, data: bytes, algo: Algo) -> None:
         """``data`` passed the verifier, which read it as ``algo``: the replay of the
@@ -483,8 +473,6 @@ class Timer:
         except TimeLimitReached as e:
             timing = replace(timing, unreplayed=str(e))
         self._seen[self._key(schedule)] = (schedule.transfers, timing)
-        if timing.file_s is not None:
-            self._held(schedule, timing.file_s)
 
     def file_timing(self, schedule: Schedule) -> Timing:
         """:meth:`timing`, with the XML lowered and replayed at any number of transfers
