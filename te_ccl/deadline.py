@@ -114,7 +114,7 @@ class Budget:
     """
 
     end: float  # time.monotonic() at which the share is spent
-    start: float = field(default_factory=time.monotonic)
+    start: float = field(default_factory=lambda: time.monotonic())  # read at call time, as the deadline reads it
 
     @classmethod
     def of(cls, seconds: float) -> Budget:

@@ -81,7 +81,7 @@ class Incumbent:
 
     bound_s: float
     progress: Callable[[str], None] | None = None
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=lambda: time.monotonic())  # read at call time, as the deadline reads it
     best: Verified | None = None
     history: list[Improvement] = field(default_factory=list)
     cut_short: str | None = None
