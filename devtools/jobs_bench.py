@@ -10,8 +10,10 @@ these networks: the shared rows are communicators on common GPUs. Each row is
 replayed together. Targets: where links are shared, joint ≤ :data:`SHARED_GOAL` × that;
 where none is, equal. Each row also gives the joint objective's lower bound
 (:func:`te_ccl.jobs.bound.joint_bound`): where it is above the goal, the goal is out of
-reach for any files. Prints a markdown table (or ``--json``; ``--table FILE`` renders a
-stored ``--json``) on stdout; exits 1 when a target is short, unless ``--no-fail``.
+reach for any files. Prints a markdown table (or ``--json``: ``{"header": …, "rows": […]}``,
+the header saying the run's commit, load and command, :mod:`devtools.provenance`;
+``--table FILE`` renders a stored ``--json``) on stdout; exits 1 when a target is short,
+unless ``--no-fail``.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any
 
 import click
 
+from devtools import provenance
 from te_ccl.jobs import compile_jobs
 from te_ccl.jobs.spec import jobs_from
 from te_ccl.spec.topology import load_topology
@@ -183,15 +186,22 @@ def jobs_bench_cmd(as_json: bool, no_fail: bool, only: str | None, scenario: str
 
     if table is not None:
         try:
-            rows = json.loads(Path(table).read_text())
+            saved = json.loads(Path(table).read_text())
         except ValueError as e:
             raise click.BadParameter(f"{table}: not the JSON of --json ({e})",
                                      param_hint="--table") from None
-        click.echo(markdown(rows), nl=False)
+        # a run saved before runs had a header is the bare list of rows
+        header, rows = (saved.get("header"), saved.get("rows", [])) \
+            if isinstance(saved, dict) else (None, saved)
+        click.echo(provenance.line(header) + "\n\n" + markdown(rows), nl=False)
         return
+    header = provenance.start()
     rows = [run_scenario(s, limit_per_job * len(s.jobs)) for s in SCENARIOS
             if only in (None, s.topology) and scenario in (None, s.name)]
-    click.echo(json.dumps(rows, indent=2) if as_json else markdown(rows), nl=not as_json)
+    if as_json:
+        click.echo(json.dumps({"header": provenance.finish(header), "rows": rows}, indent=2))
+    else:
+        click.echo(markdown(rows))
     if not no_fail and not all(r["met"] for r in rows):
         sys.exit(1)
 

@@ -20,7 +20,8 @@ written, checked by the plan checker and replayed, against the lower bound and t
 compiled MSCCL XML; ``link_s``: the busiest link's busy time in the plan's replay. These
 rows have no target.
 
-Prints markdown tables (or ``--json``: ``{"nvls": [...], "boxes": [...]}``) on stdout;
+Prints markdown tables (or ``--json``: ``{"header": ..., "nvls": [...], "boxes": [...]}``,
+the header saying the run's commit, load and command, :mod:`devtools.provenance`) on stdout;
 exits 1 when a target is short, unless ``--no-fail``.
 """
 
@@ -35,6 +36,7 @@ from typing import Any
 import click
 
 import te_ccl
+from devtools import provenance
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.errors import TecclError, VerificationError
@@ -183,13 +185,15 @@ def _box_table(rows: list[BoxRow]) -> str:
 def nvls_cmd(ctx: click.Context, limit_s: float, as_json: bool, no_fail: bool) -> None:
     """AllReduce 1 GB with and without NVLink SHARP on dgx-h100 and gb200-nvl72, and
     across boxes on hgx-h100x2 and hgx-h100x4."""
+    header = provenance.start()
     try:
         rows = [run_machine(t, limit_s) for t in MACHINES]
         boxes = [run_boxes(t, limit_s) for t in BOXES]
     except TecclError as e:  # one line, as teccl prints it
         raise click.ClickException(str(e)) from None
     if as_json:
-        click.echo(json.dumps({"nvls": [asdict(r) | {"met": r.met} for r in rows],
+        click.echo(json.dumps({"header": provenance.finish(header),
+                               "nvls": [asdict(r) | {"met": r.met} for r in rows],
                                "boxes": [asdict(r) for r in boxes]}, indent=2))
     else:
         click.echo(_table(rows) + "\n\n" + _box_table(boxes))

@@ -14,7 +14,9 @@ that writes a new file must), and the previous file kept as it is, replayed on t
 changed network, over the lower bound; the last, what the compile from the previous
 file notes of it (the splice's replay where it does not stand).
 
-Writes ``OUT/recompile.json`` and ``OUT/recompile.md`` (default ``bench/``) and prints
+Writes ``OUT/recompile.json`` (``{"header": …, "rows": […]}``, the header saying the run's
+commit, load and command, :mod:`devtools.provenance`) and ``OUT/recompile.md`` (that
+header its first line; default ``bench/``) and prints
 the table on stderr; exits 1 when a target is missed, unless ``--no-fail``.
 """
 
@@ -31,6 +33,7 @@ from pathlib import Path
 import click
 
 import te_ccl
+from devtools import provenance
 from te_ccl.cli.common import err_console
 from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.simulate.msccl import simulate_msccl
@@ -159,7 +162,7 @@ def _markdown(rows: list[Recompile]) -> str:
 @click.option("--no-fail", is_flag=True, help="Exit 0 even if a target is missed.")
 def main(out_dir: str, only: tuple[str, ...], no_fail: bool) -> None:
     """Compile again after one link failure, from scratch and from the previous file."""
-    rows = []
+    header, rows = provenance.start(), []
     with tempfile.TemporaryDirectory(prefix="teccl-recompile-") as tmp:
         for topology, edit in CASES:
             if only and topology not in only:
@@ -167,11 +170,12 @@ def main(out_dir: str, only: tuple[str, ...], no_fail: bool) -> None:
             err_console.print(f"recompile: {topology} {_change(edit)}", highlight=False)
             rows.append(recompile(topology, edit, Path(tmp)))
     folder = make_output_dir(out_dir)
-    write_atomic(str(folder / "recompile.json"), json.dumps(
-        [asdict(r) | {"time_share": r.time_share, "quality": r.quality, "met": r.met}
-         for r in rows], indent=2) + "\n")
+    header = provenance.finish(header)
+    write_atomic(str(folder / "recompile.json"), json.dumps({"header": header, "rows": [
+        asdict(r) | {"time_share": r.time_share, "quality": r.quality, "met": r.met}
+        for r in rows]}, indent=2) + "\n")
     table = _markdown(rows)
-    write_atomic(str(folder / "recompile.md"), HEADER + table)
+    write_atomic(str(folder / "recompile.md"), provenance.line(header) + "\n\n" + HEADER + table)
     err_console.print(table, highlight=False)
     if not no_fail and not all(r.met for r in rows):
         sys.exit(1)

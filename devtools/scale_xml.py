@@ -40,6 +40,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from devtools import provenance
+
 TOPOLOGIES = ("mesh8x8", "torus8x8", "mesh16x16", "torus16x16", "torus8x8x8", "mesh32x32",
               "torus32x32")
 INSTANCES = [f"{t}:{k}" for k in ("allgather", "reducescatter", "allreduce")
@@ -83,10 +85,10 @@ def run(name: str, workdir: Path, time_limit: float) -> dict:
     """``teccl compile`` one instance in its own process; its numbers as a dict. It runs
     twice: timed as a user runs it, then again with its memory sampled, since reading
     every process's proportional set size slows the compile (5–8 s at 1024 GPUs)."""
-    commit, before, load = _commit(), _cpu_s(), os.getloadavg()[0]
+    commit, before, load = provenance.commit(), _cpu_s(), provenance.load()
     row = _compile(name, workdir, time_limit, sample=False)
     row["cpu_s"] = round(_cpu_s() - before, 1)
-    row["load"] = [round(load, 1), round(os.getloadavg()[0], 1)]
+    row["load"] = [load, provenance.load()]
     row["commit"] = commit
     if "error" not in row:
         row["peak_mb"] = _compile(name, workdir, time_limit, sample=True)["peak_mb"]
@@ -124,24 +126,11 @@ def _compile(name: str, workdir: Path, time_limit: float, sample: bool) -> dict:
     return row
 
 
-def _commit() -> str:
-    """The short commit of the package compiled, ``+`` if it has uncommitted changes
-    ("" outside a git checkout)."""
-    root = Path(__file__).resolve().parents[1]
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
-                              capture_output=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "te_ccl"], cwd=root,
-                               text=True, capture_output=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return ""
-    return head + ("+" if dirty else "")
-
-
-def _saved_run(rows: list[dict]) -> dict:
-    """A run as saved: the header (the machine's cores, the rows' commits) and the rows."""
+def _saved_run(header: dict, rows: list[dict]) -> dict:
+    """A run as saved: the header (:mod:`devtools.provenance`, with the rows' commits: an
+    ``--update`` keeps rows of earlier runs) and the rows."""
     commits = sorted({row["commit"] for row in rows if row.get("commit")})
-    return {"header": {"cpus": os.cpu_count(), "commits": commits}, "rows": rows}
+    return {"header": provenance.finish(header) | {"commits": commits}, "rows": rows}
 
 
 def _cpu_s() -> float:
@@ -182,9 +171,9 @@ def _line(row: dict) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
-def _saved(ap: argparse.ArgumentParser, path: str, flag: str) -> list[dict]:
-    """The rows of a saved ``--json`` run; a missing or unreadable file ends the script
-    with one line (exit 2)."""
+def _saved(ap: argparse.ArgumentParser, path: str, flag: str) -> tuple[dict | None, list[dict]]:
+    """The header and rows of a saved ``--json`` run; a missing or unreadable file ends the
+    script with one line (exit 2)."""
     try:
         saved = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
@@ -194,7 +183,7 @@ def _saved(ap: argparse.ArgumentParser, path: str, flag: str) -> list[dict]:
                                              for r in rows):
         ap.error(f"{flag} {path}: expected a JSON object whose 'rows' are a list of rows "
                  "with an 'instance' key")
-    return rows
+    return saved.get("header"), rows
 
 
 def main() -> None:
@@ -210,18 +199,20 @@ def main() -> None:
                     help="replace the rows of the instances run in a saved --json run")
     args = ap.parse_args()
     if args.table:
-        rows = _saved(ap, args.table, "--table")
+        saved_header, rows = _saved(ap, args.table, "--table")
+        print(provenance.line(saved_header) + "\n")
         print(_header())
         print("\n".join(_line(row) for row in rows))
         return
     # read before the runs, so a bad file is said at once, not after an hour of compiles
-    saved = {row["instance"]: row for row in _saved(ap, args.update, "--update")} \
+    saved = {row["instance"]: row for row in _saved(ap, args.update, "--update")[1]} \
         if args.update else {}
     names = [n for n in INSTANCES
              if not args.only or n in args.only or n.split(":")[0] in args.only]
     if args.list:
         print("\n".join(names))
         return
+    header = provenance.start()
     with tempfile.TemporaryDirectory(prefix="scale_xml_") as tmp:
         workdir = Path(args.keep or tmp)
         workdir.mkdir(parents=True, exist_ok=True)
@@ -236,9 +227,9 @@ def main() -> None:
     if args.update:
         saved |= {row["instance"]: row for row in rows}
         merged = [saved[n] for n in INSTANCES if n in saved]
-        Path(args.update).write_text(json.dumps(_saved_run(merged), indent=1) + "\n")
+        Path(args.update).write_text(json.dumps(_saved_run(header, merged), indent=1) + "\n")
     if args.json:
-        print(json.dumps(_saved_run(rows), indent=1))
+        print(json.dumps(_saved_run(header, rows), indent=1))
 
 
 if __name__ == "__main__":

@@ -35,5 +35,7 @@ def test_a_saved_run_prints_as_a_table(tmp_path):
                      '"load": [0.5, 1.5]}]}\n')
     proc = _run("--table", str(saved))
     assert proc.returncode == 0
-    line = proc.stdout.splitlines()[2]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("Run: commit abc1234, load not recorded on 2 cores")
+    line = lines[4]
     assert line.startswith("| mesh8x8:allgather |") and "| abc1234 | 0.5–1.5 |" in line
