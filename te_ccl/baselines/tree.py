@@ -124,8 +124,8 @@ def switch_trees(topology: Topology, collective: Collective) -> Schedule:
     thread block per peer; one GPU summing each piece from all the others needs more
     than a GPU runs). The fill is the trees' depth in hops, each a piece ``k`` times and
     two links' α: ``k`` is the fan-out that makes it least among those whose ``k`` blocks
-    of inner nodes fit in the GPUs (GB200 NVL72, 71 GPUs below the root: 3 levels at
-    ``k = 5``, where a binary tree has 7 and one relay sends to 70)."""
+    of inner nodes fit in the GPUs (71 GPUs below the root: 4 levels at ``k = 5``,
+    where a binary tree has 7 and one relay sends to 70)."""
     if collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) \
             or collective.root is None or collective.nranks < 3:
         raise BaselineError("the switch trees are for broadcast and reduce from a root")
@@ -155,8 +155,9 @@ def switch_trees(topology: Topology, collective: Collective) -> Schedule:
     def fill(k: int) -> float:
         return _levels(m, k) * (k * piece_s + alpha)
 
-    # fan-outs whose trees' inner nodes are all different GPUs (k blocks of inner nodes fit)
-    fans = [k for k in range(2, min(MAX_FAN, m - 1) + 1) if k * -(-(m - 1) // k) <= m]
+    # fan-outs whose trees' inner nodes are all different GPUs (k blocks of inner nodes
+    # fit); two GPUs below the root take two chains, each the other's reverse
+    fans = [k for k in range(2, min(MAX_FAN, max(2, m - 1)) + 1) if k * -(-(m - 1) // k) <= m]
     k = min(fans, key=fill)
     inner = -(-(m - 1) // k)
     trees = []

@@ -59,3 +59,14 @@ def test_not_beyond_32_gpus():
     nvl72 = load_topology("gb200-nvl72")
     coll = Collective(K.REDUCE, 64_000_000, tuple(range(72)), root=0)
     assert "switch-trees" not in applicable(nvl72, coll)
+
+
+@pytest.mark.parametrize("kind", [K.REDUCE, K.BROADCAST], ids=lambda k: k.value)
+def test_three_gpus_take_two_chains(kind):
+    """Two GPUs below the root: no fan-out of at least two fits but the two chains."""
+    star = gen.star(3, 100e9, 0.7e-6)
+    coll = Collective(kind, 3_000_000, (0, 1, 2), root=0)
+    assert "switch-trees" in applicable(star, coll)
+    schedule = switch_trees(star, coll)
+    assert check_schedule(schedule) == []
+    assert verify_msccl(lower_to_msccl(schedule).decode()).valid
