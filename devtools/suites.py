@@ -154,14 +154,14 @@ def _bound_cases() -> list[Case]:
 
 
 def _rooted_cases() -> list[Case]:
-    """:data:`ROOTED_KINDS` of 64 MB from root 0 on every shipped topology (group
-    ``rooted``), the smallest machines first, at a 10 s limit: the goal
-    :data:`ROOTED_GOAL` is the templates', which are built in seconds."""
-    from te_ccl.spec.topology import load_topology, shipped_topologies
+    """:data:`ROOTED_ROWS` from root 0 (group ``rooted``), the smallest machines first, at
+    the limit the ``bound`` suite runs them at (:func:`_bound_cases`)."""
+    from te_ccl.spec.topology import load_topology
 
-    names = sorted(shipped_topologies(), key=lambda t: (load_topology(t).ngpus, t))
-    return [Case(t, kind, 64 * MB, limit_s=10, baselines=False, group="rooted", root=0)
-            for t in names for kind in ROOTED_KINDS]
+    ngpus = {t: load_topology(t).ngpus for t, _, _ in ROOTED_ROWS}
+    return [Case(t, kind, size, limit_s=DEFAULTS_LIMIT_S, baselines=False, group="rooted",
+                 root=0)
+            for t, kind, size in sorted(ROOTED_ROWS, key=lambda r: (ngpus[r[0]], r[0]))]
 
 
 DEFAULTS_SIZES = (1 * KB, 1 * MB, 64 * MB, 1 * GB)
@@ -202,7 +202,7 @@ SUITES: dict[str, Callable[[], Suite]] = {
                                       and (c.topology, c.kind, c.size_bytes) not in ROOTED_ROWS]),
                              budget_s=17 * 60),
     "bound": lambda: _whole_suite("bound", _bound_cases()),
-    "rooted": lambda: Suite("rooted", tuple(_rooted_cases()), budget_s=30 * 60),
+    "rooted": lambda: _whole_suite("rooted", _rooted_cases()),
     "quick": lambda: Suite("quick",
                            (Case("ring8", "allgather", 1 * KB, limit_s=5),
                             Case("ring8", "allgather", 1 * MB, limit_s=5),

@@ -1,7 +1,7 @@
 """The rooted suite: every shipped topology's rooted collectives of 64 MB, one target."""
 
 from devtools.runner import Row
-from devtools.suites import DEFAULTS_LIMIT_S, MB, ROOTED_GOAL, ROOTED_KINDS, suite
+from devtools.suites import DEFAULTS_LIMIT_S, MB, ROOTED_GOAL, ROOTED_KINDS, ROOTED_ROWS, suite
 from devtools.targets import evaluate_targets
 from te_ccl.spec.topology import shipped_topologies
 
@@ -18,7 +18,8 @@ def test_the_suite_has_every_rooted_kind_on_every_shipped_topology_from_root_0()
     cases = suite("rooted").cases
     assert {(c.topology, c.kind) for c in cases} == {
         (t, k) for t in shipped_topologies() for k in ROOTED_KINDS}
-    assert {(c.root, c.size_bytes) for c in cases} == {(0, 64 * MB)}
+    assert {(c.root, c.size_bytes, c.limit_s) for c in cases} == {(0, 64 * MB, DEFAULTS_LIMIT_S)}
+    assert len(cases) == len(ROOTED_ROWS)
 
 
 def test_one_row_over_the_goal_or_without_a_file_is_short():
