@@ -177,8 +177,7 @@ def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
     it is not built where its pieces are :func:`pipeline`'s. A Reduce sums along a chain
     of each box's GPUs (:func:`box_trees`): at a thousand pieces, a GPU summing each piece
     from all its box makes the file slower than its schedule (every partial waits for its
-    turn at that GPU; HGX H100 ×2 Reduce 64 MB: 1.32× the bound where the chains' file is
-    1.09×)."""
+    turn at that GPU)."""
     fan, coll = _fan(topology, collective)
     if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
         raise BaselineError("no time left to build and judge the finer pipeline's file")

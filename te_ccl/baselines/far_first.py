@@ -2,7 +2,7 @@
 
 At small sizes a pair's time is its hops' α, so an AlltoAll ends when its farthest pairs'
 data has arrived; the direct template sends every pair at once and the far pairs' relays
-queue behind near traffic (dgx1 64 KB: 2.36 µs where two hops take 1.4 µs of α). Here the
+queue behind near traffic. Here the
 farthest pairs' chunks are placed first, the pairs' ``i``-th chunks in turn, each on the
 one of its pair's fewest-hop routes that delivers it earliest (so a pair's chunks spread
 over its routes: hgx-h100x2's cross-box pairs take the rail before the NVSwitch hop or
@@ -39,9 +39,8 @@ FAR_FIRST_MAX_GPUS = 32  # beyond, the rounds cost more than a compile's templat
 MAX_ROUTES = 4  # fewest-hop routes weighed per pair: dgx1's far pairs have two
 FINE = 8  # epochs per chunk time of the fastest link
 ROUNDS = 24  # placings, each with the last arrivals of the one before moved first
-PLACEMENTS = 12_000  # chunks placed over all rounds at most: the rounds gain on dgx1 (1.84 ->
-#                      1.76 µs at 4 chunks per rank), none on mesh 4×4, where 16 chunks per
-#                      rank take 0.08 s a round
+PLACEMENTS = 12_000  # chunks placed over all rounds at most: a round's cost grows with the
+#                      chunks, so many chunks get fewer rounds
 
 _Hop = tuple[str, str, int, int]  # (src, dst, start epoch, arrive epoch)
 _Piece = tuple[tuple[str, str], int]  # (pair, its i-th chunk)

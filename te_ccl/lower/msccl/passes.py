@@ -50,10 +50,9 @@ Time: every pass observes the deadline of the compile under way
 (:mod:`te_ccl.background`); the bytes are the same. Pass 3 runs in one process alone
 unless it runs in two halves at once (:func:`split_halves`). From
 :data:`CHILD_FROM` transfers the whole lowering runs in a forked process, which leaves
-without freeing its millions of objects (seconds at 1024 GPUs). Below, a fork costs
-more than it saves: at the mesh 8×8 AlltoAll's 21,504 edges the parent of forked parts
-alone spends about the CPU time of the whole lowering in one process, and the forks add
-a fifth to a quarter to it.
+without freeing its millions of objects. Below, a fork costs more than it saves: the
+parent's share of dealing out and gathering the parts is about the whole lowering's work
+in one process.
 
 Buffering: a connection holds :meth:`~te_ccl.runtime_limits.RuntimeLimits.outstanding_sends`
 of the file's protocol (2 under Simple), and the channel pass keeps every connection
