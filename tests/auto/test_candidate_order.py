@@ -1,7 +1,8 @@
 """The candidates ``auto`` races and a first file tries, in order, for a handful of inputs:
 recorded before the candidates moved into one registry, so the move changes none of them
 (since: a rooted collective whose whole chunks cannot come near the bound races the
-templates before the flow model, and no flow model runs where its chunks cannot win).
+templates before the flow model, no flow model runs where its chunks cannot win, and the
+far-first template is raced for AlltoAll after direct).
 
 Every candidate the race times is judged here by its epoch-model prediction with no cheap
 bound (each template is timed, none skipped by an estimate), under a limit far above what
@@ -53,10 +54,12 @@ CASES = {  # (topology, kind, size, root, format) -> (kept, also tried, judged, 
         "template in-switch"])),
     "mesh4x4-alltoall": (("mesh4x4", CollectiveKind.ALLTOALL, 1048576, None, "xml"), (
         "scale/flow-alltoall",
-        ["flow model", "template ring", "template ring-bidir", "template direct"],
-        ["scale", "baseline:ring", "baseline:ring-bidir", "baseline:direct"],
+        ["flow model", "template ring", "template ring-bidir", "template direct",
+        "template far-first"],
+        ["scale", "baseline:ring", "baseline:ring-bidir", "baseline:direct",
+        "baseline:far-first"],
         ["scale/flow-alltoall", "template ring", "template ring-bidir", "template direct",
-        "template in-switch"])),
+        "template far-first", "template in-switch"])),
     "boxes-allreduce-mscclpp": (("boxes2x2", CollectiveKind.ALLREDUCE, 1048576, None, "mscclpp"), (
         "scale/hierarchical",
         ["template box plan", "template packed", "flow model", "template ring",
