@@ -1,6 +1,7 @@
 """``python -m devtools.bench [SUITE]``: teccl and the baselines on a suite, against bounds and targets.
 
-Writes ``OUT/results.csv``, ``OUT/results.md`` and ``OUT/plots/*.png`` (default ``bench/``),
+Writes ``OUT/results.csv``, ``OUT/results.md`` (its first line the run's commit, load and
+command: :mod:`devtools.provenance`) and ``OUT/plots/*.png`` (default ``bench/``),
 prints the targets (and with ``-v`` every result) as rich tables on stderr, and exits 1
 when a target is short, unless ``--no-fail``. Bad input (an unknown suite, an unreadable
 ``--readme``) is one line on stderr and exit 2, as in ``teccl``.
@@ -13,6 +14,7 @@ from dataclasses import asdict
 
 import click
 
+from devtools import provenance
 from devtools.readme import fill_readme
 from devtools.render import results_table, targets_table, write_outputs
 from devtools.runner import run_suite
@@ -62,8 +64,9 @@ def bench_cmd(ctx: click.Context, suite_name: str, out_dir: str, threads: int,
             elif not as_json and msg.startswith("["):
                 err_console.print(msg, highlight=False)
 
+        header = provenance.start()
         result = run_suite(chosen, threads=threads, progress=progress, budget_s=budget)
-    paths = write_outputs(result, out_dir)
+    paths = write_outputs(result, out_dir, provenance.finish(header))
     if readme:
         fill_readme(readme, paths["markdown"])
     targets = evaluate_targets(result.rows, result.planned or None)

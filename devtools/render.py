@@ -12,6 +12,7 @@ from pathlib import Path
 
 from rich.table import Table
 
+from devtools import provenance
 from devtools.runner import SIM_LIMIT, BenchResult, Row
 from devtools.targets import TACOS_RATIOS, Anchor, Target, anchors, evaluate_targets
 from te_ccl.outputs import pyplot, save_figure, write_atomic
@@ -226,12 +227,15 @@ def results_table(rows: list[Row]) -> Table:
     return t
 
 
-def write_outputs(result: BenchResult, out_dir: str | Path) -> dict[str, Path]:
-    """Write results.csv, results.md and plots/*.png under ``out_dir`` (created)."""
+def write_outputs(result: BenchResult, out_dir: str | Path,
+                  header: dict | None = None) -> dict[str, Path]:
+    """Write results.csv, results.md and plots/*.png under ``out_dir`` (created); the run's
+    ``header`` (:mod:`devtools.provenance`) is results.md's first line."""
     out = Path(out_dir)
     (out / "plots").mkdir(parents=True, exist_ok=True)
     targets = evaluate_targets(result.rows, result.planned or None)
     write_atomic(out / "results.csv", results_csv(result.rows))
-    write_atomic(out / "results.md", results_markdown(result, targets, anchors(result.rows)))
+    write_atomic(out / "results.md", provenance.line(header) + "\n\n"
+                 + results_markdown(result, targets, anchors(result.rows)))
     draw_plots(result.rows, out / "plots")
     return {"csv": out / "results.csv", "markdown": out / "results.md", "plots": out / "plots"}

@@ -56,8 +56,10 @@ def test_outputs_and_readme(tmp_path):
     rows = [row("teccl", 1.0), row("baseline:ring", 2.0),
             row("teccl", 1e-5, size=KB), row("baseline:ring", 2e-5, size=KB)]
     res = BenchResult("t", rows, 1.0)
-    paths = write_outputs(res, tmp_path / "bench")
+    header = {"commit": "abc1234", "load": [1.0, 2.0], "command": "python -m x", "cpus": 2}
+    paths = write_outputs(res, tmp_path / "bench", header)
     md = paths["markdown"].read_text()
+    assert md.splitlines()[0] == "Run: commit abc1234, load 1.0–2.0 on 2 cores, `python -m x`."
     assert "| ring8 allgather 1 GB vs cut bound |" in md and "TE-CCL (Gurobi)" in md
     assert (tmp_path / "bench" / "plots" / "ring8.png").read_bytes()[:4] == b"\x89PNG"
     assert results_csv(rows).splitlines()[0].startswith("topology,ngpus,collective")
