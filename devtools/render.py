@@ -36,6 +36,9 @@ BOUND_ARGUMENTS: dict[str, str] = {
                    "its cheapest path busy, shared by all links",
     "cut_alpha_s": "AlltoAll: the pairs' bytes leaving (entering) a set of nodes over its "
                    "bandwidth, then the least α from that cut on to a GPU outside (into it)",
+    "window_s": "AlltoAll: the pairs leaving a box whose routes out take at least θ of α cross "
+                "each link out in a few windows of the time less θ, so their bytes over those "
+                "windows' bandwidth, plus θ",
     "alpha_s": "latency: the α-weighted distance of the farthest source and destination "
                "that exchange data",
 }
