@@ -20,7 +20,8 @@ import math
 
 import networkx as nx
 
-from te_ccl.baselines.plan import BaselineError
+from te_ccl.baselines.plan import TEMPLATE, BaselineError
+from te_ccl.deadline import check
 from te_ccl.topology.model import Topology
 
 __all__ = ["MAX_UNITS", "unit_arborescences"]
@@ -31,11 +32,14 @@ MAX_GPUS = 32  # GPUs beyond which not either: a max-flow per GPU per edge tried
 Tree = dict[str, str]  # node -> parent
 
 
-def unit_arborescences(topology: Topology, root: str, members: list[str]) -> list[Tree]:
+def unit_arborescences(topology: Topology, root: str, members: list[str],
+                       more_than: int = 0) -> list[Tree]:
     """``k`` spanning out-trees of ``members`` from ``root`` over direct member-to-member
     links, no link carrying more trees than its units (module docstring); raises
     :class:`BaselineError` where a GPU is not reached, the root has more than
-    :data:`MAX_UNITS` units or there are more than :data:`MAX_GPUS` GPUs.
+    :data:`MAX_UNITS` units, there are more than :data:`MAX_GPUS` GPUs or ``k`` is not
+    above ``more_than`` (checked before the trees are grown: a max-flow per GPU per edge
+    tried).
 
     >>> from te_ccl.topology.generators import ring
     >>> [sorted(t.items()) for t in unit_arborescences(ring(3, 1.0), "g0", ["g0", "g1", "g2"])]
@@ -55,12 +59,16 @@ def unit_arborescences(topology: Topology, root: str, members: list[str]) -> lis
     if count < 1 or count > MAX_UNITS:
         raise BaselineError(f"no arborescences in {topology.name}: every GPU is {count} link "
                             f"units from {root}, where 1 to {MAX_UNITS} are packed")
+    if count <= more_than:
+        raise BaselineError(f"no more arborescences than {more_than} from {root} in "
+                            f"{topology.name}")
     order = {v: i for i, v in enumerate(members)}
     trees = []
     for t in range(count):
         tree: Tree = {}
         level = {root: 0}
         while len(level) < len(members):
+            check(TEMPLATE)
             edges = sorted(((level[u], order[v], u, v) for (u, v), n in units.items()
                             if n and u in level and v not in level))
             for *_, u, v in edges:

@@ -240,9 +240,8 @@ def pipeline_units(topology: Topology, collective: Collective) -> Schedule:
     fan, coll = _fan(topology, collective)
     members = [fan.gpu(r) for r in coll.ranks]
     root = fan.gpu(coll.root)
-    trees = unit_arborescences(fan, root, members)
-    if len(trees) <= len(disjoint_trees(fan, root, members)):
-        raise BaselineError(f"no more arborescences than link-disjoint trees in {topology.name}")
+    trees = unit_arborescences(fan, root, members,
+                               more_than=len(disjoint_trees(fan, root, members)))
     shares = [1.0] * len(trees)
     schedule = _broadcast(fan, _pieces(fan, coll, shares, trees, FINE_TRANSFERS), shares, trees,
                           "pipeline-units")
