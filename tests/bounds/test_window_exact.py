@@ -79,7 +79,7 @@ def window(topo: Topology, chunk: int) -> float:
 
 
 # (fabric, bytes per pair, chunks a rank solved): met by a file (0, 1, 4), the largest
-# bound of the fabric (2 to 5), smaller than another (0, 1)
+# bound of the fabric (2 to 5), equal to cut_alpha_s (0, 1)
 FIXED = [
     (uniform(2, False, (1e10, 0.0), (2e9, 2e-6)), 8000, (1,)),
     (uniform(3, False, (4e9, 0.0), (2e9, 1e-7)), 2000, (1,)),
