@@ -31,14 +31,18 @@ test-slow: $(STAMP)
 smoke:
 	$(PYTHON) -m devtools.smoke
 
+# each saved run is replaced only once its tool has finished (a stopped run keeps the last one)
 bench: $(STAMP)
 	$(BIN)/python -m devtools.bench default --no-fail --readme docs/benchmarks.md
-	$(BIN)/python -m devtools.sweep_bench --json > bench/sweep_speedup.json
+	$(BIN)/python -m devtools.sweep_bench --json > bench/sweep_speedup.json.new
+	mv bench/sweep_speedup.json.new bench/sweep_speedup.json
 	@cat bench/sweep_speedup.json
-	$(BIN)/python -m devtools.jobs_bench --no-fail --json > bench/jobs.json
+	$(BIN)/python -m devtools.jobs_bench --no-fail --json > bench/jobs.json.new
+	mv bench/jobs.json.new bench/jobs.json
 	$(BIN)/python -m devtools.jobs_bench --table bench/jobs.json
 	$(BIN)/python -m devtools.recompile --no-fail
-	$(BIN)/python -m devtools.nvls_bench --no-fail --json > bench/nvls.json
+	$(BIN)/python -m devtools.nvls_bench --no-fail --json > bench/nvls.json.new
+	mv bench/nvls.json.new bench/nvls.json
 	@cat bench/nvls.json
 	# the bound goals: AllReduce rows; rooted rows (Broadcast, Reduce, Gather, Scatter of 64 MB from root 0 on every shipped topology, each its own target) and AlltoAll of 64 MB and 1 GB (1 KB, 64 KB on 8-32 GPUs) at the default limit
 	$(BIN)/python -m devtools.bench bound --no-fail --out bench/bound
