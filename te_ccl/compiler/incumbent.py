@@ -90,6 +90,7 @@ class Incumbent:
     attempt_s: float = 0.0  # when it was built
     refused: list[str] = field(default_factory=list)  # candidates that gave no file, and why
     hurried: bool = False  # the first file skipped an improvement (deadline.hurried)
+    files: list[Verified] = field(default_factory=list)  # every file kept, the first first
 
     def trying(self, schedule: Schedule) -> None:
         """``schedule`` is being lowered and verified (what a first file takes is
@@ -112,6 +113,7 @@ class Incumbent:
         if self.best is not None and finish_s >= self.best.finish_s * (1 - TIE):
             return False
         self.best = Verified(schedule, data, finish_s, source)
+        self.files.append(self.best)
         self.history.append(Improvement(self.elapsed(), source, self.ratio(finish_s)))
         if self.progress is not None:
             self.progress(Kept(self.shown(), self.history[-1]))
@@ -126,7 +128,7 @@ class Incumbent:
         the search that kept it too)."""
         assert self.best is not None and self.holds(schedule)
         b = self.best
-        self.best = Verified(schedule, b.data, b.finish_s, b.source)
+        self.best = self.files[-1] = Verified(schedule, b.data, b.finish_s, b.source)
 
     def cut(self, why: str) -> None:
         """The time limit stopped the compile short of writing the best it found."""

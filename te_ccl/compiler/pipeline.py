@@ -126,14 +126,21 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
             best = _anytime(topology, collective, params, options, timer, kept, usable)
             schedule, data = best.schedule, best.data
             served = declared_range(best.data, options.min_bytes, options.max_bytes)
-    fabric = None
-    # the tables before the file, in the time kept for them: no file without its tables
+    fabric, set_aside = None, ()
+    # the tables before the file, in the time kept for them: no file without its tables,
+    # the best file kept whose tables can be made in time
     if options.fred_tables is not None:
-        extra, fabric = write_fred_tables(schedule, topology, options.fred_tables)
+        files = kept.files[::-1] if kept else []
+        tables = write_fred_tables([f.schedule for f in files] or [schedule], topology,
+                                   options.fred_tables)
+        extra, fabric, set_aside = tables.paths, tables.fabric, tables.notes
+        if tables.chosen:
+            schedule, data = files[tables.chosen].schedule, files[tables.chosen].data
+            served = declared_range(data, options.min_bytes, options.max_bytes)
     if options.output is not None:
         write_atomic(options.output, data)
     notes = compile_notes(schedule, timer, usable.forwarded)
-    notes += tuple(kept.notes) if kept else ()
+    notes += (tuple(kept.notes) if kept else ()) + set_aside
     schedule = schedule.with_info(notes=schedule.info.notes + notes + served[2])
     return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output, extra,
                          served[0], served[1], timer.timing(schedule), fabric,

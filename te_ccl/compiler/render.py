@@ -5,8 +5,9 @@ the same chunking solved again with the most sub-chunks that fit (:func:`render_
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from contextlib import nullcontext
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -17,16 +18,22 @@ from te_ccl.compiler.best import refuse, solve_best, solve_checked
 from te_ccl.compiler.judge import Timer, lower_file
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.portfolio import asked_chunking
-from te_ccl.deadline import TimeLimitReached, left
+from te_ccl.deadline import TimeLimitReached, keeping, left
 from te_ccl.errors import RuntimeLimitError, VerificationError
-from te_ccl.lower.fred import fred_tables_for
+from te_ccl.lower.fred import (
+    TABLES_S_PER_FLOW,
+    WrittenTables,
+    planned_tables,
+    tables_of_timeline,
+    unrouted_flows,
+)
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 from te_ccl.verify.mscclpp import verify_plan
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["lowerable", "render", "render_fitting", "solved_again", "write_fred_tables",
-           "TABLES_SHARE"]
+__all__ = ["FredTables", "lowerable", "render", "render_fitting", "solved_again",
+           "write_fred_tables", "TABLES_SHARE"]
 
 TABLES_SHARE = 0.25  # of a compile's limit, kept from its search for the FRED tables
 
@@ -226,18 +233,68 @@ def _render_plan(schedule: Schedule, options: CompileOptions, progress: Progress
     return data
 
 
-def write_fred_tables(schedule: Schedule, topology: Topology, out_dir: str
-                      ) -> tuple[tuple[str, ...], dict[str, Any] | None]:
-    """The FRED switch tables of ``schedule`` written to ``out_dir``: their paths, and the
-    fabric's limits. They are made after the compile's search, in the time it kept for them
-    (:data:`TABLES_SHARE`), and before its file; past the deadline neither is written and
-    the error says what the tables had."""
+@dataclass(frozen=True)
+class FredTables:
+    """The FRED switch tables written: whose (``chosen``, an index into the schedules
+    offered, best first), their paths, the fabric's limits, and the better files set aside."""
+
+    chosen: int
+    paths: tuple[str, ...]
+    fabric: dict[str, Any] | None
+    notes: tuple[str, ...]
+
+
+def write_fred_tables(schedules: Sequence[Schedule], topology: Topology, out_dir: str
+                      ) -> FredTables:
+    """The FRED switch tables of the best of ``schedules`` (the files a compile kept, best
+    first) whose tables can be made in the time left, written to ``out_dir``.
+
+    They are made after the compile's search, in the time it kept for them
+    (:data:`TABLES_SHARE`), and before its file. The last schedule (the compile's first
+    file, the cheapest to route) is routed first and its tables' cost estimated from its
+    flows (:meth:`PlannedTables.estimate_s`); each better one is estimated from its
+    streams (:func:`unrouted_flows`), then routed and estimated again, and written, in
+    the time left but that, and set aside where its estimate does not fit or its tables
+    run out of time. The last one's tables are tried whatever their estimate: only when
+    they too run out of time does the deadline end the compile (:class:`TimeLimitReached`, nothing written), saying how
+    long they would take."""
     start = time.monotonic()
+    notes: list[str] = []
     try:
-        written = fred_tables_for(schedule, topology, Path(out_dir))
+        last = planned_tables(schedules[-1], topology)
+        reserve = last.estimate_s()
+        for i, schedule in enumerate(schedules[:-1]):
+            try:
+                with keeping(reserve):
+                    flows = unrouted_flows(schedule, topology)
+                    if flows * TABLES_S_PER_FLOW > left():
+                        raise TimeLimitReached(f"~{flows * TABLES_S_PER_FLOW:.2g} s for ~"
+                                               f"{flows:,} flows before routing, "
+                                               f"{left():.2g} s left")
+                    planned = planned_tables(schedule, topology)
+                    need = planned.estimate_s()
+                    if need > left():
+                        raise TimeLimitReached(f"~{need:.2g} s for {planned.flows:,} flows, "
+                                               f"{left():.2g} s left")
+                    written = tables_of_timeline(schedule, planned, Path(out_dir))
+            except TimeLimitReached as e:
+                notes.append(f"fred: a better file set aside, its switch tables would not be "
+                             f"made in time ({e}); wrote the tables of the next one")
+                continue
+            return _written(i, written, notes)
+        try:
+            return _written(len(schedules) - 1,
+                            tables_of_timeline(schedules[-1], last, Path(out_dir)), notes)
+        except TimeLimitReached as e:
+            raise TimeLimitReached(f"{e} (the tables of the cheapest file kept, "
+                                   f"{last.flows:,} flows, take ~{reserve:.2g} s of CPU)"
+                                   ) from None
     except TimeLimitReached as e:
         spent = time.monotonic() - start
         raise TimeLimitReached(f"{e}, after {spent:.2g} s of the {TABLES_SHARE:.0%} of the "
-                               "limit kept for them: the tables of this schedule need a "
-                               "longer limit; nothing was written") from None
-    return tuple(str(p) for p in written.paths), written.fabric
+                               "limit kept for the FRED switch tables: they need a longer "
+                               "limit; nothing was written") from None
+
+
+def _written(chosen: int, written: WrittenTables, notes: list[str]) -> FredTables:
+    return FredTables(chosen, tuple(str(p) for p in written.paths), written.fabric, tuple(notes))
