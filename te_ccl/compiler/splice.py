@@ -121,9 +121,8 @@ class _Weighted(Edit):
                 if got is None:
                     continue
                 when = math.nextafter(max(w.t for w in got), math.inf)  # strictly after
-                late = [r for x in slots for r in self.readers[b, x]
-                        if r not in self.removed and r.t <= when]
-                if any(r.op not in ("s", "rcs") for r in late):
+                late = self._passed_on(b, slots, when)
+                if late is None:
                     continue
                 cost = (self.load[k, b] + rv.cnt) * self.chunk_bytes / bw + self.early * when
                 if best is None or cost < best[0]:
@@ -174,7 +173,6 @@ class _Weighted(Edit):
             if got is not None and max(w.t for w in got) < need:
                 return True
         return False
-
 
 
 class _Queued(Edit):
@@ -235,9 +233,8 @@ class _Queued(Edit):
                 heapq.heappush(heap, (now[0], next(order), k, rv))
                 continue
             when, got = now
-            late = [r for x in slots for r in self.readers[b, x]
-                    if r not in self.removed and r.t <= when]
-            if any(r.op not in ("s", "rcs") for r in late):
+            late = self._passed_on(b, slots, when)
+            if late is None:
                 continue
             for x in slots:
                 del pending[b, x]

@@ -197,6 +197,14 @@ class Edit:
         """Give every receive in ``work`` a sender (:meth:`_assign`)."""
         raise NotImplementedError
 
+    def _passed_on(self, b: int, slots: range, when: float) -> list[Step] | None:
+        """The steps of rank ``b`` that read ``slots`` by ``when``, to give up if the
+        chunks arrive then (:meth:`_assign`); None where one does not just pass them on
+        (only a send is given up and its receive served again)."""
+        late = [r for x in slots for r in self.readers[b, x]
+                if r not in self.removed and r.t <= when]
+        return None if any(r.op not in ("s", "rcs") for r in late) else late
+
     def _assign(self, rv: Step, k: int, when: float, got: list[Step], late: list[Step]
                 ) -> None:
         """``k`` sends ``rv``'s chunks to its rank once ``got`` are done (``when``: its
