@@ -159,9 +159,8 @@ def latency_first(topology: Topology, collective: Collective,
     """Where latency dominates (the most hops a chunk needs, at the least α each, make up
     :data:`LATENCY_BOUND` of the best of ``bounds``), the fewest chunks per rank whose
     bound is within :data:`NEAR` of the best: finer chunkings can gain little more there
-    and cost the most to solve and lower, so ``auto`` tries this one first (mesh 4×4
-    AlltoAll 64 KB: 16 and 8 chunks per rank, tried first, took a 30 s limit and gave
-    4.2-4.7 µs files where 4 give 3.2 µs). None where bandwidth matters.
+    and cost the most to solve and lower (tried first, they would take a short limit and
+    leave a slower file), so ``auto`` tries this one first. None where bandwidth matters.
     """
     if collective.kind is CollectiveKind.CUSTOM or not bounds:
         return None

@@ -326,9 +326,8 @@ class Timer:
         or the first), and can that be had in :data:`FINALIST_SHARE` of the time left, or,
         where its replay beats the best file, wherever it could still be written? Such a
         candidate would be written if it won, so its file is what the judge must time:
-        judged by the best file's margin instead, it lost to that file at a time no file
-        has (HGX H100 ×4 Reduce 64 MB: the finer pipeline's file 1.141× the bound, held at
-        1.05 × a 1.29× file and passed over for a 1.16× one)."""
+        judged by the best file's margin instead, it would lose to that file at a time no
+        file has."""
         n = len(schedule.transfers)
         if not self.files:
             return False

@@ -352,8 +352,8 @@ def _templates_raced(topology: Topology, collective: Collective) -> bool:
     """Are all the templates raced: up to :data:`TEMPLATE_MAX_GPUS` GPUs, or beyond for a
     rooted collective of at most :data:`CHEAP_DELIVERIES` (chunk, destination) pairs,
     whose templates are few transfers but for the pipelined and packed trees, which cut
-    their own pieces (NVL72 Reduce 64 MB: the direct template's file is 70× the bound,
-    the tree's 6×)."""
+    their own pieces: there a tree pipelines what the direct template sends through one
+    switch port at a time."""
     return topology.ngpus <= TEMPLATE_MAX_GPUS or (
         collective.root is not None and deliveries(collective) <= CHEAP_DELIVERIES)
 
