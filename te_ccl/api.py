@@ -27,6 +27,7 @@ from te_ccl.backends.base import SolveParams
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import (
     BASE_CHUNKS,
+    TABLES_SHARE,
     CompileOptions,
     CompileResult,
     check_plan_kind,
@@ -36,7 +37,6 @@ from te_ccl.compiler import (
     parse_size_range,
     read_previous,
 )
-from te_ccl.compiler.render import TABLES_SHARE
 from te_ccl.deadline import until
 from te_ccl.errors import SpecError
 from te_ccl.outputs import check_output_dir, check_output_file
