@@ -111,7 +111,7 @@ def far_first(topology: Topology, collective: Collective) -> Schedule:
                    key=lambda x: (-len(routes[x[0]][0]), x[1], x[0]))
     best: dict[_Piece, list[_Hop]] | None = None
     rounds = max(1, min(ROUNDS, PLACEMENTS // max(1, len(order))))
-    for _ in checked(range(rounds), TEMPLATE):
+    for _ in checked(range(rounds), TEMPLATE, every=1):  # a round places many chunks
         placed = _place(topology, collective.chunk_bytes, tau, order, routes)
         last = max(h[-1][3] for h in placed.values())
         if best is None or last < max(h[-1][3] for h in best.values()):
