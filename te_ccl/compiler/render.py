@@ -254,46 +254,49 @@ def write_fred_tables(schedules: Sequence[Schedule], topology: Topology, out_dir
     file, the cheapest to route) is routed first and its tables' cost estimated from its
     flows (:meth:`PlannedTables.estimate_s`); each better one is estimated from its
     streams (:func:`unrouted_flows`), then routed and estimated again, and written, in
-    the time left but that, and set aside where its estimate does not fit or its tables
-    run out of time. The last one's tables are tried whatever their estimate: only when
-    they too run out of time does the deadline end the compile (:class:`TimeLimitReached`, nothing written), saying how
-    long they would take."""
+    the time left but that (:func:`_in_time`), and set aside where its estimate does not
+    fit or its tables run out of time. The last one's tables are tried whatever their
+    estimate: only when they too run out of time does the deadline end the compile
+    (:class:`TimeLimitReached`, nothing written), saying how long they would take."""
     start = time.monotonic()
     notes: list[str] = []
+    flows = unrouted_flows(schedules[-1], topology)  # what they take, if even routing is late
     try:
         last = planned_tables(schedules[-1], topology)
-        reserve = last.estimate_s()
+        flows, reserve = last.flows, last.estimate_s()
         for i, schedule in enumerate(schedules[:-1]):
             try:
                 with keeping(reserve):
-                    flows = unrouted_flows(schedule, topology)
-                    if flows * TABLES_S_PER_FLOW > left():
-                        raise TimeLimitReached(f"~{flows * TABLES_S_PER_FLOW:.2g} s for ~"
-                                               f"{flows:,} flows before routing, "
-                                               f"{left():.2g} s left")
-                    planned = planned_tables(schedule, topology)
-                    need = planned.estimate_s()
-                    if need > left():
-                        raise TimeLimitReached(f"~{need:.2g} s for {planned.flows:,} flows, "
-                                               f"{left():.2g} s left")
-                    written = tables_of_timeline(schedule, planned, Path(out_dir))
+                    written = _in_time(schedule, topology, Path(out_dir))
             except TimeLimitReached as e:
                 notes.append(f"fred: a better file set aside, its switch tables would not be "
                              f"made in time ({e}); wrote the tables of the next one")
                 continue
             return _written(i, written, notes)
-        try:
-            return _written(len(schedules) - 1,
-                            tables_of_timeline(schedules[-1], last, Path(out_dir)), notes)
-        except TimeLimitReached as e:
-            raise TimeLimitReached(f"{e} (the tables of the cheapest file kept, "
-                                   f"{last.flows:,} flows, take ~{reserve:.2g} s of CPU)"
-                                   ) from None
+        return _written(len(schedules) - 1,
+                        tables_of_timeline(schedules[-1], last, Path(out_dir)), notes)
     except TimeLimitReached as e:
         spent = time.monotonic() - start
         raise TimeLimitReached(f"{e}, after {spent:.2g} s of the {TABLES_SHARE:.0%} of the "
-                               "limit kept for the FRED switch tables: they need a longer "
+                               "limit kept for the FRED switch tables; the tables of the "
+                               f"cheapest file kept (~{flows:,} flows) take "
+                               f"~{flows * TABLES_S_PER_FLOW:.2g} s: they need a longer "
                                "limit; nothing was written") from None
+
+
+def _in_time(schedule: Schedule, topology: Topology, out_dir: Path) -> WrittenTables:
+    """The tables of ``schedule`` written, unless they are estimated
+    (:func:`unrouted_flows`, then :meth:`PlannedTables.estimate_s`) to take longer than
+    the time left (:class:`TimeLimitReached`, as when they run out of it)."""
+    flows = unrouted_flows(schedule, topology)
+    if flows * TABLES_S_PER_FLOW > left():
+        raise TimeLimitReached(f"~{flows * TABLES_S_PER_FLOW:.2g} s for ~{flows:,} flows "
+                               f"before routing, {left():.2g} s left")
+    planned = planned_tables(schedule, topology)
+    if planned.estimate_s() > left():
+        raise TimeLimitReached(f"~{planned.estimate_s():.2g} s for {planned.flows:,} flows, "
+                               f"{left():.2g} s left")
+    return tables_of_timeline(schedule, planned, out_dir)
 
 
 def _written(chosen: int, written: WrittenTables, notes: list[str]) -> FredTables:

@@ -112,22 +112,25 @@ def test_topo_import_of_a_fifo_is_refused_without_opening_it(teccl, tmp_path):
 
 
 def test_fred_tables_past_the_deadline_exit_3_and_write_no_table(teccl, tmp_path, monkeypatch):
+    import te_ccl.compiler.pipeline as pipeline
     import te_ccl.compiler.render as render
     from te_ccl.deadline import until
 
-    made = render.fred_tables_for
+    routed = render.planned_tables
 
     def late(*args):  # the tables' stages run with their deadline already past
         with until(0.0):
-            return made(*args)
+            return routed(*args)
 
-    monkeypatch.setattr(render, "fred_tables_for", late)
+    monkeypatch.setattr(pipeline, "_improve", lambda *args: None)  # the first file only
+    monkeypatch.setattr(render, "planned_tables", late)
     tables, xml = tmp_path / "T", tmp_path / "o.xml"
     code, _, err = teccl("compile", "fred-a", "-c", "allgather", "-s", "1MB", "--time-limit",
-                         "2", "-o", str(xml), "--fred-tables", str(tables))
+                         "600", "-o", str(xml), "--fred-tables", str(tables))
     assert code == 3, err
     last = err.splitlines()[-1]
     assert "FRED switch tables" in last and "nothing was written" in last, err
+    assert "flows) take ~" in last, err  # how long they would take
     assert not tables.exists() and not xml.exists()  # no file without its tables
 
 
