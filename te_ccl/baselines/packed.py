@@ -45,11 +45,12 @@ from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble, 
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import checked
 from te_ccl.model.extract import reverse_in_time
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
 __all__ = ["PACKED_KINDS", "backwards", "min_arborescence", "packed", "packed_as_cut",
-           "packed_fine", "overlay"]
+           "packed_fine", "overlay", "waited_floor"]
 
 PACKED_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.ALLREDUCE,
                 CollectiveKind.GATHER, CollectiveKind.SCATTER)
@@ -452,6 +453,12 @@ def packed(topology: Topology, collective: Collective, fine: bool = False) -> Sc
     few), whose timing the judge has already."""
     kind = collective.kind
     name = "packed-fine" if fine else "packed"
+    if kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE):
+        need, gpu = waited_floor(topology, collective, fine)
+        if need > MSCCL.waitable:
+            raise BaselineError(f"{name}: {gpu} would need at least {need} thread blocks that "
+                                f"others wait for, more than a depid names "
+                                f"({MSCCL.waitable})")
     if kind is CollectiveKind.REDUCE:  # the Broadcast of the reversed fabric, played backwards
         return backwards(topology, packed(topology.reversed(),
                                            replace(collective, kind=CollectiveKind.BROADCAST),
@@ -497,6 +504,60 @@ def _cut(topology: Topology, collective: Collective, fine: bool) -> Collective:
             steps[v] += w / total * (1 + sum(1 for p in tree.values() if p == v))
     return pieces(topology, collective, (2 if kind is CollectiveKind.ALLREDUCE else 1)
                   * max(steps.values()), FINE_PIECES if fine else PIECES)
+
+
+def waited_floor(topology: Topology, collective: Collective, fine: bool = False
+                 ) -> tuple[int, str]:
+    """(at least how many thread blocks of one GPU others wait for in the lowered packed
+    Broadcast or Reduce, that GPU), counted from the trees and how many pieces each takes,
+    before the pieces are laid out and lowered: a lowering whose GPU has more than a
+    ``depid`` names (:attr:`~te_ccl.runtime_limits.RuntimeLimits.waitable`) is refused.
+
+    A lower bound for every channel assignment, because the lowering keeps each link's
+    send order (a send waits for the previous one on its GPU's out-link, the link to its
+    first switch, when that is in another thread block) and a thread block has one send
+    and one receive peer:
+
+    * per out-link, of the thread blocks sending to its ``n`` peers, ``n - 1`` are waited
+      for (each but the link's last has a send that another thread block's next one
+      waits for);
+    * Reduce: where ``v`` has several children in a tree, each child's partial of a piece
+      is waited for by the next one summed into it or by the send on, in another thread
+      block, but for the last one of each piece: of the children of such trees, all but
+      one per tree;
+    * a thread block counted both ways sends to its parent what it receives from a
+      child (a fused step): at most one per parent.
+
+    A Broadcast's receives are counted only through their fused sends (none added)."""
+    reduce = collective.kind is CollectiveKind.REDUCE
+    fan = topology.reversed() if reduce else topology
+    cut = _cut(topology, collective, fine)
+    net, trees = _packing(fan, CollectiveKind.BROADCAST, cut.ranks, cut.root)
+    cols = [net.use(_pairs(CollectiveKind.BROADCAST, tree)) for _, _, tree in trees]
+    used = set(_balance(net, cut.nchunks, [w for w, _, _ in trees], cols))
+    peers: dict[str, dict[str, set[str]]] = defaultdict(lambda: defaultdict(set))
+    children: dict[str, set[str]] = defaultdict(set)  # of trees where a GPU has several
+    parents: dict[str, set[str]] = defaultdict(set)  # of trees where a GPU has children
+    several: Counter[str] = Counter()
+    for j in used:
+        kids: dict[str, list[str]] = defaultdict(list)
+        for c, p in trees[j][2].items():
+            kids[p].append(c)
+            # the send's out-link: its first switch, or the peer over a direct link
+            src, dst = (c, p) if reduce else (p, c)
+            path = net.routes[(p, c)]
+            peers[src][path[-2] if reduce else path[1]].add(dst)
+        for v, ks in kids.items():
+            if reduce and len(ks) > 1:
+                children[v].update(ks)
+                several[v] += 1
+            if reduce and v in trees[j][2]:
+                parents[v].add(trees[j][2][v])
+    need = {v: sum(len(d) - 1 for d in peers[v].values())
+            + max(0, len(children[v]) - several[v] - len(parents[v]))
+            for v in net.gpus}
+    gpu = max(net.gpus, key=need.__getitem__)
+    return need[gpu], gpu
 
 
 @functools.lru_cache(maxsize=4)

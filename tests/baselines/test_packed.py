@@ -1,17 +1,24 @@
 """The packed template: pipelined trees and flow paths near the valid lower bound, never below it."""
 
+import importlib
+import xml.etree.ElementTree as ET
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from te_ccl.baselines import BaselineError, build_baseline
-from te_ccl.baselines.packed import min_arborescence
+from te_ccl.baselines.packed import backwards, min_arborescence, waited_floor
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
+from te_ccl.errors import RuntimeLimitError
 from te_ccl.lower.msccl import lower_to_msccl
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.simulate import simulate_schedule
 from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.spec.topology import load_topology
 from te_ccl.topology import Link, Node, NodeKind, Topology
 from te_ccl.topology import generators as gen
 from te_ccl.verify.msccl.reader import read_msccl
@@ -19,6 +26,7 @@ from te_ccl.verify.msccl.verify import verify_msccl
 from te_ccl.verify.schedule_check import check_schedule
 from tests.bounds.strategies import collectives, fabrics
 
+packed_module = importlib.import_module("te_ccl.baselines.packed")  # the function shadows it
 RAILS = gen.rail_optimized(2, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)  # 8 GPUs, 4 rails
 
 
@@ -181,3 +189,48 @@ def test_no_allreduce_trees_where_gpus_meet_only_at_a_switch_that_keeps_sums(nam
     topo = _with_summing_switch(5, links, copy=False)
     with pytest.raises(BaselineError, match="keeps sums"):
         build_baseline(name, topo, Collective(K.ALLREDUCE, 6_000_000, (0, 1, 3)))
+
+
+def _waited(data: bytes) -> dict[int, int]:
+    """Per rank position, its thread blocks that others wait for (``hasdep``) in the file."""
+    root = ET.fromstring(data)
+    return {int(g.get("id")): sum(any(s.get("hasdep") == "1" for s in tb.iter("step"))
+                                  for tb in g.iter("tb")) for g in root.iter("gpu")}
+
+
+def _star(n: int) -> Topology:
+    """``n`` GPUs behind one switch that neither copies nor sums."""
+    nodes = [Node(f"g{i}") for i in range(n)] + [Node("sw", NodeKind.SWITCH)]
+    links = [x for i in range(n) for x in _both(f"g{i}", "sw", 100e9)]
+    return Topology.build(f"star{n}", nodes, links)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(fabrics(max_gpus=6), st.integers(3, 12).map(_star)), st.data())
+def test_the_counted_waits_are_never_more_than_the_lowered_files(topo, data):
+    """The count that refuses a packed Broadcast or Reduce before it is built is at most
+    what the lowered file's GPU has: a template it refuses, the lowering refuses too."""
+    coll = data.draw(collectives(topo, ["broadcast", "reduce"], chunks=data.draw(
+        st.sampled_from([1, 8, 64]))))
+    fine = data.draw(st.booleans())
+    try:
+        need, gpu = waited_floor(topo, coll, fine)
+        s = build_baseline("packed-fine" if fine else "packed", topo, coll)
+        lowered = _waited(lower_to_msccl(s))
+    except (BaselineError, RuntimeLimitError):
+        return
+    assert need <= lowered[[topo.gpu(r) for r in coll.ranks].index(gpu)]
+
+
+@pytest.mark.slow
+def test_a_reduce_over_one_switch_of_72_gpus_is_refused_by_counting_as_the_lowering_would():
+    topo = load_topology("gb200-nvl72")
+    coll = Collective(K.REDUCE, 64_000_000, tuple(range(72)), 1, root=0)
+    need, _ = waited_floor(topo, coll)
+    assert need > MSCCL.waitable
+    with pytest.raises(BaselineError, match="wait for"):
+        build_baseline("packed", topo, coll)
+    cut = packed_module._cut(topo.reversed(), replace(coll, kind=K.BROADCAST), False)
+    built = backwards(topo, packed_module._trees_schedule(topo.reversed(), cut, "packed"))
+    with pytest.raises(RuntimeLimitError, match="depid"):
+        lower_to_msccl(built)
