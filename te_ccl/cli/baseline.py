@@ -1,6 +1,6 @@
 """``teccl baseline KIND TOPOLOGY``: a baseline algorithm as MSCCL XML (or JSON), simulated.
 
-KIND is ``ring``, ``ring-bidir``, ``tree``, ``direct``, ``hierarchical`` or ``packed``. The baseline is
+KIND is a name of :data:`te_ccl.baselines.BASELINES` (``--help`` lists them). The baseline is
 built in the Schedule IR, checked by the independent schedule checker, lowered by the
 same MSCCL lowering as teccl's own schedules and replayed by the simulator.
 """
@@ -42,7 +42,8 @@ __all__ = ["baseline_cmd"]
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
     """Build baseline KIND (ring, ring-bidir, tree, direct, hierarchical, packed,
-    packed-fine, pipeline, pipeline-fine, pipeline-boxes, pipeline-units) on TOPOLOGY."""
+    packed-fine, pipeline, pipeline-fine, pipeline-boxes, pipeline-units, switch-trees,
+    far-first) on TOPOLOGY."""
     from te_ccl.cli.simulate import sim_summary, sim_tables
     from te_ccl.errors import SpecError
     from te_ccl.model.footprint import check_times
