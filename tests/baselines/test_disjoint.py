@@ -15,21 +15,10 @@ from te_ccl.spec.topology import load_topology
 from te_ccl.topology import generators as gen
 from te_ccl.verify.msccl.reader import read_msccl
 from te_ccl.verify.msccl.verify import verify_msccl
-from te_ccl.verify.schedule_check import check_schedule
+from tests.baselines.replay import file_ratio
 
 MESH = gen.mesh([6, 6], 50e9, 0.5e-6)
 TORUS = gen.torus([4, 4], 50e9, 0.5e-6)
-
-
-def _file_ratio(topology, coll) -> float:
-    """The pipeline's schedule checked, lowered to a valid file, whose replay over the bound
-    is returned."""
-    schedule = build_baseline("pipeline", topology, coll)
-    assert check_schedule(schedule) == []
-    data = lower_to_msccl(schedule).decode()
-    assert verify_msccl(data).valid
-    replay = simulate_msccl(read_msccl(data), topology, coll.size_bytes).finish_time_s
-    return replay / lower_bound(topology, coll).seconds
 
 
 def _depth(tree, v):
@@ -56,7 +45,7 @@ def test_one_tree_per_root_link_spanning_sharing_no_link_and_shallow(topology, c
                          ids=lambda k: k.value)
 def test_rooted_collectives_pipeline_near_the_bound_in_a_valid_file(kind):
     coll = Collective(kind, 16_000_000, tuple(range(9)), root=0)
-    assert 1 <= _file_ratio(gen.mesh([3, 3], 50e9, 0.5e-6), coll) <= 1.05
+    assert 1 <= file_ratio("pipeline", gen.mesh([3, 3], 50e9, 0.5e-6), coll) <= 1.05
 
 
 @pytest.mark.parametrize("kind", [K.BROADCAST, K.SCATTER, K.GATHER], ids=lambda k: k.value)
@@ -71,7 +60,7 @@ def test_gpus_behind_one_switch_take_two_hops_from_the_root(kind):
         if star.node(t.src).is_gpu:
             senders[t.chunk].add(t.src)
     assert max(map(len, senders.values())) == (2 if kind is K.BROADCAST else 1)
-    assert 1 <= _file_ratio(star, coll) <= 1.10
+    assert 1 <= file_ratio("pipeline", star, coll) <= 1.10
 
 
 def test_a_reduce_behind_one_switch_is_refused():
@@ -94,7 +83,7 @@ def test_boxes_on_rails_stream_a_share_down_every_rail(kind):
     assert len(trees) == 3 + 3 and sum(w for w, _ in shares) == pytest.approx(4)
     assert all(set(t) == set(gpus[1:]) for t in trees)
     coll = Collective(kind, 16_000_000, tuple(range(8)), root=0)
-    assert 1 <= _file_ratio(rails, coll) <= 1.10
+    assert 1 <= file_ratio("pipeline", rails, coll) <= 1.10
 
 
 def test_the_shares_of_a_part_pass_through_different_relays():
@@ -109,7 +98,7 @@ def test_the_shares_of_a_part_pass_through_different_relays():
               .most_common(1)[0][0] for t in trees]
     assert all(len(set(relays[i:i + 8])) == 8 for i in range(0, len(relays), 8))
     coll = Collective(K.BROADCAST, 64_000_000, tuple(range(32)), root=0)
-    assert 1 <= _file_ratio(dgx, coll) <= 1.07
+    assert 1 <= file_ratio("pipeline", dgx, coll) <= 1.07
 
 
 def test_no_rail_carries_more_than_its_share_and_a_piece():
@@ -180,4 +169,4 @@ def test_a_chain_through_the_switches_where_it_carries_all_the_root_sends(kind):
         if wafer.node(t.src).is_gpu:
             senders[t.chunk].add(t.src)
     assert {len(s) for s in senders.values()} == {7}  # each piece: one send per NPU
-    assert 1 <= _file_ratio(wafer, coll) <= 1.05
+    assert 1 <= file_ratio("pipeline", wafer, coll) <= 1.05
