@@ -460,9 +460,9 @@ def packed(topology: Topology, collective: Collective, fine: bool = False) -> Sc
                                 f"others wait for, more than a depid names "
                                 f"({MSCCL.waitable})")
     if kind is CollectiveKind.REDUCE:  # the Broadcast of the reversed fabric, played backwards
-        return backwards(topology, packed(topology.reversed(),
-                                           replace(collective, kind=CollectiveKind.BROADCAST),
-                                           fine))
+        fan = topology.reversed()
+        cut = _cut(fan, replace(collective, kind=CollectiveKind.BROADCAST), fine)
+        return backwards(topology, _trees_schedule(fan, cut, name))
     cut = _cut(topology, collective, fine)
     if kind in (CollectiveKind.GATHER, CollectiveKind.SCATTER):
         return _paths_schedule(topology, cut, name)
