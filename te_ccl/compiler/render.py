@@ -254,7 +254,7 @@ def write_fred_tables(schedules: Sequence[Schedule], topology: Topology, out_dir
     file, the cheapest to route) is routed first and its tables' cost estimated from its
     flows (:meth:`PlannedTables.estimate_s`); each better one is estimated from its
     streams (:func:`unrouted_flows`), then routed and estimated again, and written, in
-    the time left but that (:func:`_in_time`), and set aside where its estimate does not
+    the time left but that (:func:`_tables_in_time`), and set aside where its estimate does not
     fit or its tables run out of time. The last one's tables are tried whatever their
     estimate: only when they too run out of time does the deadline end the compile
     (:class:`TimeLimitReached`, nothing written), saying how long they would take."""
@@ -267,7 +267,7 @@ def write_fred_tables(schedules: Sequence[Schedule], topology: Topology, out_dir
         for i, schedule in enumerate(schedules[:-1]):
             try:
                 with keeping(reserve):
-                    written = _in_time(schedule, topology, Path(out_dir))
+                    written = _tables_in_time(schedule, topology, Path(out_dir))
             except TimeLimitReached as e:
                 notes.append(f"fred: a better file set aside, its switch tables would not be "
                              f"made in time ({e}); wrote the tables of the next one")
@@ -284,7 +284,8 @@ def write_fred_tables(schedules: Sequence[Schedule], topology: Topology, out_dir
                                "limit; nothing was written") from None
 
 
-def _in_time(schedule: Schedule, topology: Topology, out_dir: Path) -> WrittenTables:
+def _tables_in_time(schedule: Schedule, topology: Topology, out_dir: Path
+                    ) -> WrittenTables:
     """The tables of ``schedule`` written, unless they are estimated
     (:func:`unrouted_flows`, then :meth:`PlannedTables.estimate_s`) to take longer than
     the time left (:class:`TimeLimitReached`, as when they run out of it)."""
