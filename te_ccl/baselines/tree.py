@@ -17,7 +17,7 @@ inner nodes of the tree and sum there.
 from __future__ import annotations
 
 from te_ccl.baselines.cycle import ring_neighbours
-from te_ccl.baselines.disjoint import FINE_SHARE, TRANSFER_S
+from te_ccl.baselines.disjoint import FINE_SHARE, FINE_TRANSFERS, TRANSFER_S
 from te_ccl.baselines.packed import FINE_PIECES, pieces
 from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble, route
 from te_ccl.baselines.ring import doubled, ring_order
@@ -108,14 +108,13 @@ def double_tree(topology: Topology, collective: Collective) -> Schedule:
     return assemble("tree", topology, coll, plans)
 
 
-SWITCH_TRANSFERS = 200_000  # link transfers a switch_trees file is cut into at most: as
-#                             many as the finer pipeline's (te_ccl.baselines.disjoint)
 MAX_FAN = 16  # fan-outs tried for switch_trees
 
 
 def switch_trees(topology: Topology, collective: Collective) -> Schedule:
     """Broadcast or Reduce of GPUs behind one switch, pipelined down (up) ``k`` trees of
-    fan-out ``k``: every piece goes down one tree, the trees in turn.
+    fan-out ``k``: every piece goes down one tree, the trees in turn, in up to
+    :data:`~te_ccl.baselines.disjoint.FINE_TRANSFERS` link transfers as pipeline-fine.
 
     Each GPU is an inner node of one tree only (tree ``t`` is the heap over the others
     rotated by ``t`` blocks of inner nodes), so it sends ``k`` copies of a ``k``-th of
@@ -138,7 +137,7 @@ def switch_trees(topology: Topology, collective: Collective) -> Schedule:
     if any(set(members) - {v} - set(reach[v]) for v in members):
         raise BaselineError(f"not every GPU reaches every other through switches only in "
                             f"{topology.name}")
-    if left() * FINE_SHARE < SWITCH_TRANSFERS * TRANSFER_S:
+    if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
         raise BaselineError("no time left to build and judge the switch trees' file")
     order = ring_order(topology, members)
     at = order.index(root)
@@ -148,7 +147,7 @@ def switch_trees(topology: Topology, collective: Collective) -> Schedule:
     alpha = sum(topology.link(u, v).latency_s for u, v in zip(hop, hop[1:], strict=False))
     rate = min(topology.link(u, v).bandwidth_Bps for u, v in zip(hop, hop[1:], strict=False))
     coll = pieces(topology, collective, 2.0,
-                  min(FINE_PIECES, SWITCH_TRANSFERS // (links * len(others))))
+                  min(FINE_PIECES, FINE_TRANSFERS // (links * len(others))))
     piece_s = coll.size_bytes / coll.nchunks / rate
     m = len(others)
 
