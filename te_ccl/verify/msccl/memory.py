@@ -28,22 +28,27 @@ __all__ = ["Memory", "Report"]
 Report = Callable[[int, int, str, str], None]
 
 
-def _reach(programs: Sequence[list[Transmission]]) -> dict[str, int]:
+def _reach(programs: Sequence[list[Transmission]]
+           ) -> tuple[dict[str, int], list[tuple[str, int, int]]]:
     """Per buffer, one past the last chunk the programs touch (declared sizes may be far
-    larger, and a fused ``re`` with a larger last ``cnt`` reaches past its own step's)."""
+    larger, and a fused ``re`` with a larger last ``cnt`` reaches past its own step's),
+    and the ``(buffer, offset, cnt)`` each write covers: one pass over the programs."""
     end: dict[str, int] = {}
-    get = end.get
+    writes: list[tuple[str, int, int]] = []
+    get, wrote = end.get, writes.append
     for program in programs:
         for steps, _, _, _, _ in program:   # unpacked: faster than by name
             _, kind, srcbuf, _, dstbuf, dstoff, _, _, _, _, _, _ = steps[0]
             cnt = steps[-1].cnt
-            if kind in WRITES_DST and dstoff + cnt > get(dstbuf, -1):
-                end[dstbuf] = dstoff + cnt
+            if kind in WRITES_DST:
+                wrote((dstbuf, dstoff, cnt))
+                if dstoff + cnt > get(dstbuf, -1):
+                    end[dstbuf] = dstoff + cnt
             if kind in READS_SRC:
                 for sub in steps:
                     if sub.srcoff + cnt > get(srcbuf, -1):
                         end[srcbuf] = sub.srcoff + cnt
-    return {buf: max(reach, 0) for buf, reach in end.items()}
+    return {buf: max(reach, 0) for buf, reach in end.items()}, writes
 
 
 class Memory:
@@ -54,7 +59,8 @@ class Memory:
         self.gpu = gpu.id
         alias = {buf: layout.alias(gpu.id, buf) for buf in BUFFERS}
         sizes = dict.fromkeys(BUFFERS, 0)
-        for buf, end in _reach(programs).items():
+        reach, writes = _reach(programs)
+        for buf, end in reach.items():
             target, shift = alias[buf]
             sizes[target] = max(sizes[target], shift + end)
         initial = layout.initial_packed(gpu.id)
@@ -72,13 +78,10 @@ class Memory:
         self.wpos = array("i", [0]) * total
         self.left = left = array("i", [0]) * total   # writes still to come per chunk
         offsets = self.offsets
-        for program in programs:
-            for steps, _, _, _, _ in program:
-                _, kind, _, _, dstbuf, dstoff, _, _, _, _, _, _ = steps[0]
-                if kind in WRITES_DST:
-                    first = offsets[dstbuf] + dstoff
-                    for k in range(first, first + steps[-1].cnt):
-                        left[k] += 1
+        for dstbuf, dstoff, cnt in writes:
+            first = offsets[dstbuf] + dstoff
+            for k in range(first, first + cnt):
+                left[k] += 1
         self.readers: dict[int, dict[int, tuple[int, int]]] = {}
         self.raced: set[int] = set()
         self.hb, self.tb_ids, self.report = hb, tb_ids, report
