@@ -387,9 +387,8 @@ def _nearer_first(candidates: Iterator[tuple[str, Callable[[], Schedule | None]]
     earlier than the file kept that can be written in the time left, until one's file
     is kept: a short limit may end while the search is on its first, slow candidate,
     leaving the first file as the one written. The prediction is not the file: one
-    refused, or whose file is no faster, gives way to the next (NVL72 Reduce 64 MB: the
-    finer packed trees, predicted 1.4× the bound, left the direct template's file at 70×
-    where the tree template's is 6×), with a note."""
+    refused, or whose file is no faster, gives way to the next, with a note: a first
+    candidate whose lowering the runtime refuses would otherwise leave the far file."""
     best = kept.best
     ratio = kept.ratio(best.finish_s) if best is not None else None
     if ratio is None or ratio <= FIRST_FILE_GAP:
