@@ -87,6 +87,10 @@ def compile_size_ranges(collective: Collective, low: int, high: int,
     geometric middle. Neighbouring ranges with identical schedules (same transfers, so the
     same XML up to the byte counts) are merged into one. Lower each result with
     ``lower_to_msccl(item.schedule, min_bytes=item.min_bytes, max_bytes=item.max_bytes)``.
+    Each call runs in an even share of what is left of :data:`SEARCH_SHARE` of the time;
+    where it runs out, ``first(collective)`` (a cheap schedule, or None) stands in for
+    it, so one slow range does not cost the library; without one the deadline's error,
+    naming the range, ends the compile.
     """
     out: list[SizedSchedule] = []
     ranges = size_ranges(low, high, step=step)
