@@ -49,8 +49,9 @@ from te_ccl.deadline import checked, left
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["PIPELINE_KINDS", "applies", "box_heaps_apply", "box_trees", "disjoint_trees", "pipeline",
-           "pipeline_boxes", "pipeline_fine", "pipeline_units", "units_apply"]
+__all__ = ["PIPELINE_KINDS", "applies", "box_heaps_apply", "box_trees", "disjoint_trees",
+           "fine_time_left", "pipeline", "pipeline_boxes", "pipeline_fine", "pipeline_units",
+           "units_apply"]
 
 PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
                   CollectiveKind.SCATTER)
@@ -179,13 +180,21 @@ def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
     from all its box makes the file slower than its schedule (every partial waits for its
     turn at that GPU)."""
     fan, coll = _fan(topology, collective)
-    if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
-        raise BaselineError("no time left to build and judge the finer pipeline's file")
+    fine_time_left("the finer pipeline's file")
     if _cut(fan, coll, FINE_TRANSFERS)[0] == _cut(fan, coll, MAX_TRANSFERS)[0]:
         raise BaselineError("no finer pieces than the pipeline template's: the size or the "
                             "runtime's element limit holds them")
     return pipeline(topology, collective, FINE_TRANSFERS,
                     chains=collective.kind is CollectiveKind.REDUCE)
+
+
+def fine_time_left(what: str) -> None:
+    """Raises :class:`BaselineError` where a file of :data:`FINE_TRANSFERS` transfers
+    (``what``), at :data:`TRANSFER_S` each to build and judge, would take more than
+    :data:`FINE_SHARE` of the time left: its pieces never depend on the clock, only
+    whether it is built does."""
+    if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
+        raise BaselineError(f"no time left to build and judge {what}")
 
 
 def box_heaps_apply(topology: Topology, collective: Collective) -> bool:
@@ -211,8 +220,7 @@ def pipeline_boxes(topology: Topology, collective: Collective) -> Schedule:
         raise BaselineError(f"no box trees in {topology.name}: they are for a Broadcast or "
                             "Reduce over more than two boxes from a root without a direct "
                             "link to another GPU")
-    if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
-        raise BaselineError("no time left to build and judge the box trees' file")
+    fine_time_left("the box trees' file")
     return pipeline(topology, collective, FINE_TRANSFERS,
                     chains=collective.kind is CollectiveKind.REDUCE, fanned=True,
                     name="pipeline-boxes")
@@ -237,6 +245,7 @@ def pipeline_units(topology: Topology, collective: Collective) -> Schedule:
     if not units_apply(topology, collective):
         raise BaselineError(f"the arborescences are for broadcast and reduce from a root "
                             f"with a direct link, up to {MAX_GPUS} GPUs")
+    fine_time_left("the arborescences' file")
     fan, coll = _fan(topology, collective)
     members = [fan.gpu(r) for r in coll.ranks]
     root = fan.gpu(coll.root)

@@ -17,12 +17,12 @@ inner nodes of the tree and sum there.
 from __future__ import annotations
 
 from te_ccl.baselines.cycle import ring_neighbours
-from te_ccl.baselines.disjoint import FINE_SHARE, FINE_TRANSFERS, TRANSFER_S
+from te_ccl.baselines.disjoint import FINE_TRANSFERS, fine_time_left
 from te_ccl.baselines.packed import FINE_PIECES, pieces
 from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble, route
 from te_ccl.baselines.ring import doubled, ring_order
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import checked, left
+from te_ccl.deadline import checked
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -137,8 +137,7 @@ def switch_trees(topology: Topology, collective: Collective) -> Schedule:
     if any(set(members) - {v} - set(reach[v]) for v in members):
         raise BaselineError(f"not every GPU reaches every other through switches only in "
                             f"{topology.name}")
-    if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
-        raise BaselineError("no time left to build and judge the switch trees' file")
+    fine_time_left("the switch trees' file")
     order = ring_order(topology, members)
     at = order.index(root)
     others = order[at + 1:] + order[:at]

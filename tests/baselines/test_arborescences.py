@@ -9,6 +9,7 @@ from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.baselines.arborescences import unit_arborescences
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
+from te_ccl.deadline import until
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology import generators as gen
 from tests.baselines.replay import file_ratio
@@ -50,3 +51,10 @@ def test_not_built_where_the_disjoint_trees_are_as_many():
     coll = Collective(K.BROADCAST, 1_000_000, tuple(range(9)), root=0)
     with pytest.raises(BaselineError, match="no more arborescences"):
         build_baseline("pipeline-units", torus, coll)
+
+
+def test_not_built_without_the_time_to_judge_its_file():
+    """Its file is as fine as pipeline-fine's, so it is refused where that one is."""
+    coll = Collective(K.BROADCAST, 16_000_000, tuple(range(8)), root=0)
+    with until(1.0), pytest.raises(BaselineError, match="no time left"):
+        build_baseline("pipeline-units", DGX1, coll)
