@@ -524,7 +524,7 @@ def _rescaled(schedule: Schedule, collective: Collective, kept: Incumbent,
         f"{again.info.subchunks} sub-chunks per chunk",))
 
 
-SEARCH_SHARE = 0.8  # of a compile's time limit, for finding the schedule; writing it gets the rest
+SEARCH_SHARE = 0.8  # of one compile's limit for its search; the rest lowers and checks one file
 MIN_SEARCH_S = 1e-3  # a search's share past the deadline (it stops at its first check)
 WRITE_RESERVE_S = 0.3  # kept from the search and the files it improves on, for writing the
 #                        file kept and its report (the bytes are ready: only the write is left)

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from te_ccl.backends.base import BACKENDS
+from te_ccl.backends.base import BACKENDS, MAX_SEED, MAX_TIME_LIMIT_S
 from te_ccl.errors import SpecError
 from te_ccl.spec.fields import (
     Fields,
@@ -275,18 +275,12 @@ def _backend(value: Any) -> str:
     return name
 
 
-MAX_TIME_LIMIT_S = (2**31 - 1) / 1000
-"""The longest limit OR-Tools' solvers take: they count it in 32-bit milliseconds."""
-MAX_SEED = 2**31 - 1
-"""Solver seeds are 32-bit signed integers."""
-
-
 def _time_limit(value: Any) -> float:
     seconds = float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
         else parse_time(value)
     if not 0 < seconds <= MAX_TIME_LIMIT_S:
-        raise ValueError(f"expected a positive time limit of at most {MAX_TIME_LIMIT_S:g} s "
-                         f"(about 24.8 days), got {value!r}")
+        raise ValueError(f"expected a positive time limit of at most {MAX_TIME_LIMIT_S:.0f} s "
+                         f"(7 days), got {value!r}")
     return seconds
 
 
