@@ -7,24 +7,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from te_ccl.baselines import BaselineError, build_baseline
 from te_ccl.bounds import alltoall_window, lower_bound
 from te_ccl.collective import Collective, CollectiveKind
-from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.spec.topology import load_topology
 from tests.bounds.strategies import fabrics
-from tests.bounds.test_alltoall_alpha import SMALL, every_gpu, replayed
+from tests.bounds.test_alltoall_alpha import SMALL, every_gpu, template_replays
 
 
 def _files(topo, c: Collective) -> list[float]:
-    out = []
-    for name in ("direct", "far-first"):
-        try:
-            schedule = build_baseline(name, topo, c)
-        except BaselineError:
-            continue
-        out.append(replayed(topo, c, lower_to_msccl(schedule)))
-    return out
+    return template_replays(topo, c, ("direct", "far-first"))
 
 
 @pytest.mark.parametrize("topology", ["hgx-h100x2", "ndv2x2"])
