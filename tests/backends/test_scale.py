@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -317,18 +319,17 @@ def test_the_greedy_jumps_over_epochs_in_which_nothing_can_move():
     assert mine.integers(0, 1 << 30) == ref.integers(0, 1 << 30)
 
 
-def test_a_symmetric_torus_takes_no_sub_chunks_that_do_not_pay(monkeypatch):
+def test_a_symmetric_torus_takes_no_sub_chunks_that_do_not_pay():
     # its links are busy from the start: beyond whole sub-chunks per link, more pieces
     # only add transfers (torus 8×8 AllGather 64 MB took 12, replaying as at 4)
-    import te_ccl.backends.scale.plan as plan
     from te_ccl.simulate.replay import replay_finish
 
     t8 = torus([8, 8], 50e9, 0.5e-6)
     assert scale_plan(t8, _all(t8, K.ALLGATHER, 64 << 20))[2] == 4
     topo = torus([4, 4], 50e9, 0.5e-6)
-    coll = _all(topo, K.ALLGATHER, 1 << 30)
-    few = compile_scale(topo, coll, PARAMS)
-    monkeypatch.setattr(plan, "_subchunks", lambda *_: 48)
-    many = compile_scale(topo, coll, PARAMS)
+    few = compile_scale(topo, _all(topo, K.ALLGATHER, 1 << 30), PARAMS)
+    # 48 pieces per chunk: the collective cut into 48 chunks, none cut further
+    many = compile_scale(topo, _all(topo, K.ALLGATHER, 1 << 30, chunks_per_rank=48),
+                         replace(PARAMS, max_subchunks=1))
     assert few.info.subchunks == 4 and len(many.transfers) == 12 * len(few.transfers)
     assert replay_finish(few) <= replay_finish(many) * (1 + 1e-4)
