@@ -24,6 +24,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 from te_ccl.backends.base import SolveParams
+from te_ccl.backends.select import strategy_for
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import (
     BASE_CHUNKS,
@@ -138,7 +139,7 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
     options = CompileOptions(output=None if output is None else str(output), fmt=fmt,
                              fred_tables=None if fred_tables is None else str(fred_tables),
                              chunk_choices=chunk_choices,
-                             previous=_previous(previous, topo, coll, output, backend),
+                             previous=_previous(previous, topo, coll, output, params),
                              runtime=RUNTIMES[runtime])
     with until(time_limit_s):  # the tables' deadline, as the compile's before it is cut
         return compile_collective(topo, coll, params, options, progress)
@@ -213,14 +214,15 @@ def _size_span(sizes: str | tuple[int, int], size: object, output: object,
 
 
 def _previous(previous: str | os.PathLike | None, topo: Topology, coll: Collective,
-              output: str | os.PathLike | None, backend: str) -> Previous | None:
+              output: str | os.PathLike | None, params: SolveParams) -> Previous | None:
     """The previous file, read and checked against ``coll`` (a compile that writes a file
-    with the ``auto`` backend starts from it)."""
+    with the ``auto`` portfolio starts from it)."""
     if previous is None:
         return None
-    if output is None or backend != "auto":
+    if output is None or strategy_for(params) != "portfolio":
         raise SpecError("a previous file seeds a compile that writes a file with the auto "
-                        "backend; expected an output and backend auto", key="previous")
+                        "backend; expected an output and backend auto without max_horizon",
+                        key="previous")
     return read_previous(str(previous), coll, topo)
 
 

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
-from te_ccl.backends.base import BACKENDS
+from te_ccl.backends.base import BACKENDS, SolveParams
+from te_ccl.backends.select import strategy_for
 from te_ccl.cli.common import (
     collective_flags,
     collective_options,
@@ -97,9 +98,10 @@ def compile_cmd(topology: str, spec: str | None, **kw) -> None:
             raise SpecError("FRED switch tables are one algorithm's; expected no --sizes",
                             key="--fred-tables")
         check_output_dir(kw["fred_tables"], key="--fred-tables")
-    if kw["previous"] and (sizes or kw["backend"] != "auto"):
+    if kw["previous"] and (sizes or strategy_for(SolveParams(
+            backend=kw["backend"], max_horizon=kw["max_horizon"])) != "portfolio"):
         raise SpecError("a previous file seeds one algorithm of the auto backend; expected no "
-                        "--sizes and --backend auto", key="--from")
+                        "--sizes and --backend auto without --max-horizon", key="--from")
     solver = {"backend": kw["backend"], "time_limit_s": kw["time_limit"],
               "threads": kw["threads"], "seed": kw["seed"], "epoch": kw["epoch"],
               "max_horizon": kw["max_horizon"]}

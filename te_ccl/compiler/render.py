@@ -13,6 +13,7 @@ from typing import Any
 
 import te_ccl.verify.msccl.verify as xml_verifier
 from te_ccl.backends.base import Progress, SolveParams
+from te_ccl.backends.select import strategy_for
 from te_ccl.collective.model import Collective
 from te_ccl.compiler.best import refuse, solve_best, solve_checked
 from te_ccl.compiler.judge import Timer, lower_file
@@ -109,7 +110,7 @@ def _fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
         except RuntimeLimitError as e:
             tried.append(f"{again.info.subchunks}: {e}")
             if k <= 1:
-                if params.backend != "auto":
+                if strategy_for(params) != "portfolio":
                     raise RuntimeLimitError(f"{e} (even with 1 sub-chunk per chunk)") from None
                 return _raced_whole(schedule.topology, asked, options, params, progress, timer,
                                     tried, spent, fallback)

@@ -92,6 +92,20 @@ def test_a_size_library_refuses_what_is_one_algorithms(tmp_path, kwargs, key):
     assert exc.value.key == key and list(tmp_path.iterdir()) == []
 
 
+def test_a_previous_file_with_a_max_horizon_is_refused_by_the_api_and_the_cli(teccl, tmp_path):
+    """``auto`` with a ``max_horizon`` runs the flow model alone, which no file seeds."""
+    prev = tmp_path / "p.xml"
+    prev.write_text("<algo/>")
+    with pytest.raises(SpecError) as exc:
+        te_ccl.compile("ring8", "allgather", size="1KB", output=tmp_path / "a.xml",
+                       previous=prev, max_horizon=8)
+    assert exc.value.key == "previous" and "max_horizon" in str(exc.value)
+    code, _, err = teccl("compile", "ring8", "-c", "allgather", "-s", "1KB", "-o",
+                         str(tmp_path / "b.xml"), "--from", str(prev), "--max-horizon", "8")
+    assert code == 2 and "--from" in err and "--max-horizon" in err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.xml"]
+
+
 def test_a_size_beside_a_size_library_is_refused_by_the_api_and_the_cli(teccl, tmp_path):
     """Each range is compiled at its own size: a size beside them names none of them."""
     with pytest.raises(SpecError) as exc:
