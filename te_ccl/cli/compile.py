@@ -201,10 +201,10 @@ def _output(output: str | None, fmt: str | None, topo: Topology, kind: str,
     switches reduce (an explicit xml there is refused before solving). The default path
     is one file name in the working directory, whatever the topology's name."""
     from te_ccl.compiler import output_format
+    from te_ccl.lower.msccl import check_expressible
 
     fmt = output_format(output, fmt, topo.reducing_switches)
-    if fmt == "xml":
-        topo.check_msccl_can_express()
+    check_expressible(fmt, topo)
     if fmt == "mscclpp" and library:
         raise SpecError("--sizes writes MSCCL XML or schedule JSON; compile one size for an "
                         "MSCCL++ plan (its min/max message size cover every size)",

@@ -64,6 +64,7 @@ from te_ccl.errors import (
     TecclError,
     VerificationError,
 )
+from te_ccl.lower.msccl import check_expressible
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import check_output_file, make_output_dir, path_component, write_atomic
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
@@ -115,7 +116,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
         usable = Usable.of(topology, in_switch)  # as the output can use it, once
         if options.fmt == "xml":  # expressible asked once: every candidate is built on usable
             check_loadable(collective, topology)
-            topology.check_msccl_can_express()  # the fabric asked: usable's switches forward
+            check_expressible(options.fmt, topology)  # the fabric: usable's switches forward
             options = replace(options, expressible=True)
         bound = lower_bound(usable.topology, collective)  # no NVLS for MSCCL XML
         if options.output is None:
@@ -175,7 +176,7 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     check_epoch(topology, largest, params)
     if fmt == "xml":
         check_loadable(collective, topology)
-        topology.check_msccl_can_express()
+    check_expressible(fmt, topology)
     unit = max(replace(collective, chunks_per_rank=k).nchunks
                for k in chunk_choices or (collective.chunks_per_rank,))
     timer = Timer(options=CompileOptions(runtime=runtime))

@@ -28,6 +28,7 @@ from te_ccl.lower.fred import (
     tables_of_timeline,
     unrouted_flows,
 )
+from te_ccl.lower.msccl import check_expressible
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 from te_ccl.verify.mscclpp import verify_plan
@@ -192,7 +193,7 @@ def render(schedule: Schedule, options: CompileOptions, *,
     if options.fmt == "mscclpp":
         return _render_plan(schedule, options, progress, lowered, timer)
     if not options.expressible:
-        schedule.topology.check_msccl_can_express()
+        check_expressible(options.fmt, schedule.topology)
     xml = lowered
     if xml is None:
         xml = (timer.lower(schedule, options, progress) if timer is not None

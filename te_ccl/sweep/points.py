@@ -24,6 +24,7 @@ from te_ccl import __version__
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective.model import Collective
 from te_ccl.errors import SpecError
+from te_ccl.lower.msccl import check_expressible
 from te_ccl.outputs import path_component
 from te_ccl.spec.collective import load_collective
 from te_ccl.spec.topology import load_topology, shipped_topologies
@@ -102,9 +103,8 @@ def expand_grid(grid: Grid, fmt: str = "xml") -> list[Point]:
             raise SpecError(f"another topology's name also makes the directory name "
                             f"{name!r}; algorithm directories are per topology name",
                             file=grid.file, key=f"topologies[{i}]")
-    if fmt == "xml":  # each point would fail alike: refused once, before any compile
-        for topo in topologies:
-            topo.check_msccl_can_express()
+    for topo in topologies:  # each point would fail alike: refused once, before any compile
+        check_expressible(fmt, topo)
     points: list[Point] = []
     seen: dict[str, str] = {}
     for topo in topologies:

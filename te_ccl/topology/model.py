@@ -22,8 +22,6 @@ from functools import cached_property
 
 import networkx as nx
 
-from te_ccl.errors import SpecError
-
 __all__ = ["NodeKind", "Node", "Link", "Topology"]
 
 
@@ -126,25 +124,6 @@ class Topology:
         XML can drive; not NVLink SHARP switches, which MSCCL XML uses to forward."""
         return tuple(s for s in self.switches
                      if self.node(s).can_reduce and not self.node(s).nvls)
-
-    def check_msccl_can_express(self) -> None:
-        """Refuse MSCCL XML for a fabric whose switches reduce (:attr:`reducing_switches`):
-        an MSCCL program is a list of GPU sends, receives and reductions, with no way to
-        ask a switch to add what it forwards; the schedule of such a fabric is written as
-        JSON and its switch tables. Asked once of the topology, before the bound and any
-        candidate, by whoever decides to write XML.
-
-        Raises
-        ------
-        SpecError
-            If a switch reduces.
-        """
-        found = self.reducing_switches
-        if found:
-            raise SpecError(f"MSCCL XML cannot express in-switch reduction (switches "
-                            f"{', '.join(found[:3])}{' …' if len(found) > 3 else ''} reduce); "
-                            "use --format json and --fred-tables DIR", file=self.name,
-                            key="--format")
 
     @cached_property
     def _rank_of(self) -> dict[str, int]:

@@ -20,10 +20,11 @@ from typing import NamedTuple
 import numpy as np
 
 from te_ccl.deadline import check
-from te_ccl.errors import RuntimeLimitError, TecclError
+from te_ccl.errors import RuntimeLimitError, SpecError, TecclError
 from te_ccl.lower.msccl.ir import LOWERING
 from te_ccl.model.epochs import ceil_tol
 from te_ccl.schedule import Schedule, Transfer
+from te_ccl.topology.model import Topology
 
 __all__ = ["Edge", "collapse_switches", "with_final"]
 
@@ -66,6 +67,26 @@ class Edge(NamedTuple):
         """The sender's out-link the edge leaves on (a key, unique per sender): the link
         to its first switch, else the direct link to ``dst``."""
         return self.via if self.via >= 0 else -1 - self.dst
+
+
+def check_expressible(fmt: str, topology: Topology) -> None:
+    """Refuse MSCCL XML (``fmt`` ``"xml"``; other formats pass) for a fabric whose switches
+    reduce (:attr:`~te_ccl.topology.model.Topology.reducing_switches`): an MSCCL program
+    is a list of GPU sends, receives and reductions, with no way to ask a switch to add
+    what it forwards; such a fabric's schedule is written as JSON and its switch tables.
+    The one answer for whoever decides to write XML, asked before solving.
+
+    Raises
+    ------
+    SpecError
+        If the format is XML and a switch reduces.
+    """
+    found = topology.reducing_switches if fmt == "xml" else ()
+    if found:
+        raise SpecError(f"MSCCL XML cannot express in-switch reduction (switches "
+                        f"{', '.join(found[:3])}{' …' if len(found) > 3 else ''} reduce); "
+                        "use --format json and --fred-tables DIR", file=topology.name,
+                        key="--format")
 
 
 def collapse_switches(schedule: Schedule) -> tuple[Edge, ...]:
