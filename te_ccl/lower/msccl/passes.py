@@ -75,6 +75,7 @@ from functools import partial
 import numpy as np
 
 from te_ccl.background import WORTH_FORKING, left_to_exit, told, workers
+from te_ccl.collective.model import Collective
 from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, buffer_layout
@@ -214,27 +215,17 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     thread blocks (one left for its local copies) within the runtime's by construction."""
     coll = schedule.collective
     proto = proto or coll.proto
-    if proto not in PROTOCOLS:
-        raise SpecError(f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}", key="proto")
-    if merge is not None and merge not in MODES:
-        raise SpecError(f"expected one of {', '.join(MODES)}, got {merge!r}", key="merge")
-    if min_bytes < 0 or max_bytes < 0 or (max_bytes and max_bytes < min_bytes):
-        raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
+    _check_options(proto, merge, min_bytes, max_bytes)
     grid = grid_program(schedule, _name(name, schedule), proto, min_bytes, max_bytes, runtime,
                         text=stream)
     if grid is not None:  # groups relayed in one step each: the plan's steps as they are
         return grid
-    layout = buffer_layout(coll)
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
     epoch_timed = collapse_switches(schedule)
     edges = epoch_timed if epochs else replay_timed(epoch_timed, schedule)
     split = edges is not epoch_timed  # thread blocks are split by the replay's times only
-    served, merged = max_bytes, ()  # the file's maxBytes, and why if not the one asked
-    if merge:  # at most what one call carries at the largest size the file serves
-        most = runtime.max_allowed_count(proto, max_bytes or max(coll.size_bytes, min_bytes),
-                                         layout.nchunksperloop)
-        edges, layout = merged_edges(edges, layout, most, merge)
-        served, merged = _served(edges, layout, proto, runtime, max_bytes)
+    edges, layout, served, merged = _merged(edges, coll, proto, min_bytes, max_bytes,
+                                            runtime, merge)
     by_epochs = partial(_lower, schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
                         proto=proto, max_steps=max_steps, stream=stream, progress=progress,
                         runtime=runtime, merge=merge, epochs=True)
@@ -333,6 +324,31 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
             favour = frozenset(over)
     raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
                          "(the nops of its dependencies alone exceed it)")
+
+
+def _check_options(proto: str, merge: str | None, min_bytes: int, max_bytes: int) -> None:
+    """Refuse a protocol, merge mode or size range the lowering cannot write."""
+    if proto not in PROTOCOLS:
+        raise SpecError(f"expected one of {', '.join(PROTOCOLS)}, got {proto!r}", key="proto")
+    if merge is not None and merge not in MODES:
+        raise SpecError(f"expected one of {', '.join(MODES)}, got {merge!r}", key="merge")
+    if min_bytes < 0 or max_bytes < 0 or (max_bytes and max_bytes < min_bytes):
+        raise SpecError(f"bad size range [{min_bytes}, {max_bytes}]", key="maxBytes")
+
+
+def _merged(edges: tuple[Edge, ...], coll: Collective, proto: str, min_bytes: int,
+            max_bytes: int, runtime: RuntimeLimits, merge: str | None
+            ) -> tuple[tuple[Edge, ...], Layout, int, tuple[str, ...]]:
+    """The merge pass: (edges, buffer layout, the file's maxBytes, why if not the one
+    asked); without ``merge`` the edges and the collective's layout as they are."""
+    layout = buffer_layout(coll)
+    if not merge:
+        return edges, layout, max_bytes, ()
+    # at most what one call carries at the largest size the file serves
+    most = runtime.max_allowed_count(proto, max_bytes or max(coll.size_bytes, min_bytes),
+                                     layout.nchunksperloop)
+    edges, layout = merged_edges(edges, layout, most, merge)
+    return (edges, layout, *_served(edges, layout, proto, runtime, max_bytes))
 
 
 def _served(edges: tuple[Edge, ...], layout: Layout, proto: str, runtime: RuntimeLimits, max_bytes: int
