@@ -26,8 +26,8 @@ __all__ = ["solve_moves", "solve_scale", "TREES_GAIN", "GRID_FIRST_FROM_HOPS"]
 Routes = Literal["trees", "comb", "greedy"]
 TREES_GAIN = 0.01  # the packed trees must beat the greedy by this to be kept
 GRID_FIRST_FROM_HOPS = 10_000  # chunk-hops from which a mesh's first file is the grid's:
-#                               fewer, and the flow routes' file is written in a fraction
-#                               of a second (mesh 4×4: 640), more take seconds (8×8: 21,504)
+#                               below, the flow routes' file has few steps to lower and
+#                               verify (mesh 4×4: 640 chunk-hops; 8×8: 21,504)
 
 
 def _greedy(problem: Problem, params: SolveParams, budget: Budget) -> tuple[Moves, tuple[str, ...]]:

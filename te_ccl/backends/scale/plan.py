@@ -182,7 +182,6 @@ def _subchunks(topology: Topology, collective: Collective, room: int) -> int:
     # a symmetric torus's GPUs all send their own pieces at once, so its links are busy
     # from the start; where a piece takes at least α, no relay leaves a gap and the
     # busiest link ends with its whole pieces plus α: more, smaller pieces gain nothing
-    # (torus 8×8 AllGather 64 MB replays at 1.0015× the bound at 4, 8, 12 and 16)
     busy = sym is not None and n == topology.ngpus
     tail = {k: _whole_pieces(receive, hop[k] - alpha) - receive + alpha
             if busy and hop[k] >= 2 * alpha else hop[k] for k in ks}
