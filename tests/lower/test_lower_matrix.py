@@ -17,7 +17,7 @@ from lxml import etree
 from te_ccl.baselines import BaselineError, applicable, build_baseline
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.compiler import CompileOptions, SolveParams, render_fitting, solve
-from te_ccl.errors import SolverError
+from te_ccl.errors import RuntimeLimitError, SolverError
 from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.schedule import Schedule
 from te_ccl.spec.topology import load_topology
@@ -48,6 +48,23 @@ def _solved(topo: str, kind: str, backend: str = "auto",
         return str(e)
 
 
+# templates whose file the lowering may refuse for the runtime's limits (the switch trees'
+# Reduce can need more waited-for thread blocks than a depid names); the compile lowers
+# every candidate before it keeps one, so such a file is dropped, never written
+MAY_NOT_FIT = {"switch-trees"}
+
+
+def _lowered_or_refused(schedule: Schedule, inplace: bool) -> bytes | None:
+    """``_verified``, or None where a template of :data:`MAY_NOT_FIT` is refused for the
+    runtime's limits."""
+    try:
+        return _verified(schedule, inplace)
+    except RuntimeLimitError:
+        if schedule.info.backend.removeprefix("baseline:") not in MAY_NOT_FIT:
+            raise
+        return None
+
+
 def _verified(schedule: Schedule, inplace: bool) -> bytes:
     """The schedule's XML in that mode, as the compile writes it: with the most sub-chunks
     per chunk the runtime holds (a scale schedule may be solved again with fewer)."""
@@ -75,7 +92,7 @@ def test_solver_schedule_lowers_to_verified_xml(topo, kind, inplace):
     schedule = _solved(topo, kind)
     if isinstance(schedule, str):
         pytest.skip(f"solver: {schedule}")
-    _verified(schedule, inplace)
+    _lowered_or_refused(schedule, inplace)
 
 
 @pytest.mark.parametrize("topo", [*SMALL, *(pytest.param(t, marks=pytest.mark.slow)
@@ -91,8 +108,7 @@ def test_every_baseline_lowers_to_verified_xml(topo):
                     schedule = build_baseline(name, topology, coll)
                 except BaselineError:
                     continue
-                _verified(schedule, inplace)
-                lowered += 1
+                lowered += _lowered_or_refused(schedule, inplace) is not None
     assert lowered >= 2 * len(KINDS)
 
 
