@@ -36,7 +36,7 @@ from typing import TypeVar
 
 from te_ccl.errors import SolverError
 
-__all__ = ["until", "check", "left", "checked", "keeping", "hurried", "skipping",
+__all__ = ["until", "check", "left", "checked", "keeping", "hurried", "in_hurry", "skipping",
            "process_start", "Budget", "TimeLimitReached"]
 
 T = TypeVar("T")
@@ -92,6 +92,12 @@ def hurried() -> Iterator[list[str]]:
         yield skipped
     finally:
         _HURRIED.reset(token)
+
+
+def in_hurry() -> bool:
+    """Whether this runs inside :func:`hurried` (asked before building a cheap stand-in
+    that only a hurried stage keeps; :func:`skipping` then records what it skips)."""
+    return _HURRIED.get() is not None
 
 
 def skipping(what: str) -> bool:

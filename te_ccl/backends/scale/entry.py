@@ -16,7 +16,7 @@ from te_ccl.backends.scale.hierarchical import solve_hierarchical
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.torus import solve_torus
 from te_ccl.backends.scale.trees import solve_trees
-from te_ccl.deadline import Budget, skipping
+from te_ccl.deadline import Budget, in_hurry, skipping
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune
 from te_ccl.model.problem import Problem
@@ -54,6 +54,8 @@ def _grid_first(problem: Problem) -> tuple[Moves, tuple[str, ...]] | None:
     routes), and the search that follows runs those routes in full. A torus keeps its
     flow routes (one source over the translation orbits, a short lowering), which its
     grid file does not match."""
+    if not in_hurry():
+        return None
     shape = grid_shape(problem.topology)
     if shape is None or shape[1] or grid_alpha(problem.topology, problem.chunk_bytes) > 1:
         return None
