@@ -837,13 +837,15 @@ def alltoall_window(topology: Topology, members: list[str], per_pair_bytes: floa
 def _farthest_seeded(adjacency: dict[str, list[tuple[float, str]]], seeds: dict[str, float],
                      targets: set[str]) -> tuple[float, int]:
     """(the largest α-distance from the seeds to a target they reach, how many targets
-    are that far); (0, 0) if they reach none."""
+    are that far); (0, 0) if they reach none. Targets within rounding of the farthest
+    count with it, so the distance given is the least of theirs (never more than each)."""
     dist = _alpha_from(adjacency, seeds)
     reached = [dist[v] for v in targets if v in dist]
     if not reached:
         return 0.0, 0
     far = max(reached)
-    return far, sum(x >= far * (1 - 1e-12) for x in reached)
+    counted = [x for x in reached if x >= far * (1 - 1e-12)]
+    return min(counted), len(counted)
 
 
 @lru_cache(maxsize=16)
