@@ -172,16 +172,23 @@ def channels(prio: list[int], link: np.ndarray, cnt: list[int], waits: np.ndarra
     position, finish = list_order(prio, np.unique(link, return_inverse=True)[1], cnt, waits,
                                   alpha)
     nt = len(link)
-    by_link = np.lexsort((position, link))
-    first_of_link = np.searchsorted(link[by_link], link[by_link])
+    by_link, rank = _link_ranks(position, link)
     per_link = np.bincount(link)[link[by_link]]
     chan = np.empty(nt, dtype=np.int64)
-    chan[by_link] = (np.arange(nt) - first_of_link) % -(-per_link // PER_CHANNEL)
+    chan[by_link] = rank[by_link] % -(-per_link // PER_CHANNEL)
     nchannels = int(chan.max()) + 1 if nt else 1
     if nchannels > limits.max_channels:
         return (f"a link carries {int(np.bincount(link).max())} groups: more than "
                 f"{limits.max_channels} channels of {PER_CHANNEL}")
     return position, finish, chan, nchannels
+
+
+def _link_ranks(position: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the transfers by link, then list position; each transfer's rank on its link)."""
+    by_link = np.lexsort((position, link))
+    rank = np.empty(len(link), dtype=np.int64)
+    rank[by_link] = np.arange(len(link)) - np.searchsorted(link[by_link], link[by_link])
+    return by_link, rank
 
 
 def in_turn(position: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -191,10 +198,7 @@ def in_turn(position: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndar
     previous channel's last has left. Channels dealt round-robin (:func:`channels`) run
     at once and race for the link, which then serves them as they come, not in the order
     that keeps every link busy."""
-    by_link = np.lexsort((position, link))
-    first_of_link = np.searchsorted(link[by_link], link[by_link])
-    rank = np.empty(len(link), dtype=np.int64)
-    rank[by_link] = np.arange(len(link)) - first_of_link
+    by_link, rank = _link_ranks(position, link)
     chan = rank // PER_CHANNEL
     opens = np.flatnonzero((rank % PER_CHANNEL == 0) & (rank > 0))
     before = np.empty(len(link), dtype=np.int64)
