@@ -9,7 +9,8 @@ through :func:`checked`) naming what they do, and the solvers get only the time 
 left (:func:`left`). Outside :func:`until` the checks cost a context-variable read.
 A stage that shares its time out (the search among its candidates) takes a
 :class:`Budget`: a share that ends no later than the deadline; :func:`keeping` ends a
-body early, keeping time for what must follow it (writing the file kept).
+body early, keeping time for what must follow it (writing the file kept). How much each
+stage takes is in one place, :data:`SHARES`, so the trades between them read side by side.
 A module of its own, at the bottom of the layers: the
 verifier and the replay look at the clock without importing anything of the solver.
 
@@ -31,13 +32,13 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TypeVar
 
 from te_ccl.errors import SolverError
 
 __all__ = ["until", "check", "left", "checked", "keeping", "hurried", "in_hurry", "skipping",
-           "process_start", "Budget", "TimeLimitReached"]
+           "process_start", "Budget", "TimeLimitReached", "TimeShares", "SHARES"]
 
 T = TypeVar("T")
 _DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("deadline", default=None)
@@ -138,6 +139,59 @@ class Budget:
     @property
     def spent(self) -> bool:
         return time.monotonic() > self.end
+
+
+def _share(value: float, stage: str, trades: str) -> float:
+    """A field of :class:`TimeShares`: its value, the module that takes it and what it
+    trades (the docs' table of shares is made from these)."""
+    return field(default=value, metadata={"stage": stage, "trades": trades})
+
+
+@dataclass(frozen=True)
+class TimeShares:
+    """How a compile divides its time: each field is the fraction of the time (of the limit
+    or of the time left, as its text says) one stage may take; what follows it gets the
+    rest. Each stage asks :data:`SHARES`, so changing a trade is one line here.
+
+    >>> from dataclasses import replace
+    >>> SHARES.search, replace(SHARES, finalist=0).finalist
+    (0.8, 0)
+    """
+
+    search: float = _share(0.8, "compiler/pipeline.py", "of one compile's time left, for its "
+                           "search; the rest lowers, checks and writes the file it keeps")
+    tables: float = _share(0.25, "compiler/render.py", "of a compile's limit with "
+                           "--fred-tables, kept from everything else for the switch tables")
+    ranges: float = _share(0.7, "compiler/sizes.py", "of a --sizes library's time left, for "
+                           "the searches of all its ranges; the rest lowers and verifies them")
+    scale: float = _share(0.25, "compiler/portfolio.py", "of the search, for the scale backend "
+                          "when the flow model runs after it")
+    trees: float = _share(0.5, "compiler/portfolio.py", "the same for packed trees, which come "
+                          "nearer the bound than the flow model does")
+    templates: float = _share(0.2, "compiler/portfolio.py", "of the search's time left, kept "
+                              "from the flow model to build and judge the templates")
+    finalist: float = _share(0.25, "compiler/judge.py", "of the time left, the most lowering "
+                             "and replaying one finalist's file may take; slower, its "
+                             "schedule's replay judges it")
+    bound_lp: float = _share(0.1, "bounds.py", "of the time left, the most the AlltoAll "
+                             "bound's LP may take; the first file comes first")
+    fine_trees: float = _share(0.5, "baselines/disjoint.py", "of the time left, the most "
+                               "building the finest pipelined trees may take by estimate")
+    incumbent: float = _share(0.5, "backends/milp.py", "of the MILP's time left, for a quick "
+                              "rounds run bounding the horizon from above")
+    polish: float = _share(0.25, "backends/milp.py", "of the limit, for the deliver-early "
+                           "polish once the horizon is minimal")
+    job_solve: float = _share(0.7, "jobs/flow.py", "of a joint candidate's limit, for its "
+                              "solve; the rest lowers and verifies it")
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if not 0 <= getattr(self, f.name) <= 1:
+                raise ValueError(f"TimeShares.{f.name} is a fraction of the time, "
+                                 f"not {getattr(self, f.name)}")
+
+
+SHARES = TimeShares()
 
 
 def process_start() -> float:
