@@ -28,7 +28,6 @@ from te_ccl.backends.select import strategy_for
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import (
     BASE_CHUNKS,
-    TABLES_SHARE,
     CompileOptions,
     CompileResult,
     check_plan_kind,
@@ -38,7 +37,7 @@ from te_ccl.compiler import (
     parse_size_range,
     read_previous,
 )
-from te_ccl.deadline import until
+from te_ccl.deadline import SHARES, until
 from te_ccl.errors import SpecError
 from te_ccl.outputs import check_output_dir, check_output_file
 from te_ccl.runtime_limits import RUNTIMES
@@ -135,7 +134,7 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
                                         chunk_choices=chunk_choices, progress=progress,
                                         runtime=RUNTIMES[runtime])
     if fred_tables is not None:  # the tables follow the compile, in the time it leaves them
-        params = replace(params, time_limit_s=params.time_limit_s * (1 - TABLES_SHARE))
+        params = replace(params, time_limit_s=params.time_limit_s * (1 - SHARES.tables))
     options = CompileOptions(output=None if output is None else str(output), fmt=fmt,
                              fred_tables=None if fred_tables is None else str(fred_tables),
                              chunk_choices=chunk_choices,

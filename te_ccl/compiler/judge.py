@@ -9,7 +9,7 @@ transfers lowering every candidate would cost more than the compile's budget, so
 schedule's own replay screens them (bracketed by :func:`_prediction_bounds_replay` and
 :func:`_busiest_link`) and only the finalists, those it puts within
 :data:`FINALIST_MARGIN` of the best file so far, are lowered and judged by their file
-while the deadline allows (:data:`FINALIST_SHARE`): the schedule replay misjudges what
+while the deadline allows (``SHARES.finalist``): the schedule replay misjudges what
 the lowering does (ndv2x4 AllReduce 1 GB: the packed trees replay 1.4% faster than the
 hierarchical template as schedules, and their XML 12% slower).
 """
@@ -33,7 +33,7 @@ from te_ccl.background import WORTH_FORKING, Background, in_background, workers
 from te_ccl.collective.model import Collective
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.solve import Judge
-from te_ccl.deadline import TimeLimitReached, left
+from te_ccl.deadline import SHARES, TimeLimitReached, left
 from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.lower.msccl.merge import MODES as MERGE_MODES
 from te_ccl.lower.msccl.parallel import quiet
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from te_ccl.verify.msccl.model import Algo
 
 __all__ = ["Timer", "Timing", "xml_replay", "plan_replay", "SIM_LIMIT", "XML_REPLAY_LIMIT",
-           "PARALLEL_FROM", "FINALIST_MARGIN", "FINALIST_SHARE"]
+           "PARALLEL_FROM", "FINALIST_MARGIN"]
 
 LOWER_S_PER_TRANSFER = 1e-4  # lowering's pace until the compile has timed its own: 65k
 #                               transfers take 5-15 s (meshes faster than tori, a busy
@@ -69,8 +69,6 @@ MERGE_UP_TO = 10_000  # transfers: up to here a file whose steps carry several c
 #                      lowered (in each mode), verified and replayed too where one step a
 #                      chunk does not fit; beyond, those lowerings take the time the
 #                      other candidates need to be built and judged
-FINALIST_SHARE = 0.25  # of the time left, the most lowering and replaying one finalist may
-#                        take by the pace timed; slower, the schedule replay judges it
 
 
 @dataclass(frozen=True)
@@ -323,7 +321,7 @@ class Timer:
     def _finalist(self, schedule: Schedule, timing: Timing) -> bool:
         """Above :data:`XML_REPLAY_LIMIT` transfers: is ``schedule``, timed ``timing`` by its
         replay, worth its file's (within :data:`FINALIST_MARGIN` of the best file so far,
-        or the first), and can that be had in :data:`FINALIST_SHARE` of the time left, or,
+        or the first), and can that be had in ``SHARES.finalist`` of the time left, or,
         where its replay beats the best file, wherever it could still be written? Such a
         candidate would be written if it won, so its file is what the judge must time:
         judged by the best file's margin instead, it would lose to that file at a time no
@@ -336,7 +334,7 @@ class Timer:
             return False
         if best is not None and timing.finish_s < best[0]:
             return self.write_n(n, lowered=False) <= left()
-        return self.pace * n * (1 + REPLAY_SHARE) <= FINALIST_SHARE * left()
+        return self.pace * n * (1 + REPLAY_SHARE) <= SHARES.finalist * left()
 
     def _filed(self, schedule: Schedule, data: bytes, seconds: float) -> None:
         """``schedule``'s file, ``data``, replays in ``seconds``: kept for writing while it

@@ -19,7 +19,7 @@ from te_ccl.compiler.best import refuse, solve_best, solve_checked
 from te_ccl.compiler.judge import Timer, lower_file
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.portfolio import asked_chunking
-from te_ccl.deadline import TimeLimitReached, keeping, left
+from te_ccl.deadline import SHARES, TimeLimitReached, keeping, left
 from te_ccl.errors import RuntimeLimitError, VerificationError
 from te_ccl.lower.fred import (
     TABLES_S_PER_FLOW,
@@ -35,9 +35,7 @@ from te_ccl.verify.mscclpp import verify_plan
 from te_ccl.verify.schedule_check import check_schedule
 
 __all__ = ["FredTables", "lowerable", "render", "render_fitting", "solved_again",
-           "write_fred_tables", "TABLES_SHARE"]
-
-TABLES_SHARE = 0.25  # of a compile's limit, kept from its search for the FRED tables
+           "write_fred_tables"]
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
@@ -252,7 +250,7 @@ def write_fred_tables(schedules: Sequence[Schedule], topology: Topology, out_dir
     first) whose tables can be made in the time left, written to ``out_dir``.
 
     They are made after the compile's search, in the time it kept for them
-    (:data:`TABLES_SHARE`), and before its file. The last schedule (the compile's first
+    (``SHARES.tables``), and before its file. The last schedule (the compile's first
     file, the cheapest to route) is routed first and its tables' cost estimated from its
     flows (:meth:`PlannedTables.estimate_s`); each better one is estimated from its
     streams (:func:`unrouted_flows`), then routed and estimated again, and written, in
@@ -279,7 +277,7 @@ def write_fred_tables(schedules: Sequence[Schedule], topology: Topology, out_dir
                         tables_of_timeline(schedules[-1], last, Path(out_dir)), notes)
     except TimeLimitReached as e:
         spent = time.monotonic() - start
-        raise TimeLimitReached(f"{e}, after {spent:.2g} s of the {TABLES_SHARE:.0%} of the "
+        raise TimeLimitReached(f"{e}, after {spent:.2g} s of the {SHARES.tables:.0%} of the "
                                "limit kept for the FRED switch tables; the tables of the "
                                f"cheapest file kept (~{flows:,} flows) take "
                                f"~{flows * TABLES_S_PER_FLOW:.2g} s: they need a longer "

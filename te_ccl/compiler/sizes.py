@@ -6,7 +6,7 @@ schedule per range at the range's geometric middle, merges neighbouring ranges w
 schedules come out identical, and gives each its ``minBytes``/``maxBytes`` (inclusive,
 non-overlapping, as the MSCCL runtime selects an algorithm when ``minBytes ≤ size ≤
 maxBytes``). A time limit is the whole library's: each range's search gets an even share
-of the time left (:data:`RANGES_SHARE` of it; lowering and verifying the files get the
+of the time left (``SHARES.ranges`` of it; lowering and verifying the files get the
 rest), so a range that ends early leaves its time to those after it; one whose search has
 no schedule in its share takes the first cheap candidate that builds.
 
@@ -21,14 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from te_ccl.collective.model import Collective
-from te_ccl.deadline import Budget, TimeLimitReached, left, until
+from te_ccl.deadline import SHARES, Budget, TimeLimitReached, left, until
 from te_ccl.errors import SpecError
 from te_ccl.schedule import Schedule
 from te_ccl.units import UnitError, parse_size
 
 __all__ = ["SizedSchedule", "size_ranges", "parse_size_range", "compile_size_ranges"]
-
-RANGES_SHARE = 0.7  # searches of all ranges; the rest builds and verifies their many files
 
 
 @dataclass(frozen=True)
@@ -87,14 +85,14 @@ def compile_size_ranges(collective: Collective, low: int, high: int,
     geometric middle. Neighbouring ranges with identical schedules (same transfers, so the
     same XML up to the byte counts) are merged into one. Lower each result with
     ``lower_to_msccl(item.schedule, min_bytes=item.min_bytes, max_bytes=item.max_bytes)``.
-    Each call runs in an even share of what is left of :data:`RANGES_SHARE` of the time;
+    Each call runs in an even share of what is left of ``SHARES.ranges`` of the time;
     where it runs out, ``first(collective)`` (a cheap schedule, or None) stands in for
     it, so one slow range does not cost the library; without one the deadline's error,
     naming the range, ends the compile.
     """
     out: list[SizedSchedule] = []
     ranges = size_ranges(low, high, step=step)
-    searches = Budget.of(left() * RANGES_SHARE)  # endless without a deadline
+    searches = Budget.of(left() * SHARES.ranges)  # endless without a deadline
     for i, (lo, hi) in enumerate(ranges):
         size = max(lo, min(hi, round(math.sqrt(lo * hi))))
         share = searches.left() / (len(ranges) - i)
