@@ -8,10 +8,10 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
    (:func:`te_ccl.backends.scale.scale_method`). It runs alone where one flow model is
    out of reach (beyond :data:`SCALE_MIN_GPUS` GPUs) or lands far from its bound
    (AlltoAll: 1.1–1.7× on meshes and tori even at 16 GPUs), else first, in
-   :data:`SCALE_SHARE` of the time (:data:`TREES_SHARE` for packed trees): its sub-chunks
+   ``SHARES.scale`` of the time (``SHARES.trees`` for packed trees): its sub-chunks
    pipeline, which whole chunks cannot;
 2. the **flow model** (:func:`te_ccl.compiler.strategy.run_strategy`, its solver picked by the
-   model's size), in the time left but :data:`TEMPLATE_SHARE` of it; it proves
+   model's size), in the time left but ``SHARES.templates`` of it; it proves
    optimality where sub-chunks do not pay;
 3. the **templates** (ring, tree, direct, hierarchical, packed, and on FRED wafers whose
    switches reduce and copy the in-switch schedule; those of :data:`EARLY_TEMPLATES`
@@ -82,7 +82,7 @@ from te_ccl.compiler.candidates import (
     templates,
 )
 from te_ccl.compiler.chunking import chunk_candidates, chunking_bounds, latency_first
-from te_ccl.deadline import Budget, TimeLimitReached, left, until
+from te_ccl.deadline import SHARES, Budget, TimeLimitReached, left, until
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.model.relays import relay_overflow
 from te_ccl.schedule import Schedule
@@ -93,11 +93,7 @@ __all__ = ["Judge", "PREDICTED", "Trial", "asked_chunking", "choose", "Known",
 
 SCALE_MIN_GPUS = 16  # beyond, one flow model is out of reach (mesh 8×8 AllGather: ~460k
 #                      transfer variables); up to it, it proves optimality in seconds
-SCALE_SHARE = 0.25  # of the time, for the scale backend when the flow model runs after it
-TREES_SHARE = 0.5  # the same for packed trees: an LP, a split and the greedy, near the bound
-#                    where the flow model rarely is (dgx1 AllGather: 1.007× against 1.29×)
 MIN_FLOW_S = 1.0  # the flow model gets at least this after the scale backend
-TEMPLATE_SHARE = 0.2  # of the time left, kept from the flow model to build and judge the templates
 TEMPLATE_MAX_GPUS = 64  # beyond, building every template costs more than it can win
 BOUND_GAP = 0.005  # within this of the lower bound, another solver cannot win enough to run
 MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
@@ -316,7 +312,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         race_early(("packed-fine",))
     if method is not None and not _scale_known(topology, collective, params,
                                                (s for _, s, _ in known)):
-        first = TREES_SHARE if method == "trees" else SCALE_SHARE
+        first = SHARES.trees if method == "trees" else SHARES.scale
         share = params.time_limit_s * (first if flow_skip is None else 1.0)
         _run(race, scale(), topology, collective, replace(params, time_limit_s=share),
              progress)
@@ -334,7 +330,7 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     if flow_skip is not None:
         race.skip(FLOW, flow_skip)
     else:
-        share = (budget.left() - race.reserve_s) * (1 - TEMPLATE_SHARE if templates else 1)
+        share = (budget.left() - race.reserve_s) * (1 - SHARES.templates if templates else 1)
         if race.best is not None and share < MIN_FLOW_S:
             race.skip(FLOW, f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
         else:
@@ -448,7 +444,7 @@ def _templates(race: _Race, topology: Topology, collective: Collective, params: 
     those that can beat the best so far (by ``at_least``); none beyond
     :data:`TEMPLATE_MAX_DELIVERIES` (chunk, destination) pairs, none past the compile's
     deadline (less the time writing the best takes), and once there is a best, none once
-    the race's ``budget`` is spent (the flow model left them :data:`TEMPLATE_SHARE`
+    the race's ``budget`` is spent (the flow model left them ``SHARES.templates``
     of it) beyond :data:`SCALE_MIN_GPUS` GPUs: up to it a template is built and
     timed in well under a second, and on a loaded machine judging the scale schedule
     alone can use up the share (mesh 4×4 AllGather 1 GB at a 10 s limit).
