@@ -132,7 +132,7 @@ import networkx as nx
 import numpy as np
 
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import left
+from te_ccl.deadline import SHARES, left
 from te_ccl.topology.model import Node, Topology
 from te_ccl.topology.symmetry import automorphisms, link_moves, orbits
 
@@ -143,7 +143,6 @@ __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "allt
 LP_MAX_VARIABLES = 20_000  # sources × links of the AlltoAll LP as solved (a source per orbit):
 #                            GLOP's time grows faster than the size, and a larger LP would
 #                            cost the first file seconds (mesh 16×16: 36 sources × 960 links)
-LP_SHARE = 0.1  # of the time left to a compile, the most its AlltoAll LP may take
 EXACT_CUT_MAX_GPUS = 2048
 
 
@@ -430,7 +429,7 @@ def alltoall_time(topology: Topology, members: list[str], per_pair_bytes: float)
         for s, w in zip(sources, weight, strict=True):
             rows[o].SetCoefficient(f[(s, k.key)], w / size[o])
     lp.Minimize(T)
-    budget = left() * LP_SHARE  # under a deadline: the compile's first file comes first
+    budget = left() * SHARES.bound_lp  # under a deadline: the compile's first file comes first
     if budget < math.inf:
         lp.SetTimeLimit(max(1, int(budget * 1000)))
     if lp.Solve() != pywraplp.Solver.OPTIMAL:

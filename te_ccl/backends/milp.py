@@ -21,7 +21,7 @@ from te_ccl.backends.base import Progress, SolveParams, SolveResult
 from te_ccl.backends.cpsat import Solved, solve_formulation
 from te_ccl.backends.linear import solve_relaxation
 from te_ccl.backends.rounds import solve_rounds
-from te_ccl.deadline import Budget
+from te_ccl.deadline import SHARES, Budget
 from te_ccl.errors import SolverError
 from te_ccl.model.extract import prune, to_transfers
 from te_ccl.model.formulation import formulate
@@ -31,10 +31,6 @@ from te_ccl.model.trees import pipelined_trees
 
 __all__ = ["solve_milp", "horizon_search"]
 
-# share of the time limit the deliver-early polish may use once the horizon is minimal
-POLISH_SHARE = 0.25
-# share of the time limit a quick rounds run may use to bound the horizon from above
-INCUMBENT_SHARE = 0.5
 # above this many variables, building the HiGHS model in Python costs more than it saves
 HIGHS_MAX_VARIABLES = 20_000
 
@@ -52,7 +48,7 @@ def _incumbent(problem: Problem, params: SolveParams, budget: Budget) -> Solved 
     if problem.reductions:
         return None
     try:
-        r = solve_rounds(problem, params, Budget.of(INCUMBENT_SHARE * budget.left()))
+        r = solve_rounds(problem, params, Budget.of(SHARES.incumbent * budget.left()))
     except SolverError:
         return None if finish is None else _solved(problem, keys, finish)
     if finish is not None and finish < r.finish_epoch:
@@ -158,7 +154,7 @@ def solve_milp(problem: Problem, params: SolveParams, budget: Budget,
     if budget.left() > 0.05:
         try:
             best = _polish(first, params,
-                           min(budget.left(), max(1.0, POLISH_SHARE * params.time_limit_s)))
+                           min(budget.left(), max(1.0, SHARES.polish * params.time_limit_s)))
         except SolverError:  # the deadline passed while building: keep the minimal horizon's
             best = first
         status += "; deliver-early " + ("optimal" if best.status == "optimal"

@@ -45,7 +45,7 @@ from te_ccl.baselines.plan import (
 )
 from te_ccl.baselines.ring import ring_order
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import checked, left
+from te_ccl.deadline import SHARES, checked, left
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
@@ -60,7 +60,6 @@ MAX_TRANSFERS = 20_000  # link transfers a Broadcast or Scatter is cut into at m
 #                         with room to spare, and a Reduce's GPUs need no more thread blocks
 #                         than a step can wait for (relays in DGX-2 or FRED boxes do at 40,000)
 FINE_TRANSFERS = 200_000  # the same for pipeline-fine (mesh 16×16: 784 pieces), built only
-FINE_SHARE = 0.5  # where that many at TRANSFER_S each take at most this share of the time left
 TRANSFER_S = 6e-5  # about what building, lowering, verifying and replaying one transfer of
 #                    such a file costs
 
@@ -174,7 +173,7 @@ def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
     piece, so more pieces come closer to the bound. The pieces follow from that count and
     the runtime's element limit alone, never from the clock, so a compile writes the same
     file on any machine; the time left only decides whether it is built (where that file
-    at :data:`TRANSFER_S` a transfer takes more than :data:`FINE_SHARE` of it, not), and
+    at :data:`TRANSFER_S` a transfer takes more than ``SHARES.fine_trees`` of it, not), and
     it is not built where its pieces are :func:`pipeline`'s. A Reduce sums along a chain
     of each box's GPUs (:func:`box_trees`): at a thousand pieces, a GPU summing each piece
     from all its box makes the file slower than its schedule (every partial waits for its
@@ -191,9 +190,9 @@ def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
 def fine_time_left(what: str) -> None:
     """Raises :class:`BaselineError` where a file of :data:`FINE_TRANSFERS` transfers
     (``what``), at :data:`TRANSFER_S` each to build and judge, would take more than
-    :data:`FINE_SHARE` of the time left: its pieces never depend on the clock, only
+    ``SHARES.fine_trees`` of the time left: its pieces never depend on the clock, only
     whether it is built does."""
-    if left() * FINE_SHARE < FINE_TRANSFERS * TRANSFER_S:
+    if left() * SHARES.fine_trees < FINE_TRANSFERS * TRANSFER_S:
         raise BaselineError(f"no time left to build and judge {what}")
 
 

@@ -56,7 +56,7 @@ from te_ccl.compiler.result import CompileResult, compile_notes, declared_range,
 from te_ccl.compiler.sizes import compile_size_ranges
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import first_candidates, offer_spliced, repair
-from te_ccl.deadline import TimeLimitReached, hurried, keeping, left, until
+from te_ccl.deadline import SHARES, TimeLimitReached, hurried, keeping, left, until
 from te_ccl.errors import (
     RuntimeLimitError,
     SolverError,
@@ -95,7 +95,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     limit ends (:func:`_anytime`); past the limit with no file verified yet the compile
     stops with :class:`~te_ccl.deadline.TimeLimitReached` naming the stage and what a
     first file would take, and writes nothing. Without one, the search gets
-    :data:`SEARCH_SHARE` of the limit. An MSCCL++ plan is compiled on the machine as a
+    ``SHARES.search`` of the limit. An MSCCL++ plan is compiled on the machine as a
     plan drives it (NVLS switches copy and reduce, others forward), whoever asks.
     """
     started = time.monotonic()  # the first file's time counts the checks and the bound
@@ -229,9 +229,9 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
 
 
 def _search(params: SolveParams) -> SolveParams:
-    """The search's share of what is left of the time: :data:`SEARCH_SHARE`; lowering,
+    """The search's share of what is left of the time: ``SHARES.search``; lowering,
     verifying and writing the schedule it keeps take the rest."""
-    share = min(params.time_limit_s, left()) * SEARCH_SHARE
+    share = min(params.time_limit_s, left()) * SHARES.search
     return replace(params, time_limit_s=max(share, MIN_SEARCH_S))
 
 
@@ -525,7 +525,6 @@ def _rescaled(schedule: Schedule, collective: Collective, kept: Incumbent,
         f"{again.info.subchunks} sub-chunks per chunk",))
 
 
-SEARCH_SHARE = 0.8  # of one compile's limit for its search; the rest lowers and checks one file
 MIN_SEARCH_S = 1e-3  # a search's share past the deadline (it stops at its first check)
 WRITE_RESERVE_S = 0.3  # kept from the search and the files it improves on, for writing the
 #                        file kept and its report (the bytes are ready: only the write is left)

@@ -42,7 +42,7 @@ from te_ccl.backends.milp import horizon_search
 from te_ccl.backends.select import backend_for, check_size
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
-from te_ccl.deadline import Budget
+from te_ccl.deadline import SHARES, Budget
 from te_ccl.errors import SolverError, SpecError, VerificationError
 from te_ccl.jobs.bound import joint_bound
 from te_ccl.jobs.spec import JobSet
@@ -68,7 +68,6 @@ WEIGHT_STEPS = 8  # integer weights: the lightest job weighs this many
 WEIGHTED_SLACK = 0.25  # under ``weighted``: the horizon the minimal makespan's plus this share
 PIECES = (8, 4, 2, 1)  # the smallest job chunk cut into this many, finest first
 FINE_VARIABLES = 4_000  # a finer cut only while its model stays this small
-SOLVE_SHARE = 0.7  # of the candidate's time: the solve (the rest lowers and verifies)
 
 
 @dataclass(frozen=True)
@@ -244,7 +243,7 @@ def compile_flow(plan: FlowPlan, objective: str, params: SolveParams,
     """
     (problem, offsets), collectives = plan.problem(), plan.collectives
     topology = problem.topology
-    budget = Budget.of(SOLVE_SHARE * params.time_limit_s)
+    budget = Budget.of(SHARES.job_solve * params.time_limit_s)
     result = _solve(problem, params, budget, objective, progress)
     info = SolveInfo(backend=result.backend, solver_time_s=round(budget.elapsed(), 4),
                      optimal=result.optimal, status=result.status,
