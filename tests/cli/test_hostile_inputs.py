@@ -158,8 +158,8 @@ def test_size_ranges_share_one_time_limit():
     from types import SimpleNamespace
 
     from te_ccl.collective.model import Collective, CollectiveKind
-    from te_ccl.compiler.sizes import RANGES_SHARE, compile_size_ranges, size_ranges
-    from te_ccl.deadline import TimeLimitReached, left, until
+    from te_ccl.compiler.sizes import compile_size_ranges, size_ranges
+    from te_ccl.deadline import SHARES, TimeLimitReached, left, until
 
     seen: list[float] = []
     n = len(size_ranges(1000, 10**9))
@@ -175,8 +175,8 @@ def test_size_ranges_share_one_time_limit():
     last = rf"size range \S+ bytes \({n} of {n}"
     with until(10.0), pytest.raises(TimeLimitReached, match=last):
         compile_size_ranges(gather, 1000, 10**9, compile_one)
-    assert len(seen) == n and seen[0] <= 10 * RANGES_SHARE / n  # an even share of it
-    assert max(seen) <= 10 * RANGES_SHARE  # what a range leaves goes to those after it
+    assert len(seen) == n and seen[0] <= 10 * SHARES.ranges / n  # an even share of it
+    assert max(seen) <= 10 * SHARES.ranges  # what a range leaves goes to those after it
 
 
 def test_an_epoch_far_too_short_says_its_count_in_scientific_form(teccl, tmp_path):

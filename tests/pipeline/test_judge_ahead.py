@@ -34,10 +34,10 @@ def test_a_candidate_ahead_of_the_best_file_is_timed_by_its_own_file(screened):
         slow_s = timer.judge(slow)  # the first: a finalist, lowered at the default pace
         assert timer.timing(slow).file_s == slow_s
         n = len(fast.transfers)
-        # lowering and replaying it: 480 s, over FINALIST_SHARE of the ~1000 s left;
+        # lowering and replaying it: 480 s, over SHARES.finalist of the ~1000 s left;
         # writing it (verifying too): 640 s, within them
         timer.paced(judge.PACE_MIN_TRANSFERS, 400 / n * judge.PACE_MIN_TRANSFERS)
-        assert timer.pace * n * (1 + judge.REPLAY_SHARE) > judge.FINALIST_SHARE * 1000
+        assert timer.pace * n * (1 + judge.REPLAY_SHARE) > judge.SHARES.finalist * 1000
         assert timer.write_n(n, lowered=False) < 990
         assert replay_finish(fast) < slow_s  # the schedule replay the judge screens by
         seconds = timer.judge(fast)

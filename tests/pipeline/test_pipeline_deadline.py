@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 import te_ccl.compiler.candidates as candidates
 import te_ccl.compiler.judge as judge
-import te_ccl.compiler.pipeline as pipeline
 import te_ccl.compiler.portfolio as auto
 import te_ccl.lower.msccl as lowering
 import te_ccl.verify.msccl.reader as reader
@@ -20,7 +20,7 @@ import te_ccl.verify.msccl.verify as verifying
 from te_ccl.backends.base import SolveParams
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.compiler import CompileOptions, compile_collective
-from te_ccl.deadline import TimeLimitReached, check, left
+from te_ccl.deadline import SHARES, TimeLimitReached, check, left
 from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.topology.generators import ring
 from te_ccl.verify.msccl.reader import read_msccl
@@ -61,13 +61,13 @@ def test_the_search_gets_its_share_of_the_time_limit(monkeypatch):
 
     monkeypatch.setattr(candidates, "run_strategy", recording)
     compile_collective(RING, allgather(), SolveParams(time_limit_s=20, threads=1))
-    assert seen and max(seen) <= 20 * pipeline.SEARCH_SHARE
+    assert seen and max(seen) <= 20 * SHARES.search
 
 
 def test_a_schedule_judged_without_its_xml_reports_the_written_files_replay(
         tmp_path: Path, monkeypatch):
     monkeypatch.setattr(judge, "XML_REPLAY_LIMIT", 0)  # judged by the schedule replay
-    monkeypatch.setattr(judge, "FINALIST_SHARE", 0)  # no finalist's file either
+    monkeypatch.setattr(judge, "SHARES", replace(judge.SHARES, finalist=0))  # no finalist's file either
     reads: list[str] = []
     real = reader.read_msccl
     monkeypatch.setattr(reader, "read_msccl", lambda text: reads.append(text) or real(text))

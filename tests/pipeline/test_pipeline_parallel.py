@@ -4,6 +4,7 @@ lowering and the verifier: the compile's outcome is the one of running them in t
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,7 @@ def _compile(tmp_path: Path, name: str):
 
 def test_forked_checker_and_replay_give_what_running_them_in_turn_gives(tmp_path, monkeypatch):
     monkeypatch.setattr(judge, "XML_REPLAY_LIMIT", 0)  # the written file is replayed
-    monkeypatch.setattr(judge, "FINALIST_SHARE", 0)  # not a finalist's, judged before
+    monkeypatch.setattr(judge, "SHARES", replace(judge.SHARES, finalist=0))  # not a finalist's, judged before
     in_turn, first = _compile(tmp_path, "in_turn.xml")
     parent, replays = os.getpid(), []
     real = judge.xml_replay
