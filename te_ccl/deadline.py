@@ -166,7 +166,7 @@ class TimeShares:
                            "the searches of all its ranges; the rest lowers and verifies them")
     scale: float = _share(0.25, "compiler/portfolio.py", "of the search, for the scale backend "
                           "when the flow model runs after it")
-    trees: float = _share(0.5, "compiler/portfolio.py", "the same for packed trees, which come "
+    trees: float = _share(0.5, "compiler/portfolio.py", "the same for packed trees, which land "
                           "nearer the bound than the flow model does")
     templates: float = _share(0.2, "compiler/portfolio.py", "of the search's time left, kept "
                               "from the flow model to build and judge the templates")
