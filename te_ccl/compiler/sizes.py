@@ -8,7 +8,8 @@ non-overlapping, as the MSCCL runtime selects an algorithm when ``minBytes ≤ s
 maxBytes``). A time limit is the whole library's: each range's search gets an even share
 of the time left (``SHARES.ranges`` of it; lowering and verifying the files get the
 rest), so a range that ends early leaves its time to those after it; one whose search has
-no schedule in its share takes the first cheap candidate that builds.
+no schedule in its share takes the first cheap candidate that builds. Out of time while
+the files are made, the library keeps the ranges made (:func:`made_in_time`).
 
 >>> size_ranges(1000, 10**6, step=4)
 [(1000, 1023), (1024, 4095), (4096, 16383), (16384, 65535), (65536, 262143), (262144, 1000000)]
@@ -19,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from te_ccl.collective.model import Collective
 from te_ccl.deadline import SHARES, Budget, TimeLimitReached, left, until
@@ -26,7 +28,10 @@ from te_ccl.errors import SpecError
 from te_ccl.schedule import Schedule
 from te_ccl.units import UnitError, parse_size
 
-__all__ = ["SizedSchedule", "size_ranges", "parse_size_range", "compile_size_ranges"]
+__all__ = ["SizedSchedule", "size_ranges", "parse_size_range", "compile_size_ranges",
+           "made_in_time"]
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -113,3 +118,29 @@ def compile_size_ranges(collective: Collective, low: int, high: int,
         else:
             out.append(SizedSchedule(lo, hi, size, sched))
     return out
+
+
+def made_in_time(items: list[SizedSchedule], make: Callable[[SizedSchedule], T]
+                 ) -> tuple[list[T], str | None]:
+    """``make(item)`` (its file lowered and verified) for each range in turn, while the
+    deadline allows, and a note naming the ranges it did not reach (None: all made).
+
+    A library is loadable in part: the runtime loads each file on its own and runs the
+    algorithm whose ``minBytes..maxBytes`` holds a call's size, and for a size no file
+    holds, NCCL's (RCCL's) own. So ranges the time ran out on are left to the runtime
+    rather than losing the ranges made, or stretching a file compiled for other sizes
+    over them. Without the first range's file the deadline's error, naming it, ends
+    the compile."""
+    made: list[T] = []
+    for i, item in enumerate(items):
+        try:
+            made.append(make(item))
+        except TimeLimitReached as e:
+            if not made:
+                raise TimeLimitReached(f"size range {item.min_bytes}..{item.max_bytes} "
+                                       f"bytes (1 of {len(items)}): {e}") from None
+            missed = ", ".join(f"{m.min_bytes}..{m.max_bytes}" for m in items[i:])
+            return made, (f"anytime: {e}; wrote {i} of {len(items)} size ranges, not "
+                          f"{missed} bytes (the runtime runs its own algorithm at those "
+                          "sizes; --time-limit SECONDS allows more)")
+    return made, None

@@ -1,6 +1,9 @@
 """Size ranges (``--sizes``): they cover the span without overlap, and ranges whose
 schedules agree merge."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from te_ccl.baselines import build_baseline
@@ -41,3 +44,55 @@ def test_compile_size_ranges_merges_identical_schedules():
     assert len(seen) == 6 and all(1000 <= s <= 10**6 for s in seen)
     assert [(o.min_bytes, o.max_bytes) for o in out] == [(1000, 65535), (65536, 10**6)]
     assert out[1].schedule.collective.size_bytes == seen[4]
+
+
+def test_out_of_time_while_lowering_the_last_range_writes_the_ranges_made(
+        teccl, tmp_path, monkeypatch):
+    """The clock passes the deadline as the last range's file is lowered (a slow lowering):
+    the library keeps the range made, verified, exits 0 and names the range not made."""
+    import time
+
+    import te_ccl.compiler.pipeline as pipeline
+    from te_ccl.deadline import check
+    from te_ccl.verify.msccl.verify import verify_msccl
+
+    real_render, real_clock, late = pipeline.render_fitting, time.monotonic, [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: real_clock() + late[0])
+
+    def slow(schedule, options, *args, **kwargs):
+        if options.min_bytes == 4096:  # the last range: its lowering outlasts the limit
+            late[0] = 1e6
+            check("lowering the schedule to MSCCL XML")
+        return real_render(schedule, options, *args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "render_fitting", slow)
+    code, out, err = teccl("compile", "ring8", "-c", "allgather", "--sizes", "1KiB..4KiB",
+                           "-o", str(tmp_path / "lib"), "--time-limit", "600", "--json")
+    assert code == 0, err
+    [made] = json.loads(out)["algorithms"]
+    assert (made["min_bytes"], made["max_bytes"]) == (1024, 4095)
+    assert any("not 4096..4096 bytes" in n and "time limit of 600 s" in n
+               for n in made["notes"])
+    assert [p.name for p in (tmp_path / "lib").iterdir()] == [Path(made["output"]).name]
+    assert verify_msccl(made["output"]).valid
+
+
+def test_out_of_time_before_any_range_is_made_exits_3_naming_the_first(
+        teccl, tmp_path, monkeypatch):
+    import time
+
+    import te_ccl.compiler.pipeline as pipeline
+    from te_ccl.deadline import check
+
+    real_clock, late = time.monotonic, [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: real_clock() + late[0])
+
+    def slow(*args, **kwargs):
+        late[0] = 1e6
+        check("lowering the schedule to MSCCL XML")
+
+    monkeypatch.setattr(pipeline, "render_fitting", slow)
+    code, _, err = teccl("compile", "ring8", "-c", "allgather", "--sizes", "1KiB..4KiB",
+                         "-o", str(tmp_path / "lib"), "--time-limit", "600")
+    assert code == 3 and "size range 1024..4095 bytes (1 of 2)" in err
+    assert not (tmp_path / "lib").exists()
