@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from te_ccl.compiler.portfolio import TIE, asked_chunking
@@ -60,12 +60,15 @@ class Kept(str):
 @dataclass(frozen=True)
 class Verified:
     """A file that can be written: the schedule, its bytes (verified), its finish time
-    by the best measure there is, and where it came from."""
+    by the best measure there is, where it came from, and whether the schedule checker
+    passed it too (a first file's MSCCL XML is gated by the verifier alone: the compile
+    checks its schedule once it is still the file kept at the end)."""
 
     schedule: Schedule
     data: bytes
     finish_s: float
     source: str
+    checked: bool = True
 
 
 @dataclass
@@ -107,12 +110,13 @@ class Incumbent:
     def ratio(self, finish_s: float) -> float | None:
         return finish_s / self.bound_s if self.bound_s > 0 else None
 
-    def offer(self, schedule: Schedule, data: bytes, finish_s: float, source: str) -> bool:
+    def offer(self, schedule: Schedule, data: bytes, finish_s: float, source: str,
+              checked: bool = True) -> bool:
         """Keep this verified file if it finishes earlier than the one kept (by more
         than the race's :data:`~te_ccl.compiler.portfolio.TIE`)."""
         if self.best is not None and finish_s >= self.best.finish_s * (1 - TIE):
             return False
-        self.best = Verified(schedule, data, finish_s, source)
+        self.best = Verified(schedule, data, finish_s, source, checked)
         self.files.append(self.best)
         self.history.append(Improvement(self.elapsed(), source, self.ratio(finish_s)))
         if self.progress is not None:
@@ -127,8 +131,12 @@ class Incumbent:
         """The kept file's schedule is ``schedule`` (the same transfers, with the notes of
         the search that kept it too)."""
         assert self.best is not None and self.holds(schedule)
-        b = self.best
-        self.best = self.files[-1] = Verified(schedule, b.data, b.finish_s, b.source)
+        self.best = self.files[-1] = replace(self.best, schedule=schedule)
+
+    def passed_checker(self) -> None:
+        """The schedule checker passed the file kept."""
+        assert self.best is not None
+        self.best = self.files[-1] = replace(self.best, checked=True)
 
     def cut(self, why: str) -> None:
         """The time limit stopped the compile short of writing the best it found."""

@@ -4,7 +4,8 @@
 algorithm; ``compile_size_library`` runs the same stages once per size range
 (``--sizes``, :mod:`te_ccl.compiler.sizes`). Every output is checked before it is
 written: the schedule by the independent checker, the MSCCL XML by the verifier, which
-shares nothing with the solver.
+shares nothing with the solver (a first file's XML by the verifier alone, its schedule
+checked once it is the file to write, in the time left: :func:`_check_kept`).
 
 The compile is *anytime*: from the first file it verifies (a cheap candidate, lowered
 and verified before the search, :func:`te_ccl.compiler.candidates.first_file`) it holds a file it can write
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
 
@@ -53,7 +54,7 @@ from te_ccl.compiler.render import (
     write_fred_tables,
 )
 from te_ccl.compiler.result import CompileResult, compile_notes, declared_range, rooted_notes
-from te_ccl.compiler.sizes import compile_size_ranges
+from te_ccl.compiler.sizes import SizedSchedule, compile_size_ranges, made_in_time
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import first_candidates, offer_spliced, repair
 from te_ccl.deadline import SHARES, TimeLimitReached, hurried, keeping, left, until
@@ -147,7 +148,8 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
                          served[0], served[1], timer.timing(schedule), fabric,
                          kept.first_file_s if kept else None,
                          kept is not None and kept.cut_short is not None,
-                         tuple(kept.history) if kept else ())
+                         tuple(kept.history) if kept else (),
+                         kept.best.checked if kept and kept.best else None)
 
 
 def compile_size_library(topology: Topology, collective: Collective, params: SolveParams,
@@ -161,8 +163,8 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
     ``TOPOLOGY-KIND[-inplace]-MIN-MAX.FMT`` (one path component: :func:`path_component`),
     so both buffer modes fit one directory; ``out_dir`` is created if missing (its parent
     is not). Each XML is lowered and verified within ``runtime``'s limits; the files are
-    written once every range has one and every path can take it, so a compile that fails
-    leaves no part of a library.
+    written once every range has one (out of time: every range made, :func:`made_in_time`)
+    and every path can take it, so a compile that fails leaves no part of a library.
 
     Rooted collectives are refused: the runtime would pick these files by size for
     every root (and has no entry point for gather and scatter).
@@ -203,23 +205,31 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
                 return schedule
         return None
 
-    results, files = [], []
     mode = "-inplace" if collective.inplace else ""
+
+    def made(item: SizedSchedule) -> tuple[CompileResult, bytes]:
+        name = path_component(f"{topology.name}-{collective.kind.value}{mode}-"
+                              f"{item.min_bytes}-{item.max_bytes}")
+        options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
+                                 min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name,
+                                 runtime=runtime)
+        schedule, data = render_fitting(item.schedule, options, params, progress, timer)
+        bound = lower_bound(usable.topology, schedule.collective)
+        schedule = schedule.with_info(notes=schedule.info.notes
+                                      + compile_notes(schedule, timer, usable.forwarded))
+        return CompileResult(schedule, bound.seconds, dict(bound.parts), options.output,
+                             min_bytes=item.min_bytes, max_bytes=item.max_bytes,
+                             timing=timer.timing(schedule)), data
+
     with paused_gc():  # as in compile_collective: millions of young objects, no cycles
-        for item in compile_size_ranges(collective, low, high, compile_one, first=first_one):
-            name = path_component(f"{topology.name}-{collective.kind.value}{mode}-"
-                                  f"{item.min_bytes}-{item.max_bytes}")
-            options = CompileOptions(output=str(Path(out_dir) / f"{name}.{fmt}"), fmt=fmt,
-                                     min_bytes=item.min_bytes, max_bytes=item.max_bytes, name=name,
-                                     runtime=runtime)
-            schedule, data = render_fitting(item.schedule, options, params, progress, timer)
-            files.append((options.output, data))
-            bound = lower_bound(usable.topology, schedule.collective)
-            schedule = schedule.with_info(notes=schedule.info.notes
-                                          + compile_notes(schedule, timer, usable.forwarded))
-            results.append(CompileResult(schedule, bound.seconds, dict(bound.parts),
-                                         options.output, min_bytes=item.min_bytes,
-                                         max_bytes=item.max_bytes, timing=timer.timing(schedule)))
+        ranges = compile_size_ranges(collective, low, high, compile_one, first=first_one)
+        pairs, missed = made_in_time(ranges, made)
+    results = [r for r, _ in pairs]
+    files = [(r.output, data) for r, data in pairs]
+    if missed:  # said by the range next to them
+        last = results[-1].schedule
+        results[-1] = replace(results[-1], schedule=last.with_info(
+            notes=last.info.notes + (missed,)))
     make_output_dir(out_dir)
     for path, _ in files:  # every file can be written before any is: no half library
         check_output_file(path)
@@ -277,6 +287,7 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
                 raise
             kept.notes.append(f"anytime: the search's file was not written ({e})")
         _keep_measured(collective, options, timer, kept)
+        _check_kept(kept)
     best = kept.best
     if best is None:  # each stage keeps a file or raises: a stage that did neither found none
         raise SolverError("no candidate gave a file that fits the runtime and verifies")
@@ -338,7 +349,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
             continue
         kept.trying(schedule)
         try:
-            with _checked_alongside(schedule):
+            with _gated(schedule, options):
                 data = render(schedule, options, progress=kept.tell, timer=timer)
         except (TimeLimitReached, VerificationError, SpecError):
             raise
@@ -349,7 +360,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
             continue
         if options.lowered:
             timer.replay_written(schedule, data, schedule_replay=False)
-        _offer(kept, schedule, data, timer, "first file")
+        _offer(kept, schedule, data, timer, "first file", _verifier_alone(options))
         if skipped:  # the search runs the method in full, not taking this for its run
             kept.hurried = True
             kept.notes.append(f"anytime: the first file was built without {', '.join(skipped)}")
@@ -404,7 +415,7 @@ def _nearer_first(candidates: Iterator[tuple[str, Callable[[], Schedule | None]]
         kept.tell(f"first file: lowering the {describe(schedule)}, predicted "
                   f"{schedule.finish_time_s / kept.best.finish_s:.2g}× the file kept")
         try:
-            with _checked_alongside(schedule):
+            with _gated(schedule, options):
                 data = render(schedule, options, progress=kept.tell, timer=timer)
         except TimeLimitReached:
             raise
@@ -414,17 +425,18 @@ def _nearer_first(candidates: Iterator[tuple[str, Callable[[], Schedule | None]]
             continue
         if options.lowered:
             timer.replay_written(schedule, data, schedule_replay=False)
-        if _offer(kept, schedule, data, timer, "first file"):
+        if _offer(kept, schedule, data, timer, "first file", _verifier_alone(options)):
             return
         kept.notes.append(f"anytime: the first file's {describe(schedule)} was not kept "
                           "(its file is no faster than the file kept)")
 
 
-def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage: str
-           ) -> bool:
+def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage: str,
+           unchecked: bool = False) -> bool:
     """Offer ``kept`` the verified file ``data`` of ``schedule`` at its time by the best
     measure there is (a replay the deadline stopped cuts the compile short, and the
-    epoch model's prediction times the file)."""
+    epoch model's prediction times the file); ``unchecked``: the schedule checker has
+    not run on it (:func:`_gated`)."""
     try:
         timing = timer.timing(schedule)
     except TimeLimitReached as e:  # the schedule's replay, where nothing replayed its file
@@ -434,7 +446,7 @@ def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage
     source = f"{stage}: {describe(schedule)}"
     if timing.file_s is None and timer.files:  # the ratio shown is not the file's
         source += f" (the {timing.measured_by}'s prediction, not the file's replay)"
-    return kept.offer(schedule, data, timing.finish_s, source)
+    return kept.offer(schedule, data, timing.finish_s, source, checked=not unchecked)
 
 
 def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> str:
@@ -532,6 +544,39 @@ RESERVE_S_PER_DELIVERY = 1.5e-6  # and per chunk delivered: the passes of a larg
 #                                  look at the clock seconds apart (1024 GPUs: ~1.6 s more)
 FIRST_FILE_GAP = 2.0  # a first file beyond this × the bound: the other cheap candidates are
 #                      built, and the one predicted fastest lowered too (_nearer_first)
+
+
+def _verifier_alone(options: CompileOptions) -> bool:
+    """Whether a first file is gated by the MSCCL XML verifier alone, the schedule
+    checker left for the end (:func:`_check_kept`): the verifier checks the file the
+    runtime runs, sharing nothing with the solver, and the checker beside it would take
+    the first file's time (mesh 16×16 AlltoAll: a tenth of it). Not where the tables of
+    FRED switches are made from the schedule."""
+    return options.fmt == "xml" and options.fred_tables is None
+
+
+def _gated(schedule: Schedule, options: CompileOptions) -> AbstractContextManager[None]:
+    """What gates a first file's lowering and verifying besides the verifier: nothing
+    where it is left alone (:func:`_verifier_alone`), else the checker
+    (:func:`_checked_alongside`)."""
+    return nullcontext() if _verifier_alone(options) else _checked_alongside(schedule)
+
+
+def _check_kept(kept: Incumbent) -> None:
+    """Run the schedule checker on the file kept where it is a first file the verifier
+    alone passed (:func:`_gated`): one the checker refuses is not written
+    (:class:`VerificationError`); with no time left for it, the file is written
+    unchecked, with a note (``schedule_checked`` false in ``--json``)."""
+    best = kept.best
+    if best is None or best.checked:
+        return
+    try:
+        refuse(check_schedule(best.schedule))
+    except TimeLimitReached as e:
+        kept.notes.append(f"anytime: the schedule checker did not run on the file written "
+                          f"({e}); the MSCCL XML verifier passed it")
+        return
+    kept.passed_checker()
 
 
 @contextmanager

@@ -34,10 +34,13 @@ class CompileResult:
     fabric: dict[str, Any] | None = None  # FRED switch limits (te_ccl.fred.limits)
     # the anytime compile's record (none where nothing was written): seconds from its
     # start to the first verified file, whether the time limit stopped it short of
-    # writing the best schedule it found, and every file it kept on the way
+    # writing the best schedule it found, every file it kept on the way, and whether the
+    # schedule checker passed the file written (false: a first file the MSCCL verifier
+    # passed, with no time left to check its schedule)
     first_file_s: float | None = None
     cut_short: bool = False
     incumbents: tuple[Improvement, ...] = ()
+    schedule_checked: bool | None = None
 
     @property
     def finish_time_s(self) -> float:
@@ -143,8 +146,9 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
     it is the written XML's or plan's replay (false: the fallback's prediction, or a
     schedule JSON written). ``predicted_s`` is the
     epoch model's prediction and ``schedule_replay_s`` the replay of the schedule itself.
-    ``first_file_s``, ``cut_short`` and ``incumbents`` are the anytime compile's record
-    (:class:`CompileResult`; None, false and empty where no file was written).
+    ``first_file_s``, ``cut_short``, ``incumbents`` and ``schedule_checked`` are the
+    anytime compile's record (:class:`CompileResult`; None, false, empty and None where
+    no file was written).
     """
     s, c = result.schedule, result.schedule.collective
     timing = result.timing or Timing(s.finish_time_s)
@@ -185,4 +189,5 @@ def summary(result: CompileResult, topology: Topology) -> dict[str, Any]:
                          else None),
         "cut_short": result.cut_short,
         "incumbents": [i.to_json() for i in result.incumbents],
+        "schedule_checked": result.schedule_checked,
     }

@@ -21,7 +21,7 @@ from te_ccl.backends.base import SolveParams
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.compiler import CompileOptions, CompileResult, Kept, compile_collective
 from te_ccl.deadline import TimeLimitReached
-from te_ccl.errors import RuntimeLimitError, SolverError
+from te_ccl.errors import RuntimeLimitError, SolverError, VerificationError
 from te_ccl.topology.generators import mesh
 from te_ccl.verify.msccl.verify import verify_msccl
 
@@ -82,8 +82,9 @@ def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
     monkeypatch.setattr(judge, "SHARES", replace(judge.SHARES, finalist=0))  # no finalist's file is judged
     if stage == "search":  # the first file is not searched for: the search's first call
         monkeypatch.setattr(pipeline, "solve_best", raising(LATE))
-    elif stage == "checking":  # the independent checker, before the search's file is lowered
-        monkeypatch.setattr(pipeline, "check_schedule", after_first(pipeline.check_schedule, LATE))
+    elif stage == "checking":  # the independent checker, before the search's file is
+        # lowered (the first file's XML is gated by the verifier alone)
+        monkeypatch.setattr(pipeline, "check_schedule", raising(LATE))
     elif stage == "lowering":
         monkeypatch.setattr(lowering, "lower_to_msccl", after_first(lowering.lower_to_msccl, LATE))
     else:
@@ -93,6 +94,8 @@ def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
     assert sources(result) == ["first file"] and result.cut_short
     note = next(n for n in result.schedule.info.notes if n.startswith("anytime: cut short"))
     assert "doing the stage" in note and "× the lower bound" in note
+    # the first file's schedule is checked before it is written, while time is left
+    assert result.schedule_checked is (stage != "checking")
 
 
 def test_a_deadline_while_replaying_keeps_the_verified_file_it_times(tmp_path, monkeypatch):
@@ -195,6 +198,37 @@ def test_a_chosen_backend_has_no_first_file(tmp_path):
 def test_without_an_output_nothing_is_kept():
     result = compile_collective(MESH, AG, PARAMS)
     assert (result.first_file_s, result.cut_short, result.incumbents) == (None, False, ())
+    assert result.schedule_checked is None
+
+
+def test_a_first_file_is_verified_alone_and_its_schedule_checked_before_it_is_written(
+        tmp_path, monkeypatch):
+    """The MSCCL verifier alone gates the first file; the checker runs on its schedule
+    once it is the file to write (the search cut short here)."""
+    events: list[str] = []
+
+    def checking(schedule):
+        events.append("check")
+        return real(schedule)
+
+    real = pipeline.check_schedule
+    monkeypatch.setattr(pipeline, "solve_best", raising(LATE))
+    monkeypatch.setattr(pipeline, "check_schedule", checking)
+    result, out = compile_to(tmp_path,
+                             progress=lambda m: isinstance(m, Kept) and events.append("kept"))
+    assert events == ["kept", "check"] and result.schedule_checked is True
+    assert verify_msccl(out.read_text()).valid
+
+
+def test_a_first_file_the_checker_refuses_is_not_written(tmp_path, monkeypatch):
+    from te_ccl.verify.schedule_check import Violation
+
+    monkeypatch.setattr(pipeline, "solve_best", raising(LATE))
+    monkeypatch.setattr(pipeline, "check_schedule",
+                        lambda schedule: [Violation("demand", "rank 0 lacks chunk 1")])
+    with pytest.raises(VerificationError, match="schedule check failed"):
+        compile_to(tmp_path)
+    assert not (tmp_path / "ag.xml").exists()
 
 
 @pytest.mark.slow
@@ -205,7 +239,7 @@ def test_the_json_summary_reports_the_anytime_record(teccl, tmp_path):
     assert code == 0, err
     info = json.loads(stdout)
     assert info["first_file_s"] == info["incumbents"][0]["t_s"] >= 0
-    assert info["cut_short"] is False
+    assert info["cut_short"] is False and info["schedule_checked"] is True
     assert {tuple(sorted(i)) for i in info["incumbents"]} == {("ratio", "source", "t_s")}
     assert info["incumbents"][-1]["ratio"] == pytest.approx(info["bound_ratio"])
 
