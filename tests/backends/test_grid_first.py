@@ -1,7 +1,6 @@
 """A first file's AlltoAll on a mesh below the grid AlltoAll's own threshold: the grid's
-groups from :data:`GRID_FIRST_FROM_HOPS` chunk-hops where a chunk takes at least a link's
-latency (the search then runs the concurrent-flow routes in full), else (and on a torus)
-the routes as before."""
+groups from :data:`GRID_FIRST_FROM_HOPS` chunk-hops at any chunk size (the search then
+runs the concurrent-flow routes in full), else (and on a torus) the routes as before."""
 
 from __future__ import annotations
 
@@ -38,10 +37,10 @@ def test_a_first_file_takes_the_grid_where_chunks_outlast_the_latency(from_any_h
     assert skipped == ["the concurrent-flow routes"]
 
 
-def test_a_first_file_of_latency_bound_chunks_keeps_the_flow_routes(from_any_hops) -> None:
+def test_a_first_file_of_latency_bound_chunks_takes_the_grid_too(from_any_hops) -> None:
     with hurried() as skipped:
-        assert _method(16 * 1_000) == "flow-alltoall"  # chunks of 62.5 B
-    assert skipped == []
+        assert _method(16 * 1_000) == GRID  # chunks of 62.5 B
+    assert skipped == ["the concurrent-flow routes"]
 
 
 def test_the_search_keeps_the_flow_routes(from_any_hops) -> None:

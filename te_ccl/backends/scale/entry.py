@@ -9,7 +9,7 @@ from te_ccl.backends.scale.alltoall import solve_rail_alltoall
 from te_ccl.backends.scale.comb import solve_comb
 from te_ccl.backends.scale.flow_alltoall import solve_flow_alltoall
 from te_ccl.backends.scale.greedy import greedy_transfers
-from te_ccl.backends.scale.grid import grid_alpha, grid_shape
+from te_ccl.backends.scale.grid import grid_shape
 from te_ccl.backends.scale.grid_alltoall import METHOD as GRID
 from te_ccl.backends.scale.grid_alltoall import solve_grid_alltoall
 from te_ccl.backends.scale.hierarchical import solve_hierarchical
@@ -48,16 +48,17 @@ def _greedy(problem: Problem, params: SolveParams, budget: Budget) -> tuple[Move
 def _grid_first(problem: Problem) -> tuple[Moves, tuple[str, ...]] | None:
     """For a compile's first file (:func:`~te_ccl.deadline.hurried`) on a mesh, the grid
     AlltoAll also below :data:`~te_ccl.backends.scale.grid_alltoall.GRID_FROM_HOPS` (from
-    :data:`GRID_FIRST_FROM_HOPS`), where a chunk takes at least a link's latency to send
-    (its relay phases then add little): its groups lower and verify in a fraction of the
-    time of the concurrent-flow routes' steps (on a mesh, one LP source per GPU and long
-    routes), and the search that follows runs those routes in full. A torus keeps its
-    flow routes (one source over the translation orbits, a short lowering), which its
-    grid file does not match."""
+    :data:`GRID_FIRST_FROM_HOPS`), at any chunk size: its groups lower and verify in a
+    fraction of the time of the concurrent-flow routes' steps (on a mesh, one LP source
+    per GPU and long routes), and the search that follows runs those routes in full.
+    Where a chunk takes less than a link's latency its relays cost the file more than
+    the flow routes' do (a first file further from the bound, not the search's). A torus
+    keeps its flow routes (one source over the translation orbits, a short lowering),
+    which its grid file does not match."""
     if not in_hurry():
         return None
     shape = grid_shape(problem.topology)
-    if shape is None or shape[1] or grid_alpha(problem.topology, problem.chunk_bytes) > 1:
+    if shape is None or shape[1]:
         return None
     solved = solve_grid_alltoall(problem, GRID_FIRST_FROM_HOPS)
     return solved if solved is not None and skipping("the concurrent-flow routes") else None
