@@ -33,6 +33,7 @@ import networkx as nx
 
 from te_ccl.baselines.arborescences import MAX_GPUS, unit_arborescences
 from te_ccl.baselines.cycle import ring_neighbours
+from te_ccl.baselines.grid_trees import torus_trees
 from te_ccl.baselines.hierarchical import find_boxes
 from te_ccl.baselines.packed import FINE_PIECES, backwards, pieces
 from te_ccl.baselines.plan import (
@@ -369,11 +370,13 @@ def _pieces(topology: Topology, collective: Collective, shares: list[float],
 @functools.lru_cache(maxsize=4)
 def _trees(topology: Topology, root: str, members: tuple[str, ...], scatter: bool,
            chains: bool = False, fanned: bool = False) -> tuple[list[float], list[Tree]]:
-    """The trees' shares of the data and the trees: :func:`disjoint_trees` by their
-    rates where direct links reach every member, else :func:`box_trees`, but for a
-    Scatter behind one switch every GPU straight from the root."""
+    """The trees' shares of the data and the trees: a torus's shallowest
+    (:func:`torus_trees`) or else :func:`disjoint_trees` by their rates where direct
+    links reach every member, else :func:`box_trees`, but for a Scatter behind one switch
+    every GPU straight from the root."""
     try:
-        trees = disjoint_trees(topology, root, list(members))
+        trees = torus_trees(topology, root, list(members)) \
+            or disjoint_trees(topology, root, list(members))
         return [_rate(topology, t) for t in trees], trees
     except BaselineError:
         if scatter and len(find_boxes(topology, list(members))) < 2:
