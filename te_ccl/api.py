@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import replace
 from typing import TYPE_CHECKING, Literal
 
 from te_ccl.backends.base import SolveParams
@@ -37,7 +36,7 @@ from te_ccl.compiler import (
     parse_size_range,
     read_previous,
 )
-from te_ccl.deadline import SHARES, until
+from te_ccl.deadline import until
 from te_ccl.errors import SpecError
 from te_ccl.outputs import check_output_dir, check_output_file
 from te_ccl.runtime_limits import RUNTIMES
@@ -133,14 +132,12 @@ def compile(  # noqa: A001 - te_ccl.compile is the name users look for
             return compile_size_library(topo, coll, params, *span, str(output), fmt=fmt,
                                         chunk_choices=chunk_choices, progress=progress,
                                         runtime=RUNTIMES[runtime])
-    if fred_tables is not None:  # the tables follow the compile, in the time it leaves them
-        params = replace(params, time_limit_s=params.time_limit_s * (1 - SHARES.tables))
     options = CompileOptions(output=None if output is None else str(output), fmt=fmt,
                              fred_tables=None if fred_tables is None else str(fred_tables),
                              chunk_choices=chunk_choices,
                              previous=_previous(previous, topo, coll, output, params),
                              runtime=RUNTIMES[runtime])
-    with until(time_limit_s):  # the tables' deadline, as the compile's before it is cut
+    with until(time_limit_s):  # the compile keeps the end of it for the FRED tables
         return compile_collective(topo, coll, params, options, progress)
 
 

@@ -38,7 +38,8 @@ from typing import TypeVar
 from te_ccl.errors import SolverError
 
 __all__ = ["until", "check", "left", "checked", "keeping", "hurried", "in_hurry", "skipping",
-           "process_start", "Budget", "TimeLimitReached", "TimeShares", "SHARES"]
+           "process_start", "slowdown", "Budget", "TimeLimitReached", "TimeShares",
+           "SHARES"]
 
 T = TypeVar("T")
 _DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("deadline", default=None)
@@ -160,8 +161,9 @@ class TimeShares:
 
     search: float = _share(0.8, "compiler/pipeline.py", "of one compile's time left, for its "
                            "search; the rest lowers, checks and writes the file it keeps")
-    tables: float = _share(0.25, "compiler/render.py", "of a compile's limit with "
-                           "--fred-tables, kept from everything else for the switch tables")
+    tables: float = _share(0.25, "compiler/pipeline.py", "of a compile's limit with "
+                           "--fred-tables, kept from its end for the switch tables (more if "
+                           "the first file's take longer by estimate)")
     ranges: float = _share(0.7, "compiler/sizes.py", "of a --sizes library's time left, for "
                            "the searches of all its ranges; the rest lowers and verifies them")
     scale: float = _share(0.25, "compiler/portfolio.py", "of the search, for the scale backend "
@@ -206,6 +208,15 @@ def process_start() -> float:
         return now - min(60.0, max(0.0, uptime - ticks / os.sysconf("SC_CLK_TCK")))
     except (OSError, ValueError, IndexError, AttributeError):
         return now
+
+
+def slowdown() -> float:
+    """Wall seconds per CPU second of this process (and the children it waited for) since
+    it started, at least 1: on a loaded machine a stage estimated in CPU seconds takes
+    this many times longer by the clock the deadline reads."""
+    t = os.times()
+    cpu = t.user + t.system + t.children_user + t.children_system
+    return max(1.0, (time.monotonic() - process_start()) / cpu) if cpu > 0 else 1.0
 
 
 def left() -> float:

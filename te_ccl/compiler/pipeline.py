@@ -51,6 +51,7 @@ from te_ccl.compiler.render import (
     render,
     render_fitting,
     solved_again,
+    tables_time_s,
     write_fred_tables,
 )
 from te_ccl.compiler.result import CompileResult, compile_notes, declared_range, rooted_notes
@@ -111,7 +112,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     # no cycle collection: its passes over millions of young objects (the transfers of a
     # 1024-GPU schedule, built here) would take seconds; the few cycles a compile leaves
     # (a solver's, an exception's) are collected once it is done
-    with until(params.time_limit_s), paused_gc():
+    with until(params.time_limit_s), keeping(_tables_kept_s(options, params)), paused_gc():
         check_input(topology, collective)  # before the bound and any candidate is built
         check_epoch(topology, collective, params)
         usable = Usable.of(topology, in_switch)  # as the output can use it, once
@@ -271,7 +272,8 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
                 _first_file(usable.topology, collective, params, options, timer, kept)
             search = repair(options.previous, topology, collective, params, kept)
             if search is not None:
-                _improve(usable.topology, collective, search, options, timer, kept)
+                with keeping(_first_tables_s(topology, options, params, kept)):
+                    _improve(usable.topology, collective, search, options, timer, kept)
         except TimeLimitReached as e:
             if kept.best is None:
                 raise TimeLimitReached(f"{e}{_first_file_needs(kept, timer, collective)}"
@@ -298,6 +300,22 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
                           f"verified by then, at {at} ({best.source}, verified at "
                           f"{kept.history[-1].t_s:.3g} s)")
     return best
+
+
+def _tables_kept_s(options: CompileOptions, params: SolveParams) -> float:
+    """Seconds kept from the whole compile for its FRED tables (``SHARES.tables`` of the
+    limit), counted back from the deadline: they are made after it, before its file."""
+    return SHARES.tables * params.time_limit_s if options.fred_tables is not None else 0.0
+
+
+def _first_tables_s(topology: Topology, options: CompileOptions, params: SolveParams,
+                    kept: Incumbent) -> float:
+    """Seconds the search keeps for the first file's FRED tables (:func:`tables_time_s`)
+    beyond those kept for tables already: the tables of the file kept last are made
+    whatever their estimate, so a search that ran to the deadline would leave them none."""
+    if kept.best is None or options.fred_tables is None:
+        return 0.0
+    return max(0.0, tables_time_s(kept.best.schedule, topology) - _tables_kept_s(options, params))
 
 
 def _keep_measured(collective: Collective, options: CompileOptions, timer: Timer,

@@ -19,7 +19,7 @@ from te_ccl.compiler.best import refuse, solve_best, solve_checked
 from te_ccl.compiler.judge import Timer, lower_file
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.portfolio import asked_chunking
-from te_ccl.deadline import SHARES, TimeLimitReached, keeping, left
+from te_ccl.deadline import TimeLimitReached, keeping, left, slowdown
 from te_ccl.errors import RuntimeLimitError, VerificationError
 from te_ccl.lower.fred import (
     TABLES_S_PER_FLOW,
@@ -35,7 +35,7 @@ from te_ccl.verify.mscclpp import verify_plan
 from te_ccl.verify.schedule_check import check_schedule
 
 __all__ = ["FredTables", "lowerable", "render", "render_fitting", "solved_again",
-           "write_fred_tables"]
+           "tables_time_s", "write_fred_tables"]
 
 
 def render_fitting(schedule: Schedule, options: CompileOptions, params: SolveParams,
@@ -252,18 +252,19 @@ def write_fred_tables(schedules: Sequence[Schedule], topology: Topology, out_dir
     They are made after the compile's search, in the time it kept for them
     (``SHARES.tables``), and before its file. The last schedule (the compile's first
     file, the cheapest to route) is routed first and its tables' cost estimated from its
-    flows (:meth:`PlannedTables.estimate_s`); each better one is estimated from its
+    flows (:meth:`PlannedTables.estimate_s`, CPU seconds, by the clock times
+    :func:`~te_ccl.deadline.slowdown`, as every estimate here); each better one is estimated from its
     streams (:func:`unrouted_flows`), then routed and estimated again, and written, in
     the time left but that (:func:`_tables_in_time`), and set aside where its estimate does not
     fit or its tables run out of time. The last one's tables are tried whatever their
     estimate: only when they too run out of time does the deadline end the compile
     (:class:`TimeLimitReached`, nothing written), saying how long they would take."""
-    start = time.monotonic()
+    start, kept_s = time.monotonic(), left()
     notes: list[str] = []
     flows = unrouted_flows(schedules[-1], topology)  # what they take, if even routing is late
     try:
         last = planned_tables(schedules[-1], topology)
-        flows, reserve = last.flows, last.estimate_s()
+        flows, reserve = last.flows, last.estimate_s() * slowdown()
         for i, schedule in enumerate(schedules[:-1]):
             try:
                 with keeping(reserve):
@@ -277,11 +278,21 @@ def write_fred_tables(schedules: Sequence[Schedule], topology: Topology, out_dir
                         tables_of_timeline(schedules[-1], last, Path(out_dir)), notes)
     except TimeLimitReached as e:
         spent = time.monotonic() - start
-        raise TimeLimitReached(f"{e}, after {spent:.2g} s of the {SHARES.tables:.0%} of the "
-                               "limit kept for the FRED switch tables; the tables of the "
-                               f"cheapest file kept (~{flows:,} flows) take "
-                               f"~{flows * TABLES_S_PER_FLOW:.2g} s: they need a longer "
-                               "limit; nothing was written") from None
+        raise TimeLimitReached(f"{e}, after {spent:.2g} s of the {kept_s:.2g} s kept for the "
+                               "FRED switch tables; the tables of the cheapest file kept "
+                               f"(~{flows:,} flows) take ~{flows * TABLES_S_PER_FLOW:.2g} s of "
+                               f"CPU (~{flows * TABLES_S_PER_FLOW * slowdown():.2g} s on this "
+                               "machine now): they need a longer limit; nothing was written"
+                               ) from None
+
+
+def tables_time_s(schedule: Schedule, topology: Topology) -> float:
+    """Seconds ``schedule``'s FRED tables take by estimate before they are routed, by the
+    clock: their flows (:func:`unrouted_flows`) at :data:`TABLES_S_PER_FLOW` CPU seconds
+    each, times the machine's :func:`~te_ccl.deadline.slowdown`. The compile keeps them
+    from its search for its first file, whose tables are the last resort of
+    :func:`write_fred_tables`."""
+    return unrouted_flows(schedule, topology) * TABLES_S_PER_FLOW * slowdown()
 
 
 def _tables_in_time(schedule: Schedule, topology: Topology, out_dir: Path
@@ -289,14 +300,14 @@ def _tables_in_time(schedule: Schedule, topology: Topology, out_dir: Path
     """The tables of ``schedule`` written, unless they are estimated
     (:func:`unrouted_flows`, then :meth:`PlannedTables.estimate_s`) to take longer than
     the time left (:class:`TimeLimitReached`, as when they run out of it)."""
-    flows = unrouted_flows(schedule, topology)
-    if flows * TABLES_S_PER_FLOW > left():
-        raise TimeLimitReached(f"~{flows * TABLES_S_PER_FLOW:.2g} s for ~{flows:,} flows "
-                               f"before routing, {left():.2g} s left")
+    flows, slower = unrouted_flows(schedule, topology), slowdown()
+    if flows * TABLES_S_PER_FLOW * slower > left():
+        raise TimeLimitReached(f"~{flows * TABLES_S_PER_FLOW * slower:.2g} s for ~{flows:,} "
+                               f"flows before routing, {left():.2g} s left")
     planned = planned_tables(schedule, topology)
-    if planned.estimate_s() > left():
-        raise TimeLimitReached(f"~{planned.estimate_s():.2g} s for {planned.flows:,} flows, "
-                               f"{left():.2g} s left")
+    if planned.estimate_s() * slower > left():
+        raise TimeLimitReached(f"~{planned.estimate_s() * slower:.2g} s for "
+                               f"{planned.flows:,} flows, {left():.2g} s left")
     return tables_of_timeline(schedule, planned, out_dir)
 
 
