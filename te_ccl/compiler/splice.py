@@ -193,9 +193,14 @@ class _Queued(Edit):
                     if st.op in SENDS and (link not in self.last or st.t > self.last[link].t):
                         self.last[link] = st
         self.free = {link: st.t for link, st in self.last.items()}  # when each link is free
-        n = algo.ngpus
-        self.ins = [[k for k in range(n) if k != b and self._link(k, b)] for b in range(n)]
-        self.outs = [[b for b in range(n) if b != k and self._link(k, b)] for k in range(n)]
+        rank = {name: r for r, name in enumerate(self.names)}
+        pairs = sorted((rank[a], rank[b]) for (a, b), bw in self.bandwidth.items()
+                       if a in rank and b in rank and a != b and bw)  # the direct links
+        self.ins: list[list[int]] = [[] for _ in self.names]
+        self.outs: list[list[int]] = [[] for _ in self.names]
+        for k, b in pairs:
+            self.ins[b].append(k)
+            self.outs[k].append(b)
 
     def _reroute(self) -> None:
         """Every pass-on of a chunk lost given up (:meth:`_cut_off`), then, earliest

@@ -73,16 +73,18 @@ class Edit:
         self.parent: dict[tuple[int, int], int] = {}  # (rank, slot) -> rank it came from
         self.first_read: dict[tuple[int, int], float] = {}
         self.readers: dict[tuple[int, int], list[Step]] = defaultdict(list)
+        writer, parent, readers, first_read = \
+            self.writer, self.parent, self.readers, self.first_read
         for rank, tbs in self.tbs.items():
             for tb in tbs:
                 for st in tb.steps:
                     for x in st.writes():
-                        self.writer[rank, x] = st
-                        self.parent[rank, x] = tb.recv if st.op in RECVS else rank
+                        writer[rank, x] = st
+                        parent[rank, x] = tb.recv if st.op in RECVS else rank
                     for x in st.reads():
-                        self.readers[rank, x].append(st)
-                        self.first_read[rank, x] = min(self.first_read.get((rank, x), st.t),
-                                                       st.t)
+                        readers[rank, x].append(st)
+                        if first_read.get((rank, x), st.t) >= st.t:
+                            first_read[rank, x] = st.t
         self.bandwidth = {(x.src, x.dst): x.bandwidth_Bps for x in after.links}
         self.lost = {(r, tb.send) for r, tbs in self.tbs.items() for tb in tbs
                      if tb.send >= 0 and before.has_link(self.names[r], self.names[tb.send])
@@ -289,13 +291,16 @@ class Edit:
         its slots, through nops where it waits for more than one step; a peer none of
         its steps uses any more is dropped."""
         out: list[Step] = []
+        removed, writer = self.removed, self.writer
         for st in tb.steps:
-            if st in self.removed:
+            if st in removed:
                 continue
-            paced = stands(st.dep)
+            paced = st.dep
+            if paced is not None and (paced in removed or paced.op == "nop"):
+                paced = stands(paced)  # most waits stand as they are: no call
             deps = [paced] if paced is not None else []
             if st.op == "s" or st.op in READS_SRC:
-                deps += [w for w in map(self.writer.get, zip(repeat(rank), st.reads()))
+                deps += [w for w in map(writer.get, zip(repeat(rank), st.reads()))
                          if w in fresh]
             if len(deps) > 1:
                 deps = sorted(latest(deps), key=lambda d: d.t)

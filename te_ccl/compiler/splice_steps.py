@@ -65,16 +65,15 @@ def read_steps(algo: Algo, done: list[float]
     order, was done in the previous replay), and the receive of each send."""
     tbs_of: dict[int, list[Tb]] = {}
     order: list[Step] = []
+    when = iter(done)
     for gpu in algo.gpus:
         tbs = tbs_of[gpu.id] = [Tb(gpu.id, tb.send, tb.recv, tb.chan)
                                 for tb in gpu.threadblocks]
         for tb, src in zip(tbs, gpu.threadblocks, strict=True):
-            for st in src.steps:
-                step = Step(st.type, None if st.srcoff < 0 else (st.srcbuf, st.srcoff),
-                            None if st.dstoff < 0 else (st.dstbuf, st.dstoff), st.cnt,
-                            done[len(order)], tb)
-                tb.steps.append(step)
-                order.append(step)
+            tb.steps = [Step(st.type, None if st.srcoff < 0 else (st.srcbuf, st.srcoff),
+                             None if st.dstoff < 0 else (st.dstbuf, st.dstoff), st.cnt,
+                             next(when), tb) for st in src.steps]
+            order += tb.steps
         for tb, src in zip(tbs, gpu.threadblocks, strict=True):
             for step, st in zip(tb.steps, src.steps, strict=True):
                 if st.depid >= 0:
