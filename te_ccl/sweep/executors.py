@@ -10,18 +10,23 @@ solve. Ray is imported only when asked for, so it stays an optional extra.
 from __future__ import annotations
 
 import multiprocessing
+import socket
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from concurrent.futures.process import BrokenProcessPool
 from typing import Any, Protocol
+from urllib.parse import urlsplit
 
+from te_ccl.deadline import left
 from te_ccl.errors import SpecError
 from te_ccl.sweep.points import Point
 from te_ccl.sweep.run import PointResult, failure_record, run_point
 
-__all__ = ["Executor", "LocalExecutor", "RayExecutor", "import_ray"]
+__all__ = ["Executor", "LocalExecutor", "RayExecutor", "import_ray", "check_reachable"]
 
 Outcome = tuple[Point, PointResult]
+CONNECT_TIMEOUT_S = 3.0  # a live head accepts at once; ray.init waits up to a minute for a dead one
+PORTS = {"": 6379, "ray": 10001}  # Ray's default GCS and Ray Client ports, by URL scheme
 
 
 class Executor(Protocol):
@@ -88,6 +93,7 @@ class RayExecutor:
     def __init__(self, address: str) -> None:
         self.ray = import_ray()
         if not self.ray.is_initialized():
+            check_reachable(address)
             try:
                 self.ray.init(address=address, log_to_driver=False)
             except (ConnectionError, RuntimeError, ValueError) as e:
@@ -117,6 +123,34 @@ class RayExecutor:
         except self.ray.exceptions.RayError as e:
             reason = " ".join(str(e).split())[:300]
             return failure_record(point, "failed", f"Ray task failed: {reason}")
+
+
+def check_reachable(address: str) -> None:
+    """A SpecError naming ``address`` unless its host accepts a TCP connection on its port
+    within :data:`CONNECT_TIMEOUT_S` (less where the deadline leaves less): ``ray.init``
+    has no timeout and, given a dead ``HOST:PORT`` or ``ray://HOST:PORT``, waits on it for
+    a minute or more. ``auto`` and ``local`` name no host (Ray finds or starts one)."""
+    if address in ("auto", "local"):
+        return
+    scheme, _, rest = address.rpartition("://")
+    try:
+        parts = urlsplit(f"//{rest}")
+        host, port = parts.hostname, parts.port or PORTS.get(scheme)
+    except ValueError as e:  # a port that is not a number, an unclosed [IPv6 address
+        raise SpecError(f"expected auto, HOST:PORT or ray://HOST:PORT, got {address!r} ({e})",
+                        key="--ray-address") from None
+    if not host or port is None:
+        raise SpecError(f"expected auto, HOST:PORT or ray://HOST:PORT, got {address!r}",
+                        key="--ray-address")
+    timeout = max(1e-3, min(CONNECT_TIMEOUT_S, left()))  # 0 would make the socket non-blocking
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:  # refused, unreachable, unknown host, or no answer in time
+        why = f"no answer in {timeout:.2g} s" if isinstance(e, TimeoutError) else \
+            (e.strerror or str(e))
+        raise SpecError(f"cannot reach a Ray cluster at {address!r}: {host} port {port}: "
+                        f"{why}; start one with `ray start --head`",
+                        key="--ray-address") from None
 
 
 def import_ray() -> Any:
