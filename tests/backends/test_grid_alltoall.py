@@ -175,6 +175,26 @@ def test_where_a_link_latency_outlasts_a_chunk_the_channels_run_at_once():
     assert len(at_once.blocks) == len(turns.blocks)
 
 
+def test_where_a_link_latency_outlasts_many_chunks_its_groups_spread_over_more_channels():
+    """1 KB on a mesh 8×8: a chunk is 1/1600 of a link's latency. Thirty-two groups a
+    channel would wait for its connection's few slots, a latency each; spread over more
+    channels the file replays as its schedule does, at the bound's latency."""
+    topo = mesh([8, 8], 50e9, 5e-7)
+    coll = _a2a(topo, size=1000)
+    schedule = _schedule(topo, coll)
+    plan = grid_plan((8, 8), False, 1, alpha=1600.0)
+    assert plan.nchannels > grid_plan((8, 8), False, 1, alpha=2.0).nchannels
+    block_rank = plan.blocks[:, 0]
+    step_rank = block_rank[np.searchsorted(plan.blocks[:, 4], np.arange(len(plan.steps)),
+                                           side="right") - 1]
+    elements = 1 + 64 + np.bincount(block_rank) + np.bincount(step_rank)
+    spread = plan.nchannels
+    assert grid_elements((8, 8), False, 1, MSCCL, spread)[0] >= int(elements.max())
+    xml = lower_to_msccl(schedule).decode()
+    replayed = simulate_msccl(xml, topo, coll.size_bytes).finish_time_s
+    assert replayed <= lower_bound(topo, coll).seconds * 1.01
+
+
 @pytest.mark.parametrize(("make", "dims", "k"), GRIDS[:2])
 def test_the_streamed_text_prints_the_program_as_its_objects_do(make, dims, k):
     schedule = _schedule(make(list(dims), 50e9, 5e-7), _a2a(make(list(dims), 50e9, 5e-7), k))

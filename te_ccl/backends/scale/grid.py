@@ -23,7 +23,8 @@ from te_ccl.runtime_limits import RuntimeLimits
 from te_ccl.topology.model import Topology
 
 __all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "coords", "neighbour", "grid_alpha",
-           "list_order", "channels", "in_turn", "grid_moves", "overflow", "PER_CHANNEL"]
+           "list_order", "channels", "spread_channels", "in_turn", "grid_moves", "overflow",
+           "PER_CHANNEL"]
 
 BUFFERS = ("i", "o", "s")  # buffer codes of a plan's steps
 OPS = ("s", "r", "cpy", "nop", "rrc")  # step codes
@@ -162,25 +163,33 @@ def list_order(prio: list[int], link: np.ndarray, cnt: list[int], waits: np.ndar
 
 
 def channels(prio: list[int], link: np.ndarray, cnt: list[int], waits: np.ndarray,
-             alpha: float, limits: RuntimeLimits
+             alpha: float, limits: RuntimeLimits, spread: int = 1
              ) -> tuple[np.ndarray, float, np.ndarray, int] | str:
     """(each transfer's position in the list schedule, when it ends, each transfer's
     channel, the channels) of transfers on links ``link`` (:func:`list_order`), or why
     the runtime has too few channels: a link's transfers dealt in start order
-    round-robin to as few channels as hold :data:`PER_CHANNEL` each (the channels of a
-    link run at once, so neighbours in the order stay close in time)."""
+    round-robin to as few channels as hold :data:`PER_CHANNEL` each, and at least
+    ``spread`` (as many as it has transfers, within the runtime's channels) (the channels
+    of a link run at once, so neighbours in the order stay close in time)."""
     position, finish = list_order(prio, np.unique(link, return_inverse=True)[1], cnt, waits,
                                   alpha)
     nt = len(link)
     by_link, rank = _link_ranks(position, link)
     per_link = np.bincount(link)[link[by_link]]
     chan = np.empty(nt, dtype=np.int64)
-    chan[by_link] = rank[by_link] % -(-per_link // PER_CHANNEL)
+    chan[by_link] = rank[by_link] % spread_channels(per_link, spread, limits)
     nchannels = int(chan.max()) + 1 if nt else 1
     if nchannels > limits.max_channels:
         return (f"a link carries {int(np.bincount(link).max())} groups: more than "
                 f"{limits.max_channels} channels of {PER_CHANNEL}")
     return position, finish, chan, nchannels
+
+
+def spread_channels(per_link: np.ndarray, spread: int, limits: RuntimeLimits) -> np.ndarray:
+    """Channels of links of ``per_link`` transfers: as few as hold :data:`PER_CHANNEL`
+    each, and at least ``spread`` (as many as a link has transfers, within the runtime's)."""
+    return np.maximum(-(-per_link // PER_CHANNEL),
+                      np.minimum(per_link, min(spread, limits.max_channels)))
 
 
 def _link_ranks(position: np.ndarray, link: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

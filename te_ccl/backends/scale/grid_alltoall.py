@@ -42,7 +42,6 @@ import numpy as np
 
 from te_ccl.backends.scale.grid import (
     OPS,
-    PER_CHANNEL,
     GridPlan,
     channels,
     grid_alpha,
@@ -51,6 +50,7 @@ from te_ccl.backends.scale.grid import (
     in_turn,
     neighbour,
     overflow,
+    spread_channels,
 )
 from te_ccl.backends.scale.grid import coords as _coords
 from te_ccl.backends.scale.moves import Moves
@@ -179,16 +179,43 @@ def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
 _Bundle = tuple[int, int, int, int, int, bool, int, int, "list[int] | int"]
 
 
+def _spread(m: int, alpha: float, limits: RuntimeLimits) -> int:
+    """Channels a link's groups are dealt to at least: where a chunk takes less than a
+    link's latency (``alpha`` chunk times, above :data:`IN_TURN_UP_TO`), enough that the
+    sends its connections hold cover that latency (a connection holds few: Simple's
+    depth, the shallowest), so a link's groups wait for the link, not for slots; with
+    the receiving thread blocks of a rank's ``2m`` links within half of those a step can
+    wait for (the rest: its local ones). Else one (channels that race for a link serve
+    it out of order)."""
+    if alpha <= IN_TURN_UP_TO:
+        return 1
+    cover = math.ceil(alpha / max(1, limits.outstanding_sends("Simple")))
+    return max(1, min(limits.max_channels, cover, (limits.max_depid + 1) // (4 * m)))
+
+
 @lru_cache(maxsize=2)
 def _plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float,
           limits: RuntimeLimits) -> GridPlan | str:
-    """:func:`grid_plan`, its arguments as one key."""
+    """:func:`grid_plan`, its arguments as one key: channels spread to cover a link's
+    latency (:func:`_spread`) where the runtime holds the file that makes, else as few as
+    hold :data:`~te_ccl.backends.scale.grid.PER_CHANNEL` groups each."""
+    spread = _spread(len(dims), alpha, limits)
+    plan = _spread_plan(dims, wrap, k, alpha, limits, spread)
+    if isinstance(plan, str) and spread > 1:
+        return _spread_plan(dims, wrap, k, alpha, limits, 1)
+    return plan
+
+
+def _spread_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float,
+                 limits: RuntimeLimits, spread: int) -> GridPlan | str:
+    """The plan with each link's groups on at least ``spread`` channels
+    (:func:`~te_ccl.backends.scale.grid.spread_channels`)."""
     m, n = len(dims), math.prod(dims)
     size0 = math.prod(dims[1:]) * k
     if size0 > limits.max_count - 1:
         return (f"an element of {size0} chunks (the ranks behind the slowest dimension "
                 f"× {k}) is more than a step carries ({limits.max_count - 1})")
-    need, v = grid_elements(dims, wrap, k, limits)
+    need, v = grid_elements(dims, wrap, k, limits, spread)
     if need > limits.max_elements:
         return (f"its rank {v} reads {need:,} XML elements, more than the "
                 f"{limits.max_elements} the runtime's reader holds")
@@ -280,7 +307,7 @@ def _plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float,
                     if not elements:
                         break
         bundles = following
-    return _assemble(n, k, t, copies, scratch, limits, alpha)
+    return _assemble(n, k, t, copies, scratch, limits, alpha, spread)
 
 
 _GIDS = 1 << 32  # groups fewer than this: a priority is (hops) · _GIDS + group, where an
@@ -309,8 +336,10 @@ class _Transfers:
 
 def _assemble(n: int, k: int, t: _Transfers,
               copies: list[tuple[int, int, int, int, int, int, int]],
-              scratch: list[int], limits: RuntimeLimits, alpha: float) -> GridPlan | str:
-    """Channels per link (:func:`channels`; up to :data:`IN_TURN_UP_TO`, taken in turn:
+              scratch: list[int], limits: RuntimeLimits, alpha: float, spread: int
+              ) -> GridPlan | str:
+    """Channels per link (:func:`channels`, at least ``spread``; up to
+    :data:`IN_TURN_UP_TO`, taken in turn:
     :func:`in_turn`), thread blocks (local ones first, then receiving ones: the waited-for
     ids stay small), steps in start order, dependencies; or why the runtime cannot hold
     it. A send waits for the receive that brought its chunks, or the local copy that put
@@ -322,7 +351,7 @@ def _assemble(n: int, k: int, t: _Transfers,
     link = u * n + w
     waiting = np.flatnonzero(after >= 0)
     dealt = channels(prio.tolist(), link, cnt.tolist(),
-                     np.stack([waiting, after[waiting]], axis=1), alpha, limits)
+                     np.stack([waiting, after[waiting]], axis=1), alpha, limits, spread)
     if isinstance(dealt, str):
         return dealt
     position, finish, chan, nchannels = dealt
@@ -392,7 +421,7 @@ def _assemble(n: int, k: int, t: _Transfers,
 
 
 def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
-                  limits: RuntimeLimits = MSCCL) -> tuple[int, int]:
+                  limits: RuntimeLimits = MSCCL, spread: int = 1) -> tuple[int, int]:
     """(the most XML elements one rank reads for the grid plan, that rank) by arithmetic,
     without building it: the ``<algo>``, every ``<gpu>``, and the rank's steps and thread
     blocks, with a nop per link channel after the first (channels in turn; a plan whose
@@ -402,7 +431,8 @@ def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
     the groups of a bundle depend only on its holder's coordinate along ``p`` (and, along
     the slowest, on which coordinates the family reaches from there): each group hop is a
     send at one end and a receive at the other, each link takes a thread block per
-    :data:`PER_CHANNEL` groups at each end, every chunk delivered is one copy, every
+    :data:`~te_ccl.backends.scale.grid.PER_CHANNEL` groups, and at least ``spread``, at
+    each end, every chunk delivered is one copy, every
     chunk of the later families one copy into scratch first (in local thread blocks of
     ``max_steps``, with the rank's chunk to itself).
 
@@ -446,7 +476,7 @@ def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
                 weight = held * (reach[x0, f] > 0)
             steps += weight * ends[grid[p]]
             load[p] += weight * hops[grid[p]].T
-    tbs = -(-load // PER_CHANNEL)
+    tbs = spread_channels(load, spread, limits)
     steps += (tbs - (tbs > 0)).sum(axis=(0, 1))  # a nop before each later channel's opener
     blocks = lanes[x0] + tbs.sum(axis=(0, 1))
     for p in range(m):
