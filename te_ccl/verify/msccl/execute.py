@@ -47,6 +47,7 @@ interleaving that reaches the same accesses. Messages left in a FIFO at the end 
 from __future__ import annotations
 
 from array import array
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -141,10 +142,10 @@ class _Block:
 # publishes (-1: none).
 _Op = tuple[tuple[tuple[int, int], ...], int, "_Conn | None", "_Conn | None", int]
 
-# One transmission, planned for its data: its flag waits, the flag it publishes, its
-# step's position, the data effect (see _Data._compute): the step type's flags, src and
+# One transmission, planned for its data: the publications it joins and the one it
+# makes (-1: none; see _Data._publications), its step's position, the data effect (see _Data._compute): the step type's flags, src and
 # dst chunk indices, cnt; and the message queues it takes from and adds to.
-_DataOp = tuple[tuple[tuple[int, int], ...], int, int, tuple, "int | tuple", int, int,
+_DataOp = tuple[tuple[int, ...], int, int, tuple, "int | tuple", int, int,
                 "deque | None", "deque | None"]
 
 
@@ -542,7 +543,8 @@ class _Data:
                     for b in blocks]
         self.findings: list[Finding] = []
         self.memories: dict[int, Memory] = {}
-        self.hb = HappensBefore(machine.local, machine.width, self._waits(blocks, programs))
+        joins, pubs, waits = self._publications(blocks, programs)
+        self.hb = HappensBefore(machine.local, machine.width, waits)
         tb_ids = [b.tb.id for b in blocks]
         report = _reporter([b.gpu for b in blocks], tb_ids, self.findings)
         self.mems: list[Memory] = []    # each block's GPU's
@@ -553,33 +555,66 @@ class _Data:
             self.memories.setdefault(gpu.id, mem)
             self.mems += [mem] * len(mine)
         queues: dict[int, deque[_Message]] = {}
-        self.ops = [self._plan(b, programs[b.index], self.mems[b.index], queues)
-                    for b in blocks]
+        self.ops = [self._plan(b, programs[b.index], self.mems[b.index], queues,
+                               joins[b.index], pubs[b.index]) for b in blocks]
         self.pc = [0] * len(blocks)
 
     @staticmethod
-    def _waits(blocks: list[_Block], programs: list[list[Transmission]]
-               ) -> list[dict[int, int]]:
-        """Per block: flag value -> number of waits on it."""
-        waits: list[dict[int, int]] = [{} for _ in blocks]
+    def _publications(blocks: list[_Block], programs: list[list[Transmission]]
+                      ) -> tuple[list[list[tuple[int, ...]]], list[list[int]], array]:
+        """Which publication each wait takes (:class:`~.hb.HappensBefore`): per block and
+        transmission, the publications it joins and the one it makes (-1: none, or none
+        awaited), and the waits each publication serves. A wait for ``value`` on a block
+        takes the first of its transmissions that publishes a flag ``>= value`` (its
+        flags only grow); a wait no flag meets, or on a missing block, joins nothing (its
+        transmission never fires)."""
+        flags: list[list[int]] = []   # per block, the flags its transmissions publish
+        first: list[int] = []         # per block, the number of its first publication
+        total = 0
+        for program in programs:
+            mine = [flag for _, _, hasdep, flag, _ in program if hasdep]
+            flags.append(mine)
+            first.append(total)
+            total += len(mine)
+        waits = array("i", [0]) * total
+        joins: list[list[tuple[int, ...]]] = []
         for b, program in zip(blocks, programs, strict=True):
-            tbs = b.tbs
+            tbs, mine = b.tbs, []
             for t in program:
-                for depid, deps in t.deps:
+                joined: tuple[int, ...] = ()
+                for depid, value in t.deps:
                     target = tbs.get(depid)
-                    if target is not None:
-                        counts = waits[target]
-                        counts[deps] = counts.get(deps, 0) + 1
-        return waits
+                    if target is None:
+                        continue
+                    k = bisect_left(flags[target], value)
+                    if k < len(flags[target]):
+                        p = first[target] + k
+                        waits[p] += 1
+                        joined += (p,)
+                mine.append(joined)
+            joins.append(mine)
+        pubs = []
+        for program, base in zip(programs, first, strict=True):
+            mine, p = [], base
+            for t in program:
+                if t.hasdep:
+                    mine.append(p if waits[p] else -1)
+                    p += 1
+                else:
+                    mine.append(-1)
+            pubs.append(mine)
+        return joins, pubs, waits
 
     @staticmethod
     def _plan(b: _Block, program: list[Transmission], mem: Memory,
-              queues: dict[int, deque[_Message]]) -> list[_DataOp]:
-        """The data of each transmission that can fire, looked up once."""
+              queues: dict[int, deque[_Message]], joins: list[tuple[int, ...]],
+              pubs: list[int]) -> list[_DataOp]:
+        """The data of each transmission that can fire, looked up once (with the
+        publications it joins and makes: :meth:`_publications`)."""
         offsets, ops = mem.offsets, []
         recv = None if b.recv is None else queues.setdefault(id(b.recv), deque())
         send = None if b.send is None else queues.setdefault(id(b.send), deque())
-        for steps, deps, hasdep, flag, _ in program:  # unpacked: faster than by name
+        for pc, (steps, deps, _, _, _) in enumerate(program):  # unpacked: faster
             _, step_type, srcbuf, srcoff, dstbuf, dstoff, _, _, _, _, position, _ = steps[0]
             receives, sends, kind = _KINDS[step_type]
             waits = _waits_of(b.tbs, deps)
@@ -590,7 +625,7 @@ class _Data:
             dst = offsets[dstbuf] + dstoff if kind[3] else -1
             if kind[4] is None:  # a fused reduction: (position, src) of each step
                 src = tuple([(sub.position, offsets[srcbuf] + sub.srcoff) for sub in steps])
-            ops.append((waits, flag if hasdep else -1, position, kind, src, dst,
+            ops.append((joins[pc], pubs[pc], position, kind, src, dst,
                         steps[-1].cnt, recv if receives else None, send if sends else None))
         return ops
 
@@ -601,12 +636,12 @@ class _Data:
         for at in order:
             pc = pcs[at]
             pcs[at] = pc + 1
-            waits, flag, pos, kind, src, dst, cnt, recv, send = ops[at][pc]
+            joins, pub, pos, kind, src, dst, cnt, recv, send = ops[at][pc]
             if recv is not None:
                 received, msg_node = recv.popleft()
             else:
                 received, msg_node = None, -1
-            node = fire(at, waits, msg_node, flag)
+            node = fire(at, joins, msg_node, pub)
             out = compute(at, pos, kind, src, dst, cnt, received)
             if send is not None:
                 send.append((out, node))

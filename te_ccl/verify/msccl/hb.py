@@ -25,6 +25,11 @@ its first wait, and publications of local clocks are kept only while some waiter
 needs them. A publication holds its block's clock itself, not a copy: the block copies
 its clock only to change it while a publication still holds it (one fire in ten at
 1024 GPUs; the waiters mostly take a publication before its block fires again).
+
+Which transmission a wait takes its publication from is known before anything runs (a
+block's flags only grow: the first of its transmissions that publishes a flag at least
+the awaited value), so publications are numbered in advance and kept in flat lists by
+number, with the number of waits each still has to serve: no dictionary per block.
 """
 
 from __future__ import annotations
@@ -41,13 +46,13 @@ class HappensBefore:
     """Local clocks and the graph of fired transmissions; blocks are numbered 0..n-1.
 
     ``local[b]`` is block ``b``'s index among the blocks of its GPU, ``width[b]`` the
-    number of blocks on that GPU, ``waits[b]`` maps each flag value others wait for on
-    ``b`` to the number of such waits. ``last[b]`` is the node of ``b``'s current (last
-    fired) transmission, -1 before its first.
+    number of blocks on that GPU, ``waits[p]`` the number of waits publication ``p``
+    serves (publications are numbered by the caller, one per transmission that others
+    wait for). ``last[b]`` is the node of ``b``'s current (last fired) transmission, -1
+    before its first.
     """
 
-    def __init__(self, local: list[int], width: list[int],
-                 waits: list[dict[int, int]]) -> None:
+    def __init__(self, local: list[int], width: list[int], waits: array) -> None:
         self.local = local
         self.last = [-1] * len(local)
         unset = {w: np.full(w, -1, np.int32) for w in set(width)}
@@ -55,11 +60,10 @@ class HappensBefore:
         # 1 where a block may change its clock in place: not the shared initial one, nor
         # one a publication still holds
         self._own = bytearray(len(local))
-        self._left = waits
-        self._wanted = [sorted(w) for w in waits]
-        self._next = [0] * len(local)
-        # per block, flag value -> [clock, node, flag values it is still published under]
-        self._pubs: list[dict[int, list]] = [{} for _ in local]
+        self._left = waits                            # publication -> waits still to serve
+        self._pub: list[np.ndarray | None] = [None] * len(waits)  # its clock, while needed
+        self._pub_node = array("i", [-1]) * len(waits)
+        self._pub_block = array("i", [-1]) * len(waits)
         self._block = array("i")                      # node -> block
         self._prev = array("i")                       # node -> block's previous node or -1
         self._msg = array("i")                        # node -> sender's node or -1
@@ -67,62 +71,53 @@ class HappensBefore:
         self._deps: dict[int, tuple[int, ...]] = {}   # node -> all of them, where several
         self._memo: tuple[int, dict[int, list[int]]] = (-1, {})  # searches from one node
 
-    def fire(self, b: int, waits: tuple[tuple[int, int], ...], msg_node: int,
-             flag: int) -> int:
-        """Start block ``b``'s next transmission (waits: ``(target block, flag)``, the
-        message's sending node or -1) and publish its ``flag`` (-1: none); its node.
+    def fire(self, b: int, joins: tuple[int, ...], msg_node: int, pub: int) -> int:
+        """Start block ``b``'s next transmission, which waits for the publications
+        ``joins`` (those not made yet were met without them: a flag value below any
+        published) and whose message was sent by node ``msg_node`` (-1: none), and make
+        publication ``pub`` (-1: none); its node.
 
         Publishing at the start is publishing at the end: the transmission's own accesses
-        never consult the publication, and no other block fires in between. Waiters on
-        ``<= flag`` not yet satisfied are ordered after this node."""
+        never consult the publication, and no other block fires in between."""
         node = len(self._block)
         clock = self.clock[b]
-        own = self._own
         dep = -1
-        if waits:
-            publishers: tuple[int, ...] = ()
-            for target, value in waits:
-                pubs = self._pubs[target]
-                entry = pubs.get(value)
-                if entry is None:
+        if joins:
+            own, pubs, left = self._own, self._pub, self._left
+            for p in joins:
+                held = pubs[p]
+                if held is None:
                     continue
                 if own[b]:
-                    maximum(clock, entry[0], out=clock)
+                    maximum(clock, held, out=clock)
                 else:  # the join is the copy
-                    self.clock[b] = clock = maximum(clock, entry[0])
+                    self.clock[b] = clock = maximum(clock, held)
                     own[b] = 1
-                publishers += (entry[1],)
-                left = self._left[target]
-                left[value] -= 1
-                if not left[value]:
-                    del pubs[value]
-                    entry[2] -= 1
-                    if not entry[2] and entry[0] is self.clock[target]:
+                if dep < 0:
+                    dep = self._pub_node[p]
+                else:
+                    self._deps[node] = self._deps.get(node, (dep,)) + (self._pub_node[p],)
+                n = left[p] - 1
+                left[p] = n
+                if not n:
+                    pubs[p] = None
+                    target = self._pub_block[p]
+                    if held is self.clock[target]:
                         own[target] = 1  # no publication holds the clock any more
-            if publishers:
-                dep = publishers[0]
-                if len(publishers) > 1:
-                    self._deps[node] = publishers
         last = self.last
         self._block.append(b)
         self._prev.append(last[b])
         self._msg.append(msg_node)
         self._dep.append(dep)
         last[b] = node
-        if flag >= 0:
-            wanted, i = self._wanted[b], self._next[b]
-            if i < len(wanted) and wanted[i] <= flag:
-                if not own[b]:  # copied only while a publication still holds it
-                    self.clock[b] = clock = clock.copy()
-                clock[self.local[b]] = node
-                own[b] = 0
-                entry = [clock, node, 0]
-                pubs = self._pubs[b]
-                while i < len(wanted) and wanted[i] <= flag:
-                    pubs[wanted[i]] = entry
-                    entry[2] += 1
-                    i += 1
-                self._next[b] = i
+        if pub >= 0:
+            if not self._own[b]:  # copied only while a publication still holds it
+                self.clock[b] = clock = clock.copy()
+            clock[self.local[b]] = node
+            self._own[b] = 0
+            self._pub[pub] = clock
+            self._pub_node[pub] = node
+            self._pub_block[pub] = b
         return node
 
     def ordered(self, b: int, other: int, node: int) -> bool:
