@@ -71,6 +71,26 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
   holds at every size (:meth:`Bound.rescaled`). hgx-h100x2 at 64 KB: a byte for a GPU
   other than its rail peer needs an NVSwitch hop before the rail (a = 1.4 µs) or after
   it (a = 0), 4.0 µs of α, and eight rails carry 224 KB in two windows each: 4.28 µs.
+* ``walk_window_s`` (AlltoAll): the largest ``T`` at which a linear program shows that
+  no schedule finishes by ``T``. A byte of pair ``(s, d)`` reaches ``d`` by a chain of
+  transfers (c); cut at its last departure from ``s``, its first arrival at ``d`` and
+  without its loops, it is a simple path ``w`` whose hops the byte crosses in order.
+  Hop ``i`` on link ``ℓ`` is busy within ``[a_i, T − c_i]``, ``a_i`` the α of ``w``'s
+  hops before it, ``c_i`` its own and those after it (as for ``window_s``; a loop cut
+  out only narrows the real window), so ``w``'s α is under ``T``. The transfers on ``ℓ``
+  whose windows lie in ``[a, T − c]`` are busy inside it and carry at most
+  ``b_ℓ·(T − c − a)`` bytes (a). So the pairs' bytes spread over their simple paths of
+  α under ``T`` with, for every link and every ``a`` and ``c`` of its hops' windows,
+  the bytes of hops with ``a_i ≥ a`` and ``c_i ≥ c`` at most ``b_ℓ·(T − c − a)``; where
+  the LP finds no such spread, no schedule finishes by ``T``. A bisection between the
+  members' α-distance ``D`` and ``2D`` finds the largest such ``T`` (none where ``2D``
+  has a spread: bandwidth dominates). dgx1 at 64 KB: a far pair's byte crosses its
+  first link within ``[0, T − 1.4 µs]`` and its second within ``[0.7, T − 0.7] µs``,
+  and the 25 GB/s links those windows must use take 0.32 µs: 1.72 µs, where the other
+  parts give 1.56. A schedule of ``f·M`` (``f ≤ 1``) finishing by ``f·T`` would give a
+  spread for ``M`` at ``T`` (its bytes over ``f``: each window at ``f·T`` lies in
+  ``f`` times the one at ``T``), so ``f·T`` bounds ``f·M``: the part rescales down as
+  proportional (a bound is rescaled from 1 GB, where this part is 0).
 * ``gossip_s`` (AllReduce): split the nodes into groups holding every node that can add
   (GPUs, reducing switches); say ``k`` groups hold members. Every element needs
   ``2(k−1)`` transfers into groups from outside them, the one-way gossip count: treat a
@@ -137,7 +157,7 @@ from te_ccl.topology.model import Node, Topology
 from te_ccl.topology.symmetry import automorphisms, link_moves, orbits
 
 __all__ = ["Bound", "lower_bound", "allgather_cut_ratio", "alltoall_time", "alltoall_link_time",
-           "alltoall_cut_time", "alltoall_cut_alpha", "alltoall_window", "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "threshold_groups",
+           "alltoall_cut_time", "alltoall_cut_alpha", "alltoall_window", "alltoall_walk_window", "separating_cut_bandwidth", "gossip_time", "nvls_allreduce_time", "threshold_groups",
            "LP_MAX_VARIABLES"]
 
 LP_MAX_VARIABLES = 20_000  # sources × links of the AlltoAll LP as solved (a source per orbit):
@@ -833,6 +853,111 @@ def alltoall_window(topology: Topology, members: list[str], per_pair_bytes: floa
     return best, tail
 
 
+WALK_HOPS = 20_000  # hops of the members' short routes walk_window_s weighs at most:
+#                     beyond, the part is left out (its LP is solved WALK_STEPS times)
+WALK_STEPS = 16  # bisection steps between the α-distance and twice it
+
+_Route = tuple[int, float, tuple[tuple[tuple[str, str], float], ...]]  # pair, α, (link, a)
+
+
+def _short_routes(topology: Topology, members: list[str], budget: float) -> list[_Route] | None:
+    """Every simple path from a member to another whose α adds up to less than
+    ``budget``: its pair's index, its α and each hop's (link, α of the hops before it);
+    None beyond :data:`WALK_HOPS` hops in all."""
+    inside = set(members)
+    pair = {(s, d): i for i, (s, d) in enumerate((s, d) for s in members for d in members
+                                                  if s != d)}
+    routes: list[_Route] = []
+    hops = 0
+    for s in members:
+        stack: list[tuple[str, float, frozenset[str], tuple]] = [(s, 0.0, frozenset({s}), ())]
+        while stack:
+            v, spent, seen, path = stack.pop()
+            for k in topology.out_links(v):
+                total = spent + k.latency_s
+                if total >= budget or k.dst in seen:
+                    continue
+                walk = (*path, (k.key, spent))
+                if k.dst in inside:
+                    hops += len(walk)
+                    if hops > WALK_HOPS:
+                        return None
+                    routes.append((pair[(s, k.dst)], total, walk))
+                stack.append((k.dst, total, seen | {k.dst}, walk))
+    return routes
+
+
+def _walk_feasible(topology: Topology, npairs: int, routes: list[_Route],
+                   per_pair_bytes: float, T: float) -> bool | None:
+    """Can the routes with α under ``T`` carry every pair's bytes, each link's bytes of
+    windows inside ``[a, T − c]`` within ``b·(T − c − a)``? (:func:`alltoall_walk_window`);
+    None where the LP did not solve in its share of the time."""
+    from ortools.linear_solver import pywraplp
+
+    lp = pywraplp.Solver.CreateSolver("GLOP")
+    share = lp.NumVar(0, 1, "s")  # of every pair's bytes, carried
+    rows = [lp.Constraint(0, 0) for _ in range(npairs)]
+    for row in rows:
+        row.SetCoefficient(share, -1)
+    hops: dict[tuple[str, str], list[tuple[float, float, pywraplp.Variable]]] = defaultdict(list)
+    for p, alpha, walk in routes:
+        if alpha >= T:
+            continue
+        y = lp.NumVar(0, 1, "")
+        rows[p].SetCoefficient(y, 1)
+        for key, a in walk:
+            hops[key].append((a, alpha - a, y))
+    for key, on in hops.items():
+        b = topology.link(*key).bandwidth_Bps
+        for a in {x for x, _, _ in on}:
+            for c in {x for _, x, _ in on}:
+                if T - c - a <= 0:
+                    continue  # no window lies in an empty interval
+                row = lp.Constraint(-lp.infinity(), b * (T - c - a) / per_pair_bytes)
+                for x, z, y in on:
+                    if x >= a and z >= c:
+                        row.SetCoefficient(y, 1)
+    lp.Maximize(share)
+    budget = left() * SHARES.bound_lp / WALK_STEPS
+    if budget < math.inf:
+        lp.SetTimeLimit(max(1, int(budget * 1000)))
+    if lp.Solve() != pywraplp.Solver.OPTIMAL:
+        return None
+    return share.solution_value() >= 1 - 1e-6
+
+
+def alltoall_walk_window(topology: Topology, members: list[str], per_pair_bytes: float
+                         ) -> float:
+    """AlltoAll's ``walk_window_s`` (module docstring): the largest ``T`` found by
+    bisection between the members' α-distance ``D`` and ``2D`` at which the routes with
+    α under ``T`` cannot carry every pair's bytes; 0 where they can at ``2D`` (bandwidth
+    dominates), there are more routes than :data:`WALK_HOPS` hops, no α between the
+    members, or no time to solve.
+
+    >>> from te_ccl.spec.topology import load_topology
+    >>> dgx1 = load_topology("dgx1")  # 1.4 µs of α, then 0.32 µs for the far pairs
+    >>> round(alltoall_walk_window(dgx1, dgx1.gpus, 8000) * 1e6, 3)
+    1.72
+    """
+    lo = _alpha_distance(topology, members, members) if len(members) > 1 else 0.0
+    hi = 2 * lo
+    if hi <= 0:
+        return 0.0
+    routes = _short_routes(topology, members, hi)
+    if routes is None:
+        return 0.0
+    npairs = len(members) * (len(members) - 1)
+    if not _walk_feasible(topology, npairs, routes, per_pair_bytes, hi):
+        return 0.0  # bandwidth dominates: the other parts speak (and this one rescales)
+    for _ in range(WALK_STEPS):
+        mid = (lo + hi) / 2
+        feasible = _walk_feasible(topology, npairs, routes, per_pair_bytes, mid)
+        if feasible is None:
+            break
+        lo, hi = (lo, mid) if feasible else (mid, hi)
+    return lo
+
+
 def _farthest_seeded(adjacency: dict[str, list[tuple[float, str]]], seeds: dict[str, float],
                      targets: set[str]) -> tuple[float, int]:
     """(the largest α-distance from the seeds to a target they reach, how many targets
@@ -867,6 +992,8 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
         parts["cut_alpha_s"], fixed["cut_alpha_s"] = alltoall_cut_alpha(
             topology, members, collective.size_bytes / len(members))
         parts["window_s"], fixed["window_s"] = alltoall_window(
+            topology, members, collective.size_bytes / len(members))
+        parts["walk_window_s"] = alltoall_walk_window(
             topology, members, collective.size_bytes / len(members))
     sources = root if kind in (K.BROADCAST, K.SCATTER) else members
     targets = root if kind in (K.REDUCE, K.GATHER) else members
