@@ -86,8 +86,8 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
   members' α-distance ``D`` and ``2D`` finds the largest such ``T`` (none where ``2D``
   has a spread: bandwidth dominates). dgx1 at 64 KB: a far pair's byte crosses its
   first link within ``[0, T − 1.4 µs]`` and its second within ``[0.7, T − 0.7] µs``,
-  and the 25 GB/s links those windows must use take 0.32 µs: 1.72 µs, where the other
-  parts give 1.56. A schedule of ``f·M`` (``f ≤ 1``) finishing by ``f·T`` would give a
+  and no spread of the far pairs over their two-hop paths fits both windows' links in
+  under 0.32 µs: 1.72 µs, where the other parts give 1.56. A schedule of ``f·M`` (``f ≤ 1``) finishing by ``f·T`` would give a
   spread for ``M`` at ``T`` (its bytes over ``f``: each window at ``f·T`` lies in
   ``f`` times the one at ``T``), so ``f·T`` bounds ``f·M``: the part rescales down as
   proportional (a bound is rescaled from 1 GB, where this part is 0).
@@ -939,14 +939,16 @@ def alltoall_walk_window(topology: Topology, members: list[str], per_pair_bytes:
     >>> round(alltoall_walk_window(dgx1, dgx1.gpus, 8000) * 1e6, 3)
     1.72
     """
-    lo = _alpha_distance(topology, members, members) if len(members) > 1 else 0.0
+    npairs = len(members) * (len(members) - 1)
+    if not 0 < npairs <= WALK_HOPS:
+        return 0.0  # a route a pair at least: too many
+    lo = _alpha_distance(topology, members, members)
     hi = 2 * lo
     if hi <= 0:
         return 0.0
     routes = _short_routes(topology, members, hi)
     if routes is None:
         return 0.0
-    npairs = len(members) * (len(members) - 1)
     if not _walk_feasible(topology, npairs, routes, per_pair_bytes, hi):
         return 0.0  # bandwidth dominates: the other parts speak (and this one rescales)
     for _ in range(WALK_STEPS):
