@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -79,10 +79,10 @@ from te_ccl.collective.model import Collective
 from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError, SpecError
 from te_ccl.lower.msccl.buffers import Layout, buffer_layout
-from te_ccl.lower.msccl.channels import ChannelsExhausted
+from te_ccl.lower.msccl.channels import ChannelsExhausted, EdgeChannels
 from te_ccl.lower.msccl.collapse_switches import Edge, collapse_switches
 from te_ccl.lower.msccl.grid import grid_program
-from te_ccl.lower.msccl.instructions import first_receipts
+from te_ccl.lower.msccl.instructions import Fusion, Instr, first_receipts
 from te_ccl.lower.msccl.ir import LOWERING, Program
 from te_ccl.lower.msccl.merge import MODES, merged_edges, one_call_up_to
 from te_ccl.lower.msccl.parallel import (
@@ -208,122 +208,217 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     Edges are timed by the schedule's replay unless ``epochs``; where no channels hold
     them so, by the epochs: the replay sends a leaf's pieces at once and queues them in
     a switch, more than a connection's FIFOs hold (a pipelined Reduce over NVSwitch),
-    where the epochs pace them.
-
-    Where the runtime allows fewer thread blocks per GPU than ``depid`` can name (RCCL:
-    64), every thread block is counted as waited for, so the channel pass keeps a GPU's
-    thread blocks (one left for its local copies) within the runtime's by construction."""
+    where the epochs pace them."""
     coll = schedule.collective
     proto = proto or coll.proto
     _check_options(proto, merge, min_bytes, max_bytes)
-    grid = grid_program(schedule, _name(name, schedule), proto, min_bytes, max_bytes, runtime,
-                        text=stream)
+    name = _name(name, schedule)
+    grid = grid_program(schedule, name, proto, min_bytes, max_bytes, runtime, text=stream)
     if grid is not None:  # groups relayed in one step each: the plan's steps as they are
         return grid
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
     epoch_timed = collapse_switches(schedule)
     edges = epoch_timed if epochs else replay_timed(epoch_timed, schedule)
-    split = edges is not epoch_timed  # thread blocks are split by the replay's times only
     edges, layout, served, merged = _merged(edges, coll, proto, min_bytes, max_bytes,
                                             runtime, merge)
-    by_epochs = partial(_lower, schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
-                        proto=proto, max_steps=max_steps, stream=stream, progress=progress,
-                        runtime=runtime, merge=merge, epochs=True)
     check(LOWERING)
     if len(edges) >= WORTH_FORKING:  # below, the channel pass finds out in a second
         _check_steps(edges, coll.nranks, runtime)
     progress(f"lowering: instructions of {coll.nranks} GPUs")
     base, found = instructions_and_fusions(edges, layout,
-                                workers() if len(edges) >= FORK_FROM else 1)
-    first = first_receipts(edges)  # the same for every rerun of the channel pass
-    headroom = max(1, int(max_steps * NOP_HEADROOM))
-    depth = runtime.outstanding_sends(proto)
-    # every thread block counted (sending ones too) where they are fewer than depid names
-    capped = runtime.max_threadblocks <= runtime.waitable
-    waitable = min(runtime.waitable, runtime.max_threadblocks - 1)
-    channels = runtime.max_channels
-    full = max_steps - headroom if max_steps > 2 * headroom else max_steps
-    budget = full
-    favour: frozenset[int] = frozenset()
-    timed, why = True, ""  # why the timing is given up (for the notes)
-    waited = True  # sending thread blocks are waited for: a send waits for the link's last one
-    # a schedule cut into sub-chunks is solved again with fewer where it does not fit
-    # (render.render_fitting), which keeps its timing: it never gives the timing up
-    refit = schedule.info.subchunks > 1
+                                           workers() if len(edges) >= FORK_FROM else 1)
+    lowering = _Lowering(edges, base, found, first_receipts(edges), layout,
+                         _Limits.of(runtime, proto, max_steps, schedule.info.subchunks > 1),
+                         split=edges is not epoch_timed, stream=stream, progress=progress)
+    fitted = _fitted(lowering)
+    if fitted is None:
+        return _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
+                      proto=proto, max_steps=max_steps, stream=stream, progress=progress,
+                      runtime=runtime, merge=merge, epochs=True)
+    gpus, chan, notes = fitted
+    left_to_exit(epoch_timed, edges, base, found, lowering.first, chan)
+    nchannels = 1 + max(chan.values(), default=0)
+    return Program(name, proto, nchannels, layout.nchunksperloop, coll.nranks, coll.kind.value,
+                   coll.inplace, min_bytes, served, (), merged + notes), gpus
+
+
+@dataclass(frozen=True)
+class _Limits:
+    """What passes 3–6 keep to, from the runtime, the protocol and ``max_steps``.
+
+    Where the runtime allows fewer thread blocks per GPU than ``depid`` can name (RCCL:
+    64), every thread block is counted as waited for (``capped``), so the channel pass
+    keeps a GPU's thread blocks (one left for its local copies) within the runtime's by
+    construction."""
+
+    runtime: RuntimeLimits
+    max_steps: int
+    headroom: int  # steps of a thread block kept for the nops the channel pass does not count
+    full: int      # the channel pass's first budget of data steps per thread block
+    depth: int     # sends a connection holds under the protocol
+    capped: bool   # every thread block counted (sending ones too) as waited for
+    waitable: int  # thread blocks per GPU that others may wait for
+    refit: bool    # a schedule cut into sub-chunks: solved again with fewer where it does
+    #                not fit (render.render_fitting), so it never gives up its timing
+
+    @classmethod
+    def of(cls, runtime: RuntimeLimits, proto: str, max_steps: int, refit: bool) -> _Limits:
+        headroom = max(1, int(max_steps * NOP_HEADROOM))
+        return cls(runtime, max_steps, headroom,
+                   max_steps - headroom if max_steps > 2 * headroom else max_steps,
+                   runtime.outstanding_sends(proto),
+                   runtime.max_threadblocks <= runtime.waitable,
+                   min(runtime.waitable, runtime.max_threadblocks - 1), refit)
+
+    def steps_limit(self) -> str:
+        """What an edge that fits no channel could not keep, for the error."""
+        r = self.runtime
+        return (f"at most {self.max_steps} steps per thread block within {r.max_channels} "
+                "channels" + (f" and {r.max_threadblocks} thread blocks per GPU"
+                              if self.capped else ""))
+
+
+@dataclass
+class _Lowering:
+    """Pass 2's output and what every rerun of passes 3–6 shares."""
+
+    edges: tuple[Edge, ...]
+    base: dict[int, list[Instr]]  # every GPU's instructions
+    found: list[Fusion]           # the receive/send pairs that can be fused
+    first: dict[tuple[int, int], Edge]  # :func:`first_receipts` of the edges
+    layout: Layout
+    limits: _Limits
+    split: bool  # the edges carry the replay's times: thread blocks are split by them
+    stream: bool
+    progress: Progress
     peers: dict[int, set[int]] | None = None  # where GPUs are dealt over forked processes
-    while budget > 0:
-        candidates = [f for f in found if not f.delays or not timed or f.recv.gpu in favour]
-        progress(f"lowering: channels for {len(edges)} edges ({len(candidates)} fusions to "
-                 "try)")
-        halves = split_halves(edges, candidates, coll.nranks,
-                              runtime.step_room(coll.nranks))
+
+    @property
+    def nranks(self) -> int:
+        return self.layout.collective.nranks
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    """How passes 3–6 run this time: the channel pass's budget of data steps per thread
+    block, the GPUs whose fusions go first (even those that delay steps), whether the
+    schedule's timing is kept (and if not, ``why``), and whether sending thread blocks
+    are counted as waited for (a send waits for the link's last one)."""
+
+    budget: int
+    favour: frozenset[int] = frozenset()
+    timed: bool = True
+    why: str = ""
+    waited: bool = True
+
+
+def _fitted(lowering: _Lowering) -> tuple[list, EdgeChannels, tuple[str, ...]] | None:
+    """Passes 3–6 rerun until every thread block and rank fits: the GPUs, the edges'
+    channels and the notes; None where the edges are to be timed by the epochs instead
+    (the module's docstring tells the order in which limits are given way to)."""
+    attempt = _Attempt(lowering.limits.full)
+    while attempt.budget > 0:
         try:
-            chan, fusions, delaying = assign_edges(edges, candidates, halves, budget, waited,
-                                                   depth, favour, timed, split, first,
-                                                   channels, waitable)
+            chan, fusions, delaying = _channel_pass(lowering, attempt)
         except ChannelsExhausted as e:
-            steps_limit = (f"at most {max_steps} steps per thread block within "
-                           f"{channels} channels"
-                           + (f" and {runtime.max_threadblocks} thread blocks per GPU"
-                              if capped else ""))
-            if not timed and waited and not refit and not capped:
-                # last: count only the receiving thread blocks as waited for, so a GPU
-                # can have one for each of its 71 peers each way (an AlltoAll over one
-                # switch); where the dependencies need more, add_dependencies refuses it
-                waited = False
-                continue
-            if not timed and not refit and split:
-                return by_epochs()
-            if not timed or refit:
-                raise ChannelsExhausted(f"{e}: cannot keep {steps_limit}") from None
-            # fewest steps; the link-order nops are not counted, so the cuts made for
-            # them do not apply
-            timed, why, budget = False, f"to fit {steps_limit}", full
+            then = _after_exhausted(e, attempt, lowering)
+            if then is None:
+                return None
+            attempt = then
             continue
-        forks = workers() if stream and len(edges) >= FORK_FROM else 1
-        if forks > 1 and peers is None:
-            peers = peer_sets(edges)
-        parts = deal(sorted(base), forks)
-        gpus_of = partial(gpus_in_part, base=base, fusions=fusions, peers=peers, chan=chan,
-                          layout=layout, budget=budget, max_steps=max_steps, timed=timed,
-                          stream=stream, nranks=coll.nranks, runtime=runtime)
         try:
-            gpus, over, loose = in_parts(gpus_of, parts, progress)
+            gpus, over, loose = _gpu_passes(lowering, attempt, chan, fusions)
         except NopOverflow as e:  # the channel pass counts data steps, not the nops
-            budget -= max(e.excess, headroom)
+            attempt = replace(attempt, budget=attempt.budget
+                              - max(e.excess, lowering.limits.headroom))
             continue
         except RuntimeLimitError:  # the dependencies of unwaited sending thread blocks
-            if waited or refit or not split:
+            if attempt.waited or lowering.limits.refit or not lowering.split:
                 raise
-            return by_epochs()
-        if refit and (over or loose):  # favouring ranks or giving up link order loses time
-            some = over or loose
-            raise RuntimeLimitError(
-                f"{len(some)} rank(s) need more than {runtime.max_elements} XML elements (the "
-                f"runtime's reader limit), e.g. rank position {min(some)}, unless the file "
-                "gives up the schedule's timing; fewer sub-chunks per chunk would fit")
+            return None
         if not over:
-            left_to_exit(epoch_timed, edges, base, found, first, candidates, chan, fusions)
-            nchannels = 1 + max(chan.values(), default=0)
-            return Program(_name(name, schedule), proto, nchannels, layout.nchunksperloop,
-                           coll.nranks, coll.kind.value, coll.inplace, min_bytes, served,
-                           (), merged + _notes(favour, timed, delaying, why, len(loose),
-                                               coll.nranks, runtime.max_elements)), gpus
+            left_to_exit(fusions)
+            return gpus, chan, _notes(attempt, delaying, len(loose), lowering.nranks,
+                                      lowering.limits.runtime.max_elements)
         del gpus
-        # favouring is for a few ranks: favouring a quarter of them would favour none
-        last = bool(favour) or len(over) > max(1, coll.nranks // 4)
-        if not timed:
-            raise RuntimeLimitError(
-                f"{len(over)} rank(s) need more than {runtime.max_elements} XML elements (the "
-                f"runtime's reader limit), e.g. rank position {min(over)}, even with every "
-                "fusion made")
-        why = f"to fit the runtime's reader limit of {runtime.max_elements} elements"
-        if last:  # every fusion on every rank
-            timed, favour = False, frozenset()
-        else:  # rerun favouring the ranks over the limit
-            favour = frozenset(over)
-    raise StepsExhausted(f"cannot fit the schedule into {max_steps} steps per thread block "
-                         "(the nops of its dependencies alone exceed it)")
+        attempt = _after_over(over, attempt, lowering)
+    raise StepsExhausted(f"cannot fit the schedule into {lowering.limits.max_steps} steps per "
+                         "thread block (the nops of its dependencies alone exceed it)")
+
+
+def _channel_pass(lowering: _Lowering, attempt: _Attempt
+                  ) -> tuple[EdgeChannels, dict[int, list[Fusion]], int]:
+    """Pass 3 (:func:`assign_edges`) on the fusions ``attempt`` allows: those that delay
+    no step, unless the timing is given up or their GPU is favoured."""
+    edges, limits, timed = lowering.edges, lowering.limits, attempt.timed
+    candidates = [f for f in lowering.found
+                  if not f.delays or not timed or f.recv.gpu in attempt.favour]
+    lowering.progress(f"lowering: channels for {len(edges)} edges ({len(candidates)} "
+                      "fusions to try)")
+    halves = split_halves(edges, candidates, lowering.nranks,
+                          limits.runtime.step_room(lowering.nranks))
+    return assign_edges(edges, candidates, halves, attempt.budget, attempt.waited,
+                        limits.depth, attempt.favour, timed, lowering.split, lowering.first,
+                        limits.runtime.max_channels, limits.waitable)
+
+
+def _after_exhausted(e: ChannelsExhausted, attempt: _Attempt, lowering: _Lowering
+                     ) -> _Attempt | None:
+    """The next attempt once an edge fits no channel: the timing given up (fewest steps;
+    the link-order nops are not counted, so the cuts made for them do not apply), then
+    only the receiving thread blocks counted as waited for; None: time the edges by the
+    epochs; raises where nothing is left to give up."""
+    limits = lowering.limits
+    if not attempt.timed and attempt.waited and not limits.refit and not limits.capped:
+        # last: a GPU can have one thread block for each of its 71 peers each way (an
+        # AlltoAll over one switch); where the dependencies need more,
+        # add_dependencies refuses it
+        return replace(attempt, waited=False)
+    if not attempt.timed and not limits.refit and lowering.split:
+        return None
+    if not attempt.timed or limits.refit:
+        raise ChannelsExhausted(f"{e}: cannot keep {limits.steps_limit()}") from None
+    return replace(attempt, timed=False, why=f"to fit {limits.steps_limit()}",
+                   budget=limits.full)
+
+
+def _gpu_passes(lowering: _Lowering, attempt: _Attempt, chan: EdgeChannels,
+                fusions: dict[int, list[Fusion]]) -> tuple[list, set[int], set[int]]:
+    """Passes 4–6 (thread blocks, dependencies, bytes) of every GPU, dealt over forked
+    processes from :data:`FORK_FROM` edges where streamed: the GPUs, the ranks over the
+    runtime's element limit and those that keep no link order (:func:`in_parts`)."""
+    edges, limits = lowering.edges, lowering.limits
+    forks = workers() if lowering.stream and len(edges) >= FORK_FROM else 1
+    if forks > 1 and lowering.peers is None:
+        lowering.peers = peer_sets(edges)
+    gpus_of = partial(gpus_in_part, base=lowering.base, fusions=fusions, peers=lowering.peers,
+                      chan=chan, layout=lowering.layout, budget=attempt.budget,
+                      max_steps=limits.max_steps, timed=attempt.timed,
+                      stream=lowering.stream, nranks=lowering.nranks, runtime=limits.runtime)
+    gpus, over, loose = in_parts(gpus_of, deal(sorted(lowering.base), forks),
+                                 lowering.progress)
+    if limits.refit and (over or loose):  # favouring ranks or giving up link order loses time
+        some = over or loose
+        raise RuntimeLimitError(
+            f"{len(some)} rank(s) need more than {limits.runtime.max_elements} XML elements "
+            f"(the runtime's reader limit), e.g. rank position {min(some)}, unless the file "
+            "gives up the schedule's timing; fewer sub-chunks per chunk would fit")
+    return gpus, over, loose
+
+
+def _after_over(over: set[int], attempt: _Attempt, lowering: _Lowering) -> _Attempt:
+    """The next attempt once ranks need more elements than the runtime's reader holds:
+    favouring their fusions, then (or where more than a quarter of the ranks are over:
+    favouring a quarter of them would favour none) every fusion on every rank."""
+    elements = lowering.limits.runtime.max_elements
+    if not attempt.timed:
+        raise RuntimeLimitError(
+            f"{len(over)} rank(s) need more than {elements} XML elements (the runtime's "
+            f"reader limit), e.g. rank position {min(over)}, even with every fusion made")
+    why = f"to fit the runtime's reader limit of {elements} elements"
+    if attempt.favour or len(over) > max(1, lowering.nranks // 4):
+        return replace(attempt, timed=False, favour=frozenset(), why=why)
+    return replace(attempt, favour=frozenset(over), why=why)
 
 
 def _check_options(proto: str, merge: str | None, min_bytes: int, max_bytes: int) -> None:
@@ -386,22 +481,22 @@ def _check_steps(edges: list, nranks: int, runtime: RuntimeLimits) -> None:
             f"elements less the <algo>, the {nranks} <gpu>s and a thread block)")
 
 
-def _notes(favour: frozenset[int], timed: bool, delaying: int, limit: str, loose: int,
-           nranks: int, elements: int) -> tuple[str, ...]:
-    """Why the file may run slower than the schedule (``limit``: what it gave way to;
-    ``loose``: the ranks whose links serve sends in the order they come; ``elements``:
-    the runtime reader's limit per rank)."""
+def _notes(attempt: _Attempt, delaying: int, loose: int, nranks: int, elements: int
+           ) -> tuple[str, ...]:
+    """Why the file may run slower than the schedule (``delaying``: the fusions made that
+    hold up other steps; ``loose``: the ranks whose links serve sends in the order they
+    come; ``elements``: the runtime reader's limit per rank)."""
     unordered = (f"on {loose} of {nranks} ranks links serve sends in the order they come, "
                  "not the schedule's")
-    if not timed:
-        return (f"the file does not keep the schedule's timing {limit}: every fusion is "
-                f"made ({delaying} of them hold up other steps)"
+    if not attempt.timed:
+        return (f"the file does not keep the schedule's timing {attempt.why}: every fusion "
+                f"is made ({delaying} of them hold up other steps)"
                 + (f", and {unordered}" if loose else ""),)
     notes = []
-    if favour:
-        notes.append(f"{len(favour)} rank(s) keep fused steps that hold up other steps (the "
-                     f"file may run slower than the schedule) {limit}; {delaying} such "
-                     "fusion(s) made")
+    if attempt.favour:
+        notes.append(f"{len(attempt.favour)} rank(s) keep fused steps that hold up other "
+                     f"steps (the file may run slower than the schedule) {attempt.why}; "
+                     f"{delaying} such fusion(s) made")
     if loose:
         notes.append(f"{unordered} (the file may run slower than the schedule) to fit the "
                      f"runtime's reader limit of {elements} elements")
