@@ -185,6 +185,12 @@ class TimeShares:
                            "polish once the horizon is minimal")
     job_solve: float = _share(0.7, "jobs/flow.py", "of a joint candidate's limit, for its "
                               "solve; the rest lowers and verifies it")
+    job_form: float = _share(0.5, "jobs/mix.py", "of a job mix's time left, for compiling "
+                             "one job's form in its own chunks")
+    reduction: float = _share(0.5, "backends/flow.py", "of an AllReduce flow model's time "
+                              "left, for its reduction; gathering the sums gets the rest")
+    torus_orbit: float = _share(1 / 3, "backends/scale/torus.py", "of the torus orbit's time "
+                                "left (20 s at most), for CP-SAT to improve its list schedule")
 
     def __post_init__(self) -> None:
         for f in fields(self):

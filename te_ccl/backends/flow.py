@@ -22,7 +22,7 @@ from dataclasses import replace
 from te_ccl.backends.base import Progress, SolveParams, SolveResult
 from te_ccl.backends.select import check_size, run_backend
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import Budget
+from te_ccl.deadline import SHARES, Budget
 from te_ccl.model.epochs import epoch_duration
 from te_ccl.model.extract import reverse_in_time
 from te_ccl.model.problem import (
@@ -108,7 +108,7 @@ def _solve_reduction(topology: Topology, collective: Collective, params: SolvePa
             "the sum multicast from there",)), joint.epoch_s
     owner = collective.reduction_owners()
     problem = _reduction_problem(topology, collective, owner, params)
-    share = Budget.of(budget.left() / 2) if allreduce else budget
+    share = Budget.of(budget.left() * SHARES.reduction) if allreduce else budget
     first = run_backend(problem, params, share, progress)
     f1 = first.finish_epoch
     reduced = reverse_in_time(first.transfers, f1)

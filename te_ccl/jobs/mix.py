@@ -42,7 +42,7 @@ from te_ccl.baselines.hierarchical import hierarchical_as_cut
 from te_ccl.baselines.packed import packed_as_cut
 from te_ccl.collective.model import Collective
 from te_ccl.compiler import CompileOptions, SolveParams, forward_only, render_fitting
-from te_ccl.deadline import Budget, TimeLimitReached, until
+from te_ccl.deadline import SHARES, Budget, TimeLimitReached, until
 from te_ccl.errors import RuntimeLimitError, SolverError, SpecError, VerificationError
 from te_ccl.jobs.files import checked_algo, replay_together
 from te_ccl.jobs.spec import Job, JobSet
@@ -112,8 +112,8 @@ def _compiled(jobs: JobSet, job: Job, budget: Budget
 
 
 def _compile_cut(topology: Topology, collective: Collective, budget: Budget) -> Schedule:
-    """The compile's schedule of ``collective`` in its own chunks, in half the budget left.
-    A cut the compile refuses (more transfers than one compile holds: the job's input was
+    """The compile's schedule of ``collective`` in its own chunks, in ``SHARES.job_form``
+    of the budget left. A cut the compile refuses (more transfers than one compile holds: the job's input was
     taken, only the form's chunks are too many) leaves the form out, as no file in its
     share does."""
     import te_ccl  # the public compile, a layer above this package
@@ -121,7 +121,7 @@ def _compile_cut(topology: Topology, collective: Collective, budget: Budget) -> 
     try:
         return te_ccl.compile(forward_only(topology), collective,
                               chunks=collective.chunks_per_rank,
-                              time_limit_s=max(budget.left() / 2, 0.1)).schedule
+                              time_limit_s=max(budget.left() * SHARES.job_form, 0.1)).schedule
     except (TimeLimitReached, SpecError) as e:
         raise SolverError(str(e)) from None
 

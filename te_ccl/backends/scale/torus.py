@@ -17,7 +17,7 @@ from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.backends.scale.orbit import ORBIT, Orbit, improve_cpsat, list_schedule
 from te_ccl.backends.scale.symmetry import orbit_trees
-from te_ccl.deadline import Budget, checked, skipping
+from te_ccl.deadline import SHARES, Budget, checked, skipping
 from te_ccl.model.problem import Problem
 from te_ccl.topology.symmetry import TorusSymmetry, torus_symmetry, translate
 
@@ -71,7 +71,7 @@ def solve_torus(problem: Problem, params: SolveParams, budget: Budget
     lb, found = orb.lower_bound(), orb.makespan(start)
     how = "list schedule"
     if found > lb and budget.left() > 1 and not skipping("the torus orbit's CP-SAT"):
-        start, proven = improve_cpsat(orb, start, min(budget.left() / 3, 20.0), params.threads,
+        start, proven = improve_cpsat(orb, start, min(budget.left() * SHARES.torus_orbit, 20.0), params.threads,
                                       params.seed)
         how = f"CP-SAT ({'optimal' if proven else 'time limit'}) from a list schedule"
     finish = orb.makespan(start)
