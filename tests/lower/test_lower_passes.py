@@ -215,7 +215,7 @@ def _relay(g: int, a: int, b: int, t: int):
 
 
 def test_channel_plan_keeps_the_preferred_pairing_open():
-    from te_ccl.lower.msccl.channels import RESERVE, _pairing, _pairs_open, _plan, _State
+    from te_ccl.lower.msccl.channels import HOT_OPEN_EVERY, _pairing, _pairs_open, _plan, _State
 
     # GPU 0 forwards six chunks from 1 to 2 (straight on) and one from 1 to 3 (a turn)
     relays = [_relay(0, 1, 2, t) for t in range(6)] + [_relay(0, 1, 3, 6)]
@@ -224,7 +224,7 @@ def test_channel_plan_keeps_the_preferred_pairing_open():
     state.plan = _plan(edges, [f for _, f in relays], frozenset())
     straight, turn = relays[0][1], relays[-1][1]
     assert state.plan.send_of[(0, 1)] == 2 and state.plan.hot == {0}
-    c = next(c for c in range(4) if c % RESERVE)
+    c = next(c for c in range(4) if c % HOT_OPEN_EVERY)
     assert _pairs_open([_pairing(straight)], c, state)
     assert not _pairs_open([_pairing(turn)], c, state)  # would take 1 from the preferred 1 → 2
     assert _pairs_open([_pairing(turn)], 0, state)      # a hot GPU's reserved channel takes any

@@ -40,8 +40,8 @@ most of its fusion candidates is *preferred*, and a channel takes another pairin
 where that blocks no preferred one still open on it (first come, first served let a few
 early turns lock every channel of a mesh relay and lost whole directions: 1.41M of 1.83M
 fusions kept on the mesh 32×32 AllReduce, 1.56M with the plan). The GPUs with the most
-steps left once their preferred fusions are made (*hot*, ≥ :data:`HOT` × the median) keep
-every :data:`RESERVE`-th channel open to any pairing; a chain picks its first channel so
+steps left once their preferred fusions are made (*hot*, ≥ :data:`HOT_OVER_MEDIAN` × the median) keep
+every :data:`HOT_OPEN_EVERY`-th channel open to any pairing; a chain picks its first channel so
 that the hot GPUs on its path can fuse, and where a hot GPU still cannot, the chain gives
 up the fusion one GPU earlier instead, if that GPU has fewer steps by :data:`CUT_MARGIN`.
 Only single edges go beyond the spread channels: a fused step
@@ -72,11 +72,20 @@ from te_ccl.runtime_limits import MSCCL
 
 __all__ = ["ChannelsExhausted", "EdgeChannels", "assign_channels", "spread_channels", "extends"]
 
-MOVE_MAX_HOPS = 2  # a chain that no longer fits its channel moves only while this short
-SLACK = 4          # spread chains so the busiest thread blocks are about 1/SLACK full
-HOT = 1.03         # GPUs with this times the median steps left after preferred fusions
-RESERVE = 3        # every RESERVE-th channel of a hot GPU takes any pairing
-CUT_MARGIN = 0.02  # a hot GPU's fusion is kept at the cost of one with this share fewer steps
+# a chain that no longer fits its channel moves only while this short: a longer one
+# would cost more checks than the fusion it keeps is worth
+MOVE_MAX_HOPS = 2
+# chains are spread over enough channels that the busiest thread blocks are about
+# 1/SPREAD_ROOM full: room for a whole chain on its channel, against more thread blocks
+SPREAD_ROOM = 4
+# GPUs with more than this times the median steps left after preferred fusions are hot:
+# their fusions come first, at the cost of pairings the others prefer
+HOT_OVER_MEDIAN = 1.03
+# every HOT_OPEN_EVERY-th channel of a hot GPU takes any pairing: more of its fusions
+# made, against its preferred pairings kept on every channel
+HOT_OPEN_EVERY = 3
+# a hot GPU's fusion is kept at the cost of one on a GPU with this share fewer steps
+CUT_MARGIN = 0.02
 
 
 EdgeChannels = dict[int, int]  # the channel of each edge, keyed by id(edge): hashing an edge
@@ -245,7 +254,7 @@ def assign_channels(edges: tuple[Edge, ...], fusions: list[Fusion], budget: int,
 def _plan(edges: tuple[Edge, ...], fusions: list[Fusion], favour: frozenset[int]) -> _Plan:
     """Per GPU the pairing of receive and send peers that most fusion candidates share
     (a greedy matching, heaviest pair first), the steps it leaves (one per edge end,
-    less one per preferred fusion) and the hot GPUs (:data:`HOT`, and ``favour`` above
+    less one per preferred fusion) and the hot GPUs (:data:`HOT_OVER_MEDIAN`, and ``favour`` above
     all of them)."""
     demand = Counter((f.recv.gpu, f.recv.recv.src, f.send.send.dst) for f in fusions)
     send_of: dict[tuple[int, int], int] = {}
@@ -259,7 +268,7 @@ def _plan(edges: tuple[Edge, ...], fusions: list[Fusion], favour: frozenset[int]
             send_of[(g, a)], recv_of[(g, b)] = b, a
             steps[g] -= n
     median = sorted(steps.values())[len(steps) // 2] if steps else 0
-    hot = {g for g, n in steps.items() if n > HOT * median} | favour
+    hot = {g for g, n in steps.items() if n > HOT_OVER_MEDIAN * median} | favour
     top = 2 * max(steps.values(), default=0)
     return _Plan(send_of, recv_of, {g: top if g in favour else n for g, n in steps.items()},
                  hot)
@@ -349,7 +358,7 @@ def _orders(chain: list[Edge], links: list[Fusion], state: _State
 def spread_channels(edges: tuple[Edge, ...], budget: int, sends_waited: bool,
                     channels: int = MSCCL.max_channels, waitable: int = MSCCL.waitable) -> int:
     """How many channels chains are dealt over: enough that the busiest connection fills
-    its thread blocks to about 1/SLACK, so a chain finds room on its channel all along
+    its thread blocks to about 1/SPREAD_ROOM, so a chain finds room on its channel all along
     its path (first fit from channel 0 would fill low channels first and cut chains);
     but few enough (and at most the runtime's ``channels``) that the thread blocks a GPU
     waits for stay within ``waitable`` (ids a ``depid`` can name, < 128, or fewer where
@@ -368,7 +377,7 @@ def spread_channels(edges: tuple[Edge, ...], budget: int, sends_waited: bool,
         send_peers = Counter(src for src, _ in load)
         waited = Counter({g: max(n, send_peers[g]) + 2 for g, n in recv_peers.items()})
     per_channel = waitable // max(waited.values(), default=1)
-    return max(1, min(channels, per_channel, -(-busiest * SLACK // budget)))
+    return max(1, min(channels, per_channel, -(-busiest * SPREAD_ROOM // budget)))
 
 
 def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int,
@@ -479,7 +488,7 @@ def extends(last: Edge, nxt: Edge, c: int, state: _State) -> bool:
         return False
     side, plan = gpu.sides[c], state.plan
     paired = a in side.pair_recv
-    if not paired and not (g in plan.hot and (g + c) % RESERVE == 0):
+    if not paired and not (g in plan.hot and (g + c) % HOT_OPEN_EVERY == 0):
         b2, a2 = plan.send_of.get((g, a), b), plan.recv_of.get((g, b), a)
         if (b2 != b and b2 not in side.pair_send) or (a2 != a and a2 not in side.pair_recv):
             return False
@@ -641,7 +650,7 @@ def _pairs_open(pairings: list[_Pairing], c: int, state: _State) -> bool:
     plan, gpus = state.plan, state.gpus
     for g, a, b in pairings:
         side = gpus[g].sides[c]
-        if a in side.pair_recv or (g in plan.hot and (g + c) % RESERVE == 0):
+        if a in side.pair_recv or (g in plan.hot and (g + c) % HOT_OPEN_EVERY == 0):
             continue
         b2, a2 = plan.send_of.get((g, a), b), plan.recv_of.get((g, b), a)
         if (b2 != b and b2 not in side.pair_send) or (a2 != a and a2 not in side.pair_recv):

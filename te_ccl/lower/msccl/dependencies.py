@@ -39,7 +39,8 @@ Ref = tuple[int, int]  # (thread block id, instruction index in it)
 # per thread block, per instruction: the waits kept, as (thread block, step number)
 Deps = list[list[list[Ref]]]
 _index = itemgetter(1)
-CHAIN = 8  # how far down the waits that stay a moved wait may go
+# how far down the waits a moved wait may go: fewer nops, against a longer search
+MOVED_WAIT_DEPTH = 8
 
 
 def _dependencies(plans: list[TbPlan], link_order: bool) -> tuple[Deps, list[set[int]]]:
@@ -153,11 +154,11 @@ def _move(plans: list[TbPlan], tb: int, host: Ref, ref: Ref, w: Ref, free: list[
     (the instruction that the waiting one keeps waiting for: a send waiting for the
     receive of its value and for the link's previous send makes the receive wait for
     that send instead), or else, where ``host`` has one wait, the same down that wait,
-    :data:`CHAIN` times at most. The instruction must start after ``w`` is done in the
+    :data:`MOVED_WAIT_DEPTH` times at most. The instruction must start after ``w`` is done in the
     schedule, and come after it in the GPU's time order, so no cycle can form."""
     if _take(plans, tb, len(deps[tb]), ref, w, free, deps, clocks):
         return True
-    for _ in range(CHAIN):
+    for _ in range(MOVED_WAIT_DEPTH):
         h_tb, h = host
         if h_tb == w[0]:
             return False
