@@ -113,23 +113,24 @@ def to_program(algo: Algo, tbs_of: dict[int, list[Tb]]) -> Program:
     """The thread blocks ``tbs_of`` (per rank of ``algo``) as the lowering's program:
     steps and waits numbered in their thread blocks, a step's ``hasdep`` set where
     another waits for it; ``algo``'s name, protocol, chunks and buffers."""
-    ids = {}
+    ids: dict[Step | None, tuple[int, int]] = {None: (-1, -1)}
+    waited: set[Step | None] = set()
+    slots: dict[tuple[str, int] | None, Slot | None] = {None: None}
     for tbs in tbs_of.values():
         for t, tb in enumerate(tbs):
             for i, st in enumerate(tb.steps):
                 ids[st] = (t, i)
-    waited = {st.dep for tbs in tbs_of.values() for tb in tbs for st in tb.steps
-              if st.dep is not None}
-    gpus, slots = [], {None: None}
-    for st in ids:
-        for where in (st.src, st.dst):
-            if where not in slots:
-                slots[where] = Slot(_BUFS[where[0]], where[1])
+                waited.add(st.dep)
+                for where in (st.src, st.dst):
+                    if where not in slots:
+                        slots[where] = Slot(_BUFS[where[0]], where[1])
+    make = IrStep._make  # no keyword handling: the steps of 256 GPUs are many
+    gpus = []
     for gpu in algo.gpus:
         tbs = tuple(Threadblock(t, tb.send, tb.recv, tb.chan, tuple(
-            IrStep(i, _OPS[st.op], slots[st.src], slots[st.dst], st.cnt,
-                   *(ids[st.dep] if st.dep is not None else (-1, -1)), st in waited)
-            for i, st in enumerate(tb.steps))) for t, tb in enumerate(tbs_of[gpu.id]))
+            make((i, _OPS[st.op], slots[st.src], slots[st.dst], st.cnt, *ids[st.dep],
+                  st in waited)) for i, st in enumerate(tb.steps)))
+            for t, tb in enumerate(tbs_of[gpu.id]))
         gpus.append(Gpu(gpu.id, gpu.i_chunks, gpu.o_chunks, gpu.s_chunks, tbs))
     a = algo
     nchannels = 1 + max(tb.chan for tbs in tbs_of.values() for tb in tbs)
