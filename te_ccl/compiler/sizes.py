@@ -36,12 +36,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class SizedSchedule:
-    """A schedule compiled at ``size_bytes`` to be used for ``min_bytes ≤ size ≤ max_bytes``."""
+    """A schedule compiled at ``size_bytes`` to be used for ``min_bytes ≤ size ≤ max_bytes``
+    (None where none was had in time: ``why``)."""
 
     min_bytes: int
     max_bytes: int
     size_bytes: int
-    schedule: Schedule
+    schedule: Schedule | None
+    why: str = ""
 
 
 def parse_size_range(text: str) -> tuple[int, int]:
@@ -92,8 +94,8 @@ def compile_size_ranges(collective: Collective, low: int, high: int,
     ``lower_to_msccl(item.schedule, min_bytes=item.min_bytes, max_bytes=item.max_bytes)``.
     Each call runs in an even share of what is left of ``SHARES.ranges`` of the time;
     where it runs out, ``first(collective)`` (a cheap schedule, or None) stands in for
-    it, so one slow range does not cost the library; without one the deadline's error,
-    naming the range, ends the compile.
+    it, so one slow range does not cost the library; without one the range has no
+    schedule, and the deadline's error, naming it, says why (:func:`made_in_time`).
     """
     out: list[SizedSchedule] = []
     ranges = size_ranges(low, high, step=step)
@@ -107,13 +109,14 @@ def compile_size_ranges(collective: Collective, low: int, high: int,
         except TimeLimitReached as e:
             cheap = first(replace(collective, size_bytes=size)) if first else None
             if cheap is None:
-                raise TimeLimitReached(f"size range {lo}..{hi} bytes ({i + 1} of "
-                                       f"{len(ranges)}, {share:.2g} s of the time left): "
-                                       f"{e}") from None
+                out.append(SizedSchedule(lo, hi, size, None, (
+                    f"size range {lo}..{hi} bytes ({i + 1} of {len(ranges)}, {share:.2g} s "
+                    f"of the time left): {e}")))
+                continue
             sched = cheap.with_info(notes=cheap.info.notes + (
                 f"size range {lo}..{hi}: its search had no schedule in its {share:.2g} s; "
                 "the first cheap candidate kept",))
-        if out and _same(out[-1].schedule, sched):
+        if out and out[-1].schedule is not None and _same(out[-1].schedule, sched):
             out[-1] = replace(out[-1], max_bytes=hi)
         else:
             out.append(SizedSchedule(lo, hi, size, sched))
@@ -122,25 +125,34 @@ def compile_size_ranges(collective: Collective, low: int, high: int,
 
 def made_in_time(items: list[SizedSchedule], make: Callable[[SizedSchedule], T]
                  ) -> tuple[list[T], str | None]:
-    """``make(item)`` (its file lowered and verified) for each range in turn, while the
-    deadline allows, and a note naming the ranges it did not reach (None: all made).
+    """``make(item)`` (its file lowered and verified) for each range with a schedule, in
+    turn while the deadline allows, and a note naming the ranges without a file (None:
+    every range has one).
 
     A library is loadable in part: the runtime loads each file on its own and runs the
     algorithm whose ``minBytes..maxBytes`` holds a call's size, and for a size no file
     holds, NCCL's (RCCL's) own. So ranges the time ran out on are left to the runtime
     rather than losing the ranges made, or stretching a file compiled for other sizes
-    over them. Without the first range's file the deadline's error, naming it, ends
-    the compile."""
+    over them. Without any file the deadline's error, naming the first range without
+    one, ends the compile."""
     made: list[T] = []
+    missed: list[SizedSchedule] = []
     for i, item in enumerate(items):
+        if item.schedule is None:
+            missed.append(item)
+            continue
         try:
             made.append(make(item))
-        except TimeLimitReached as e:
-            if not made:
-                raise TimeLimitReached(f"size range {item.min_bytes}..{item.max_bytes} "
-                                       f"bytes (1 of {len(items)}): {e}") from None
-            missed = ", ".join(f"{m.min_bytes}..{m.max_bytes}" for m in items[i:])
-            return made, (f"anytime: {e}; wrote {i} of {len(items)} size ranges, not "
-                          f"{missed} bytes (the runtime runs its own algorithm at those "
-                          "sizes; --time-limit SECONDS allows more)")
-    return made, None
+        except TimeLimitReached as e:  # the deadline: no range after it is made either
+            why = (f"size range {item.min_bytes}..{item.max_bytes} bytes ({i + 1} of "
+                   f"{len(items)}): {e}")
+            missed += [replace(m, why=m.why or why) for m in items[i:]]
+            break
+    if not missed:
+        return made, None
+    if not made:
+        raise TimeLimitReached(missed[0].why)
+    spans = ", ".join(f"{m.min_bytes}..{m.max_bytes}" for m in missed)
+    return made, (f"anytime: {missed[0].why}; wrote {len(made)} of {len(items)} size ranges, "
+                  f"not {spans} bytes (the runtime runs its own algorithm at those sizes; "
+                  "--time-limit SECONDS allows more)")

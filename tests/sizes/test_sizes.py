@@ -96,3 +96,23 @@ def test_out_of_time_before_any_range_is_made_exits_3_naming_the_first(
                          "-o", str(tmp_path / "lib"), "--time-limit", "600")
     assert code == 3 and "size range 1024..4095 bytes (1 of 2)" in err
     assert not (tmp_path / "lib").exists()
+
+
+def test_a_range_without_a_schedule_is_left_to_the_runtime_and_named():
+    from te_ccl.compiler.sizes import SizedSchedule, made_in_time
+    from te_ccl.deadline import TimeLimitReached
+
+    t = gen.ring(4, 50e9, 1e-6)
+    coll = Collective(K.ALLGATHER, 4000, (0, 1, 2, 3))
+    ring = build_baseline("ring", t, coll)
+    items = [SizedSchedule(1000, 1023, 1011, ring),
+             SizedSchedule(1024, 4095, 2048, None, "size range 1024..4095 bytes (2 of 3, "
+                           "0 s of the time left): time limit of 9 s reached"),
+             SizedSchedule(4096, 9999, 6400, ring)]
+    made, note = made_in_time(items, lambda item: item.min_bytes)
+    assert made == [1000, 4096]
+    assert note and "wrote 2 of 3 size ranges, not 1024..4095 bytes" in note
+    assert "(2 of 3, 0 s of the time left)" in note
+    with pytest.raises(TimeLimitReached, match=r"size range 1024\.\.4095 bytes \(2 of 3"):
+        made_in_time(items[1:2], lambda item: item.min_bytes)
+    assert made_in_time(items[:1], lambda item: item.min_bytes) == ([1000], None)
