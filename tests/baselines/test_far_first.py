@@ -29,6 +29,11 @@ def test_dgx1_small_alltoall_beats_direct_and_not_the_bound(k: int) -> None:
     assert bound <= far < direct  # far pairs' two hops first, over both routes
 
 
+def test_dgx1_cuts_its_own_pieces_near_the_bound() -> None:
+    far, bound = _file_s("far-first", "dgx1", 1)  # one chunk a pair asked for
+    assert bound <= far <= 1.05 * bound
+
+
 def test_other_machines_get_a_valid_file() -> None:
     for topology in ("ring8", "mesh4x4", "torus4x4", "dgx2", "aws-p5x2"):
         far, bound = _file_s("far-first", topology, 2)
