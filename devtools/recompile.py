@@ -62,8 +62,8 @@ CASES = (("dgx1", TopologyEdit(without_links=("g0:g1",))),
          ("ndv2x4", TopologyEdit(scale_links=(("b1.g0:sw", 0.5),))))
 HEADER = (f"Written by `python -m devtools.recompile` (`make bench`): per case, a {SIZE} AllGather "
           "compiled again after the change, from scratch and from the previous file, each\n"
-          "judged by its written file's replay; wall seconds beside processor seconds (the "
-          "compile's and its workers').\n\n")  # what recompile.md says of itself
+          "judged by its written file's replay, each timed in a process of its own; wall seconds "
+          "beside processor seconds (the compile's and its workers').\n\n")  # what recompile.md says of itself
 
 
 @dataclass(frozen=True)
