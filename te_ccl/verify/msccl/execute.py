@@ -543,7 +543,7 @@ class _Data:
                     for b in blocks]
         self.findings: list[Finding] = []
         self.memories: dict[int, Memory] = {}
-        joins, pubs, waits = self._publications(blocks, programs)
+        flags, first, waits = self._publications(programs)
         self.hb = HappensBefore(machine.local, machine.width, waits)
         tb_ids = [b.tb.id for b in blocks]
         report = _reporter([b.gpu for b in blocks], tb_ids, self.findings)
@@ -556,77 +556,61 @@ class _Data:
             self.mems += [mem] * len(mine)
         queues: dict[int, deque[_Message]] = {}
         self.ops = [self._plan(b, programs[b.index], self.mems[b.index], queues,
-                               joins[b.index], pubs[b.index]) for b in blocks]
+                               (flags, first, waits)) for b in blocks]
         self.pc = [0] * len(blocks)
 
     @staticmethod
-    def _publications(blocks: list[_Block], programs: list[list[Transmission]]
-                      ) -> tuple[list[list[tuple[int, ...]]], list[list[int]], array]:
-        """Which publication each wait takes (:class:`~.hb.HappensBefore`): per block and
-        transmission, the publications it joins and the one it makes (-1: none, or none
-        awaited), and the waits each publication serves. A wait for ``value`` on a block
-        takes the first of its transmissions that publishes a flag ``>= value`` (its
-        flags only grow); a wait no flag meets, or on a missing block, joins nothing (its
-        transmission never fires)."""
-        flags: list[list[int]] = []   # per block, the flags its transmissions publish
-        first: list[int] = []         # per block, the number of its first publication
+    def _publications(programs: list[list[Transmission]]
+                      ) -> tuple[list[list[int]], list[int], array]:
+        """The publications (:class:`~.hb.HappensBefore`), one per transmission that
+        publishes a flag, numbered block by block: per block the flags its publications
+        publish (ascending) and the number of its first, and each one's waits (none yet:
+        :meth:`_plan` counts them)."""
+        flags: list[list[int]] = []
+        first: list[int] = []
         total = 0
         for program in programs:
             mine = [flag for _, _, hasdep, flag, _ in program if hasdep]
             flags.append(mine)
             first.append(total)
             total += len(mine)
-        waits = array("i", [0]) * total
-        joins: list[list[tuple[int, ...]]] = []
-        for b, program in zip(blocks, programs, strict=True):
-            tbs, mine = b.tbs, []
-            for t in program:
-                joined: tuple[int, ...] = ()
-                for depid, value in t.deps:
-                    target = tbs.get(depid)
-                    if target is None:
-                        continue
-                    k = bisect_left(flags[target], value)
-                    if k < len(flags[target]):
-                        p = first[target] + k
-                        waits[p] += 1
-                        joined += (p,)
-                mine.append(joined)
-            joins.append(mine)
-        pubs = []
-        for program, base in zip(programs, first, strict=True):
-            mine, p = [], base
-            for t in program:
-                if t.hasdep:
-                    mine.append(p if waits[p] else -1)
-                    p += 1
-                else:
-                    mine.append(-1)
-            pubs.append(mine)
-        return joins, pubs, waits
+        return flags, first, array("i", [0]) * total
 
     @staticmethod
     def _plan(b: _Block, program: list[Transmission], mem: Memory,
-              queues: dict[int, deque[_Message]], joins: list[tuple[int, ...]],
-              pubs: list[int]) -> list[_DataOp]:
-        """The data of each transmission that can fire, looked up once (with the
-        publications it joins and makes: :meth:`_publications`)."""
+              queues: dict[int, deque[_Message]],
+              publications: tuple[list[list[int]], list[int], array]) -> list[_DataOp]:
+        """The data of each transmission that can fire, looked up once, with the
+        publications (:meth:`_publications`) it joins, counted as their waits, and the
+        one it makes. A wait for ``value`` on a block takes the first of its
+        publications of a flag ``>= value`` (its flags only grow); a wait that no flag
+        of its block meets joins none (it never fires)."""
+        flags, first, waits = publications
         offsets, ops = mem.offsets, []
         recv = None if b.recv is None else queues.setdefault(id(b.recv), deque())
         send = None if b.send is None else queues.setdefault(id(b.send), deque())
-        for pc, (steps, deps, _, _, _) in enumerate(program):  # unpacked: faster
+        pub = first[b.index]   # the number of its next publication
+        for steps, deps, hasdep, _, _ in program:  # unpacked: faster than by name
             _, step_type, srcbuf, srcoff, dstbuf, dstoff, _, _, _, _, position, _ = steps[0]
             receives, sends, kind = _KINDS[step_type]
-            waits = _waits_of(b.tbs, deps)
-            if waits is None or (receives and recv is None) or (sends and send is None):
+            waits_of = _waits_of(b.tbs, deps)
+            if waits_of is None or (receives and recv is None) or (sends and send is None):
                 break  # it never fires, nor does anything after it in its block
             src: int | tuple[tuple[int, int], ...] = \
                 offsets[srcbuf] + srcoff if kind[0] else -1
             dst = offsets[dstbuf] + dstoff if kind[3] else -1
             if kind[4] is None:  # a fused reduction: (position, src) of each step
                 src = tuple([(sub.position, offsets[srcbuf] + sub.srcoff) for sub in steps])
-            ops.append((joins[pc], pubs[pc], position, kind, src, dst,
+            joins: tuple[int, ...] = ()
+            for target, value in waits_of:
+                mine = flags[target]
+                k = bisect_left(mine, value)
+                if k < len(mine):
+                    joins += (first[target] + k,)
+                    waits[first[target] + k] += 1
+            ops.append((joins, pub if hasdep else -1, position, kind, src, dst,
                         steps[-1].cnt, recv if receives else None, send if sends else None))
+            pub += hasdep
         return ops
 
     def feed(self, order: array) -> None:

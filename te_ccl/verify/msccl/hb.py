@@ -47,8 +47,8 @@ class HappensBefore:
 
     ``local[b]`` is block ``b``'s index among the blocks of its GPU, ``width[b]`` the
     number of blocks on that GPU, ``waits[p]`` the number of waits publication ``p``
-    serves (publications are numbered by the caller, one per transmission that others
-    wait for). ``last[b]`` is the node of ``b``'s current (last fired) transmission, -1
+    serves (publications are numbered by the caller, one per transmission that
+    publishes a flag). ``last[b]`` is the node of ``b``'s current (last fired) transmission, -1
     before its first.
     """
 
@@ -75,7 +75,7 @@ class HappensBefore:
         """Start block ``b``'s next transmission, which waits for the publications
         ``joins`` (those not made yet were met without them: a flag value below any
         published) and whose message was sent by node ``msg_node`` (-1: none), and make
-        publication ``pub`` (-1: none); its node.
+        publication ``pub`` (-1: none; not made if nothing waits for it); its node.
 
         Publishing at the start is publishing at the end: the transmission's own accesses
         never consult the publication, and no other block fires in between."""
@@ -110,7 +110,7 @@ class HappensBefore:
         self._msg.append(msg_node)
         self._dep.append(dep)
         last[b] = node
-        if pub >= 0:
+        if pub >= 0 and self._left[pub]:  # made only if awaited
             if not self._own[b]:  # copied only while a publication still holds it
                 self.clock[b] = clock = clock.copy()
             clock[self.local[b]] = node
