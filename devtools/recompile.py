@@ -10,12 +10,14 @@ process of its own that imported :mod:`te_ccl.api` before the clock starts, so n
 finds what the other, or the previous file's compile, left behind (imports, the bound,
 the topology's routes). Times are wall-clock seconds on whatever else the machine runs,
 so they vary from run to run; the processor seconds (the compile's and its workers')
-are shown beside them. Two
+are shown beside them. Three
 columns say what a compile from the previous file cannot avoid: when the compile from
 scratch had its first file (one file lowered, verified and replayed, as any compile
-that writes a new file must), and the previous file kept as it is, replayed on the
-changed network, over the lower bound; the last, what the compile from the previous
-file notes of it (the splice's replay where it does not stand).
+that writes a new file must), the previous file kept as it is, replayed on the
+changed network, over the lower bound, and, last, its own written file verified and
+replayed alone, in processor seconds and as a share of the compile from scratch (a
+compile that writes that file spends at least that); before it, what the compile from
+the previous file notes of it (the splice's replay where it does not stand).
 
 Writes ``OUT/recompile.json`` (``{"header": …, "rows": […]}``, the header saying the run's
 commit, load and command, :mod:`devtools.provenance`) and ``OUT/recompile.md`` (that
@@ -47,7 +49,7 @@ from te_ccl.spec.topology import load_topology
 from te_ccl.topology.edit import TopologyEdit, edit_topology
 from te_ccl.topology.model import Topology
 from te_ccl.units import parse_size
-from te_ccl.verify.msccl.reader import read_msccl
+from te_ccl.verify.msccl import read_msccl, verify_msccl
 
 __all__ = ["CASES", "Recompile", "recompile", "main"]
 
@@ -84,6 +86,13 @@ class Recompile:
     scratch_first_s: float = 0.0  # when the compile from scratch had its first file
     as_is_ratio: float | None = None  # the previous file replayed on the changed network
     warm_note: str = ""  # what the compile from the previous file says of it (--from: …)
+    warm_check_cpu_s: float = 0.0  # its written file verified and replayed, alone
+
+    @property
+    def check_share(self) -> float | None:
+        """The written file's verifying and replaying over the compile from scratch, in
+        processor seconds: what any compile that writes that file spends at least."""
+        return self.warm_check_cpu_s / self.scratch_cpu_s if self.scratch_cpu_s > 0 else None
 
     @property
     def time_share(self) -> float:
@@ -117,7 +126,7 @@ def recompile(topology: str, edit: TopologyEdit, tmp: Path) -> Recompile:
         for name, prior in (("scratch", None), ("warm", previous)))
     return Recompile(topology, _change(edit), s_time, s.finish_s, s.ratio, w_time,
                      w.finish_s, w.ratio, w.first_source, s_cpu, w_cpu, s.first_s,
-                     _as_is(previous, changed, s.bound_s), w.note)
+                     _as_is(previous, changed, s.bound_s), w.note, w.check_cpu_s)
 
 
 @dataclass(frozen=True)
@@ -130,6 +139,7 @@ class _Run:
     first_source: str
     first_s: float
     note: str  # its --from note, if any
+    check_cpu_s: float  # processor seconds of verifying and replaying its file (:func:`_check`)
 
 
 def _in_own_process(spawn: BaseContext, topology: Topology, output: str,
@@ -154,7 +164,20 @@ def _timed(topology: Topology, output: str, previous: str | None
     return wall, cpu, _Run(res.finish_time_s, res.bound_ratio, res.lower_bound_s,
                            first.source if first else "", first.t_s if first else 0.0,
                            next((n for n in res.schedule.info.notes
-                                 if n.startswith("--from:")), ""))
+                                 if n.startswith("--from:")), ""),
+                           _check(output, topology))
+
+
+def _check(output: str, topology: Topology, runs: int = 2) -> float:
+    """Processor seconds of verifying the written file ``output`` and replaying it on
+    ``topology``, one read of it shared as the compile shares it: the least of ``runs``
+    (what the machine's other work adds is not the file's)."""
+    text, took = Path(output).read_text(), []
+    for _ in range(runs):
+        cpu = _cpu_s()
+        verify_msccl(text, read=lambda algo: simulate_msccl(algo, topology, parse_size(SIZE)))
+        took.append(_cpu_s() - cpu)
+    return min(took)
 
 
 def _as_is(previous: str, changed: Topology, bound_s: float | None) -> float | None:
@@ -179,8 +202,8 @@ def _markdown(rows: list[Recompile]) -> str:
     lines = ["| topology | change | from scratch | from previous | time share | CPU share | "
              "finish vs scratch | ratio to bound (scratch / previous) | first file | met | "
              "scratch's first file at | previous file as is, ratio to bound | "
-             "from previous: note |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "from previous: note | its file verified and replayed (CPU, share of scratch) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cpu = f"{r.warm_cpu_s / r.scratch_cpu_s:.0%}" if r.scratch_cpu_s > 0 else "-"
         as_is = "-" if r.as_is_ratio is None else f"{r.as_is_ratio:.4f}"
@@ -189,8 +212,14 @@ def _markdown(rows: list[Recompile]) -> str:
                      f"{r.scratch_ratio:.4f} / {r.warm_ratio:.4f} | {r.warm_first_source} | "
                      f"{'yes' if r.met else 'no'} | {r.scratch_first_s:.2f} s "
                      f"({r.scratch_first_s / r.scratch_s:.0%}) | {as_is} | "
-                     f"{r.warm_note.removeprefix('--from: ') or '-'} |")
+                     f"{r.warm_note.removeprefix('--from: ') or '-'} | "
+                     f"{_check_cell(r)} |")
     return "\n".join(lines) + "\n"
+
+
+def _check_cell(r: Recompile) -> str:
+    share = r.check_share
+    return "-" if share is None else f"{r.warm_check_cpu_s:.2f} s ({share:.0%})"
 
 
 @click.command("recompile", context_settings={"help_option_names": ["-h", "--help"]})

@@ -32,3 +32,10 @@ def test_the_note_of_the_compile_from_the_previous_file_is_shown_without_its_pre
     assert "| the previous file spliced does not stand (it replays at 1.200× the bound) |" \
         in text
     assert text.rstrip().endswith("| - |")
+
+
+def test_the_written_file_s_check_is_shown_as_a_share_of_the_scratch_compile():
+    row = replace(_row(1.0, 1.0), scratch_cpu_s=4.0, warm_cpu_s=2.0, warm_check_cpu_s=1.0)
+    assert row.check_share == 0.25
+    assert _markdown([row]).rstrip().endswith("| 1.00 s (25%) |")
+    assert _row(1.0, 1.0).check_share is None  # no processor seconds from scratch
