@@ -26,17 +26,14 @@ from te_ccl.baselines.hierarchical import find_boxes, hierarchical
 from te_ccl.baselines.packed import PACKED_KINDS, packed, packed_fine
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import ring, ring_bidir
-from te_ccl.baselines.tree import TREE_KINDS, double_tree, switch_trees
+from te_ccl.baselines.tree import SWITCH_TREE_KINDS, TREE_KINDS, double_tree, switch_trees
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
 __all__ = ["BASELINES", "BaselineError", "ChunkPlan", "applicable", "assemble", "build_baseline"]
 
-SWITCH_TREE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
-SWITCH_TREES_MAX_GPUS = 32  # beyond, a switch-trees Reduce needs more thread blocks than
-#                             MSCCL runs (GB200 NVL72), and its Broadcast is slower than the
-#                             pipeline template's
+SWITCH_TREES_MAX_GPUS = 72  # GB200 NVL72, the widest switch its binary trees were lowered on
 PACKED_FIRST_GPUS = 16
 PACKED_MAX_ROOTED = 32  # GPUs beyond which the pipeline template replaces packed for a rooted
 #                         collective where it applies

@@ -16,9 +16,11 @@ inner nodes of the tree and sum there.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from te_ccl.baselines.cycle import ring_neighbours
 from te_ccl.baselines.disjoint import FINE_TRANSFERS, fine_time_left
-from te_ccl.baselines.packed import FINE_PIECES, pieces
+from te_ccl.baselines.packed import FINE_PIECES, backwards, pieces
 from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble, route
 from te_ccl.baselines.ring import doubled, ring_order
 from te_ccl.collective.model import Collective, CollectiveKind
@@ -26,9 +28,10 @@ from te_ccl.deadline import checked
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
-__all__ = ["binary_tree", "double_tree", "switch_trees"]
+__all__ = ["SWITCH_TREE_KINDS", "binary_tree", "double_tree", "switch_trees"]
 
 TREE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.ALLREDUCE)
+SWITCH_TREE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
 
 
 def binary_tree(nodes: list[str], top: str | None = None) -> dict[str, str]:
@@ -109,6 +112,11 @@ def double_tree(topology: Topology, collective: Collective) -> Schedule:
 
 
 MAX_FAN = 16  # fan-outs tried for switch_trees
+WIDE_GPUS = 32  # GPUs beyond which switch_trees takes binary trees in WIDE_PIECES pieces
+WIDE_PIECES = 512  # GB200 NVL72 64 MB: Broadcast 1.15x the bound (1.24x at 256, 1.27x at
+#                    1024: each of a GPU's connections holds two sends, and at 1024 pieces
+#                    the lowering needs more channels per peer than a thread block waits
+#                    for); the Reduce 1.21x at 512, not lowered at 1024
 
 
 def switch_trees(topology: Topology, collective: Collective) -> Schedule:
@@ -123,10 +131,16 @@ def switch_trees(topology: Topology, collective: Collective) -> Schedule:
     thread block per peer; one GPU summing each piece from all the others needs more
     than a GPU runs). The fill is the trees' depth in hops, each a piece ``k`` times and
     two links' α: ``k`` is the fan-out that makes it least among those whose ``k`` blocks
-    of inner nodes fit in the GPUs (71 GPUs below the root: 4 levels at ``k = 5``,
-    where a binary tree has 7 and one relay sends to 70)."""
-    if collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) \
-            or collective.root is None or collective.nranks < 3:
+    of inner nodes fit in the GPUs.
+
+    Beyond :data:`WIDE_GPUS` GPUs the trees are binary (each GPU has two peers below it
+    and one above per tree: the fewest thread blocks) in at most :data:`WIDE_PIECES`
+    pieces, and a Reduce is the Broadcast of the reversed fabric played backwards: its
+    partials leave in the Broadcast's pipelined order, where a GPU summing a piece's
+    partials as they come waits for the slowest of them (GB200 NVL72 64 MB: 1.39x the
+    bound, played backwards 1.21x)."""
+    if collective.kind not in SWITCH_TREE_KINDS or collective.root is None \
+            or collective.nranks < 3:
         raise BaselineError("the switch trees are for broadcast and reduce from a root")
     members = [topology.gpu(r) for r in collective.ranks]
     root = topology.gpu(collective.root)
@@ -138,6 +152,11 @@ def switch_trees(topology: Topology, collective: Collective) -> Schedule:
         raise BaselineError(f"not every GPU reaches every other through switches only in "
                             f"{topology.name}")
     fine_time_left("the switch trees' file")
+    wide = collective.nranks > WIDE_GPUS
+    if wide and collective.kind is CollectiveKind.REDUCE:
+        fan = topology.reversed()
+        cast = switch_trees(fan, replace(collective, kind=CollectiveKind.BROADCAST))
+        return backwards(topology, cast)
     order = ring_order(topology, members)
     at = order.index(root)
     others = order[at + 1:] + order[:at]
@@ -146,7 +165,8 @@ def switch_trees(topology: Topology, collective: Collective) -> Schedule:
     alpha = sum(topology.link(u, v).latency_s for u, v in zip(hop, hop[1:], strict=False))
     rate = min(topology.link(u, v).bandwidth_Bps for u, v in zip(hop, hop[1:], strict=False))
     coll = pieces(topology, collective, 2.0,
-                  min(FINE_PIECES, FINE_TRANSFERS // (links * len(others))))
+                  min(WIDE_PIECES if wide else FINE_PIECES,
+                      FINE_TRANSFERS // (links * len(others))))
     piece_s = coll.size_bytes / coll.nchunks / rate
     m = len(others)
 
@@ -155,7 +175,8 @@ def switch_trees(topology: Topology, collective: Collective) -> Schedule:
 
     # fan-outs whose trees' inner nodes are all different GPUs (k blocks of inner nodes
     # fit); two GPUs below the root take two chains, each the other's reverse
-    fans = [k for k in range(2, min(MAX_FAN, max(2, m - 1)) + 1) if k * -(-(m - 1) // k) <= m]
+    fans = [k for k in range(2, min(2 if wide else MAX_FAN, max(2, m - 1)) + 1)
+            if k * -(-(m - 1) // k) <= m]
     k = min(fans, key=fill)
     inner = -(-(m - 1) // k)
     trees = []
