@@ -63,6 +63,10 @@ MAX_TRANSFERS = 20_000  # link transfers a Broadcast or Scatter is cut into at m
 FINE_TRANSFERS = 200_000  # the same for pipeline-fine (mesh 16×16: 784 pieces), built only
 TRANSFER_S = 6e-5  # about what building, lowering, verifying and replaying one transfer of
 #                    such a file costs
+REDUCE_FAN = 3  # a box's GPUs below a relay, as pipeline-fine's Reduce sums them: a heap of
+#                 this fan-out (an 8-GPU box two levels deep, where a chain is seven; a
+#                 GPU summing a piece from all its box waits for each partial in turn, and
+#                 fan-out 2 is three levels)
 
 Tree = dict[str, str]  # node -> parent
 
@@ -175,17 +179,18 @@ def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
     the runtime's element limit alone, never from the clock, so a compile writes the same
     file on any machine; the time left only decides whether it is built (where that file
     at :data:`TRANSFER_S` a transfer takes more than ``SHARES.fine_trees`` of it, not), and
-    it is not built where its pieces are :func:`pipeline`'s. A Reduce sums along a chain
-    of each box's GPUs (:func:`box_trees`): at a thousand pieces, a GPU summing each piece
-    from all its box makes the file slower than its schedule (every partial waits for its
-    turn at that GPU)."""
+    it is not built where its pieces are :func:`pipeline`'s. A Reduce sums up a heap of
+    fan-out :data:`REDUCE_FAN` in each box (:func:`box_trees`): at a thousand pieces, a
+    GPU summing each piece from all its box makes the file slower than its schedule
+    (every partial waits for its turn at that GPU), and a chain through the box waits for
+    every GPU's α in turn before the first partial leaves it."""
     fan, coll = _fan(topology, collective)
     fine_time_left("the finer pipeline's file")
     if _cut(fan, coll, FINE_TRANSFERS)[0] == _cut(fan, coll, MAX_TRANSFERS)[0]:
         raise BaselineError("no finer pieces than the pipeline template's: the size or the "
                             "runtime's element limit holds them")
     return pipeline(topology, collective, FINE_TRANSFERS,
-                    chains=collective.kind is CollectiveKind.REDUCE)
+                    box_fan=REDUCE_FAN if collective.kind is CollectiveKind.REDUCE else None)
 
 
 def fine_time_left(what: str) -> None:
@@ -222,7 +227,7 @@ def pipeline_boxes(topology: Topology, collective: Collective) -> Schedule:
                             "link to another GPU")
     fine_time_left("the box trees' file")
     return pipeline(topology, collective, FINE_TRANSFERS,
-                    chains=collective.kind is CollectiveKind.REDUCE, fanned=True,
+                    box_fan=1 if collective.kind is CollectiveKind.REDUCE else None, fanned=True,
                     name="pipeline-boxes")
 
 
@@ -258,10 +263,11 @@ def pipeline_units(topology: Topology, collective: Collective) -> Schedule:
 
 
 def pipeline(topology: Topology, collective: Collective, transfers: int = MAX_TRANSFERS, *,
-             chains: bool = False, fanned: bool = False, name: str = "pipeline") -> Schedule:
+             box_fan: int | None = None, fanned: bool = False, name: str = "pipeline"
+             ) -> Schedule:
     """Broadcast or Reduce in pieces down (up) the root's trees, or Gather or Scatter along
-    them (module docstring), in up to ``transfers`` link transfers; ``chains``: the GPUs
-    of a box pass the pieces along a chain, ``fanned``: the boxes form two trees
+    them (module docstring), in up to ``transfers`` link transfers; ``box_fan``: the GPUs
+    of a box below a relay form a heap of that fan-out (1: a chain), ``fanned``: the boxes form two trees
     (:func:`box_trees`); ``name``: the template's, in the schedule."""
     kind = collective.kind
     if kind is CollectiveKind.REDUCE and collective.nranks > 2 \
@@ -270,7 +276,7 @@ def pipeline(topology: Topology, collective: Collective, transfers: int = MAX_TR
                             "link and there are no boxes (behind one switch, a GPU would sum "
                             "each piece from all the others: more thread blocks than it runs)")
     fan, coll = _fan(topology, collective)
-    cut, shares, trees = _cut(fan, coll, transfers, chains, fanned)
+    cut, shares, trees = _cut(fan, coll, transfers, box_fan, fanned)
     build = _scatter if coll.kind is CollectiveKind.SCATTER else _broadcast
     schedule = build(fan, cut, shares, trees, name)
     if coll.kind is CollectiveKind.BROADCAST and len(trees) > 1:
@@ -324,15 +330,15 @@ def _fan(topology: Topology, collective: Collective) -> tuple[Topology, Collecti
     return topology, collective
 
 
-def _cut(topology: Topology, collective: Collective, transfers: int, chains: bool = False,
-         fanned: bool = False) -> tuple[Collective, list[float], list[Tree]]:
+def _cut(topology: Topology, collective: Collective, transfers: int,
+         box_fan: int | None = None, fanned: bool = False) -> tuple[Collective, list[float], list[Tree]]:
     """Broadcast or Scatter ``collective`` cut into pieces of at most ``transfers`` link
     transfers in all (and the runtime's element limit), with the trees' shares and the
     trees."""
     members = tuple(topology.gpu(r) for r in collective.ranks)
     scatter = collective.kind is CollectiveKind.SCATTER
-    shares, trees = _trees(topology, topology.gpu(collective.root), members, scatter, chains,
-                           fanned)
+    shares, trees = _trees(topology, topology.gpu(collective.root), members, scatter,
+                           box_fan, fanned)
     if scatter:
         links = [_links(topology, t) for t in trees]
         depths = [{v: depth(t, v) for v in t} for t in trees]
@@ -369,7 +375,8 @@ def _pieces(topology: Topology, collective: Collective, shares: list[float],
 
 @functools.lru_cache(maxsize=4)
 def _trees(topology: Topology, root: str, members: tuple[str, ...], scatter: bool,
-           chains: bool = False, fanned: bool = False) -> tuple[list[float], list[Tree]]:
+           box_fan: int | None = None, fanned: bool = False
+           ) -> tuple[list[float], list[Tree]]:
     """The trees' shares of the data and the trees: a torus's shallowest
     (:func:`torus_trees`) or else :func:`disjoint_trees` by their rates where direct
     links reach every member, else :func:`box_trees`, but for a Scatter behind one switch
@@ -381,11 +388,11 @@ def _trees(topology: Topology, root: str, members: tuple[str, ...], scatter: boo
     except BaselineError:
         if scatter and len(find_boxes(topology, list(members))) < 2:
             return [1.0], [{v: root for v in members if v != root}]
-    boxed = box_trees(topology, root, list(members), chains, fanned)
+    boxed = box_trees(topology, root, list(members), box_fan, fanned)
     return [share for share, _ in boxed], [tree for _, tree in boxed]
 
 
-def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool = False,
+def box_trees(topology: Topology, root: str, members: list[str], fan: int | None = None,
               fanned: bool = False) -> list[tuple[float, Tree]]:
     """Trees with their shares of the data for boxes of GPUs behind switches: a share
     per gateway of the root's box (a GPU that reaches another box through switches only:
@@ -397,9 +404,9 @@ def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool
     per GPU: DGX-2's 16 GPUs on 150 GB/s NVLink behind 100 GB/s of InfiniBand; where a
     box has no more GPUs than there are shares, the gateway sends to all). One box (GPUs
     behind one switch) is the root's share alone: two hops from the root to every GPU,
-    where a chain through all of them would wait for every GPU's α in turn. ``in_chains``:
-    the GPUs below a relay pass each part on along a chain instead (a Reduce's sums then
-    take one partial at a time). ``fanned``: the boxes beyond the root's form two binary
+    where a chain through all of them would wait for every GPU's α in turn. ``fan``: the
+    GPUs below a relay form a heap of that fan-out under it instead (a Reduce's sums then
+    take at most ``fan`` partials at a GPU; 1: a chain). ``fanned``: the boxes beyond the root's form two binary
     trees instead of a chain (:func:`_box_heap`), each carrying half the shares: the
     boxes' depth is logarithmic, not linear, in their number. Raises
     :class:`BaselineError` when a GPU is not reached so."""
@@ -454,12 +461,13 @@ def box_trees(topology: Topology, root: str, members: list[str], in_chains: bool
                 # (the GPUs that send the share on to another box over another rail first:
                 # the boxes below wait for them)
                 box = boxes[b]
-                at, above = box.index(relay), relay
+                at, hung = box.index(relay), [relay]
                 turn = [box[(at - k) % len(box)] for k in range(1, len(box))]
                 for v in sorted(turn, key=lambda v: v not in onward):
                     if v in rest and v != relay:
+                        above = hung[(len(hung) - 1) // fan] if fan else relay
                         _hang(tree, v, above, reach, topology.name)
-                        above = v if in_chains else relay
+                        hung.append(v)
             key = frozenset(tree.items())
             out[key] = (out.get(key, (0.0, tree))[0] + 1 / parts, tree)
     return list(out.values())

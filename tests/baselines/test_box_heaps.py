@@ -56,7 +56,8 @@ def test_the_heaps_file_is_faster_than_the_chains_on_eight_boxes(kind):
     coll = Collective(kind, 16_000_000, tuple(range(32)), root=0)
     finish = {}
     for fanned in (False, True):
-        schedule = pipeline(rails, coll, 8000, chains=kind is K.REDUCE, fanned=fanned)
+        schedule = pipeline(rails, coll, 8000, box_fan=1 if kind is K.REDUCE else None,
+                            fanned=fanned)
         assert check_schedule(schedule) == []
         data = lower_to_msccl(schedule).decode()
         assert verify_msccl(data).valid

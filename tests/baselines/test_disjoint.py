@@ -5,7 +5,7 @@ from collections import Counter, defaultdict
 import pytest
 
 from te_ccl.baselines import BaselineError, applicable, build_baseline
-from te_ccl.baselines.disjoint import box_trees, disjoint_trees, pipeline_fine
+from te_ccl.baselines.disjoint import REDUCE_FAN, box_trees, disjoint_trees, pipeline_fine
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
@@ -114,19 +114,39 @@ def test_no_rail_carries_more_than_its_share_and_a_piece():
     assert len(sent) == 8 and max(sent.values()) <= schedule.collective.nchunks // 8 + 1
 
 
-def test_the_fine_reduce_sums_along_chains_in_each_box():
-    """HGX H100 ×2-like rails, Reduce of 64 MB in a thousand pieces: each GPU sums one
-    partial of a piece at a time (a chain in each box), and the file stays within 10% of
-    the bound (a gateway summing each piece from its whole box: 1.32×)."""
+def test_the_fine_reduce_sums_up_shallow_heaps_in_each_box():
+    """HGX H100 ×2-like rails, Reduce of 64 MB in a thousand pieces: each GPU sums at
+    most REDUCE_FAN partials of a piece from its box (a heap, two levels below the relay
+    in a box of eight), and the file stays within 10% of the bound (a gateway summing
+    each piece from its whole box: 1.32×)."""
     rails = gen.rail_optimized(2, 8, 450e9, 50e9, 0.7e-6, 1.3e-6)
     coll = Collective(K.REDUCE, 64_000_000, tuple(range(16)), root=0)
     schedule = pipeline_fine(rails, coll)
     partials = Counter((x.chunk, x.dst) for x in schedule.transfers if x.dst in rails.gpus)
-    assert max(partials.values()) <= 2  # from the box's chain and from the rail
+    assert max(partials.values()) <= REDUCE_FAN + 1  # from the box's heap and from the rail
     data = lower_to_msccl(schedule).decode()
     assert verify_msccl(data).valid
     replay = simulate_msccl(read_msccl(data), rails, coll.size_bytes).finish_time_s
     assert 1 <= replay / lower_bound(rails, coll).seconds <= 1.10
+
+
+def test_a_box_heap_of_fan_out_three_is_two_levels_below_its_relay():
+    """The eight GPUs of a far box below the GPU the share comes in by: a chain is seven
+    deep, a heap of fan-out three two levels (1 + 3 + 3)."""
+    rails = gen.rail_optimized(2, 8, 450e9, 50e9, 0.7e-6, 1.3e-6)
+    gpus = list(rails.gpus)
+
+    def depth_in_far_box(fan: int | None) -> int:
+        worst = 0
+        for _, tree in box_trees(rails, gpus[0], gpus, fan):
+            for v in (g for g in tree if g.startswith("b1.")):
+                n = 0
+                while tree[v].startswith("b1."):
+                    v, n = tree[v], n + 1
+                worst = max(worst, n)
+        return worst
+
+    assert (depth_in_far_box(1), depth_in_far_box(3), depth_in_far_box(None)) == (7, 2, 1)
 
 
 def test_the_fine_pipelines_pieces_do_not_depend_on_the_time_left(monkeypatch):
