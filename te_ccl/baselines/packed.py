@@ -470,14 +470,12 @@ def packed(topology: Topology, collective: Collective, fine: bool = False) -> Sc
 
 
 def packed_as_cut(topology: Topology, collective: Collective) -> Schedule:
-    """The packed trees of a Broadcast or AllReduce with the chunks of ``collective`` as
-    their pieces, however coarse: each piece is one message, so the cut sets how much of a
-    link a communicator takes per turn where other communicators' messages take turns on
-    it (:mod:`te_ccl.simulate.cosim`)."""
-    if collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.ALLREDUCE):
-        raise BaselineError(f"packed trees as cut are for broadcast and allreduce, not "
-                            f"{collective.kind.value}")
-    _cut(topology, collective, False)  # refused where packed refuses it
+    """:func:`~te_ccl.baselines.hierarchical.hierarchical_as_cut` for the packed trees of
+    a Broadcast or AllReduce: the chunks of ``collective`` are their pieces."""
+    if collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.ALLREDUCE) \
+            or collective.nranks < 2:
+        raise BaselineError(f"packed trees as cut are for broadcast and allreduce on two or "
+                            f"more ranks, not {collective.kind.value}")
     return _trees_schedule(topology, collective, "packed")
 
 
@@ -495,8 +493,6 @@ def _cut(topology: Topology, collective: Collective, fine: bool) -> Collective:
         # a relay receives and sends each piece
         return pieces(topology, collective, 2, FINE_PIECES if fine else FLOW_PIECES)
     net, trees = _packing(topology, kind, collective.ranks, collective.root)
-    if not trees:  # the LP's tolerances lose every tree where link rates are far apart
-        raise BaselineError(f"packed trees: the LP found no tree on {topology.name}")
     total = sum(w for w, _, _ in trees)
     steps = Counter()  # per rank, steps per piece on average: a receive and a send per child
     for w, _, tree in trees:
@@ -577,10 +573,19 @@ def _net(topology: Topology, ranks: tuple[int, ...]) -> _Net:
     return _Net(topology, [topology.gpu(r) for r in ranks])
 
 
-@functools.lru_cache(maxsize=4)
 def _packing(topology: Topology, kind: CollectiveKind, ranks: tuple[int, ...],
              root: int | None) -> tuple[_Net, list[tuple[float, str, Tree]]]:
-    """The overlay and :func:`pack`'s trees (neither size nor chunking plays a part)."""
+    """The overlay and :func:`pack`'s trees (neither size nor chunking plays a part);
+    raises :class:`BaselineError` where the LP found none (that too is remembered)."""
+    net, trees = _packed(topology, kind, ranks, root)
+    if not trees:  # the LP's tolerances lose every tree where link rates are far apart
+        raise BaselineError(f"packed trees: the LP found no tree on {topology.name}")
+    return net, trees
+
+
+@functools.lru_cache(maxsize=4)
+def _packed(topology: Topology, kind: CollectiveKind, ranks: tuple[int, ...],
+            root: int | None) -> tuple[_Net, list[tuple[float, str, Tree]]]:
     net = _net(topology, ranks)
     return net, pack(net, kind, topology.gpu(root) if root is not None else None)
 
