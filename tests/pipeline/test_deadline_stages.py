@@ -1,0 +1,127 @@
+"""The time limit reached inside each stage of a compile, by that stage's own deadline
+checks: once a file is kept the best one is written (cut short, the note naming the
+stage); before any, nothing is written and the error names the stage.
+
+The clock (``time.monotonic``, the seam ``--clock-rate`` uses too) jumps a day ahead the
+first time it is read with the stage's code on the stack, after the first file is kept
+for the stages that follow it; the stage's own check must then end the compile."""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+import te_ccl.compiler.pipeline as pipeline
+import te_ccl.deadline as deadline
+from te_ccl.backends.base import SolveParams
+from te_ccl.collective import Collective, CollectiveKind
+from te_ccl.compiler import CompileResult, Kept, compile_collective
+from te_ccl.compiler.options import CompileOptions
+from te_ccl.deadline import TimeLimitReached, left, until
+from te_ccl.spec.topology import load_topology
+from te_ccl.verify.msccl.verify import verify_msccl
+
+LIMIT_S = 600.0  # far above the seconds these compiles take: only the jump ends them
+DAY_S = 86_400.0
+MIB = 1 << 20
+
+# stage → (an AllGather whose search after the first file runs it: topology, size; where
+# the stage's code lives)
+AFTER_FIRST_FILE = {
+    "building the model": ("ndv2x2", MIB, "te_ccl/model/"),  # the flow model
+    "scale greedy": ("mesh4x4", 64 * MIB, "te_ccl/backends/scale/greedy.py"),
+    "lowering": ("mesh4x4", 64 * MIB, "te_ccl/lower/msccl/"),
+    "verifying": ("mesh4x4", 64 * MIB, "te_ccl/verify/msccl/"),
+}
+
+
+class Jump:
+    """``time.monotonic`` that runs a day ahead from the first deadline check (or other
+    clock read) made by code under ``where``, once ``armed``; ``where`` None: only when
+    told (:meth:`now`)."""
+
+    def __init__(self, where: str | None, armed: bool) -> None:
+        self.where, self.armed, self.offset = where, armed, 0.0
+        self.real: Callable[[], float] = time.monotonic
+
+    def __call__(self) -> float:
+        if self.armed and not self.offset and self.where is not None \
+                and self.where in _reader(sys._getframe(1)):
+            self.now()
+        return self.real() + self.offset
+
+    def now(self) -> None:
+        self.offset = DAY_S
+
+    def on_kept(self, message: str) -> None:
+        """A progress callback: arms the jump once a file is kept."""
+        if isinstance(message, Kept):
+            self.armed = True
+
+
+def _reader(frame) -> str:
+    """The file of the code that read the clock, through :mod:`te_ccl.deadline`'s checks
+    (which ask for it on behalf of their caller)."""
+    while frame.f_back is not None and frame.f_code.co_filename == deadline.__file__:
+        frame = frame.f_back
+    return frame.f_code.co_filename.replace("\\", "/")
+
+
+def compile_jumping(tmp_path: Path, jump: Jump, name: str = "mesh4x4",
+                    size: int = 64 * MIB) -> tuple[CompileResult, Path]:
+    """An AllGather compiled inside a command's deadline, as ``teccl compile`` runs it."""
+    topology, out = load_topology(name), tmp_path / "ag.xml"
+    collective = Collective(CollectiveKind.ALLGATHER, size, tuple(range(topology.ngpus)))
+    with until(LIMIT_S):
+        result = compile_collective(topology, collective,
+                                    SolveParams(time_limit_s=LIMIT_S, threads=1),
+                                    CompileOptions(output=str(out)), jump.on_kept)
+    return result, out
+
+
+@pytest.mark.parametrize("stage", list(AFTER_FIRST_FILE))
+def test_a_deadline_reached_in_a_stage_writes_the_best_file_kept(tmp_path, monkeypatch,
+                                                                  stage):
+    """The search's stages may stop at the deadline themselves or leave it to the next
+    check (a candidate out of time gives way to the next): either way the compile ends
+    cut short with the best verified file."""
+    name, size, where = AFTER_FIRST_FILE[stage]
+    jump = Jump(where, armed=False)
+    monkeypatch.setattr(time, "monotonic", jump)
+    result, out = compile_jumping(tmp_path, jump, name, size)
+    assert jump.offset, f"the compile never read the clock in {where} after its first file"
+    assert verify_msccl(out.read_text()).valid
+    assert result.cut_short and result.incumbents
+    assert result.bound_ratio == pytest.approx(min(i.ratio for i in result.incumbents))
+    assert any(n.startswith("anytime: cut short") for n in result.schedule.info.notes)
+
+
+def test_a_deadline_reached_in_the_input_checks_writes_nothing_and_names_them(tmp_path,
+                                                                             monkeypatch):
+    """No file is kept before the input is checked: the compile stops there."""
+    jump = Jump("te_ccl/collective/", armed=True)  # expanding the collective into chunks
+    monkeypatch.setattr(time, "monotonic", jump)
+    with pytest.raises(TimeLimitReached, match="while expanding the collective into chunks"):
+        compile_jumping(tmp_path, jump)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_deadline_reached_while_writing_still_writes_the_file(tmp_path, monkeypatch):
+    """Writing is never cut: the time it takes was kept from the search."""
+    jump = Jump(None, armed=False)
+    real = pipeline.write_atomic
+
+    def late(path, data):
+        jump.now()
+        assert left() == 0  # the command's deadline has passed
+        real(path, data)
+
+    monkeypatch.setattr(time, "monotonic", jump)
+    monkeypatch.setattr(pipeline, "write_atomic", late)
+    result, out = compile_jumping(tmp_path, jump)
+    assert jump.offset and verify_msccl(out.read_text()).valid
+    assert not result.cut_short
