@@ -35,6 +35,7 @@ number, with the number of waits each still has to serve: no dictionary per bloc
 from __future__ import annotations
 
 from array import array
+from collections.abc import Callable
 
 import numpy as np
 from numpy import maximum
@@ -48,8 +49,9 @@ class HappensBefore:
     ``local[b]`` is block ``b``'s index among the blocks of its GPU, ``width[b]`` the
     number of blocks on that GPU, ``waits[p]`` the number of waits publication ``p``
     serves (publications are numbered by the caller, one per transmission that
-    publishes a flag). ``last[b]`` is the node of ``b``'s current (last fired) transmission, -1
-    before its first.
+    publishes a flag). ``last[b]`` is the node of ``b``'s current (last fired)
+    transmission, -1 before its first. ``fire(b, joins, msg_node, pub)`` (see
+    :meth:`_firing`) starts a transmission.
     """
 
     def __init__(self, local: list[int], width: list[int], waits: array) -> None:
@@ -70,20 +72,30 @@ class HappensBefore:
         self._dep = array("i")                        # node -> a flag publisher's node or -1
         self._deps: dict[int, tuple[int, ...]] = {}   # node -> all of them, where several
         self._memo: tuple[int, dict[int, list[int]]] = (-1, {})  # searches from one node
+        self.fire = self._firing()
 
-    def fire(self, b: int, joins: tuple[int, ...], msg_node: int, pub: int) -> int:
-        """Start block ``b``'s next transmission, which waits for the publications
-        ``joins`` (those not made yet were met without them: a flag value below any
-        published) and whose message was sent by node ``msg_node`` (-1: none), and make
-        publication ``pub`` (-1: none; not made if nothing waits for it); its node.
+    def _firing(self) -> Callable[[int, tuple[int, ...], int, int], int]:
+        """:meth:`fire`, as a closure over the state it changes (once per transmission:
+        its lookups are local, not attributes)."""
+        clocks, own, pubs, left = self.clock, self._own, self._pub, self._left
+        pub_node, pub_block, deps, last, local = (self._pub_node, self._pub_block,
+                                                  self._deps, self.last, self.local)
+        blocks = self._block
+        add_block, add_prev, add_msg, add_dep = (blocks.append, self._prev.append,
+                                                 self._msg.append, self._dep.append)
 
-        Publishing at the start is publishing at the end: the transmission's own accesses
-        never consult the publication, and no other block fires in between."""
-        node = len(self._block)
-        clock = self.clock[b]
-        dep = -1
-        if joins:
-            own, pubs, left = self._own, self._pub, self._left
+        def fire(b: int, joins: tuple[int, ...], msg_node: int, pub: int) -> int:
+            """Start block ``b``'s next transmission, which waits for the publications
+            ``joins`` (those not made yet were met without them: a flag value below any
+            published) and whose message was sent by node ``msg_node`` (-1: none), and
+            make publication ``pub`` (-1: none; not made if nothing waits for it); its
+            node.
+
+            Publishing at the start is publishing at the end: the transmission's own
+            accesses never consult the publication, and no other block fires in between."""
+            node = len(blocks)
+            clock = clocks[b]
+            dep = -1
             for p in joins:
                 held = pubs[p]
                 if held is None:
@@ -91,34 +103,35 @@ class HappensBefore:
                 if own[b]:
                     maximum(clock, held, out=clock)
                 else:  # the join is the copy
-                    self.clock[b] = clock = maximum(clock, held)
+                    clocks[b] = clock = maximum(clock, held)
                     own[b] = 1
                 if dep < 0:
-                    dep = self._pub_node[p]
+                    dep = pub_node[p]
                 else:
-                    self._deps[node] = self._deps.get(node, (dep,)) + (self._pub_node[p],)
+                    deps[node] = deps.get(node, (dep,)) + (pub_node[p],)
                 n = left[p] - 1
                 left[p] = n
                 if not n:
                     pubs[p] = None
-                    target = self._pub_block[p]
-                    if held is self.clock[target]:
+                    target = pub_block[p]
+                    if held is clocks[target]:
                         own[target] = 1  # no publication holds the clock any more
-        last = self.last
-        self._block.append(b)
-        self._prev.append(last[b])
-        self._msg.append(msg_node)
-        self._dep.append(dep)
-        last[b] = node
-        if pub >= 0 and self._left[pub]:  # made only if awaited
-            if not self._own[b]:  # copied only while a publication still holds it
-                self.clock[b] = clock = clock.copy()
-            clock[self.local[b]] = node
-            self._own[b] = 0
-            self._pub[pub] = clock
-            self._pub_node[pub] = node
-            self._pub_block[pub] = b
-        return node
+            add_block(b)
+            add_prev(last[b])
+            add_msg(msg_node)
+            add_dep(dep)
+            last[b] = node
+            if pub >= 0 and left[pub]:  # made only if awaited
+                if not own[b]:  # copied only while a publication still holds it
+                    clocks[b] = clock = clock.copy()
+                clock[local[b]] = node
+                own[b] = 0
+                pubs[pub] = clock
+                pub_node[pub] = node
+                pub_block[pub] = b
+            return node
+
+        return fire
 
     def ordered(self, b: int, other: int, node: int) -> bool:
         """Does ``other``'s transmission ``node`` happen before ``b``'s current one?"""
