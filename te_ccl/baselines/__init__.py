@@ -26,7 +26,13 @@ from te_ccl.baselines.hierarchical import find_boxes, hierarchical
 from te_ccl.baselines.packed import PACKED_KINDS, packed, packed_fine
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import ring, ring_bidir
-from te_ccl.baselines.tree import SWITCH_TREE_KINDS, TREE_KINDS, double_tree, switch_trees
+from te_ccl.baselines.tree import (
+    SWITCH_TREE_KINDS,
+    TREE_KINDS,
+    WIDE_GPUS,
+    double_tree,
+    switch_trees,
+)
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
@@ -89,7 +95,11 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
             and 2 < collective.nranks <= SWITCH_TREES_MAX_GPUS \
             and len(find_boxes(topology, gpus)) == 1 \
             and not any(topology.has_link(u, v) for u in gpus for v in gpus):
-        names.append("switch-trees")  # GPUs behind switches only, one box
+        # GPUs behind switches only, one box; beyond WIDE_GPUS before pipeline-fine, whose
+        # relays each send a piece to all the others (GB200 NVL72 Broadcast 64 MB: the
+        # binary switch trees 1.15x the bound, pipeline-fine 1.23x)
+        wide = collective.nranks > WIDE_GPUS and "pipeline-fine" in names
+        names.insert(names.index("pipeline-fine") if wide else len(names), "switch-trees")
     if collective.kind is CollectiveKind.ALLTOALL and 2 < collective.nranks <= FAR_FIRST_MAX_GPUS:
         names.append("far-first")
     return names
