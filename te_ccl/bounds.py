@@ -926,13 +926,14 @@ def _walk_feasible(topology: Topology, npairs: int, routes: list[_Route],
     return share.solution_value() >= 1 - 1e-6
 
 
-def alltoall_walk_window(topology: Topology, members: list[str], per_pair_bytes: float
-                         ) -> float:
+def alltoall_walk_window(topology: Topology, members: list[str], per_pair_bytes: float,
+                         above: float = 0.0) -> float:
     """AlltoAll's ``walk_window_s`` (module docstring): the largest ``T`` found by
-    bisection between the members' α-distance ``D`` and ``2D`` at which the routes with
-    α under ``T`` cannot carry every pair's bytes; 0 where they can at ``2D`` (bandwidth
-    dominates), there are more routes than :data:`WALK_HOPS` hops, no α between the
-    members, or no time to solve.
+    bisection between the members' α-distance ``D`` (or ``above``, a bound known
+    already, if larger) and ``2D`` at which the routes with α under ``T`` cannot carry
+    every pair's bytes; 0 where they can at ``2D`` (bandwidth dominates) or at the
+    start (nothing to add: one LP solved, not a bisection's), there are more routes
+    than :data:`WALK_HOPS` hops, no α between the members, or no time to solve.
 
     >>> from te_ccl.spec.topology import load_topology
     >>> dgx1 = load_topology("dgx1")  # 1.4 µs of α, then 0.32 µs for the far pairs
@@ -949,6 +950,9 @@ def alltoall_walk_window(topology: Topology, members: list[str], per_pair_bytes:
     routes = _short_routes(topology, members, hi)
     if routes is None:
         return 0.0
+    lo = max(lo, above)
+    if lo >= hi or _walk_feasible(topology, npairs, routes, per_pair_bytes, lo) is not False:
+        return 0.0  # nothing above what is known
     if not _walk_feasible(topology, npairs, routes, per_pair_bytes, hi):
         return 0.0  # bandwidth dominates: the other parts speak (and this one rescales)
     for _ in range(WALK_STEPS):
@@ -996,7 +1000,7 @@ def lower_bound(topology: Topology, collective: Collective) -> Bound:
         parts["window_s"], fixed["window_s"] = alltoall_window(
             topology, members, collective.size_bytes / len(members))
         parts["walk_window_s"] = alltoall_walk_window(
-            topology, members, collective.size_bytes / len(members))
+            topology, members, collective.size_bytes / len(members), max(parts.values()))
     sources = root if kind in (K.BROADCAST, K.SCATTER) else members
     targets = root if kind in (K.REDUCE, K.GATHER) else members
     parts["alpha_s"] = fixed["alpha_s"] = _alpha_distance(topology, sources, targets)
