@@ -1,13 +1,15 @@
-"""The time limit reached inside each stage of a compile, by that stage's own deadline
-checks: once a file is kept the best one is written (cut short, the note naming the
-stage); before any, nothing is written and the error names the stage.
+"""The time limit reached inside each stage of a compile (model building, the scale
+greedy, lowering, verifying, writing): once a file is kept the best one is written, cut
+short; before any, nothing is written and the error says what a first file takes.
 
 The clock (``time.monotonic``, the seam ``--clock-rate`` uses too) jumps a day ahead the
-first time it is read with the stage's code on the stack, after the first file is kept
-for the stages that follow it; the stage's own check must then end the compile."""
+first time the stage's code reads it (itself or through :mod:`te_ccl.deadline`'s checks),
+once the first file is kept for the stages that follow it: from then on every stage is
+out of time, and the compile must end at once with what it holds."""
 
 from __future__ import annotations
 
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -100,13 +102,17 @@ def test_a_deadline_reached_in_a_stage_writes_the_best_file_kept(tmp_path, monke
     assert any(n.startswith("anytime: cut short") for n in result.schedule.info.notes)
 
 
-def test_a_deadline_reached_in_the_input_checks_writes_nothing_and_names_them(tmp_path,
-                                                                             monkeypatch):
-    """No file is kept before the input is checked: the compile stops there."""
-    jump = Jump("te_ccl/collective/", armed=True)  # expanding the collective into chunks
+def test_a_deadline_reached_before_any_file_writes_nothing_and_says_what_one_takes(
+        tmp_path, monkeypatch):
+    """Out of time while the input is expanded into chunks, before any file is kept: the
+    compile writes nothing and says what a first file would take."""
+    jump = Jump("te_ccl/collective/", armed=True)
     monkeypatch.setattr(time, "monotonic", jump)
-    with pytest.raises(TimeLimitReached, match="while expanding the collective into chunks"):
+    with pytest.raises(TimeLimitReached) as caught:
         compile_jumping(tmp_path, jump)
+    message = str(caught.value)
+    assert "time limit of 600 s reached while expanding the collective into chunks" in message
+    assert re.search(r"a first file .* takes about [0-9.e+-]+ s to lower and verify", message)
     assert not list(tmp_path.iterdir())
 
 
