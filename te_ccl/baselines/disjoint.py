@@ -193,12 +193,12 @@ def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
                     box_fan=REDUCE_FAN if collective.kind is CollectiveKind.REDUCE else None)
 
 
-def fine_time_left(what: str) -> None:
-    """Raises :class:`BaselineError` where a file of :data:`FINE_TRANSFERS` transfers
-    (``what``), at :data:`TRANSFER_S` each to build and judge, would take more than
+def fine_time_left(what: str, transfers: int = FINE_TRANSFERS) -> None:
+    """Raises :class:`BaselineError` where a file of ``transfers`` transfers (``what``),
+    at :data:`TRANSFER_S` each to build and judge, would take more than
     ``SHARES.fine_trees`` of the time left: its pieces never depend on the clock, only
     whether it is built does."""
-    if left() * SHARES.fine_trees < FINE_TRANSFERS * TRANSFER_S:
+    if left() * SHARES.fine_trees < transfers * TRANSFER_S:
         raise BaselineError(f"no time left to build and judge {what}")
 
 
