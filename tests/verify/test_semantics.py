@@ -158,6 +158,18 @@ def test_unordered_writes_of_one_chunk_are_a_race() -> None:
     assert "data-race" not in verify_msccl(ordered).rules()
 
 
+@pytest.mark.parametrize(("deps", "race"), [(0, True), (1, False), (2, False)])
+def test_a_wait_is_ordered_after_the_first_flag_that_meets_it(deps: int, race: bool) -> None:
+    # tb 0 publishes flags 0 and 2 and writes o[0] between them, unpublished; tb 1 waits
+    # for flag ``deps`` and reads o[0]: only flag 2 (the first >= 1 or 2) orders the write
+    g1 = {"i": 1, "o": 2, "s": 1,
+          "tbs": [(-1, -1, 0, [(CPY, "i", 0, "o", 1, 1, -1, -1, 1), (CPY, "i", 0, "o", 0),
+                               (CPY, "i", 0, "o", 1, 1, -1, -1, 1)]),
+                  (-1, -1, 0, [(CPY, "o", 0, "s", 0, 1, 0, deps)])]}
+    g0 = {"i": 1, "o": 2, "tbs": [(-1, -1, 0, [(CPY, "i", 0, "o", 0)])]}
+    assert ("data-race" in verify_msccl(two("allgather", 2, g0, g1)).rules()) == race
+
+
 def test_read_of_a_chunk_never_written() -> None:
     g = {"i": 1, "o": 2, "s": 1, "tbs": [(-1, -1, 0, [(CPY, "s", 0, "o", 0)])]}
     report = verify_msccl(two("allgather", 2, g, g))
