@@ -143,8 +143,9 @@ class _Block:
 _Op = tuple[tuple[tuple[int, int], ...], int, "_Conn | None", "_Conn | None", int]
 
 # One transmission, planned for its data: the publications it joins and the one it
-# makes (-1: none; see _Data._publications), its step's position, the data effect (see _Data._compute): the step type's flags, src and
-# dst chunk indices, cnt; and the message queues it takes from and adds to.
+# makes (-1: none; see _Data._plan), its step's position, the data effect (see
+# _Data._compute): the step type's flags, src and dst chunk indices, cnt; and the
+# message queues it takes from and adds to.
 _DataOp = tuple[tuple[int, ...], int, int, tuple, "int | tuple", int, int,
                 "deque | None", "deque | None"]
 
