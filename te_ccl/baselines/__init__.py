@@ -26,6 +26,7 @@ from te_ccl.baselines.hierarchical import find_boxes, hierarchical
 from te_ccl.baselines.packed import PACKED_KINDS, packed, packed_fine
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
 from te_ccl.baselines.ring import ring, ring_bidir
+from te_ccl.baselines.torus_pipeline import pipeline_torus, torus_applies
 from te_ccl.baselines.tree import (
     SWITCH_TREE_KINDS,
     TREE_KINDS,
@@ -56,6 +57,7 @@ BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "pipeline-fine": pipeline_fine,
     "pipeline-boxes": pipeline_boxes,
     "pipeline-units": pipeline_units,
+    "pipeline-torus": pipeline_torus,
     "switch-trees": switch_trees,
     "far-first": far_first,
 }
@@ -87,8 +89,10 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         at = names.index("packed") if "packed" in names else len(names)
         # as fine as pipeline-fine: the unit arborescences before it (at the min-cut
         # rate where links differ), the boxes in two heaps after it (shallower than its
-        # chain of boxes, slower on rail8x8's eight)
+        # chain of boxes, slower on rail8x8's eight); finer, a large torus's pieces after
+        # it (as many as the runtime holds, where there is time to judge their file)
         fine = ["pipeline-units"] * units_apply(topology, collective) + ["pipeline-fine"] \
+            + ["pipeline-torus"] * torus_applies(topology, collective) \
             + ["pipeline-boxes"] * box_heaps_apply(topology, collective)
         names[at:at] = ["pipeline", *fine]
     if collective.kind in SWITCH_TREE_KINDS and collective.root is not None \

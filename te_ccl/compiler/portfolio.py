@@ -111,10 +111,11 @@ FLOW_QUICK_PAIRS = 512  # chunk-link pairs up to which the flow model is small (
 CHEAP_DELIVERIES = 6_000  # (chunk, destination) pairs up to which the templates go first:
 #                           building and lowering one grows with them, and beyond this the
 #                           templates would take the flow model's share of a short limit
-LARGE_TEMPLATES = ("pipeline", "pipeline-fine", "switch-trees")  # raced for a rooted
-# collective beyond TEMPLATE_MAX_GPUS: built in seconds at any size, where the scale
-# backend's file is far from the bound (mesh16x16 Broadcast 64 MB: 31×); the switch trees
-# only behind one switch (GB200 NVL72)
+LARGE_TEMPLATES = ("pipeline", "pipeline-fine", "pipeline-torus", "switch-trees")  # raced
+# for a rooted collective beyond TEMPLATE_MAX_GPUS: built in seconds at any size, where the
+# scale backend's file is far from the bound (mesh16x16 Broadcast 64 MB: 31×); the torus's
+# finer pieces where there is time to judge their file; the switch trees only behind one
+# switch (GB200 NVL72)
 
 
 def _unknown(schedule: Schedule) -> float | None:
