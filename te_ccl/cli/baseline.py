@@ -42,8 +42,8 @@ __all__ = ["baseline_cmd"]
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
     """Build baseline KIND (ring, ring-bidir, tree, direct, hierarchical, packed,
-    packed-fine, pipeline, pipeline-fine, pipeline-boxes, pipeline-units, switch-trees,
-    far-first) on TOPOLOGY."""
+    packed-fine, pipeline, pipeline-fine, pipeline-boxes, pipeline-units, pipeline-torus,
+    switch-trees, far-first) on TOPOLOGY."""
     from te_ccl.cli.simulate import sim_summary, sim_tables
     from te_ccl.errors import SpecError
     from te_ccl.model.footprint import check_times
