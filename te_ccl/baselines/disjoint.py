@@ -63,8 +63,8 @@ MAX_TRANSFERS = 20_000  # link transfers a Broadcast or Scatter is cut into at m
 FINE_TRANSFERS = 200_000  # the same for pipeline-fine (mesh 16×16: 784 pieces), built only
 TRANSFER_S = 6e-5  # about what building, lowering, verifying and replaying one transfer of
 #                    such a file costs
-REDUCE_FAN = 3  # a box's GPUs below a relay, as pipeline-fine's Reduce sums them: a heap of
-#                 this fan-out (an 8-GPU box two levels deep, where a chain is seven; a
+REDUCE_FAN = 3  # a far box's GPUs below a relay, as pipeline-fine's Reduce sums them: a heap
+#                 of this fan-out (an 8-GPU box two levels deep, where a chain is seven; a
 #                 GPU summing a piece from all its box waits for each partial in turn, and
 #                 fan-out 2 is three levels)
 
@@ -406,10 +406,12 @@ def box_trees(topology: Topology, root: str, members: list[str], fan: int | None
     behind one switch) is the root's share alone: two hops from the root to every GPU,
     where a chain through all of them would wait for every GPU's α in turn. ``fan``: the
     GPUs below a relay form a heap of that fan-out under it instead (a Reduce's sums then
-    take at most ``fan`` partials at a GPU; 1: a chain). ``fanned``: the boxes beyond the root's form two binary
-    trees instead of a chain (:func:`_box_heap`), each carrying half the shares: the
-    boxes' depth is logarithmic, not linear, in their number. Raises
-    :class:`BaselineError` when a GPU is not reached so."""
+    take at most ``fan`` partials at a GPU; 1: a chain), but for a chain in the root's
+    box, whose GPUs also take every rail's share: a heap's further peers there need more
+    thread blocks than a ``depid`` names (HGX H100 ×16 Reduce). ``fanned``: the boxes
+    beyond the root's form two binary trees instead of a chain (:func:`_box_heap`), each
+    carrying half the shares: the boxes' depth is logarithmic, not linear, in their
+    number. Raises :class:`BaselineError` when a GPU is not reached so."""
     boxes = find_boxes(topology, members)
     reach = {g: set(vs) for g, vs in ring_neighbours(topology, members).items()}
     box_of = {g: b for b, box in enumerate(boxes) for g in box}
@@ -462,10 +464,11 @@ def box_trees(topology: Topology, root: str, members: list[str], fan: int | None
                 # the boxes below wait for them)
                 box = boxes[b]
                 at, hung = box.index(relay), [relay]
+                each = 1 if fan and b == home else fan
                 turn = [box[(at - k) % len(box)] for k in range(1, len(box))]
                 for v in sorted(turn, key=lambda v: v not in onward):
                     if v in rest and v != relay:
-                        above = hung[(len(hung) - 1) // fan] if fan else relay
+                        above = hung[(len(hung) - 1) // each] if each else relay
                         _hang(tree, v, above, reach, topology.name)
                         hung.append(v)
             key = frozenset(tree.items())
