@@ -100,9 +100,11 @@ MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
 SKIP_GAIN = 0.02  # a chunking must be able to beat the best so far by this to be solved
 TIE = 1e-9  # relative: a later candidate must beat the best by more, or tie it with fewer
 #             transfers, to replace it
-EARLY_TEMPLATES = ("packed", "pipeline")  # raced before the flow model: built in a second
-# or two, their pipelined trees land near the bound where the flow model's whole chunks and
-# the scale backend's ReduceScatter + AllGather do not (mesh4x4 AllReduce 1 GB: 1.07× against 1.5×)
+EARLY_TEMPLATES = ("packed", "pipeline", "in-switch")  # raced before the flow model: built in
+# a second or two, their pipelined trees land near the bound where the flow model's whole
+# chunks and the scale backend's ReduceScatter + AllGather do not (mesh4x4 AllReduce 1 GB:
+# 1.07× against 1.5×); where switches reduce, the in-switch schedule reaches it, before the
+# finest trees can take the search's time to build (fred-d AllReduce 20 MB)
 NEAR_GAP = 0.03  # a best farther than this from the bound races the cheap templates before
 #                  a costly flow model, which would take the rest of a short limit
 FLOW_QUICK_PAIRS = 512  # chunk-link pairs up to which the flow model is small (ring8 AllGather:
