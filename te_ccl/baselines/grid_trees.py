@@ -12,7 +12,9 @@ and move its ``k`` links onto each other (axis shifts × sign,
 from another of the root's links, and the ``k`` trees share no link exactly when, at
 every GPU, the links into it that ``T`` and its turns take differ. ``T`` is chosen by
 CP-SAT: one parent per GPU, those link constraints, every GPU at most ``H`` hops deep,
-for the least ``H`` from the diameter up that it finds (diameter + 1 on the shipped tori).
+for the least ``H`` from the diameter up that it finds (diameter + 1 on the shipped tori,
+the least there is where the sides are even: a GPU next to the farthest one has a link in
+from it, and the tree that takes it reaches that GPU a hop after the farthest).
 """
 
 from __future__ import annotations
