@@ -33,7 +33,7 @@ True
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -42,7 +42,7 @@ from te_ccl.deadline import checked
 from te_ccl.errors import SpecError
 from te_ccl.topology.model import Topology
 
-__all__ = ["Transfer", "SolveInfo", "Schedule", "transfers_of"]
+__all__ = ["Transfer", "SolveInfo", "Schedule", "LazyTransfers", "transfers_of"]
 
 SCHEMA = "teccl-schedule/1"
 
@@ -105,12 +105,48 @@ class SolveInfo:
     subchunks: int = 1
 
 
+class LazyTransfers(Sequence[Transfer]):
+    """A schedule's transfers built when first read, their count and last arrival known
+    before: a file lowered from a plan of its own (a grid method's) is written and
+    replayed without building hundreds of thousands of objects; a tuple once read.
+
+    >>> t = LazyTransfers(1, 2, lambda: [Transfer(7, "a", "b", 0, 2)])
+    >>> len(t), t.finish_epoch, t == (Transfer(7, "a", "b", 0, 2),)
+    (1, 2, True)
+    """
+
+    def __init__(self, count: int, finish_epoch: int,
+                 build: Callable[[], Iterable[Transfer]]) -> None:
+        self._count, self.finish_epoch, self._build = count, finish_epoch, build
+        self._built: tuple[Transfer, ...] | None = None
+
+    def _all(self) -> tuple[Transfer, ...]:
+        if self._built is None:
+            self._built = tuple(self._build())
+        return self._built
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __getitem__(self, i: Any) -> Any:  # an index or a slice, as a tuple's
+        return self._all()[i]
+
+    def __iter__(self) -> Iterator[Transfer]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self._all() == tuple(other)
+
+    def __hash__(self) -> int:
+        return hash(self._all())
+
+
 @dataclass(frozen=True)
 class Schedule:
     topology: Topology
     collective: Collective
     epoch_s: float
-    transfers: tuple[Transfer, ...]
+    transfers: tuple[Transfer, ...] | LazyTransfers
     info: SolveInfo = field(default_factory=SolveInfo)
 
     @property
@@ -119,6 +155,8 @@ class Schedule:
 
     @property
     def finish_epoch(self) -> int:
+        if isinstance(self.transfers, LazyTransfers):
+            return self.transfers.finish_epoch
         return max((t.arrive_epoch for t in self.transfers), default=0)
 
     @property

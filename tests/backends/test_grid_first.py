@@ -10,9 +10,13 @@ import te_ccl.backends.scale.entry as entry
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.scale.entry import solve_moves
 from te_ccl.backends.scale.grid_alltoall import METHOD as GRID
+from te_ccl.backends.scale.plan import compile_scale
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import Budget, hurried
+from te_ccl.lower.msccl.grid import grid_program
 from te_ccl.model.problem import build_problem
+from te_ccl.runtime_limits import MSCCL
+from te_ccl.schedule import LazyTransfers
 from te_ccl.topology.generators import mesh, torus
 from te_ccl.topology.model import Topology
 
@@ -57,3 +61,17 @@ def test_below_its_chunk_hops_a_mesh_keeps_the_flow_routes() -> None:
     with hurried() as skipped:
         assert _method(16 * 1_000_000) == "flow-alltoall"
     assert skipped == []
+
+
+def test_a_grid_first_file_is_lowered_without_building_its_transfers(from_any_hops) -> None:
+    coll = Collective(CollectiveKind.ALLTOALL, 16 * 1_000, tuple(range(16)))
+    with hurried():
+        schedule = compile_scale(MESH, coll)
+    lazy = schedule.transfers
+    assert isinstance(lazy, LazyTransfers)
+    assert grid_program(schedule, "a", "Simple", 0, 0, MSCCL, text=True) is not None
+    count, finish = len(lazy), schedule.finish_epoch
+    assert lazy._built is None  # the count, the finish and the file: none built them
+    assert len(tuple(lazy)) == count
+    assert finish == max(t.arrive_epoch for t in lazy)
+    assert lazy == tuple(lazy) and hash(lazy) == hash(tuple(lazy))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from te_ccl.schedule import Transfer, transfers_of
+from te_ccl.schedule import LazyTransfers, Transfer, transfers_of
 
 __all__ = ["Moves"]
 
@@ -48,6 +48,10 @@ class Moves:
                 for t in transfers]
         cols = np.array(rows, dtype=np.int64).reshape(-1, 5).T
         return cls(names, *cols)
+
+    def lazy(self) -> LazyTransfers:
+        """:meth:`transfers` forwards, built when first read."""
+        return LazyTransfers(len(self), self.finish, self.transfers)
 
     def transfers(self, *, reverse_at: int | None = None, shift: int = 0) -> list[Transfer]:
         """The Transfer objects; ``reverse_at=F``: on the reversed links, played backwards

@@ -55,7 +55,7 @@ from te_ccl.model.problem import (
     make_problem,
     members_of,
 )
-from te_ccl.schedule import Schedule, SolveInfo, Transfer
+from te_ccl.schedule import LazyTransfers, Schedule, SolveInfo, Transfer
 from te_ccl.topology.model import Topology
 from te_ccl.topology.symmetry import TorusSymmetry, torus_symmetry
 
@@ -257,12 +257,12 @@ def crowded(topology: Topology, sub: Collective) -> bool:
 
 
 def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams, budget: Budget,
-           progress: Progress | None) -> tuple[list[Transfer], str, tuple[str, ...]]:
+           progress: Progress | None) -> tuple[list[Transfer] | LazyTransfers, str, tuple[str, ...]]:
     """(transfers, status, notes) of the sub-chunked collective."""
     if not sub.is_reduction:
         moves, method, notes = solve_moves(build_problem(topology, sub, tau), params, budget,
                                            progress)
-        return moves.transfers(), f"scale/{method}", notes
+        return moves.lazy(), f"scale/{method}", notes
     in_switch = solve_in_switch_allreduce(topology, sub, tau)
     if in_switch is not None:
         transfers, notes = in_switch
@@ -303,4 +303,5 @@ def compile_scale(topology: Topology, collective: Collective, params: SolveParam
     info = SolveInfo(backend="scale", solver_time_s=round(budget.elapsed(), 4), optimal=False,
                      status=f"{status}: feasible (not proven optimal)", notes=note + notes,
                      subchunks=k)
-    return Schedule(topology, sub, tau, tuple(transfers), info)
+    lazy = isinstance(transfers, LazyTransfers)  # a grid plan's file never reads them
+    return Schedule(topology, sub, tau, transfers if lazy else tuple(transfers), info)
