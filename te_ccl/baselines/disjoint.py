@@ -180,10 +180,10 @@ def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
     file on any machine; the time left only decides whether it is built (where that file
     at :data:`TRANSFER_S` a transfer takes more than ``SHARES.fine_trees`` of it, not), and
     it is not built where its pieces are :func:`pipeline`'s. A Reduce sums up a heap of
-    fan-out :data:`REDUCE_FAN` in each box (:func:`box_trees`): at a thousand pieces, a
-    GPU summing each piece from all its box makes the file slower than its schedule
-    (every partial waits for its turn at that GPU), and a chain through the box waits for
-    every GPU's α in turn before the first partial leaves it."""
+    fan-out :data:`REDUCE_FAN` in each box beyond the root's (:func:`box_trees`): at a
+    thousand pieces, a GPU summing each piece from all its box makes the file slower than
+    its schedule (every partial waits for its turn at that GPU), and a chain through the
+    box waits for every GPU's α in turn before the first partial leaves it."""
     fan, coll = _fan(topology, collective)
     fine_time_left("the finer pipeline's file")
     if _cut(fan, coll, FINE_TRANSFERS)[0] == _cut(fan, coll, MAX_TRANSFERS)[0]:
