@@ -392,8 +392,17 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
         order += range(state.spread, state.channels)
         return _first_fit_edge(chain[0], parts, state, order, required, skip)
     free = _free_channels(parts[1], state)
+    # the first edge's connection, which :func:`_fits` checks first, where most channels
+    # fail (a chain moving off a busy channel tries all of them)
+    _, snd, rcv, lane = parts[2][0]
+    depth = state.depth
     for c in order:
-        if c != skip and free >> c & 1 and _fits(parts, c, state, free):
+        if c == skip or not free >> c & 1:
+            continue
+        conn = lane[c]
+        if conn.snd and not _conn_fits(conn, snd, rcv, depth):
+            continue
+        if _fits(parts, c, state, free):
             if all(e.epoch not in lane[c].starts for e, _, _, lane in parts[2]):
                 return c
             fallback = c if fallback is None else fallback

@@ -132,31 +132,31 @@ def holding_pairings(edges: tuple[Edge, ...], chan: EdgeChannels, fusions: list[
         fused_in.add(id(e))
     if not pairs:
         return set()
-    sends: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
-    nops: dict[tuple[int, int, int], int] = defaultdict(int)
     first = first_receipts(edges) if first is None else first
-    recvs: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
-    into: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)  # all receives
-    tbs: dict[int, set[tuple]] = defaultdict(set)
+    # each connection's edges, by (sender, channel, receiver) and (receiver, channel, sender)
+    sends: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
+    into: dict[tuple[int, int, int], list[Edge]] = defaultdict(list)
     for e in checked(edges, LOWERING):
         c = chan[id(e)]
         sends[(e.src, c, e.dst)].append(e)
-        nops[(e.src, c, e.dst)] += forwards(e, first)
-        tbs[e.src].add(("s", c, e.dst))
-        tbs[e.dst].add(("r", c, e.src))
         into[(e.dst, c, e.src)].append(e)
-        if id(e) not in fused_in:
-            recvs[(e.dst, c, e.src)].append(e)
+    tbs: dict[int, int] = defaultdict(int)  # per GPU: its thread blocks, none joined
+    for g, _, _ in sends:
+        tbs[g] += 1
+    for g, _, _ in into:
+        tbs[g] += 1
     joined: dict[int, int] = defaultdict(int)
     for g, _, _, _ in pairs:
         joined[g] += 1
     held = set()
     for (g, c, a, b) in pairs:
-        steps = len(sends[(g, c, b)]) + nops[(g, c, b)]
-        if len(tbs[g]) - joined[g] + 1 > max_tbs or steps > budget \
+        out = sends[(g, c, b)]
+        steps = len(out) + sum(forwards(e, first) for e in out)
+        if tbs[g] - joined[g] + 1 > max_tbs or steps > budget \
                 or not _in_order(into[(g, c, a)]):
             continue
-        if _holds(sorted(sends[(g, c, b)], key=send_order), recvs[(g, c, a)]):
+        if _holds(sorted(out, key=send_order),
+                  [e for e in into[(g, c, a)] if id(e) not in fused_in]):
             held.add((g, c, a, b))
             joined[g] -= 1
     return held
