@@ -35,6 +35,7 @@ from te_ccl.backends.scale.alltoall import rail_shape
 from te_ccl.backends.scale.comb import mesh_shape
 from te_ccl.backends.scale.entry import Routes, solve_moves
 from te_ccl.backends.scale.flow_alltoall import flow_subchunks
+from te_ccl.backends.scale.grid_alltoall import METHOD as GRID
 from te_ccl.backends.scale.hierarchical import (
     box_fabric,
     hierarchical_subchunks,
@@ -262,7 +263,9 @@ def _solve(topology: Topology, sub: Collective, tau: float, params: SolveParams,
     if not sub.is_reduction:
         moves, method, notes = solve_moves(build_problem(topology, sub, tau), params, budget,
                                            progress)
-        return moves.lazy(), f"scale/{method}", notes
+        # the grid's file is lowered from its plan: the transfers wait for a reader (other
+        # files' lowering reads them at once, so they are built before a checker forks)
+        return (moves.lazy() if method == GRID else moves.transfers()), f"scale/{method}", notes
     in_switch = solve_in_switch_allreduce(topology, sub, tau)
     if in_switch is not None:
         transfers, notes = in_switch
@@ -303,5 +306,5 @@ def compile_scale(topology: Topology, collective: Collective, params: SolveParam
     info = SolveInfo(backend="scale", solver_time_s=round(budget.elapsed(), 4), optimal=False,
                      status=f"{status}: feasible (not proven optimal)", notes=note + notes,
                      subchunks=k)
-    lazy = isinstance(transfers, LazyTransfers)  # a grid plan's file never reads them
+    lazy = isinstance(transfers, LazyTransfers)
     return Schedule(topology, sub, tau, transfers if lazy else tuple(transfers), info)
