@@ -48,6 +48,15 @@ def _clock_rate(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setattr(time, "monotonic", lambda: start + (real() - start) * rate)
 
 
+@pytest.fixture(autouse=True)
+def _off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Output as in a pipe, whatever the runner's environment says: rich takes a pipe for a
+    terminal under ``FORCE_COLOR`` or ``TTY_COMPATIBLE=1``, which CI runners set for
+    coloured logs, and the tests of plain output would see its live display instead."""
+    for name in ("FORCE_COLOR", "TTY_COMPATIBLE", "TTY_INTERACTIVE"):
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.fixture
 def in_process(capsys, monkeypatch):
     """A runner of a command's ``main(argv)`` in-process, through its error mapping:
