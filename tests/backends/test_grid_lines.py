@@ -115,3 +115,16 @@ def test_a_torus32x32_allgather_compile_writes_a_verified_grid_file_first(tmp_pa
     result = te_ccl.compile("torus32x32", "allgather", size="64MB", output=str(out))
     assert result.incumbents[0].source.startswith("first file: scale/grid-allgather")
     assert verify_msccl(out.read_text()).valid
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_file_is_lowered_without_building_the_transfers(kind, monkeypatch):
+    monkeypatch.setattr(grid_lines, "GRID_FROM_DELIVERIES", 0)
+    topo = mesh([3, 5], 50e9, 5e-7)
+    schedule = grid_lines_schedule(topo, _coll(kind, topo, 2))
+    lazy = schedule.transfers
+    xml = lower_to_msccl(schedule)
+    count, finish = len(lazy), schedule.finish_epoch
+    assert lazy._built is None  # the file, the count and the finish: none built them
+    assert len(tuple(lazy)) == count and finish == max(t.arrive_epoch for t in lazy)
+    assert lower_to_msccl(schedule) == xml

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import numpy as np
 
@@ -68,7 +68,7 @@ from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import check
 from te_ccl.model.epochs import link_timing
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
-from te_ccl.schedule import Schedule, SolveInfo, transfers_of
+from te_ccl.schedule import LazyTransfers, Schedule, SolveInfo, Transfer, transfers_of
 from te_ccl.topology.model import Topology
 
 __all__ = ["METHODS", "BACKEND", "GRID_FROM_DELIVERIES", "lines_plan", "lines_elements",
@@ -481,6 +481,19 @@ def grid_lines_schedule(topology: Topology, collective: Collective) -> Schedule 
                        PLANNING)
     cnt = plan.moves[:, 1]
     reduced = np.repeat(plan.reduced, cnt)
+    method = METHODS[collective.kind]
+    notes = (f"{method}: line by line, {len(cnt):,} groups of up to {int(cnt.max())} chunks "
+             f"moved in one step each, on {plan.nchannels} channel(s)",)
+    # not the scale backend's schedule of this chunking: the search still solves that one
+    info = SolveInfo(backend=BACKEND, status=f"scale/{method}: feasible (not proven optimal)",
+                     notes=notes, subchunks=1)
+    # the file is lowered from the plan: the transfers wait for a reader
+    transfers = LazyTransfers(len(moves), moves.finish, partial(_transfers, moves, reduced))
+    return Schedule(topology, collective, tau, transfers, info)
+
+
+def _transfers(moves: Moves, reduced: np.ndarray) -> list[Transfer]:
+    """The Transfer objects of ``moves``: the reductions (``reduced``), then the copies."""
     transfers = []
     for op, rows in (("reduce", reduced), ("copy", ~reduced)):
         part = Moves(moves.names, *(col[rows] for col in (moves.chunk, moves.src, moves.dst,
@@ -489,10 +502,4 @@ def grid_lines_schedule(topology: Topology, collective: Collective) -> Schedule 
         transfers += transfers_of(zip(part.chunk.tolist(), names[part.src].tolist(),
                                       names[part.dst].tolist(), part.start.tolist(),
                                       part.arrive.tolist(), strict=True), op)
-    method = METHODS[collective.kind]
-    notes = (f"{method}: line by line, {len(cnt):,} groups of up to {int(cnt.max())} chunks "
-             f"moved in one step each, on {plan.nchannels} channel(s)",)
-    # not the scale backend's schedule of this chunking: the search still solves that one
-    info = SolveInfo(backend=BACKEND, status=f"scale/{method}: feasible (not proven optimal)",
-                     notes=notes, subchunks=1)
-    return Schedule(topology, collective, tau, tuple(transfers), info)
+    return transfers
