@@ -219,6 +219,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
     progress(f"lowering: {len(schedule.transfers)} transfers to GPU-to-GPU edges")
     epoch_timed = collapse_switches(schedule)
     edges = epoch_timed if epochs else replay_timed(epoch_timed, schedule)
+    split = edges is not epoch_timed  # thread blocks are split by the replay's times only
     edges, layout, served, merged = _merged(edges, coll, proto, min_bytes, max_bytes,
                                             runtime, merge)
     check(LOWERING)
@@ -229,7 +230,7 @@ def _lower(schedule: Schedule, *, name: str | None, min_bytes: int, max_bytes: i
                                            workers() if len(edges) >= FORK_FROM else 1)
     lowering = _Lowering(edges, base, found, first_receipts(edges), layout,
                          _Limits.of(runtime, proto, max_steps, schedule.info.subchunks > 1),
-                         split=edges is not epoch_timed, stream=stream, progress=progress)
+                         split=split, stream=stream, progress=progress)
     fitted = _fitted(lowering)
     if fitted is None:
         return _lower(schedule, name=name, min_bytes=min_bytes, max_bytes=max_bytes,
