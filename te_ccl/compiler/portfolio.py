@@ -61,7 +61,8 @@ trials of their chunking's race and not solved again.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import cache
 
@@ -198,6 +199,7 @@ class _Race:
     best: tuple[Schedule, int] | None = None
     spent_s: float = 0.0
     error: SolverError | None = None
+    cut: TimeLimitReached | None = None  # the first deadline a candidate met: where time ran out
 
     @property
     def best_s(self) -> float | None:
@@ -229,6 +231,8 @@ class _Race:
     def fail(self, name: str, error: SolverError) -> None:
         self.trials.append(Trial(name, outcome=str(error)))
         self.error = error
+        if isinstance(error, TimeLimitReached):
+            self.cut = self.cut or error
 
     def skip(self, name: str, why: str) -> None:
         self.trials.append(Trial(name, outcome=f"skipped ({why})"))
@@ -236,7 +240,7 @@ class _Race:
     def winner(self) -> Schedule:
         """The best schedule, its first note naming it and every other trial."""
         if self.best is None:
-            raise self.error or SolverError("no strategy applies to this collective")
+            raise self.cut or self.error or SolverError("no strategy applies to this collective")
         schedule, i = self.best
         note = f"auto: kept the {self.trials[i].name} ({self.best_s:.4g} s, {self.judge.what})"
         others = [str(x) for j, x in enumerate(self.trials) if j != i]
@@ -292,60 +296,61 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
     if strategy_for(params) != "portfolio":
         return backend(params.backend).build(topology, collective, params, progress)
     race = _Race(judge)
-    budget = Budget.of(params.time_limit_s)
-    known = _known_here(known, collective)
-    for name, schedule, verdict in known:
-        race.enter(name, schedule, verdict)
-    method, flow_skip = _scale_and_flow(topology, collective)
-    bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
-    own = collective.chunks_per_rank  # the flow model's chunks, whole
-    whole = cache(lambda: chunking_bounds(topology, collective, [own])[own])
-    templates = _templates_raced(topology, collective)
-    early = EARLY_TEMPLATES if topology.ngpus <= TEMPLATE_MAX_GPUS else LARGE_TEMPLATES \
-        if collective.root is not None else ()
+    with _first_cut(race):
+        budget = Budget.of(params.time_limit_s)
+        known = _known_here(known, collective)
+        for name, schedule, verdict in known:
+            race.enter(name, schedule, verdict)
+        method, flow_skip = _scale_and_flow(topology, collective)
+        bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
+        own = collective.chunks_per_rank  # the flow model's chunks, whole
+        whole = cache(lambda: chunking_bounds(topology, collective, [own])[own])
+        templates = _templates_raced(topology, collective)
+        early = EARLY_TEMPLATES if topology.ngpus <= TEMPLATE_MAX_GPUS else LARGE_TEMPLATES \
+            if collective.root is not None else ()
 
-    def race_early(only: tuple[str, ...] = early) -> None:
-        if only and deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
-                close_to_bound(race, bound) is None:
-            with until(budget.left()):  # pipeline-fine cuts as many pieces as time allows
-                _templates(race, topology, collective, params, budget, only=only)
+        def race_early(only: tuple[str, ...] = early) -> None:
+            if only and deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
+                    close_to_bound(race, bound) is None:
+                with until(budget.left()):  # pipeline-fine cuts as many pieces as time allows
+                    _templates(race, topology, collective, params, budget, only=only)
 
-    trees_first = templates and _composition_short(topology, collective)
-    if trees_first:  # then the finer trees, whose larger file is lowered if time is left
-        race_early()
-        race_early(("packed-fine",))
-    if method is not None and not _scale_known(topology, collective, params,
-                                               (s for _, s, _ in known)):
-        first = SHARES.trees if method == "trees" else SHARES.scale
-        share = params.time_limit_s * (first if flow_skip is None else 1.0)
-        _run(race, scale(), topology, collective, replace(params, time_limit_s=share),
-             progress)
-    if not trees_first:
-        race_early()
-    flow_skip = flow_skip or close_to_bound(race, bound) or _chunks_short(race, whole)
-    templates_first = flow_skip is None and templates and (
-        flow_costly(topology, collective) or (collective.root is not None and
-                                              whole() > bound() * (1 + NEAR_GAP))) \
-        and deliveries(collective) <= CHEAP_DELIVERIES and \
-        close_to_bound(race, bound, NEAR_GAP) is None
-    if templates_first:  # judged before the flow model, which keeps its share of the rest
-        _templates(race, topology, collective, params, budget)
-        flow_skip = close_to_bound(race, bound) or _chunks_short(race, whole)
-    if flow_skip is not None:
-        race.skip(FLOW, flow_skip)
-    else:
-        share = (budget.left() - race.reserve_s) * (1 - SHARES.templates if templates else 1)
-        if race.best is not None and share < MIN_FLOW_S:
-            race.skip(FLOW, f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
+        trees_first = templates and _composition_short(topology, collective)
+        if trees_first:  # then the finer trees, whose larger file is lowered if time is left
+            race_early()
+            race_early(("packed-fine",))
+        if method is not None and not _scale_known(topology, collective, params,
+                                                   (s for _, s, _ in known)):
+            first = SHARES.trees if method == "trees" else SHARES.scale
+            share = params.time_limit_s * (first if flow_skip is None else 1.0)
+            _run(race, scale(), topology, collective, replace(params, time_limit_s=share),
+                 progress)
+        if not trees_first:
+            race_early()
+        flow_skip = flow_skip or close_to_bound(race, bound) or _chunks_short(race, whole)
+        templates_first = flow_skip is None and templates and (
+            flow_costly(topology, collective) or (collective.root is not None and
+                                                  whole() > bound() * (1 + NEAR_GAP))) \
+            and deliveries(collective) <= CHEAP_DELIVERIES and \
+            close_to_bound(race, bound, NEAR_GAP) is None
+        if templates_first:  # judged before the flow model, which keeps its share of the rest
+            _templates(race, topology, collective, params, budget)
+            flow_skip = close_to_bound(race, bound) or _chunks_short(race, whole)
+        if flow_skip is not None:
+            race.skip(FLOW, flow_skip)
         else:
-            _run(race, backend("auto"), topology, collective,
-                 replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
-    close = close_to_bound(race, bound, BOUND_GAP if topology.ngpus > SCALE_MIN_GPUS else TIE)
-    if close is not None:
-        race.skip("templates", close)
-    elif templates or race.best is None:
-        _templates(race, topology, collective, params, budget)
-    return race.winner()
+            share = (budget.left() - race.reserve_s) * (1 - SHARES.templates if templates else 1)
+            if race.best is not None and share < MIN_FLOW_S:
+                race.skip(FLOW, f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
+            else:
+                _run(race, backend("auto"), topology, collective,
+                     replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
+        close = close_to_bound(race, bound, BOUND_GAP if topology.ngpus > SCALE_MIN_GPUS else TIE)
+        if close is not None:
+            race.skip("templates", close)
+        elif templates or race.best is None:
+            _templates(race, topology, collective, params, budget)
+        return race.winner()
 
 
 def _templates_raced(topology: Topology, collective: Collective) -> bool:
@@ -421,6 +426,17 @@ def close_to_bound(race: _Race, lower: Callable[[], float], gap: float = BOUND_G
         within = f"within {gap:.1%} of" if gap >= 0.001 else "at"
         return f"{race.trials[race.best[1]].name} is {within} the lower bound {bound:.4g} s"
     return None
+
+
+@contextmanager
+def _first_cut(race: _Race) -> Iterator[None]:
+    """A deadline reached in the race after a candidate met one (its build, judging or
+    file, caught so the race keeps its best) is told as that first one: the time ran
+    out there, not in the check that raised last."""
+    try:
+        yield
+    except TimeLimitReached as e:
+        raise (race.cut or e) from None
 
 
 def _run(race: _Race, candidate: Candidate, topology: Topology, collective: Collective,
