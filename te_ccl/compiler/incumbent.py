@@ -94,6 +94,7 @@ class Incumbent:
     refused: list[str] = field(default_factory=list)  # candidates that gave no file, and why
     hurried: bool = False  # the first file skipped an improvement (deadline.hurried)
     files: list[Verified] = field(default_factory=list)  # every file kept, the first first
+    before_s: float = 0.0  # of the time limit, spent before the compile began (start-up)
 
     def trying(self, schedule: Schedule) -> None:
         """``schedule`` is being lowered and verified (what a first file takes is

@@ -101,6 +101,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
     plan drives it (NVLS switches copy and reduce, others forward), whoever asks.
     """
     started = time.monotonic()  # the first file's time counts the checks and the bound
+    before_s = max(0.0, params.time_limit_s - left())  # of the limit, before the compile
     options = options or CompileOptions()
     in_switch = _in_switch(options, topology)
     if in_switch or options.fmt == "mscclpp":  # what the output cannot drive only forwards
@@ -125,7 +126,7 @@ def compile_collective(topology: Topology, collective: Collective, params: Solve
             schedule = solve_best(usable.topology, collective, _search(params),
                                   options.chunk_choices, progress, timer.judge, in_switch=True)
         else:
-            kept = Incumbent(bound.seconds, progress, started)
+            kept = Incumbent(bound.seconds, progress, started, before_s=before_s)
             best = _anytime(topology, collective, params, options, timer, kept, usable)
             schedule, data = best.schedule, best.data
             served = declared_range(best.data, options.min_bytes, options.max_bytes)
@@ -266,6 +267,7 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
     """
     deliveries = sum(collective.received().values())
     with keeping(WRITE_RESERVE_S + RESERVE_S_PER_DELIVERY * deliveries):
+        searched, checks_s = left() > 0, kept.elapsed()  # not searched: the limit was gone
         try:
             if strategy_for(params) == "portfolio" and not offer_spliced(
                     options.previous, usable.topology, collective, options, timer, kept):
@@ -276,7 +278,8 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
                     _improve(usable.topology, collective, search, options, timer, kept)
         except TimeLimitReached as e:
             if kept.best is None:
-                raise TimeLimitReached(f"{e}{_first_file_needs(kept, timer, collective)}"
+                why = str(e) if searched else _no_search(kept, params, checks_s)
+                raise TimeLimitReached(f"{why}{_first_file_needs(kept, timer, collective)}"
                                        ) from None
             kept.cut(str(e))
         except (SolverError, RuntimeLimitError, VerificationError) as e:
@@ -467,22 +470,39 @@ def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage
     return kept.offer(schedule, data, timing.finish_s, source, checked=not unchecked)
 
 
+def _no_search(kept: Incumbent, params: SolveParams, checks_s: float) -> str:
+    """Why a compile ended before its search began, ``checks_s`` after the compile did:
+    what used up the limit (the stage whose check raised only found it gone)."""
+    limit = params.time_limit_s
+    if kept.before_s >= limit:
+        return (f"the time limit of {limit:g} s was used up before the search began "
+                f"(start-up, imports and reading the input took all of it)")
+    rest = ", and the rest is kept for writing the file" \
+        if kept.before_s + checks_s < limit else ""
+    return (f"the time limit of {limit:g} s was used up before the search began "
+            f"(start-up, imports and reading the input took {kept.before_s:.2g} s of it, "
+            f"checking the input and its bound {checks_s:.2g} s{rest})")
+
+
 def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> str:
     """What the message of a compile out of time without a file adds: the candidates
-    refused and why, and about how long a first file takes here. Lowering and verifying
-    it take the pace timed (else the default pace) per transfer: of the candidate under
-    way, after the time it took to build it; else of one transfer per chunk and rank
-    receiving it, the fewest any file has."""
+    refused and why, and about how long a first file takes here. Lowering (or, where
+    nothing is lowered, checking) and verifying it take the pace timed (else the default
+    pace) per transfer, never less than one pass: of the candidate under way, after the
+    time it took to build it; else of one transfer per chunk and rank receiving it, the
+    fewest any file has."""
     refused = "".join(f"; no file from {why}" for why in kept.refused)
     attempt = kept.attempt
     if attempt is not None:
-        need = kept.attempt_s + timer.write_s(attempt)
-        return (f"{refused}; the first file ({describe(attempt)}, {len(attempt.transfers)} "
-                f"transfers) needs about {need:.2g} s here")
+        n = len(attempt.transfers)
+        need = kept.attempt_s + max(timer.write_s(attempt), timer.pace * n)
+        return (f"{refused}; the first file ({describe(attempt)}, {n} transfers) needs "
+                f"about {need:.2g} s here")
     n = sum(collective.received().values())
+    need = max(timer.write_n(n, lowered=False), timer.pace * n)
     return (f"{refused}; no {'other ' if refused else ''}schedule was built in time, and a "
-            f"first file (at least {n} transfers, one per chunk delivered) takes about "
-            f"{timer.write_n(n, lowered=False):.2g} s to lower and verify here")
+            f"first file (at least {n} transfers, one per chunk delivered) needs about "
+            f"{need:.2g} s more to lower and verify here")
 
 
 def _improve(topology: Topology, collective: Collective, params: SolveParams,
