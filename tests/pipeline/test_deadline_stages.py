@@ -32,12 +32,17 @@ DAY_S = 86_400.0
 MIB = 1 << 20
 
 # stage → (an AllGather whose search after the first file runs it: topology, size; where
-# the stage's code lives)
+# the stage's code lives; what the cut-short note says stopped the compile)
 AFTER_FIRST_FILE = {
-    "building the model": ("ndv2x2", MIB, "te_ccl/model/"),  # the flow model
-    "scale greedy": ("mesh4x4", 64 * MIB, "te_ccl/backends/scale/greedy.py"),
-    "lowering": ("mesh4x4", 64 * MIB, "te_ccl/lower/msccl/"),
-    "verifying": ("mesh4x4", 64 * MIB, "te_ccl/verify/msccl/"),
+    # the flow model out of time, the race keeps the scale schedule, which cannot be lowered
+    "building the model": ("ndv2x2", MIB, "te_ccl/model/",
+                           r"the search's best, .* with 0 s left"),
+    "scale greedy": ("mesh4x4", 64 * MIB, "te_ccl/backends/scale/greedy.py",
+                     "reached while running the scale greedy"),
+    "lowering": ("mesh4x4", 64 * MIB, "te_ccl/lower/msccl/",
+                 "reached while lowering the schedule to MSCCL XML"),
+    "verifying": ("mesh4x4", 64 * MIB, "te_ccl/verify/msccl/",
+                  "reached while (reading|verifying) the MSCCL XML"),
 }
 
 
@@ -90,8 +95,9 @@ def test_a_deadline_reached_in_a_stage_writes_the_best_file_kept(tmp_path, monke
                                                                   stage):
     """The search's stages may stop at the deadline themselves or leave it to the next
     check (a candidate out of time gives way to the next): either way the compile ends
-    cut short with the best verified file."""
-    name, size, where = AFTER_FIRST_FILE[stage]
+    cut short with the best verified file, its note naming the stage where the time ran
+    out (not a check that found it gone later in the search)."""
+    name, size, where, said = AFTER_FIRST_FILE[stage]
     jump = Jump(where, armed=False)
     monkeypatch.setattr(time, "monotonic", jump)
     result, out = compile_jumping(tmp_path, jump, name, size)
@@ -99,7 +105,9 @@ def test_a_deadline_reached_in_a_stage_writes_the_best_file_kept(tmp_path, monke
     assert verify_msccl(out.read_text()).valid
     assert result.cut_short and result.incumbents
     assert result.bound_ratio == pytest.approx(min(i.ratio for i in result.incumbents))
-    assert any(n.startswith("anytime: cut short") for n in result.schedule.info.notes)
+    cut = [n for n in result.schedule.info.notes if n.startswith("anytime: cut short")]
+    said = rf"cut short \(time limit of 600 s {said}\)" if said.startswith("reached") else said
+    assert len(cut) == 1 and re.search(said, cut[0]), cut
 
 
 def test_a_deadline_reached_before_any_file_writes_nothing_and_says_what_one_takes(
@@ -112,7 +120,29 @@ def test_a_deadline_reached_before_any_file_writes_nothing_and_says_what_one_tak
         compile_jumping(tmp_path, jump)
     message = str(caught.value)
     assert "time limit of 600 s reached while expanding the collective into chunks" in message
-    assert re.search(r"a first file .* takes about [0-9.e+-]+ s to lower and verify", message)
+    assert re.search(r"a first file .* needs about [0-9.e+-]+ s more to lower and verify",
+                     message)
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_limit_used_up_before_the_compile_says_so_and_what_a_first_file_needs(tmp_path):
+    """A command's limit spent on start-up and imports before the compile began (the
+    deadline started a second before it ran out, as a process's start counts): the
+    message says the limit was gone before the search, not the stage whose check found
+    it gone, and the first file's estimate is not 0 s though FRED's in-switch schedules
+    lower to no MSCCL XML the compile could time."""
+    topology = load_topology("fred-d")
+    collective = Collective(CollectiveKind.ALLREDUCE, 20_000_000, tuple(range(topology.ngpus)))
+    options = CompileOptions(output=str(tmp_path / "ar.json"), fmt="json",
+                             fred_tables=str(tmp_path / "tables"))
+    with until(2.0, since=time.monotonic() - 3.0), pytest.raises(TimeLimitReached) as caught:
+        compile_collective(topology, collective, SolveParams(time_limit_s=2.0, threads=1),
+                           options)
+    message = str(caught.value)
+    assert message.startswith("the time limit of 2 s was used up before the search began "
+                              "(start-up, imports and reading the input took all of it)")
+    need = re.search(r"a first file .* needs about ([0-9.e+-]+) s more", message)
+    assert need and float(need.group(1)) > 0, message
     assert not list(tmp_path.iterdir())
 
 
