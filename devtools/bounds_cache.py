@@ -5,7 +5,10 @@ AlltoAll LP). The benchmark computes it once per (topology, kind, ranks, root) i
 process with a time limit and rescales it to every size (:meth:`Bound.rescaled`: every
 part is proportional to the buffer size but its fixed α seconds), so the part
 that sets the bound (:attr:`ScaledBound.argument`) is chosen after rescaling — ``alpha_s``
-at 1 KB, a bandwidth part at 1 GB. The cache is held in memory for one run (nothing is
+at 1 KB, a bandwidth part at 1 GB. AlltoAll's bound is computed at the row's own size
+instead (:data:`AT_OWN_SIZE`): its ``walk_window_s`` is 0 at 1 GB and may set the bound
+of a small size, so a rescaled bound would be weaker than the one the compile reports.
+The cache is held in memory for one run (nothing is
 stored between runs) and keyed by the topology itself, its nodes and links, so two
 fabrics of one name never share a bound. If the worker runs out of time, the bound falls
 back to the cut of a single GPU (:func:`node_cut_s`: one set of the same formula, so a
@@ -22,9 +25,11 @@ from te_ccl.bounds import Bound, lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.topology.model import Topology
 
-__all__ = ["ScaledBound", "Bounds", "node_cut_s"]
+__all__ = ["AT_OWN_SIZE", "ScaledBound", "Bounds", "node_cut_s"]
 
 _REF = 10**9  # bytes at which a bound is computed before rescaling
+# kinds with a part that does not rescale from _REF (AlltoAll's walk_window_s: 0 there)
+AT_OWN_SIZE = frozenset({CollectiveKind.ALLTOALL})
 
 
 @dataclass(frozen=True)
@@ -60,11 +65,12 @@ def node_cut_s(topology: Topology, collective: Collective) -> float:
 
 
 class Bounds:
-    """Cache of bounds at a reference size; ``get`` rescales to the collective's size."""
+    """Cache of bounds at a reference size (at their own size for :data:`AT_OWN_SIZE`);
+    ``get`` rescales to the collective's size."""
 
     def __init__(self, time_limit_s: float = 30.0) -> None:
         self.limit = time_limit_s
-        self.cache: dict[tuple[Topology, CollectiveKind, tuple[int, ...], int | None],
+        self.cache: dict[tuple[Topology, CollectiveKind, tuple[int, ...], int | None, int],
                          ScaledBound] = {}
 
     def _compute(self, topology: Topology, ref: Collective) -> ScaledBound:
@@ -82,10 +88,11 @@ class Bounds:
         return ScaledBound(None, {}, "none (timed out)")
 
     def get(self, topology: Topology, collective: Collective) -> ScaledBound:
-        key = (topology, collective.kind, collective.ranks, collective.root)
+        size = collective.size_bytes if collective.kind in AT_OWN_SIZE else _REF
+        key = (topology, collective.kind, collective.ranks, collective.root, size)
         if key not in self.cache:
-            self.cache[key] = self._compute(topology, replace(collective, size_bytes=_REF,
+            self.cache[key] = self._compute(topology, replace(collective, size_bytes=size,
                                                               chunks_per_rank=1))
         ref = self.cache[key]
-        parts = Bound(0.0, ref.parts, ref.fixed).rescaled(collective.size_bytes / _REF)
+        parts = Bound(0.0, ref.parts, ref.fixed).rescaled(collective.size_bytes / size)
         return ScaledBound(max(parts.values()) if parts else None, parts, ref.kind)

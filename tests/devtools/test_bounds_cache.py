@@ -1,11 +1,13 @@
-"""Benchmark bounds: rescaled from one computation, node-cut fallback on timeout."""
+"""Benchmark bounds: rescaled from one computation (AlltoAll: at its own size), node-cut
+fallback on timeout."""
 
 import time
+from dataclasses import replace
 
 import pytest
 
 from devtools.bounds_cache import Bounds, node_cut_s
-from te_ccl.bounds import lower_bound
+from te_ccl.bounds import Bound, lower_bound
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
 from te_ccl.topology import generators as gen
@@ -70,3 +72,21 @@ def test_the_node_cut_of_an_allreduce_is_a_cut_of_the_same_formula():
     t = gen.ring(4, 1e9)
     c = Collective(K.ALLREDUCE, 10**9, tuple(range(4)))
     assert node_cut_s(t, c) == pytest.approx(lower_bound(t, c).parts["cut_s"])
+
+
+def test_a_small_alltoall_is_graded_against_the_bound_the_compile_reports():
+    """dgx1 AlltoAll of 64 kB: ``walk_window_s`` (0 at 1 GB, where the others are
+    computed) sets the bound, so it is computed at the row's own size."""
+    from te_ccl.spec.topology import load_topology
+
+    dgx1 = load_topology("dgx1")
+    cache = Bounds()
+    small = Collective(K.ALLTOALL, 64_000, tuple(range(8)))
+    got, exact = cache.get(dgx1, small), lower_bound(dgx1, small)
+    assert got.seconds == pytest.approx(exact.seconds, rel=1e-9)
+    assert got.argument == exact.argument == "walk_window_s"
+    large = lower_bound(dgx1, replace(small, size_bytes=10**9))
+    rescaled = Bound(0.0, large.parts, large.fixed).rescaled(64_000 / 10**9)
+    assert max(rescaled.values()) < got.seconds  # the weaker bound a rescaling would give
+    cache.get(dgx1, replace(small, size_bytes=10**9))
+    assert len(cache.cache) == 2  # one entry per size
