@@ -8,6 +8,7 @@ from te_ccl.baselines import BaselineError, applicable
 from te_ccl.baselines.tree import WIDE_PIECES, switch_trees
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
+from te_ccl.deadline import until
 from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology import generators as gen
@@ -86,3 +87,15 @@ def test_three_gpus_take_two_chains(kind):
     schedule = switch_trees(star, coll)
     assert check_schedule(schedule) == []
     assert verify_msccl(lower_to_msccl(schedule).decode()).valid
+
+
+def test_charged_its_own_transfers_against_the_time_left():
+    """Whether the switch trees are built depends on the time their own file takes to
+    judge, not on pipeline-fine's larger budget: 8 GPUs' file is built with 10 s left
+    (pipeline-fine's transfers would need 24 s), and refused with too little."""
+    star = gen.star(8, 100e9, 0.7e-6)
+    coll = Collective(K.BROADCAST, 16_000_000, tuple(range(8)), root=0)
+    with until(10.0):
+        assert switch_trees(star, coll).transfers
+    with until(0.5), pytest.raises(BaselineError, match="no time left"):
+        switch_trees(star, coll)
