@@ -39,6 +39,9 @@ BOUND_ARGUMENTS: dict[str, str] = {
     "window_s": "AlltoAll: the pairs leaving a box whose routes out take at least θ of α cross "
                 "each link out in a few windows of the time less θ, so their bytes over those "
                 "windows' bandwidth, plus θ",
+    "walk_window_s": "AlltoAll: the largest time by which a linear program shows the pairs' "
+                     "bytes cannot spread over their simple paths of α under it, each hop "
+                     "busy only inside the window its path's α leaves it",
     "alpha_s": "latency: the α-weighted distance of the farthest source and destination "
                "that exchange data",
 }

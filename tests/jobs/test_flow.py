@@ -38,7 +38,7 @@ SHARED = {"jobs": [
 @pytest.fixture(scope="module")
 def flow():
     jobs = jobs_from(DGX1, SHARED, None)
-    params = SolveParams(time_limit_s=4)
+    params = SolveParams(time_limit_s=8)  # a first horizon in time also on a loaded machine
     return jobs, compile_flow(plan_flow(jobs, "weighted", params), "weighted", params)
 
 
