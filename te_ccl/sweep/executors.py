@@ -145,9 +145,10 @@ def check_reachable(address: str) -> None:
     timeout = max(1e-3, min(CONNECT_TIMEOUT_S, left()))  # 0 would make the socket non-blocking
     try:
         socket.create_connection((host, port), timeout=timeout).close()
-    except OSError as e:  # refused, unreachable, unknown host, or no answer in time
+    except (OSError, UnicodeError) as e:  # refused, unreachable, unknown host (or one
+        #                                    IDNA cannot encode), or no answer in time
         why = f"no answer in {timeout:.2g} s" if isinstance(e, TimeoutError) else \
-            (e.strerror or str(e))
+            (getattr(e, "strerror", None) or str(e))
         raise SpecError(f"cannot reach a Ray cluster at {address!r}: {host} port {port}: "
                         f"{why}; start one with `ray start --head`",
                         key="--ray-address") from None

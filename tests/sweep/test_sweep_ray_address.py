@@ -77,3 +77,9 @@ def test_the_connect_waits_no_longer_than_the_deadline(monkeypatch):
     assert waited and 0 < waited[0] <= 0.5
     with pytest.raises(SpecError, match="no answer in 3 s"):
         executors.check_reachable("ray://10.0.0.1")  # the Ray Client's port by default
+
+
+def test_a_host_name_idna_cannot_encode_is_refused_naming_it():
+    address = f"{'a' * 70}.example:6379"  # a label over 63 characters
+    with pytest.raises(SpecError, match="cannot reach a Ray cluster at .*label"):
+        executors.check_reachable(address)
