@@ -111,8 +111,8 @@ class LazyTransfers(Sequence[Transfer]):
     replayed without building hundreds of thousands of objects; a tuple once read.
 
     >>> t = LazyTransfers(1, 2, lambda: [Transfer(7, "a", "b", 0, 2)])
-    >>> len(t), t.finish_epoch, t == (Transfer(7, "a", "b", 0, 2),)
-    (1, 2, True)
+    >>> len(t), t.finish_epoch, t == (Transfer(7, "a", "b", 0, 2),), t == list(t)
+    (1, 2, True, False)
     """
 
     def __init__(self, count: int, finish_epoch: int,
@@ -135,7 +135,9 @@ class LazyTransfers(Sequence[Transfer]):
         return iter(self._all())
 
     def __eq__(self, other: object) -> bool:
-        return isinstance(other, Sequence) and self._all() == tuple(other)
+        if not isinstance(other, (tuple, LazyTransfers)):  # as a tuple: never equal to a list
+            return NotImplemented
+        return self._all() == tuple(other)
 
     def __hash__(self) -> int:
         return hash(self._all())
