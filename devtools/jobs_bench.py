@@ -55,7 +55,7 @@ LIMIT_S_PER_JOB = 20.0  # a row's --time-limit per job: where the jobs' routes m
 SIZE = "64MB"
 ALONE_LIMIT_S = 120.0  # each job compiled alone for the baseline: one limit whatever the
 #                        row's (twice teccl compile's default; the files are kept per code)
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "teccl" / "jobs-alone"
+CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "teccl" / "jobs-alone"
 
 
 @dataclass(frozen=True)
@@ -172,32 +172,42 @@ def _alone_files(jobs: JobSet, topology: str, cache: Path | None) -> dict[str, A
     switches forwarding, at :data:`ALONE_LIMIT_S`), read and verified for the job. Kept
     in ``cache`` under the code's key (:func:`_code`) and the job's collective: a rerun
     of one code replays the same files (a compile's search is cut by the wall clock, so
-    on a busy machine two compiles may keep different files); None keeps nothing."""
+    on a busy machine two compiles may keep different files); None, or code with no key,
+    keeps nothing. The compile writes each file whole (:mod:`te_ccl.outputs`), so a run
+    cut short leaves no partial file in the cache."""
     import te_ccl
 
-    folder = cache / _code() if cache is not None else None
+    code = _code() if cache is not None else None
     algos = {}
     with tempfile.TemporaryDirectory(prefix="teccl-jobs-alone-") as tmp:
+        folder = cache / code if cache is not None and code is not None else Path(tmp)
         for job in jobs.jobs:
             name = hashlib.sha256(f"{topology} {job.collective!r}".encode()).hexdigest()[:16]
-            path = (folder or Path(tmp)) / f"{name}.xml"
-            if not path.is_file():  # compiled aside, then moved whole into the cache
-                made = Path(tmp) / f"made-{name}.xml"
-                te_ccl.compile(forward_only(jobs.topology), job.collective, output=str(made),
+            path = folder / f"{name}.xml"
+            if not path.is_file():
+                folder.mkdir(parents=True, exist_ok=True)
+                te_ccl.compile(forward_only(jobs.topology), job.collective, output=str(path),
                                fmt="xml", time_limit_s=ALONE_LIMIT_S)
-                path.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(made, path)
             algos[job.name] = checked_algo(job, path.read_bytes())
     return algos
 
 
-def _code() -> str:
-    """The code's key: the commit and, where te_ccl/ has changes not committed (another
-    engineer's, mid-edit), a digest of them."""
-    head = provenance.commit().rstrip("+")
-    changes = subprocess.run(["git", "diff", "HEAD", "--", "te_ccl"], cwd=provenance.ROOT,
-                             capture_output=True, check=False).stdout
-    return head + (f"-{hashlib.sha256(changes).hexdigest()[:12]}" if changes else "")
+def _code() -> str | None:
+    """The code's key: the commit and, where te_ccl/ has changes not committed (edited
+    or new files), a digest of them; None outside a git checkout, where no key tells
+    one code from another."""
+    commit = provenance.commit()
+    head = commit.rstrip("+")
+    if not head:
+        return None
+    git = ["git", "-C", str(provenance.ROOT)]
+    digest = hashlib.sha256(subprocess.run([*git, "diff", "HEAD", "--", "te_ccl"],
+                                           capture_output=True, check=True).stdout)
+    new = subprocess.run([*git, "ls-files", "-z", "--others", "--exclude-standard", "--",
+                          "te_ccl"], capture_output=True, check=True).stdout
+    for name in sorted(filter(None, new.split(b"\0"))):
+        digest.update(name + b"\0" + (provenance.ROOT / name.decode()).read_bytes())
+    return head + (f"-{digest.hexdigest()[:12]}" if commit.endswith("+") else "")
 
 
 def _cpu_s() -> float:
