@@ -9,7 +9,7 @@ import pytest
 import te_ccl
 import te_ccl.compiler.pipeline as pipeline
 import te_ccl.compiler.render as render
-from te_ccl.deadline import left
+from te_ccl.deadline import TimeLimitReached, left
 from te_ccl.verify.fred_tables import check_fred_tables
 
 LIMIT_S = 3600.0
@@ -21,7 +21,12 @@ def searched(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The time left when the search starts (it stops there: only the first file is
     made), on a machine as fast as its estimates."""
     seen: list[float] = []
-    monkeypatch.setattr(pipeline, "_improve", lambda *args: seen.append(left()))
+
+    def search(*args: object, **kwargs: object) -> None:
+        seen.append(left())
+        raise TimeLimitReached("time limit reached while searching")
+
+    monkeypatch.setattr(pipeline, "solve_best", search)
     monkeypatch.setattr(render, "slowdown", lambda: 1.0)
     return seen
 
@@ -34,4 +39,3 @@ def test_the_search_keeps_the_first_files_tables(searched, monkeypatch, tmp_path
     assert result.output and (tmp_path / "a.xml").exists()
     tables = {p.name: p.read_text() for p in (tmp_path / "T").iterdir()}
     assert tables and not check_fred_tables(tables, source="T").violations
-
