@@ -182,8 +182,8 @@ def offered(topology: Topology, collective: Collective, fmt: str = "xml",
 
 def templates(topology: Topology, collective: Collective,
               only: tuple[str, ...] | None = None) -> list[Candidate]:
-    """The templates that apply, in order; ``only``: those named alone (the in-switch
-    schedule not)."""
+    """The templates that apply, in order (the in-switch schedule among them where the
+    fabric has one); ``only``: those named alone."""
     return [c for c in offered(topology, collective, kinds=("template",))
             if only is None or c.name in only]
 
