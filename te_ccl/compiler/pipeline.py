@@ -228,7 +228,7 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
         pairs, missed = made_in_time(ranges, made)
     results = [r for r, _ in pairs]
     files = [(r.output, data) for r, data in pairs]
-    if missed:  # said by the range next to them
+    if missed:  # said by the last range made
         last = results[-1].schedule
         results[-1] = replace(results[-1], schedule=last.with_info(
             notes=last.info.notes + (missed,)))
@@ -352,7 +352,8 @@ def _keep_measured(collective: Collective, options: CompileOptions, timer: Timer
 def _first_file(topology: Topology, collective: Collective, params: SolveParams,
                 options: CompileOptions, timer: Timer, kept: Incumbent) -> None:
     """Keep the file of the first of the portfolio's cheap candidates that builds,
-    passes the checker, lowers within the runtime's limits and verifies
+    passes the checker (where :func:`_gated` runs it), lowers within the runtime's
+    limits and verifies
     (:func:`te_ccl.compiler.warm.first_candidates`: with ``options.previous``, its routes
     first); one that does not is noted and the next one tried. Where every candidate
     overflows the runtime at one chunk per rank beyond :data:`TEMPLATE_MAX_GPUS` GPUs,
