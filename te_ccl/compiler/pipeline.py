@@ -589,8 +589,8 @@ def _verifier_alone(options: CompileOptions) -> bool:
     """Whether a first file is gated by the MSCCL XML verifier alone, the schedule
     checker left for the end (:func:`_check_kept`): the verifier checks the file the
     runtime runs, sharing nothing with the solver, and the checker beside it would take
-    the first file's time (mesh 16×16 AlltoAll: a tenth of it). Not where the tables of
-    FRED switches are made from the schedule."""
+    a share of the first file's time. Not where the tables of FRED switches are made
+    from the schedule."""
     return options.fmt == "xml" and options.fred_tables is None
 
 
