@@ -30,3 +30,17 @@ def test_the_jobs_files_alone_are_compiled_once_per_code(tmp_path, monkeypatch):
 
     monkeypatch.setattr(te_ccl, "compile", compile_again)
     assert _alone_files(jobs, "dgx1", tmp_path) == first
+
+
+def test_outside_a_git_checkout_the_files_alone_are_not_kept(tmp_path, monkeypatch):
+    """Without a commit no key tells one code from another, so nothing is cached."""
+    from devtools import provenance
+    from devtools.jobs_bench import _alone_files
+    from te_ccl.jobs.spec import jobs_from
+    from te_ccl.spec.topology import load_topology
+
+    monkeypatch.setattr(provenance, "commit", lambda: "")
+    jobs = jobs_from(load_topology("dgx1"), {"jobs": [
+        {"name": "a", "ranks": ["g0", "g1"], "collective": "allgather", "size": "1MB"}]}, None)
+    assert set(_alone_files(jobs, "dgx1", tmp_path)) == {"a"}
+    assert not any(tmp_path.iterdir())
