@@ -65,7 +65,7 @@ CASES = (("dgx1", TopologyEdit(without_links=("g0:g1",))),
 HEADER = (f"Written by `python -m devtools.recompile` (`make bench`): per case, a {SIZE} AllGather "
           "compiled again after the change, from scratch and from the previous file, each\n"
           "judged by its written file's replay, each timed in a process of its own; wall seconds "
-          "beside processor seconds (the compile's and its workers').\n\n")  # what recompile.md says of itself
+          "beside processor seconds (the compile's and its workers').\n\n")  # recompile.md's own
 
 
 @dataclass(frozen=True)
@@ -154,11 +154,12 @@ def _in_own_process(spawn: BaseContext, topology: Topology, output: str,
 def _timed(topology: Topology, output: str, previous: str | None
            ) -> tuple[float, float, _Run]:
     """Wall and processor seconds of one compile (``previous``: with ``--from``) in a
-    process that imported :mod:`te_ccl.api` (not timed) and nothing else ran in, and what it wrote."""
+    process that imported :mod:`te_ccl.api` (not timed) and nothing else ran in, and what
+    it wrote."""
     extra = {} if previous is None else {"previous": previous}
     start, cpu = time.monotonic(), _cpu_s()
     res = api.compile(topology, "allgather", size=SIZE, output=output,
-                         time_limit_s=LIMIT_S, **extra)
+                      time_limit_s=LIMIT_S, **extra)
     wall, cpu = time.monotonic() - start, _cpu_s() - cpu
     first = res.incumbents[0] if res.incumbents else None
     return wall, cpu, _Run(res.finish_time_s, res.bound_ratio, res.lower_bound_s,

@@ -113,9 +113,9 @@ def _compiled(jobs: JobSet, job: Job, budget: Budget
 
 def _compile_cut(topology: Topology, collective: Collective, budget: Budget) -> Schedule:
     """The compile's schedule of ``collective`` in its own chunks, in ``SHARES.job_form``
-    of the budget left. A cut the compile refuses (more transfers than one compile holds: the job's input was
-    taken, only the form's chunks are too many) leaves the form out, as no file in its
-    share does."""
+    of the budget left. A cut the compile refuses (more transfers than one compile holds:
+    the job's input was taken, only the form's chunks are too many) leaves the form out,
+    as no file in its share does."""
     import te_ccl  # the public compile, a layer above this package
 
     try:
