@@ -58,7 +58,7 @@ from te_ccl.compiler.result import CompileResult, compile_notes, declared_range,
 from te_ccl.compiler.sizes import SizedSchedule, compile_size_ranges, made_in_time
 from te_ccl.compiler.strategy import check_input
 from te_ccl.compiler.warm import first_candidates, offer_spliced, repair
-from te_ccl.deadline import SHARES, TimeLimitReached, hurried, keeping, left, until
+from te_ccl.deadline import SHARES, TimeLimitReached, check, hurried, keeping, left, until
 from te_ccl.errors import (
     RuntimeLimitError,
     SolverError,
@@ -610,6 +610,7 @@ def _check_kept(kept: Incumbent) -> None:
     if best is None or best.checked:
         return
     try:
+        check(CHECKING)  # none left: not started (it reads every transfer before it checks)
         refuse(check_schedule(best.schedule))
     except TimeLimitReached as e:
         kept.notes.append(f"anytime: the schedule checker did not run on the file written "

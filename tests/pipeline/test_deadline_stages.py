@@ -161,3 +161,30 @@ def test_a_deadline_reached_while_writing_still_writes_the_file(tmp_path, monkey
     result, out = compile_jumping(tmp_path, jump)
     assert jump.offset and verify_msccl(out.read_text()).valid
     assert not result.cut_short
+
+
+def test_a_first_file_kept_with_no_time_left_is_written_without_starting_the_checker(
+        tmp_path, monkeypatch):
+    """The limit gone once the first file (gated by the verifier alone) is kept: the
+    checker is not started (it would read every transfer before its first deadline
+    check); the file is written, its schedule not checked, with a note saying so."""
+    jump = Jump(None, armed=False)
+    started: list[float] = []
+    real = pipeline.check_schedule
+
+    def checking(schedule):
+        started.append(left())
+        return real(schedule)
+
+    monkeypatch.setattr(time, "monotonic", jump)
+    monkeypatch.setattr(pipeline, "check_schedule", checking)
+    topology, out = load_topology("mesh4x4"), tmp_path / "ag.xml"
+    collective = Collective(CollectiveKind.ALLGATHER, 64 * MIB, tuple(range(topology.ngpus)))
+    with until(LIMIT_S):
+        result = compile_collective(topology, collective,
+                                    SolveParams(time_limit_s=LIMIT_S, threads=1),
+                                    CompileOptions(output=str(out)),
+                                    lambda m: isinstance(m, Kept) and jump.now())
+    assert 0.0 not in started
+    assert result.schedule_checked is False and verify_msccl(out.read_text()).valid
+    assert any("the schedule checker did not run" in n for n in result.schedule.info.notes)
