@@ -42,7 +42,9 @@ __all__ = ["until", "check", "left", "checked", "keeping", "hurried", "in_hurry"
            "SHARES"]
 
 T = TypeVar("T")
-_DEADLINE: ContextVar[tuple[float, float] | None] = ContextVar("deadline", default=None)
+# (end, the limit its messages name, (clock, CPU seconds) when the outermost one began)
+_DEADLINE: ContextVar[tuple[float, float, tuple[float, float]] | None] = ContextVar(
+    "deadline", default=None)
 _HURRIED: ContextVar[list[str] | None] = ContextVar("hurried", default=None)
 EVERY = 4096  # items between two clock reads in :func:`checked`
 MODEL = "building the model"
@@ -58,10 +60,11 @@ def until(limit_s: float, since: float | None = None) -> Iterator[None]:
     """Everything run inside must end within ``limit_s`` seconds from now, or from
     ``since`` (a ``time.monotonic()``, such as :func:`process_start`'s); an outer, earlier
     deadline still holds."""
-    end = (time.monotonic() if since is None else since) + limit_s
+    now = time.monotonic()
+    end = (now if since is None else since) + limit_s
     outer = _DEADLINE.get()
-    end = end if outer is None else min(outer[0], end)
-    token = _DEADLINE.set((end, limit_s if outer is None else outer[1]))
+    token = _DEADLINE.set((end, limit_s, (now, _cpu_s())) if outer is None else
+                          (min(outer[0], end), outer[1], outer[2]))
     try:
         yield
     finally:
@@ -216,13 +219,23 @@ def process_start() -> float:
         return now
 
 
+def _cpu_s() -> float:
+    """CPU seconds of this process and the children it waited for."""
+    t = os.times()
+    return t.user + t.system + t.children_user + t.children_system
+
+
 def slowdown() -> float:
     """Wall seconds per CPU second of this process (and the children it waited for) since
-    it started, at least 1: on a loaded machine a stage estimated in CPU seconds takes
-    this many times longer by the clock the deadline reads."""
-    t = os.times()
-    cpu = t.user + t.system + t.children_user + t.children_system
-    return max(1.0, (time.monotonic() - process_start()) / cpu) if cpu > 0 else 1.0
+    the outermost :func:`until` began (without one, since the process started), at least
+    1: on a loaded machine a stage estimated in CPU seconds takes this many times longer
+    by the clock the deadline reads. From the deadline, not the process's start: a
+    process idle before it (a notebook, a server calling :func:`te_ccl.compile`) is not
+    a slow machine."""
+    d = _DEADLINE.get()
+    since, cpu_then = (process_start(), 0.0) if d is None else d[2]
+    cpu = _cpu_s() - cpu_then
+    return max(1.0, (time.monotonic() - since) / cpu) if cpu > 0 else 1.0
 
 
 def left() -> float:

@@ -4,12 +4,15 @@ always has its tables in time."""
 
 from __future__ import annotations
 
+import os
+import time
+
 import pytest
 
 import te_ccl
 import te_ccl.compiler.pipeline as pipeline
 import te_ccl.compiler.render as render
-from te_ccl.deadline import TimeLimitReached, left
+from te_ccl.deadline import TimeLimitReached, left, slowdown, until
 from te_ccl.verify.fred_tables import check_fred_tables
 
 LIMIT_S = 3600.0
@@ -39,3 +42,16 @@ def test_the_search_keeps_the_first_files_tables(searched, monkeypatch, tmp_path
     assert result.output and (tmp_path / "a.xml").exists()
     tables = {p.name: p.read_text() for p in (tmp_path / "T").iterdir()}
     assert tables and not check_fred_tables(tables, source="T").violations
+
+
+def test_the_slowdown_counts_from_the_deadline_not_from_an_idle_process(monkeypatch):
+    """A process that ran long before its compile (a notebook or a server calling
+    ``te_ccl.compile``) is not a slow machine: 4 s by the clock for 2 s of CPU since the
+    deadline began is a slowdown of 2, whatever the process did before."""
+    clock, cpu = [1000.0], [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(os, "times", lambda: os.times_result((cpu[0], 0.0, 0.0, 0.0, 0.0)))
+    with until(60.0):
+        clock[0] += 4.0
+        cpu[0] += 2.0
+        assert slowdown() == 2.0
