@@ -114,7 +114,7 @@ def test_topo_import_of_a_fifo_is_refused_without_opening_it(teccl, tmp_path):
 def test_fred_tables_past_the_deadline_exit_3_and_write_no_table(teccl, tmp_path, monkeypatch):
     import te_ccl.compiler.pipeline as pipeline
     import te_ccl.compiler.render as render
-    from te_ccl.deadline import until
+    from te_ccl.deadline import TimeLimitReached, until
 
     routed = render.planned_tables
 
@@ -122,7 +122,10 @@ def test_fred_tables_past_the_deadline_exit_3_and_write_no_table(teccl, tmp_path
         with until(0.0):
             return routed(*args)
 
-    monkeypatch.setattr(pipeline, "_improve", lambda *args: None)  # the first file only
+    def no_search(*args):  # the first file only: the search is cut short at once
+        raise TimeLimitReached("time limit reached while searching")
+
+    monkeypatch.setattr(pipeline, "solve_best", no_search)
     monkeypatch.setattr(render, "planned_tables", late)
     tables, xml = tmp_path / "T", tmp_path / "o.xml"
     code, _, err = teccl("compile", "fred-a", "-c", "allgather", "-s", "1MB", "--time-limit",
