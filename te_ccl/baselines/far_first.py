@@ -47,10 +47,10 @@ FINE = 8  # epochs per chunk time of the fastest link
 ROUNDS = 24  # placings, each with the last arrivals of the one before moved first
 PIECES = (1, 2, 4, 8)  # each pair's chunks cut into as many: where α dominates, a far
 #                        pair's data split over its routes and pipelined through its relay
-#                        ends sooner (dgx1 at 64 KB: 2.04 µs whole, 1.74 µs in eight)
+#                        ends sooner (dgx1 at 64 KB: docs/model.md, walk_window_s)
 MAX_PIECES = 8  # chunks a pair at most, cut here or asked for
-MAX_CUT = 1024  # chunks in all at most where cut here: more cost the lowering seconds
-#                  (mesh 4x4 in eight: over a minute)
+MAX_CUT = 1024  # chunks in all at most where cut here: the lowering's work grows with
+#                  them (mesh 4x4 in eight pieces a pair would be 1,920)
 LINK_MOST = 96  # transfers on one link at most where cut here: the lowering cannot fit
 #                 many more into a link's channels (ndv2x2's one IB link at 256: none)
 GAIN = 0.01  # a finer cut is kept where it ends at least this share sooner
