@@ -46,13 +46,13 @@ from te_ccl.baselines.plan import (
 )
 from te_ccl.baselines.ring import ring_order
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import SHARES, checked, left
+from te_ccl.deadline import SHARES, checked, left, slowdown
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
 __all__ = ["PIPELINE_KINDS", "applies", "box_heaps_apply", "box_trees", "disjoint_trees",
-           "fine_time_left", "pipeline", "pipeline_boxes", "pipeline_fine", "pipeline_units",
-           "units_apply"]
+           "fine_time_left", "fine_transfers", "pipeline", "pipeline_boxes", "pipeline_fine",
+           "pipeline_units", "units_apply"]
 
 PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
                   CollectiveKind.SCATTER)
@@ -175,31 +175,50 @@ def _links(topology: Topology, tree: Tree) -> dict[str, int]:
 
 def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
     """:func:`pipeline` in up to :data:`FINE_TRANSFERS` transfers: a tree fills a hop per
-    piece, so more pieces come closer to the bound. The pieces follow from that count and
-    the runtime's element limit alone, never from the clock, so a compile writes the same
-    file on any machine; the time left only decides whether it is built (where that file
-    at :data:`TRANSFER_S` a transfer takes more than ``SHARES.fine_trees`` of it, not), and
-    it is not built where its pieces are :func:`pipeline`'s. A Reduce sums up a heap of
+    piece, so more pieces come closer to the bound. The pieces follow from that count (or
+    the largest of its halvings the time left allows, :func:`fine_transfers`) and the
+    runtime's element limit alone, so a compile writes one of a few files on any machine,
+    and it is not built where its pieces are :func:`pipeline`'s. A Reduce sums up a heap of
     fan-out :data:`REDUCE_FAN` in each box beyond the root's (:func:`box_trees`): at a
     thousand pieces, a GPU summing each piece from all its box makes the file slower than
     its schedule (every partial waits for its turn at that GPU), and a chain through the
     box waits for every GPU's α in turn before the first partial leaves it."""
     fan, coll = _fan(topology, collective)
-    fine_time_left("the finer pipeline's file")
-    if _cut(fan, coll, FINE_TRANSFERS)[0] == _cut(fan, coll, MAX_TRANSFERS)[0]:
-        raise BaselineError("no finer pieces than the pipeline template's: the size or the "
-                            "runtime's element limit holds them")
-    return pipeline(topology, collective, FINE_TRANSFERS,
+    transfers = fine_transfers("the finer pipeline's file", FINE_TRANSFERS, MAX_TRANSFERS)
+    if _cut(fan, coll, transfers)[0] == _cut(fan, coll, MAX_TRANSFERS)[0]:
+        raise BaselineError("no finer pieces than the pipeline template's: the size, the "
+                            "runtime's element limit or the time left holds them")
+    return pipeline(topology, collective, transfers,
                     box_fan=REDUCE_FAN if collective.kind is CollectiveKind.REDUCE else None)
 
 
 def fine_time_left(what: str, transfers: int = FINE_TRANSFERS) -> None:
     """Raises :class:`BaselineError` where a file of ``transfers`` transfers (``what``),
-    at :data:`TRANSFER_S` each to build and judge, would take more than
-    ``SHARES.fine_trees`` of the time left: its pieces never depend on the clock, only
-    whether it is built does."""
-    if left() * SHARES.fine_trees < transfers * TRANSFER_S:
+    at :data:`TRANSFER_S` each to build and judge (times the machine's
+    :func:`~te_ccl.deadline.slowdown`: a loaded machine lowers slower by the clock),
+    would take more than ``SHARES.fine_trees`` of the time left: its pieces never depend
+    on the clock, only whether it is built does."""
+    if not _in_time(transfers):
         raise BaselineError(f"no time left to build and judge {what}")
+
+
+def fine_transfers(what: str, most: int, fewer_than: int) -> int:
+    """The most transfers of ``most``, ``most // 2``, ``most // 4``, … (more than
+    ``fewer_than``) whose file (``what``) :func:`fine_time_left` allows: where the time
+    left cannot lower the finest file, the finest that can be lowered is built, not the
+    coarse one; a fixed ladder, so the same few files on any machine. Raises
+    :class:`BaselineError` where none is allowed."""
+    transfers = most
+    while transfers // 2 > fewer_than and not _in_time(transfers):
+        transfers //= 2
+    fine_time_left(what, transfers)
+    return transfers
+
+
+def _in_time(transfers: int) -> bool:
+    """Can a file of ``transfers`` be built and judged in ``SHARES.fine_trees`` of the
+    time left (:func:`fine_time_left`)?"""
+    return left() * SHARES.fine_trees >= transfers * TRANSFER_S * slowdown()
 
 
 def box_heaps_apply(topology: Topology, collective: Collective) -> bool:

@@ -9,13 +9,15 @@ more than about 200 GPUs into fewer pieces than the runtime's
 its fill stays a large share of the stream however shallow the trees
 (:func:`~te_ccl.baselines.grid_trees.torus_trees`). This template cuts
 :data:`~te_ccl.baselines.packed.FINE_PIECES` pieces (within the runtime's element limit):
-its file is larger, so it is built only where the time left allows it at
-:data:`~te_ccl.baselines.disjoint.TRANSFER_S` a transfer.
+its file is larger, so where the time left does not allow it at
+:data:`~te_ccl.baselines.disjoint.TRANSFER_S` a transfer, it takes the finest halving of
+them that is still finer than ``pipeline-fine``'s and does
+(:func:`~te_ccl.baselines.disjoint.fine_transfers`).
 """
 
 from __future__ import annotations
 
-from te_ccl.baselines.disjoint import FINE_TRANSFERS, fine_time_left, pipeline
+from te_ccl.baselines.disjoint import FINE_TRANSFERS, fine_transfers, pipeline
 from te_ccl.baselines.packed import FINE_PIECES
 from te_ccl.baselines.plan import BaselineError
 from te_ccl.collective.model import Collective, CollectiveKind
@@ -40,11 +42,12 @@ def torus_applies(topology: Topology, collective: Collective) -> bool:
 
 def pipeline_torus(topology: Topology, collective: Collective) -> Schedule:
     """The Broadcast or Reduce down the torus's trees in up to
-    :data:`~te_ccl.baselines.packed.FINE_PIECES` pieces (module docstring)."""
+    :data:`~te_ccl.baselines.packed.FINE_PIECES` pieces, fewer where the time left
+    allows fewer (module docstring)."""
     if not torus_applies(topology, collective):
         raise BaselineError("the torus pipeline is for broadcast and reduce over every GPU "
                             f"of a torus of equal sides with more than "
                             f"{FINE_TRANSFERS // FINE_PIECES + 1} GPUs")
-    transfers = FINE_PIECES * (collective.nranks - 1)
-    fine_time_left("the torus pipeline's file", transfers)
+    transfers = fine_transfers("the torus pipeline's file", FINE_PIECES * (collective.nranks - 1),
+                               FINE_TRANSFERS)
     return pipeline(topology, collective, transfers, name="pipeline-torus")

@@ -4,11 +4,12 @@ from collections import Counter, defaultdict
 
 import pytest
 
-from te_ccl.baselines import BaselineError, applicable, build_baseline
+from te_ccl.baselines import BaselineError, applicable, build_baseline, disjoint
 from te_ccl.baselines.disjoint import REDUCE_FAN, box_trees, disjoint_trees, pipeline_fine
 from te_ccl.bounds import lower_bound
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
+from te_ccl.deadline import until
 from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.spec.topology import load_topology
@@ -190,3 +191,18 @@ def test_a_chain_through_the_switches_where_it_carries_all_the_root_sends(kind):
             senders[t.chunk].add(t.src)
     assert {len(s) for s in senders.values()} == {7}  # each piece: one send per NPU
     assert 1 <= file_ratio("pipeline", wafer, coll) <= 1.05
+
+
+@pytest.mark.parametrize(("slower", "limit", "transfers"), [
+    (1.0, 60.0, 200_000), (1.0, 20.0, 100_000), (2.0, 20.0, 50_000)])
+def test_fine_transfers_the_finest_halving_the_time_left_lowers(monkeypatch, slower, limit,
+                                                                transfers):
+    monkeypatch.setattr(disjoint, "slowdown", lambda: slower)
+    with until(limit):
+        assert disjoint.fine_transfers("a file", 200_000, 20_000) == transfers
+
+
+def test_fine_transfers_none_finer_than_the_coarse_file_in_time(monkeypatch):
+    monkeypatch.setattr(disjoint, "slowdown", lambda: 1.0)
+    with until(1.0), pytest.raises(BaselineError, match="no time left"):
+        disjoint.fine_transfers("a file", 200_000, 20_000)
