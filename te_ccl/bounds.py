@@ -856,6 +856,9 @@ def alltoall_window(topology: Topology, members: list[str], per_pair_bytes: floa
 WALK_HOPS = 20_000  # hops of the members' short routes walk_window_s weighs at most:
 #                     beyond, the part is left out (its LP is solved WALK_STEPS times)
 WALK_STEPS = 16  # bisection steps between the α-distance and twice it
+WALK_PATHS = 20_000  # partial paths the route search walks at most: few members far apart
+#                      in a large fabric have more short paths that reach none of them
+#                      than a compile can walk (a 12×12 switch mesh, two GPUs at corners)
 
 _Route = tuple[int, float, tuple[tuple[tuple[str, str], float], ...]]  # pair, α, (link, a)
 
@@ -863,12 +866,12 @@ _Route = tuple[int, float, tuple[tuple[tuple[str, str], float], ...]]  # pair, �
 def _short_routes(topology: Topology, members: list[str], budget: float) -> list[_Route] | None:
     """Every simple path from a member to another whose α adds up to less than
     ``budget``: its pair's index, its α and each hop's (link, α of the hops before it);
-    None beyond :data:`WALK_HOPS` hops in all."""
+    None beyond :data:`WALK_HOPS` hops in all or :data:`WALK_PATHS` paths walked."""
     inside = set(members)
     pair = {(s, d): i for i, (s, d) in enumerate((s, d) for s in members for d in members
                                                   if s != d)}
     routes: list[_Route] = []
-    hops = 0
+    hops = walked = 0
     for s in members:
         stack: list[tuple[str, float, frozenset[str], tuple]] = [(s, 0.0, frozenset({s}), ())]
         while stack:
@@ -883,6 +886,9 @@ def _short_routes(topology: Topology, members: list[str], budget: float) -> list
                     if hops > WALK_HOPS:
                         return None
                     routes.append((pair[(s, k.dst)], total, walk))
+                walked += 1
+                if walked > WALK_PATHS:
+                    return None
                 stack.append((k.dst, total, seen | {k.dst}, walk))
     return routes
 
@@ -933,7 +939,8 @@ def alltoall_walk_window(topology: Topology, members: list[str], per_pair_bytes:
     already, if larger) and ``2D`` at which the routes with α under ``T`` cannot carry
     every pair's bytes; 0 where they can at ``2D`` (bandwidth dominates) or at the
     start (nothing to add: one LP solved, not a bisection's), there are more routes
-    than :data:`WALK_HOPS` hops, no α between the members, or no time to solve.
+    than :data:`WALK_HOPS` hops or paths to walk than :data:`WALK_PATHS`, no α between
+    the members, or no time to solve.
 
     >>> from te_ccl.spec.topology import load_topology
     >>> dgx1 = load_topology("dgx1")  # 1.4 µs of α, then 0.32 µs for the far pairs

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from te_ccl.bounds import alltoall_walk_window, lower_bound
+from te_ccl.bounds import WALK_PATHS, alltoall_walk_window, lower_bound
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.spec.topology import load_topology
-from te_ccl.topology import Link, Node, Topology
+from te_ccl.topology import Link, Node, NodeKind, Topology
 from tests.bounds.strategies import fabrics
 from tests.bounds.test_alltoall_alpha import template_replays
 from tests.bounds.test_window_exact import best_replay
@@ -73,6 +73,31 @@ def test_it_sets_dgx1_bound_at_64kb_and_no_template_beats_it() -> None:
 def test_none_where_bandwidth_dominates() -> None:
     dgx1 = load_topology("dgx1")
     assert walk(dgx1, 10**8) == 0.0
+
+
+class _Walked(Topology):
+    """A topology that counts the nodes whose links are read and refuses one too many."""
+
+    def out_links(self, name: str) -> list[Link]:
+        self.meta["read"] = self.meta.get("read", 0) + 1
+        assert self.meta["read"] <= WALK_PATHS + 2, "the route search walked on"
+        return super().out_links(name)
+
+
+def test_few_members_far_apart_in_a_large_fabric_are_given_up() -> None:
+    # two GPUs at opposite corners of a 12x12 switch mesh: millions of short paths reach
+    # neither, so the part is left out after a bounded walk, not searched to the end
+    n = 12
+    pairs = [("g0", "s0_0"), ("g1", f"s{n - 1}_{n - 1}")]
+    for i in range(n):
+        for j in range(n):
+            pairs += [(f"s{i}_{j}", f"s{x}_{y}") for x, y in ((i + 1, j), (i, j + 1))
+                      if x < n and y < n]
+    links = [Link(a, b, 1e11, 5e-7) for u, v in pairs for a, b in ((u, v), (v, u))]
+    nodes = [Node("g0"), Node("g1")] + [Node(f"s{i}_{j}", NodeKind.SWITCH, has_buffer=True)
+                                        for i in range(n) for j in range(n)]
+    topo = _Walked.build("switch-mesh", nodes, links)
+    assert alltoall_walk_window(topo, ["g0", "g1"], 1000.0) == 0.0
 
 
 @pytest.mark.slow
