@@ -84,13 +84,13 @@ entry of :attr:`Bound.parts` each; the bound is the largest) are:
   the bytes of hops with ``a_i ≥ a`` and ``c_i ≥ c`` at most ``b_ℓ·(T − c − a)``; where
   the LP finds no such spread, no schedule finishes by ``T``. A bisection between the
   members' α-distance ``D`` and ``2D`` finds the largest such ``T`` (none where ``2D``
-  has a spread: bandwidth dominates). dgx1 at 64 KB: a far pair's byte crosses its
+  has no spread either: bandwidth dominates). dgx1 at 64 KB: a far pair's byte crosses its
   first link within ``[0, T − 1.4 µs]`` and its second within ``[0.7, T − 0.7] µs``,
   and no spread of the far pairs over their two-hop paths fits both windows' links in
   under 0.32 µs: 1.72 µs, where the other parts give 1.56. A schedule of ``f·M`` (``f ≤ 1``) finishing by ``f·T`` would give a
   spread for ``M`` at ``T`` (its bytes over ``f``: each window at ``f·T`` lies in
   ``f`` times the one at ``T``), so ``f·T`` bounds ``f·M``: the part rescales down as
-  proportional (a bound is rescaled from 1 GB, where this part is 0).
+  proportional, never up (at 1 GB it is 0: a small size's is computed at that size).
 * ``gossip_s`` (AllReduce): split the nodes into groups holding every node that can add
   (GPUs, reducing switches); say ``k`` groups hold members. Every element needs
   ``2(k−1)`` transfers into groups from outside them, the one-way gossip count: treat a
@@ -131,7 +131,8 @@ is no bound when the far pair can be served at t = 0 while the cut is busy (``st
 and ``cut_alpha_s`` add only the latency after the cut's last byte). Every part is a term
 proportional to ``M`` plus a fixed one (:attr:`Bound.fixed`: all of ``alpha_s``, the
 tails of ``stream_s`` and ``cut_alpha_s``, ``θ`` of ``window_s``), so a bound computed at one size rescales to any other
-(:meth:`Bound.rescaled`). None depends on the chunking.
+(:meth:`Bound.rescaled`), but for ``walk_window_s``, which holds only rescaled down. None
+depends on the chunking.
 
 >>> from te_ccl.collective import Collective, CollectiveKind
 >>> from te_ccl.topology import Link, Node, Topology
@@ -177,7 +178,8 @@ class Bound:
     fixed: dict[str, float] = field(default_factory=dict)
 
     def rescaled(self, factor: float) -> dict[str, float]:
-        """The parts for ``factor`` times the size (:attr:`fixed` seconds stay).
+        """The parts for ``factor`` times the size (:attr:`fixed` seconds stay); a
+        ``walk_window_s`` part holds only for ``factor ≤ 1`` (module docstring).
 
         >>> Bound(3.0, {"cut_s": 2.0, "stream_s": 3.0, "alpha_s": 1.0},
         ...       {"stream_s": 1.0, "alpha_s": 1.0}).rescaled(2)
@@ -937,7 +939,7 @@ def alltoall_walk_window(topology: Topology, members: list[str], per_pair_bytes:
     """AlltoAll's ``walk_window_s`` (module docstring): the largest ``T`` found by
     bisection between the members' α-distance ``D`` (or ``above``, a bound known
     already, if larger) and ``2D`` at which the routes with α under ``T`` cannot carry
-    every pair's bytes; 0 where they can at ``2D`` (bandwidth dominates) or at the
+    every pair's bytes; 0 where they cannot at ``2D`` either (bandwidth dominates), can at the
     start (nothing to add: one LP solved, not a bisection's), there are more routes
     than :data:`WALK_HOPS` hops or paths to walk than :data:`WALK_PATHS`, no α between
     the members, or no time to solve.
