@@ -50,7 +50,7 @@ def _row(topology: str, size: str, chunks: str | None, limit_s: float) -> str:
             res = te_ccl.compile(topology, "alltoall", size=size, chunks=chunks,
                                  time_limit_s=limit_s, output=f"{tmp}/out.{fmt}", fmt=fmt)
         except TecclError as e:
-            return f"| {topology} | {size} | {chunks or '-'} | exit {e.exit_code} | | | | | |"
+            return f"| {topology} | {size} | {chunks or '-'} | exit {e.exit_code} | | | | | | |"
     cpu, wall = _cpu_s() - cpu, time.monotonic() - wall
     parts = res.bound_parts
     by = max(parts, key=parts.__getitem__)
