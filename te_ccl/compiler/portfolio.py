@@ -83,7 +83,7 @@ from te_ccl.compiler.candidates import (
     templates,
 )
 from te_ccl.compiler.chunking import chunk_candidates, chunking_bounds, latency_first
-from te_ccl.deadline import SHARES, Budget, TimeLimitReached, left, until
+from te_ccl.deadline import SHARES, Budget, TimeLimitReached, keeping, left, until
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.model.relays import relay_overflow
 from te_ccl.schedule import Schedule
@@ -101,6 +101,8 @@ MIN_SHARE_S = 0.2  # below this a chunking is not worth starting
 SKIP_GAIN = 0.02  # a chunking must be able to beat the best so far by this to be solved
 TIE = 1e-9  # relative: a later candidate must beat the best by more, or tie it with fewer
 #             transfers, to replace it
+RESERVE_MARGIN = 2.0  # a template is built ending this × the time writing the best takes
+#                      before the deadline: that estimate's pace was timed on another file
 EARLY_TEMPLATES = ("packed", "pipeline", "in-switch")  # raced before the flow model: built in
 # a second or two, their pipelined trees land near the bound where the flow model's whole
 # chunks and the scale backend's ReduceScatter + AllGather do not (mesh4x4 AllReduce 1 GB:
@@ -489,7 +491,9 @@ def _templates(race: _Race, topology: Topology, collective: Collective, params: 
             race.skip(name, "no time left")
             continue
         try:
-            schedule = template.build(topology, collective, params)
+            # a template of 1024 GPUs builds for seconds: the best's file keeps its time
+            with keeping(race.reserve_s * RESERVE_MARGIN):
+                schedule = template.build(topology, collective, params)
         except BaselineError:
             continue
         except TimeLimitReached as e:  # building is part of the search: keep the best so far

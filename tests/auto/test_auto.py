@@ -13,7 +13,7 @@ from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective, CollectiveKind
 from te_ccl.compiler import SolveParams, solve
 from te_ccl.compiler.portfolio import Judge
-from te_ccl.deadline import Budget
+from te_ccl.deadline import Budget, left, until
 from te_ccl.errors import SolverError, SpecError
 from te_ccl.spec.topology import load_topology
 from te_ccl.topology.generators import ring
@@ -192,6 +192,30 @@ def test_a_deadline_while_building_a_template_keeps_the_best_so_far(monkeypatch)
     auto._templates(race, topo, c, AUTO, Budget.of(60.0))
     assert race.winner().transfers is first.transfers
     assert any("while building a template" in t.outcome for t in race.trials)
+
+
+def test_a_template_is_built_ending_before_the_time_writing_the_best_takes(monkeypatch):
+    """A template of 1024 GPUs builds for seconds: the best's file, found already, keeps
+    twice its estimated write from the template's deadline, so a build the deadline stops
+    still leaves that file the time to be verified and written."""
+    import te_ccl.baselines as baselines
+
+    seen: list[float] = []
+
+    def timed(*args):
+        seen.append(left())
+        raise auto.TimeLimitReached("time limit of 60 s reached while building a template")
+
+    topo, c = ring(4, 50e9), every("allgather", 4, 4 << 12)
+    race = auto._Race(Judge("test", lambda s: s.finish_time_s))
+    first = build_baseline("ring", topo, c)
+    race.enter("first", first)
+    monkeypatch.setattr(auto._Race, "reserve_s", property(lambda self: 5.0))
+    monkeypatch.setattr(baselines, "build_baseline", timed)
+    with until(60.0):
+        auto._templates(race, topo, c, AUTO, Budget.of(60.0))
+    assert seen and all(x <= 60.0 - 5.0 * auto.RESERVE_MARGIN for x in seen)
+    assert race.winner().transfers is first.transfers
 
 
 def test_the_first_file_candidates_start_with_the_scale_method_at_one_sub_chunk():
