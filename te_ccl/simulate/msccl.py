@@ -40,7 +40,6 @@ import re
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Sequence
-from heapq import heappop, heappush
 from pathlib import Path
 
 from te_ccl.deadline import check
@@ -266,47 +265,24 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
     stage = [-1] * nsteps       # -1 not reached, 0 dependency, 1 message, 2 slot, 3 running
     waiters: dict[int, list[int]] = {}
     events = Events()
-    push = events.push
-
-    free, per_unit, busy, uses = links.free, links.per_unit, links.busy, links.uses
-    queue, times = events.queue, events.times
+    push, pop = events.push, events.pop
 
     def hop(i: int, h: int, now: float, behind: float) -> None:
         """Put message ``i`` on hop ``h`` of its route at ``now`` (its head is there; its
-        tail at ``behind``): :meth:`Links.put` and :meth:`Events.push` written out (one
-        call per message, not four)."""
+        tail at ``behind``)."""
         hops = paths[path[i]]
         k = hops[h]
-        start = free[k]
-        if now > start:
-            start = now
-        end = start + cnt[i] * per_unit[k]
-        if behind > end:
-            end = behind
-        free[k] = end
-        busy[k] += end - start
-        uses[k] += 1
+        start, end = put(k, now, cnt[i], behind)
         a = lat[k]
         if record:
             used.append((k, i, start, end, end + a))
         if h + 1 == len(hops):
-            t, code = end + a, i << 12 | _ARRIVE
+            push(end + a, i << 12 | _ARRIVE)
         else:
             tail[i] = end + a
-            t, code = (start if cut[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP
-        codes = queue.get(t)
-        if codes is None:
-            queue[t] = [code]
-            heappush(times, t)
-        else:
-            codes.append(code)
+            push((start if cut[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP)
         if not h:
-            codes = queue.get(end)
-            if codes is None:
-                queue[end] = [i << 12 | _DONE]
-                heappush(times, end)
-            else:
-                codes.append(i << 12 | _DONE)
+            push(end, i << 12 | _DONE)
 
     if pieces is not None:  # pieces start at their tails' arrival, not the message's
         hop, left = _by_pieces(paths, path, cnt, pieces, put, lat, cut, push, used, record)
@@ -316,7 +292,6 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
     todo.reverse()
     now = last = 0.0
     count = 0
-    current, pos, taking = events.current, events.pos, events.taking
     while True:
         while todo:
             i = todo.pop()
@@ -359,20 +334,10 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
                     todo.extend(ws)
                 continue
             hop(i, 0, now, 0.0)
-        # the next code: Events.pop written out (one call per event saved)
-        if pos == len(current):  # the codes at ``now`` are taken: the next time's
-            if not times:
-                break
-            del queue[now]
-            now = heappop(times)
-            current = queue[now]
-            current.sort()
-            pos, taking = 0, len(current)
-        elif len(current) != taking:  # a code at ``now`` itself was added
-            current[pos:] = sorted(current[pos:])
-            taking = len(current)
-        code = current[pos]
-        pos += 1
+        code = pop()
+        if code < 0:
+            break
+        now = events.now
         count += 1
         if not count % CHECK_EVERY:
             check(_REPLAYING)
