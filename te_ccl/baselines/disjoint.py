@@ -196,8 +196,9 @@ def fine_time_left(what: str, transfers: int = FINE_TRANSFERS) -> None:
     """Raises :class:`BaselineError` where a file of ``transfers`` transfers (``what``),
     at :data:`TRANSFER_S` each to build and judge (times the machine's
     :func:`~te_ccl.deadline.slowdown`: a loaded machine lowers slower by the clock),
-    would take more than ``SHARES.fine_trees`` of the time left: its pieces never depend
-    on the clock, only whether it is built does."""
+    would take more than ``SHARES.fine_trees`` of the time left: it says whether that
+    file is built, never how fine it is (:func:`fine_transfers` picks from a fixed
+    ladder)."""
     if not _in_time(transfers):
         raise BaselineError(f"no time left to build and judge {what}")
 
