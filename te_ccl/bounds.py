@@ -184,8 +184,11 @@ class Bound:
         >>> Bound(3.0, {"cut_s": 2.0, "stream_s": 3.0, "alpha_s": 1.0},
         ...       {"stream_s": 1.0, "alpha_s": 1.0}).rescaled(2)
         {'cut_s': 4.0, 'stream_s': 5.0, 'alpha_s': 1.0}
+        >>> Bound(2.0, {"walk_window_s": 2.0}).rescaled(2)  # left out: not proved above
+        {}
         """
-        return {k: self.fixed.get(k, 0.0) + v * factor for k, v in self.proportional.items()}
+        return {k: self.fixed.get(k, 0.0) + v * factor for k, v in self.proportional.items()
+                if factor <= 1 or k not in DOWN_ONLY}
 
     @property
     def proportional(self) -> dict[str, float]:
@@ -197,6 +200,9 @@ class Bound:
         """The part that sets the bound (``cut_s``, ``gossip_s``, ``alpha_s``, …); ties
         go to the first computed, the bandwidth argument before the latency one."""
         return max(self.parts, key=self.parts.__getitem__, default="")
+
+
+DOWN_ONLY = frozenset({"walk_window_s"})  # parts proved for smaller sizes only
 
 
 def _members(topology: Topology, collective: Collective) -> list[str]:
