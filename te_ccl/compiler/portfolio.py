@@ -472,8 +472,8 @@ def _templates(race: _Race, topology: Topology, collective: Collective, params: 
     alone can use up the share (mesh 4×4 AllGather 1 GB at a 10 s limit).
 
     The templates are built in the Schedule IR with the same α semantics, so their times
-    compare directly with the solvers'. ``only``: those templates alone (the in-switch
-    schedule not), as :data:`EARLY_TEMPLATES` are raced before the flow model.
+    compare directly with the solvers'. ``only``: those templates alone, as
+    :data:`EARLY_TEMPLATES` are raced before the flow model.
     """
     if deliveries(collective) > TEMPLATE_MAX_DELIVERIES:
         race.skip("templates", f"over {TEMPLATE_MAX_DELIVERIES} (chunk, destination) pairs")
