@@ -35,7 +35,7 @@ import networkx as nx
 
 from te_ccl.baselines.plan import TEMPLATE, BaselineError
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import checked
+from te_ccl.deadline import TimeLimitReached, checked
 from te_ccl.schedule import Schedule, SolveInfo, transfers_of
 from te_ccl.topology.model import Topology
 
@@ -121,7 +121,10 @@ def far_first(topology: Topology, collective: Collective) -> Schedule:
     for f in PIECES[1:]:
         if k * f > MAX_PIECES or pairs * k * f > MAX_CUT:
             break
-        cut = _far_first(topology, replace(collective, chunks_per_rank=k * f))
+        try:
+            cut = _far_first(topology, replace(collective, chunks_per_rank=k * f))
+        except TimeLimitReached:  # the cuts made stand: a finer one only improves them
+            break
         if max(Counter((x.src, x.dst) for x in cut.transfers).values(), default=0) > LINK_MOST:
             break
         if cut.finish_time_s < (1 - GAIN) * best.finish_time_s:

@@ -54,3 +54,25 @@ def test_only_alltoall() -> None:
     with pytest.raises(BaselineError, match="AlltoAll only"):
         build_baseline("far-first", topo, coll)
 
+
+
+def test_a_deadline_during_a_finer_cut_keeps_the_cuts_made(monkeypatch):
+    """The finer cuts only improve the file: the limit reached while one is placed leaves
+    the coarser schedule standing instead of losing it."""
+    import importlib
+
+    from te_ccl.deadline import TimeLimitReached
+
+    ff = importlib.import_module("te_ccl.baselines.far_first")  # the module, not its function
+    calls = []
+
+    def late(items, doing, every):  # the limit passes once the first cut is placed
+        calls.append(doing)
+        if len(calls) > 1:
+            raise TimeLimitReached(f"time limit reached while {doing}")
+        return iter(items)
+
+    monkeypatch.setattr(ff, "checked", late)
+    topo = load_topology("dgx1")
+    s = ff.far_first(topo, Collective(CollectiveKind.ALLTOALL, 64_000, tuple(range(8))))
+    assert s.collective.chunks_per_rank == 1 and len(calls) == 2
