@@ -228,10 +228,8 @@ def box_heaps_apply(topology: Topology, collective: Collective) -> bool:
     if collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) \
             or collective.root is None or collective.nranks < 3:
         return False
-    members = [topology.gpu(r) for r in collective.ranks]
-    root = topology.gpu(collective.root)
-    return not any(topology.has_link(root, v) or topology.has_link(v, root) for v in members) \
-        and len(find_boxes(topology, members)) > 2
+    return not _root_linked(topology, collective) \
+        and len(find_boxes(topology, [topology.gpu(r) for r in collective.ranks])) > 2
 
 
 def pipeline_boxes(topology: Topology, collective: Collective) -> Schedule:
@@ -257,9 +255,14 @@ def units_apply(topology: Topology, collective: Collective) -> bool:
     if collective.kind not in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE) \
             or collective.root is None or not 2 < collective.nranks <= MAX_GPUS:
         return False
-    members = {topology.gpu(r) for r in collective.ranks}
+    return _root_linked(topology, collective)
+
+
+def _root_linked(topology: Topology, collective: Collective) -> bool:
+    """Has ``collective``'s root a direct link to or from another of its GPUs?"""
     root = topology.gpu(collective.root)
-    return any(topology.has_link(root, v) or topology.has_link(v, root) for v in members)
+    return any(topology.has_link(root, topology.gpu(r)) or topology.has_link(topology.gpu(r), root)
+               for r in collective.ranks)
 
 
 def pipeline_units(topology: Topology, collective: Collective) -> Schedule:
