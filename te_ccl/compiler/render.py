@@ -281,7 +281,7 @@ def write_fred_tables(schedules: Sequence[Schedule], topology: Topology, out_dir
         raise TimeLimitReached(f"{e}, after {spent:.2g} s of the {kept_s:.2g} s kept for the "
                                "FRED switch tables; the tables of the cheapest file kept "
                                f"(~{flows:,} flows) take ~{flows * TABLES_S_PER_FLOW:.2g} s of "
-                               f"CPU (~{flows * TABLES_S_PER_FLOW * slowdown():.2g} s on this "
+                               f"CPU (~{_by_clock_s(flows):.2g} s on this "
                                "machine now): they need a longer limit; nothing was written"
                                ) from None
 
@@ -292,7 +292,13 @@ def tables_time_s(schedule: Schedule, topology: Topology) -> float:
     each, times the machine's :func:`~te_ccl.deadline.slowdown`. The compile keeps them
     from its search for its first file, whose tables are the last resort of
     :func:`write_fred_tables`."""
-    return unrouted_flows(schedule, topology) * TABLES_S_PER_FLOW * slowdown()
+    return _by_clock_s(unrouted_flows(schedule, topology))
+
+
+def _by_clock_s(flows: int) -> float:
+    """Seconds the tables of ``flows`` flows take by estimate, by the clock:
+    :data:`TABLES_S_PER_FLOW` CPU seconds each, times :func:`~te_ccl.deadline.slowdown`."""
+    return flows * TABLES_S_PER_FLOW * slowdown()
 
 
 def _tables_in_time(schedule: Schedule, topology: Topology, out_dir: Path
@@ -300,14 +306,14 @@ def _tables_in_time(schedule: Schedule, topology: Topology, out_dir: Path
     """The tables of ``schedule`` written, unless they are estimated
     (:func:`unrouted_flows`, then :meth:`PlannedTables.estimate_s`) to take longer than
     the time left (:class:`TimeLimitReached`, as when they run out of it)."""
-    flows, slower = unrouted_flows(schedule, topology), slowdown()
-    if flows * TABLES_S_PER_FLOW * slower > left():
-        raise TimeLimitReached(f"~{flows * TABLES_S_PER_FLOW * slower:.2g} s for ~{flows:,} "
-                               f"flows before routing, {left():.2g} s left")
+    flows = unrouted_flows(schedule, topology)
+    if (need := _by_clock_s(flows)) > left():
+        raise TimeLimitReached(f"~{need:.2g} s for ~{flows:,} flows before routing, "
+                               f"{left():.2g} s left")
     planned = planned_tables(schedule, topology)
-    if planned.estimate_s() * slower > left():
-        raise TimeLimitReached(f"~{planned.estimate_s() * slower:.2g} s for "
-                               f"{planned.flows:,} flows, {left():.2g} s left")
+    if (need := planned.estimate_s() * slowdown()) > left():
+        raise TimeLimitReached(f"~{need:.2g} s for {planned.flows:,} flows, "
+                               f"{left():.2g} s left")
     return tables_of_timeline(schedule, planned, out_dir)
 
 
