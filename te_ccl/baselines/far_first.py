@@ -144,16 +144,17 @@ def _far_first(topology: Topology, collective: Collective) -> Schedule:
     routes = {p: _routes(graph, *p) for p in pairs}
     order = sorted(((p, i) for p in pairs for i in range(len(pairs[p]))),
                    key=lambda x: (-len(routes[x[0]][0]), x[1], x[0]))
-    best: dict[_Piece, list[_Hop]] | None = None
+    best: dict[_Piece, list[_Hop]] = {}
+    best_last = math.inf
     rounds = max(1, min(ROUNDS, PLACEMENTS // max(1, len(order))))
     for _ in checked(range(rounds), TEMPLATE, every=1):  # a round places many chunks
         placed = _place(topology, collective.chunk_bytes, tau, order, routes)
         last = max(h[-1][3] for h in placed.values())
-        if best is None or last < max(h[-1][3] for h in best.values()):
-            best = placed
+        if last < best_last:
+            best, best_last = placed, last
         late = [x for x in order if placed[x][-1][3] == last]
         order = late + [x for x in order if placed[x][-1][3] != last]
-    rows = [(pairs[p][i], u, v, t, a) for (p, i), hops in (best or {}).items()
+    rows = [(pairs[p][i], u, v, t, a) for (p, i), hops in best.items()
             for u, v, t, a in hops]
     info = SolveInfo(backend="baseline:far-first", status="heuristic")
     return Schedule(topology, collective, tau, tuple(transfers_of(sorted(rows))), info)
