@@ -380,9 +380,7 @@ def _first_file(topology: Topology, collective: Collective, params: SolveParams,
             if isinstance(e, RuntimeLimitError):
                 overflows.append(f"the {name}: {e}")
             continue
-        if options.lowered:
-            timer.replay_written(schedule, data, schedule_replay=False)
-        _offer(kept, schedule, data, timer, "first file", _verifier_alone(options))
+        _offer_first(kept, schedule, data, timer, options)
         if skipped:  # the search runs the method in full, not taking this for its run
             kept.hurried = True
             kept.notes.append(f"anytime: the first file was built without {', '.join(skipped)}")
@@ -445,12 +443,19 @@ def _nearer_first(candidates: Iterator[tuple[str, Callable[[], Schedule | None]]
             kept.notes.append(f"anytime: the first file's {describe(schedule)} was not "
                               f"kept ({e})")
             continue
-        if options.lowered:
-            timer.replay_written(schedule, data, schedule_replay=False)
-        if _offer(kept, schedule, data, timer, "first file", _verifier_alone(options)):
+        if _offer_first(kept, schedule, data, timer, options):
             return
         kept.notes.append(f"anytime: the first file's {describe(schedule)} was not kept "
                           "(its file is no faster than the file kept)")
+
+
+def _offer_first(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer,
+                 options: CompileOptions) -> bool:
+    """:func:`_offer` a first file, ``data`` of ``schedule`` (lowered: timed by its own
+    replay), gated as :func:`_gated` gated it."""
+    if options.lowered:
+        timer.replay_written(schedule, data, schedule_replay=False)
+    return _offer(kept, schedule, data, timer, "first file", _verifier_alone(options))
 
 
 def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage: str,
