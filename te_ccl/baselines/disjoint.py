@@ -405,14 +405,21 @@ def _trees(topology: Topology, root: str, members: tuple[str, ...], scatter: boo
     links reach every member, else :func:`box_trees`, but for a Scatter behind one switch
     every GPU straight from the root."""
     try:
-        trees = torus_trees(topology, root, list(members)) \
-            or disjoint_trees(topology, root, list(members))
+        trees = _direct_trees(topology, root, members)
         return [_rate(topology, t) for t in trees], trees
     except BaselineError:
         if scatter and len(find_boxes(topology, list(members))) < 2:
             return [1.0], [{v: root for v in members if v != root}]
     boxed = box_trees(topology, root, list(members), box_fan, fanned)
     return [share for share, _ in boxed], [tree for _, tree in boxed]
+
+
+@functools.lru_cache(maxsize=4)
+def _direct_trees(topology: Topology, root: str, members: tuple[str, ...]) -> list[Tree]:
+    """A torus's shallowest trees (:func:`torus_trees`) or else :func:`disjoint_trees`:
+    once for the templates that differ only in how boxes would be treed (:func:`_trees`)."""
+    return torus_trees(topology, root, list(members)) \
+        or disjoint_trees(topology, root, list(members))
 
 
 def box_trees(topology: Topology, root: str, members: list[str], fan: int | None = None,
