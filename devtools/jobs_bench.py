@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -37,6 +36,7 @@ import click
 
 from devtools import provenance
 from te_ccl.compiler import forward_only
+from te_ccl.deadline import cpu_s
 from te_ccl.jobs import compile_jobs
 from te_ccl.jobs.files import checked_algo, replay_together
 from te_ccl.jobs.spec import JobSet, jobs_from, objective_of
@@ -142,10 +142,10 @@ def run_scenario(s: Scenario, limit_s: float | None = None, cache: Path | None =
     compile's."""
     topo = load_topology(s.topology)
     jobs = jobs_from(topo, {"jobs": [dict(j) for j in s.jobs]}, None)
-    started, cpu = time.monotonic(), _cpu_s()
+    started, cpu = time.monotonic(), cpu_s()
     limit = limit_s if limit_s is not None else LIMIT_S_PER_JOB * len(s.jobs)
     result = compile_jobs(jobs, None, objective="weighted", time_limit_s=limit)
-    elapsed, spent = round(time.monotonic() - started, 2), round(_cpu_s() - cpu, 2)
+    elapsed, spent = round(time.monotonic() - started, 2), round(cpu_s() - cpu, 2)
     info = result.as_dict()
     alone = _alone_files(jobs, s.topology, cache)
     finish = replay_together(jobs, alone).finish_s
@@ -208,14 +208,6 @@ def _code() -> str | None:
     for name in sorted(filter(None, new.split(b"\0"))):
         digest.update(name + b"\0" + (provenance.ROOT / name.decode()).read_bytes())
     return head + (f"-{digest.hexdigest()[:12]}" if commit.endswith("+") else "")
-
-
-def _cpu_s() -> float:
-    """Processor seconds of this process and its finished workers (the machine is shared:
-    wall time alone says little)."""
-    own, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(
-        resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:

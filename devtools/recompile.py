@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import multiprocessing
-import resource
 import sys
 import tempfile
 import time
@@ -43,6 +42,7 @@ import click
 from devtools import provenance
 from te_ccl import api
 from te_ccl.cli.common import err_console
+from te_ccl.deadline import cpu_s
 from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.spec.topology import load_topology
@@ -157,10 +157,10 @@ def _timed(topology: Topology, output: str, previous: str | None
     process that imported :mod:`te_ccl.api` (not timed) and nothing else ran in, and what
     it wrote."""
     extra = {} if previous is None else {"previous": previous}
-    start, cpu = time.monotonic(), _cpu_s()
+    start, cpu = time.monotonic(), cpu_s()
     res = api.compile(topology, "allgather", size=SIZE, output=output,
                       time_limit_s=LIMIT_S, **extra)
-    wall, cpu = time.monotonic() - start, _cpu_s() - cpu
+    wall, cpu = time.monotonic() - start, cpu_s() - cpu
     first = res.incumbents[0] if res.incumbents else None
     return wall, cpu, _Run(res.finish_time_s, res.bound_ratio, res.lower_bound_s,
                            first.source if first else "", first.t_s if first else 0.0,
@@ -175,9 +175,9 @@ def _check(output: str, topology: Topology, runs: int = 2) -> float:
     (what the machine's other work adds is not the file's)."""
     text, took = Path(output).read_text(), []
     for _ in range(runs):
-        cpu = _cpu_s()
+        cpu = cpu_s()
         verify_msccl(text, read=lambda algo: simulate_msccl(algo, topology, parse_size(SIZE)))
-        took.append(_cpu_s() - cpu)
+        took.append(cpu_s() - cpu)
     return min(took)
 
 
@@ -189,14 +189,6 @@ def _as_is(previous: str, changed: Topology, bound_s: float | None) -> float | N
     if bound_s is None or algo.ngpus != changed.ngpus:
         return None
     return simulate_msccl(algo, changed, parse_size(SIZE)).finish_time_s / bound_s
-
-
-def _cpu_s() -> float:
-    """Processor seconds of this process and of its children waited for (the lowering's
-    and the checker's forked workers): steadier than wall time on a busy machine."""
-    own, kids = resource.getrusage(resource.RUSAGE_SELF), \
-        resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _markdown(rows: list[Recompile]) -> str:

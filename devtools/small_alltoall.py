@@ -12,13 +12,13 @@ computed). ``--topology`` and ``--size`` narrow the rows.
 
 from __future__ import annotations
 
-import resource
 import tempfile
 import time
 
 import click
 
 from devtools.suites import SMALL_ALLTOALL_GOAL
+from te_ccl.deadline import cpu_s
 
 __all__ = ["main", "topologies"]
 
@@ -33,25 +33,20 @@ def topologies() -> list[str]:
     return sorted((t for t, n in counts.items() if 8 <= n <= 32), key=lambda t: (counts[t], t))
 
 
-def _cpu_s() -> float:
-    me, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
-
-
 def _row(topology: str, size: str, chunks: str | None, limit_s: float) -> str:
     import te_ccl
     from te_ccl.errors import TecclError
     from te_ccl.spec.topology import load_topology
 
     fmt = "json" if load_topology(topology).reducing_switches else "xml"  # as teccl picks
-    cpu, wall = _cpu_s(), time.monotonic()
+    cpu, wall = cpu_s(), time.monotonic()
     with tempfile.TemporaryDirectory(prefix="teccl-small-a2a-") as tmp:
         try:
             res = te_ccl.compile(topology, "alltoall", size=size, chunks=chunks,
                                  time_limit_s=limit_s, output=f"{tmp}/out.{fmt}", fmt=fmt)
         except TecclError as e:
             return f"| {topology} | {size} | {chunks or '-'} | exit {e.exit_code} | | | | | | |"
-    cpu, wall = _cpu_s() - cpu, time.monotonic() - wall
+    cpu, wall = cpu_s() - cpu, time.monotonic() - wall
     parts = res.bound_parts
     by = max(parts, key=parts.__getitem__)
     ratio = res.bound_ratio

@@ -38,7 +38,7 @@ from typing import TypeVar
 from te_ccl.errors import SolverError
 
 __all__ = ["until", "check", "left", "checked", "keeping", "hurried", "in_hurry", "skipping",
-           "process_start", "slowdown", "Budget", "TimeLimitReached", "TimeShares",
+           "process_start", "cpu_s", "slowdown", "Budget", "TimeLimitReached", "TimeShares",
            "SHARES"]
 
 T = TypeVar("T")
@@ -63,7 +63,7 @@ def until(limit_s: float, since: float | None = None) -> Iterator[None]:
     now = time.monotonic()
     end = (now if since is None else since) + limit_s
     outer = _DEADLINE.get()
-    token = _DEADLINE.set((end, limit_s, (now, _cpu_s())) if outer is None else
+    token = _DEADLINE.set((end, limit_s, (now, cpu_s())) if outer is None else
                           (min(outer[0], end), outer[1], outer[2]))
     try:
         yield
@@ -219,7 +219,7 @@ def process_start() -> float:
         return now
 
 
-def _cpu_s() -> float:
+def cpu_s() -> float:
     """CPU seconds of this process and the children it waited for."""
     t = os.times()
     return t.user + t.system + t.children_user + t.children_system
@@ -234,7 +234,7 @@ def slowdown() -> float:
     a slow machine."""
     d = _DEADLINE.get()
     since, cpu_then = (process_start(), 0.0) if d is None else d[2]
-    cpu = _cpu_s() - cpu_then
+    cpu = cpu_s() - cpu_then
     return max(1.0, (time.monotonic() - since) / cpu) if cpu > 0 else 1.0
 
 
