@@ -470,10 +470,11 @@ def box_trees(topology: Topology, root: str, members: list[str], fan: int | None
 
     parts = max([len(relays(b, gw)) for chain in chains for b, _, gw in chain] + [1])
     out: dict[frozenset, tuple[float, Tree]] = {}  # a tree that several parts take: once
+    onwards = [{sender for _, sender, _ in chain} for chain in chains]
     for j in range(parts):  # part-major: the pieces' rounding spreads over the shares
         for i, chain in enumerate(chains):
             tree: Tree = {}
-            onward = {sender for _, sender, _ in chain}
+            onward = onwards[i]
             for b, sender, gw in chain:
                 if gw != root:
                     _hang(tree, gw, sender, reach, topology.name)
