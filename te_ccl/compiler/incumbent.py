@@ -85,7 +85,6 @@ class Incumbent:
     bound_s: float
     progress: Callable[[str], None] | None = None
     started: float = field(default_factory=lambda: time.monotonic())  # read at call time, as the deadline reads it
-    best: Verified | None = None
     history: list[Improvement] = field(default_factory=list)
     cut_short: str | None = None
     notes: list[str] = field(default_factory=list)
@@ -95,6 +94,11 @@ class Incumbent:
     hurried: bool = False  # the first file skipped an improvement (deadline.hurried)
     files: list[Verified] = field(default_factory=list)  # every file kept, the first first
     before_s: float = 0.0  # of the time limit, spent before the compile began (start-up)
+
+    @property
+    def best(self) -> Verified | None:
+        """The file kept: the last of :attr:`files` (None before the first)."""
+        return self.files[-1] if self.files else None
 
     def trying(self, schedule: Schedule) -> None:
         """``schedule`` is being lowered and verified (what a first file takes is
@@ -117,8 +121,7 @@ class Incumbent:
         than the race's :data:`~te_ccl.compiler.portfolio.TIE`)."""
         if self.best is not None and finish_s >= self.best.finish_s * (1 - TIE):
             return False
-        self.best = Verified(schedule, data, finish_s, source, checked)
-        self.files.append(self.best)
+        self.files.append(Verified(schedule, data, finish_s, source, checked))
         self.history.append(Improvement(self.elapsed(), source, self.ratio(finish_s)))
         if self.progress is not None:
             self.progress(Kept(self.shown(), self.history[-1]))
@@ -132,12 +135,12 @@ class Incumbent:
         """The kept file's schedule is ``schedule`` (the same transfers, with the notes of
         the search that kept it too)."""
         assert self.best is not None and self.holds(schedule)
-        self.best = self.files[-1] = replace(self.best, schedule=schedule)
+        self.files[-1] = replace(self.files[-1], schedule=schedule)
 
     def passed_checker(self) -> None:
         """The schedule checker passed the file kept."""
         assert self.best is not None
-        self.best = self.files[-1] = replace(self.best, checked=True)
+        self.files[-1] = replace(self.files[-1], checked=True)
 
     def cut(self, why: str) -> None:
         """The time limit stopped the compile short of writing the best it found."""
