@@ -131,25 +131,19 @@ def _written(sched: Schedule, fmt: str, name: str) -> _File:
     (:class:`VerificationError` if not, as a compile's), is replayed as the verifier read
     it, as the compile's judge replays it (:func:`te_ccl.compiler.xml_replay`), keeping
     the whole replay for the tables and the timeline."""
-    from te_ccl.errors import VerificationError
     from te_ccl.simulate import simulate_schedule
 
     schedule_sim = simulate_schedule(sched)
     if fmt == "json":
         return _File(sched, sched.to_json().encode(), schedule_sim,
                      schedule_sim.finish_time_s, "schedule replay")
+    from te_ccl.compiler import verified_algo
     from te_ccl.lower.msccl import lower_to_msccl
     from te_ccl.simulate.msccl import simulate_msccl
-    from te_ccl.verify.msccl.verify import verify_msccl
 
     data = lower_to_msccl(sched, name=name)
     c = sched.collective
-    report = verify_msccl(data.decode(), root=c.ranks.index(c.root) if c.root is not None
-                          else None)
-    if not report.valid:
-        raise VerificationError(f"the lowered MSCCL XML failed verification "
-                                f"({report.error_count:,} error(s)); first: {report.errors[0]}")
-    sim = simulate_msccl(report.algo, sched.topology, c.size_bytes, ranks=c.ranks)
+    sim = simulate_msccl(verified_algo(sched, data), sched.topology, c.size_bytes, ranks=c.ranks)
     return _File(sched, data, sim, schedule_sim.finish_time_s, "xml replay")
 
 

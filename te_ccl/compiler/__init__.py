@@ -27,7 +27,7 @@ from te_ccl.compiler.incumbent import Kept
 from te_ccl.compiler.judge import SIM_LIMIT, XML_REPLAY_LIMIT, Timer, Timing, xml_replay
 from te_ccl.compiler.options import FORMATS, CompileOptions, check_plan_kind, output_format
 from te_ccl.compiler.pipeline import WRITE_RESERVE_S, compile_collective, compile_size_library
-from te_ccl.compiler.render import render_fitting
+from te_ccl.compiler.render import render_fitting, verified_algo
 from te_ccl.compiler.result import CompileResult, summary
 from te_ccl.compiler.sizes import parse_size_range
 from te_ccl.compiler.solve import solve
@@ -38,5 +38,5 @@ __all__ = ["BASE_CHUNKS", "FORMATS", "SIM_LIMIT", "XML_REPLAY_LIMIT", "CompileOp
            "CompileResult", "Kept", "Previous", "SolveParams", "Timer", "Timing",
            "check_input", "check_plan_kind", "chunk_candidates", "compile_collective", "compile_size_library", "output_format",
            "drives_in_switch", "forward_only", "parse_size_range", "read_previous",
-           "render_fitting", "solve", "solve_best", "summary", "xml_replay",
+           "render_fitting", "solve", "solve_best", "summary", "verified_algo", "xml_replay",
            "WRITE_RESERVE_S"]

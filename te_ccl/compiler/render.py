@@ -5,7 +5,7 @@ the same chunking solved again with the most sub-chunks that fit (:func:`render_
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -29,12 +29,14 @@ from te_ccl.lower.fred import (
     unrouted_flows,
 )
 from te_ccl.lower.msccl import check_expressible
+from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
+from te_ccl.verify.msccl.model import Algo
 from te_ccl.verify.mscclpp import verify_plan
 from te_ccl.verify.schedule_check import check_schedule
 
-__all__ = ["FredTables", "lowerable", "render", "render_fitting", "solved_again",
+__all__ = ["FredTables", "lowerable", "render", "render_fitting", "solved_again", "verified_algo",
            "tables_time_s", "write_fred_tables"]
 
 
@@ -198,20 +200,31 @@ def render(schedule: Schedule, options: CompileOptions, *,
                else lower_file(schedule, options, progress))
     if progress:
         progress("verifying the MSCCL XML")
-    coll = schedule.collective
-    root = coll.ranks.index(coll.root) if coll.root is not None else None
     with timer.replaying(schedule, xml) if timer is not None else nullcontext() as read:
-        report = xml_verifier.verify_msccl(xml.decode(), root=root, read=read,
-                                           limits=options.runtime)
-        if not report.valid:
+        try:
+            algo = verified_algo(schedule, xml, options.runtime, read)
+        except VerificationError:
             if timer is not None:
                 timer.refused(schedule)
-            errors = report.errors
-            raise VerificationError(f"the lowered MSCCL XML failed verification "
-                                    f"({report.error_count:,} error(s)); first: {errors[0]}")
+            raise
     if timer is not None:
-        timer.verified(xml, report.algo)
+        timer.verified(xml, algo)
     return xml
+
+
+def verified_algo(schedule: Schedule, xml: bytes, limits: RuntimeLimits = MSCCL,
+                  read: Callable[[Algo], object] | None = None) -> Algo:
+    """The algorithm the MSCCL XML verifier reads from ``xml``, ``schedule``'s lowered
+    file, within ``limits`` (``read`` is handed its parse, as the verifier allows);
+    :class:`VerificationError` naming the first error if it refuses the file: what every
+    command that writes MSCCL XML checks before writing it."""
+    coll = schedule.collective
+    root = coll.ranks.index(coll.root) if coll.root is not None else None
+    report = xml_verifier.verify_msccl(xml.decode(), root=root, read=read, limits=limits)
+    if not report.valid:
+        raise VerificationError(f"the lowered MSCCL XML failed verification "
+                                f"({report.error_count:,} error(s)); first: {report.errors[0]}")
+    return report.algo
 
 
 def _render_plan(schedule: Schedule, options: CompileOptions, progress: Progress | None,
