@@ -38,6 +38,7 @@ from te_ccl.compiler import (
     render_fitting,
     solve_best,
 )
+from te_ccl.deadline import cpu_s
 from te_ccl.errors import TecclError
 from te_ccl.report.metrics import bandwidths
 from te_ccl.schedule import Schedule
@@ -219,11 +220,11 @@ def _run_compile(base: Row, topo, case: Case, first_only: bool = False) -> Row:
         except _FirstFile as e:
             first = e.kept.improvement
             return replace(base, status="first file", solver_time_s=time.monotonic() - start,
-                           ratio=first.ratio, first_file_s=first.t_s, cpu_s=_cpu_s())
+                           ratio=first.ratio, first_file_s=first.t_s, cpu_s=cpu_s())
         except TecclError as e:
             return replace(base, status=f"exit {e.exit_code}: {e}"[:240],
                            exit_code=e.exit_code, solver_time_s=time.monotonic() - start,
-                           cpu_s=_cpu_s())
+                           cpu_s=cpu_s())
         except Exception as e:  # noqa: BLE001 - a crash is a row (exit 70), not the end
             return replace(base, status=f"error: {type(e).__name__}: {e}"[:240],
                            exit_code=70, solver_time_s=time.monotonic() - start)
@@ -232,17 +233,7 @@ def _run_compile(base: Row, topo, case: Case, first_only: bool = False) -> Row:
                    time_s=t, ratio=res.bound_ratio, measured_by=res.measured_by,
                    algbw_GBps=res.algbw_GBps, busbw_GBps=res.busbw_GBps,
                    picked_chunks=c.chunks_per_rank, first_file_s=res.first_file_s,
-                   optimal=res.optimal, cut_short=res.cut_short, cpu_s=_cpu_s())
-
-
-def _cpu_s() -> float:
-    """CPU seconds of this process and the children it waited for: of a row's compile,
-    which runs in a process of its own (a forked child's counts start at 0). On a shared
-    machine its wall time is the other work's too."""
-    import resource
-
-    me, kids = (resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
-    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+                   optimal=res.optimal, cut_short=res.cut_short, cpu_s=cpu_s())
 
 
 def run_suite(suite: Suite, *, threads: int = 2, progress: Progress | None = None,
