@@ -37,6 +37,7 @@ import click
 from devtools import provenance
 from te_ccl.compiler import forward_only
 from te_ccl.deadline import cpu_s
+from te_ccl.errors import RuntimeLimitError, SolverError
 from te_ccl.jobs import compile_jobs
 from te_ccl.jobs.files import checked_algo, replay_together
 from te_ccl.jobs.spec import JobSet, jobs_from, objective_of
@@ -139,32 +140,44 @@ def run_scenario(s: Scenario, limit_s: float | None = None, cache: Path | None =
     """One row: the joint compile's objective against the jobs compiled alone
     (``limit_s``: its --time-limit, by default :data:`LIMIT_S_PER_JOB` per job; ``cache``:
     where the files alone are kept, :func:`_alone_files`). Its seconds are the joint
-    compile's."""
+    compile's. A compile that ends as ``teccl compile`` exits 3 (no file in its limit, or
+    none the runtime holds) is the row's answer, not the run's end: the row names it under
+    ``exit_3`` and has no ratio, so its target is not met."""
     topo = load_topology(s.topology)
     jobs = jobs_from(topo, {"jobs": [dict(j) for j in s.jobs]}, None)
     started, cpu = time.monotonic(), cpu_s()
     limit = limit_s if limit_s is not None else LIMIT_S_PER_JOB * len(s.jobs)
-    result = compile_jobs(jobs, None, objective="weighted", time_limit_s=limit)
+    row: dict[str, Any] = {"topology": s.topology, "scenario": s.name, "jobs": len(s.jobs)}
+    exit_3: dict[str, str] = {}
+    try:
+        info = compile_jobs(jobs, None, objective="weighted", time_limit_s=limit).as_dict()
+    except (SolverError, RuntimeLimitError) as e:
+        info, exit_3["joint"] = None, str(e)
     elapsed, spent = round(time.monotonic() - started, 2), round(cpu_s() - cpu, 2)
-    info = result.as_dict()
-    alone = _alone_files(jobs, s.topology, cache)
-    finish = replay_together(jobs, alone).finish_s
+    try:
+        finish = replay_together(jobs, _alone_files(jobs, s.topology, cache)).finish_s
+    except (SolverError, RuntimeLimitError) as e:
+        finish, exit_3["alone"] = None, str(e)
+    if info is None or finish is None:
+        return row | {"shared_links": None if info is None else info["shared_links"],
+                      "method": "exit 3", "joint_s": None, "together_s": None,
+                      "ratio": None, "goal": None, "met": False, "exit_3": exit_3,
+                      "elapsed_s": elapsed, "cpu_s": spent}
     together = objective_of("weighted", [(j.weight, finish[j.name]) for j in jobs.jobs])
     ratio = info["joint"] / together
     shared = info["shared_links"] > 0
     met = ratio <= SHARED_GOAL if shared else abs(ratio - 1) < 1e-9
-    return {"topology": s.topology, "scenario": s.name, "jobs": len(s.jobs),
-            "shared_links": info["shared_links"], "method": info["method"],
-            "joint_s": info["joint"], "together_s": together,
-            "compile_together_s": info["together"], "alone_s": info["alone"],
-            "ratio": ratio, "bound_s": info["bound"],
-            "bound_resource": info["bound_resource"],
-            "goal": f"<= {SHARED_GOAL}" if shared else "= 1",
-            "met": met, "checks": info["checks"], "candidates": info["candidates"],
-            "notes": info["notes"], "elapsed_s": elapsed, "cpu_s": spent,
-            "per_job": [{k: j[k] for k in ("name", "weight", "joint_s", "alone_s")}
-                        | {"together_s": finish[j["name"]], "compile_together_s": j["together_s"]}
-                        for j in info["jobs"]]}
+    return row | {
+        "shared_links": info["shared_links"], "method": info["method"],
+        "joint_s": info["joint"], "together_s": together,
+        "compile_together_s": info["together"], "alone_s": info["alone"],
+        "ratio": ratio, "bound_s": info["bound"], "bound_resource": info["bound_resource"],
+        "goal": f"<= {SHARED_GOAL}" if shared else "= 1",
+        "met": met, "checks": info["checks"], "candidates": info["candidates"],
+        "notes": info["notes"], "elapsed_s": elapsed, "cpu_s": spent,
+        "per_job": [{k: j[k] for k in ("name", "weight", "joint_s", "alone_s")}
+                    | {"together_s": finish[j["name"]], "compile_together_s": j["together_s"]}
+                    for j in info["jobs"]]}
 
 
 def _alone_files(jobs: JobSet, topology: str, cache: Path | None) -> dict[str, Algo]:
@@ -216,6 +229,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
              "the joint compile's files alone, run together |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("exit_3"):  # no file in its limit: what ended so, no ratio
+            why = "; ".join(f"{k}: {v}" for k, v in r["exit_3"].items())
+            links = "-" if r["shared_links"] is None else r["shared_links"]
+            lines.append(f"| {r['topology']} | {r['scenario']} | {links} | exit 3 ({why}) "
+                         "| - | - | - | - | no | - | - | - |")
+            continue
         bound = r.get("bound_s")
         tail = "- | -" if bound is None else \
             f"{bound * 1e3:.3f} ms | {bound / r['together_s']:.3f}"

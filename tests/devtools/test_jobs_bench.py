@@ -44,3 +44,22 @@ def test_outside_a_git_checkout_the_files_alone_are_not_kept(tmp_path, monkeypat
         {"name": "a", "ranks": ["g0", "g1"], "collective": "allgather", "size": "1MB"}]}, None)
     assert set(_alone_files(jobs, "dgx1", tmp_path)) == {"a"}
     assert not any(tmp_path.iterdir())
+
+
+def test_a_compile_that_exits_3_is_the_rows_answer(tmp_path, monkeypatch):
+    """A job with no file in its limit (exit 3) is recorded as such, not the run's end."""
+    import te_ccl
+    from devtools.jobs_bench import Scenario, markdown, run_scenario
+    from te_ccl.deadline import TimeLimitReached
+
+    def out_of_time(*args, **kwargs):
+        raise TimeLimitReached("time limit of 1 s reached while solving")
+
+    monkeypatch.setattr(te_ccl, "compile", out_of_time)
+    job = {"ranks": ["g0", "g1"], "collective": "allgather", "size": "1MB"}
+    row = run_scenario(Scenario("dgx1", "2 jobs, shared", ({"name": "a"} | job,
+                                                           {"name": "b"} | job)), 4.0, tmp_path)
+    assert row["met"] is False and row["ratio"] is None
+    assert set(row["exit_3"]) == {"joint", "alone"}
+    assert "reached while solving" in row["exit_3"]["alone"]
+    assert "| dgx1 | 2 jobs, shared | - | exit 3 (joint: " in markdown([row])
