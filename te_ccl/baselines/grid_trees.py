@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Callable
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from te_ccl.deadline import left
 from te_ccl.topology.model import Topology
@@ -83,6 +82,9 @@ def _one_tree(side: int, ndim: int, classes: list[np.ndarray], turns: list[tuple
               ) -> dict[Vec, Vec] | None:
     """``T`` of the module docstring, at most ``height`` hops deep, as node -> parent in
     coordinates from the root; None where CP-SAT proves there is none or gives up."""
+    from ortools.sat.python import cp_model  # its import (with pandas) costs a compile that
+    #                                           builds no torus trees ~0.3 s
+
     nodes = list(itertools.product(range(side), repeat=ndim))
     root = nodes[0]
     k = len(classes)

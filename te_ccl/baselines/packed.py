@@ -38,7 +38,6 @@ from collections import Counter, defaultdict
 from dataclasses import replace
 
 import networkx as nx
-from ortools.linear_solver import pywraplp
 
 from te_ccl.backends.scale.msccl_budget import room
 from te_ccl.baselines.plan import TEMPLATE, BaselineError, ChunkPlan, assemble, route
@@ -218,6 +217,8 @@ def _master(net: _Net, cols: list[Counter[Link]], rate: float | None
     :data:`_TIME` × ``Σ w·time`` (:meth:`_Net.time`): the links the rate does not need
     full keep slack for the pipelines' fill. Returns the weights, each link's price (its
     duals, ≥ 0) and the rate row's dual."""
+    from ortools.linear_solver import pywraplp  # loaded where a packed tree is built
+
     lp = pywraplp.Solver.CreateSolver("GLOP")
     w = [lp.NumVar(0, lp.infinity(), "") for _ in cols]
     used = sorted({link for c in cols for link in c})
@@ -319,6 +320,8 @@ def _generate(net: _Net, kind: CollectiveKind, root: str | None,
 def flow_paths(net: _Net, root: str, into: bool) -> dict[str, list[tuple[float, list[str]]]]:
     """Per GPU, its paths to ``root`` (``into``) or from it, each with its share of the
     GPU's data, from the fastest single-commodity flow (every GPU one unit)."""
+    from ortools.linear_solver import pywraplp  # loaded where a packed tree is built
+
     lp = pywraplp.Solver.CreateSolver("GLOP")
     scale = max(net.bw.values())
     arcs = [p for p in net.routes if (p[1] if not into else p[0]) != root]
