@@ -27,7 +27,7 @@ __all__ = ["BUFFERS", "OPS", "GridPlan", "grid_shape", "coords", "neighbour", "g
            "PER_CHANNEL"]
 
 BUFFERS = ("i", "o", "s")  # buffer codes of a plan's steps
-OPS = ("s", "r", "cpy", "nop", "rrc")  # step codes
+OPS = ("s", "r", "cpy", "nop", "rrc", "rcs")  # step codes
 PER_CHANNEL = 32  # transfers of a link per channel: a receive adds at most one copy, so a
 #                   thread block holds at most 64 steps, and waits for nothing of its own
 
