@@ -319,8 +319,11 @@ def _chain(topology: Topology, collective: Collective, beat: float) -> Tree | No
     seconds; else None. Every GPU forwards each piece once, one piece behind the one
     before it: the fill costs a piece per GPU, where the trees' relays send each of
     their pieces to several GPUs in turn."""
-    members = [topology.gpu(r) for r in collective.ranks]
     root = topology.gpu(collective.root)
+    out = sum(k.bandwidth_Bps for k in topology.out_links(root))
+    if max(k.bandwidth_Bps for k in topology.links) < out * (1 - 1e-9):
+        return None  # no hop is as fast as the root's links (meshes, tori): no ring order
+    members = [topology.gpu(r) for r in collective.ranks]
     graph = topology.graph()
     graph.remove_nodes_from(set(topology.gpus) - set(members))
     order = ring_order(topology, members)
@@ -332,7 +335,6 @@ def _chain(topology: Topology, collective: Collective, beat: float) -> Tree | No
         for hop in zip(way, way[1:], strict=False):
             use[hop] += 1
     rate = min(topology.link(*hop).bandwidth_Bps / n for hop, n in use.items())
-    out = sum(k.bandwidth_Bps for k in topology.out_links(root))
     alpha = sum(topology.link(*hop).latency_s * n for hop, n in use.items())
     if rate < out * (1 - 1e-9) or collective.size_bytes / rate + alpha >= beat:
         return None

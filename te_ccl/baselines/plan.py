@@ -120,8 +120,26 @@ class _Edge:
     after: tuple[int, ...]  # indices of edges whose arrival at src this edge waits for
 
 
+def _depths(tree: dict[str, str]) -> dict[str, int]:
+    """:func:`depth` of every node of ``tree`` and of its root, each path walked once."""
+    d: dict[str, int] = {}
+    for node in tree:
+        path = []
+        while node in tree and node not in d:
+            path.append(node)
+            node = tree[node]
+        at = d.setdefault(node, 0)
+        for n in reversed(path):
+            at += 1
+            d[n] = at
+    return d
+
+
 def _edges(plans: list[ChunkPlan]) -> list[_Edge]:
+    """Every plan's edges, each tree's children sorted by their stage once: the pipelined
+    templates give thousands of chunks the same tree object."""
     edges: list[_Edge] = []
+    spreads: dict[int, list[tuple[str, str, int]]] = {}  # id(tree) -> (child, parent, depth)
     for p in checked(plans, TEMPLATE, every=256):
         height = _height(p.gather)
         into: dict[str, list[int]] = defaultdict(list)
@@ -130,11 +148,15 @@ def _edges(plans: list[ChunkPlan]) -> list[_Edge]:
             edges.append(_Edge(p.chunk, child, p.gather[child], "reduce", height[child],
                                tuple(into[child])))
         base = height[p.owner] + 1 if p.gather else 0
-        for child in sorted(p.spread, key=lambda n: depth(p.spread, n)):
-            parent = p.spread[child]
+        order = spreads.get(id(p.spread))
+        if order is None:
+            d = _depths(p.spread)
+            order = spreads[id(p.spread)] = sorted(
+                ((c, u, d[c]) for c, u in p.spread.items()), key=lambda x: x[2])
+        for child, parent, down in order:
             into[child] = [len(edges)]
-            edges.append(_Edge(p.chunk, parent, child, "copy",
-                               base + depth(p.spread, child) - 1, tuple(into[parent])))
+            edges.append(_Edge(p.chunk, parent, child, "copy", base + down - 1,
+                               tuple(into[parent])))
     return edges
 
 
