@@ -30,6 +30,7 @@ for a lone flow) and ``cross`` when not; the ``middle`` column is the exact sett
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -398,9 +399,13 @@ def _stage_settings(sw: FredSwitch, flows: tuple[Flow, ...],
     out: list[ElementSetting] = []
     for ports_of, elements, io, merge in ((lambda f: f.inputs, sw.inputs, "in", "reduce"),
                                           (lambda f: f.outputs, sw.outputs, "out", "broadcast")):
+        at: dict[int, dict[int, tuple[str, int]]] = defaultdict(dict)  # element → side → use
+        for f in flows:
+            for p in ports_of(f):
+                if p < 2 * sw.r:
+                    at[p // 2][p % 2] = (f.id, colour[f.id])
         for el in elements:
-            by_side = {p % 2: (f.id, colour[f.id]) for f in flows for p in ports_of(f)
-                       if p // 2 == el.index and p < 2 * sw.r}
+            by_side = at.get(el.index)
             if not by_side:
                 continue
             uses = []

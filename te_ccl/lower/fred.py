@@ -35,6 +35,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ from te_ccl.fred.limits import fabric_report, switch_buffer_bytes
 from te_ccl.fred.ops import CLASSES
 from te_ccl.fred.switch import FredSwitch
 from te_ccl.fred.wafer import Wafer, wafer_from_topology
+from te_ccl.nogc import paused_gc
 from te_ccl.outputs import make_output_dir, write_atomic
 from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
@@ -218,10 +220,12 @@ def lower_to_fred_tables(phases: Sequence[FredPhase], wafer: Fabric,
 
 
 def _csv(rows: list[dict[str, Any]], columns: Sequence[str]) -> str:
+    """The rows as CSV, cells in ``columns``' order (every row has every column; a
+    ``csv.DictWriter`` would check each row's keys in Python)."""
     buf = io.StringIO()
-    writer = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(checked(rows, LOWERING))
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(columns)
+    writer.writerows(map(itemgetter(*columns), checked(rows, LOWERING)))
     return buf.getvalue()
 
 
@@ -244,13 +248,15 @@ def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric, out_dir: str |
     VerificationError
         If the independent checker finds a violation other than an SRAM overflow.
     """
-    tables = lower_to_fred_tables(phases, wafer, streams)
-    check(LOWERING)
-    files = render_fred_tables(tables)
-    try:
-        report = check_fred_tables(files, source=str(out_dir))
-    except SpecError as e:
-        raise VerificationError(f"the FRED tables about to be written do not parse: {e}") from None
+    with paused_gc():  # a fifth of the time went to collecting the rows' objects, no cycles
+        tables = lower_to_fred_tables(phases, wafer, streams)
+        check(LOWERING)
+        files = render_fred_tables(tables)
+        try:
+            report = check_fred_tables(files, source=str(out_dir))
+        except SpecError as e:
+            raise VerificationError(f"the FRED tables about to be written do not parse: {e}"
+                                    ) from None
     bugs = [v for v in report.violations if v.rule != "sram"]
     if bugs:
         raise VerificationError(f"FRED tables fail {len(bugs)} check(s): {bugs[0].message}")
@@ -326,7 +332,8 @@ def unrouted_flows(schedule: Schedule, topology: Topology) -> int:
 def planned_tables(schedule: Schedule, topology: Topology) -> PlannedTables:
     """``schedule``'s phases routed on ``topology``'s wafer (:func:`schedule_timeline`)."""
     wafer = wafer_from_topology(topology)
-    return PlannedTables(wafer, schedule_timeline(schedule, wafer))
+    with paused_gc():
+        return PlannedTables(wafer, schedule_timeline(schedule, wafer))
 
 
 def tables_of_timeline(schedule: Schedule, planned: PlannedTables, out_dir: str | Path

@@ -45,11 +45,13 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import itemgetter
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from te_ccl.deadline import check, checked
 from te_ccl.errors import SpecError
+from te_ccl.nogc import paused_gc
 
 __all__ = ["Violation", "TablesReport", "FILES", "read_fred_tables", "check_fred_tables",
            "check_fred_dir"]
@@ -129,13 +131,21 @@ def read_fred_tables(directory: str | Path) -> dict[str, str]:
 
 
 class _Cells:
-    """Typed access to one CSV row, naming file, line and column in errors."""
+    """Typed access to one CSV row (``cells`` in the order of ``index``, its file's
+    columns), naming file, line and column in errors."""
 
-    def __init__(self, file: str, line: int, row: dict[str, str]) -> None:
-        self.file, self.line, self.row = file, line, row
+    __slots__ = ("file", "line", "cells", "index")  # one per row of every table
+
+    def __init__(self, file: str, line: int, cells: list[str], index: dict[str, int]) -> None:
+        self.file, self.line, self.cells, self.index = file, line, cells, index
+
+    @property
+    def row(self) -> dict[str, str]:
+        """Column → text."""
+        return dict(zip(self.index, self.cells, strict=True))
 
     def _get(self, col: str, convert: Callable[[str], Any], what: str) -> Any:
-        text = self.row[col]
+        text = self.cells[self.index[col]]
         try:
             return convert(text)
         except (TypeError, ValueError):
@@ -143,7 +153,7 @@ class _Cells:
                             key=col) from None
 
     def text(self, col: str) -> str:
-        return self.row[col] or ""
+        return self.cells[self.index[col]]
 
     def integer(self, col: str) -> int:
         return self._get(col, int, "an integer")
@@ -154,7 +164,7 @@ class _Cells:
     def number(self, col: str) -> float:
         value = self._get(col, float, "a number")
         if not math.isfinite(value):
-            raise SpecError(f"expected a finite number, got {self.row[col]!r}", file=self.file,
+            raise SpecError(f"expected a finite number, got {self.text(col)!r}", file=self.file,
                             line=self.line, key=col)
         return value
 
@@ -170,17 +180,22 @@ CHECKING = "checking the FRED switch tables"  # what a deadline names
 
 
 def _rows(texts: Mapping[str, str], name: str) -> list[_Cells]:
+    """The rows of CSV file ``name`` (blank lines skipped), each with every column."""
     columns = FILES[name]
+    index = {col: i for i, col in enumerate(columns)}
+    rows = []
     try:
-        reader = csv.DictReader(io.StringIO(texts[name]))
-        if tuple(reader.fieldnames or ()) != columns:
+        reader = csv.reader(io.StringIO(texts[name]))
+        if tuple(next(reader, ())) != columns:
             raise SpecError(f"expected the columns {','.join(columns)}", file=name, key="header")
-        rows = [_Cells(name, reader.line_num, row) for row in checked(reader, CHECKING)]
+        for cells in checked(reader, CHECKING):
+            if len(cells) != len(columns) and cells:
+                raise SpecError(f"expected {len(columns)} cells", file=name,
+                                line=reader.line_num)
+            if cells:
+                rows.append(_Cells(name, reader.line_num, cells, index))
     except csv.Error as e:
         raise SpecError(f"not CSV ({e})", file=name) from None
-    for r in rows:
-        if None in r.row or any(v is None for v in r.row.values()):
-            raise SpecError(f"expected {len(columns)} cells", file=name, line=r.line)
     return rows
 
 
@@ -199,9 +214,13 @@ def _same_rows(copy: Any, parsed: list[_Cells], name: str, text: str) -> bool:
     buf = io.StringIO()
     writer = csv.writer(buf, lineterminator="\n")
     writer.writerow(columns)
-    writer.writerows([_cell(j.get(k)) for k in columns] for j in checked(copy, CHECKING))
-    if buf.getvalue() == text:
-        return True
+    try:
+        writer.writerows(map(itemgetter(*columns), checked(copy, CHECKING)))  # None: ""
+    except KeyError:
+        pass  # a column left out: compared cell by cell, as an empty one
+    else:
+        if buf.getvalue() == text:
+            return True
     return all({k: _cell(j.get(k)) for k in columns} == r.row
                for j, r in zip(copy, parsed, strict=True))
 
@@ -230,8 +249,7 @@ class _Flow:
     reduce_op: str
 
 
-@dataclass(frozen=True)
-class _Use:
+class _Use(NamedTuple):  # a tuple: one per µSwitch row, built fast
     element: str  # path below the switch's name
     flow: str
     input_sel: str
@@ -337,11 +355,12 @@ def _parse(texts: Mapping[str, str], out: list[Violation]) -> _Tables:
                              r.text("stream"), r.integer("radix"), r.integer("m"),
                              r.text("operation"), r.text("reduce_op")))
     for r in checked(rows["uswitches.csv"], CHECKING):
-        sw, path = r.text("switch"), r.text("element")
+        # the largest table by far: its text cells unpacked in FILES' order
+        sw, _, path, _, stage, kind, flow, input_sel, output_sel, mode, middle = r.cells
         t.uses[(sw, r.integer("phase"))].append(_Use(
             path.removeprefix(f"{sw}/") if path.startswith(f"{sw}/") else f"?{path}",
-            r.text("flow"), r.text("input_sel"), r.text("output_sel"), r.text("mode"),
-            r.text("middle"), r.text("stage"), r.text("kind"), r.integer("recursion_level")))
+            flow, input_sel, output_sel, mode, middle, stage, kind,
+            r.integer("recursion_level")))
     for r in checked(rows["configs.csv"], CHECKING):
         key = (r.text("switch"), r.integer("phase"))
         if key in t.configs:
@@ -409,6 +428,11 @@ def _config_bytes(ports: int, m: int, configured: set[str]) -> int:
     return math.ceil((1 + (sparse if sparse < dense else dense)) / 8)
 
 
+# the modes an element may list, by whether it merges inputs and whether it copies to outputs
+_MODES = {(True, True): {"reduce-broadcast"}, (True, False): {"reduce"},
+          (False, True): {"broadcast"}, (False, False): {"forward", "cross"}}
+
+
 @lru_cache(maxsize=256)
 def _sides(text: str) -> tuple[int, ...]:
     sides = tuple(int(x) for x in text.split("+"))
@@ -423,14 +447,34 @@ def _mid(text: str, m: int) -> int:
     return int(text[3:])
 
 
-@dataclass(frozen=True)
-class _Setting:
+class _Setting(NamedTuple):
     """One flow's use of one element, parsed: input sides / middle in, output sides /
     middle out (a side tuple or a middle index)."""
 
     flow: str
     src: tuple[int, ...] | int
     dst: tuple[int, ...] | int
+
+
+@lru_cache(maxsize=4096)
+def _selections(kind: str, input_sel: str, output_sel: str, middle: str, m: int
+                ) -> tuple[tuple[int, ...] | int, tuple[int, ...] | int] | None:
+    """An element's selections parsed (:class:`_Setting`'s ``src`` and ``dst``), or None
+    where they or the middle listed do not fit its kind (few distinct ones: cached)."""
+    src: tuple[int, ...] | int
+    dst: tuple[int, ...] | int
+    try:
+        if kind in ("in", "demux"):
+            src, dst = _sides(input_sel), _mid(output_sel, m)
+        elif kind in ("out", "mux"):
+            src, dst = _mid(input_sel, m), _sides(output_sel)
+        else:
+            src, dst = _sides(input_sel), _sides(output_sel)
+    except ValueError:
+        return None
+    if kind == "base":
+        return None if middle else (src, dst)
+    return (src, dst) if middle == str(src if isinstance(src, int) else dst) else None
 
 
 def _settings(sw: str, phase: int, uses: list[_Use], m: int, elements: dict[str, str],
@@ -441,46 +485,46 @@ def _settings(sw: str, phase: int, uses: list[_Use], m: int, elements: dict[str,
         by_element[u.element].append(u)
     settings: dict[str, list[_Setting]] = {}
     for path, group in by_element.items():
-        where = f"{sw} phase {phase} {sw}/{path}"
         kind = elements.get(path)
         if kind is None:
-            out.append(Violation("route", f"{where}: no such µSwitch in FRED_{m}"))
+            out.append(Violation("route", f"{sw} phase {phase} {sw}/{path}: no such µSwitch "
+                                          f"in FRED_{m}"))
             continue
         parsed = []
+        listed = (*_KINDS[kind], path.count("/"))  # stage, kind, recursion level
+        merged_in = merged_out = False
         for u in group:
-            if (u.stage, u.kind, u.level) != (*_KINDS[kind], path.count("/")):
-                out.append(Violation("route", f"{where}: a {_KINDS[kind][1]} element in stage "
-                                              f"{_KINDS[kind][0]} at recursion level "
-                                              f"{path.count('/')}, listed as {u.kind}/{u.stage} "
+            if (u.stage, u.kind, u.level) != listed:
+                out.append(Violation("route", f"{sw} phase {phase} {sw}/{path}: a {listed[1]} "
+                                              f"element in stage {listed[0]} at recursion level "
+                                              f"{listed[2]}, listed as {u.kind}/{u.stage} "
                                               f"at {u.level}"))
-            try:
-                src: tuple[int, ...] | int
-                dst: tuple[int, ...] | int
-                if kind in ("in", "demux"):
-                    src, dst = _sides(u.input_sel), _mid(u.output_sel, m)
-                elif kind in ("out", "mux"):
-                    src, dst = _mid(u.input_sel, m), _sides(u.output_sel)
-                else:
-                    src, dst = _sides(u.input_sel), _sides(u.output_sel)
-                if kind != "base" and u.middle != str(src if isinstance(src, int) else dst):
-                    raise ValueError(u.middle)
-                if kind == "base" and u.middle:
-                    raise ValueError(u.middle)
-            except ValueError:
-                out.append(Violation("route", f"{where}: flow {u.flow} has selections "
-                                              f"{u.input_sel}/{u.output_sel} middle {u.middle!r}"))
+            selected = _selections(kind, u.input_sel, u.output_sel, u.middle, m)
+            if selected is None:
+                out.append(Violation("route", f"{sw} phase {phase} {sw}/{path}: flow {u.flow} "
+                                              f"has selections {u.input_sel}/{u.output_sel} "
+                                              f"middle {u.middle!r}"))
                 continue
+            src, dst = selected
+            merged_in = merged_in or (isinstance(src, tuple) and len(src) == 2)
+            merged_out = merged_out or (isinstance(dst, tuple) and len(dst) == 2)
             parsed.append(_Setting(u.flow, src, dst))
-        merged_in = any(isinstance(s.src, tuple) and len(s.src) == 2 for s in parsed)
-        merged_out = any(isinstance(s.dst, tuple) and len(s.dst) == 2 for s in parsed)
-        want = {(True, True): {"reduce-broadcast"}, (True, False): {"reduce"},
-                (False, True): {"broadcast"}, (False, False): {"forward", "cross"}}
         modes = {u.mode for u in group}
-        if len(modes) > 1 or not modes <= want[(merged_in, merged_out)]:
-            out.append(Violation("route", f"{where}: mode {'/'.join(sorted(modes))} does not "
-                                          "match its selections"))
+        if len(modes) > 1 or not modes <= _MODES[(merged_in, merged_out)]:
+            out.append(Violation("route", f"{sw} phase {phase} {sw}/{path}: mode "
+                                          f"{'/'.join(sorted(modes))} does not match its "
+                                          "selections"))
         settings[path] = parsed
     return settings
+
+
+@lru_cache(maxsize=1024)
+def _names(prefix: str, r: int, m: int) -> tuple[tuple[str, ...], tuple[str, ...],
+                                                 tuple[str, ...]]:
+    """The paths of the input and output µSwitches and the middles' prefixes of the
+    (sub)switch at ``prefix``: the same for every phase of every switch of its size."""
+    return (tuple(f"{prefix}in{i}" for i in range(r)), tuple(f"{prefix}out{i}" for i in range(r)),
+            tuple(f"{prefix}mid{c}/" for c in range(m)))
 
 
 class _Replay:
@@ -490,6 +534,9 @@ class _Replay:
     def __init__(self, where: str, m: int, settings: dict[str, list[_Setting]],
                  owner: dict[int, str], out: list[Violation]) -> None:
         self.where, self.m, self.settings, self.owner, self.out = where, m, settings, owner, out
+        self.owns: dict[str, frozenset[int]] = {}  # each flow's input ports, by owner
+        for p, flow in owner.items():
+            self.owns[flow] = self.owns.get(flow, frozenset()) | {p}
 
     def _bad(self, message: str) -> None:
         self.out.append(Violation("route", f"{self.where}: {message}"))
@@ -497,9 +544,11 @@ class _Replay:
     def _take(self, path: str, s: _Setting, ins: dict[int, frozenset[int]],
               sides: tuple[int, ...]) -> frozenset[int]:
         parts = [ins[x] for x in sides if x in ins]
-        value = frozenset().union(*parts)
-        if sum(map(len, parts)) > len(value):
+        value = parts[0] if len(parts) == 1 else frozenset().union(*parts)
+        if len(parts) > 1 and sum(map(len, parts)) > len(value):
             self._bad(f"{path} adds an input to itself")
+        if value <= self.owns.get(s.flow, frozenset()):
+            return value  # all of it s.flow's
         strangers = {self.owner.get(p, "?") for p in value} - {s.flow}
         if strangers:
             self._bad(f"{path} carries data of flow {', '.join(sorted(strangers))} as flow "
@@ -524,9 +573,9 @@ class _Replay:
                         self._put(f"{prefix}base", out, side, value)
             return out
         r, odd = divmod(ports, 2)
+        ins_at, outs_at, mid_at = _names(prefix, r, self.m)
         mids: list[dict[int, frozenset[int]]] = [{} for _ in range(self.m)]
-        for i in range(r):
-            path = f"{prefix}in{i}"
+        for i, path in enumerate(ins_at):
             for s in self.settings.get(path, ()):
                 local = {x: ins[2 * i + x] for x in (0, 1) if 2 * i + x in ins}
                 value = self._take(path, s, local, s.src)
@@ -537,10 +586,9 @@ class _Replay:
                                else {}, s.src)
             if value:
                 self._put(f"{prefix}demux", mids[s.dst], r, value)
-        below = [self.run(f"{prefix}mid{c}/", r + odd, mids[c]) if mids[c] else {}
+        below = [self.run(mid_at[c], r + odd, mids[c]) if mids[c] else {}
                  for c in range(self.m)]
-        for i in range(r):
-            path = f"{prefix}out{i}"
+        for i, path in enumerate(outs_at):
             for s in self.settings.get(path, ()):
                 value = below[s.src].get(i, frozenset())
                 if value:
@@ -870,19 +918,20 @@ def check_fred_tables(texts: Mapping[str, str], source: str = "") -> TablesRepor
     if missing:
         raise SpecError("missing file", file=missing[0])
     out: list[Violation] = []
-    t = _parse(texts, out)
-    check(CHECKING)
-    _check_ports(t, out)
-    _check_phases(t, out)
-    peer = _peer(t)
-    groups = _check_flows(t, out)
-    check(CHECKING)
-    signatures = _check_routes(t, groups, out)
-    check(CHECKING)
-    _check_links(t, groups, peer, out)
-    _check_streams(t, groups, peer, out)
-    check(CHECKING)
-    sram = _check_sram(t, groups, signatures, out)
+    with paused_gc():  # the rows' objects hold no cycles
+        t = _parse(texts, out)
+        check(CHECKING)
+        _check_ports(t, out)
+        _check_phases(t, out)
+        peer = _peer(t)
+        groups = _check_flows(t, out)
+        check(CHECKING)
+        signatures = _check_routes(t, groups, out)
+        check(CHECKING)
+        _check_links(t, groups, peer, out)
+        _check_streams(t, groups, peer, out)
+        check(CHECKING)
+        sram = _check_sram(t, groups, signatures, out)
     counts: dict[str, int] = defaultdict(int)
     for v in out:
         counts[v.rule] += 1
