@@ -243,8 +243,10 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
             say("lowering the jobs' templates and forms (mix)")
             away = {name: _view(jobs.topology, lost)
                     for name, lost in viewing.get("exclusive", {}).items() if lost}
+            order = _order(jobs, objective, first_alone, shared.finish_s)
             with keeping(WRITE_RESERVE_S):
-                made = templates(jobs, Budget.of(shares.take(LOWER_SLOTS * n)), away=away)
+                made = templates(jobs, Budget.of(shares.take(LOWER_SLOTS * n)), away=away,
+                                 yielding=order[1:])
         kept = []
         for method, views in viewing.items():
             short = shares.short(n)
@@ -535,10 +537,7 @@ def _views(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float
     shared = _between_gpus(jobs, shared)
     if not shared:
         return {}
-    if objective == "max":
-        order = sorted(names, key=lambda n: -together[n])
-    else:
-        order = sorted(names, key=lambda n: -weight[n] / alone[n])
+    order = _order(jobs, objective, alone, together)
     first = order[0]
     shares: Views = {n: {} for n in names}
     priority: Views = {n: {} for n in names}
@@ -553,6 +552,16 @@ def _views(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float
             priority[n][key] = s
     return dict(zip(VIEWS, (shares, priority, _exclusive(jobs, link_bytes, shared, order)),
                     strict=True))
+
+
+def _order(jobs: JobSet, objective: str, alone: Mapping[str, float],
+           together: Mapping[str, float]) -> list[str]:
+    """The jobs, the one to go first on the links they share first: under ``weighted``
+    by Smith's rule (weight / time alone, the greatest first), under ``max`` the job
+    that finishes last together first."""
+    if objective == "max":
+        return [j.name for j in sorted(jobs.jobs, key=lambda j: -together[j.name])]
+    return [j.name for j in sorted(jobs.jobs, key=lambda j: -j.weight / alone[j.name])]
 
 
 def _exclusive(jobs: JobSet, link_bytes: Mapping[str, Mapping[tuple[str, str], float]],

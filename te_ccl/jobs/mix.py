@@ -22,7 +22,11 @@ small messages yields it. Which job should go first is a property of the jobs to
 gets every form and the descent chooses. A job that can route around links another job
 needs (the joint compile's ``exclusive`` view, ``away``) also gets its forms built on
 that view: on dgx2x2 a job on every GPU then crosses between boxes on the NICs the
-other job's GPUs lack, and yields it the switch ports they share. A job no form
+other job's GPUs lack, and yields it the switch ports they share. The forms of a job
+expected to yield (every job but the one Smith's rule puts first) are lowered yielding
+first, on that view first: where the time for lowering runs out (a busy machine), the
+sets the descent most often keeps — the first job's own file, the others yielding
+around it — are there to try. A job no form
 template fits (a block of a torus) gets the ordinary compile's file cut as the taking and
 yielding forms instead.
 
@@ -34,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from te_ccl.baselines import BaselineError, applicable, build_baseline
@@ -69,19 +73,20 @@ class JobFile:
     algo: Algo
 
 
-def templates(jobs: JobSet, budget: Budget, away: Mapping[str, Topology] | None = None
-              ) -> dict[str, dict[str, JobFile]]:
+def templates(jobs: JobSet, budget: Budget, away: Mapping[str, Topology] | None = None,
+              yielding: Collection[str] = ()) -> dict[str, dict[str, JobFile]]:
     """Each job's templates (:func:`~te_ccl.baselines.applicable` on the whole topology)
     and forms, in :func:`_builds`' order, as verified files, by name; those that do not
     apply, that the runtime cannot hold or that the verifier rejects are left out, as are
     those not reached or not finished in ``budget``. ``away``: per job, a view of the
-    topology without the links it leaves to others, on which its forms are built too. The
+    topology without the links it leaves to others, on which its forms are built too;
+``yielding``: the jobs whose yielding forms come first (:func:`_builds`). The
     jobs take turns, one file each, in the portfolio's order, so a short budget leaves
     every job its forms and first templates rather than the last jobs none."""
     out: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
     params = SolveParams(time_limit_s=max(budget.left(), 0.1))
-    builds = {j.name: _builds(jobs, j, (away or {}).get(j.name)) + _compiled(jobs, j, budget)
-              for j in jobs.jobs}
+    builds = {j.name: _builds(jobs, j, (away or {}).get(j.name), j.name in yielding)
+              + _compiled(jobs, j, budget, j.name in yielding) for j in jobs.jobs}
     for turn in range(max(map(len, builds.values()), default=0)):
         for job in jobs.jobs:
             if turn >= len(builds[job.name]):
@@ -99,16 +104,18 @@ def templates(jobs: JobSet, budget: Budget, away: Mapping[str, Topology] | None 
     return out
 
 
-def _compiled(jobs: JobSet, job: Job, budget: Budget
+def _compiled(jobs: JobSet, job: Job, budget: Budget, yields: bool = False
               ) -> list[tuple[str, Callable[[], Schedule]]]:
     """Where no form template applies (a block of a torus): the job's taking and yielding
-    forms made by the ordinary compile (flow or scale), its chunks cut as the form's;
-    lowered after the templates, since each compile may take half the budget left."""
+    forms made by the ordinary compile (flow or scale), its chunks cut as the form's
+    (the yielding one first where the job ``yields``); lowered after the templates, since
+    each compile may take half the budget left."""
     if set(FORM_TEMPLATES) & set(applicable(jobs.topology, job.collective)):
         return []
+    order = ("yielding", "taking") if yields else ("taking", "yielding")
     return [(f"compiled, {form}", functools.partial(
         _compile_cut, jobs.topology, cut_to(job.collective, FORMS[form]), budget))
-        for form in ("taking", "yielding")]
+        for form in order]
 
 
 def _compile_cut(topology: Topology, collective: Collective, budget: Budget) -> Schedule:
@@ -126,18 +133,24 @@ def _compile_cut(topology: Topology, collective: Collective, budget: Budget) -> 
         raise SolverError(str(e)) from None
 
 
-def _builds(jobs: JobSet, job: Job, away: Topology | None = None
+def _builds(jobs: JobSet, job: Job, away: Topology | None = None, yields: bool = False
             ) -> list[tuple[str, Callable[[], Schedule]]]:
     """What :func:`templates` lowers for ``job``: its taking and sharing forms first
     (candidates only the jobs together can tell apart), then its forms on ``away``, then
     each template's build, then its yielding forms (the templates' own fine cuts already
-    yield much of a link, and these cuts are the slowest to lower)."""
+    yield much of a link, and these cuts are the slowest to lower). A job that ``yields``
+    has its yielding and sharing forms first instead, each on ``away`` before the whole
+    network, and its taking forms last."""
     names = applicable(jobs.topology, job.collective)
     forms = _forms(jobs.topology, job.collective, "")
-    moved = [] if away is None else sum(_forms(away, job.collective, ", away").values(), [])
-    return forms["taking"] + forms["sharing"] + moved + [
-        (n, functools.partial(build_baseline, n, jobs.topology, job.collective))
-        for n in names] + forms["yielding"]
+    moved = {} if away is None else _forms(away, job.collective, ", away")
+    built = [(n, functools.partial(build_baseline, n, jobs.topology, job.collective))
+             for n in names]
+    if yields:
+        first = [b for form in ("yielding", "sharing") for b in moved.get(form, []) + forms[form]]
+        return first + built + moved.get("taking", []) + forms["taking"]
+    return forms["taking"] + forms["sharing"] + sum(moved.values(), []) + built + \
+        forms["yielding"]
 
 
 def _forms(topology: Topology, collective: Collective, tag: str

@@ -189,3 +189,32 @@ def test_a_form_cut_finer_than_a_compile_holds_is_not_built():
                  ("ar", gpus[8:], "allreduce", "1MB"))
     names = [n for n, _ in _builds(jobs, jobs.jobs[0])]
     assert "hierarchical, sharing" in names and "hierarchical, yielding" not in names
+
+
+def test_a_job_expected_to_yield_gets_its_yielding_forms_first_around_the_others_first():
+    from te_ccl.jobs.joint import _view
+    from te_ccl.jobs.mix import _builds
+
+    everyone = [f"b{b}.g{g}" for b in range(2) for g in range(16)]
+    jobs = _jobs("dgx2x2", ("all", everyone, "allgather", "64MB"),
+                 ("half", everyone[:8] + everyone[16:24], "allgather", "64MB"))
+    away = _view(jobs.topology, {(f"b{a}.g{g}", f"b{1 - a}.g{g}"): 0.0
+                                 for a in (0, 1) for g in range(8)})
+    names = [n for n, _ in _builds(jobs, jobs.jobs[0], away, yields=True)]
+    assert names[:4] == ["hierarchical, yielding, away", "hierarchical, yielding",
+                         "hierarchical, sharing, away", "hierarchical, sharing"]
+    assert names[-2:] == ["hierarchical, taking, away", "hierarchical, taking"]
+    assert sorted(names) == sorted(n for n, _ in _builds(jobs, jobs.jobs[0], away))
+
+
+def test_smiths_rule_puts_the_heavy_job_fast_alone_first():
+    from te_ccl.jobs.joint import _order
+    from te_ccl.jobs.spec import jobs_from
+    from te_ccl.spec.topology import load_topology
+
+    job = {"ranks": ["g0", "g1"], "collective": "allgather", "size": "1MB"}
+    jobs = jobs_from(load_topology("dgx1"), {"jobs": [
+        {"name": "a"} | job, {"name": "b", "weight": 2} | job]}, None)
+    assert _order(jobs, "weighted", {"a": 1.0, "b": 1.5}, {}) == ["b", "a"]  # 2/1.5 > 1/1
+    assert _order(jobs, "weighted", {"a": 1.0, "b": 3.0}, {}) == ["a", "b"]
+    assert _order(jobs, "max", {}, {"a": 2.0, "b": 1.0}) == ["a", "b"]
