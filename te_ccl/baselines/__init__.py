@@ -89,10 +89,11 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         at = names.index("packed") if "packed" in names else len(names)
         # as fine as pipeline-fine: the unit arborescences before it (at the min-cut
         # rate where links differ), the boxes in two heaps after it (shallower than its
-        # chain of boxes, slower on rail8x8's eight); finer, a large torus's pieces after
-        # it (as many as the runtime holds, where there is time to judge their file)
-        fine = ["pipeline-units"] * units_apply(topology, collective) + ["pipeline-fine"] \
-            + ["pipeline-torus"] * torus_applies(topology, collective) \
+        # chain of boxes, slower on rail8x8's eight); finer, a large mesh's or torus's
+        # pieces before it (as many as the runtime holds, where there is time to judge
+        # their file: built first, they get the time pipeline-fine's file would take)
+        fine = ["pipeline-units"] * units_apply(topology, collective) \
+            + ["pipeline-torus"] * torus_applies(topology, collective) + ["pipeline-fine"] \
             + ["pipeline-boxes"] * box_heaps_apply(topology, collective)
         names[at:at] = ["pipeline", *fine]
     if collective.kind in SWITCH_TREE_KINDS and collective.root is not None \

@@ -63,6 +63,9 @@ MAX_TRANSFERS = 20_000  # link transfers a Broadcast or Scatter is cut into at m
 FINE_TRANSFERS = 200_000  # the same for pipeline-fine (mesh 16×16: 784 pieces), built only
 TRANSFER_S = 6e-5  # about what building, lowering, verifying and replaying one transfer of
 #                    such a file costs
+RUNG = 2 ** 0.25  # one file's transfers over the next coarser one's (fine_transfers): the
+#                   fill shrinks with the pieces' number, so a step finer than halving keeps
+#                   more of the pieces the time left allows
 REDUCE_FAN = 3  # a far box's GPUs below a relay, as pipeline-fine's Reduce sums them: a heap
 #                 of this fan-out (an 8-GPU box two levels deep, where a chain is seven; a
 #                 GPU summing a piece from all its box waits for each partial in turn, and
@@ -176,7 +179,7 @@ def _links(topology: Topology, tree: Tree) -> dict[str, int]:
 def pipeline_fine(topology: Topology, collective: Collective) -> Schedule:
     """:func:`pipeline` in up to :data:`FINE_TRANSFERS` transfers: a tree fills a hop per
     piece, so more pieces come closer to the bound. The pieces follow from that count (or
-    the largest of its halvings the time left allows, :func:`fine_transfers`) and the
+    the largest of its fractions the time left allows, :func:`fine_transfers`) and the
     runtime's element limit alone, so a compile writes one of a few files on any machine,
     and it is not built where its pieces are :func:`pipeline`'s. A Reduce sums up a heap of
     fan-out :data:`REDUCE_FAN` in each box beyond the root's (:func:`box_trees`): at a
@@ -204,14 +207,15 @@ def fine_time_left(what: str, transfers: int = FINE_TRANSFERS) -> None:
 
 
 def fine_transfers(what: str, most: int, fewer_than: int) -> int:
-    """The most transfers of ``most``, ``most // 2``, ``most // 4``, … (more than
+    """The most transfers of ``most``, ``most / RUNG``, ``most / RUNG²``, … (more than
     ``fewer_than``) whose file (``what``) :func:`fine_time_left` allows: where the time
     left cannot lower the finest file, the finest that can be lowered is built, not the
     coarse one; a fixed ladder, so the same few files on any machine. Raises
     :class:`BaselineError` where none is allowed."""
-    transfers = most
-    while transfers // 2 > fewer_than and not _in_time(transfers):
-        transfers //= 2
+    j = 0
+    while int(most / RUNG ** (j + 1)) > fewer_than and not _in_time(int(most / RUNG ** j)):
+        j += 1
+    transfers = int(most / RUNG ** j)
     fine_time_left(what, transfers)
     return transfers
 

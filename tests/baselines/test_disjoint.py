@@ -195,9 +195,11 @@ def test_a_chain_through_the_switches_where_it_carries_all_the_root_sends(kind):
 
 
 @pytest.mark.parametrize(("slower", "limit", "transfers"), [
-    (1.0, 60.0, 200_000), (1.0, 20.0, 100_000), (2.0, 20.0, 50_000)])
-def test_fine_transfers_the_finest_halving_the_time_left_lowers(monkeypatch, slower, limit,
-                                                                transfers):
+    (1.0, 60.0, 200_000), (1.0, 20.0, 141_421), (2.0, 20.0, 70_710)])
+def test_fine_transfers_the_finest_rung_the_time_left_lowers(monkeypatch, slower, limit,
+                                                             transfers):
+    """Rungs a fourth of an octave apart (200,000 / 2^(j/4)): half of 20 s holds 166,667
+    transfers at 6e-5 s each, below the 168,179 of the first rung down."""
     monkeypatch.setattr(disjoint, "slowdown", lambda: slower)
     with until(limit):
         assert disjoint.fine_transfers("a file", 200_000, 20_000) == transfers

@@ -1,4 +1,5 @@
-"""pipeline-torus: a large torus's Broadcast and Reduce in as many pieces as the runtime holds."""
+"""pipeline-torus: a large mesh's or torus's Broadcast and Reduce in as many pieces as the
+runtime holds."""
 
 import pytest
 
@@ -19,18 +20,19 @@ def _rooted(kind, n, ranks=None):
 
 
 @pytest.mark.parametrize("kind", [K.BROADCAST, K.REDUCE], ids=lambda k: k.value)
-def test_listed_after_the_finer_pipeline_on_a_large_torus(kind):
-    names = applicable(LARGE, _rooted(kind, 225))
-    assert names.index("pipeline-torus") == names.index("pipeline-fine") + 1
+@pytest.mark.parametrize("net", [LARGE, gen.mesh([15, 15], 50e9, 0.5e-6)], ids=["torus", "mesh"])
+def test_listed_before_the_fine_pipeline_on_a_large_grid(kind, net):
+    names = applicable(net, _rooted(kind, 225))
+    assert names.index("pipeline-torus") + 1 == names.index("pipeline-fine")
 
 
 @pytest.mark.parametrize(("net", "coll"), [
     (LARGE, _rooted(K.GATHER, 225)),
     (LARGE, _rooted(K.BROADCAST, 225, range(100))),
     (gen.torus([8, 8], 50e9), _rooted(K.BROADCAST, 64)),  # pipeline-fine holds its pieces
-    (gen.mesh([15, 15], 50e9), _rooted(K.BROADCAST, 225)),
-], ids=["gather", "some-gpus", "small-torus", "mesh"])
-def test_not_where_pipeline_fine_holds_the_pieces_or_no_whole_torus(net, coll):
+    (gen.star(225, 50e9), _rooted(K.BROADCAST, 225)),
+], ids=["gather", "some-gpus", "small-torus", "switches"])
+def test_not_where_pipeline_fine_holds_the_pieces_or_not_every_gpu_over_links(net, coll):
     assert not torus_applies(net, coll)
     with pytest.raises(BaselineError):
         build_baseline("pipeline-torus", net, coll)
@@ -45,3 +47,12 @@ def test_not_built_without_the_time_to_judge_its_file():
 def test_torus16x16_broadcast_within_the_rooted_goal_in_a_valid_file():
     torus = load_topology("torus16x16")
     assert 1 <= file_ratio("pipeline-torus", torus, _rooted(K.BROADCAST, 256)) <= 1.10
+
+
+@pytest.mark.slow
+def test_a_large_mesh_cut_finer_than_pipeline_fine():
+    mesh = gen.mesh([15, 15], 50e9, 0.5e-6)
+    coll = _rooted(K.BROADCAST, 225)
+    fine, most = (build_baseline(name, mesh, coll).collective.chunks_per_rank
+                  for name in ("pipeline-fine", "pipeline-torus"))
+    assert fine < most <= 1024
