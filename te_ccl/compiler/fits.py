@@ -4,7 +4,7 @@ arithmetic on the chunks a rank receives and, for an AlltoAll, the links they cr
 from __future__ import annotations
 
 from te_ccl.backends.scale.grid import grid_shape
-from te_ccl.backends.scale.grid_alltoall import grid_elements
+from te_ccl.backends.scale.grid_alltoall import alltoall_elements
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.deadline import check
 from te_ccl.errors import RuntimeLimitError
@@ -46,7 +46,8 @@ def _check_relays(collective: Collective, topology: Topology) -> None:
     """Refuse an AlltoAll on a GPU-only topology that no file teccl writes can hold, by
     arithmetic. On a generated mesh or torus (every rank, out of place) the grid AlltoAll
     relays groups of chunks in one step each: it fits where its busiest rank's steps and
-    thread blocks do (:func:`~te_ccl.backends.scale.grid_alltoall.grid_elements`).
+    thread blocks do (:func:`~te_ccl.backends.scale.grid_alltoall.alltoall_elements`; where
+    its groups overflow, whole rows relayed).
     Elsewhere, and where that does not fit, the lowering gives every chunk a rank receives
     a step of its own (only local copies are merged), so some rank has at least the
     average of the links the chunks cross on their shortest paths (:func:`hop_sum`) as
@@ -61,7 +62,7 @@ def _check_relays(collective: Collective, topology: Topology) -> None:
     shape = grid_shape(topology)
     grid = ""
     if shape is not None and not collective.inplace and collective.ranks == tuple(range(n)):
-        need, rank = grid_elements(*shape, k)
+        need, rank = alltoall_elements(*shape, k)
         if need <= MSCCL.max_elements:
             return
         grid = (f"; the grid AlltoAll, which relays groups of chunks in one step each, "

@@ -25,12 +25,14 @@ import networkx as nx
 
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.errors import SpecError
+from te_ccl.runtime_limits import MSCCL
 from te_ccl.topology.model import Topology
 
 __all__ = ["MAX_GPUS", "MAX_RATE_RATIO", "MAX_SPAN_S", "MAX_TRANSFERS", "deliveries",
-           "transfers_at_least", "most_chunks", "check_times", "check_fits"]
+           "transfers_at_least", "most_chunks", "by_rows", "check_times", "check_fits", "MAX_ROW_HOPS"]
 
 MAX_TRANSFERS = 2**21  # transfers one compile holds within 8 GB (~3.5 KB each at its peak)
+MAX_ROW_HOPS = 2**26  # chunk-hops at least of a row AlltoAll (by_rows) one compile holds
 MAX_GPUS = 4096  # an MSCCL algorithm lists every GPU; the runtime reads 4096 elements a rank
 MAX_RATE_RATIO = 1e6  # a slowest link's transfer spans this many of the fastest's epochs
 MAX_SPAN_S = 1e6  # a schedule's times are picoseconds in 64 bits (9.2e6 s), with room
@@ -116,6 +118,21 @@ def most_chunks(topology: Topology, collective: Collective) -> int:
     return MAX_TRANSFERS // one if one else MAX_TRANSFERS
 
 
+def by_rows(topology: Topology, collective: Collective) -> bool:
+    """Does the row AlltoAll take ``collective``: an AlltoAll of every GPU in rank order,
+    out of place, on a generated 2D mesh or torus whose row of chunks (one per rank of a
+    row, times the chunks per pair) one step carries? That method keeps a chunk's hops
+    as rows of arrays (no record each) and its steps within the runtime's reader, so
+    its compile holds up to :data:`MAX_ROW_HOPS` (mesh 32×32: 27,459,584 at least)."""
+    meta = topology.meta or {}
+    dims = tuple(meta.get("dims") or ())
+    return (collective.kind is CollectiveKind.ALLTOALL and not collective.inplace
+            and meta.get("generator") in ("mesh", "torus") and len(dims) == 2
+            and min(dims) >= 3 and not topology.switches
+            and collective.ranks == tuple(range(topology.ngpus))
+            and dims[1] * collective.chunks_per_rank < MSCCL.max_count)
+
+
 def check_times(topology: Topology, collective: Collective) -> None:
     """Refuse (:class:`SpecError`, exit 2) what no schedule's times can hold, before a
     compile or a baseline builds one: links more than :data:`MAX_RATE_RATIO` apart in rate
@@ -161,7 +178,8 @@ def check_fits(topology: Topology, collective: Collective) -> None:
                         "cannot load)",
                         key="topology")
     estimate = transfers_at_least(topology, collective)
-    if estimate <= MAX_TRANSFERS:
+    if estimate <= MAX_TRANSFERS or (by_rows(topology, collective)
+                                     and estimate <= MAX_ROW_HOPS):
         return
     most = most_chunks(topology, collective)
     if collective.kind is CollectiveKind.CUSTOM:

@@ -53,6 +53,7 @@ from te_ccl.backends.scale.grid import (
     spread_channels,
 )
 from te_ccl.backends.scale.grid import coords as _coords
+from te_ccl.backends.scale.grid_blocks import blocks_plan
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.collective.model import Collective
 from te_ccl.deadline import check
@@ -60,8 +61,8 @@ from te_ccl.model.problem import Problem
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.topology.model import Topology
 
-__all__ = ["grid_plan", "grid_hops", "grid_elements", "solve_grid_alltoall", "grid_takes",
-           "METHOD", "GRID_FROM_HOPS"]
+__all__ = ["grid_plan", "grid_hops", "grid_elements", "alltoall_elements",
+           "solve_grid_alltoall", "grid_takes", "METHOD", "GRID_FROM_HOPS"]
 
 METHOD = "grid-alltoall"
 PLANNING = "planning the grid AlltoAll"  # what a deadline reached interrupted
@@ -166,11 +167,24 @@ def _groups(c: int, d: int, wrap: bool, per_group: int, slots: dict[int, int]
 
 def grid_plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float = 0.0,
               limits: RuntimeLimits = MSCCL) -> GridPlan | str:
-    """The file of the grid AlltoAll with ``k`` chunks per pair, or why none fits
-    ``limits`` (an element over ``max_count − 1`` chunks; more channels, thread blocks or
-    elements per rank than the runtime holds). Built once for the schedule and its
-    lowering (which runs in a process forked after the schedule was built)."""
-    return _plan(tuple(dims), wrap, k, alpha, limits)
+    """The file of the grid AlltoAll with ``k`` chunks per pair, or where its groups do
+    not fit ``limits``, the row AlltoAll's (:mod:`.grid_blocks`: whole rows relayed, far
+    fewer steps), or why neither fits (an element over ``max_count − 1`` chunks; more
+    channels, thread blocks or elements per rank than the runtime holds). Built once for
+    the schedule and its lowering (which runs in a process forked after the schedule was
+    built)."""
+    return _either(tuple(dims), wrap, k, alpha, limits)[0]
+
+
+@lru_cache(maxsize=2)
+def _either(dims: tuple[int, ...], wrap: bool, k: int, alpha: float,
+            limits: RuntimeLimits) -> tuple[GridPlan | str, bool]:
+    """(:func:`grid_plan`, whether it is the row AlltoAll's)."""
+    plan = _plan(dims, wrap, k, alpha, limits)
+    if not isinstance(plan, str):
+        return plan, False
+    rows = blocks_plan(dims, wrap, k, limits)
+    return (rows, True) if not isinstance(rows, str) else (f"{plan}; by rows: {rows}", False)
 
 
 # a bundle: holder, source, family, buffer, offset, slots by coordinate (the input buffer)
@@ -487,6 +501,26 @@ def grid_elements(dims: tuple[int, ...], wrap: bool, k: int,
     return int(elements[v]), v
 
 
+def alltoall_elements(dims: tuple[int, ...], wrap: bool, k: int,
+                      limits: RuntimeLimits = MSCCL) -> tuple[int, int]:
+    """(the most XML elements one rank reads, that rank) of the file :func:`grid_plan`
+    writes: the groups' by arithmetic (:func:`grid_elements`), or where they overflow the
+    reader, the row AlltoAll's, counted on its plan (built once, as the compile builds
+    it); the groups' where neither fits."""
+    need, v = grid_elements(dims, wrap, k, limits)
+    if need <= limits.max_elements:
+        return need, v
+    rows = blocks_plan(tuple(dims), wrap, k, limits)
+    if isinstance(rows, str):
+        return need, v
+    block_rank = rows.blocks[:, 0]
+    steps = np.diff(np.r_[rows.blocks[:, 4], len(rows.steps)])
+    n = math.prod(dims)
+    elements = 1 + n + np.bincount(block_rank, minlength=n) + np.bincount(
+        block_rank, weights=steps, minlength=n).astype(np.int64)
+    return int(elements.max()), int(np.argmax(elements))
+
+
 def grid_hops(dims: tuple[int, ...], wrap: bool) -> int:
     """Links crossed by one chunk per ordered pair of ranks on shortest paths, by
     arithmetic: a coordinate pair of dimension ``p`` recurs ``(n / d_p)²`` times.
@@ -542,12 +576,17 @@ def solve_grid_alltoall(problem: Problem, min_hops: int = GRID_FROM_HOPS
     if k is None or k * grid_hops(dims, wrap) < min_hops or len(
             {(t.occupancy, t.capacity, t.delay) for t in timings.values()}) != 1:
         return None
-    plan = grid_plan(dims, wrap, k, grid_alpha(topology, problem.chunk_bytes))
+    plan, rows = _either(dims, wrap, k, grid_alpha(topology, problem.chunk_bytes), MSCCL)
     if isinstance(plan, str):
         return None
     moves = grid_moves(topology, n, plan, next(iter(timings.values())), PLANNING)
-    moves = replace(moves, chunk=_real_chunks(dims, wrap, k)[moves.chunk])
     cnt = plan.moves[:, 1]
+    if rows:  # its moves number the chunks as they are
+        notes = (f"row AlltoAll: blocks along dimension 0, then {len(cnt):,} segments of up "
+                 f"to {int(cnt.max())} chunks relayed whole in one step per hop, on "
+                 f"{plan.nchannels} channel(s)",)
+        return moves, notes
+    moves = replace(moves, chunk=_real_chunks(dims, wrap, k)[moves.chunk])
     notes = (f"grid AlltoAll: dimension by dimension in {len(dims)} order(s), "
              f"{len(cnt):,} groups of up to {int(cnt.max())} chunks relayed in one step each, "
              f"on {plan.nchannels} channel(s)",)

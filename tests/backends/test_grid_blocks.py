@@ -1,0 +1,73 @@
+"""The row AlltoAll: whole rows relayed in one step per hop, the file for grids whose
+groups do not fit; it verifies, replays without deadlock and fits the runtime."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from te_ccl.backends.scale import grid_alltoall
+from te_ccl.backends.scale.grid_alltoall import METHOD, solve_grid_alltoall
+from te_ccl.backends.scale.grid_blocks import blocks_plan
+from te_ccl.bounds import lower_bound
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.lower.msccl import lower_to_msccl
+from te_ccl.model.problem import build_problem
+from te_ccl.runtime_limits import MSCCL
+from te_ccl.schedule import Schedule, SolveInfo
+from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.topology.generators import mesh, torus
+from te_ccl.verify.msccl.verify import verify_msccl
+from te_ccl.verify.schedule_check import check_schedule
+
+
+@pytest.fixture
+def rows_only(monkeypatch):
+    """The grid AlltoAll's groups refused, so its plan is the row AlltoAll's."""
+    monkeypatch.setattr(grid_alltoall, "_plan", lambda *a: "groups refused")
+    grid_alltoall._either.cache_clear()
+    yield
+    grid_alltoall._either.cache_clear()
+
+
+@pytest.mark.parametrize(("make", "dims", "k"), [(mesh, (4, 5), 1), (torus, (4, 4), 2),
+                                                 (torus, (5, 3), 1), (mesh, (3, 3), 2)])
+def test_the_row_file_verifies_and_replays(rows_only, make, dims, k):
+    topo = make(list(dims), 50e9, 5e-7)
+    coll = Collective(CollectiveKind.ALLTOALL, 1 << 20, tuple(range(topo.ngpus)),
+                      chunks_per_rank=k)
+    problem = build_problem(topo, coll)
+    moves, notes = solve_grid_alltoall(problem, min_hops=0)
+    assert notes[0].startswith("row AlltoAll")
+    info = SolveInfo(backend="scale", status=f"scale/{METHOD}: feasible (not proven optimal)",
+                     notes=notes)
+    schedule = Schedule(topo, coll, problem.epoch_s, tuple(moves.transfers()), info)
+    assert check_schedule(schedule) == []
+    xml = lower_to_msccl(schedule).decode()
+    assert 'type="rcs"' in xml and max(int(c) for c in re.findall(r'cnt="(\d+)"', xml)) > k
+    report = verify_msccl(xml)
+    assert report.valid, report.errors[:3]
+    replayed = simulate_msccl(xml, topo, coll.size_bytes).finish_time_s
+    assert replayed >= lower_bound(topo, coll).seconds * (1 - 1e-9)
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+def test_a_1024_rank_row_plan_fits_the_reader(wrap):
+    plan = blocks_plan((32, 32), wrap, 1)
+    assert not isinstance(plan, str), plan
+    n = 1024
+    block_rank = plan.blocks[:, 0]
+    steps = np.diff(np.r_[plan.blocks[:, 4], len(plan.steps)])
+    elements = 1 + n + np.bincount(block_rank, minlength=n) + np.bincount(
+        block_rank, weights=steps, minlength=n)
+    assert elements.max() < MSCCL.max_elements and steps.max() <= MSCCL.max_steps
+    assert plan.steps[:, 5].max() < MSCCL.max_count
+    assert math.isclose(plan.moves[:, 1].sum() / (n * (n - 1)), plan.moves[:, 1].sum() / n / (n - 1))
+
+
+def test_rows_too_long_for_a_step_or_a_line_get_the_reason():
+    assert "more than a step carries" in blocks_plan((4, 72), False, 1)
+    assert "2D grids" in blocks_plan((4, 4, 4), False, 1)
