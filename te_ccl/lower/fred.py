@@ -71,9 +71,11 @@ PHASE_COLUMNS = ("phase", "default_unicast", "start_s", "end_s", "priority_class
 PORT_COLUMNS = ("switch", "port", "neighbour", "lane", "lane_Bps")
 CONFIG_COLUMNS = ("switch", "phase", "config", "bytes")
 STREAM_COLUMNS = ("stream", "chunk", "bytes", "sources", "destinations", "after")
-# CPU seconds per flow of lowering, checking and writing a schedule's tables: 0.24 ms
-# (fred-a AllGather 1 MB ring, 2,280 flows) to 0.27 ms (hierarchical, 51,138 flows), with
-# margin for a slower machine
+# CPU seconds per flow of lowering, checking and writing a schedule's tables: 0.13 ms
+# (fred-a AllGather 1 MB ring, 2,280 flows) to 0.16 ms (hierarchical, 51,138 flows); a
+# compile's first file is estimated from its flows before routing (1,710 for the ring,
+# whose routing, tables and a better file set aside took 0.42 s of CPU: 0.25 ms each),
+# hence the margin
 TABLES_S_PER_FLOW = 4e-4
 TABLES = {"flows": FLOW_COLUMNS, "uswitches": USWITCH_COLUMNS, "phases": PHASE_COLUMNS,
           "ports": PORT_COLUMNS, "configs": CONFIG_COLUMNS, "streams": STREAM_COLUMNS}
@@ -248,15 +250,20 @@ def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric, out_dir: str |
     VerificationError
         If the independent checker finds a violation other than an SRAM overflow.
     """
-    with paused_gc():  # a fifth of the time went to collecting the rows' objects, no cycles
-        tables = lower_to_fred_tables(phases, wafer, streams)
-        check(LOWERING)
-        files = render_fred_tables(tables)
-        try:
-            report = check_fred_tables(files, source=str(out_dir))
-        except SpecError as e:
-            raise VerificationError(f"the FRED tables about to be written do not parse: {e}"
-                                    ) from None
+    with paused_gc():  # the rows' objects hold no cycles: collecting took a fifth of the time
+        return _checked_and_written(phases, wafer, Path(out_dir), streams)
+
+
+def _checked_and_written(phases: Sequence[FredPhase], wafer: Fabric, out_dir: Path,
+                         streams: Sequence[ChunkStream]) -> dict[str, Any]:
+    """:func:`write_fred_tables`' work."""
+    tables = lower_to_fred_tables(phases, wafer, streams)
+    check(LOWERING)
+    files = render_fred_tables(tables)
+    try:
+        report = check_fred_tables(files, source=str(out_dir))
+    except SpecError as e:
+        raise VerificationError(f"the FRED tables about to be written do not parse: {e}") from None
     bugs = [v for v in report.violations if v.rule != "sram"]
     if bugs:
         raise VerificationError(f"FRED tables fail {len(bugs)} check(s): {bugs[0].message}")
@@ -325,8 +332,10 @@ def unrouted_flows(schedule: Schedule, topology: Topology) -> int:
     more phases, with more flows in all. Not cut by the deadline: it is what a message
     out of time says the tables would take, and costs a fraction of the routing."""
     wafer = wafer_from_topology(topology)
-    return sum(len(s.visits) * min(wafer.lanes(*link) // len(ts) for link, ts in s.links.items())
-               for s in chunk_streams(schedule, wafer))
+    with paused_gc():
+        return sum(len(s.visits) * min(wafer.lanes(*link) // len(ts)
+                                       for link, ts in s.links.items())
+                   for s in chunk_streams(schedule, wafer))
 
 
 def planned_tables(schedule: Schedule, topology: Topology) -> PlannedTables:

@@ -355,12 +355,18 @@ def _parse(texts: Mapping[str, str], out: list[Violation]) -> _Tables:
                              r.text("stream"), r.integer("radix"), r.integer("m"),
                              r.text("operation"), r.text("reduce_op")))
     for r in checked(rows["uswitches.csv"], CHECKING):
-        # the largest table by far: its text cells unpacked in FILES' order
-        sw, _, path, _, stage, kind, flow, input_sel, output_sel, mode, middle = r.cells
-        t.uses[(sw, r.integer("phase"))].append(_Use(
-            path.removeprefix(f"{sw}/") if path.startswith(f"{sw}/") else f"?{path}",
-            flow, input_sel, output_sel, mode, middle, stage, kind,
-            r.integer("recursion_level")))
+        # the largest table by far: its cells unpacked in FILES' order, its numbers read
+        # at once (by column, naming it, only where one is not an integer)
+        sw, phase_text, path, level_text, stage, kind, flow, input_sel, output_sel, mode, \
+            middle = r.cells
+        try:
+            phase, level = int(phase_text), int(level_text)
+        except ValueError:
+            phase, level = r.integer("phase"), r.integer("recursion_level")
+        mine = f"{sw}/"
+        t.uses[(sw, phase)].append(_Use(path.removeprefix(mine) if path.startswith(mine)
+                                        else f"?{path}", flow, input_sel, output_sel, mode,
+                                        middle, stage, kind, level))
     for r in checked(rows["configs.csv"], CHECKING):
         key = (r.text("switch"), r.integer("phase"))
         if key in t.configs:
