@@ -70,7 +70,7 @@ PRIORITY_SHARE = 0.75  # what the first job keeps of each link it shares under `
 MIN_COMPILE_S = 2.0  # a candidate whose compiles would each get less is skipped
 WRITE_RESERVE_S = 1.0  # of the limit, kept for replaying, checking and writing the files kept
 VIEWS = ("shares", "priority", "exclusive")  # the candidates compiled on views
-LOWER_SLOTS = 2  # per job, the shares of lowering its templates and forms for ``mix``
+LOWER_SLOTS = 4  # per job, the shares of lowering its templates and forms for ``mix``
 #                  (before the views: the candidate that orders the jobs on a shared link)
 MIX_SLOTS = LOWER_SLOTS + 1  # and one more for the descent
 

@@ -80,15 +80,18 @@ def templates(jobs: JobSet, budget: Budget, away: Mapping[str, Topology] | None 
     apply, that the runtime cannot hold or that the verifier rejects are left out, as are
     those not reached or not finished in ``budget``. ``away``: per job, a view of the
     topology without the links it leaves to others, on which its forms are built too;
-``yielding``: the jobs whose yielding forms come first (:func:`_builds`). The
+    ``yielding``: the jobs whose yielding forms come first (:func:`_builds`). The
     jobs take turns, one file each, in the portfolio's order, so a short budget leaves
-    every job its forms and first templates rather than the last jobs none."""
+    every job its forms and first templates rather than the last jobs none; in each turn
+    the jobs not ``yielding`` go first, since a yielding form (the finest cut) can take
+    the whole budget to lower."""
     out: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
     params = SolveParams(time_limit_s=max(budget.left(), 0.1))
     builds = {j.name: _builds(jobs, j, (away or {}).get(j.name), j.name in yielding)
               + _compiled(jobs, j, budget, j.name in yielding) for j in jobs.jobs}
+    order = sorted(jobs.jobs, key=lambda j: j.name in yielding)  # the cheap taking forms first
     for turn in range(max(map(len, builds.values()), default=0)):
-        for job in jobs.jobs:
+        for job in order:
             if turn >= len(builds[job.name]):
                 continue
             if budget.spent:

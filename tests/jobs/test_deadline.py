@@ -23,6 +23,7 @@ SHARED = """jobs:
   - {name: a, ranks: [g0, g1, g2, g3], collective: allgather, size: 1MB}
   - {name: b, ranks: [g0, g1, g5, g4], collective: allreduce, size: 2MB}
 """
+SLOTS = 2 * (1 + len(joint.VIEWS) + 1 + joint.MIX_SLOTS)  # SHARED's: alone, views, flow, mix
 
 
 class Clock:
@@ -114,7 +115,7 @@ def test_a_limit_under_the_floor_splits_what_is_left_among_the_jobs(clock, tmp_p
     assert result.method in ("alone", "mix") and clock.now <= clock.limit
 
 
-@pytest.mark.parametrize("clock", [40.0], indirect=True)
+@pytest.mark.parametrize("clock", [60.0], indirect=True)
 def test_views_whose_files_share_no_link_between_gpus_leave_their_time_to_flow_and_mix(
         clock, tmp_path, monkeypatch):
     """The routes meet between GPUs, the files compiled alone only on a link to a switch:
@@ -131,7 +132,7 @@ def test_views_whose_files_share_no_link_between_gpus_leave_their_time_to_flow_a
         given["flow"] = params.time_limit_s
         raise SolverError("not in this test")
 
-    def made(jobs, budget, away=None):
+    def made(jobs, budget, away=None, yielding=()):
         given["mix"] = budget.left()
         return {j.name: {} for j in jobs.jobs}
 
@@ -145,17 +146,19 @@ def test_views_whose_files_share_no_link_between_gpus_leave_their_time_to_flow_a
     monkeypatch.setattr(joint, "mix", no_mix)
     result = _compile(tmp_path)
     assert [name for name, _, _ in clock.compiles] == ["a", "b"]  # alone only: no view
-    # 16 slots (alone, three views, flow, and three of mix: two to lower its forms and
-    # templates, one for the descent, for each job): each job's compile 1/16
-    assert [limit for _, limit, _ in clock.compiles] == pytest.approx([40 / 16] * 2)
+    # per job, a slot each for alone, three views and flow, and mix's (its lowering's and
+    # one for the descent): each job's compile one of them all
+    assert [limit for _, limit, _ in clock.compiles] == pytest.approx([60 / SLOTS] * 2)
     rest = clock.left()
     # (the fake clock stands still while the forms are lowered: Budget runs on real time)
-    assert given["mix"] == pytest.approx(rest / 2, rel=0.05)  # 4 of 8 slots, not 4 of 14
+    # the lowering's slots of flow's and mix's alone, not of the views' too
+    assert given["mix"] == pytest.approx(rest * joint.LOWER_SLOTS / (1 + joint.MIX_SLOTS),
+                                         rel=0.05)
     assert given["flow"] == pytest.approx(rest / 2)  # 2 of the last 4
     assert result.method == "alone" and clock.now <= clock.limit
 
 
-@pytest.mark.parametrize("clock", [40.0], indirect=True)
+@pytest.mark.parametrize("clock", [60.0], indirect=True)
 def test_files_that_share_no_link_leave_the_time_left_to_compiling_them_again(
         clock, tmp_path, monkeypatch):
     """The routes meet, the files compiled alone share no link: no other candidate
@@ -174,9 +177,9 @@ def test_files_that_share_no_link_leave_the_time_left_to_compiling_them_again(
     for name in ("compile_flow", "templates", "mix"):
         monkeypatch.setattr(joint, name, never)
     result = _compile(tmp_path)
-    rest = 40 - 2 * 40 / 16  # each job's first compile had 1/16 (every candidate's slots)
+    rest = 60 - 2 * 60 / SLOTS  # each job's first compile had one of every candidate's slots
     assert [name for name, _, _ in clock.compiles] == ["a", "b", "a", "b"]
     assert [limit for _, limit, _ in clock.compiles] == pytest.approx(
-        [40 / 16, 40 / 16, rest / 2, rest / 2])
+        [60 / SLOTS, 60 / SLOTS, rest / 2, rest / 2])
     assert result.method == "alone" and not result.notes and clock.now <= clock.limit
 
