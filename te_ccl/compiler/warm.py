@@ -31,6 +31,7 @@ by the GPU that sent it there.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -40,12 +41,13 @@ import te_ccl.verify.msccl.reader as xml_reader
 import te_ccl.verify.msccl.verify as xml_verifier
 from te_ccl.backends.base import SolveParams
 from te_ccl.backends.select import strategy_for
+from te_ccl.background import WORTH_FORKING, in_background, workers
 from te_ccl.baselines.plan import BaselineError, ChunkPlan, assemble
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler.incumbent import Incumbent, describe
 from te_ccl.compiler.options import CompileOptions
-from te_ccl.compiler.splice import QUEUED, WAYS, splice, step_times
+from te_ccl.compiler.splice import QUEUED, SPLICING, WAYS, splice, step_times
 from te_ccl.errors import SpecError, TecclError, VerificationError
 from te_ccl.lower.msccl.to_xml import program_to_xml
 from te_ccl.schedule import Schedule
@@ -70,6 +72,8 @@ QUALITY_GAP = 0.02  # a coarser cut of its routes is taken within this of the lo
 NEAR_GAP = 0.05  # a splice farther than this from the lower bound tries no other weight
 WARM_GAP = 0.1  # its routes stand when the file they make replays within this of the
 #                 lower bound; else the portfolio searches on from them
+BESIDE_FROM = WORTH_FORKING  # tree edges: from here a splice's schedule is built in a forked
+#                              process while its file is verified (:func:`_built_beside`)
 _TREES = (CollectiveKind.ALLGATHER, CollectiveKind.BROADCAST)  # kinds whose trees are read
 
 
@@ -310,20 +314,21 @@ def offer_spliced(previous: Previous | None, topology: Topology, collective: Col
     except VerificationError as e:  # the file does not run as written: no order to keep
         kept.notes.append(f"--from: the {WARM} is not spliced (its replay fails: {e})")
         return False
+    routes = partial(_spliced_schedule, previous, topology, collective)
     found = _standing_splice(previous.algo, previous.before, topology, collective, options,
-                             times, kept)
-    return found is not None and _offer(found, previous, topology, collective, timer, kept)
+                             times, kept, routes)
+    return found is not None and _offer(found, timer, kept)
 
 
 @dataclass(frozen=True)
 class _Standing:
     """A splice whose written file the verifier passes and whose replay ends within
-    :data:`QUALITY_GAP` of the lower bound: that file, its replay and the trees it
-    routes each chunk on."""
+    :data:`QUALITY_GAP` of the lower bound: that file, its replay and the schedule of
+    the trees it routes each chunk on (None: they make none the checker passes)."""
 
     finish_s: float
     data: bytes
-    trees: tuple[Tree, ...]
+    schedule: Schedule | None
 
 
 class _Falls(Exception):
@@ -336,12 +341,13 @@ class _Falls(Exception):
 
 def _standing_splice(algo: Algo, before: Topology, topology: Topology,
                      collective: Collective, options: CompileOptions, times: list[float],
-                     kept: Incumbent) -> _Standing | None:
+                     kept: Incumbent, routes: Callable[[tuple[Tree, ...]], Schedule | None]
+                     ) -> _Standing | None:
     """The first splice, by the ways :data:`~te_ccl.compiler.splice.WAYS` in turn, that
-    stands (:func:`_verified`) and verifies; None (a note says why) where none does. A
-    weighted splice that keeps a link too busy to stand or replays beyond
-    :data:`NEAR_GAP` ends the search (the weights move a file by a few percent: no other
-    is tried)."""
+    stands (:func:`_verified`) and verifies, with the schedule ``routes`` makes of its
+    trees; None (a note says why) where none does. A weighted splice that keeps a link
+    too busy to stand or replays beyond :data:`NEAR_GAP` ends the search (the weights
+    move a file by a few percent: no other is tried)."""
     coll = collective
     whole = coll.ranks == tuple(range(topology.ngpus))  # the provenance names every GPU
     why, refused = "no splice replays", []
@@ -360,18 +366,19 @@ def _standing_splice(algo: Algo, before: Topology, topology: Topology,
                           min_bytes=options.min_bytes, max_bytes=options.max_bytes)
         data = program_to_xml(program, provenance=(topology.name, coll.size_bytes)
                               if whole else None)
-        try:
-            finish, report = _verified(data, topology, coll, options, kept.bound_s)
-        except VerificationError as e:  # a deadlock: the verifier would refuse it
-            why = str(e)
-            continue
-        except _Falls as e:
-            why = f"it replays at {e.finish_s / kept.bound_s:.3f}× the lower bound"
-            if way is not QUEUED and e.finish_s > kept.bound_s * (1 + NEAR_GAP):
-                break
-            continue
-        if report.valid:
-            return _Standing(finish, data, got.trees)
+        with _built_beside(routes, got.trees, topology) as schedule:
+            try:
+                finish, report = _verified(data, topology, coll, options, kept.bound_s)
+            except VerificationError as e:  # a deadlock: the verifier would refuse it
+                why = str(e)
+                continue
+            except _Falls as e:
+                why = f"it replays at {e.finish_s / kept.bound_s:.3f}× the lower bound"
+                if way is not QUEUED and e.finish_s > kept.bound_s * (1 + NEAR_GAP):
+                    break
+                continue
+            if report.valid:
+                return _Standing(finish, data, schedule())
         why = f"its file fails verification: {report.errors[0]}"
     if len(refused) == len(WAYS):
         kept.notes.append(f"--from: the {WARM} is not spliced ({refused[0]})")
@@ -403,13 +410,49 @@ def _verified(data: bytes, topology: Topology, collective: Collective,
     return finish[0], report
 
 
-def _offer(found: _Standing, previous: Previous, topology: Topology,
-           collective: Collective, timer: Timer, kept: Incumbent) -> bool:
-    """Offer ``kept`` the splice ``found`` once the checker passes the schedule of its
-    routes; True if kept, else a note says why not."""
-    schedule = _routed(replace(previous, trees=found.trees), topology,
+@contextmanager
+def _built_beside(routes: Callable[[tuple[Tree, ...]], Schedule | None],
+                  trees: tuple[Tree, ...], topology: Topology
+                  ) -> Iterator[Callable[[], Schedule | None]]:
+    """A function giving ``routes(trees)``, the schedule on ``topology`` a splice
+    reports: where the trees have :data:`BESIDE_FROM` edges or more and a second core can
+    run it, built in a forked process while the body verifies and replays the file (it
+    does not wait for them: at 256 GPUs it takes about a third of their time), stopped
+    where the body leaves without it (the splice does not stand); else built when
+    asked."""
+    if sum(len(edges) for _, _, edges in trees) < BESIDE_FROM or workers() < 2:
+        yield partial(routes, trees)
+        return
+    job = in_background(routes, trees, doing=SPLICING)
+    taken = False
+
+    def schedule() -> Schedule | None:
+        nonlocal taken
+        taken = True
+        got = job.result()  # on the child's copy of the topology: the compile's own instead
+        return None if got is None else replace(got, topology=topology)
+
+    try:
+        yield schedule
+    finally:
+        if not taken:
+            job.cancel()
+
+
+def _spliced_schedule(previous: Previous, topology: Topology, collective: Collective,
+                      trees: tuple[Tree, ...]) -> Schedule | None:
+    """The schedule of a splice's ``trees``, timed as a template, where the independent
+    checker passes it; else None."""
+    schedule = _routed(replace(previous, trees=trees), topology,
                        replace(collective, chunks_per_rank=previous.pieces), 1, SPLICED)
-    if schedule is None or check_schedule(schedule):
+    return None if schedule is None or check_schedule(schedule) else schedule
+
+
+def _offer(found: _Standing, timer: Timer, kept: Incumbent) -> bool:
+    """Offer ``kept`` the splice ``found`` where the checker passes the schedule of its
+    routes; True if kept, else a note says why not."""
+    schedule = found.schedule
+    if schedule is None:
         kept.notes.append(f"--from: the {WARM} spliced is not kept (its routes do not make "
                           "a schedule the checker passes)")
         return False

@@ -4,6 +4,7 @@ that crossed the lost link come from another neighbour, and the file verifies.""
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import replace
@@ -114,6 +115,31 @@ def test_each_spliced_file_is_read_once_and_checked_only_where_it_stands(
     assert got is stands
     assert len(checks) == int(stands) and (not stands or len(reads) == 1)
     assert stands or any("spliced does not stand" in n for n in kept.notes)
+
+
+@pytest.mark.parametrize("stands", [True, False])
+def test_a_splice_s_schedule_built_beside_its_verification_is_the_one_built_after(
+        previous, changed, tmp_path, monkeypatch, stands):
+    """Built in a forked process while the file is verified (from ``BESIDE_FROM`` tree
+    edges), the splice's schedule is the one the compile builds itself; a splice that
+    does not stand leaves no process behind."""
+    import te_ccl.compiler.warm as warm
+
+    coll = _allgather(changed)
+    previous_file = read_previous(previous, coll, changed, routes=False)
+    bound = lower_bound(changed, coll).seconds * (2 if stands else 0.5)  # a gap it is in
+    got = []
+    for beside in (1 << 62, 0):  # never forked, always forked
+        monkeypatch.setattr(warm, "BESIDE_FROM", beside)
+        kept = Incumbent(bound, None)
+        assert offer_spliced(previous_file, changed, coll,
+                             CompileOptions(output=str(tmp_path / "new.xml")), Timer(),
+                             kept) is stands
+        got.append(kept.best.schedule.transfers if stands else None)
+        assert not stands or kept.best.schedule.topology is changed  # not a child's copy
+    assert got[0] == got[1]
+    with pytest.raises(ChildProcessError):  # every process forked was reaped
+        os.waitpid(-1, os.WNOHANG)
 
 
 def test_the_busiest_link_bounds_the_replay(previous, dgx1, changed):
