@@ -33,7 +33,7 @@ from te_ccl.background import WORTH_FORKING, Background, in_background, workers
 from te_ccl.collective.model import Collective
 from te_ccl.compiler.options import CompileOptions
 from te_ccl.compiler.solve import Judge
-from te_ccl.deadline import SHARES, TimeLimitReached, left
+from te_ccl.deadline import SHARES, TimeLimitReached, left, slowdown
 from te_ccl.errors import RuntimeLimitError, TecclError
 from te_ccl.lower.msccl.merge import MODES as MERGE_MODES
 from te_ccl.lower.msccl.parallel import quiet
@@ -45,12 +45,14 @@ from te_ccl.simulate.plan import plan_finish_s
 if TYPE_CHECKING:
     from te_ccl.verify.msccl.model import Algo
 
-__all__ = ["Timer", "Timing", "xml_replay", "plan_replay", "SIM_LIMIT", "XML_REPLAY_LIMIT",
+__all__ = ["Timer", "Timing", "check_s", "xml_replay", "plan_replay", "SIM_LIMIT", "XML_REPLAY_LIMIT",
            "PARALLEL_FROM", "FINALIST_MARGIN"]
 
-LOWER_S_PER_TRANSFER = 1e-4  # lowering's pace until the compile has timed its own: 65k
-#                               transfers take 5-15 s (meshes faster than tori, a busy
-#                               machine slower than an idle one)
+LOWER_S_PER_TRANSFER = 1e-4  # lowering's CPU pace until the compile has timed its own:
+#                               65k transfers take 5-15 s (meshes faster than tori); by the
+#                               clock, times the machine's slowdown
+CHECK_S_PER_TRANSFER = 2e-6  # the schedule checker's CPU per transfer: 1.5-1.8 µs (mesh32x32
+#                              ring AllGather, 1,047,552 transfers), with margin
 VERIFY_SHARE = 0.4  # verifying a file takes about this share of what lowering it did
 REPLAY_SHARE = 0.2  # and replaying it (beside the verifier, from PARALLEL_FROM transfers) this
 PACE_MIN_TRANSFERS = 1000  # smaller lowerings time their fixed costs, not their pace
@@ -120,6 +122,14 @@ def _schedule_replay(schedule: Schedule) -> float | None:
     if len(schedule.transfers) > SIM_LIMIT:
         return None
     return schedule_replay.replay_finish(schedule)
+
+
+def check_s(transfers: int) -> float:
+    """Seconds by the clock the schedule checker takes on ``transfers`` transfers, by
+    estimate: :data:`CHECK_S_PER_TRANSFER` CPU seconds each, times the machine's
+    :func:`~te_ccl.deadline.slowdown` (it reads them all before it first looks at the
+    deadline, so a compile asks before starting it)."""
+    return transfers * CHECK_S_PER_TRANSFER * slowdown()
 
 
 def xml_replay(schedule: Schedule, data: bytes, algo: Algo | None = None) -> float:
@@ -284,9 +294,10 @@ class Timer:
 
     @property
     def pace(self) -> float:
-        """Seconds per transfer of the slowest lowering timed (of at least
-        :data:`PACE_MIN_TRANSFERS`), else :data:`LOWER_S_PER_TRANSFER`."""
-        return self._pace or LOWER_S_PER_TRANSFER
+        """Seconds per transfer, by the clock, of the slowest lowering timed (of at least
+        :data:`PACE_MIN_TRANSFERS`), else :data:`LOWER_S_PER_TRANSFER` (CPU) times the
+        machine's :func:`~te_ccl.deadline.slowdown`, as the time it is compared with is."""
+        return self._pace or LOWER_S_PER_TRANSFER * slowdown()
 
     def paced(self, transfers: int, seconds: float) -> None:
         """A lowering of ``transfers`` took ``seconds``."""

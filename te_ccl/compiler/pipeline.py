@@ -43,7 +43,7 @@ from te_ccl.compiler.best import (
 from te_ccl.compiler.candidates import known as plan_only
 from te_ccl.compiler.fits import check_loadable
 from te_ccl.compiler.incumbent import Incumbent, Verified, describe
-from te_ccl.compiler.judge import PARALLEL_FROM, Timer, Timing
+from te_ccl.compiler.judge import PARALLEL_FROM, Timer, Timing, check_s
 from te_ccl.compiler.options import CompileOptions, check_epoch
 from te_ccl.compiler.portfolio import TEMPLATE_MAX_GPUS, TIE, asked_chunking
 from te_ccl.compiler.render import (
@@ -609,13 +609,17 @@ def _gated(schedule: Schedule, options: CompileOptions) -> AbstractContextManage
 def _check_kept(kept: Incumbent) -> None:
     """Run the schedule checker on the file kept where it is a first file the verifier
     alone passed (:func:`_gated`): one the checker refuses is not written
-    (:class:`VerificationError`); with no time left for it, the file is written
-    unchecked, with a note (``schedule_checked`` false in ``--json``)."""
+    (:class:`VerificationError`); with no time left for it by estimate
+    (:func:`~te_ccl.compiler.judge.check_s`: it reads every transfer before it looks at
+    the deadline), the file is written unchecked, with a note (``schedule_checked`` false
+    in ``--json``)."""
     best = kept.best
     if best is None or best.checked:
         return
     try:
-        check(CHECKING)  # none left: not started (it reads every transfer before it checks)
+        check(CHECKING)
+        if (need := check_s(len(best.schedule.transfers))) > left():
+            raise TimeLimitReached(f"it would take ~{need:.2g} s, {left():.2g} s left")
         refuse(check_schedule(best.schedule))
     except TimeLimitReached as e:
         kept.notes.append(f"anytime: the schedule checker did not run on the file written "
