@@ -31,7 +31,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar
 
-from te_ccl.deadline import check, left
+from te_ccl.deadline import check, cpu_s, forked, in_child, left, reaped
 
 __all__ = ["Background", "MAX_WORKERS", "WORTH_FORKING", "dealt", "in_background",
            "left_to_exit", "streamed", "told", "workers"]
@@ -73,13 +73,16 @@ class Background(Generic[T]):
         self._pid, self._fd = -1, -1
         if hasattr(os, "fork"):
             read, write = os.pipe()
+            cpu = cpu_s()  # the machine's slowdown, read in the child, counts it (in_child)
             pid = os.fork()
             if pid == 0:  # the child: compute, send, and leave without the parent's cleanup
                 os.close(read)
+                in_child(cpu)
                 if low_priority:
                     os.nice(19)
                 _child(write, fn, args, hear is not None)
             os.close(write)
+            forked(pid)  # its CPU counts in the slowdown while it runs
             self._pid, self._fd = pid, read
 
     def result(self) -> T:
@@ -133,6 +136,7 @@ class Background(Generic[T]):
         finally:
             late.reaping()
             os.waitpid(self._pid, 0)
+            reaped(self._pid)
             self._pid = -1
         if out is None and late.stopped:
             check(doing)

@@ -39,8 +39,8 @@ from typing import TypeVar
 from te_ccl.errors import SolverError
 
 __all__ = ["until", "check", "left", "checked", "keeping", "hurried", "in_hurry", "skipping",
-           "process_start", "cpu_s", "slowdown", "Budget", "TimeLimitReached", "TimeShares",
-           "SHARES"]
+           "process_start", "cpu_s", "slowdown", "forked", "reaped", "in_child", "Budget",
+           "TimeLimitReached", "TimeShares", "SHARES"]
 
 T = TypeVar("T")
 # (end, the limit its messages name, (clock, CPU seconds) when the outermost one began)
@@ -49,6 +49,8 @@ _DEADLINE: ContextVar[tuple[float, float, tuple[float, float]] | None] = Context
 _HURRIED: ContextVar[list[str] | None] = ContextVar("hurried", default=None)
 EVERY = 4096  # items between two clock reads in :func:`checked`
 MODEL = "building the model"
+_LIVE: set[int] = set()  # children forked and not reaped yet (:func:`forked`)
+_AT_FORK = [0.0]  # in a forked child: the CPU seconds of its parent when it forked
 
 
 class TimeLimitReached(SolverError):
@@ -227,16 +229,50 @@ def cpu_s() -> float:
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
 
 
+def forked(pid: int) -> None:
+    """The process forked child ``pid`` (:mod:`te_ccl.background` says so): until it is
+    :func:`reaped`, which :func:`cpu_s` counts from then on, :func:`slowdown` reads its
+    CPU from ``/proc`` (where there is none, a child's CPU counts once reaped)."""
+    _LIVE.add(pid)
+
+
+def reaped(pid: int) -> None:
+    """Child ``pid`` was waited for: :func:`cpu_s` counts it now."""
+    _LIVE.discard(pid)
+
+
+def in_child(parent_cpu_s: float) -> None:
+    """This process was just forked by one that had used ``parent_cpu_s`` CPU seconds:
+    its own count starts at 0, and the deadline it inherited counts from the parent's."""
+    _LIVE.clear()
+    _AT_FORK[0] = parent_cpu_s
+
+
+def _live_cpu_s() -> float:
+    """CPU seconds of the children not reaped yet (and of theirs they reaped)."""
+    total = 0
+    for pid in tuple(_LIVE):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += sum(int(x) for x in fields[11:15])  # utime stime cutime cstime
+        except (OSError, ValueError, IndexError):  # gone (reaped), or no /proc here
+            continue
+    return total / os.sysconf("SC_CLK_TCK") if total else 0.0
+
+
 def slowdown() -> float:
-    """Wall seconds per CPU second of this process (and the children it waited for) since
-    the outermost :func:`until` began (without one, since the process started), at least
-    1: on a loaded machine a stage estimated in CPU seconds takes this many times longer
-    by the clock the deadline reads. From the deadline, not the process's start: a
+    """Wall seconds per CPU second of this process and its children (those it forked
+    while they run, :func:`forked`, then those it waited for) since the outermost
+    :func:`until` began (without one, since the process started), at least 1: on a
+    loaded machine a stage estimated in CPU seconds takes this many times longer by the
+    clock the deadline reads. A child forked under the deadline counts its parent's CPU
+    before the fork too (:func:`in_child`). From the deadline, not the process's start: a
     process idle before it (a notebook, a server calling :func:`te_ccl.compile`) is not
     a slow machine."""
     d = _DEADLINE.get()
-    since, cpu_then = (process_start(), 0.0) if d is None else d[2]
-    cpu = cpu_s() - cpu_then
+    since, cpu_then = (process_start(), _AT_FORK[0]) if d is None else d[2]
+    cpu = cpu_s() + _AT_FORK[0] + _live_cpu_s() - cpu_then
     return max(1.0, (time.monotonic() - since) / cpu) if cpu > 0 else 1.0
 
 

@@ -1,0 +1,71 @@
+"""The machine's slowdown counts the CPU of the children a compile forked while they run,
+not only once they are reaped (a forked lowering is not a slow machine)."""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+
+import pytest
+
+import te_ccl.deadline as deadline
+from te_ccl.background import in_background
+from te_ccl.deadline import cpu_s, until
+
+pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.exists("/proc/self/stat"),
+                                reason="forks and /proc")
+BURN_S = 0.2
+
+
+def _burn_then_wait(fd: int) -> float:
+    """Use BURN_S of CPU, then wait (idle) until ``fd`` is readable; its CPU."""
+    while sum(os.times()[:2]) < BURN_S:
+        pass
+    os.read(fd, 1)
+    return sum(os.times()[:2])
+
+
+def _reaped_cpu_s() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def test_a_running_child_counts_before_it_is_reaped():
+    read, write = os.pipe()
+    try:
+        job = in_background(_burn_then_wait, read)
+        reaped_before = _reaped_cpu_s()
+        for _ in range(3000):  # waits for the child's CPU, however slow the machine
+            if deadline._live_cpu_s() >= BURN_S:
+                break
+            time.sleep(0.01)
+        assert deadline._live_cpu_s() >= BURN_S  # counted while it runs
+        assert _reaped_cpu_s() == reaped_before  # which getrusage does not
+        os.write(write, b"x")
+        assert job.result() >= BURN_S
+    finally:
+        os.close(read)
+        os.close(write)
+    assert not deadline._LIVE and deadline._live_cpu_s() == 0.0  # reaped: getrusage has it
+    assert _reaped_cpu_s() >= reaped_before + BURN_S * 0.9
+
+
+def _parents_cpu_at_fork() -> tuple[float, float]:
+    return deadline._AT_FORK[0], deadline.slowdown()
+
+
+def test_a_child_counts_its_parents_cpu_under_the_deadline():
+    with until(600):
+        while cpu_s() < 0.05:  # some CPU of the parent's before the fork
+            pass
+        before = cpu_s()
+        at_fork, slowdown = in_background(_parents_cpu_at_fork).result()
+    assert before <= at_fork <= cpu_s() and slowdown >= 1.0
+    assert deadline._AT_FORK[0] == 0.0  # the parent's own count is untouched
+
+
+def test_no_proc_entry_counts_nothing(monkeypatch):
+    monkeypatch.setattr(deadline, "_LIVE", {2 ** 22 + 1})  # above any pid_max: no such process
+    assert deadline._live_cpu_s() == 0.0
+    assert deadline.slowdown() >= 1.0
