@@ -127,7 +127,9 @@ def _built(kind: str, topo: Topology, coll: Collective) -> Schedule:
 
 def _written(sched: Schedule, fmt: str, name: str) -> _File:
     """``sched`` as the file of ``fmt`` and the replay of that file: the Schedule IR's
-    JSON replays as the schedule; the MSCCL XML, once the verifier accepts it
+    JSON replays as the schedule; the MSCCL XML, lowered as a compile lowers its
+    schedule (:func:`te_ccl.compiler.lower_file`: within the runtime's limits, steps
+    carrying several chunks where one a chunk does not fit), once the verifier accepts it
     (:class:`VerificationError` if not, as a compile's), is replayed as the verifier read
     it, as the compile's judge replays it (:func:`te_ccl.compiler.xml_replay`), keeping
     the whole replay for the tables and the timeline."""
@@ -137,11 +139,10 @@ def _written(sched: Schedule, fmt: str, name: str) -> _File:
     if fmt == "json":
         return _File(sched, sched.to_json().encode(), schedule_sim,
                      schedule_sim.finish_time_s, "schedule replay")
-    from te_ccl.compiler import verified_algo
-    from te_ccl.lower.msccl import lower_to_msccl
+    from te_ccl.compiler import CompileOptions, lower_file, verified_algo
     from te_ccl.simulate.msccl import simulate_msccl
 
-    data = lower_to_msccl(sched, name=name)
+    data = lower_file(sched, CompileOptions(name=name))
     c = sched.collective
     sim = simulate_msccl(verified_algo(sched, data), sched.topology, c.size_bytes, ranks=c.ranks)
     return _File(sched, data, sim, schedule_sim.finish_time_s, "xml replay")

@@ -24,7 +24,7 @@ from te_ccl.backends.base import SolveParams
 from te_ccl.compiler.best import drives_in_switch, forward_only, solve_best
 from te_ccl.compiler.chunking import BASE_CHUNKS, chunk_candidates
 from te_ccl.compiler.incumbent import Kept
-from te_ccl.compiler.judge import SIM_LIMIT, XML_REPLAY_LIMIT, Timer, Timing, xml_replay
+from te_ccl.compiler.judge import SIM_LIMIT, XML_REPLAY_LIMIT, Timer, Timing, lower_file, xml_replay
 from te_ccl.compiler.options import FORMATS, CompileOptions, check_plan_kind, output_format
 from te_ccl.compiler.pipeline import WRITE_RESERVE_S, compile_collective, compile_size_library
 from te_ccl.compiler.render import render_fitting, verified_algo
@@ -37,6 +37,6 @@ from te_ccl.compiler.warm import Previous, read_previous
 __all__ = ["BASE_CHUNKS", "FORMATS", "SIM_LIMIT", "XML_REPLAY_LIMIT", "CompileOptions",
            "CompileResult", "Kept", "Previous", "SolveParams", "Timer", "Timing",
            "check_input", "check_plan_kind", "chunk_candidates", "compile_collective", "compile_size_library", "output_format",
-           "drives_in_switch", "forward_only", "parse_size_range", "read_previous",
+           "drives_in_switch", "forward_only", "lower_file", "parse_size_range", "read_previous",
            "render_fitting", "solve", "solve_best", "summary", "verified_algo", "xml_replay",
            "WRITE_RESERVE_S"]
