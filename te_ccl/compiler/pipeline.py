@@ -197,14 +197,17 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
                              in_switch=True)
 
     def first_one(c: Collective) -> Schedule | None:
-        """The first cheap candidate that builds and passes the checker."""
-        for _, build in first_candidates(None, usable.topology, sized(c), params, fmt):
+        """The first cheap candidate that builds and passes the checker; one that raises
+        (over a buffer or runtime limit, refused, out of time) is noted on the schedule
+        kept, as a compile's first file notes it, and the next one tried."""
+        refused: list[str] = []
+        for name, build in first_candidates(None, usable.topology, sized(c), params, fmt):
             try:
                 schedule = build()
-            except SolverError:  # over a buffer limit: the next one
-                continue
-            if schedule is not None and not check_schedule(schedule):
-                return schedule
+                if schedule is not None and not check_schedule(schedule):
+                    return schedule.with_info(notes=schedule.info.notes + tuple(refused))
+            except TecclError as e:
+                refused.append(f"anytime: no first file from the {name} ({e})")
         return None
 
     mode = "-inplace" if collective.inplace else ""
