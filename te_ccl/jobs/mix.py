@@ -22,11 +22,12 @@ small messages yields it. Which job should go first is a property of the jobs to
 gets every form and the descent chooses. A job that can route around links another job
 needs (the joint compile's ``exclusive`` view, ``away``) also gets its forms built on
 that view: on dgx2x2 a job on every GPU then crosses between boxes on the NICs the
-other job's GPUs lack, and yields it the switch ports they share. The forms of a job
-expected to yield (every job but the one Smith's rule puts first) are lowered yielding
-first, on that view first: where the time for lowering runs out (a busy machine), the
-sets the descent most often keeps — the first job's own file, the others yielding
-around it — are there to try. A job no form
+other job's GPUs lack, and yields it the switch ports they share. The forms of the job
+expected to yield to all the others (the one Smith's rule puts last) are lowered
+yielding first, on that view first, after the other jobs' cheaper taking forms: where
+the time for lowering runs out (a busy machine), the sets the descent most often keeps
+there — the others' own files or taking forms, that job yielding around them — are
+there to try. A job no form
 template fits (a block of a torus) gets the ordinary compile's file cut as the taking and
 yielding forms instead.
 
