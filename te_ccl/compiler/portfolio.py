@@ -299,60 +299,71 @@ def _race(topology: Topology, collective: Collective, params: SolveParams, judge
         return backend(params.backend).build(topology, collective, params, progress)
     race = _Race(judge)
     with _first_cut(race):
-        budget = Budget.of(params.time_limit_s)
-        known = _known_here(known, collective)
-        for name, schedule, verdict in known:
-            race.enter(name, schedule, verdict)
-        method, flow_skip = _scale_and_flow(topology, collective)
-        bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
-        own = collective.chunks_per_rank  # the flow model's chunks, whole
-        whole = cache(lambda: chunking_bounds(topology, collective, [own])[own])
-        templates = _templates_raced(topology, collective)
-        early = EARLY_TEMPLATES if topology.ngpus <= TEMPLATE_MAX_GPUS else LARGE_TEMPLATES \
-            if collective.root is not None else ()
-
-        def race_early(only: tuple[str, ...] = early) -> None:
-            if only and deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
-                    close_to_bound(race, bound) is None:
-                with until(budget.left()):  # pipeline-fine cuts as many pieces as time allows
-                    _templates(race, topology, collective, params, budget, only=only)
-
-        trees_first = templates and _composition_short(topology, collective)
-        if trees_first:  # then the finer trees, whose larger file is lowered if time is left
-            race_early()
-            race_early(("packed-fine",))
-        if method is not None and not _scale_known(topology, collective, params,
-                                                   (s for _, s, _ in known)):
-            first = SHARES.trees if method == "trees" else SHARES.scale
-            share = params.time_limit_s * (first if flow_skip is None else 1.0)
-            _run(race, scale(), topology, collective, replace(params, time_limit_s=share),
-                 progress)
-        if not trees_first:
-            race_early()
-        flow_skip = flow_skip or close_to_bound(race, bound) or _chunks_short(race, whole)
-        templates_first = flow_skip is None and templates and (
-            flow_costly(topology, collective) or (collective.root is not None and
-                                                  whole() > bound() * (1 + NEAR_GAP))) \
-            and deliveries(collective) <= CHEAP_DELIVERIES and \
-            close_to_bound(race, bound, NEAR_GAP) is None
-        if templates_first:  # judged before the flow model, which keeps its share of the rest
-            _templates(race, topology, collective, params, budget)
-            flow_skip = close_to_bound(race, bound) or _chunks_short(race, whole)
-        if flow_skip is not None:
-            race.skip(FLOW, flow_skip)
-        else:
-            share = (budget.left() - race.reserve_s) * (1 - SHARES.templates if templates else 1)
-            if race.best is not None and share < MIN_FLOW_S:
-                race.skip(FLOW, f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
-            else:
-                _run(race, backend("auto"), topology, collective,
-                     replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
-        close = close_to_bound(race, bound, BOUND_GAP if topology.ngpus > SCALE_MIN_GPUS else TIE)
-        if close is not None:
-            race.skip("templates", close)
-        elif templates or race.best is None:
-            _templates(race, topology, collective, params, budget)
+        _portfolio(race, topology, collective, params, progress, _known_here(known, collective))
         return race.winner()
+
+
+def _portfolio(race: _Race, topology: Topology, collective: Collective, params: SolveParams,
+               progress: Progress | None, known: Judged) -> None:
+    """Race the portfolio's candidates of one chunking into ``race`` (the module
+    docstring says in which order and which are pruned), ``known`` ones first."""
+    budget = Budget.of(params.time_limit_s)
+    for name, schedule, verdict in known:
+        race.enter(name, schedule, verdict)
+    method, flow_skip = _scale_and_flow(topology, collective)
+    bound = cache(lambda: lower_bound(topology, collective).seconds)  # once, if at all
+    own = collective.chunks_per_rank  # the flow model's chunks, whole
+    whole = cache(lambda: chunking_bounds(topology, collective, [own])[own])
+    templates = _templates_raced(topology, collective)
+    early = EARLY_TEMPLATES if topology.ngpus <= TEMPLATE_MAX_GPUS else LARGE_TEMPLATES \
+        if collective.root is not None else ()
+
+    trees_first = templates and _composition_short(topology, collective)
+    if trees_first:  # then the finer trees, whose larger file is lowered if time is left
+        _race_early(race, topology, collective, params, budget, bound, early)
+        _race_early(race, topology, collective, params, budget, bound, ("packed-fine",))
+    if method is not None and not _scale_known(topology, collective, params,
+                                               (s for _, s, _ in known)):
+        first = SHARES.trees if method == "trees" else SHARES.scale
+        share = params.time_limit_s * (first if flow_skip is None else 1.0)
+        _run(race, scale(), topology, collective, replace(params, time_limit_s=share),
+             progress)
+    if not trees_first:
+        _race_early(race, topology, collective, params, budget, bound, early)
+    flow_skip = flow_skip or close_to_bound(race, bound) or _chunks_short(race, whole)
+    templates_first = flow_skip is None and templates and (
+        flow_costly(topology, collective) or (collective.root is not None and
+                                              whole() > bound() * (1 + NEAR_GAP))) \
+        and deliveries(collective) <= CHEAP_DELIVERIES and \
+        close_to_bound(race, bound, NEAR_GAP) is None
+    if templates_first:  # judged before the flow model, which keeps its share of the rest
+        _templates(race, topology, collective, params, budget)
+        flow_skip = close_to_bound(race, bound) or _chunks_short(race, whole)
+    if flow_skip is not None:
+        race.skip(FLOW, flow_skip)
+    else:
+        share = (budget.left() - race.reserve_s) * (1 - SHARES.templates if templates else 1)
+        if race.best is not None and share < MIN_FLOW_S:
+            race.skip(FLOW, f"no time left (writing the best takes ~{race.reserve_s:.3g} s)")
+        else:
+            _run(race, backend("auto"), topology, collective,
+                 replace(params, time_limit_s=max(MIN_FLOW_S, share)), progress)
+    close = close_to_bound(race, bound, BOUND_GAP if topology.ngpus > SCALE_MIN_GPUS else TIE)
+    if close is not None:
+        race.skip("templates", close)
+    elif templates or race.best is None:
+        _templates(race, topology, collective, params, budget)
+
+
+def _race_early(race: _Race, topology: Topology, collective: Collective, params: SolveParams,
+                budget: Budget, bound: Callable[[], float], only: tuple[str, ...]) -> None:
+    """Race the templates ``only`` ahead of the others, in the budget left (pipeline-fine
+    cuts as many pieces as time allows): none beyond :data:`TEMPLATE_MAX_DELIVERIES`
+    (chunk, destination) pairs, nor once the best is close to the ``bound``."""
+    if only and deliveries(collective) <= TEMPLATE_MAX_DELIVERIES and \
+            close_to_bound(race, bound) is None:
+        with until(budget.left()):
+            _templates(race, topology, collective, params, budget, only=only)
 
 
 def _templates_raced(topology: Topology, collective: Collective) -> bool:
