@@ -111,14 +111,28 @@ class LazyTransfers(Sequence[Transfer]):
     replayed without building hundreds of thousands of objects; a tuple once read.
 
     >>> t = LazyTransfers(1, 2, lambda: [Transfer(7, "a", "b", 0, 2)])
-    >>> len(t), t.finish_epoch, t == (Transfer(7, "a", "b", 0, 2),), t == list(t)
-    (1, 2, True, False)
+    >>> t
+    LazyTransfers(1 transfers, finish epoch 2, not built)
+    >>> len(t), t.finish_epoch, t.built, t == (Transfer(7, "a", "b", 0, 2),), t == list(t)
+    (1, 2, False, True, False)
+    >>> t.built
+    True
     """
 
     def __init__(self, count: int, finish_epoch: int,
                  build: Callable[[], Iterable[Transfer]]) -> None:
         self._count, self.finish_epoch, self._build = count, finish_epoch, build
         self._built: tuple[Transfer, ...] | None = None
+
+    @property
+    def built(self) -> bool:
+        """Whether the transfers were built (read once): what a file lowered from its
+        own plan, its count and finish never need."""
+        return self._built is not None
+
+    def __repr__(self) -> str:  # never builds them: a repr of a million would be no use
+        state = "built" if self.built else "not built"
+        return f"LazyTransfers({self._count} transfers, finish epoch {self.finish_epoch}, {state})"
 
     def _all(self) -> tuple[Transfer, ...]:
         if self._built is None:

@@ -71,7 +71,7 @@ def test_a_grid_first_file_is_lowered_without_building_its_transfers(from_any_ho
     assert isinstance(lazy, LazyTransfers)
     assert grid_program(schedule, "a", "Simple", 0, 0, MSCCL, text=True) is not None
     count, finish = len(lazy), schedule.finish_epoch
-    assert lazy._built is None  # the count, the finish and the file: none built them
+    assert not lazy.built  # the count, the finish and the file: none built them
     assert len(tuple(lazy)) == count
     assert finish == max(t.arrive_epoch for t in lazy)
     assert lazy == tuple(lazy) and hash(lazy) == hash(tuple(lazy))

@@ -125,6 +125,6 @@ def test_the_file_is_lowered_without_building_the_transfers(kind, monkeypatch):
     lazy = schedule.transfers
     xml = lower_to_msccl(schedule)
     count, finish = len(lazy), schedule.finish_epoch
-    assert lazy._built is None  # the file, the count and the finish: none built them
+    assert not lazy.built  # the file, the count and the finish: none built them
     assert len(tuple(lazy)) == count and finish == max(t.arrive_epoch for t in lazy)
     assert lower_to_msccl(schedule) == xml
