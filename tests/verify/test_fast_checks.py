@@ -6,6 +6,8 @@
 * The parser's and the unchecked rules test each step against an all-clear condition
   first; the findings equal those of running every check on every step.
 * Orphan waits are looked for only where a nop's wait can reach a step without one.
+* Thread blocks without reductions or unknown types are grouped into transmissions in one
+  pass; the transmissions equal the general grouping's.
 """
 
 from __future__ import annotations
@@ -139,14 +141,14 @@ _KINDS = sorted(STEP_TYPES) + ["bogus"]
 
 
 @st.composite
-def threadblocks(draw) -> Threadblock:
-    """Short thread blocks of any step types, with and without dependencies, whose
-    reductions often share a destination (so that they fuse)."""
+def threadblocks(draw, kinds: list[str] = _KINDS) -> Threadblock:
+    """Short thread blocks of any step types (or of ``kinds``), with and without
+    dependencies, whose reductions often share a destination (so that they fuse)."""
     n = draw(st.integers(0, 10))
     steps = []
     for pos in range(n):
         depid = draw(st.sampled_from([-1, -1, 0, 1]))
-        steps.append(Step(pos, draw(st.sampled_from(_KINDS)), "i", draw(st.integers(0, 2)),
+        steps.append(Step(pos, draw(st.sampled_from(kinds)), "i", draw(st.integers(0, 2)),
                           "o", draw(st.integers(0, 1)), draw(st.integers(0, 2)), depid,
                           0 if depid >= 0 else -1, draw(st.integers(0, 1)), pos, pos))
     return Threadblock(0, -1, -1, 0, tuple(steps))
@@ -156,3 +158,9 @@ def threadblocks(draw) -> Threadblock:
 @given(threadblocks())
 def test_orphan_waits_match_the_grouping(tb: Threadblock) -> None:
     assert orphan_waits(tb) == {t.first.position for t in _grouped(tb) if t.orphan_wait}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(threadblocks(), threadblocks(sorted(set(STEP_TYPES) - {"re"}))))
+def test_transmissions_match_the_grouping(tb: Threadblock) -> None:
+    assert transmissions(tb) == _grouped(tb)

@@ -294,12 +294,18 @@ class _Machine:
         ops = []
         tbs, per_call, calls_of = b.tbs, self.per_call, {}
         for steps, deps, hasdep, flag, _ in b.program:  # unpacked: faster than by name
-            receives, sends, _ = _KINDS[steps[0].type]
+            receives, sends, _ = _KINDS[steps[0][1]]  # [1]: the type
             recv = b.recv if receives else None
             send = b.send if sends else None
             never = (receives and recv is None) or (sends and send is None)
-            waits = _waits_of(tbs, deps)
-            if never or waits is None:
+            waits: tuple[tuple[int, int], ...] = ()
+            for depid, value in deps:
+                target = tbs.get(depid)
+                if target is None:
+                    never = True
+                    break
+                waits += ((target, value),)
+            if never:
                 ops.append(((), -1, None, None, -1))
                 continue
             calls = 0
@@ -518,19 +524,6 @@ class _Machine:
 
 
 
-def _waits_of(tbs: dict[int, int], deps: tuple[tuple[int, int], ...]
-              ) -> tuple[tuple[int, int], ...] | None:
-    """A transmission's flag waits as (block index, value); None if it waits on a thread
-    block the GPU does not have."""
-    waits: tuple[tuple[int, int], ...] = ()
-    for depid, value in deps:
-        target = tbs.get(depid)
-        if target is None:
-            return None
-        waits += ((target, value),)
-    return waits
-
-
 class _Data:
     """The chunks' values and the race check, along the order in which the scheduler
     (:class:`_Machine`) fires the transmissions: a step's data moves as one message, the
@@ -556,9 +549,9 @@ class _Data:
             self.memories.setdefault(gpu.id, mem)
             self.mems += [mem] * len(mine)
         queues: dict[int, deque[_Message]] = {}
-        self.ops = [self._plan(b, programs[b.index], self.mems[b.index], queues,
-                               (flags, first, waits)) for b in blocks]
-        self.pc = [0] * len(blocks)
+        # each block's planned transmissions, taken one by one as it fires them
+        self.next_op = [iter(self._plan(b, programs[b.index], self.mems[b.index], queues,
+                                        (flags, first, waits))).__next__ for b in blocks]
 
     @staticmethod
     def _publications(programs: list[list[Transmission]]
@@ -587,28 +580,33 @@ class _Data:
         publications of a flag ``>= value`` (its flags only grow); a wait that no flag
         of its block meets joins none (it never fires)."""
         flags, first, waits = publications
-        offsets, ops = mem.offsets, []
+        offsets, ops, tbs = mem.offsets, [], b.tbs
         recv = None if b.recv is None else queues.setdefault(id(b.recv), deque())
         send = None if b.send is None else queues.setdefault(id(b.send), deque())
         pub = first[b.index]   # the number of its next publication
         for steps, deps, hasdep, _, _ in program:  # unpacked: faster than by name
             _, step_type, srcbuf, srcoff, dstbuf, dstoff, _, _, _, _, position, _ = steps[0]
             receives, sends, kind = _KINDS[step_type]
-            waits_of = _waits_of(b.tbs, deps)
-            if waits_of is None or (receives and recv is None) or (sends and send is None):
+            fires = not ((receives and recv is None) or (sends and send is None))
+            joins: tuple[int, ...] = ()
+            for depid, value in deps:
+                target = tbs.get(depid)
+                if target is None:  # it waits on a thread block the GPU lacks
+                    fires = False
+                    break
+                mine = flags[target]
+                k = bisect_left(mine, value)
+                if k < len(mine):
+                    joins += (first[target] + k,)
+            if not fires:
                 break  # it never fires, nor does anything after it in its block
+            for p in joins:   # counted once it is known to fire
+                waits[p] += 1
             src: int | tuple[tuple[int, int], ...] = \
                 offsets[srcbuf] + srcoff if kind[0] else -1
             dst = offsets[dstbuf] + dstoff if kind[3] else -1
             if kind[4] is None:  # a fused reduction: (position, src) of each step
                 src = tuple([(sub.position, offsets[srcbuf] + sub.srcoff) for sub in steps])
-            joins: tuple[int, ...] = ()
-            for target, value in waits_of:
-                mine = flags[target]
-                k = bisect_left(mine, value)
-                if k < len(mine):
-                    joins += (first[target] + k,)
-                    waits[first[target] + k] += 1
             ops.append((joins, pub if hasdep else -1, position, kind, src, dst,
                         steps[-1].cnt, recv if receives else None, send if sends else None))
             pub += hasdep
@@ -617,11 +615,9 @@ class _Data:
     def feed(self, order: array) -> None:
         """Fire the transmissions of the blocks in ``order``, each its block's next."""
         check(_VERIFYING)
-        ops, pcs, fire, compute = self.ops, self.pc, self.hb.fire, self._compute
+        next_op, fire, compute = self.next_op, self.hb.fire, self._compute
         for at in order:
-            pc = pcs[at]
-            pcs[at] = pc + 1
-            joins, pub, pos, kind, src, dst, cnt, recv, send = ops[at][pc]
+            joins, pub, pos, kind, src, dst, cnt, recv, send = next_op[at]()
             if recv is not None:
                 received, msg_node = recv.popleft()
             else:

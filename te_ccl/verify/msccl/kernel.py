@@ -30,6 +30,7 @@ __all__ = ["Transmission", "transmissions", "orphan_waits"]
 # without nops (folded into the next step) and re (fused): one transmission per step, whose
 # kernel step counter is its position
 _ONE_TO_ONE = frozenset(STEP_TYPES) - {"nop", "re"}
+_FOLDABLE = _ONE_TO_ONE | {"nop"}  # without fusion: one transmission per step but nops
 
 
 class Transmission(NamedTuple):
@@ -68,13 +69,38 @@ _new = tuple.__new__  # builds a Transmission without its keyword-parsing constr
 
 def transmissions(tb: Threadblock) -> list[Transmission]:
     """The thread block's transmissions in order, built the way the runtime's parser does."""
-    if not all(step[1] in _ONE_TO_ONE for step in tb.steps):  # step[1]: its type
-        return _grouped(tb)
+    kinds = {step[1] for step in tb.steps}  # step[1]: its type
+    if not kinds <= _ONE_TO_ONE:
+        return _folded(tb.steps) if kinds <= _FOLDABLE else _grouped(tb)
     program = []   # the common case, 3x faster; steps unpacked: faster than by name
     for i, step in enumerate(tb.steps):
         _, _, _, _, _, _, _, depid, deps, hasdep, _, _ = step
         program.append(_new(Transmission, ((step,), ((depid, deps),) if depid >= 0 else (),
                                            hasdep != 0, i, False)))
+    return program
+
+
+def _folded(steps: tuple[Step, ...]) -> list[Transmission]:
+    """:func:`_grouped` of steps of one-to-one types and nops (no reduction to fuse): in
+    one pass, as many a lowered file's thread blocks are (a nop carries a step's extra
+    dependencies)."""
+    program: list[Transmission] = []
+    pending: list[tuple[int, int]] = []
+    counter = 0
+    for step in steps:
+        _, kind, _, _, _, _, _, depid, deps, hasdep, _, _ = step  # unpacked: faster
+        if depid >= 0:
+            pending.append((depid, deps))
+        if kind == "nop":
+            continue
+        if pending:
+            counter += len(pending) - 1
+            program.append(_new(Transmission, ((step,), tuple(pending), hasdep != 0,
+                                               counter, depid < 0)))
+            pending = []
+        else:
+            program.append(_new(Transmission, ((step,), (), hasdep != 0, counter, False)))
+        counter += 1
     return program
 
 
