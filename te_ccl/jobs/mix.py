@@ -88,8 +88,11 @@ def templates(jobs: JobSet, budget: Budget, away: Mapping[str, Topology] | None 
     the whole budget to lower."""
     out: dict[str, dict[str, JobFile]] = {j.name: {} for j in jobs.jobs}
     params = SolveParams(time_limit_s=max(budget.left(), 0.1))
-    builds = {j.name: _builds(jobs, j, (away or {}).get(j.name), j.name in yielding)
-              + _compiled(jobs, j, budget, j.name in yielding) for j in jobs.jobs}
+    names = {j.name: applicable(jobs.topology, j.collective) for j in jobs.jobs}  # once
+    builds = {j.name: _builds(jobs, j, (away or {}).get(j.name), j.name in yielding,
+                              names[j.name])
+              + _compiled(jobs, j, budget, j.name in yielding, names[j.name])
+              for j in jobs.jobs}
     order = sorted(jobs.jobs, key=lambda j: j.name in yielding)  # the cheap taking forms first
     for turn in range(max(map(len, builds.values()), default=0)):
         for job in order:
@@ -108,13 +111,15 @@ def templates(jobs: JobSet, budget: Budget, away: Mapping[str, Topology] | None 
     return out
 
 
-def _compiled(jobs: JobSet, job: Job, budget: Budget, yields: bool = False
+def _compiled(jobs: JobSet, job: Job, budget: Budget, yields: bool = False,
+              names: Sequence[str] | None = None
               ) -> list[tuple[str, Callable[[], Schedule]]]:
     """Where no form template applies (a block of a torus): the job's taking and yielding
     forms made by the ordinary compile (flow or scale), its chunks cut as the form's
     (the yielding one first where the job ``yields``); lowered after the templates, since
     each compile may take half the budget left."""
-    if set(FORM_TEMPLATES) & set(applicable(jobs.topology, job.collective)):
+    names = applicable(jobs.topology, job.collective) if names is None else names
+    if set(FORM_TEMPLATES) & set(names):
         return []
     order = ("yielding", "taking") if yields else ("taking", "yielding")
     return [(f"compiled, {form}", functools.partial(
@@ -137,7 +142,8 @@ def _compile_cut(topology: Topology, collective: Collective, budget: Budget) -> 
         raise SolverError(str(e)) from None
 
 
-def _builds(jobs: JobSet, job: Job, away: Topology | None = None, yields: bool = False
+def _builds(jobs: JobSet, job: Job, away: Topology | None = None, yields: bool = False,
+            names: Sequence[str] | None = None
             ) -> list[tuple[str, Callable[[], Schedule]]]:
     """What :func:`templates` lowers for ``job``: its taking and sharing forms first
     (candidates only the jobs together can tell apart), then its forms on ``away``, then
@@ -145,9 +151,11 @@ def _builds(jobs: JobSet, job: Job, away: Topology | None = None, yields: bool =
     yield much of a link, and these cuts are the slowest to lower). A job that ``yields``
     has its yielding and sharing forms first instead, each on ``away`` before the whole
     network, and its taking forms last."""
-    names = applicable(jobs.topology, job.collective)
-    forms = _forms(jobs.topology, job.collective, "")
-    moved = {} if away is None else _forms(away, job.collective, ", away")
+    if names is None:  # the templates that apply to the job on the whole topology
+        names = applicable(jobs.topology, job.collective)
+    forms = _forms(jobs.topology, job.collective, "", names)
+    moved = {} if away is None else _forms(away, job.collective, ", away",
+                                           applicable(away, job.collective))
     built = [(n, functools.partial(build_baseline, n, jobs.topology, job.collective))
              for n in names]
     if yields:
@@ -157,12 +165,12 @@ def _builds(jobs: JobSet, job: Job, away: Topology | None = None, yields: bool =
         forms["yielding"]
 
 
-def _forms(topology: Topology, collective: Collective, tag: str
+def _forms(topology: Topology, collective: Collective, tag: str, names: Sequence[str]
            ) -> dict[str, list[tuple[str, Callable[[], Schedule]]]]:
-    """Per form, the builds of the form templates that apply on ``topology``; none for a
-    cut with more transfers than a compile holds (:func:`most_chunks`), which would take
-    the memory a compile is refused at."""
-    names = applicable(topology, collective)
+    """Per form, the builds of the form templates that apply on ``topology`` (of
+    ``names``, those :func:`applicable` gives there); none for a cut with more transfers
+    than a compile holds (:func:`most_chunks`), which would take the memory a compile is
+    refused at."""
     most = most_chunks(topology, collective)
     cuts = {form: cut_to(collective, slices) for form, slices in FORMS.items()}
     return {form: [(f"{name}, {form}{tag}", functools.partial(build, topology, cut))
