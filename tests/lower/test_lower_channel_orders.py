@@ -97,6 +97,29 @@ def test_connection_check_decides_as_the_whole_connection(case):
     assert _conn_fits(conn, snd, rcv, depth) == _fits_whole(sends, recvs, conn.hold, depth)
 
 
+@settings(max_examples=300)
+@given(st.sampled_from([2, 3, 8]), st.lists(st.tuples(st.integers(0, 40), st.integers(0, 12)),
+                                           min_size=2, max_size=40, unique_by=lambda x: x[0]),
+       st.lists(st.tuples(st.integers(0, 10), st.integers(0, 20)), max_size=12))
+def test_connection_check_decides_as_the_whole_connection_as_it_fills(depth, offers, holds):
+    """Edges offered one after another, each placed where it fits: the gaps the
+    connection remembers as closed for good stay closed, so every answer is still the
+    whole connection's."""
+    pairs = [(2 * t, 2 * (t + d) + 1) for t, d in offers]
+    hold = {r: (r + 2 * a + 1, r + b) for (_, r), (a, b) in zip(pairs, holds, strict=False)}
+    conn = _Conn(hold=hold)
+    for snd, rcv in pairs:
+        if rcv in conn.rcv:
+            continue
+        sends = sorted([*conn.snd, snd])
+        i = sends.index(snd)
+        recvs = conn.rcv[:i] + [rcv] + conn.rcv[i:]
+        fits = _fits_whole(sends, recvs, hold, depth)
+        assert _conn_fits(conn, snd, rcv, depth) == fits
+        if fits:
+            conn.snd, conn.rcv = sends, recvs
+
+
 def _extends_in_general(last: Edge, nxt: Edge, c: int, state) -> bool:
     """The hop check of the channel pass built from the general checks, as :func:`_fits`
     would make it of what the hop changes."""

@@ -108,16 +108,20 @@ def test_chunks_held_long_keep_fifo_depth_and_verify(kit):
 def test_fifo_depth_refuses_a_message_beyond_the_connection_depth():
     from te_ccl.lower.msccl.channels import _Conn, _conn_fits
 
+    def at(time: int, kind: int) -> int:  # an order packed as the pass packs (time, kind)
+        return 2 * time + kind
+
     for depth in (2, 8):
-        conn = _Conn([(t, 1) for t in range(depth)], [(100 + t, 0) for t in range(depth)])
-        assert not _conn_fits(conn, (depth, 1), (200, 0), depth)  # depth still in flight
-        assert _conn_fits(conn, (101, 1), (200, 0), depth)        # the first was received
-        assert not _conn_fits(conn, (50, 1), (99, 0), depth)      # received before an earlier
-    early = _Conn([(0, 1), (10, 1)], [(1, 0), (11, 0)])
-    assert _conn_fits(early, (5, 1), (6, 0), 2) and not _conn_fits(early, (5, 1), (12, 0), 2)
+        conn = _Conn([at(t, 1) for t in range(depth)], [at(100 + t, 0) for t in range(depth)])
+        assert not _conn_fits(conn, at(depth, 1), at(200, 0), depth)  # depth still in flight
+        assert _conn_fits(conn, at(101, 1), at(200, 0), depth)        # the first was received
+        assert not _conn_fits(conn, at(50, 1), at(99, 0), depth)      # received before an earlier
+    early = _Conn([at(0, 1), at(10, 1)], [at(1, 0), at(11, 0)])
+    assert _conn_fits(early, at(5, 1), at(6, 0), 2)
+    assert not _conn_fits(early, at(5, 1), at(12, 0), 2)
     # a third message sent before the first is received fits 8 slots, not 2
-    two = _Conn([(0, 1), (1, 1)], [(10, 0), (11, 0)])
-    assert _conn_fits(two, (2, 1), (12, 0), 8) and not _conn_fits(two, (2, 1), (12, 0), 2)
+    two = _Conn([at(0, 1), at(1, 1)], [at(10, 0), at(11, 0)])
+    assert _conn_fits(two, at(2, 1), at(12, 0), 8) and not _conn_fits(two, at(2, 1), at(12, 0), 2)
 
 
 def test_spread_keeps_waited_thread_blocks_nameable_by_depid():

@@ -105,12 +105,17 @@ class _Conn:
     (:func:`_order_keys`); ``hold`` maps the receive order of a fused step to (the order at
     which it frees its slot, the bound below which a plain receive after it is held up),
     and is empty where fused steps may hold up receives (:func:`_freed`, :func:`_held_up`).
+    No edge whose send order lies strictly between ``lo`` and ``hi`` can join: a run of
+    gaps that the FIFO depth has closed for good (:func:`_close`), so that the channels an
+    edge tries are refused there without a search.
     """
 
     snd: list[int] = field(default_factory=list)
     rcv: list[int] = field(default_factory=list)
     starts: set[int] = field(default_factory=set)
     hold: dict[int, tuple[int, int]] = field(default_factory=dict)
+    lo: int = 0
+    hi: int = 0
 
 
 _EMPTY = _Conn()  # what a connection without edges holds (never written)
@@ -400,7 +405,7 @@ def _first_fit(chain: list[Edge], links: list[Fusion], state: _State, first: int
         if c == skip or not free >> c & 1:
             continue
         conn = lane[c]
-        if conn.snd and not _conn_fits(conn, snd, rcv, depth):
+        if conn.lo < snd < conn.hi or (conn.snd and not _conn_fits(conn, snd, rcv, depth)):
             continue
         if _fits(parts, c, state, free):
             if all(e.epoch not in lane[c].starts for e, _, _, lane in parts[2]):
@@ -433,7 +438,7 @@ def _first_fit_edge(e: Edge, parts: _Parts, state: _State, order: list[int],
                                       and not _freed(recvs[-depth], hold) < snd) \
                         or _held_up(last, rcv, hold):
                     continue
-            elif not _conn_fits(conn, snd, rcv, depth):
+            elif conn.lo < snd < conn.hi or not _conn_fits(conn, snd, rcv, depth):
                 continue
         if not _steps_fit(ends, [], c, state):
             continue
@@ -525,7 +530,8 @@ def extends(last: Edge, nxt: Edge, c: int, state: _State) -> bool:
 
 def _conn_fits(conn: _Conn, snd: int, rcv: int, depth: int) -> bool:
     """Can an edge with these orders join the connection (FIFO order and depth, and no
-    receive held up by a fused step before it)? The most frequent call of the pass."""
+    receive held up by a fused step before it)? The most frequent call of the pass; a
+    refused insertion into a gap closed for good records its run (:func:`_close`)."""
     sends, recvs, hold = conn.snd, conn.rcv, conn.hold
     n = len(sends)
     if not n:
@@ -542,7 +548,19 @@ def _conn_fits(conn: _Conn, snd: int, rcv: int, depth: int) -> bool:
                 return False
         held = hold.get(last)
         return held is None or not rcv < held[1] or rcv in hold
+    if conn.lo < snd < conn.hi:
+        return False
     i = bisect_left(sends, snd)
+    if _inserts(conn, i, snd, rcv, depth):
+        return True
+    _close(conn, i, depth)
+    return False
+
+
+def _inserts(conn: _Conn, i: int, snd: int, rcv: int, depth: int) -> bool:
+    """:func:`_conn_fits` of an edge inserted before the connection's ``i``-th."""
+    sends, recvs, hold = conn.snd, conn.rcv, conn.hold
+    n = len(sends)
     after = recvs[i]
     if after < rcv or (i > 0 and recvs[i - 1] > rcv):
         return False
@@ -564,10 +582,35 @@ def _conn_fits(conn: _Conn, snd: int, rcv: int, depth: int) -> bool:
         return False
     if i >= depth and not _freed(recvs[i - depth], hold) < snd:
         return False
-    for k in range(max(0, i - depth + 1), min(i, n - depth + 1)):
+    for k in range(max(0, i - depth + 1), min(i, n - depth + 1)):  # :func:`_closed`
         if not _freed(recvs[k], hold) < sends[k + depth - 1]:
             return False
     return True
+
+
+def _closed(conn: _Conn, i: int, depth: int) -> bool:
+    """Is the gap before the connection's ``i``-th edge closed for good? Two edges
+    ``depth - 1`` apart across it whose first is not received (its slot not freed) before
+    the last is sent leave no room between them; they stay that close, since nothing can
+    join between them, so the gap never opens again."""
+    sends, recvs, hold = conn.snd, conn.rcv, conn.hold
+    for k in range(max(0, i - depth + 1), min(i, len(sends) - depth + 1)):
+        if not _freed(recvs[k], hold) < sends[k + depth - 1]:
+            return True
+    return False
+
+
+def _close(conn: _Conn, i: int, depth: int) -> None:
+    """If the gap before the ``i``-th edge is :func:`_closed`, record the run of closed
+    gaps around it as the send orders no edge can join between (``lo``, ``hi``)."""
+    if not _closed(conn, i, depth):
+        return
+    a, b, last = i, i, len(conn.snd) - 1
+    while a > 1 and _closed(conn, a - 1, depth):
+        a -= 1
+    while b < last and _closed(conn, b + 1, depth):
+        b += 1
+    conn.lo, conn.hi = conn.snd[a - 1], conn.snd[b]
 
 
 def _freed(rcv: int, hold: dict[int, tuple[int, int]]) -> int:
