@@ -15,9 +15,11 @@ from te_ccl.baselines.direct import direct
 from te_ccl.baselines.disjoint import (
     applies,
     box_heaps_apply,
+    hubs_apply,
     pipeline,
     pipeline_boxes,
     pipeline_fine,
+    pipeline_hubs,
     pipeline_units,
     units_apply,
 )
@@ -56,6 +58,7 @@ BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "pipeline": pipeline,
     "pipeline-fine": pipeline_fine,
     "pipeline-boxes": pipeline_boxes,
+    "pipeline-hubs": pipeline_hubs,
     "pipeline-units": pipeline_units,
     "pipeline-torus": pipeline_torus,
     "switch-trees": switch_trees,
@@ -89,12 +92,15 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         at = names.index("packed") if "packed" in names else len(names)
         # as fine as pipeline-fine: the unit arborescences before it (at the min-cut
         # rate where links differ), the boxes in two heaps after it (shallower than its
-        # chain of boxes, slower on rail8x8's eight); finer, a large mesh's or torus's
+        # chain of boxes, slower on rail8x8's eight), then a Broadcast's boxes each a hub
+        # two box hops from the root's (faster than the heaps on four or eight boxes,
+        # slower on sixteen: each hub sends to all the others); finer, a large mesh's or torus's
         # pieces before it (as many as the runtime holds, where there is time to judge
         # their file: built first, they get the time pipeline-fine's file would take)
         fine = ["pipeline-units"] * units_apply(topology, collective) \
             + ["pipeline-torus"] * torus_applies(topology, collective) + ["pipeline-fine"] \
-            + ["pipeline-boxes"] * box_heaps_apply(topology, collective)
+            + ["pipeline-boxes"] * box_heaps_apply(topology, collective) \
+            + ["pipeline-hubs"] * hubs_apply(topology, collective)
         names[at:at] = ["pipeline", *fine]
     if collective.kind in SWITCH_TREE_KINDS and collective.root is not None \
             and 2 < collective.nranks <= SWITCH_TREES_MAX_GPUS \

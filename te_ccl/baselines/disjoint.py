@@ -51,8 +51,8 @@ from te_ccl.schedule import Schedule
 from te_ccl.topology.model import Topology
 
 __all__ = ["PIPELINE_KINDS", "applies", "box_heaps_apply", "box_trees", "disjoint_trees",
-           "fine_time_left", "fine_transfers", "pipeline", "pipeline_boxes", "pipeline_fine",
-           "pipeline_units", "units_apply"]
+           "fine_time_left", "fine_transfers", "hub_trees", "hubs_apply", "pipeline",
+           "pipeline_boxes", "pipeline_fine", "pipeline_hubs", "pipeline_units", "units_apply"]
 
 PIPELINE_KINDS = (CollectiveKind.BROADCAST, CollectiveKind.REDUCE, CollectiveKind.GATHER,
                   CollectiveKind.SCATTER)
@@ -253,6 +253,29 @@ def pipeline_boxes(topology: Topology, collective: Collective) -> Schedule:
                     name="pipeline-boxes")
 
 
+def hubs_apply(topology: Topology, collective: Collective) -> bool:
+    """Is ``collective`` a Broadcast :func:`pipeline_boxes` builds (:func:`pipeline_hubs`)?"""
+    return collective.kind is CollectiveKind.BROADCAST and box_heaps_apply(topology, collective)
+
+
+def pipeline_hubs(topology: Topology, collective: Collective) -> Schedule:
+    """:func:`pipeline_boxes`' Broadcast down :func:`hub_trees` in up to
+    :data:`FINE_TRANSFERS` transfers: every box two box hops from the root's, where the
+    heaps' depth grows with the log of the boxes; but a hub sends each piece to all the
+    other boxes in turn, which grows with their number (raced with the heaps; not for a
+    Reduce, whose hubs would sum from more peers than a thread block's dependency names)."""
+    if not hubs_apply(topology, collective):
+        raise BaselineError(f"no hub trees in {topology.name}: they are for a Broadcast over "
+                            "more than two boxes from a root without a direct link to another "
+                            "GPU")
+    fine_time_left("the hub trees' file")
+    trees = hub_trees(topology, topology.gpu(collective.root),
+                      [topology.gpu(r) for r in collective.ranks])
+    shares = [1.0] * len(trees)
+    return _broadcast(topology, _pieces(topology, collective, shares, trees, FINE_TRANSFERS),
+                      shares, trees, "pipeline-hubs")
+
+
 def units_apply(topology: Topology, collective: Collective) -> bool:
     """Is ``collective`` a Broadcast or Reduce of at most :data:`MAX_GPUS` GPUs from a root
     with a direct link to another of them (:func:`pipeline_units`)?"""
@@ -448,12 +471,7 @@ def box_trees(topology: Topology, root: str, members: list[str], fan: int | None
     beyond the root's form two binary trees instead of a chain (:func:`_box_heap`), each
     carrying half the shares: the boxes' depth is logarithmic, not linear, in their
     number. Raises :class:`BaselineError` when a GPU is not reached so."""
-    boxes = find_boxes(topology, members)
-    reach = {g: set(vs) for g, vs in ring_neighbours(topology, members).items()}
-    box_of = {g: b for b, box in enumerate(boxes) for g in box}
-    gateways = [[g for g in box if any(box_of[v] != b for v in reach[g])]
-                for b, box in enumerate(boxes)]
-    home = box_of[root]
+    boxes, reach, gateways, home = _box_layout(topology, root, members)
     order = [home] + [b for b in range(len(boxes)) if b != home]
     firsts = gateways[home] if len(boxes) > 1 else [root]
     if fanned and len(boxes) > 2:
@@ -511,6 +529,67 @@ def box_trees(topology: Topology, root: str, members: list[str], fan: int | None
             key = frozenset(tree.items())
             out[key] = (out.get(key, (0.0, tree))[0] + 1 / parts, tree)
     return list(out.values())
+
+
+def hub_trees(topology: Topology, root: str, members: list[str]) -> list[Tree]:
+    """One tree per gateway of the root's box and other box (its hub), equal shares: the
+    root sends the tree's pieces to that gateway (the root's own rail: to one GPU of its
+    box, another per hub, which passes them on in the box), the gateway sends them over
+    its rail to the hub's gateway, and that one over the same rail to the gateway of
+    every other box; in every box the gateway that takes them sends them to the rest.
+
+    Every rail into a box carries an eighth of the data where there are eight (its own
+    hub's part from the root's box, every other hub's from that hub), as in
+    :func:`box_trees`' heaps, but every box is two box hops from the root's, no piece
+    changes rail inside a box, and a gateway of the root's box sends each piece to
+    another hub, so no one slow receiver holds the root's stream. Raises
+    :class:`BaselineError` where a gateway does not reach another box's over a rail."""
+    boxes, reach, gateways, home = _box_layout(topology, root, members)
+    others = [b for b in range(len(boxes)) if b != home]
+    pool = [v for v in boxes[home] if v != root]
+    trees: list[Tree] = []
+    for n, hub_box in enumerate(checked(others, TEMPLATE, every=1)):
+        for first in gateways[home]:  # the rails in turn: each piece leaves on the next
+            tree: Tree = {}
+            top = first if first != root else pool[n % len(pool)]
+            if top != root:
+                _hang(tree, top, root, reach, topology.name)
+            hub = _rail_peer(first, gateways[hub_box], reach, topology.name)
+            _hang(tree, hub, first, reach, topology.name)
+            takes = {home: top, hub_box: hub}
+            for b in others:
+                if b != hub_box:
+                    takes[b] = _rail_peer(hub, gateways[b], reach, topology.name)
+                    _hang(tree, takes[b], hub, reach, topology.name)
+            for b, gw in takes.items():  # the rest of the box from the GPU after gw on
+                at = boxes[b].index(gw)
+                for v in boxes[b][at + 1:] + boxes[b][:at]:
+                    if v not in tree and v != root:
+                        _hang(tree, v, gw, reach, topology.name)
+            trees.append(tree)
+    return trees
+
+
+def _rail_peer(sender: str, gateways: list[str], reach: dict[str, set[str]],
+               where: str) -> str:
+    """The first of a box's ``gateways`` that ``sender`` reaches through switches only."""
+    peer = next((g for g in gateways if g in reach[sender]), None)
+    if peer is None:
+        raise BaselineError(f"no gateway of {gateways[0] if gateways else 'a'} box is reached "
+                            f"from {sender} through switches only in {where}")
+    return peer
+
+
+def _box_layout(topology: Topology, root: str, members: list[str]
+                ) -> tuple[list[list[str]], dict[str, set[str]], list[list[str]], int]:
+    """The boxes of ``members``, the GPUs each reaches through switches only, each box's
+    gateways (GPUs that so reach another box) and the root's box."""
+    boxes = find_boxes(topology, members)
+    reach = {g: set(vs) for g, vs in ring_neighbours(topology, members).items()}
+    box_of = {g: b for b, box in enumerate(boxes) for g in box}
+    gateways = [[g for g in box if any(box_of[v] != b for v in reach[g])]
+                for b, box in enumerate(boxes)]
+    return boxes, reach, gateways, box_of[root]
 
 
 def _box_heap(order: list[int], t: int) -> dict[int, int]:
