@@ -3,18 +3,25 @@ groups do not fit; it verifies, replays without deadlock and fits the runtime.""
 
 from __future__ import annotations
 
-import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from te_ccl.backends.scale import grid_alltoall
-from te_ccl.backends.scale.grid_alltoall import METHOD, solve_grid_alltoall
+from te_ccl.backends.scale.grid_alltoall import (
+    METHOD,
+    alltoall_elements,
+    grid_hops,
+    solve_grid_alltoall,
+)
 from te_ccl.backends.scale.grid_blocks import blocks_plan
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.errors import SpecError
 from te_ccl.lower.msccl import lower_to_msccl
+from te_ccl.model.footprint import by_rows, check_fits
 from te_ccl.model.problem import build_problem
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule, SolveInfo
@@ -54,8 +61,9 @@ def test_the_row_file_verifies_and_replays(rows_only, make, dims, k):
     assert replayed >= lower_bound(topo, coll).seconds * (1 - 1e-9)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("wrap", [False, True])
-def test_a_1024_rank_row_plan_fits_the_reader(wrap):
+def test_a_1024_rank_row_plan_fits_the_reader_and_the_verifiers_buffers(wrap):
     plan = blocks_plan((32, 32), wrap, 1)
     assert not isinstance(plan, str), plan
     n = 1024
@@ -65,7 +73,23 @@ def test_a_1024_rank_row_plan_fits_the_reader(wrap):
         block_rank, weights=steps, minlength=n)
     assert elements.max() < MSCCL.max_elements and steps.max() <= MSCCL.max_steps
     assert plan.steps[:, 5].max() < MSCCL.max_count
-    assert math.isclose(plan.moves[:, 1].sum() / (n * (n - 1)), plan.moves[:, 1].sum() / n / (n - 1))
+    assert alltoall_elements((32, 32), wrap, 1)[0] == elements.max()
+    assert plan.scratch.sum() + 2 * n * n <= 8 << 20  # the verifier's model of the buffers
+    # a segment carries at most twice the chunk-hops it must
+    assert grid_hops((32, 32), wrap) <= plan.moves[:, 1].sum() <= 2 * grid_hops((32, 32), wrap)
+
+
+def test_the_footprint_takes_a_1024_rank_grid_alltoall_by_rows_and_refuses_3d_or_wider():
+    coll = Collective(CollectiveKind.ALLTOALL, 1 << 20, tuple(range(1024)))
+    check_fits(mesh([32, 32], 50e9), coll)
+    check_fits(torus([32, 32], 50e9), coll)
+    assert by_rows(mesh([32, 32], 50e9), coll)
+    assert not by_rows(mesh([32, 32], 50e9), replace(coll, chunks_per_rank=3))
+    with pytest.raises(SpecError, match="transfers"):
+        check_fits(torus([8, 8, 16], 50e9), coll)
+    wide = Collective(CollectiveKind.ALLTOALL, 1 << 20, tuple(range(2048)))
+    with pytest.raises(SpecError, match="transfers"):
+        check_fits(mesh([32, 64], 50e9), wide)
 
 
 def test_rows_too_long_for_a_step_or_a_line_get_the_reason():

@@ -582,9 +582,9 @@ def solve_grid_alltoall(problem: Problem, min_hops: int = GRID_FROM_HOPS
     moves = grid_moves(topology, n, plan, next(iter(timings.values())), PLANNING)
     cnt = plan.moves[:, 1]
     if rows:  # its moves number the chunks as they are
-        notes = (f"row AlltoAll: blocks along dimension 0, then {len(cnt):,} segments of up "
-                 f"to {int(cnt.max())} chunks relayed whole in one step per hop, on "
-                 f"{plan.nchannels} channel(s)",)
+        notes = (f"row AlltoAll: blocks along dimension 0, then row segments along dimension "
+                 f"1, relayed whole: {len(cnt):,} hops of up to {int(cnt.max())} chunks in one "
+                 f"step each, on {plan.nchannels} channel(s)",)
         return moves, notes
     moves = replace(moves, chunk=_real_chunks(dims, wrap, k)[moves.chunk])
     notes = (f"grid AlltoAll: dimension by dimension in {len(dims)} order(s), "
