@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import devtools.recompile as recompile
 from devtools.recompile import CASES, Recompile, _markdown
 
 
@@ -39,3 +40,18 @@ def test_the_written_file_s_check_is_shown_as_a_share_of_the_scratch_compile():
     assert row.check_share == 0.25
     assert _markdown([row]).rstrip().endswith("| 1.00 s (25%) |")
     assert _row(1.0, 1.0).check_share is None  # no processor seconds from scratch
+
+
+def test_the_floor_reads_the_previous_file_once_a_run_and_the_start_is_said_once(monkeypatch):
+    """What any compile from the previous file spends at least: reading that file (where
+    there is one), verifying and replaying the new one."""
+    reads, verified = [], []
+    monkeypatch.setattr(recompile.Path, "read_text", lambda self: "<algo/>")
+    monkeypatch.setattr(recompile, "read_msccl", reads.append)
+    monkeypatch.setattr(recompile, "verify_msccl", lambda text, read: verified.append(text))
+    assert recompile._check("new.xml", None, "old.xml", runs=2) >= 0
+    assert reads == ["old.xml"] * 2 and len(verified) == 2
+    recompile._check("new.xml", None, None, runs=2)
+    assert len(reads) == 2 and len(verified) == 4
+    line = recompile._start_line(0.5)
+    assert line.count("\n") == 2 and "0.50 s CPU" in line
