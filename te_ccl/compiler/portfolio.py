@@ -17,7 +17,8 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
    switches reduce and copy the in-switch schedule; those of :data:`EARLY_TEMPLATES`
    before the flow model), up to :data:`TEMPLATE_MAX_GPUS`
    GPUs (beyond, :data:`LARGE_TEMPLATES` early for a rooted collective, and all of them
-   where it has at most :data:`CHEAP_DELIVERIES` deliveries), and at any size when
+   where it has at most :data:`CHEAP_DELIVERIES` deliveries; for a Broadcast or Reduce
+   before the scale backend), and at any size when
    nothing else produced a schedule: ``auto`` never fails
    where a template succeeds. Once there is a schedule, none starts after the time limit.
    Where the flow model is large by counting (:data:`FLOW_QUICK_PAIRS`), the templates
@@ -318,7 +319,11 @@ def _portfolio(race: _Race, topology: Topology, collective: Collective, params: 
     early = EARLY_TEMPLATES if topology.ngpus <= TEMPLATE_MAX_GPUS else LARGE_TEMPLATES \
         if collective.root is not None else ()
 
-    trees_first = templates and _composition_short(topology, collective)
+    # a Broadcast or Reduce beyond TEMPLATE_MAX_GPUS: the scale backend's file is far from
+    # the bound (torus8x8x8 at 64 MB: 70x), so the finer trees get the time its search takes
+    streamed = early == LARGE_TEMPLATES \
+        and collective.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
+    trees_first = streamed or (templates and _composition_short(topology, collective))
     if trees_first:  # then the finer trees, whose larger file is lowered if time is left
         _race_early(race, topology, collective, params, budget, bound, early)
         _race_early(race, topology, collective, params, budget, bound, ("packed-fine",))

@@ -1,5 +1,6 @@
 """auto races the packed trees before the scale backend's reduce-scatter + all-gather
-where that composition cannot reach the AllReduce bound (meshes, lines), after it elsewhere."""
+where that composition cannot reach the AllReduce bound (meshes, lines), after it elsewhere;
+and a Broadcast's or Reduce's pipelined trees before it beyond TEMPLATE_MAX_GPUS."""
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -67,3 +68,17 @@ def test_the_trees_files_replay_no_faster_than_the_allreduce_bound(topo, data):
     assert simulate_schedule(s).finish_time_s >= bound
     replay = simulate_msccl(read_msccl(text), topo, coll.size_bytes, ranks=coll.ranks)
     assert replay.finish_time_s >= bound
+
+
+
+@pytest.mark.parametrize(("side", "kind", "first"), [
+    (9, K.BROADCAST, True), (9, K.REDUCE, True), (8, K.BROADCAST, False)],
+    ids=["81-broadcast", "81-reduce", "64-broadcast"])
+def test_large_broadcast_races_its_trees_before_the_scale_backend(spied, side, kind, first):
+    """Beyond TEMPLATE_MAX_GPUS a Broadcast's (Reduce's) scale file is far from the bound:
+    the pipelined trees go first and get the time its search would take."""
+    torus = gen.torus([side, side], 50e9, 1e-6)
+    calls = spied(give_up=("scale", "auto"))  # the order alone, not the solvers' time
+    solve(torus, Collective(kind, 1_000_000, tuple(range(side * side)), root=0),
+          SolveParams(time_limit_s=600, threads=1))
+    assert (calls.index("pipeline") < calls.index("scale")) is first
