@@ -254,8 +254,17 @@ def pipeline_boxes(topology: Topology, collective: Collective) -> Schedule:
 
 
 def hubs_apply(topology: Topology, collective: Collective) -> bool:
-    """Is ``collective`` a Broadcast :func:`pipeline_boxes` builds (:func:`pipeline_hubs`)?"""
-    return collective.kind is CollectiveKind.BROADCAST and box_heaps_apply(topology, collective)
+    """Is ``collective`` a Broadcast :func:`pipeline_boxes` builds, on rails: every GPU of
+    the root's box reaches one GPU of every other box through switches only, so that a
+    hub's part stays on one rail (:func:`pipeline_hubs`; behind one switch fabric, FRED's,
+    the hubs' parts would share its links)?"""
+    if collective.kind is not CollectiveKind.BROADCAST \
+            or not box_heaps_apply(topology, collective):
+        return False
+    boxes, reach, _, home = _box_layout(topology, topology.gpu(collective.root),
+                                        [topology.gpu(r) for r in collective.ranks])
+    return all(len(reach[g].intersection(box)) == 1 for g in boxes[home]
+               for b, box in enumerate(boxes) if b != home)
 
 
 def pipeline_hubs(topology: Topology, collective: Collective) -> Schedule:

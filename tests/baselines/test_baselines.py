@@ -111,7 +111,8 @@ def test_unknown_baseline_is_a_usage_error():
     assert e.value.exit_code == 2
     assert set(BASELINES) == {"ring", "ring-bidir", "tree", "direct", "hierarchical", "packed",
                               "packed-fine", "pipeline", "pipeline-fine", "pipeline-boxes",
-                              "pipeline-units", "pipeline-torus", "switch-trees", "far-first"}
+                              "pipeline-hubs", "pipeline-units", "pipeline-torus",
+                              "switch-trees", "far-first"}
 
 
 @pytest.mark.parametrize("kind", [K.BROADCAST, K.ALLGATHER], ids=lambda k: k.value)

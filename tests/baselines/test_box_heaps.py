@@ -1,12 +1,13 @@
 """The pipeline's boxes in two binary heaps (pipeline-boxes): logarithmic depth in boxes,
-every rail into and out of a box carrying one share."""
+every rail into and out of a box carrying one share; and every box a hub (pipeline-hubs):
+two box hops from the root's box, each part on one rail."""
 
 from collections import defaultdict
 
 import pytest
 
 from te_ccl.baselines import BaselineError, applicable, build_baseline
-from te_ccl.baselines.disjoint import box_trees, pipeline
+from te_ccl.baselines.disjoint import box_trees, hub_trees, pipeline
 from te_ccl.collective import Collective
 from te_ccl.collective import CollectiveKind as K
 from te_ccl.lower.msccl import lower_to_msccl
@@ -79,3 +80,45 @@ def test_the_box_heaps_are_offered_after_the_finer_chain():
     assert names.index("pipeline-boxes") == names.index("pipeline-fine") + 1
     assert "pipeline-boxes" not in applicable(
         rails, Collective(K.GATHER, 1_000_000, tuple(range(8)), root=0))
+
+
+def test_the_hubs_are_two_box_hops_deep_and_keep_each_part_on_its_rail():
+    """Five boxes of four GPUs on rails: a tree per rail and other box, every GPU at most
+    two rail crossings from the root, every crossing between GPUs of the same rail, and
+    every rail into a box carrying as many parts as every other."""
+    rails = gen.rail_optimized(5, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)
+    gpus = list(rails.gpus)
+    trees = hub_trees(rails, gpus[0], gpus)
+    assert len(trees) == 4 * 4
+    assert all(set(t) == set(gpus[1:]) for t in trees)
+    assert max(_crossings(t, v) for t in trees for v in t) == 2
+    into: dict[str, int] = defaultdict(int)
+    for tree in trees:
+        for c, p in tree.items():
+            if _box(c) != _box(p):
+                assert c.split(".")[1] == p.split(".")[1]
+                into[c] += 1
+    assert len(into) == 4 * 4 and len(set(into.values())) == 1
+
+
+def test_the_hubs_file_is_verified_and_not_slower_than_the_heaps_on_four_boxes():
+    rails = gen.rail_optimized(4, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)
+    coll = Collective(K.BROADCAST, 2_000_000, tuple(range(16)), root=0)
+    finish = {}
+    for name in ("pipeline-boxes", "pipeline-hubs"):
+        schedule = build_baseline(name, rails, coll)
+        assert check_schedule(schedule) == []
+        data = lower_to_msccl(schedule).decode()
+        assert verify_msccl(data).valid
+        finish[name] = simulate_msccl(read_msccl(data), rails, coll.size_bytes).finish_time_s
+    assert finish["pipeline-hubs"] <= finish["pipeline-boxes"]
+
+
+def test_the_hubs_are_offered_for_a_broadcast_on_rails_only():
+    rails = gen.rail_optimized(4, 2, 450e9, 50e9)
+    cast = applicable(rails, Collective(K.BROADCAST, 1_000_000, tuple(range(8)), root=0))
+    assert cast.index("pipeline-hubs") == cast.index("pipeline-boxes") + 1
+    reduce = Collective(K.REDUCE, 1_000_000, tuple(range(8)), root=0)
+    assert "pipeline-hubs" not in applicable(rails, reduce)
+    with pytest.raises(BaselineError, match="no hub trees"):
+        build_baseline("pipeline-hubs", rails, reduce)
