@@ -275,14 +275,18 @@ def pipeline_hubs(topology: Topology, collective: Collective) -> Schedule:
     Reduce, whose hubs would sum from more peers than a thread block's dependency names)."""
     if not hubs_apply(topology, collective):
         raise BaselineError(f"no hub trees in {topology.name}: they are for a Broadcast over "
-                            "more than two boxes from a root without a direct link to another "
-                            "GPU")
-    fine_time_left("the hub trees' file")
+                            "more than two boxes on rails from a root without a direct link "
+                            "to another GPU")
     trees = hub_trees(topology, topology.gpu(collective.root),
                       [topology.gpu(r) for r in collective.ranks])
     shares = [1.0] * len(trees)
-    return _broadcast(topology, _pieces(topology, collective, shares, trees, FINE_TRANSFERS),
-                      shares, trees, "pipeline-hubs")
+    cut = _pieces(topology, collective, shares, trees, FINE_TRANSFERS)
+    # charged the transfers it has (rail8x8: two thirds of FINE_TRANSFERS), as the
+    # switch trees are: where the time left would not build the heaps' file, it builds this
+    fine_time_left("the hub trees' file",
+                   cut.nchunks * sum(_links(topology, t)[v] for t in trees for v in t)
+                   // len(trees))
+    return _broadcast(topology, cut, shares, trees, "pipeline-hubs")
 
 
 def units_apply(topology: Topology, collective: Collective) -> bool:
