@@ -16,6 +16,8 @@ from __future__ import annotations
 from array import array
 from collections.abc import Callable, Sequence
 
+import numpy as np
+
 from te_ccl.verify.msccl.hb import HappensBefore
 from te_ccl.verify.msccl.kernel import Transmission
 from te_ccl.verify.msccl.layout import Layout, Slot
@@ -51,6 +53,20 @@ def _reach(programs: Sequence[list[Transmission]]
     return {buf: max(reach, 0) for buf, reach in end.items()}, writes
 
 
+def _write_counts(writes: list[tuple[str, int, int]], offsets: dict[str, int],
+                  total: int) -> array:
+    """How many of ``writes`` (``(buffer, offset, cnt)``, inside the memory: the bounds
+    rules stop the run before any write outside) cover each of the ``total`` chunks."""
+    if not writes:
+        return array("i", [0]) * total
+    bufs, offs, cnts = zip(*writes, strict=True)
+    count = np.array(cnts, np.int64)
+    first = np.fromiter(map(offsets.__getitem__, bufs), np.int64, len(writes)) + offs
+    # every covered chunk: each write's first chunk repeated cnt times, plus 0..cnt-1
+    chunks = np.repeat(first - np.cumsum(count) + count, count) + np.arange(count.sum())
+    return array("i", np.bincount(chunks, minlength=total).astype(np.int32).tobytes())
+
+
 class Memory:
     """The chunks of GPU ``gpu.id``; ``tb_ids[b]`` names block ``b`` in findings."""
 
@@ -76,12 +92,7 @@ class Memory:
         self.wblock = array("i", [-1]) * total
         self.wnode = array("i", [-1]) * total
         self.wpos = array("i", [0]) * total
-        self.left = left = array("i", [0]) * total   # writes still to come per chunk
-        offsets = self.offsets
-        for dstbuf, dstoff, cnt in writes:
-            first = offsets[dstbuf] + dstoff
-            for k in range(first, first + cnt):
-                left[k] += 1
+        self.left = _write_counts(writes, self.offsets, total)  # writes still to come
         self.readers: dict[int, dict[int, tuple[int, int]]] = {}
         self.raced: set[int] = set()
         self.hb, self.tb_ids, self.report = hb, tb_ids, report
