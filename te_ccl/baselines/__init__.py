@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from te_ccl.baselines.comb_allreduce import comb_allreduce, combs_apply
 from te_ccl.baselines.direct import direct
 from te_ccl.baselines.disjoint import (
     applies,
@@ -53,6 +54,7 @@ BASELINES: dict[str, Callable[[Topology, Collective], Schedule]] = {
     "tree": double_tree,
     "direct": direct,
     "hierarchical": hierarchical,
+    "comb-allreduce": comb_allreduce,
     "packed": packed,
     "packed-fine": packed_fine,
     "pipeline": pipeline,
@@ -83,6 +85,9 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
                  and collective.nranks <= PACKED_FIRST_GPUS)
         names.insert(0 if first else len(names), "packed")
         names.append("packed-fine")
+    if combs_apply(topology, collective):  # a mesh's AllReduce: the combs take every link
+        names.insert(names.index("packed") if "packed" in names else len(names),
+                     "comb-allreduce")
     if applies(topology, collective):  # a root with a direct link, boxes, or one switch
         # before packed, built in about a second at any size; beyond PACKED_MAX_ROOTED GPUs
         # instead of it: packed's LP grows with the fabric and can take a short compile's

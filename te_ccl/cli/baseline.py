@@ -45,9 +45,9 @@ __all__ = ["baseline_cmd"]
               help="Draw the per-link Gantt chart of the replay reported.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON summary on stdout.")
 def baseline_cmd(kind: str, topology: str, spec: str | None, **kw) -> None:
-    """Build baseline KIND (ring, ring-bidir, tree, direct, hierarchical, packed,
-    packed-fine, pipeline, pipeline-fine, pipeline-boxes, pipeline-hubs, pipeline-units,
-    pipeline-torus, switch-trees, far-first) on TOPOLOGY.
+    """Build baseline KIND (ring, ring-bidir, tree, direct, hierarchical, comb-allreduce,
+    packed, packed-fine, pipeline, pipeline-fine, pipeline-boxes, pipeline-hubs,
+    pipeline-units, pipeline-torus, switch-trees, far-first) on TOPOLOGY.
 
     The time reported is the written file's replay: its MSCCL XML as the runtime runs it
     (once the XML verifier accepts it), or with --format json the schedule's."""

@@ -109,8 +109,9 @@ def test_unknown_baseline_is_a_usage_error():
     with pytest.raises(BaselineError, match="unknown baseline") as e:
         build_baseline("butterfly", TOPOLOGIES["fc4"], coll(K.ALLGATHER, 4))
     assert e.value.exit_code == 2
-    assert set(BASELINES) == {"ring", "ring-bidir", "tree", "direct", "hierarchical", "packed",
-                              "packed-fine", "pipeline", "pipeline-fine", "pipeline-boxes",
+    assert set(BASELINES) == {"ring", "ring-bidir", "tree", "direct", "hierarchical",
+                              "comb-allreduce", "packed", "packed-fine", "pipeline",
+                              "pipeline-fine", "pipeline-boxes",
                               "pipeline-hubs", "pipeline-units", "pipeline-torus",
                               "switch-trees", "far-first"}
 
