@@ -8,6 +8,8 @@
 * Orphan waits are looked for only where a nop's wait can reach a step without one.
 * Thread blocks without reductions or unknown types are grouped into transmissions in one
   pass; the transmissions equal the general grouping's.
+* The writes still to come per chunk are counted in one numpy pass; the counts equal a
+  count chunk by chunk.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from te_ccl.verify.msccl.execute import _Machine
 from te_ccl.verify.msccl.findings import Findings
 from te_ccl.verify.msccl.kernel import _grouped, orphan_waits, transmissions
 from te_ccl.verify.msccl.layout import Layout
+from te_ccl.verify.msccl.memory import _write_counts
 from te_ccl.verify.msccl.model import RECVS, SENDS, STEP_TYPES, Algo, Step, Threadblock
 from te_ccl.verify.msccl.reader import parse_msccl
 
@@ -164,3 +167,15 @@ def test_orphan_waits_match_the_grouping(tb: Threadblock) -> None:
 @given(st.one_of(threadblocks(), threadblocks(sorted(set(STEP_TYPES) - {"re"}))))
 def test_transmissions_match_the_grouping(tb: Threadblock) -> None:
     assert transmissions(tb) == _grouped(tb)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from("ios"), st.integers(0, 6), st.integers(0, 4)),
+                max_size=12))
+def test_write_counts_match_a_count_chunk_by_chunk(writes: list[tuple[str, int, int]]) -> None:
+    offsets = {"i": 0, "o": 10, "s": 3}   # "s" overlaps "i" and "o", as an alias would
+    plain = [0] * 20
+    for buf, off, cnt in writes:
+        for k in range(offsets[buf] + off, offsets[buf] + off + cnt):
+            plain[k] += 1
+    assert list(_write_counts(writes, offsets, 20)) == plain
