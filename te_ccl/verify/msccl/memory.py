@@ -40,16 +40,16 @@ def _reach(programs: Sequence[list[Transmission]]
     get, wrote = end.get, writes.append
     for program in programs:
         for steps, _, _, _, _ in program:   # unpacked: faster than by name
-            _, kind, srcbuf, _, dstbuf, dstoff, _, _, _, _, _, _ = steps[0]
-            cnt = steps[-1].cnt
+            _, kind, srcbuf, srcoff, dstbuf, dstoff, cnt, _, _, _, _, _ = steps[0]
+            if len(steps) > 1:  # a fused re: the last step's cnt from each step's source
+                cnt = steps[-1].cnt
+                srcoff = max(sub.srcoff for sub in steps)
             if kind in WRITES_DST:
                 wrote((dstbuf, dstoff, cnt))
                 if dstoff + cnt > get(dstbuf, -1):
                     end[dstbuf] = dstoff + cnt
-            if kind in READS_SRC:
-                for sub in steps:
-                    if sub.srcoff + cnt > get(srcbuf, -1):
-                        end[srcbuf] = sub.srcoff + cnt
+            if kind in READS_SRC and srcoff + cnt > get(srcbuf, -1):
+                end[srcbuf] = srcoff + cnt
     return {buf: max(reach, 0) for buf, reach in end.items()}, writes
 
 
