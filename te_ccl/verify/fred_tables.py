@@ -41,7 +41,7 @@ import csv
 import io
 import json
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -722,8 +722,12 @@ def _check_flows(t: _Tables, out: list[Violation]) -> dict[tuple[str, int], list
 def _check_routes(t: _Tables, groups: dict[tuple[str, int], list[_Flow]],
                   out: list[Violation]) -> dict[tuple[str, int], frozenset]:
     """Replay every switch in every phase; returns each configuration's settings
-    (flow names left out), for the SRAM slots."""
+    (flow names left out), for the SRAM slots. A switch whose settings and flows are,
+    flows renamed, those of one whose replay found nothing (:func:`_form`: the phases of
+    a schedule repeat a few patterns on every switch) finds nothing either, and is not
+    replayed again."""
     signatures: dict[tuple[str, int], frozenset] = {}
+    clean: set[tuple] = set()  # the forms whose replay found nothing
     for key in checked(sorted(set(groups) | set(t.uses)), CHECKING, every=64):
         sw_name, phase = key
         sw = t.switches.get(sw_name)
@@ -737,6 +741,10 @@ def _check_routes(t: _Tables, groups: dict[tuple[str, int], list[_Flow]],
         signatures[key] = frozenset((path, s.src, s.dst) for path, ss in settings.items()
                                     for s in ss)
         owner = {p: f.id for f in flows for p in f.inputs}
+        form = _form(sw, settings, flows, owner)
+        if form in clean:
+            continue
+        found = len(out)
         replay = _Replay(where, sw.m, settings, owner, out)
         delivered = replay.run("", sw.radix, {p: frozenset((p,)) for p in owner})
         wanted = {p: frozenset(f.inputs) for f in flows for p in f.outputs}
@@ -749,7 +757,27 @@ def _check_routes(t: _Tables, groups: dict[tuple[str, int], list[_Flow]],
                 out.append(Violation("route", f"{where}: output port {p} of flow "
                                               f"{owner.get(next(iter(want)))} receives input "
                                               f"ports {sorted(got)}, not {sorted(want)}"))
+        if len(out) == found:
+            clean.add(form)
     return signatures
+
+
+def _form(sw: _Switch, settings: dict[str, list[_Setting]], flows: list[_Flow],
+          owner: dict[int, str]) -> tuple:
+    """What the replay of one switch in one phase depends on, each flow named by the
+    lowest input port it owns (``owner``; else by its id): the switch's size, the
+    settings and flows counted with their repeats (a repeat is a finding), and the owner
+    of each input port. The replay compares flows only with each other, so two switches
+    of one form replay alike but for the names in their findings."""
+    name: dict[str, int] = {}
+    for p in sorted(owner):
+        name.setdefault(owner[p], p)
+    return (sw.radix, sw.m,
+            frozenset(Counter((path, s.src, s.dst, name.get(s.flow, s.flow))
+                              for path, ss in settings.items() for s in ss).items()),
+            frozenset(Counter((name.get(f.id, f.id), f.inputs, f.outputs)
+                              for f in flows).items()),
+            frozenset((p, name[f]) for p, f in owner.items()))
 
 
 def _check_links(t: _Tables, groups: dict[tuple[str, int], list[_Flow]],
