@@ -16,7 +16,8 @@ For each chunking (the collective's own; with ``--chunks auto`` also those of
 3. the **templates** (ring, tree, direct, hierarchical, packed, and on FRED wafers whose
    switches reduce and copy the in-switch schedule; those of :data:`EARLY_TEMPLATES`
    before the flow model), up to :data:`TEMPLATE_MAX_GPUS`
-   GPUs (beyond, :data:`LARGE_TEMPLATES` early for a rooted collective, and all of them
+   GPUs (beyond, :data:`LARGE_TEMPLATES` early for a rooted collective,
+   :data:`LARGE_ALLREDUCE` before the scale backend for a mesh's AllReduce, and all of them
    where it has at most :data:`CHEAP_DELIVERIES` deliveries; for a Broadcast or Reduce
    before the scale backend), and at any size when
    nothing else produced a schedule: ``auto`` never fails
@@ -71,6 +72,7 @@ import te_ccl.backends.scale as scale_backend
 from te_ccl.backends.base import Progress, SolveParams
 from te_ccl.backends.select import strategy_for
 from te_ccl.baselines import BaselineError
+from te_ccl.baselines.comb_allreduce import combs_apply
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler.candidates import (
@@ -104,11 +106,11 @@ TIE = 1e-9  # relative: a later candidate must beat the best by more, or tie it 
 #             transfers, to replace it
 RESERVE_MARGIN = 2.0  # a template is built ending this × the time writing the best takes
 #                      before the deadline: that estimate's pace was timed on another file
-EARLY_TEMPLATES = ("packed", "pipeline", "in-switch")  # raced before the flow model: built in
-# a second or two, their pipelined trees land near the bound where the flow model's whole
-# chunks and the scale backend's ReduceScatter + AllGather do not (mesh4x4 AllReduce 1 GB:
-# 1.07× against 1.5×); where switches reduce, the in-switch schedule reaches it, before the
-# finest trees can take the search's time to build (fred-d AllReduce 20 MB)
+EARLY_TEMPLATES = ("comb-allreduce", "packed", "pipeline", "in-switch")  # raced before the
+# flow model: built in a second or two, their pipelined trees land near the bound where the
+# flow model's whole chunks and the scale backend's ReduceScatter + AllGather do not (mesh4x4
+# AllReduce 1 GB: 1.07× against 1.5×); where switches reduce, the in-switch schedule reaches
+# it, before the finest trees can take the search's time to build (fred-d AllReduce 20 MB)
 NEAR_GAP = 0.03  # a best farther than this from the bound races the cheap templates before
 #                  a costly flow model, which would take the rest of a short limit
 FLOW_QUICK_PAIRS = 512  # chunk-link pairs up to which the flow model is small (ring8 AllGather:
@@ -122,6 +124,9 @@ LARGE_TEMPLATES = ("pipeline", "pipeline-fine", "pipeline-torus", "switch-trees"
 # scale backend's file is far from the bound (mesh16x16 Broadcast 64 MB: 31×); the torus's
 # finer pieces where there is time to judge their file; the switch trees only behind one
 # switch (GB200 NVL72)
+LARGE_ALLREDUCE = ("comb-allreduce",)  # raced for an AllReduce beyond TEMPLATE_MAX_GPUS whose
+# RS + AG is far above its bound, before the scale backend's RS + AG (mesh16x16 1 GiB: 1.88×):
+# a mesh's combs take every link at the bound's rate, no LP to solve
 
 
 def _unknown(schedule: Schedule) -> float | None:
@@ -317,16 +322,19 @@ def _portfolio(race: _Race, topology: Topology, collective: Collective, params: 
     whole = cache(lambda: chunking_bounds(topology, collective, [own])[own])
     templates = _templates_raced(topology, collective)
     early = EARLY_TEMPLATES if topology.ngpus <= TEMPLATE_MAX_GPUS else LARGE_TEMPLATES \
-        if collective.root is not None else ()
+        if collective.root is not None else LARGE_ALLREDUCE \
+        if combs_apply(topology, collective) else ()
 
     # a Broadcast or Reduce beyond TEMPLATE_MAX_GPUS: the scale backend's file is far from
     # the bound (torus8x8x8 at 64 MB: 70x), so the finer trees get the time its search takes
     streamed = early == LARGE_TEMPLATES \
         and collective.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
-    trees_first = streamed or (templates and _composition_short(topology, collective))
+    combed = early == LARGE_ALLREDUCE  # so large that packed's LP is not raced
+    trees_first = streamed or ((templates or combed) and _composition_short(topology, collective))
     if trees_first:  # then the finer trees, whose larger file is lowered if time is left
         _race_early(race, topology, collective, params, budget, bound, early)
-        _race_early(race, topology, collective, params, budget, bound, ("packed-fine",))
+        _race_early(race, topology, collective, params, budget, bound,
+                    () if combed else ("packed-fine",))
     if method is not None and not _scale_known(topology, collective, params,
                                                (s for _, s, _ in known)):
         first = SHARES.trees if method == "trees" else SHARES.scale
