@@ -588,8 +588,8 @@ def _rail_peer(sender: str, gateways: list[str], reach: dict[str, set[str]],
     """The first of a box's ``gateways`` that ``sender`` reaches through switches only."""
     peer = next((g for g in gateways if g in reach[sender]), None)
     if peer is None:
-        raise BaselineError(f"no gateway of {gateways[0] if gateways else 'a'} box is reached "
-                            f"from {sender} through switches only in {where}")
+        raise BaselineError(f"{sender} reaches no gateway of another box through switches "
+                            f"only in {where}")
     return peer
 
 
