@@ -234,8 +234,7 @@ class _Switch:
     copy: bool
 
 
-@dataclass(frozen=True)
-class _Flow:
+class _Flow(NamedTuple):  # a tuple: one per row of the flows table, built fast
     switch: str
     phase: int
     id: str
