@@ -86,8 +86,13 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         names.insert(0 if first else len(names), "packed")
         names.append("packed-fine")
     if combs_apply(topology, collective):  # a mesh's AllReduce: the combs take every link
-        names.insert(names.index("packed") if "packed" in names else len(names),
-                     "comb-allreduce")
+        # at the bound's rate, which packed's LP cannot beat; beyond PACKED_FIRST_GPUS
+        # instead of it, whose LP takes most of a short compile (mesh8x8 1 GiB: packed
+        # 1.283x the bound, the combs 1.114x)
+        at = names.index("packed")
+        if collective.nranks > PACKED_FIRST_GPUS:
+            names = [n for n in names if n not in ("packed", "packed-fine")]
+        names.insert(at, "comb-allreduce")
     if applies(topology, collective):  # a root with a direct link, boxes, or one switch
         # before packed, built in about a second at any size; beyond PACKED_MAX_ROOTED GPUs
         # instead of it: packed's LP grows with the fabric and can take a short compile's

@@ -40,6 +40,8 @@ def test_applies_to_a_mesh_allreduce_over_every_gpu_only():
     assert combs_apply(mesh, _allreduce(16))
     assert applicable(mesh, _allreduce(16)).index("comb-allreduce") \
         < applicable(mesh, _allreduce(16)).index("packed")
+    larger = applicable(gen.mesh([5, 5], 50e9), _allreduce(25))  # instead of packed's LP
+    assert "comb-allreduce" in larger and "packed" not in larger and "packed-fine" not in larger
     for net, coll in [(gen.torus([4, 4], 50e9), _allreduce(16)),
                       (mesh, Collective(K.ALLREDUCE, 64_000_000, tuple(range(8)))),
                       (mesh, Collective(K.ALLGATHER, 64_000_000, tuple(range(16))))]:
