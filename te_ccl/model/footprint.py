@@ -9,7 +9,9 @@ where it is summed, and for AllReduce the sum back out — and a chunk that is n
 (AlltoAll, Gather, Scatter) crosses every link of its route. :func:`transfers_at_least`
 counts that by arithmetic and a few breadth-first searches, and :func:`check_fits` refuses
 (exit 2) a compile that would exceed :data:`MAX_TRANSFERS`, naming the largest chunking
-that fits, or a topology of more than :data:`MAX_GPUS` GPUs.
+that fits, or a topology of more than :data:`MAX_GPUS` GPUs. A 2D grid's AlltoAll taken
+by the row AlltoAll (:func:`by_rows`) keeps its chunk-hops as array rows instead, and is
+held to :data:`MAX_ROW_HOPS`.
 
 >>> from te_ccl.topology.generators import mesh
 >>> ag = Collective(CollectiveKind.ALLGATHER, 1 << 20, tuple(range(16)), chunks_per_rank=4)
@@ -32,7 +34,9 @@ __all__ = ["MAX_GPUS", "MAX_RATE_RATIO", "MAX_SPAN_S", "MAX_TRANSFERS", "deliver
            "transfers_at_least", "most_chunks", "by_rows", "check_times", "check_fits", "MAX_ROW_HOPS"]
 
 MAX_TRANSFERS = 2**21  # transfers one compile holds within 8 GB (~3.5 KB each at its peak)
-MAX_ROW_HOPS = 2**26  # chunk-hops at least of a row AlltoAll (by_rows) one compile holds
+MAX_ROW_HOPS = 2**25  # a row AlltoAll's (by_rows) chunk-hops at least that one compile
+#                      holds: it relays up to twice as many, as array rows of ~90 B at
+#                      the peak (mesh 32×32's 32,505,856: 2.9 GB)
 MAX_GPUS = 4096  # an MSCCL algorithm lists every GPU; the runtime reads 4096 elements a rank
 MAX_RATE_RATIO = 1e6  # a slowest link's transfer spans this many of the fastest's epochs
 MAX_SPAN_S = 1e6  # a schedule's times are picoseconds in 64 bits (9.2e6 s), with room
@@ -122,8 +126,8 @@ def by_rows(topology: Topology, collective: Collective) -> bool:
     """Does the row AlltoAll take ``collective``: an AlltoAll of every GPU in rank order,
     out of place, on a generated 2D mesh or torus whose row of chunks (one per rank of a
     row, times the chunks per pair) one step carries? That method keeps a chunk's hops
-    as rows of arrays (no record each) and its steps within the runtime's reader, so
-    its compile holds up to :data:`MAX_ROW_HOPS` (mesh 32×32: 27,459,584 at least)."""
+    as rows of arrays (no record each), so its compile holds up to :data:`MAX_ROW_HOPS`
+    of them (:func:`transfers_at_least`; mesh 32×32: 27,459,584)."""
     meta = topology.meta or {}
     dims = tuple(meta.get("dims") or ())
     return (collective.kind is CollectiveKind.ALLTOALL and not collective.inplace

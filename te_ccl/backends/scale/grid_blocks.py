@@ -9,14 +9,17 @@ forwards from even coordinates). It arrives whole in scratch, where it is a *row
 source's chunks for every rank of the holder's row. In phase B the holder sends each
 row's part ahead in each direction (a contiguous run of the row; two where it wraps round
 a ring) as one *segment*, which every rank on its way receives into scratch and sends on
-whole, to its farthest member; each member copies its own chunk to the output. A segment
+whole, to its farthest member; each member copies its own chunk to the output right
+after, in the same thread block (so a thread block's receives share one scratch area,
+and only the rows phase A delivers keep scratch of their own). A segment
 is not shortened on its way (that would cut it into a step per chunk), so phase B's links
 carry chunks past their destination: a mesh line's busiest link carries ``Σ_b (d1 − 1 −
 b)`` chunks per source row, where shortened segments need ``(d1/2)²``.
 
 So a rank takes about ``d0`` sends and receives per column hop in phase A, ``2·d0`` per
-row position in phase B and one copy per source, not a step per chunk and hop (mesh
-32×32: :func:`blocks_elements`). Every segment keeps one channel on its whole path, and
+row position in phase B and one copy per source, not a step per chunk and hop
+(:func:`~te_ccl.backends.scale.grid_alltoall.alltoall_elements` counts a plan's). Every
+segment keeps one channel on its whole path, and
 on a channel each thread block takes the segments that touch it in one order shared by
 its line (:func:`_key`): the k-th send of a connection is its k-th receive, and a step
 waits only for an earlier segment of its own chain, or (phase B's first sends, the
@@ -37,11 +40,10 @@ from te_ccl.backends.scale.grid import OPS, GridPlan, overflow
 from te_ccl.deadline import check
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 
-__all__ = ["blocks_plan", "METHOD"]
+__all__ = ["blocks_plan"]
 
-METHOD = "row-alltoall"
 PLANNING = "planning the row AlltoAll"  # what a deadline reached interrupted
-CHANNELS = 32  # channels a family's segments are dealt to at most: more run at once
+CHANNELS = 32  # channels a family's segments are dealt to (within the runtime's): more run at once
 _S, _R, _CPY, _RCS = (OPS.index(x) for x in ("s", "r", "cpy", "rcs"))
 _IN, _OUT, _SCR = 0, 1, 2  # buffer codes (BUFFERS)
 _FAMILIES = 4  # (phase, direction): A+, A−, B+, B−: a chain thread block each per channel
