@@ -185,7 +185,12 @@ def check_fits(topology: Topology, collective: Collective) -> None:
     if estimate <= MAX_TRANSFERS or (by_rows(topology, collective)
                                      and estimate <= MAX_ROW_HOPS):
         return
-    most = most_chunks(topology, collective)
+    most, cap = most_chunks(topology, collective), MAX_TRANSFERS
+    one = replace(collective, chunks_per_rank=1)
+    if by_rows(topology, one):  # the row AlltoAll's cap, its rows within a step
+        most = max(most, min(MAX_ROW_HOPS // transfers_at_least(topology, one),
+                             (MSCCL.max_count - 1) // topology.meta["dims"][1]))
+        cap = MAX_ROW_HOPS if by_rows(topology, collective) else cap
     if collective.kind is CollectiveKind.CUSTOM:
         key, where, fix = "demands", f"{collective.commodities} chunks", "use fewer chunks"
     elif most:
@@ -195,4 +200,4 @@ def check_fits(topology: Topology, collective: Collective) -> None:
         key, fix = "ranks", "use fewer ranks"
         where = f"{collective.kind.value} on {collective.nranks} ranks of {topology.name}"
     raise SpecError(f"{where} would build at least {estimate:,} transfers, more than the "
-                    f"{MAX_TRANSFERS:,} one compile holds in memory ({fix})", key=key)
+                    f"{cap:,} one compile holds in memory ({fix})", key=key)
