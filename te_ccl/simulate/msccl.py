@@ -8,7 +8,13 @@ GPU of the topology, in order). The model (docs/verify.md, "The replay"):
   thread block is done and its dependency (``depid``/``deps``) is done;
 * a receiving step (``r``, ``rcs``, ``rrc``, ``rrs``, ``rrcs``) then waits for its message
   to have arrived: the k-th receive on a connection ``(channel, sender, receiver)`` takes
-  the k-th send on it;
+  the k-th send on it. A step that receives and sends (``rcs``, ``rrs``, ``rrcs``) of
+  several calls forwards call by call, as the executor's loop over a step's calls does:
+  it starts once the message's first call has arrived, and its own message cannot leave
+  its first link before the last call has arrived plus one call's time there (the
+  cut-through rule of ``Links.put``). The first call is taken to arrive when the rest of
+  the message still had to cross the last link at its full rate (never earlier than it
+  can have); a step that only receives, then a separate send, stores and forwards;
 * a sending step then waits for a free slot of its connection. A connection holds
   ``MSCCL.outstanding_sends(proto, cnt, per_call)`` sends whose receiving step is not done
   (2 under Simple, 8 under LL and LL128, fewer for a step of several calls but at least
@@ -60,6 +66,7 @@ CHECK_EVERY = 1 << 16  # events between two looks at the compile's deadline
 _REPLAYING = "replaying the MSCCL XML"
 
 _DONE, _HOP, _ARRIVE, _LEFT = 0, 1, 2, 3
+_FIRST = 1 << 2 | _ARRIVE  # the first call of a message its receiver forwards call by call
 _PROVENANCE = re.compile(r"\s*<!-- teccl: topology=(\S+) size_bytes=([0-9]+) -->\s*")
 
 
@@ -104,6 +111,7 @@ class Flat:
         self.slot: list[int] = []         # receive step that frees this send's slot, -1
         self.path: list[int] = []         # index into ``paths`` of a send, -1
         self.cnt: dict[int, int] = {}     # cnt of each send
+        self.streams: set[int] = set()    # sends whose receiving step forwards call by call
         self.paths: list[tuple[int, ...]] = []
         self.link_keys: list[tuple[str, str]] = []
         self._link_index: dict[tuple[str, str], int] = {}
@@ -137,6 +145,7 @@ class Flat:
         sends: dict[tuple[int, int, int], list[int]] = {}
         recvs: dict[tuple[int, int, int], list[int]] = {}
         route_of: dict[tuple[int, int], int] = {}
+        fused: set[int] = set()  # steps that receive and send in more than one call
         nxt, dep, path, cnt = self.nxt, self.dep, self.path, self.cnt
         first = 0
         for gpu in gpus:
@@ -173,7 +182,10 @@ class Flat:
                             peer = self._peer(gpu.id, tb.id, st, tb.recv, "receive")
                             into = recvs.setdefault((tb.chan, peer, gpu.id), [])
                         into.append(i)
+                        if kind in SENDS and st.cnt > self.per_call:
+                            fused.add(i)
         self._match(sends, recvs, proto)
+        self.streams = {self.rmsg[r] for r in fused}
 
     def _dep(self, rank: int, tb: int, st: Step, base: dict[int, tuple[int, int]]) -> int:
         first, count = base.get(st.depid, (0, 0))
@@ -244,7 +256,7 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
 
     Event codes are ``step << 12 | hop << 2 | kind``: a send's first link ends (``_DONE``),
     its message (a piece) reaches the node of hop ``hop`` (``_HOP``) or its peer
-    (``_ARRIVE``), a piece leaves the link of hop ``hop`` (``_LEFT``); at one time the
+    (``_ARRIVE``; hop 1: its first call, ``_FIRST``), a piece leaves the link of hop ``hop`` (``_LEFT``); at one time the
     earlier step goes first. Between events, ``todo`` holds the steps to take as far as
     they go at ``now`` and, as ``~step``, the steps done at ``now`` (one loop, no call per
     step that sends nothing: at 1024 GPUs there are millions).
@@ -266,6 +278,20 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
     waiters: dict[int, list[int]] = {}
     events = Events()
     push, pop = events.push, events.pop
+    per_call, streams, per_unit = flat.per_call, flat.streams, links.per_unit
+    due: dict[int, float] = {}   # when a streamed message arrives (its last call)
+    held: dict[int, float] = {}  # relaying step → its message's tail leaves its first link
+
+    def land(i: int, k: int, end: float) -> None:
+        """Message ``i`` leaves its last link ``k`` at ``end`` and arrives ``α`` later;
+        if its receiver forwards call by call, its first call arrives as the rest of it
+        could at the latest have crossed ``k`` at full rate."""
+        a = end + lat[k]
+        push(a, i << 12 | _ARRIVE)
+        if i in streams:
+            c = cnt[i]
+            due[i] = a
+            push(a - (c - min(c, per_call)) * per_unit[k], i << 12 | _FIRST)
 
     def hop(i: int, h: int, now: float, behind: float) -> None:
         """Put message ``i`` on hop ``h`` of its route at ``now`` (its head is there; its
@@ -277,7 +303,7 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
         if record:
             used.append((k, i, start, end, end + a))
         if h + 1 == len(hops):
-            push(end + a, i << 12 | _ARRIVE)
+            land(i, k, end)
         else:
             tail[i] = end + a
             push((start if cut[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP)
@@ -285,7 +311,8 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
             push(end, i << 12 | _DONE)
 
     if pieces is not None:  # pieces start at their tails' arrival, not the message's
-        hop, left = _by_pieces(paths, path, cnt, pieces, put, lat, cut, push, used, record)
+        hop, left = _by_pieces(paths, path, cnt, pieces, put, lat, cut, push, land, used,
+                               record)
 
     ends = flat.tb_first[1:] + [nsteps]
     todo = [first for first, end in zip(flat.tb_first, ends, strict=True) if first < end]
@@ -333,7 +360,7 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
                 if ws:
                     todo.extend(ws)
                 continue
-            hop(i, 0, now, 0.0)
+            hop(i, 0, now, held.pop(i, 0.0) if held else 0.0)
         code = pop()
         if code < 0:
             break
@@ -345,8 +372,14 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
         if kind == _DONE:
             todo.append(~i)
         elif kind == _ARRIVE:
-            arrived[i] = last = now
             r = rstep[i]
+            if code & _FIRST == _FIRST:  # the step forwards its last call one call after
+                arrived[i] = now         # that call arrives
+                c = cnt[r]
+                held[r] = due.pop(i) + (c - (c - 1) // per_call * per_call) * per_unit[
+                    paths[path[r]][0]]
+            else:
+                arrived[i] = last = now
             if stage[r] == 1:
                 todo.append(r)
         elif kind == _LEFT:
@@ -358,17 +391,19 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
 
 def _by_pieces(paths: list[tuple[int, ...]], path: list[int], cnt: dict[int, float],
                pieces: Sequence[float], put: Callable, lat: list[float], cut: list[bool],
-               push: Callable, used: list, record: bool
+               push: Callable, land: Callable, used: list, record: bool
                ) -> tuple[Callable[[int, int, float, float], None],
                           Callable[[int, int, float], None]]:
     """``replay``'s ``hop`` and ``left`` when messages move in pieces: ``hop(i, h, …)``
-    is message ``i`` starting (``h`` 0) or the head of its next piece reaching hop ``h``;
+    is message ``i`` starting (``h`` 0; its last piece cannot leave the first link before
+    the tail ``hop`` is given) or the head of its next piece reaching hop ``h``;
     ``left(i, h, now)`` its piece leaving the link of hop ``h``."""
     ready: dict[int, int] = {}      # (message, hop) → pieces whose head is at the hop
     tails: dict[int, deque[float]] = {}  # … and when their tails arrive there
     sent: dict[int, int] = {}       # (message, hop) → pieces put on its link
     busy: set[int] = set()          # (message, hop) with a piece on its link
     count: dict[int, int] = {}      # message → its pieces
+    lead: dict[int, float] = {}     # message → when its tail reaches its first link
 
     def start(i: int, h: int, now: float) -> None:
         key = i << 10 | h
@@ -377,7 +412,7 @@ def _by_pieces(paths: list[tuple[int, ...]], path: list[int], cnt: dict[int, flo
         ready[key] -= 1
         sent[key] = q + 1
         busy.add(key)
-        behind = tails[key].popleft() if h else 0.0
+        behind = tails[key].popleft() if h else lead.pop(i, 0.0) if q == n - 1 else 0.0
         piece = pieces[i]
         amount = piece if q < n - 1 else cnt[i] - piece * (n - 1)
         begin, end = put(k, now, amount, behind)
@@ -389,15 +424,17 @@ def _by_pieces(paths: list[tuple[int, ...]], path: list[int], cnt: dict[int, flo
             tails.setdefault(key + 1, deque()).append(end + a)
             push((begin if cut[k] else end) + a, i << 12 | (h + 1) << 2 | _HOP)
         elif q == n - 1:
-            push(end + a, i << 12 | _ARRIVE)
+            land(i, k, end)
         if not h and q == n - 1:
             push(end, i << 12 | _DONE)
 
-    def hop(i: int, h: int, now: float, _behind: float) -> None:
+    def hop(i: int, h: int, now: float, behind: float) -> None:
         key = i << 10 | h
         if h:
             ready[key] += 1
         else:
+            if behind:
+                lead[i] = behind
             count[i] = n = max(1, math.ceil(cnt[i] / pieces[i]))
             ready[key] = n
             for j in range(1, len(paths[path[i]])):

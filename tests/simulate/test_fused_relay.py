@@ -1,0 +1,79 @@
+"""A step that receives and sends forwards call by call, as the executor's loop over a
+step's calls runs it; a receive followed by a separate send stores and forwards."""
+
+import pytest
+
+from te_ccl.runtime_limits import MSCCL
+from te_ccl.simulate.msccl import simulate_msccl
+from te_ccl.topology import Link, Node, Topology
+
+ALPHA, BW, CNT = 10e-6, 1e9, 8
+HEADER = ('<algo name="t" proto="{proto}" nchannels="1" nchunksperloop="{n}" ngpus="3" '
+          'coll="custom" inplace="0" outofplace="1" minBytes="0" maxBytes="0">\n')
+
+
+def chain() -> Topology:
+    """g0 → g1 → g2, one link each way."""
+    links = [Link(a, b, BW, ALPHA) for a, b in (("g0", "g1"), ("g1", "g2"))]
+    return Topology.build("chain", [Node(f"g{i}") for i in range(3)], links)
+
+
+def step(s: int, kind: str) -> str:
+    return (f'      <step s="{s}" type="{kind}" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" '
+            f'cnt="{CNT}" depid="-1" deps="-1" hasdep="0"/>\n')
+
+
+def relay(proto: str, middle: list[tuple[int, int, str]]) -> str:
+    """Rank 0 sends CNT chunks to rank 1, which passes them to rank 2 with the thread
+    blocks ``middle`` (send peer, receive peer, step kinds)."""
+    gpus = [[(1, -1, "s")], middle, [(-1, 1, "r")]]
+    out = [HEADER.format(proto=proto, n=CNT)]
+    for g, tbs in enumerate(gpus):
+        out.append(f'  <gpu id="{g}" i_chunks="{CNT}" o_chunks="{CNT}" s_chunks="0">\n')
+        for t, (send, recv, kinds) in enumerate(tbs):
+            steps = "".join(step(s, k) for s, k in enumerate(kinds.split()))
+            out.append(f'    <tb id="{t}" send="{send}" recv="{recv}" chan="0">\n{steps}'
+                       "    </tb>\n")
+        out.append("  </gpu>\n")
+    return "".join(out) + "</algo>\n"
+
+
+def chunk_time(size: int) -> float:
+    return size / CNT / BW
+
+
+@pytest.mark.parametrize("kind", ["rcs", "rrcs", "rrs"])
+def test_fused_relay_at_large_size_streams_one_call_behind(kind: str) -> None:
+    size = CNT << 22  # 4 MiB chunks: one chunk a call
+    assert MSCCL.max_allowed_count("Simple", size, CNT) == 1
+    res = simulate_msccl(relay("Simple", [(2, 0, kind)]), chain(), size)
+    assert res.finish_time_s == pytest.approx((CNT + 1) * chunk_time(size) + 2 * ALPHA)
+
+
+def test_receive_then_separate_send_stores_and_forwards() -> None:
+    size = CNT << 22
+    t = chunk_time(size)
+    one_tb = simulate_msccl(relay("Simple", [(2, 0, "r s")]), chain(), size)
+    assert one_tb.finish_time_s == pytest.approx(2 * CNT * t + 2 * ALPHA)
+    # the send in its own thread block after the receive (a dependency) waits as long
+    text = relay("Simple", [(-1, 0, "r"), (2, -1, "s")]).replace(
+        'cnt="8" depid="-1" deps="-1" hasdep="0"/>\n    </tb>\n    <tb id="1"',
+        'cnt="8" depid="-1" deps="-1" hasdep="1"/>\n    </tb>\n    <tb id="1"')
+    text = text.replace('type="s" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="8" '
+                        'depid="-1" deps="-1" hasdep="0"/>\n    </tb>\n  </gpu>\n  <gpu id="2"',
+                        'type="s" srcbuf="i" srcoff="0" dstbuf="o" dstoff="0" cnt="8" '
+                        'depid="0" deps="0" hasdep="0"/>\n    </tb>\n  </gpu>\n  <gpu id="2"')
+    assert 'depid="0"' in text
+    two_tb = simulate_msccl(text, chain(), size)
+    assert two_tb.finish_time_s == pytest.approx(2 * CNT * t + 2 * ALPHA)
+
+
+@pytest.mark.parametrize("proto", ["Simple", "LL", "LL128"])
+@pytest.mark.parametrize("chunk", [1 << 10, 16 << 10, 4 << 20])
+def test_calls_follow_max_allowed_count(proto: str, chunk: int) -> None:
+    """At small sizes a call carries several chunks: the relay is one call behind."""
+    size = CNT * chunk
+    calls = MSCCL.max_allowed_count(proto, size, CNT)
+    lag = min(calls, CNT)  # one call of every chunk: the whole message
+    res = simulate_msccl(relay(proto, [(2, 0, "rcs")]), chain(), size)
+    assert res.finish_time_s == pytest.approx((CNT + lag) * chunk_time(size) + 2 * ALPHA)
