@@ -24,7 +24,7 @@ needs (the joint compile's ``exclusive`` view, ``away``) also gets its forms bui
 that view: on dgx2x2 a job on every GPU then crosses between boxes on the NICs the
 other job's GPUs lack, and yields it the switch ports they share. The forms of the job
 expected to yield to all the others (the one Smith's rule puts last) are lowered
-yielding first, on that view first, after the other jobs' cheaper taking forms: where
+yielding right after its cheap taking forms, on that view first: where
 the time for lowering runs out (a busy machine), the sets the descent most often keeps
 there — the others' own files or taking forms, that job yielding around them — are
 there to try. A job no form
@@ -149,8 +149,9 @@ def _builds(jobs: JobSet, job: Job, away: Topology | None = None, yields: bool =
     (candidates only the jobs together can tell apart), then its forms on ``away``, then
     each template's build, then its yielding forms (the templates' own fine cuts already
     yield much of a link, and these cuts are the slowest to lower). A job that ``yields``
-    has its yielding and sharing forms first instead, each on ``away`` before the whole
-    network, and its taking forms last."""
+    has its yielding and sharing forms right after its taking ones (cheap to lower: a
+    fast file even where its compile's was slow), each on ``away`` before the whole
+    network, and its taking forms on ``away`` last."""
     if names is None:  # the templates that apply to the job on the whole topology
         names = applicable(jobs.topology, job.collective)
     forms = _forms(jobs.topology, job.collective, "", names)
@@ -159,8 +160,8 @@ def _builds(jobs: JobSet, job: Job, away: Topology | None = None, yields: bool =
     built = [(n, functools.partial(build_baseline, n, jobs.topology, job.collective))
              for n in names]
     if yields:
-        first = [b for form in ("yielding", "sharing") for b in moved.get(form, []) + forms[form]]
-        return first + built + moved.get("taking", []) + forms["taking"]
+        then = [b for form in ("yielding", "sharing") for b in moved.get(form, []) + forms[form]]
+        return forms["taking"] + then + built + moved.get("taking", [])
     return forms["taking"] + forms["sharing"] + sum(moved.values(), []) + built + \
         forms["yielding"]
 

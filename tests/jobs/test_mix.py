@@ -201,9 +201,10 @@ def test_a_job_expected_to_yield_gets_its_yielding_forms_first_around_the_others
     away = _view(jobs.topology, {(f"b{a}.g{g}", f"b{1 - a}.g{g}"): 0.0
                                  for a in (0, 1) for g in range(8)})
     names = [n for n, _ in _builds(jobs, jobs.jobs[0], away, yields=True)]
-    assert names[:4] == ["hierarchical, yielding, away", "hierarchical, yielding",
-                         "hierarchical, sharing, away", "hierarchical, sharing"]
-    assert names[-2:] == ["hierarchical, taking, away", "hierarchical, taking"]
+    assert names[:5] == ["hierarchical, taking", "hierarchical, yielding, away",
+                         "hierarchical, yielding", "hierarchical, sharing, away",
+                         "hierarchical, sharing"]
+    assert names[-1] == "hierarchical, taking, away"
     assert sorted(names) == sorted(n for n, _ in _builds(jobs, jobs.jobs[0], away))
 
 
