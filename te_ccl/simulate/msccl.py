@@ -256,10 +256,11 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
 
     Event codes are ``step << 12 | hop << 2 | kind``: a send's first link ends (``_DONE``),
     its message (a piece) reaches the node of hop ``hop`` (``_HOP``) or its peer
-    (``_ARRIVE``; hop 1: its first call, ``_FIRST``), a piece leaves the link of hop ``hop`` (``_LEFT``); at one time the
-    earlier step goes first. Between events, ``todo`` holds the steps to take as far as
-    they go at ``now`` and, as ``~step``, the steps done at ``now`` (one loop, no call per
-    step that sends nothing: at 1024 GPUs there are millions).
+    (``_ARRIVE``; with hop 1, ``_FIRST``: its first call), a piece leaves the link of hop
+    ``hop`` (``_LEFT``); at one time the earlier step goes first. Between events, ``todo``
+    holds the steps to take as far as they go at ``now`` and, as ``~step``, the steps done
+    at ``now`` (one loop, no call per step that sends nothing: at 1024 GPUs there are
+    millions).
     """
     if any(len(p) >= 1 << 10 for p in flat.paths):
         raise SpecError("a route of 1024 hops or more", key="topology")
