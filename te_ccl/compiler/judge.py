@@ -451,8 +451,9 @@ class Timer:
                        schedule_replay: bool = True) -> None:
         """Time ``schedule`` by ``data``, the XML written for it, where judging did not (over
         :data:`XML_REPLAY_LIMIT` transfers, or not judged): the compile reports the file's
-        replay. Past the compile's deadline the file stays written and the schedule
-        replay stands. A schedule not judged is replayed too unless not
+        replay, which is then the best file so far to beat (:meth:`_finalist`): a
+        first file is timed here, not by judging it. Past the compile's deadline the
+        file stays written and the schedule replay stands. A schedule not judged is replayed too unless not
         ``schedule_replay`` (a first file's: that would take about as long again)."""
         read, self._read = self._read, None  # a 1024-GPU file's model is not kept past here
         started, self._replay = self._replay, None
@@ -481,6 +482,8 @@ class Timer:
         except TimeLimitReached as e:
             timing = replace(timing, unreplayed=str(e))
         self._seen[self._key(schedule)] = (schedule.transfers, timing)
+        if timing.file_s is not None:  # the file to beat: a finalist is judged against it
+            self._filed(schedule, data, timing.file_s)
 
     def file_timing(self, schedule: Schedule) -> Timing:
         """:meth:`timing`, with the XML lowered and replayed at any number of transfers

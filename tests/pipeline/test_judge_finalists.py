@@ -62,6 +62,22 @@ def test_a_finalist_whose_file_takes_too_long_is_judged_by_its_replay(above, mon
     assert timing.measured_by == "schedule replay"
 
 
+def test_a_written_first_file_is_the_file_a_finalist_must_beat(above, monkeypatch):
+    """A first file is timed when written (replay_written), not judged: its replay is the
+    best file so far, so a candidate whose replay beats it is lowered wherever its file
+    can still be written, not only within the finalist share of the time left."""
+    topo, c = ring4(), allgather()
+    timer, options = Timer(), CompileOptions()
+    first, better = build_baseline("ring", topo, c), build_baseline("ring-bidir", topo, c)
+    # a pace whose file fits the time left but not SHARES.finalist of it
+    monkeypatch.setattr(judge.Timer, "pace", property(lambda self: 20.0 / len(better.transfers)))
+    with until(60):
+        timer.replay_written(first, judge.lower_file(first, options), schedule_replay=False)
+        assert timer.timing(first).measured_by == "xml replay"
+        assert timer.timing(better).measured_by == "xml replay"
+        assert timer.judge(better) < timer.judge(first)
+
+
 @pytest.mark.slow
 def test_ndv2x4_allreduce_1gb_keeps_the_candidate_whose_file_is_faster(tmp_path: Path, teccl):
     """26,112 transfers: the packed trees replay faster as a schedule (0.1208 s against
