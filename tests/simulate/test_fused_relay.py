@@ -77,3 +77,17 @@ def test_calls_follow_max_allowed_count(proto: str, chunk: int) -> None:
     lag = min(calls, CNT)  # one call of every chunk: the whole message
     res = simulate_msccl(relay(proto, [(2, 0, "rcs")]), chain(), size)
     assert res.finish_time_s == pytest.approx((CNT + lag) * chunk_time(size) + 2 * ALPHA)
+
+
+@pytest.mark.parametrize("slow", [0, 1])
+def test_relay_runs_at_its_slower_link(slow: int) -> None:
+    """One link at half the rate: the message crosses it in 2·CNT chunk times and the
+    other link in one call more, whichever comes first: (2·CNT + 1) chunk times + 2α."""
+    rates = [BW, BW]
+    rates[slow] = BW / 2
+    topo = Topology.build("chain", [Node(f"g{i}") for i in range(3)],
+                          [Link("g0", "g1", rates[0], ALPHA), Link("g1", "g2", rates[1], ALPHA)])
+    size = CNT << 22
+    t = chunk_time(size)
+    res = simulate_msccl(relay("Simple", [(2, 0, "rcs")]), topo, size)
+    assert res.finish_time_s == pytest.approx((2 * CNT + 1) * t + 2 * ALPHA)
