@@ -269,6 +269,7 @@ class Timer:
         # the best file replay so far of each collective (whatever its chunking), and the
         # key of the schedule above XML_REPLAY_LIMIT whose file is kept for writing
         self._best_file: dict[Collective, tuple[float, tuple[int, Collective, int]]] = {}
+        self._kept: tuple | None = None  # the transfers of the file kept for writing
         lowered = "MSCCL++ plan" if self.plan else "XML" if self.xml else None
         what = (f"replay of the lowered {lowered}, or of the schedule for one of over "
                 f"{XML_REPLAY_LIMIT} transfers far from the best file" if lowered
@@ -279,7 +280,10 @@ class Timer:
         """About how long writing ``schedule`` takes: lowering it (done already if it
         was judged by its XML), verifying it (:data:`VERIFY_SHARE` of the lowering) and,
         above :data:`XML_REPLAY_LIMIT` transfers, replaying the written file
-        (:data:`REPLAY_SHARE`), at the pace timed (:attr:`pace`)."""
+        (:data:`REPLAY_SHARE`), at the pace timed (:attr:`pace`); nothing for the file
+        kept (:meth:`kept`), whose passes are done: the search keeps no time for them."""
+        if schedule.transfers is self._kept:
+            return 0.0
         lowered = self._lowered.get(self._key(schedule))
         return self.write_n(len(schedule.transfers),
                             lowered is not None and lowered[0].transfers is schedule.transfers)
@@ -298,6 +302,10 @@ class Timer:
         :data:`PACE_MIN_TRANSFERS`), else :data:`LOWER_S_PER_TRANSFER` (CPU) times the
         machine's :func:`~te_ccl.deadline.slowdown`, as the time it is compared with is."""
         return self._pace or LOWER_S_PER_TRANSFER * slowdown()
+
+    def kept(self, schedule: Schedule) -> None:
+        """``schedule``'s file is lowered, verified and replayed, and kept for writing."""
+        self._kept = schedule.transfers
 
     def paced(self, transfers: int, seconds: float) -> None:
         """A lowering of ``transfers`` took ``seconds``."""

@@ -477,7 +477,10 @@ def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage
     source = f"{stage}: {describe(schedule)}"
     if timing.file_s is None and timer.files:  # the ratio shown is not the file's
         source += f" (the {timing.measured_by}'s prediction, not the file's replay)"
-    return kept.offer(schedule, data, timing.finish_s, source, checked=not unchecked)
+    if not kept.offer(schedule, data, timing.finish_s, source, checked=not unchecked):
+        return False
+    timer.kept(schedule)  # written already: the search keeps no time for it
+    return True
 
 
 def _no_search(kept: Incumbent, params: SolveParams, checks_s: float) -> str:

@@ -78,6 +78,17 @@ def test_a_written_first_file_is_the_file_a_finalist_must_beat(above, monkeypatc
         assert timer.judge(better) < timer.judge(first)
 
 
+def test_the_file_kept_takes_no_time_to_write():
+    """The search keeps the time writing its best takes (the race's reserve): for the file
+    kept, lowered, verified and replayed already, that is none."""
+    topo, c = ring4(), allgather()
+    timer = Timer()
+    kept, other = build_baseline("ring", topo, c), build_baseline("ring-bidir", topo, c)
+    assert timer.write_s(kept) > 0 and timer.write_s(other) > 0
+    timer.kept(kept)
+    assert timer.write_s(kept) == 0 and timer.write_s(other) > 0
+
+
 @pytest.mark.slow
 def test_ndv2x4_allreduce_1gb_keeps_the_candidate_whose_file_is_faster(tmp_path: Path, teccl):
     """26,112 transfers: the packed trees replay faster as a schedule (0.1208 s against
