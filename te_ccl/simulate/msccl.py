@@ -285,14 +285,15 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
 
     def land(i: int, k: int, end: float) -> None:
         """Message ``i`` leaves its last link ``k`` at ``end`` and arrives ``α`` later;
-        if its receiver forwards call by call, its first call arrives as the rest of it
-        could at the latest have crossed ``k`` at full rate."""
+        if its receiver forwards call by call, the event is its first call's arrival, as
+        the rest of it could at the latest have crossed ``k`` at full rate."""
         a = end + lat[k]
-        push(a, i << 12 | _ARRIVE)
         if i in streams:
             c = cnt[i]
             due[i] = a
             push(a - (c - min(c, per_call)) * per_unit[k], i << 12 | _FIRST)
+        else:
+            push(a, i << 12 | _ARRIVE)
 
     def hop(i: int, h: int, now: float, behind: float) -> None:
         """Put message ``i`` on hop ``h`` of its route at ``now`` (its head is there; its
@@ -376,9 +377,11 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
             r = rstep[i]
             if code & _FIRST == _FIRST:  # the step forwards its last call one call after
                 arrived[i] = now         # that call arrives
+                a = due.pop(i)
+                if a > last:
+                    last = a
                 c = cnt[r]
-                held[r] = due.pop(i) + (c - (c - 1) // per_call * per_call) * per_unit[
-                    paths[path[r]][0]]
+                held[r] = a + (c - (c - 1) // per_call * per_call) * per_unit[paths[path[r]][0]]
             else:
                 arrived[i] = last = now
             if stage[r] == 1:
