@@ -1,11 +1,21 @@
 """A step that receives and sends forwards call by call, as the executor's loop over a
 step's calls runs it; a receive followed by a separate send stores and forwards."""
 
+import re
+
 import pytest
 
+from te_ccl.backends.scale import grid_alltoall
+from te_ccl.backends.scale.grid_alltoall import METHOD, solve_grid_alltoall
+from te_ccl.bounds import lower_bound
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.lower.msccl import lower_to_msccl
+from te_ccl.model.problem import build_problem
 from te_ccl.runtime_limits import MSCCL
+from te_ccl.schedule import Schedule, SolveInfo
 from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.topology import Link, Node, Topology
+from te_ccl.topology.generators import mesh, torus
 
 ALPHA, BW, CNT = 10e-6, 1e9, 8
 HEADER = ('<algo name="t" proto="{proto}" nchannels="1" nchunksperloop="{n}" ngpus="3" '
@@ -91,3 +101,29 @@ def test_relay_runs_at_its_slower_link(slow: int) -> None:
     t = chunk_time(size)
     res = simulate_msccl(relay("Simple", [(2, 0, "rcs")]), topo, size)
     assert res.finish_time_s == pytest.approx((2 * CNT + 1) * t + 2 * ALPHA)
+
+
+@pytest.fixture
+def rows_only(monkeypatch):
+    """The grid AlltoAll's groups refused, so its plan is the row AlltoAll's."""
+    monkeypatch.setattr(grid_alltoall, "_plan", lambda *a: "groups refused")
+    grid_alltoall._either.cache_clear()
+    yield
+    grid_alltoall._either.cache_clear()
+
+
+@pytest.mark.parametrize(("make", "dims"), [(mesh, (4, 5)), (torus, (4, 4))])
+def test_row_alltoall_relays_stay_above_the_bound(rows_only, make, dims) -> None:
+    """Whole blocks relayed by multi-call rcs steps at 256 MB: no file below its bound."""
+    topo = make(list(dims), 50e9, 5e-7)
+    coll = Collective(CollectiveKind.ALLTOALL, 1 << 28, tuple(range(topo.ngpus)))
+    problem = build_problem(topo, coll)
+    moves, notes = solve_grid_alltoall(problem, min_hops=0)
+    info = SolveInfo(backend="scale", status=f"scale/{METHOD}: feasible", notes=notes)
+    xml = lower_to_msccl(Schedule(topo, coll, problem.epoch_s, tuple(moves.transfers()),
+                                  info)).decode()
+    most = max(int(c) for c in re.findall(r'type="rcs"[^>]* cnt="(\d+)"', xml))
+    loop = int(re.search(r'nchunksperloop="(\d+)"', xml).group(1))
+    assert most > MSCCL.max_allowed_count("Simple", coll.size_bytes, loop)
+    replayed = simulate_msccl(xml, topo, coll.size_bytes).finish_time_s
+    assert replayed >= lower_bound(topo, coll).seconds * (1 - 1e-9)
