@@ -103,18 +103,13 @@ def test_relay_runs_at_its_slower_link(slow: int) -> None:
     assert res.finish_time_s == pytest.approx((2 * CNT + 1) * t + 2 * ALPHA)
 
 
-@pytest.fixture
-def rows_only(monkeypatch):
-    """The grid AlltoAll's groups refused, so its plan is the row AlltoAll's."""
+@pytest.mark.parametrize(("make", "dims"), [(mesh, (4, 5)), (torus, (4, 4))])
+def test_row_alltoall_relays_stay_above_the_bound(monkeypatch, request, make, dims) -> None:
+    """Whole blocks relayed by multi-call rcs steps at 256 MB: no file below its bound.
+    The grid AlltoAll's groups are refused, so the plan is the row AlltoAll's."""
     monkeypatch.setattr(grid_alltoall, "_plan", lambda *a: "groups refused")
     grid_alltoall._either.cache_clear()
-    yield
-    grid_alltoall._either.cache_clear()
-
-
-@pytest.mark.parametrize(("make", "dims"), [(mesh, (4, 5)), (torus, (4, 4))])
-def test_row_alltoall_relays_stay_above_the_bound(rows_only, make, dims) -> None:
-    """Whole blocks relayed by multi-call rcs steps at 256 MB: no file below its bound."""
+    request.addfinalizer(grid_alltoall._either.cache_clear)
     topo = make(list(dims), 50e9, 5e-7)
     coll = Collective(CollectiveKind.ALLTOALL, 1 << 28, tuple(range(topo.ngpus)))
     problem = build_problem(topo, coll)
