@@ -564,7 +564,7 @@ def hub_trees(topology: Topology, root: str, members: list[str]) -> list[Tree]:
     for n, hub_box in enumerate(checked(others, TEMPLATE, every=1)):
         for first in gateways[home]:  # the rails in turn: each piece leaves on the next
             tree: Tree = {}
-            top = first if first != root else pool[n % len(pool)]
+            top = pool[n % len(pool)] if first == root and pool else first
             if top != root:
                 _hang(tree, top, root, reach, topology.name)
             hub = _rail_peer(first, gateways[hub_box], reach, topology.name)

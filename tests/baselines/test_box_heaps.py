@@ -122,3 +122,13 @@ def test_the_hubs_are_offered_for_a_broadcast_on_rails_only():
     assert "pipeline-hubs" not in applicable(rails, reduce)
     with pytest.raises(BaselineError, match="no hub trees"):
         build_baseline("pipeline-hubs", rails, reduce)
+
+
+def test_the_hubs_of_a_root_alone_in_its_box_leave_from_the_root():
+    """One rank per box: the root is its box's only gateway and sends each hub's part
+    itself, no GPU of its box to hand it to."""
+    rails = gen.rail_optimized(4, 4, 450e9, 50e9, 0.7e-6, 1.3e-6)
+    coll = Collective(K.BROADCAST, 2_000_000, (0, 4, 8, 12), root=0)
+    schedule = build_baseline("pipeline-hubs", rails, coll)
+    assert check_schedule(schedule) == []
+    assert verify_msccl(lower_to_msccl(schedule).decode()).valid
