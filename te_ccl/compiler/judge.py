@@ -269,7 +269,8 @@ class Timer:
         # the best file replay so far of each collective (whatever its chunking), and the
         # key of the schedule above XML_REPLAY_LIMIT whose file is kept for writing
         self._best_file: dict[Collective, tuple[float, tuple[int, Collective, int]]] = {}
-        self._kept: tuple | None = None  # the transfers of the file kept for writing
+        # the file kept for writing: its schedule's transfers, collective and replay
+        self._kept: tuple[tuple, Collective, float] | None = None
         lowered = "MSCCL++ plan" if self.plan else "XML" if self.xml else None
         what = (f"replay of the lowered {lowered}, or of the schedule for one of over "
                 f"{XML_REPLAY_LIMIT} transfers far from the best file" if lowered
@@ -282,7 +283,7 @@ class Timer:
         above :data:`XML_REPLAY_LIMIT` transfers, replaying the written file
         (:data:`REPLAY_SHARE`), at the pace timed (:attr:`pace`); nothing for the file
         kept (:meth:`kept`), whose passes are done: the search keeps no time for them."""
-        if schedule.transfers is self._kept:
+        if self._kept is not None and schedule.transfers is self._kept[0]:
             return 0.0
         lowered = self._lowered.get(self._key(schedule))
         return self.write_n(len(schedule.transfers),
@@ -303,9 +304,11 @@ class Timer:
         machine's :func:`~te_ccl.deadline.slowdown`, as the time it is compared with is."""
         return self._pace or LOWER_S_PER_TRANSFER * slowdown()
 
-    def kept(self, schedule: Schedule) -> None:
-        """``schedule``'s file is lowered, verified and replayed, and kept for writing."""
-        self._kept = schedule.transfers
+    def kept(self, schedule: Schedule, finish_s: float) -> None:
+        """``schedule``'s file is lowered, verified and kept for writing, and finishes in
+        ``finish_s``: a finalist must beat it too (a first file is timed when written,
+        not by judging it, so it is not among the best files judged)."""
+        self._kept = (schedule.transfers, _same_collective(schedule.collective), finish_s)
 
     def paced(self, transfers: int, seconds: float) -> None:
         """A lowering of ``transfers`` took ``seconds``."""
@@ -340,18 +343,23 @@ class Timer:
     def _finalist(self, schedule: Schedule, timing: Timing) -> bool:
         """Above :data:`XML_REPLAY_LIMIT` transfers: is ``schedule``, timed ``timing`` by its
         replay, worth its file's (within :data:`FINALIST_MARGIN` of the best file so far,
-        or the first), and can that be had in ``SHARES.finalist`` of the time left, or,
-        where its replay beats the best file, wherever it could still be written? Such a
+        or the first; the file kept counts, :meth:`kept`), and can that be had in
+        ``SHARES.finalist`` of the time left, or, where its replay beats the best file,
+        wherever it could still be written? Such a
         candidate would be written if it won, so its file is what the judge must time:
         judged by the best file's margin instead, it would lose to that file at a time no
         file has."""
         n = len(schedule.transfers)
         if not self.files:
             return False
-        best = self._best_file.get(_same_collective(schedule.collective))
-        if best is not None and timing.finish_s > best[0] * (1 + FINALIST_MARGIN):
+        same = _same_collective(schedule.collective)
+        files = [t for t in (self._best_file.get(same, (None,))[0],
+                             self._kept[2] if self._kept and self._kept[1] == same else None)
+                 if t is not None]
+        best = min(files, default=None)
+        if best is not None and timing.finish_s > best * (1 + FINALIST_MARGIN):
             return False
-        if best is not None and timing.finish_s < best[0]:
+        if best is not None and timing.finish_s < best:
             return self.write_n(n, lowered=False) <= left()
         return self.pace * n * (1 + REPLAY_SHARE) <= SHARES.finalist * left()
 
@@ -459,9 +467,8 @@ class Timer:
                        schedule_replay: bool = True) -> None:
         """Time ``schedule`` by ``data``, the XML written for it, where judging did not (over
         :data:`XML_REPLAY_LIMIT` transfers, or not judged): the compile reports the file's
-        replay, which is then the best file so far to beat (:meth:`_finalist`): a
-        first file is timed here, not by judging it. Past the compile's deadline the
-        file stays written and the schedule replay stands. A schedule not judged is replayed too unless not
+        replay. Past the compile's deadline the file stays written and the schedule
+        replay stands. A schedule not judged is replayed too unless not
         ``schedule_replay`` (a first file's: that would take about as long again)."""
         read, self._read = self._read, None  # a 1024-GPU file's model is not kept past here
         started, self._replay = self._replay, None
@@ -490,8 +497,6 @@ class Timer:
         except TimeLimitReached as e:
             timing = replace(timing, unreplayed=str(e))
         self._seen[self._key(schedule)] = (schedule.transfers, timing)
-        if timing.file_s is not None:  # the file to beat: a finalist is judged against it
-            self._filed(schedule, data, timing.file_s)
 
     def file_timing(self, schedule: Schedule) -> Timing:
         """:meth:`timing`, with the XML lowered and replayed at any number of transfers

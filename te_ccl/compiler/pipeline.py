@@ -479,7 +479,7 @@ def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage
         source += f" (the {timing.measured_by}'s prediction, not the file's replay)"
     if not kept.offer(schedule, data, timing.finish_s, source, checked=not unchecked):
         return False
-    timer.kept(schedule)  # written already: the search keeps no time for it
+    timer.kept(schedule, timing.finish_s)  # written already: the search keeps no time for it
     return True
 
 

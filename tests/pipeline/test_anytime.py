@@ -79,7 +79,7 @@ def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
     schedule replay here), so each stage's deadline comes after the first file's."""
     for module in (compile_result, judge):
         monkeypatch.setattr(module, "XML_REPLAY_LIMIT", 0)
-    monkeypatch.setattr(judge, "SHARES", replace(judge.SHARES, finalist=0))  # no finalist's file is judged
+    monkeypatch.setattr(judge.Timer, "_finalist", lambda *a: False)  # no finalist's file is judged
     if stage == "search":  # the first file is not searched for: the search's first call
         monkeypatch.setattr(pipeline, "solve_best", raising(LATE))
     elif stage == "checking":  # the independent checker, before the search's file is
@@ -103,7 +103,7 @@ def test_a_deadline_while_replaying_keeps_the_verified_file_it_times(tmp_path, m
     written, timed by its schedule, and the compile says it was cut short."""
     for module in (compile_result, judge):
         monkeypatch.setattr(module, "XML_REPLAY_LIMIT", 0)
-    monkeypatch.setattr(judge, "SHARES", replace(judge.SHARES, finalist=0))  # no finalist's file is judged
+    monkeypatch.setattr(judge.Timer, "_finalist", lambda *a: False)  # no finalist's file is judged
     monkeypatch.setattr(judge, "xml_replay", after_first(judge.xml_replay, LATE))
     result, out = compile_to(tmp_path)
     assert verify_msccl(out.read_text()).valid
