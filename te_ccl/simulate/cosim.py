@@ -71,11 +71,8 @@ class _Joined(Flat):
     """Several members' flat lists as one: steps, thread blocks and ranks renumbered
     after each other, link indices shared, and every send's ``cnt`` turned into bytes
     (the loop multiplies it by seconds per byte), so members of different chunk sizes
-    share one loop. A primitive call's size (``per_call``, in which a relaying step
-    forwards a message, :mod:`~te_ccl.simulate.msccl`) is then in bytes too, one for the
-    loop: the members' own where they agree, else the smallest of them (a member of
-    larger calls then forwards in smaller ones, its relays starting up to one call
-    early)."""
+    share one loop; the call size of a message its receiver forwards call by call
+    (``streams``, :mod:`~te_ccl.simulate.msccl`) is in bytes too, its own member's."""
 
     def __init__(self, topology: Topology, flats: Sequence[tuple[Flat, float]]) -> None:
         self.topo, self.ranks = topology, []
@@ -84,8 +81,7 @@ class _Joined(Flat):
         self.cnt, self.paths, self.link_keys = {}, [], []
         self._link_index, self._graph = {}, None
         self.spans: list[tuple[int, int]] = []  # each member's global step range
-        self.streams = set()
-        self.per_call = min((f.per_call * b for f, b in flats), default=1.0)
+        self.streams = {}
         for flat, chunk_bytes in flats:
             base, rank0, path0 = len(self.nxt), len(self.ranks), len(self.paths)
             self.ranks.extend(flat.ranks)
@@ -98,7 +94,7 @@ class _Joined(Flat):
                 mine.extend(-1 if i < 0 else i + base for i in theirs)
             self.path.extend(-1 if p < 0 else p + path0 for p in flat.path)
             self.cnt.update({i + base: c * chunk_bytes for i, c in flat.cnt.items()})
-            self.streams.update(i + base for i in flat.streams)
+            self.streams.update({i + base: c * chunk_bytes for i, c in flat.streams.items()})
             for hops in flat.paths:
                 self.paths.append(tuple(self._index(flat.link_keys[h]) for h in hops))
             self.spans.append((base, len(self.nxt)))

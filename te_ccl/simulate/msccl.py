@@ -11,10 +11,10 @@ GPU of the topology, in order). The model (docs/verify.md, "The replay"):
   the k-th send on it. A step that receives and sends (``rcs``, ``rrs``, ``rrcs``) of
   several calls forwards call by call, as the executor's loop over a step's calls does:
   it starts once the message's first call has arrived, and its own message cannot leave
-  its first link before the last call has arrived plus one call's time there (the
-  cut-through rule of ``Links.put``). The first call is taken to arrive when the rest of
-  the message still had to cross the last link at its full rate (never earlier than it
-  can have); a step that only receives, then a separate send, stores and forwards;
+  its first link before each call has arrived plus the time of it and the calls after it
+  there (the cut-through rule of ``Links.put``). A call is taken to arrive when the rest
+  of the message still had to cross the last link at its full rate (never earlier than
+  it can have); a step that only receives, then a separate send, stores and forwards;
 * a sending step then waits for a free slot of its connection. A connection holds
   ``MSCCL.outstanding_sends(proto, cnt, per_call)`` sends whose receiving step is not done
   (2 under Simple, 8 under LL and LL128, fewer for a step of several calls but at least
@@ -111,7 +111,8 @@ class Flat:
         self.slot: list[int] = []         # receive step that frees this send's slot, -1
         self.path: list[int] = []         # index into ``paths`` of a send, -1
         self.cnt: dict[int, int] = {}     # cnt of each send
-        self.streams: set[int] = set()    # sends whose receiving step forwards call by call
+        self.streams: dict[int, float] = {}  # send → its call's size, if its receiving
+        #                                      step forwards call by call
         self.paths: list[tuple[int, ...]] = []
         self.link_keys: list[tuple[str, str]] = []
         self._link_index: dict[tuple[str, str], int] = {}
@@ -185,7 +186,7 @@ class Flat:
                         if kind in SENDS and st.cnt > self.per_call:
                             fused.add(i)
         self._match(sends, recvs, proto)
-        self.streams = {self.rmsg[r] for r in fused}
+        self.streams = {self.rmsg[r]: self.per_call for r in fused}
 
     def _dep(self, rank: int, tb: int, st: Step, base: dict[int, tuple[int, int]]) -> int:
         first, count = base.get(st.depid, (0, 0))
@@ -279,7 +280,7 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
     waiters: dict[int, list[int]] = {}
     events = Events()
     push, pop = events.push, events.pop
-    per_call, streams, per_unit = flat.per_call, flat.streams, links.per_unit
+    streams, per_unit = flat.streams, links.per_unit
     due: dict[int, float] = {}   # when a streamed message arrives (its last call)
     held: dict[int, float] = {}  # relaying step → its message's tail leaves its first link
 
@@ -291,7 +292,8 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
         if i in streams:
             c = cnt[i]
             due[i] = a
-            push(a - (c - min(c, per_call)) * per_unit[k], i << 12 | _FIRST)
+            first = a - (c - min(c, streams[i])) * per_unit[k]
+            push(first if first > events.now else events.now, i << 12 | _FIRST)
         else:
             push(a, i << 12 | _ARRIVE)
 
@@ -375,13 +377,13 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
             todo.append(~i)
         elif kind == _ARRIVE:
             r = rstep[i]
-            if code & _FIRST == _FIRST:  # the step forwards its last call one call after
-                arrived[i] = now         # that call arrives
+            if code & _FIRST == _FIRST:  # the step starts on its first call
+                arrived[i] = now
                 a = due.pop(i)
                 if a > last:
                     last = a
-                c = cnt[r]
-                held[r] = a + (c - (c - 1) // per_call * per_call) * per_unit[paths[path[r]][0]]
+                held[r] = a + _relay_tail(cnt[r], streams[i], per_unit[paths[path[i]][-1]],
+                                          per_unit[paths[path[r]][0]])
             else:
                 arrived[i] = last = now
             if stage[r] == 1:
@@ -391,6 +393,16 @@ def replay(flat: Flat, chunk_bytes: float, record: bool | None,
         else:
             hop(i, code >> 2 & 1023, now, tail.get(i, 0.0))  # none kept by pieces
     return _result(flat, done, used, links, stage, last), done
+
+
+def _relay_tail(c: float, per_call: float, into: float, out: float) -> float:
+    """How long after its message's last call arrived a step forwarding ``c`` chunks
+    call by call is done with them, at ``into`` and ``out`` seconds a chunk on the link in
+    and its link out. Call ``j`` arrives at the latest as the calls after it still had to
+    come in, and leaves with those after it: the bound is linear in ``j``, so the last
+    call or the one before it decides (the first is the relay's full-rate start)."""
+    last = c - (c - 1) // per_call * per_call
+    return last * out + max(0.0, per_call * out - last * into)
 
 
 def _by_pieces(paths: list[tuple[int, ...]], path: list[int], cnt: dict[int, float],

@@ -13,9 +13,11 @@ from te_ccl.lower.msccl import lower_to_msccl
 from te_ccl.model.problem import build_problem
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule, SolveInfo
+from te_ccl.simulate.cosim import Member, cosimulate
 from te_ccl.simulate.msccl import simulate_msccl
 from te_ccl.topology import Link, Node, Topology
 from te_ccl.topology.generators import mesh, torus
+from te_ccl.verify.msccl.reader import read_msccl
 
 ALPHA, BW, CNT = 10e-6, 1e9, 8
 HEADER = ('<algo name="t" proto="{proto}" nchannels="1" nchunksperloop="{n}" ngpus="3" '
@@ -122,3 +124,31 @@ def test_row_alltoall_relays_stay_above_the_bound(monkeypatch, request, make, di
     assert most > MSCCL.max_allowed_count("Simple", coll.size_bytes, loop)
     replayed = simulate_msccl(xml, topo, coll.size_bytes).finish_time_s
     assert replayed >= lower_bound(topo, coll).seconds * (1 - 1e-9)
+
+
+def test_a_short_last_call_behind_a_slower_link_in_waits_for_the_call_before_it() -> None:
+    """9 chunks in calls of 4, 4 and 1, coming in at half the rate of the link out: the
+    second call arrives at 16 chunk times and leaves in 4 more, ahead of the last call's
+    one, so the relay is done at 21 chunk times, not one after the last arrival (19)."""
+    topo = Topology.build("chain", [Node(f"g{i}") for i in range(3)],
+                          [Link("g0", "g1", BW / 2, ALPHA), Link("g1", "g2", BW, ALPHA)])
+    chunk, n = 512 << 10, CNT + 1
+    assert MSCCL.max_allowed_count("Simple", n * chunk, n) == 4
+    text = relay("Simple", [(2, 0, "rcs")]).replace(f'"{CNT}"', f'"{n}"')
+    res = simulate_msccl(text, topo, n * chunk)
+    assert res.finish_time_s == pytest.approx(21 * chunk / BW + 2 * ALPHA)
+
+
+def test_co_simulated_relays_keep_their_own_call_size() -> None:
+    """A member that shares no link with another finishes as it does alone, though the
+    other's calls are smaller (its relays would otherwise start before their first call
+    has come in)."""
+    links = [Link(f"g{a}", f"g{a + 1}", BW, ALPHA) for a in (0, 1, 3, 4)]
+    topo = Topology.build("two chains", [Node(f"g{i}") for i in range(6)], links)
+    algo = read_msccl(relay("Simple", [(2, 0, "rcs")]))
+    big = Member("big", algo, (0, 1, 2), CNT << 19)    # calls of 4 chunks, 2 MiB
+    small = Member("small", algo, (3, 4, 5), CNT << 10)  # one call of 8 KiB
+    alone = cosimulate(topo, [big]).finish_s["big"]
+    assert cosimulate(topo, [big, small]).finish_s["big"] == pytest.approx(alone)
+    # and never below the relay that streams call by call, as simulate_msccl replays it
+    assert alone >= simulate_msccl(algo, topo, CNT << 19, ranks=(0, 1, 2)).finish_time_s
