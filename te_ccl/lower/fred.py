@@ -71,11 +71,9 @@ PHASE_COLUMNS = ("phase", "default_unicast", "start_s", "end_s", "priority_class
 PORT_COLUMNS = ("switch", "port", "neighbour", "lane", "lane_Bps")
 CONFIG_COLUMNS = ("switch", "phase", "config", "bytes")
 STREAM_COLUMNS = ("stream", "chunk", "bytes", "sources", "destinations", "after")
-# CPU seconds per flow of lowering, checking and writing a schedule's tables: 0.13 ms
-# (fred-a AllGather 1 MB ring, 2,280 flows) to 0.16 ms (hierarchical, 51,138 flows); a
-# compile's first file is estimated from its flows before routing (1,710 for the ring,
-# whose routing, tables and a better file set aside took 0.42 s of CPU: 0.25 ms each),
-# hence the margin
+# CPU seconds per flow of lowering, checking and writing a schedule's tables, with margin:
+# a compile estimates its first file from its flows before routing (:func:`unrouted_flows`),
+# each of which also pays for the routing, so costs more than a table's flow
 TABLES_S_PER_FLOW = 4e-4
 TABLES = {"flows": FLOW_COLUMNS, "uswitches": USWITCH_COLUMNS, "phases": PHASE_COLUMNS,
           "ports": PORT_COLUMNS, "configs": CONFIG_COLUMNS, "streams": STREAM_COLUMNS}
@@ -250,7 +248,7 @@ def write_fred_tables(phases: Sequence[FredPhase], wafer: Fabric, out_dir: str |
     VerificationError
         If the independent checker finds a violation other than an SRAM overflow.
     """
-    with paused_gc():  # the rows' objects hold no cycles: collecting took a fifth of the time
+    with paused_gc():  # the rows' objects hold no cycles: a collection would only cost
         return _checked_and_written(phases, wafer, Path(out_dir), streams)
 
 
