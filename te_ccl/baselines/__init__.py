@@ -87,8 +87,7 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         names.append("packed-fine")
     if combs_apply(topology, collective):  # a mesh's AllReduce: the combs take every link
         # at the bound's rate, which packed's LP cannot beat; beyond PACKED_FIRST_GPUS
-        # instead of it, whose LP takes most of a short compile (mesh8x8 1 GiB: packed
-        # 1.283x the bound, the combs 1.114x)
+        # instead of it, whose LP takes most of a short compile
         at = names.index("packed")
         if collective.nranks > PACKED_FIRST_GPUS:
             names = [n for n in names if n not in ("packed", "packed-fine")]

@@ -82,8 +82,8 @@ def _one_tree(side: int, ndim: int, classes: list[np.ndarray], turns: list[tuple
               ) -> dict[Vec, Vec] | None:
     """``T`` of the module docstring, at most ``height`` hops deep, as node -> parent in
     coordinates from the root; None where CP-SAT proves there is none or gives up."""
-    from ortools.sat.python import cp_model  # its import (with pandas) costs a compile that
-    #                                           builds no torus trees ~0.3 s
+    from ortools.sat.python import cp_model  # here: its import (with pandas) would slow
+    #                                           every compile's start, most build no torus trees
 
     nodes = list(itertools.product(range(side), repeat=ndim))
     root = nodes[0]

@@ -417,9 +417,8 @@ def _built_beside(routes: Callable[[tuple[Tree, ...]], Schedule | None],
     """A function giving ``routes(trees)``, the schedule on ``topology`` a splice
     reports: where the trees have :data:`BESIDE_FROM` edges or more and a second core can
     run it, built in a forked process while the body verifies and replays the file (it
-    does not wait for them: at 256 GPUs it takes about a third of their time), stopped
-    where the body leaves without it (the splice does not stand); else built when
-    asked."""
+    does not wait for them: it takes less time than they do), stopped where the body
+    leaves without it (the splice does not stand); else built when asked."""
     if sum(len(edges) for _, _, edges in trees) < BESIDE_FROM or workers() < 2:
         yield partial(routes, trees)
         return
