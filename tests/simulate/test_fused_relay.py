@@ -4,6 +4,8 @@ step's calls runs it; a receive followed by a separate send stores and forwards.
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from te_ccl.backends.scale import grid_alltoall
 from te_ccl.backends.scale.grid_alltoall import METHOD, solve_grid_alltoall
@@ -152,3 +154,23 @@ def test_co_simulated_relays_keep_their_own_call_size() -> None:
     assert cosimulate(topo, [big, small]).finish_s["big"] == pytest.approx(alone)
     # and never below the relay that streams call by call, as simulate_msccl replays it
     assert alone >= simulate_msccl(algo, topo, CNT << 19, ranks=(0, 1, 2)).finish_time_s
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 20), st.integers(1, 8), st.sampled_from([0.25, 0.5, 1.0, 2.0, 3.0]))
+def test_a_relay_replays_as_its_calls_forwarded_one_by_one(n: int, per_call: int,
+                                                          rate_in: float) -> None:
+    """Any cnt, call size and ratio of the links' rates: the replay finishes when call j,
+    in once its chunks have crossed the link in, leaves after call j - 1 has."""
+    topo = Topology.build("chain", [Node(f"g{i}") for i in range(3)],
+                          [Link("g0", "g1", BW * rate_in, ALPHA), Link("g1", "g2", BW, ALPHA)])
+    chunk = (2 << 20) // per_call
+    assert MSCCL.max_allowed_count("Simple", n * chunk, n) == per_call
+    into, out = chunk / (BW * rate_in), chunk / BW
+    end = 0.0
+    for first in range(0, n, per_call):
+        calls = min(per_call, n - first)
+        end = max(end, (first + calls) * into + ALPHA) + calls * out
+    text = relay("Simple", [(2, 0, "rcs")]).replace(f'"{CNT}"', f'"{n}"')
+    res = simulate_msccl(text, topo, n * chunk)
+    assert res.finish_time_s == pytest.approx(end + ALPHA)
