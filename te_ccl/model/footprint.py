@@ -21,22 +21,29 @@ held to :data:`MAX_ROW_HOPS`.
 
 from __future__ import annotations
 
+import math
+import time
 from dataclasses import replace
 
 import networkx as nx
 
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import TimeLimitReached, left, process_start, slowdown
 from te_ccl.errors import SpecError
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.topology.model import Topology
 
 __all__ = ["MAX_GPUS", "MAX_RATE_RATIO", "MAX_SPAN_S", "MAX_TRANSFERS", "deliveries",
-           "transfers_at_least", "most_chunks", "by_rows", "check_times", "check_fits", "MAX_ROW_HOPS"]
+           "transfers_at_least", "most_chunks", "by_rows", "check_times", "check_fits", "MAX_ROW_HOPS",
+           "row_hops", "row_first_file_s"]
 
 MAX_TRANSFERS = 2**21  # transfers one compile holds within 8 GB (~3.5 KB each at its peak)
 MAX_ROW_HOPS = 2**25  # a row AlltoAll's (by_rows) chunk-hops at least that one compile
 #                      holds: it relays up to twice as many, as array rows of ~90 B at
 #                      the peak (mesh 32×32's 32,505,856: 2.9 GB)
+ROW_S_PER_HOP = 2.2e-6  # CPU seconds a row AlltoAll's first file takes per chunk-hop relayed,
+#                        from the problem to the replayed file (mesh 32×32 1 MB: 32,505,856
+#                        hops, ~70 s: plan 18, verifier 28, replay 17, problem 4)
 MAX_GPUS = 4096  # an MSCCL algorithm lists every GPU; the runtime reads 4096 elements a rank
 MAX_RATE_RATIO = 1e6  # a slowest link's transfer spans this many of the fastest's epochs
 MAX_SPAN_S = 1e6  # a schedule's times are picoseconds in 64 bits (9.2e6 s), with room
@@ -137,6 +144,58 @@ def by_rows(topology: Topology, collective: Collective) -> bool:
             and dims[1] * collective.chunks_per_rank < MSCCL.max_count)
 
 
+def row_hops(dims: tuple[int, int], wrap: bool, k: int) -> int:
+    """Chunk-hops the row AlltoAll relays (:mod:`te_ccl.backends.scale.grid_blocks`), by
+    arithmetic: phase A sends each column's ``d0·(d0 − 1)`` blocks of ``d1·k`` chunks the
+    shortest way; phase B sends each of ``d0²`` rows per column position ``b`` a run each
+    way (two where it wraps round a ring), each run whole to its farthest member.
+
+    >>> row_hops((32, 32), False, 1), row_hops((32, 32), True, 1)
+    (32505856, 22872064)
+    """
+    d0, d1 = dims
+    line = (d0 ** 3 - d0) // 3 if not wrap else d0 * (d0 * d0 // 4)  # Σ hops over pairs
+    runs = 0
+    for b in range(d1):
+        if not wrap:
+            runs += (d1 - 1 - b) ** 2 + b ** 2
+            continue
+        ahead = (d1 - 1) // 2 + (d1 % 2 == 0 and b % 2 == 0)  # the antipode from even b
+        for far, edge in ((ahead, d1 - 1 - b), (d1 - 1 - ahead, b)):  # ahead, back
+            # a run cut where it wraps: the part to the edge, then the rest to ``far``
+            runs += far * far if far <= edge else edge * edge + (far - edge) * far
+    return (d1 * d1 * line + d0 * d0 * runs) * k
+
+
+def row_first_file_s(topology: Topology, collective: Collective) -> tuple[int, float] | None:
+    """(chunk-hops, CPU seconds) of the first file where the row AlltoAll is the only
+    method one compile holds (:func:`by_rows`, more than :data:`MAX_TRANSFERS`
+    transfers): its chunk-hops (:func:`row_hops`) at :data:`ROW_S_PER_HOP`; else None."""
+    if not by_rows(topology, collective) or \
+            transfers_at_least(topology, collective) <= MAX_TRANSFERS:
+        return None
+    d0, d1 = topology.meta["dims"]
+    hops = row_hops((d0, d1), topology.meta["generator"] == "torus", collective.chunks_per_rank)
+    return hops, hops * ROW_S_PER_HOP
+
+
+def _first_file_in_time(topology: Topology, collective: Collective) -> None:
+    """Raise :class:`TimeLimitReached` at once where the row AlltoAll's first file
+    (:func:`row_first_file_s`, by the clock: times :func:`~te_ccl.deadline.slowdown`)
+    takes longer than the time left, saying the limit that would hold it: building it
+    would only use up the limit."""
+    cost = row_first_file_s(topology, collective)
+    if cost is None or (need := cost[1] * slowdown()) <= left():
+        return
+    spent = time.monotonic() - process_start()
+    limit = 10 * math.ceil((spent + need) * 1.2 / 10)  # a fifth more: the load varies
+    raise TimeLimitReached(
+        f"{collective.kind.value} on {collective.nranks} ranks of {topology.name}: its only "
+        f"file, the row AlltoAll's ({cost[0]:,} chunk-hops), takes about {cost[1]:.0f} s of "
+        f"CPU to build, write and check, {need:.0f} s here at this machine's load, more than "
+        f"the {left():.0f} s left; pass --time-limit {limit} or more")
+
+
 def check_times(topology: Topology, collective: Collective) -> None:
     """Refuse (:class:`SpecError`, exit 2) what no schedule's times can hold, before a
     compile or a baseline builds one: links more than :data:`MAX_RATE_RATIO` apart in rate
@@ -166,6 +225,9 @@ def check_fits(topology: Topology, collective: Collective) -> None:
     :data:`MAX_RATE_RATIO` apart in rate or times beyond :data:`MAX_SPAN_S`
     (:func:`check_times`), a topology of more than :data:`MAX_GPUS` GPUs, or more than
     :data:`MAX_TRANSFERS` transfers (:func:`transfers_at_least`), saying how many chunks per rank would fit.
+    A row AlltoAll's compile (:func:`by_rows`) is held to :data:`MAX_ROW_HOPS` instead, and
+    ended at once (:class:`TimeLimitReached`, exit 3) where its first file takes longer
+    than the time left by estimate (:func:`row_first_file_s`).
 
     >>> from te_ccl.topology.generators import fully_connected
     >>> check_fits(fully_connected(8, 50e9), Collective(CollectiveKind.ALLGATHER, 1 << 30,
@@ -182,8 +244,10 @@ def check_fits(topology: Topology, collective: Collective) -> None:
                         "cannot load)",
                         key="topology")
     estimate = transfers_at_least(topology, collective)
-    if estimate <= MAX_TRANSFERS or (by_rows(topology, collective)
-                                     and estimate <= MAX_ROW_HOPS):
+    if estimate <= MAX_TRANSFERS:
+        return
+    if by_rows(topology, collective) and estimate <= MAX_ROW_HOPS:
+        _first_file_in_time(topology, collective)
         return
     most, cap = most_chunks(topology, collective), MAX_TRANSFERS
     one = replace(collective, chunks_per_rank=1)

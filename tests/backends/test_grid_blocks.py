@@ -19,9 +19,11 @@ from te_ccl.backends.scale.grid_alltoall import (
 from te_ccl.backends.scale.grid_blocks import blocks_plan
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.errors import SpecError
 from te_ccl.lower.msccl import lower_to_msccl
-from te_ccl.model.footprint import by_rows, check_fits
+from te_ccl.model import footprint
+from te_ccl.model.footprint import by_rows, check_fits, row_first_file_s, row_hops
 from te_ccl.model.problem import build_problem
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.schedule import Schedule, SolveInfo
@@ -92,6 +94,36 @@ def test_the_footprint_takes_a_1024_rank_grid_alltoall_by_rows_and_refuses_3d_or
     wide = Collective(CollectiveKind.ALLTOALL, 1 << 20, tuple(range(2048)))
     with pytest.raises(SpecError, match="transfers"):
         check_fits(mesh([32, 64], 50e9), wide)
+
+
+@pytest.mark.parametrize("wrap", [False, True])
+@pytest.mark.parametrize(("dims", "k"), [((3, 3), 1), ((4, 5), 2), ((5, 4), 1), ((6, 6), 1),
+                                         ((5, 7), 2), ((8, 3), 1)])
+def test_the_row_hops_by_arithmetic_are_the_plans(dims, k, wrap):
+    assert row_hops(dims, wrap, k) == blocks_plan(dims, wrap, k).moves[:, 1].sum()
+
+
+@pytest.mark.parametrize(("limit", "slow", "ends"), [(3600, 1.0, False), (60, 1.0, True),
+                                                     (120, 1.0, False), (120, 2.5, True)])
+def test_a_row_alltoall_whose_first_file_cannot_fit_the_time_left_ends_at_once(
+        monkeypatch, limit, slow, ends):
+    """mesh32x32's first file, ~72 s of CPU by its chunk-hops, at a fake slowdown."""
+    monkeypatch.setattr(footprint, "slowdown", lambda: slow)
+    topo = mesh([32, 32], 50e9)
+    coll = Collective(CollectiveKind.ALLTOALL, 1 << 20, tuple(range(1024)))
+    hops, cpu = row_first_file_s(topo, coll)
+    assert hops == 32_505_856 and 60 < cpu < 120
+    with until(limit):
+        if not ends:
+            check_fits(topo, coll)
+            return
+        with pytest.raises(TimeLimitReached, match=r"row AlltoAll's \(32,505,856 chunk-hops\)"
+                           r".*pass --time-limit \d+ or more") as e:
+            check_fits(topo, coll)
+    asked = int(str(e.value).rsplit("--time-limit ", 1)[1].split()[0])
+    assert asked >= cpu * slow
+    with until(asked):
+        check_fits(topo, coll)  # the limit it asks for holds the file, at the same slowdown
 
 
 def test_rows_too_long_for_a_step_or_a_line_get_the_reason():
