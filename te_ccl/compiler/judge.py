@@ -93,6 +93,7 @@ class Timing:
     refittable: bool = False
     unreplayed: str | None = None  # why the written file was not replayed (the time limit)
     plan_s: float | None = None
+    behind_s: float | None = None  # timed without its file: where it stands (Timer._time)
 
     @property
     def file_s(self) -> float | None:
@@ -512,10 +513,10 @@ class Timer:
     def _measure(self, schedule: Schedule) -> Timing:
         timing = Timing(schedule.finish_time_s, _schedule_replay(schedule))
         if not self._by_xml(schedule) and not self._finalist(schedule, timing):
-            return timing
+            return self._behind(schedule, timing)
         timing, data = self._lower(schedule, timing)
         if data is None:
-            return timing
+            return self._behind(schedule, timing)
         if self.plan:
             timing = replace(timing, plan_s=plan_replay(schedule, data))
         else:
@@ -538,22 +539,33 @@ class Timer:
 
     def _time(self, schedule: Schedule) -> float:
         """The judged time; a schedule not timed by its file (no time was left to lower
-        it) where another of its collective is, at least :data:`FINALIST_MARGIN` behind
-        that file: a choice is made on measured files, and one that could not be lowered
-        in time is not likely to be written in time either (mesh8x8 Broadcast 64 MB in
+        it) where another of its collective was when it was timed, at least
+        :data:`FINALIST_MARGIN` behind that file (:meth:`_behind`): a choice is made on
+        measured files, and one that could not be lowered in time is not likely to be
+        written in time either (mesh8x8 Broadcast 64 MB in
         10 s: the finer packed trees, 1.10x the bound by their replay, would have
         displaced a 4.76x file and left the compile with its first, 28x)."""
         timing = self.timing(schedule)
         if timing.unlowerable is not None and not timing.refittable:
             return math.inf
+        if timing.file_s is None and timing.behind_s is not None:
+            return max(timing.finish_s, timing.behind_s)
+        return timing.finish_s
+
+    def _behind(self, schedule: Schedule, timing: Timing) -> Timing:
+        """``timing``, of ``schedule`` timed without its file, with where it stands
+        (:meth:`_time`): :data:`FINALIST_MARGIN` behind the best file of its collective
+        judged by then, if any. Fixed when it is timed, as its verdict is: a file judged
+        later would put the race's winner behind it when the search asks again, which
+        then drops it for a slower file."""
         best = self._best_file.get(_same_collective(schedule.collective))
         # one to refit keeps its replay: it is solved again with fewer sub-chunks to write;
         # not for a plan, whose NVLS sums the schedule replay keeps in the switch
         # (hgx-h100x2 AllReduce 1 GB: 1.02x the bound by it, its plan refitted 2.16x)
-        if timing.file_s is None and (timing.unlowerable is None or self.plan) \
-                and self.files and best is not None:
-            return max(timing.finish_s, best[0] * (1 + FINALIST_MARGIN))
-        return timing.finish_s
+        if best is None or not self.files or (timing.unlowerable is not None
+                                              and not self.plan):
+            return timing
+        return replace(timing, behind_s=best[0] * (1 + FINALIST_MARGIN))
 
     def _at_most(self, schedule: Schedule) -> float | None:
         if self._by_xml(schedule) or self._timed_by_xml(schedule):
