@@ -6,8 +6,9 @@ from __future__ import annotations
 from te_ccl.backends.scale.grid import grid_shape
 from te_ccl.backends.scale.grid_alltoall import alltoall_elements
 from te_ccl.collective.model import Collective, CollectiveKind
-from te_ccl.deadline import check
+from te_ccl.deadline import TimeLimitReached, check
 from te_ccl.errors import RuntimeLimitError
+from te_ccl.model.footprint import row_first_file_s, row_needs
 from te_ccl.runtime_limits import MSCCL
 from te_ccl.topology.model import Topology
 
@@ -62,7 +63,13 @@ def _check_relays(collective: Collective, topology: Topology) -> None:
     shape = grid_shape(topology)
     grid = ""
     if shape is not None and not collective.inplace and collective.ranks == tuple(range(n)):
-        need, rank = alltoall_elements(*shape, k)
+        try:  # counted on the row AlltoAll's plan, where the groups' overflow
+            need, rank = alltoall_elements(*shape, k)
+        except TimeLimitReached as e:  # say what the file that plan starts needs
+            rows = row_first_file_s(topology, collective)
+            if rows is None:
+                raise
+            raise TimeLimitReached(f"{e}; {row_needs(rows[0])}") from None
         if need <= MSCCL.max_elements:
             return
         grid = (f"; the grid AlltoAll, which relays groups of chunks in one step each, "

@@ -67,7 +67,7 @@ from te_ccl.errors import (
     VerificationError,
 )
 from te_ccl.lower.msccl import check_expressible
-from te_ccl.model.footprint import MAX_TRANSFERS
+from te_ccl.model.footprint import MAX_TRANSFERS, row_first_file_s, row_needs
 from te_ccl.nogc import paused_gc
 from te_ccl.outputs import check_output_file, make_output_dir, path_component, write_atomic
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
@@ -283,8 +283,8 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
         except TimeLimitReached as e:
             if kept.best is None:
                 why = str(e) if searched else _no_search(kept, params, checks_s)
-                raise TimeLimitReached(f"{why}{_first_file_needs(kept, timer, collective)}"
-                                       ) from None
+                needs = _first_file_needs(kept, timer, topology, collective)
+                raise TimeLimitReached(f"{why}{needs}") from None
             kept.cut(str(e))
         except (SolverError, RuntimeLimitError, VerificationError) as e:
             # a TimeLimitReached is caught above
@@ -497,14 +497,20 @@ def _no_search(kept: Incumbent, params: SolveParams, checks_s: float) -> str:
             f"checking the input and its bound {checks_s:.2g} s{rest})")
 
 
-def _first_file_needs(kept: Incumbent, timer: Timer, collective: Collective) -> str:
+def _first_file_needs(kept: Incumbent, timer: Timer, topology: Topology,
+                      collective: Collective) -> str:
     """What the message of a compile out of time without a file adds: the candidates
-    refused and why, and about how long a first file takes here. Lowering (or, where
-    nothing is lowered, checking) and verifying it take the pace timed (else the default
-    pace) per transfer, never less than one pass: of the candidate under way, after the
-    time it took to build it; else of one transfer per chunk and rank receiving it, the
-    fewest any file has."""
+    refused and why, and about how long a first file takes here. A row AlltoAll's cost
+    is known by its method (:func:`~te_ccl.model.footprint.row_first_file_s`: its
+    chunk-hops). Else lowering (or, where nothing is lowered,
+    checking) and verifying it take the pace timed (else the default pace) per transfer,
+    never less than one pass: of the candidate under way, after the time it took to
+    build it; else of one transfer per chunk and rank receiving it, the fewest any file
+    has."""
     refused = "".join(f"; no file from {why}" for why in kept.refused)
+    rows = row_first_file_s(topology, collective)
+    if rows is not None:
+        return f"{refused}; {row_needs(rows[0])}"
     attempt = kept.attempt
     if attempt is not None:
         n = len(attempt.transfers)

@@ -35,7 +35,7 @@ from te_ccl.topology.model import Topology
 
 __all__ = ["MAX_GPUS", "MAX_RATE_RATIO", "MAX_SPAN_S", "MAX_TRANSFERS", "deliveries",
            "transfers_at_least", "most_chunks", "by_rows", "check_times", "check_fits", "MAX_ROW_HOPS",
-           "row_hops", "row_first_file_s"]
+           "row_hops", "row_first_file_s", "row_needs"]
 
 MAX_TRANSFERS = 2**21  # transfers one compile holds within 8 GB (~3.5 KB each at its peak)
 MAX_ROW_HOPS = 2**25  # a row AlltoAll's (by_rows) chunk-hops at least that one compile
@@ -177,6 +177,14 @@ def row_first_file_s(topology: Topology, collective: Collective) -> tuple[int, f
     d0, d1 = topology.meta["dims"]
     hops = row_hops((d0, d1), topology.meta["generator"] == "torus", collective.chunks_per_rank)
     return hops, hops * ROW_S_PER_HOP
+
+
+def row_needs(hops: int) -> str:
+    """What a row AlltoAll's first file of ``hops`` chunk-hops needs here, in words (the
+    message of a compile out of time before it was written)."""
+    cpu = hops * ROW_S_PER_HOP
+    return (f"the first file (the row AlltoAll's, {hops:,} chunk-hops) needs about "
+            f"{cpu * slowdown():.2g} s here ({cpu:.2g} s of CPU)")
 
 
 def _first_file_in_time(topology: Topology, collective: Collective) -> None:

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 from te_ccl.cli.main import main
 from te_ccl.errors import SpecError
 from te_ccl.jobs.spec import jobs_from
+from te_ccl.model import footprint
 from te_ccl.spec.topology import load_topology
 from te_ccl.verify.mscclpp import verify_plan
 
@@ -497,6 +498,17 @@ def test_alltoall_on_a_big_torus_ends_at_once_by_its_first_files_estimate(here, 
                       seconds=20)
     assert_refused(code, err, "row AlltoAll's (22,872,064 chunk-hops)", "pass --time-limit",
                    exit_code=3)
+    assert list(here.iterdir()) == []
+
+
+def test_a_row_alltoall_out_of_time_after_all_says_what_its_first_file_needs(here, monkeypatch):
+    """Where the estimate let it start (a fake slowdown far below 1) and the limit still
+    ran out, the message gives the file's cost by its method, not a pace per transfer."""
+    monkeypatch.setattr(footprint, "slowdown", lambda: 0.01)
+    code, err = teccl("-q", "compile", "mesh32x32", "-c", "alltoall", "-s", "1MB", "-o",
+                      "a.xml", "--time-limit", "1", seconds=20)
+    assert_refused(code, err, "the first file (the row AlltoAll's, 32,505,856 chunk-hops) "
+                   "needs about", "(72 s of CPU)", exit_code=3)
     assert list(here.iterdir()) == []
 
 
