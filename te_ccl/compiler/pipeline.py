@@ -277,6 +277,10 @@ def _anytime(topology: Topology, collective: Collective, params: SolveParams,
                     options.previous, usable.topology, collective, options, timer, kept):
                 _first_file(usable.topology, collective, params, options, timer, kept)
             search = repair(options.previous, topology, collective, params, kept)
+            if search is not None and kept.best is not None and \
+                    row_first_file_s(topology, collective) is not None:
+                kept.notes.append(ROWS_ALONE)  # its search would only hold it twice
+                search = None
             if search is not None:
                 with keeping(_first_tables_s(topology, options, params, kept)):
                     _improve(usable.topology, collective, search, options, timer, kept)
@@ -495,6 +499,11 @@ def _no_search(kept: Incumbent, params: SolveParams, checks_s: float) -> str:
     return (f"the time limit of {limit:g} s was used up before the search began "
             f"(start-up, imports and reading the input took {kept.before_s:.2g} s of it, "
             f"checking the input and its bound {checks_s:.2g} s{rest})")
+
+
+ROWS_ALONE = ("anytime: no search after the row AlltoAll's file: no other method fits one "
+              "compile's memory at this size, and the search beside the file kept would "
+              "pass 8 GB")
 
 
 def _first_file_needs(kept: Incumbent, timer: Timer, topology: Topology,

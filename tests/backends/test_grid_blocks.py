@@ -9,6 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+import te_ccl
 from te_ccl.backends.scale import grid_alltoall
 from te_ccl.backends.scale.grid_alltoall import (
     METHOD,
@@ -19,6 +20,7 @@ from te_ccl.backends.scale.grid_alltoall import (
 from te_ccl.backends.scale.grid_blocks import blocks_plan
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.compiler import pipeline
 from te_ccl.deadline import TimeLimitReached, until
 from te_ccl.errors import SpecError
 from te_ccl.lower.msccl import lower_to_msccl
@@ -129,3 +131,13 @@ def test_a_row_alltoall_whose_first_file_cannot_fit_the_time_left_ends_at_once(
 def test_rows_too_long_for_a_step_or_a_line_get_the_reason():
     assert "more than a step carries" in blocks_plan((4, 72), False, 1)
     assert "2D grids" in blocks_plan((4, 4, 4), False, 1)
+
+
+def test_no_search_runs_after_a_row_alltoalls_first_file(monkeypatch, tmp_path):
+    """Where only the row AlltoAll fits memory (faked on a small mesh), the file kept is
+    its first, with a note, and no search runs beside it."""
+    monkeypatch.setattr(pipeline, "row_first_file_s", lambda t, c: (1, 0.0))
+    monkeypatch.setattr(pipeline, "_improve", lambda *a: pytest.fail("the search ran"))
+    result = te_ccl.compile("mesh4x4", "alltoall", size="64KB", time_limit_s=30,
+                            output=tmp_path / "a.xml")
+    assert pipeline.ROWS_ALONE in result.schedule.info.notes
