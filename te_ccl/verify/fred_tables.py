@@ -81,7 +81,8 @@ class Violation:
 @dataclass(frozen=True)
 class TablesReport:
     """What the checker found; ``counts`` has every violation, ``violations`` the first
-    :data:`_SHOWN` of each rule."""
+    :data:`_SHOWN` of each rule; ``replayed``, the switch-phases whose routes were replayed
+    (one of each form found clean, :func:`_check_routes`)."""
 
     source: str
     violations: tuple[Violation, ...]
@@ -92,6 +93,7 @@ class TablesReport:
     time_s: float
     sram_bytes: dict[str, int]
     sram_limit_bytes: int
+    replayed: int
 
     @property
     def clean(self) -> bool:
@@ -719,14 +721,15 @@ def _check_flows(t: _Tables, out: list[Violation]) -> dict[tuple[str, int], list
 
 
 def _check_routes(t: _Tables, groups: dict[tuple[str, int], list[_Flow]],
-                  out: list[Violation]) -> dict[tuple[str, int], frozenset]:
+                  out: list[Violation]) -> tuple[dict[tuple[str, int], frozenset], int]:
     """Replay every switch in every phase; returns each configuration's settings
-    (flow names left out), for the SRAM slots. A switch whose settings and flows are,
+    (flow names left out), for the SRAM slots, and how many switch-phases were replayed. A switch whose settings and flows are,
     flows renamed, those of one whose replay found nothing (:func:`_form`: the phases of
     a schedule repeat a few patterns on every switch) finds nothing either, and is not
     replayed again."""
     signatures: dict[tuple[str, int], frozenset] = {}
     clean: set[tuple] = set()  # the forms whose replay found nothing
+    replayed = 0
     for key in checked(sorted(set(groups) | set(t.uses)), CHECKING, every=64):
         sw_name, phase = key
         sw = t.switches.get(sw_name)
@@ -744,6 +747,7 @@ def _check_routes(t: _Tables, groups: dict[tuple[str, int], list[_Flow]],
         if form in clean:
             continue
         found = len(out)
+        replayed += 1
         replay = _Replay(where, sw.m, settings, owner, out)
         delivered = replay.run("", sw.radix, {p: frozenset((p,)) for p in owner})
         wanted = {p: frozenset(f.inputs) for f in flows for p in f.outputs}
@@ -758,7 +762,7 @@ def _check_routes(t: _Tables, groups: dict[tuple[str, int], list[_Flow]],
                                               f"ports {sorted(got)}, not {sorted(want)}"))
         if len(out) == found:
             clean.add(form)
-    return signatures
+    return signatures, replayed
 
 
 def _form(sw: _Switch, settings: dict[str, list[_Setting]], flows: list[_Flow],
@@ -959,7 +963,7 @@ def check_fred_tables(texts: Mapping[str, str], source: str = "") -> TablesRepor
         peer = _peer(t)
         groups = _check_flows(t, out)
         check(CHECKING)
-        signatures = _check_routes(t, groups, out)
+        signatures, replayed = _check_routes(t, groups, out)
         check(CHECKING)
         _check_links(t, groups, peer, out)
         _check_streams(t, groups, peer, out)
@@ -970,7 +974,7 @@ def check_fred_tables(texts: Mapping[str, str], source: str = "") -> TablesRepor
         counts[v.rule] += 1
     return TablesReport(source, tuple(_kept(out)), dict(counts), len(t.phases), len(t.flows),
                         len(t.streams), max((e for _, e, _ in t.phases.values()), default=0.0),
-                        sram, t.sram_limit)
+                        sram, t.sram_limit, replayed)
 
 
 def check_fred_dir(directory: str | Path) -> TablesReport:
