@@ -57,6 +57,13 @@ def raising(error: Exception) -> Callable:
     return patched
 
 
+def no_finalist(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No schedule's file is judged as a finalist's: none is within a margin of minus all
+    of a file, and none has a share of the time left to be lowered in."""
+    monkeypatch.setattr(judge, "FINALIST_MARGIN", -1.0)
+    monkeypatch.setattr(judge, "SHARES", replace(judge.SHARES, finalist=0.0))
+
+
 def sources(result: CompileResult) -> list[str]:
     return [i.source.split(":")[0] for i in result.incumbents]
 
@@ -79,7 +86,7 @@ def test_a_deadline_in_a_stage_after_the_first_file_writes_the_first_file(
     schedule replay here), so each stage's deadline comes after the first file's."""
     for module in (compile_result, judge):
         monkeypatch.setattr(module, "XML_REPLAY_LIMIT", 0)
-    monkeypatch.setattr(judge.Timer, "_finalist", lambda *a: False)  # no finalist's file is judged
+    no_finalist(monkeypatch)
     if stage == "search":  # the first file is not searched for: the search's first call
         monkeypatch.setattr(pipeline, "solve_best", raising(LATE))
     elif stage == "checking":  # the independent checker, before the search's file is
@@ -103,7 +110,7 @@ def test_a_deadline_while_replaying_keeps_the_verified_file_it_times(tmp_path, m
     written, timed by its schedule, and the compile says it was cut short."""
     for module in (compile_result, judge):
         monkeypatch.setattr(module, "XML_REPLAY_LIMIT", 0)
-    monkeypatch.setattr(judge.Timer, "_finalist", lambda *a: False)  # no finalist's file is judged
+    no_finalist(monkeypatch)
     monkeypatch.setattr(judge, "xml_replay", after_first(judge.xml_replay, LATE))
     result, out = compile_to(tmp_path)
     assert verify_msccl(out.read_text()).valid
