@@ -50,7 +50,7 @@ _HURRIED: ContextVar[list[str] | None] = ContextVar("hurried", default=None)
 EVERY = 4096  # items between two clock reads in :func:`checked`
 MODEL = "building the model"
 _LIVE: set[int] = set()  # children forked and not reaped yet (:func:`forked`)
-_AT_FORK = [0.0]  # in a forked child: the CPU seconds of its parent when it forked
+_AT_FORK = [0.0]  # in a forked child: the CPU seconds of its parents when it was forked
 
 
 class TimeLimitReached(SolverError):
@@ -242,10 +242,12 @@ def reaped(pid: int) -> None:
 
 
 def in_child(parent_cpu_s: float) -> None:
-    """This process was just forked by one that had used ``parent_cpu_s`` CPU seconds:
-    its own count starts at 0, and the deadline it inherited counts from the parent's."""
+    """This process was just forked by one that had used ``parent_cpu_s`` CPU seconds
+    (:func:`cpu_s`): its own count starts at 0, and the deadline it inherited counts from
+    the parent's, which adds what the parent's own parents had used when it was forked
+    (a child of a forked lowering counts the compile's CPU before that fork too)."""
     _LIVE.clear()
-    _AT_FORK[0] = parent_cpu_s
+    _AT_FORK[0] += parent_cpu_s
 
 
 def _live_cpu_s() -> float:

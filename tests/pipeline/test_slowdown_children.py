@@ -11,7 +11,7 @@ import pytest
 
 import te_ccl.deadline as deadline
 from te_ccl.background import in_background
-from te_ccl.deadline import cpu_s, until
+from te_ccl.deadline import cpu_s, forked, reaped, until
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not os.path.exists("/proc/self/stat"),
                                 reason="forks and /proc")
@@ -65,7 +65,28 @@ def test_a_child_counts_its_parents_cpu_under_the_deadline():
     assert deadline._AT_FORK[0] == 0.0  # the parent's own count is untouched
 
 
-def test_no_proc_entry_counts_nothing(monkeypatch):
-    monkeypatch.setattr(deadline, "_LIVE", {2 ** 22 + 1})  # above any pid_max: no such process
-    assert deadline._live_cpu_s() == 0.0
-    assert deadline.slowdown() >= 1.0
+def _grandchilds_cpu_at_fork() -> tuple[float, float]:
+    return in_background(_parents_cpu_at_fork).result()
+
+
+def test_a_grandchild_counts_the_cpu_of_both_its_parents():
+    """A child forked by a forked child (a forked lowering's dealt passes) counts the
+    compile's CPU before the first fork too, not only its own parent's."""
+    with until(600):
+        while cpu_s() < 0.05:
+            pass
+        before = cpu_s()
+        at_fork, slowdown = in_background(_grandchilds_cpu_at_fork).result()
+    assert at_fork >= before and slowdown >= 1.0
+
+
+def test_no_proc_entry_counts_nothing():
+    """A child said forked that /proc does not show (reaped between the listing and the
+    reading, or no /proc) is counted as nothing, without an error."""
+    gone = 2 ** 22 + 1  # above any pid_max: no such process
+    forked(gone)
+    try:
+        assert deadline._live_cpu_s() == 0.0
+        assert deadline.slowdown() >= 1.0
+    finally:
+        reaped(gone)
