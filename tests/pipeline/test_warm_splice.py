@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import te_ccl
+from te_ccl.background import in_background
 from te_ccl.bounds import lower_bound
 from te_ccl.collective.model import Collective, CollectiveKind
 from te_ccl.compiler import CompileOptions, Timer
@@ -118,16 +119,23 @@ def test_each_spliced_file_is_read_once_and_checked_only_where_it_stands(
 
 @pytest.mark.parametrize("stands", [True, False])
 def test_a_splice_s_schedule_built_beside_its_verification_is_the_one_built_after(
-        previous, changed, tmp_path, monkeypatch, stands):
+        previous, dgx1, changed, tmp_path, monkeypatch, stands):
     """Built in a forked process while the file is verified (from ``BESIDE_FROM`` tree
-    edges), the splice's schedule is the one the compile builds itself; a splice that
-    does not stand leaves no process behind."""
+    edges), the splice's schedule is the one the compile builds itself; a splice whose
+    replay does not stand stops the process it forked and leaves none behind."""
     import te_ccl.compiler.warm as warm
 
+    forks = []
+    monkeypatch.setattr(warm, "workers", lambda: 2)  # a second core, where it runs or not
+    monkeypatch.setattr(warm, "in_background",
+                        lambda *a, **kw: forks.append(a) or in_background(*a, **kw))
     before = _children()
     coll = _allgather(changed)
     previous_file = read_previous(previous, coll, changed, routes=False)
-    bound = lower_bound(changed, coll).seconds * (2 if stands else 0.5)  # a gap it is in
+    # a bound it stands against, or one its busiest link is just within the gap of (so its
+    # file is replayed, beside the forked build) but its replay is not
+    bound = lower_bound(changed, coll).seconds * 2 if stands else \
+        _spliced(previous, dgx1, changed, QUEUED)[1].busiest_s / (1 + QUALITY_GAP) * (1 + 1e-9)
     got = []
     for beside in (1 << 62, 0):  # never forked, always forked
         monkeypatch.setattr(warm, "BESIDE_FROM", beside)
@@ -135,6 +143,7 @@ def test_a_splice_s_schedule_built_beside_its_verification_is_the_one_built_afte
         assert offer_spliced(previous_file, changed, coll,
                              CompileOptions(output=str(tmp_path / "new.xml")), Timer(),
                              kept) is stands
+        assert bool(forks) is (beside == 0)
         got.append(kept.best.schedule.transfers if stands else None)
         assert not stands or kept.best.schedule.topology is changed  # not a child's copy
     assert got[0] == got[1]
