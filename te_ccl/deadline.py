@@ -66,7 +66,8 @@ def until(limit_s: float, since: float | None = None) -> Iterator[None]:
     now = time.monotonic()
     end = (now if since is None else since) + limit_s
     outer = _DEADLINE.get()
-    token = _DEADLINE.set((end, limit_s, (now, cpu_s())) if outer is None else
+    # the CPU counted as slowdown counts it: a forked child's includes its parents'
+    token = _DEADLINE.set((end, limit_s, (now, cpu_s() + _AT_FORK[0])) if outer is None else
                           (min(outer[0], end), outer[1], outer[2]))
     try:
         yield
