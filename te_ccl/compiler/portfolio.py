@@ -125,7 +125,7 @@ LARGE_TEMPLATES = ("pipeline", "pipeline-fine", "pipeline-torus", "switch-trees"
 # finer pieces where there is time to judge their file; the switch trees only behind one
 # switch (GB200 NVL72)
 LARGE_ALLREDUCE = ("comb-allreduce",)  # raced for an AllReduce beyond TEMPLATE_MAX_GPUS whose
-# RS + AG is far above its bound, before the scale backend's RS + AG (mesh16x16 1 GiB: 1.88×):
+# RS + AG is far above its bound, before the scale backend's RS + AG:
 # a mesh's combs take every link at the bound's rate, no LP to solve
 
 
@@ -326,7 +326,7 @@ def _portfolio(race: _Race, topology: Topology, collective: Collective, params: 
         if combs_apply(topology, collective) else ()
 
     # a Broadcast or Reduce beyond TEMPLATE_MAX_GPUS: the scale backend's file is far from
-    # the bound (torus8x8x8 at 64 MB: 70x), so the finer trees get the time its search takes
+    # the bound, so the finer trees get the time its search takes
     streamed = early == LARGE_TEMPLATES \
         and collective.kind in (CollectiveKind.BROADCAST, CollectiveKind.REDUCE)
     combed = early == LARGE_ALLREDUCE  # so large that packed's LP is not raced

@@ -25,7 +25,7 @@ that view: on dgx2x2 a job on every GPU then crosses between boxes on the NICs t
 other job's GPUs lack, and yields it the switch ports they share. The forms of the job
 expected to yield to all the others (the one Smith's rule puts last) are lowered
 yielding right after its cheap taking forms, on that view first: where
-the time for lowering runs out (a busy machine), the sets the descent most often keeps
+the time for lowering runs out, the sets the descent most often keeps
 there — the others' own files or taking forms, that job yielding around them — are
 there to try. A job no form
 template fits (a block of a torus) gets the ordinary compile's file cut as the taking and
