@@ -141,3 +141,19 @@ def test_no_search_runs_after_a_row_alltoalls_first_file(monkeypatch, tmp_path):
     result = te_ccl.compile("mesh4x4", "alltoall", size="64KB", time_limit_s=30,
                             output=tmp_path / "a.xml")
     assert pipeline.ROWS_ALONE in result.schedule.info.notes
+
+
+@pytest.mark.parametrize(("dims", "slow", "ends"), [((32, 32), 3.0, True),
+                                                    ((32, 32), 1.0, False),
+                                                    ((4, 4), 1000.0, False)])
+def test_the_row_plan_is_not_started_where_its_file_cannot_fit_the_time_left(
+        monkeypatch, dims, slow, ends):
+    """mesh32x32's row file is ~72 s of CPU: at a fake slowdown of 3 it cannot fit 100 s;
+    a grid whose groups hold it in memory is never refused by the estimate."""
+    monkeypatch.setattr(grid_alltoall, "slowdown", lambda: slow)
+    with until(100):
+        if ends:
+            with pytest.raises(TimeLimitReached, match="cannot be planned and written"):
+                grid_alltoall._rows_in_time(dims, False, 1)
+        else:
+            grid_alltoall._rows_in_time(dims, False, 1)

@@ -56,7 +56,8 @@ from te_ccl.backends.scale.grid import coords as _coords
 from te_ccl.backends.scale.grid_blocks import blocks_plan
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.collective.model import Collective
-from te_ccl.deadline import check
+from te_ccl.deadline import TimeLimitReached, check, left, slowdown
+from te_ccl.model.footprint import MAX_TRANSFERS, ROW_S_PER_HOP, row_hops
 from te_ccl.model.problem import Problem
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.topology.model import Topology
@@ -556,6 +557,20 @@ def _alltoall_chunks(problem: Problem, n: int) -> int | None:
     return k
 
 
+def _rows_in_time(dims: tuple[int, ...], wrap: bool, k: int) -> None:
+    """Where only the row AlltoAll holds this AlltoAll in memory (more chunk-hops than
+    :data:`~te_ccl.model.footprint.MAX_TRANSFERS`), raise :class:`TimeLimitReached`
+    before planning if its file (its chunk-hops at their CPU pace, times the slowdown
+    measured by now, more telling than the input check's at the start) takes longer than
+    the time left: planning would only use up the limit."""
+    if len(dims) != 2 or k * grid_hops(dims, wrap) <= MAX_TRANSFERS:
+        return
+    need = row_hops((dims[0], dims[1]), wrap, k) * ROW_S_PER_HOP * slowdown()
+    if need > left():
+        raise TimeLimitReached(f"the row AlltoAll's file, about {need:.2g} s here, cannot be "
+                               f"planned and written in the {left():.2g} s left")
+
+
 def solve_grid_alltoall(problem: Problem, min_hops: int = GRID_FROM_HOPS
                         ) -> tuple[Moves, tuple[str, ...]] | None:
     """(moves, notes) of the grid AlltoAll where the topology is a generated mesh or torus,
@@ -576,6 +591,7 @@ def solve_grid_alltoall(problem: Problem, min_hops: int = GRID_FROM_HOPS
     if k is None or k * grid_hops(dims, wrap) < min_hops or len(
             {(t.occupancy, t.capacity, t.delay) for t in timings.values()}) != 1:
         return None
+    _rows_in_time(dims, wrap, k)
     plan, rows = _either(dims, wrap, k, grid_alpha(topology, problem.chunk_bytes), MSCCL)
     if isinstance(plan, str):
         return None
