@@ -9,6 +9,7 @@ import pytest
 
 import te_ccl.compiler.judge as judge
 import te_ccl.compiler.pipeline as pipeline
+import te_ccl.simulate.replay as replay
 from te_ccl.backends.base import SolveParams
 from te_ccl.baselines import direct, ring, ring_bidir
 from te_ccl.collective import Collective, CollectiveKind
@@ -16,11 +17,13 @@ from te_ccl.compiler import CompileOptions
 from te_ccl.compiler.incumbent import Incumbent
 from te_ccl.compiler.judge import Timer
 from te_ccl.compiler.render import render
+from te_ccl.deadline import until
 from te_ccl.topology.generators import mesh
 
 MESH = mesh([4, 4], 50e9)
 AG = Collective(CollectiveKind.ALLGATHER, 64 << 20, tuple(range(16)))
 PARAMS = SolveParams(time_limit_s=600, threads=1)
+WINNER_LEFT_S = 1e-3  # far less than lowering a file of the winner's 240 transfers takes
 
 
 def test_a_winner_judged_before_a_later_file_is_still_lowered_and_written(tmp_path,
@@ -34,12 +37,11 @@ def test_a_winner_judged_before_a_later_file_is_still_lowered_and_written(tmp_pa
     file_s = {id(first.transfers): 1.0, id(later.transfers): 0.97,
               id(winner.transfers): 0.6}
     monkeypatch.setattr(judge, "XML_REPLAY_LIMIT", 0)  # every candidate judged as at scale
-    monkeypatch.setattr(judge, "_schedule_replay", lambda s: schedule_s[id(s.transfers)])
+    real = replay.replay_finish
+    monkeypatch.setattr(replay, "replay_finish",
+                        lambda s: schedule_s.get(id(s.transfers)) or real(s))
     monkeypatch.setattr(judge, "xml_replay",
                         lambda s, data, algo=None: file_s[id(s.transfers)])
-    # the winner's file could not be had in the race's share (the clock, faked): only
-    # the later candidate is a finalist
-    monkeypatch.setattr(Timer, "_finalist", lambda self, s, t: s is later)
     options = CompileOptions(output=str(tmp_path / "x.xml"))
     timer = Timer(options=options)
     kept = Incumbent(bound_s=0.4)
@@ -47,9 +49,13 @@ def test_a_winner_judged_before_a_later_file_is_still_lowered_and_written(tmp_pa
                                  options)
 
     def race(*args, **kwargs):
-        """The race: the winner judged first (no file judged yet), then the later
-        candidate, whose file is judged; the winner beats it."""
-        assert timer.judge(winner) < timer.judge(later)
+        """The race: the winner judged first (no file judged yet) where too little time
+        is left to lower its file, then the later candidate, whose file is judged; the
+        winner beats it."""
+        with until(WINNER_LEFT_S):
+            won = timer.judge(winner)
+        assert timer.timing(winner).file_s is None
+        assert won < timer.judge(later) and timer.timing(later).file_s is not None
         return winner
 
     monkeypatch.setattr(pipeline, "solve_best", race)
