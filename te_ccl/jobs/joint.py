@@ -245,7 +245,7 @@ def _compile_jobs(jobs: JobSet, output: str | Path | None, objective: str,
                     for name, lost in viewing.get("exclusive", {}).items() if lost}
             order = _order(jobs, objective, first_alone, shared.finish_s)
             with keeping(WRITE_RESERVE_S):
-                # the job Smith's rule puts last yields to all: its yielding forms first
+                # the job the order puts last yields to all: its yielding forms first
                 made = templates(jobs, Budget.of(shares.take(LOWER_SLOTS * n)), away=away,
                                  yielding=order[-1:])
         kept = []

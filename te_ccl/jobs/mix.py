@@ -23,7 +23,8 @@ gets every form and the descent chooses. A job that can route around links anoth
 needs (the joint compile's ``exclusive`` view, ``away``) also gets its forms built on
 that view: on dgx2x2 a job on every GPU then crosses between boxes on the NICs the
 other job's GPUs lack, and yields it the switch ports they share. The forms of the job
-expected to yield to all the others (the one Smith's rule puts last) are lowered
+expected to yield to all the others (the one the joint compile's order puts last:
+Smith's rule under ``weighted``) are lowered
 yielding right after its cheap taking forms, on that view first: where
 the time for lowering runs out, the sets the descent most often keeps
 there — the others' own files or taking forms, that job yielding around them — are
