@@ -51,8 +51,10 @@ __all__ = ["Timer", "Timing", "check_s", "xml_replay", "plan_replay", "SIM_LIMIT
 LOWER_S_PER_TRANSFER = 1e-4  # lowering's CPU pace until the compile has timed its own:
 #                               65k transfers take 5-15 s (meshes faster than tori); by the
 #                               clock, times the machine's slowdown
-CHECK_S_PER_TRANSFER = 2e-6  # the schedule checker's CPU per transfer: 1.5-1.8 µs (mesh32x32
-#                              ring AllGather, 1,047,552 transfers), with margin
+CHECK_S_PER_TRANSFER = 2e-6  # the schedule checker's CPU per transfer, above its measured
+#                              pace: too low, a checker the deadline cannot stop is started
+#                              (it reads every transfer first); too high, a file that had
+#                              time for it is written unchecked
 VERIFY_SHARE = 0.4  # verifying a file takes about this share of what lowering it did
 REPLAY_SHARE = 0.2  # and replaying it (beside the verifier, from PARALLEL_FROM transfers) this
 PACE_MIN_TRANSFERS = 1000  # smaller lowerings time their fixed costs, not their pace
