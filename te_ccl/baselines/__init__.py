@@ -99,17 +99,17 @@ def applicable(topology: Topology, collective: Collective) -> list[str]:
         if collective.nranks > PACKED_MAX_ROOTED:
             names = [n for n in names if n not in ("packed", "packed-fine")]
         at = names.index("packed") if "packed" in names else len(names)
-        # as fine as pipeline-fine: the unit arborescences before it (at the min-cut
-        # rate where links differ), the boxes in two heaps after it (shallower than its
-        # chain of boxes, slower on rail8x8's eight), then a Broadcast's boxes each a hub
-        # two box hops from the root's (faster than the heaps on four or eight boxes,
-        # slower on sixteen: each hub sends to all the others); finer, a large mesh's or torus's
-        # pieces before it (as many as the runtime holds, where there is time to judge
-        # their file: built first, they get the time pipeline-fine's file would take)
+        # as fine as pipeline-fine: before it, the unit arborescences (at the min-cut rate
+        # where links differ), a large mesh's or torus's finer pieces (as many as the
+        # runtime holds) and a Broadcast's boxes each a hub two box hops from the root's
+        # (faster than its chain of boxes on rails; than the heaps on four or eight boxes,
+        # not on sixteen: each hub sends to all the others): built for the fabric's shape
+        # and first, they get the time its file would take to build and judge; after it,
+        # the boxes in two heaps (shallower than its chain, slower on rail8x8's eight)
         fine = ["pipeline-units"] * units_apply(topology, collective) \
-            + ["pipeline-torus"] * torus_applies(topology, collective) + ["pipeline-fine"] \
-            + ["pipeline-boxes"] * box_heaps_apply(topology, collective) \
-            + ["pipeline-hubs"] * hubs_apply(topology, collective)
+            + ["pipeline-torus"] * torus_applies(topology, collective) \
+            + ["pipeline-hubs"] * hubs_apply(topology, collective) + ["pipeline-fine"] \
+            + ["pipeline-boxes"] * box_heaps_apply(topology, collective)
         names[at:at] = ["pipeline", *fine]
     if collective.kind in SWITCH_TREE_KINDS and collective.root is not None \
             and 2 < collective.nranks <= SWITCH_TREES_MAX_GPUS \

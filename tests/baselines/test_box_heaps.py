@@ -115,9 +115,12 @@ def test_the_hubs_file_is_verified_and_not_slower_than_the_heaps_on_four_boxes()
 
 
 def test_the_hubs_are_offered_for_a_broadcast_on_rails_only():
+    """Before the generic finer chain, so the time its file would take goes to them."""
     rails = gen.rail_optimized(4, 2, 450e9, 50e9)
     cast = applicable(rails, Collective(K.BROADCAST, 1_000_000, tuple(range(8)), root=0))
-    assert cast.index("pipeline-hubs") == cast.index("pipeline-boxes") + 1
+    assert cast.index("pipeline-hubs") == cast.index("pipeline") + 1
+    assert cast.index("pipeline-fine") == cast.index("pipeline-hubs") + 1
+    assert cast.index("pipeline-boxes") == cast.index("pipeline-fine") + 1
     reduce = Collective(K.REDUCE, 1_000_000, tuple(range(8)), root=0)
     assert "pipeline-hubs" not in applicable(rails, reduce)
     with pytest.raises(BaselineError, match="no hub trees"):
