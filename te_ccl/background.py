@@ -135,9 +135,11 @@ class Background(Generic[T]):
             raise
         finally:
             late.reaping()
-            os.waitpid(self._pid, 0)
-            reaped(self._pid)
-            self._pid = -1
+            try:
+                os.waitpid(self._pid, 0)
+            finally:  # an interrupted wait still leaves the child out of the slowdown
+                reaped(self._pid)
+                self._pid = -1
         if out is None and late.stopped:
             check(doing)
         return out

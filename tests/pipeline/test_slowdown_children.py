@@ -90,3 +90,27 @@ def test_no_proc_entry_counts_nothing():
         assert deadline.slowdown() >= 1.0
     finally:
         reaped(gone)
+
+
+def test_a_wait_that_fails_still_says_the_child_was_reaped(monkeypatch):
+    """A wait interrupted once the child is gone (a signal) still takes it out of the
+    children counted: it is reaped, and its pid may be another process's."""
+    import te_ccl.background as background
+
+    said: list[int] = []
+    real_wait = os.waitpid
+
+    def interrupted(pid: int, options: int) -> tuple[int, int]:
+        real_wait(pid, options)
+        raise KeyboardInterrupt
+
+    def spy(pid: int) -> None:
+        said.append(pid)
+        reaped(pid)
+
+    monkeypatch.setattr(background, "reaped", spy)
+    monkeypatch.setattr(os, "waitpid", interrupted)
+    job = in_background(os.getpid)
+    with pytest.raises(KeyboardInterrupt):
+        job.result()
+    assert len(said) == 1 and said[0] != os.getpid()
