@@ -272,8 +272,8 @@ class Timer:
         # the best file replay so far of each collective (whatever its chunking), and the
         # key of the schedule above XML_REPLAY_LIMIT whose file is kept for writing
         self._best_file: dict[Collective, tuple[float, tuple[int, Collective, int]]] = {}
-        # the file kept for writing: its schedule's transfers, collective and replay
-        self._kept: tuple[tuple, Collective, float] | None = None
+        # the file kept for writing: its schedule's transfers, key (:meth:`_key`) and replay
+        self._kept: tuple[tuple, tuple[int, Collective, int], float] | None = None
         lowered = "MSCCL++ plan" if self.plan else "XML" if self.xml else None
         what = (f"replay of the lowered {lowered}, or of the schedule for one of over "
                 f"{XML_REPLAY_LIMIT} transfers far from the best file" if lowered
@@ -286,7 +286,8 @@ class Timer:
         above :data:`XML_REPLAY_LIMIT` transfers, replaying the written file
         (:data:`REPLAY_SHARE`), at the pace timed (:attr:`pace`); nothing for the file
         kept (:meth:`kept`), whose passes are done: the search keeps no time for them."""
-        if self._kept is not None and schedule.transfers is self._kept[0]:
+        if self._kept is not None and schedule.transfers is self._kept[0] \
+                and self._key(schedule) == self._kept[1]:  # another buffer mode is another file
             return 0.0
         lowered = self._lowered.get(self._key(schedule))
         return self.write_n(len(schedule.transfers),
@@ -311,7 +312,7 @@ class Timer:
         """``schedule``'s file is lowered, verified and kept for writing, and finishes in
         ``finish_s``: a finalist must beat it too (a first file is timed when written,
         not by judging it, so it is not among the best files judged)."""
-        self._kept = (schedule.transfers, _same_collective(schedule.collective), finish_s)
+        self._kept = (schedule.transfers, self._key(schedule), finish_s)
 
     def paced(self, transfers: int, seconds: float) -> None:
         """A lowering of ``transfers`` took ``seconds``."""
@@ -357,7 +358,8 @@ class Timer:
             return False
         same = _same_collective(schedule.collective)
         files = [t for t in (self._best_file.get(same, (None,))[0],
-                             self._kept[2] if self._kept and self._kept[1] == same else None)
+                             self._kept[2] if self._kept
+                             and _same_collective(self._kept[1][1]) == same else None)
                  if t is not None]
         best = min(files, default=None)
         if best is not None and timing.finish_s > best * (1 + FINALIST_MARGIN):

@@ -4,6 +4,7 @@ schedule replay screens, the written file decides."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -88,6 +89,9 @@ def test_the_file_kept_takes_no_time_to_write():
     assert timer.write_s(kept) > 0 and timer.write_s(other) > 0
     timer.kept(kept, 1.0)
     assert timer.write_s(kept) == 0 and timer.write_s(other) > 0
+    # its transfers in another buffer mode, or cut otherwise, are another file to write
+    in_place = replace(kept, collective=replace(c, inplace=True))
+    assert timer.write_s(in_place) > 0 and timer.write_s(kept.with_info(subchunks=2)) > 0
 
 
 @pytest.mark.slow
