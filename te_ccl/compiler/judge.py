@@ -546,9 +546,8 @@ class Timer:
         it) where another of its collective was when it was timed, at least
         :data:`FINALIST_MARGIN` behind that file (:meth:`_behind`): a choice is made on
         measured files, and one that could not be lowered in time is not likely to be
-        written in time either (mesh8x8 Broadcast 64 MB in
-        10 s: the finer packed trees, 1.10x the bound by their replay, would have
-        displaced a 4.76x file and left the compile with its first, 28x)."""
+        written in time either: winning by its schedule replay, it would displace a
+        measured file and leave the compile writing an earlier, slower one."""
         timing = self.timing(schedule)
         if timing.unlowerable is not None and not timing.refittable:
             return math.inf
