@@ -77,8 +77,12 @@ def bandwidths(size_bytes: int, time_s: float, busbw_factor: float | None
 
 
 def in_switch(schedule: Schedule) -> bool:
-    """Whether a switch reduces a chunk or sends it out on more links than it came in on."""
+    """Whether a switch reduces a chunk or sends it out on more links than it came in on
+    (never without switches: the transfers, built lazily for a large schedule, are not
+    read)."""
     is_gpu = {n.name: n.is_gpu for n in schedule.topology.nodes}
+    if all(is_gpu.values()):
+        return False
     ins: dict[tuple[int, str], int] = defaultdict(int)
     outs: dict[tuple[int, str], int] = defaultdict(int)
     for t in schedule.transfers:
