@@ -199,10 +199,12 @@ def compile_size_library(topology: Topology, collective: Collective, params: Sol
 
     def first_one(c: Collective) -> Schedule | None:
         """The first cheap candidate that builds and passes the checker; one that raises
-        (over a buffer or runtime limit, refused, out of time) is noted on the schedule
-        kept, as a compile's first file notes it, and the next one tried."""
+        (over a buffer or runtime limit, refused, out of its own time) is noted on the
+        schedule kept, as a compile's first file notes it, and the next one tried while
+        the compile's deadline allows (past it, no file could be written)."""
         refused: list[str] = []
         for name, build in first_candidates(None, usable.topology, sized(c), params, fmt):
+            check(f"building the first file from the {name}")
             try:
                 schedule = build()
                 if schedule is not None and not check_schedule(schedule):

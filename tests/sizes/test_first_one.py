@@ -4,13 +4,15 @@ out of time) is noted and the next one tried, as a compile's first file does."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 import te_ccl.compiler.pipeline as pipeline
 from te_ccl.backends.base import SolveParams
 from te_ccl.baselines import build_baseline
 from te_ccl.collective import Collective, CollectiveKind
-from te_ccl.deadline import TimeLimitReached, until
+from te_ccl.deadline import TimeLimitReached, left, until
 from te_ccl.errors import RuntimeLimitError, SolverError, VerificationError
 from te_ccl.spec.topology import load_topology
 
@@ -61,3 +63,30 @@ def test_a_range_whose_every_candidate_raises_has_no_file(tmp_path, monkeypatch)
     with until(600), pytest.raises(SolverError, match="while searching"):
         pipeline.compile_size_library(topology, collective, SolveParams(time_limit_s=600),
                                       1024, 4096, str(tmp_path / "lib"))
+
+
+def test_no_candidate_is_built_past_the_compiles_deadline(tmp_path, monkeypatch):
+    """A candidate that ran the compile's time out ends the library there: the next one
+    is not built (no file could be written past the deadline)."""
+    built: list[str] = []
+
+    def no_search(*args, **kw):
+        raise TimeLimitReached("time limit of 1 s reached while searching")
+
+    def out_of_time():
+        while left() > 0:
+            time.sleep(0.01)
+        raise TimeLimitReached("time limit of 1 s reached while building it")
+
+    def candidates(previous, topology, collective, params, fmt="xml"):
+        yield "slow template", out_of_time
+        yield "template ring", lambda: built.append("ring")
+
+    monkeypatch.setattr(pipeline, "solve_checked", no_search)
+    monkeypatch.setattr(pipeline, "first_candidates", candidates)
+    topology = load_topology("ring8")
+    collective = Collective(CollectiveKind.ALLGATHER, 4096, tuple(range(8)))
+    with until(1.0), pytest.raises(TimeLimitReached):
+        pipeline.compile_size_library(topology, collective, SolveParams(time_limit_s=1),
+                                      1024, 4096, str(tmp_path / "lib"))
+    assert built == []
