@@ -273,7 +273,7 @@ class Timer:
         # key of the schedule above XML_REPLAY_LIMIT whose file is kept for writing
         self._best_file: dict[Collective, tuple[float, tuple[int, Collective, int]]] = {}
         # the file kept for writing: its schedule's transfers, key (:meth:`_key`) and replay
-        self._kept: tuple[tuple, tuple[int, Collective, int], float] | None = None
+        self._kept: tuple[tuple, tuple[int, Collective, int], float | None] | None = None
         lowered = "MSCCL++ plan" if self.plan else "XML" if self.xml else None
         what = (f"replay of the lowered {lowered}, or of the schedule for one of over "
                 f"{XML_REPLAY_LIMIT} transfers far from the best file" if lowered
@@ -308,10 +308,11 @@ class Timer:
         machine's :func:`~te_ccl.deadline.slowdown`, as the time it is compared with is."""
         return self._pace or LOWER_S_PER_TRANSFER * slowdown()
 
-    def kept(self, schedule: Schedule, finish_s: float) -> None:
-        """``schedule``'s file is lowered, verified and kept for writing, and finishes in
-        ``finish_s``: a finalist must beat it too (a first file is timed when written,
-        not by judging it, so it is not among the best files judged)."""
+    def kept(self, schedule: Schedule, finish_s: float | None) -> None:
+        """``schedule``'s file is lowered, verified and kept for writing, and its replay
+        finishes in ``finish_s`` (None: it was not replayed): a finalist must beat it too
+        (a first file is timed when written, not by judging it, so it is not among the
+        best files judged)."""
         self._kept = (schedule.transfers, self._key(schedule), finish_s)
 
     def paced(self, transfers: int, seconds: float) -> None:

@@ -485,7 +485,9 @@ def _offer(kept: Incumbent, schedule: Schedule, data: bytes, timer: Timer, stage
         source += f" (the {timing.measured_by}'s prediction, not the file's replay)"
     if not kept.offer(schedule, data, timing.finish_s, source, checked=not unchecked):
         return False
-    timer.kept(schedule, timing.finish_s)  # written already: the search keeps no time for it
+    # written already: the search keeps no time for it; a finalist must beat its file's
+    # replay, if it has one (not the prediction standing for a replay out of time)
+    timer.kept(schedule, timing.file_s)
     return True
 
 
