@@ -126,11 +126,16 @@ def _compile(name: str, workdir: Path, time_limit: float, sample: bool) -> dict:
     return row
 
 
-def _saved_run(header: dict, rows: list[dict]) -> dict:
-    """A run as saved: the header (:mod:`devtools.provenance`, with the rows' commits: an
-    ``--update`` keeps rows of earlier runs) and the rows."""
+def _saved_run(header: dict, rows: list[dict], merged: bool = False) -> dict:
+    """A run as saved: the header (:mod:`devtools.provenance`, with the rows' commits) and
+    the rows. Rows ``merged`` from several runs (an ``--update`` keeps earlier ones) each
+    carry their own commit and load, so their header names no single commit, load or
+    command: the table's first line would credit them all to the last run."""
     commits = sorted({row["commit"] for row in rows if row.get("commit")})
-    return {"header": provenance.finish(header) | {"commits": commits}, "rows": rows}
+    header = provenance.finish(header) | {"commits": commits}
+    if merged:
+        header = {key: header[key] for key in ("cpus", "commits")}
+    return {"header": header, "rows": rows}
 
 
 def _cpu_s() -> float:
@@ -227,7 +232,9 @@ def main() -> None:
     if args.update:
         saved |= {row["instance"]: row for row in rows}
         merged = [saved[n] for n in INSTANCES if n in saved]
-        Path(args.update).write_text(json.dumps(_saved_run(header, merged), indent=1) + "\n")
+        earlier = len(merged) > len(rows)  # rows of earlier runs kept
+        Path(args.update).write_text(json.dumps(_saved_run(header, merged, earlier), indent=1)
+                                     + "\n")
     if args.json:
         print(json.dumps(_saved_run(header, rows), indent=1))
 
