@@ -37,11 +37,15 @@ SHARED = {"jobs": [
 
 @pytest.fixture(scope="module")
 def flow():
+    """The joint compile of SHARED: its solve spends its whole share of the limit (the
+    MILP searches lower horizons, then better finish epochs, while time is left) on a
+    smaller instance too, so the tests on it are slow."""
     jobs = jobs_from(DGX1, SHARED, None)
     params = SolveParams(time_limit_s=8)  # a first horizon in time also on a loaded machine
     return jobs, compile_flow(plan_flow(jobs, "weighted", params), "weighted", params)
 
 
+@pytest.mark.slow
 def test_each_job_gets_a_verified_file_of_its_own_ranks(flow):
     jobs, files = flow
     for job in jobs.jobs:
@@ -51,6 +55,7 @@ def test_each_job_gets_a_verified_file_of_its_own_ranks(flow):
                                   for j in jobs.jobs}).finish_s.keys() == {"ag", "ar"}
 
 
+@pytest.mark.slow
 def test_the_split_schedules_pass_both_independent_checks(flow):
     jobs, files = flow
     for job in jobs.jobs:
@@ -64,6 +69,7 @@ def test_the_split_schedules_pass_both_independent_checks(flow):
     assert not check_shared_capacity(files.schedules)
 
 
+@pytest.mark.slow
 def test_chunks_cut_to_one_size(flow):
     _, files = flow
     # ar's 500 kB chunks (2 MB over 4 ranks) are cut to ag's 250 kB: 2 per rank
