@@ -8,7 +8,10 @@ fails with it (off by default; ``pytest --clock-rate 33 tests/<dir>``)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 
 import pytest
@@ -80,3 +83,16 @@ def in_process(capsys, monkeypatch):
 def teccl(in_process):
     """Run `teccl ARGS` in-process: (exit code, stdout, stderr)."""
     return in_process(main)
+
+
+@pytest.fixture
+def fresh():
+    """A runner of Python ``code`` in a new interpreter, where nothing the test process
+    imported is loaded yet: ``run(code) -> (stdout, the modules loaded by its end)``."""
+    def run(code: str) -> tuple[str, list[str]]:
+        code += "\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             check=True).stdout
+        return out, json.loads(out.splitlines()[-1])
+
+    return run

@@ -4,9 +4,6 @@ and template is in it, and a candidate only one format can write is offered ther
 from __future__ import annotations
 
 import importlib
-import json
-import subprocess
-import sys
 
 from te_ccl.backends.base import BACKENDS, FLOW_SOLVERS
 from te_ccl.baselines import BASELINES
@@ -24,15 +21,11 @@ def test_every_backend_and_template_is_registered_once():
         assert backend(name).kind == ("scale" if name == "scale" else "flow")
 
 
-def test_compile_help_lists_every_backend_without_loading_a_solver():
+def test_compile_help_lists_every_backend_without_loading_a_solver(fresh):
     """``--backend``'s choices are the registry's names, read without importing it."""
-    code = ("import json, sys\nfrom te_ccl.cli.main import main\n"
-            "try:\n    main(['compile', '--help'])\nexcept SystemExit:\n    pass\n"
-            "print(json.dumps(sorted(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         check=True).stdout
+    out, loaded = fresh("from te_ccl.cli.main import main\n"
+                        "try:\n    main(['compile', '--help'])\nexcept SystemExit:\n    pass")
     assert f"[{'|'.join(BACKENDS)}]" in out
-    loaded = json.loads(out.splitlines()[-1])
     assert not [m for m in loaded if m.startswith(("ortools", "te_ccl.compiler"))]
     for entry in FLOW_SOLVERS.values():  # each flow solver named is there to import
         module, function = entry.split(":")
