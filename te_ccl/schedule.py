@@ -105,6 +105,10 @@ class SolveInfo:
     subchunks: int = 1
 
 
+Arrivals = tuple[tuple[str, ...], Any, Any]
+"""Node names, and per transfer the index of the node it reaches and its chunk (arrays)."""
+
+
 class LazyTransfers(Sequence[Transfer]):
     """A schedule's transfers built when first read, their count and last arrival known
     before: a file lowered from a plan of its own (a grid method's) is written and
@@ -120,9 +124,17 @@ class LazyTransfers(Sequence[Transfer]):
     """
 
     def __init__(self, count: int, finish_epoch: int,
-                 build: Callable[[], Iterable[Transfer]]) -> None:
+                 build: Callable[[], Iterable[Transfer]],
+                 arrivals: Callable[[], Arrivals] | None = None) -> None:
         self._count, self.finish_epoch, self._build = count, finish_epoch, build
+        self._arrivals = arrivals
         self._built: tuple[Transfer, ...] | None = None
+
+    def arrivals(self) -> Arrivals | None:
+        """Where each transfer lands, as arrays without building them — ``(names, dst,
+        chunk)``: transfer ``i`` brings chunk ``chunk[i]`` to ``names[dst[i]]`` — or None
+        when the maker gave none: a summary of buffers needs no more than this."""
+        return self._arrivals() if self._arrivals is not None else None
 
     @property
     def built(self) -> bool:

@@ -65,7 +65,8 @@ class CompileResult:
 
     @cached_property
     def _metrics(self) -> dict[str, Any]:
-        """:func:`summary` and the buffer counts, once (those walk every transfer)."""
+        """:func:`summary` and the buffer counts, once (those walk every transfer, or count
+        a lazy schedule's on their arrays without building them)."""
         return summary(self, self.schedule.topology) | buffer_summary(self.schedule)
 
 

@@ -29,7 +29,9 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from te_ccl.schedule import Schedule
+import numpy as np
+
+from te_ccl.schedule import LazyTransfers, Schedule
 from te_ccl.simulate.result import SimResult
 
 __all__ = ["Metrics", "schedule_metrics", "buffer_bytes", "scratch_bytes", "buffer_summary",
@@ -100,8 +102,8 @@ def busbw_factor(schedule: Schedule) -> float | None:
     return None if in_switch(schedule) else schedule.collective.busbw_factor
 
 
-def _slots(schedule: Schedule) -> tuple[dict[str, set[int]], dict[str, set[int]]]:
-    """Per GPU: its output slots, and the chunks it receives only to relay (scratch)."""
+def _slots(schedule: Schedule) -> tuple[dict[str, set[int]], dict[str, int]]:
+    """Per GPU: its output slots, and how many chunks it receives only to relay (scratch)."""
     topo, coll = schedule.topology, schedule.collective
     slots: dict[str, set[int]] = defaultdict(set)
     wanted: dict[str, set[int]] = defaultdict(set)
@@ -110,11 +112,29 @@ def _slots(schedule: Schedule) -> tuple[dict[str, set[int]], dict[str, set[int]]
             slots[topo.gpu(r)].add(c.out_index)
             wanted[topo.gpu(r)].add(c.id)
     gpus = set(topo.gpus)
+    transfers = schedule.transfers
+    arrivals = (transfers.arrivals() if isinstance(transfers, LazyTransfers)
+                and not transfers.built else None)
+    if arrivals is not None:  # millions of chunk-hops: counted on their arrays, never built
+        return slots, _relayed(gpus, wanted, *arrivals)
     scratch: dict[str, set[int]] = defaultdict(set)
-    for t in schedule.transfers:
+    for t in transfers:
         if t.dst in gpus and t.chunk not in wanted[t.dst]:
             scratch[t.dst].add(t.chunk)
-    return slots, scratch
+    return slots, {g: len(chunks) for g, chunks in scratch.items()}
+
+
+def _relayed(gpus: set[str], wanted: dict[str, set[int]], names: tuple[str, ...],
+             dst: np.ndarray, chunk: np.ndarray) -> dict[str, int]:
+    """Per GPU, the distinct chunks that arrive there (``names[dst[i]]`` gets ``chunk[i]``)
+    and that it does not want: the loop of :func:`_slots` as sorted keys."""
+    n = len(names)
+    keys = np.unique(np.asarray(chunk, dtype=np.int64) * n + np.asarray(dst, dtype=np.int64))
+    own = np.fromiter((c * n + i for i, g in enumerate(names) if g in gpus
+                       for c in wanted.get(g, ())), dtype=np.int64)
+    keys = keys[~np.isin(keys, own, assume_unique=True)]
+    counts = np.bincount(keys % n, minlength=n)
+    return {g: int(counts[i]) for i, g in enumerate(names) if g in gpus and counts[i]}
 
 
 def _buffers(schedule: Schedule) -> tuple[dict[str, float], dict[str, float]]:
@@ -122,8 +142,8 @@ def _buffers(schedule: Schedule) -> tuple[dict[str, float], dict[str, float]]:
     slots, scratch = _slots(schedule)
     gpus = [schedule.topology.gpu(r) for r in schedule.collective.ranks]
     chunk = schedule.chunk_bytes
-    return ({g: (len(slots[g]) + len(scratch[g])) * chunk for g in gpus},
-            {g: len(scratch[g]) * chunk for g in gpus})
+    return ({g: (len(slots[g]) + scratch.get(g, 0)) * chunk for g in gpus},
+            {g: scratch.get(g, 0) * chunk for g in gpus})
 
 
 def buffer_bytes(schedule: Schedule) -> dict[str, int]:

@@ -488,7 +488,8 @@ def grid_lines_schedule(topology: Topology, collective: Collective) -> Schedule 
     info = SolveInfo(backend=BACKEND, status=f"scale/{method}: feasible (not proven optimal)",
                      notes=notes, subchunks=1)
     # the file is lowered from the plan: the transfers wait for a reader
-    transfers = LazyTransfers(len(moves), moves.finish, partial(_transfers, moves, reduced))
+    transfers = LazyTransfers(len(moves), moves.finish, partial(_transfers, moves, reduced),
+                              lambda: (moves.names, moves.dst, moves.chunk))
     return Schedule(topology, collective, tau, transfers, info)
 
 

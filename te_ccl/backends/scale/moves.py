@@ -51,7 +51,8 @@ class Moves:
 
     def lazy(self) -> LazyTransfers:
         """:meth:`transfers` forwards, built when first read."""
-        return LazyTransfers(len(self), self.finish, self.transfers)
+        return LazyTransfers(len(self), self.finish, self.transfers,
+                             lambda: (self.names, self.dst, self.chunk))
 
     def transfers(self, *, reverse_at: int | None = None, shift: int = 0) -> list[Transfer]:
         """The Transfer objects; ``reverse_at=F``: on the reversed links, played backwards

@@ -1,0 +1,27 @@
+"""The buffer summary of a schedule whose transfers wait for a reader counts them on their
+arrays: at 1024 GPUs building them would take gigabytes after the file is written."""
+
+from __future__ import annotations
+
+import pytest
+
+from te_ccl.backends.scale.grid_alltoall import solve_grid_alltoall
+from te_ccl.collective.model import Collective, CollectiveKind
+from te_ccl.model.problem import build_problem
+from te_ccl.report.metrics import buffer_summary
+from te_ccl.schedule import LazyTransfers, Schedule
+from te_ccl.topology.generators import mesh, torus
+
+
+@pytest.mark.parametrize(("make", "dims", "k"), [(mesh, (4, 5), 1), (torus, (3, 3), 2)])
+def test_a_lazy_schedule_summary_builds_nothing_and_matches_the_built_one(make, dims, k):
+    topo = make(list(dims), 50e9, 5e-7)
+    coll = Collective(CollectiveKind.ALLTOALL, 1 << 20, tuple(range(topo.ngpus)),
+                      chunks_per_rank=k)
+    moves, _ = solve_grid_alltoall(build_problem(topo, coll), min_hops=0)
+    lazy = Schedule(topo, coll, 1e-6, moves.lazy())
+    summary = buffer_summary(lazy)
+    assert isinstance(lazy.transfers, LazyTransfers) and not lazy.transfers.built
+    built = buffer_summary(Schedule(topo, coll, 1e-6, tuple(moves.transfers())))
+    assert summary == built
+    assert built["peak_scratch_bytes"] > 0  # the relays are counted, not only the slots
