@@ -146,6 +146,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import Counter, defaultdict
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -203,6 +204,20 @@ class Bound:
 
 
 DOWN_ONLY = frozenset({"walk_window_s"})  # parts proved for smaller sizes only
+
+_CUT: ContextVar[list[str] | None] = ContextVar("bound_cut", default=None)
+
+
+def _out_of_time(doing: str) -> bool:
+    """Whether the compile's deadline has passed: the part ``doing`` then stops with
+    what it has proved (each of its terms is a bound of its own; none: 0), and the bound
+    is not remembered (:func:`lower_bound`) — weaker, never unproved."""
+    if left() > 0:
+        return False
+    cut = _CUT.get()
+    if cut is not None:
+        cut.append(doing)
+    return True
 
 
 def _members(topology: Topology, collective: Collective) -> list[str]:
@@ -354,7 +369,8 @@ def _alpha_distance(topology: Topology, sources: list[str], targets: list[str]) 
     forward = _adjacency(topology.links, reverse=False)
     work = len(sources) * (len(topology.nodes) + len(topology.links))
     if work <= ALPHA_EXACT_WORK:
-        return max(_farthest(forward, s, targets)[0] for s in sources)
+        return max((_farthest(forward, s, targets)[0] for s in sources
+                    if not _out_of_time("alpha_s")), default=0.0)
     backward = _adjacency(topology.links, reverse=True)
     worst, s = 0.0, sources[0]
     for _ in range(4):
@@ -480,7 +496,9 @@ def alltoall_link_time(topology: Topology, members: list[str], per_pair_bytes: f
     g = nx.DiGraph()
     g.add_weighted_edges_from((k.src, k.dst, 1.0 / k.bandwidth_Bps) for k in topology.links)
     total = 0.0
-    for s in members:
+    for s in members:  # the sources' sums so far: a bound of their own
+        if _out_of_time("link_time_s"):
+            break
         dist = nx.single_source_dijkstra_path_length(g, s)
         total += sum(dist[v] for v in members if v != s)
     return total * per_pair_bytes / len(topology.links)
@@ -793,7 +811,9 @@ def alltoall_cut_alpha(topology: Topology, members: list[str], per_pair_bytes: f
     forward = _adjacency(topology.links, reverse=False)
     backward = _adjacency(topology.links, reverse=True)
     rows = []
-    for s in _alltoall_sets(topology, members):
+    for s in _alltoall_sets(topology, members):  # each set's argument is a bound alone
+        if _out_of_time("cut_alpha_s"):
+            break
         outs = [k for v in s for k in topology.out_links(v) if k.dst not in s]
         ins = [k for v in s for k in topology.in_links(v) if k.src not in s]
         x = len(s & inside_r) * len(inside_r - s) * per_pair_bytes
@@ -805,7 +825,7 @@ def alltoall_cut_alpha(topology: Topology, members: list[str], per_pair_bytes: f
     best, tail = 0.0, 0.0
     work, step = 0, len(topology.nodes) + len(topology.links)
     for proportional, links, head, adjacency, s in rows:
-        if work > ALPHA_EXACT_WORK:
+        if work > ALPHA_EXACT_WORK or _out_of_time("cut_alpha_s"):
             break
         work += 2 * step
         seeds: dict[str, float] = {}
@@ -841,6 +861,8 @@ def alltoall_window(topology: Topology, members: list[str], per_pair_bytes: floa
     backward = _adjacency(topology.links, reverse=True)
     best, tail, work = 0.0, 0.0, 0
     for group in threshold_groups(topology):
+        if _out_of_time("window_s"):
+            break
         sources, dests = sorted(group & inside_r), sorted(inside_r - group)
         links = [k for v in group for k in topology.out_links(v) if k.dst not in group]
         work += len(sources) * len(dests) * len(links)
@@ -993,10 +1015,45 @@ def _farthest_seeded(adjacency: dict[str, list[tuple[float, str]]], seeds: dict[
     return min(counted), len(counted)
 
 
-@lru_cache(maxsize=16)
+class _CutShort(Exception):
+    """A bound the deadline cut short: returned, never remembered (an exception is not
+    cached), so a later compile with time computes it whole."""
+
+    def __init__(self, bound: Bound) -> None:
+        super().__init__()
+        self.bound = bound
+
+
 def lower_bound(topology: Topology, collective: Collective) -> Bound:
     """The best of the bandwidth and latency bounds for ``collective`` on ``topology``
-    (remembered: a compile asks for it while searching and again for its report)."""
+    (remembered: a compile asks for it while searching and again for its report). Past
+    the compile's deadline each part stops with what it has proved: still a lower
+    bound, weaker, and not remembered."""
+    try:
+        return _remembered(topology, collective)
+    except _CutShort as cut:
+        return cut.bound
+
+
+@lru_cache(maxsize=16)
+def _remembered(topology: Topology, collective: Collective) -> Bound:
+    """:func:`lower_bound` whole, remembered; :class:`_CutShort` where the deadline cut it."""
+    cut: list[str] = []
+    token = _CUT.set(cut)
+    try:
+        bound = _compute(topology, collective)
+    finally:
+        _CUT.reset(token)
+    if cut:
+        raise _CutShort(bound)
+    return bound
+
+
+lower_bound.cache_clear = _remembered.cache_clear  # type: ignore[attr-defined]
+
+
+def _compute(topology: Topology, collective: Collective) -> Bound:
+    """The parts of :func:`lower_bound` and the largest."""
     K = CollectiveKind
     kind = collective.kind
     if kind is K.CUSTOM:
