@@ -67,7 +67,8 @@ def test_the_search_gets_its_share_of_the_time_limit(monkeypatch):
 def test_a_schedule_judged_without_its_xml_reports_the_written_files_replay(
         tmp_path: Path, monkeypatch):
     monkeypatch.setattr(judge, "XML_REPLAY_LIMIT", 0)  # judged by the schedule replay
-    monkeypatch.setattr(judge, "SHARES", replace(judge.SHARES, finalist=0))  # no finalist's file either
+    monkeypatch.setattr(judge, "SHARES", replace(judge.SHARES, finalist=0))  # no finalist's file either,
+    monkeypatch.setattr(judge, "FINALIST_MARGIN", -1.0)  # not even one whose replay beats the kept file
     reads: list[str] = []
     real = reader.read_msccl
     monkeypatch.setattr(reader, "read_msccl", lambda text: reads.append(text) or real(text))
