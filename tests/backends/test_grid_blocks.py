@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import te_ccl
-from te_ccl.backends.scale import grid_alltoall
+from te_ccl.backends.scale import grid_alltoall, grid_blocks
 from te_ccl.backends.scale.grid_alltoall import (
     METHOD,
     alltoall_elements,
@@ -163,3 +163,17 @@ def test_the_row_plan_is_not_started_where_its_file_cannot_fit_the_time_left(
                 grid_alltoall._rows_in_time(dims, False, 1)
         else:
             grid_alltoall._rows_in_time(dims, False, 1)
+
+
+def test_rows_whose_buffers_the_verifier_cannot_model_get_the_reason(monkeypatch):
+    """A row file whose buffers the verifier cannot model (torus16x64's reach 8,978,208
+    chunks) is refused as a plan, not built, lowered and then refused by the verifier
+    (faked on a small grid)."""
+    blocks_plan.cache_clear()
+    reach = 2 * 20 * 20 + blocks_plan((4, 5), False, 1).scratch.sum()
+    monkeypatch.setattr(grid_blocks, "MAX_REACH", reach - 1)
+    blocks_plan.cache_clear()
+    try:
+        assert f"reach {reach:,} chunks" in blocks_plan((4, 5), False, 1)
+    finally:
+        blocks_plan.cache_clear()

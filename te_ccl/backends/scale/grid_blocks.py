@@ -39,6 +39,7 @@ import numpy as np
 from te_ccl.backends.scale.grid import OPS, GridPlan, overflow
 from te_ccl.deadline import check
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
+from te_ccl.verify.msccl.reader import MAX_REACH
 
 __all__ = ["blocks_plan"]
 
@@ -232,6 +233,10 @@ def _assemble(p: _Plan, n: int, k: int, limits: RuntimeLimits) -> GridPlan | str
     block_id = np.arange(len(blocks)) - np.searchsorted(block_rank, np.arange(n))[block_rank]
     scratch = _areas(np.array(p.scratch, dtype=np.int64), block, block_rank, area, so, do,
                      int(cnt.max()))
+    reach = int(scratch.sum()) + 2 * n * n * k  # with every rank's input and output
+    if reach > MAX_REACH:  # the file would be written and then refused
+        return (f"its buffers reach {reach:,} chunks in all, more than the {MAX_REACH:,} the "
+                "verifier models")
     sequence = np.lexsort((np.arange(ns), np.where(chain, key, 0), block))
     first_step = np.searchsorted(block[sequence], np.arange(len(blocks) + 1))
     slot = np.empty(ns, dtype=np.int64)
