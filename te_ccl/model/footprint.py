@@ -39,11 +39,12 @@ __all__ = ["MAX_GPUS", "MAX_RATE_RATIO", "MAX_SPAN_S", "MAX_TRANSFERS", "deliver
 
 MAX_TRANSFERS = 2**21  # transfers one compile holds within 8 GB (~3.5 KB each at its peak)
 MAX_ROW_HOPS = 2**25  # a row AlltoAll's (by_rows) chunk-hops at least that one compile
-#                      holds: it relays up to twice as many, as array rows of ~90 B at
-#                      the peak (mesh 32×32's 32,505,856: 2.9 GB)
+#                      holds: it relays up to twice as many, as array rows; higher lets
+#                      its peak pass 8 GB, lower refuses 2D grids whose rows fit
 ROW_S_PER_HOP = 2.2e-6  # CPU seconds a row AlltoAll's first file takes per chunk-hop relayed,
-#                        from the problem to the replayed file (mesh 32×32 1 MB: 32,505,856
-#                        hops, ~70 s: plan 18, verifier 28, replay 17, problem 4)
+#                        from the problem to the replayed file: too low, a compile starts a
+#                        file the deadline ends unwritten; too high, one that had time for
+#                        its file ends at once (exit 3)
 MAX_GPUS = 4096  # an MSCCL algorithm lists every GPU; the runtime reads 4096 elements a rank
 MAX_RATE_RATIO = 1e6  # a slowest link's transfer spans this many of the fastest's epochs
 MAX_SPAN_S = 1e6  # a schedule's times are picoseconds in 64 bits (9.2e6 s), with room
