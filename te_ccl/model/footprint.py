@@ -35,7 +35,7 @@ from te_ccl.topology.model import Topology
 
 __all__ = ["MAX_GPUS", "MAX_RATE_RATIO", "MAX_SPAN_S", "MAX_TRANSFERS", "deliveries",
            "transfers_at_least", "most_chunks", "by_rows", "check_times", "check_fits", "MAX_ROW_HOPS",
-           "row_hops", "row_first_file_s", "row_needs"]
+           "row_hops", "row_first_file_s", "row_late", "row_needs"]
 
 MAX_TRANSFERS = 2**21  # transfers one compile holds within 8 GB (~3.5 KB each at its peak)
 MAX_ROW_HOPS = 2**25  # a row AlltoAll's (by_rows) chunk-hops at least that one compile
@@ -180,6 +180,14 @@ def row_first_file_s(topology: Topology, collective: Collective) -> tuple[int, f
     return hops, hops * ROW_S_PER_HOP
 
 
+def row_late(hops: int, slow: float) -> float | None:
+    """Seconds by the clock a row AlltoAll's first file of ``hops`` chunk-hops takes at
+    :data:`ROW_S_PER_HOP` times the slowdown ``slow``, where more than the time left; else
+    None (it fits)."""
+    need = hops * ROW_S_PER_HOP * slow
+    return need if need > left() else None
+
+
 def row_needs(hops: int) -> str:
     """What a row AlltoAll's first file of ``hops`` chunk-hops needs here, in words (the
     message of a compile out of time before it was written)."""
@@ -194,7 +202,7 @@ def _first_file_in_time(topology: Topology, collective: Collective) -> None:
     takes longer than the time left, saying the limit that would hold it: building it
     would only use up the limit."""
     cost = row_first_file_s(topology, collective)
-    if cost is None or (need := cost[1] * slowdown()) <= left():
+    if cost is None or (need := row_late(cost[0], slowdown())) is None:
         return
     spent = time.monotonic() - process_start()
     limit = 10 * math.ceil((spent + need) * 1.2 / 10)  # a fifth more: the load varies

@@ -57,7 +57,7 @@ from te_ccl.backends.scale.grid_blocks import blocks_plan
 from te_ccl.backends.scale.moves import Moves
 from te_ccl.collective.model import Collective
 from te_ccl.deadline import TimeLimitReached, check, left, slowdown
-from te_ccl.model.footprint import MAX_TRANSFERS, ROW_S_PER_HOP, row_hops
+from te_ccl.model.footprint import MAX_TRANSFERS, row_hops, row_late
 from te_ccl.model.problem import Problem
 from te_ccl.runtime_limits import MSCCL, RuntimeLimits
 from te_ccl.topology.model import Topology
@@ -565,8 +565,8 @@ def _rows_in_time(dims: tuple[int, ...], wrap: bool, k: int) -> None:
     the time left: planning would only use up the limit."""
     if len(dims) != 2 or k * grid_hops(dims, wrap) <= MAX_TRANSFERS:
         return
-    need = row_hops((dims[0], dims[1]), wrap, k) * ROW_S_PER_HOP * slowdown()
-    if need > left():
+    need = row_late(row_hops((dims[0], dims[1]), wrap, k), slowdown())
+    if need is not None:
         raise TimeLimitReached(f"the row AlltoAll's file, about {need:.2g} s here, cannot be "
                                f"planned and written in the {left():.2g} s left")
 
