@@ -582,10 +582,7 @@ def _inserts(conn: _Conn, i: int, snd: int, rcv: int, depth: int) -> bool:
         return False
     if i >= depth and not _freed(recvs[i - depth], hold) < snd:
         return False
-    for k in range(max(0, i - depth + 1), min(i, n - depth + 1)):  # :func:`_closed`
-        if not _freed(recvs[k], hold) < sends[k + depth - 1]:
-            return False
-    return True
+    return not _closed(conn, i, depth)
 
 
 def _closed(conn: _Conn, i: int, depth: int) -> bool:
