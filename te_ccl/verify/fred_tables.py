@@ -191,11 +191,12 @@ def _rows(texts: Mapping[str, str], name: str) -> list[_Cells]:
         if tuple(next(reader, ())) != columns:
             raise SpecError(f"expected the columns {','.join(columns)}", file=name, key="header")
         for cells in checked(reader, CHECKING):
-            if len(cells) != len(columns) and cells:
+            if not cells:
+                continue
+            if len(cells) != len(columns):
                 raise SpecError(f"expected {len(columns)} cells", file=name,
                                 line=reader.line_num)
-            if cells:
-                rows.append(_Cells(name, reader.line_num, cells, index))
+            rows.append(_Cells(name, reader.line_num, cells, index))
     except csv.Error as e:
         raise SpecError(f"not CSV ({e})", file=name) from None
     return rows
@@ -723,10 +724,10 @@ def _check_flows(t: _Tables, out: list[Violation]) -> dict[tuple[str, int], list
 def _check_routes(t: _Tables, groups: dict[tuple[str, int], list[_Flow]],
                   out: list[Violation]) -> tuple[dict[tuple[str, int], frozenset], int]:
     """Replay every switch in every phase; returns each configuration's settings
-    (flow names left out), for the SRAM slots, and how many switch-phases were replayed. A switch whose settings and flows are,
-    flows renamed, those of one whose replay found nothing (:func:`_form`: the phases of
-    a schedule repeat a few patterns on every switch) finds nothing either, and is not
-    replayed again."""
+    (flow names left out), for the SRAM slots, and how many switch-phases were replayed.
+    A switch whose settings and flows are, flows renamed, those of one whose replay found
+    nothing (:func:`_form`: the phases of a schedule repeat a few patterns on every
+    switch) finds nothing either, and is not replayed again."""
     signatures: dict[tuple[str, int], frozenset] = {}
     clean: set[tuple] = set()  # the forms whose replay found nothing
     replayed = 0
