@@ -369,8 +369,12 @@ def _alpha_distance(topology: Topology, sources: list[str], targets: list[str]) 
     forward = _adjacency(topology.links, reverse=False)
     work = len(sources) * (len(topology.nodes) + len(topology.links))
     if work <= ALPHA_EXACT_WORK:
-        return max((_farthest(forward, s, targets)[0] for s in sources
-                    if not _out_of_time("alpha_s")), default=0.0)
+        worst = 0.0
+        for s in sources:  # the sources' farthest so far: a bound of their own
+            if _out_of_time("alpha_s"):
+                break
+            worst = max(worst, _farthest(forward, s, targets)[0])
+        return worst
     backward = _adjacency(topology.links, reverse=True)
     worst, s = 0.0, sources[0]
     for _ in range(4):
