@@ -489,7 +489,7 @@ def grid_lines_schedule(topology: Topology, collective: Collective) -> Schedule 
                      notes=notes, subchunks=1)
     # the file is lowered from the plan: the transfers wait for a reader
     transfers = LazyTransfers(len(moves), moves.finish, partial(_transfers, moves, reduced),
-                              lambda: (moves.names, moves.dst, moves.chunk))
+                              moves.arrivals)
     return Schedule(topology, collective, tau, transfers, info)
 
 

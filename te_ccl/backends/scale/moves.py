@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from te_ccl.schedule import LazyTransfers, Transfer, transfers_of
+from te_ccl.schedule import Arrivals, LazyTransfers, Transfer, transfers_of
 
 __all__ = ["Moves"]
 
@@ -51,8 +51,12 @@ class Moves:
 
     def lazy(self) -> LazyTransfers:
         """:meth:`transfers` forwards, built when first read."""
-        return LazyTransfers(len(self), self.finish, self.transfers,
-                             lambda: (self.names, self.dst, self.chunk))
+        return LazyTransfers(len(self), self.finish, self.transfers, self.arrivals)
+
+    def arrivals(self) -> Arrivals:
+        """:meth:`LazyTransfers.arrivals <te_ccl.schedule.LazyTransfers.arrivals>` of these
+        moves: where each lands, without building transfers."""
+        return self.names, self.dst, self.chunk
 
     def transfers(self, *, reverse_at: int | None = None, shift: int = 0) -> list[Transfer]:
         """The Transfer objects; ``reverse_at=F``: on the reversed links, played backwards
