@@ -301,8 +301,8 @@ def units_apply(topology: Topology, collective: Collective) -> bool:
 def _root_linked(topology: Topology, collective: Collective) -> bool:
     """Has ``collective``'s root a direct link to or from another of its GPUs?"""
     root = topology.gpu(collective.root)
-    return any(topology.has_link(root, topology.gpu(r)) or topology.has_link(topology.gpu(r), root)
-               for r in collective.ranks)
+    return any(topology.has_link(root, v) or topology.has_link(v, root)
+               for v in map(topology.gpu, collective.ranks))
 
 
 def pipeline_units(topology: Topology, collective: Collective) -> Schedule:
