@@ -357,17 +357,22 @@ class Timer:
         n = len(schedule.transfers)
         if not self.files:
             return False
-        same = _same_collective(schedule.collective)
-        files = [t for t in (self._best_file.get(same, (None,))[0],
-                             self._kept[2] if self._kept
-                             and _same_collective(self._kept[1][1]) == same else None)
-                 if t is not None]
-        best = min(files, default=None)
+        best = self._fastest_file_s(schedule.collective)
         if best is not None and timing.finish_s > best * (1 + FINALIST_MARGIN):
             return False
         if best is not None and timing.finish_s < best:
             return self.write_n(n, lowered=False) <= left()
         return self.pace * n * (1 + REPLAY_SHARE) <= SHARES.finalist * left()
+
+    def _fastest_file_s(self, collective: Collective) -> float | None:
+        """The fastest file replay of ``collective`` (whatever its chunking): the best
+        judged, or the file kept (:meth:`kept`) where it was replayed; None before both."""
+        same = _same_collective(collective)
+        times = [self._best_file[same][0]] if same in self._best_file else []
+        if self._kept is not None and self._kept[2] is not None \
+                and _same_collective(self._kept[1][1]) == same:
+            times.append(self._kept[2])
+        return min(times, default=None)
 
     def _filed(self, schedule: Schedule, data: bytes, seconds: float) -> None:
         """``schedule``'s file, ``data``, replays in ``seconds``: kept for writing while it
