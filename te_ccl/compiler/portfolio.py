@@ -333,8 +333,8 @@ def _portfolio(race: _Race, topology: Topology, collective: Collective, params: 
     trees_first = streamed or ((templates or combed) and _composition_short(topology, collective))
     if trees_first:  # then the finer trees, whose larger file is lowered if time is left
         _race_early(race, topology, collective, params, budget, bound, early)
-        _race_early(race, topology, collective, params, budget, bound,
-                    () if combed else ("packed-fine",))
+        if not combed:
+            _race_early(race, topology, collective, params, budget, bound, ("packed-fine",))
     if method is not None and not _scale_known(topology, collective, params,
                                                (s for _, s, _ in known)):
         first = SHARES.trees if method == "trees" else SHARES.scale
