@@ -208,12 +208,11 @@ def _spread(m: int, alpha: float, limits: RuntimeLimits) -> int:
     return max(1, min(limits.max_channels, cover, (limits.max_depid + 1) // (4 * m)))
 
 
-@lru_cache(maxsize=2)
 def _plan(dims: tuple[int, ...], wrap: bool, k: int, alpha: float,
           limits: RuntimeLimits) -> GridPlan | str:
-    """:func:`grid_plan`, its arguments as one key: channels spread to cover a link's
-    latency (:func:`_spread`) where the runtime holds the file that makes, else as few as
-    hold :data:`~te_ccl.backends.scale.grid.PER_CHANNEL` groups each."""
+    """:func:`grid_plan`'s groups (cached by :func:`_either`): channels spread to cover a
+    link's latency (:func:`_spread`) where the runtime holds the file that makes, else as
+    few as hold :data:`~te_ccl.backends.scale.grid.PER_CHANNEL` groups each."""
     spread = _spread(len(dims), alpha, limits)
     plan = _spread_plan(dims, wrap, k, alpha, limits, spread)
     if isinstance(plan, str) and spread > 1:
