@@ -55,7 +55,12 @@ _AT_FORK = [0.0]  # in a forked child: the CPU seconds of its parents when it wa
 
 class TimeLimitReached(SolverError):
     """The deadline passed in a stage (exit code 3, as a solver giving up): not a fault
-    of the input, so callers that try alternatives must not take it for one."""
+    of the input, so callers that try alternatives must not take it for one.
+    ``limit_named``: the message already says which ``--time-limit`` would do."""
+
+    def __init__(self, message: str = "", *, limit_named: bool = False) -> None:
+        super().__init__(message)
+        self.limit_named = limit_named
 
 
 @contextmanager

@@ -210,7 +210,7 @@ def _first_file_in_time(topology: Topology, collective: Collective) -> None:
         f"{collective.kind.value} on {collective.nranks} ranks of {topology.name}: its only "
         f"file, the row AlltoAll's ({cost[0]:,} chunk-hops), takes about {cost[1]:.0f} s of "
         f"CPU to build, write and check, {need:.0f} s here at this machine's load, more than "
-        f"the {left():.0f} s left; pass --time-limit {limit} or more")
+        f"the {left():.0f} s left; pass --time-limit {limit} or more", limit_named=True)
 
 
 def check_times(topology: Topology, collective: Collective) -> None:
